@@ -1,0 +1,355 @@
+/* memra/plugin.h: the plugin ABI, version 1.
+ *
+ * A plugin is a shared object that exports one descriptor, `const memra_plugin memra_plugin_v1`,
+ * whose symbol name carries the ABI version (a later core looks for memra_plugin_v2 first and
+ * adapts a v1 descriptor). The core checks abi_version and struct_size of the descriptor and of
+ * its vtable before it calls anything, and refuses a plugin with a message naming the file and
+ * both versions.
+ *
+ * Rules of evolution (STYLE.md: NCCL plugins, SQLite's VFS): every struct starts with its size;
+ * members are only ever appended; a member past the struct_size a plugin declared, or a NULL
+ * member, means "not supported" and the core refuses or falls back, never calls through it.
+ *
+ * Four kinds of vtable:
+ *   placement   model + arm options + devices -> plan (stages, devices, ranks, weight slices)
+ *   backend     uploads a rank's weights; states; one step as a transaction; digests; snapshots
+ *   collective  in-place sum all-reduce over ranks on device buffers, epochs, refusals, abort
+ *   sampler     logits + position + config -> token
+ *
+ * Every function returns memra_status and writes a message into its memra_error on failure.
+ * Plugins never exit, abort or print; they log through the host table. */
+#ifndef MEMRA_PLUGIN_H
+#define MEMRA_PLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memra/model.h"
+#include "memra/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEMRA_ABI_VERSION 1u
+#define MEMRA_PLUGIN_SYMBOL "memra_plugin_v1"
+
+#if defined(__GNUC__)
+#define MEMRA_EXPORT __attribute__((visibility("default")))
+#else
+#define MEMRA_EXPORT
+#endif
+
+typedef enum memra_plugin_kind {
+    MEMRA_PLUGIN_PLACEMENT = 1,
+    MEMRA_PLUGIN_BACKEND = 2,
+    MEMRA_PLUGIN_COLLECTIVE = 3,
+    MEMRA_PLUGIN_SAMPLER = 4
+} memra_plugin_kind;
+
+/* "placement", "backend", "collective", "sampler"; "unknown" otherwise. */
+const char *memra_plugin_kind_name(uint32_t kind);
+/* Parses one of the words above; false when it is none of them. */
+bool memra_plugin_kind_parse(const char *word, memra_plugin_kind *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Options: the key=value pairs of an arm (BACKEND[:key=value,...]).                           */
+
+#define MEMRA_OPT_KEY_MAX 32
+#define MEMRA_OPT_VALUE_MAX 128
+#define MEMRA_OPT_MAX 32
+
+typedef struct memra_option {
+    char key[MEMRA_OPT_KEY_MAX];
+    char value[MEMRA_OPT_VALUE_MAX];
+} memra_option;
+
+typedef struct memra_options {
+    uint32_t n;
+    memra_option items[MEMRA_OPT_MAX];
+} memra_options;
+
+/* A key a plugin accepts: its name, the default written as it would be typed ("" when the
+ * default is computed, e.g. from the machine), and one line of help for --help. */
+typedef struct memra_option_spec {
+    const char *key;
+    const char *default_value;
+    const char *help;
+} memra_option_spec;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plans: what placement decides and backends follow.                                          */
+
+#define MEMRA_MAX_STAGES 64
+#define MEMRA_MAX_RANKS 8
+
+/* One rank of a stage: the device it runs on and the slices of each layer's weights it holds.
+ * Heads [head_begin, head_end) of q (and their rows of wq, columns of wo), kv heads
+ * [kv_head_begin, kv_head_end), ffn rows [ff_begin, ff_end) of gate/up (columns of down).
+ * With one rank the slices are whole. */
+typedef struct memra_rank_plan {
+    int32_t device;
+    uint32_t head_begin, head_end;
+    uint32_t kv_head_begin, kv_head_end;
+    uint32_t ff_begin, ff_end;
+} memra_rank_plan;
+
+/* One stage: layers [layer_begin, layer_end). Stage 0 also embeds the token; the last stage
+ * also applies the final norm and the head. */
+typedef struct memra_stage_plan {
+    uint32_t layer_begin, layer_end;
+    int32_t device; /* the device of rank 0 */
+    uint32_t n_ranks;
+    memra_rank_plan ranks[MEMRA_MAX_RANKS];
+} memra_stage_plan;
+
+typedef struct memra_plan {
+    uint32_t struct_size;
+    uint32_t n_stages;
+    memra_stage_plan stages[MEMRA_MAX_STAGES];
+} memra_plan;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sampling                                                                                    */
+
+/* temperature <= 0 means greedy (argmax, lowest index on ties) and the other fields are unused.
+ * top_k 0 means no top-k cut; top_p >= 1 means no nucleus cut. The draw is
+ * memra_uniform(seed, position) (memra/numeric.h), position being the index the sampled token
+ * will take in the sequence (the state's position after the step commits). The exact algorithm
+ * is written in backends/cpu/sampler_cpu.h. */
+typedef struct memra_sample_cfg {
+    float temperature;
+    uint32_t top_k;
+    float top_p;
+    uint64_t seed;
+} memra_sample_cfg;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The host table: what the core hands each plugin at init.                                    */
+
+typedef enum memra_log_level {
+    MEMRA_LOG_ERROR = 0,
+    MEMRA_LOG_WARN = 1,
+    MEMRA_LOG_INFO = 2,
+    MEMRA_LOG_DEBUG = 3
+} memra_log_level;
+
+typedef struct memra_plugin memra_plugin;
+typedef struct memra_sha256_ctx memra_sha256_ctx;
+
+typedef struct memra_host {
+    uint32_t abi_version;
+    uint32_t struct_size;
+    /* Logs one line through the application's sink (silent unless the application set one). */
+    void (*log)(memra_log_level level, const char *plugin, const char *fmt, ...);
+    /* Looks up (and loads, if need be) a plugin by name and kind: how one plugin builds on
+     * another (cuda-graph on cuda; a test backend on cpu). Never NULL. */
+    memra_status (*find_plugin)(const char *name, memra_plugin_kind kind, const memra_plugin **out,
+                                memra_error *err);
+    /* SHA-256: one shot, or incremental (new, update..., final frees the context). */
+    void (*sha256)(const void *data, size_t n, uint8_t out[32]);
+    memra_sha256_ctx *(*sha256_new)(void);
+    void (*sha256_update)(memra_sha256_ctx *ctx, const void *data, size_t n);
+    void (*sha256_final)(memra_sha256_ctx *ctx, uint8_t out[32]);
+    /* Writes status and message into err; returns status (memra_fail). */
+    memra_status (*fail)(memra_error *err, memra_status status, const char *fmt, ...);
+} memra_host;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Placement                                                                                   */
+
+typedef struct memra_placement_vtable {
+    uint32_t struct_size;
+    /* Keys this placement reads from the arm's options (stages, splits, devices, tp, ...). */
+    const memra_option_spec *options;
+    uint32_t n_options;
+    /* model + options + the devices the backend offers -> plan. An impossible plan (cuts out of
+     * order or range, more stages than layers, heads not divisible by ranks, an unknown device)
+     * is MEMRA_E_INVALID with a message naming the option. Never NULL. */
+    memra_status (*plan)(const memra_model *m, const memra_options *opts, uint32_t n_devices, memra_plan *out,
+                         memra_error *err);
+} memra_placement_vtable;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Collective (arrives after the first backends; the shape is fixed now)                       */
+
+typedef struct memra_collective memra_collective;
+
+typedef struct memra_collective_vtable {
+    uint32_t struct_size;
+    const memra_option_spec *options;
+    uint32_t n_options;
+    /* Creates a communicator over n_ranks ranks on devices[0..n_ranks-1]. */
+    memra_status (*create)(const memra_host *host, uint32_t n_ranks, const int32_t *devices,
+                           const memra_options *opts, memra_collective **out, memra_error *err);
+    void (*destroy)(memra_collective *c);
+    /* In-place sum of count floats at buf (device memory of `rank`), enqueued on `stream` (the
+     * backend's stream for that rank; NULL for host threads). Every rank reduces in rank order
+     * 0..n-1 from rank 0's value, so all ranks get the same bits. `block` names the reduction
+     * site (layer*2 + 0 attention, + 1 ffn) and `position` the token, for refusal cells. The
+     * status of the operation is published to `status_dev` (device int32, 0 = ok, else the
+     * refusal word), which the backend checks before it commits. */
+    memra_status (*all_reduce_sum_f32)(memra_collective *c, uint32_t rank, float *buf, size_t count, void *stream,
+                                       uint32_t block, const int32_t *position_dev, int32_t *status_dev,
+                                       memra_error *err);
+    /* Epoch counters per block of one rank (only increase), for census checks. May be NULL. */
+    memra_status (*epochs)(memra_collective *c, uint32_t rank, uint64_t *out, uint32_t n_blocks, memra_error *err);
+    /* Fault injection: the next reduction at (rank, block, position) refuses with `word` != 0.
+     * May be NULL: the collective has no refusal cells. */
+    memra_status (*arm_refusal)(memra_collective *c, uint32_t rank, uint32_t block, uint32_t position,
+                                int32_t word, memra_error *err);
+    /* Raises the abort flag: every spinning rank gives up with an error. May be NULL. */
+    void (*abort)(memra_collective *c);
+} memra_collective_vtable;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backend                                                                                     */
+
+typedef struct memra_backend memra_backend; /* one model on one plan: weights uploaded */
+typedef struct memra_state memra_state;     /* one decode session of a backend */
+
+typedef enum memra_digest_kind {
+    MEMRA_DIGEST_LOGITS = 0, /* the last step's logits, float32 bits */
+    MEMRA_DIGEST_CACHE = 1,  /* the KV cache over positions [0, pos), every layer, canonical order */
+    MEMRA_DIGEST_HIDDEN = 2  /* the last step's final hidden state (before the final norm) */
+} memra_digest_kind;
+
+#define MEMRA_TOKEN_FROM_DEVICE (-1)
+
+/* What one step takes. */
+typedef struct memra_step_args {
+    uint32_t struct_size;
+    /* The input token, or MEMRA_TOKEN_FROM_DEVICE for the token this state's previous step
+     * sampled (kept in device memory, so a replayed graph needs no host round trip). */
+    int64_t token;
+    /* Sample after the head with this config; NULL: do not sample (out->token is then -1). */
+    const memra_sample_cfg *sample;
+    /* Copy this step's logits to the host buffer given at step_end. */
+    bool want_logits;
+} memra_step_args;
+
+/* What one step gives back, at step_end. */
+typedef struct memra_step_result {
+    uint32_t struct_size;
+    int64_t token;     /* sampled token, or -1 when not sampled */
+    uint32_t position; /* the state's position after the commit */
+} memra_step_result;
+
+/* Counters a backend keeps per state, for the gate's census and protocol records. */
+typedef struct memra_state_stats {
+    uint32_t struct_size;
+    uint64_t steps;    /* steps committed */
+    uint64_t captures; /* graph captures (0 for eager backends) */
+    uint64_t replays;  /* graph replays */
+} memra_state_stats;
+
+/* Memory a backend holds, for bench and the protocol record. */
+typedef struct memra_backend_memory {
+    uint32_t struct_size;
+    uint64_t weight_bytes;  /* weights held (shared uploads counted once per backend family) */
+    uint64_t cache_bytes;   /* KV caches of live states */
+    uint64_t scratch_bytes; /* activations, staging */
+    uint64_t device_in_use; /* bytes in use on the devices as the driver reports them; 0 if n/a */
+} memra_backend_memory;
+
+typedef struct memra_backend_vtable {
+    uint32_t struct_size;
+
+    /* Keys this backend reads from the arm, besides the placement's (e.g. threads). */
+    const memra_option_spec *options;
+    uint32_t n_options;
+
+    /* How many devices this backend can place stages and ranks on (virtual ones for cpu).
+     * MEMRA_E_DEVICE when there is none ("no CUDA device: ..."). Never NULL. */
+    memra_status (*device_count)(const memra_host *host, const memra_options *opts, uint32_t *out,
+                                 memra_error *err);
+
+    /* Uploads the weights the plan assigns to each rank and prepares streams and scratch.
+     * Weights already uploaded for the same model by another backend instance of the same
+     * family may be shared. Never NULL. */
+    memra_status (*open)(const memra_host *host, const memra_model *m, const memra_plan *plan,
+                         const memra_options *opts, memra_backend **out, memra_error *err);
+    void (*close)(memra_backend *b);
+
+    /* A state with room for `capacity` positions and up to `max_inflight` steps begun and not
+     * yet ended (1 for a serial caller; W for a window of W). Never NULL. */
+    memra_status (*state_new)(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
+                              memra_error *err);
+    void (*state_free)(memra_backend *b, memra_state *s);
+
+    /* Begins one step at the state's position: forward through every stage, collective check,
+     * commit (KV slot and position), head, sample, readback enqueued. A step is a transaction:
+     * on any failure nothing is committed and the state is quarantined (every later step or
+     * restore on it fails with MEMRA_E_QUARANTINED until it is freed). A position at capacity is
+     * MEMRA_E_RANGE and quarantines nothing. Steps end in the order they began. Never NULL. */
+    memra_status (*step_begin)(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
+    /* Waits for the oldest step begun and not ended; writes its logits into `logits` (n_vocab
+     * floats; may be NULL when the step did not want them) and its result. Never NULL. */
+    memra_status (*step_end)(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
+                             memra_error *err);
+
+    /* SHA-256 identity of a state (no step in flight). Equal arms of one family give equal
+     * digests; see memra_digest_kind. Never NULL. */
+    memra_status (*digest)(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
+                           memra_error *err);
+    /* Makes dst an exact copy of src (position, cache up to position, hidden, logits, carried
+     * token): how a prefix snapshot is restored. Both states of this backend, no step in
+     * flight, dst's capacity >= src's position. Fails on a quarantined src or dst. Never NULL. */
+    memra_status (*state_restore)(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err);
+    /* The state's position (tokens committed). Never NULL. */
+    uint32_t (*state_position)(memra_backend *b, const memra_state *s);
+
+    /* Counters of a state. May be NULL (all zero). */
+    memra_status (*state_stats)(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err);
+    /* Memory held. May be NULL. */
+    memra_status (*memory)(memra_backend *b, memra_backend_memory *out, memra_error *err);
+    /* A backend-specific extension table by name and version (e.g. "memra.cuda.kernels", the
+     * capture hooks cuda-graph builds on; "memra.gate.census"). NULL when not offered. May be
+     * NULL. */
+    const void *(*extension)(memra_backend *b, const char *name, uint32_t version);
+    /* Resolves every key of the arm, defaults included, as this backend will use them, into
+     * `resolved` (for the protocol record). May be NULL: the core then lists the given keys
+     * and the specs' defaults. */
+    memra_status (*resolve_options)(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                    memra_error *err);
+} memra_backend_vtable;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sampler                                                                                     */
+
+typedef struct memra_sampler_vtable {
+    uint32_t struct_size;
+    /* Bytes of scratch `sample` needs for n_vocab logits. Never NULL. */
+    size_t (*scratch_bytes)(uint32_t n_vocab);
+    /* logits (host, n_vocab floats) + position + config -> token. NaN or infinite logits are
+     * MEMRA_E_RANGE. Never NULL. */
+    memra_status (*sample)(const float *logits, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
+                           void *scratch, uint32_t *token, memra_error *err);
+} memra_sampler_vtable;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The descriptor                                                                              */
+
+struct memra_plugin {
+    uint32_t abi_version; /* MEMRA_ABI_VERSION the plugin was built against */
+    uint32_t struct_size; /* sizeof(memra_plugin) the plugin was built with */
+    const char *name;     /* matches the manifest's name */
+    uint32_t kind;        /* memra_plugin_kind; matches the manifest's kind */
+    const char *version;  /* the plugin's own version string */
+    const char *description;
+    /* Called once after loading, before any vtable call. May be NULL. */
+    memra_status (*init)(const memra_host *host, memra_error *err);
+    /* Called once before unloading. May be NULL. */
+    void (*fini)(void);
+    /* Exactly the one matching `kind` is non-NULL. */
+    const memra_placement_vtable *placement;
+    const memra_backend_vtable *backend;
+    const memra_collective_vtable *collective;
+    const memra_sampler_vtable *sampler;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

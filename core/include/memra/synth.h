@@ -1,0 +1,39 @@
+/* memra/synth.h: synthetic llama-family models with deterministic pseudo-random weights.
+ *
+ * Presets: "tiny", "small", "qwen3-tiny", "llama-1b" (shapes of Llama-3.2-1B), "llama-8b"
+ * (Llama-3.1-8B). Weights are scaled so activations stay of order one, logits are not flat and
+ * greedy decoding of tiny does not loop within 256 tokens. The files carry the tokenizer metadata
+ * other GGUF tools expect (tokenizer.ggml.model "llama", tokens including the 256 byte tokens,
+ * scores, token types, bos and eos). */
+#ifndef MEMRA_SYNTH_H
+#define MEMRA_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memra/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct memra_synth_spec {
+    const char *preset; /* one of the names above */
+    uint32_t type;      /* memra_tensor_type of the matrices: F32, F16, BF16 or Q8_0 (norms stay F32) */
+    uint64_t seed;
+} memra_synth_spec;
+
+/* The preset names, NULL-terminated. */
+const char *const *memra_synth_presets(void);
+/* Parses "f32", "f16", "bf16", "q8_0" (any case). */
+memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_error *err);
+
+/* Writes the model to path, streaming tensor data (memory stays small for every preset). */
+memra_status memra_synth_write_file(const memra_synth_spec *spec, const char *path, memra_error *err);
+/* Builds the model in a malloc'd buffer (free() it): the embedded default, tests. */
+memra_status memra_synth_build_memory(const memra_synth_spec *spec, void **data, size_t *size, memra_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

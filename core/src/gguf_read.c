@@ -1,0 +1,1 @@
+/* gguf_read.c: placeholder, being written. */

@@ -1,0 +1,1 @@
+/* gguf_write.c: placeholder, being written. */

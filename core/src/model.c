@@ -1,0 +1,1 @@
+/* model.c: placeholder, being written. */
