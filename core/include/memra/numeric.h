@@ -97,6 +97,54 @@ MEMRA_HD uint16_t memra_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* Float arithmetic with one rounding per operation on host and device alike: in CUDA device code
+ * the _rn intrinsics stop the compiler from contracting a*b+c into one fused operation (which
+ * rounds once, not twice); C code is built with -ffp-contract=off for the same reason. */
+#if defined(__CUDA_ARCH__)
+#define MEMRA_FMUL(a, b) __fmul_rn((a), (b))
+#define MEMRA_FADD(a, b) __fadd_rn((a), (b))
+#define MEMRA_FSUB(a, b) __fsub_rn((a), (b))
+#define MEMRA_FDIV(a, b) __fdiv_rn((a), (b))
+#else
+#define MEMRA_FMUL(a, b) ((float)(a) * (float)(b))
+#define MEMRA_FADD(a, b) ((float)(a) + (float)(b))
+#define MEMRA_FSUB(a, b) ((float)(a) - (float)(b))
+#define MEMRA_FDIV(a, b) ((float)(a) / (float)(b))
+#endif
+
+/* exp(x) for x <= 0, the same bits on every backend (libm's expf and CUDA's differ in the last
+ * place, which would let a sampler pick another token from the same logits). Relative error
+ * below 3e-7 on [-87, 0]; x < -87 gives 0 (the sampler's weights are then negligible). Built from
+ * single operations only: k = round(x / ln 2), r = x - k ln 2 in two parts (Cody-Waite),
+ * exp(r) by a degree-6 Taylor polynomial on |r| <= ln2/2, scaled by 2^k through the exponent
+ * bits. */
+MEMRA_HD float memra_expf(float x) {
+    if (x != x)
+        return x;
+    if (x > 0.0f)
+        x = 0.0f; /* callers pass x <= 0; keep the result finite regardless */
+    if (x < -87.0f)
+        return 0.0f;
+    float kf = MEMRA_FADD(MEMRA_FMUL(x, 1.44269504088896341f), -0.5f); /* x/ln2 - 1/2 <= -1/2 */
+    int k = (int)kf;                                                  /* truncates toward zero */
+    if ((float)k != kf && kf < 0.0f)
+        k -= 1; /* floor(x/ln2 + 1/2) - 1 + 1 below: round to nearest */
+    k += 1;
+    float fk = (float)k;
+    float r = MEMRA_FSUB(x, MEMRA_FMUL(fk, 0.693145751953125f)); /* ln2 high part: exact product */
+    r = MEMRA_FSUB(r, MEMRA_FMUL(fk, 1.428606765330187e-06f));   /* ln2 low part */
+    float p = 1.0f / 720.0f;
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 1.0f / 120.0f);
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 1.0f / 24.0f);
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 1.0f / 6.0f);
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 0.5f);
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 1.0f);
+    p = MEMRA_FADD(MEMRA_FMUL(p, r), 1.0f);
+    if (k < -126)
+        return 0.0f; /* below the normal range: flushed, deterministically */
+    return MEMRA_FMUL(p, memra_bits_to_f32((uint32_t)(k + 127) << 23));
+}
+
 /* The sampling draw: a uniform float in [0, 1) that depends only on (seed, position), so a
  * position replayed on any backend gets the same draw. Two rounds of the SplitMix64 finaliser
  * over seed ^ (position * golden ratio); the top 24 bits scaled by 2^-24 (exact in float). */
