@@ -61,8 +61,7 @@ const memra_options *memra_arm_resolved(const memra_arm *a);
 /* All known keys, for --help and messages: placement's, backend's, core's, caller's. */
 uint32_t memra_arm_known_keys(const memra_arm *a, const memra_option_spec **out, uint32_t max);
 
-/* The option specs of a backend plugin and of the default placement, for --help without an
- * opened arm. */
+/* The keys the core itself reads from every arm (placement), for --help and key checks. */
 extern const memra_option_spec memra_core_arm_keys[];
 extern const uint32_t memra_core_arm_key_count;
 
