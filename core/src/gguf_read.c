@@ -1,1 +1,865 @@
-/* gguf_read.c: placeholder, being written. */
+/* gguf_read.c: the GGUF v2/v3 reader over mmap (or a caller's buffer), type tables and getters.
+ *
+ * Everything in the file is untrusted. The parser walks it with a cursor that checks every read
+ * against the file size; every count is bounded by the bytes left before anything is allocated
+ * for it (so n_kv = 2^62 fails at once instead of asking malloc for exabytes); every size and
+ * offset is computed with overflow checks. After a successful open every pointer handed out lies
+ * inside the mapping. Messages start with the path and name the section, the field, what was
+ * expected and the file offset. */
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "memra/gguf.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "memra reads GGUF (little-endian) by plain loads: a big-endian host needs byte swaps here"
+#endif
+
+/* Arrays nest at most this deep (an array at the top level is depth 1): bounds the recursion. */
+#define GGUF_MAX_DEPTH 8u
+
+/* Least bytes a key-value pair, a tensor info, a string and an array header can take in a file:
+ * the bounds that let a count be checked against the bytes left before it is allocated. */
+#define GGUF_MIN_KV_BYTES 14u     /* key length 8 + one key byte + type 4 + one value byte */
+#define GGUF_MIN_TENSOR_BYTES 33u /* name length 8 + one name byte + n_dims 4 + ne 8 + type 4 + offset 8 */
+#define GGUF_MIN_STRING_BYTES 8u
+#define GGUF_MIN_ARRAY_BYTES 12u
+
+/* ---- type tables ---- */
+
+typedef struct tensor_type_info {
+    const char *name;
+    uint32_t block_elems;
+    uint32_t block_bytes;
+} tensor_type_info;
+
+/* Indexed by ggml type number; a NULL name is a number ggml does not use (or no longer uses). */
+static const tensor_type_info tensor_types[] = {
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
+};
+
+static const tensor_type_info *tensor_type_lookup(uint32_t type) {
+    if (type >= sizeof tensor_types / sizeof tensor_types[0] || !tensor_types[type].name)
+        return NULL;
+    return &tensor_types[type];
+}
+
+const char *memra_tensor_type_name(uint32_t type) {
+    static _Thread_local char unknown[32];
+    const tensor_type_info *info = tensor_type_lookup(type);
+    if (info)
+        return info->name;
+    snprintf(unknown, sizeof unknown, "type %" PRIu32, type);
+    return unknown;
+}
+
+const char *memra_gguf_type_name(uint32_t type) {
+    static const char *const names[MEMRA_GGUF_TYPE_COUNT] = {
+        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+        "bool",  "string", "array", "uint64", "int64", "float64",
+    };
+    return type < MEMRA_GGUF_TYPE_COUNT ? names[type] : "unknown";
+}
+
+bool memra_tensor_type_block(uint32_t type, uint64_t *block_elems, uint64_t *block_bytes) {
+    const tensor_type_info *info = tensor_type_lookup(type);
+    if (!info)
+        return false;
+    if (block_elems)
+        *block_elems = info->block_elems;
+    if (block_bytes)
+        *block_bytes = info->block_bytes;
+    return true;
+}
+
+bool memra_tensor_type_supported(uint32_t type) {
+    return type == MEMRA_TYPE_F32 || type == MEMRA_TYPE_F16 || type == MEMRA_TYPE_BF16 || type == MEMRA_TYPE_Q8_0;
+}
+
+memra_status memra_tensor_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes, memra_error *err) {
+    uint64_t block_elems, block_bytes;
+    if (!memra_tensor_type_block(type, &block_elems, &block_bytes))
+        return memra_fail(err, MEMRA_E_FORMAT, "unknown tensor type %" PRIu32, type);
+    if (n % block_elems != 0)
+        return memra_fail(err, MEMRA_E_FORMAT, "a row of %" PRIu64 " elements of type %s is not a multiple of its block of %" PRIu64,
+                          n, memra_tensor_type_name(type), block_elems);
+    uint64_t total;
+    if (__builtin_mul_overflow(n / block_elems, block_bytes, &total))
+        return memra_fail(err, MEMRA_E_FORMAT, "a row of %" PRIu64 " elements of type %s overflows 64 bits", n,
+                          memra_tensor_type_name(type));
+    if (bytes)
+        *bytes = total;
+    return MEMRA_OK;
+}
+
+/* Bytes of one scalar element of a metadata type; 0 for STRING, ARRAY and unknown types. */
+static uint64_t gguf_scalar_size(uint32_t type) {
+    switch (type) {
+    case MEMRA_GGUF_UINT8:
+    case MEMRA_GGUF_INT8:
+    case MEMRA_GGUF_BOOL: return 1;
+    case MEMRA_GGUF_UINT16:
+    case MEMRA_GGUF_INT16: return 2;
+    case MEMRA_GGUF_UINT32:
+    case MEMRA_GGUF_INT32:
+    case MEMRA_GGUF_FLOAT32: return 4;
+    case MEMRA_GGUF_UINT64:
+    case MEMRA_GGUF_INT64:
+    case MEMRA_GGUF_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+/* ---- the handle ---- */
+
+/* Open-addressing table from a name to index + 1 (0 = empty slot). */
+typedef struct name_table {
+    uint64_t *slots;
+    uint64_t mask;
+} name_table;
+
+struct memra_gguf {
+    char *path;
+    const uint8_t *base;
+    uint64_t size;
+    bool mapped; /* base is our mmap, to munmap at close */
+    uint32_t version;
+    uint32_t alignment;
+    uint64_t data_offset;
+    uint64_t n_kv;
+    memra_gguf_kv *kvs;
+    uint64_t n_tensors;
+    memra_gguf_tensor *tensors;
+    name_table kv_index;
+    name_table tensor_index;
+};
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool name_table_init(name_table *t, uint64_t n) {
+    uint64_t cap = 8;
+    while (cap < 2 * n)
+        cap *= 2; /* n is bounded by the file size, so this cannot overflow */
+    t->slots = calloc(cap, sizeof *t->slots);
+    t->mask = cap - 1;
+    return t->slots != NULL;
+}
+
+/* Finds name; name_at(ctx, i) gives the name of entry i. Returns index + 1, or 0 (with *slot the
+ * free slot where it would go). */
+static uint64_t name_table_find(const name_table *t, const char *name, const char *(*name_at)(const void *, uint64_t),
+                                const void *ctx, uint64_t *slot) {
+    if (!t->slots)
+        return 0;
+    uint64_t i = name_hash(name) & t->mask;
+    while (t->slots[i]) {
+        if (strcmp(name_at(ctx, t->slots[i] - 1), name) == 0)
+            return t->slots[i];
+        i = (i + 1) & t->mask;
+    }
+    if (slot)
+        *slot = i;
+    return 0;
+}
+
+static const char *kv_name_at(const void *ctx, uint64_t i) { return ((const memra_gguf *)ctx)->kvs[i].key; }
+static const char *tensor_name_at(const void *ctx, uint64_t i) { return ((const memra_gguf *)ctx)->tensors[i].name; }
+
+static void value_free(memra_gguf_value *v) {
+    if (v->type != MEMRA_GGUF_ARRAY || !v->v.arr.items)
+        return;
+    memra_gguf_value *items = (memra_gguf_value *)v->v.arr.items;
+    if (v->v.arr.elem_type == MEMRA_GGUF_ARRAY)
+        for (uint64_t i = 0; i < v->v.arr.count; i++)
+            value_free(&items[i]);
+    free(items);
+}
+
+void memra_gguf_close(memra_gguf *g) {
+    if (!g)
+        return;
+    for (uint64_t i = 0; g->kvs && i < g->n_kv; i++) {
+        free((char *)g->kvs[i].key);
+        value_free(&g->kvs[i].value);
+    }
+    for (uint64_t i = 0; g->tensors && i < g->n_tensors; i++)
+        free((char *)g->tensors[i].name);
+    free(g->kvs);
+    free(g->tensors);
+    free(g->kv_index.slots);
+    free(g->tensor_index.slots);
+    if (g->mapped)
+        munmap((void *)g->base, g->size);
+    free(g->path);
+    free(g);
+}
+
+/* ---- the cursor ---- */
+
+typedef struct cursor {
+    const uint8_t *base;
+    uint64_t size;
+    uint64_t pos;
+    const char *path;
+    memra_error *err;
+    memra_status status; /* of the last failure, for callers that pass no memra_error */
+} cursor;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void cur_fail(cursor *c, memra_status status, const char *fmt, ...) {
+    char msg[MEMRA_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->status = memra_fail(c->err, status, "%s", msg);
+}
+
+static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
+
+/* Fails unless n bytes are left; `what` names the field being read. */
+static bool cur_need(cursor *c, uint64_t n, const char *what) {
+    if (n <= cur_left(c))
+        return true;
+    cur_fail(c, MEMRA_E_FORMAT,
+               "%s: truncated in %s: need %" PRIu64 " bytes at offset %" PRIu64 ", only %" PRIu64 " left (file size %" PRIu64 ")",
+               c->path, what, n, c->pos, cur_left(c), c->size);
+    return false;
+}
+
+static bool cur_u32(cursor *c, uint32_t *out, const char *what) {
+    if (!cur_need(c, 4, what))
+        return false;
+    memcpy(out, c->base + c->pos, 4);
+    c->pos += 4;
+    return true;
+}
+
+static bool cur_u64(cursor *c, uint64_t *out, const char *what) {
+    if (!cur_need(c, 8, what))
+        return false;
+    memcpy(out, c->base + c->pos, 8);
+    c->pos += 8;
+    return true;
+}
+
+/* A GGUF string: u64 length and bytes, left in the mapping. */
+static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
+    uint64_t at = c->pos, len;
+    if (!cur_u64(c, &len, what))
+        return false;
+    if (len > cur_left(c)) {
+        cur_fail(c, MEMRA_E_FORMAT,
+                   "%s: %s: string length %" PRIu64 " at offset %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes left)",
+                   c->path, what, len, at, cur_left(c));
+        return false;
+    }
+    out->ptr = (const char *)c->base + c->pos;
+    out->len = len;
+    c->pos += len;
+    return true;
+}
+
+/* A key or tensor name: nonempty, no NUL inside, copied NUL-terminated. */
+static char *cur_name(cursor *c, const char *what) {
+    uint64_t at = c->pos;
+    memra_gguf_str s;
+    if (!cur_str(c, &s, what))
+        return NULL;
+    if (s.len == 0) {
+        cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " is empty, expected a nonempty name", c->path, what,
+                   at);
+        return NULL;
+    }
+    if (memchr(s.ptr, '\0', s.len)) {
+        cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " contains a NUL byte", c->path, what, at);
+        return NULL;
+    }
+    char *copy = malloc(s.len + 1);
+    if (!copy) {
+        cur_fail(c, MEMRA_E_NOMEM, "%s: %s: out of memory for %" PRIu64 " bytes", c->path, what, s.len + 1);
+        return NULL;
+    }
+    memcpy(copy, s.ptr, s.len);
+    copy[s.len] = '\0';
+    return copy;
+}
+
+/* ---- metadata values ---- */
+
+static bool read_value(cursor *c, uint32_t type, memra_gguf_value *out, const char *key, unsigned depth);
+
+static bool read_scalar(cursor *c, uint32_t type, memra_gguf_value *out, const char *key) {
+    uint64_t size = gguf_scalar_size(type), at = c->pos;
+    char what[160];
+    snprintf(what, sizeof what, "the %s value of '%s'", memra_gguf_type_name(type), key);
+    if (!cur_need(c, size, what))
+        return false;
+    const uint8_t *p = c->base + c->pos;
+    c->pos += size;
+    out->type = (memra_gguf_type)type;
+    switch (type) {
+    case MEMRA_GGUF_UINT8: out->v.u64 = p[0]; break;
+    case MEMRA_GGUF_INT8: out->v.i64 = (int8_t)p[0]; break;
+    case MEMRA_GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); out->v.u64 = x; break; }
+    case MEMRA_GGUF_INT16: { int16_t x; memcpy(&x, p, 2); out->v.i64 = x; break; }
+    case MEMRA_GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); out->v.u64 = x; break; }
+    case MEMRA_GGUF_INT32: { int32_t x; memcpy(&x, p, 4); out->v.i64 = x; break; }
+    case MEMRA_GGUF_UINT64: memcpy(&out->v.u64, p, 8); break;
+    case MEMRA_GGUF_INT64: memcpy(&out->v.i64, p, 8); break;
+    case MEMRA_GGUF_FLOAT32: { float x; memcpy(&x, p, 4); out->v.f64 = x; break; }
+    case MEMRA_GGUF_FLOAT64: memcpy(&out->v.f64, p, 8); break;
+    case MEMRA_GGUF_BOOL:
+        if (p[0] > 1) {
+            cur_fail(c, MEMRA_E_FORMAT, "%s: bool value of '%s' at offset %" PRIu64 " is %u, expected 0 or 1",
+                       c->path, key, at, p[0]);
+            return false;
+        }
+        out->v.u64 = p[0];
+        break;
+    }
+    return true;
+}
+
+static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsigned depth) {
+    uint64_t at = c->pos, count;
+    uint32_t elem_type;
+    char what[160];
+    snprintf(what, sizeof what, "the array header of '%s'", key);
+    if (!cur_u32(c, &elem_type, what) || !cur_u64(c, &count, what))
+        return false;
+    if (elem_type >= MEMRA_GGUF_TYPE_COUNT) {
+        cur_fail(c, MEMRA_E_FORMAT, "%s: array of '%s' at offset %" PRIu64 " has unknown element type %" PRIu32 ", expected 0..12",
+                   c->path, key, at, elem_type);
+        return false;
+    }
+    if (elem_type == MEMRA_GGUF_ARRAY && depth + 1 > GGUF_MAX_DEPTH) {
+        cur_fail(c, MEMRA_E_FORMAT, "%s: arrays of '%s' nest deeper than %u levels at offset %" PRIu64, c->path, key,
+                   GGUF_MAX_DEPTH, at);
+        return false;
+    }
+    uint64_t min_elem = gguf_scalar_size(elem_type);
+    if (elem_type == MEMRA_GGUF_STRING)
+        min_elem = GGUF_MIN_STRING_BYTES;
+    else if (elem_type == MEMRA_GGUF_ARRAY)
+        min_elem = GGUF_MIN_ARRAY_BYTES;
+    if (count > cur_left(c) / min_elem) {
+        cur_fail(c, MEMRA_E_FORMAT,
+                   "%s: array of '%s' at offset %" PRIu64 ": count %" PRIu64 " of %s runs past the end of the file (%" PRIu64
+                   " bytes left, at least %" PRIu64 " per element)",
+                   c->path, key, at, count, memra_gguf_type_name(elem_type), cur_left(c), min_elem);
+        return false;
+    }
+    out->type = MEMRA_GGUF_ARRAY;
+    out->v.arr.elem_type = (memra_gguf_type)elem_type;
+    out->v.arr.count = count;
+    out->v.arr.data = NULL;
+    out->v.arr.items = NULL;
+    if (elem_type != MEMRA_GGUF_STRING && elem_type != MEMRA_GGUF_ARRAY) {
+        const uint8_t *p = c->base + c->pos;
+        if (elem_type == MEMRA_GGUF_BOOL) {
+            for (uint64_t i = 0; i < count; i++) {
+                if (p[i] > 1) {
+                    cur_fail(c, MEMRA_E_FORMAT, "%s: bool element %" PRIu64 " of '%s' at offset %" PRIu64 " is %u, expected 0 or 1",
+                               c->path, i, key, c->pos + i, p[i]);
+                    return false;
+                }
+            }
+        }
+        out->v.arr.data = p;
+        c->pos += count * min_elem; /* checked above */
+        return true;
+    }
+    if (count == 0)
+        return true;
+    memra_gguf_value *items = calloc(count, sizeof *items);
+    if (!items) {
+        cur_fail(c, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " elements of '%s'", c->path, count, key);
+        return false;
+    }
+    out->v.arr.items = items;
+    for (uint64_t i = 0; i < count; i++) {
+        if (elem_type == MEMRA_GGUF_STRING) {
+            snprintf(what, sizeof what, "string element %" PRIu64 " of '%s'", i, key);
+            items[i].type = MEMRA_GGUF_STRING;
+            if (!cur_str(c, &items[i].v.str, what))
+                return false;
+        } else {
+            /* Elements not yet read are zeroed (type UINT8), so value_free skips them. */
+            if (!read_array(c, &items[i], key, depth + 1))
+                return false;
+        }
+    }
+    return true;
+}
+
+static bool read_value(cursor *c, uint32_t type, memra_gguf_value *out, const char *key, unsigned depth) {
+    if (type == MEMRA_GGUF_ARRAY)
+        return read_array(c, out, key, depth + 1);
+    if (type == MEMRA_GGUF_STRING) {
+        char what[160];
+        snprintf(what, sizeof what, "the string value of '%s'", key);
+        out->type = MEMRA_GGUF_STRING;
+        return cur_str(c, &out->v.str, what);
+    }
+    return read_scalar(c, type, out, key);
+}
+
+/* ---- sections ---- */
+
+static memra_status parse_header(cursor *c, memra_gguf *g) {
+    uint32_t magic;
+    if (!cur_u32(c, &magic, "the header (magic)"))
+        return MEMRA_E_FORMAT;
+    if (magic != MEMRA_GGUF_MAGIC) {
+        const uint8_t *m = c->base;
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: not a GGUF file: magic at offset 0 is %02x %02x %02x %02x, expected \"GGUF\" (47 47 55 46)",
+                          c->path, m[0], m[1], m[2], m[3]);
+    }
+    if (!cur_u32(c, &g->version, "the header (version)"))
+        return MEMRA_E_FORMAT;
+    if (g->version == 1)
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: GGUF version 1 (32-bit counts, 2023) is not supported, expected version 2 or 3; convert "
+                          "the file with a current llama.cpp",
+                          c->path);
+    if (g->version == 0x02000000u || g->version == 0x03000000u)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: big-endian GGUF (version field %08" PRIx32 ") is not supported", c->path,
+                          g->version);
+    if (g->version != 2 && g->version != 3)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: header at offset 4: GGUF version %" PRIu32 ", expected 2 or 3", c->path,
+                          g->version);
+    uint64_t n_tensors, n_kv;
+    if (!cur_u64(c, &n_tensors, "the header (n_tensors)") || !cur_u64(c, &n_kv, "the header (n_kv)"))
+        return MEMRA_E_FORMAT;
+    /* n_tensors is bounded once the metadata is read, before the tensor infos are allocated. */
+    uint64_t left = cur_left(c);
+    if (n_kv > left / GGUF_MIN_KV_BYTES)
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: header at offset 16: n_kv %" PRIu64 " key-value pairs cannot fit in the %" PRIu64
+                          " bytes left (at least %u bytes each)",
+                          c->path, n_kv, left, GGUF_MIN_KV_BYTES);
+    g->n_kv = n_kv;
+    g->n_tensors = n_tensors;
+    return MEMRA_OK;
+}
+
+static memra_status parse_kvs(cursor *c, memra_gguf *g) {
+    uint64_t n = g->n_kv;
+    g->n_kv = 0; /* counts the pairs read so far, for close() */
+    if (n == 0)
+        return MEMRA_OK;
+    g->kvs = calloc(n, sizeof *g->kvs);
+    if (!g->kvs || !name_table_init(&g->kv_index, n))
+        return memra_fail(c->err, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " key-value pairs", c->path, n);
+    for (uint64_t i = 0; i < n; i++) {
+        char what[160];
+        uint64_t at = c->pos;
+        snprintf(what, sizeof what, "metadata key #%" PRIu64, i);
+        char *key = cur_name(c, what);
+        if (!key)
+            return c->status;
+        memra_gguf_kv *kv = &g->kvs[g->n_kv++];
+        kv->key = key;
+        uint64_t slot = 0, dup = name_table_find(&g->kv_index, key, kv_name_at, g, &slot);
+        if (dup)
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata key #%" PRIu64 " '%s' at offset %" PRIu64 " duplicates key #%" PRIu64,
+                              c->path, i, key, at, dup - 1);
+        g->kv_index.slots[slot] = i + 1;
+        uint32_t type;
+        at = c->pos;
+        snprintf(what, sizeof what, "the value type of metadata key '%.40s'", key);
+        if (!cur_u32(c, &type, what))
+            return MEMRA_E_FORMAT;
+        if (type >= MEMRA_GGUF_TYPE_COUNT)
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata key '%s': unknown value type %" PRIu32 " at offset %" PRIu64 ", expected 0..12",
+                              c->path, key, type, at);
+        if (!read_value(c, type, &kv->value, key, 0))
+            return c->status;
+    }
+    return MEMRA_OK;
+}
+
+static memra_status parse_alignment(cursor *c, memra_gguf *g) {
+    g->alignment = MEMRA_GGUF_DEFAULT_ALIGNMENT;
+    const memra_gguf_value *v = memra_gguf_find(g, "general.alignment");
+    if (!v)
+        return MEMRA_OK;
+    if (v->type != MEMRA_GGUF_UINT32)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata 'general.alignment' has type %s, expected uint32", c->path,
+                          memra_gguf_type_name(v->type));
+    if (v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata 'general.alignment' is %" PRIu64 ", expected a nonzero power of two",
+                          c->path, v->v.u64);
+    g->alignment = (uint32_t)v->v.u64;
+    return MEMRA_OK;
+}
+
+static memra_status parse_tensor_info(cursor *c, memra_gguf *g, uint64_t i) {
+    memra_gguf_tensor *t = &g->tensors[i];
+    char what[160];
+    uint64_t at = c->pos;
+    snprintf(what, sizeof what, "the name of tensor info #%" PRIu64, i);
+    char *name = cur_name(c, what);
+    if (!name)
+        return c->status;
+    t->name = name;
+    g->n_tensors = i + 1; /* counts the names owned, for close() */
+    uint64_t slot = 0, dup = name_table_find(&g->tensor_index, name, tensor_name_at, g, &slot);
+    if (dup)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor info #%" PRIu64 " at offset %" PRIu64 ": duplicate tensor name '%s' (also tensor info #%" PRIu64 ")",
+                          c->path, i, at, name, dup - 1);
+    g->tensor_index.slots[slot] = i + 1;
+    snprintf(what, sizeof what, "tensor info '%.48s'", name);
+    at = c->pos;
+    if (!cur_u32(c, &t->n_dims, what))
+        return MEMRA_E_FORMAT;
+    if (t->n_dims < 1 || t->n_dims > MEMRA_GGUF_MAX_DIMS)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': n_dims %" PRIu32 " at offset %" PRIu64 ", expected 1..%u", c->path,
+                          name, t->n_dims, at, MEMRA_GGUF_MAX_DIMS);
+    t->n_elems = 1;
+    for (uint32_t d = 0; d < MEMRA_GGUF_MAX_DIMS; d++)
+        t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        at = c->pos;
+        if (!cur_u64(c, &t->ne[d], what))
+            return MEMRA_E_FORMAT;
+        if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX)
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': dimension %" PRIu32 " is %" PRIu64 " at offset %" PRIu64 ", expected 1..2^63-1",
+                              c->path, name, d, t->ne[d], at);
+        if (__builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems))
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': the product of its dimensions overflows 64 bits (at dimension %" PRIu32 ", offset %" PRIu64 ")",
+                              c->path, name, d, at);
+    }
+    at = c->pos;
+    if (!cur_u32(c, &t->type, what))
+        return MEMRA_E_FORMAT;
+    uint64_t block_elems, block_bytes;
+    if (!memra_tensor_type_block(t->type, &block_elems, &block_bytes))
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': unknown tensor type %" PRIu32 " at offset %" PRIu64, c->path, name,
+                          t->type, at);
+    if (t->ne[0] % block_elems != 0)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': %" PRIu64 " columns are not a multiple of the %s block of %" PRIu64,
+                          c->path, name, t->ne[0], memra_tensor_type_name(t->type), block_elems);
+    /* n_elems did not overflow and block_elems divides ne[0], so only the byte count can. */
+    if (__builtin_mul_overflow(t->n_elems / block_elems, block_bytes, &t->n_bytes))
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': its size in bytes (%" PRIu64 " elements of %s) overflows 64 bits",
+                          c->path, name, t->n_elems, memra_tensor_type_name(t->type));
+    at = c->pos;
+    if (!cur_u64(c, &t->offset, what))
+        return MEMRA_E_FORMAT;
+    return MEMRA_OK;
+}
+
+static int cmp_by_offset(const void *a, const void *b) {
+    const memra_gguf_tensor *x = *(const memra_gguf_tensor *const *)a, *y = *(const memra_gguf_tensor *const *)b;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return x < y ? -1 : (x > y);
+}
+
+/* Places every tensor in the data section: aligned, inside the file, no two overlapping. */
+static memra_status place_tensors(cursor *c, memra_gguf *g) {
+    uint64_t align = g->alignment, pad = (align - c->pos % align) % align;
+    if (g->n_tensors == 0) {
+        /* No data to find: a file that ends without the padding is accepted. */
+        g->data_offset = pad <= cur_left(c) ? c->pos + pad : c->size;
+        return MEMRA_OK;
+    }
+    if (pad > cur_left(c))
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: truncated in the padding before the data section: need %" PRIu64 " bytes at offset %" PRIu64 " to reach alignment %" PRIu64 ", only %" PRIu64 " left",
+                          c->path, pad, c->pos, align, cur_left(c));
+    g->data_offset = c->pos + pad;
+    uint64_t data_size = c->size - g->data_offset;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        memra_gguf_tensor *t = &g->tensors[i];
+        if (t->offset % align != 0)
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+                              c->path, t->name, t->offset, align);
+        if (t->offset > data_size || t->n_bytes > data_size - t->offset)
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: tensor '%s': data [%" PRIu64 ", +%" PRIu64 ") at data offset %" PRIu64 " runs past the end of the file (data section has %" PRIu64 " bytes from file offset %" PRIu64 ")",
+                              c->path, t->name, t->offset, t->n_bytes, t->offset, data_size, g->data_offset);
+        t->data = c->base + g->data_offset + t->offset;
+    }
+    const memra_gguf_tensor **order = malloc(g->n_tensors * sizeof *order);
+    if (!order)
+        return memra_fail(c->err, MEMRA_E_NOMEM, "%s: out of memory", c->path);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, g->n_tensors, sizeof *order, cmp_by_offset);
+    memra_status st = MEMRA_OK;
+    for (uint64_t i = 1; i < g->n_tensors && st == MEMRA_OK; i++) {
+        const memra_gguf_tensor *a = order[i - 1], *b = order[i];
+        if (a->offset + a->n_bytes > b->offset) /* both ends lie inside the file: no overflow */
+            st = memra_fail(c->err, MEMRA_E_FORMAT,
+                            "%s: tensors '%s' (data [%" PRIu64 ", %" PRIu64 ")) and '%s' (data [%" PRIu64 ", %" PRIu64 ")) overlap",
+                            c->path, a->name, a->offset, a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
+    }
+    free(order);
+    return st;
+}
+
+static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
+    cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err};
+    memra_status st = parse_header(&c, g);
+    if (st != MEMRA_OK)
+        return st;
+    uint64_t n_tensors = g->n_tensors;
+    g->n_tensors = 0;
+    if ((st = parse_kvs(&c, g)) != MEMRA_OK)
+        return st;
+    if ((st = parse_alignment(&c, g)) != MEMRA_OK)
+        return st;
+    if (n_tensors > 0) {
+        /* Re-check against the bytes actually left now that the metadata is read. */
+        if (n_tensors > cur_left(&c) / GGUF_MIN_TENSOR_BYTES)
+            return memra_fail(err, MEMRA_E_FORMAT,
+                              "%s: header at offset 8: n_tensors %" PRIu64 " tensor infos cannot fit in the %" PRIu64 " bytes left at offset %" PRIu64 " (at least %u bytes each)",
+                              g->path, n_tensors, cur_left(&c), c.pos, GGUF_MIN_TENSOR_BYTES);
+        g->tensors = calloc(n_tensors, sizeof *g->tensors);
+        if (!g->tensors || !name_table_init(&g->tensor_index, n_tensors))
+            return memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " tensor infos", g->path, n_tensors);
+    }
+    for (uint64_t i = 0; i < n_tensors; i++)
+        if ((st = parse_tensor_info(&c, g, i)) != MEMRA_OK)
+            return st;
+    return place_tensors(&c, g);
+}
+
+static memra_status gguf_new(const char *name, memra_gguf **out, memra_error *err) {
+    memra_gguf *g = calloc(1, sizeof *g);
+    if (g)
+        g->path = strdup(name ? name : "<memory>");
+    if (!g || !g->path) {
+        free(g);
+        return memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory", name ? name : "<memory>");
+    }
+    *out = g;
+    return MEMRA_OK;
+}
+
+memra_status memra_gguf_open_memory(const void *data, size_t size, const char *name, memra_gguf **out, memra_error *err) {
+    if (!out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open_memory: out is NULL");
+    *out = NULL;
+    if (!data && size > 0)
+        return memra_fail(err, MEMRA_E_INVALID, "%s: data is NULL", name ? name : "<memory>");
+    memra_gguf *g;
+    memra_status st = gguf_new(name, &g, err);
+    if (st != MEMRA_OK)
+        return st;
+    g->base = data;
+    g->size = size;
+    if ((st = gguf_parse(g, err)) != MEMRA_OK) {
+        memra_gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return MEMRA_OK;
+}
+
+memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *err) {
+    if (!out || !path)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open: path or out is NULL");
+    *out = NULL;
+    memra_gguf *g;
+    memra_status st = gguf_new(path, &g, err);
+    if (st != MEMRA_OK)
+        return st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        st = memra_fail(err, MEMRA_E_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto err_free;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = memra_fail(err, MEMRA_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto err_close;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = memra_fail(err, MEMRA_E_IO, "%s: not a regular file", path);
+        goto err_close;
+    }
+    if (sb.st_size == 0) {
+        st = memra_fail(err, MEMRA_E_FORMAT, "%s: truncated in the header (magic): the file is empty", path);
+        goto err_close;
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        st = memra_fail(err, MEMRA_E_IO, "%s: cannot mmap %lld bytes: %s", path, (long long)sb.st_size, strerror(errno));
+        goto err_close;
+    }
+    close(fd);
+    g->base = map;
+    g->size = (uint64_t)sb.st_size;
+    g->mapped = true;
+    if ((st = gguf_parse(g, err)) != MEMRA_OK)
+        goto err_free;
+    *out = g;
+    return MEMRA_OK;
+
+err_close:
+    close(fd);
+err_free:
+    memra_gguf_close(g);
+    return st;
+}
+
+/* ---- accessors ---- */
+
+const char *memra_gguf_path(const memra_gguf *g) { return g->path; }
+uint32_t memra_gguf_version(const memra_gguf *g) { return g->version; }
+uint32_t memra_gguf_alignment(const memra_gguf *g) { return g->alignment; }
+uint64_t memra_gguf_file_size(const memra_gguf *g) { return g->size; }
+const void *memra_gguf_file_data(const memra_gguf *g) { return g->base; }
+uint64_t memra_gguf_data_offset(const memra_gguf *g) { return g->data_offset; }
+uint64_t memra_gguf_kv_count(const memra_gguf *g) { return g->n_kv; }
+uint64_t memra_gguf_tensor_count(const memra_gguf *g) { return g->n_tensors; }
+
+const memra_gguf_kv *memra_gguf_kv_at(const memra_gguf *g, uint64_t i) { return i < g->n_kv ? &g->kvs[i] : NULL; }
+
+const memra_gguf_tensor *memra_gguf_tensor_at(const memra_gguf *g, uint64_t i) {
+    return i < g->n_tensors ? &g->tensors[i] : NULL;
+}
+
+const memra_gguf_value *memra_gguf_find(const memra_gguf *g, const char *key) {
+    if (!g || !key)
+        return NULL;
+    uint64_t i = name_table_find(&g->kv_index, key, kv_name_at, g, NULL);
+    return i ? &g->kvs[i - 1].value : NULL;
+}
+
+const memra_gguf_tensor *memra_gguf_find_tensor(const memra_gguf *g, const char *name) {
+    if (!g || !name)
+        return NULL;
+    uint64_t i = name_table_find(&g->tensor_index, name, tensor_name_at, g, NULL);
+    return i ? &g->tensors[i - 1] : NULL;
+}
+
+/* ---- typed getters ---- */
+
+/* Describes a value's type for messages: "uint32", "array of string". */
+static void describe_type(const memra_gguf_value *v, char *buf, size_t n) {
+    if (v->type == MEMRA_GGUF_ARRAY)
+        snprintf(buf, n, "array of %s", memra_gguf_type_name(v->v.arr.elem_type));
+    else
+        snprintf(buf, n, "%s", memra_gguf_type_name(v->type));
+}
+
+static memra_status find_key(const memra_gguf *g, const char *key, const memra_gguf_value **v, memra_error *err) {
+    *v = memra_gguf_find(g, key);
+    if (!*v)
+        return memra_fail(err, MEMRA_E_FORMAT, "%s: missing key '%s'", g ? g->path : "<null>", key ? key : "<null>");
+    return MEMRA_OK;
+}
+
+static memra_status wrong_type(const memra_gguf *g, const char *key, const memra_gguf_value *v, const char *expected,
+                               memra_error *err) {
+    char got[64];
+    describe_type(v, got, sizeof got);
+    return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' has type %s, expected %s", g->path, key, got, expected);
+}
+
+memra_status memra_gguf_get_u64(const memra_gguf *g, const char *key, uint64_t *out, memra_error *err) {
+    const memra_gguf_value *v;
+    memra_status st = find_key(g, key, &v, err);
+    if (st != MEMRA_OK)
+        return st;
+    switch (v->type) {
+    case MEMRA_GGUF_UINT8:
+    case MEMRA_GGUF_UINT16:
+    case MEMRA_GGUF_UINT32:
+    case MEMRA_GGUF_UINT64: *out = v->v.u64; return MEMRA_OK;
+    case MEMRA_GGUF_INT8:
+    case MEMRA_GGUF_INT16:
+    case MEMRA_GGUF_INT32:
+    case MEMRA_GGUF_INT64:
+        if (v->v.i64 < 0)
+            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRId64 ", expected a nonnegative integer", g->path, key,
+                              v->v.i64);
+        *out = (uint64_t)v->v.i64;
+        return MEMRA_OK;
+    default: return wrong_type(g, key, v, "an unsigned integer", err);
+    }
+}
+
+memra_status memra_gguf_get_u32(const memra_gguf *g, const char *key, uint32_t *out, memra_error *err) {
+    uint64_t x;
+    memra_status st = memra_gguf_get_u64(g, key, &x, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (x > UINT32_MAX)
+        return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRIu64 ", which does not fit in 32 bits", g->path, key, x);
+    *out = (uint32_t)x;
+    return MEMRA_OK;
+}
+
+memra_status memra_gguf_get_f32(const memra_gguf *g, const char *key, float *out, memra_error *err) {
+    const memra_gguf_value *v;
+    memra_status st = find_key(g, key, &v, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (v->type != MEMRA_GGUF_FLOAT32 && v->type != MEMRA_GGUF_FLOAT64)
+        return wrong_type(g, key, v, "float32 or float64", err);
+    if (v->v.f64 > FLT_MAX || v->v.f64 < -FLT_MAX) /* infinities pass; a finite value out of range would be UB */
+        if (v->v.f64 != INFINITY && v->v.f64 != -INFINITY)
+            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %g, which does not fit in float32", g->path, key, v->v.f64);
+    *out = (float)v->v.f64;
+    return MEMRA_OK;
+}
+
+memra_status memra_gguf_get_str(const memra_gguf *g, const char *key, memra_gguf_str *out, memra_error *err) {
+    const memra_gguf_value *v;
+    memra_status st = find_key(g, key, &v, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (v->type != MEMRA_GGUF_STRING)
+        return wrong_type(g, key, v, "string", err);
+    *out = v->v.str;
+    return MEMRA_OK;
+}
+
+memra_status memra_gguf_get_array(const memra_gguf *g, const char *key, memra_gguf_type elem_type,
+                                  const memra_gguf_array **out, memra_error *err) {
+    const memra_gguf_value *v;
+    memra_status st = find_key(g, key, &v, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (v->type != MEMRA_GGUF_ARRAY || v->v.arr.elem_type != elem_type) {
+        char expected[64];
+        snprintf(expected, sizeof expected, "array of %s", memra_gguf_type_name(elem_type));
+        return wrong_type(g, key, v, expected, err);
+    }
+    *out = &v->v.arr;
+    return MEMRA_OK;
+}

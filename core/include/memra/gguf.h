@@ -163,6 +163,10 @@ memra_status memra_gguf_get_u64(const memra_gguf *g, const char *key, uint64_t *
 memra_status memra_gguf_get_u32(const memra_gguf *g, const char *key, uint32_t *out, memra_error *err);
 memra_status memra_gguf_get_f32(const memra_gguf *g, const char *key, float *out, memra_error *err);
 memra_status memra_gguf_get_str(const memra_gguf *g, const char *key, memra_gguf_str *out, memra_error *err);
+/* An array whose elements have exactly elem_type (an array of int32 is not an array of uint32);
+ * *out points into the handle. */
+memra_status memra_gguf_get_array(const memra_gguf *g, const char *key, memra_gguf_type elem_type,
+                                  const memra_gguf_array **out, memra_error *err);
 
 /* ---- writer ---- */
 

@@ -1,0 +1,859 @@
+/* test_gguf_malformed.c: the reader refuses malformed GGUF files, each with its own message, and
+ * never reads outside the file (each file is copied into a buffer of exactly its size, so ASan
+ * catches a read one byte past the end), never allocates by a count it has not bounded, and
+ * never crashes on any prefix or any byte flip of a valid file. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "gguf_bytes.h"
+#include "memra/gguf.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+static const uint64_t ne_32x2[2] = {32, 2};
+
+/* Opens b (copied into an exactly sized buffer) and expects MEMRA_E_FORMAT with `want` in the
+ * message, which starts with the name. */
+static void expect_reject(const gb_bytes *b, const char *want) {
+    uint8_t *copy = malloc(b->n ? b->n : 1);
+    if (b->n)
+        memcpy(copy, b->p, b->n);
+    memra_gguf *g = (memra_gguf *)1;
+    memra_error e = {0};
+    memra_status st = memra_gguf_open_memory(copy, b->n, "bad.gguf", &g, &e);
+    cr_assert_eq(st, MEMRA_E_FORMAT, "status %s, message '%s'", memra_status_name(st), e.msg);
+    cr_assert_null(g);
+    cr_assert(strncmp(e.msg, "bad.gguf: ", 10) == 0, "message '%s' does not start with the name", e.msg);
+    cr_assert(strstr(e.msg, want), "message '%s' lacks '%s'", e.msg, want);
+    free(copy);
+}
+
+/* Opens b and expects success. */
+static memra_gguf *expect_open(const gb_bytes *b) {
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_open_memory(b->p, b->n, "good.gguf", &g, &e), MEMRA_OK, "%s", e.msg);
+    return g;
+}
+
+/* A valid file with one tensor 't' F32 [32, 2] at offset 0 and one kv 'k' uint32 = 7. */
+static void valid_one_tensor(gb_bytes *b) {
+    gb_header(b, 3, 1, 1);
+    gb_key(b, "k", MEMRA_GGUF_UINT32);
+    gb_u32(b, 7);
+    gb_tensor_info(b, "t", 2, ne_32x2, MEMRA_TYPE_F32, 0);
+    gb_pad(b, 32);
+    gb_zeros(b, 32 * 2 * 4);
+}
+
+/* A file with one tensor whose info the caller supplies, then padding and `data` bytes. */
+static void one_tensor(gb_bytes *b, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset, size_t data) {
+    gb_header(b, 3, 1, 0);
+    gb_tensor_info(b, "t", n_dims, ne, type, offset);
+    gb_pad(b, 32);
+    gb_zeros(b, data);
+}
+
+/* Caps the address space near its current size, so an allocation by an unbounded count fails
+ * (returns NOMEM instead of the FORMAT expected). ASan reserves terabytes of shadow up front,
+ * so there the cap is skipped; ASan's allocator then aborts on absurd sizes instead. */
+static void cap_memory(void) {
+#ifndef UNDER_ASAN
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    cr_assert(f && fscanf(f, "%lu", &pages) == 1);
+    fclose(f);
+    rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256u << 20);
+    struct rlimit r = {cap, cap};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &r), 0);
+    void *probe = malloc(512u << 20); /* the cap works: half a gigabyte is refused */
+    cr_assert_null(probe);
+#endif
+}
+
+/* ---- header ---- */
+
+Test(gguf_malformed, empty_file) {
+    gb_bytes b = {0};
+    expect_reject(&b, "truncated in the header (magic): need 4 bytes at offset 0, only 0 left");
+}
+
+Test(gguf_malformed, truncated_magic) {
+    gb_bytes b = {0};
+    gb_put(&b, "GG", 2);
+    expect_reject(&b, "truncated in the header (magic)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, wrong_magic) {
+    gb_bytes b = {0};
+    gb_put(&b, "GGML", 4);
+    gb_u32(&b, 3);
+    gb_u64(&b, 0);
+    gb_u64(&b, 0);
+    expect_reject(&b, "not a GGUF file: magic at offset 0 is 47 47 4d 4c, expected \"GGUF\"");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_version) {
+    gb_bytes b = {0};
+    gb_u32(&b, 0x46554747u);
+    gb_u8(&b, 3);
+    expect_reject(&b, "truncated in the header (version): need 4 bytes at offset 4, only 1 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, version_1_refused) {
+    gb_bytes b = {0};
+    gb_header(&b, 1, 0, 0);
+    expect_reject(&b, "GGUF version 1 (32-bit counts, 2023) is not supported, expected version 2 or 3");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, version_4_refused) {
+    gb_bytes b = {0};
+    gb_header(&b, 4, 0, 0);
+    expect_reject(&b, "header at offset 4: GGUF version 4, expected 2 or 3");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, big_endian_refused) {
+    gb_bytes b = {0};
+    gb_header(&b, 0x03000000u, 0, 0);
+    expect_reject(&b, "big-endian GGUF (version field 03000000) is not supported");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_n_tensors) {
+    gb_bytes b = {0};
+    gb_u32(&b, 0x46554747u);
+    gb_u32(&b, 3);
+    gb_u32(&b, 0);
+    expect_reject(&b, "truncated in the header (n_tensors): need 8 bytes at offset 8, only 4 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_n_kv) {
+    gb_bytes b = {0};
+    gb_u32(&b, 0x46554747u);
+    gb_u32(&b, 2);
+    gb_u64(&b, 0);
+    gb_u32(&b, 0);
+    expect_reject(&b, "truncated in the header (n_kv): need 8 bytes at offset 16, only 4 left");
+    gb_free(&b);
+}
+
+/* ---- counts bounded before allocating ---- */
+
+Test(gguf_malformed, n_kv_2_pow_62_without_allocating) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1ull << 62);
+    gb_key(&b, "k", MEMRA_GGUF_UINT8);
+    gb_u8(&b, 1);
+    expect_reject(&b, "header at offset 16: n_kv 4611686018427387904 key-value pairs cannot fit in the 14 bytes left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_kv_2_pow_24_under_memory_cap) {
+    cap_memory();
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1ull << 24);
+    gb_zeros(&b, 1000);
+    expect_reject(&b, "n_kv 16777216 key-value pairs cannot fit in the 1000 bytes left (at least 14 bytes each)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_tensors_2_pow_62_without_allocating) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1ull << 62, 0);
+    gb_zeros(&b, 64);
+    expect_reject(&b, "header at offset 8: n_tensors 4611686018427387904 tensor infos cannot fit in the 64 bytes left at offset 24");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_tensors_2_pow_24_under_memory_cap) {
+    cap_memory();
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1ull << 24, 1);
+    gb_key(&b, "k", MEMRA_GGUF_UINT32);
+    gb_u32(&b, 1);
+    gb_zeros(&b, 4096);
+    expect_reject(&b, "n_tensors 16777216 tensor infos cannot fit in the 4096 bytes left at offset 41");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, string_array_count_2_pow_24_under_memory_cap) {
+    cap_memory();
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "tokens", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_STRING);
+    gb_u64(&b, 1ull << 24);
+    gb_str(&b, "a");
+    expect_reject(&b, "array of 'tokens' at offset 42: count 16777216 of string runs past the end of the file (9 bytes left, at least 8 per element)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, array_of_arrays_count_2_pow_62) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_ARRAY);
+    gb_u64(&b, 1ull << 62);
+    gb_zeros(&b, 24);
+    expect_reject(&b, "count 4611686018427387904 of array runs past the end of the file (24 bytes left, at least 12 per element)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, scalar_array_bytes_overflow) {
+    /* 2^62 uint64 elements: 2^65 bytes, which wraps a naive count * 8 to zero. */
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_UINT64);
+    gb_u64(&b, 1ull << 62);
+    expect_reject(&b, "count 4611686018427387904 of uint64 runs past the end of the file (0 bytes left");
+    gb_free(&b);
+}
+
+/* ---- metadata keys ---- */
+
+Test(gguf_malformed, truncated_key_length) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_zeros(&b, 14); /* room for n_kv, then cut the key length */
+    b.n = 24 + 5;
+    expect_reject(&b, "n_kv 1 key-value pairs cannot fit in the 5 bytes left");
+    b.n = 24 + 14;
+    memset(b.p + 24, 0xff, 8); /* key length 2^64-1: pos + len would wrap */
+    expect_reject(&b, "metadata key #0: string length 18446744073709551615 at offset 24 runs past the end of the file (6 bytes left)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_in_second_key) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 2);
+    gb_key(&b, "first", MEMRA_GGUF_UINT8);
+    gb_u8(&b, 1);
+    gb_u64(&b, 6); /* key #1 length, then only part of it */
+    gb_put(&b, "sec", 3);
+    gb_zeros(&b, 11 - 3); /* keep n_kv plausible: the file is cut inside the key bytes */
+    b.n -= 8;
+    expect_reject(&b, "metadata key #1: string length 6 at offset 42 runs past the end of the file (3 bytes left)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, key_length_past_end) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_u64(&b, 1000);
+    gb_put(&b, "key", 3);
+    gb_zeros(&b, 20);
+    expect_reject(&b, "metadata key #0: string length 1000 at offset 24 runs past the end of the file (23 bytes left)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, empty_key) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "", MEMRA_GGUF_UINT32);
+    gb_u32(&b, 1);
+    gb_zeros(&b, 2);
+    expect_reject(&b, "metadata key #0 at offset 24 is empty, expected a nonempty name");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, key_with_nul) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_u64(&b, 3);
+    gb_put(&b, "a\0b", 3);
+    gb_u32(&b, MEMRA_GGUF_UINT32);
+    gb_u32(&b, 1);
+    expect_reject(&b, "metadata key #0 at offset 24 contains a NUL byte");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, duplicate_key) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 3);
+    gb_key(&b, "general.name", MEMRA_GGUF_STRING);
+    gb_str(&b, "x");
+    gb_key(&b, "other", MEMRA_GGUF_UINT8);
+    gb_u8(&b, 1);
+    gb_key(&b, "general.name", MEMRA_GGUF_STRING);
+    gb_str(&b, "y");
+    expect_reject(&b, "metadata key #2 'general.name' at offset 75 duplicates key #0");
+    gb_free(&b);
+}
+
+/* ---- metadata values ---- */
+
+Test(gguf_malformed, truncated_value_type) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_str(&b, "general.architecture");
+    gb_zeros(&b, 2);
+    expect_reject(&b, "truncated in the value type of metadata key 'general.architecture': need 4 bytes at offset 52, only 2 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, unknown_value_type) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "k", 13);
+    gb_u64(&b, 0);
+    expect_reject(&b, "metadata key 'k': unknown value type 13 at offset 33, expected 0..12");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_scalar_value) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "k", MEMRA_GGUF_UINT64);
+    gb_put(&b, "\1\2\3", 3);
+    gb_zeros(&b, 0);
+    /* n_kv check: 1 pair needs 14 bytes, and we have 9 + 4 + 3 = 16 */
+    expect_reject(&b, "truncated in the uint64 value of 'k': need 8 bytes at offset 37, only 3 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_float64_value) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "rope.freq_base", MEMRA_GGUF_FLOAT64);
+    gb_u32(&b, 0);
+    expect_reject(&b, "truncated in the float64 value of 'rope.freq_base': need 8 bytes");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, string_value_length_past_end) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "name", MEMRA_GGUF_STRING);
+    gb_u64(&b, 1ull << 40);
+    gb_put(&b, "abc", 3);
+    expect_reject(&b, "the string value of 'name': string length 1099511627776 at offset 40 runs past the end of the file (3 bytes left)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_string_value_length) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "name", MEMRA_GGUF_STRING);
+    gb_u32(&b, 3);
+    expect_reject(&b, "truncated in the string value of 'name': need 8 bytes at offset 40, only 4 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, bool_not_0_or_1) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "flag", MEMRA_GGUF_BOOL);
+    gb_u8(&b, 2);
+    expect_reject(&b, "bool value of 'flag' at offset 40 is 2, expected 0 or 1");
+    gb_free(&b);
+}
+
+/* ---- arrays ---- */
+
+Test(gguf_malformed, truncated_array_header) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_INT32);
+    gb_u32(&b, 0);
+    expect_reject(&b, "truncated in the array header of 'a': need 8 bytes at offset 41, only 4 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, array_unknown_element_type) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, 99);
+    gb_u64(&b, 1);
+    gb_u32(&b, 0);
+    expect_reject(&b, "array of 'a' at offset 37 has unknown element type 99, expected 0..12");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, array_count_past_end) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_UINT32);
+    gb_u64(&b, 1000);
+    gb_zeros(&b, 8);
+    expect_reject(&b, "array of 'a' at offset 37: count 1000 of uint32 runs past the end of the file (8 bytes left, at least 4 per element)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, array_bool_element_not_0_or_1) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_BOOL);
+    gb_u64(&b, 3);
+    gb_put(&b, "\1\0\7", 3);
+    expect_reject(&b, "bool element 2 of 'a' at offset 51 is 7, expected 0 or 1");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, string_element_past_end) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "tokenizer.ggml.tokens", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_STRING);
+    gb_u64(&b, 2);
+    gb_str(&b, "ok");
+    gb_u64(&b, 50);
+    gb_put(&b, "short", 5);
+    expect_reject(&b, "string element 1 of 'tokenizer.ggml.tokens': string length 50 at offset 79 runs past the end of the file (5 bytes left)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_inner_array) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "a", MEMRA_GGUF_ARRAY);
+    gb_u32(&b, MEMRA_GGUF_ARRAY);
+    gb_u64(&b, 2);
+    gb_u32(&b, MEMRA_GGUF_UINT8); /* inner #0: 10 bytes, so two inner arrays pass the count bound */
+    gb_u64(&b, 10);
+    gb_zeros(&b, 10);
+    gb_u32(&b, MEMRA_GGUF_UINT8); /* inner #1: cut in its count */
+    gb_u32(&b, 1);
+    expect_reject(&b, "truncated in the array header of 'a': need 8 bytes at offset 75, only 4 left");
+    gb_free(&b);
+}
+
+static void nested_arrays(gb_bytes *b, unsigned depth) {
+    gb_header(b, 3, 0, 1);
+    gb_key(b, "deep", MEMRA_GGUF_ARRAY);
+    for (unsigned d = 1; d < depth; d++) { /* depth - 1 arrays of one array */
+        gb_u32(b, MEMRA_GGUF_ARRAY);
+        gb_u64(b, 1);
+    }
+    gb_u32(b, MEMRA_GGUF_UINT8); /* the innermost: [42] */
+    gb_u64(b, 1);
+    gb_u8(b, 42);
+}
+
+Test(gguf_malformed, arrays_nested_too_deep) {
+    gb_bytes b = {0};
+    nested_arrays(&b, 8);
+    memra_gguf *g = expect_open(&b); /* 8 levels are fine */
+    const memra_gguf_value *v = memra_gguf_find(g, "deep");
+    for (int d = 1; d < 8; d++)
+        v = &v->v.arr.items[0];
+    cr_assert(v->v.arr.elem_type == MEMRA_GGUF_UINT8 && ((const uint8_t *)v->v.arr.data)[0] == 42);
+    memra_gguf_close(g);
+    gb_free(&b);
+    nested_arrays(&b, 9);
+    expect_reject(&b, "arrays of 'deep' nest deeper than 8 levels at offset 124");
+    gb_free(&b);
+    /* 100000 levels would exhaust the stack of a parser that recursed without a bound. */
+    nested_arrays(&b, 100000);
+    expect_reject(&b, "nest deeper than 8 levels");
+    gb_free(&b);
+}
+
+/* ---- general.alignment ---- */
+
+static void alignment_file(gb_bytes *b, uint32_t type, uint64_t value, size_t value_bytes) {
+    gb_header(b, 3, 0, 1);
+    gb_key(b, "general.alignment", type);
+    gb_put(b, &value, value_bytes);
+}
+
+Test(gguf_malformed, alignment_wrong_type) {
+    gb_bytes b = {0};
+    alignment_file(&b, MEMRA_GGUF_UINT64, 32, 8);
+    expect_reject(&b, "metadata 'general.alignment' has type uint64, expected uint32");
+    gb_free(&b);
+    gb_header(&b, 3, 0, 1);
+    gb_key(&b, "general.alignment", MEMRA_GGUF_STRING);
+    gb_str(&b, "32");
+    expect_reject(&b, "metadata 'general.alignment' has type string, expected uint32");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, alignment_zero) {
+    gb_bytes b = {0};
+    alignment_file(&b, MEMRA_GGUF_UINT32, 0, 4);
+    expect_reject(&b, "metadata 'general.alignment' is 0, expected a nonzero power of two");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, alignment_not_power_of_two) {
+    gb_bytes b = {0};
+    alignment_file(&b, MEMRA_GGUF_UINT32, 48, 4);
+    expect_reject(&b, "metadata 'general.alignment' is 48, expected a nonzero power of two");
+    gb_free(&b);
+}
+
+/* ---- tensor infos ---- */
+
+Test(gguf_malformed, truncated_tensor_name) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 0);
+    gb_u64(&b, 40); /* a 40-byte name, cut after 10 */
+    gb_put(&b, "blk.0.attn", 10);
+    gb_zeros(&b, 23);
+    expect_reject(&b, "the name of tensor info #0: string length 40 at offset 24 runs past the end of the file (33 bytes left)");
+    b.n = 24 + 4; /* cut in the name length: fewer bytes than any tensor info */
+    expect_reject(&b, "n_tensors 1 tensor infos cannot fit in the 4 bytes left at offset 24");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, tensor_name_empty) {
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, 0, 256);
+    memset(b.p + 24, 0, 8); /* name length 0; the old name byte becomes part of n_dims */
+    expect_reject(&b, "the name of tensor info #0 at offset 24 is empty, expected a nonempty name");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, tensor_name_with_nul) {
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, 0, 256);
+    b.p[32] = '\0';
+    expect_reject(&b, "the name of tensor info #0 at offset 24 contains a NUL byte");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_dims_zero) {
+    gb_bytes b = {0};
+    one_tensor(&b, 0, ne_32x2, MEMRA_TYPE_F32, 0, 256);
+    expect_reject(&b, "tensor 't': n_dims 0 at offset 33, expected 1..4");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_dims_five) {
+    gb_bytes b = {0};
+    uint64_t ne[5] = {32, 1, 1, 1, 1};
+    one_tensor(&b, 5, ne, MEMRA_TYPE_F32, 0, 128);
+    expect_reject(&b, "tensor 't': n_dims 5 at offset 33, expected 1..4");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_in_dims) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 0);
+    gb_str(&b, "t");
+    gb_u32(&b, 4);
+    gb_u64(&b, 32);
+    gb_u64(&b, 2);
+    gb_u32(&b, 0);
+    expect_reject(&b, "truncated in tensor info 't': need 8 bytes at offset 53, only 4 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_in_type_and_offset) {
+    /* Four dimensions: the info is long enough that a cut in its type or offset passes the
+     * count bound and is found by the field read. Type at 69, offset at 73, end at 81. */
+    gb_bytes b = {0};
+    uint64_t ne[4] = {32, 1, 1, 1};
+    gb_header(&b, 3, 1, 0);
+    gb_tensor_info(&b, "t", 4, ne, MEMRA_TYPE_F32, 0);
+    b.n = 71;
+    expect_reject(&b, "truncated in tensor info 't': need 4 bytes at offset 69, only 2 left");
+    b.n = 78;
+    expect_reject(&b, "truncated in tensor info 't': need 8 bytes at offset 73, only 5 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, zero_dimension) {
+    gb_bytes b = {0};
+    uint64_t ne[2] = {32, 0};
+    one_tensor(&b, 2, ne, MEMRA_TYPE_F32, 0, 0);
+    expect_reject(&b, "tensor 't': dimension 1 is 0 at offset 45, expected 1..2^63-1");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, dimension_above_int64) {
+    gb_bytes b = {0};
+    uint64_t ne[1] = {1ull << 63};
+    one_tensor(&b, 1, ne, MEMRA_TYPE_I8, 0, 0);
+    expect_reject(&b, "tensor 't': dimension 0 is 9223372036854775808 at offset 37, expected 1..2^63-1");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, dims_product_overflow) {
+    /* 2^32 * 2^32 = 2^64: a product that wraps to zero. */
+    gb_bytes b = {0};
+    uint64_t ne[2] = {1ull << 32, 1ull << 32};
+    one_tensor(&b, 2, ne, MEMRA_TYPE_I8, 0, 0);
+    expect_reject(&b, "tensor 't': the product of its dimensions overflows 64 bits (at dimension 1, offset 45)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, byte_size_wraps_to_zero) {
+    /* 2^62 F32 elements: 2^64 bytes, which a naive n * 4 makes 0 (and so "fits" any file). */
+    gb_bytes b = {0};
+    uint64_t ne[1] = {1ull << 62};
+    one_tensor(&b, 1, ne, MEMRA_TYPE_F32, 0, 0);
+    expect_reject(&b, "tensor 't': its size in bytes (4611686018427387904 elements of F32) overflows 64 bits");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, unknown_tensor_type) {
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, 4, 0, 256);
+    expect_reject(&b, "tensor 't': unknown tensor type 4 at offset 53");
+    gb_free(&b);
+    one_tensor(&b, 2, ne_32x2, 0xdeadbeef, 0, 256);
+    expect_reject(&b, "unknown tensor type 3735928559");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, columns_not_multiple_of_block) {
+    gb_bytes b = {0};
+    uint64_t ne[2] = {33, 2};
+    one_tensor(&b, 2, ne, MEMRA_TYPE_Q8_0, 0, 256);
+    expect_reject(&b, "tensor 't': 33 columns are not a multiple of the Q8_0 block of 32");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, duplicate_tensor_name) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 2, 0);
+    gb_tensor_info(&b, "blk.0.attn_q.weight", 2, ne_32x2, MEMRA_TYPE_F32, 0);
+    gb_tensor_info(&b, "blk.0.attn_q.weight", 2, ne_32x2, MEMRA_TYPE_F32, 256);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 512);
+    expect_reject(&b, "tensor info #1 at offset 83: duplicate tensor name 'blk.0.attn_q.weight' (also tensor info #0)");
+    gb_free(&b);
+}
+
+/* ---- padding and data ---- */
+
+Test(gguf_malformed, truncated_padding) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 0);
+    gb_tensor_info(&b, "t", 2, ne_32x2, MEMRA_TYPE_F32, 0); /* ends at 65: 31 bytes of padding to 96 */
+    gb_zeros(&b, 10);
+    expect_reject(&b, "truncated in the padding before the data section: need 31 bytes at offset 65 to reach alignment 32, only 10 left");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, truncated_data) {
+    gb_bytes b = {0};
+    valid_one_tensor(&b);
+    b.n -= 1;
+    expect_reject(&b, "tensor 't': data [0, +256) at data offset 0 runs past the end of the file (data section has 255 bytes from file offset 96)");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, misaligned_tensor_data) {
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, 4, 512);
+    expect_reject(&b, "tensor 't': data offset 4 is not a multiple of the alignment 32");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, misaligned_under_custom_alignment) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 1);
+    gb_key(&b, "general.alignment", MEMRA_GGUF_UINT32);
+    gb_u32(&b, 256);
+    gb_tensor_info(&b, "t", 2, ne_32x2, MEMRA_TYPE_F32, 32);
+    gb_pad(&b, 256);
+    gb_zeros(&b, 512);
+    expect_reject(&b, "tensor 't': data offset 32 is not a multiple of the alignment 256");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, offset_overflows) {
+    /* offset 2^64 - 32: aligned, and offset + size wraps around to a small number. */
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, UINT64_MAX - 31, 256);
+    expect_reject(&b, "tensor 't': data [18446744073709551584, +256) at data offset 18446744073709551584 runs past the end of the file");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, overlapping_tensors) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 2, 0);
+    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 0);
+    gb_tensor_info(&b, "b", 2, ne_32x2, MEMRA_TYPE_F32, 128);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 512);
+    expect_reject(&b, "tensors 'a' (data [0, 256)) and 'b' (data [128, 384)) overlap");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, overlap_found_whatever_the_info_order) {
+    gb_bytes b = {0};
+    uint64_t ne1[1] = {8};
+    gb_header(&b, 3, 3, 0);
+    gb_tensor_info(&b, "c", 1, ne1, MEMRA_TYPE_F32, 64);
+    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 256);
+    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 32);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 512);
+    memra_gguf *g = expect_open(&b); /* [32,64) [64,96) [256,512): disjoint */
+    memra_gguf_close(g);
+    gb_free(&b);
+    gb_header(&b, 3, 3, 0);
+    gb_tensor_info(&b, "c", 1, ne1, MEMRA_TYPE_F32, 256);
+    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 0);
+    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 32);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 512);
+    expect_reject(&b, "tensors 'a' (data [0, 256)) and 'b' (data [32, 64)) overlap");
+    gb_free(&b);
+}
+
+/* ---- files on disk ---- */
+
+Test(gguf_malformed, truncated_file_on_disk) {
+    gb_bytes b = {0};
+    valid_one_tensor(&b);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/memra-gguf-malformed-%ld.gguf", (long)getpid());
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(b.p, 1, b.n - 100, f);
+    fclose(f);
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_open(path, &g, &e), MEMRA_E_FORMAT);
+    cr_assert_null(g);
+    cr_assert(strncmp(e.msg, path, strlen(path)) == 0 && strstr(e.msg, ": tensor 't': data [0, +256)"), "%s", e.msg);
+    unlink(path);
+    gb_free(&b);
+}
+
+Test(gguf_malformed, missing_and_empty_files) {
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_open("/nonexistent/model.gguf", &g, &e), MEMRA_E_IO);
+    cr_assert(strstr(e.msg, "/nonexistent/model.gguf: cannot open: No such file or directory"), "%s", e.msg);
+    cr_assert_eq(memra_gguf_open("/tmp", &g, &e), MEMRA_E_IO);
+    cr_assert(strstr(e.msg, "/tmp: not a regular file"), "%s", e.msg);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/memra-gguf-empty-%ld.gguf", (long)getpid());
+    fclose(fopen(path, "wb"));
+    cr_assert_eq(memra_gguf_open(path, &g, &e), MEMRA_E_FORMAT);
+    cr_assert(strstr(e.msg, "truncated in the header (magic): the file is empty"), "%s", e.msg);
+    unlink(path);
+}
+
+/* ---- every prefix and every byte flip of a valid file ---- */
+
+static void *rich_file(size_t *size) {
+    memra_gguf_writer *w = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_writer_new(3, 0, &w, &e), MEMRA_OK);
+    memra_gguf_writer_set_str(w, "general.architecture", "llama", &e);
+    memra_gguf_writer_set_u32(w, "llama.block_count", 2, &e);
+    memra_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f, &e);
+    memra_gguf_writer_set_bool(w, "flag", true, &e);
+    const char *toks[] = {"<s>", "</s>", "a"};
+    memra_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, 3, &e);
+    int32_t types[] = {1, 2, 3};
+    memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, 3, types, &e);
+    memra_gguf_value inner = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_INT32, .count = 3, .data = types}};
+    memra_gguf_value outer = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &inner}};
+    memra_gguf_writer_set(w, "nested", &outer, &e);
+    uint8_t data[256] = {0};
+    uint64_t ne_q[2] = {32, 2};
+    memra_gguf_writer_add_tensor(w, "t.f32", MEMRA_TYPE_F32, 2, ne_32x2, data, &e);
+    memra_gguf_writer_add_tensor(w, "t.q8", MEMRA_TYPE_Q8_0, 2, ne_q, data, &e);
+    cr_assert_eq(e.status, MEMRA_OK, "%s", e.msg);
+    void *buf = NULL;
+    cr_assert_eq(memra_gguf_writer_write_memory(w, &buf, size, &e), MEMRA_OK, "%s", e.msg);
+    memra_gguf_writer_free(w);
+    return buf;
+}
+
+/* Touches everything an opened file exposes, so ASan sees any pointer outside the buffer. */
+static uint64_t walk(const memra_gguf *g) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < memra_gguf_kv_count(g); i++) {
+        const memra_gguf_value *v = &memra_gguf_kv_at(g, i)->value;
+        sum += strlen(memra_gguf_kv_at(g, i)->key);
+        if (v->type == MEMRA_GGUF_STRING && v->v.str.len)
+            sum += (uint8_t)v->v.str.ptr[v->v.str.len - 1];
+        if (v->type == MEMRA_GGUF_ARRAY && v->v.arr.data && v->v.arr.count)
+            sum += ((const uint8_t *)v->v.arr.data)[0];
+    }
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        sum += ((const uint8_t *)t->data)[0] + ((const uint8_t *)t->data)[t->n_bytes - 1];
+    }
+    return sum;
+}
+
+Test(gguf_malformed, every_prefix_is_refused) {
+    size_t size = 0;
+    uint8_t *full = rich_file(&size);
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_open_memory(full, size, "full", &g, &e), MEMRA_OK, "%s", e.msg);
+    uint64_t end = 0;
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        if (memra_gguf_data_offset(g) + t->offset + t->n_bytes > end)
+            end = memra_gguf_data_offset(g) + t->offset + t->n_bytes;
+    }
+    memra_gguf_close(g);
+    for (size_t n = 0; n < size; n++) {
+        uint8_t *prefix = malloc(n ? n : 1);
+        memcpy(prefix, full, n);
+        memra_status st = memra_gguf_open_memory(prefix, n, "prefix", &g, &e);
+        if (n < end) {
+            cr_assert_eq(st, MEMRA_E_FORMAT, "prefix of %zu bytes: %s", n, e.msg);
+            cr_assert(strstr(e.msg, "truncated in") || strstr(e.msg, "runs past the end") || strstr(e.msg, "cannot fit"),
+                      "prefix of %zu bytes: %s", n, e.msg);
+        } else {
+            cr_assert_eq(st, MEMRA_OK, "prefix of %zu bytes holds all data: %s", n, e.msg);
+            walk(g);
+            memra_gguf_close(g);
+        }
+        free(prefix);
+    }
+    free(full);
+}
+
+Test(gguf_malformed, every_byte_flip_is_safe) {
+    size_t size = 0;
+    uint8_t *full = rich_file(&size);
+    const uint8_t flips[] = {0x01, 0x80, 0xff};
+    unsigned opened = 0, refused = 0;
+    for (size_t i = 0; i < size; i++) {
+        for (size_t f = 0; f < sizeof flips; f++) {
+            uint8_t *copy = malloc(size);
+            memcpy(copy, full, size);
+            copy[i] ^= flips[f];
+            memra_gguf *g = NULL;
+            memra_error e = {0};
+            memra_status st = memra_gguf_open_memory(copy, size, "flipped", &g, &e);
+            if (st == MEMRA_OK) {
+                opened++;
+                walk(g);
+                memra_gguf_close(g);
+            } else {
+                refused++;
+                cr_assert(st == MEMRA_E_FORMAT && strncmp(e.msg, "flipped: ", 9) == 0, "byte %zu: %d %s", i, st, e.msg);
+            }
+            free(copy);
+        }
+    }
+    cr_assert_gt(refused, 0);
+    cr_assert_gt(opened, 0); /* flips inside the data and padding are harmless */
+    free(full);
+}
