@@ -1,0 +1,155 @@
+/* gate.h: the parts of memra-gate and what they share.
+ *
+ *   gate_cli.c    the command line: options, arm defaults, --help
+ *   gate_run.c    the reference on arm A, the replay on arm B, the timing rows
+ *   gate_main.c   main: model load, arms, records, verdict, the summary table
+ *   gate_stats.c  comparisons, loop rule, schedule, bootstrap
+ *   gate_json.c   the JSON-line writer */
+#ifndef MEMRA_GATE_H
+#define MEMRA_GATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gate_json.h"
+#include "gate_stats.h"
+#include "memra/memra.h"
+
+enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RUNTIME = 3 };
+
+#define GATE_DEFAULT_PRIME 256u
+#define GATE_DEFAULT_GEN 256u
+#define GATE_DEFAULT_ROWS 20u
+#define GATE_MAX_STEPS (1u << 20)
+#define GATE_MAX_WINDOW 64u
+#define GATE_BOOTSTRAP_RESAMPLES 2000u
+#define GATE_BOOTSTRAP_SEED 0x6d656d7261u /* "memra" */
+#define GATE_MISMATCH_RECORDS 16u         /* mismatch records written at most (the count is exact) */
+
+/* The gate-level arm key, handled by the gate and passed to memra_arm_open as a caller key. */
+extern const memra_option_spec gate_caller_keys[];
+extern const uint32_t gate_caller_key_count;
+
+typedef struct gate_config {
+    const char *arm_a, *arm_b; /* NULL until chosen */
+    bool auto_arms;            /* neither --a nor --b was given: the gate picked */
+    char auto_reason[256];
+
+    const char *model_path; /* --model */
+    const char *preset;     /* --preset; NULL: tiny */
+    const char *dtype_name; /* --dtype, for presets */
+    uint32_t dtype;
+
+    uint32_t prime, gen;
+    bool prime_given;
+    const char *prompt_ids_path;
+
+    bool sampled; /* false: greedy */
+    memra_sample_cfg sample;
+
+    uint32_t rows;
+    bool baab;
+
+    bool nmse;         /* --compare nmse:X */
+    double nmse_tol;
+    char compare_text[64]; /* "exact" or "nmse:X" as given */
+
+    const char *jsonl_path; /* NULL: stdout */
+    bool quiet;
+    bool help;
+} gate_config;
+
+/* Parses argv into cfg (defaults first). MEMRA_E_INVALID with a message on any usage error. */
+memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err);
+/* Writes --help: every option, then every arm key (core, placement, each backend found, window). */
+void gate_cli_help(FILE *f, memra_registry *r);
+
+/* One opened arm. */
+typedef struct gate_arm {
+    const char *name; /* "a" or "b" */
+    memra_arm *arm;
+    const memra_backend_vtable *vt;
+    memra_backend *be;
+    uint32_t window; /* steps kept in flight */
+} gate_arm;
+
+/* One arm's correctness run: per step what it produced. Digests are taken only when no step is
+ * in flight (every step for a window of 1; the ends of the prime and generated phases for a
+ * pipelined arm); has_digest says where. */
+typedef struct gate_trace {
+    uint32_t steps, n_vocab;
+    float *logits; /* steps * n_vocab, the reference only (NULL on B) */
+    int64_t *inputs;
+    int64_t *tokens; /* sampled at each step */
+    uint8_t (*logits_sha)[32]; /* SHA-256 of each step's logits as read back */
+    uint8_t (*digest_logits)[32], (*digest_cache)[32], (*digest_hidden)[32]; /* the backend's */
+    bool *has_digest;
+} gate_trace;
+
+/* The first mismatch, as the report and the mismatch record give it. */
+typedef struct gate_mismatch {
+    uint32_t step;
+    bool logits, nonfinite, cache, hidden, token, digest_logits, nmse_over;
+    gate_logit_diff diff;
+    int64_t token_ref, token_got;
+} gate_mismatch;
+
+typedef struct gate_timing_row {
+    uint32_t row;
+    int arm; /* 0: A, 1: B */
+    uint64_t wall_ns;
+    double tok_s;
+    bool verified, eligible;
+    char reason[256]; /* why not verified or not eligible */
+} gate_timing_row;
+
+/* Everything a gate run found. */
+typedef struct gate_outcome {
+    uint32_t steps_compared, bad_steps;
+    bool have_first;
+    gate_mismatch first;
+    double max_nmse;
+    uint32_t token_agree, token_total; /* generated steps whose sampled tokens agree */
+    uint32_t nonfinite_steps;
+    gate_timing_row *rows;
+    uint32_t n_rows;
+    bool timing_done;
+    uint32_t row_failures, rows_ineligible;
+    char row_failure[400];
+    char ineligible[400];
+    double median[2], min[2], max[2];
+    uint32_t eligible[2];
+    double ratio, ratio_lo, ratio_hi;
+    bool have_ratio;
+} gate_outcome;
+
+/* What gate_run.c needs from main. */
+typedef struct gate_ctx {
+    const gate_config *cfg;
+    const memra_loaded_model *lm;
+    gate_arm a, b;
+    const uint32_t *prompt; /* prime ids */
+    gate_json json;
+    bool progress; /* stderr is a terminal and not --quiet */
+    gate_trace ref, rep;
+    gate_outcome out;
+} gate_ctx;
+
+memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
+void gate_trace_free(gate_trace *t);
+
+/* Runs the reference on A into ctx->ref. */
+memra_status gate_reference(gate_ctx *ctx, memra_error *err);
+/* Replays the reference's inputs on B into ctx->rep, comparing and writing step and mismatch
+ * records. */
+memra_status gate_replay(gate_ctx *ctx, memra_error *err);
+/* The timing rows, with measure records; fills ctx->out's timing members. */
+memra_status gate_timing(gate_ctx *ctx, memra_error *err);
+/* Census records for an arm's state, where the backend offers the extension. */
+void gate_census(gate_ctx *ctx, const gate_arm *arm, const memra_state *s, const char *scope);
+
+/* Progress on stderr (a terminal only). */
+void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
+
+#endif

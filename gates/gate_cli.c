@@ -1,0 +1,274 @@
+/* gate_cli.c: memra-gate's command line: options, their checks, and --help (which lists every
+ * arm key the plugins found declare, so the help never drifts from the code). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gate.h"
+
+const memra_option_spec gate_caller_keys[] = {
+    {"window", "1", "gate: steps kept in flight on this arm (1 = serial); logits are read back late, in order"},
+};
+const uint32_t gate_caller_key_count = sizeof gate_caller_keys / sizeof gate_caller_keys[0];
+
+static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+                              memra_error *err) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = (s && *s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+    if (!s || !end || errno || *end || v < min || v > max)
+        return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected an integer from %llu to %llu", opt, s ? s : "(none)",
+                          (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return MEMRA_OK;
+}
+
+static memra_status parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max, uint32_t *out,
+                              memra_error *err) {
+    uint64_t v;
+    memra_status st = parse_u64(opt, s, min, max, &v, err);
+    if (st == MEMRA_OK)
+        *out = (uint32_t)v;
+    return st;
+}
+
+/* A finite double in [min, max] (min excluded when open_min). */
+static memra_status parse_double(const char *opt, const char *s, double min, bool open_min, double max,
+                                 double *out, memra_error *err) {
+    char *end = NULL;
+    errno = 0;
+    double v = s && *s ? strtod(s, &end) : NAN;
+    bool ok = s && end && !*end && !errno && isfinite(v) && (open_min ? v > min : v >= min) && v <= max;
+    if (!ok)
+        return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected a number %s %g and <= %g", opt, s ? s : "(none)",
+                          open_min ? ">" : ">=", min, max);
+    *out = v;
+    return MEMRA_OK;
+}
+
+/* The value of an option: "--opt=value" or the next argument. */
+static memra_status take_value(int argc, char **argv, int *i, const char *eq, const char *opt, const char **out,
+                               memra_error *err) {
+    if (eq) {
+        *out = eq + 1;
+        return MEMRA_OK;
+    }
+    if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "%s needs a value (see --help)", opt);
+    *out = argv[++*i];
+    return MEMRA_OK;
+}
+
+static memra_status parse_compare(const char *s, gate_config *cfg, memra_error *err) {
+    if (strcmp(s, "exact") == 0) {
+        cfg->nmse = false;
+    } else if (strncmp(s, "nmse:", 5) == 0) {
+        memra_status st = parse_double("--compare nmse:X", s + 5, 0.0, false, 1e30, &cfg->nmse_tol, err);
+        if (st != MEMRA_OK)
+            return st;
+        cfg->nmse = true;
+    } else {
+        return memra_fail(err, MEMRA_E_INVALID, "--compare %s: expected 'exact' or 'nmse:X' (X a tolerance >= 0)", s);
+    }
+    snprintf(cfg->compare_text, sizeof cfg->compare_text, "%s", s);
+    return MEMRA_OK;
+}
+
+memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->prime = GATE_DEFAULT_PRIME;
+    cfg->gen = GATE_DEFAULT_GEN;
+    cfg->rows = GATE_DEFAULT_ROWS;
+    cfg->sample.top_p = 1.0f;
+    cfg->sample.seed = 1;
+    snprintf(cfg->compare_text, sizeof cfg->compare_text, "exact");
+    bool greedy = false, temp = false, topk = false, topp = false, seed = false;
+    memra_status st = MEMRA_OK;
+    for (int i = 1; i < argc && st == MEMRA_OK; i++) {
+        const char *arg = argv[i];
+        char opt[64];
+        const char *eq = strchr(arg, '=');
+        size_t olen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (olen >= sizeof opt || strncmp(arg, "-", 1) != 0)
+            return memra_fail(err, MEMRA_E_INVALID, "unexpected argument '%s' (options start with --; see --help)",
+                              arg);
+        memcpy(opt, arg, olen);
+        opt[olen] = '\0';
+        const char *v = NULL;
+        bool flag = strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
+                    strcmp(opt, "--greedy") == 0;
+        if (flag && eq)
+            return memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt);
+        if (!flag && (st = take_value(argc, argv, &i, eq, opt, &v, err)) != MEMRA_OK)
+            return st;
+        double d = 0;
+        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) {
+            cfg->help = true;
+        } else if (strcmp(opt, "--quiet") == 0) {
+            cfg->quiet = true;
+        } else if (strcmp(opt, "--greedy") == 0) {
+            greedy = true;
+        } else if (strcmp(opt, "--a") == 0) {
+            cfg->arm_a = v;
+        } else if (strcmp(opt, "--b") == 0) {
+            cfg->arm_b = v;
+        } else if (strcmp(opt, "--model") == 0) {
+            cfg->model_path = v;
+        } else if (strcmp(opt, "--preset") == 0) {
+            cfg->preset = v;
+        } else if (strcmp(opt, "--dtype") == 0) {
+            cfg->dtype_name = v;
+            st = memra_synth_parse_dtype(v, &cfg->dtype, err);
+            if (st != MEMRA_OK)
+                st = memra_fail(err, MEMRA_E_INVALID, "--dtype %s: expected f32, f16, bf16 or q8_0", v);
+        } else if (strcmp(opt, "--prime") == 0) {
+            st = parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->prime, err);
+            cfg->prime_given = true;
+        } else if (strcmp(opt, "--gen") == 0) {
+            st = parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->gen, err);
+        } else if (strcmp(opt, "--prompt-ids") == 0) {
+            cfg->prompt_ids_path = v;
+        } else if (strcmp(opt, "--temp") == 0) {
+            st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
+            cfg->sample.temperature = (float)d;
+            temp = true;
+        } else if (strcmp(opt, "--top-k") == 0) {
+            st = parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
+            topk = true;
+        } else if (strcmp(opt, "--top-p") == 0) {
+            st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
+            cfg->sample.top_p = (float)d;
+            topp = true;
+        } else if (strcmp(opt, "--seed") == 0) {
+            st = parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
+            seed = true;
+        } else if (strcmp(opt, "--rows") == 0) {
+            st = parse_u32(opt, v, 0, 100000, &cfg->rows, err);
+            if (st == MEMRA_OK && cfg->rows == 1)
+                st = memra_fail(err, MEMRA_E_INVALID, "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
+        } else if (strcmp(opt, "--schedule") == 0) {
+            if (strcmp(v, "ABBA") == 0 || strcmp(v, "BAAB") == 0)
+                cfg->baab = v[0] == 'B';
+            else
+                st = memra_fail(err, MEMRA_E_INVALID, "--schedule %s: expected ABBA or BAAB", v);
+        } else if (strcmp(opt, "--compare") == 0) {
+            st = parse_compare(v, cfg, err);
+        } else if (strcmp(opt, "--jsonl") == 0) {
+            if (!*v)
+                st = memra_fail(err, MEMRA_E_INVALID, "--jsonl: empty file name");
+            cfg->jsonl_path = v;
+        } else {
+            st = memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
+        }
+    }
+    if (st != MEMRA_OK || cfg->help)
+        return st;
+    if (cfg->model_path && cfg->preset)
+        return memra_fail(err, MEMRA_E_INVALID, "--model and --preset exclude each other: give one");
+    if (cfg->model_path && cfg->dtype_name)
+        return memra_fail(err, MEMRA_E_INVALID, "--dtype applies to presets only (the file %s has its own types)",
+                          cfg->model_path);
+    if (greedy && (temp || topk || topp || seed))
+        return memra_fail(err, MEMRA_E_INVALID, "--greedy excludes --temp, --top-k, --top-p and --seed");
+    if (!temp && (topk || topp || seed))
+        return memra_fail(err, MEMRA_E_INVALID, "--top-k, --top-p and --seed sample: they need --temp T");
+    cfg->sampled = temp;
+    if (!cfg->sampled)
+        memset(&cfg->sample, 0, sizeof cfg->sample); /* temperature 0: greedy */
+    if ((cfg->arm_a == NULL) != (cfg->arm_b == NULL))
+        return memra_fail(err, MEMRA_E_INVALID, "give both --a and --b, or neither (the gate then picks a pair)");
+    if ((uint64_t)cfg->prime + cfg->gen > GATE_MAX_STEPS)
+        return memra_fail(err, MEMRA_E_INVALID, "--prime %u plus --gen %u is more than %u steps", cfg->prime, cfg->gen,
+                          GATE_MAX_STEPS);
+    return MEMRA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void help_keys(FILE *f, const char *title, const memra_option_spec *specs, uint32_t n) {
+    fprintf(f, "  %s:\n", title);
+    if (n == 0)
+        fprintf(f, "    (no keys)\n");
+    for (uint32_t i = 0; i < n; i++) {
+        const char *d = specs[i].default_value;
+        fprintf(f, "    %-12s %s (default: %s)\n", specs[i].key, specs[i].help ? specs[i].help : "",
+                d && *d ? d : "computed");
+    }
+}
+
+static const char help_text[] =
+    "memra-gate: prove that two arms of one model load produce the same bits at every step, then\n"
+    "time them in an interleaved schedule.\n"
+    "\n"
+    "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
+    "                  [--prompt-ids FILE] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
+    "                  [--rows R] [--schedule ABBA|BAAB] [--compare exact|nmse:X] [--jsonl FILE] [--quiet]\n"
+    "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
+    "                              present, otherwise cpu against cpu:stages=2, on the embedded model)\n"
+    "\n"
+    "What it does: loads the model once; runs P prime and N generated steps on arm A recording\n"
+    "every step's logits, cache and hidden digests and sampled token; replays the identical inputs\n"
+    "on arm B and compares every bit; then R timing rows (AAAAA BBBBB BBBBB AAAAA for 20), each\n"
+    "restoring the prefix snapshot, generating N tokens, and verifying the token stream and the\n"
+    "final state before its time counts. A row whose stream loops (its last min(64, N) tokens repeat\n"
+    "with a period p <= 16, at least twice) or meets EOS early is ineligible.\n"
+    "\n"
+    "options:\n"
+    "  --a ARM, --b ARM     the two arms, BACKEND[:key=value,...] (keys below); A is the reference\n"
+    "  --model FILE         a GGUF model file\n"
+    "  --preset NAME        a synthetic model built in memory: tiny (default), small, qwen3-tiny,\n"
+    "                       llama-1b, llama-8b\n"
+    "  --dtype D            tensor type of a preset: f32 (default), f16, bf16, q8_0\n"
+    "  --prime P            prompt steps (default 256; the prompt file's length when --prompt-ids\n"
+    "                       is given without --prime)\n"
+    "  --gen N              generated steps (default 256)\n"
+    "  --prompt-ids FILE    prompt token ids, separated by spaces, newlines or commas (at least P);\n"
+    "                       default: id i = (100 + 7i mod 900) mod n_vocab\n"
+    "  --greedy             argmax sampling (the default)\n"
+    "  --temp T             sample at temperature T > 0 with position-keyed draws\n"
+    "  --top-k K            keep the K most likely tokens (0: all; default 0)\n"
+    "  --top-p P            nucleus cut, 0 < P <= 1 (default 1: none)\n"
+    "  --seed S             the draws' seed (default 1)\n"
+    "  --rows R             timing rows (default 20; 0: no timing; at least 2 otherwise)\n"
+    "  --schedule S         ABBA (default: AAAAA BBBBB BBBBB AAAAA) or BAAB (the mirror)\n"
+    "  --compare M          exact (default: every bit of logits, cache and hidden digests, tokens)\n"
+    "                       or nmse:X (pairs of different families: per-step NMSE of the logits\n"
+    "                       <= X, token agreement reported; digests not compared)\n"
+    "  --jsonl FILE         write the JSON-line records there (default: stdout)\n"
+    "  --quiet              no progress display and no summary table on stderr\n"
+    "  --help, -h           this text\n"
+    "\n"
+    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure,\n"
+    "summary, verdict.\n"
+    "exit codes: 0 pass, 1 mismatch or ineligible comparison, 2 usage error, 3 runtime error.\n"
+    "\n";
+
+void gate_cli_help(FILE *f, memra_registry *r) {
+    fputs(help_text, f);
+    fputs("arm keys (ARM = BACKEND[:key=value,...]; a list value such as devices=0,1 keeps its commas):\n", f);
+    help_keys(f, "core", memra_core_arm_keys, memra_core_arm_key_count);
+    help_keys(f, "gate", gate_caller_keys, gate_caller_key_count);
+    if (!r) {
+        fputs("  (no plugin registry: placement and backend keys unavailable)\n", f);
+        return;
+    }
+    memra_error err;
+    const memra_plugin *p = NULL;
+    if (memra_registry_load(r, "default", MEMRA_PLUGIN_PLACEMENT, &p, &err) == MEMRA_OK && p->placement)
+        help_keys(f, "placement 'default'", p->placement->options, p->placement->n_options);
+    else
+        fprintf(f, "  placement 'default': unavailable (%s)\n", err.msg);
+    for (uint32_t i = 0; i < memra_registry_count(r); i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->kind != MEMRA_PLUGIN_BACKEND || e->state == MEMRA_ENTRY_SHADOWED || !e->name || !*e->name)
+            continue;
+        char title[256];
+        if (memra_registry_load(r, e->name, MEMRA_PLUGIN_BACKEND, &p, &err) != MEMRA_OK || !p->backend) {
+            fprintf(f, "  backend '%s': cannot load (%s)\n", e->name, err.msg);
+            continue;
+        }
+        snprintf(title, sizeof title, "backend '%s' (%s)", e->name, p->description ? p->description : "");
+        help_keys(f, title, p->backend->options, p->backend->n_options);
+    }
+}

@@ -1,0 +1,37 @@
+/* gate_json.h: a small streaming writer for the gate's JSON-line records.
+ *
+ * One record is one object on one line: gj_begin, members, gj_end (which writes the newline and
+ * flushes, so a reader tailing the file sees whole records). Strings are escaped; doubles that
+ * are not finite are written as null (JSON has no NaN). Nesting is bounded by GJ_DEPTH. */
+#ifndef MEMRA_GATE_JSON_H
+#define MEMRA_GATE_JSON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define GJ_DEPTH 16
+
+typedef struct gate_json {
+    FILE *f;
+    int depth;
+    bool has_member[GJ_DEPTH]; /* a comma is due before the next member at this depth */
+} gate_json;
+
+/* key is NULL for an element of an array. */
+void gj_begin(gate_json *j, const char *record);
+void gj_end(gate_json *j);
+void gj_obj(gate_json *j, const char *key);
+void gj_obj_end(gate_json *j);
+void gj_arr(gate_json *j, const char *key);
+void gj_arr_end(gate_json *j);
+void gj_str(gate_json *j, const char *key, const char *value); /* NULL value: null */
+void gj_u64(gate_json *j, const char *key, uint64_t value);
+void gj_i64(gate_json *j, const char *key, int64_t value);
+void gj_f64(gate_json *j, const char *key, double value);
+void gj_bool(gate_json *j, const char *key, bool value);
+void gj_null(gate_json *j, const char *key);
+/* A SHA-256 as 64 hex digits; NULL: null. */
+void gj_hex(gate_json *j, const char *key, const uint8_t *digest32);
+
+#endif

@@ -1,0 +1,30 @@
+/* gate_harness.h: runs the built memra-gate as a subprocess and reads its JSON-line records. */
+#ifndef MEMRA_TEST_GATE_HARNESS_H
+#define MEMRA_TEST_GATE_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct gate_result {
+    int exit;     /* the exit code; -1 when it did not exit normally, -2 after a sanitizer report */
+    char *jsonl;  /* the records (--jsonl file), "" when none */
+    char *err;    /* what it wrote on stderr */
+    char *out;    /* what it wrote on stdout */
+} gate_result;
+
+/* Runs memra-gate with args (NULL-terminated), adding --jsonl TMP unless no_jsonl. */
+gate_result gate_run(const char *const *args, bool no_jsonl);
+void gate_result_free(gate_result *r);
+
+/* The n-th line (from 0) whose record is `record`, copied (free it), or NULL. */
+char *gate_record(const char *jsonl, const char *record, int n);
+int gate_count_records(const char *jsonl, const char *record);
+/* The first value of "key" in a record line: a number, or a string's content (copied into buf). */
+bool gate_field_num(const char *line, const char *key, double *out);
+bool gate_field_str(const char *line, const char *key, char *buf, size_t size);
+bool gate_field_bool(const char *line, const char *key, bool *out);
+
+/* The common small run: --preset tiny --prime 16 --gen 16 --rows 4 --quiet. */
+#define GATE_SMALL "--prime", "16", "--gen", "16", "--rows", "4", "--quiet"
+
+#endif
