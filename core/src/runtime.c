@@ -88,6 +88,31 @@ static void add_keys(memra_arm *a, const memra_option_spec *specs, uint32_t n) {
     }
 }
 
+/* Writes stages, splits, devices and tp as the plan has them, for keys the arm knows. */
+static memra_status plan_keys(memra_arm *a, memra_error *err) {
+    const memra_plan *p = &a->plan;
+    char stages[16], splits[MEMRA_OPT_VALUE_MAX] = "", devices[MEMRA_OPT_VALUE_MAX] = "", tp[16];
+    snprintf(stages, sizeof stages, "%u", p->n_stages);
+    snprintf(tp, sizeof tp, "%u", p->n_stages ? p->stages[0].n_ranks : 1);
+    size_t su = 0, du = 0;
+    for (uint32_t i = 0; i < p->n_stages; i++) {
+        if (i > 0 && su < sizeof splits)
+            su += (size_t)snprintf(splits + su, sizeof splits - su, "%s%u", su ? "," : "", p->stages[i].layer_begin);
+        if (du < sizeof devices)
+            du += (size_t)snprintf(devices + du, sizeof devices - du, "%s%d", i ? "," : "", p->stages[i].device);
+    }
+    const char *keys[4] = {"stages", "splits", "devices", "tp"};
+    const char *vals[4] = {stages, splits[0] ? splits : "none", devices, tp};
+    for (int k = 0; k < 4; k++) {
+        if (!memra_options_get(&a->resolved, keys[k]))
+            continue; /* not a key of this arm's placement */
+        memra_status st = memra_options_set(&a->resolved, keys[k], vals[k], err);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    return MEMRA_OK;
+}
+
 /* Given values win; every other known key gets its spec's default. */
 static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *err) {
     const memra_backend_vtable *vt = a->plugin->backend;
@@ -111,6 +136,10 @@ static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *e
         if (st != MEMRA_OK)
             return st;
     }
+    /* The plan is the truth for the placement's keys: "splits=3" alone means two stages. */
+    memra_status st = plan_keys(a, err);
+    if (st != MEMRA_OK)
+        return st;
     for (uint32_t i = 0; have_backend && i < from_backend.n; i++) /* keys only the backend knows */
         if (!memra_options_get(&a->resolved, from_backend.items[i].key)) {
             memra_status st =
