@@ -1,0 +1,808 @@
+/* test_registry.c: the plugin registry: manifests, search order, every refusal with its own
+ * message, the host table, and the log sink. Each test writes manifests into its own temporary
+ * folder, pointing at the test plugins built in REGTEST_PLUGIN_DIR. */
+#include <dlfcn.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "memra/registry.h"
+
+/* Under AddressSanitizer each test ends with a leak check of its own: LeakSanitizer's report
+ * at a Criterion worker's exit comes after the test has passed and fails nothing. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REGTEST_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REGTEST_LSAN 1
+#endif
+#endif
+#ifdef REGTEST_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+/* ---- temporary folders, files, manifests ---- */
+
+static char g_tmp[256];
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
+
+static void tmp_setup(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/memra-regtest-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_tmp));
+}
+
+static void tmp_teardown(void) {
+    if (g_tmp[0])
+        nftw(g_tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    memra_set_log_sink(NULL, NULL);
+#ifdef REGTEST_LSAN
+    /* An assertion in .fini does not fail the test; a crash does. */
+    if (__lsan_do_recoverable_leak_check()) {
+        fprintf(stderr, "LeakSanitizer found leaks in this test (report above)\n");
+        abort();
+    }
+#endif
+}
+
+TestSuite(registry, .init = tmp_setup, .fini = tmp_teardown);
+
+/* g_tmp/name, created as a folder when mkdir is true. The string lives in a ring of static
+ * buffers, enough for any one test. */
+static char *tmp_path(const char *name, bool mkdir_it) {
+    static char ring[16][PATH_MAX];
+    static unsigned next;
+    char *p = ring[next++ % 16];
+    snprintf(p, PATH_MAX, "%s/%s", g_tmp, name);
+    if (mkdir_it)
+        cr_assert_eq(mkdir(p, 0755), 0, "mkdir %s", p);
+    return p;
+}
+
+static void write_file(const char *dir, const char *name, const void *data, size_t n) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) { write_file(dir, name, text, strlen(text)); }
+
+/* The absolute path of test plugin `variant`. */
+static const char *plugin_path(const char *variant) {
+    static char path[8][PATH_MAX];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, PATH_MAX, "%s/libregtest_%s.so", REGTEST_PLUGIN_DIR, variant);
+    return p;
+}
+
+/* Writes dir/<name>.manifest saying name, kind and file (a test plugin variant, or a path when
+ * `file` contains a '/'). */
+static void manifest(const char *dir, const char *name, const char *kind, const char *file) {
+    char text[PATH_MAX + 128], fname[128];
+    snprintf(text, sizeof text, "# test manifest\nname = %s\nkind = %s\nfile = %s\n", name, kind,
+             strchr(file, '/') ? file : plugin_path(file));
+    snprintf(fname, sizeof fname, "%s.manifest", name);
+    write_text(dir, fname, text);
+}
+
+static memra_registry *open_one(const char *dir) {
+    memra_registry *r = NULL;
+    memra_error err;
+    memra_error_clear(&err);
+    cr_assert_eq(memra_registry_open_dirs(&dir, 1, &r, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_not_null(r);
+    return r;
+}
+
+/* Loading (name, kind) from a registry over `dir` fails with `status` and a message holding
+ * every one of the NULL-terminated substrings. */
+static void expect_refusal(const char *dir, const char *name, memra_plugin_kind kind, memra_status status, ...) {
+    memra_registry *r = open_one(dir);
+    const memra_plugin *p = (const memra_plugin *)1;
+    memra_error err;
+    memra_error_clear(&err);
+    memra_status st = memra_registry_load(r, name, kind, &p, &err);
+    cr_assert_eq(st, status, "load '%s': status %s, expected %s; message: %s", name, memra_status_name(st),
+                 memra_status_name(status), err.msg);
+    cr_assert_eq(err.status, status);
+    cr_assert_null(p);
+    va_list ap;
+    va_start(ap, status);
+    for (const char *want; (want = va_arg(ap, const char *)) != NULL;)
+        cr_assert_not_null(strstr(err.msg, want), "message lacks '%s': %s", want, err.msg);
+    va_end(ap);
+    /* The entry records the same failure, and asking again gives the same answer. */
+    memra_error again;
+    cr_assert_eq(memra_registry_load(r, name, kind, &p, &again), status);
+    cr_assert_str_eq(again.msg, err.msg);
+    memra_registry_close(r);
+}
+
+/* ---- the log sink ---- */
+
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_log[16384];
+
+static void log_sink(memra_log_level level, const char *plugin, const char *line, void *user) {
+    pthread_mutex_lock(&g_log_lock);
+    size_t used = strlen(g_log);
+    snprintf(g_log + used, sizeof g_log - used, "%d %s: %s\n", (int)level, plugin, line);
+    if (user)
+        ++*(int *)user;
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+/* ---- kinds ---- */
+
+Test(registry, kind_names_round_trip) {
+    const memra_plugin_kind kinds[] = {MEMRA_PLUGIN_PLACEMENT, MEMRA_PLUGIN_BACKEND, MEMRA_PLUGIN_COLLECTIVE,
+                                       MEMRA_PLUGIN_SAMPLER};
+    const char *words[] = {"placement", "backend", "collective", "sampler"};
+    for (int i = 0; i < 4; i++) {
+        memra_plugin_kind k = 0;
+        cr_assert_str_eq(memra_plugin_kind_name(kinds[i]), words[i]);
+        cr_assert(memra_plugin_kind_parse(words[i], &k));
+        cr_assert_eq(k, kinds[i]);
+    }
+    memra_plugin_kind k = MEMRA_PLUGIN_SAMPLER;
+    cr_assert_str_eq(memra_plugin_kind_name(0), "unknown");
+    cr_assert_str_eq(memra_plugin_kind_name(99), "unknown");
+    cr_assert_not(memra_plugin_kind_parse("Backend", &k));
+    cr_assert_not(memra_plugin_kind_parse("", &k));
+    cr_assert_not(memra_plugin_kind_parse(NULL, &k));
+    cr_assert_eq(k, MEMRA_PLUGIN_SAMPLER, "a failed parse leaves *out alone");
+}
+
+/* ---- loading good plugins ---- */
+
+Test(registry, good_sampler_loads_once_and_unloads) {
+    int lines = 0;
+    memra_set_log_sink(log_sink, &lines);
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    memra_registry *r = open_one(dir);
+    cr_assert_eq(memra_registry_count(r), 1);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FOUND);
+    cr_assert_str_eq(e->name, "good");
+    cr_assert_eq(e->kind, MEMRA_PLUGIN_SAMPLER);
+    cr_assert_str_eq(e->file, plugin_path("good"));
+    cr_assert_str_eq(e->version, "");
+    cr_assert_null(memra_registry_entry_at(r, 1));
+
+    const memra_plugin *p = NULL, *q = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_str_eq(p->name, "good");
+    cr_assert_eq(e->state, MEMRA_ENTRY_LOADED);
+    cr_assert_str_eq(e->version, "1.2.3-test");
+    cr_assert_str_eq(e->message, "");
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &q, &err), MEMRA_OK);
+    cr_assert_eq(p, q, "loading twice gives the same descriptor");
+    cr_assert_not_null(strstr(g_log, "good: init good"), "log: %s", g_log);
+    cr_assert_eq(lines, 1, "init runs once; log: %s", g_log);
+
+    const float logits[4] = {0.5f, 2.0f, 2.0f, -1.0f};
+    uint32_t token = 99;
+    cr_assert_eq(p->sampler->sample(logits, 4, 0, NULL, NULL, &token, &err), MEMRA_OK);
+    cr_assert_eq(token, 1);
+
+    memra_registry_close(r);
+    cr_assert_not_null(strstr(g_log, "good: fini good"), "close calls fini; log: %s", g_log);
+    void *still = dlopen(plugin_path("good"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_null(still, "close unloads the shared object");
+}
+
+Test(registry, file_relative_to_manifest_folder) {
+    char *dir = tmp_path("d", true);
+    char *sub = tmp_path("d/lib", true);
+    /* A copy of the good plugin next to the manifest, named relatively. */
+    FILE *f = fopen(plugin_path("good"), "rb");
+    cr_assert_not_null(f);
+    static char bytes[1 << 22];
+    size_t n = fread(bytes, 1, sizeof bytes, f);
+    fclose(f);
+    cr_assert(n > 0 && n < sizeof bytes);
+    write_file(sub, "libgood-copy.so", bytes, n);
+    write_text(dir, "good.manifest", "name=good\nkind=sampler\nfile=lib/libgood-copy.so\n");
+    memra_registry *r = open_one(dir);
+    char want[PATH_MAX];
+    snprintf(want, sizeof want, "%s/lib/libgood-copy.so", dir);
+    cr_assert_str_eq(memra_registry_entry_at(r, 0)->file, want);
+    const memra_plugin *p;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    memra_registry_close(r);
+}
+
+Test(registry, manifest_with_comments_blanks_crlf_and_spaces) {
+    char *dir = tmp_path("d", true);
+    char text[PATH_MAX + 256];
+    snprintf(text, sizeof text, "# a comment\r\n\r\n   # indented comment\r\n\tname   =   good  \r\n"
+                                "kind=sampler\r\nfile =\t%s\r\n",
+             plugin_path("good"));
+    write_text(dir, "good.manifest", text);
+    write_text(dir, "README.txt", "not a manifest: ignored\n");
+    write_text(dir, ".hidden.manifest", "garbage: ignored\n");
+    memra_registry *r = open_one(dir);
+    cr_assert_eq(memra_registry_count(r), 1);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FOUND, "%s", e->message);
+    cr_assert_str_eq(e->name, "good");
+    const memra_plugin *p;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    memra_registry_close(r);
+}
+
+Test(registry, backend_builds_on_sampler_through_host) {
+    int lines = 0;
+    memra_set_log_sink(log_sink, &lines);
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    manifest(dir, "goodbackend", "backend", "goodbackend");
+    memra_registry *r = open_one(dir);
+    const memra_plugin *b, *s;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "goodbackend", MEMRA_PLUGIN_BACKEND, &b, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_not_null(b->backend);
+    uint32_t n_dev = 0;
+    cr_assert_eq(b->backend->device_count(memra_registry_host(r), NULL, &n_dev, &err), MEMRA_OK);
+    cr_assert_eq(n_dev, 1);
+    /* 'good' was loaded by goodbackend's init through this registry's host table. */
+    for (uint32_t i = 0; i < memra_registry_count(r); i++)
+        cr_assert_eq(memra_registry_entry_at(r, i)->state, MEMRA_ENTRY_LOADED);
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &s, &err), MEMRA_OK);
+    char want[64];
+    snprintf(want, sizeof want, "found good at %p", (const void *)s);
+    cr_assert_not_null(strstr(g_log, want), "want '%s' in log: %s", want, g_log);
+    const memra_plugin *via_host;
+    cr_assert_eq(memra_registry_host(r)->find_plugin("good", MEMRA_PLUGIN_SAMPLER, &via_host, &err), MEMRA_OK);
+    cr_assert_eq(via_host, s);
+    memra_registry_close(r);
+    /* Dependent first: goodbackend (no fini log of its own name) closes before good. */
+    cr_assert_not_null(strstr(g_log, "fini good"), "log: %s", g_log);
+}
+
+Test(registry, host_table_belongs_to_its_registry) {
+    char *a = tmp_path("a", true);
+    char *b = tmp_path("b", true);
+    manifest(a, "good", "sampler", "good");
+    memra_registry *ra = open_one(a), *rb = open_one(b);
+    const memra_host *ha = memra_registry_host(ra), *hb = memra_registry_host(rb);
+    cr_assert_neq(ha, hb);
+    cr_assert_eq(ha->abi_version, MEMRA_ABI_VERSION);
+    cr_assert_eq(ha->struct_size, sizeof(memra_host));
+    cr_assert(ha->log && ha->find_plugin && ha->sha256 && ha->sha256_new && ha->sha256_update && ha->sha256_final &&
+              ha->fail);
+    const memra_plugin *p;
+    memra_error err;
+    cr_assert_eq(ha->find_plugin("good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(hb->find_plugin("good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_not_null(strstr(err.msg, "no sampler plugin named 'good'"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, b), "%s", err.msg);
+    /* The incremental digest and fail through the host. */
+    memra_sha256_ctx *ctx = ha->sha256_new();
+    ha->sha256_update(ctx, "a", 1);
+    ha->sha256_update(ctx, "bc", 2);
+    uint8_t d1[32], d2[32];
+    ha->sha256_final(ctx, d1);
+    ha->sha256("abc", 3, d2);
+    cr_assert_eq(memcmp(d1, d2, 32), 0);
+    cr_assert_eq(d1[0], 0xba);
+    cr_assert_eq(ha->fail(&err, MEMRA_E_RANGE, "x=%d", 7), MEMRA_E_RANGE);
+    cr_assert_str_eq(err.msg, "x=7");
+    memra_registry_close(ra);
+    /* A host pointer kept past its registry's close answers with an error, not a crash. */
+    cr_assert_eq(ha->find_plugin("good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_not_null(strstr(err.msg, "closed"), "%s", err.msg);
+    memra_registry_close(rb);
+}
+
+static memra_registry *g_shared;
+
+static void *load_good(void *out) {
+    memra_error err;
+    if (memra_registry_load(g_shared, "goodbackend", MEMRA_PLUGIN_BACKEND, (const memra_plugin **)out, &err))
+        *(const memra_plugin **)out = NULL;
+    return NULL;
+}
+
+Test(registry, concurrent_loads_agree) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    manifest(dir, "goodbackend", "backend", "goodbackend");
+    g_shared = open_one(dir);
+    pthread_t t[4];
+    const memra_plugin *got[4] = {0};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, load_good, (void *)&got[i]), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_not_null(got[i]);
+        cr_assert_eq(got[i], got[0]);
+    }
+    memra_registry_close(g_shared);
+}
+
+Test(registry, load_all_records_each_entry) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    manifest(dir, "abi99", "sampler", "abi99");
+    write_text(dir, "broken.manifest", "name = broken\nkind = sampler\n");
+    memra_registry *r = open_one(dir);
+    memra_registry_load_all(r);
+    cr_assert_eq(memra_registry_count(r), 3);
+    int loaded = 0, failed = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->state == MEMRA_ENTRY_LOADED)
+            loaded++;
+        if (e->state == MEMRA_ENTRY_FAILED) {
+            failed++;
+            cr_assert_neq(e->status, MEMRA_OK);
+            cr_assert_neq(e->message[0], '\0');
+        }
+    }
+    cr_assert_eq(loaded, 1);
+    cr_assert_eq(failed, 2);
+    memra_registry_close(r);
+}
+
+/* ---- one test per refusal ---- */
+
+Test(registry, refuses_missing_file) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "ghost", "sampler", "/nonexistent/libghost.so");
+    expect_refusal(dir, "ghost", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "file missing", "/nonexistent/libghost.so",
+                   "does not exist", "ghost.manifest", NULL);
+}
+
+Test(registry, refuses_file_dlopen_cannot_load) {
+    char *dir = tmp_path("d", true);
+    char junk[512];
+    memset(junk, 'x', sizeof junk); /* longer than an ELF header, so glibc reads and rejects it */
+    write_file(dir, "libgarbage.so", junk, sizeof junk);
+    char so[PATH_MAX];
+    snprintf(so, sizeof so, "%s/libgarbage.so", dir);
+    manifest(dir, "garbage", "sampler", so);
+    /* The dlerror text follows: glibc says "invalid ELF header". */
+    expect_refusal(dir, "garbage", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "dlopen failed", so, "invalid ELF header",
+                   NULL);
+}
+
+Test(registry, refuses_missing_entry_symbol) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "noentry", "sampler", "noentry");
+    expect_refusal(dir, "noentry", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "entry symbol missing",
+                   "does not export memra_plugin_v1", plugin_path("noentry"), NULL);
+}
+
+Test(registry, refuses_entry_symbol_of_a_dependency) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "leech", "sampler", "leech");
+    expect_refusal(dir, "leech", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "entry symbol missing",
+                   "does not define memra_plugin_v1 itself", "libregtest_provider.so", NULL);
+}
+
+Test(registry, refuses_abi_mismatch) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "abi99", "sampler", "abi99");
+    expect_refusal(dir, "abi99", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "ABI mismatch",
+                   "built for plugin ABI 99, this memra is ABI 1", plugin_path("abi99"), NULL);
+}
+
+Test(registry, refuses_descriptor_too_small) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "small", "sampler", "small");
+    char want[128];
+    snprintf(want, sizeof want, "descriptor of 16 bytes, ABI 1 needs at least %zu", sizeof(memra_plugin));
+    expect_refusal(dir, "small", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "struct too small", want,
+                   plugin_path("small"), NULL);
+}
+
+Test(registry, refuses_vtable_too_small) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "smallvtable", "sampler", "smallvtable");
+    char want[128];
+    snprintf(want, sizeof want, "sampler vtable is 4 bytes, ABI 1 needs at least %zu", sizeof(memra_sampler_vtable));
+    expect_refusal(dir, "smallvtable", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "struct too small", want, NULL);
+}
+
+Test(registry, refuses_kind_mismatch) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "kindmix", "sampler", "kindmix");
+    expect_refusal(dir, "kindmix", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "kind mismatch", "says kind sampler",
+                   "descriptor says backend", "kindmix.manifest", NULL);
+}
+
+Test(registry, refuses_name_mismatch) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "namemix", "sampler", "namemix");
+    expect_refusal(dir, "namemix", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "name mismatch", "says name 'namemix'",
+                   "descriptor says 'othername'", NULL);
+}
+
+Test(registry, refuses_null_mandatory_member) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "nullmember", "sampler", "nullmember");
+    expect_refusal(dir, "nullmember", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "sampler vtable leaves 'sample' NULL",
+                   "mandatory", NULL);
+}
+
+Test(registry, refuses_two_vtables) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "twovtables", "sampler", "twovtables");
+    expect_refusal(dir, "twovtables", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "also sets a backend vtable",
+                   "exactly one", NULL);
+}
+
+Test(registry, refuses_failing_init_and_keeps_its_status) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "initfail", "sampler", "initfail");
+    expect_refusal(dir, "initfail", MEMRA_PLUGIN_SAMPLER, MEMRA_E_DEVICE, "init failed", "no test device here",
+                   NULL);
+    void *still = dlopen(plugin_path("initfail"), RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_null(still, "a refused plugin is unloaded");
+}
+
+Test(registry, refuses_init_whose_dependency_is_missing) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "needy", "sampler", "needy");
+    expect_refusal(dir, "needy", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "plugin 'needy' (sampler): init failed",
+                   "no backend plugin named 'absent'", NULL);
+}
+
+Test(registry, refuses_plugin_that_needs_itself) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "selfish", "sampler", "selfish");
+    expect_refusal(dir, "selfish", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "init failed", "while it is being loaded",
+                   NULL);
+}
+
+Test(registry, refuses_unknown_plugin_listing_folders_and_names) {
+    char *dir = tmp_path("d", true);
+    char *absent = tmp_path("absent", false);
+    manifest(dir, "good", "sampler", "good");
+    manifest(dir, "goodbackend", "backend", "goodbackend");
+    const char *dirs[] = {dir, absent};
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open_dirs(dirs, 2, &r, &err), MEMRA_OK);
+    cr_assert_eq(memra_registry_dir_count(r), 2);
+    cr_assert_str_eq(memra_registry_dir_at(r, 0), dir);
+    cr_assert_str_eq(memra_registry_dir_at(r, 1), absent);
+    cr_assert_null(memra_registry_dir_at(r, 2));
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, "nosuch", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_not_null(strstr(err.msg, "no sampler plugin named 'nosuch'"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, dir), "%s", err.msg);
+    char absent_note[PATH_MAX + 16];
+    snprintf(absent_note, sizeof absent_note, "%s (absent)", absent);
+    cr_assert_not_null(strstr(err.msg, absent_note), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "sampler plugins found: good"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "goodbackend"), "only names of the kind asked: %s", err.msg);
+    /* Same name, other kind: never a substitute, but the message says it exists. */
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_BACKEND, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_null(p);
+    cr_assert_not_null(strstr(err.msg, "no backend plugin named 'good'"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "'good' exists as a sampler"), "%s", err.msg);
+    memra_registry_close(r);
+}
+
+/* ---- malformed manifests: each names the file and line ---- */
+
+static void expect_malformed(const char *text, const char *where, const char *what) {
+    char *dir = tmp_path("m", true);
+    write_text(dir, "bad.manifest", text);
+    memra_registry *r = open_one(dir);
+    cr_assert_eq(memra_registry_count(r), 1);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FAILED);
+    cr_assert_eq(e->status, MEMRA_E_FORMAT);
+    char want[PATH_MAX + 16];
+    snprintf(want, sizeof want, "%s/bad.manifest%s", dir, where);
+    cr_assert_not_null(strstr(e->message, want), "want '%s' in: %s", want, e->message);
+    cr_assert_not_null(strstr(e->message, what), "want '%s' in: %s", what, e->message);
+    memra_registry_close(r);
+}
+
+Test(registry, malformed_no_equals) {
+    expect_malformed("name = bad\nkind sampler\nfile = x.so\n", ":2:", "expected 'key = value', found 'kind sampler'");
+}
+
+Test(registry, malformed_unknown_key) {
+    expect_malformed("name = bad\nkind = sampler\ncolour = blue\nfile = x.so\n", ":3:", "unknown key 'colour'");
+}
+
+Test(registry, malformed_missing_kind) {
+    expect_malformed("name = bad\nfile = x.so\n", ":", "no 'kind' line");
+}
+
+Test(registry, malformed_bad_kind_word) {
+    expect_malformed("name = bad\nkind = engine\nfile = x.so\n", ":2:", "unknown kind 'engine'");
+}
+
+Test(registry, malformed_empty_name) {
+    expect_malformed("name =   \nkind = sampler\nfile = x.so\n", ":1:", "'name' has an empty value");
+}
+
+Test(registry, malformed_name_characters) {
+    expect_malformed("name = a,b\nkind = sampler\nfile = x.so\n", ":1:", "name 'a,b' must be");
+}
+
+Test(registry, malformed_repeated_key) {
+    expect_malformed("name = bad\nkind = sampler\nname = bad2\nfile = x.so\n", ":3:", "'name' given again (first on line 1)");
+}
+
+Test(registry, malformed_missing_key) {
+    expect_malformed("name = bad\n = sampler\nfile = x.so\n", ":2:", "missing key");
+}
+
+Test(registry, malformed_nul_byte) {
+    char *dir = tmp_path("m", true);
+    write_file(dir, "bad.manifest", "name = bad\n\0kind = sampler\n", 27);
+    memra_registry *r = open_one(dir);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FAILED);
+    cr_assert_not_null(strstr(e->message, "NUL byte"), "%s", e->message);
+    memra_registry_close(r);
+}
+
+Test(registry, malformed_manifest_is_a_folder) {
+    char *dir = tmp_path("m", true);
+    tmp_path("m/odd.manifest", true);
+    memra_registry *r = open_one(dir);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FAILED);
+    cr_assert_not_null(strstr(e->message, "not a regular file"), "%s", e->message);
+    memra_registry_close(r);
+}
+
+Test(registry, malformed_manifest_refuses_load_with_file_and_line) {
+    char *dir = tmp_path("d", true);
+    char text[PATH_MAX + 128];
+    snprintf(text, sizeof text, "name = good\nkind = sampler\nfile = %s\nsha = 1234\n", plugin_path("good"));
+    write_text(dir, "good.manifest", text);
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s/good.manifest:4: unknown key 'sha'", dir);
+    expect_refusal(dir, "good", MEMRA_PLUGIN_SAMPLER, MEMRA_E_FORMAT, "plugin 'good' (sampler): manifest malformed",
+                   where, NULL);
+}
+
+/* ---- duplicates and shadows ---- */
+
+Test(registry, refuses_duplicate_name_in_one_folder) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    char text[PATH_MAX + 128];
+    snprintf(text, sizeof text, "name = good\nkind = sampler\nfile = %s\n", plugin_path("good"));
+    write_text(dir, "zz-again.manifest", text);
+    expect_refusal(dir, "good", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "duplicate name", "declared twice",
+                   "good.manifest and zz-again.manifest", NULL);
+    memra_registry *r = open_one(dir);
+    for (uint32_t i = 0; i < memra_registry_count(r); i++)
+        cr_assert_eq(memra_registry_entry_at(r, i)->state, MEMRA_ENTRY_FAILED);
+    memra_registry_close(r);
+}
+
+Test(registry, same_name_other_kind_is_no_duplicate) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "good", "sampler", "good");
+    write_text(dir, "good-backend.manifest", "name = good\nkind = backend\nfile = /nonexistent.so\n");
+    memra_registry *r = open_one(dir);
+    const memra_plugin *p;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    memra_registry_close(r);
+}
+
+Test(registry, earlier_folder_shadows_later) {
+    char *a = tmp_path("a", true);
+    char *b = tmp_path("b", true);
+    manifest(a, "good", "sampler", "good");
+    manifest(b, "good", "sampler", "/nonexistent/libgood.so");
+    const char *dirs[] = {a, b};
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open_dirs(dirs, 2, &r, &err), MEMRA_OK);
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    const memra_registry_entry *later = memra_registry_entry_at(r, 1);
+    cr_assert_eq(later->state, MEMRA_ENTRY_SHADOWED);
+    cr_assert_not_null(strstr(later->message, "shadowed by"), "%s", later->message);
+    cr_assert_not_null(strstr(later->message, a), "%s", later->message);
+    memra_registry_close(r);
+}
+
+Test(registry, broken_first_folder_is_never_substituted) {
+    char *a = tmp_path("a", true);
+    char *b = tmp_path("b", true);
+    manifest(a, "good", "sampler", "/nonexistent/libgood.so");
+    manifest(b, "good", "sampler", "good");
+    const char *dirs[] = {a, b};
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open_dirs(dirs, 2, &r, &err), MEMRA_OK);
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_null(p);
+    cr_assert_not_null(strstr(err.msg, "file missing"), "%s", err.msg);
+    cr_assert_eq(memra_registry_entry_at(r, 1)->state, MEMRA_ENTRY_SHADOWED);
+    memra_registry_close(r);
+
+    /* The same with a malformed first manifest (known at scan time, not at load time). */
+    char text[PATH_MAX + 128];
+    snprintf(text, sizeof text, "name = good\nkind = sampler\nfile = %s\nsigned = yes\n", plugin_path("good"));
+    write_text(a, "good.manifest", text);
+    cr_assert_eq(memra_registry_open_dirs(dirs, 2, &r, &err), MEMRA_OK);
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_FORMAT);
+    cr_assert_null(p);
+    cr_assert_not_null(strstr(err.msg, "manifest malformed"), "%s", err.msg);
+    cr_assert_eq(memra_registry_entry_at(r, 1)->state, MEMRA_ENTRY_SHADOWED);
+    memra_registry_close(r);
+}
+
+/* ---- the default search path ---- */
+
+/* realpath into a ring of static buffers; the path itself when it does not resolve. */
+static const char *real(const char *p) {
+    static char ring[4][PATH_MAX];
+    static unsigned next;
+    char *r = ring[next++ % 4];
+    if (!realpath(p, r))
+        snprintf(r, PATH_MAX, "%s", p);
+    return r;
+}
+
+/* The install folder (next to libmemra) and the build tree's plugins.d close the path. */
+static void expect_default_tail(const memra_registry *r, uint32_t first) {
+    const char *build = getenv("MEMRA_BUILD_DIR");
+    cr_assert_not_null(build, "ctest sets MEMRA_BUILD_DIR");
+    char want[PATH_MAX];
+    cr_assert_eq(memra_registry_dir_count(r), first + 2);
+    snprintf(want, sizeof want, "%s/lib", build);
+    const char *lib = real(want);
+    snprintf(want, sizeof want, "%s/memra/plugins.d", lib);
+    cr_assert_str_eq(memra_registry_dir_at(r, first), want);
+    snprintf(want, sizeof want, "%s/plugins.d", build);
+    const char *got = real(memra_registry_dir_at(r, first + 1)), *exp = real(want);
+    cr_assert_str_eq(got, exp);
+}
+
+Test(registry, plugin_path_skips_empty_and_relative_entries) {
+    int lines = 0;
+    memra_set_log_sink(log_sink, &lines);
+    char *a = tmp_path("a", true);
+    char *b = tmp_path("b", true);
+    char env[3 * PATH_MAX];
+    snprintf(env, sizeof env, "relative/dir::%s:.:%s/:", a, b);
+    setenv("MEMRA_PLUGIN_PATH", env, 1);
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open(&r, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_str_eq(memra_registry_dir_at(r, 0), a);
+    cr_assert_str_eq(memra_registry_dir_at(r, 1), b, "trailing slash dropped");
+    expect_default_tail(r, 2);
+    cr_assert_not_null(strstr(g_log, "entry 1 'relative/dir' is not absolute"), "%s", g_log);
+    cr_assert_not_null(strstr(g_log, "entry 2 is empty"), "%s", g_log);
+    cr_assert_not_null(strstr(g_log, "entry 4 '.' is not absolute"), "%s", g_log);
+    cr_assert_not_null(strstr(g_log, "entry 6 is empty"), "%s", g_log);
+    memra_registry_close(r);
+}
+
+Test(registry, plugin_path_comes_first) {
+    char *a = tmp_path("a", true);
+    manifest(a, "good", "sampler", "good");
+    setenv("MEMRA_PLUGIN_PATH", a, 1);
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open(&r, &err), MEMRA_OK, "%s", err.msg);
+    expect_default_tail(r, 1);
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK, "%s", err.msg);
+    memra_registry_close(r);
+}
+
+Test(registry, never_the_current_directory) {
+    char *cwd = tmp_path("cwd", true);
+    manifest(cwd, "good", "sampler", "good");
+    cr_assert_eq(chdir(cwd), 0);
+    const char *envs[] = {NULL, "", ".", ".:", ":", "./"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        if (envs[i])
+            setenv("MEMRA_PLUGIN_PATH", envs[i], 1);
+        else
+            unsetenv("MEMRA_PLUGIN_PATH");
+        memra_registry *r = NULL;
+        memra_error err;
+        cr_assert_eq(memra_registry_open(&r, &err), MEMRA_OK, "%s", err.msg);
+        expect_default_tail(r, 0);
+        for (uint32_t d = 0; d < memra_registry_dir_count(r); d++)
+            cr_assert_str_neq(memra_registry_dir_at(r, d), cwd);
+        for (uint32_t k = 0; k < memra_registry_count(r); k++)
+            cr_assert_null(strstr(memra_registry_entry_at(r, k)->manifest, cwd));
+        const memra_plugin *p;
+        cr_assert_eq(memra_registry_load(r, "good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN,
+                     "MEMRA_PLUGIN_PATH='%s' found the cwd's manifest", envs[i] ? envs[i] : "(unset)");
+        cr_assert_not_null(strstr(err.msg, "no sampler plugin named 'good'"), "%s", err.msg);
+        memra_registry_close(r);
+    }
+}
+
+/* ---- arguments ---- */
+
+Test(registry, bad_arguments) {
+    memra_registry *r = NULL;
+    memra_error err;
+    const char *dirs[] = {"/tmp", ""};
+    cr_assert_eq(memra_registry_open_dirs(dirs, 2, &r, &err), MEMRA_E_INVALID);
+    cr_assert_not_null(strstr(err.msg, "folder 1 is empty"), "%s", err.msg);
+    cr_assert_null(r);
+    cr_assert_eq(memra_registry_open_dirs(NULL, 1, &r, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_registry_open_dirs(NULL, 0, NULL, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_registry_open_dirs(NULL, 0, &r, &err), MEMRA_OK);
+    cr_assert_eq(memra_registry_count(r), 0);
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, NULL, MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_registry_load(r, "x", 0, &p, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_registry_load(r, "x", 17, &p, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_registry_load(r, "x", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_not_null(strstr(err.msg, "no folders"), "%s", err.msg);
+    memra_registry_close(r);
+    memra_registry_close(NULL);
+    cr_assert_eq(memra_registry_count(NULL), 0);
+    cr_assert_null(memra_registry_host(NULL));
+}
+
+Test(registry, relative_dirs_given_explicitly_are_made_absolute) {
+    char *a = tmp_path("a", true);
+    manifest(a, "good", "sampler", "good");
+    cr_assert_eq(chdir(g_tmp), 0);
+    const char *dirs[] = {"a"};
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_open_dirs(dirs, 1, &r, &err), MEMRA_OK);
+    const char *want = real(a);
+    cr_assert_str_eq(memra_registry_dir_at(r, 0), want);
+    cr_assert_eq(memra_registry_entry_at(r, 0)->file[0], '/');
+    memra_registry_close(r);
+}
+
+Test(registry, many_registries_at_once) {
+    char *a = tmp_path("a", true);
+    manifest(a, "good", "sampler", "good");
+    memra_registry *rs[64];
+    memra_error err;
+    uint32_t n = 0;
+    while (n < 64 && memra_registry_open_dirs((const char *const *)&a, 1, &rs[n], &err) == MEMRA_OK)
+        n++;
+    cr_assert_eq(n, 64, "64 at once");
+    memra_registry *extra = (memra_registry *)1;
+    cr_assert_eq(memra_registry_open_dirs((const char *const *)&a, 1, &extra, &err), MEMRA_E_NOMEM);
+    cr_assert_null(extra);
+    cr_assert_not_null(strstr(err.msg, "registries are open"), "%s", err.msg);
+    /* Each slot's host loads through its own registry. */
+    for (uint32_t i = 0; i < n; i++) {
+        const memra_plugin *p, *q;
+        cr_assert_eq(memra_registry_host(rs[i])->find_plugin("good", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_OK);
+        cr_assert_eq(memra_registry_load(rs[i], "good", MEMRA_PLUGIN_SAMPLER, &q, &err), MEMRA_OK);
+        cr_assert_eq(p, q);
+        cr_assert_eq(memra_registry_entry_at(rs[i], 0)->state, MEMRA_ENTRY_LOADED);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        memra_registry_close(rs[i]);
+}
