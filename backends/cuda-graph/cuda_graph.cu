@@ -1,0 +1,338 @@
+/* cuda_graph.cu: the `cuda-graph` backend plugin. Per state, the first step captures one full
+ * token (embedding, every stage, head, device sampler) into a CUDA graph; every step, the first
+ * included, launches it. Token and position live in device memory and the commit happens inside
+ * the graph, so a replay at any position needs no recapture and no parameter update. Restoring a
+ * prefix copies device buffers in place, so the capture stays valid.
+ *
+ * Everything else (weights, states, kernels, digests, restore) is the `cuda` plugin's, reached
+ * through the host table and its "memra.cuda.graph" extension: with --a cuda --b cuda-graph both
+ * arms use one upload of the weights. A change of sampling configuration is a new capture (the
+ * configuration is a kernel argument), counted as such. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ext.h"
+#include "memra/ext.h"
+#include "memra/plugin.h"
+#include "memra/status.h"
+
+struct memra_backend {
+    const memra_host *host;
+    const memra_backend_vtable *cv; /* the cuda plugin's vtable */
+    memra_backend *inner;
+    const memra_cuda_graph_ext_v1 *ext;
+};
+
+struct memra_state {
+    memra_state *inner;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    bool sampled; /* the captured configuration */
+    memra_sample_cfg cfg;
+    uint64_t captures, replays;
+    uint32_t dumps;
+};
+
+static memra_status cg_cuda(const memra_host *host, const memra_backend_vtable **out, memra_error *err) {
+    const memra_plugin *p = NULL;
+    memra_status st = host->find_plugin("cuda", MEMRA_PLUGIN_BACKEND, &p, err);
+    if (st) {
+        memra_error_prefix(err, "cuda-graph builds on the cuda plugin");
+        return st;
+    }
+    if (!p->backend || p->backend->struct_size < sizeof(memra_backend_vtable))
+        return memra_fail(err, MEMRA_E_PLUGIN, "cuda-graph: the cuda plugin's backend table is too old");
+    *out = p->backend;
+    return MEMRA_OK;
+}
+
+static memra_status cg_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
+                                    memra_error *err) {
+    const memra_backend_vtable *cv;
+    memra_status st = cg_cuda(host, &cv, err);
+    return st ? st : cv->device_count(host, opts, out, err);
+}
+
+static memra_status cg_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
+                            const memra_options *opts, memra_backend **out, memra_error *err) {
+    const memra_backend_vtable *cv;
+    memra_status st = cg_cuda(host, &cv, err);
+    if (st)
+        return st;
+    memra_backend *b = (memra_backend *)calloc(1, sizeof *b);
+    if (!b)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda-graph: out of host memory");
+    b->host = host;
+    b->cv = cv;
+    if ((st = cv->open(host, m, plan, opts, &b->inner, err))) {
+        free(b);
+        return st;
+    }
+    b->ext = cv->extension
+                 ? (const memra_cuda_graph_ext_v1 *)cv->extension(b->inner, MEMRA_EXT_CUDA_GRAPH, 1)
+                 : NULL;
+    if (!b->ext || b->ext->struct_size < sizeof(memra_cuda_graph_ext_v1)) {
+        cv->close(b->inner);
+        free(b);
+        return memra_fail(err, MEMRA_E_PLUGIN, "cuda-graph: the cuda plugin offers no '%s' v1 extension",
+                          MEMRA_EXT_CUDA_GRAPH);
+    }
+    *out = b;
+    return MEMRA_OK;
+}
+
+static void cg_close(memra_backend *b) {
+    if (!b)
+        return;
+    b->cv->close(b->inner);
+    free(b);
+}
+
+static void cg_drop_graph(memra_state *s) {
+    if (s->exec)
+        cudaGraphExecDestroy(s->exec);
+    if (s->graph)
+        cudaGraphDestroy(s->graph);
+    s->exec = NULL;
+    s->graph = NULL;
+}
+
+static memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
+                                 memra_error *err) {
+    memra_state *s = (memra_state *)calloc(1, sizeof *s);
+    if (!s)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda-graph: out of host memory");
+    memra_status st = b->cv->state_new(b->inner, capacity, max_inflight, &s->inner, err);
+    if (st) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return MEMRA_OK;
+}
+
+static void cg_state_free(memra_backend *b, memra_state *s) {
+    if (!s)
+        return;
+    b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
+    cg_drop_graph(s);
+    free(s);
+}
+
+static bool cg_same_cfg(const memra_state *s, const memra_sample_cfg *c) {
+    if (!s->exec || s->sampled != (c != NULL))
+        return false;
+    return !c || (s->cfg.temperature == c->temperature && s->cfg.top_k == c->top_k && s->cfg.top_p == c->top_p &&
+                  s->cfg.seed == c->seed);
+}
+
+static memra_status cg_cuda_fail(memra_backend *b, memra_state *s, memra_error *err, cudaError_t e, const char *what) {
+    memra_status st = memra_fail(err, MEMRA_E_DEVICE, "cuda-graph: %s failed: %s (%s)", what, cudaGetErrorString(e),
+                                 cudaGetErrorName(e));
+    b->ext->quarantine(b->inner, s->inner, err ? err->msg : what);
+    return st;
+}
+
+/* Captures the body into a graph on stage 0's stream. */
+static memra_status cg_capture(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, memra_error *err) {
+    cudaStream_t q = (cudaStream_t)b->ext->stream(b->inner, s->inner);
+    cg_drop_graph(s);
+    cudaError_t e = cudaSetDevice(b->ext->device(b->inner, s->inner));
+    if (e == cudaSuccess)
+        e = cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess)
+        return cg_cuda_fail(b, s, err, e, "cudaStreamBeginCapture");
+    memra_status st = b->ext->body(b->inner, s->inner, sample, true, err);
+    cudaGraph_t g = NULL;
+    e = cudaStreamEndCapture(q, &g); /* always ends the capture, also after a failed body */
+    if (st) {
+        if (g)
+            cudaGraphDestroy(g);
+        return st;
+    }
+    if (e != cudaSuccess)
+        return cg_cuda_fail(b, s, err, e, "cudaStreamEndCapture");
+    s->graph = g;
+    if ((e = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
+        s->exec = NULL;
+        return cg_cuda_fail(b, s, err, e, "cudaGraphInstantiate");
+    }
+    s->sampled = sample != NULL;
+    if (sample)
+        s->cfg = *sample;
+    s->captures++;
+    return MEMRA_OK;
+}
+
+static memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+    if (!args || args->struct_size < sizeof(memra_step_args))
+        return memra_fail(err, MEMRA_E_INVALID, "cuda-graph: step args missing or too small");
+    memra_status st = b->ext->prepare(b->inner, s->inner, args, err);
+    if (st)
+        return st;
+    if (!cg_same_cfg(s, args->sample) && (st = cg_capture(b, s, args->sample, err)))
+        return st;
+    cudaError_t e = cudaGraphLaunch(s->exec, (cudaStream_t)b->ext->stream(b->inner, s->inner));
+    if (e != cudaSuccess)
+        return cg_cuda_fail(b, s, err, e, "cudaGraphLaunch");
+    s->replays++;
+    return b->ext->finish(b->inner, s->inner, args, true, err);
+}
+
+static memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
+                                memra_error *err) {
+    return b->cv->step_end(b->inner, s->inner, logits, out, err);
+}
+
+static memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
+                              memra_error *err) {
+    return b->cv->digest(b->inner, s->inner, kind, out, err);
+}
+
+static memra_status cg_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
+    return b->cv->state_restore(b->inner, dst->inner, src->inner, err);
+}
+
+static uint32_t cg_state_position(memra_backend *b, const memra_state *s) {
+    return b->cv->state_position(b->inner, s->inner);
+}
+
+static memra_status cg_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
+    memra_state_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    memra_status rc = b->cv->state_stats ? b->cv->state_stats(b->inner, s->inner, &st, err) : MEMRA_OK;
+    if (rc)
+        return rc;
+    st.captures = s->captures;
+    st.replays = s->replays;
+    uint32_t size = out->struct_size && out->struct_size < sizeof st ? out->struct_size : sizeof st;
+    memcpy(out, &st, size);
+    out->struct_size = size;
+    return MEMRA_OK;
+}
+
+static memra_status cg_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
+    if (!b->cv->memory)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda-graph: the cuda plugin reports no memory");
+    return b->cv->memory(b->inner, out, err);
+}
+
+/* ---- census --------------------------------------------------------------------------------- */
+
+static void cg_count(memra_census_row *rows, uint32_t max_rows, uint32_t *n, const char *kind) {
+    for (uint32_t i = 0; i < *n; i++)
+        if (strcmp(rows[i].kind, kind) == 0) {
+            rows[i].count++;
+            return;
+        }
+    if (*n >= max_rows)
+        return;
+    snprintf(rows[*n].kind, sizeof rows[*n].kind, "%s", kind);
+    rows[*n].count = 1;
+    (*n)++;
+}
+
+static memra_status cg_census(memra_backend *b, const memra_state *s, memra_census_row *rows, uint32_t max_rows,
+                              uint32_t *n_rows, memra_error *err) {
+    *n_rows = 0;
+    if (!s->graph)
+        return MEMRA_OK;
+    size_t n = 0;
+    cudaError_t e = cudaGraphGetNodes(s->graph, NULL, &n);
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+    if (!nodes)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda-graph: out of host memory");
+    if (e == cudaSuccess)
+        e = cudaGraphGetNodes(s->graph, nodes, &n);
+    for (size_t i = 0; i < n && e == cudaSuccess; i++) {
+        cudaGraphNodeType t;
+        char kind[32];
+        if ((e = cudaGraphNodeGetType(nodes[i], &t)) != cudaSuccess)
+            break;
+        switch (t) {
+        case cudaGraphNodeTypeKernel: {
+            cudaKernelNodeParams p;
+            if ((e = cudaGraphKernelNodeGetParams(nodes[i], &p)) != cudaSuccess)
+                break;
+            const char *fam = b->ext->kernel_family(p.func);
+            snprintf(kind, sizeof kind, fam ? "kernel:%s" : "unexpected:kernel", fam);
+            break;
+        }
+        case cudaGraphNodeTypeMemcpy: snprintf(kind, sizeof kind, "memcpy"); break;
+        case cudaGraphNodeTypeMemset: snprintf(kind, sizeof kind, "memset"); break;
+        case cudaGraphNodeTypeHost: snprintf(kind, sizeof kind, "host"); break;
+        case cudaGraphNodeTypeEmpty: snprintf(kind, sizeof kind, "empty"); break;
+        case cudaGraphNodeTypeWaitEvent:
+        case cudaGraphNodeTypeEventRecord: snprintf(kind, sizeof kind, "event"); break;
+        default: snprintf(kind, sizeof kind, "unexpected:type%d", (int)t); break;
+        }
+        if (e == cudaSuccess)
+            cg_count(rows, max_rows, n_rows, kind);
+    }
+    free(nodes);
+    if (e != cudaSuccess)
+        return memra_fail(err, MEMRA_E_DEVICE, "cuda-graph: census of the captured graph: %s", cudaGetErrorString(e));
+    return MEMRA_OK;
+}
+
+static memra_status cg_dump_graphs(memra_backend *b, const memra_state *s, const char *dir, memra_error *err) {
+    if (!s->graph)
+        return MEMRA_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cuda-graph-state-%p-capture-%llu.dot", dir, (const void *)s,
+             (unsigned long long)s->captures);
+    cudaError_t e = cudaGraphDebugDotPrint(s->graph, path, cudaGraphDebugDotFlagsVerbose);
+    if (e != cudaSuccess)
+        return memra_fail(err, MEMRA_E_IO, "cuda-graph: writing %s: %s", path, cudaGetErrorString(e));
+    return MEMRA_OK;
+}
+
+static const memra_ext_census_v1 cg_census_ext = {sizeof(memra_ext_census_v1), cg_census, cg_dump_graphs};
+
+static const void *cg_extension(memra_backend *b, const char *name, uint32_t version) {
+    if (strcmp(name, MEMRA_EXT_CENSUS) == 0 && version == 1)
+        return &cg_census_ext;
+    if (strcmp(name, MEMRA_EXT_CUDA_GRAPH) == 0)
+        return NULL; /* steps of a cuda-graph state go through its graph */
+    return b->cv->extension ? b->cv->extension(b->inner, name, version) : NULL;
+}
+
+static memra_backend_vtable cg_make_vtable(void) {
+    memra_backend_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.device_count = cg_device_count;
+    v.open = cg_open;
+    v.close = cg_close;
+    v.state_new = cg_state_new;
+    v.state_free = cg_state_free;
+    v.step_begin = cg_step_begin;
+    v.step_end = cg_step_end;
+    v.digest = cg_digest;
+    v.state_restore = cg_state_restore;
+    v.state_position = cg_state_position;
+    v.state_stats = cg_state_stats;
+    v.memory = cg_memory;
+    v.extension = cg_extension;
+    return v;
+}
+
+static const memra_backend_vtable cg_vtable = cg_make_vtable();
+
+extern "C" MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
+    MEMRA_ABI_VERSION,
+    sizeof(memra_plugin),
+    "cuda-graph",
+    MEMRA_PLUGIN_BACKEND,
+    "0.1.0",
+    "full-token CUDA graph capture (once per state) and replay at any position, on the cuda plugin's kernels",
+    NULL,
+    NULL,
+    NULL,
+    &cg_vtable,
+    NULL,
+    NULL,
+};

@@ -1,0 +1,1031 @@
+/* cuda_kernels.cu: the kernels of memra's cuda backends (see cuda_kernels.h for the contracts).
+ *
+ * Decode at batch 1 is bound by the bytes it reads, so the GEMVs carry the weight: one warp per
+ * four output rows (gate/up interleaved, so SwiGLU is the epilogue), 16-byte streaming loads, two
+ * chunks of each row in flight and the next two prefetched, each x chunk loaded once for the four
+ * rows, the RMSNorm of x fused in (its sum of squares accumulated along the way), fp32
+ * accumulation in a fixed lane order and a fixed xor-shuffle tree, and programmatic dependent
+ * launch so a GEMV's first weights stream while the kernel before it drains. Q8_0 converts int8
+ * to float exactly with a byte permute instead of the quarter-rate I2F. Everything else reads a
+ * few vectors per token. No atomics anywhere: every sum has one order.
+ *
+ * Measured on an H200 (bench/RESULTS.md): gate/up 96%, down 92%, qkv 75%, wo 65% of a 4.24 TB/s
+ * copy ceiling for llama-8b BF16; Q8_0 45 to 73% (instruction-bound). */
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "memra/gguf.h"
+#include "memra/numeric.h"
+
+#define MC_FULL 0xffffffffu
+#define MC_GEMV_WARPS 4u
+#define MC_GEMV_UNROLL 2
+#define MC_MAX_PARTS 128u
+#define MC_MAX_THREADS 256u
+
+uint32_t mc_type_elem_bytes(uint32_t type) {
+    switch (type) {
+    case MEMRA_TYPE_F32: return 4;
+    case MEMRA_TYPE_F16:
+    case MEMRA_TYPE_BF16: return 2;
+    case MEMRA_TYPE_Q8_0: return 1;
+    default: return 0;
+    }
+}
+
+static uint64_t mc_stride_of(uint32_t type, uint64_t cols) {
+    uint64_t per16 = 16 / mc_type_elem_bytes(type);
+    return (cols + per16 - 1) / per16 * per16;
+}
+
+uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols) {
+    uint64_t eb = mc_type_elem_bytes(type);
+    if (eb == 0)
+        return 0;
+    uint64_t bytes = rows * mc_stride_of(type, cols) * eb;
+    if (type == MEMRA_TYPE_Q8_0)
+        bytes += rows * (cols / MEMRA_Q8_0_BLOCK) * 2;
+    return bytes;
+}
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float mc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(MC_FULL, v, o);
+    return v; /* lane 0's value is the one used: a fixed tree */
+}
+
+/* Block sum with a fixed shape: warp trees, then warp 0 adds the warp sums in index order.
+ * Every thread gets the result. `red` holds 33 floats. */
+__device__ float mc_block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = mc_warp_sum(v);
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < nw; w++)
+            s += red[w];
+        red[32] = s;
+    }
+    __syncthreads();
+    float r = red[32];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float mc_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float mc_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float mc_f16_lo(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu))); }
+__device__ __forceinline__ float mc_f16_hi(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u >> 16))); }
+
+/* Elements per 16-byte lane chunk. */
+template <uint32_t T> struct mc_elems { static const uint32_t n = 16 / (T == MEMRA_TYPE_F32 ? 4 : T == MEMRA_TYPE_Q8_0 ? 1 : 2); };
+
+/* int8 to float without the (quarter-rate) integer conversion: the biased byte (q ^ 0x80 = q + 128)
+ * becomes the low mantissa bits of 2^23, and 2^23 + 128 is subtracted: exact. */
+__device__ __forceinline__ float mc_q8(uint32_t qx, uint32_t i) {
+    return __int_as_float(__byte_perm(qx, 0x4B000000u, 0x7650u | i)) - 8388736.0f;
+}
+
+/* Dot of one 16-byte weight chunk with its x floats (already in registers), in element order. */
+template <uint32_t T>
+__device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float scale) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float acc = 0.0f;
+    if (T == MEMRA_TYPE_F32) {
+        acc = fmaf(__uint_as_float(u[0]), xv[0].x, acc);
+        acc = fmaf(__uint_as_float(u[1]), xv[0].y, acc);
+        acc = fmaf(__uint_as_float(u[2]), xv[0].z, acc);
+        acc = fmaf(__uint_as_float(u[3]), xv[0].w, acc);
+    } else if (T == MEMRA_TYPE_BF16 || T == MEMRA_TYPE_F16) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t a = u[2 * i], b = u[2 * i + 1];
+            if (T == MEMRA_TYPE_BF16) {
+                acc = fmaf(mc_bf16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_bf16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_bf16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_bf16_hi(b), xv[i].w, acc);
+            } else {
+                acc = fmaf(mc_f16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_f16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_f16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_f16_hi(b), xv[i].w, acc);
+            }
+        }
+    } else { /* Q8_0: 16 int8 quants of one block; the block's scale applied once */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t q = u[i] ^ 0x80808080u;
+            acc = fmaf(mc_q8(q, 0), xv[i].x, acc);
+            acc = fmaf(mc_q8(q, 1), xv[i].y, acc);
+            acc = fmaf(mc_q8(q, 2), xv[i].z, acc);
+            acc = fmaf(mc_q8(q, 3), xv[i].w, acc);
+        }
+        acc *= scale;
+    }
+    return acc;
+}
+
+/* One element of a stored row (the tail past the last full chunk). */
+template <uint32_t T>
+__device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
+    if (T == MEMRA_TYPE_F32)
+        return ((const float *)row)[c];
+    if (T == MEMRA_TYPE_BF16)
+        return __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16);
+    if (T == MEMRA_TYPE_F16)
+        return __half2float(__ushort_as_half(((const uint16_t *)row)[c]));
+    return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
+}
+
+__device__ __forceinline__ float mc_q8_scale(const uint16_t *scales, uint32_t chunk) {
+    return __half2float(__ushort_as_half(__ldg(scales + chunk / 2)));
+}
+
+#define MC_GEMV_ROWS 4
+
+/* Programmatic dependent launch: a GEMV may start while the kernel before it drains, streaming
+ * its first weights (which depend on nothing) before it waits for that kernel's results. */
+__device__ __forceinline__ void mc_wait_prior_grid(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+template <uint32_t T>
+__device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               const char *const (&row)[MC_GEMV_ROWS], uint32_t base,
+                                               uint32_t nfull) {
+#pragma unroll
+    for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+        uint32_t idx = base + 32 * u;
+        if (idx < nfull) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                wv[u][k] = __ldcs((const uint4 *)(row[k] + (size_t)idx * 16));
+        }
+    }
+}
+
+/* The dots of rows r0 .. r0+3 (a row past the end repeats r0, and is discarded) with x', as
+ * lane 0 sees them. Lane l takes chunks l, l+32, ... in order; MC_GEMV_UNROLL chunks of both rows
+ * are loaded one iteration ahead; each x chunk is loaded once for both rows. With NORM, x' is
+ * x * norm_w and the sum of squares of x is accumulated along the way (the same lane order in
+ * every warp, so every warp gets the same bits), the 1/rms scale applied to the finished dots. */
+template <uint32_t T, int NORM>
+__device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, const float *x, const float *nw,
+                                            float eps, uint32_t lane, float out[MC_GEMV_ROWS]) {
+    const uint32_t E = mc_elems<T>::n;
+    const uint32_t eb = 16 / E;
+    const char *row[MC_GEMV_ROWS];
+    const uint16_t *sc[MC_GEMV_ROWS];
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++) {
+        uint32_t r = r0 + k < w.rows ? r0 + k : r0;
+        row[k] = (const char *)w.data + (size_t)r * w.stride * eb;
+        sc[k] = T == MEMRA_TYPE_Q8_0 ? w.scales + (size_t)r * (w.cols / MEMRA_Q8_0_BLOCK) : NULL;
+    }
+    const uint32_t nfull = w.cols / E;
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        acc[k] = 0.0f;
+    uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    mc_load_chunks<T>(wv, row, lane, nfull);
+    mc_wait_prior_grid(); /* x (and the residual) come from earlier kernels */
+    for (uint32_t base = lane; base < nfull; base += 32 * MC_GEMV_UNROLL) {
+        uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++)
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                cur[u][k] = wv[u][k];
+        if (base + 32 * MC_GEMV_UNROLL < nfull)
+            mc_load_chunks<T>(wv, row, base + 32 * MC_GEMV_UNROLL, nfull);
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+            uint32_t idx = base + 32 * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+#pragma unroll
+                for (int i = 0; i < (int)(E / 4); i++) {
+                    xv[i] = __ldg((const float4 *)(x + (size_t)idx * E) + i);
+                    if (NORM) {
+                        const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + i);
+                        ss = fmaf(xv[i].x, xv[i].x, ss);
+                        ss = fmaf(xv[i].y, xv[i].y, ss);
+                        ss = fmaf(xv[i].z, xv[i].z, ss);
+                        ss = fmaf(xv[i].w, xv[i].w, ss);
+                        xv[i].x *= g.x;
+                        xv[i].y *= g.y;
+                        xv[i].z *= g.z;
+                        xv[i].w *= g.w;
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < MC_GEMV_ROWS; k++)
+                    acc[k] += mc_dot_chunk<T>(cur[u][k], xv, T == MEMRA_TYPE_Q8_0 ? mc_q8_scale(sc[k], idx) : 1.0f);
+            }
+        }
+    }
+    if (nfull * E < w.cols && lane == (nfull & 31)) {
+        for (uint32_t c = nfull * E; c < w.cols; c++) {
+            float xc = x[c];
+            if (NORM) {
+                ss = fmaf(xc, xc, ss);
+                xc *= nw[c];
+            }
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                acc[k] = fmaf(mc_elem<T>(row[k], c), xc, acc[k]);
+        }
+    }
+    float scale = 1.0f;
+    if (NORM) {
+        ss = mc_warp_sum(ss);
+        ss = __shfl_sync(MC_FULL, ss, 0);
+        scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+    }
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        out[k] = mc_warp_sum(acc[k]) * scale;
+}
+
+/* Reads: rows x stride weight bytes, x (cols floats, cached), norm_w (cols floats), bias and
+ * residual (rows floats). Writes: y (rows floats; rows/2 for swiglu: y[p] = silu(row 2p) *
+ * row 2p+1). */
+template <uint32_t T, int SWIGLU, int NORM>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS) mc_gemv_kernel(const mc_matrix w, const float *x, const float *norm_w,
+                                                      float eps, const float *bias, const float *residual, float *y) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t r0 = (blockIdx.x * MC_GEMV_WARPS + (threadIdx.x >> 5)) * MC_GEMV_ROWS;
+    if (r0 >= w.rows)
+        return;
+    float d[MC_GEMV_ROWS];
+    mc_rows_dot<T, NORM>(w, r0, x, norm_w, eps, lane, d);
+    if (lane != 0)
+        return;
+    if (SWIGLU) { /* rows 2p (gate) and 2p+1 (up) */
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k += 2)
+            if (r0 + k + 1 < w.rows)
+                y[(r0 + k) / 2] = d[k] / (1.0f + expf(-d[k])) * d[k + 1];
+    } else {
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++) {
+            const uint32_t r = r0 + k;
+            float v = d[k];
+            if (r >= w.rows)
+                break;
+            if (bias)
+                v += bias[r];
+            if (residual)
+                v = residual[r] + v;
+            y[r] = v;
+        }
+    }
+}
+
+static int mc_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("MEMRA_CUDA_NO_PDL");
+        on = !(e && *e && strcmp(e, "0") != 0);
+    }
+    return on;
+}
+
+template <uint32_t T, int SWIGLU, int NORM>
+static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                             const float *residual, float *y, cudaStream_t st) {
+    const uint32_t per_block = MC_GEMV_WARPS * MC_GEMV_ROWS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((w->rows + per_block - 1) / per_block);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM>, *w, x, norm_w, eps, bias, residual, y);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+template <int SWIGLU, int NORM>
+static cudaError_t mc_gemv_typed(const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                                 const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (w->type) {
+    case MEMRA_TYPE_F32: return mc_gemv_t<MEMRA_TYPE_F32, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_F16: return mc_gemv_t<MEMRA_TYPE_F16, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_BF16: return mc_gemv_t<MEMRA_TYPE_BF16, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q8_0: return mc_gemv_t<MEMRA_TYPE_Q8_0, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+template <int SWIGLU>
+static cudaError_t mc_gemv_any(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                               const float *residual, float *y, cudaStream_t st) {
+    return norm_w ? mc_gemv_typed<SWIGLU, 1>(w, x, norm_w, eps, bias, residual, y, st)
+                  : mc_gemv_typed<SWIGLU, 0>(w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                    const float *residual, float *y, cudaStream_t st) {
+    return mc_gemv_any<0>(w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv_swiglu(const mc_matrix *w, const float *x, const float *norm_w, float eps, float *y,
+                           cudaStream_t st) {
+    if (w->rows % 2)
+        return cudaErrorInvalidValue;
+    return mc_gemv_any<1>(w, x, norm_w, eps, NULL, NULL, y, st);
+}
+
+/* ---- norms, embedding ------------------------------------------------------------------- */
+
+/* Reads x, weight (n floats each); writes out (n floats). */
+__global__ void __launch_bounds__(1024) mc_rmsnorm_kernel(const float *x, const float *weight, float *out, uint32_t n,
+                                                         float eps) {
+    __shared__ float red[33];
+    float ss = 0.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss = fmaf(x[i], x[i], ss);
+    ss = mc_block_sum(ss, red);
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        out[i] = x[i] * scale * weight[i];
+}
+
+cudaError_t mc_rmsnorm(const float *x, const float *weight, float *out, uint32_t n, float eps, cudaStream_t st) {
+    mc_rmsnorm_kernel<<<1, 1024, 0, st>>>(x, weight, out, n, eps);
+    return cudaGetLastError();
+}
+
+/* Reads one embedding row (cols elements) and *token; writes x (cols floats). */
+__global__ void mc_embed_kernel(const mc_matrix emb, const int32_t *token, float *x) {
+    int32_t t = *token;
+    if (t < 0 || (uint32_t)t >= emb.rows)
+        t = 0;
+    uint32_t eb = emb.type == MEMRA_TYPE_F32 ? 4 : emb.type == MEMRA_TYPE_Q8_0 ? 1 : 2;
+    const char *row = (const char *)emb.data + (size_t)t * emb.stride * eb;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
+        float v;
+        switch (emb.type) {
+        case MEMRA_TYPE_F32: v = ((const float *)row)[c]; break;
+        case MEMRA_TYPE_F16: v = __half2float(__ushort_as_half(((const uint16_t *)row)[c])); break;
+        case MEMRA_TYPE_BF16: v = __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16); break;
+        default: {
+            const uint16_t *sc = emb.scales + (size_t)t * (emb.cols / MEMRA_Q8_0_BLOCK);
+            v = (float)((const int8_t *)row)[c] * __half2float(__ushort_as_half(sc[c / MEMRA_Q8_0_BLOCK]));
+        }
+        }
+        x[c] = v;
+    }
+}
+
+cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaStream_t st) {
+    uint32_t blocks = (emb->cols + 255) / 256;
+    mc_embed_kernel<<<blocks, 256, 0, st>>>(*emb, token, x);
+    return cudaGetLastError();
+}
+
+/* ---- q/k norm, RoPE, KV append ---------------------------------------------------------- */
+
+/* One block per head (q heads, then kv heads). Reads qkv (one token), freqs, norms, *pos;
+ * writes q in place and one row of k and v into this layer's cache at *pos. */
+__global__ void mc_rope_kv_kernel(const mc_rope_args a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos) {
+    extern __shared__ float vec[]; /* hd floats */
+    __shared__ float red[33];
+    const int32_t p = *pos;
+    const uint32_t h = blockIdx.x;
+    const bool is_q = h < a.n_head;
+    const uint32_t kvh = is_q ? 0 : h - a.n_head;
+    float *src = is_q ? qkv + (size_t)h * a.hd : qkv + (size_t)a.n_head * a.hd + (size_t)kvh * a.hd;
+    const float *norm = is_q ? a.q_norm : a.k_norm;
+
+    for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+        vec[i] = src[i];
+    __syncthreads();
+    if (norm) {
+        float ss = 0.0f;
+        for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+            ss = fmaf(vec[i], vec[i], ss);
+        ss = mc_block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / (float)a.hd + a.eps);
+        for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+            vec[i] = vec[i] * scale * norm[i];
+        __syncthreads();
+    }
+    float *dst = is_q ? src : k_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hd;
+    const uint32_t half_dim = a.hd / 2;
+    const float fpos = (float)p * a.pos_scale;
+    for (uint32_t i = threadIdx.x; i < half_dim; i += blockDim.x) {
+        uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half_dim : 2 * i + 1;
+        float s, c;
+        sincosf(fpos * a.freqs[i], &s, &c);
+        float x0 = vec[i0], x1 = vec[i1];
+        dst[i0] = x0 * c - x1 * s;
+        dst[i1] = x0 * s + x1 * c;
+    }
+    if (!is_q) {
+        const float *v = qkv + (size_t)(a.n_head + a.n_kv) * a.hd + (size_t)kvh * a.hdv;
+        float *vd = v_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hdv;
+        for (uint32_t i = threadIdx.x; i < a.hdv; i += blockDim.x)
+            vd[i] = v[i];
+    }
+}
+
+cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
+                       cudaStream_t st) {
+    mc_rope_kv_kernel<<<a->n_head + a->n_kv, 128, a->hd * sizeof(float), st>>>(*a, qkv, k_cache, v_cache, pos);
+    return cudaGetLastError();
+}
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+uint32_t mc_att_max_chunks(uint32_t capacity) { return (capacity + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK; }
+
+uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity) {
+    return (uint64_t)n_head * mc_att_max_chunks(capacity) * (hdv + 2);
+}
+
+/* Block (kv head g, chunk c) over positions [32c, min(32c+32, *pos+1)), for the G = n_head/n_kv
+ * q heads that share kv head g, so each K and V row is read once per chunk. Reads the G q
+ * vectors and that range of k and v; writes per q head the partial (max, sum, out[hdv]).
+ * Scores: one thread per (q head, position), the dot in dimension order; softmax sums in
+ * position order; out: one thread per dimension, positions in order. */
+template <uint32_t HD> /* head_dim when 64 or 128 (loops unrolled), 0: given at run time */
+__global__ void __launch_bounds__(128) mc_att_chunk_kernel(const float *q, const float *k_cache, const float *v_cache,
+                                                           float *partial, uint32_t n_head, uint32_t n_kv,
+                                                           uint32_t hd_rt, uint32_t hdv, uint32_t capacity,
+                                                           uint32_t max_chunks, const int32_t *pos) {
+    const uint32_t hd = HD ? HD : hd_rt;
+    extern __shared__ float sm[]; /* q[G][hd], p[G][MC_ATT_CHUNK], m[G], l[G] */
+    const uint32_t G = n_head / n_kv;
+    float *qs = sm, *ps = sm + G * hd, *ms = ps + G * MC_ATT_CHUNK;
+    const uint32_t npos = (uint32_t)*pos + 1;
+    const uint32_t g = blockIdx.x, c = blockIdx.y, t0 = c * MC_ATT_CHUNK;
+    if (t0 >= npos)
+        return;
+    const uint32_t nt = min(t0 + MC_ATT_CHUNK, npos) - t0;
+    const float *kb = k_cache + ((size_t)g * capacity + t0) * hd;
+    const float *vb = v_cache + ((size_t)g * capacity + t0) * hdv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = q[(size_t)g * G * hd + i];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x) {
+        const uint32_t hq = i / MC_ATT_CHUNK, t = i % MC_ATT_CHUNK;
+        float acc = -INFINITY;
+        if (t < nt) {
+            const float *k = kb + (size_t)t * hd, *qq = qs + (size_t)hq * hd;
+            acc = 0.0f;
+            if ((hd & 3) == 0) {
+#pragma unroll 16
+                for (uint32_t d = 0; d < hd; d += 4) {
+                    float4 kv = *(const float4 *)(k + d);
+                    acc = fmaf(qq[d], kv.x, acc);
+                    acc = fmaf(qq[d + 1], kv.y, acc);
+                    acc = fmaf(qq[d + 2], kv.z, acc);
+                    acc = fmaf(qq[d + 3], kv.w, acc);
+                }
+            } else {
+                for (uint32_t d = 0; d < hd; d++)
+                    acc = fmaf(qq[d], k[d], acc);
+            }
+            acc *= scale;
+        }
+        ps[i] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
+        float m = p[0];
+        for (uint32_t t = 1; t < nt; t++)
+            m = fmaxf(m, p[t]);
+        ms[threadIdx.x] = m;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x)
+        ps[i] = i % MC_ATT_CHUNK < nt ? expf(ps[i] - ms[i / MC_ATT_CHUNK]) : 0.0f;
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
+        float l = 0.0f;
+        for (uint32_t t = 0; t < nt; t++)
+            l += p[t];
+        float *out = partial + ((size_t)(g * G + threadIdx.x) * max_chunks + c) * (hdv + 2);
+        out[0] = ms[threadIdx.x];
+        out[1] = l;
+    }
+    for (uint32_t i = threadIdx.x; i < G * hdv; i += blockDim.x) {
+        const uint32_t hq = i / hdv, d = i % hdv;
+        const float *p = ps + hq * MC_ATT_CHUNK;
+        float o = 0.0f;
+#pragma unroll 8
+        for (uint32_t t = 0; t < nt; t++)
+            o = fmaf(p[t], vb[(size_t)t * hdv + d], o);
+        partial[((size_t)(g * G + hq) * max_chunks + c) * (hdv + 2) + 2 + d] = o;
+    }
+}
+
+/* One block per q head: merges the chunks in index order. The chunk maxima and sums are first
+ * loaded in parallel into shared memory (a serial loop over global loads would pay one memory
+ * latency per chunk). Reads the partials; writes out[hdv]. */
+__global__ void __launch_bounds__(128) mc_att_combine_kernel(const float *partial, float *out, uint32_t hdv,
+                                                             uint32_t max_chunks, const int32_t *pos) {
+    extern __shared__ float cs[]; /* m[max_chunks], l[max_chunks], w[max_chunks], [3*max_chunks] = 1/L */
+    float *ms = cs, *ls = cs + max_chunks, *wts = cs + 2 * max_chunks;
+    const uint32_t npos = (uint32_t)*pos + 1;
+    const uint32_t nc = (npos + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK;
+    const float *ph = partial + (size_t)blockIdx.x * max_chunks * (hdv + 2);
+    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x) {
+        ms[c] = ph[(size_t)c * (hdv + 2)];
+        ls[c] = ph[(size_t)c * (hdv + 2) + 1];
+    }
+    __syncthreads();
+    float m = ms[0];
+    for (uint32_t c = 1; c < nc; c++)
+        m = fmaxf(m, ms[c]);
+    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x)
+        wts[c] = expf(ms[c] - m);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float l = 0.0f;
+        for (uint32_t c = 0; c < nc; c++)
+            l = fmaf(ls[c], wts[c], l);
+        cs[3 * max_chunks] = 1.0f / l;
+    }
+    __syncthreads();
+    const float inv = cs[3 * max_chunks];
+    for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll 8
+        for (uint32_t c = 0; c < nc; c++)
+            o = fmaf(ph[(size_t)c * (hdv + 2) + 2 + d], wts[c], o);
+        out[(size_t)blockIdx.x * hdv + d] = o * inv;
+    }
+}
+
+cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
+                         uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
+                         const int32_t *pos, cudaStream_t st) {
+    const uint32_t mc = mc_att_max_chunks(capacity), G = n_head / n_kv;
+    const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
+    dim3 grid(n_kv, mc);
+    if (hd == 128)
+        mc_att_chunk_kernel<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                          mc, pos);
+    else if (hd == 64)
+        mc_att_chunk_kernel<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                         mc, pos);
+    else
+        mc_att_chunk_kernel<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                        mc, pos);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    mc_att_combine_kernel<<<n_head, 128, (3 * mc + 1) * sizeof(float), st>>>(partial, out, hdv, mc, pos);
+    return cudaGetLastError();
+}
+
+/* ---- commit, token hand-over ------------------------------------------------------------ */
+
+__global__ void mc_commit_kernel(int32_t *pos) { *pos += 1; }
+__global__ void mc_copy_token_kernel(int32_t *dst, const int32_t *src) { *dst = *src; }
+
+cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
+    mc_commit_kernel<<<1, 1, 0, st>>>(pos);
+    return cudaGetLastError();
+}
+
+cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st) {
+    mc_copy_token_kernel<<<1, 1, 0, st>>>(dst, src);
+    return cudaGetLastError();
+}
+
+/* ---- the device sampler ----------------------------------------------------------------- */
+
+#define MC_CHUNK 256u
+
+static uint32_t mc_pow2(uint32_t n) {
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+static uint64_t mc_align256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+
+uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab) {
+    uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
+    return mc_align256((uint64_t)mc_pow2(n_vocab) * 8) + mc_align256((uint64_t)n_vocab * 4) +
+           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_MAX_PARTS * 12);
+}
+
+void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab) {
+    char *p = (char *)base;
+    uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
+    s->n_vocab = n_vocab;
+    s->n_pow2 = mc_pow2(n_vocab);
+    s->keys = (unsigned long long *)p;
+    p += mc_align256((uint64_t)s->n_pow2 * 8);
+    s->partial = (float *)p;
+    p += mc_align256((uint64_t)n_vocab * 4);
+    s->chunk_sums = (float *)p;
+    p += mc_align256((n_chunks + 1) * 4);
+    s->stats = (float *)p;
+    p += mc_align256(16);
+    s->parts = (uint32_t *)p;
+}
+
+/* Steps 0, 1 and 3 in two deterministic passes. Part: block b scans a contiguous segment (each
+ * thread strided within it, ascending), keeping the largest finite logit with the lowest index
+ * and the lowest index of a non-finite logit; the block combines its threads by a fixed tree.
+ * Reads z; writes parts[b] = (best, index, bad). */
+
+__device__ __forceinline__ void mc_best_merge(float &best, uint32_t &besti, float ov, uint32_t oi) {
+    if (oi != 0xffffffffu && (besti == 0xffffffffu || ov > best || (ov == best && oi < besti))) {
+        best = ov;
+        besti = oi;
+    }
+}
+
+__global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_part_kernel(const float *z, uint32_t n, uint32_t seg,
+                                                                    uint32_t *parts) {
+    __shared__ float bv[32];
+    __shared__ uint32_t bi[32], bb[32];
+    const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
+    float best = -INFINITY;
+    uint32_t besti = 0xffffffffu, bad = 0xffffffffu;
+    for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float v = z[i];
+        if (!isfinite(v)) {
+            bad = min(bad, i);
+            continue;
+        }
+        if (besti == 0xffffffffu || v > best) { /* ascending: the first maximum wins */
+            best = v;
+            besti = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(MC_FULL, best, o);
+        uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
+        bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
+        mc_best_merge(best, besti, ov, oi);
+    }
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        bv[warp] = best;
+        bi[warp] = besti;
+        bb[warp] = bad;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < blockDim.x / 32; w++) {
+            mc_best_merge(best, besti, bv[w], bi[w]);
+            bad = min(bad, bb[w]);
+        }
+        parts[3 * blockIdx.x] = __float_as_uint(best);
+        parts[3 * blockIdx.x + 1] = besti;
+        parts[3 * blockIdx.x + 2] = bad;
+    }
+}
+
+/* Merges the parts in block order; writes stats[0] = max, the result (bad index, and the greedy
+ * token when greedy) and *token_out when greedy. */
+__global__ void mc_max_final_kernel(const float *z, const uint32_t *parts, uint32_t n_parts, float *stats, int greedy,
+                                    int32_t *token_out, mc_sample_result *result) {
+    float best = -INFINITY;
+    uint32_t besti = 0xffffffffu, bad = 0xffffffffu;
+    for (uint32_t b = 0; b < n_parts; b++) {
+        mc_best_merge(best, besti, __uint_as_float(parts[3 * b]), parts[3 * b + 1]);
+        bad = min(bad, parts[3 * b + 2]);
+    }
+    stats[0] = best;
+    mc_sample_result r;
+    r.token = -1;
+    r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
+    r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
+    r.pad = 0;
+    if (greedy && bad == 0xffffffffu) {
+        r.token = (int32_t)besti;
+        *token_out = (int32_t)besti;
+    }
+    *result = r;
+}
+
+/* Sort keys for step 2's total order: z descending, then index ascending. -0 and +0 are equal
+ * logits (a tie broken by index), so -0 is keyed as +0. */
+__global__ void mc_keys_kernel(const float *z, uint32_t n, uint32_t n_pow2, unsigned long long *keys) {
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_pow2)
+        return;
+    if (i >= n) {
+        keys[i] = ~0ull;
+        return;
+    }
+    float v = z[i];
+    uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+    uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* increasing with v */
+    keys[i] = ((unsigned long long)(~ord) << 32) | i;
+}
+
+/* One bitonic compare-exchange pass at distance j (>= the shared segment) of merge size k. */
+__global__ void mc_bitonic_global_kernel(unsigned long long *keys, uint32_t k, uint32_t j) {
+    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t i = (t / j) * 2 * j + (t % j), l = i + j;
+    unsigned long long a = keys[i], b = keys[l];
+    bool up = (i & k) == 0;
+    if ((a > b) == up) {
+        keys[i] = b;
+        keys[l] = a;
+    }
+}
+
+/* Every pass of merge sizes k_first..k_last (doubling) at distances below the segment, in shared
+ * memory, over one segment of `seg` keys per block. */
+__global__ void mc_bitonic_shared_kernel(unsigned long long *keys, uint32_t seg, uint32_t k_first, uint32_t k_last) {
+    extern __shared__ unsigned long long sk[];
+    uint32_t base = blockIdx.x * seg;
+    for (uint32_t i = threadIdx.x; i < seg; i += blockDim.x)
+        sk[i] = keys[base + i];
+    __syncthreads();
+    for (uint32_t k = k_first; k <= k_last; k <<= 1) {
+        for (uint32_t j = min(k / 2, seg / 2); j > 0; j >>= 1) {
+            for (uint32_t t = threadIdx.x; t < seg / 2; t += blockDim.x) {
+                uint32_t i = (t / j) * 2 * j + (t % j), l = i + j;
+                unsigned long long a = sk[i], b = sk[l];
+                bool up = ((base + i) & k) == 0;
+                if ((a > b) == up) {
+                    sk[i] = b;
+                    sk[l] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (uint32_t i = threadIdx.x; i < seg; i += blockDim.x)
+        keys[base + i] = sk[i];
+}
+
+/* Steps 4 and 5 per chunk: one thread per 256-entry chunk, left to right. Reads z, the sorted
+ * keys (when sorted), stats[0]; writes partial[j] and chunk_sums[k]. */
+__global__ void mc_chunk_kernel(const float *z, const unsigned long long *keys, int sorted, uint32_t n,
+                                const float *stats, float temperature, float *partial, float *chunk_sums) {
+    uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t j0 = k * MC_CHUNK;
+    if (j0 >= n)
+        return;
+    uint32_t j1 = min(j0 + MC_CHUNK, n);
+    const float m = stats[0];
+    float acc = 0.0f;
+    for (uint32_t j = j0; j < j1; j++) {
+        uint32_t idx = sorted ? (uint32_t)keys[j] : j;
+        float w = memra_expf(MEMRA_FDIV(MEMRA_FSUB(z[idx], m), temperature));
+        acc = MEMRA_FADD(acc, w);
+        partial[j] = acc;
+    }
+    chunk_sums[k] = acc;
+}
+
+__device__ uint32_t mc_block_min(uint32_t v, uint32_t *red) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(MC_FULL, v, o));
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < blockDim.x / 32; w++)
+            v = min(v, red[w]);
+        red[32] = v;
+    }
+    __syncthreads();
+    v = red[32];
+    __syncthreads();
+    return v;
+}
+
+/* Steps 5 (chunk prefix), 6, 7, 8 in one block. Reads partial, chunk_sums, keys, *pos, the
+ * result; writes the token. */
+__global__ void __launch_bounds__(1024) mc_pick_kernel(const float *partial, float *chunk_sums,
+                                                       const unsigned long long *keys, int sorted, uint32_t n,
+                                                       float top_p, unsigned long long seed, const int32_t *pos,
+                                                       int32_t *token_out, mc_sample_result *result) {
+    __shared__ uint32_t red[33];
+    __shared__ float totals[2];
+    const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
+    if (threadIdx.x == 0) { /* P_k in place of s_k (exclusive prefix), then S */
+        float P = 0.0f;
+        for (uint32_t k = 0; k < n_chunks; k++) {
+            float s = chunk_sums[k];
+            chunk_sums[k] = P;
+            P = MEMRA_FADD(P, s);
+        }
+        totals[0] = P;
+    }
+    __syncthreads();
+    const float S = totals[0];
+    uint32_t keep = n;
+    if (top_p < 1.0f) {
+        const float bound = MEMRA_FMUL(top_p, S);
+        uint32_t first = 0xffffffffu;
+        for (uint32_t j = threadIdx.x; j < n && first == 0xffffffffu; j += blockDim.x)
+            if (MEMRA_FADD(chunk_sums[j / MC_CHUNK], partial[j]) >= bound)
+                first = j;
+        first = mc_block_min(first, red);
+        keep = first == 0xffffffffu ? n : first + 1;
+    }
+    const float Sk = top_p < 1.0f ? MEMRA_FADD(chunk_sums[(keep - 1) / MC_CHUNK], partial[keep - 1]) : S;
+    const float r = MEMRA_FMUL(memra_uniform(seed, (uint64_t)(uint32_t)*pos), Sk);
+    uint32_t first = 0xffffffffu;
+    for (uint32_t j = threadIdx.x; j < keep && first == 0xffffffffu; j += blockDim.x)
+        if (MEMRA_FADD(chunk_sums[j / MC_CHUNK], partial[j]) > r)
+            first = j;
+    first = mc_block_min(first, red);
+    uint32_t jj = first == 0xffffffffu ? keep - 1 : first;
+    if (threadIdx.x == 0 && result->bad_index < 0) {
+        int32_t tok = sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
+        result->token = tok;
+        *token_out = tok;
+    }
+}
+
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg,
+                      const int32_t *pos, int32_t *token_out, mc_sample_result *result, cudaStream_t st) {
+    const uint32_t V = s->n_vocab;
+    const bool greedy = !(cfg->temperature > 0.0f);
+    uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
+    seg = seg < 1024 ? 1024 : seg;
+    const uint32_t n_parts = (V + seg - 1) / seg;
+    mc_max_part_kernel<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    mc_max_final_kernel<<<1, 1, 0, st>>>(logits, s->parts, n_parts, s->stats, greedy, token_out, result);
+    e = cudaGetLastError();
+    if (e != cudaSuccess || greedy)
+        return e;
+    const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
+    const bool sorted = cut_k || cfg->top_p < 1.0f;
+    const uint32_t n = cut_k ? cfg->top_k : V;
+    if (sorted) {
+        const uint32_t N = s->n_pow2;
+        mc_keys_kernel<<<(N + 255) / 256, 256, 0, st>>>(logits, V, N, s->keys);
+        const uint32_t seg = N < 2048 ? N : 2048;
+        const uint32_t threads = seg / 2 < 1024 ? (seg / 2 > 0 ? seg / 2 : 1) : 1024;
+        if (N >= 2) {
+            mc_bitonic_shared_kernel<<<N / seg, threads, seg * 8, st>>>(s->keys, seg, 2, seg);
+            for (uint32_t k = 2 * seg; k <= N; k <<= 1) {
+                for (uint32_t j = k / 2; j >= seg; j >>= 1)
+                    mc_bitonic_global_kernel<<<N / 2 / 256, 256, 0, st>>>(s->keys, k, j);
+                mc_bitonic_shared_kernel<<<N / seg, threads, seg * 8, st>>>(s->keys, seg, k, k);
+            }
+        }
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
+    mc_chunk_kernel<<<(n_chunks + 63) / 64, 64, 0, st>>>(logits, s->keys, sorted, n, s->stats, cfg->temperature,
+                                                         s->partial, s->chunk_sums);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    mc_pick_kernel<<<1, 1024, 0, st>>>(s->partial, s->chunk_sums, s->keys, sorted, n, cfg->top_p,
+                                       (unsigned long long)cfg->seed, pos, token_out, result);
+    return cudaGetLastError();
+}
+
+/* ---- digests ------------------------------------------------------------------------------ */
+
+__device__ __forceinline__ unsigned long long mc_mix(unsigned long long z) { return memra_mix64(z); }
+
+/* One warp per (plane, chunk of MC_DIGEST_ROWS rows): lane l hashes words l, l+32, ... of the
+ * chunk's rows below *pos, then lane 0 folds the 32 lane hashes in lane order. Reads the cache
+ * rows below *pos; writes one hash per chunk. */
+__global__ void mc_digest_kernel(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+                                 const int32_t *pos, unsigned long long *hashes) {
+    const uint32_t max_chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
+    const uint32_t gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= n_planes * max_chunks)
+        return;
+    const uint32_t plane = gw / max_chunks, chunk = gw % max_chunks;
+    const uint32_t p = (uint32_t)*pos;
+    const uint32_t r0 = chunk * MC_DIGEST_ROWS, r1 = min(r0 + MC_DIGEST_ROWS, p);
+    unsigned long long h = 0x6a09e667f3bcc908ull + lane;
+    if (r0 < r1) {
+        const uint32_t *w = (const uint32_t *)(planes + ((size_t)plane * capacity + r0) * row_floats);
+        const size_t n = (size_t)(r1 - r0) * row_floats;
+        for (size_t i = lane; i < n; i += 32)
+            h = mc_mix(h + w[i]);
+    }
+    unsigned long long acc = 0;
+    for (int l = 0; l < 32; l++) {
+        unsigned long long o = __shfl_sync(MC_FULL, h, l);
+        acc = mc_mix(acc ^ o);
+    }
+    if (lane == 0)
+        hashes[gw] = r0 < r1 ? acc : 0ull;
+}
+
+cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+                             const int32_t *pos, unsigned long long *hashes, cudaStream_t st) {
+    const uint32_t max_chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
+    const uint64_t warps = (uint64_t)n_planes * max_chunks;
+    if (warps == 0)
+        return cudaSuccess;
+    mc_digest_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(planes, n_planes, capacity, row_floats, pos, hashes);
+    return cudaGetLastError();
+}
+
+/* ---- census ----------------------------------------------------------------------------- */
+
+const char *mc_kernel_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 0>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 0>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 0>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 0>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 0>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 0>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 0>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 0>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_rmsnorm_kernel, "rmsnorm"},
+        {(const void *)mc_embed_kernel, "embed"},
+        {(const void *)mc_rope_kv_kernel, "rope_kv"},
+        {(const void *)mc_att_chunk_kernel<128>, "attention"},
+        {(const void *)mc_att_chunk_kernel<64>, "attention"},
+        {(const void *)mc_att_chunk_kernel<0>, "attention"},
+        {(const void *)mc_att_combine_kernel, "attention"},
+        {(const void *)mc_commit_kernel, "commit"},
+        {(const void *)mc_copy_token_kernel, "token"},
+        {(const void *)mc_max_part_kernel, "sampler"},
+        {(const void *)mc_max_final_kernel, "sampler"},
+        {(const void *)mc_keys_kernel, "sampler"},
+        {(const void *)mc_bitonic_global_kernel, "sampler"},
+        {(const void *)mc_bitonic_shared_kernel, "sampler"},
+        {(const void *)mc_chunk_kernel, "sampler"},
+        {(const void *)mc_pick_kernel, "sampler"},
+        {(const void *)mc_digest_kernel, "digest"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}
+
+/* ---- host entry for tests --------------------------------------------------------------- */
+
+cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
+                           mc_sample_result *out) {
+    float *dz = NULL;
+    void *scratch = NULL;
+    int32_t *dpos = NULL, *dtok = NULL;
+    mc_sample_result *dres = NULL;
+    mc_sampler_scratch s;
+    int32_t p = (int32_t)position;
+    cudaError_t e;
+    if ((e = cudaMalloc(&dz, (size_t)n_vocab * 4)) != cudaSuccess)
+        goto done;
+    if ((e = cudaMalloc(&scratch, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess)
+        goto done;
+    if ((e = cudaMalloc(&dpos, 8)) != cudaSuccess || (e = cudaMalloc(&dtok, 8)) != cudaSuccess ||
+        (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess)
+        goto done;
+    mc_sampler_scratch_init(&s, scratch, n_vocab);
+    if ((e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
+        goto done;
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, 0)) != cudaSuccess)
+        goto done;
+    e = cudaMemcpy(out, dres, sizeof *out, cudaMemcpyDeviceToHost);
+done:
+    cudaFree(dz);
+    cudaFree(scratch);
+    cudaFree(dpos);
+    cudaFree(dtok);
+    cudaFree(dres);
+    return e;
+}

@@ -1,0 +1,127 @@
+/* cuda_kernels.h: the CUDA kernels of memra's cuda backends and their launchers (internal, C++).
+ *
+ * Every launcher enqueues on the stream it is given and returns the launch's cudaError_t; none
+ * synchronises and none branches on device data, so a sequence of them can be captured into a
+ * CUDA graph once and replayed at any position. Token and position are read from device memory.
+ *
+ * Determinism: every reduction has a fixed shape (lane order, then a fixed xor-shuffle tree, then
+ * warps in index order); no atomics anywhere. The bits depend only on the inputs and the launch
+ * shapes, which depend only on the model and the state's capacity. */
+#ifndef MEMRA_CUDA_KERNELS_H
+#define MEMRA_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "memra/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A weight matrix in its upload layout. Rows are padded to a multiple of 16 bytes so every row
+ * starts aligned for 16-byte loads. Q8_0 is repacked into int8 quants [rows][stride] and f16
+ * scales [rows][cols/32]; the other types keep their element encoding. */
+typedef struct mc_matrix {
+    uint32_t type;        /* memra_tensor_type: F32, F16, BF16, Q8_0 */
+    uint32_t rows, cols;
+    uint32_t stride;      /* elements per stored row (cols rounded up to 16 bytes) */
+    void *data;           /* rows * stride elements (int8 for Q8_0) */
+    uint16_t *scales;     /* Q8_0: rows * cols/32 f16 scales; NULL otherwise */
+} mc_matrix;
+
+/* Bytes a matrix occupies on the device in its upload layout. */
+uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols);
+/* Bytes of one element of the stored layout (1 for Q8_0 quants). */
+uint32_t mc_type_elem_bytes(uint32_t type);
+
+/* y[r] = (residual ? residual[r] : 0) + bias[r] + sum_c W[r][c] * x'[c], r < rows, where x' is
+ * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (computed per block in
+ * shared memory: the norm costs no launch of its own). bias, residual may be NULL; residual may
+ * be y itself. */
+cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                    const float *residual, float *y, cudaStream_t st);
+/* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
+cudaError_t mc_gemv_swiglu(const mc_matrix *w, const float *x, const float *norm_w, float eps, float *y,
+                           cudaStream_t st);
+
+/* out = x / rms(x) * weight over n floats (eps inside the root). One block. */
+cudaError_t mc_rmsnorm(const float *x, const float *weight, float *out, uint32_t n, float eps, cudaStream_t st);
+
+/* x = row `*token` of the embedding matrix, decoded to f32; a token out of range gives row 0
+ * (host tokens are checked before; a device token is always a sampled index). */
+cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaStream_t st);
+
+/* Per-head q/k norm (qwen3, optional), RoPE at *pos, and the KV append of k and v at *pos.
+ * qkv: [n_head*hd | n_kv*hd | n_kv*hdv]; q is rotated in place; k_cache/v_cache are this layer's
+ * [n_kv][capacity][hd] planes. */
+typedef struct mc_rope_args {
+    uint32_t n_head, n_kv, hd, hdv, capacity;
+    uint32_t neox;            /* pairing: 0 (2i, 2i+1), 1 (i, i+hd/2) */
+    float pos_scale;          /* 1 / rope_linear_factor */
+    const float *freqs;       /* hd/2 frequencies */
+    const float *q_norm, *k_norm; /* NULL unless qwen3 */
+    float eps;
+} mc_rope_args;
+cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
+                       cudaStream_t st);
+
+/* Grouped-query decode attention over positions [0, *pos] (the new token included) of one layer.
+ * Fixed split of positions into chunks of MC_ATT_CHUNK; each (kv head, chunk) block serves the q
+ * heads of its group (K and V read once) and writes their partials (max, sum, out); the combine
+ * kernel merges the chunks in index order. */
+#define MC_ATT_CHUNK 32u
+uint32_t mc_att_max_chunks(uint32_t capacity);
+cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
+                         uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
+                         const int32_t *pos, cudaStream_t st);
+/* Floats of the partials buffer mc_attention needs. */
+uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
+
+/* *pos += 1 (the commit of a stage's step). */
+cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
+/* *dst = *src (a device token handed to the next step). */
+cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st);
+
+/* The device sampler (the algorithm of backends/cpu/sampler_cpu.h, bit for bit). */
+typedef struct mc_sample_result {
+    int32_t token;     /* the choice; -1 when not sampled or on bad logits */
+    int32_t bad_index; /* the lowest index of a non-finite logit, or -1 */
+    uint32_t bad_bits; /* that logit's bits */
+    int32_t pad;
+} mc_sample_result;
+typedef struct mc_sampler_scratch {
+    uint32_t n_vocab, n_pow2;
+    unsigned long long *keys; /* n_pow2 sort keys */
+    float *partial;           /* n_vocab chunk-partial sums */
+    float *chunk_sums;        /* n_vocab/256 + 1 */
+    float *stats;             /* [0] = max */
+    uint32_t *parts;          /* the max pass's per-block (best, index, bad) */
+} mc_sampler_scratch;
+uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
+/* Carves the scratch out of `base` (mc_sampler_scratch_bytes bytes, 256-aligned). */
+void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
+/* Samples from logits with cfg at position *pos (the committed position); writes the token to
+ * *token_out (when the logits are finite) and the result to *result. */
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg,
+                      const int32_t *pos, int32_t *token_out, mc_sample_result *result, cudaStream_t st);
+
+/* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_floats` floats,
+ * rows [0, *pos) are hashed in chunks of MC_DIGEST_ROWS rows (one 64-bit hash per chunk, written
+ * to hashes[plane * max_chunks + chunk]; chunks past *pos write 0). */
+#define MC_DIGEST_ROWS 64u
+cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+                             const int32_t *pos, unsigned long long *hashes, cudaStream_t st);
+
+/* The kernel family of a kernel's host function pointer (for graph census), or NULL when the
+ * function is none of ours. */
+const char *mc_kernel_family(const void *func);
+
+/* Host API for tests: runs the device sampler on host logits (uploads, samples, reads back). */
+cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
+                           mc_sample_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

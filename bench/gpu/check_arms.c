@@ -1,0 +1,229 @@
+/* check_arms.c: a self-contained gate for the cuda backends, through the plugin ABI only
+ * (registry, memra_model_load, memra_arm_open): arm A runs P prompt steps and N generated steps
+ * (greedy, or sampled with position-keyed draws), recording logits and tokens; arm B replays the
+ * same tokens (up to `window` steps in flight) and is compared at every step, bit for bit
+ * (--exact) or by NMSE (--nmse X), with greedy-token agreement; then the cache, hidden and logits
+ * digests (exact mode), and a second run of arm B must give the same digests. Prints one line.
+ *
+ *   check_arms --a cpu --b cuda [--model F | --preset P --dtype D] [--prime P] [--gen N]
+ *              [--temp T --top-k K --top-p P --seed S] [--exact | --nmse X] [--window W]
+ *
+ * It is what bench/gpu/run_checks.sh uses where memra-gate is not built yet, and the arm-level
+ * Criterion test of tests/cuda (with MEMRA_CHECK_NO_MAIN). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_checks.h"
+#include "memra/digest.h"
+#include "memra/numeric.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
+
+static double check_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The logits of step i live at logits + i * V: check_run writes them through step_end. */
+static memra_status check_run_logits(memra_arm *arm, const check_arms_cfg *c, const uint32_t *prompt, uint32_t steps,
+                                     const int64_t *tokens_in, int64_t *tokens_out, float *logits, uint32_t V,
+                                     uint32_t window, uint8_t digests[3][32], double *gen_s, memra_error *err) {
+    const memra_backend_vtable *vt = memra_arm_vtable(arm);
+    memra_backend *b = memra_arm_backend(arm);
+    memra_state *s = NULL;
+    memra_status st = vt->state_new(b, steps, window, &s, err);
+    if (st)
+        return st;
+    memra_sample_cfg greedy = {0.0f, 0, 1.0f, 0};
+    const memra_sample_cfg *sc = c->sampled ? &c->sample : &greedy;
+    uint32_t begun = 0, ended = 0;
+    double t0 = check_now();
+    while (ended < steps && !st) {
+        while (begun < steps && begun - ended < window && !st) {
+            memra_step_args a = {sizeof a, 0, sc, true};
+            if (tokens_in)
+                a.token = tokens_in[begun];
+            else
+                a.token = begun < c->prime ? (int64_t)prompt[begun] : MEMRA_TOKEN_FROM_DEVICE;
+            if (begun == c->prime)
+                t0 = check_now();
+            st = vt->step_begin(b, s, &a, err);
+            if (!st)
+                begun++;
+        }
+        if (st)
+            break;
+        memra_step_result r = {sizeof r, 0, 0};
+        st = vt->step_end(b, s, logits + (size_t)ended * V, &r, err);
+        if (!st && tokens_out)
+            tokens_out[ended] = r.token;
+        ended++;
+    }
+    *gen_s = check_now() - t0;
+    for (int k = 0; k < 3 && !st; k++)
+        st = vt->digest(b, s, (memra_digest_kind)k, digests[k], err);
+    vt->state_free(b, s);
+    return st;
+}
+
+int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
+    memset(res, 0, sizeof *res);
+    memra_error err;
+    memset(&err, 0, sizeof err);
+    memra_loaded_model *lm = NULL;
+    memra_registry *reg = NULL;
+    memra_arm *A = NULL, *B = NULL;
+    float *la = NULL, *lb = NULL;
+    int64_t *ta = NULL, *tin = NULL, *tb = NULL;
+    uint32_t *prompt = NULL;
+    int rc = 3;
+    const uint32_t steps = c->prime + c->gen;
+    uint8_t da[3][32], db[3][32], db2[3][32];
+    double ga = 0, gb = 0, gb2 = 0;
+    memra_status st = memra_model_load(c->model, c->model ? NULL : c->preset, c->dtype, 1, &lm, &err);
+    if (!st)
+        st = memra_registry_open(&reg, &err);
+    if (!st)
+        st = memra_arm_open(reg, lm->model, c->a, NULL, 0, &A, &err);
+    if (!st)
+        st = memra_arm_open(reg, lm->model, c->b, NULL, 0, &B, &err);
+    if (st)
+        goto out;
+    {
+        const uint32_t V = lm->model->n_vocab;
+        la = (float *)malloc((size_t)steps * V * 4);
+        lb = (float *)malloc((size_t)steps * V * 4);
+        ta = (int64_t *)calloc(steps, 8);
+        tin = (int64_t *)calloc(steps, 8);
+        tb = (int64_t *)calloc(steps, 8);
+        prompt = (uint32_t *)calloc(steps + 1, 4);
+        if (!la || !lb || !ta || !tb || !tin || !prompt) {
+            snprintf(res->msg, sizeof res->msg, "out of host memory");
+            goto out;
+        }
+        uint64_t z = 12345;
+        for (uint32_t i = 0; i < steps; i++) {
+            z = memra_mix64(z + i);
+            prompt[i] = (uint32_t)(z % V);
+        }
+        if ((st = check_run_logits(A, c, prompt, steps, NULL, ta, la, V, 1, da, &ga, &err)))
+            goto out;
+        for (uint32_t i = 0; i < steps; i++) /* B's inputs: the prompt, then A's sampled tokens */
+            tin[i] = i < c->prime ? (int64_t)prompt[i] : ta[i - 1];
+        if (c->perturb_step >= 0 && (uint32_t)c->perturb_step < steps)
+            tin[c->perturb_step] = (tin[c->perturb_step] + 1) % V;
+        if ((st = check_run_logits(B, c, prompt, steps, tin, tb, lb, V, c->window, db, &gb, &err)))
+            goto out;
+        if ((st = check_run_logits(B, c, prompt, steps, tin, NULL, lb, V, c->window, db2, &gb2, &err)))
+            goto out; /* the repeat overwrites lb with the same bits, or the digests differ */
+        res->steps = steps;
+        res->first_bad = 0xffffffffu;
+        for (uint32_t i = 0; i < steps; i++) {
+            const float *x = la + (size_t)i * V, *y = lb + (size_t)i * V;
+            bool bad;
+            if (c->exact) {
+                bad = memcmp(x, y, (size_t)V * 4) != 0;
+            } else {
+                double num = 0, den = 0;
+                for (uint32_t j = 0; j < V; j++) {
+                    double d = (double)x[j] - y[j];
+                    num += d * d;
+                    den += (double)x[j] * x[j];
+                }
+                double nmse = den > 0 ? num / den : num;
+                if (!(nmse <= res->worst_nmse))
+                    res->worst_nmse = nmse;
+                bad = !(nmse <= c->nmse_tol);
+                if (getenv("CHECK_VERBOSE") && (bad || i % 16 == 0))
+                    fprintf(stderr, "step %u nmse %.3g tokens %lld %lld\n", i, nmse, (long long)ta[i], (long long)tb[i]);
+            }
+            if (bad) {
+                res->bad_steps++;
+                if (res->first_bad == 0xffffffffu)
+                    res->first_bad = i;
+            }
+            if (ta[i] == tb[i])
+                res->token_agree++;
+        }
+        res->digests_equal = memcmp(da, db, sizeof da) == 0;
+        res->repeat_equal = memcmp(db, db2, sizeof db) == 0;
+        res->b_tok_s = c->gen / (gb2 > 0 ? gb2 : 1e-9);
+        bool pass = res->bad_steps == 0 && res->repeat_equal && (!c->exact || res->digests_equal) &&
+                    (!c->exact || res->token_agree == steps);
+        char hex[65];
+        memra_sha256_hex(db[1], hex);
+        snprintf(res->msg, sizeof res->msg,
+                 "%s  A=%s B=%s steps=%u bad=%u first_bad=%d worst_nmse=%.3g tokens_agree=%u/%u digests_equal=%d "
+                 "repeat_equal=%d cache=%.16s B_gen_tok/s=%.1f",
+                 pass ? "PASS" : "FAIL", c->a, c->b, steps, res->bad_steps,
+                 res->first_bad == 0xffffffffu ? -1 : (int)res->first_bad, res->worst_nmse, res->token_agree, steps,
+                 res->digests_equal, res->repeat_equal, hex, res->b_tok_s);
+        rc = pass ? 0 : 1;
+    }
+out:
+    if (st)
+        snprintf(res->msg, sizeof res->msg, "ERROR %s vs %s: %s", c->a, c->b, err.msg);
+    free(la);
+    free(lb);
+    free(ta);
+    free(tb);
+    free(tin);
+    free(prompt);
+    if (B)
+        memra_arm_close(B);
+    if (A)
+        memra_arm_close(A);
+    if (reg)
+        memra_registry_close(reg);
+    if (lm)
+        memra_model_unload(lm);
+    return rc;
+}
+
+#ifndef MEMRA_CHECK_NO_MAIN
+int main(int argc, char **argv) {
+    check_arms_cfg c;
+    memset(&c, 0, sizeof c);
+    c.a = "cpu";
+    c.b = "cuda";
+    c.preset = "tiny";
+    c.dtype = 0;
+    c.prime = 16;
+    c.gen = 16;
+    c.window = 1;
+    c.exact = true;
+    c.sample = (memra_sample_cfg){1.0f, 0, 1.0f, 42};
+    c.perturb_step = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
+        memra_error err;
+        if (!strcmp(o, "--a")) c.a = v, i++;
+        else if (!strcmp(o, "--b")) c.b = v, i++;
+        else if (!strcmp(o, "--model")) c.model = v, i++;
+        else if (!strcmp(o, "--preset")) c.preset = v, i++;
+        else if (!strcmp(o, "--dtype")) {
+            if (memra_synth_parse_dtype(v, &c.dtype, &err)) { fprintf(stderr, "%s\n", err.msg); return 2; }
+            i++;
+        }
+        else if (!strcmp(o, "--prime")) c.prime = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--gen")) c.gen = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--window")) c.window = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--temp")) c.sampled = true, c.sample.temperature = (float)atof(v), i++;
+        else if (!strcmp(o, "--top-k")) c.sample.top_k = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--top-p")) c.sample.top_p = (float)atof(v), i++;
+        else if (!strcmp(o, "--seed")) c.sample.seed = strtoull(v, NULL, 10), i++;
+        else if (!strcmp(o, "--exact")) c.exact = true;
+        else if (!strcmp(o, "--perturb-step")) c.perturb_step = atoi(v), i++;
+        else if (!strcmp(o, "--nmse")) c.exact = false, c.nmse_tol = atof(v), i++;
+        else { fprintf(stderr, "check_arms: unknown option %s\n", o); return 2; }
+    }
+    check_arms_result r;
+    int rc = memra_cuda_check_arms(&c, &r);
+    printf("%s\n", r.msg);
+    return rc;
+}
+#endif

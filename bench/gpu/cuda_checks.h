@@ -1,0 +1,36 @@
+/* cuda_checks.h: the self-checks of the cuda backends, shared by the plain programs of bench/gpu
+ * (for the device machine, which has no Criterion) and the Criterion tests of tests/cuda. */
+#ifndef MEMRA_CUDA_CHECKS_H
+#define MEMRA_CUDA_CHECKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "memra/plugin.h"
+
+/* Device sampler against the cpu sampler; returns the number of disagreements (negative: could
+ * not run). */
+int memra_cuda_check_sampler(FILE *out, int *n_checked);
+
+typedef struct check_arms_cfg {
+    const char *a, *b, *model, *preset;
+    uint32_t dtype, prime, gen, window;
+    bool sampled, exact;
+    memra_sample_cfg sample;
+    double nmse_tol;
+    int perturb_step; /* >= 0: arm B gets a different input token at that step (negative control) */
+} check_arms_cfg;
+
+typedef struct check_arms_result {
+    uint32_t steps, bad_steps, first_bad, token_agree;
+    double worst_nmse;
+    bool digests_equal, repeat_equal;
+    double b_tok_s;
+    char msg[1200];
+} check_arms_result;
+
+/* 0 pass, 1 mismatch, 3 could not run (message in res->msg). */
+int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res);
+
+#endif

@@ -1,0 +1,205 @@
+/* kernel_bench.cu: times each kernel of the cuda backend alone with CUDA events, on the shapes of
+ * a preset (llama-8b or llama-1b), against the bytes it must read, to say kernel by kernel where
+ * a token's time goes. Weights are random (never zeros) and rotated over enough copies that no
+ * matrix is served from L2. Prints one row per kernel and the per-token sum.
+ *
+ *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32] [position]   */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "memra/gguf.h"
+
+#define KB_CHECK(x)                                                                                                    \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
+            exit(3);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+__global__ void kb_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
+        z ^= z >> 15;
+        z *= 2246822519u;
+        z ^= z >> 13;
+        p[i] = (z & mask) | or_bits;
+    }
+}
+
+static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
+    kb_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
+    KB_CHECK(cudaGetLastError());
+}
+
+/* Small-magnitude random values for each encoding: exponent bits kept near 1. */
+static void fill_type(void *p, size_t bytes, uint32_t type, uint32_t seed) {
+    if (type == MEMRA_TYPE_F32)
+        fill(p, bytes, seed, 0x807fffffu, 0x3c000000u);
+    else if (type == MEMRA_TYPE_BF16)
+        fill(p, bytes, seed, 0x807f807fu, 0x3c003c00u);
+    else if (type == MEMRA_TYPE_F16)
+        fill(p, bytes, seed, 0x83ff83ffu, 0x20002000u);
+    else
+        fill(p, bytes, seed, 0xffffffffu, 0);
+}
+
+typedef struct kb_mat {
+    mc_matrix m[8];
+    int n;
+} kb_mat;
+
+static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols, int copies) {
+    k->n = copies;
+    for (int i = 0; i < copies; i++) {
+        mc_matrix *m = &k->m[i];
+        m->type = type;
+        m->rows = rows;
+        m->cols = cols;
+        uint32_t eb = mc_type_elem_bytes(type);
+        m->stride = (uint32_t)((cols * eb + 15) / 16 * 16 / eb);
+        size_t qb = (size_t)rows * m->stride * eb;
+        KB_CHECK(cudaMalloc(&m->data, qb));
+        fill_type(m->data, qb, type, 17 + i);
+        m->scales = NULL;
+        if (type == MEMRA_TYPE_Q8_0) {
+            size_t sb = (size_t)rows * (cols / 32) * 2;
+            KB_CHECK(cudaMalloc((void **)&m->scales, (sb + 3) / 4 * 4));
+            fill(m->scales, (sb + 3) / 4 * 4, 99 + i, 0x03ff03ffu, 0x20002000u);
+        }
+    }
+}
+
+static double kb_bytes(const mc_matrix *m) { return (double)mc_matrix_bytes(m->type, m->rows, m->cols); }
+
+int main(int argc, char **argv) {
+    const char *which = argc > 1 ? argv[1] : "8b";
+    const char *dt = argc > 2 ? argv[2] : "bf16";
+    const uint32_t pos = argc > 3 ? (uint32_t)atoi(argv[3]) : 576;
+    uint32_t type = !strcmp(dt, "q8_0") ? MEMRA_TYPE_Q8_0 : !strcmp(dt, "f16") ? MEMRA_TYPE_F16
+                  : !strcmp(dt, "f32") ? MEMRA_TYPE_F32 : MEMRA_TYPE_BF16;
+    uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
+    if (!strcmp(which, "1b"))
+        n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;
+    const uint32_t cap = 1024;
+    cudaStream_t st;
+    KB_CHECK(cudaStreamCreate(&st));
+    kb_mat qkv, wo, gu, down, head;
+    kb_alloc(&qkv, type, (n_head + 2 * n_kv) * hd, n_embd, 4);
+    kb_alloc(&wo, type, n_embd, n_head * hd, 4);
+    kb_alloc(&gu, type, 2 * n_ff, n_embd, 2);
+    kb_alloc(&down, type, n_embd, n_ff, 2);
+    kb_alloc(&head, type, V, n_embd, 1);
+    float *x, *y, *w, *qkvb, *kc, *vc, *part, *att, *logits, *freqs;
+    int32_t *dpos, *tok;
+    mc_sample_result *res;
+    KB_CHECK(cudaMalloc(&x, 4 * 65536));
+    KB_CHECK(cudaMalloc(&y, 4 * 65536));
+    KB_CHECK(cudaMalloc(&w, 4 * 65536));
+    KB_CHECK(cudaMalloc(&qkvb, 4 * 65536));
+    KB_CHECK(cudaMalloc(&att, 4 * 65536));
+    KB_CHECK(cudaMalloc(&freqs, 4 * 1024));
+    KB_CHECK(cudaMalloc(&kc, (size_t)n_kv * cap * hd * 4));
+    KB_CHECK(cudaMalloc(&vc, (size_t)n_kv * cap * hd * 4));
+    KB_CHECK(cudaMalloc(&part, mc_att_partial_floats(n_head, hd, cap) * 4));
+    KB_CHECK(cudaMalloc(&logits, (size_t)V * 4));
+    KB_CHECK(cudaMalloc(&dpos, 16));
+    KB_CHECK(cudaMalloc(&tok, 16));
+    KB_CHECK(cudaMalloc(&res, sizeof *res));
+    fill(x, 4 * 65536, 1, 0x807fffffu, 0x3e000000u);
+    fill(w, 4 * 65536, 2, 0x807fffffu, 0x3e000000u);
+    fill(qkvb, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
+    fill(att, 4 * 65536, 4, 0x807fffffu, 0x3e000000u);
+    fill(freqs, 4 * 1024, 5, 0x007fffffu, 0x3c000000u);
+    fill(kc, (size_t)n_kv * cap * hd * 4, 6, 0x807fffffu, 0x3e000000u);
+    fill(vc, (size_t)n_kv * cap * hd * 4, 7, 0x807fffffu, 0x3e000000u);
+    void *sscr;
+    KB_CHECK(cudaMalloc(&sscr, mc_sampler_scratch_bytes(V)));
+    mc_sampler_scratch ss;
+    mc_sampler_scratch_init(&ss, sscr, V);
+    int32_t p = (int32_t)pos;
+    KB_CHECK(cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice));
+    KB_CHECK(cudaDeviceSynchronize());
+
+    /* ceiling: 1 GiB device-to-device copy */
+    void *ca, *cb;
+    size_t cn = (size_t)1 << 30;
+    KB_CHECK(cudaMalloc(&ca, cn));
+    KB_CHECK(cudaMalloc(&cb, cn));
+    KB_CHECK(cudaMemset(ca, 1, cn));
+    cudaEvent_t e0, e1;
+    KB_CHECK(cudaEventCreate(&e0));
+    KB_CHECK(cudaEventCreate(&e1));
+    KB_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
+    KB_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 10; i++)
+        KB_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
+    KB_CHECK(cudaEventRecord(e1, st));
+    KB_CHECK(cudaEventSynchronize(e1));
+    float cms;
+    KB_CHECK(cudaEventElapsedTime(&cms, e0, e1));
+    const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
+    cudaFree(ca);
+    cudaFree(cb);
+
+    mc_rope_args ra = {n_head, n_kv, hd, hd, cap, 1, 1.0f, freqs, NULL, NULL, 1e-5f};
+    memra_sample_cfg greedy = {0.0f, 0, 1.0f, 0};
+    struct {
+        const char *name;
+        int per_token; /* calls per token */
+        double bytes;  /* bytes it must read (and write) per call */
+    } rows[] = {
+        {"gemv qkv +norm", (int)n_layer, kb_bytes(&qkv.m[0])},
+        {"rope_kv", (int)n_layer, ((n_head + 2 * n_kv) * hd) * 8.0},
+        {"attention", (int)n_layer, 2.0 * n_kv * (pos + 1) * hd * 4},
+        {"gemv wo +res", (int)n_layer, kb_bytes(&wo.m[0])},
+        {"gemv gate/up +norm", (int)n_layer, kb_bytes(&gu.m[0])},
+        {"gemv down +res", (int)n_layer, kb_bytes(&down.m[0])},
+        {"gemv head +norm", 1, kb_bytes(&head.m[0])},
+        {"sampler greedy", 1, (double)V * 4},
+    };
+    const int nrows = sizeof rows / sizeof rows[0];
+    const int reps = 40;
+    double total_ms = 0, total_bytes = 0;
+    printf("kernel_bench: %s %s pos %u, ceiling %.1f GB/s (1 GiB D2D copy, read+write)\n", which, dt, pos,
+           ceiling / 1e9);
+    printf("%-22s %6s %10s %10s %9s %8s %10s\n", "kernel", "calls", "us/call", "MB/call", "GB/s", "%ceil",
+           "us/token");
+    for (int r = 0; r < nrows; r++) {
+        for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
+            KB_CHECK(cudaEventRecord(e0, st));
+            for (int i = 0; i < reps; i++) {
+                switch (r) {
+                case 0: KB_CHECK(mc_gemv(&qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
+                case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
+                case 2: KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, st)); break;
+                case 3: KB_CHECK(mc_gemv(&wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 4: KB_CHECK(mc_gemv_swiglu(&gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
+                case 5: KB_CHECK(mc_gemv(&down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 6: KB_CHECK(mc_gemv(&head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
+                default: KB_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, st)); break;
+                }
+            }
+            KB_CHECK(cudaEventRecord(e1, st));
+            KB_CHECK(cudaEventSynchronize(e1));
+        }
+        float ms;
+        KB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        double us = ms * 1e3 / reps;
+        double gbs = rows[r].bytes / (us * 1e-6) / 1e9;
+        total_ms += us * rows[r].per_token / 1e3;
+        total_bytes += rows[r].bytes * rows[r].per_token;
+        printf("%-22s %6d %10.2f %10.3f %9.1f %7.1f%% %10.1f\n", rows[r].name, rows[r].per_token, us,
+               rows[r].bytes / 1e6, gbs, 100.0 * gbs * 1e9 / ceiling, us * rows[r].per_token);
+    }
+    printf("%-22s %6s %10s %10.1f %9.1f %7.1f%% %10.1f  -> %.1f tok/s if launches were free\n", "per token", "", "",
+           total_bytes / 1e6, total_bytes / (total_ms * 1e-3) / 1e9,
+           100.0 * total_bytes / (total_ms * 1e-3) / ceiling, total_ms * 1e3, 1e3 / total_ms);
+    printf("floor: %.1f MB/token / %.1f GB/s = %.3f ms/token = %.1f tok/s\n", total_bytes / 1e6, ceiling / 1e9,
+           total_bytes / ceiling * 1e3, ceiling / total_bytes);
+    return 0;
+}
