@@ -674,7 +674,7 @@ memra_status memra_gguf_open_memory(const void *data, size_t size, const char *n
     *out = NULL;
     if (!data && size > 0)
         return memra_fail(err, MEMRA_E_INVALID, "%s: data is NULL", name ? name : "<memory>");
-    memra_gguf *g;
+    memra_gguf *g = NULL;
     memra_status st = gguf_new(name, &g, err);
     if (st != MEMRA_OK)
         return st;
@@ -692,7 +692,7 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
     if (!out || !path)
         return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open: path or out is NULL");
     *out = NULL;
-    memra_gguf *g;
+    memra_gguf *g = NULL;
     memra_status st = gguf_new(path, &g, err);
     if (st != MEMRA_OK)
         return st;
