@@ -28,7 +28,8 @@ typedef enum memra_arch { MEMRA_ARCH_LLAMA = 0, MEMRA_ARCH_QWEN2 = 1, MEMRA_ARCH
 typedef enum memra_rope_pairing { MEMRA_ROPE_NORMAL = 0, MEMRA_ROPE_NEOX = 1 } memra_rope_pairing;
 
 /* One bound tensor. data == NULL means absent (optional tensors only). For a vector (norm weight,
- * bias) rows == 1 and cols is its length. */
+ * bias) rows == 1 and cols is its length; vectors are always F32 (describe checks it, and that
+ * they are 4-byte aligned), matrices may be of any known type (see memra_weight_check_type). */
 typedef struct memra_weight {
     const char *name; /* the GGUF tensor name; NULL when absent */
     const void *data; /* inside the mapping */

@@ -1,10 +1,10 @@
 /* memra/synth.h: synthetic llama-family models with deterministic pseudo-random weights.
  *
- * Presets: "tiny", "small", "qwen3-tiny", "llama-1b" (shapes of Llama-3.2-1B), "llama-8b"
- * (Llama-3.1-8B). Weights are scaled so activations stay of order one, logits are not flat and
- * greedy decoding of tiny does not loop within 256 tokens. The files carry the tokenizer metadata
- * other GGUF tools expect (tokenizer.ggml.model "llama", tokens including the 256 byte tokens,
- * scores, token types, bos and eos). */
+ * Presets: "tiny", "small", "qwen3-tiny", "qwen2-tiny" (q/k/v biases), "llama-1b" (shapes of
+ * Llama-3.2-1B), "llama-8b" (Llama-3.1-8B). Weights are scaled so activations stay of order one,
+ * logits are not flat and greedy decoding of tiny does not loop within 256 tokens. The files carry
+ * the tokenizer metadata other GGUF tools expect (tokenizer.ggml.model "llama", tokens including
+ * the 256 byte tokens, scores, token types, bos and eos). */
 #ifndef MEMRA_SYNTH_H
 #define MEMRA_SYNTH_H
 
@@ -28,7 +28,9 @@ const char *const *memra_synth_presets(void);
 /* Parses "f32", "f16", "bf16", "q8_0" (any case). */
 memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_error *err);
 
-/* Writes the model to path, streaming tensor data (memory stays small for every preset). */
+/* Writes the model to path, streaming tensor data (memory stays small for every preset). Rows
+ * are generated on one thread per core, or $MEMRA_SYNTH_THREADS (1..16); the bytes are the same
+ * for any count. */
 memra_status memra_synth_write_file(const memra_synth_spec *spec, const char *path, memra_error *err);
 /* Builds the model in a malloc'd buffer (free() it): the embedded default, tests. */
 memra_status memra_synth_build_memory(const memra_synth_spec *spec, void **data, size_t *size, memra_error *err);

@@ -1,0 +1,117 @@
+/* cli.h: what the subcommands of the memra command share: option parsing, exit codes, model
+ * selection (--model F | --preset P [--dtype D] [--model-seed S]), and small printing helpers.
+ *
+ * Exit codes: 0 ok, 2 usage (a bad or unknown option, a bad value), 3 error (a file that cannot
+ * be read, a backend that fails). Every message goes to stderr as "memra CMD: what went wrong". */
+#ifndef MEMRA_TOOLS_CLI_H
+#define MEMRA_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "memra/memra.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_USAGE 2
+#define CLI_EXIT_ERROR 3
+
+#ifndef MEMRA_GIT_COMMIT
+#define MEMRA_GIT_COMMIT "unknown"
+#endif
+
+/* One option a subcommand accepts. `name` is the long form ("--model"), `alt` a second spelling
+ * ("-o") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
+ * "" for a flag) when the option was on the command line, else NULL. An option given twice is a
+ * usage error. */
+typedef struct cli_opt {
+    const char *name;
+    const char *alt;
+    bool value;
+    const char *given;
+} cli_opt;
+
+/* Parses argv[first..argc): options of `opts` ("--name value", "--name=value", "-n value") and up
+ * to max_pos positional arguments (into pos). "--help" and "-h" are always accepted and set
+ * *help. Returns CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */
+int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, size_t n_opts, const char **pos,
+              size_t max_pos, size_t *n_pos, bool *help);
+
+/* The given value of option `name`, or NULL. */
+const char *cli_get(const cli_opt *opts, size_t n_opts, const char *name);
+
+/* Typed values: print a usage message naming the option and return false when malformed or out
+ * of range. */
+bool cli_u32(const char *cmd, const char *opt, const char *text, uint32_t min, uint32_t max, uint32_t *out);
+bool cli_u64(const char *cmd, const char *opt, const char *text, uint64_t *out);
+bool cli_float(const char *cmd, const char *opt, const char *text, double min, double max, float *out);
+
+/* Prints "memra CMD: message" to stderr. */
+void cli_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prints err's message for cmd and returns the exit code of its status (usage for INVALID). */
+int cli_fail(const char *cmd, const memra_error *err);
+
+/* Model selection shared by run and bench. */
+typedef struct cli_model_sel {
+    const char *path;
+    const char *preset;
+    uint32_t type;
+    uint64_t seed;
+} cli_model_sel;
+
+#define CLI_MODEL_OPTS                                                                                                 \
+    {"--model", NULL, true, NULL}, {"--preset", NULL, true, NULL}, {"--dtype", NULL, true, NULL},                      \
+        {"--model-seed", NULL, true, NULL}
+#define CLI_MODEL_HELP                                                                                                 \
+    "  --model F.gguf       the model file\n"                                                                          \
+    "  --preset P           or a synthetic model built in memory: tiny (the default when neither is\n"                 \
+    "                       given), small, qwen3-tiny, qwen2-tiny, llama-1b, llama-8b\n"                               \
+    "  --dtype D            matrix type of the preset: f32 (default), f16, bf16, q8_0\n"                               \
+    "  --model-seed S       weight seed of the preset (default 1)\n"
+#define CLI_DEFAULT_MODEL_SEED 1
+
+/* Reads the model options; false after printing a usage message. */
+bool cli_model_sel_parse(const char *cmd, const cli_opt *opts, size_t n_opts, cli_model_sel *sel);
+
+/* Size with a binary unit ("1.5 GiB") into buf. */
+const char *cli_bytes(uint64_t n, char *buf, size_t size);
+/* Writes s as a JSON string (quotes included). */
+void cli_json_str(FILE *f, const char *s);
+/* Seconds of a monotonic clock. */
+double cli_now(void);
+/* Peak resident set size of this process in bytes (getrusage). */
+uint64_t cli_peak_rss(void);
+
+/* What run and bench open: a model, the registry, an arm on the model (session.c). */
+typedef struct cli_session {
+    memra_loaded_model *lm;
+    memra_registry *reg;
+    memra_arm *arm;
+    const memra_backend_vtable *vt;
+    memra_backend *b;
+} cli_session;
+
+/* Loads the model and opens the arm; prints the failure and returns its exit code. */
+int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s);
+void cli_session_close(cli_session *s);
+/* One serial step: begin then end. token may be MEMRA_TOKEN_FROM_DEVICE; sample NULL: none;
+ * logits NULL: not copied out. */
+memra_status cli_step(cli_session *s, memra_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
+                      memra_step_result *res, memra_error *err);
+/* Bytes a decode step at position pos reads: the weights and an f32 KV cache of positions
+ * [0, pos] (the figure behind GB/s). */
+uint64_t cli_step_bytes(const memra_model *m, uint64_t pos);
+
+/* The subcommands: argv[0] is the subcommand's name. */
+int cmd_plugins(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

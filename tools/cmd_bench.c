@@ -1,0 +1,299 @@
+/* cmd_bench.c: `memra bench`: decode speed of one arm. A prefix state is primed once with
+ * --prime tokens; each repetition restores it and generates -n tokens greedily (the token stays
+ * on the device: MEMRA_TOKEN_FROM_DEVICE). Reports tok/s (mean and standard deviation over
+ * repetitions, warm-up excluded), ms/token, GB/s of bytes read per token (weights plus the f32 KV
+ * cache up to the position), the backend's measured ceiling when it offers one, and memory.
+ * Every repetition must generate the same tokens: a backend that does not is an error, not a
+ * figure. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char help_text[] =
+    "usage: memra bench [--backend ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
+    "                   [--prime P] [-n N] [--reps R] [--warmup W] [--jsonl FILE]\n"
+    "\n"
+    "Primes a prefix of P tokens once, then runs W warm-up and R timed repetitions, each restoring\n"
+    "the prefix and generating N tokens greedily. Prints tok/s (mean and standard deviation),\n"
+    "ms/token, GB/s (weights + f32 KV cache read per token), the backend's measured ceiling and\n"
+    "the share of it when the backend offers one, the device, and memory in use.\n"
+    "\n" CLI_MODEL_HELP
+    "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu)\n"
+    "  --prime P            prefix tokens (default 512): bos, then fixed pseudo-random ids\n"
+    "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
+    "  --reps R             timed repetitions (default 5)\n"
+    "  --warmup W           untimed repetitions first (default 1)\n"
+    "  --jsonl FILE         append one JSON line with the figures, commit, device and options\n";
+
+typedef struct bench_args {
+    cli_model_sel sel;
+    const char *arm;
+    uint32_t prime, n_gen, reps, warmup;
+    const char *jsonl;
+} bench_args;
+
+typedef struct bench_result {
+    double *tok_s; /* per timed repetition */
+    double mean, sd, ms_per_token, bytes_per_token, gb_s;
+    char device[128];
+    double ceiling; /* bytes/s; 0 when not offered */
+    char ceiling_how[256];
+    memra_backend_memory mem;
+    bool have_mem;
+} bench_result;
+
+static void progress(uint32_t done, uint32_t total, const char *what) {
+    const int width = 30;
+    int filled = total ? (int)((uint64_t)done * width / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %u/%u %s   ", filled, "##############################", width - filled, "", done,
+            total, what);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* The prefix: bos (or 0), then ids drawn from a fixed counter so every run primes the same. */
+static int64_t prime_token(const memra_model *m, uint32_t i) {
+    if (i == 0)
+        return m->bos_id >= 0 ? m->bos_id : 0;
+    return (int64_t)(memra_mix64(0x6d656d7261ull + i) % m->n_vocab);
+}
+
+static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba, bench_result *br) {
+    const memra_model *m = ss->lm->model;
+    const memra_sample_cfg greedy = {0};
+    bool tty = isatty(STDERR_FILENO);
+    uint32_t capacity = ba->prime + ba->n_gen;
+    uint32_t total_reps = ba->warmup + ba->reps;
+    memra_state *prefix = NULL, *work = NULL;
+    int64_t *first = malloc(ba->n_gen * sizeof *first);
+    memra_error err = {0};
+    int rc = CLI_EXIT_ERROR;
+    if (!first) {
+        cli_error(cmd, "out of memory");
+        return rc;
+    }
+    if (ss->vt->state_new(ss->b, capacity, 1, &prefix, &err) != MEMRA_OK ||
+        ss->vt->state_new(ss->b, capacity, 1, &work, &err) != MEMRA_OK)
+        goto fail;
+    for (uint32_t i = 0; i < ba->prime; i++) {
+        memra_step_result res;
+        bool last = i + 1 == ba->prime;
+        if (cli_step(ss, prefix, prime_token(m, i), last ? &greedy : NULL, NULL, &res, &err) != MEMRA_OK) {
+            memra_error_prefix(&err, "priming, step %u", i);
+            goto fail;
+        }
+        if (tty && (i % 16 == 15 || last))
+            progress(i + 1, ba->prime, "priming");
+    }
+    for (uint32_t r = 0; r < total_reps; r++) {
+        if (ss->vt->state_restore(ss->b, work, prefix, &err) != MEMRA_OK) {
+            memra_error_prefix(&err, "repetition %u: restoring the prefix", r + 1);
+            goto fail;
+        }
+        double t0 = cli_now();
+        for (uint32_t k = 0; k < ba->n_gen; k++) {
+            memra_step_result res;
+            if (cli_step(ss, work, MEMRA_TOKEN_FROM_DEVICE, &greedy, NULL, &res, &err) != MEMRA_OK) {
+                memra_error_prefix(&err, "repetition %u, step %u (position %u)", r + 1, k, ba->prime + k);
+                goto fail;
+            }
+            if (r == 0) {
+                first[k] = res.token;
+            } else if (res.token != first[k]) {
+                cli_error(cmd, "repetition %u generated token %lld at position %u, repetition 1 generated %lld: the "
+                          "arm '%s' is not deterministic, so its timing means nothing",
+                          r + 1, (long long)res.token, ba->prime + k + 1, (long long)first[k], ba->arm);
+                goto out;
+            }
+        }
+        double dt = cli_now() - t0;
+        if (r >= ba->warmup)
+            br->tok_s[r - ba->warmup] = ba->n_gen / dt;
+        if (tty)
+            progress(r + 1, total_reps, r < ba->warmup ? "warm-up" : "timed");
+    }
+    /* Memory while both states are live: what a decode at this capacity holds. */
+    br->mem.struct_size = sizeof br->mem;
+    br->have_mem = ss->vt->memory && ss->vt->memory(ss->b, &br->mem, &err) == MEMRA_OK;
+    rc = CLI_EXIT_OK;
+    goto out;
+fail:
+    rc = cli_fail(cmd, &err);
+out:
+    if (work)
+        ss->vt->state_free(ss->b, work);
+    if (prefix)
+        ss->vt->state_free(ss->b, prefix);
+    free(first);
+    return rc;
+}
+
+static void bench_describe_device(cli_session *ss, bench_result *br) {
+    snprintf(br->device, sizeof br->device, "%s", memra_arm_backend_name(ss->arm));
+    memra_error err = {0};
+    const memra_ext_bench_v1 *ext = ss->vt->extension ? ss->vt->extension(ss->b, MEMRA_EXT_BENCH, 1) : NULL;
+    if (ext && ext->struct_size >= sizeof *ext) {
+        if (ext->device_name && ext->device_name(ss->b, br->device, sizeof br->device, &err) != MEMRA_OK)
+            snprintf(br->device, sizeof br->device, "%s (device name failed: %.60s)",
+                     memra_arm_backend_name(ss->arm), err.msg);
+        if (ext->measure_ceiling &&
+            ext->measure_ceiling(ss->b, &br->ceiling, br->ceiling_how, sizeof br->ceiling_how, &err) != MEMRA_OK) {
+            br->ceiling = 0;
+            snprintf(br->ceiling_how, sizeof br->ceiling_how, "measurement failed: %.200s", err.msg);
+        }
+    }
+}
+
+static void bench_stats(const memra_model *m, const bench_args *ba, bench_result *br) {
+    double sum = 0, sq = 0;
+    for (uint32_t i = 0; i < ba->reps; i++)
+        sum += br->tok_s[i];
+    br->mean = sum / ba->reps;
+    for (uint32_t i = 0; i < ba->reps; i++)
+        sq += (br->tok_s[i] - br->mean) * (br->tok_s[i] - br->mean);
+    br->sd = ba->reps > 1 ? sqrt(sq / (ba->reps - 1)) : 0.0;
+    br->ms_per_token = 1e3 / br->mean;
+    double bytes = 0;
+    for (uint32_t k = 0; k < ba->n_gen; k++) /* the step at position prime+k reads positions [0, prime+k] */
+        bytes += (double)cli_step_bytes(m, (uint64_t)ba->prime + k);
+    br->bytes_per_token = bytes / ba->n_gen;
+    br->gb_s = br->bytes_per_token * br->mean / 1e9;
+}
+
+static void bench_print(cli_session *ss, const bench_args *ba, const bench_result *br) {
+    char b1[32], b2[32], b3[32], b4[32];
+    printf("model:        %s\n", ss->lm->label);
+    printf("arm:          %s\n", memra_arm_text(ss->arm));
+    printf("device:       %s\n", br->device);
+    printf("shape:        prime %u, generate %u, %u repetitions (+%u warm-up)\n", ba->prime, ba->n_gen, ba->reps,
+           ba->warmup);
+    printf("decode:       %.2f tok/s +- %.2f (sd), %.3f ms/token\n", br->mean, br->sd, br->ms_per_token);
+    printf("bandwidth:    %.2f GB/s (%s read per token: weights + f32 KV cache)\n", br->gb_s,
+           cli_bytes((uint64_t)br->bytes_per_token, b1, sizeof b1));
+    if (br->ceiling > 0)
+        printf("ceiling:      %.2f GB/s measured (%s): %.1f%% of it\n", br->ceiling / 1e9, br->ceiling_how,
+               100.0 * br->gb_s * 1e9 / br->ceiling);
+    else
+        printf("ceiling:      %s\n", br->ceiling_how[0] ? br->ceiling_how : "not offered by this backend");
+    if (br->have_mem)
+        printf("memory:       weights %s, KV caches %s (prefix + working state), scratch %s, device in use %s\n",
+               cli_bytes(br->mem.weight_bytes, b1, sizeof b1), cli_bytes(br->mem.cache_bytes, b2, sizeof b2),
+               cli_bytes(br->mem.scratch_bytes, b3, sizeof b3),
+               br->mem.device_in_use ? cli_bytes(br->mem.device_in_use, b4, sizeof b4) : "n/a");
+    else
+        printf("memory:       not reported by this backend\n");
+    printf("peak RSS:     %s\n", cli_bytes(cli_peak_rss(), b1, sizeof b1));
+}
+
+static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, const bench_result *br) {
+    FILE *f = fopen(ba->jsonl, "a");
+    if (!f) {
+        cli_error(cmd, "cannot append to %s: %s", ba->jsonl, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    fprintf(f, "{\"record\": \"bench\", \"commit\": ");
+    cli_json_str(f, MEMRA_GIT_COMMIT);
+    fprintf(f, ", \"version\": ");
+    cli_json_str(f, memra_version());
+    fprintf(f, ", \"device\": ");
+    cli_json_str(f, br->device);
+    fprintf(f, ", \"arm\": ");
+    cli_json_str(f, memra_arm_text(ss->arm));
+    fprintf(f, ", \"options\": {");
+    const memra_options *o = memra_arm_resolved(ss->arm);
+    for (uint32_t i = 0; i < o->n; i++) {
+        fprintf(f, "%s", i ? ", " : "");
+        cli_json_str(f, o->items[i].key);
+        fprintf(f, ": ");
+        cli_json_str(f, o->items[i].value);
+    }
+    fprintf(f, "}, \"model\": ");
+    cli_json_str(f, ss->lm->label);
+    fprintf(f, ", \"weight_bytes\": %" PRIu64 ", \"prime\": %u, \"n\": %u, \"reps\": %u, \"warmup\": %u",
+            ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup);
+    fprintf(f, ", \"tok_s\": [");
+    for (uint32_t i = 0; i < ba->reps; i++)
+        fprintf(f, "%s%.4f", i ? ", " : "", br->tok_s[i]);
+    fprintf(f, "], \"tok_s_mean\": %.4f, \"tok_s_sd\": %.4f, \"ms_per_token\": %.6f", br->mean, br->sd,
+            br->ms_per_token);
+    fprintf(f, ", \"bytes_per_token\": %.0f, \"gb_s\": %.4f", br->bytes_per_token, br->gb_s);
+    if (br->ceiling > 0)
+        fprintf(f, ", \"ceiling_gb_s\": %.4f, \"ceiling_pct\": %.2f", br->ceiling / 1e9,
+                100.0 * br->gb_s * 1e9 / br->ceiling);
+    else
+        fprintf(f, ", \"ceiling_gb_s\": null, \"ceiling_pct\": null");
+    if (br->have_mem)
+        fprintf(f,
+                ", \"memory\": {\"weight_bytes\": %" PRIu64 ", \"cache_bytes\": %" PRIu64 ", \"scratch_bytes\": %" PRIu64
+                ", \"device_in_use\": %" PRIu64 "}",
+                br->mem.weight_bytes, br->mem.cache_bytes, br->mem.scratch_bytes, br->mem.device_in_use);
+    fprintf(f, ", \"peak_rss\": %" PRIu64 "}\n", cli_peak_rss());
+    if (fclose(f) != 0) {
+        cli_error(cmd, "cannot write %s: %s", ba->jsonl, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    cli_opt opts[] = {CLI_MODEL_OPTS,
+                      {"--backend", NULL, true, NULL},
+                      {"--prime", NULL, true, NULL},
+                      {"--n-gen", "-n", true, NULL},
+                      {"--reps", NULL, true, NULL},
+                      {"--warmup", NULL, true, NULL},
+                      {"--jsonl", NULL, true, NULL}};
+    size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, &help);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (help) {
+        fputs(help_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    bench_args ba = {.arm = "cpu", .prime = 512, .n_gen = 128, .reps = 5, .warmup = 1};
+    if (!cli_model_sel_parse(cmd, opts, n_opts, &ba.sel))
+        return CLI_EXIT_USAGE;
+    const char *v;
+    if ((v = cli_get(opts, n_opts, "--backend")))
+        ba.arm = v;
+    if (((v = cli_get(opts, n_opts, "--prime")) && !cli_u32(cmd, "--prime", v, 1, 1000000, &ba.prime)) ||
+        ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 1, 1000000, &ba.n_gen)) ||
+        ((v = cli_get(opts, n_opts, "--reps")) && !cli_u32(cmd, "--reps", v, 1, 100000, &ba.reps)) ||
+        ((v = cli_get(opts, n_opts, "--warmup")) && !cli_u32(cmd, "--warmup", v, 0, 100000, &ba.warmup)))
+        return CLI_EXIT_USAGE;
+    ba.jsonl = cli_get(opts, n_opts, "--jsonl");
+    if (ba.jsonl && !*ba.jsonl) {
+        cli_error(cmd, "--jsonl: empty file name");
+        return CLI_EXIT_USAGE;
+    }
+    bench_result br = {0};
+    br.tok_s = calloc(ba.reps, sizeof *br.tok_s);
+    if (!br.tok_s) {
+        cli_error(cmd, "out of memory");
+        return CLI_EXIT_ERROR;
+    }
+    cli_session ss;
+    rc = cli_session_open(cmd, &ba.sel, ba.arm, &ss);
+    if (rc == CLI_EXIT_OK) {
+        rc = bench_measure(cmd, &ss, &ba, &br);
+        if (rc == CLI_EXIT_OK) {
+            bench_describe_device(&ss, &br);
+            bench_stats(ss.lm->model, &ba, &br);
+            bench_print(&ss, &ba, &br);
+            if (ba.jsonl)
+                rc = bench_jsonl(cmd, &ss, &ba, &br);
+        }
+        cli_session_close(&ss);
+    }
+    free(br.tok_s);
+    return rc;
+}

@@ -1,0 +1,278 @@
+/* cmd_run.c: `memra run`: feeds a prompt of token ids through an arm, generates tokens, prints
+ * their ids, and on stderr the speed and the peak memory of the process. --dump-logits writes
+ * every step's logits for other tools to compare. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char help_text[] =
+    "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
+    "                 [--tokens 1,2,3] [-n N] [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
+    "                 [--dump-logits FILE]\n"
+    "\n"
+    "Feeds the prompt tokens, then generates N tokens and prints their ids (space-separated) on\n"
+    "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
+    "\n" CLI_MODEL_HELP
+    "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
+    "                       or 0 when it names none)\n"
+    "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"
+    "  --temp T             sample at temperature T (default: greedy, the argmax)\n"
+    "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
+    "  --top-p P            with --temp: nucleus cut (1: none)\n"
+    "  --seed S             with --temp: the sampling seed (default 1); draws are keyed by\n"
+    "                       (seed, position). The weights' seed of a preset is --model-seed.\n"
+    "  --dump-logits FILE   write every step's logits: little-endian float32, steps x n_vocab,\n"
+    "                       row-major; FILE.json holds {\"n_vocab\", \"steps\", \"tokens\"}, the\n"
+    "                       input token of each step\n";
+
+#define RUN_MAX_TOKENS 1000000u
+
+/* Parses "1,2,3" into a malloc'd array. */
+static bool parse_tokens(const char *cmd, const char *text, int64_t **out, uint32_t *n) {
+    *out = NULL;
+    *n = 0;
+    uint32_t cap = 1;
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    int64_t *t = malloc(cap * sizeof *t);
+    if (!t) {
+        cli_error(cmd, "out of memory for %u tokens", cap);
+        return false;
+    }
+    const char *p = text;
+    for (uint32_t i = 0; i < cap; i++) {
+        char *end;
+        errno = 0;
+        long long v = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+        if (v < 0 || errno || (*end != ',' && *end != '\0')) {
+            cli_error(cmd, "--tokens '%s': expected token ids (integers >= 0) separated by commas", text);
+            free(t);
+            return false;
+        }
+        t[i] = v;
+        p = end + (*end == ',');
+    }
+    *out = t;
+    *n = cap;
+    return true;
+}
+
+static bool parse_sampling(const char *cmd, const cli_opt *opts, size_t n_opts, memra_sample_cfg *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->top_p = 1.0f;
+    cfg->seed = 1;
+    const char *temp = cli_get(opts, n_opts, "--temp"), *top_k = cli_get(opts, n_opts, "--top-k");
+    const char *top_p = cli_get(opts, n_opts, "--top-p"), *seed = cli_get(opts, n_opts, "--seed");
+    if (!temp && (top_k || top_p || seed)) {
+        cli_error(cmd, "%s samples: it needs --temp T", top_k ? "--top-k" : top_p ? "--top-p" : "--seed");
+        return false;
+    }
+    if (temp && !cli_float(cmd, "--temp", temp, 0.0, 1000.0, &cfg->temperature))
+        return false;
+    if (top_k && !cli_u32(cmd, "--top-k", top_k, 0, UINT32_MAX, &cfg->top_k))
+        return false;
+    if (top_p && !cli_float(cmd, "--top-p", top_p, 0.0, 1.0, &cfg->top_p))
+        return false;
+    if (seed && !cli_u64(cmd, "--seed", seed, &cfg->seed))
+        return false;
+    return true;
+}
+
+/* Writes n floats little-endian. */
+static bool write_f32_le(FILE *f, const float *x, size_t n) {
+    unsigned char buf[4096];
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = memra_f32_to_bits(x[i]);
+        for (int k = 0; k < 4; k++)
+            buf[at++] = (unsigned char)(u >> (8 * k));
+        if (at == sizeof buf || i + 1 == n) {
+            if (fwrite(buf, 1, at, f) != at)
+                return false;
+            at = 0;
+        }
+    }
+    return true;
+}
+
+static bool write_dump_json(const char *cmd, const char *path, uint32_t n_vocab, const int64_t *inputs,
+                            uint32_t steps) {
+    size_t len = strlen(path);
+    char *json_path = malloc(len + 6);
+    if (!json_path)
+        return false;
+    memcpy(json_path, path, len);
+    memcpy(json_path + len, ".json", 6);
+    FILE *f = fopen(json_path, "w");
+    if (!f) {
+        cli_error(cmd, "cannot write %s: %s", json_path, strerror(errno));
+        free(json_path);
+        return false;
+    }
+    fprintf(f, "{\"n_vocab\": %u, \"steps\": %u, \"tokens\": [", n_vocab, steps);
+    for (uint32_t i = 0; i < steps; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)inputs[i]);
+    fprintf(f, "]}\n");
+    bool ok = fclose(f) == 0;
+    if (!ok)
+        cli_error(cmd, "cannot write %s: %s", json_path, strerror(errno));
+    free(json_path);
+    return ok;
+}
+
+typedef struct run_args {
+    cli_model_sel sel;
+    const char *arm;
+    int64_t *prompt;
+    uint32_t n_prompt, n_gen;
+    memra_sample_cfg sample;
+    const char *dump_path;
+} run_args;
+
+/* The decode loop proper: returns an exit code. */
+static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
+    const memra_model *m = ss->lm->model;
+    for (uint32_t i = 0; i < ra->n_prompt; i++) {
+        if (ra->prompt[i] >= (int64_t)m->n_vocab) {
+            cli_error(cmd, "--tokens: token %lld is not below n_vocab %u", (long long)ra->prompt[i], m->n_vocab);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    uint32_t steps = ra->n_prompt + (ra->n_gen ? ra->n_gen - 1 : 0); /* the last token is not fed back */
+    int64_t *seq = malloc(((size_t)ra->n_prompt + ra->n_gen) * sizeof *seq);
+    float *logits = ra->dump_path ? malloc((size_t)m->n_vocab * sizeof *logits) : NULL;
+    FILE *dump = NULL;
+    memra_state *st = NULL;
+    memra_error err = {0};
+    int rc = CLI_EXIT_ERROR;
+    if (!seq || (ra->dump_path && !logits)) {
+        cli_error(cmd, "out of memory");
+        goto out;
+    }
+    memcpy(seq, ra->prompt, ra->n_prompt * sizeof *seq);
+    if (ra->dump_path && !(dump = fopen(ra->dump_path, "wb"))) {
+        cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
+        goto out;
+    }
+    if (ss->vt->state_new(ss->b, steps + 1, 1, &st, &err) != MEMRA_OK) {
+        rc = cli_fail(cmd, &err);
+        goto out;
+    }
+    double t0 = cli_now(), t_prompt = t0;
+    for (uint32_t k = 0; k < steps; k++) {
+        memra_step_result res;
+        bool sample = k + 1 >= ra->n_prompt && ra->n_gen > 0;
+        if (cli_step(ss, st, seq[k], sample ? &ra->sample : NULL, logits, &res, &err) != MEMRA_OK) {
+            memra_error_prefix(&err, "step %u (position %u)", k, k);
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+        if (sample)
+            seq[k + 1] = res.token;
+        if (k + 1 == ra->n_prompt)
+            t_prompt = cli_now();
+        if (dump && !write_f32_le(dump, logits, m->n_vocab)) {
+            cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
+            goto out;
+        }
+    }
+    double t_end = cli_now();
+    for (uint32_t i = 0; i < ra->n_gen; i++)
+        printf("%s%lld", i ? " " : "", (long long)seq[ra->n_prompt + i]);
+    printf("\n");
+    fflush(stdout);
+    if (dump) {
+        FILE *f = dump;
+        dump = NULL;
+        if (fclose(f) != 0 || !write_dump_json(cmd, ra->dump_path, m->n_vocab, seq, steps)) {
+            cli_error(cmd, "cannot write %s", ra->dump_path);
+            goto out;
+        }
+    }
+
+    char b1[32], b2[32], b3[32];
+    uint64_t cache = 4ull * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v) * (steps + 1);
+    memra_backend_memory mem = {.struct_size = sizeof mem};
+    if (ss->vt->memory && ss->vt->memory(ss->b, &mem, &err) == MEMRA_OK && mem.cache_bytes)
+        cache = mem.cache_bytes;
+    uint32_t decode_steps = steps - ra->n_prompt;
+    double dt = t_end - t_prompt;
+    fprintf(stderr, "memra run: %s on %s: prompt %u token%s in %.2f ms", ss->lm->label, memra_arm_text(ss->arm),
+            ra->n_prompt, ra->n_prompt == 1 ? "" : "s", (t_prompt - t0) * 1e3);
+    if (decode_steps > 0)
+        fprintf(stderr, "; decode %u steps in %.2f ms: %.1f tok/s, %.3f ms/token", decode_steps, dt * 1e3,
+                decode_steps / dt, dt * 1e3 / decode_steps);
+    fprintf(stderr, "\nmemra run: peak RSS %s (model file %s + KV cache %s)\n",
+            cli_bytes(cli_peak_rss(), b1, sizeof b1), cli_bytes(memra_gguf_file_size(ss->lm->gguf), b2, sizeof b2),
+            cli_bytes(cache, b3, sizeof b3));
+    rc = CLI_EXIT_OK;
+out:
+    if (dump)
+        fclose(dump);
+    if (st)
+        ss->vt->state_free(ss->b, st);
+    free(seq);
+    free(logits);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *cmd = "run";
+    cli_opt opts[] = {CLI_MODEL_OPTS,
+                      {"--backend", NULL, true, NULL},
+                      {"--tokens", NULL, true, NULL},
+                      {"--n-gen", "-n", true, NULL},
+                      {"--temp", NULL, true, NULL},
+                      {"--top-k", NULL, true, NULL},
+                      {"--top-p", NULL, true, NULL},
+                      {"--seed", NULL, true, NULL},
+                      {"--dump-logits", NULL, true, NULL}};
+    size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
+    bool help;
+    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, &help);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (help) {
+        fputs(help_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    run_args ra = {.arm = "cpu", .n_gen = 64};
+    if (!cli_model_sel_parse(cmd, opts, n_opts, &ra.sel) || !parse_sampling(cmd, opts, n_opts, &ra.sample))
+        return CLI_EXIT_USAGE;
+    const char *v;
+    if ((v = cli_get(opts, n_opts, "--backend")))
+        ra.arm = v;
+    if ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 0, RUN_MAX_TOKENS, &ra.n_gen))
+        return CLI_EXIT_USAGE;
+    if ((v = cli_get(opts, n_opts, "--tokens")) && !parse_tokens(cmd, v, &ra.prompt, &ra.n_prompt))
+        return CLI_EXIT_USAGE;
+    if (ra.n_prompt > RUN_MAX_TOKENS) {
+        cli_error(cmd, "--tokens: %u tokens, at most %u", ra.n_prompt, RUN_MAX_TOKENS);
+        free(ra.prompt);
+        return CLI_EXIT_USAGE;
+    }
+    ra.dump_path = cli_get(opts, n_opts, "--dump-logits");
+    if (ra.dump_path && !*ra.dump_path) {
+        cli_error(cmd, "--dump-logits: empty file name");
+        free(ra.prompt);
+        return CLI_EXIT_USAGE;
+    }
+    cli_session ss;
+    rc = cli_session_open(cmd, &ra.sel, ra.arm, &ss);
+    if (rc == CLI_EXIT_OK) {
+        if (!ra.prompt) { /* the default prompt: bos */
+            ra.prompt = malloc(sizeof *ra.prompt);
+            if (ra.prompt) {
+                ra.prompt[0] = ss.lm->model->bos_id >= 0 ? ss.lm->model->bos_id : 0;
+                ra.n_prompt = 1;
+            }
+        }
+        rc = ra.prompt ? run_decode(cmd, &ss, &ra) : CLI_EXIT_ERROR;
+        cli_session_close(&ss);
+    }
+    free(ra.prompt);
+    return rc;
+}
