@@ -103,8 +103,8 @@ void cli_session_close(cli_session *s);
  * logits NULL: not copied out. */
 memra_status cli_step(cli_session *s, memra_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err);
-/* Bytes a decode step at position pos reads: the weights and an f32 KV cache of positions
- * [0, pos] (the figure behind GB/s). */
+/* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
+ * token's row) and an f32 KV cache of positions [0, pos] (the figure behind GB/s). */
 uint64_t cli_step_bytes(const memra_model *m, uint64_t pos);
 
 /* The subcommands: argv[0] is the subcommand's name. */

@@ -44,5 +44,8 @@ memra_status cli_step(cli_session *s, memra_state *st, int64_t token, const memr
 
 uint64_t cli_step_bytes(const memra_model *m, uint64_t pos) {
     uint64_t kv_per_pos = 4ull * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v);
-    return m->weight_bytes + kv_per_pos * (pos + 1);
+    uint64_t weights = m->weight_bytes;
+    if (!m->tied_output && m->tok_embd.rows > 0) /* untied: the embedding gives one row a token */
+        weights -= m->tok_embd.n_bytes - m->tok_embd.n_bytes / m->tok_embd.rows;
+    return weights + kv_per_pos * (pos + 1);
 }
