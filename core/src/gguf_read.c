@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "memra/gguf.h"
+#include "gguf_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "memra reads GGUF (little-endian) by plain loads: a big-endian host needs byte swaps here"
@@ -112,8 +113,7 @@ memra_status memra_tensor_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes, 
     return MEMRA_OK;
 }
 
-/* Bytes of one scalar element of a metadata type; 0 for STRING, ARRAY and unknown types. */
-static uint64_t gguf_scalar_size(uint32_t type) {
+uint64_t memra_gguf_scalar_size(uint32_t type) {
     switch (type) {
     case MEMRA_GGUF_UINT8:
     case MEMRA_GGUF_INT8:
@@ -317,7 +317,7 @@ static char *cur_name(cursor *c, const char *what) {
 static bool read_value(cursor *c, uint32_t type, memra_gguf_value *out, const char *key, unsigned depth);
 
 static bool read_scalar(cursor *c, uint32_t type, memra_gguf_value *out, const char *key) {
-    uint64_t size = gguf_scalar_size(type), at = c->pos;
+    uint64_t size = memra_gguf_scalar_size(type), at = c->pos;
     char what[160];
     snprintf(what, sizeof what, "the %s value of '%s'", memra_gguf_type_name(type), key);
     if (!cur_need(c, size, what))
@@ -365,7 +365,7 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
                    GGUF_MAX_DEPTH, at);
         return false;
     }
-    uint64_t min_elem = gguf_scalar_size(elem_type);
+    uint64_t min_elem = memra_gguf_scalar_size(elem_type);
     if (elem_type == MEMRA_GGUF_STRING)
         min_elem = GGUF_MIN_STRING_BYTES;
     else if (elem_type == MEMRA_GGUF_ARRAY)

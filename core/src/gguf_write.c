@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "memra/gguf.h"
+#include "gguf_internal.h"
 
 #define WRITER_CHUNK_BYTES (8u << 20)
 #define WRITER_MAX_DEPTH 8u /* as the reader: an array at the top level is depth 1 */
@@ -46,23 +47,6 @@ struct memra_gguf_writer {
 };
 
 /* ---- values ---- */
-
-static uint64_t scalar_size(uint32_t type) {
-    switch (type) {
-    case MEMRA_GGUF_UINT8:
-    case MEMRA_GGUF_INT8:
-    case MEMRA_GGUF_BOOL: return 1;
-    case MEMRA_GGUF_UINT16:
-    case MEMRA_GGUF_INT16: return 2;
-    case MEMRA_GGUF_UINT32:
-    case MEMRA_GGUF_INT32:
-    case MEMRA_GGUF_FLOAT32: return 4;
-    case MEMRA_GGUF_UINT64:
-    case MEMRA_GGUF_INT64:
-    case MEMRA_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 static void value_free(memra_gguf_value *v) {
     if (v->type == MEMRA_GGUF_STRING) {
@@ -139,7 +123,7 @@ static memra_status value_copy(const char *key, const memra_gguf_value *src, mem
     dst->type = MEMRA_GGUF_ARRAY;
     dst->v.arr.elem_type = a->elem_type;
     dst->v.arr.count = 0;
-    uint64_t size = scalar_size(a->elem_type);
+    uint64_t size = memra_gguf_scalar_size(a->elem_type);
     if (size) {
         uint64_t n;
         if (__builtin_mul_overflow(a->count, size, &n))
@@ -180,8 +164,8 @@ static uint64_t value_file_size(const memra_gguf_value *v) {
     if (v->type == MEMRA_GGUF_STRING)
         return 8 + v->v.str.len;
     if (v->type != MEMRA_GGUF_ARRAY)
-        return scalar_size(v->type);
-    uint64_t n = 12, size = scalar_size(v->v.arr.elem_type);
+        return memra_gguf_scalar_size(v->type);
+    uint64_t n = 12, size = memra_gguf_scalar_size(v->v.arr.elem_type);
     if (size)
         return n + v->v.arr.count * size;
     for (uint64_t i = 0; i < v->v.arr.count; i++)
@@ -303,7 +287,7 @@ memra_status memra_gguf_writer_set_str(memra_gguf_writer *w, const char *key, co
 
 memra_status memra_gguf_writer_set_array(memra_gguf_writer *w, const char *key, memra_gguf_type elem_type,
                                          uint64_t count, const void *data, memra_error *err) {
-    if (scalar_size(elem_type) == 0)
+    if (memra_gguf_scalar_size(elem_type) == 0)
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': set_array takes scalar elements, not %s", key ? key : "<null>",
                           memra_gguf_type_name(elem_type));
     memra_gguf_value value = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = elem_type, .count = count, .data = data}};
@@ -482,7 +466,7 @@ static memra_status sink_value(sink *s, const memra_gguf_value *v) {
     memra_status st = sink_u32(s, a->elem_type);
     if (st == MEMRA_OK)
         st = sink_u64(s, a->count);
-    uint64_t size = scalar_size(a->elem_type);
+    uint64_t size = memra_gguf_scalar_size(a->elem_type);
     if (size)
         return st == MEMRA_OK ? sink_put(s, a->data, a->count * size) : st;
     for (uint64_t i = 0; i < a->count && st == MEMRA_OK; i++)
