@@ -2,6 +2,8 @@
  *
  *   gate_cli.c    the command line: options, arm defaults, --help
  *   gate_run.c    the reference on arm A, the replay on arm B, the timing rows
+ *   gate_profile.c  --profile: one verified, unscored window per arm, in NVTX ranges
+ *   gate_dump.c   --dump-graphs: the census record's graph dumps into a directory
  *   gate_main.c   main: model load, arms, records, verdict, the summary table
  *   gate_stats.c  comparisons, loop rule, schedule, bootstrap
  *   gate_json.c   the JSON-line writer */
@@ -26,6 +28,15 @@ enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RU
 #define GATE_BOOTSTRAP_RESAMPLES 2000u
 #define GATE_BOOTSTRAP_SEED 0x6d656d7261u /* "memra" */
 #define GATE_MISMATCH_RECORDS 16u         /* mismatch records written at most (the count is exact) */
+#define GATE_PROFILE_STEPS 32u            /* steps of each --profile window */
+
+/* What a timing row's clock covers (the protocol and measure records say it in these words). */
+#define GATE_TIMING_SCOPE                                                                                     \
+    "per row: the N steps after the prefix restore, from the first step_begin to the last step_end "        \
+    "(forward, sampling on the backend, the sampled token carried on the device to the next step, and "     \
+    "each step_end's wait and host readback of its sampled token, which the gate stores; up to the arm's "  \
+    "window of steps in flight); "                                                                           \
+    "logits not read back; the restore, digests and verification are outside the clock"
 
 /* The gate-level arm key, handled by the gate and passed to memra_arm_open as a caller key. */
 extern const memra_option_spec gate_caller_keys[];
@@ -56,6 +67,9 @@ typedef struct gate_config {
     char compare_text[64]; /* "exact" or "nmse:X" as given */
 
     const char *jsonl_path; /* NULL: stdout */
+    const char *dump_dir;   /* --dump-graphs; NULL: none */
+    bool profile;           /* --profile: profile windows instead of timing rows */
+    bool rows_given;
     bool quiet;
     bool help;
 } gate_config;
@@ -72,6 +86,9 @@ typedef struct gate_arm {
     const memra_backend_vtable *vt;
     memra_backend *be;
     uint32_t window; /* steps kept in flight */
+    memra_backend_memory mem_open; /* read right after this arm opened (before B, for A) */
+    bool have_mem_open;
+    bool dump_told; /* "has no graphs to dump" said once */
 } gate_arm;
 
 /* One arm's correctness run: per step what it produced. Digests are taken only when no step is
@@ -122,6 +139,15 @@ typedef struct gate_outcome {
     uint32_t eligible[2];
     double ratio, ratio_lo, ratio_hi;
     bool have_ratio;
+    /* the scored state of each arm at its first row: counters before and after that row */
+    bool first_row_seen[2];
+    memra_state_stats first_row_before[2], first_row_after[2];
+    /* --profile */
+    bool profile_done, profile_identical;
+    uint32_t profile_start, profile_end;
+    char profile_failure[400];
+    /* --dump-graphs: files written */
+    uint32_t dumped_files;
 } gate_outcome;
 
 /* What gate_run.c needs from main. */
@@ -146,8 +172,50 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err);
 memra_status gate_replay(gate_ctx *ctx, memra_error *err);
 /* The timing rows, with measure records; fills ctx->out's timing members. */
 memra_status gate_timing(gate_ctx *ctx, memra_error *err);
-/* Census records for an arm's state, where the backend offers the extension. */
-void gate_census(gate_ctx *ctx, const gate_arm *arm, const memra_state *s, const char *scope);
+/* The census record of an arm's state, where the backend offers the extension; with
+ * --dump-graphs also the state's graphs, written into DIR/<arm>-<scope>/ and listed in the
+ * record ("dumped"). A backend without dump_graphs is said once on stderr (not an error); a
+ * failed dump is an error naming the directory. */
+memra_status gate_census(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope, memra_error *err);
+
+/* The profile windows (--profile): on each arm, from its prefix snapshot, a warm-up step (so a
+ * graph capture falls outside the window), a restore, then GATE_PROFILE_STEPS steps inside NVTX
+ * ranges (where the build has NVTX). Profile records; ctx->out's profile members. */
+memra_status gate_profile(gate_ctx *ctx, memra_error *err);
+/* Whether this build emits NVTX ranges. */
+bool gate_have_nvtx(void);
+
+/* --dump-graphs DIR: creates DIR (and missing parents); MEMRA_E_IO naming DIR when it cannot
+ * be made or written into. */
+memra_status gate_dump_prepare(const char *dir, memra_error *err);
+/* Dumps one state's graphs into DIR/<arm>-<scope>/ and writes the "dumped" member (the files
+ * new or changed by the call) into the open record. */
+memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope,
+                             memra_status (*dump)(memra_backend *, const memra_state *, const char *, memra_error *),
+                             memra_error *err);
+
+/* Shared by the passes (gate_run.c). */
+typedef memra_status (*gate_step_fn)(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
+                                     const memra_step_result *res, bool drained, memra_error *err);
+memra_status gate_run_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *s, const int64_t *inputs,
+                            uint32_t first, uint32_t count, float *logits, gate_step_fn fn, void *user,
+                            memra_error *err);
+memra_status gate_new_state(const gate_ctx *ctx, const gate_arm *arm, uint32_t capacity, memra_state **out,
+                            memra_error *err);
+memra_status gate_take_digests(const gate_arm *arm, memra_state *s, uint8_t logits[32], uint8_t cache[32],
+                               uint8_t hidden[32], memra_error *err);
+/* The prefix snapshot: P prime steps from the trace's inputs, checked against the trace. */
+memra_status gate_make_prefix(gate_ctx *ctx, const gate_arm *arm, const gate_trace *trace, memra_state **prefix,
+                              memra_error *err);
+/* A row's step callback: user is a gate_row_run; generated tokens land in tokens[step - P]. */
+typedef struct gate_row_run {
+    uint32_t *tokens;
+    int64_t prefix_token;
+} gate_row_run;
+memra_status gate_row_step(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
+                           const memra_step_result *res, bool drained, memra_error *err);
+/* The arm's state counters (zeros when the backend keeps none). */
+memra_state_stats gate_stats(const gate_arm *arm, const memra_state *s);
 
 /* Progress on stderr (a terminal only). */
 void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);

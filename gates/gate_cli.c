@@ -97,7 +97,7 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
         opt[olen] = '\0';
         const char *v = NULL;
         bool flag = strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
-                    strcmp(opt, "--greedy") == 0;
+                    strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0;
         if (flag && eq)
             return memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt);
         if (!flag && (st = take_value(argc, argv, &i, eq, opt, &v, err)) != MEMRA_OK)
@@ -109,6 +109,12 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
             cfg->quiet = true;
         } else if (strcmp(opt, "--greedy") == 0) {
             greedy = true;
+        } else if (strcmp(opt, "--profile") == 0) {
+            cfg->profile = true;
+        } else if (strcmp(opt, "--dump-graphs") == 0) {
+            if (!*v)
+                st = memra_fail(err, MEMRA_E_INVALID, "--dump-graphs: empty directory name");
+            cfg->dump_dir = v;
         } else if (strcmp(opt, "--a") == 0) {
             cfg->arm_a = v;
         } else if (strcmp(opt, "--b") == 0) {
@@ -145,6 +151,7 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
             seed = true;
         } else if (strcmp(opt, "--rows") == 0) {
             st = parse_u32(opt, v, 0, 100000, &cfg->rows, err);
+            cfg->rows_given = true;
             if (st == MEMRA_OK && cfg->rows == 1)
                 st = memra_fail(err, MEMRA_E_INVALID, "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
         } else if (strcmp(opt, "--schedule") == 0) {
@@ -178,6 +185,13 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
         memset(&cfg->sample, 0, sizeof cfg->sample); /* temperature 0: greedy */
     if ((cfg->arm_a == NULL) != (cfg->arm_b == NULL))
         return memra_fail(err, MEMRA_E_INVALID, "give both --a and --b, or neither (the gate then picks a pair)");
+    if (cfg->profile && cfg->rows_given && cfg->rows)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "--profile excludes --rows %u: a profile run has no timing rows (run the scored gate "
+                          "separately, without a profiler)",
+                          cfg->rows);
+    if (cfg->profile)
+        cfg->rows = 0;
     if ((uint64_t)cfg->prime + cfg->gen > GATE_MAX_STEPS)
         return memra_fail(err, MEMRA_E_INVALID, "--prime %u plus --gen %u is more than %u steps", cfg->prime, cfg->gen,
                           GATE_MAX_STEPS);
@@ -203,7 +217,8 @@ static const char help_text[] =
     "\n"
     "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
     "                  [--prompt-ids FILE] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
-    "                  [--rows R] [--schedule ABBA|BAAB] [--compare exact|nmse:X] [--jsonl FILE] [--quiet]\n"
+    "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
+    "                  [--dump-graphs DIR] [--jsonl FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
     "                              present, otherwise cpu against cpu:stages=2, on the embedded model)\n"
     "\n"
@@ -212,7 +227,10 @@ static const char help_text[] =
     "on arm B and compares every bit; then R timing rows (AAAAA BBBBB BBBBB AAAAA for 20), each\n"
     "restoring the prefix snapshot, generating N tokens, and verifying the token stream and the\n"
     "final state before its time counts. A row whose stream loops (its last min(64, N) tokens repeat\n"
-    "with a period p <= 16, at least twice) or meets EOS early is ineligible.\n"
+    "with a period p <= 16, at least twice) or meets EOS early is ineligible. A row's clock covers\n"
+    "its N steps (forward, sampling on the backend, each step's wait and sampled-token readback),\n"
+    "not the restore or the verification; each arm's scored state is fresh at its first row, so a\n"
+    "graph backend's capture is inside that row (the protocol record says both).\n"
     "\n"
     "options:\n"
     "  --a ARM, --b ARM     the two arms, BACKEND[:key=value,...] (keys below); A is the reference\n"
@@ -235,13 +253,28 @@ static const char help_text[] =
     "  --compare M          exact (default: every bit of logits, cache and hidden digests, tokens)\n"
     "                       or nmse:X (pairs of different families: per-step NMSE of the logits\n"
     "                       <= X, token agreement reported; digests not compared)\n"
+    "  --profile            a profile-only run, for a profiler such as nsys: no timing rows and no\n"
+    "                       ratio; after the correctness passes, one window of 32 steps per arm (A,\n"
+    "                       then B), each from the prefix snapshot at position P after a warm-up\n"
+    "                       step (so graph captures fall outside it), inside NVTX ranges\n"
+    "                       'memra-gate:profile' and 'memra-gate:profile arm X (ARM) positions\n"
+    "                       P..P+32' (where the build found the CUDA toolkit; otherwise said on\n"
+    "                       stderr). The windows are verified: tokens (and, in exact mode, final\n"
+    "                       digests) identical between the arms and with the correctness run, or\n"
+    "                       exit 1. Excludes --rows R > 0\n"
+    "  --dump-graphs DIR    create DIR and write there the graphs of each arm whose backend offers\n"
+    "                       them (the memra.census extension's dump_graphs): the correctness state\n"
+    "                       into DIR/a-correctness and DIR/b-correctness, the scored timing state\n"
+    "                       (after the rows) into DIR/a-timing and DIR/b-timing; the census record\n"
+    "                       lists the files (\"dumped\"). An arm without graphs is said on stderr\n"
     "  --jsonl FILE         write the JSON-line records there (default: stdout)\n"
     "  --quiet              no progress display and no summary table on stderr\n"
     "  --help, -h           this text\n"
     "\n"
-    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure,\n"
-    "summary, verdict.\n"
-    "exit codes: 0 pass, 1 mismatch or ineligible comparison, 2 usage error, 3 runtime error.\n"
+    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure\n"
+    "(timing rows), profile (--profile windows), summary, verdict.\n"
+    "exit codes: 0 pass, 1 mismatch (a step, a timing row or a profile window) or ineligible\n"
+    "comparison, 2 usage error, 3 runtime error (a --dump-graphs DIR that cannot be written included).\n"
     "\n";
 
 void gate_cli_help(FILE *f, memra_registry *r) {

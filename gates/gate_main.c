@@ -103,6 +103,8 @@ static memra_status open_arm(memra_registry *r, const memra_loaded_model *lm, co
     }
     out->vt = memra_arm_vtable(out->arm);
     out->be = memra_arm_backend(out->arm);
+    out->mem_open.struct_size = sizeof out->mem_open;
+    out->have_mem_open = out->vt->memory && out->vt->memory(out->be, &out->mem_open, NULL) == MEMRA_OK;
     st = memra_options_u32(memra_arm_options(out->arm), "window", 1, 1, GATE_MAX_WINDOW, &out->window, err);
     if (st != MEMRA_OK) {
         *exit_code = GATE_EXIT_USAGE;
@@ -212,6 +214,66 @@ static void arm_json(gate_json *j, const gate_arm *a) {
         gj_u64(j, "device_in_use", mem.device_in_use);
         gj_obj_end(j);
     }
+    if (a->have_mem_open) {
+        gj_obj(j, "memory_at_open"); /* read right after this arm opened (for a: before b opened) */
+        gj_u64(j, "weight_bytes", a->mem_open.weight_bytes);
+        gj_u64(j, "cache_bytes", a->mem_open.cache_bytes);
+        gj_u64(j, "scratch_bytes", a->mem_open.scratch_bytes);
+        gj_u64(j, "device_in_use", a->mem_open.device_in_use);
+        gj_obj_end(j);
+    }
+    gj_obj_end(j);
+}
+
+/* Whether arm b's open uploaded weights of its own, from the device memory in use before and
+ * after it opened: with --a cuda --b cuda-graph both arms share one upload, and b's open then
+ * adds less than its weight bytes. Null where the backends report no device memory, or where
+ * the weights are too small to tell from allocation rounding and scratch. */
+#define GATE_SHARED_UPLOAD_MIN_BYTES (64ull << 20)
+
+/* The devices an arm's plan uses, as a bit set (devices 0..63; others set bit 63 too). */
+static uint64_t plan_devices(const gate_arm *a) {
+    const memra_plan *plan = memra_arm_plan(a->arm);
+    uint64_t set = 0;
+    for (uint32_t s = 0; plan && s < plan->n_stages && s < MEMRA_MAX_STAGES; s++)
+        for (uint32_t r = 0; r < plan->stages[s].n_ranks && r < MEMRA_MAX_RANKS; r++) {
+            int32_t d = plan->stages[s].ranks[r].device;
+            set |= 1ull << (d >= 0 && d < 63 ? d : 63);
+        }
+    return set;
+}
+
+static void shared_upload_json(gate_json *j, const gate_arm *a, const gate_arm *b) {
+    gj_obj(j, "shared_upload");
+    const char *why = NULL;
+    if (!a->have_mem_open || !b->have_mem_open)
+        why = "an arm reports no memory";
+    else if (plan_devices(a) != plan_devices(b))
+        why = "the arms use different devices: their device memory readings do not compare";
+    else if (!a->mem_open.device_in_use || !b->mem_open.device_in_use)
+        why = "no device memory reported (device_in_use 0): host backends read the weights in place from the one "
+              "model mapping";
+    if (why) {
+        gj_null(j, "b_weights_shared");
+        gj_str(j, "reason", why);
+        gj_obj_end(j);
+        return;
+    }
+    uint64_t before = a->mem_open.device_in_use, after = b->mem_open.device_in_use, w = b->mem_open.weight_bytes;
+    int64_t added = (int64_t)(after - before);
+    gj_u64(j, "device_in_use_after_a_open", before);
+    gj_u64(j, "device_in_use_after_b_open", after);
+    gj_i64(j, "b_open_added_bytes", added);
+    gj_u64(j, "b_weight_bytes", w);
+    if (w < GATE_SHARED_UPLOAD_MIN_BYTES) {
+        gj_null(j, "b_weights_shared");
+        gj_str(j, "reason", "weights under 64 MiB: allocation rounding and scratch could hide a second upload");
+    } else {
+        gj_bool(j, "b_weights_shared", added < (int64_t)w);
+        gj_str(j, "reason", added < (int64_t)w ? "b's open added less device memory than its weight bytes"
+                                               : "b's open added at least its weight bytes: a second upload");
+    }
+    gj_str(j, "note", "device_in_use is the whole device's, as the driver reports it: other processes count too");
     gj_obj_end(j);
 }
 
@@ -255,6 +317,39 @@ static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const ui
     arm_json(j, &ctx->a);
     arm_json(j, &ctx->b);
     gj_obj_end(j);
+    shared_upload_json(j, &ctx->a, &ctx->b);
+    /* What the timing rows' clock covers, and where a graph backend's first capture falls. */
+    gj_str(j, "timing_scope", GATE_TIMING_SCOPE);
+    if (cfg->rows) {
+        gj_bool(j, "first_scored_capture_inside_timing", true);
+        gj_str(j, "scored_state", "each arm's scored state is created before the rows and stepped only inside "
+                                  "them: its first row starts fresh, so a graph capture falls inside that row's "
+                                  "clock (measure records: stats_before all zero on each arm's first row)");
+    } else {
+        gj_null(j, "first_scored_capture_inside_timing"); /* no scored rows */
+    }
+    gj_bool(j, "profile", cfg->profile);
+    if (cfg->profile) {
+        gj_bool(j, "scored", false);
+        gj_bool(j, "nvtx", gate_have_nvtx());
+        gj_arr(j, "profile_windows");
+        for (int i = 0; i < 2; i++) {
+            gj_obj(j, NULL);
+            gj_str(j, "arm", i ? "b" : "a");
+            gj_u64(j, "steps", GATE_PROFILE_STEPS);
+            gj_u64(j, "start_position", cfg->prime);
+            gj_u64(j, "end_position", (uint64_t)cfg->prime + GATE_PROFILE_STEPS);
+            gj_obj_end(j);
+        }
+        gj_arr_end(j);
+        gj_str(j, "profile_order", "after the correctness passes, arm a's window then arm b's; each from a "
+                                   "restore of the arm's prefix snapshot after one warm-up step from it, tokens "
+                                   "carried on the device; no timing row and no ratio");
+    }
+    if (cfg->dump_dir)
+        gj_str(j, "dump_graphs", cfg->dump_dir);
+    else
+        gj_null(j, "dump_graphs");
     gj_obj(j, "model");
     gj_str(j, "label", ctx->lm->label);
     gj_hex(j, "sha256", model_sha);
@@ -273,6 +368,38 @@ static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const ui
     gj_str(j, "digest_points", "every step of a serial arm; where a pipelined arm drains (end of prime, end of gen)");
     gj_str(j, "loop_rule", "last min(64, N) generated tokens periodic with a period p <= 16, repeated at least twice");
     gj_end(j);
+}
+
+/* What the first row of each arm saw of its scored state: the counters before the row (after
+ * its restore) are all zero, and a graph backend's capture counts inside the row. */
+static void first_capture_json(gate_ctx *ctx) {
+    const gate_outcome *o = &ctx->out;
+    gate_json *j = &ctx->json;
+    bool any_capture = false, inside = true;
+    gj_obj(j, "first_scored_row");
+    for (int i = 0; i < 2; i++) {
+        gj_obj(j, i ? "b" : "a");
+        if (!o->first_row_seen[i]) {
+            gj_null(j, "captures_before");
+            gj_obj_end(j);
+            continue;
+        }
+        const memra_state_stats *b = &o->first_row_before[i], *a = &o->first_row_after[i];
+        gj_u64(j, "steps_before", b->steps);
+        gj_u64(j, "captures_before", b->captures);
+        gj_u64(j, "captures_in_row", a->captures - b->captures);
+        gj_u64(j, "replays_in_row", a->replays - b->replays);
+        gj_obj_end(j);
+        if (a->captures) {
+            any_capture = true;
+            inside = inside && b->captures == 0 && b->steps == 0 && a->captures > b->captures;
+        }
+    }
+    gj_obj_end(j);
+    if (any_capture)
+        gj_bool(j, "first_scored_capture_inside_timing", inside);
+    else
+        gj_null(j, "first_scored_capture_inside_timing"); /* neither arm captures graphs */
 }
 
 static void summary_record(gate_ctx *ctx) {
@@ -325,6 +452,22 @@ static void summary_record(gate_ctx *ctx) {
         gj_u64(j, "seed", GATE_BOOTSTRAP_SEED);
         gj_str(j, "statistic", "median(b tok/s) / median(a tok/s); 2.5 and 97.5 percentiles");
         gj_obj_end(j);
+        first_capture_json(ctx);
+    }
+    if (ctx->cfg->profile) {
+        gj_obj(j, "profile");
+        gj_bool(j, "done", o->profile_done);
+        gj_bool(j, "verified", o->profile_done && o->profile_identical);
+        gj_u64(j, "start_position", ctx->cfg->prime);
+        gj_u64(j, "end_position", (uint64_t)ctx->cfg->prime + GATE_PROFILE_STEPS);
+        gj_str(j, "failure", o->profile_failure[0] ? o->profile_failure : NULL);
+        gj_obj_end(j);
+    }
+    if (ctx->cfg->dump_dir) {
+        gj_obj(j, "dump_graphs");
+        gj_str(j, "dir", ctx->cfg->dump_dir);
+        gj_u64(j, "files", o->dumped_files);
+        gj_obj_end(j);
     }
     gj_end(j);
 }
@@ -358,6 +501,10 @@ static void judge(gate_ctx *ctx, gate_verdict *v) {
                      m->diff.first_index, m->diff.first_ref, m->diff.first_got, m->diff.max_ulp, m->diff.nmse,
                      m->diff.argmax_ref != m->diff.argmax_got ? "differs" : "same");
         v->exit = GATE_EXIT_FAIL;
+    } else if (cfg->profile && !o->profile_identical) {
+        snprintf(v->reason, sizeof v->reason, "profile window failed verification: %.1300s",
+                 o->profile_failure[0] ? o->profile_failure : "the profile windows did not run");
+        v->exit = GATE_EXIT_FAIL;
     } else if (o->row_failures) {
         snprintf(v->reason, sizeof v->reason, "%u timing row(s) failed verification; first: %s", o->row_failures,
                  o->row_failure);
@@ -372,8 +519,12 @@ static void judge(gate_ctx *ctx, gate_verdict *v) {
         int n = snprintf(v->reason, sizeof v->reason, "%u steps (%u prime + %u gen) %s", o->steps_compared, cfg->prime,
                          cfg->gen, cfg->nmse ? "within NMSE tolerance" : "bit-identical in logits, cache and hidden");
         if (cfg->nmse && n > 0 && (size_t)n < sizeof v->reason)
-            snprintf(v->reason + n, sizeof v->reason - (size_t)n, " (max %.3g <= %g; tokens agree %u/%u)", o->max_nmse,
-                     cfg->nmse_tol, o->token_agree, o->token_total);
+            n += snprintf(v->reason + n, sizeof v->reason - (size_t)n, " (max %.3g <= %g; tokens agree %u/%u)",
+                          o->max_nmse, cfg->nmse_tol, o->token_agree, o->token_total);
+        if (cfg->profile && n > 0 && (size_t)n < sizeof v->reason)
+            snprintf(v->reason + n, sizeof v->reason - (size_t)n,
+                     "; profile windows (positions %u..%u, unscored) identical on both arms", o->profile_start,
+                     o->profile_end);
         v->exit = GATE_EXIT_PASS;
     }
 }
@@ -418,6 +569,14 @@ static void summary_table(gate_ctx *ctx, const uint8_t model_sha[32], const gate
     } else if (cfg->rows) {
         fprintf(f, "  timing       not run (correctness failed first)\n");
     }
+    if (cfg->profile && o->profile_done)
+        fprintf(f, "  profile      2 windows of %u steps at positions %u..%u (unscored, NVTX %s): %s\n",
+                GATE_PROFILE_STEPS, o->profile_start, o->profile_end, gate_have_nvtx() ? "ranges" : "not built in",
+                o->profile_identical ? "identical" : o->profile_failure);
+    else if (cfg->profile)
+        fprintf(f, "  profile      not run (correctness failed first)\n");
+    if (cfg->dump_dir)
+        fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
     fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
 }
 
@@ -456,6 +615,14 @@ int main(int argc, char **argv) {
         goto fail;
     }
     ctx.progress = !cfg.quiet && isatty(STDERR_FILENO);
+    /* Before any model is loaded: a dump directory that cannot be written fails now. */
+    if (cfg.dump_dir && (st = gate_dump_prepare(cfg.dump_dir, &err)) != MEMRA_OK) {
+        v.exit = exit_for(st);
+        goto fail;
+    }
+    if (cfg.profile && !gate_have_nvtx())
+        fprintf(stderr, "memra-gate: --profile: this build has no NVTX (the CUDA toolkit was not found when it was "
+                        "built): the profile windows run and are verified, but no NVTX ranges are emitted\n");
 
     if ((st = memra_registry_open(&reg, &err)) != MEMRA_OK) {
         v.exit = GATE_EXIT_RUNTIME;
@@ -526,6 +693,10 @@ int main(int argc, char **argv) {
     }
     /* Time only what was verified: no timing after a mismatch, and in nmse mode only when both
      * arms produce the same stream (otherwise the rows would time different work). */
+    if (cfg.profile && ctx.out.bad_steps == 0 && (st = gate_profile(&ctx, &err)) != MEMRA_OK) {
+        v.exit = GATE_EXIT_RUNTIME;
+        goto fail;
+    }
     if (cfg.rows && ctx.out.bad_steps == 0) {
         if (cfg.nmse && ctx.out.token_agree != ctx.out.token_total) {
             snprintf(ctx.out.ineligible, sizeof ctx.out.ineligible,

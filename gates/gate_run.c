@@ -16,9 +16,8 @@
 
 #include "gate.h"
 
-/* Called after each step ends, in order. `drained`: no step is in flight now. */
-typedef memra_status (*gate_step_fn)(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
-                                     const memra_step_result *res, bool drained, memra_error *err);
+/* gate_step_fn (gate.h) is called after each step ends, in order. `drained`: no step is in
+ * flight now. */
 
 static const char *phase_name(const gate_ctx *ctx, uint32_t step) { return step < ctx->cfg->prime ? "prime" : "gen"; }
 
@@ -76,7 +75,7 @@ void gate_trace_free(gate_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
-static memra_status take_digests(const gate_arm *arm, memra_state *s, uint8_t logits[32], uint8_t cache[32],
+memra_status gate_take_digests(const gate_arm *arm, memra_state *s, uint8_t logits[32], uint8_t cache[32],
                                  uint8_t hidden[32], memra_error *err) {
     memra_status st = arm->vt->digest(arm->be, s, MEMRA_DIGEST_LOGITS, logits, err);
     if (st == MEMRA_OK)
@@ -91,7 +90,7 @@ static memra_status take_digests(const gate_arm *arm, memra_state *s, uint8_t lo
 /* Steps first .. first+count-1 on s, up to arm->window in flight. inputs[step] is each step's
  * token, or inputs == NULL for the token the previous step sampled on the device. logits: a
  * host buffer of n_vocab floats to read each step's logits into, or NULL for none. */
-static memra_status run_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *s, const int64_t *inputs,
+memra_status gate_run_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *s, const int64_t *inputs,
                               uint32_t first, uint32_t count, float *logits, gate_step_fn fn, void *user,
                               memra_error *err) {
     memra_step_args args = {.struct_size = sizeof args, .sample = &ctx->cfg->sample, .want_logits = logits != NULL};
@@ -135,8 +134,9 @@ static memra_status run_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *s
     return st;
 }
 
-static memra_status new_state(const gate_ctx *ctx, const gate_arm *arm, memra_state **out, memra_error *err) {
-    uint32_t capacity = ctx->cfg->prime + ctx->cfg->gen;
+memra_status gate_new_state(const gate_ctx *ctx, const gate_arm *arm, uint32_t capacity, memra_state **out,
+                            memra_error *err) {
+    (void)ctx;
     memra_status st = arm->vt->state_new(arm->be, capacity, arm->window, out, err);
     if (st != MEMRA_OK)
         memra_error_prefix(err, "arm %s (%s): a state of %u positions, %u in flight", arm->name,
@@ -155,7 +155,7 @@ static memra_status reference_step(gate_ctx *ctx, void *user, uint32_t step, con
     memra_sha256(logits, (size_t)t->n_vocab * sizeof(float), t->logits_sha[step]);
     t->tokens[step] = res->token;
     if (drained) {
-        memra_status st = take_digests(&ctx->a, s, t->digest_logits[step], t->digest_cache[step],
+        memra_status st = gate_take_digests(&ctx->a, s, t->digest_logits[step], t->digest_cache[step],
                                        t->digest_hidden[step], err);
         if (st != MEMRA_OK)
             return st;
@@ -170,21 +170,21 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
     float *logits = malloc((size_t)t->n_vocab * sizeof(float));
     memra_state *s = NULL;
-    memra_status st = logits ? new_state(ctx, &ctx->a, &s, err)
+    memra_status st = logits ? gate_new_state(ctx, &ctx->a, ctx->cfg->prime + ctx->cfg->gen, &s, err)
                              : memra_fail(err, MEMRA_E_NOMEM, "out of memory for %u logits", t->n_vocab);
     if (st != MEMRA_OK)
         goto out;
     for (uint32_t i = 0; i < P; i++)
         t->inputs[i] = ctx->prompt[i];
     /* The prime inputs are known: they may be pipelined. */
-    st = run_steps(ctx, &ctx->a, s, t->inputs, 0, P, logits, reference_step, s, err);
+    st = gate_run_steps(ctx, &ctx->a, s, t->inputs, 0, P, logits, reference_step, s, err);
     /* Each generated input is the token the previous step sampled: one step at a time. */
     for (uint32_t g = 0; g < N && st == MEMRA_OK; g++) {
         t->inputs[P + g] = t->tokens[P + g - 1];
-        st = run_steps(ctx, &ctx->a, s, t->inputs, P + g, 1, logits, reference_step, s, err);
+        st = gate_run_steps(ctx, &ctx->a, s, t->inputs, P + g, 1, logits, reference_step, s, err);
     }
     if (st == MEMRA_OK)
-        gate_census(ctx, &ctx->a, s, "correctness");
+        st = gate_census(ctx, &ctx->a, s, "correctness", err);
 out:
     if (s)
         ctx->a.vt->state_free(ctx->a.be, s);
@@ -297,7 +297,7 @@ static memra_status replay_step(gate_ctx *ctx, void *user, uint32_t step, const 
     rep->tokens[step] = res->token;
     memra_sha256(logits, (size_t)rep->n_vocab * sizeof(float), rep->logits_sha[step]);
     if (drained) {
-        memra_status st = take_digests(&ctx->b, s, rep->digest_logits[step], rep->digest_cache[step],
+        memra_status st = gate_take_digests(&ctx->b, s, rep->digest_logits[step], rep->digest_cache[step],
                                        rep->digest_hidden[step], err);
         if (st != MEMRA_OK)
             return st;
@@ -350,17 +350,18 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
     gate_trace *rep = &ctx->rep;
     float *logits = malloc((size_t)rep->n_vocab * sizeof(float));
     memra_state *s = NULL;
-    memra_status st = logits ? new_state(ctx, &ctx->b, &s, err)
+    memra_status st = logits ? gate_new_state(ctx, &ctx->b, ctx->cfg->prime + ctx->cfg->gen, &s, err)
                              : memra_fail(err, MEMRA_E_NOMEM, "out of memory for %u logits", rep->n_vocab);
     if (st == MEMRA_OK) {
         /* Two runs, so a pipelined arm drains (and is digested) at the end of each phase too. */
         memcpy(rep->inputs, ctx->ref.inputs, (size_t)rep->steps * sizeof *rep->inputs);
-        st = run_steps(ctx, &ctx->b, s, rep->inputs, 0, ctx->cfg->prime, logits, replay_step, s, err);
+        st = gate_run_steps(ctx, &ctx->b, s, rep->inputs, 0, ctx->cfg->prime, logits, replay_step, s, err);
         if (st == MEMRA_OK)
-            st = run_steps(ctx, &ctx->b, s, rep->inputs, ctx->cfg->prime, ctx->cfg->gen, logits, replay_step, s, err);
+            st = gate_run_steps(ctx, &ctx->b, s, rep->inputs, ctx->cfg->prime, ctx->cfg->gen, logits, replay_step, s,
+                                err);
     }
     if (st == MEMRA_OK)
-        gate_census(ctx, &ctx->b, s, "correctness");
+        st = gate_census(ctx, &ctx->b, s, "correctness", err);
     if (s)
         ctx->b.vt->state_free(ctx->b.be, s);
     free(logits);
@@ -370,26 +371,48 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
 /* ------------------------------------------------------------------------------------------ */
 /* Census                                                                                      */
 
-void gate_census(gate_ctx *ctx, const gate_arm *arm, const memra_state *s, const char *scope) {
+memra_state_stats gate_stats(const gate_arm *arm, const memra_state *s) {
+    memra_state_stats stats = {.struct_size = sizeof stats};
+    if (!arm->vt->state_stats || arm->vt->state_stats(arm->be, s, &stats, NULL) != MEMRA_OK) {
+        memset(&stats, 0, sizeof stats);
+        stats.struct_size = sizeof stats;
+    }
+    return stats;
+}
+
+static const memra_ext_census_v1 *census_ext(const gate_arm *arm) {
     const memra_ext_census_v1 *ext = NULL;
     if (arm->vt->struct_size >= offsetof(memra_backend_vtable, extension) + sizeof arm->vt->extension &&
         arm->vt->extension)
         ext = arm->vt->extension(arm->be, MEMRA_EXT_CENSUS, 1);
-    if (!ext || ext->struct_size < offsetof(memra_ext_census_v1, census) + sizeof ext->census || !ext->census)
-        return; /* not offered: no census record */
+    return ext && ext->struct_size >= offsetof(memra_ext_census_v1, census) + sizeof ext->census ? ext : NULL;
+}
+
+memra_status gate_census(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope, memra_error *err) {
+    const memra_ext_census_v1 *ext = census_ext(arm);
+    memra_status (*dump)(memra_backend *, const memra_state *, const char *, memra_error *) = NULL;
+    if (ext && ext->struct_size >= offsetof(memra_ext_census_v1, dump_graphs) + sizeof ext->dump_graphs)
+        dump = ext->dump_graphs;
+    if (ctx->cfg->dump_dir && !dump && !arm->dump_told) {
+        fprintf(stderr, "memra-gate: --dump-graphs: arm %c (%s) has no graphs to dump (%s)\n", arm->name[0] - 'a' + 'A',
+                memra_arm_backend_name(arm->arm),
+                ext ? "its memra.census extension has no dump_graphs" : "its backend offers no memra.census extension");
+        arm->dump_told = true;
+    }
+    if (!ext || (!ext->census && !(dump && ctx->cfg->dump_dir)))
+        return MEMRA_OK; /* not offered: no census record */
     memra_census_row rows[128];
     uint32_t n = 0;
-    memra_error err = {0};
-    memra_status st = ext->census(arm->be, s, rows, 128, &n, &err);
-    memra_state_stats stats = {.struct_size = sizeof stats};
-    bool have_stats = arm->vt->state_stats && arm->vt->state_stats(arm->be, s, &stats, NULL) == MEMRA_OK;
+    memra_error cerr = {0};
+    memra_status cst = ext->census ? ext->census(arm->be, s, rows, 128, &n, &cerr) : MEMRA_OK;
+    memra_state_stats stats = gate_stats(arm, s);
     gate_json *j = &ctx->json;
     gj_begin(j, "census");
     gj_str(j, "arm", arm->name);
     gj_str(j, "scope", scope);
-    if (st != MEMRA_OK) {
-        gj_str(j, "error", err.msg);
-    } else {
+    if (cst != MEMRA_OK) {
+        gj_str(j, "error", cerr.msg);
+    } else if (ext->census) {
         gj_arr(j, "rows");
         for (uint32_t i = 0; i < n && i < 128; i++) {
             gj_obj(j, NULL);
@@ -400,25 +423,22 @@ void gate_census(gate_ctx *ctx, const gate_arm *arm, const memra_state *s, const
         }
         gj_arr_end(j);
     }
-    if (have_stats) {
-        gj_u64(j, "steps", stats.steps);
-        gj_u64(j, "captures", stats.captures);
-        gj_u64(j, "replays", stats.replays);
-    }
+    gj_u64(j, "steps", stats.steps);
+    gj_u64(j, "captures", stats.captures);
+    gj_u64(j, "replays", stats.replays);
+    memra_status st = MEMRA_OK;
+    if (ctx->cfg->dump_dir && dump)
+        st = gate_dump_state(ctx, arm, s, scope, dump, err);
     gj_end(j);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Timing                                                                                      */
 
-typedef struct row_run {
-    uint32_t *tokens; /* N sampled tokens */
-    int64_t prefix_token;
-} row_run;
-
-static memra_status row_step(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
+memra_status gate_row_step(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
                              const memra_step_result *res, bool drained, memra_error *err) {
-    row_run *r = user;
+    gate_row_run *r = user;
     if (step >= ctx->cfg->prime)
         r->tokens[step - ctx->cfg->prime] = (uint32_t)res->token;
     else if (step + 1 == ctx->cfg->prime)
@@ -439,12 +459,12 @@ static int cmp_double(const void *x, const void *y) {
 
 /* The prefix snapshot of one arm: P prime steps, the last one sampling the first generated
  * token, which stays in the state as its carried token. */
-static memra_status make_prefix(gate_ctx *ctx, const gate_arm *arm, const gate_trace *trace, memra_state **prefix,
+memra_status gate_make_prefix(gate_ctx *ctx, const gate_arm *arm, const gate_trace *trace, memra_state **prefix,
                                 memra_error *err) {
-    row_run r = {0};
-    memra_status st = new_state(ctx, arm, prefix, err);
+    gate_row_run r = {0};
+    memra_status st = gate_new_state(ctx, arm, ctx->cfg->prime + ctx->cfg->gen, prefix, err);
     if (st == MEMRA_OK)
-        st = run_steps(ctx, arm, *prefix, trace->inputs, 0, ctx->cfg->prime, NULL, row_step, &r, err);
+        st = gate_run_steps(ctx, arm, *prefix, trace->inputs, 0, ctx->cfg->prime, NULL, gate_row_step, &r, err);
     uint32_t pos = st == MEMRA_OK ? arm->vt->state_position(arm->be, *prefix) : 0;
     if (st == MEMRA_OK && pos != ctx->cfg->prime)
         st = memra_fail(err, MEMRA_E_INTERNAL, "arm %s (%s): the prefix snapshot is at position %u after %u steps",
@@ -462,7 +482,7 @@ static bool verify_row(gate_ctx *ctx, const gate_arm *arm, memra_state *work, co
                        const uint32_t *tokens, gate_timing_row *row, uint8_t final[3][32], memra_error *err,
                        memra_status *st) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
-    *st = take_digests(arm, work, final[0], final[1], final[2], err);
+    *st = gate_take_digests(arm, work, final[0], final[1], final[2], err);
     if (*st != MEMRA_OK)
         return false;
     for (uint32_t i = 0; i < N; i++)
@@ -514,8 +534,17 @@ static void row_eligibility(gate_ctx *ctx, const uint32_t *tokens, int64_t first
     }
 }
 
+static void stats_json(gate_json *j, const char *key, const memra_state_stats *s) {
+    gj_obj(j, key);
+    gj_u64(j, "steps", s->steps);
+    gj_u64(j, "captures", s->captures);
+    gj_u64(j, "replays", s->replays);
+    gj_obj_end(j);
+}
+
 static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const uint32_t *tokens,
-                           const gate_trace *trace, uint8_t final[3][32], const memra_state_stats *stats) {
+                           const gate_trace *trace, uint8_t final[3][32], const memra_state_stats *before,
+                           const memra_state_stats *stats, bool first_row) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
     uint8_t got[32], want[32];
     memra_sha256_tokens(tokens, N, got);
@@ -533,7 +562,8 @@ static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing
     gj_u64(j, "generated_tokens", N);
     gj_u64(j, "wall_ns", row->wall_ns);
     gj_f64(j, "tok_s", row->tok_s);
-    gj_str(j, "timing_scope", "steps of the row: first step_begin to last step_end, sampling on the backend");
+    gj_str(j, "timing_scope", GATE_TIMING_SCOPE);
+    gj_bool(j, "first_row_of_arm", first_row);
     gj_bool(j, "verified", row->verified);
     gj_bool(j, "eligible", row->eligible);
     gj_str(j, "reason", row->reason[0] ? row->reason : NULL);
@@ -542,13 +572,9 @@ static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing
     gj_hex(j, "final_logits_sha256", final[0]);
     gj_hex(j, "final_cache_sha256", final[1]);
     gj_hex(j, "final_hidden_sha256", final[2]);
-    if (stats) {
-        gj_obj(j, "stats");
-        gj_u64(j, "steps", stats->steps);
-        gj_u64(j, "captures", stats->captures);
-        gj_u64(j, "replays", stats->replays);
-        gj_obj_end(j);
-    }
+    /* the scored state's counters before the row (after its restore) and after it */
+    stats_json(j, "stats_before", before);
+    stats_json(j, "stats", stats);
     gj_end(j);
 }
 
@@ -599,10 +625,13 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
         st = memra_fail(err, MEMRA_E_NOMEM, "out of memory for %u timing rows", R);
         goto out;
     }
+    /* The scored states are made here and stepped only inside rows: the first row of each arm
+     * starts from a fresh state, so a graph backend's capture falls inside that row's clock (the
+     * protocol's first_scored_capture_inside_timing, checked at the row below). */
     for (int i = 0; i < 2 && st == MEMRA_OK; i++) {
-        st = make_prefix(ctx, arms[i], traces[i], &prefix[i], err);
+        st = gate_make_prefix(ctx, arms[i], traces[i], &prefix[i], err);
         if (st == MEMRA_OK)
-            st = new_state(ctx, arms[i], &work[i], err);
+            st = gate_new_state(ctx, arms[i], ctx->cfg->prime + ctx->cfg->gen, &work[i], err);
     }
     for (uint32_t r = 0; r < R && st == MEMRA_OK; r++) {
         int which = gate_schedule_arm(r, R, cfg->baab);
@@ -615,9 +644,19 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
             memra_error_prefix(err, "arm %s (%s): timing row %u: restore", arm->name, memra_arm_text(arm->arm), r);
             break;
         }
-        row_run run = {.tokens = tokens};
+        memra_state_stats before = gate_stats(arm, work[which]);
+        bool first_row = !o->first_row_seen[which];
+        if (first_row && (before.steps || before.captures || before.replays)) {
+            st = memra_fail(err, MEMRA_E_INTERNAL,
+                            "arm %s (%s): the scored state was stepped before its first timing row (%llu steps, "
+                            "%llu captures, %llu replays)",
+                            arm->name, memra_arm_text(arm->arm), (unsigned long long)before.steps,
+                            (unsigned long long)before.captures, (unsigned long long)before.replays);
+            break;
+        }
+        gate_row_run run = {.tokens = tokens};
         uint64_t t0 = now_ns();
-        st = run_steps(ctx, arm, work[which], NULL, cfg->prime, N, NULL, row_step, &run, err);
+        st = gate_run_steps(ctx, arm, work[which], NULL, cfg->prime, N, NULL, gate_row_step, &run, err);
         uint64_t t1 = now_ns();
         if (st != MEMRA_OK)
             break;
@@ -629,9 +668,13 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
             break;
         if (row->verified)
             row_eligibility(ctx, tokens, traces[which]->inputs[cfg->prime], row);
-        memra_state_stats stats = {.struct_size = sizeof stats};
-        bool have_stats = arm->vt->state_stats && arm->vt->state_stats(arm->be, work[which], &stats, NULL) == MEMRA_OK;
-        measure_record(ctx, arm, row, tokens, traces[which], final, have_stats ? &stats : NULL);
+        memra_state_stats stats = gate_stats(arm, work[which]);
+        if (first_row) {
+            o->first_row_seen[which] = true;
+            o->first_row_before[which] = before;
+            o->first_row_after[which] = stats;
+        }
+        measure_record(ctx, arm, row, tokens, traces[which], final, &before, &stats, first_row);
         if (!row->verified) {
             row_mismatch_record(ctx, arm, row, tokens, traces[which]);
             if (o->row_failures++ == 0)
@@ -645,10 +688,10 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
         }
         gate_progress(ctx, "timing rows", r + 1, R);
     }
+    /* The scored states after their rows: census, and their graphs with --dump-graphs. */
+    for (int i = 0; i < 2 && st == MEMRA_OK; i++)
+        st = gate_census(ctx, arms[i], work[i], "timing", err);
     if (st == MEMRA_OK) {
-        for (int i = 0; i < 2; i++)
-            if (work[i])
-                gate_census(ctx, arms[i], work[i], "timing");
         o->have_ratio = n_tok_s[0] && n_tok_s[1] &&
                         gate_bootstrap_ratio(tok_s[0], n_tok_s[0], tok_s[1], n_tok_s[1], GATE_BOOTSTRAP_RESAMPLES,
                                              GATE_BOOTSTRAP_SEED, &o->ratio_lo, &o->ratio_hi);

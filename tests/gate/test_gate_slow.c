@@ -1,8 +1,11 @@
 /* test_gate_slow.c (label "slow"): full-length gates (P = N = 256) on the larger `small` preset:
- * a 4-stage pipelined arm against the unsplit reference, and sampled decoding in nmse mode. */
+ * a 4-stage pipelined arm against the unsplit reference, sampled decoding in nmse mode, and a
+ * full-length --profile run with --dump-graphs. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gate_harness.h"
 
@@ -38,5 +41,34 @@ Test(gate_slow, tiny_sampled_full_length_nmse, .timeout = 300) {
     cr_assert(s && strstr(s, "\"bad_steps\":0,"), "%s", s ? s : "(none)");
     free(v);
     free(s);
+    gate_result_free(&r);
+}
+
+Test(gate_slow, small_preset_full_length_profile_with_dumps, .timeout = 300) {
+    /* P = N = 256: the profile windows sit at 256..288 of a 4-stage pipelined arm, inside the
+     * generated phase, checked against the correctness run over all 32 tokens. */
+    char dir[] = "/tmp/memra-gate-slow-dump-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    const char *args[] = {"--preset", "small", "--a", "cpu", "--b", "faulty:census=1,stages=4,window=3", "--profile",
+                          "--dump-graphs", dir, "--quiet", NULL};
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
+    cr_assert_eq(gate_count_records(r.jsonl, "measure"), 0);
+    for (int i = 0; i < 2; i++) {
+        char *p = gate_record(r.jsonl, "profile", i);
+        cr_assert(p && strstr(p, "\"start_position\":256,\"end_position\":288") && strstr(p, "\"verified\":true") &&
+                      strstr(p, "\"compared_with_correctness_run\":32"),
+                  "%s", p ? p : "(none)");
+        free(p);
+    }
+    char *c = gate_record(r.jsonl, "census", 0);
+    cr_assert(c && strstr(c, "b-correctness/faulty-pos512.dot\"]"), "%s", c ? c : "(none)");
+    free(c);
+    char path[128];
+    snprintf(path, sizeof path, "%s/b-correctness/faulty-pos512.dot", dir);
+    cr_assert_eq(unlink(path), 0, "%s", path);
+    snprintf(path, sizeof path, "%s/b-correctness", dir);
+    rmdir(path);
+    rmdir(dir);
     gate_result_free(&r);
 }

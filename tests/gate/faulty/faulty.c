@@ -24,7 +24,24 @@
  *                       that meets EOS when T is the model's eos id (the rows become ineligible).
  *   census=1            offer the "memra.census" extension (rows "host": the state's steps, and
  *                       "host:max_in_flight": the most steps it ever had begun and not ended),
- *                       so the gate's census record, and its pipelining, can be tested on cpu.
+ *                       so the gate's census record, and its pipelining, can be tested on cpu;
+ *                       its dump_graphs writes one tiny DOT file per state, faulty-pos<P>.dot
+ *                       (P the state's position), so --dump-graphs is exercised without a GPU.
+ *                       census=2 offers the extension without dump_graphs (NULL).
+ *   dump_fail=1         dump_graphs fails (MEMRA_E_IO) without writing: the gate must stop with
+ *                       an error naming the directory.
+ *
+ *   fake_device_mib=W   report device memory as a GPU backend would: W MiB of weights, and a
+ *                       process-wide "device in use" that each open grows by W + 2 MiB (its own
+ *                       upload and scratch), or by 2 MiB only with fake_share=1 when an earlier
+ *                       fake_device backend is open (a shared upload): the gate's shared-upload
+ *                       evidence is tested without a GPU.
+ *   fake_capture=1      the state's counters read as a graph backend's would: one capture at the
+ *                       state's first step, one replay per step (restores copy no counters).
+ *
+ * corrupt_row counts every state_restore of this backend, rows or not: in a --profile run (no
+ * rows) restore 0 is the arm's warm-up and restore 1 its profile window, so corrupt_row=1 alters one
+ * token inside the profile window only.
  *
  * Every other key is the cpu backend's (its specs are copied at init, so its --help and key
  * checks stay true) and passes through, as do the placement's keys. Never install this plugin: it exists to make the gate fail. */
@@ -47,7 +64,12 @@ static const memra_option_spec faulty_options[] = {
     {"corrupt_row", "none", "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
     {"corrupt_row_token", "1", "TEST: which token of the row corrupt_row alters"},
     {"force_token", "none", "TEST: every step samples this token (a looping stream, or EOS)"},
-    {"census", "0", "TEST: 1 offers the memra.census extension (steps, max steps in flight)"},
+    {"census", "0", "TEST: 1 offers the memra.census extension (steps, max steps in flight) with dump_graphs "
+                    "(a tiny DOT file); 2 without dump_graphs"},
+    {"dump_fail", "0", "TEST: 1 makes dump_graphs fail without writing"},
+    {"fake_device_mib", "none", "TEST: report W MiB of weights and a fake device-in-use that each open grows"},
+    {"fake_capture", "0", "TEST: 1 counts a graph capture at a state's first step and a replay per step"},
+    {"fake_share", "0", "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
 };
 #define FAULTY_N_OWN (sizeof faulty_options / sizeof faulty_options[0])
 #define FAULTY_MAX_KEYS 64
@@ -57,7 +79,8 @@ static const memra_option_spec faulty_options[] = {
 static memra_option_spec faulty_keys[FAULTY_MAX_KEYS];
 
 typedef struct faulty_cfg {
-    uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census;
+    uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census, dump_fail;
+    uint32_t fake_mib, fake_share, fake_capture;
 } faulty_cfg;
 
 struct memra_backend {
@@ -68,6 +91,10 @@ struct memra_backend {
     uint32_t n_vocab;
     uint32_t restores; /* state_restore calls so far */
 };
+
+/* fake_device_mib: the fake device's bytes in use, and the fake backends open. */
+static uint64_t faulty_fake_in_use;
+static uint32_t faulty_fake_open;
 
 struct memra_state {
     memra_state *inner;
@@ -138,6 +165,14 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
         st = opt_u32(host, opts, "force_token", FAULTY_NONE, &c->force_token, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "census", 0, &c->census, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "dump_fail", 0, &c->dump_fail, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "fake_device_mib", FAULTY_NONE, &c->fake_mib, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "fake_share", 0, &c->fake_share, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "fake_capture", 0, &c->fake_capture, err);
     return st;
 }
 
@@ -195,6 +230,11 @@ static memra_status faulty_open(const memra_host *host, const memra_model *m, co
     if (st != MEMRA_OK) {
         free(b);
         return st;
+    }
+    if (b->cfg.fake_mib != FAULTY_NONE) {
+        bool shared = b->cfg.fake_share && faulty_fake_open > 0;
+        faulty_fake_in_use += ((shared ? 0 : (uint64_t)b->cfg.fake_mib) + 2) << 20;
+        faulty_fake_open++;
     }
     *out = b;
     return MEMRA_OK;
@@ -312,18 +352,29 @@ static uint32_t faulty_state_position(memra_backend *b, const memra_state *s) {
 
 static memra_status faulty_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out,
                                        memra_error *err) {
+    memra_status st = MEMRA_OK;
     if (!b->cpu->state_stats) {
         memset(out, 0, sizeof *out);
         out->struct_size = sizeof *out;
-        return MEMRA_OK;
+    } else {
+        st = b->cpu->state_stats(b->inner, s->inner, out, err);
     }
-    return b->cpu->state_stats(b->inner, s->inner, out, err);
+    if (st == MEMRA_OK && b->cfg.fake_capture) {
+        out->captures = out->steps ? 1 : 0;
+        out->replays = out->steps;
+    }
+    return st;
 }
 
 static memra_status faulty_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
     if (!b->cpu->memory)
         return b->host->fail(err, MEMRA_E_UNSUPPORTED, "faulty: cpu reports no memory");
-    return b->cpu->memory(b->inner, out, err);
+    memra_status st = b->cpu->memory(b->inner, out, err);
+    if (st == MEMRA_OK && b->cfg.fake_mib != FAULTY_NONE) {
+        out->weight_bytes = (uint64_t)b->cfg.fake_mib << 20;
+        out->device_in_use = faulty_fake_in_use;
+    }
+    return st;
 }
 
 static memra_status faulty_census(memra_backend *b, const memra_state *s, memra_census_row *rows, uint32_t max_rows,
@@ -344,7 +395,36 @@ static memra_status faulty_census(memra_backend *b, const memra_state *s, memra_
     return MEMRA_OK;
 }
 
+/* One DOT file for the state: its position and steps, as a graph of one node. */
+static memra_status faulty_dump_graphs(memra_backend *b, const memra_state *s, const char *dir, memra_error *err) {
+    if (b->cfg.dump_fail)
+        return b->host->fail(err, MEMRA_E_IO, "faulty: dump_fail=1: refusing to write into %s", dir);
+    memra_state_stats stats = {.struct_size = sizeof stats};
+    memra_status st = faulty_state_stats(b, s, &stats, err);
+    if (st != MEMRA_OK)
+        return st;
+    uint32_t pos = b->cpu->state_position(b->inner, s->inner);
+    char path[4200];
+    int n = snprintf(path, sizeof path, "%s/faulty-pos%u.dot", dir, pos);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return b->host->fail(err, MEMRA_E_INVALID, "faulty: dump path under %s is too long", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return b->host->fail(err, MEMRA_E_IO, "faulty: cannot create %s", path);
+    fprintf(f, "digraph faulty_state {\n  state [label=\"position %u, %llu steps, max %u in flight\"];\n}\n", pos,
+            (unsigned long long)stats.steps, s->max_in_flight);
+    if (fclose(f) != 0)
+        return b->host->fail(err, MEMRA_E_IO, "faulty: cannot write %s", path);
+    return MEMRA_OK;
+}
+
 static const memra_ext_census_v1 faulty_census_ext = {
+    .struct_size = sizeof(memra_ext_census_v1),
+    .census = faulty_census,
+    .dump_graphs = faulty_dump_graphs,
+};
+
+static const memra_ext_census_v1 faulty_census_only_ext = {
     .struct_size = sizeof(memra_ext_census_v1),
     .census = faulty_census,
     .dump_graphs = NULL,
@@ -353,7 +433,7 @@ static const memra_ext_census_v1 faulty_census_ext = {
 /* The cpu's own extension tables take the cpu's backend pointer: they are not forwarded. */
 static const void *faulty_extension(memra_backend *b, const char *name, uint32_t version) {
     if (b->cfg.census && strcmp(name, MEMRA_EXT_CENSUS) == 0 && version == 1)
-        return &faulty_census_ext;
+        return b->cfg.census == 2 ? &faulty_census_only_ext : &faulty_census_ext;
     return NULL;
 }
 
