@@ -236,7 +236,7 @@ static const char help_text[] =
     "  --a ARM, --b ARM     the two arms, BACKEND[:key=value,...] (keys below); A is the reference\n"
     "  --model FILE         a GGUF model file\n"
     "  --preset NAME        a synthetic model built in memory: tiny (default), small, qwen3-tiny,\n"
-    "                       llama-1b, llama-8b\n"
+    "                       qwen2-tiny, llama-1b, llama-8b\n"
     "  --dtype D            tensor type of a preset: f32 (default), f16, bf16, q8_0\n"
     "  --prime P            prompt steps (default 256; the prompt file's length when --prompt-ids\n"
     "                       is given without --prime)\n"
