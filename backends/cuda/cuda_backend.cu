@@ -648,6 +648,9 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
         mc_stage_carve(m, nl, first, last, capacity, &real, ss, &cache);
         s->cache_bytes += cache;
         s->scratch_bytes += size.used - cache;
+        if (mc_attention_fused_ok(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v))
+            MC_TRY(mc_attention_fused_prepare(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v),
+                   "setting the fused attention kernel's shared-memory limit");
         MC_TRY(cudaStreamCreateWithFlags(&ss->stream, cudaStreamNonBlocking), "cudaStreamCreate");
         MC_TRY(cudaEventCreateWithFlags(&ss->done, cudaEventDisableTiming), "cudaEventCreate");
         MC_TRY(cudaEventCreateWithFlags(&ss->consumed, cudaEventDisableTiming), "cudaEventCreate");
@@ -763,6 +766,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     }
     const uint32_t nl = sw->layer_end - sw->layer_begin;
     const uint32_t kv_plane = m->n_head_kv * s->capacity;
+    const bool fused = mc_attention_fused_ok(m->n_head, m->n_head_kv, hd, hdv) != 0;
     for (uint32_t l = 0; l < nl; l++) {
         const mc_layer *L = &sw->layers[l];
         float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
@@ -770,10 +774,15 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                            1.0f / m->rope_linear_factor, sw->freqs, L->q_norm, L->k_norm, m->rms_eps};
         MC_RET(mc_gemv(&L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
                "launch of the qkv gemv (with the attention norm)");
-        MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
-        MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, m->n_head, m->n_head_kv, hd, hdv,
-                            s->capacity, ss->pos, q),
-               "launch of attention");
+        if (fused) {
+            MC_RET(mc_attention_fused(&ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
+                   "launch of attention (fused q/k norm, rope, kv append)");
+        } else {
+            MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
+            MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, m->n_head, m->n_head_kv, hd, hdv,
+                                s->capacity, ss->pos, q),
+                   "launch of attention");
+        }
         MC_RET(mc_gemv(&L->wo, ss->att_out, NULL, 0.0f, NULL, ss->x, ss->x, q),
                "launch of the output-projection gemv");
         MC_RET(mc_gemv_swiglu(&L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),

@@ -5,12 +5,18 @@
  * chunks of each row in flight and the next two prefetched, each x chunk loaded once for the four
  * rows, the RMSNorm of x fused in (its sum of squares accumulated along the way), fp32
  * accumulation in a fixed lane order and a fixed xor-shuffle tree, and programmatic dependent
- * launch so a GEMV's first weights stream while the kernel before it drains. Q8_0 converts int8
- * to float exactly with a byte permute instead of the quarter-rate I2F. Everything else reads a
- * few vectors per token. No atomics anywhere: every sum has one order.
+ * launch so a GEMV's first weights stream while the kernel before it drains. Matrices of few
+ * rows split their columns over 2 or 4 warps (parts added in order). Q8_0 converts int8 to float
+ * exactly with a byte permute instead of the quarter-rate I2F, its block scales prefetched with
+ * the weights. Attention is one launch per layer (q/k norm, RoPE, KV append, a fixed split of
+ * the positions over an 8-block cluster, merged in rank order through distributed shared
+ * memory). Everything else reads a few vectors per token. No atomics anywhere: every sum has one
+ * order.
  *
- * Measured on an H200 (bench/RESULTS.md): gate/up 96%, down 92%, qkv 75%, wo 65% of a 4.24 TB/s
- * copy ceiling for llama-8b BF16; Q8_0 45 to 73% (instruction-bound). */
+ * Measured on an H200 (bench/RESULTS.md, v6): llama-8b BF16 gate/up 96%, down 97%, qkv 76%,
+ * wo 76% of a 4.24 TB/s copy ceiling, attention 11.8 us per layer; Q8_0 50 to 83% (bound by
+ * L1/TEX traffic and load latency at 16 warps per SM: ncu). */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
@@ -146,9 +152,6 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
     return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
 }
 
-__device__ __forceinline__ float mc_q8_scale(const uint16_t *scales, uint32_t chunk) {
-    return __half2float(__ushort_as_half(__ldg(scales + chunk / 2)));
-}
 
 #define MC_GEMV_ROWS 4
 
@@ -156,29 +159,39 @@ __device__ __forceinline__ float mc_q8_scale(const uint16_t *scales, uint32_t ch
  * its first weights (which depend on nothing) before it waits for that kernel's results. */
 __device__ __forceinline__ void mc_wait_prior_grid(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+/* Queues the weight chunks (and, for Q8_0, their block scales: a scale loaded at its use would
+ * cost one memory latency per iteration) of the next iteration. */
 template <uint32_t T>
 __device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
-                                               const char *const (&row)[MC_GEMV_ROWS], uint32_t base,
-                                               uint32_t nfull) {
+                                               uint16_t (&sv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               const char *const (&row)[MC_GEMV_ROWS],
+                                               const uint16_t *const (&sc)[MC_GEMV_ROWS], uint32_t base,
+                                               uint32_t nfull, uint32_t lstride) {
 #pragma unroll
     for (int u = 0; u < MC_GEMV_UNROLL; u++) {
-        uint32_t idx = base + 32 * u;
+        uint32_t idx = base + lstride * u;
         if (idx < nfull) {
 #pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
                 wv[u][k] = __ldcs((const uint4 *)(row[k] + (size_t)idx * 16));
+                if (T == MEMRA_TYPE_Q8_0)
+                    sv[u][k] = __ldg(sc[k] + idx / 2);
+            }
         }
     }
 }
 
 /* The dots of rows r0 .. r0+3 (a row past the end repeats r0, and is discarded) with x', as
- * lane 0 sees them. Lane l takes chunks l, l+32, ... in order; MC_GEMV_UNROLL chunks of both rows
- * are loaded one iteration ahead; each x chunk is loaded once for both rows. With NORM, x' is
- * x * norm_w and the sum of squares of x is accumulated along the way (the same lane order in
- * every warp, so every warp gets the same bits), the 1/rms scale applied to the finished dots. */
-template <uint32_t T, int NORM>
+ * lane 0 sees them, over column part `part` of KS: lane l takes chunks 32*part + l, then every
+ * 32*KS-th after it, in order; MC_GEMV_UNROLL chunks of the four rows are loaded one iteration
+ * ahead; each x chunk is loaded once for the four rows. With NORM, x' is x * norm_w and the sum
+ * of squares of x over the part is accumulated along the way (the same lane order in every warp,
+ * so every warp gets the same bits) and returned in ss_out; the caller adds the parts in order
+ * and applies the 1/rms scale to the finished dots. */
+template <uint32_t T, int NORM, int KS>
 __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, const float *x, const float *nw,
-                                            float eps, uint32_t lane, float out[MC_GEMV_ROWS]) {
+                                            uint32_t lane, uint32_t part, float out[MC_GEMV_ROWS], float &ss_out) {
+    const uint32_t LS = 32 * KS; /* chunks between a lane's consecutive chunks */
     const uint32_t E = mc_elems<T>::n;
     const uint32_t eb = 16 / E;
     const char *row[MC_GEMV_ROWS];
@@ -195,20 +208,24 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
     for (int k = 0; k < MC_GEMV_ROWS; k++)
         acc[k] = 0.0f;
     uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
-    mc_load_chunks<T>(wv, row, lane, nfull);
+    uint16_t sv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    mc_load_chunks<T>(wv, sv, row, sc, lane + 32 * part, nfull, LS);
     mc_wait_prior_grid(); /* x (and the residual) come from earlier kernels */
-    for (uint32_t base = lane; base < nfull; base += 32 * MC_GEMV_UNROLL) {
+    for (uint32_t base = lane + 32 * part; base < nfull; base += LS * MC_GEMV_UNROLL) {
         uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+        uint16_t cs[MC_GEMV_UNROLL][MC_GEMV_ROWS];
 #pragma unroll
         for (int u = 0; u < MC_GEMV_UNROLL; u++)
 #pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
                 cur[u][k] = wv[u][k];
-        if (base + 32 * MC_GEMV_UNROLL < nfull)
-            mc_load_chunks<T>(wv, row, base + 32 * MC_GEMV_UNROLL, nfull);
+                cs[u][k] = sv[u][k];
+            }
+        if (base + LS * MC_GEMV_UNROLL < nfull)
+            mc_load_chunks<T>(wv, sv, row, sc, base + LS * MC_GEMV_UNROLL, nfull, LS);
 #pragma unroll
         for (int u = 0; u < MC_GEMV_UNROLL; u++) {
-            uint32_t idx = base + 32 * u;
+            uint32_t idx = base + LS * u;
             if (idx < nfull) {
                 float4 xv[E / 4];
 #pragma unroll
@@ -228,11 +245,12 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
                 }
 #pragma unroll
                 for (int k = 0; k < MC_GEMV_ROWS; k++)
-                    acc[k] += mc_dot_chunk<T>(cur[u][k], xv, T == MEMRA_TYPE_Q8_0 ? mc_q8_scale(sc[k], idx) : 1.0f);
+                    acc[k] += mc_dot_chunk<T>(cur[u][k], xv,
+                                              T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(cs[u][k])) : 1.0f);
             }
         }
     }
-    if (nfull * E < w.cols && lane == (nfull & 31)) {
+    if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
         for (uint32_t c = nfull * E; c < w.cols; c++) {
             float xc = x[c];
             if (NORM) {
@@ -244,31 +262,50 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
                 acc[k] = fmaf(mc_elem<T>(row[k], c), xc, acc[k]);
         }
     }
-    float scale = 1.0f;
-    if (NORM) {
-        ss = mc_warp_sum(ss);
-        ss = __shfl_sync(MC_FULL, ss, 0);
-        scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-    }
+    ss_out = NORM ? mc_warp_sum(ss) : 0.0f;
 #pragma unroll
     for (int k = 0; k < MC_GEMV_ROWS; k++)
-        out[k] = mc_warp_sum(acc[k]) * scale;
+        out[k] = mc_warp_sum(acc[k]);
 }
 
 /* Reads: rows x stride weight bytes, x (cols floats, cached), norm_w (cols floats), bias and
  * residual (rows floats). Writes: y (rows floats; rows/2 for swiglu: y[p] = silu(row 2p) *
  * row 2p+1). */
-template <uint32_t T, int SWIGLU, int NORM>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS) mc_gemv_kernel(const mc_matrix w, const float *x, const float *norm_w,
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) mc_gemv_kernel(const mc_matrix w, const float *x, const float *norm_w,
                                                       float eps, const float *bias, const float *residual, float *y) {
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t r0 = (blockIdx.x * MC_GEMV_WARPS + (threadIdx.x >> 5)) * MC_GEMV_ROWS;
-    if (r0 >= w.rows)
+    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
+    const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
+    const bool live = r0 < w.rows;
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot<T, NORM, KS>(w, r0, x, norm_w, lane, part, d, ss);
+    if (KS > 1) { /* the KS column parts of a row group, added in part order */
+        if (live && lane == 0) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                red[warp][k] = d[k];
+            red[warp][MC_GEMV_ROWS] = ss;
+        }
+        __syncthreads();
+        if (!live || part != 0 || lane != 0)
+            return;
+        for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                d[k] += red[warp + p][k];
+            ss += red[warp + p][MC_GEMV_ROWS];
+        }
+    }
+    if (!live || lane != 0)
         return;
-    float d[MC_GEMV_ROWS];
-    mc_rows_dot<T, NORM>(w, r0, x, norm_w, eps, lane, d);
-    if (lane != 0)
-        return;
+    if (NORM) {
+        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] *= scale;
+    }
     if (SWIGLU) { /* rows 2p (gate) and 2p+1 (up) */
 #pragma unroll
         for (int k = 0; k < MC_GEMV_ROWS; k += 2)
@@ -299,10 +336,29 @@ static int mc_pdl_enabled(void) {
     return on;
 }
 
-template <uint32_t T, int SWIGLU, int NORM>
+/* Warps per row group (the columns split KS ways, parts added in order): matrices of few rows
+ * would leave most of the GPU idle with one warp per 4 rows. The largest KS whose grid still fits
+ * one wave of 4 blocks on each of 132 multiprocessors (rows * KS / 16 <= 528): a second, partial
+ * wave costs more than the split gains (v5: qkv of llama-8b at KS 2 ran 1.5 us slower). A function
+ * of the row count alone (MEMRA_CUDA_KSPLIT=1, 2 or 4 forces one, for measurements), so every arm
+ * gets the same bits. */
+static uint32_t mc_gemv_ksplit(uint32_t rows) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("MEMRA_CUDA_KSPLIT");
+        int v = e ? atoi(e) : 0;
+        forced = v == 1 || v == 2 || v == 4 ? v : 0;
+    }
+    if (forced)
+        return (uint32_t)forced;
+    const uint32_t wave_rows = 528u * (MC_GEMV_WARPS * MC_GEMV_ROWS); /* 8448 */
+    return (uint64_t)rows * 4 <= wave_rows ? 4 : (uint64_t)rows * 2 <= wave_rows ? 2 : 1;
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                              const float *residual, float *y, cudaStream_t st) {
-    const uint32_t per_block = MC_GEMV_WARPS * MC_GEMV_ROWS;
+    const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((w->rows + per_block - 1) / per_block);
@@ -314,21 +370,31 @@ static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *no
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM>, *w, x, norm_w, eps, bias, residual, y);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
 }
 
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_typed_ks(const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                                    const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (w->type) {
+    case MEMRA_TYPE_F32: return mc_gemv_t<MEMRA_TYPE_F32, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_F16: return mc_gemv_t<MEMRA_TYPE_F16, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_BF16: return mc_gemv_t<MEMRA_TYPE_BF16, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q8_0: return mc_gemv_t<MEMRA_TYPE_Q8_0, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 template <int SWIGLU, int NORM>
 static cudaError_t mc_gemv_typed(const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                  const float *bias, const float *residual, float *y, cudaStream_t st) {
-    switch (w->type) {
-    case MEMRA_TYPE_F32: return mc_gemv_t<MEMRA_TYPE_F32, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
-    case MEMRA_TYPE_F16: return mc_gemv_t<MEMRA_TYPE_F16, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
-    case MEMRA_TYPE_BF16: return mc_gemv_t<MEMRA_TYPE_BF16, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
-    case MEMRA_TYPE_Q8_0: return mc_gemv_t<MEMRA_TYPE_Q8_0, SWIGLU, NORM>(w, x, norm_w, eps, bias, residual, y, st);
-    default: return cudaErrorInvalidValue;
+    switch (mc_gemv_ksplit(w->rows)) {
+    case 1: return mc_gemv_typed_ks<SWIGLU, NORM, 1>(w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_gemv_typed_ks<SWIGLU, NORM, 2>(w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_gemv_typed_ks<SWIGLU, NORM, 4>(w, x, norm_w, eps, bias, residual, y, st);
     }
 }
 
@@ -597,6 +663,350 @@ cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_ca
         return e;
     mc_att_combine_kernel<<<n_head, 128, (3 * mc + 1) * sizeof(float), st>>>(partial, out, hdv, mc, pos);
     return cudaGetLastError();
+}
+
+/* ---- fused decode attention: q/k norm, RoPE, KV append, attention, combine -------------- */
+
+/* One cluster of MC_ATT_SPLIT blocks per kv head g. The positions [0, *pos] are split into
+ * MC_ATT_SPLIT contiguous ranges (a function of *pos alone); block r walks its range in tiles of
+ * MC_ATT_TILE positions with an online softmax (tiles in order), then the cluster merges the
+ * blocks' (max, sum, out) through distributed shared memory in rank order: every output element
+ * has one fixed formula, whichever thread computes it. Each block ropes (and norms) the G q heads
+ * itself (the same code everywhere, so the same bits); the block whose range holds *pos ropes the
+ * new k, appends k and v to the cache and uses them from shared memory. The tiles of cached rows
+ * (all written by earlier steps) stream in by cp.async, the first before the wait on the qkv
+ * GEMV. Reads qkv (one token), freqs, norms, *pos, this layer's K and V rows [0, *pos); writes
+ * the K and V rows at *pos and out[n_head][hdv]. */
+#define MC_ATT_SPLIT 8u
+#define MC_ATT_TILE 32u
+#define MC_ATT_THREADS 128u
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ void mc_cp_async16(void *smem, const void *gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void mc_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most `pending` of this thread's newest copy groups are still in flight. */
+__device__ __forceinline__ void mc_cp_async_wait(uint32_t pending) {
+    if (pending >= 2)
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+    else if (pending == 1)
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* The shared-memory layout (floats; every array starts 16-byte aligned). */
+struct mc_att_layout {
+    uint32_t G4, kst, nb, qs, ks, vs, ps, os, st, kn, vn, total;
+};
+/* nb tile buffers: up to 4 (3 tiles in flight ahead of the one in use) while the block stays
+ * under 160 KB, at least 2. */
+__host__ __device__ inline mc_att_layout mc_att_layout_of(uint32_t G, uint32_t hd, uint32_t hdv) {
+    mc_att_layout L;
+    L.G4 = (G + 3) / 4 * 4;
+    L.kst = hd + 4; /* padded K rows: a warp's 16-byte loads of 32 rows hit distinct banks */
+    for (L.nb = 4;; L.nb--) {
+        uint32_t o = 0;
+        L.qs = o; o += G * hd;
+        L.ks = o; o += L.nb * MC_ATT_TILE * L.kst;
+        L.vs = o; o += L.nb * MC_ATT_TILE * hdv;
+        L.ps = o; o += MC_ATT_TILE * L.G4;
+        L.os = o; o += G * hdv;
+        L.st = o; o += (3 * G + 3) / 4 * 4;
+        L.kn = o; o += hd;
+        L.vn = o; o += hdv;
+        L.total = o;
+        if (L.nb == 2 || (uint64_t)o * 4 <= 160u * 1024u)
+            return L;
+    }
+}
+
+/* Queues the cache rows [t0, t0+nt) except `skip` into one tile buffer. */
+__device__ __forceinline__ void mc_att_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
+                                                 uint32_t nt, uint32_t skip, uint32_t hd, uint32_t hdv, uint32_t kst) {
+    const uint32_t kq = hd / 4, vq = hdv / 4;
+    for (uint32_t i = threadIdx.x; i < nt * kq; i += blockDim.x) {
+        const uint32_t t = i / kq, c = i % kq;
+        if (t0 + t != skip)
+            mc_cp_async16(ks + t * kst + 4 * c, kb + (size_t)(t0 + t) * hd + 4 * c);
+    }
+    for (uint32_t i = threadIdx.x; i < nt * vq; i += blockDim.x) {
+        const uint32_t t = i / vq, c = i % vq;
+        if (t0 + t != skip)
+            mc_cp_async16(vs + t * hdv + 4 * c, vb + (size_t)(t0 + t) * hdv + 4 * c);
+    }
+    mc_cp_async_commit();
+}
+
+/* In place: RMSNorm (when norm) of n_vec vectors of hd floats, warp w taking vectors w, w+nw.. */
+__device__ void mc_att_norm(float *v, uint32_t n_vec, uint32_t hd, const float *norm, float eps) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (uint32_t h = warp; h < n_vec; h += nw) {
+        float *x = v + (size_t)h * hd, ss = 0.0f;
+        for (uint32_t i = lane; i < hd; i += 32)
+            ss = fmaf(x[i], x[i], ss);
+        ss = __shfl_sync(MC_FULL, mc_warp_sum(ss), 0);
+        const float scale = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (uint32_t i = lane; i < hd; i += 32)
+            x[i] = x[i] * scale * norm[i];
+    }
+}
+
+/* In place: RoPE at position p of n_vec vectors of hd floats (one thread per pair). */
+__device__ void mc_att_rope(float *v, uint32_t n_vec, const mc_rope_args &a, uint32_t hd, int32_t p) {
+    const uint32_t half_dim = hd / 2;
+    const float fpos = (float)p * a.pos_scale;
+    for (uint32_t i = threadIdx.x; i < n_vec * half_dim; i += blockDim.x) {
+        const uint32_t h = i / half_dim, j = i % half_dim;
+        const uint32_t i0 = a.neox ? j : 2 * j, i1 = a.neox ? j + half_dim : 2 * j + 1;
+        float s, c;
+        sincosf(fpos * a.freqs[j], &s, &c);
+        float *x = v + (size_t)h * hd;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+template <uint32_t HD> /* head_dim when 64 or 128 (dot unrolled), 0: given at run time */
+__global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_rope_args a, const float *qkv,
+                                                                      float *k_cache, float *v_cache, float *out,
+                                                                      const int32_t *pos) {
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ __align__(16) float sm[];
+    const uint32_t hd = HD ? HD : a.hd, hdv = a.hdv, G = a.n_head / a.n_kv;
+    const mc_att_layout L = mc_att_layout_of(G, hd, hdv);
+    float *qs = sm + L.qs, *ps = sm + L.ps, *os = sm + L.os, *st = sm + L.st, *kn = sm + L.kn, *vn = sm + L.vn;
+    float *ms = st, *ls = st + G, *als = st + 2 * G;
+    const uint32_t r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31;
+    const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
+    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
+    const float *kb = k_cache + (size_t)g * a.capacity * hd, *vb = v_cache + (size_t)g * a.capacity * hdv;
+    const uint32_t n_tiles = (p1 - p0 + MC_ATT_TILE - 1) / MC_ATT_TILE;
+    /* rows below *pos were written by earlier steps: stream the first nb-1 tiles before the wait
+     * (one copy group per tile; tile j goes to buffer j % nb) */
+    for (uint32_t j = 0; j < n_tiles && j + 1 < L.nb; j++) {
+        const uint32_t t0 = p0 + j * MC_ATT_TILE;
+        mc_att_load_tile(sm + L.ks + j * MC_ATT_TILE * L.kst, sm + L.vs + j * MC_ATT_TILE * hdv, kb, vb, t0,
+                         min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, L.kst);
+    }
+    mc_wait_prior_grid();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = qkv[(size_t)g * G * hd + i];
+    if (has_new) {
+        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            kn[i] = qkv[(size_t)a.n_head * hd + (size_t)g * hd + i];
+        for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+            vn[i] = qkv[(size_t)(a.n_head + a.n_kv) * hd + (size_t)g * hdv + i];
+    }
+    for (uint32_t i = threadIdx.x; i < G; i += blockDim.x) {
+        ms[i] = -INFINITY;
+        ls[i] = 0.0f;
+    }
+    for (uint32_t i = threadIdx.x; i < G * hdv; i += blockDim.x)
+        os[i] = 0.0f;
+    __syncthreads();
+    if (a.q_norm)
+        mc_att_norm(qs, G, hd, a.q_norm, a.eps);
+    if (has_new && a.k_norm)
+        mc_att_norm(kn, 1, hd, a.k_norm, a.eps);
+    __syncthreads();
+    mc_att_rope(qs, G, a, hd, p);
+    if (has_new)
+        mc_att_rope(kn, 1, a, hd, p);
+    __syncthreads();
+    if (has_new) {
+        float *kd = k_cache + ((size_t)g * a.capacity + (size_t)p) * hd;
+        float *vd = v_cache + ((size_t)g * a.capacity + (size_t)p) * hdv;
+        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            kd[i] = kn[i];
+        for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+            vd[i] = vn[i];
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t j = 0; j < n_tiles; j++) {
+        const uint32_t t0 = p0 + j * MC_ATT_TILE, nt = min(MC_ATT_TILE, p1 - t0), b = j % L.nb;
+        float *ks = sm + L.ks + b * MC_ATT_TILE * L.kst, *vs = sm + L.vs + b * MC_ATT_TILE * hdv;
+        /* queued so far: tiles 0 .. min(j + nb - 2, n_tiles - 1); tile j must have landed */
+        mc_cp_async_wait(min(j + L.nb - 2, n_tiles - 1) - j);
+        __syncthreads(); /* tile j landed for every thread; tile j-1's buffer is free */
+        if (j + L.nb - 1 < n_tiles) {
+            const uint32_t jn = j + L.nb - 1, tn = p0 + jn * MC_ATT_TILE;
+            mc_att_load_tile(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst,
+                             sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv, kb, vb, tn, min(MC_ATT_TILE, p1 - tn),
+                             (uint32_t)p, hd, hdv, L.kst);
+        }
+        if (has_new && (uint32_t)p < t0 + nt) { /* the new row, from shared memory */
+            const uint32_t t = (uint32_t)p - t0;
+            for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+                ks[t * L.kst + i] = kn[i];
+            for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+                vs[t * hdv + i] = vn[i];
+            __syncthreads();
+        }
+        /* scores and the online softmax: warp-uniform head, lane = position */
+        for (uint32_t i = threadIdx.x; i < G * MC_ATT_TILE; i += blockDim.x) {
+            const uint32_t h = i / MC_ATT_TILE, t = i % MC_ATT_TILE;
+            float s = -INFINITY;
+            if (t < nt) {
+                const float *k = ks + t * L.kst, *q = qs + (size_t)h * hd;
+                float acc = 0.0f;
+#pragma unroll 8
+                for (uint32_t d = 0; d < hd; d += 4) {
+                    const float4 kv = *(const float4 *)(k + d);
+                    const float4 qv = *(const float4 *)(q + d);
+                    acc = fmaf(qv.x, kv.x, acc);
+                    acc = fmaf(qv.y, kv.y, acc);
+                    acc = fmaf(qv.z, kv.z, acc);
+                    acc = fmaf(qv.w, kv.w, acc);
+                }
+                s = acc * scale;
+            }
+            float tmax = s;
+            for (int o = 16; o > 0; o >>= 1)
+                tmax = fmaxf(tmax, __shfl_xor_sync(MC_FULL, tmax, o)); /* max: exact in any order */
+            const float m_old = ms[h], m_new = fmaxf(m_old, tmax);
+            const float e = t < nt ? expf(s - m_new) : 0.0f;
+            const float lt = mc_warp_sum(e);
+            ps[t * L.G4 + h] = e;
+            __syncwarp();
+            if (lane == 0) {
+                const float alpha = expf(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
+                ls[h] = fmaf(ls[h], alpha, lt);
+                ms[h] = m_new;
+                als[h] = alpha;
+            }
+        }
+        __syncthreads();
+        /* out: one thread per dimension, up to 4 heads at once (V read once), positions in order */
+        for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+            for (uint32_t h0 = 0; h0 < G; h0 += 4) {
+                float o[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    o[k] = h0 + k < G ? os[(h0 + k) * hdv + d] * als[h0 + k] : 0.0f;
+#pragma unroll 4
+                for (uint32_t t = 0; t < nt; t++) {
+                    const float v = vs[t * hdv + d];
+                    const float4 pv = *(const float4 *)(ps + t * L.G4 + h0);
+                    o[0] = fmaf(pv.x, v, o[0]);
+                    o[1] = fmaf(pv.y, v, o[1]);
+                    o[2] = fmaf(pv.z, v, o[2]);
+                    o[3] = fmaf(pv.w, v, o[3]);
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (h0 + k < G)
+                        os[(h0 + k) * hdv + d] = o[k];
+            }
+        }
+    }
+    cluster.sync(); /* every block's (m, l, out) visible to the cluster */
+    /* the merge: block r writes elements [r*per_e, (r+1)*per_e) of this group's G*hdv outputs */
+    const uint32_t n_e = G * hdv, per_e = (n_e + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    for (uint32_t e = r * per_e + threadIdx.x; e < min(n_e, (r + 1) * per_e); e += blockDim.x) {
+        const uint32_t h = e / hdv;
+        float mr[MC_ATT_SPLIT], lr[MC_ATT_SPLIT], orr[MC_ATT_SPLIT];
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            const float *rst = cluster.map_shared_rank(st, s);
+            mr[s] = rst[h];
+            lr[s] = rst[G + h];
+            orr[s] = cluster.map_shared_rank(os, s)[e];
+        }
+        float M = mr[0];
+#pragma unroll
+        for (uint32_t s = 1; s < MC_ATT_SPLIT; s++)
+            M = fmaxf(M, mr[s]);
+        float l = 0.0f, o = 0.0f;
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            const float w = expf(mr[s] - M); /* an empty range: m = -inf, weight 0 */
+            l = fmaf(lr[s], w, l);
+            o = fmaf(orr[s], w, o);
+        }
+        out[(size_t)(g * G + h) * hdv + (e % hdv)] = o * (1.0f / l);
+    }
+    cluster.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+/* Whether the fused path serves these shapes (16-byte rows), and the environment allows it. */
+int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("MEMRA_CUDA_ATT_UNFUSED");
+        off = e && *e && strcmp(e, "0") != 0;
+    }
+    if (off || n_kv == 0 || n_head % n_kv || hd % 4 || hdv % 4 || hd < 2)
+        return 0;
+    const mc_att_layout L = mc_att_layout_of(n_head / n_kv, hd, hdv);
+    return (uint64_t)L.total * 4 <= 200u * 1024u;
+}
+
+/* Per device: the dynamic shared memory the fused kernels may use (48 KB until raised). */
+#define MC_MAX_DEVICES 64
+static size_t mc_att_smem_set[MC_MAX_DEVICES];
+
+cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
+    const size_t smem = (size_t)mc_att_layout_of(n_head / n_kv, hd, hdv).total * 4;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    if (smem <= 48 * 1024 || smem <= mc_att_smem_set[dev])
+        return cudaSuccess;
+    if ((e = cudaFuncSetAttribute(mc_att_fused_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) ||
+        (e = cudaFuncSetAttribute(mc_att_fused_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) ||
+        (e = cudaFuncSetAttribute(mc_att_fused_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+        return e;
+    mc_att_smem_set[dev] = smem;
+    return cudaSuccess;
+}
+
+template <uint32_t HD>
+static cudaError_t mc_att_fused_launch(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache,
+                                       float *out, const int32_t *pos, cudaStream_t st) {
+    const size_t smem = (size_t)mc_att_layout_of(a->n_head / a->n_kv, a->hd, a->hdv).total * 4;
+    cudaError_t e = mc_attention_fused_prepare(a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv);
+    cfg.blockDim = dim3(MC_ATT_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mc_pdl_enabled() ? 2 : 1;
+    e = cudaLaunchKernelEx(&cfg, mc_att_fused_kernel<HD>, *a, qkv, k_cache, v_cache, out, pos);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+cudaError_t mc_attention_fused(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache, float *out,
+                               const int32_t *pos, cudaStream_t st) {
+    if (!mc_attention_fused_ok(a->n_head, a->n_kv, a->hd, a->hdv))
+        return cudaErrorInvalidValue;
+    if (a->hd == 128)
+        return mc_att_fused_launch<128>(a, qkv, k_cache, v_cache, out, pos, st);
+    if (a->hd == 64)
+        return mc_att_fused_launch<64>(a, qkv, k_cache, v_cache, out, pos, st);
+    return mc_att_fused_launch<0>(a, qkv, k_cache, v_cache, out, pos, st);
 }
 
 /* ---- commit, token hand-over ------------------------------------------------------------ */
@@ -956,22 +1366,54 @@ const char *mc_kernel_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 0>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 0>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 0>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 0>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 1>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 1>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 1>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 1>, "gemv"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 0>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 0>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 0>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 0>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 1>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1>, "gemv_swiglu"},
-        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F32, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_rmsnorm_kernel, "rmsnorm"},
         {(const void *)mc_embed_kernel, "embed"},
         {(const void *)mc_rope_kv_kernel, "rope_kv"},
@@ -979,6 +1421,9 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_att_chunk_kernel<64>, "attention"},
         {(const void *)mc_att_chunk_kernel<0>, "attention"},
         {(const void *)mc_att_combine_kernel, "attention"},
+        {(const void *)mc_att_fused_kernel<128>, "attention"},
+        {(const void *)mc_att_fused_kernel<64>, "attention"},
+        {(const void *)mc_att_fused_kernel<0>, "attention"},
         {(const void *)mc_commit_kernel, "commit"},
         {(const void *)mc_copy_token_kernel, "token"},
         {(const void *)mc_max_part_kernel, "sampler"},

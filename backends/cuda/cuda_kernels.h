@@ -36,9 +36,10 @@ uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols);
 uint32_t mc_type_elem_bytes(uint32_t type);
 
 /* y[r] = (residual ? residual[r] : 0) + bias[r] + sum_c W[r][c] * x'[c], r < rows, where x' is
- * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (computed per block in
- * shared memory: the norm costs no launch of its own). bias, residual may be NULL; residual may
- * be y itself. */
+ * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (its sum of squares
+ * accumulated along the GEMV's own x loads: the norm costs no launch of its own). bias, residual
+ * may be NULL; residual may be y itself. Matrices of few rows split their columns over 2 or 4
+ * warps (a function of the row count; MEMRA_CUDA_KSPLIT=1|2|4 forces one, for measurements). */
 cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                     const float *residual, float *y, cudaStream_t st);
 /* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
@@ -77,6 +78,19 @@ cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_ca
                          const int32_t *pos, cudaStream_t st);
 /* Floats of the partials buffer mc_attention needs. */
 uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
+
+/* The fused path: q/k norm, RoPE, KV append and grouped-query attention in one launch (a cluster
+ * of blocks per kv head, a fixed split of [0, *pos] by position and a rank-ordered merge through
+ * distributed shared memory). Reads qkv as mc_rope_kv does (q is not rotated in place); writes
+ * the k and v rows at *pos and out[n_head][hdv]. mc_attention_fused_ok says whether it serves
+ * the shapes (16-byte rows) and MEMRA_CUDA_ATT_UNFUSED is unset; otherwise use mc_rope_kv +
+ * mc_attention (the launcher returns cudaErrorInvalidValue). */
+int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+/* Raises the fused kernel's dynamic shared-memory limit on the current device to what these
+ * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
+cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+cudaError_t mc_attention_fused(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache, float *out,
+                               const int32_t *pos, cudaStream_t st);
 
 /* *pos += 1 (the commit of a stage's step). */
 cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
