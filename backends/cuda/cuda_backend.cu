@@ -457,7 +457,9 @@ typedef struct mc_stage_state {
 } mc_stage_state;
 
 typedef struct mc_slot {
-    cudaEvent_t ev;
+    cudaEvent_t ev;       /* on the last stage's device: recorded after an eager step */
+    cudaEvent_t ev_first; /* on stage 0's device: recorded after a graph launch (stage 0's stream) */
+    cudaEvent_t pending;  /* the one recorded for the step in this slot */
     float *host_logits;        /* pinned, n_vocab */
     mc_sample_result *host_res; /* pinned */
     int32_t *host_token;        /* pinned */
@@ -567,9 +569,12 @@ static void mc_state_destroy(memra_state *s) {
         if (ss->arena)
             cudaFree(ss->arena);
     }
-    for (uint32_t k = 0; k < MC_MAX_INFLIGHT; k++)
+    for (uint32_t k = 0; k < MC_MAX_INFLIGHT; k++) {
         if (s->slots[k].ev)
             cudaEventDestroy(s->slots[k].ev);
+        if (s->slots[k].ev_first)
+            cudaEventDestroy(s->slots[k].ev_first);
+    }
     if (s->pinned)
         cudaFreeHost(s->pinned);
     free(s);
@@ -668,6 +673,10 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
             s->slots[k].host_token = (int32_t *)(p + (size_t)m->n_vocab * 4 + sizeof(mc_sample_result));
             MC_TRY(cudaEventCreateWithFlags(&s->slots[k].ev, cudaEventDisableTiming), "cudaEventCreate");
         }
+        /* An event can only be recorded on a stream of the device it was created on. */
+        MC_TRY(cudaSetDevice(s->st[0].device), "cudaSetDevice");
+        for (uint32_t k = 0; k < max_inflight; k++)
+            MC_TRY(cudaEventCreateWithFlags(&s->slots[k].ev_first, cudaEventDisableTiming), "cudaEventCreate");
     }
     b->cache_bytes += s->cache_bytes;
     b->scratch_bytes += s->scratch_bytes;
@@ -837,7 +846,8 @@ static memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step
     if (args->sample)
         MC_TRY(cudaMemcpyAsync(slot->host_res, sl->result, sizeof(mc_sample_result), cudaMemcpyDeviceToHost, q),
                "cudaMemcpyAsync (sample readback)");
-    MC_TRY(cudaEventRecord(slot->ev, q), "cudaEventRecord (step done)");
+    slot->pending = after_graph ? slot->ev_first : slot->ev;
+    MC_TRY(cudaEventRecord(slot->pending, q), "cudaEventRecord (step done)");
     slot->want_logits = args->want_logits;
     slot->sampled = args->sample != NULL;
     s->position++;
@@ -869,7 +879,7 @@ static memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits,
     mc_slot *slot = &s->slots[s->head];
     s->head = (s->head + 1) % s->max_inflight;
     s->inflight--;
-    MC_TRY(cudaEventSynchronize(slot->ev), "the step (cudaEventSynchronize)");
+    MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
     if (s->quarantined)
         return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
     if (slot->sampled && slot->host_res->bad_index >= 0) {
