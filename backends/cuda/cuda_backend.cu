@@ -398,6 +398,12 @@ static memra_status mc_weights_acquire(const memra_model *m, const memra_plan *p
         mc_bump real = {(char *)sw->arena, 0, size.used};
         if ((st = mc_stage_layout(m, plan, s, &real, sw, err)))
             break;
+        /* cudaMemcpy from pageable memory may return before its DMA lands, and the states'
+         * non-blocking streams do not wait for the legacy stream: finish the upload here. */
+        if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+            st = mc_cuda_fail(err, e, "cudaDeviceSynchronize after the weight upload");
+            break;
+        }
         sw->bytes = size.used;
         w->bytes += size.used;
     }
@@ -472,6 +478,7 @@ struct memra_state {
     uint32_t position;  /* host mirror: positions of steps begun */
     uint32_t inflight, head; /* slots begun and not ended; the oldest's index */
     bool has_device_token;   /* a previous step sampled (the token lives on the device) */
+    bool sampled_ev_live;    /* the last stage's sampled_ev was last recorded eagerly (not in a capture) */
     bool quarantined;
     char why[MEMRA_ERROR_MSG_MAX];
     memra_state_stats stats;
@@ -647,7 +654,6 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
             goto fail;
         }
         MC_TRY(cudaMalloc(&ss->arena, size.used), "cudaMalloc of a state's buffers");
-        MC_TRY(cudaMemset(ss->arena, 0, size.used), "cudaMemset of a state's buffers");
         mc_bump real = {(char *)ss->arena, 0, size.used};
         cache = 0;
         mc_stage_carve(m, nl, first, last, capacity, &real, ss, &cache);
@@ -657,6 +663,11 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
             MC_TRY(mc_attention_fused_prepare(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v),
                    "setting the fused attention kernel's shared-memory limit");
         MC_TRY(cudaStreamCreateWithFlags(&ss->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        /* Zero on the state's own stream and wait: a plain cudaMemset goes to the legacy default
+         * stream, which a cudaStreamNonBlocking stream does not wait for, so the first step's
+         * input-token copy (or its kernels) could land before the zeroing and be overwritten. */
+        MC_TRY(cudaMemsetAsync(ss->arena, 0, size.used, ss->stream), "cudaMemsetAsync of a state's buffers");
+        MC_TRY(cudaStreamSynchronize(ss->stream), "cudaStreamSynchronize (state zeroing)");
         MC_TRY(cudaEventCreateWithFlags(&ss->done, cudaEventDisableTiming), "cudaEventCreate");
         MC_TRY(cudaEventCreateWithFlags(&ss->consumed, cudaEventDisableTiming), "cudaEventCreate");
         if (last)
@@ -726,7 +737,10 @@ static memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_ste
         if (!s->has_device_token)
             return memra_fail(err, MEMRA_E_INVALID, "cuda: token from device, but no earlier step of this state sampled one");
         MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
-        if (s->n_stages > 1)
+        /* After an eager step, wait for the last stage's sampler. After a graph step the event was
+         * recorded inside the capture (only an internal edge; waiting on it outside the capture is
+         * an error), and no wait is needed: the whole graph ran on stage 0's stream, before this. */
+        if (s->n_stages > 1 && s->sampled_ev_live)
             MC_TRY(cudaStreamWaitEvent(s0->stream, sl->sampled_ev, 0), "cudaStreamWaitEvent (sampled token)");
         if (s0->device == sl->device) {
             MC_TRY(mc_copy_token(s0->in_token, sl->sampled, s0->stream), "launch of the token hand-over kernel");
@@ -854,6 +868,7 @@ static memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step
     slot->position = s->position;
     s->inflight++;
     s->has_device_token = args->sample != NULL;
+    s->sampled_ev_live = args->sample != NULL && !after_graph;
     return MEMRA_OK;
 fail:
     mc_quarantine_fail(s, err);
@@ -1043,6 +1058,7 @@ static memra_status mc_state_restore(memra_backend *b, memra_state *dst, const m
     }
     dst->position = src->position;
     dst->has_device_token = src->has_device_token;
+    dst->sampled_ev_live = false; /* the sampled token was copied on dst's stream and synchronised */
     return MEMRA_OK;
 fail:
     mc_quarantine_fail(dst, err);
