@@ -20,6 +20,7 @@
  * float. The rotation itself is float. */
 #include <math.h>
 #include <stdio.h>
+#include <fenv.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -672,13 +673,21 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
         return memra_fail(err, MEMRA_E_RANGE, "cpu: position %u is past the state's capacity of %u", pos,
                           s->capacity);
 
+    /* The step computes in the default floating-point environment (round to nearest, no
+     * flush-to-zero), whatever the caller set: the bits must not depend on the host program's
+     * settings, and the pool's workers run in that environment too (cpu_pool.c). */
+    fenv_t caller_env;
+    fegetenv(&caller_env);
+    fesetenv(FE_DFL_ENV);
     forward(b, s, (uint32_t)token, pos);
 
     int64_t sampled = -1;
-    if (args->sample) {
-        uint32_t t = 0;
+    uint32_t t = 0;
+    if (args->sample)
         st = b->sampler->sampler->sample(b->head_out, m->n_vocab, (uint64_t)pos + 1, args->sample,
                                          s->sample_scratch, &t, err);
+    fesetenv(&caller_env);
+    if (args->sample) {
         if (st != MEMRA_OK) {
             memra_error_prefix(err, "cpu: step at position %u", pos);
             return quarantine(s, st, err);
