@@ -287,7 +287,7 @@ static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
     return true;
 }
 
-/* A key or tensor name: nonempty, no NUL inside, copied NUL-terminated. */
+/* A key or tensor name: nonempty, no NUL or other control byte inside, copied NUL-terminated. */
 static char *cur_name(cursor *c, const char *what) {
     uint64_t at = c->pos;
     memra_gguf_str s;
@@ -301,6 +301,15 @@ static char *cur_name(cursor *c, const char *what) {
     if (memchr(s.ptr, '\0', s.len)) {
         cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " contains a NUL byte", c->path, what, at);
         return NULL;
+    }
+    /* Names end up in messages and on terminals: a control byte (an escape sequence) is refused. */
+    for (uint64_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " contains the control byte 0x%02x at index %" PRIu64,
+                     c->path, what, at, ch, i);
+            return NULL;
+        }
     }
     char *copy = malloc(s.len + 1);
     if (!copy) {

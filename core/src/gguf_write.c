@@ -218,6 +218,9 @@ void memra_gguf_writer_free(memra_gguf_writer *w) {
 static memra_status check_name(const char *what, const char *name, memra_error *err) {
     if (!name || !name[0])
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: %s is %s, expected a nonempty name", what, name ? "empty" : "NULL");
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        if (*c < 0x20 || *c == 0x7f) /* the reader refuses these */
+            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: %s has the control byte 0x%02x", what, *c);
     return MEMRA_OK;
 }
 

@@ -285,6 +285,25 @@ Test(gguf_malformed, key_with_nul) {
     gb_free(&b);
 }
 
+Test(gguf_malformed, key_with_escape_sequence) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 0, 1);
+    gb_u64(&b, 4);
+    gb_put(&b, "a\x1b[2J", 4); /* an ANSI "clear screen" would reach the terminal */
+    gb_u32(&b, MEMRA_GGUF_UINT32);
+    gb_u32(&b, 1);
+    expect_reject(&b, "metadata key #0 at offset 24 contains the control byte 0x1b at index 1");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, tensor_name_with_delete_byte) {
+    gb_bytes b = {0};
+    one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, 0, 256);
+    b.p[32] = 0x7f;
+    expect_reject(&b, "the name of tensor info #0 at offset 24 contains the control byte 0x7f at index 0");
+    gb_free(&b);
+}
+
 Test(gguf_malformed, duplicate_key) {
     gb_bytes b = {0};
     gb_header(&b, 3, 0, 3);
