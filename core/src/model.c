@@ -506,6 +506,8 @@ static memra_status bind_globals(describe_ctx *c) {
 }
 
 memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_error *err) {
+    if (!g || !out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_model_describe: the GGUF handle or out is NULL");
     *out = NULL;
     memra_model *m = calloc(1, sizeof *m);
     if (!m)

@@ -17,6 +17,8 @@ const uint32_t memra_core_arm_key_count = sizeof memra_core_arm_keys / sizeof me
 
 memra_status memra_model_load(const char *path, const char *preset, uint32_t type, uint64_t seed,
                               memra_loaded_model **out, memra_error *err) {
+    if (!out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_model_load: out is NULL");
     *out = NULL;
     memra_loaded_model *lm = calloc(1, sizeof *lm);
     if (!lm)
@@ -153,6 +155,8 @@ static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *e
 memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text,
                             const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_arm **out,
                             memra_error *err) {
+    if (!r || !m || !arm_text || !out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_open: the registry, model, arm text or out is NULL");
     *out = NULL;
     if (strlen(arm_text) >= ARM_TEXT_MAX)
         return memra_fail(err, MEMRA_E_INVALID, "arm '%.40s...' is longer than %d characters", arm_text,
