@@ -88,11 +88,13 @@ static void expect_impl(const result *r, int code, const char *which, const char
 }
 #define EXPECT(r, want_code, stream, needle) expect_impl(&(r), (want_code), #stream, (r).stream, (needle))
 
-static bool cpu_backend_built(void) {
+/* The cpu backend is always built in this tree: its absence is a failure, never a skip. */
+static void require_cpu_backend(void) {
     const char *dir = getenv("MEMRA_BUILD_DIR");
+    cr_assert_not_null(dir, "MEMRA_BUILD_DIR is not set (ctest sets it): cannot find the build's plugins");
     char path[1024];
-    snprintf(path, sizeof path, "%s/plugins.d/cpu.backend.manifest", dir ? dir : "");
-    return access(path, R_OK) == 0;
+    snprintf(path, sizeof path, "%s/plugins.d/cpu.backend.manifest", dir);
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing: the cpu backend was not built", path);
 }
 
 Test(tools, no_command_is_usage) {
@@ -224,8 +226,7 @@ Test(tools, mkmodel_then_inspect) {
 }
 
 Test(tools, plugins_lists_the_cpu_backend) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     result r = run("plugins", NULL);
     EXPECT(r, 0, out, "folders searched");
     cr_assert(strstr(r.out, "cpu ") && strstr(r.out, "backend"), "%s", r.out);
@@ -245,8 +246,7 @@ static size_t count_words(const char *s) {
 }
 
 Test(tools, run_prints_tokens_and_dumps_logits) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     char path[512], json_path[600];
     tmp_path(path, sizeof path, "logits.f32");
     snprintf(json_path, sizeof json_path, "%s.json", path);
@@ -289,8 +289,7 @@ Test(tools, run_prints_tokens_and_dumps_logits) {
 }
 
 Test(tools, run_refuses_bad_tokens_and_arms) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     result r = run("run", "--tokens", "512", NULL);
     EXPECT(r, 2, err, "token 512 is not below n_vocab 512");
     done(&r);
@@ -303,8 +302,7 @@ Test(tools, run_refuses_bad_tokens_and_arms) {
 }
 
 Test(tools, run_samples_with_a_seed) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     result a = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
     result b = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
     result c = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "8", NULL);
@@ -318,8 +316,7 @@ Test(tools, run_samples_with_a_seed) {
 }
 
 Test(tools, bench_writes_a_json_line) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     char path[512];
     tmp_path(path, sizeof path, "bench.jsonl");
     unlink(path);
@@ -359,8 +356,7 @@ static int loop_period(const long *t, size_t n) {
  * the default prompt (bos) and after the gate's default 256-token prompt, so every gate row on
  * them is eligible. */
 Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
-    if (!cpu_backend_built())
-        cr_skip("the cpu backend is not built in this tree");
+    require_cpu_backend();
     const char *presets[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny"};
     for (size_t p = 0; p < 4; p++) {
         long n_vocab = strcmp(presets[p], "small") == 0 ? 4096 : 512;
@@ -397,11 +393,10 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
 /* Bench times only a deterministic arm: the gate's test-only `faulty` backend reports one wrong
  * token in the third repetition (the third restore), and bench must refuse the figures. */
 Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
-    const char *dir = getenv("MEMRA_BUILD_DIR");
+    require_cpu_backend(); /* and the test-only faulty backend beside it (tests/gate/faulty) */
     char manifest[1024];
-    snprintf(manifest, sizeof manifest, "%s/plugins.d/faulty.backend.manifest", dir ? dir : "");
-    if (access(manifest, R_OK) != 0)
-        cr_skip("the test-only faulty backend (tests/gate/faulty) is not built in this tree");
+    snprintf(manifest, sizeof manifest, "%s/plugins.d/faulty.backend.manifest", getenv("MEMRA_BUILD_DIR"));
+    cr_assert_eq(access(manifest, R_OK), 0, "%s is missing: tests/gate/faulty was not built", manifest);
     result r = run("bench", "--preset", "tiny", "--backend", "faulty:corrupt_row=2", "--prime", "16", "-n", "8",
                    "--reps", "3", NULL);
     EXPECT(r, 3, err, "memra bench: repetition 3 generated token");
