@@ -31,7 +31,7 @@ typedef struct memra_loaded_model {
 memra_status memra_model_load(const char *path, const char *preset, uint32_t type, uint64_t seed,
                               memra_loaded_model **out, memra_error *err);
 void memra_model_unload(memra_loaded_model *lm);
-/* SHA-256 of the model file's bytes (a preset's in-memory bytes). */
+/* SHA-256 of the model's bytes as mapped (a file's, or a preset's in-memory bytes). */
 memra_status memra_model_digest(const memra_loaded_model *lm, uint8_t out[32], memra_error *err);
 
 /* Keys the core itself reads from every arm. */
