@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "memra/gguf.h"
@@ -614,15 +615,28 @@ memra_status memra_gguf_writer_write_file(memra_gguf_writer *w, const char *path
     memra_status st = writer_layout(w, path, &data_start, &total, err);
     if (st != MEMRA_OK)
         return st;
+    /* A fresh temporary beside the target (mkstemp: never an existing file or a symlink's
+     * target), renamed over it once complete. */
     size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
+    char *tmp = malloc(len + 12);
     if (!tmp)
         return memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory", path);
     memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
+    memcpy(tmp + len, ".tmp.XXXXXX", 12);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        st = memra_fail(err, MEMRA_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        st = memra_fail(err, MEMRA_E_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        goto err_free_tmp;
+    }
+    if (fchmod(fd, 0644) != 0) { /* mkstemp creates 0600; a model file is for everyone to read */
+        st = memra_fail(err, MEMRA_E_IO, "%s: chmod failed: %s", tmp, strerror(errno));
+        fclose(f);
+        unlink(tmp);
         goto err_free_tmp;
     }
     sink s = {.file = f, .name = tmp, .err = err};
