@@ -148,6 +148,12 @@ typedef struct gate_outcome {
     char profile_failure[400];
     /* --dump-graphs: files written */
     uint32_t dumped_files;
+    /* the carry check (no timing rows): one untimed row-like pass per arm */
+    bool carry_done;
+    uint32_t carry_failures;
+    char carry_failure[400];
+    /* replay steps whose cache and hidden digests were compared (a pipelined arm: drains only) */
+    uint32_t digest_steps;
 } gate_outcome;
 
 /* What gate_run.c needs from main. */
@@ -160,6 +166,7 @@ typedef struct gate_ctx {
     bool progress; /* stderr is a terminal and not --quiet */
     gate_trace ref, rep;
     gate_outcome out;
+    bool arms_identical; /* both arms resolve to the same configuration (ignoring window) */
 } gate_ctx;
 
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
@@ -177,6 +184,14 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err);
  * record ("dumped"). A backend without dump_graphs is said once on stderr (not an error); a
  * failed dump is an error naming the directory. */
 memra_status gate_census(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope, memra_error *err);
+
+/* The carry check, for a run without timing rows (the rows are otherwise the only passes that
+ * take tokens from the device): on each arm, from its prefix snapshot, the N generated steps
+ * with tokens carried on the device, exactly as a timing row runs them but untimed, verified as
+ * a row is (token stream, final position, final logits, cache and hidden digests against the
+ * arm's correctness run). carry_check records; a failure is a mismatch record ("where":"carry")
+ * and ctx->out's carry members. */
+memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
 
 /* The profile windows (--profile): on each arm, from its prefix snapshot, a warm-up step (so a
  * graph capture falls outside the window), a restore, then GATE_PROFILE_STEPS steps inside NVTX

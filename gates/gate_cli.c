@@ -1,6 +1,7 @@
 /* gate_cli.c: memra-gate's command line: options, their checks, and --help (which lists every
  * arm key the plugins found declare, so the help never drifts from the code). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,27 @@ static memra_status parse_double(const char *opt, const char *s, double min, boo
         return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected a number %s %g and <= %g", opt, s ? s : "(none)",
                           open_min ? ">" : ">=", min, max);
     *out = v;
+    return MEMRA_OK;
+}
+
+/* A positive value d as the 32-bit float the sampler gets: it must stay a normal positive float
+ * (--temp 1e-46 would become 0, which samples greedily while the records say sampled), and
+ * where below_max > 0, a value given below it must stay below it (--top-p 0.99999999 would
+ * become 1, which turns the nucleus cut off). */
+static memra_status check_float(const char *opt, const char *s, double d, double below_max, float *out,
+                                memra_error *err) {
+    float f = (float)d;
+    if (!(f >= FLT_MIN))
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger "
+                          "value",
+                          opt, s, (double)f, (double)FLT_MIN);
+    if (below_max > 0 && d < below_max && !((double)f < below_max))
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "%s %s: rounds to %g as a 32-bit float, which the sampler would take as %g itself: give "
+                          "%g, or a value below %.9g",
+                          opt, s, (double)f, below_max, below_max, (double)nextafterf((float)below_max, 0.0f));
+    *out = f;
     return MEMRA_OK;
 }
 
@@ -137,14 +159,16 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
             cfg->prompt_ids_path = v;
         } else if (strcmp(opt, "--temp") == 0) {
             st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
-            cfg->sample.temperature = (float)d;
+            if (st == MEMRA_OK)
+                st = check_float(opt, v, d, 0.0, &cfg->sample.temperature, err);
             temp = true;
         } else if (strcmp(opt, "--top-k") == 0) {
             st = parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
             topk = true;
         } else if (strcmp(opt, "--top-p") == 0) {
             st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
-            cfg->sample.top_p = (float)d;
+            if (st == MEMRA_OK)
+                st = check_float(opt, v, d, 1.0, &cfg->sample.top_p, err);
             topp = true;
         } else if (strcmp(opt, "--seed") == 0) {
             st = parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
@@ -244,11 +268,15 @@ static const char help_text[] =
     "  --prompt-ids FILE    prompt token ids, separated by spaces, newlines or commas (at least P);\n"
     "                       default: id i = (100 + 7i mod 900) mod n_vocab\n"
     "  --greedy             argmax sampling (the default)\n"
-    "  --temp T             sample at temperature T > 0 with position-keyed draws\n"
+    "  --temp T             sample at temperature T > 0 with position-keyed draws (T must stay a\n"
+    "                       normal 32-bit float)\n"
     "  --top-k K            keep the K most likely tokens (0: all; default 0)\n"
-    "  --top-p P            nucleus cut, 0 < P <= 1 (default 1: none)\n"
+    "  --top-p P            nucleus cut, 0 < P <= 1 (default 1: none); a P below 1 must stay\n"
+    "                       below 1 as a 32-bit float (0.99999994 at most)\n"
     "  --seed S             the draws' seed (default 1)\n"
-    "  --rows R             timing rows (default 20; 0: no timing; at least 2 otherwise)\n"
+    "  --rows R             timing rows (default 20; 0: no timing; at least 2 otherwise). With 0,\n"
+    "                       one untimed pass per arm from its prefix snapshot with tokens carried on\n"
+    "                       the device, verified as a row is (the carry check), or exit 1\n"
     "  --schedule S         ABBA (default: AAAAA BBBBB BBBBB AAAAA) or BAAB (the mirror)\n"
     "  --compare M          exact (default: every bit of logits, cache and hidden digests, tokens)\n"
     "                       or nmse:X (pairs of different families: per-step NMSE of the logits\n"
@@ -272,9 +300,12 @@ static const char help_text[] =
     "  --help, -h           this text\n"
     "\n"
     "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure\n"
-    "(timing rows), profile (--profile windows), summary, verdict.\n"
-    "exit codes: 0 pass, 1 mismatch (a step, a timing row or a profile window) or ineligible\n"
-    "comparison, 2 usage error, 3 runtime error (a --dump-graphs DIR that cannot be written included).\n"
+    "(timing rows), carry_check (--rows 0), profile (--profile windows), summary, verdict. Arms that\n"
+    "resolve to the same configuration (window aside) are flagged \"arms_identical\" and warned of:\n"
+    "their comparison proves determinism only.\n"
+    "exit codes: 0 pass, 1 mismatch (a step, a timing row, the carry check or a profile window) or\n"
+    "ineligible comparison, 2 usage error, 3 runtime error (a --dump-graphs DIR that cannot be\n"
+    "written included).\n"
     "\n";
 
 void gate_cli_help(FILE *f, memra_registry *r) {

@@ -15,6 +15,7 @@
 typedef struct gate_verdict {
     int exit;
     char reason[1400];
+    int arms_identical; /* 1 or 0 once both arms are open; -1 before */
 } gate_verdict;
 
 static int exit_for(memra_status st) { return st == MEMRA_E_INVALID ? GATE_EXIT_USAGE : GATE_EXIT_RUNTIME; }
@@ -27,6 +28,8 @@ static void verdict_record(gate_json *j, const gate_config *cfg, const gate_verd
     gj_u64(j, "exit", (uint64_t)v->exit);
     gj_str(j, "reason", v->reason);
     gj_str(j, "mode", cfg->compare_text[0] ? cfg->compare_text : "exact");
+    if (v->arms_identical >= 0)
+        gj_bool(j, "arms_identical", v->arms_identical);
     gj_end(j);
 }
 
@@ -113,6 +116,26 @@ static memra_status open_arm(memra_registry *r, const memra_loaded_model *lm, co
     return st;
 }
 
+/* An arm's resolved configuration as text, without the gate's window key (how many steps are
+ * kept in flight changes how the gate drives the arm, not what it computes). */
+static void resolved_without_window(const gate_arm *a, char *buf, size_t size) {
+    const memra_options *o = memra_arm_resolved(a->arm);
+    memra_options kept = {0};
+    for (uint32_t i = 0; o && i < o->n && i < MEMRA_OPT_MAX; i++)
+        if (strcmp(o->items[i].key, "window") != 0)
+            kept.items[kept.n++] = o->items[i];
+    memra_arm_format(memra_arm_backend_name(a->arm), &kept, buf, size);
+}
+
+/* Whether both arms resolve to the same configuration (ignoring window): their comparison then
+ * proves determinism, not the equivalence of two configurations. */
+static bool arms_identical(const gate_arm *a, const gate_arm *b) {
+    char ta[4096], tb[4096];
+    resolved_without_window(a, ta, sizeof ta);
+    resolved_without_window(b, tb, sizeof tb);
+    return strcmp(ta, tb) == 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Prompt                                                                                      */
 
@@ -142,11 +165,15 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
             st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u is too long", path, count);
             break;
         }
+        if (memchr(word, '\0', len)) {
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u holds a NUL byte", path, count);
+            break;
+        }
         word[len] = '\0';
         char *end = NULL;
         errno = 0;
         unsigned long long id = isdigit((unsigned char)word[0]) ? strtoull(word, &end, 10) : 0;
-        if (!end || *end || errno || id >= n_vocab) {
+        if (!end || end != word + len || errno || id >= n_vocab) {
             st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u '%s' is not a token id below n_vocab %u", path,
                             count, word, n_vocab);
             break;
@@ -277,8 +304,32 @@ static void shared_upload_json(gate_json *j, const gate_arm *a, const gate_arm *
     gj_obj_end(j);
 }
 
+/* The schedule as letters, a space between its quarters ("AAAAA BBBBB BBBBB AAAAA" for 20
+ * rows), bounded by the buffer's length, not the row count: a schedule too long for it stops
+ * and ends in "...". */
+static const char *schedule_blocks(const gate_config *cfg, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (uint32_t r = 0; r < cfg->rows; r++) {
+        bool gap = r && (4ull * r) / cfg->rows != (4ull * (r - 1)) / cfg->rows; /* a new quarter */
+        bool last = r + 1 == cfg->rows;
+        /* this row's letters, then either the end or room for "..." and the terminator */
+        if (n + gap + 1 + (last ? 0 : 3) + 1 > size) {
+            if (n + 4 <= size)
+                memcpy(buf + n, "...", 4);
+            break;
+        }
+        if (gap)
+            buf[n++] = ' ';
+        buf[n++] = gate_schedule_arm(r, cfg->rows, cfg->baab) ? 'B' : 'A';
+        buf[n] = '\0';
+    }
+    return buf;
+}
+
 static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const uint8_t prompt_sha[32]) {
     const gate_config *cfg = ctx->cfg;
+    char blocks[512];
     const memra_model *m = ctx->lm->model;
     gate_json *j = &ctx->json;
     gj_begin(j, "protocol");
@@ -288,15 +339,7 @@ static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const ui
     gj_u64(j, "gen", cfg->gen);
     gj_u64(j, "rows", cfg->rows);
     gj_str(j, "schedule", cfg->baab ? "BAAB" : "ABBA");
-    char blocks[512] = "";
-    for (uint32_t r = 0; r < cfg->rows && r + 2 < sizeof blocks; r++) {
-        size_t n = strlen(blocks);
-        if (r && (4ull * r) / cfg->rows != (4ull * (r - 1)) / cfg->rows)
-            blocks[n++] = ' '; /* a new quarter of the schedule */
-        blocks[n++] = gate_schedule_arm(r, cfg->rows, cfg->baab) ? 'B' : 'A';
-        blocks[n] = '\0';
-    }
-    gj_str(j, "blocks", blocks);
+    gj_str(j, "blocks", schedule_blocks(cfg, blocks, sizeof blocks));
     gj_obj(j, "sampling");
     gj_str(j, "mode", cfg->sampled ? "sampled" : "greedy");
     if (cfg->sampled) {
@@ -310,6 +353,7 @@ static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const ui
     gj_str(j, "compare", cfg->compare_text);
     if (cfg->nmse)
         gj_f64(j, "nmse_tolerance", cfg->nmse_tol);
+    gj_bool(j, "arms_identical", ctx->arms_identical);
     gj_bool(j, "auto_arms", cfg->auto_arms);
     if (cfg->auto_arms)
         gj_str(j, "auto_reason", cfg->auto_reason);
@@ -328,6 +372,10 @@ static void protocol_record(gate_ctx *ctx, const uint8_t model_sha[32], const ui
     } else {
         gj_null(j, "first_scored_capture_inside_timing"); /* no scored rows */
     }
+    gj_str(j, "carry_check",
+           cfg->rows ? "the timing rows: each takes its tokens from the device and is verified"
+                     : "no timing rows: after a clean correctness phase, one untimed pass per arm from its prefix "
+                       "snapshot with tokens carried on the device, verified as a row is");
     gj_bool(j, "profile", cfg->profile);
     if (cfg->profile) {
         gj_bool(j, "scored", false);
@@ -463,6 +511,18 @@ static void summary_record(gate_ctx *ctx) {
         gj_str(j, "failure", o->profile_failure[0] ? o->profile_failure : NULL);
         gj_obj_end(j);
     }
+    gj_obj(j, "carry_check");
+    gj_bool(j, "ran", o->carry_done);
+    if (o->carry_done) {
+        gj_bool(j, "verified", o->carry_failures == 0);
+        gj_u64(j, "failures", o->carry_failures);
+        gj_str(j, "failure", o->carry_failure[0] ? o->carry_failure : NULL);
+    } else {
+        gj_str(j, "reason", ctx->cfg->rows ? "the timing rows take their tokens from the device and are verified"
+                                           : "not run (correctness failed first)");
+    }
+    gj_obj_end(j);
+    gj_u64(j, "digest_steps", o->digest_steps);
     if (ctx->cfg->dump_dir) {
         gj_obj(j, "dump_graphs");
         gj_str(j, "dir", ctx->cfg->dump_dir);
@@ -505,6 +565,12 @@ static void judge(gate_ctx *ctx, gate_verdict *v) {
         snprintf(v->reason, sizeof v->reason, "profile window failed verification: %.1300s",
                  o->profile_failure[0] ? o->profile_failure : "the profile windows did not run");
         v->exit = GATE_EXIT_FAIL;
+    } else if (o->carry_failures) {
+        snprintf(v->reason, sizeof v->reason,
+                 "device-carried token check failed (the untimed pass from the prefix snapshot, tokens carried on "
+                 "the device): %s",
+                 o->carry_failure);
+        v->exit = GATE_EXIT_FAIL;
     } else if (o->row_failures) {
         snprintf(v->reason, sizeof v->reason, "%u timing row(s) failed verification; first: %s", o->row_failures,
                  o->row_failure);
@@ -516,15 +582,38 @@ static void judge(gate_ctx *ctx, gate_verdict *v) {
         snprintf(v->reason, sizeof v->reason, "ineligible comparison: an arm has no eligible timing row");
         v->exit = GATE_EXIT_FAIL;
     } else {
-        int n = snprintf(v->reason, sizeof v->reason, "%u steps (%u prime + %u gen) %s", o->steps_compared, cfg->prime,
-                         cfg->gen, cfg->nmse ? "within NMSE tolerance" : "bit-identical in logits, cache and hidden");
+        const gate_arm *a = &ctx->a, *b = &ctx->b;
+        int n;
+        if (cfg->nmse)
+            n = snprintf(v->reason, sizeof v->reason, "%u steps (%u prime + %u gen) within NMSE tolerance",
+                         o->steps_compared, cfg->prime, cfg->gen);
+        else if (a->window == 1 && b->window == 1)
+            n = snprintf(v->reason, sizeof v->reason, "%u steps (%u prime + %u gen) bit-identical in logits, cache and hidden",
+                         o->steps_compared, cfg->prime, cfg->gen);
+        else { /* a pipelined arm is digested only where it drains: say so */
+            bool both = a->window > 1 && b->window > 1;
+            char who[96];
+            if (both)
+                snprintf(who, sizeof who, "arms a and b, windows %u and %u", a->window, b->window);
+            else
+                snprintf(who, sizeof who, "arm %s, window %u", a->window > 1 ? "a" : "b",
+                         a->window > 1 ? a->window : b->window);
+            n = snprintf(v->reason, sizeof v->reason,
+                         "%u steps (%u prime + %u gen) bit-identical in logits and sampled tokens at every step; cache "
+                         "and hidden digests compared at %u of them, only where %s pipeline drains (%s: the ends of "
+                         "the prime and generated phases)",
+                         o->steps_compared, cfg->prime, cfg->gen, o->digest_steps, both ? "either arm's" : "its", who);
+        }
         if (cfg->nmse && n > 0 && (size_t)n < sizeof v->reason)
             n += snprintf(v->reason + n, sizeof v->reason - (size_t)n, " (max %.3g <= %g; tokens agree %u/%u)",
                           o->max_nmse, cfg->nmse_tol, o->token_agree, o->token_total);
         if (cfg->profile && n > 0 && (size_t)n < sizeof v->reason)
+            n += snprintf(v->reason + n, sizeof v->reason - (size_t)n,
+                          "; profile windows (positions %u..%u, unscored) identical on both arms", o->profile_start,
+                          o->profile_end);
+        if (o->carry_done && n > 0 && (size_t)n < sizeof v->reason)
             snprintf(v->reason + n, sizeof v->reason - (size_t)n,
-                     "; profile windows (positions %u..%u, unscored) identical on both arms", o->profile_start,
-                     o->profile_end);
+                     "; device-carried tokens verified (one untimed pass per arm from its prefix snapshot)");
         v->exit = GATE_EXIT_PASS;
     }
 }
@@ -575,6 +664,9 @@ static void summary_table(gate_ctx *ctx, const uint8_t model_sha[32], const gate
                 o->profile_identical ? "identical" : o->profile_failure);
     else if (cfg->profile)
         fprintf(f, "  profile      not run (correctness failed first)\n");
+    if (o->carry_done)
+        fprintf(f, "  carry check  one untimed pass per arm, tokens carried on the device: %s\n",
+                o->carry_failures ? o->carry_failure : "verified");
     if (cfg->dump_dir)
         fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
     fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
@@ -585,7 +677,7 @@ static void summary_table(gate_ctx *ctx, const uint8_t model_sha[32], const gate
 int main(int argc, char **argv) {
     gate_config cfg;
     gate_ctx ctx = {0};
-    gate_verdict v = {.exit = GATE_EXIT_PASS};
+    gate_verdict v = {.exit = GATE_EXIT_PASS, .arms_identical = -1};
     memra_error err = {0};
     memra_registry *reg = NULL;
     memra_loaded_model *lm = NULL;
@@ -663,6 +755,13 @@ int main(int argc, char **argv) {
             v.exit = GATE_EXIT_USAGE;
             goto fail;
         }
+        /* The file may have set prime after the command line's step limit was checked. */
+        if ((uint64_t)cfg.prime + cfg.gen > GATE_MAX_STEPS) {
+            st = memra_fail(&err, MEMRA_E_INVALID, "--prompt-ids %s sets --prime %u: plus --gen %u is more than %u steps",
+                            cfg.prompt_ids_path, cfg.prime, cfg.gen, GATE_MAX_STEPS);
+            v.exit = GATE_EXIT_USAGE;
+            goto fail;
+        }
     } else {
         prompt = malloc((size_t)cfg.prime * sizeof *prompt);
         if (!prompt) {
@@ -679,6 +778,12 @@ int main(int argc, char **argv) {
     if ((st = open_arm(reg, lm, "a", cfg.arm_a, &ctx.a, &v.exit, &err)) != MEMRA_OK ||
         (st = open_arm(reg, lm, "b", cfg.arm_b, &ctx.b, &v.exit, &err)) != MEMRA_OK)
         goto fail;
+    ctx.arms_identical = arms_identical(&ctx.a, &ctx.b);
+    v.arms_identical = ctx.arms_identical;
+    if (ctx.arms_identical && !cfg.quiet) /* --quiet: the records say it ("arms_identical") */
+        fprintf(stderr, "memra-gate: warning: arms a and b resolve to the same configuration: the comparison proves "
+                        "determinism only (%s)\n",
+                memra_arm_text(ctx.a.arm));
 
     const uint32_t steps = cfg.prime + cfg.gen;
     if ((st = gate_trace_alloc(&ctx.ref, steps, n_vocab, true, &err)) != MEMRA_OK ||
@@ -694,6 +799,11 @@ int main(int argc, char **argv) {
     /* Time only what was verified: no timing after a mismatch, and in nmse mode only when both
      * arms produce the same stream (otherwise the rows would time different work). */
     if (cfg.profile && ctx.out.bad_steps == 0 && (st = gate_profile(&ctx, &err)) != MEMRA_OK) {
+        v.exit = GATE_EXIT_RUNTIME;
+        goto fail;
+    }
+    /* Without timing rows no pass would take its tokens from the device: the carry check does. */
+    if (cfg.rows == 0 && ctx.out.bad_steps == 0 && (st = gate_carry_check(&ctx, &err)) != MEMRA_OK) {
         v.exit = GATE_EXIT_RUNTIME;
         goto fail;
     }

@@ -322,6 +322,7 @@ static memra_status replay_step(gate_ctx *ctx, void *user, uint32_t step, const 
     bool bad = m.logits || m.nmse_over || m.nonfinite || m.token || m.cache || m.hidden || m.digest_logits;
 
     o->steps_compared++;
+    o->digest_steps += digests;
     if (isfinite(m.diff.nmse) && m.diff.nmse > o->max_nmse)
         o->max_nmse = m.diff.nmse;
     if (!isfinite(m.diff.nmse))
@@ -510,6 +511,24 @@ static bool verify_row(gate_ctx *ctx, const gate_arm *arm, memra_state *work, co
     return true;
 }
 
+/* A row's steps on work, just restored from the arm's prefix snapshot: the N generated steps
+ * with tokens carried on the device, timed (row->wall_ns, tok_s), then verified (row->verified,
+ * row->reason, the final digests). Shared by the timing rows and the carry check. */
+static memra_status row_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *work, const gate_trace *trace,
+                              uint32_t *tokens, gate_timing_row *row, uint8_t final[3][32], memra_error *err) {
+    const uint32_t N = ctx->cfg->gen;
+    gate_row_run run = {.tokens = tokens};
+    uint64_t t0 = now_ns();
+    memra_status st = gate_run_steps(ctx, arm, work, NULL, ctx->cfg->prime, N, NULL, gate_row_step, &run, err);
+    uint64_t t1 = now_ns();
+    if (st != MEMRA_OK)
+        return st;
+    row->wall_ns = t1 - t0;
+    row->tok_s = row->wall_ns ? (double)N * 1e9 / (double)row->wall_ns : INFINITY;
+    row->verified = verify_row(ctx, arm, work, trace, tokens, row, final, err, &st);
+    return st;
+}
+
 static void row_eligibility(gate_ctx *ctx, const uint32_t *tokens, int64_t first, gate_timing_row *row) {
     const uint32_t N = ctx->cfg->gen;
     int64_t eos = ctx->lm->model->eos_id;
@@ -578,13 +597,15 @@ static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing
     gj_end(j);
 }
 
-static void row_mismatch_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row,
+/* where: "timing" (a row; its number given) or "carry" (the carry check). */
+static void row_mismatch_record(gate_ctx *ctx, const char *where, const gate_arm *arm, const gate_timing_row *row,
                                 const uint32_t *tokens, const gate_trace *trace) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
     gate_json *j = &ctx->json;
     gj_begin(j, "mismatch");
-    gj_str(j, "where", "timing");
-    gj_u64(j, "row", row->row);
+    gj_str(j, "where", where);
+    if (strcmp(where, "timing") == 0)
+        gj_u64(j, "row", row->row);
     gj_str(j, "arm", arm->name);
     int64_t at = -1;
     for (uint32_t i = 0; i < N && at < 0; i++)
@@ -654,17 +675,8 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
                             (unsigned long long)before.captures, (unsigned long long)before.replays);
             break;
         }
-        gate_row_run run = {.tokens = tokens};
-        uint64_t t0 = now_ns();
-        st = gate_run_steps(ctx, arm, work[which], NULL, cfg->prime, N, NULL, gate_row_step, &run, err);
-        uint64_t t1 = now_ns();
-        if (st != MEMRA_OK)
-            break;
-        row->wall_ns = t1 - t0;
-        row->tok_s = row->wall_ns ? (double)N * 1e9 / (double)row->wall_ns : INFINITY;
         uint8_t final[3][32] = {{0}};
-        row->verified = verify_row(ctx, arm, work[which], traces[which], tokens, row, final, err, &st);
-        if (st != MEMRA_OK)
+        if ((st = row_steps(ctx, arm, work[which], traces[which], tokens, row, final, err)) != MEMRA_OK)
             break;
         if (row->verified)
             row_eligibility(ctx, tokens, traces[which]->inputs[cfg->prime], row);
@@ -676,7 +688,7 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
         }
         measure_record(ctx, arm, row, tokens, traces[which], final, &before, &stats, first_row);
         if (!row->verified) {
-            row_mismatch_record(ctx, arm, row, tokens, traces[which]);
+            row_mismatch_record(ctx, "timing", arm, row, tokens, traces[which]);
             if (o->row_failures++ == 0)
                 snprintf(o->row_failure, sizeof o->row_failure, "timing row %u (arm %s): %.256s", r, arm->name,
                          row->reason);
@@ -709,5 +721,80 @@ out:
         free(tok_s[i]);
     }
     free(tokens);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Carry check                                                                                 */
+
+static void carry_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const uint32_t *tokens,
+                         const gate_trace *trace, uint8_t final[3][32]) {
+    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
+    uint8_t got[32], want[32] = {0};
+    memra_sha256_tokens(tokens, N, got);
+    uint32_t *expect = malloc((size_t)N * sizeof *expect);
+    for (uint32_t i = 0; expect && i < N; i++)
+        expect[i] = (uint32_t)trace->tokens[P + i];
+    bool have_want = expect != NULL;
+    if (have_want)
+        memra_sha256_tokens(expect, N, want);
+    free(expect);
+    gate_json *j = &ctx->json;
+    gj_begin(j, "carry_check");
+    gj_str(j, "arm", arm->name);
+    gj_str(j, "arm_text", memra_arm_text(arm->arm));
+    gj_u64(j, "start_position", P);
+    gj_u64(j, "generated_tokens", N);
+    gj_bool(j, "timed", false);
+    gj_str(j, "what", "from the arm's prefix snapshot, the generated steps with tokens carried on the device, as a "
+                      "timing row runs them, verified against the arm's correctness run");
+    gj_bool(j, "verified", row->verified);
+    gj_str(j, "reason", row->reason[0] ? row->reason : NULL);
+    gj_hex(j, "tokens_sha256", got);
+    gj_hex(j, "expected_tokens_sha256", have_want ? want : NULL);
+    gj_hex(j, "final_logits_sha256", final[0]);
+    gj_hex(j, "final_cache_sha256", final[1]);
+    gj_hex(j, "final_hidden_sha256", final[2]);
+    gj_end(j);
+}
+
+memra_status gate_carry_check(gate_ctx *ctx, memra_error *err) {
+    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
+    gate_outcome *o = &ctx->out;
+    gate_arm *arms[2] = {&ctx->a, &ctx->b};
+    const gate_trace *traces[2] = {&ctx->ref, &ctx->rep};
+    uint32_t *tokens = calloc(N, sizeof *tokens);
+    if (!tokens)
+        return memra_fail(err, MEMRA_E_NOMEM, "out of memory for the carry check's %u tokens", N);
+    memra_status st = MEMRA_OK;
+    for (int i = 0; i < 2 && st == MEMRA_OK; i++) {
+        const gate_arm *arm = arms[i];
+        memra_state *prefix = NULL, *work = NULL;
+        gate_timing_row row = {.arm = i};
+        uint8_t final[3][32] = {{0}};
+        st = gate_make_prefix(ctx, arm, traces[i], &prefix, err);
+        if (st == MEMRA_OK)
+            st = gate_new_state(ctx, arm, P + N, &work, err);
+        if (st == MEMRA_OK && (st = arm->vt->state_restore(arm->be, work, prefix, err)) != MEMRA_OK)
+            memra_error_prefix(err, "arm %s (%s): carry check: restore", arm->name, memra_arm_text(arm->arm));
+        if (st == MEMRA_OK)
+            st = row_steps(ctx, arm, work, traces[i], tokens, &row, final, err);
+        if (st == MEMRA_OK) {
+            carry_record(ctx, arm, &row, tokens, traces[i], final);
+            if (!row.verified) {
+                row_mismatch_record(ctx, "carry", arm, &row, tokens, traces[i]);
+                if (o->carry_failures++ == 0)
+                    snprintf(o->carry_failure, sizeof o->carry_failure, "arm %s (%s): %.256s", arm->name,
+                             memra_arm_text(arm->arm), row.reason);
+            }
+        }
+        if (work)
+            arm->vt->state_free(arm->be, work);
+        if (prefix)
+            arm->vt->state_free(arm->be, prefix);
+    }
+    free(tokens);
+    if (st == MEMRA_OK)
+        o->carry_done = true;
     return st;
 }

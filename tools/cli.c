@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -136,7 +137,21 @@ bool cli_float(const char *cmd, const char *opt, const char *text, double min, d
         cli_error(cmd, "%s '%s': expected a number from %g to %g", opt, text ? text : "", min, max);
         return false;
     }
-    *out = (float)v;
+    /* The value as the 32-bit float the caller gets: a value other than 0 must stay a normal
+     * float (--temp 1e-46 would become 0, greedy), and a value strictly inside the range must
+     * not round onto a bound (--top-p 0.99999999 would become 1, which turns the cut off). */
+    float f = (float)v;
+    if (v != 0.0 && !(fabsf(f) >= FLT_MIN)) {
+        cli_error(cmd, "%s '%s': becomes %g as a 32-bit float, below the smallest normal float %g", opt, text,
+                  (double)f, (double)FLT_MIN);
+        return false;
+    }
+    if ((v > min && !((double)f > min)) || (v < max && !((double)f < max))) {
+        cli_error(cmd, "%s '%s': rounds to %.9g as a 32-bit float, onto the bound of %g to %g: give the bound "
+                  "itself or a value farther inside", opt, text, (double)f, min, max);
+        return false;
+    }
+    *out = f;
     return true;
 }
 

@@ -19,6 +19,14 @@
  *                       from 0: the gate restores once per row) reports one wrong sampled token,
  *                       token number corrupt_row_token (default 1) of the row: (t + 1) mod n_vocab.
  *
+ *   carry_off=1         a step whose token is MEMRA_TOKEN_FROM_DEVICE is fed the carried token
+ *                       (what the state's previous step sampled) + 1 mod n_vocab instead, as a
+ *                       backend whose device-side carry is off by one would: the correctness
+ *                       passes (explicit tokens) cannot see it, only a pass that carries tokens
+ *                       on the device can. The carried token is known at step_end, so a step
+ *                       from the device begun while another is in flight is refused (use
+ *                       window=1 with this key).
+ *
  *   force_token=T       every step samples T (the cpu's choice is overridden, and a step that
  *                       takes its token from the device gets T): a stream that loops, or one
  *                       that meets EOS when T is the model's eos id (the rows become ineligible).
@@ -63,6 +71,7 @@ static const memra_option_spec faulty_options[] = {
     {"corrupt_cache_step", "none", "TEST: corrupt (the digest of) the KV slot written at this position"},
     {"corrupt_row", "none", "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
     {"corrupt_row_token", "1", "TEST: which token of the row corrupt_row alters"},
+    {"carry_off", "0", "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
     {"force_token", "none", "TEST: every step samples this token (a looping stream, or EOS)"},
     {"census", "0", "TEST: 1 offers the memra.census extension (steps, max steps in flight) with dump_graphs "
                     "(a tiny DOT file); 2 without dump_graphs"},
@@ -80,7 +89,7 @@ static memra_option_spec faulty_keys[FAULTY_MAX_KEYS];
 
 typedef struct faulty_cfg {
     uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census, dump_fail;
-    uint32_t fake_mib, fake_share, fake_capture;
+    uint32_t fake_mib, fake_share, fake_capture, carry_off;
 } faulty_cfg;
 
 struct memra_backend {
@@ -105,6 +114,7 @@ struct memra_state {
     int64_t row;           /* the timing row this state is running (restore index), or -1 */
     uint32_t row_steps;    /* steps ended since the restore */
     bool last_flipped;     /* the last ended step had its logits flipped */
+    int64_t carried;       /* what the last ended step sampled (the inner backend's choice), or -1 */
 };
 
 static memra_status find_cpu(const memra_host *host, const memra_backend_vtable **out, memra_error *err) {
@@ -173,6 +183,8 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
         st = opt_u32(host, opts, "fake_share", 0, &c->fake_share, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "fake_capture", 0, &c->fake_capture, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "carry_off", 0, &c->carry_off, err);
     return st;
 }
 
@@ -262,6 +274,7 @@ static memra_status faulty_state_new(memra_backend *b, uint32_t capacity, uint32
     }
     s->max_inflight = max_inflight;
     s->row = -1;
+    s->carried = -1;
     *out = s;
     return MEMRA_OK;
 }
@@ -280,6 +293,14 @@ static memra_status faulty_step_begin(memra_backend *b, memra_state *s, const me
     if (b->cfg.force_token != FAULTY_NONE && args && args->token == MEMRA_TOKEN_FROM_DEVICE) {
         forced = *args; /* the device would carry the cpu's own choice: carry the forced one */
         forced.token = b->cfg.force_token;
+        args = &forced;
+    } else if (b->cfg.carry_off && args && args->token == MEMRA_TOKEN_FROM_DEVICE) {
+        if (s->count || s->carried < 0)
+            return b->host->fail(err, MEMRA_E_UNSUPPORTED,
+                                 "faulty: carry_off=1: a step from the device at position %u, but %s (use window=1)",
+                                 pos, s->count ? "a step is still in flight" : "no step sampled a token yet");
+        forced = *args;
+        forced.token = (s->carried + 1) % (int64_t)b->n_vocab;
         args = &forced;
     }
     memra_status st = b->cpu->step_begin(b->inner, s->inner, args, err);
@@ -303,6 +324,8 @@ static memra_status faulty_step_end(memra_backend *b, memra_state *s, float *log
         s->head = (s->head + 1) % FAULTY_MAX_INFLIGHT;
         s->count--;
     }
+    if (out)
+        s->carried = out->token;
     s->last_flipped = pos == b->cfg.flip_step;
     if (s->last_flipped && logits && b->cfg.flip_index < b->n_vocab) {
         uint32_t bits;
@@ -338,6 +361,7 @@ static memra_status faulty_state_restore(memra_backend *b, memra_state *dst, con
     if (st != MEMRA_OK)
         return st;
     dst->last_flipped = src->last_flipped;
+    dst->carried = src->carried;
     dst->head = dst->count = 0;
     dst->next_pos = src->next_pos;
     dst->row_steps = 0;
