@@ -662,6 +662,7 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
         if (mc_attention_fused_ok(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v))
             MC_TRY(mc_attention_fused_prepare(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v),
                    "setting the fused attention kernel's shared-memory limit");
+        MC_TRY(mc_gemv_prepare(), "readying the GEMV kernels (multiprocessor count, shared-memory limit)");
         MC_TRY(cudaStreamCreateWithFlags(&ss->stream, cudaStreamNonBlocking), "cudaStreamCreate");
         /* Zero on the state's own stream and wait: a plain cudaMemset goes to the legacy default
          * stream, which a cudaStreamNonBlocking stream does not wait for, so the first step's

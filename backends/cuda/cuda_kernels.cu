@@ -32,6 +32,7 @@
 #define MC_GEMV_UNROLL 2
 #define MC_MAX_PARTS 128u
 #define MC_MAX_THREADS 256u
+#define MC_MAX_DEVICES 64
 
 uint32_t mc_type_elem_bytes(uint32_t type) {
     switch (type) {
@@ -327,6 +328,225 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) mc_gemv_kernel(const mc
     }
 }
 
+/* ---- Q8_0 GEMV v7: x quantized to 16 bits per block, integer dots ----------------------- */
+
+/* Q8_0 at batch 1 was bound by instructions and L1 traffic per weight byte (a float conversion
+ * and an FMA per weight, 8 bytes of x and norm weight per 4 weight bytes). Here each block first
+ * quantizes x' = x * norm_w into shared memory, per 16-column chunk c: s_c = max|x'| / QMAX and
+ * q = rint(x' / s_c), |q| <= QMAX = 127 * 2^16, stored as three int8 planes (q = 2^16 hi + 2^8
+ * mid + lo), so a chunk's dot with 16 int8 weights is exact in integers, three dp4a chains, and
+ * costs one float FMA: acc += (2^16 dot_hi + (2^8 dot_mid + dot_lo)) * (d_w * s_c). x' keeps 23
+ * bits relative to its chunk's largest element. (16 bits were not enough: the synthetic models
+ * amplify a per-element error of 2^-16 to an NMSE against cpu of 2.6e-4 on llama-1b Q8_0 after 16
+ * steps; f32 gives 7.6e-8.) The sum of squares of x for the norm is a block sum of fixed shape
+ * during the quantization. Blocks of 8 warps; a warp takes 4 rows over column part `part` of KS
+ * (chunks 32 part + lane, then every 32 KS-th), the parts of a row group added in order; each
+ * block takes a contiguous, balanced range of row groups (at most two blocks per multiprocessor:
+ * the quantization is paid once per block), its warps' loads flattened over row groups so the
+ * next row group's first weights stream while the last chunk of the current one is summed. The
+ * bits depend on the shapes alone (not on the grid). */
+#define MC_Q8X_WARPS 8u
+#define MC_Q8X_UNROLL 2
+#define MC_Q8X_QMAX 8323072.0f /* 127 * 2^16 */
+
+/* Shared bytes of the quantized x of a matrix of `cols` columns. */
+__host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
+
+__device__ __forceinline__ uint32_t mc_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
+}
+
+template <int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+    mc_q8x_kernel(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y, uint32_t n_groups) {
+    extern __shared__ __align__(16) unsigned char q8sm[];
+    __shared__ float red[2][MC_Q8X_WARPS][MC_GEMV_ROWS];
+    __shared__ float bred[33];
+    constexpr uint32_t SLOTS = MC_Q8X_WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
+    const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
+    uint4 *xh = (uint4 *)q8sm, *xm = xh + nch, *xl = xm + nch;
+    float *xs = (float *)(xl + nch);
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nch + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+
+    uint4 wv[U][MC_GEMV_ROWS];
+    uint16_t sv[U][MC_GEMV_ROWS];
+    /* loads of flat iteration (row group k, iteration i) */
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
+                    sv[u][r] = __ldg(w.scales + (size_t)row * nsc + idx / 2);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(); /* x (and the residual) come from earlier kernels */
+    float ss = 0.0f;
+    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+            v[4 * i] = a.x;
+            v[4 * i + 1] = a.y;
+            v[4 * i + 2] = a.z;
+            v[4 * i + 3] = a.w;
+        }
+        if (NORM) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 gq = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= gq.x;
+                v[4 * i + 1] *= gq.y;
+                v[4 * i + 2] *= gq.z;
+                v[4 * i + 3] *= gq.w;
+            }
+        }
+        float amax = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            finite = finite && isfinite(v[i]);
+        }
+        const float inv = finite && amax > 0.0f ? MC_Q8X_QMAX / amax : 0.0f;
+        int hi[16], mid[16], lo[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            const int qv = __float2int_rn(v[i] * inv);
+            hi[i] = (qv + 32896) >> 16;      /* the rest in [-32896, 32639] */
+            const int rest = qv - 65536 * hi[i];
+            mid[i] = (rest + 128) >> 8;      /* in [-128, 127] */
+            lo[i] = rest - 256 * mid[i];     /* in [-128, 127] */
+        }
+        xh[c] = make_uint4(mc_pack4(hi[0], hi[1], hi[2], hi[3]), mc_pack4(hi[4], hi[5], hi[6], hi[7]),
+                           mc_pack4(hi[8], hi[9], hi[10], hi[11]), mc_pack4(hi[12], hi[13], hi[14], hi[15]));
+        xm[c] = make_uint4(mc_pack4(mid[0], mid[1], mid[2], mid[3]), mc_pack4(mid[4], mid[5], mid[6], mid[7]),
+                           mc_pack4(mid[8], mid[9], mid[10], mid[11]), mc_pack4(mid[12], mid[13], mid[14], mid[15]));
+        xl[c] = make_uint4(mc_pack4(lo[0], lo[1], lo[2], lo[3]), mc_pack4(lo[4], lo[5], lo[6], lo[7]),
+                           mc_pack4(lo[8], lo[9], lo[10], lo[11]), mc_pack4(lo[12], lo[13], lo[14], lo[15]));
+        xs[c] = finite ? amax / MC_Q8X_QMAX : __int_as_float(0x7fc00000); /* a non-finite x stays visible */
+    }
+    if (NORM)
+        ss = mc_block_sum(ss, bred); /* ends with a barrier: the quantized x is visible */
+    else
+        __syncthreads();
+    const float rscale = NORM ? 1.0f / sqrtf(ss / (float)w.cols + eps) : 1.0f;
+
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+        uint16_t cs[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                cur[u][r] = wv[u][r];
+                cs[u][r] = sv[u][r];
+            }
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+                const uint4 h = xh[idx], md = xm[idx], lw = xl[idx];
+                const float sx = xs[idx];
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint4 q = cur[u][r];
+                    int dh = __dp4a((int)q.x, (int)h.x, 0);
+                    dh = __dp4a((int)q.y, (int)h.y, dh);
+                    dh = __dp4a((int)q.z, (int)h.z, dh);
+                    dh = __dp4a((int)q.w, (int)h.w, dh);
+                    int dm = __dp4a((int)q.x, (int)md.x, 0);
+                    dm = __dp4a((int)q.y, (int)md.y, dm);
+                    dm = __dp4a((int)q.z, (int)md.z, dm);
+                    dm = __dp4a((int)q.w, (int)md.w, dm);
+                    int dl = __dp4a((int)q.x, (int)lw.x, 0);
+                    dl = __dp4a((int)q.y, (int)lw.y, dl);
+                    dl = __dp4a((int)q.z, (int)lw.z, dl);
+                    dl = __dp4a((int)q.w, (int)lw.w, dl);
+                    const float dw = __half2float(__ushort_as_half(cs[u][r]));
+                    const float dot = fmaf((float)dh, 65536.0f, (float)(dm * 256 + dl));
+                    acc[r] = fmaf(dot, dw * sx, acc[r]);
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: sum, add the parts in order, write */
+        float d[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= rscale;
+        if (SWIGLU) {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
+                if (r0 + r + 1 < w.rows)
+                    y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
+        } else {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                const uint32_t row = r0 + r;
+                float v = d[r];
+                if (row >= w.rows)
+                    break;
+                if (bias)
+                    v += bias[row];
+                if (residual)
+                    v = residual[row] + v;
+                y[row] = v;
+            }
+        }
+    }
+}
+
 static int mc_pdl_enabled(void) {
     static int on = -1;
     if (on < 0) {
@@ -398,9 +618,104 @@ static cudaError_t mc_gemv_typed(const mc_matrix *w, const float *x, const float
     }
 }
 
+/* ---- Q8_0 v7 launch ---------------------------------------------------------------------- */
+
+#define MC_Q8X_SMEM_MAX (96u * 1024u)
+static uint32_t mc_sm_count[MC_MAX_DEVICES];
+
+static int mc_q8x_serves(const mc_matrix *w) {
+    static int v6 = -1;
+    if (v6 < 0) {
+        const char *e = getenv("MEMRA_CUDA_Q8_V6");
+        v6 = e && *e && strcmp(e, "0") != 0;
+    }
+    /* the quantization costs one pass over x per block: it pays where a block has rows enough
+     * (rows >= cols / 2: not the down projection, whose v6 kernel is faster; measured) */
+    return !v6 && w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 && w->cols > 0 &&
+           (uint64_t)w->rows * 2 >= w->cols && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
+}
+
+#define MC_Q8X_EACH(F)                                                                                                 \
+    F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1)    \
+        F(1, 1, 2) F(1, 1, 4)
+
+cudaError_t mc_gemv_prepare(void) {
+    int dev = 0, n = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    if (mc_sm_count[dev])
+        return cudaSuccess;
+    if ((e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return e;
+#define MC_Q8X_SET(S, N, K)                                                                                            \
+    if ((e = cudaFuncSetAttribute(mc_q8x_kernel<S, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,               \
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                              \
+        return e;
+    MC_Q8X_EACH(MC_Q8X_SET)
+#undef MC_Q8X_SET
+    mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
+    return cudaSuccess;
+}
+
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_q8x_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                            const float *residual, float *y, cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    int dev = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_Q8X_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = 2 * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_Q8X_WARPS);
+    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, mc_q8x_kernel<SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+/* Column parts of the v7 Q8_0 GEMV: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps
+ * in two blocks on each of 132 multiprocessors); a function of the row count alone (the
+ * MEMRA_CUDA_KSPLIT override applies too). */
+static uint32_t mc_q8x_ksplit(uint32_t rows) {
+    const char *e = getenv("MEMRA_CUDA_KSPLIT");
+    const int v = e ? atoi(e) : 0;
+    if (v == 1 || v == 2 || v == 4)
+        return (uint32_t)v;
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+template <int SWIGLU, int NORM>
+static cudaError_t mc_q8x_any(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                              const float *residual, float *y, cudaStream_t st) {
+    switch (mc_q8x_ksplit(w->rows)) {
+    case 1: return mc_q8x_t<SWIGLU, NORM, 1>(w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_q8x_t<SWIGLU, NORM, 2>(w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_q8x_t<SWIGLU, NORM, 4>(w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
 template <int SWIGLU>
 static cudaError_t mc_gemv_any(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                                const float *residual, float *y, cudaStream_t st) {
+    if (mc_q8x_serves(w))
+        return norm_w ? mc_q8x_any<SWIGLU, 1>(w, x, norm_w, eps, bias, residual, y, st)
+                      : mc_q8x_any<SWIGLU, 0>(w, x, norm_w, eps, bias, residual, y, st);
     return norm_w ? mc_gemv_typed<SWIGLU, 1>(w, x, norm_w, eps, bias, residual, y, st)
                   : mc_gemv_typed<SWIGLU, 0>(w, x, norm_w, eps, bias, residual, y, st);
 }
@@ -935,6 +1250,341 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_r
     cluster.sync(); /* no block leaves while another may still read its shared memory */
 }
 
+/* ---- decode attention v7: lane groups own positions ------------------------------------- */
+
+/* One cluster of MC_ATT_SPLIT blocks per kv head g, as above, but the work inside a block is
+ * shaped for latency: 8 warps = 16 groups of 16 lanes; a group owns positions (group q takes the
+ * tile's positions q, q + 16, ...) two at a time, and each lane holds DPL = hd/16 dimensions of a
+ * position's K and V row and of every q head of the group (lane l: dimensions 64k + 4l .. 64k +
+ * 4l + 3 for slot k when DPL >= 4, 2l and 2l + 1 when DPL = 2, so a group's 16-byte shared loads
+ * cover one row without bank conflicts). A score is the lane's partial dot, then a fixed xor tree
+ * over the 16 lanes; each group keeps an online softmax (m, l, o) per head over its positions in
+ * order. The block's whole position range streams into shared memory by cp.async (two tiles of
+ * 8192/hd positions in flight; the first two before the wait on the qkv GEMV); then the 16 group
+ * states merge in group order and the cluster merges its 8 block states in rank order through
+ * distributed shared memory. Every output element has one fixed formula: the bits depend on *pos
+ * and the shapes only. q is normed (qwen3) and roped in registers by every group alike; the block
+ * whose range holds *pos computes the new k and v row (warp 0), appends it to the cache and uses
+ * it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2, 4, 8}. */
+#define MC_AT2_WARPS 8u
+#define MC_AT2_GROUPS (2u * MC_AT2_WARPS)
+#define MC_AT2_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
+
+/* Shared floats of the v7 kernel: K and V tile rings [2][T][hd] (aliased by the group states
+ * after the tiles), the new row, the merge weights, the block state. */
+__host__ __device__ inline uint32_t mc_at2_smem_floats(uint32_t G, uint32_t hd) {
+    return 4 * MC_AT2_TILE_FLOATS + 2 * hd + MC_AT2_GROUPS * G + 2 * G + G * hd + 4;
+}
+
+/* Dimension of slot i of lane gl (of a 16-lane group). */
+template <uint32_t HD>
+__device__ __forceinline__ uint32_t mc_at2_dim(uint32_t gl, uint32_t i) {
+    return HD / 16 >= 4 ? (i / 4) * 64 + 4 * gl + (i % 4) : 2 * gl + i;
+}
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_at2_load(float (&x)[HD / 16], const float *row, uint32_t gl) {
+    if (HD / 16 >= 4) {
+        constexpr uint32_t NK = HD >= 64 ? HD / 64 : 1;
+#pragma unroll
+        for (uint32_t k = 0; k < NK; k++) {
+            const float4 v = *(const float4 *)(row + k * 64 + 4 * gl);
+            x[4 * k] = v.x;
+            x[4 * k + 1] = v.y;
+            x[4 * k + 2] = v.z;
+            x[4 * k + 3] = v.w;
+        }
+    } else {
+        const float2 v = *(const float2 *)(row + 2 * gl);
+        x[0] = v.x;
+        x[1] = v.y;
+    }
+}
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_at2_store(float *row, const float (&x)[HD / 16], uint32_t gl) {
+#pragma unroll
+    for (uint32_t i = 0; i < HD / 16; i++)
+        row[mc_at2_dim<HD>(gl, i)] = x[i];
+}
+
+/* Sum over the 16 lanes of a group (a fixed xor tree; every lane gets the same bits). */
+__device__ __forceinline__ float mc_at2_group_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+        v += __shfl_xor_sync(MC_FULL, v, o);
+    return v;
+}
+
+/* RMSNorm (eps inside the root) of NV vectors held as lane slots. Called by whole warps. */
+template <uint32_t HD, uint32_t NV>
+__device__ __forceinline__ void mc_at2_norm(float (&x)[NV][HD / 16], const float *norm, float eps, uint32_t gl) {
+#pragma unroll
+    for (uint32_t v = 0; v < NV; v++) {
+        float ss = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < HD / 16; i++)
+            ss = fmaf(x[v][i], x[v][i], ss);
+        ss = mc_at2_group_sum(ss);
+        const float scale = 1.0f / sqrtf(ss / (float)HD + eps);
+#pragma unroll
+        for (uint32_t i = 0; i < HD / 16; i++)
+            x[v][i] = x[v][i] * scale * norm[mc_at2_dim<HD>(gl, i)];
+    }
+}
+
+/* RoPE at position p of NV vectors held as lane slots. Called by whole warps. */
+template <uint32_t HD, uint32_t NV>
+__device__ __forceinline__ void mc_at2_rope(float (&x)[NV][HD / 16], const mc_rope_args &a, int32_t p, uint32_t gl) {
+    constexpr uint32_t DPL = HD / 16;
+    const float fpos = (float)p * a.pos_scale;
+    if (!a.neox) { /* pairs (2j, 2j + 1): both in the lane */
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i += 2) {
+            float s, c;
+            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i) / 2], &s, &c);
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float x0 = x[v][i], x1 = x[v][i + 1];
+                x[v][i] = x0 * c - x1 * s;
+                x[v][i + 1] = x0 * s + x1 * c;
+            }
+        }
+    } else if (DPL == 8) { /* pairs (j, j + 64): slots i and i + 4 of the lane */
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            float s, c;
+            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i)], &s, &c);
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float x0 = x[v][i], x1 = x[v][i + 4];
+                x[v][i] = x0 * c - x1 * s;
+                x[v][i + 4] = x0 * s + x1 * c;
+            }
+        }
+    } else { /* pairs (j, j + hd/2): lane gl and lane gl ^ 8, the same slot */
+        const bool lo = (gl & 8) == 0;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++) {
+            const uint32_t d = mc_at2_dim<HD>(gl, i);
+            float s, c;
+            sincosf(fpos * a.freqs[lo ? d : d - HD / 2], &s, &c);
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float mine = x[v][i], other = __shfl_xor_sync(MC_FULL, mine, 8);
+                const float x0 = lo ? mine : other, x1 = lo ? other : mine;
+                x[v][i] = lo ? x0 * c - x1 * s : x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair. */
+template <uint32_t HD>
+__device__ __forceinline__ void mc_at2_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
+                                                 uint32_t nt, uint32_t skip) {
+    constexpr uint32_t Q = HD / 4;
+    for (uint32_t i = threadIdx.x; i < nt * Q; i += blockDim.x) {
+        const uint32_t t = i / Q, c = i % Q;
+        if (t0 + t != skip) {
+            mc_cp_async16(ks + t * HD + 4 * c, kb + (size_t)(t0 + t) * HD + 4 * c);
+            mc_cp_async16(vs + t * HD + 4 * c, vb + (size_t)(t0 + t) * HD + 4 * c);
+        }
+    }
+    mc_cp_async_commit();
+}
+
+template <uint32_t HD, uint32_t G>
+__global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_rope_args a, const float *qkv,
+                                                                      float *k_cache, float *v_cache, float *out,
+                                                                      const int32_t *pos) {
+    constexpr uint32_t DPL = HD / 16, T = MC_AT2_TILE_FLOATS / HD, NG = MC_AT2_GROUPS;
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ __align__(16) float sm[];
+    float *kt = sm, *vt = sm + 2 * MC_AT2_TILE_FLOATS;
+    float *kn = sm + 4 * MC_AT2_TILE_FLOATS, *vn = kn + HD, *wq = vn + HD;
+    float *bm = wq + NG * G, *bl = bm + G, *bo = bl + G;
+    float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
+    const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
+    const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
+    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
+    const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
+    /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
+    for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
+        const uint32_t t0 = p0 + j * T;
+        mc_at2_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
+    }
+    mc_wait_prior_grid();
+    float q[G][DPL];
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++)
+        mc_at2_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
+    if (a.q_norm)
+        mc_at2_norm<HD, G>(q, a.q_norm, a.eps, gl);
+    mc_at2_rope<HD, G>(q, a, p, gl);
+    if (has_new && warp == 0) { /* both groups of warp 0 compute it; group 0 writes it */
+        float kv[1][DPL], vv[DPL];
+        mc_at2_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
+        mc_at2_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
+        if (a.k_norm)
+            mc_at2_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
+        mc_at2_rope<HD, 1>(kv, a, p, gl);
+        if (lane < 16) {
+            mc_at2_store<HD>(kn, kv[0], gl);
+            mc_at2_store<HD>(vn, vv, gl);
+            mc_at2_store<HD>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+            mc_at2_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+        }
+    }
+    float m[G], l[G], o[G][DPL];
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++)
+            o[h][i] = 0.0f;
+    }
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (uint32_t j = 0; j < n_tiles; j++) {
+        const uint32_t t0 = p0 + j * T, nt = min(T, p1 - t0), b = j & 1;
+        mc_cp_async_wait(j == 0 && n_tiles > 1 ? 1 : 0); /* tile j landed (tile j + 1 may be in flight) */
+        __syncthreads(); /* for every thread; the new row too; tile j - 1's buffer is free */
+        if (j >= 1 && j + 1 < n_tiles) {
+            const uint32_t tn = p0 + (j + 1) * T;
+            mc_at2_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn,
+                                 min(T, p1 - tn), (uint32_t)p);
+        }
+        const float *ks = kt + b * T * HD, *vs = vt + b * T * HD;
+        /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
+        for (uint32_t base = 2 * warp; base < nt; base += 2 * NG) {
+            const uint32_t ta = base + (grp & 1), tb = ta + NG;
+            const bool va = ta < nt, vbl = tb < nt;
+            const float *ka = t0 + ta == (uint32_t)p ? kn : ks + (va ? ta : 0) * HD;
+            const float *kb2 = t0 + tb == (uint32_t)p ? kn : ks + (vbl ? tb : 0) * HD;
+            const float *va_row = t0 + ta == (uint32_t)p ? vn : vs + (va ? ta : 0) * HD;
+            const float *vb_row = t0 + tb == (uint32_t)p ? vn : vs + (vbl ? tb : 0) * HD;
+            float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
+            mc_at2_load<HD>(kxa, ka, gl);
+            mc_at2_load<HD>(kxb, kb2, gl);
+            mc_at2_load<HD>(vxa, va_row, gl);
+            mc_at2_load<HD>(vxb, vb_row, gl);
+            float sa[G], sb[G];
+#pragma unroll
+            for (uint32_t h = 0; h < G; h++) {
+                float x = 0.0f, y = 0.0f;
+#pragma unroll
+                for (uint32_t i = 0; i < DPL; i++) {
+                    x = fmaf(q[h][i], kxa[i], x);
+                    y = fmaf(q[h][i], kxb[i], y);
+                }
+                sa[h] = x;
+                sb[h] = y;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++) {
+                    sa[h] += __shfl_xor_sync(MC_FULL, sa[h], off);
+                    sb[h] += __shfl_xor_sync(MC_FULL, sb[h], off);
+                }
+            if (va) {
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++) {
+                    const float s1 = sa[h] * scale, s2 = vbl ? sb[h] * scale : -INFINITY;
+                    const float mn = fmaxf(m[h], fmaxf(s1, s2));
+                    const float alpha = expf(m[h] - mn); /* 0 on the group's first position */
+                    const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
+                    l[h] = fmaf(l[h], alpha, pa) + pb;
+                    m[h] = mn;
+#pragma unroll
+                    for (uint32_t i = 0; i < DPL; i++) {
+                        float v = fmaf(pa, vxa[i], o[h][i] * alpha);
+                        if (vbl)
+                            v = fmaf(pb, vxb[i], v);
+                        o[h][i] = v;
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads(); /* the tiles are read: their space holds the group states now */
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++) {
+        mc_at2_store<HD>(go + (size_t)(grp * G + h) * HD, o[h], gl);
+        if (gl == 0) {
+            gm[grp * G + h] = m[h];
+            gls[grp * G + h] = l[h];
+        }
+    }
+    __syncthreads();
+    if (tid < NG * G) { /* the groups' weights: w(k, h) = exp(m(k, h) - M(h)), M the block's max */
+        const uint32_t h = tid % G;
+        float M = -INFINITY;
+#pragma unroll
+        for (uint32_t k = 0; k < NG; k++)
+            M = fmaxf(M, gm[k * G + h]);
+        wq[tid] = M == -INFINITY ? 0.0f : expf(gm[tid] - M); /* an empty group (or block): 0 */
+        if (tid < G)
+            bm[h] = M;
+    }
+    __syncthreads();
+    if (tid < G) { /* the block's l per head, groups in order */
+        float L = 0.0f;
+        for (uint32_t k = 0; k < NG; k++)
+            L = fmaf(gls[k * G + tid], wq[k * G + tid], L);
+        bl[tid] = L;
+    }
+    for (uint32_t e = tid; e < G * HD; e += blockDim.x) {
+        const uint32_t h = e / HD;
+        float O = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < NG; k++)
+            O = fmaf(go[(size_t)(k * G + h) * HD + (e % HD)], wq[k * G + h], O);
+        bo[e] = O;
+    }
+    cluster.sync(); /* every block's state visible to the cluster */
+    const uint32_t n_e = G * HD, per_e = (n_e + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    for (uint32_t e = r * per_e + tid; e < min(n_e, (r + 1) * per_e); e += blockDim.x) {
+        const uint32_t h = e / HD;
+        float mr[MC_ATT_SPLIT], lr[MC_ATT_SPLIT], orr[MC_ATT_SPLIT];
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            mr[s] = cluster.map_shared_rank(bm, s)[h];
+            lr[s] = cluster.map_shared_rank(bl, s)[h];
+            orr[s] = cluster.map_shared_rank(bo, s)[e];
+        }
+        float M = mr[0];
+#pragma unroll
+        for (uint32_t s = 1; s < MC_ATT_SPLIT; s++)
+            M = fmaxf(M, mr[s]);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            const float w = expf(mr[s] - M); /* an empty block: m = -inf, weight 0 */
+            L = fmaf(lr[s], w, L);
+            O = fmaf(orr[s], w, O);
+        }
+        out[(size_t)(g * G + h) * HD + (e % HD)] = O * (1.0f / L);
+    }
+    cluster.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+/* Whether the v7 kernel serves these shapes (MEMRA_CUDA_ATT_V5=1 keeps the v5 kernel, for
+ * measurements). */
+static int mc_at2_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
+    static int v5 = -1;
+    if (v5 < 0) {
+        const char *e = getenv("MEMRA_CUDA_ATT_V5");
+        v5 = e && *e && strcmp(e, "0") != 0;
+    }
+    return !v5 && hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 4 || G == 8);
+}
+
 /* Whether the fused path serves these shapes (16-byte rows), and the environment allows it. */
 int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
     static int off = -1;
@@ -944,16 +1594,27 @@ int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t 
     }
     if (off || n_kv == 0 || n_head % n_kv || hd % 4 || hdv % 4 || hd < 2)
         return 0;
+    if (mc_at2_ok(n_head / n_kv, hd, hdv))
+        return 1;
     const mc_att_layout L = mc_att_layout_of(n_head / n_kv, hd, hdv);
     return (uint64_t)L.total * 4 <= 200u * 1024u;
 }
 
 /* Per device: the dynamic shared memory the fused kernels may use (48 KB until raised). */
-#define MC_MAX_DEVICES 64
 static size_t mc_att_smem_set[MC_MAX_DEVICES];
 
+
+/* Calls F(HD, G) for the v7 instantiation of these shapes. */
+#define MC_AT2_DISPATCH(hd, G, F)                                                                                      \
+    ((hd) == 32 ? ((G) == 1 ? F(32, 1) : (G) == 2 ? F(32, 2) : (G) == 4 ? F(32, 4) : F(32, 8))                         \
+     : (hd) == 64 ? ((G) == 1 ? F(64, 1) : (G) == 2 ? F(64, 2) : (G) == 4 ? F(64, 4) : F(64, 8))                       \
+                  : ((G) == 1 ? F(128, 1) : (G) == 2 ? F(128, 2) : (G) == 4 ? F(128, 4) : F(128, 8)))
+#define MC_AT2_FN(HD, G) ((const void *)mc_at2_kernel<HD, G>)
+
 cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
-    const size_t smem = (size_t)mc_att_layout_of(n_head / n_kv, hd, hdv).total * 4;
+    const uint32_t G = n_head / n_kv;
+    const bool v7 = mc_at2_ok(G, hd, hdv) != 0;
+    const size_t smem = (size_t)(v7 ? mc_at2_smem_floats(G, hd) : mc_att_layout_of(G, hd, hdv).total) * 4;
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
@@ -962,9 +1623,16 @@ cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t 
         return cudaErrorInvalidDevice;
     if (smem <= 48 * 1024 || smem <= mc_att_smem_set[dev])
         return cudaSuccess;
-    if ((e = cudaFuncSetAttribute(mc_att_fused_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) ||
-        (e = cudaFuncSetAttribute(mc_att_fused_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) ||
-        (e = cudaFuncSetAttribute(mc_att_fused_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+    if (v7) {
+        if ((e = cudaFuncSetAttribute(MC_AT2_DISPATCH(hd, G, MC_AT2_FN), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem)))
+            return e;
+    } else if ((e = cudaFuncSetAttribute(mc_att_fused_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem)) ||
+               (e = cudaFuncSetAttribute(mc_att_fused_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem)) ||
+               (e = cudaFuncSetAttribute(mc_att_fused_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem)))
         return e;
     mc_att_smem_set[dev] = smem;
     return cudaSuccess;
@@ -998,10 +1666,42 @@ static cudaError_t mc_att_fused_launch(const mc_rope_args *a, const float *qkv, 
     return cudaGetLastError();
 }
 
+/* The v7 launch: a cluster of MC_ATT_SPLIT blocks of 256 threads per kv head. */
+static cudaError_t mc_at2_launch(const void *fn, const mc_rope_args *a, const float *qkv, float *k_cache,
+                                 float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+    const size_t smem = (size_t)mc_at2_smem_floats(a->n_head / a->n_kv, a->hd) * 4;
+    cudaError_t e = mc_attention_fused_prepare(a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv);
+    cfg.blockDim = dim3(32 * MC_AT2_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mc_pdl_enabled() ? 2 : 1;
+    void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos};
+    e = cudaLaunchKernelExC(&cfg, fn, args);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
 cudaError_t mc_attention_fused(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache, float *out,
                                const int32_t *pos, cudaStream_t st) {
     if (!mc_attention_fused_ok(a->n_head, a->n_kv, a->hd, a->hdv))
         return cudaErrorInvalidValue;
+    const uint32_t G = a->n_head / a->n_kv;
+    if (mc_at2_ok(G, a->hd, a->hdv))
+        return mc_at2_launch(MC_AT2_DISPATCH(a->hd, G, MC_AT2_FN), a, qkv, k_cache, v_cache, out, pos, st);
     if (a->hd == 128)
         return mc_att_fused_launch<128>(a, qkv, k_cache, v_cache, out, pos, st);
     if (a->hd == 64)
@@ -1414,6 +2114,18 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<0, 0, 1>, "gemv"},
+        {(const void *)mc_q8x_kernel<0, 0, 2>, "gemv"},
+        {(const void *)mc_q8x_kernel<0, 0, 4>, "gemv"},
+        {(const void *)mc_q8x_kernel<0, 1, 1>, "gemv"},
+        {(const void *)mc_q8x_kernel<0, 1, 2>, "gemv"},
+        {(const void *)mc_q8x_kernel<0, 1, 4>, "gemv"},
+        {(const void *)mc_q8x_kernel<1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_q8x_kernel<1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_rmsnorm_kernel, "rmsnorm"},
         {(const void *)mc_embed_kernel, "embed"},
         {(const void *)mc_rope_kv_kernel, "rope_kv"},
@@ -1424,6 +2136,18 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_att_fused_kernel<128>, "attention"},
         {(const void *)mc_att_fused_kernel<64>, "attention"},
         {(const void *)mc_att_fused_kernel<0>, "attention"},
+        {MC_AT2_FN(32, 1), "attention"},
+        {MC_AT2_FN(32, 2), "attention"},
+        {MC_AT2_FN(32, 4), "attention"},
+        {MC_AT2_FN(32, 8), "attention"},
+        {MC_AT2_FN(64, 1), "attention"},
+        {MC_AT2_FN(64, 2), "attention"},
+        {MC_AT2_FN(64, 4), "attention"},
+        {MC_AT2_FN(64, 8), "attention"},
+        {MC_AT2_FN(128, 1), "attention"},
+        {MC_AT2_FN(128, 2), "attention"},
+        {MC_AT2_FN(128, 4), "attention"},
+        {MC_AT2_FN(128, 8), "attention"},
         {(const void *)mc_commit_kernel, "commit"},
         {(const void *)mc_copy_token_kernel, "token"},
         {(const void *)mc_max_part_kernel, "sampler"},

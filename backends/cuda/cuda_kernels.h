@@ -42,6 +42,10 @@ uint32_t mc_type_elem_bytes(uint32_t type);
  * warps (a function of the row count; MEMRA_CUDA_KSPLIT=1|2|4 forces one, for measurements). */
 cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                     const float *residual, float *y, cudaStream_t st);
+/* Readies the GEMV kernels on the current device (the multiprocessor count, the Q8_0 kernels'
+ * shared-memory limit): once per device, outside any graph capture (the launchers do it lazily
+ * too). */
+cudaError_t mc_gemv_prepare(void);
 /* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
 cudaError_t mc_gemv_swiglu(const mc_matrix *w, const float *x, const float *norm_w, float eps, float *y,
                            cudaStream_t st);

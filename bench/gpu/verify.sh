@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# verify.sh: gates on the H200(s) with binaries built on the development machine (carried in
+# .carry-dev: bin, lib, plugins.d). Modes (any number, in order):
+#   bugs     the two cuda-graph bugs of the first session (8b sampled graph 256+256; graph stages
+#            across two GPUs) and the llama-8b Q8_0 graph gates
+#   graph    the issue-6 graph gates: tiny, llama-1b, llama-8b, BF16 and Q8_0, greedy and sampled
+#   stages   the issue-5 stage gates (small, llama-1b), windows 1 and 3, greedy and sampled
+#   xdev     stages and graph stages across two GPUs (needs nvidia-h200-x2)
+#   nmse     cpu vs cuda (check_arms, NMSE per step) on tiny, small, qwen3-tiny, qwen2-tiny at every
+#            dtype and llama-1b BF16 / Q8_0; cuda vs cuda-graph / stages exact (check_arms)
+#   sanitize compute-sanitizer memcheck and racecheck, 8+8 steps of tiny and small (BF16, Q8_0)
+#   kernels  per-kernel timing (memra_cuda_kernel_bench), 8b BF16 / Q8_0, 1b BF16, at 576
+#   speed    memra bench, 512 + 128, eager and graph, 8b BF16 / Q8_0, 1b BF16
+# A short table last; logs under $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
+B=$PWD/.carry-dev
+export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+G=$B/bin/memra-gate
+T="$OUT/table.txt"
+nvidia-smi --query-gpu=index,name,memory.used,clocks.sm --format=csv > "$OUT/machine.txt" 2>&1
+gate() { local name=$1; shift; local t0=$SECONDS
+  timeout 200 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-120)
+  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
+  local c=$(grep -o '"captures":[0-9]*' "$OUT/$name.jsonl" 2>/dev/null | sort -u | tr '\n' ' ')
+  printf '%-28s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "$c" | tee -a "$T"
+  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
+bench() { local name=$1; shift; local t0=$SECONDS
+  timeout 200 "$B/bin/memra" bench "$@" --jsonl "$OUT/bench.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  printf '%-28s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep -i 'tok/s' "$OUT/$name.log" | head -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-150)" | tee -a "$T"; }
+S="--prime 256 --gen 256"
+for mode in "$@"; do case $mode in
+bugs)
+  gate g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 4 --temp 1 --seed 7
+  gate g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4
+  gate g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4 --temp 1 --seed 7 --schedule BAAB
+  gate xg_small_temp   --a cuda --b cuda-graph:stages=2,devices=0,1 --preset small $S --temp 1 --seed 3 --rows 4
+  gate xg_1b_w3        --a cuda-graph --b cuda-graph:stages=2,devices=0,1,window=3 --preset llama-1b --dtype bf16 $S --rows 4
+  ;;
+graph)
+  for p in tiny llama-1b llama-8b; do for d in bf16 q8_0; do
+    [ $p = tiny ] && [ $d = q8_0 ] && continue
+    gate "g_${p}_${d}_greedy" --a cuda --b cuda-graph --preset $p --dtype $d $S --rows 20
+    gate "g_${p}_${d}_temp"   --a cuda --b cuda-graph --preset $p --dtype $d $S --rows 20 --schedule BAAB --temp 1 --seed 20261129
+  done; done ;;
+stages)
+  for p in small llama-1b; do for b in cuda:stages=2 cuda:stages=4,window=3 cuda:stages=2,splits=5,window=3; do
+    gate "s_${p}_${b//[:=,]/_}" --a cuda --b $b --preset $p $S --rows 0 --temp 1 --seed 5
+  done; done ;;
+xdev)
+  gate x_small_greedy  --a cuda --b cuda:stages=2,devices=0,1 --preset small $S --rows 4
+  gate x_1b_w3_temp    --a cuda --b cuda:stages=2,devices=0,1,window=3 --preset llama-1b $S --temp 1 --seed 11 --rows 4
+  gate xg_small_temp   --a cuda --b cuda-graph:stages=2,devices=0,1 --preset small $S --temp 1 --seed 3 --rows 4
+  gate xg_1b_w3        --a cuda-graph --b cuda-graph:stages=2,devices=0,1,window=3 --preset llama-1b --dtype bf16 $S --rows 4
+  ;;
+nmse)
+  CA=$B/bin/memra_cuda_check_arms
+  ck() { local name=$1; shift; local t0=$SECONDS; timeout 300 "$CA" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+    printf '%-34s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(tail -1 "$OUT/$name.log" | cut -c1-110)" | tee -a "$T"; }
+  for p in tiny small qwen3-tiny qwen2-tiny; do for d in f32 f16 bf16 q8_0; do
+    ck "n_${p}_${d}" --a cpu --b cuda --preset $p --dtype $d --prime 32 --gen 32 --nmse 1e-5
+  done; done
+  ck n_tiny_tokens128 --a cpu --b cuda --preset tiny --prime 1 --gen 127 --nmse 1e-5
+  for d in bf16 q8_0; do ck "n_1b_$d" --a cpu --b cuda --preset llama-1b --dtype $d --prime 8 --gen 8 --nmse 1e-5; done
+  for d in bf16 q8_0; do
+    ck "e_small_${d}_graph" --a cuda --b cuda-graph --preset small --dtype $d --prime 64 --gen 64 --temp 1 --seed 7
+    ck "e_small_${d}_s4w3" --a cuda --b cuda:stages=4 --window 3 --preset small --dtype $d --prime 64 --gen 64
+  done
+  ck neg_perturb40 --a cuda --b cuda-graph --preset small --prime 32 --gen 32 --perturb-step 40 ;;
+sanitize)
+  CA=$B/bin/memra_cuda_check_arms
+  for p in tiny small; do for d in bf16 q8_0; do for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset $p --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_${p}_${d}_$tool.log" 2>&1
+    printf '%-34s rc=%s %s\n' "san_${p}_${d}_$tool" "$?" "$(grep -m1 'ERROR SUMMARY' "$OUT/san_${p}_${d}_$tool.log")" | tee -a "$T"
+  done; done; done ;;
+kernels)
+  for a in "8b bf16" "8b q8_0" "1b bf16" "1b q8_0"; do
+    $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/kern_${a// /_}.log" 2>&1
+    echo "== kernels $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_${a// /_}.log" | tail -13 | tee -a "$T"
+  done
+  for a in "8b q8_0" "1b bf16"; do
+    MEMRA_CUDA_ATT_V5=1 MEMRA_CUDA_Q8_V6=1 $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/kern_v6_${a// /_}.log" 2>&1
+    echo "== kernels v6 (ATT_V5, Q8_V6) $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_v6_${a// /_}.log" | tail -13 | tee -a "$T"
+  done ;;
+quick)
+  gate q_1b_bf16_temp  --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 4 --temp 1 --seed 7
+  gate q_1b_q8_temp    --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
+  gate q_8b_q8_temp    --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
+  gate q_small_s4w3    --a cuda --b cuda:stages=4,window=3 --preset small --dtype q8_0 $S --rows 0 --temp 1 --seed 5 ;;
+speed)
+  for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
+    bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
+  done; done ;;
+esac; done
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=table.txt * && find . -maxdepth 1 -type f ! -name logs.tgz ! -name table.txt ! -name machine.txt -delete)
+echo; cat "$T"
