@@ -34,6 +34,9 @@
 #define MC_MAX_THREADS 256u
 #define MC_MAX_DEVICES 64
 
+/* Per device: multiprocessors (0 until mc_gemv_prepare ran there). */
+static uint32_t mc_sm_count[MC_MAX_DEVICES];
+
 uint32_t mc_type_elem_bytes(uint32_t type) {
     switch (type) {
     case MEMRA_TYPE_F32: return 4;
@@ -157,8 +160,26 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
 #define MC_GEMV_ROWS 4
 
 /* Programmatic dependent launch: a GEMV may start while the kernel before it drains, streaming
- * its first weights (which depend on nothing) before it waits for that kernel's results. */
-__device__ __forceinline__ void mc_wait_prior_grid(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+ * its first weights (which depend on nothing) before it waits for that kernel's results. The
+ * wait is followed by the trigger (per kernel family, MEMRA_CUDA_TRIGGER's mask: 1 the F32/F16/
+ * BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots, 4 attention,
+ * 8 the v6 GEMVs (long rows, Q8_0 down); default 3, measured: on llama-1b graph replay 1174.7
+ * tok/s with 3, 1140.8 with 7, 1078.5 with none): once every block of this grid has
+ * passed its wait (so every kernel before the previous one has completed), the next kernel in
+ * the stream or graph may start its own pre-wait work in the slots this grid frees. A kernel's
+ * pre-wait part therefore reads only data of kernels two or more launches back (weights, *pos,
+ * cache rows of earlier steps), never its predecessor's output. */
+#define MC_TRIGGER_GEMV 1u
+#define MC_TRIGGER_Q8 2u
+#define MC_TRIGGER_ATT 4u
+#define MC_TRIGGER_GEMV6 8u
+__constant__ unsigned mc_trigger_mask = 3u;
+__device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
+    const unsigned on = mc_trigger_mask & family; /* read before the wait */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (on)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 /* Queues the weight chunks (and, for Q8_0, their block scales: a scale loaded at its use would
  * cost one memory latency per iteration) of the next iteration. */
@@ -211,7 +232,7 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
     uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
     uint16_t sv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
     mc_load_chunks<T>(wv, sv, row, sc, lane + 32 * part, nfull, LS);
-    mc_wait_prior_grid(); /* x (and the residual) come from earlier kernels */
+    mc_wait_prior_grid(MC_TRIGGER_GEMV6); /* x (and the residual) come from earlier kernels */
     for (uint32_t base = lane + 32 * part; base < nfull; base += LS * MC_GEMV_UNROLL) {
         uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
         uint16_t cs[MC_GEMV_UNROLL][MC_GEMV_ROWS];
@@ -328,6 +349,159 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) mc_gemv_kernel(const mc
     }
 }
 
+/* ---- F32/F16/BF16 GEMV v7: persistent blocks, loads flattened over row groups ---------- */
+
+/* The v6 kernel gives each warp one group of 4 rows, so every warp pays a load latency to start
+ * and drains alone at the end: short rows (llama-1b, 2048 columns: 4 iterations per row) lose
+ * ~15%. Here a grid of at most 4 blocks per multiprocessor takes contiguous, balanced ranges of
+ * row groups, and each warp streams its row groups back to back, the next group's first chunks
+ * loaded while the current group's last are summed. The arithmetic of a row group is exactly the
+ * v6 kernel's (the same chunk order, the same sums): the same bits. */
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    mc_gemvp_kernel(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                    const float *residual, float *y, uint32_t n_groups) {
+    __shared__ float red[2][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    constexpr uint32_t SLOTS = MC_GEMV_WARPS / KS, U = MC_GEMV_UNROLL, LS = 32 * KS, PER_IT = LS * U;
+    constexpr uint32_t E = mc_elems<T>::n, EB = 16 / E;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t nfull = w.cols / E, niter = (nfull + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+    uint4 wv[U][MC_GEMV_ROWS];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride * EB) + idx);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    if (total > 0)
+        mc_wait_prior_grid(MC_TRIGGER_GEMV); /* x (and the residual) come from earlier kernels */
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                cur[u][r] = wv[u][r];
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+#pragma unroll
+                for (uint32_t q = 0; q < E / 4; q++) {
+                    xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+                    if (NORM) {
+                        const float4 g = __ldg((const float4 *)(norm_w + (size_t)idx * E) + q);
+                        ss = fmaf(xv[q].x, xv[q].x, ss);
+                        ss = fmaf(xv[q].y, xv[q].y, ss);
+                        ss = fmaf(xv[q].z, xv[q].z, ss);
+                        ss = fmaf(xv[q].w, xv[q].w, ss);
+                        xv[q].x *= g.x;
+                        xv[q].y *= g.y;
+                        xv[q].z *= g.z;
+                        xv[q].w *= g.w;
+                    }
+                }
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    acc[r] += mc_dot_chunk<T>(cur[u][r], xv, 1.0f);
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: the tail columns, sums, parts in order, write */
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
+            for (uint32_t c = nfull * E; c < w.cols; c++) {
+                float xc = x[c];
+                if (NORM) {
+                    ss = fmaf(xc, xc, ss);
+                    xc *= norm_w[c];
+                }
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    acc[r] = fmaf(mc_elem<T>((const char *)w.data + (size_t)row * w.stride * EB, c), xc, acc[r]);
+                }
+            }
+        }
+        float d[MC_GEMV_ROWS], sst = NORM ? mc_warp_sum(ss) : 0.0f;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        ss = 0.0f;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+                red[par][warp][MC_GEMV_ROWS] = sst;
+            }
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+                sst += red[par][warp + p][MC_GEMV_ROWS];
+            }
+        }
+        if (lane != 0)
+            continue;
+        if (NORM) {
+            const float scale = 1.0f / sqrtf(sst / (float)w.cols + eps);
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] *= scale;
+        }
+        if (SWIGLU) {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
+                if (r0 + r + 1 < w.rows)
+                    y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
+        } else {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                const uint32_t row = r0 + r;
+                float v = d[r];
+                if (row >= w.rows)
+                    break;
+                if (bias)
+                    v += bias[row];
+                if (residual)
+                    v = residual[row] + v;
+                y[row] = v;
+            }
+        }
+    }
+}
+
 /* ---- Q8_0 GEMV v7: x quantized to 16 bits per block, integer dots ----------------------- */
 
 /* Q8_0 at batch 1 was bound by instructions and L1 traffic per weight byte (a float conversion
@@ -394,7 +568,7 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
     };
     if (total > 0)
         load(0, 0);
-    mc_wait_prior_grid(); /* x (and the residual) come from earlier kernels */
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     float ss = 0.0f;
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
@@ -596,9 +770,60 @@ static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *no
     return cudaGetLastError();
 }
 
+/* Whether an F32/F16/BF16 GEMV uses the persistent v7 kernel: for short rows, at most 4
+ * iterations of a warp per row group (llama-1b: 2048 columns; 8b: wo), where v6 pays its start
+ * and drain per row group (measured: llama-1b graph 1140.8 tok/s against 1116.7; on llama-8b's
+ * long rows v7 ran 2% slower: 232.2 against 237.6). MEMRA_CUDA_GEMV=6 or 7 forces one, for
+ * measurements; both give the same bits. */
+static int mc_gemvp_on(const mc_matrix *w, uint32_t ks) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("MEMRA_CUDA_GEMV");
+        forced = e && strcmp(e, "6") == 0 ? 6 : e && strcmp(e, "7") == 0 ? 7 : 0;
+    }
+    if (forced)
+        return forced == 7;
+    const uint64_t nfull = w->cols / (16 / mc_type_elem_bytes(w->type));
+    return (nfull + 64 * ks - 1) / (64 * ks) <= 4;
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemvp_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
+                              const float *residual, float *y, cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    int dev = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_GEMV_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = 4 * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, mc_gemvp_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
 template <int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_typed_ks(const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                     const float *bias, const float *residual, float *y, cudaStream_t st) {
+    if (w->type != MEMRA_TYPE_Q8_0 && mc_gemvp_on(w, KS))
+        switch (w->type) {
+        case MEMRA_TYPE_F32: return mc_gemvp_t<MEMRA_TYPE_F32, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+        case MEMRA_TYPE_F16: return mc_gemvp_t<MEMRA_TYPE_F16, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+        case MEMRA_TYPE_BF16: return mc_gemvp_t<MEMRA_TYPE_BF16, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
+        default: return cudaErrorInvalidValue;
+        }
     switch (w->type) {
     case MEMRA_TYPE_F32: return mc_gemv_t<MEMRA_TYPE_F32, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
     case MEMRA_TYPE_F16: return mc_gemv_t<MEMRA_TYPE_F16, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, st);
@@ -621,7 +846,6 @@ static cudaError_t mc_gemv_typed(const mc_matrix *w, const float *x, const float
 /* ---- Q8_0 v7 launch ---------------------------------------------------------------------- */
 
 #define MC_Q8X_SMEM_MAX (96u * 1024u)
-static uint32_t mc_sm_count[MC_MAX_DEVICES];
 
 static int mc_q8x_serves(const mc_matrix *w) {
     static int v6 = -1;
@@ -656,6 +880,10 @@ cudaError_t mc_gemv_prepare(void) {
         return e;
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
+    const char *tm = getenv("MEMRA_CUDA_TRIGGER");
+    const unsigned mask = tm && *tm ? (unsigned)strtoul(tm, NULL, 0) & 15u : 3u;
+    if ((e = cudaMemcpyToSymbol(mc_trigger_mask, &mask, sizeof mask)) != cudaSuccess)
+        return e;
     mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
     return cudaSuccess;
 }
@@ -1110,7 +1338,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_r
         mc_att_load_tile(sm + L.ks + j * MC_ATT_TILE * L.kst, sm + L.vs + j * MC_ATT_TILE * hdv, kb, vb, t0,
                          min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, L.kst);
     }
-    mc_wait_prior_grid();
+    mc_wait_prior_grid(MC_TRIGGER_ATT);
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = qkv[(size_t)g * G * hd + i];
     if (has_new) {
@@ -1418,7 +1646,7 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
         const uint32_t t0 = p0 + j * T;
         mc_at2_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
     }
-    mc_wait_prior_grid();
+    mc_wait_prior_grid(MC_TRIGGER_ATT);
     float q[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++)
@@ -2126,6 +2354,42 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_q8x_kernel<1, 1, 1>, "gemv_swiglu"},
         {(const void *)mc_q8x_kernel<1, 1, 2>, "gemv_swiglu"},
         {(const void *)mc_q8x_kernel<1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F16, 1, 1, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 0, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 0, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 0, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 1, 1>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 1, 2>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 0, 1, 4>, "gemv"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 0, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 0, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 0, 4>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 1, 1>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 1, 2>, "gemv_swiglu"},
+        {(const void *)mc_gemvp_kernel<MEMRA_TYPE_BF16, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_rmsnorm_kernel, "rmsnorm"},
         {(const void *)mc_embed_kernel, "embed"},
         {(const void *)mc_rope_kv_kernel, "rope_kv"},

@@ -31,6 +31,21 @@ bench() { local name=$1; shift; local t0=$SECONDS
   timeout 200 "$B/bin/memra" bench "$@" --jsonl "$OUT/bench.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
   printf '%-28s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep -i 'tok/s' "$OUT/$name.log" | head -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-150)" | tee -a "$T"; }
 S="--prime 256 --gen 256"
+do_nmse() {
+  CA=$B/bin/memra_cuda_check_arms
+  ck() { local name=$1; shift; local t0=$SECONDS; timeout 300 "$CA" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+    printf '%-34s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(tail -1 "$OUT/$name.log" | cut -c1-110)" | tee -a "$T"; }
+  for p in tiny small qwen3-tiny qwen2-tiny; do for d in f32 f16 bf16 q8_0; do
+    ck "n_${p}_${d}" --a cpu --b cuda --preset $p --dtype $d --prime 32 --gen 32 --nmse 1e-5
+  done; done
+  ck n_tiny_tokens128 --a cpu --b cuda --preset tiny --prime 1 --gen 127 --nmse 1e-5
+  for d in bf16 q8_0; do ck "n_1b_$d" --a cpu --b cuda --preset llama-1b --dtype $d --prime 8 --gen 8 --nmse 1e-5; done
+  for d in bf16 q8_0; do
+    ck "e_small_${d}_graph" --a cuda --b cuda-graph --preset small --dtype $d --prime 64 --gen 64 --temp 1 --seed 7
+    ck "e_small_${d}_s4w3" --a cuda --b cuda:stages=4 --window 3 --preset small --dtype $d --prime 64 --gen 64
+  done
+  ck neg_perturb40 --a cuda --b cuda-graph --preset small --prime 32 --gen 32 --perturb-step 40
+}
 for mode in "$@"; do case $mode in
 bugs)
   gate g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 4 --temp 1 --seed 7
@@ -55,20 +70,7 @@ xdev)
   gate xg_small_temp   --a cuda --b cuda-graph:stages=2,devices=0,1 --preset small $S --temp 1 --seed 3 --rows 4
   gate xg_1b_w3        --a cuda-graph --b cuda-graph:stages=2,devices=0,1,window=3 --preset llama-1b --dtype bf16 $S --rows 4
   ;;
-nmse)
-  CA=$B/bin/memra_cuda_check_arms
-  ck() { local name=$1; shift; local t0=$SECONDS; timeout 300 "$CA" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-    printf '%-34s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(tail -1 "$OUT/$name.log" | cut -c1-110)" | tee -a "$T"; }
-  for p in tiny small qwen3-tiny qwen2-tiny; do for d in f32 f16 bf16 q8_0; do
-    ck "n_${p}_${d}" --a cpu --b cuda --preset $p --dtype $d --prime 32 --gen 32 --nmse 1e-5
-  done; done
-  ck n_tiny_tokens128 --a cpu --b cuda --preset tiny --prime 1 --gen 127 --nmse 1e-5
-  for d in bf16 q8_0; do ck "n_1b_$d" --a cpu --b cuda --preset llama-1b --dtype $d --prime 8 --gen 8 --nmse 1e-5; done
-  for d in bf16 q8_0; do
-    ck "e_small_${d}_graph" --a cuda --b cuda-graph --preset small --dtype $d --prime 64 --gen 64 --temp 1 --seed 7
-    ck "e_small_${d}_s4w3" --a cuda --b cuda:stages=4 --window 3 --preset small --dtype $d --prime 64 --gen 64
-  done
-  ck neg_perturb40 --a cuda --b cuda-graph --preset small --prime 32 --gen 32 --perturb-step 40 ;;
+nmse) do_nmse ;;
 sanitize)
   CA=$B/bin/memra_cuda_check_arms
   for p in tiny small; do for d in bf16 q8_0; do for tool in memcheck racecheck; do
@@ -84,6 +86,55 @@ kernels)
     MEMRA_CUDA_ATT_V5=1 MEMRA_CUDA_Q8_V6=1 $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/kern_v6_${a// /_}.log" 2>&1
     echo "== kernels v6 (ATT_V5, Q8_V6) $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_v6_${a// /_}.log" | tail -13 | tee -a "$T"
   done ;;
+ab)
+  # the defaults, then one change undone at a time through the environment (graph arm)
+  for a in "llama-1b bf16" "llama-8b bf16" "llama-8b q8_0"; do set -- $a; for arm in cuda cuda-graph; do
+    bench "ab_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
+  done; done
+  for v in MEMRA_CUDA_GEMV=6 MEMRA_CUDA_TRIGGER=0 MEMRA_CUDA_TRIGGER=6 MEMRA_CUDA_TRIGGER=3; do
+    env $v true; export $v
+    bench "ab_1b_graph_$v" --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128
+    [ $v = MEMRA_CUDA_TRIGGER=3 ] || bench "ab_8b_graph_$v" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
+    unset ${v%%=*}
+  done ;;
+ab2)
+  bench ab2_1b_graph   --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128
+  bench ab2_8b_graph   --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
+  bench ab2_8bq_graph  --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128
+  MEMRA_CUDA_TRIGGER=0 bench ab2_8b_graph_T0 --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
+  MEMRA_CUDA_TRIGGER=11 bench ab2_8b_graph_T11 --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
+  MEMRA_CUDA_TRIGGER=11 bench ab2_8bq_graph_T11 --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128 ;;
+final)
+  # the session's last call (two GPUs): speed, the issue-6 graph gates, stages across devices,
+  # the issue-5 stage gates, NMSE against cpu, compute-sanitizer; most important first
+  for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
+    bench "f_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
+  done; done
+  gate f_g8b_bf16_greedy --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2
+  gate f_g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
+  gate f_g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g1b_bf16_abba   --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
+  gate f_g1b_q8_temp_baab --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 20 --temp 1 --seed 20261129 --schedule BAAB
+  gate f_gtiny_greedy    --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4
+  gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
+  for p in tiny small llama-1b; do for d in f32 f16 bf16 q8_0; do
+    n=64; [ $p = llama-1b ] && n=12
+    gate "f_nmse_${p}_${d}" --a cpu --b cuda --compare nmse:1e-4 --preset $p --dtype $d --prime $n --gen $n --rows 0
+  done; done
+  gate f_x_small_greedy  --a cuda --b cuda:stages=2,devices=0,1 --preset small $S --rows 0
+  gate f_x_1b_w3_temp    --a cuda --b cuda:stages=2,devices=0,1,window=3 --preset llama-1b $S --temp 1 --seed 11 --rows 0
+  gate f_xg_small_temp   --a cuda --b cuda-graph:stages=2,devices=0,1 --preset small $S --temp 1 --seed 3 --rows 0
+  gate f_xg_1b_w3        --a cuda-graph --b cuda-graph:stages=2,devices=0,1,window=3 --preset llama-1b --dtype bf16 $S --rows 0
+  for p in small llama-1b; do for b in cuda:stages=2 cuda:stages=4,window=3 cuda:stages=2,splits=5,window=3; do
+    gate "f_s_${p}_${b//[:=,]/_}" --a cuda --b $b --preset $p $S --rows 0 --temp 1 --seed 5
+  done; done
+  do_nmse
+  CA=$B/bin/memra_cuda_check_arms
+  for d in bf16 q8_0; do for tool in memcheck racecheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset small --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_small_${d}_$tool.log" 2>&1
+    printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'ERROR SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
+  done; done ;;
 quick)
   gate q_1b_bf16_temp  --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 4 --temp 1 --seed 7
   gate q_1b_q8_temp    --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
