@@ -6,16 +6,17 @@
  * rows, the RMSNorm of x fused in (its sum of squares accumulated along the way), fp32
  * accumulation in a fixed lane order and a fixed xor-shuffle tree, and programmatic dependent
  * launch so a GEMV's first weights stream while the kernel before it drains. Matrices of few
- * rows split their columns over 2 or 4 warps (parts added in order). Q8_0 converts int8 to float
- * exactly with a byte permute instead of the quarter-rate I2F, its block scales prefetched with
- * the weights. Attention is one launch per layer (q/k norm, RoPE, KV append, a fixed split of
- * the positions over an 8-block cluster, merged in rank order through distributed shared
- * memory). Everything else reads a few vectors per token. No atomics anywhere: every sum has one
- * order.
+ * rows split their columns over 2 or 4 warps (parts added in order); short rows use persistent
+ * blocks whose warps stream row group after row group. Q8_0 quantizes x per block into shared
+ * memory (three int8 planes, 23 bits) and takes exact integer dots with dp4a (v6's float path
+ * stays for the down projection). Attention is one launch per layer (q/k norm, RoPE, KV append,
+ * 16-lane groups owning positions, a fixed split of the positions over an 8-block cluster,
+ * merged in rank order through distributed shared memory). Everything else reads a few vectors
+ * per token. No atomics anywhere: every sum has one order.
  *
- * Measured on an H200 (bench/RESULTS.md, v6): llama-8b BF16 gate/up 96%, down 97%, qkv 76%,
- * wo 76% of a 4.24 TB/s copy ceiling, attention 11.8 us per layer; Q8_0 50 to 83% (bound by
- * L1/TEX traffic and load latency at 16 warps per SM: ncu). */
+ * Measured on an H200 (bench/RESULTS.md, v7): llama-8b BF16 gate/up and down 95%, qkv 73%, wo 76%
+ * of a 4.24 TB/s copy ceiling; Q8_0 gate/up 93%, head 102%, qkv 62%, wo 53%; attention 7.0 us
+ * per layer. memra bench: 8b BF16 237.6 tok/s (84.9%), Q8_0 375.5 (71.8%), 1b 1178.9 (69.7%). */
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>

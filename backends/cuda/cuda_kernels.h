@@ -39,7 +39,10 @@ uint32_t mc_type_elem_bytes(uint32_t type);
  * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (its sum of squares
  * accumulated along the GEMV's own x loads: the norm costs no launch of its own). bias, residual
  * may be NULL; residual may be y itself. Matrices of few rows split their columns over 2 or 4
- * warps (a function of the row count; MEMRA_CUDA_KSPLIT=1|2|4 forces one, for measurements). */
+ * warps (a function of the row count; MEMRA_CUDA_KSPLIT=1|2|4 forces one, for measurements).
+ * Q8_0 (except where rows < cols / 2) takes x' quantized per 16 columns to 23 bits and integer
+ * dots, NMSE against the float path ~1e-8 on the presets; the kernel choice is a function of the
+ * shapes alone, so every arm and device gets the same bits. */
 cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                     const float *residual, float *y, cudaStream_t st);
 /* Readies the GEMV kernels on the current device (the multiprocessor count, the Q8_0 kernels'
