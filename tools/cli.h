@@ -17,10 +17,6 @@
 #define CLI_EXIT_USAGE 2
 #define CLI_EXIT_ERROR 3
 
-#ifndef MEMRA_GIT_COMMIT
-#define MEMRA_GIT_COMMIT "unknown"
-#endif
-
 /* One option a subcommand accepts. `name` is the long form ("--model"), `alt` a second spelling
  * ("-o") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
  * "" for a flag) when the option was on the command line, else NULL. An option given twice is a

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memra_commit.h"
 
 static const char help_text[] =
     "usage: memra bench [--backend ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"

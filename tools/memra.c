@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "memra_commit.h"
 
 static const char usage_text[] =
     "usage: memra COMMAND [options]        (memra COMMAND --help for its options)\n"
