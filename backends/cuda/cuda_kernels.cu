@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "q8x_quant.h"
 #include "memra/gguf.h"
 #include "memra/numeric.h"
 
@@ -522,7 +523,6 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
  * bits depend on the shapes alone (not on the grid). */
 #define MC_Q8X_WARPS 8u
 #define MC_Q8X_UNROLL 2
-#define MC_Q8X_QMAX 8323072.0f /* 127 * 2^16 */
 
 /* Shared bytes of the quantized x of a matrix of `cols` columns. */
 __host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
@@ -602,15 +602,11 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
             amax = fmaxf(amax, fabsf(v[i]));
             finite = finite && isfinite(v[i]);
         }
-        const float inv = finite && amax > 0.0f ? MC_Q8X_QMAX / amax : 0.0f;
+        const float inv = mc_q8x_inv(amax, finite);
         int hi[16], mid[16], lo[16];
 #pragma unroll
         for (uint32_t i = 0; i < 16; i++) {
-            const int qv = __float2int_rn(v[i] * inv);
-            hi[i] = (qv + 32896) >> 16;      /* the rest in [-32896, 32639] */
-            const int rest = qv - 65536 * hi[i];
-            mid[i] = (rest + 128) >> 8;      /* in [-128, 127] */
-            lo[i] = rest - 256 * mid[i];     /* in [-128, 127] */
+            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
         }
         xh[c] = make_uint4(mc_pack4(hi[0], hi[1], hi[2], hi[3]), mc_pack4(hi[4], hi[5], hi[6], hi[7]),
                            mc_pack4(hi[8], hi[9], hi[10], hi[11]), mc_pack4(hi[12], hi[13], hi[14], hi[15]));
@@ -618,7 +614,7 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
                            mc_pack4(mid[8], mid[9], mid[10], mid[11]), mc_pack4(mid[12], mid[13], mid[14], mid[15]));
         xl[c] = make_uint4(mc_pack4(lo[0], lo[1], lo[2], lo[3]), mc_pack4(lo[4], lo[5], lo[6], lo[7]),
                            mc_pack4(lo[8], lo[9], lo[10], lo[11]), mc_pack4(lo[12], lo[13], lo[14], lo[15]));
-        xs[c] = finite ? amax / MC_Q8X_QMAX : __int_as_float(0x7fc00000); /* a non-finite x stays visible */
+        xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
     }
     if (NORM)
         ss = mc_block_sum(ss, bred); /* ends with a barrier: the quantized x is visible */
