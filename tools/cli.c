@@ -32,7 +32,7 @@ static cli_opt *find_opt(cli_opt *opts, size_t n, const char *name) {
 }
 
 int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, size_t n_opts, const char **pos,
-              size_t max_pos, size_t *n_pos, bool *help) {
+              size_t max_pos, size_t *n_pos, const char *help_text, bool *help) {
     *n_pos = 0;
     *help = false;
     bool only_positional = false;
@@ -89,6 +89,8 @@ int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, 
             return CLI_EXIT_USAGE;
         }
     }
+    if (*help)
+        fputs(help_text, stdout);
     return CLI_EXIT_OK;
 }
 

@@ -29,10 +29,11 @@ typedef struct cli_opt {
 } cli_opt;
 
 /* Parses argv[first..argc): options of `opts` ("--name value", "--name=value", "-n value") and up
- * to max_pos positional arguments (into pos). "--help" and "-h" are always accepted and set
- * *help. Returns CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */
+ * to max_pos positional arguments (into pos). "--help" and "-h" are always accepted: they set
+ * *help, and help_text is printed to stdout once the rest parsed (the caller then returns
+ * CLI_EXIT_OK). Returns CLI_EXIT_OK, or CLI_EXIT_USAGE after printing why. */
 int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, size_t n_opts, const char **pos,
-              size_t max_pos, size_t *n_pos, bool *help);
+              size_t max_pos, size_t *n_pos, const char *help_text, bool *help);
 
 /* The given value of option `name`, or NULL. */
 const char *cli_get(const cli_opt *opts, size_t n_opts, const char *name);

@@ -253,13 +253,9 @@ int cmd_bench(int argc, char **argv) {
                       {"--jsonl", NULL, true, NULL}};
     size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, &help);
-    if (rc != CLI_EXIT_OK)
+    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, help_text, &help);
+    if (rc != CLI_EXIT_OK || help)
         return rc;
-    if (help) {
-        fputs(help_text, stdout);
-        return CLI_EXIT_OK;
-    }
     bench_args ba = {.arm = "cpu", .prime = 512, .n_gen = 128, .reps = 5, .warmup = 1};
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ba.sel))
         return CLI_EXIT_USAGE;

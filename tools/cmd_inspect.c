@@ -200,13 +200,9 @@ int cmd_inspect(int argc, char **argv) {
     const char *pos[1];
     size_t n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, 1, pos, 1, &n_pos, &help);
-    if (rc != CLI_EXIT_OK)
+    int rc = cli_parse(cmd, argc, argv, 1, opts, 1, pos, 1, &n_pos, help_text, &help);
+    if (rc != CLI_EXIT_OK || help)
         return rc;
-    if (help) {
-        fputs(help_text, stdout);
-        return CLI_EXIT_OK;
-    }
     if (n_pos != 1) {
         cli_error(cmd, "no file given: memra inspect FILE.gguf");
         return CLI_EXIT_USAGE;

@@ -25,13 +25,9 @@ int cmd_mkmodel(int argc, char **argv) {
                       {"--output", "-o", true, NULL}};
     size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, &help);
-    if (rc != CLI_EXIT_OK)
+    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, help_text, &help);
+    if (rc != CLI_EXIT_OK || help)
         return rc;
-    if (help) {
-        fputs(help_text, stdout);
-        return CLI_EXIT_OK;
-    }
     const char *out = cli_get(opts, n_opts, "--output");
     if (!out || !*out) {
         cli_error(cmd, "no output file: give -o FILE.gguf");

@@ -25,13 +25,9 @@ int cmd_plugins(int argc, char **argv) {
     const char *cmd = "plugins";
     size_t n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, NULL, 0, NULL, 0, &n_pos, &help);
-    if (rc != CLI_EXIT_OK)
+    int rc = cli_parse(cmd, argc, argv, 1, NULL, 0, NULL, 0, &n_pos, help_text, &help);
+    if (rc != CLI_EXIT_OK || help)
         return rc;
-    if (help) {
-        fputs(help_text, stdout);
-        return CLI_EXIT_OK;
-    }
     memra_error err = {0};
     memra_registry *r;
     if (memra_registry_open(&r, &err) != MEMRA_OK)

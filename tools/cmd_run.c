@@ -232,13 +232,9 @@ int cmd_run(int argc, char **argv) {
                       {"--dump-logits", NULL, true, NULL}};
     size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, &help);
-    if (rc != CLI_EXIT_OK)
+    int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, help_text, &help);
+    if (rc != CLI_EXIT_OK || help)
         return rc;
-    if (help) {
-        fputs(help_text, stdout);
-        return CLI_EXIT_OK;
-    }
     run_args ra = {.arm = "cpu", .n_gen = 64};
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ra.sel) || !parse_sampling(cmd, opts, n_opts, &ra.sample))
         return CLI_EXIT_USAGE;
