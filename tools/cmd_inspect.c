@@ -32,20 +32,10 @@ static void print_str(memra_gguf_str s) {
         printf("... (%" PRIu64 " bytes)", s.len);
 }
 
-static size_t scalar_size(memra_gguf_type t) {
-    switch (t) {
-    case MEMRA_GGUF_UINT8: case MEMRA_GGUF_INT8: case MEMRA_GGUF_BOOL: return 1;
-    case MEMRA_GGUF_UINT16: case MEMRA_GGUF_INT16: return 2;
-    case MEMRA_GGUF_UINT32: case MEMRA_GGUF_INT32: case MEMRA_GGUF_FLOAT32: return 4;
-    case MEMRA_GGUF_UINT64: case MEMRA_GGUF_INT64: case MEMRA_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* One packed little-endian scalar of an array. */
 static void print_packed(memra_gguf_type t, const unsigned char *p) {
     uint64_t u = 0;
-    size_t n = scalar_size(t);
+    size_t n = memra_gguf_scalar_size(t);
     for (size_t i = 0; i < n; i++)
         u |= (uint64_t)p[i] << (8 * i);
     switch (t) {
@@ -87,7 +77,7 @@ static void print_value(const memra_gguf_value *v, uint64_t max_items) {
             if (a->items)
                 print_value(&a->items[i], max_items);
             else
-                print_packed(a->elem_type, (const unsigned char *)a->data + i * scalar_size(a->elem_type));
+                print_packed(a->elem_type, (const unsigned char *)a->data + i * memra_gguf_scalar_size(a->elem_type));
         }
         if (a->count > n)
             printf("%s... %" PRIu64 " more", n ? ", " : "", a->count - n);

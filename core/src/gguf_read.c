@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "memra/gguf.h"
-#include "gguf_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "memra reads GGUF (little-endian) by plain loads: a big-endian host needs byte swaps here"

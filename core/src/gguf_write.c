@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "memra/gguf.h"
-#include "gguf_internal.h"
 
 #define WRITER_CHUNK_BYTES (8u << 20)
 #define WRITER_MAX_DEPTH 8u /* as the reader: an array at the top level is depth 1 */

@@ -20,16 +20,6 @@
 
 static volatile uint64_t sink_sum;
 
-static uint64_t elem_size(memra_gguf_type t) {
-    switch (t) {
-    case MEMRA_GGUF_UINT8: case MEMRA_GGUF_INT8: case MEMRA_GGUF_BOOL: return 1;
-    case MEMRA_GGUF_UINT16: case MEMRA_GGUF_INT16: return 2;
-    case MEMRA_GGUF_UINT32: case MEMRA_GGUF_INT32: case MEMRA_GGUF_FLOAT32: return 4;
-    case MEMRA_GGUF_UINT64: case MEMRA_GGUF_INT64: case MEMRA_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Reads every byte a value exposes, checking it lies inside [lo, hi). */
 static void touch_value(const memra_gguf_value *v, const uint8_t *lo, const uint8_t *hi, int depth) {
     CHECK(depth <= 8);
@@ -40,7 +30,7 @@ static void touch_value(const memra_gguf_value *v, const uint8_t *lo, const uint
         for (uint64_t i = 0; i < v->v.str.len; i++)
             sum += p[i];
     } else if (v->type == MEMRA_GGUF_ARRAY) {
-        uint64_t size = elem_size(v->v.arr.elem_type);
+        uint64_t size = memra_gguf_scalar_size(v->v.arr.elem_type);
         if (size) {
             const uint8_t *p = v->v.arr.data;
             CHECK(v->v.arr.count == 0 || (p >= lo && p + v->v.arr.count * size <= hi));
@@ -74,7 +64,7 @@ static bool same_value(const memra_gguf_value *a, const memra_gguf_value *b) {
     }
     if (a->v.arr.elem_type != b->v.arr.elem_type || a->v.arr.count != b->v.arr.count)
         return false;
-    uint64_t size = elem_size(a->v.arr.elem_type);
+    uint64_t size = memra_gguf_scalar_size(a->v.arr.elem_type);
     if (size)
         return a->v.arr.count == 0 || memcmp(a->v.arr.data, b->v.arr.data, a->v.arr.count * size) == 0 ||
                a->v.arr.elem_type == MEMRA_GGUF_FLOAT32; /* NaN payloads may change through double */

@@ -77,6 +77,9 @@ typedef enum memra_tensor_type {
 const char *memra_tensor_type_name(uint32_t type);
 /* Name of a metadata value type ("uint32", "array"); "unknown" otherwise. */
 const char *memra_gguf_type_name(uint32_t type);
+/* Bytes of one element of a fixed-size metadata value type (1, 2, 4 or 8); 0 for string, array
+ * and unknown types. */
+uint64_t memra_gguf_scalar_size(uint32_t type);
 /* Elements per block and bytes per block of a tensor type; false for an unknown type. */
 bool memra_tensor_type_block(uint32_t type, uint64_t *block_elems, uint64_t *block_bytes);
 /* True for the types memra computes with: F32, F16, BF16, Q8_0. */
