@@ -11,6 +11,11 @@
 #   sanitize compute-sanitizer memcheck and racecheck, 8+8 steps of tiny and small (BF16, Q8_0)
 #   kernels  per-kernel timing (memra_cuda_kernel_bench), 8b BF16 / Q8_0, 1b BF16, at 576
 #   speed    memra bench, 512 + 128, eager and graph, 8b BF16 / Q8_0, 1b BF16
+#   ab, ab2  the same benches with one change undone through the environment (MEMRA_CUDA_GEMV,
+#            MEMRA_CUDA_TRIGGER): the A/B figures of bench/RESULTS.md
+#   quick    four gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
+#            compute-sanitizer, most important first
 # A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
