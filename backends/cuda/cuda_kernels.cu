@@ -12,7 +12,8 @@
  * stays for the down projection). Attention is one launch per layer (q/k norm, RoPE, KV append,
  * 16-lane groups owning positions, a fixed split of the positions over an 8-block cluster,
  * merged in rank order through distributed shared memory). Everything else reads a few vectors
- * per token. No atomics anywhere: every sum has one order.
+ * per token. No float atomics: every sum has one order (the one integer atomic, the argmax's
+ * ticket, only elects which block merges, and the merge has one answer in any order).
  *
  * Measured on an H200 (bench/RESULTS.md, v7): llama-8b BF16 gate/up and down 95%, qkv 73%, wo 76%
  * of a 4.24 TB/s copy ceiling; Q8_0 gate/up 93%, head 102%, qkv 62%, wo 53%; attention 7.0 us
@@ -165,8 +166,10 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
  * its first weights (which depend on nothing) before it waits for that kernel's results. The
  * wait is followed by the trigger (per kernel family, MEMRA_CUDA_TRIGGER's mask: 1 the F32/F16/
  * BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots, 4 attention,
- * 8 the v6 GEMVs (long rows, Q8_0 down); default 3, measured: on llama-1b graph replay 1174.7
- * tok/s with 3, 1140.8 with 7, 1078.5 with none): once every block of this grid has
+ * 8 the v6 GEMVs (long rows, Q8_0 down), 16 attention whose output has 4096 floats or more;
+ * default 19, measured: llama-1b graph replay 1174.7 tok/s with 3, 1140.8 with 7, 1078.5 with
+ * none; llama-8b BF16 (4096 floats) 239.8 with 7 against 237.8 with 3, Q8_0 even, and llama-1b
+ * (2048) 1159.9 against 1185.0; bench/RESULTS.md): once every block of this grid has
  * passed its wait (so every kernel before the previous one has completed), the next kernel in
  * the stream or graph may start its own pre-wait work in the slots this grid frees. A kernel's
  * pre-wait part therefore reads only data of kernels two or more launches back (weights, *pos,
@@ -175,7 +178,12 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
 #define MC_TRIGGER_Q8 2u
 #define MC_TRIGGER_ATT 4u
 #define MC_TRIGGER_GEMV6 8u
-__constant__ unsigned mc_trigger_mask = 3u;
+#define MC_TRIGGER_ATT_WIDE 16u
+#define MC_TRIGGER_DEFAULT 19u
+/* Attention's family bits: the wide bit too where the output projection that follows reads 4096
+ * columns or more (its early start then pays; on 2048 it cost 2%). */
+#define MC_ATT_FAMILY(a) ((a).n_head * (a).hdv >= 4096u ? MC_TRIGGER_ATT | MC_TRIGGER_ATT_WIDE : MC_TRIGGER_ATT)
+__constant__ unsigned mc_trigger_mask = MC_TRIGGER_DEFAULT;
 __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
     const unsigned on = mc_trigger_mask & family; /* read before the wait */
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -878,7 +886,7 @@ cudaError_t mc_gemv_prepare(void) {
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
     const char *tm = getenv("MEMRA_CUDA_TRIGGER");
-    const unsigned mask = tm && *tm ? (unsigned)strtoul(tm, NULL, 0) & 15u : 3u;
+    const unsigned mask = tm && *tm ? (unsigned)strtoul(tm, NULL, 0) & 31u : MC_TRIGGER_DEFAULT;
     if ((e = cudaMemcpyToSymbol(mc_trigger_mask, &mask, sizeof mask)) != cudaSuccess)
         return e;
     mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
@@ -1335,7 +1343,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_r
         mc_att_load_tile(sm + L.ks + j * MC_ATT_TILE * L.kst, sm + L.vs + j * MC_ATT_TILE * hdv, kb, vb, t0,
                          min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, L.kst);
     }
-    mc_wait_prior_grid(MC_TRIGGER_ATT);
+    mc_wait_prior_grid(MC_ATT_FAMILY(a));
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = qkv[(size_t)g * G * hd + i];
     if (has_new) {
@@ -1643,7 +1651,7 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
         const uint32_t t0 = p0 + j * T;
         mc_at2_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
     }
-    mc_wait_prior_grid(MC_TRIGGER_ATT);
+    mc_wait_prior_grid(MC_ATT_FAMILY(a));
     float q[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++)
@@ -1965,7 +1973,7 @@ static uint64_t mc_align256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
 uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab) {
     uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
     return mc_align256((uint64_t)mc_pow2(n_vocab) * 8) + mc_align256((uint64_t)n_vocab * 4) +
-           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_MAX_PARTS * 12);
+           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_MAX_PARTS * 12) + mc_align256(4);
 }
 
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab) {
@@ -1982,12 +1990,18 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
     s->stats = (float *)p;
     p += mc_align256(16);
     s->parts = (uint32_t *)p;
+    p += mc_align256(MC_MAX_PARTS * 12);
+    s->ticket = (uint32_t *)p;
 }
 
-/* Steps 0, 1 and 3 in two deterministic passes. Part: block b scans a contiguous segment (each
- * thread strided within it, ascending), keeping the largest finite logit with the lowest index
- * and the lowest index of a non-finite logit; the block combines its threads by a fixed tree.
- * Reads z; writes parts[b] = (best, index, bad). */
+/* Steps 0, 1 and 3 in one launch. Block b scans a contiguous segment (each thread strided within
+ * it, ascending), keeping the largest finite logit with the lowest index and the lowest index of
+ * a non-finite logit, combines its threads by a fixed tree and writes parts[b] = (best, index,
+ * bad). The last block to finish (an integer ticket elects it, and resets the ticket for the next
+ * launch) merges the parts and writes stats[0] = max, the result (bad index, and the token when
+ * greedy) and *token_out when greedy. Which block merges depends on timing; the merge does not:
+ * "larger value, or equal value and lower index" and "lowest bad index" give one answer in any
+ * order (equal values are equal as floats, so the winner is one element, its bits unique). */
 
 __device__ __forceinline__ void mc_best_merge(float &best, uint32_t &besti, float ov, uint32_t oi) {
     if (oi != 0xffffffffu && (besti == 0xffffffffu || ov > best || (ov == best && oi < besti))) {
@@ -1996,10 +2010,37 @@ __device__ __forceinline__ void mc_best_merge(float &best, uint32_t &besti, floa
     }
 }
 
-__global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_part_kernel(const float *z, uint32_t n, uint32_t seg,
-                                                                    uint32_t *parts) {
+/* The block's (best, index, bad) to thread 0, by a fixed tree (warp shuffles, then warps in order). */
+__device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint32_t &bad, float (&bv)[32],
+                                              uint32_t (&bi)[32], uint32_t (&bb)[32]) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(MC_FULL, best, o);
+        uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
+        bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
+        mc_best_merge(best, besti, ov, oi);
+    }
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); /* bv, bi, bb may hold an earlier call's values */
+    if (lane == 0) {
+        bv[warp] = best;
+        bi[warp] = besti;
+        bb[warp] = bad;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (uint32_t w = 1; w < blockDim.x / 32; w++) {
+            mc_best_merge(best, besti, bv[w], bi[w]);
+            bad = min(bad, bb[w]);
+        }
+}
+
+__global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_kernel(const float *z, uint32_t n, uint32_t seg,
+                                                               uint32_t *parts, uint32_t *ticket, float *stats,
+                                                               int greedy, int32_t *token_out,
+                                                               mc_sample_result *result) {
     __shared__ float bv[32];
     __shared__ uint32_t bi[32], bb[32];
+    __shared__ uint32_t is_last;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     float best = -INFINITY;
     uint32_t besti = 0xffffffffu, bad = 0xffffffffu;
@@ -2014,40 +2055,29 @@ __global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_part_kernel(const float
             besti = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(MC_FULL, best, o);
-        uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
-        bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
-        mc_best_merge(best, besti, ov, oi);
-    }
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        bv[warp] = best;
-        bi[warp] = besti;
-        bb[warp] = bad;
-    }
-    __syncthreads();
+    mc_best_block(best, besti, bad, bv, bi, bb);
     if (threadIdx.x == 0) {
-        for (uint32_t w = 1; w < blockDim.x / 32; w++) {
-            mc_best_merge(best, besti, bv[w], bi[w]);
-            bad = min(bad, bb[w]);
-        }
         parts[3 * blockIdx.x] = __float_as_uint(best);
         parts[3 * blockIdx.x + 1] = besti;
         parts[3 * blockIdx.x + 2] = bad;
+        __threadfence(); /* the part is visible before the ticket counts it */
+        is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     }
-}
-
-/* Merges the parts in block order; writes stats[0] = max, the result (bad index, and the greedy
- * token when greedy) and *token_out when greedy. */
-__global__ void mc_max_final_kernel(const float *z, const uint32_t *parts, uint32_t n_parts, float *stats, int greedy,
-                                    int32_t *token_out, mc_sample_result *result) {
-    float best = -INFINITY;
-    uint32_t besti = 0xffffffffu, bad = 0xffffffffu;
-    for (uint32_t b = 0; b < n_parts; b++) {
-        mc_best_merge(best, besti, __uint_as_float(parts[3 * b]), parts[3 * b + 1]);
-        bad = min(bad, parts[3 * b + 2]);
+    __syncthreads();
+    if (!is_last)
+        return;
+    __threadfence();
+    best = -INFINITY;
+    besti = bad = 0xffffffffu;
+    if (threadIdx.x < gridDim.x) { /* L2 loads: other blocks wrote them */
+        best = __uint_as_float(__ldcg(parts + 3 * threadIdx.x));
+        besti = __ldcg(parts + 3 * threadIdx.x + 1);
+        bad = __ldcg(parts + 3 * threadIdx.x + 2);
     }
+    mc_best_block(best, besti, bad, bv, bi, bb);
+    if (threadIdx.x != 0)
+        return;
+    *ticket = 0;
     stats[0] = best;
     mc_sample_result r;
     r.token = -1;
@@ -2205,12 +2235,9 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
     seg = seg < 1024 ? 1024 : seg;
     const uint32_t n_parts = (V + seg - 1) / seg;
-    mc_max_part_kernel<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts);
+    mc_max_kernel<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts, s->ticket, s->stats, greedy,
+                                                      token_out, result);
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
-    mc_max_final_kernel<<<1, 1, 0, st>>>(logits, s->parts, n_parts, s->stats, greedy, token_out, result);
-    e = cudaGetLastError();
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
@@ -2411,8 +2438,7 @@ const char *mc_kernel_family(const void *f) {
         {MC_AT2_FN(128, 8), "attention"},
         {(const void *)mc_commit_kernel, "commit"},
         {(const void *)mc_copy_token_kernel, "token"},
-        {(const void *)mc_max_part_kernel, "sampler"},
-        {(const void *)mc_max_final_kernel, "sampler"},
+        {(const void *)mc_max_kernel, "sampler"},
         {(const void *)mc_keys_kernel, "sampler"},
         {(const void *)mc_bitonic_global_kernel, "sampler"},
         {(const void *)mc_bitonic_shared_kernel, "sampler"},
@@ -2445,7 +2471,8 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
         (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess)
         goto done;
     mc_sampler_scratch_init(&s, scratch, n_vocab);
-    if ((e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+    if ((e = cudaMemset(scratch, 0, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess ||
+        (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto done;
     if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, 0)) != cudaSuccess)

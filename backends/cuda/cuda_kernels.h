@@ -5,8 +5,9 @@
  * CUDA graph once and replayed at any position. Token and position are read from device memory.
  *
  * Determinism: every reduction has a fixed shape (lane order, then a fixed xor-shuffle tree, then
- * warps in index order); no atomics anywhere. The bits depend only on the inputs and the launch
- * shapes, which depend only on the model and the state's capacity. */
+ * warps in index order); no float atomics (one integer ticket elects the block that merges the
+ * argmax parts, whose result is the same in any order). The bits depend only on the inputs and the
+ * launch shapes, which depend only on the model and the state's capacity. */
 #ifndef MEMRA_CUDA_KERNELS_H
 #define MEMRA_CUDA_KERNELS_H
 
@@ -118,9 +119,11 @@ typedef struct mc_sampler_scratch {
     float *chunk_sums;        /* n_vocab/256 + 1 */
     float *stats;             /* [0] = max */
     uint32_t *parts;          /* the max pass's per-block (best, index, bad) */
+    uint32_t *ticket;         /* the max pass's count of finished blocks: 0 between launches */
 } mc_sampler_scratch;
 uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
-/* Carves the scratch out of `base` (mc_sampler_scratch_bytes bytes, 256-aligned). */
+/* Carves the scratch out of `base` (mc_sampler_scratch_bytes bytes, 256-aligned), which the caller
+ * zeroes once before the first mc_sample (the ticket starts at 0; every launch leaves it 0). */
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
  * *token_out (when the logits are finite) and the result to *result. */
