@@ -13,8 +13,8 @@
 #   speed    memra bench, 512 + 128, eager and graph, 8b BF16 / Q8_0, 1b BF16
 #   ab, ab2  the same benches with one change undone through the environment (MEMRA_CUDA_GEMV,
 #            MEMRA_CUDA_TRIGGER): the A/B figures of bench/RESULTS.md
-#   s3       session 3: the previous build (.carry-old) against this one (speed, and bits across
-#            builds by step digests), the Q8_0 cluster and trigger knobs, cluster gates
+#   s3       the previous build (carried in .carry-old) against this one: speed (graph arm) and
+#            bits across builds (step digests of two sampled gates); the device sampler check
 #   quick    four gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
 #   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
 #            compute-sanitizer, most important first
@@ -140,7 +140,9 @@ final)
   for d in bf16 q8_0; do for tool in memcheck racecheck; do
     timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset small --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_small_${d}_$tool.log" 2>&1
     printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'ERROR SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
-  done; done ;;
+  done; done
+  $B/bin/memra_cuda_check_sampler > "$OUT/check_sampler.log" 2>&1
+  echo "f_check_sampler rc=$? $(tail -1 "$OUT/check_sampler.log" | cut -c1-120)" | tee -a "$T" ;;
 quick)
   gate q_1b_bf16_greedy --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 2
   gate q_1b_bf16_temp  --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 4 --temp 1 --seed 7
@@ -148,8 +150,7 @@ quick)
   gate q_8b_q8_temp    --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
   gate q_small_s4w3    --a cuda --b cuda:stages=4,window=3 --preset small --dtype q8_0 $S --rows 0 --temp 1 --seed 5 ;;
 s3)
-  # session 3: the previous build (.carry-old) against this one, the Q8_0 cluster knob and the
-  # trigger mask (graph arm), and bits across builds (step digests of the default settings)
+  # the previous build (.carry-old) against this one: speed, and bits across builds (step digests)
   NEW=$B
   for bld in old new; do [ $bld = old ] && use "$PWD/.carry-old" || use "$NEW"
     for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a
@@ -163,20 +164,6 @@ s3)
     for bld in old new; do grep '"record":"step"' "$OUT/xb_${bld}_$a.jsonl" | grep -o '"[a-z_]*sha256":"[0-9a-f]*"' > "$OUT/xb_${bld}_$a.dig"; done
     echo "xbuild $a: $(wc -l < "$OUT/xb_new_$a.dig") digests, $(cmp -s "$OUT/xb_old_$a.dig" "$OUT/xb_new_$a.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
   done
-  for v in MEMRA_CUDA_Q8X_CLUSTER=2 MEMRA_CUDA_Q8X_CLUSTER=4 MEMRA_CUDA_Q8X_CLUSTER=8 "MEMRA_CUDA_Q8X_CLUSTER=4 MEMRA_CUDA_Q8X_DOWN=1" \
-           "MEMRA_CUDA_Q8X_CLUSTER=4 MEMRA_CUDA_Q8X_KSPLIT=4" "MEMRA_CUDA_Q8X_CLUSTER=1 MEMRA_CUDA_Q8X_DOWN=1" MEMRA_CUDA_TRIGGER=7; do
-    env $v "$B/bin/memra" bench --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128 > "$OUT/v.log" 2>&1
-    printf '%-60s rc=%s %s\n' "8b q8_0 graph $v" "$?" "$(grep -i 'tok/s' "$OUT/v.log" | head -1 | cut -c1-60)" | tee -a "$T"
-  done
-  for a in "llama-8b bf16" "llama-1b bf16"; do set -- $a
-    MEMRA_CUDA_TRIGGER=7 bench "s3_t7_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
-  done
-  export MEMRA_CUDA_Q8X_CLUSTER=4
-  gate c4_8b_q8_temp --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 --prime 64 --gen 64 --rows 0 --temp 1 --seed 7
-  gate c4_nmse_small_q8 --a cpu --b cuda --compare nmse:1e-4 --preset small --dtype q8_0 --prime 64 --gen 64 --rows 0
-  gate c4_nmse_1b_q8 --a cpu --b cuda --compare nmse:1e-4 --preset llama-1b --dtype q8_0 --prime 12 --gen 12 --rows 0
-  MEMRA_CUDA_Q8X_DOWN=1 gate c4d_nmse_1b_q8 --a cpu --b cuda --compare nmse:1e-4 --preset llama-1b --dtype q8_0 --prime 12 --gen 12 --rows 0
-  unset MEMRA_CUDA_Q8X_CLUSTER
   $B/bin/memra_cuda_check_sampler > "$OUT/check_sampler.log" 2>&1
   echo "check_sampler rc=$? $(tail -1 "$OUT/check_sampler.log" | cut -c1-120)" | tee -a "$T" ;;
 speed)
