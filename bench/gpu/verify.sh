@@ -139,7 +139,7 @@ final)
   CA=$B/bin/memra_cuda_check_arms
   for d in bf16 q8_0; do for tool in memcheck racecheck; do
     timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset small --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_small_${d}_$tool.log" 2>&1
-    printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'ERROR SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
+    printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
   done; done
   $B/bin/memra_cuda_check_sampler > "$OUT/check_sampler.log" 2>&1
   echo "f_check_sampler rc=$? $(tail -1 "$OUT/check_sampler.log" | cut -c1-120)" | tee -a "$T" ;;
