@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "argmax_merge.h"
 #include "q8x_quant.h"
 #include "memra/gguf.h"
 #include "memra/numeric.h"
@@ -2001,14 +2002,7 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
  * launch) merges the parts and writes stats[0] = max, the result (bad index, and the token when
  * greedy) and *token_out when greedy. Which block merges depends on timing; the merge does not:
  * "larger value, or equal value and lower index" and "lowest bad index" give one answer in any
- * order (equal values are equal as floats, so the winner is one element, its bits unique). */
-
-__device__ __forceinline__ void mc_best_merge(float &best, uint32_t &besti, float ov, uint32_t oi) {
-    if (oi != 0xffffffffu && (besti == 0xffffffffu || ov > best || (ov == best && oi < besti))) {
-        best = ov;
-        besti = oi;
-    }
-}
+ * order (argmax_merge.h, checked on the host by tests/cuda/test_argmax_merge.c). */
 
 /* The block's (best, index, bad) to thread 0, by a fixed tree (warp shuffles, then warps in order). */
 __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint32_t &bad, float (&bv)[32],
@@ -2017,7 +2011,7 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
         float ov = __shfl_xor_sync(MC_FULL, best, o);
         uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
         bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
-        mc_best_merge(best, besti, ov, oi);
+        mc_best_merge(&best, &besti, ov, oi);
     }
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads(); /* bv, bi, bb may hold an earlier call's values */
@@ -2029,7 +2023,7 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
     __syncthreads();
     if (threadIdx.x == 0)
         for (uint32_t w = 1; w < blockDim.x / 32; w++) {
-            mc_best_merge(best, besti, bv[w], bi[w]);
+            mc_best_merge(&best, &besti, bv[w], bi[w]);
             bad = min(bad, bb[w]);
         }
 }
