@@ -17,7 +17,8 @@
  *
  * Measured on an H200 (bench/RESULTS.md, v7): llama-8b BF16 gate/up and down 95%, qkv 73%, wo 76%
  * of a 4.24 TB/s copy ceiling; Q8_0 gate/up 93%, head 102%, qkv 62%, wo 53%; attention 7.0 us
- * per layer. memra bench: 8b BF16 237.6 tok/s (84.9%), Q8_0 375.5 (71.8%), 1b 1178.9 (69.7%). */
+ * per layer. memra bench, graph arm (third session): 8b BF16 240.2 tok/s (85.9%), Q8_0 376.9
+ * (72.2%), 1b 1186.6 (70.1%). */
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
