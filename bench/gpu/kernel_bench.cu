@@ -119,6 +119,7 @@ int main(int argc, char **argv) {
     fill(vc, (size_t)n_kv * cap * hd * 4, 7, 0x807fffffu, 0x3e000000u);
     void *sscr;
     KB_CHECK(cudaMalloc(&sscr, mc_sampler_scratch_bytes(V)));
+    KB_CHECK(cudaMemset(sscr, 0, mc_sampler_scratch_bytes(V))); /* the argmax's ticket starts at 0 */
     mc_sampler_scratch ss;
     mc_sampler_scratch_init(&ss, sscr, V);
     int32_t p = (int32_t)pos;
