@@ -2038,14 +2038,14 @@ __global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_kernel(const float *z, 
     __shared__ uint32_t is_last;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     float best = -INFINITY;
-    uint32_t besti = 0xffffffffu, bad = 0xffffffffu;
+    uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
     for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float v = z[i];
         if (!isfinite(v)) {
             bad = min(bad, i);
             continue;
         }
-        if (besti == 0xffffffffu || v > best) { /* ascending: the first maximum wins */
+        if (besti == MC_AM_NONE || v > best) { /* ascending: the first maximum wins */
             best = v;
             besti = i;
         }
@@ -2063,7 +2063,8 @@ __global__ void __launch_bounds__(MC_MAX_THREADS) mc_max_kernel(const float *z, 
         return;
     __threadfence();
     best = -INFINITY;
-    besti = bad = 0xffffffffu;
+    besti = MC_AM_NONE;
+    bad = 0xffffffffu;
     if (threadIdx.x < gridDim.x) { /* L2 loads: other blocks wrote them */
         best = __uint_as_float(__ldcg(parts + 3 * threadIdx.x));
         besti = __ldcg(parts + 3 * threadIdx.x + 1);

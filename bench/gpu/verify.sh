@@ -15,7 +15,7 @@
 #            MEMRA_CUDA_TRIGGER): the A/B figures of bench/RESULTS.md
 #   s3       the previous build (carried in .carry-old) against this one: speed (graph arm) and
 #            bits across builds (step digests of two sampled gates); the device sampler check
-#   quick    four gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
 #   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
 #            compute-sanitizer, most important first
 # A short table last; logs under $OUT.
@@ -37,6 +37,9 @@ bench() { local name=$1; shift; local t0=$SECONDS
   timeout 200 "$B/bin/memra" bench "$@" --jsonl "$OUT/bench.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
   printf '%-28s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep -i 'tok/s' "$OUT/$name.log" | head -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-150)" | tee -a "$T"; }
 S="--prime 256 --gen 256"
+# the device sampler against the cpu sampler (memra_cuda_check_sampler), one table row
+sampler_check() { $B/bin/memra_cuda_check_sampler > "$OUT/$1.log" 2>&1
+  echo "$1 rc=$? $(tail -1 "$OUT/$1.log" | cut -c1-120)" | tee -a "$T"; }
 do_nmse() {
   CA=$B/bin/memra_cuda_check_arms
   ck() { local name=$1; shift; local t0=$SECONDS; timeout 300 "$CA" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
@@ -141,8 +144,7 @@ final)
     timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset small --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_small_${d}_$tool.log" 2>&1
     printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
   done; done
-  $B/bin/memra_cuda_check_sampler > "$OUT/check_sampler.log" 2>&1
-  echo "f_check_sampler rc=$? $(tail -1 "$OUT/check_sampler.log" | cut -c1-120)" | tee -a "$T" ;;
+  sampler_check f_check_sampler ;;
 quick)
   gate q_1b_bf16_greedy --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 2
   gate q_1b_bf16_temp  --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 4 --temp 1 --seed 7
@@ -164,8 +166,7 @@ s3)
     for bld in old new; do grep '"record":"step"' "$OUT/xb_${bld}_$a.jsonl" | grep -o '"[a-z_]*sha256":"[0-9a-f]*"' > "$OUT/xb_${bld}_$a.dig"; done
     echo "xbuild $a: $(wc -l < "$OUT/xb_new_$a.dig") digests, $(cmp -s "$OUT/xb_old_$a.dig" "$OUT/xb_new_$a.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
   done
-  $B/bin/memra_cuda_check_sampler > "$OUT/check_sampler.log" 2>&1
-  echo "check_sampler rc=$? $(tail -1 "$OUT/check_sampler.log" | cut -c1-120)" | tee -a "$T" ;;
+  sampler_check check_sampler ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
