@@ -193,6 +193,40 @@ __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* MC_PROF (a measurement build only, never the shipped one): thread 0 of one block of the v7
+ * attention and of the v7 Q8_0 GEMV records clock64() at phase ends and adds the phase cycles to
+ * mc_prof (slots 0-7 attention, 8-15 GEMV); mc_prof_take reads and clears them. */
+#ifdef MC_PROF
+__device__ unsigned long long mc_prof[18];
+#define MC_PT(i)                                                                                                       \
+    do {                                                                                                               \
+        if (prof_on)                                                                                                   \
+            tp[i] = clock64();                                                                                         \
+    } while (0)
+#define MC_PT_END(base, n, cnt)                                                                                        \
+    do {                                                                                                               \
+        if (prof_on) {                                                                                                 \
+            for (int i_ = 0; i_ + 1 < (n); i_++)                                                                       \
+                mc_prof[(base) + i_] += (unsigned long long)(tp[i_ + 1] - tp[i_]);                                     \
+            mc_prof[cnt] += 1;                                                                                         \
+        }                                                                                                              \
+    } while (0)
+cudaError_t mc_prof_take(unsigned long long out[18]) {
+    cudaError_t e = cudaMemcpyFromSymbol(out, mc_prof, sizeof(unsigned long long) * 18);
+    if (e != cudaSuccess)
+        return e;
+    static const unsigned long long zero[18] = {0};
+    return cudaMemcpyToSymbol(mc_prof, zero, sizeof zero);
+}
+#else
+#define MC_PT(i)                                                                                                       \
+    do {                                                                                                               \
+    } while (0)
+#define MC_PT_END(base, n, cnt)                                                                                        \
+    do {                                                                                                               \
+    } while (0)
+#endif
+
 /* Queues the weight chunks (and, for Q8_0, their block scales: a scale loaded at its use would
  * cost one memory latency per iteration) of the next iteration. */
 template <uint32_t T>
@@ -547,7 +581,7 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
                   const float *residual, float *y, uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char q8sm[];
     __shared__ float red[2][MC_Q8X_WARPS][MC_GEMV_ROWS];
-    __shared__ float bred[33];
+    __shared__ float bred[MC_Q8X_WARPS];
     constexpr uint32_t SLOTS = MC_Q8X_WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
     const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
     uint4 *xh = (uint4 *)q8sm, *xm = xh + nch, *xl = xm + nch;
@@ -558,6 +592,11 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
     const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
     const uint32_t niter = (nch + PER_IT - 1) / PER_IT, total = n_my * niter;
     const uint32_t first = lane + 32 * part;
+#ifdef MC_PROF
+    const bool prof_on = blockIdx.x == 0 && tid == 0;
+    long long tp[6];
+#endif
+    MC_PT(0);
 
     uint4 wv[U][MC_GEMV_ROWS];
     uint16_t sv[U][MC_GEMV_ROWS];
@@ -579,7 +618,9 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
     };
     if (total > 0)
         load(0, 0);
+    MC_PT(1);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    MC_PT(2);
     float ss = 0.0f;
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
@@ -626,11 +667,21 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
                            mc_pack4(lo[8], lo[9], lo[10], lo[11]), mc_pack4(lo[12], lo[13], lo[14], lo[15]));
         xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
     }
-    if (NORM)
-        ss = mc_block_sum(ss, bred); /* ends with a barrier: the quantized x is visible */
-    else
-        __syncthreads();
-    const float rscale = NORM ? 1.0f / sqrtf(ss / (float)w.cols + eps) : 1.0f;
+    if (NORM) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* the quantized x and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (NORM) { /* the block sum: the warps in order, mc_block_sum's order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_Q8X_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+    MC_PT(3);
 
     float acc[MC_GEMV_ROWS];
 #pragma unroll
@@ -726,6 +777,8 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
             }
         }
     }
+    MC_PT(4);
+    MC_PT_END(8, 5, 17);
 }
 
 static int mc_pdl_enabled(void) {
@@ -759,6 +812,9 @@ static uint32_t mc_gemv_ksplit(uint32_t rows) {
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                              const float *residual, float *y, cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare(); /* the knobs reach the device before the first launch */
+    if (e != cudaSuccess)
+        return e;
     const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -771,7 +827,7 @@ static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *no
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
+    e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -1496,19 +1552,31 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_r
  * over the 16 lanes; each group keeps an online softmax (m, l, o) per head over its positions in
  * order. The block's whole position range streams into shared memory by cp.async (two tiles of
  * 8192/hd positions in flight; the first two before the wait on the qkv GEMV); then the 16 group
- * states merge in group order and the cluster merges its 8 block states in rank order through
- * distributed shared memory. Every output element has one fixed formula: the bits depend on *pos
- * and the shapes only. q is normed (qwen3) and roped in registers by every group alike; the block
- * whose range holds *pos computes the new k and v row (warp 0), appends it to the cache and uses
- * it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2, 4, 8}. */
+ * states merge in group order, and each block pushes its state (m and l of every head, and each
+ * output element) into the shared memory of the block that finishes that element (element e: rank
+ * e / per_e); after one cluster barrier every block merges the 8 states of its elements in rank
+ * order from its own shared memory (v7.2: the pull of v7 read the other blocks' memory after a
+ * barrier and needed a second one before any block could leave; same formula, same bits). Every
+ * output element has one fixed formula: the bits depend on *pos and the shapes only. q is normed
+ * (qwen3) and roped in registers by every group alike, the RoPE angles computed before the wait;
+ * the block whose range holds *pos computes the new k and v row (warp 0), appends it to the cache
+ * and uses it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2,
+ * 4, 8}. */
 #define MC_AT2_WARPS 8u
-#define MC_AT2_GROUPS (2u * MC_AT2_WARPS)
 #define MC_AT2_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
 
+/* Output elements of a kv head's G * hd that each block of the cluster finishes. */
+__host__ __device__ inline uint32_t mc_at2_per_e(uint32_t G, uint32_t hd) {
+    return (G * hd + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+}
+
 /* Shared floats of the v7 kernel: K and V tile rings [2][T][hd] (aliased by the group states
- * after the tiles), the new row, the merge weights, the block state. */
+ * after the tiles), the new row, the merge weights, the block's max per head, and what the
+ * cluster's blocks push to this one: (m, l) per rank and head, and per rank its part of this
+ * block's output elements. */
 __host__ __device__ inline uint32_t mc_at2_smem_floats(uint32_t G, uint32_t hd) {
-    return 4 * MC_AT2_TILE_FLOATS + 2 * hd + MC_AT2_GROUPS * G + 2 * G + G * hd + 4;
+    return 4 * MC_AT2_TILE_FLOATS + 2 * hd + 2 * MC_AT2_WARPS * G + G + 2 * MC_ATT_SPLIT * G +
+           MC_ATT_SPLIT * mc_at2_per_e(G, hd) + 4;
 }
 
 /* Dimension of slot i of lane gl (of a 16-lane group). */
@@ -1568,16 +1636,42 @@ __device__ __forceinline__ void mc_at2_norm(float (&x)[NV][HD / 16], const float
     }
 }
 
-/* RoPE at position p of NV vectors held as lane slots. Called by whole warps. */
-template <uint32_t HD, uint32_t NV>
-__device__ __forceinline__ void mc_at2_rope(float (&x)[NV][HD / 16], const mc_rope_args &a, int32_t p, uint32_t gl) {
+/* The cos and sin of a lane's RoPE angles at position p (they need no earlier kernel's output:
+ * computed before the wait). */
+template <uint32_t HD> struct mc_at2_cs {
+    float s[HD / 16], c[HD / 16];
+};
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_at2_rope_prep(mc_at2_cs<HD> &cs, const mc_rope_args &a, int32_t p, uint32_t gl) {
     constexpr uint32_t DPL = HD / 16;
     const float fpos = (float)p * a.pos_scale;
     if (!a.neox) { /* pairs (2j, 2j + 1): both in the lane */
 #pragma unroll
+        for (uint32_t i = 0; i < DPL; i += 2)
+            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i) / 2], &cs.s[i], &cs.c[i]);
+    } else if (DPL == 8) { /* pairs (j, j + 64): slots i and i + 4 of the lane */
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i)], &cs.s[i], &cs.c[i]);
+    } else { /* pairs (j, j + hd/2): lane gl and lane gl ^ 8, the same slot */
+        const bool lo = (gl & 8) == 0;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++) {
+            const uint32_t d = mc_at2_dim<HD>(gl, i);
+            sincosf(fpos * a.freqs[lo ? d : d - HD / 2], &cs.s[i], &cs.c[i]);
+        }
+    }
+}
+
+/* RoPE of NV vectors held as lane slots, with the lane's angles. Called by whole warps. */
+template <uint32_t HD, uint32_t NV>
+__device__ __forceinline__ void mc_at2_rope(float (&x)[NV][HD / 16], const mc_at2_cs<HD> &cs, int neox, uint32_t gl) {
+    constexpr uint32_t DPL = HD / 16;
+    if (!neox) {
+#pragma unroll
         for (uint32_t i = 0; i < DPL; i += 2) {
-            float s, c;
-            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i) / 2], &s, &c);
+            const float s = cs.s[i], c = cs.c[i];
 #pragma unroll
             for (uint32_t v = 0; v < NV; v++) {
                 const float x0 = x[v][i], x1 = x[v][i + 1];
@@ -1585,11 +1679,10 @@ __device__ __forceinline__ void mc_at2_rope(float (&x)[NV][HD / 16], const mc_ro
                 x[v][i + 1] = x0 * s + x1 * c;
             }
         }
-    } else if (DPL == 8) { /* pairs (j, j + 64): slots i and i + 4 of the lane */
+    } else if (DPL == 8) {
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++) {
-            float s, c;
-            sincosf(fpos * a.freqs[mc_at2_dim<HD>(gl, i)], &s, &c);
+            const float s = cs.s[i], c = cs.c[i];
 #pragma unroll
             for (uint32_t v = 0; v < NV; v++) {
                 const float x0 = x[v][i], x1 = x[v][i + 4];
@@ -1597,13 +1690,11 @@ __device__ __forceinline__ void mc_at2_rope(float (&x)[NV][HD / 16], const mc_ro
                 x[v][i + 4] = x0 * s + x1 * c;
             }
         }
-    } else { /* pairs (j, j + hd/2): lane gl and lane gl ^ 8, the same slot */
+    } else {
         const bool lo = (gl & 8) == 0;
 #pragma unroll
         for (uint32_t i = 0; i < DPL; i++) {
-            const uint32_t d = mc_at2_dim<HD>(gl, i);
-            float s, c;
-            sincosf(fpos * a.freqs[lo ? d : d - HD / 2], &s, &c);
+            const float s = cs.s[i], c = cs.c[i];
 #pragma unroll
             for (uint32_t v = 0; v < NV; v++) {
                 const float mine = x[v][i], other = __shfl_xor_sync(MC_FULL, mine, 8);
@@ -1633,12 +1724,17 @@ template <uint32_t HD, uint32_t G>
 __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_rope_args a, const float *qkv,
                                                                       float *k_cache, float *v_cache, float *out,
                                                                       const int32_t *pos) {
-    constexpr uint32_t DPL = HD / 16, T = MC_AT2_TILE_FLOATS / HD, NG = MC_AT2_GROUPS;
+    constexpr uint32_t DPL = HD / 16, T = MC_AT2_TILE_FLOATS / HD, NG = 2 * MC_AT2_WARPS;
+    constexpr uint32_t PER_E = (G * HD + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_AT2_TILE_FLOATS, "the group states alias the tiles");
+    /* every block of the cluster has started before any writes to another's shared memory: an
+     * arrive now, its wait before the first push */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
     float *kt = sm, *vt = sm + 2 * MC_AT2_TILE_FLOATS;
     float *kn = sm + 4 * MC_AT2_TILE_FLOATS, *vn = kn + HD, *wq = vn + HD;
-    float *bm = wq + NG * G, *bl = bm + G, *bo = bl + G;
+    float *bm = wq + NG * G, *rm = bm + G, *rl = rm + MC_ATT_SPLIT * G, *ro = rl + MC_ATT_SPLIT * G;
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
@@ -1648,26 +1744,35 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
     const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
     const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
     const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
+#ifdef MC_PROF
+    const bool prof_on = r == 0 && g == 0 && tid == 0;
+    long long tp[9];
+#endif
+    MC_PT(0);
     /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
     for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
         const uint32_t t0 = p0 + j * T;
         mc_at2_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
     }
+    mc_at2_cs<HD> cs;
+    mc_at2_rope_prep<HD>(cs, a, p, gl);
+    MC_PT(1);
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
+    MC_PT(2);
     float q[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++)
         mc_at2_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
     if (a.q_norm)
         mc_at2_norm<HD, G>(q, a.q_norm, a.eps, gl);
-    mc_at2_rope<HD, G>(q, a, p, gl);
+    mc_at2_rope<HD, G>(q, cs, a.neox, gl);
     if (has_new && warp == 0) { /* both groups of warp 0 compute it; group 0 writes it */
         float kv[1][DPL], vv[DPL];
         mc_at2_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
         mc_at2_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
         if (a.k_norm)
             mc_at2_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
-        mc_at2_rope<HD, 1>(kv, a, p, gl);
+        mc_at2_rope<HD, 1>(kv, cs, a.neox, gl);
         if (lane < 16) {
             mc_at2_store<HD>(kn, kv[0], gl);
             mc_at2_store<HD>(vn, vv, gl);
@@ -1675,6 +1780,10 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
             mc_at2_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
         }
     }
+#ifdef MC_PROF
+    if (prof_on) /* q roped: make the clock wait for it */
+        tp[3] = clock64() + (long long)(q[0][0] == 12345.0f);
+#endif
     float m[G], l[G], o[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++) {
@@ -1747,7 +1856,9 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
             }
         }
     }
+    MC_PT(4);
     __syncthreads(); /* the tiles are read: their space holds the group states now */
+    MC_PT(5);
 #pragma unroll
     for (uint32_t h = 0; h < G; h++) {
         mc_at2_store<HD>(go + (size_t)(grp * G + h) * HD, o[h], gl);
@@ -1768,45 +1879,56 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
             bm[h] = M;
     }
     __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); /* every block has started */
+    /* push the block state to the blocks that finish it: (m, l) of every head to every rank, and
+     * output element e to rank e / PER_E */
     if (tid < G) { /* the block's l per head, groups in order */
         float L = 0.0f;
         for (uint32_t k = 0; k < NG; k++)
             L = fmaf(gls[k * G + tid], wq[k * G + tid], L);
-        bl[tid] = L;
+        const float M = bm[tid];
+#pragma unroll
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            cluster.map_shared_rank(rm, s2)[r * G + tid] = M;
+            cluster.map_shared_rank(rl, s2)[r * G + tid] = L;
+        }
     }
     for (uint32_t e = tid; e < G * HD; e += blockDim.x) {
-        const uint32_t h = e / HD;
+        const uint32_t h = e / HD, dst = e / PER_E;
         float O = 0.0f;
 #pragma unroll
         for (uint32_t k = 0; k < NG; k++)
             O = fmaf(go[(size_t)(k * G + h) * HD + (e % HD)], wq[k * G + h], O);
-        bo[e] = O;
+        cluster.map_shared_rank(ro, dst)[r * PER_E + (e - dst * PER_E)] = O;
     }
-    cluster.sync(); /* every block's state visible to the cluster */
-    const uint32_t n_e = G * HD, per_e = (n_e + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
-    for (uint32_t e = r * per_e + tid; e < min(n_e, (r + 1) * per_e); e += blockDim.x) {
-        const uint32_t h = e / HD;
+    MC_PT(6);
+    cluster.sync(); /* every push landed; no block reads another's shared memory after this */
+    MC_PT(7);
+    const uint32_t n_e = G * HD;
+    for (uint32_t e = r * PER_E + tid; e < min(n_e, (r + 1) * PER_E); e += blockDim.x) {
+        const uint32_t h = e / HD, le = e - r * PER_E;
         float mr[MC_ATT_SPLIT], lr[MC_ATT_SPLIT], orr[MC_ATT_SPLIT];
 #pragma unroll
-        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
-            mr[s] = cluster.map_shared_rank(bm, s)[h];
-            lr[s] = cluster.map_shared_rank(bl, s)[h];
-            orr[s] = cluster.map_shared_rank(bo, s)[e];
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            mr[s2] = rm[s2 * G + h];
+            lr[s2] = rl[s2 * G + h];
+            orr[s2] = ro[s2 * PER_E + le];
         }
         float M = mr[0];
 #pragma unroll
-        for (uint32_t s = 1; s < MC_ATT_SPLIT; s++)
-            M = fmaxf(M, mr[s]);
+        for (uint32_t s2 = 1; s2 < MC_ATT_SPLIT; s2++)
+            M = fmaxf(M, mr[s2]);
         float L = 0.0f, O = 0.0f;
 #pragma unroll
-        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
-            const float w = expf(mr[s] - M); /* an empty block: m = -inf, weight 0 */
-            L = fmaf(lr[s], w, L);
-            O = fmaf(orr[s], w, O);
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            const float w = expf(mr[s2] - M); /* an empty block: m = -inf, weight 0 */
+            L = fmaf(lr[s2], w, L);
+            O = fmaf(orr[s2], w, O);
         }
         out[(size_t)(g * G + h) * HD + (e % HD)] = O * (1.0f / L);
     }
-    cluster.sync(); /* no block leaves while another may still read its shared memory */
+    MC_PT(8);
+    MC_PT_END(0, 9, 16);
 }
 
 /* Whether the v7 kernel serves these shapes (MEMRA_CUDA_ATT_V5=1 keeps the v5 kernel, for
@@ -1835,8 +1957,11 @@ int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t 
     return (uint64_t)L.total * 4 <= 200u * 1024u;
 }
 
-/* Per device: the dynamic shared memory the fused kernels may use (48 KB until raised). */
+/* Per device: the dynamic shared memory the v5 fused kernels may use (48 KB until raised), and
+ * whether every v7 instantiation may use the largest v7 need (set once, for all of them: a
+ * record per size would miss an instantiation first launched with a need already recorded). */
 static size_t mc_att_smem_set[MC_MAX_DEVICES];
+static int mc_at2_smem_ready[MC_MAX_DEVICES];
 
 
 /* Calls F(HD, G) for the v7 instantiation of these shapes. */
@@ -1845,24 +1970,47 @@ static size_t mc_att_smem_set[MC_MAX_DEVICES];
      : (hd) == 64 ? ((G) == 1 ? F(64, 1) : (G) == 2 ? F(64, 2) : (G) == 4 ? F(64, 4) : F(64, 8))                       \
                   : ((G) == 1 ? F(128, 1) : (G) == 2 ? F(128, 2) : (G) == 4 ? F(128, 4) : F(128, 8)))
 #define MC_AT2_FN(HD, G) ((const void *)mc_at2_kernel<HD, G>)
+/* Every v7 instantiation once (F(kernel)). */
+#define MC_AT2_EACH(F)                                                                                                 \
+    F(MC_AT2_FN(32, 1)) F(MC_AT2_FN(32, 2)) F(MC_AT2_FN(32, 4)) F(MC_AT2_FN(32, 8)) F(MC_AT2_FN(64, 1))                 \
+        F(MC_AT2_FN(64, 2)) F(MC_AT2_FN(64, 4)) F(MC_AT2_FN(64, 8)) F(MC_AT2_FN(128, 1)) F(MC_AT2_FN(128, 2))           \
+            F(MC_AT2_FN(128, 4)) F(MC_AT2_FN(128, 8))
+
+/* The largest dynamic shared memory of any v7 instantiation. */
+static size_t mc_at2_smem_max(void) {
+    size_t m = 0;
+    for (uint32_t hd = 32; hd <= 128; hd *= 2)
+        for (uint32_t G = 1; G <= 8; G *= 2) {
+            const size_t b = (size_t)mc_at2_smem_floats(G, hd) * 4;
+            m = b > m ? b : m;
+        }
+    return m;
+}
 
 cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
     const uint32_t G = n_head / n_kv;
-    const bool v7 = mc_at2_ok(G, hd, hdv) != 0;
-    const size_t smem = (size_t)(v7 ? mc_at2_smem_floats(G, hd) : mc_att_layout_of(G, hd, hdv).total) * 4;
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
         return e;
     if (dev < 0 || dev >= MC_MAX_DEVICES)
         return cudaErrorInvalidDevice;
+    if (mc_at2_ok(G, hd, hdv)) {
+        if (mc_at2_smem_ready[dev])
+            return cudaSuccess;
+        const int smax = (int)mc_at2_smem_max();
+#define MC_AT2_SET(fn)                                                                                                 \
+    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)             \
+        return e;
+        MC_AT2_EACH(MC_AT2_SET)
+#undef MC_AT2_SET
+        mc_at2_smem_ready[dev] = 1;
+        return cudaSuccess;
+    }
+    const size_t smem = (size_t)mc_att_layout_of(G, hd, hdv).total * 4;
     if (smem <= 48 * 1024 || smem <= mc_att_smem_set[dev])
         return cudaSuccess;
-    if (v7) {
-        if ((e = cudaFuncSetAttribute(MC_AT2_DISPATCH(hd, G, MC_AT2_FN), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem)))
-            return e;
-    } else if ((e = cudaFuncSetAttribute(mc_att_fused_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if ((e = cudaFuncSetAttribute(mc_att_fused_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem)) ||
                (e = cudaFuncSetAttribute(mc_att_fused_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem)) ||
@@ -1902,9 +2050,11 @@ static cudaError_t mc_att_fused_launch(const mc_rope_args *a, const float *qkv, 
 }
 
 /* The v7 launch: a cluster of MC_ATT_SPLIT blocks of 256 threads per kv head. */
-static cudaError_t mc_at2_launch(const void *fn, const mc_rope_args *a, const float *qkv, float *k_cache,
-                                 float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
-    const size_t smem = (size_t)mc_at2_smem_floats(a->n_head / a->n_kv, a->hd) * 4;
+static cudaError_t mc_at2_launch(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache, float *out,
+                                 const int32_t *pos, cudaStream_t st) {
+    const uint32_t G = a->n_head / a->n_kv;
+    const void *fn = MC_AT2_DISPATCH(a->hd, G, MC_AT2_FN);
+    const size_t smem = (size_t)mc_at2_smem_floats(G, a->hd) * 4;
     cudaError_t e = mc_attention_fused_prepare(a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
@@ -1936,7 +2086,7 @@ cudaError_t mc_attention_fused(const mc_rope_args *a, const float *qkv, float *k
         return cudaErrorInvalidValue;
     const uint32_t G = a->n_head / a->n_kv;
     if (mc_at2_ok(G, a->hd, a->hdv))
-        return mc_at2_launch(MC_AT2_DISPATCH(a->hd, G, MC_AT2_FN), a, qkv, k_cache, v_cache, out, pos, st);
+        return mc_at2_launch(a, qkv, k_cache, v_cache, out, pos, st);
     if (a->hd == 128)
         return mc_att_fused_launch<128>(a, qkv, k_cache, v_cache, out, pos, st);
     if (a->hd == 64)
@@ -2362,18 +2512,9 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_F16, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_BF16, 1, 1, 4>, "gemv_swiglu"},
         {(const void *)mc_gemv_kernel<MEMRA_TYPE_Q8_0, 1, 1, 4>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<0, 0, 1>, "gemv"},
-        {(const void *)mc_q8x_kernel<0, 0, 2>, "gemv"},
-        {(const void *)mc_q8x_kernel<0, 0, 4>, "gemv"},
-        {(const void *)mc_q8x_kernel<0, 1, 1>, "gemv"},
-        {(const void *)mc_q8x_kernel<0, 1, 2>, "gemv"},
-        {(const void *)mc_q8x_kernel<0, 1, 4>, "gemv"},
-        {(const void *)mc_q8x_kernel<1, 0, 1>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<1, 0, 2>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<1, 0, 4>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<1, 1, 1>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<1, 1, 2>, "gemv_swiglu"},
-        {(const void *)mc_q8x_kernel<1, 1, 4>, "gemv_swiglu"},
+#define MC_Q8X_ROW(S, N, K) {(const void *)mc_q8x_kernel<S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+        MC_Q8X_EACH(MC_Q8X_ROW)
+#undef MC_Q8X_ROW
         {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 1>, "gemv"},
         {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 2>, "gemv"},
         {(const void *)mc_gemvp_kernel<MEMRA_TYPE_F32, 0, 0, 4>, "gemv"},
@@ -2420,18 +2561,9 @@ const char *mc_kernel_family(const void *f) {
         {(const void *)mc_att_fused_kernel<128>, "attention"},
         {(const void *)mc_att_fused_kernel<64>, "attention"},
         {(const void *)mc_att_fused_kernel<0>, "attention"},
-        {MC_AT2_FN(32, 1), "attention"},
-        {MC_AT2_FN(32, 2), "attention"},
-        {MC_AT2_FN(32, 4), "attention"},
-        {MC_AT2_FN(32, 8), "attention"},
-        {MC_AT2_FN(64, 1), "attention"},
-        {MC_AT2_FN(64, 2), "attention"},
-        {MC_AT2_FN(64, 4), "attention"},
-        {MC_AT2_FN(64, 8), "attention"},
-        {MC_AT2_FN(128, 1), "attention"},
-        {MC_AT2_FN(128, 2), "attention"},
-        {MC_AT2_FN(128, 4), "attention"},
-        {MC_AT2_FN(128, 8), "attention"},
+#define MC_AT2_ROW(fn) {fn, "attention"},
+        MC_AT2_EACH(MC_AT2_ROW)
+#undef MC_AT2_ROW
         {(const void *)mc_commit_kernel, "commit"},
         {(const void *)mc_copy_token_kernel, "token"},
         {(const void *)mc_max_kernel, "sampler"},

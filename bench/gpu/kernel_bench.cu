@@ -76,6 +76,10 @@ static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols, int
 
 static double kb_bytes(const mc_matrix *m) { return (double)mc_matrix_bytes(m->type, m->rows, m->cols); }
 
+#ifdef MC_PROF
+cudaError_t mc_prof_take(unsigned long long out[18]);
+#endif
+
 int main(int argc, char **argv) {
     const char *which = argc > 1 ? argv[1] : "8b";
     const char *dt = argc > 2 ? argv[2] : "bf16";
@@ -174,6 +178,11 @@ int main(int argc, char **argv) {
            "us/token");
     for (int r = 0; r < nrows; r++) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
+#ifdef MC_PROF
+            unsigned long long pr[18];
+            KB_CHECK(cudaDeviceSynchronize());
+            KB_CHECK(mc_prof_take(pr));
+#endif
             KB_CHECK(cudaEventRecord(e0, st));
             for (int i = 0; i < reps; i++) {
                 switch (r) {
@@ -201,6 +210,23 @@ int main(int argc, char **argv) {
         }
         printf("%-22s %6d %10.2f %10.3f %9.1f %7.1f%% %10.1f\n", rows[r].name, rows[r].per_token, us,
                rows[r].bytes / 1e6, gbs, 100.0 * gbs * 1e9 / ceiling, us * rows[r].per_token);
+#ifdef MC_PROF
+        {
+            unsigned long long pr[18];
+            int khz = 0;
+            KB_CHECK(mc_prof_take(pr));
+            KB_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+            for (int set = 0; set < 2; set++) {
+                const unsigned long long n = pr[16 + set];
+                if (!n)
+                    continue;
+                printf("  prof %s (n %llu, us at %d MHz):", set ? "q8x" : "att", n, khz / 1000);
+                for (int i = 0; i < (set ? 4 : 8); i++)
+                    printf(" %.2f", (double)pr[8 * set + i] / n / (khz / 1e3));
+                printf("\n");
+            }
+        }
+#endif
     }
     printf("%-22s %6s %10s %10.1f %9.1f %7.1f%% %10.1f  -> %.1f tok/s if launches were free\n", "per token", "", "",
            total_bytes / 1e6, total_bytes / (total_ms * 1e-3) / 1e9,

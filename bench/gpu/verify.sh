@@ -15,7 +15,11 @@
 #            MEMRA_CUDA_TRIGGER): the A/B figures of bench/RESULTS.md
 #   s3       the previous build (carried in .carry-old) against this one: speed (graph arm) and
 #            bits across builds (step digests of two sampled gates); the device sampler check
+#   xb       bits across builds (.carry-old vs this one): step digests of eight sampled gates
+#   prof     per-phase cycles of the v7 attention and Q8_0 GEMV (an MC_PROF build in .carry-prof)
 #   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   final1, final2  a last call's checks split in two for one GPU (speed, sanitizer; the graph
+#            gates, NMSE); run with xb for bits across builds
 #   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
 #            compute-sanitizer, most important first
 # A short table last; logs under $OUT.
@@ -145,6 +149,27 @@ final)
     printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
   done; done
   sampler_check f_check_sampler ;;
+final1)
+  # a last call on one GPU, part 1: speed, compute-sanitizer, bits across builds (xb)
+  for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda-graph cuda; do
+    bench "f_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
+  done; done
+  CA=$B/bin/memra_cuda_check_arms
+  for d in bf16 q8_0; do for tool in memcheck racecheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$CA" --a cuda --b cuda-graph --preset small --dtype $d --prime 8 --gen 8 --temp 1 --top-k 20 > "$OUT/san_small_${d}_$tool.log" 2>&1
+    printf '%-34s rc=%s %s\n' "f_san_small_${d}_$tool" "$?" "$(grep -m1 'SUMMARY' "$OUT/san_small_${d}_$tool.log")" | tee -a "$T"
+  done; done ;;
+final2)
+  # part 2: the issue-6 graph gates (256 + 256, timing rows), NMSE against cpu, check_arms
+  gate f_g8b_bf16_greedy --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2
+  gate f_g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
+  gate f_g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g1b_bf16_abba   --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
+  gate f_g1b_q8_temp_baab --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 20 --temp 1 --seed 20261129 --schedule BAAB
+  gate f_gtiny_greedy    --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4
+  gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
+  do_nmse ;;
 quick)
   gate q_1b_bf16_greedy --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 2
   gate q_1b_bf16_temp  --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 4 --temp 1 --seed 7
@@ -167,6 +192,28 @@ s3)
     echo "xbuild $a: $(wc -l < "$OUT/xb_new_$a.dig") digests, $(cmp -s "$OUT/xb_old_$a.dig" "$OUT/xb_new_$a.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
   done
   sampler_check check_sampler ;;
+xb)
+  # bits across builds: the previous build (.carry-old) and this one, step digests of sampled
+  # cuda vs cuda-graph gates (EQUAL where the change keeps the arithmetic)
+  NEW=$B
+  XB="tiny:bf16 qwen3-tiny:bf16 qwen2-tiny:f16 small:q8_0 small:bf16 llama-1b:q8_0 llama-1b:bf16 llama-8b:q8_0"
+  for bld in old new; do [ $bld = old ] && use "$PWD/.carry-old" || use "$NEW"
+    for x in $XB; do
+      gate "xb_${bld}_${x/:/_}" --a cuda --b cuda-graph --preset ${x%:*} --dtype ${x#*:} --prime 32 --gen 32 --rows 0 --temp 1 --seed 9
+    done
+  done
+  for x in $XB; do x=${x/:/_}
+    for bld in old new; do grep '"record":"step"' "$OUT/xb_${bld}_$x.jsonl" | grep -o '"[a-z_]*sha256":"[0-9a-f]*"' > "$OUT/xb_${bld}_$x.dig"; done
+    echo "xbuild $x: $(wc -l < "$OUT/xb_new_$x.dig") digests, $(cmp -s "$OUT/xb_old_$x.dig" "$OUT/xb_new_$x.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
+  done
+  use "$NEW" ;;
+prof)
+  # phases of the v7 attention and Q8_0 GEMV (thread 0 of one block, clock64), from a build
+  # configured with -DCMAKE_CUDA_FLAGS=-DMC_PROF whose kernel bench is carried in .carry-prof
+  for a in "8b q8_0" "8b bf16" "1b bf16"; do
+    .carry-prof/memra_cuda_kernel_bench $a 576 > "$OUT/kprof_${a// /_}.log" 2>&1
+    echo "== kernels $a rc=$?" | tee -a "$T"; grep -v '^#\|unfused\|^kernel\|^floor' "$OUT/kprof_${a// /_}.log" | cut -c1-100 | tee -a "$T"
+  done ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
