@@ -548,7 +548,14 @@ static void mismatch_what(const gate_mismatch *m, char *buf, size_t size) {
 static void judge(gate_ctx *ctx, gate_verdict *v) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
-    if (o->bad_steps) {
+    const uint64_t lost = memra_sha256_failures();
+    if (lost) { /* before any comparison's result: none of them can be trusted */
+        snprintf(v->reason, sizeof v->reason,
+                 "%" PRIu64 " SHA-256 digest(s) could not be computed (OpenSSL failed, or a digest context could not "
+                 "be made): no comparison of this run can be trusted",
+                 lost);
+        v->exit = GATE_EXIT_RUNTIME;
+    } else if (o->bad_steps) {
         const gate_mismatch *m = &o->first;
         char what[256];
         mismatch_what(m, what, sizeof what);

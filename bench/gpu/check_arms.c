@@ -152,8 +152,11 @@ int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
         res->digests_equal = memcmp(da, db, sizeof da) == 0;
         res->repeat_equal = memcmp(db, db2, sizeof db) == 0;
         res->b_tok_s = c->gen / (gb2 > 0 ? gb2 : 1e-9);
+        const uint64_t lost = memra_sha256_failures(); /* a failed digest equals nothing: say so */
         bool pass = res->bad_steps == 0 && res->repeat_equal && (!c->exact || res->digests_equal) &&
-                    (!c->exact || res->token_agree == steps);
+                    (!c->exact || res->token_agree == steps) && lost == 0;
+        if (lost)
+            fprintf(stderr, "check_arms: %llu SHA-256 digest(s) could not be computed\n", (unsigned long long)lost);
         char hex[65];
         memra_sha256_hex(db[1], hex);
         snprintf(res->msg, sizeof res->msg,

@@ -1,5 +1,12 @@
-/* digest.c: SHA-256 through OpenSSL's EVP interface. */
+/* digest.c: SHA-256 through OpenSSL's EVP interface.
+ *
+ * A digest that OpenSSL fails to compute (an allocation failure inside it, or a context that
+ * could not be made) must never compare equal to another: two failing arms would otherwise both
+ * read 32 zero bytes and agree. Each failure writes a digest of its own (a marker and a
+ * process-wide failure number) and is counted; memra_sha256_failures() tells the caller that a
+ * comparison cannot be trusted. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +15,24 @@
 
 #include "memra/digest.h"
 
+static atomic_uint_fast64_t memra_digest_failures;
+
+/* The digest of the n-th failure (from 1): "memra:digest-failed" then n, big-endian. */
+static void failed_digest(uint8_t out[32]) {
+    static const char mark[] = "memra:digest-failed";
+    const uint64_t n = (uint64_t)atomic_fetch_add(&memra_digest_failures, 1) + 1;
+    memset(out, 0, 32);
+    memcpy(out, mark, sizeof mark - 1);
+    for (int i = 0; i < 8; i++)
+        out[31 - i] = (uint8_t)(n >> (8 * i));
+}
+
+uint64_t memra_sha256_failures(void) { return (uint64_t)atomic_load(&memra_digest_failures); }
+
 void memra_sha256(const void *data, size_t n, uint8_t out[32]) {
     unsigned int len = 32;
     if (!EVP_Digest(data, n, out, &len, EVP_sha256(), NULL))
-        memset(out, 0, 32); /* only on allocation failure inside OpenSSL */
+        failed_digest(out); /* only on allocation failure inside OpenSSL */
 }
 
 memra_sha256_ctx *memra_sha256_new(void) {
@@ -24,14 +45,15 @@ memra_sha256_ctx *memra_sha256_new(void) {
 }
 
 void memra_sha256_update(memra_sha256_ctx *ctx, const void *data, size_t n) {
-    if (ctx && n)
-        EVP_DigestUpdate((EVP_MD_CTX *)ctx, data, n);
+    /* a lost update leaves a wrong digest that final cannot see: count it here */
+    if (ctx && n && !EVP_DigestUpdate((EVP_MD_CTX *)ctx, data, n))
+        atomic_fetch_add(&memra_digest_failures, 1);
 }
 
 void memra_sha256_final(memra_sha256_ctx *ctx, uint8_t out[32]) {
     unsigned int len = 32;
     if (!ctx || !EVP_DigestFinal_ex((EVP_MD_CTX *)ctx, out, &len))
-        memset(out, 0, 32);
+        failed_digest(out); /* no context (sha256_new failed), or OpenSSL failed */
     EVP_MD_CTX_free((EVP_MD_CTX *)ctx);
 }
 

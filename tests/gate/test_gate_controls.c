@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gate_harness.h"
+#include "memra/digest.h"
 
 static double num(const char *line, const char *key) {
     double v = -12345;
@@ -262,4 +263,41 @@ Test(gate_controls, nan_logit_is_a_failure_of_its_own) {
     free(m);
     gate_result_free(&r2);
     gate_result_free(&r);
+}
+
+Test(gate_controls, failed_digests_on_both_arms_are_an_error_not_a_match) {
+    /* Both arms' cache digests fail at the same step (OpenSSL could not compute them). Were a
+     * failed digest a fixed value (32 zero bytes, as before), the two would agree and the gate
+     * would PASS; it must stop with a runtime error that says why. The same run without the
+     * fault passes, so the error comes from the failed digests alone. */
+    const char *ok[] = {"--a", "faulty", "--b", "faulty", GATE_SMALL, NULL};
+    gate_result r0 = gate_run(ok, false);
+    cr_assert_eq(r0.exit, 0, "%s\n%s", r0.err, r0.jsonl);
+    gate_result_free(&r0);
+    const char *args[] = {"--a", "faulty:digest_fail_step=5", "--b", "faulty:digest_fail_step=5", GATE_SMALL, NULL};
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 3, "exit %d\n%s\n%s", r.exit, r.err, r.jsonl);
+    char *v = gate_record(r.jsonl, "verdict", 0);
+    cr_assert_not_null(v, "%s", r.jsonl);
+    cr_assert(strstr(v, "digest(s) could not be computed"), "%s", v);
+    cr_assert(strstr(v, "\"pass\":false"), "%s", v);
+    free(v);
+    gate_result_free(&r);
+}
+
+Test(gate_controls, a_failed_digest_equals_no_other_and_is_counted) {
+    /* The library side of the test above: two failed digests differ from each other and from
+     * 32 zero bytes, and each is counted; a real digest is unaffected ("abc", FIPS 180-2). */
+    const uint64_t before = memra_sha256_failures();
+    uint8_t a[32], b[32], zero[32] = {0}, abc[32];
+    memra_sha256_final(NULL, a); /* as after a sha256_new that failed */
+    memra_sha256_final(NULL, b);
+    cr_assert_neq(memcmp(a, b, 32), 0, "two failed digests must differ");
+    cr_assert_neq(memcmp(a, zero, 32), 0);
+    cr_assert_eq(memra_sha256_failures(), before + 2);
+    memra_sha256("abc", 3, abc);
+    char hex[MEMRA_SHA256_HEX];
+    memra_sha256_hex(abc, hex);
+    cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    cr_assert_eq(memra_sha256_failures(), before + 2);
 }

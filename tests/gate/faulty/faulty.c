@@ -15,6 +15,11 @@
  *                       > K, restored copies included) has one bit flipped. Logits and tokens
  *                       are untouched, so only the gate's cache comparison can catch it: the
  *                       control proves that comparison is live.
+ *   digest_fail_step=K  the CACHE digest of the state that holds position K (position K + 1) is
+ *                       computed as if OpenSSL had failed: through the host table's sha256_final
+ *                       on a NULL context, what the cpu backend does when sha256_new fails. With
+ *                       the key on both arms the two digests both fail at the same step: the gate
+ *                       must not call them equal.
  *   corrupt_row=R       the R-th timing row run on this backend (counting state_restore calls
  *                       from 0: the gate restores once per row) reports one wrong sampled token,
  *                       token number corrupt_row_token (default 1) of the row: (t + 1) mod n_vocab.
@@ -69,6 +74,7 @@ static const memra_option_spec faulty_options[] = {
     {"nan_logit_step", "none", "TEST: one logit of the step at this position reads back as NaN"},
     {"flip_logit_index", "0", "TEST: which logit flip_logit_step flips"},
     {"corrupt_cache_step", "none", "TEST: corrupt (the digest of) the KV slot written at this position"},
+    {"digest_fail_step", "none", "TEST: the cache digest of the state holding this position fails (as OpenSSL would)"},
     {"corrupt_row", "none", "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
     {"corrupt_row_token", "1", "TEST: which token of the row corrupt_row alters"},
     {"carry_off", "0", "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
@@ -89,7 +95,7 @@ static memra_option_spec faulty_keys[FAULTY_MAX_KEYS];
 
 typedef struct faulty_cfg {
     uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census, dump_fail;
-    uint32_t fake_mib, fake_share, fake_capture, carry_off;
+    uint32_t fake_mib, fake_share, fake_capture, carry_off, digest_fail_step;
 } faulty_cfg;
 
 struct memra_backend {
@@ -185,6 +191,8 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
         st = opt_u32(host, opts, "fake_capture", 0, &c->fake_capture, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "carry_off", 0, &c->carry_off, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "digest_fail_step", FAULTY_NONE, &c->digest_fail_step, err);
     return st;
 }
 
@@ -352,6 +360,8 @@ static memra_status faulty_digest(memra_backend *b, memra_state *s, memra_digest
         out[31] ^= 1u;
     if (kind == MEMRA_DIGEST_LOGITS && s->last_flipped)
         out[31] ^= 1u;
+    if (kind == MEMRA_DIGEST_CACHE && b->cfg.digest_fail_step != FAULTY_NONE && pos == b->cfg.digest_fail_step + 1)
+        b->host->sha256_final(NULL, out);
     return MEMRA_OK;
 }
 
