@@ -305,7 +305,7 @@ static const char help_text[] =
     "their comparison proves determinism only.\n"
     "exit codes: 0 pass, 1 mismatch (a step, a timing row, the carry check or a profile window) or\n"
     "ineligible comparison, 2 usage error, 3 runtime error (a --dump-graphs DIR that cannot be\n"
-    "written included).\n"
+    "written, and a SHA-256 digest that could not be computed, included).\n"
     "\n";
 
 void gate_cli_help(FILE *f, memra_registry *r) {
