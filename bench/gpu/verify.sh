@@ -59,6 +59,18 @@ do_nmse() {
   done
   ck neg_perturb40 --a cuda --b cuda-graph --preset small --prime 32 --gen 32 --perturb-step 40
 }
+# the issue-6 graph gates of a last call: 256 + 256, greedy and T 1, 8b (2 rows), 1b (20 rows,
+# ABBA and BAAB), tiny
+final_graph_gates() {
+  gate f_g8b_bf16_greedy --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2
+  gate f_g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
+  gate f_g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
+  gate f_g1b_bf16_abba   --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
+  gate f_g1b_q8_temp_baab --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 20 --temp 1 --seed 20261129 --schedule BAAB
+  gate f_gtiny_greedy    --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4
+  gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
+}
 for mode in "$@"; do case $mode in
 bugs)
   gate g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 4 --temp 1 --seed 7
@@ -123,14 +135,7 @@ final)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "f_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
   done; done
-  gate f_g8b_bf16_greedy --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2
-  gate f_g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
-  gate f_g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
-  gate f_g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
-  gate f_g1b_bf16_abba   --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
-  gate f_g1b_q8_temp_baab --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 20 --temp 1 --seed 20261129 --schedule BAAB
-  gate f_gtiny_greedy    --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4
-  gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
+  final_graph_gates
   for p in tiny small llama-1b; do for d in f32 f16 bf16 q8_0; do
     n=64; [ $p = llama-1b ] && n=12
     gate "f_nmse_${p}_${d}" --a cpu --b cuda --compare nmse:1e-4 --preset $p --dtype $d --prime $n --gen $n --rows 0
@@ -161,14 +166,7 @@ final1)
   done; done ;;
 final2)
   # part 2: the issue-6 graph gates (256 + 256, timing rows), NMSE against cpu, check_arms
-  gate f_g8b_bf16_greedy --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2
-  gate f_g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
-  gate f_g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
-  gate f_g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2 --temp 1 --seed 7 --schedule BAAB
-  gate f_g1b_bf16_abba   --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
-  gate f_g1b_q8_temp_baab --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 20 --temp 1 --seed 20261129 --schedule BAAB
-  gate f_gtiny_greedy    --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4
-  gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
+  final_graph_gates
   do_nmse ;;
 quick)
   gate q_1b_bf16_greedy --a cuda --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 2
