@@ -6,6 +6,15 @@
 #include "memra/status.h"
 #include "memra/version.h"
 
+/* A message is one line of text whatever it quotes: a control byte (a newline, or an escape
+ * sequence from a manifest, a GGUF string or a plugin's name) becomes '?', so echoing untrusted
+ * text cannot break the line or drive the terminal that shows it. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+            *s = '?';
+}
+
 memra_status memra_fail(memra_error *err, memra_status status, const char *fmt, ...) {
     if (err) {
         va_list ap;
@@ -13,6 +22,7 @@ memra_status memra_fail(memra_error *err, memra_status status, const char *fmt, 
         err->status = status;
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        one_line(err->msg);
     }
     return status;
 }
@@ -29,6 +39,7 @@ void memra_error_prefix(memra_error *err, const char *fmt, ...) {
     snprintf(joined, sizeof joined, "%s: %s", prefix, err->msg);
     joined[sizeof err->msg - 1] = '\0'; /* cut to the message size */
     memcpy(err->msg, joined, sizeof err->msg);
+    one_line(err->msg);
 }
 
 void memra_error_clear(memra_error *err) {

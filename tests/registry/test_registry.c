@@ -583,6 +583,23 @@ Test(registry, malformed_manifest_refuses_load_with_file_and_line) {
                    where, NULL);
 }
 
+Test(registry, malformed_manifest_text_is_quoted_without_control_bytes) {
+    /* A manifest line with a terminal escape sequence and a carriage return: the refusal quotes
+     * the key, but as one line of plain text ('?' for each control byte). */
+    char *dir = tmp_path("d", true);
+    char text[PATH_MAX + 128];
+    snprintf(text, sizeof text, "name = good\nkind = sampler\nfile = %s\n\x1b[2J\rsha = 1\n", plugin_path("good"));
+    write_text(dir, "good.manifest", text);
+    memra_registry *r = open_one(dir);
+    const memra_registry_entry *e = memra_registry_entry_at(r, 0);
+    cr_assert_eq(e->state, MEMRA_ENTRY_FAILED);
+    cr_assert_not_null(strstr(e->message, "unknown key '?[2J?sha'"), "%s", e->message);
+    for (const char *c = e->message; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20 && (unsigned char)*c != 0x7f, "control byte 0x%02x in: %s",
+                  (unsigned char)*c, e->message);
+    memra_registry_close(r);
+}
+
 /* ---- duplicates and shadows ---- */
 
 Test(registry, refuses_duplicate_name_in_one_folder) {

@@ -36,7 +36,8 @@ typedef struct memra_error {
 } memra_error;
 
 /* Records status and a printf-style message into err (which may be NULL) and returns status.
- * A message longer than MEMRA_ERROR_MSG_MAX - 1 is cut. */
+ * A message longer than MEMRA_ERROR_MSG_MAX - 1 is cut; control bytes in it (from quoted
+ * untrusted text) read '?'. */
 memra_status memra_fail(memra_error *err, memra_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
