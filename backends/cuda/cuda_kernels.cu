@@ -249,6 +249,33 @@ __device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GE
     }
 }
 
+/* Writes a finished row group (rows r0 .. r0+3, scaled): with SWIGLU y[p] = silu(row 2p) * row
+ * 2p+1 (gate and up interleaved), else y[row] = residual[row] + (d + bias[row]); rows past the
+ * end are skipped. Called by the one lane that holds the group's sums. */
+template <int SWIGLU>
+__device__ __forceinline__ void mc_rows_store(const float (&d)[MC_GEMV_ROWS], uint32_t r0, uint32_t rows,
+                                              const float *bias, const float *residual, float *y) {
+    if (SWIGLU) {
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
+            if (r0 + r + 1 < rows)
+                y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            const uint32_t row = r0 + r;
+            float v = d[r];
+            if (row >= rows)
+                break;
+            if (bias)
+                v += bias[row];
+            if (residual)
+                v = residual[row] + v;
+            y[row] = v;
+        }
+    }
+}
+
 /* The dots of rows r0 .. r0+3 (a row past the end repeats r0, and is discarded) with x', as
  * lane 0 sees them, over column part `part` of KS: lane l takes chunks 32*part + l, then every
  * 32*KS-th after it, in order; MC_GEMV_UNROLL chunks of the four rows are loaded one iteration
@@ -374,25 +401,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) mc_gemv_kernel(const mc
         for (int k = 0; k < MC_GEMV_ROWS; k++)
             d[k] *= scale;
     }
-    if (SWIGLU) { /* rows 2p (gate) and 2p+1 (up) */
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k += 2)
-            if (r0 + k + 1 < w.rows)
-                y[(r0 + k) / 2] = d[k] / (1.0f + expf(-d[k])) * d[k + 1];
-    } else {
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k++) {
-            const uint32_t r = r0 + k;
-            float v = d[k];
-            if (r >= w.rows)
-                break;
-            if (bias)
-                v += bias[r];
-            if (residual)
-                v = residual[r] + v;
-            y[r] = v;
-        }
-    }
+    mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
 }
 
 /* ---- F32/F16/BF16 GEMV v7: persistent blocks, loads flattened over row groups ---------- */
@@ -526,25 +535,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
             for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
                 d[r] *= scale;
         }
-        if (SWIGLU) {
-#pragma unroll
-            for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
-                if (r0 + r + 1 < w.rows)
-                    y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
-        } else {
-#pragma unroll
-            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
-                const uint32_t row = r0 + r;
-                float v = d[r];
-                if (row >= w.rows)
-                    break;
-                if (bias)
-                    v += bias[row];
-                if (residual)
-                    v = residual[row] + v;
-                y[row] = v;
-            }
-        }
+        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
     }
 }
 
@@ -757,25 +748,7 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
             d[r] *= rscale;
-        if (SWIGLU) {
-#pragma unroll
-            for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
-                if (r0 + r + 1 < w.rows)
-                    y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
-        } else {
-#pragma unroll
-            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
-                const uint32_t row = r0 + r;
-                float v = d[r];
-                if (row >= w.rows)
-                    break;
-                if (bias)
-                    v += bias[row];
-                if (residual)
-                    v = residual[row] + v;
-                y[row] = v;
-            }
-        }
+        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
     }
     MC_PT(4);
     MC_PT_END(8, 5, 17);
@@ -812,9 +785,6 @@ static uint32_t mc_gemv_ksplit(uint32_t rows) {
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
                              const float *residual, float *y, cudaStream_t st) {
-    cudaError_t e = mc_gemv_prepare(); /* the knobs reach the device before the first launch */
-    if (e != cudaSuccess)
-        return e;
     const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -827,7 +797,7 @@ static cudaError_t mc_gemv_t(const mc_matrix *w, const float *x, const float *no
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = mc_pdl_enabled() ? 1 : 0;
-    e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mc_gemv_kernel<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -1566,7 +1536,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) mc_att_fused_kernel(const mc_r
 #define MC_AT2_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
 
 /* Output elements of a kv head's G * hd that each block of the cluster finishes. */
-__host__ __device__ inline uint32_t mc_at2_per_e(uint32_t G, uint32_t hd) {
+__host__ __device__ constexpr uint32_t mc_at2_per_e(uint32_t G, uint32_t hd) {
     return (G * hd + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
 }
 
@@ -1725,7 +1695,7 @@ __global__ void __launch_bounds__(32 * MC_AT2_WARPS, 1) mc_at2_kernel(const mc_r
                                                                       float *k_cache, float *v_cache, float *out,
                                                                       const int32_t *pos) {
     constexpr uint32_t DPL = HD / 16, T = MC_AT2_TILE_FLOATS / HD, NG = 2 * MC_AT2_WARPS;
-    constexpr uint32_t PER_E = (G * HD + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    constexpr uint32_t PER_E = mc_at2_per_e(G, HD);
     static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_AT2_TILE_FLOATS, "the group states alias the tiles");
     /* every block of the cluster has started before any writes to another's shared memory: an
      * arrive now, its wait before the first push */

@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
     const uint32_t cap = 1024;
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
+    KB_CHECK(mc_gemv_prepare()); /* as the backend does at open: the knobs reach the device first */
     kb_mat qkv, wo, gu, down, head;
     kb_alloc(&qkv, type, (n_head + 2 * n_kv) * hd, n_embd, 4);
     kb_alloc(&wo, type, n_embd, n_head * hd, 4);
