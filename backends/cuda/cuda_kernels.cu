@@ -168,10 +168,13 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
  * its first weights (which depend on nothing) before it waits for that kernel's results. The
  * wait is followed by the trigger (per kernel family, MEMRA_CUDA_TRIGGER's mask: 1 the F32/F16/
  * BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots, 4 attention,
- * 8 the v6 GEMVs (long rows, Q8_0 down), 16 attention whose output has 4096 floats or more;
- * default 19, measured: llama-1b graph replay 1174.7 tok/s with 3, 1140.8 with 7, 1078.5 with
- * none; llama-8b BF16 (4096 floats) 239.8 with 7 against 237.8 with 3, Q8_0 even, and llama-1b
- * (2048) 1159.9 against 1185.0; bench/RESULTS.md): once every block of this grid has
+ * 8 the v6 GEMVs (long rows) with a norm, 16 attention whose output has 4096 floats or more, 32
+ * the F32/F16/BF16 v6 GEMVs without a norm (the down projection), 64 the Q8_0 v6 GEMV without a
+ * norm (Q8_0 down); default 115, measured: llama-1b graph replay 1174.7 tok/s with 3, 1140.8
+ * with 7, 1078.5 with none; llama-8b BF16 (4096 floats) 239.8 with 7 against 237.8 with 3, Q8_0
+ * even, and llama-1b (2048) 1159.9 against 1185.0; llama-8b Q8_0 387.6 with 19 against 393.7
+ * with 83, llama-8b BF16 even with 51, and 27 (every v6 GEMV then) cost 8b BF16 1%;
+ * bench/RESULTS.md): once every block of this grid has
  * passed its wait (so every kernel before the previous one has completed), the next kernel in
  * the stream or graph may start its own pre-wait work in the slots this grid frees. A kernel's
  * pre-wait part therefore reads only data of kernels two or more launches back (weights, *pos,
@@ -181,7 +184,10 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
 #define MC_TRIGGER_ATT 4u
 #define MC_TRIGGER_GEMV6 8u
 #define MC_TRIGGER_ATT_WIDE 16u
-#define MC_TRIGGER_DEFAULT 19u
+#define MC_TRIGGER_GEMV6_RES 32u
+#define MC_TRIGGER_GEMV6_RES_Q8 64u
+#define MC_TRIGGER_ALL 127u
+#define MC_TRIGGER_DEFAULT 115u
 /* Attention's family bits: the wide bit too where the output projection that follows reads 4096
  * columns or more (its early start then pays; on 2048 it cost 2%). */
 #define MC_ATT_FAMILY(a) ((a).n_head * (a).hdv >= 4096u ? MC_TRIGGER_ATT | MC_TRIGGER_ATT_WIDE : MC_TRIGGER_ATT)
@@ -305,7 +311,8 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
     uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
     uint16_t sv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
     mc_load_chunks<T>(wv, sv, row, sc, lane + 32 * part, nfull, LS);
-    mc_wait_prior_grid(MC_TRIGGER_GEMV6); /* x (and the residual) come from earlier kernels */
+    /* x (and the residual) come from earlier kernels */
+    mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES);
     for (uint32_t base = lane + 32 * part; base < nfull; base += LS * MC_GEMV_UNROLL) {
         uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
         uint16_t cs[MC_GEMV_UNROLL][MC_GEMV_ROWS];
@@ -914,7 +921,7 @@ cudaError_t mc_gemv_prepare(void) {
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
     const char *tm = getenv("MEMRA_CUDA_TRIGGER");
-    const unsigned mask = tm && *tm ? (unsigned)strtoul(tm, NULL, 0) & 31u : MC_TRIGGER_DEFAULT;
+    const unsigned mask = tm && *tm ? (unsigned)strtoul(tm, NULL, 0) & MC_TRIGGER_ALL : MC_TRIGGER_DEFAULT;
     if ((e = cudaMemcpyToSymbol(mc_trigger_mask, &mask, sizeof mask)) != cudaSuccess)
         return e;
     mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;

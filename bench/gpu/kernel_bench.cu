@@ -234,5 +234,50 @@ int main(int argc, char **argv) {
            100.0 * total_bytes / (total_ms * 1e-3) / ceiling, total_ms * 1e3, 1e3 / total_ms);
     printf("floor: %.1f MB/token / %.1f GB/s = %.3f ms/token = %.1f tok/s\n", total_bytes / 1e6, ceiling / 1e9,
            total_bytes / ceiling * 1e3, ceiling / total_bytes);
+
+    /* The layer sequence as the backend launches it (qkv, attention, wo, gate/up, down; stream
+     * order, the same programmatic launches), n_layer layers on rotating weight copies, then the
+     * same sequence without one kind: what a kernel costs in sequence, next to its neighbours,
+     * against what it costs alone (above). Each kernel reads a fixed input (x, qkv, att, sw), so
+     * values stay bounded; the launches still wait on each other as in a token. */
+    float *sw;
+    KB_CHECK(cudaMalloc(&sw, 4 * 65536));
+    KB_CHECK(cudaMemcpy(sw, att, 4 * 65536, cudaMemcpyDeviceToDevice));
+    static const char *const kinds[] = {"all", "qkv", "attention", "wo", "gate/up", "down"};
+    double seq_all = 0;
+    printf("sequence of %u layers at pos %u: us per layer, and without one kind (its cost in sequence)\n", n_layer,
+           pos);
+    for (int drop = 0; drop < 6; drop++) {
+        float ms = 0;
+        for (int pass = 0; pass < 3; pass++) { /* pass 0 warms up; the best of two */
+            KB_CHECK(cudaEventRecord(e0, st));
+            for (uint32_t L = 0; L < n_layer; L++) {
+                if (drop != 1)
+                    KB_CHECK(mc_gemv(&qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
+                if (drop != 2)
+                    KB_CHECK(mc_attention_fused(&ra, qkvb, kc, vc, att, dpos, st));
+                if (drop != 3)
+                    KB_CHECK(mc_gemv(&wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
+                if (drop != 4)
+                    KB_CHECK(mc_gemv_swiglu(&gu.m[L % gu.n], x, w, 1e-5f, sw, st));
+                if (drop != 5)
+                    KB_CHECK(mc_gemv(&down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
+            }
+            KB_CHECK(cudaEventRecord(e1, st));
+            KB_CHECK(cudaEventSynchronize(e1));
+            float m = 0;
+            KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+            if (pass == 1 || (pass == 2 && m < ms))
+                ms = m;
+        }
+        const double per = ms * 1e3 / n_layer;
+        if (drop == 0) {
+            seq_all = per;
+            printf("seq %-12s %8.2f us/layer (%.1f us per token of layers)\n", kinds[drop], per, per * n_layer);
+        } else {
+            printf("seq -%-11s %8.2f us/layer: %s costs %.2f us in sequence\n", kinds[drop], per, kinds[drop],
+                   seq_all - per);
+        }
+    }
     return 0;
 }

@@ -18,6 +18,11 @@
 #   xb       bits across builds (.carry-old vs this one): step digests of eight sampled gates
 #   prof     per-phase cycles of the v7 attention and Q8_0 GEMV (an MC_PROF build in .carry-prof)
 #   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   seq      the kernel bench (kernels alone, then in the layer sequence and without each kind) on
+#            8b Q8_0 / BF16 and 1b BF16, and on 8b Q8_0 with a few knobs
+#   cmp      an experiment build (EXP=.carry-x, carried) against this one: graph arm speed
+#            interleaved, attention kernel times, two sampled gates of the experiment build
+#   tres     trigger masks 19 / 83 (8b Q8_0) and 19 / 51 (1b, 8b BF16), graph arm, interleaved
 #   final1, final2  a last call's checks split in two for one GPU (speed, sanitizer; the graph
 #            gates, NMSE); run with xb for bits across builds
 #   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
@@ -211,6 +216,43 @@ prof)
   for a in "8b q8_0" "8b bf16" "1b bf16"; do
     .carry-prof/memra_cuda_kernel_bench $a 576 > "$OUT/kprof_${a// /_}.log" 2>&1
     echo "== kernels $a rc=$?" | tee -a "$T"; grep -v '^#\|unfused\|^kernel\|^floor' "$OUT/kprof_${a// /_}.log" | cut -c1-100 | tee -a "$T"
+  done ;;
+cmp)
+  # an experiment build (EXP, carried) against .carry-dev: graph arm speed interleaved, attention
+  # kernel times, and two sampled gates of the experiment build
+  DEV=$B; X=$PWD/$EXP
+  for rep in 1 2; do for a in "llama-8b q8_0" "llama-1b bf16" "llama-8b bf16"; do set -- $a
+    [ $rep = 2 ] && [ $2 = bf16 ] && [ $1 = llama-8b ] && continue
+    use "$DEV"; bench "c${rep}_dev_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
+    use "$X"; bench "c${rep}_exp_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
+  done; done
+  for bld in dev exp; do [ $bld = dev ] && use "$DEV" || use "$X"
+    for a in "8b q8_0" "1b bf16"; do
+      $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/ck_${bld}_${a// /_}.log" 2>&1
+      echo "== kernels $bld $a rc=$? $(grep -i 'attention' "$OUT/ck_${bld}_${a// /_}.log" | head -2 | tr -s ' ' | tr '\n' ' ')" | tee -a "$T"
+    done
+  done
+  use "$X"
+  gate c_exp_1b_q8_temp --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 --prime 64 --gen 64 --rows 0 --temp 1 --seed 7
+  gate c_exp_8b_q8_temp --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 --prime 64 --gen 64 --rows 0 --temp 1 --seed 7
+  use "$DEV" ;;
+seq)
+  # kernels alone and in the layer sequence (memra_cuda_kernel_bench), with a few knobs on 8b Q8_0
+  for v in "" MEMRA_CUDA_TRIGGER=19 MEMRA_CUDA_TRIGGER=127 MEMRA_CUDA_NO_PDL=1 MEMRA_CUDA_KSPLIT=1; do
+    for a in "8b q8_0" "8b bf16" "1b bf16"; do
+      [ -n "$v" ] && [ "$a" != "8b q8_0" ] && continue
+      n="seq_${a// /_}_${v:-default}"
+      env $v $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/$n.log" 2>&1
+      echo "== $n rc=$? $(grep '^per token' "$OUT/$n.log" | tr -s ' ' | cut -c1-60)" | tee -a "$T"; grep '^seq' "$OUT/$n.log" | tee -a "$T"
+    done
+  done ;;
+tres)
+  # trigger masks, graph arm, interleaved on one machine: 19 (default), 51 (+ v6 float GEMVs
+  # without a norm: down), 83 (+ the Q8_0 v6 GEMV without a norm: down)
+  for rep in 1 2; do
+    for m in 19 83; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_q8_0" --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128; done
+    for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_1b_bf16" --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128; done
+    for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_bf16" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128; done
   done ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
