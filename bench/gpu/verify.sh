@@ -18,6 +18,7 @@
 #   xb       bits across builds (.carry-old vs this one): step digests of eight sampled gates
 #   prof     per-phase cycles of the v7 attention and Q8_0 GEMV (an MC_PROF build in .carry-prof)
 #   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   sampler  the device sampler against the cpu sampler (memra_cuda_check_sampler)
 #   seq      the kernel bench (kernels alone, then in the layer sequence and without each kind) on
 #            8b Q8_0 / BF16 and 1b BF16, and on 8b Q8_0 with a few knobs
 #   cmp      an experiment build (EXP=.carry-x, carried) against this one: graph arm speed
@@ -254,6 +255,7 @@ tres)
     for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_1b_bf16" --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128; done
     for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_bf16" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128; done
   done ;;
+sampler) sampler_check check_sampler ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
