@@ -123,8 +123,11 @@ static memra_status read_name(describe_ctx *c) {
     char *name = malloc(n + 1);
     if (!name)
         return memra_fail(c->err, MEMRA_E_NOMEM, "%s: out of memory for the model name", c->path);
-    if (n)
-        memcpy(name, v->v.str.ptr, n);
+    /* untrusted text that tools print: a control byte (an escape sequence, a NUL) reads '?' */
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char ch = (unsigned char)v->v.str.ptr[i];
+        name[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
     name[n] = '\0';
     c->m->name = name;
     return MEMRA_OK;

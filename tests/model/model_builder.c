@@ -64,7 +64,7 @@ static memra_status build_meta(memra_gguf_writer *w, const mb_change *c, const c
     if (!key_skipped(c, "general.architecture"))
         st = memra_gguf_writer_set_str(w, "general.architecture", arch, err);
     if (st == MEMRA_OK)
-        st = memra_gguf_writer_set_str(w, "general.name", "builder model", err);
+        st = memra_gguf_writer_set_str(w, "general.name", c->name ? c->name : "builder model", err);
     if (st == MEMRA_OK && !c->no_vocab_size)
         st = set_u32(w, c, K("vocab_size"), MB_VOCAB, err);
     if (st == MEMRA_OK)

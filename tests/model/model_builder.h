@@ -22,6 +22,7 @@
 
 typedef struct mb_change {
     const char *arch;           /* general.architecture; NULL: "llama" */
+    const char *name;           /* general.name; NULL: "builder model" */
     const char *skip_key;       /* a key left out ("llama.block_count") */
     const char *skip_tensor;    /* a tensor left out */
     const char *tensor;         /* a tensor changed: */

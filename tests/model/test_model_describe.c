@@ -83,6 +83,18 @@ Test(model_describe, valid_llama_binds_everything) {
     mb_close(data, g, m);
 }
 
+/* general.name is untrusted display text: control bytes (an escape sequence that would clear a
+ * terminal, a carriage return) read '?', the rest is kept. */
+Test(model_describe, control_bytes_of_the_name_read_question_marks) {
+    mb_change c = mb_none();
+    c.name = "evil\x1b[2Jname\r\x7f";
+    void *data;
+    memra_gguf *g;
+    memra_model *m = expect(&c, MEMRA_OK, NULL, &data, &g);
+    cr_assert_str_eq(m->name, "evil?[2Jname??");
+    mb_close(data, g, m);
+}
+
 Test(model_describe, tied_output_points_at_the_embedding_counted_once) {
     mb_change c = mb_none();
     c.tied = true;
