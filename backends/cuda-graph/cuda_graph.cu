@@ -300,10 +300,14 @@ static const void *cg_extension(memra_backend *b, const char *name, uint32_t ver
     return b->cv->extension ? b->cv->extension(b->inner, name, version) : NULL;
 }
 
+static const memra_option_spec cg_options[] = {MEMRA_CUDA_OPTION_SPECS};
+
 static memra_backend_vtable cg_make_vtable(void) {
     memra_backend_vtable v;
     memset(&v, 0, sizeof v);
     v.struct_size = sizeof v;
+    v.options = cg_options;
+    v.n_options = sizeof cg_options / sizeof cg_options[0];
     v.device_count = cg_device_count;
     v.open = cg_open;
     v.close = cg_close;

@@ -20,6 +20,7 @@
 
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
+#include "memra/arm.h"
 #include "memra/ext.h"
 #include "memra/gguf.h"
 #include "memra/model.h"
@@ -440,6 +441,7 @@ struct memra_backend {
     memra_plan plan;
     mc_weights *w;
     uint64_t cache_bytes, scratch_bytes; /* of live states */
+    bool pdl; /* the arm's pdl option: programmatic dependent launch */
 };
 
 typedef struct mc_stage_state {
@@ -490,6 +492,10 @@ struct memra_state {
 
 static memra_status mc_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
                                     memra_error *err) {
+    uint32_t pdl = 1; /* the arm's options are checked before any device is asked for */
+    memra_status st = memra_options_u32(opts, "pdl", 1, 0, 1, &pdl, err);
+    if (st)
+        return st;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess)
@@ -500,11 +506,15 @@ static memra_status mc_device_count(const memra_host *host, const memra_options 
     return MEMRA_OK;
 }
 
+static const memra_option_spec mc_options[] = {MEMRA_CUDA_OPTION_SPECS};
+
 static memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
                             const memra_options *opts, memra_backend **out, memra_error *err) {
-    uint32_t n_dev = 0;
-    memra_status st = mc_device_count(host, opts, &n_dev, err);
+    uint32_t n_dev = 0, pdl = 1;
+    memra_status st = memra_options_u32(opts, "pdl", 1, 0, 1, &pdl, err);
     if (st)
+        return st;
+    if ((st = mc_device_count(host, opts, &n_dev, err)))
         return st;
     if (plan->n_stages == 0 || plan->n_stages > MEMRA_MAX_STAGES)
         return memra_fail(err, MEMRA_E_INVALID, "cuda: plan has %u stages", plan->n_stages);
@@ -544,6 +554,7 @@ static memra_status mc_open(const memra_host *host, const memra_model *m, const 
     b->host = host;
     b->m = m;
     b->plan = *plan;
+    b->pdl = pdl != 0;
     if ((st = mc_weights_acquire(m, plan, &b->w, err))) {
         free(b);
         return st;
@@ -831,6 +842,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
 static memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture,
                             memra_error *err) {
     memra_status st = MEMRA_OK;
+    mc_set_pdl(b->pdl); /* this arm's launches (eager or captured) */
     for (uint32_t i = 0; i < s->n_stages; i++)
         if ((st = mc_stage_body(b, s, i, sample, capture, err)))
             return mc_quarantine_fail(s, err);
@@ -1174,8 +1186,8 @@ static memra_backend_vtable mc_make_vtable(void) {
     memra_backend_vtable v;
     memset(&v, 0, sizeof v);
     v.struct_size = sizeof v;
-    v.options = NULL;
-    v.n_options = 0;
+    v.options = mc_options;
+    v.n_options = sizeof mc_options / sizeof mc_options[0];
     v.device_count = mc_device_count;
     v.open = mc_open;
     v.close = mc_close;

@@ -20,6 +20,14 @@ extern "C" {
 
 #define MEMRA_EXT_CUDA_GRAPH "memra.cuda.graph"
 
+/* The cuda backend's arm options; cuda-graph takes the same (it opens the cuda backend with its
+ * arm's options). pdl=0 is the baseline that shows what programmatic launch buys: a gate of
+ * `cuda:pdl=0` against `cuda` (or `cuda-graph`) compares the same kernels, the same bits. */
+#define MEMRA_CUDA_OPTION_SPECS                                                                                        \
+    {"pdl", "1",                                                                                                       \
+     "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "            \
+     "weight loads overlap); 0 launches in plain stream order. The bits do not depend on it"}
+
 typedef struct memra_cuda_graph_ext_v1 {
     uint32_t struct_size;
     /* Checks the state (quarantine, capacity, steps in flight) and the token, and enqueues the

@@ -761,13 +761,16 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
     MC_PT_END(8, 5, 17);
 }
 
+static thread_local int mc_pdl_arm = 1; /* the arm's pdl option, per launching thread */
+void mc_set_pdl(int on) { mc_pdl_arm = on != 0; }
+
 static int mc_pdl_enabled(void) {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("MEMRA_CUDA_NO_PDL");
         on = !(e && *e && strcmp(e, "0") != 0);
     }
-    return on;
+    return on && mc_pdl_arm;
 }
 
 /* Warps per row group (the columns split KS ways, parts added in order): matrices of few rows

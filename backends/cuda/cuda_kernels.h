@@ -50,6 +50,10 @@ cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, flo
  * shared-memory limit): once per device, outside any graph capture (the launchers do it lazily
  * too). */
 cudaError_t mc_gemv_prepare(void);
+/* Whether the launches this thread makes from now on use programmatic dependent launch (1, the
+ * default; MEMRA_CUDA_NO_PDL=1 turns it off for the whole process). Set by the backend per arm
+ * before it enqueues a step; the arithmetic does not depend on it. */
+void mc_set_pdl(int on);
 /* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
 cudaError_t mc_gemv_swiglu(const mc_matrix *w, const float *x, const float *norm_w, float eps, float *y,
                            cudaStream_t st);

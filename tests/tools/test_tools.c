@@ -407,3 +407,26 @@ Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
     EXPECT(r, 0, out, "tok/s");
     done(&r);
 }
+
+/* The cuda backend's arm options are checked before any device is asked for, so a bad value is a
+ * usage error naming the key on a machine without a GPU too (and cuda-graph takes the same keys).
+ * Needs the cuda plugins built (MEMRA_CUDA); skipped with the reason where they are not. */
+Test(tools, cuda_arm_options_are_checked_before_the_device) {
+    const char *dir = getenv("MEMRA_BUILD_DIR");
+    cr_assert_not_null(dir, "MEMRA_BUILD_DIR is not set (ctest sets it): cannot find the build's plugins");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/plugins.d/cuda.backend.manifest", dir);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "SKIP: %s is missing (configured without MEMRA_CUDA)\n", path);
+        cr_skip_test("the cuda plugins are not built");
+    }
+    result r = run("run", "--backend", "cuda:pdl=2", NULL);
+    EXPECT(r, 2, err, "pdl=2: expected an integer from 0 to 1");
+    done(&r);
+    r = run("run", "--backend", "cuda-graph:pdl=x", NULL);
+    EXPECT(r, 2, err, "pdl=x: expected an integer from 0 to 1");
+    done(&r);
+    r = run("run", "--backend", "cuda:pdl0", NULL);
+    EXPECT(r, 2, err, "pdl0");
+    done(&r);
+}
