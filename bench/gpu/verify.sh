@@ -18,6 +18,7 @@
 #   xb       bits across builds (.carry-old vs this one): step digests of eight sampled gates
 #   prof     per-phase cycles of the v7 attention and Q8_0 GEMV (an MC_PROF build in .carry-prof)
 #   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
+#   pdl      the arm option pdl=0 (eager without programmatic launch) against graph and eager
 #   sampler  the device sampler against the cpu sampler (memra_cuda_check_sampler)
 #   seq      the kernel bench (kernels alone, then in the layer sequence and without each kind) on
 #            8b Q8_0 / BF16 and 1b BF16, and on 8b Q8_0 with a few knobs
@@ -256,6 +257,17 @@ tres)
     for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_bf16" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128; done
   done ;;
 sampler) sampler_check check_sampler ;;
+pdl)
+  # the arm option pdl=0 (plain stream order): graph and eager against eager without PDL on
+  # llama-1b (20 rows ABBA), 8b Q8_0 (2 rows), a graph captured without PDL; benches
+  gate p_1b_nopdl_vs_graph  --a cuda:pdl=0 --b cuda-graph --preset llama-1b --dtype bf16 $S --rows 20
+  gate p_1b_nopdl_vs_cuda   --a cuda:pdl=0 --b cuda --preset llama-1b --dtype bf16 $S --rows 20
+  gate p_8bq_nopdl_vs_graph --a cuda:pdl=0 --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 2
+  gate p_small_graph_nopdl  --a cuda --b cuda-graph:pdl=0 --preset small $S --rows 4 --temp 1 --seed 3
+  for arm in cuda:pdl=0 cuda-graph:pdl=0; do
+    bench "p_1b_${arm/:pdl=0/}_nopdl" --backend $arm --preset llama-1b --dtype bf16 --prime 512 -n 128
+  done
+  grep -o '"record":"protocol".\{0,300\}' "$OUT/p_1b_nopdl_vs_graph.jsonl" | grep -o '"[ab]_resolved[^}]*}\|pdl[^,]*' | head -4 | tee -a "$T" ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
