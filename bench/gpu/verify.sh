@@ -267,7 +267,7 @@ pdl)
   for arm in cuda:pdl=0 cuda-graph:pdl=0; do
     bench "p_1b_${arm/:pdl=0/}_nopdl" --backend $arm --preset llama-1b --dtype bf16 --prime 512 -n 128
   done
-  grep -o '"record":"protocol".\{0,300\}' "$OUT/p_1b_nopdl_vs_graph.jsonl" | grep -o '"[ab]_resolved[^}]*}\|pdl[^,]*' | head -4 | tee -a "$T" ;;
+  grep '"record":"protocol"' "$OUT/p_1b_nopdl_vs_graph.jsonl" | grep -o '"resolved_text":"[^"]*"' | tee -a "$T" ;;
 speed)
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda cuda-graph; do
     bench "b_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
