@@ -561,18 +561,26 @@ static void stats_json(gate_json *j, const char *key, const memra_state_stats *s
     gj_obj_end(j);
 }
 
+/* The digest of the correctness run's tokens [from, from + n), as memra_sha256_tokens forms a
+ * row's; false (and no digest) when there is no memory for the copy. */
+static bool trace_tokens_sha(const gate_trace *trace, uint32_t from, uint32_t n, uint8_t out[32]) {
+    uint32_t *t = malloc((size_t)n * sizeof *t + 1); /* + 1: never a request of 0 bytes */
+    if (!t)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = (uint32_t)trace->tokens[from + i];
+    memra_sha256_tokens(t, n, out);
+    free(t);
+    return true;
+}
+
 static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const uint32_t *tokens,
                            const gate_trace *trace, uint8_t final[3][32], const memra_state_stats *before,
                            const memra_state_stats *stats, bool first_row) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
     uint8_t got[32], want[32];
     memra_sha256_tokens(tokens, N, got);
-    uint32_t *expect = malloc((size_t)N * sizeof *expect);
-    for (uint32_t i = 0; expect && i < N; i++)
-        expect[i] = (uint32_t)trace->tokens[P + i];
-    if (expect)
-        memra_sha256_tokens(expect, N, want);
-    free(expect);
+    const bool have_want = trace_tokens_sha(trace, P, N, want);
     gate_json *j = &ctx->json;
     gj_begin(j, "measure");
     gj_u64(j, "row", row->row);
@@ -587,7 +595,7 @@ static void measure_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing
     gj_bool(j, "eligible", row->eligible);
     gj_str(j, "reason", row->reason[0] ? row->reason : NULL);
     gj_hex(j, "tokens_sha256", got);
-    gj_hex(j, "expected_tokens_sha256", want);
+    gj_hex(j, "expected_tokens_sha256", have_want ? want : NULL);
     gj_hex(j, "final_logits_sha256", final[0]);
     gj_hex(j, "final_cache_sha256", final[1]);
     gj_hex(j, "final_hidden_sha256", final[2]);
@@ -730,15 +738,9 @@ out:
 static void carry_record(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const uint32_t *tokens,
                          const gate_trace *trace, uint8_t final[3][32]) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
-    uint8_t got[32], want[32] = {0};
+    uint8_t got[32], want[32];
     memra_sha256_tokens(tokens, N, got);
-    uint32_t *expect = malloc((size_t)N * sizeof *expect);
-    for (uint32_t i = 0; expect && i < N; i++)
-        expect[i] = (uint32_t)trace->tokens[P + i];
-    bool have_want = expect != NULL;
-    if (have_want)
-        memra_sha256_tokens(expect, N, want);
-    free(expect);
+    const bool have_want = trace_tokens_sha(trace, P, N, want);
     gate_json *j = &ctx->json;
     gj_begin(j, "carry_check");
     gj_str(j, "arm", arm->name);
