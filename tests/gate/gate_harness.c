@@ -1,4 +1,5 @@
-/* gate_harness.c: subprocess runner and record readers for the gate tests. */
+/* gate_harness.c: subprocess runner, record readers and shared assertions for the gate tests. */
+#include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,4 +136,15 @@ bool gate_field_bool(const char *line, const char *key, bool *out) {
     else
         return false;
     return true;
+}
+
+void gate_expect_usage(const char *const *args, const char *message) {
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 2, "exit %d (expected 2), stderr: %s", r.exit, r.err);
+    cr_assert(strstr(r.err, message), "stderr lacks '%s':\n%s", message, r.err);
+    char *v = gate_record(r.jsonl, "verdict", 0);
+    if (v) /* the record says why too, when the output was open */
+        cr_assert(strstr(v, "\"exit\":2"), "%s", v);
+    free(v);
+    gate_result_free(&r);
 }

@@ -24,6 +24,18 @@ bool gate_field_num(const char *line, const char *key, double *out);
 bool gate_field_str(const char *line, const char *key, char *buf, size_t size);
 bool gate_field_bool(const char *line, const char *key, bool *out);
 
+/* Asserts that memra-gate with args exits 2 (usage) with `message` on stderr, and that the
+ * verdict record, when the output was open, says exit 2 too. */
+void gate_expect_usage(const char *const *args, const char *message);
+
+/* A test of suite `suite` that expects a usage error `message` from the given arguments (plus a
+ * short run: --prime 4 --gen 4 --rows 0). */
+#define GATE_USAGE(suite, name, message, ...)                                                                         \
+    Test(suite, name) {                                                                                                \
+        const char *args[] = {__VA_ARGS__, "--prime", "4", "--gen", "4", "--rows", "0", NULL};                         \
+        gate_expect_usage(args, message);                                                                              \
+    }
+
 /* The common small run: --preset tiny --prime 16 --gen 16 --rows 4 --quiet. */
 #define GATE_SMALL "--prime", "16", "--gen", "16", "--rows", "4", "--quiet"
 

@@ -8,23 +8,7 @@
 
 #include "gate_harness.h"
 
-static void expect_usage(const char *const *args, const char *message) {
-    gate_result r = gate_run(args, false);
-    cr_assert_eq(r.exit, 2, "exit %d (expected 2), stderr: %s", r.exit, r.err);
-    cr_assert(strstr(r.err, message), "stderr lacks '%s':\n%s", message, r.err);
-    char *v = gate_record(r.jsonl, "verdict", 0);
-    if (v) { /* the record says why too, when the output was open */
-        cr_assert(strstr(v, "\"exit\":2"), "%s", v);
-        free(v);
-    }
-    gate_result_free(&r);
-}
-
-#define USAGE(name, message, ...)                                                                              \
-    Test(gate_cli, name) {                                                                                     \
-        const char *args[] = {__VA_ARGS__, "--prime", "4", "--gen", "4", "--rows", "0", NULL};                 \
-        expect_usage(args, message);                                                                           \
-    }
+#define USAGE(name, message, ...) GATE_USAGE(gate_cli, name, message, __VA_ARGS__)
 
 USAGE(arm_nothing_after_colon, "nothing after ':'", "--a", "cpu:", "--b", "cpu")
 USAGE(arm_item_without_equals, "is not key=value", "--a", "cpu", "--b", "cpu:stages")
@@ -73,7 +57,7 @@ static char *write_temp(const char *text) {
 Test(gate_cli, prompt_id_outside_vocabulary) {
     char *path = write_temp("1 2 99999 4\n");
     const char *args[] = {"--prompt-ids", path, "--gen", "4", "--rows", "0", NULL};
-    expect_usage(args, "'99999' is not a token id below n_vocab 512");
+    gate_expect_usage(args, "'99999' is not a token id below n_vocab 512");
     unlink(path);
     free(path);
 }
@@ -81,7 +65,7 @@ Test(gate_cli, prompt_id_outside_vocabulary) {
 Test(gate_cli, prompt_id_not_a_number) {
     char *path = write_temp("1 2 x3\n");
     const char *args[] = {"--prompt-ids", path, "--gen", "4", "--rows", "0", NULL};
-    expect_usage(args, "'x3'");
+    gate_expect_usage(args, "'x3'");
     unlink(path);
     free(path);
 }
@@ -89,7 +73,7 @@ Test(gate_cli, prompt_id_not_a_number) {
 Test(gate_cli, prompt_file_shorter_than_prime) {
     char *path = write_temp("1 2 3\n");
     const char *args[] = {"--prompt-ids", path, "--prime", "8", "--gen", "4", "--rows", "0", NULL};
-    expect_usage(args, "holds 3 ids, fewer than --prime 8");
+    gate_expect_usage(args, "holds 3 ids, fewer than --prime 8");
     unlink(path);
     free(path);
 }

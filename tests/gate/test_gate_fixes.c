@@ -16,17 +16,6 @@ static double num(const char *line, const char *key) {
     return v;
 }
 
-static void expect_usage(const char *const *args, const char *message) {
-    gate_result r = gate_run(args, false);
-    cr_assert_eq(r.exit, 2, "exit %d (expected 2), stderr: %s", r.exit, r.err);
-    cr_assert(strstr(r.err, message), "stderr lacks '%s':\n%s", message, r.err);
-    char *v = gate_record(r.jsonl, "verdict", 0);
-    if (v) /* the record says why too, when the output was open (--jsonl comes last) */
-        cr_assert(strstr(v, "\"exit\":2"), "%s", v);
-    free(v);
-    gate_result_free(&r);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* 1. A schedule longer than the protocol's blocks buffer                                      */
 
@@ -145,11 +134,7 @@ Test(gate_fixes, carry_off_needs_a_serial_arm) {
 /* ------------------------------------------------------------------------------------------ */
 /* 3. Sampling values a 32-bit float cannot hold                                               */
 
-#define USAGE(name, message, ...)                                                                              \
-    Test(gate_fixes, name) {                                                                                   \
-        const char *args[] = {__VA_ARGS__, "--prime", "4", "--gen", "4", "--rows", "0", NULL};                 \
-        expect_usage(args, message);                                                                           \
-    }
+#define USAGE(name, message, ...) GATE_USAGE(gate_fixes, name, message, __VA_ARGS__)
 
 USAGE(temp_underflows_to_zero, "--temp 1e-46", "--temp", "1e-46")
 USAGE(temp_subnormal, "--temp 1e-40", "--temp", "1e-40")
@@ -184,7 +169,7 @@ Test(gate_fixes, prompt_ids_with_nul_byte_is_refused) {
     static const char text[] = "1 12\0junk 3\n";
     char *path = write_temp_bytes(text, sizeof text - 1);
     const char *args[] = {"--prompt-ids", path, "--gen", "4", "--rows", "0", NULL};
-    expect_usage(args, "NUL");
+    gate_expect_usage(args, "NUL");
     unlink(path);
     free(path);
 }
@@ -200,7 +185,7 @@ Test(gate_fixes, prompt_ids_past_the_step_limit_is_refused) {
     char *path = write_temp_bytes(text, ids * 2);
     free(text);
     const char *args[] = {"--prompt-ids", path, "--gen", "4", "--rows", "0", NULL};
-    expect_usage(args, "plus --gen 4 is more than 1048576 steps");
+    gate_expect_usage(args, "plus --gen 4 is more than 1048576 steps");
     unlink(path);
     free(path);
 }
