@@ -164,6 +164,30 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
 
 #define MC_GEMV_ROWS 4
 
+/* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
+ * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
+ * The one order of the F32/F16/BF16/Q8_0 float GEMVs (v6 and persistent), hence their equal bits. */
+template <uint32_t T, int NORM>
+__device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
+                                           float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
+    constexpr uint32_t E = mc_elems<T>::n;
+#pragma unroll
+    for (uint32_t q = 0; q < E / 4; q++) {
+        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        if (NORM) {
+            const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
+            ss = fmaf(xv[q].x, xv[q].x, ss);
+            ss = fmaf(xv[q].y, xv[q].y, ss);
+            ss = fmaf(xv[q].z, xv[q].z, ss);
+            ss = fmaf(xv[q].w, xv[q].w, ss);
+            xv[q].x *= g.x;
+            xv[q].y *= g.y;
+            xv[q].z *= g.z;
+            xv[q].w *= g.w;
+        }
+    }
+}
+
 /* Programmatic dependent launch: a GEMV may start while the kernel before it drains, streaming
  * its first weights (which depend on nothing) before it waits for that kernel's results. The
  * wait is followed by the trigger (per kernel family, MEMRA_CUDA_TRIGGER's mask: 1 the F32/F16/
@@ -330,21 +354,7 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
             uint32_t idx = base + LS * u;
             if (idx < nfull) {
                 float4 xv[E / 4];
-#pragma unroll
-                for (int i = 0; i < (int)(E / 4); i++) {
-                    xv[i] = __ldg((const float4 *)(x + (size_t)idx * E) + i);
-                    if (NORM) {
-                        const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + i);
-                        ss = fmaf(xv[i].x, xv[i].x, ss);
-                        ss = fmaf(xv[i].y, xv[i].y, ss);
-                        ss = fmaf(xv[i].z, xv[i].z, ss);
-                        ss = fmaf(xv[i].w, xv[i].w, ss);
-                        xv[i].x *= g.x;
-                        xv[i].y *= g.y;
-                        xv[i].z *= g.z;
-                        xv[i].w *= g.w;
-                    }
-                }
+                mc_x_chunk<T, NORM>(x, nw, idx, xv, ss);
 #pragma unroll
                 for (int k = 0; k < MC_GEMV_ROWS; k++)
                     acc[k] += mc_dot_chunk<T>(cur[u][k], xv,
@@ -470,21 +480,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
             const uint32_t idx = first + PER_IT * i + LS * u;
             if (idx < nfull) {
                 float4 xv[E / 4];
-#pragma unroll
-                for (uint32_t q = 0; q < E / 4; q++) {
-                    xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
-                    if (NORM) {
-                        const float4 g = __ldg((const float4 *)(norm_w + (size_t)idx * E) + q);
-                        ss = fmaf(xv[q].x, xv[q].x, ss);
-                        ss = fmaf(xv[q].y, xv[q].y, ss);
-                        ss = fmaf(xv[q].z, xv[q].z, ss);
-                        ss = fmaf(xv[q].w, xv[q].w, ss);
-                        xv[q].x *= g.x;
-                        xv[q].y *= g.y;
-                        xv[q].z *= g.z;
-                        xv[q].w *= g.w;
-                    }
-                }
+                mc_x_chunk<T, NORM>(x, norm_w, idx, xv, ss);
 #pragma unroll
                 for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
                     acc[r] += mc_dot_chunk<T>(cur[u][r], xv, 1.0f);
