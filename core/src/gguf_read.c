@@ -1,4 +1,4 @@
-/* gguf_read.c: the GGUF v2/v3 reader over mmap (or a caller's buffer), type tables and getters.
+/* gguf_read.c: the GGUF v2/v3 reader over a file read into memory (or a caller's buffer), type tables and getters.
  *
  * Everything in the file is untrusted. The parser walks it with a cursor that checks every read
  * against the file size; every count is bounded by the bytes left before anything is allocated
@@ -141,7 +141,7 @@ struct memra_gguf {
     char *path;
     const uint8_t *base;
     uint64_t size;
-    bool mapped; /* base is our mmap, to munmap at close */
+    bool mapped; /* base is our anonymous mapping holding the file's bytes, to munmap at close */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -594,18 +594,40 @@ static int cmp_by_offset(const void *a, const void *b) {
     return x < y ? -1 : (x > y);
 }
 
-/* Places every tensor in the data section: aligned, inside the file, no two overlapping. */
+/* Padding must be zero: a non-zero byte where the format puts padding is data that no tensor or
+ * key accounts for. */
+static memra_status zero_bytes(cursor *c, uint64_t at, uint64_t n, const char *what) {
+    for (uint64_t i = 0; i < n; i++)
+        if (c->base[at + i] != 0)
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: %s: byte at offset %" PRIu64 " is 0x%02x, expected 0 (the file holds data that "
+                              "no key or tensor accounts for)",
+                              c->path, what, at + i, c->base[at + i]);
+    return MEMRA_OK;
+}
+
+/* Places every tensor in the data section: aligned, inside the file, no two overlapping, and
+ * nothing else in it but zero padding shorter than the alignment. */
 static memra_status place_tensors(cursor *c, memra_gguf *g) {
     uint64_t align = g->alignment, pad = (align - c->pos % align) % align;
     if (g->n_tensors == 0) {
-        /* No data to find: a file that ends without the padding is accepted. */
+        /* No data to find: a file that ends without the padding is accepted; one with more bytes
+         * than the padding holds something no tensor accounts for. */
         g->data_offset = pad <= cur_left(c) ? c->pos + pad : c->size;
-        return MEMRA_OK;
+        if (cur_left(c) > pad)
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: %" PRIu64 " bytes after the metadata at offset %" PRIu64
+                              " that no tensor accounts for (the file has no tensors)",
+                              c->path, cur_left(c), c->pos);
+        return zero_bytes(c, c->pos, c->size - c->pos, "the padding after the metadata");
     }
     if (pad > cur_left(c))
         return memra_fail(c->err, MEMRA_E_FORMAT,
                           "%s: truncated in the padding before the data section: need %" PRIu64 " bytes at offset %" PRIu64 " to reach alignment %" PRIu64 ", only %" PRIu64 " left",
                           c->path, pad, c->pos, align, cur_left(c));
+    memra_status pst = zero_bytes(c, c->pos, pad, "the padding before the data section");
+    if (pst != MEMRA_OK)
+        return pst;
     g->data_offset = c->pos + pad;
     uint64_t data_size = c->size - g->data_offset;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -632,6 +654,26 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
             st = memra_fail(c->err, MEMRA_E_FORMAT,
                             "%s: tensors '%s' (data [%" PRIu64 ", %" PRIu64 ")) and '%s' (data [%" PRIu64 ", %" PRIu64 ")) overlap",
                             c->path, a->name, a->offset, a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
+    }
+    /* The data section holds the tensors and nothing else: every gap (before the first tensor,
+     * between two, after the last) is padding, shorter than the alignment and zero. A file whose
+     * n_tensors, offsets or general.alignment were edited leaves a gap that decodes silently as
+     * another model otherwise. */
+    uint64_t end = 0;
+    for (uint64_t i = 0; i <= g->n_tensors && st == MEMRA_OK; i++) {
+        uint64_t next = i < g->n_tensors ? order[i]->offset : data_size;
+        if (next - end >= align)
+            st = memra_fail(c->err, MEMRA_E_FORMAT,
+                            "%s: %" PRIu64 " bytes of the data section at file offset %" PRIu64 " %s%s%s: at least the "
+                            "alignment %" PRIu64 " (n_tensors, a tensor offset or general.alignment is wrong)",
+                            c->path, next - end, g->data_offset + end,
+                            i < g->n_tensors ? "lie before tensor '" : "follow the last tensor",
+                            i < g->n_tensors ? order[i]->name : "", i < g->n_tensors ? "' that no tensor accounts for" : "",
+                            align);
+        else
+            st = zero_bytes(c, g->data_offset + end, next - end, "padding in the data section");
+        if (i < g->n_tensors)
+            end = order[i]->offset + order[i]->n_bytes;
     }
     free(order);
     return st;
@@ -696,6 +738,63 @@ memra_status memra_gguf_open_memory(const void *data, size_t size, const char *n
     return MEMRA_OK;
 }
 
+/* The file's bytes, read into private memory. Not a mapping of the file: a file truncated while
+ * mapped kills the reader with SIGBUS at its next touch of a lost page, and the model is the
+ * untrusted input a gate must survive. Once read, the bytes in use are the bytes that were checked
+ * and hashed, whatever happens to the file. A file whose size changes while it is read is an
+ * error naming it. */
+static memra_status read_file(int fd, const char *path, uint64_t size, void **out, memra_error *err) {
+    if (size > (uint64_t)SIZE_MAX)
+        return memra_fail(err, MEMRA_E_NOMEM, "%s: %" PRIu64 " bytes do not fit in this process's address space", path,
+                          size);
+    void *buf = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return memra_fail(err, MEMRA_E_NOMEM, "%s: cannot allocate %" PRIu64 " bytes to read the file into: %s", path,
+                          size, strerror(errno));
+    uint64_t done = 0;
+    while (done < size) {
+        size_t chunk = size - done < ((size_t)1 << 26) ? (size_t)(size - done) : ((size_t)1 << 26);
+        ssize_t n = pread(fd, (char *)buf + done, chunk, (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            memra_status st =
+                n < 0 ? memra_fail(err, MEMRA_E_IO, "%s: read failed at offset %" PRIu64 ": %s", path, done,
+                                   strerror(errno))
+                      : memra_fail(err, MEMRA_E_IO,
+                                   "%s: the file ended at %" PRIu64 " bytes while it was read (it had %" PRIu64
+                                   "): it was truncated or replaced while opening",
+                                   path, done, size);
+            munmap(buf, (size_t)size);
+            return st;
+        }
+        done += (uint64_t)n;
+    }
+    struct stat after;
+    if (fstat(fd, &after) != 0 || (uint64_t)after.st_size != size) {
+        munmap(buf, (size_t)size);
+        return memra_fail(err, MEMRA_E_IO, "%s: the file changed size while it was read (%" PRIu64 " bytes, now %lld)",
+                          path, size, (long long)after.st_size);
+    }
+    mprotect(buf, (size_t)size, PROT_READ); /* the model is read-only from here; failure changes nothing */
+    *out = buf;
+    return MEMRA_OK;
+}
+
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISDIR(mode))
+        return "a directory";
+    return "another kind of file";
+}
+
 memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *err) {
     if (!out || !path)
         return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open: path or out is NULL");
@@ -704,7 +803,9 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
     memra_status st = gguf_new(path, &g, err);
     if (st != MEMRA_OK)
         return st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading must not wait for a writer; the type is checked
+     * before a byte is read. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         st = memra_fail(err, MEMRA_E_IO, "%s: cannot open: %s", path, strerror(errno));
         goto err_free;
@@ -715,20 +816,20 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
         goto err_close;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = memra_fail(err, MEMRA_E_IO, "%s: not a regular file", path);
+        st = memra_fail(err, MEMRA_E_IO, "%s: not a regular file (%s): a model must be a GGUF file", path,
+                        file_kind(sb.st_mode));
         goto err_close;
     }
     if (sb.st_size == 0) {
         st = memra_fail(err, MEMRA_E_FORMAT, "%s: truncated in the header (magic): the file is empty", path);
         goto err_close;
     }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        st = memra_fail(err, MEMRA_E_IO, "%s: cannot mmap %lld bytes: %s", path, (long long)sb.st_size, strerror(errno));
+    void *data = NULL;
+    st = read_file(fd, path, (uint64_t)sb.st_size, &data, err);
+    if (st != MEMRA_OK)
         goto err_close;
-    }
     close(fd);
-    g->base = map;
+    g->base = data;
     g->size = (uint64_t)sb.st_size;
     g->mapped = true;
     if ((st = gguf_parse(g, err)) != MEMRA_OK)

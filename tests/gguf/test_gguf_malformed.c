@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf_bytes.h"
@@ -718,12 +719,12 @@ Test(gguf_malformed, overlap_found_whatever_the_info_order) {
     gb_bytes b = {0};
     uint64_t ne1[1] = {8};
     gb_header(&b, 3, 3, 0);
-    gb_tensor_info(&b, "c", 1, ne1, MEMRA_TYPE_F32, 64);
-    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 256);
-    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 32);
+    gb_tensor_info(&b, "c", 1, ne1, MEMRA_TYPE_F32, 32);
+    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 64);
+    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 0);
     gb_pad(&b, 32);
-    gb_zeros(&b, 512);
-    memra_gguf *g = expect_open(&b); /* [32,64) [64,96) [256,512): disjoint */
+    gb_zeros(&b, 320);
+    memra_gguf *g = expect_open(&b); /* [0,32) [32,64) [64,320): disjoint */
     memra_gguf_close(g);
     gb_free(&b);
     gb_header(&b, 3, 3, 0);
@@ -733,6 +734,75 @@ Test(gguf_malformed, overlap_found_whatever_the_info_order) {
     gb_pad(&b, 32);
     gb_zeros(&b, 512);
     expect_reject(&b, "tensors 'a' (data [0, 256)) and 'b' (data [32, 64)) overlap");
+    gb_free(&b);
+}
+
+/* ---- the data section holds the tensors and nothing else ---- */
+
+Test(gguf_malformed, nonzero_padding_before_data) {
+    gb_bytes b = {0};
+    valid_one_tensor(&b);
+    expect_open(&b); /* the control: the same file with zero padding opens */
+    size_t at = 8 + 8 + 8 + (8 + 1 + 4 + 4) + (8 + 1 + 4 + 2 * 8 + 4 + 8); /* header, kv, tensor info */
+    cr_assert(at < b.n - 32 * 2 * 4 && at % 32 != 0, "the padding starts at %zu", at);
+    b.p[at] = 0x5a;
+    expect_reject(&b, "the padding before the data section: byte at offset");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, slack_after_the_last_tensor) {
+    gb_bytes b = {0};
+    valid_one_tensor(&b);
+    gb_zeros(&b, 31); /* less than the alignment: padding a writer may leave */
+    memra_gguf *g = expect_open(&b);
+    memra_gguf_close(g);
+    gb_zeros(&b, 1); /* now a whole alignment unit that no tensor accounts for */
+    expect_reject(&b, "32 bytes of the data section at file offset");
+    expect_reject(&b, "follow the last tensor");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, n_tensors_edited_down) {
+    /* Two tensors, then n_tensors edited to 1 and the second info dropped: the second tensor's
+     * data is left in the file, and read as one tensor the file would decode as another model. */
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 0);
+    gb_tensor_info(&b, "a", 2, ne_32x2, MEMRA_TYPE_F32, 0);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 256 + 256);
+    expect_reject(&b, "256 bytes of the data section");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, gap_between_tensors) {
+    gb_bytes b = {0};
+    uint64_t ne1[1] = {8};
+    gb_header(&b, 3, 2, 0);
+    gb_tensor_info(&b, "a", 1, ne1, MEMRA_TYPE_F32, 0);
+    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 64);
+    gb_pad(&b, 32);
+    gb_zeros(&b, 96);
+    expect_reject(&b, "lie before tensor 'b' that no tensor accounts for");
+    gb_free(&b);
+}
+
+Test(gguf_malformed, nonzero_padding_between_tensors) {
+    gb_bytes b = {0};
+    uint64_t ne1[1] = {4}; /* 16 bytes, padded to 32 */
+    gb_header(&b, 3, 2, 0);
+    gb_tensor_info(&b, "a", 1, ne1, MEMRA_TYPE_F32, 0);
+    gb_tensor_info(&b, "b", 1, ne1, MEMRA_TYPE_F32, 32);
+    gb_pad(&b, 32);
+    size_t data = b.n;
+    gb_zeros(&b, 48);
+    memra_gguf *g = expect_open(&b);
+    memra_gguf_close(g);
+    b.p[data + 20] = 1;
+    expect_reject(&b, "padding in the data section: byte at offset");
+    b.p[data + 20] = 0;
+    b.p[data + 10] = 1; /* inside tensor 'a': data, not padding */
+    g = expect_open(&b);
+    memra_gguf_close(g);
     gb_free(&b);
 }
 
@@ -769,6 +839,57 @@ Test(gguf_malformed, missing_and_empty_files) {
     cr_assert_eq(memra_gguf_open(path, &g, &e), MEMRA_E_FORMAT);
     cr_assert(strstr(e.msg, "truncated in the header (magic): the file is empty"), "%s", e.msg);
     unlink(path);
+}
+
+/* A FIFO is refused before anything blocks on it: opening one for reading waits for a writer
+ * unless the reader asks not to, and no writer ever comes here (the test's timeout would fail). */
+Test(gguf_malformed, fifo_refused_without_blocking, .timeout = 10) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/memra-gguf-fifo-%ld", (long)getpid());
+    unlink(path);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    memra_status st = memra_gguf_open(path, &g, &e);
+    unlink(path);
+    cr_assert_eq(st, MEMRA_E_IO, "%s", e.msg);
+    cr_assert(strstr(e.msg, "not a regular file (a FIFO)"), "%s", e.msg);
+    cr_assert_eq(memra_gguf_open("/dev/zero", &g, &e), MEMRA_E_IO);
+    cr_assert(strstr(e.msg, "/dev/zero: not a regular file (a character device)"), "%s", e.msg);
+}
+
+/* A model file truncated after it was opened: every tensor byte stays readable with the values
+ * it had at open (a mapping of the file would kill the process with SIGBUS at the first lost
+ * page, which Criterion reports as a crash). */
+Test(gguf_malformed, truncated_after_open_stays_readable) {
+    gb_bytes b = {0};
+    gb_header(&b, 3, 1, 0);
+    uint64_t ne[2] = {1024, 64}; /* 256 KiB: many pages */
+    gb_tensor_info(&b, "t", 2, ne, MEMRA_TYPE_F32, 0);
+    gb_pad(&b, 32);
+    for (uint32_t i = 0; i < 1024 * 64; i++) {
+        float v = (float)i;
+        gb_put(&b, &v, 4);
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/memra-gguf-shrink-%ld.gguf", (long)getpid());
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b.p, 1, b.n, f), b.n);
+    cr_assert_eq(fclose(f), 0);
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    cr_assert_eq(memra_gguf_open(path, &g, &e), MEMRA_OK, "%s", e.msg);
+    cr_assert_eq(truncate(path, 64), 0);
+    unlink(path);
+    const memra_gguf_tensor *t = memra_gguf_tensor_at(g, 0);
+    const float *x = (const float *)t->data;
+    double sum = 0;
+    for (uint32_t i = 0; i < 1024 * 64; i++)
+        sum += x[i];
+    cr_assert_eq(sum, 1024.0 * 64 * (1024 * 64 - 1) / 2);
+    memra_gguf_close(g);
+    gb_free(&b);
 }
 
 /* ---- every prefix and every byte flip of a valid file ---- */

@@ -1,9 +1,13 @@
-/* memra/gguf.h: reading GGUF v2/v3 files over mmap, and writing them.
+/* memra/gguf.h: reading GGUF v2/v3 files, and writing them.
  *
- * The reader validates the whole header, metadata and tensor-info sections at open: every count,
- * length, size and offset is computed overflow-safe and checked against the file size before
- * use, so that after a successful open every pointer below lies inside the mapping. Tensor data
- * is not copied: memra_gguf_tensor.data points into the mapped file.
+ * The reader takes the file's bytes into private memory once (not a mapping of the file: a file
+ * truncated while mapped would kill the process with SIGBUS), then validates the whole header,
+ * metadata and tensor-info sections: every count, length, size and offset is computed
+ * overflow-safe and checked against the file size before use, so that after a successful open
+ * every pointer below lies inside "the mapping" (those bytes). The data section must hold the
+ * tensors and nothing else: padding is zero and shorter than the alignment everywhere, so a file
+ * whose n_tensors, offsets or alignment were edited is refused instead of read as another
+ * model. Only regular files are opened (a FIFO or a device is refused before anything blocks).
  *
  * The writer builds metadata and tensor infos in memory; tensor data comes either from a buffer
  * or from a callback that fills rows in chunks, so a model larger than memory can be streamed
