@@ -1,12 +1,20 @@
-/* gate.h: the parts of memra-gate and what they share.
+/* gate.h: the parts of memra-gate and what they share. Every arm is reached through the core's
+ * arm layer (memra/arm.h), never through a backend vtable.
  *
- *   gate_cli.c    the command line: options, arm defaults, --help
- *   gate_run.c    the reference on arm A, the replay on arm B, the timing rows
+ *   gate_main.c     main: parse, load, open, run the phases, judge, exit
+ *   gate_cli.c      the command line: argv to a gate_config, and --help
+ *   gate_setup.c    what main loads and opens: the prompt ids, the arms (and the automatic pair)
+ *   gate_run.c      the correctness passes (reference on A, replay on B), the timing rows, the
+ *                   carry check, the census of a state
+ *   gate_pass.c     the pass from a prefix: an arm's prefix snapshot, restored into a work state,
+ *                   N generated steps with tokens carried on the device, verified against the
+ *                   arm's correctness run (serves the timing rows, the carry check, --profile)
  *   gate_profile.c  --profile: one verified, unscored window per arm, in NVTX ranges
- *   gate_dump.c   --dump-graphs: the census record's graph dumps into a directory
- *   gate_main.c   main: model load, arms, records, verdict, the summary table
- *   gate_stats.c  comparisons, loop rule, schedule, bootstrap
- *   gate_json.c   the JSON-line writer */
+ *   gate_dump.c     --dump-graphs: a state's graph dumps into a directory, and what was written
+ *   gate_judge.c    the verdict from what the run found, and the summary table on stderr
+ *   gate_records.c  every JSON-line record (documented in gates/RECORDS.md)
+ *   gate_stats.c    comparisons, loop rule, schedule, bootstrap
+ *   gate_json.c     the JSON-line writer (a record is written whole or not at all) */
 #ifndef MEMRA_GATE_H
 #define MEMRA_GATE_H
 
@@ -24,11 +32,11 @@ enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RU
 #define GATE_DEFAULT_GEN 256u
 #define GATE_DEFAULT_ROWS 20u
 #define GATE_MAX_STEPS (1u << 20)
-#define GATE_MAX_WINDOW 64u
 #define GATE_BOOTSTRAP_RESAMPLES 2000u
 #define GATE_BOOTSTRAP_SEED 0x6d656d7261u /* "memra" */
-#define GATE_MISMATCH_RECORDS 16u         /* mismatch records written at most (the count is exact) */
+#define GATE_MISMATCH_RECORDS 16u         /* replay mismatch records written at most (the count is exact) */
 #define GATE_PROFILE_STEPS 32u            /* steps of each --profile window */
+#define GATE_CENSUS_ROWS 128u             /* census rows read at most */
 
 /* What a timing row's clock covers (the protocol and measure records say it in these words). */
 #define GATE_TIMING_SCOPE                                                                                     \
@@ -37,10 +45,6 @@ enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RU
     "each step_end's wait and host readback of its sampled token, which the gate stores; up to the arm's "  \
     "window of steps in flight); "                                                                           \
     "logits not read back; the restore, digests and verification are outside the clock"
-
-/* The gate-level arm key, handled by the gate and passed to memra_arm_open as a caller key. */
-extern const memra_option_spec gate_caller_keys[];
-extern const uint32_t gate_caller_key_count;
 
 typedef struct gate_config {
     const char *arm_a, *arm_b; /* NULL until chosen */
@@ -76,16 +80,14 @@ typedef struct gate_config {
 
 /* Parses argv into cfg (defaults first). MEMRA_E_INVALID with a message on any usage error. */
 memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err);
-/* Writes --help: every option, then every arm key (core, placement, each backend found, window). */
+/* Writes --help: every option, then every arm key (core, placement, each backend found). */
 void gate_cli_help(FILE *f, memra_registry *r);
 
 /* One opened arm. */
 typedef struct gate_arm {
     const char *name; /* "a" or "b" */
     memra_arm *arm;
-    const memra_backend_vtable *vt;
-    memra_backend *be;
-    uint32_t window; /* steps kept in flight */
+    uint32_t window;               /* steps kept in flight (memra_arm_window) */
     memra_backend_memory mem_open; /* read right after this arm opened (before B, for A) */
     bool have_mem_open;
     bool dump_told; /* "has no graphs to dump" said once */
@@ -104,12 +106,24 @@ typedef struct gate_trace {
     bool *has_digest;
 } gate_trace;
 
-/* The first mismatch, as the report and the mismatch record give it. */
+/* A mismatch, wherever the gate found it: one shape for the mismatch record (RECORDS.md). */
 typedef struct gate_mismatch {
-    uint32_t step;
-    bool logits, nonfinite, cache, hidden, token, digest_logits, nmse_over;
+    const char *where;   /* "replay", "timing", "carry" or "profile" */
+    const char *arm;     /* the arm found wrong: "a" or "b" (b in the replay: it is compared with a) */
+    const char *against; /* "a": arm a (the reference, or arm a's profile window); "correctness": the
+                          * same arm's correctness run */
+    int64_t row;         /* the timing row; -1 elsewhere */
+    int64_t step;        /* the step (position) of the first difference; -1 when no step is named */
+    int64_t input;       /* that step's input token in the correctness run; -1 when unknown */
+    /* what differs */
+    bool logits, nmse_over, nonfinite, token, cache, hidden, digest_logits, position, warmup;
+    bool have_diff; /* logits were compared element by element (the replay) */
     gate_logit_diff diff;
-    int64_t token_ref, token_got;
+    int64_t token_ref, token_got; /* -1: not known */
+    bool have_digests;            /* the four digests below were compared */
+    uint8_t cache_ref[32], cache_got[32], hidden_ref[32], hidden_got[32];
+    char reason[400];
+    bool first; /* the first mismatch of its `where` */
 } gate_mismatch;
 
 typedef struct gate_timing_row {
@@ -148,7 +162,7 @@ typedef struct gate_outcome {
     char profile_failure[400];
     /* --dump-graphs: files written */
     uint32_t dumped_files;
-    /* the carry check (no timing rows): one untimed row-like pass per arm */
+    /* the carry check (no timing rows): one untimed pass per arm from its prefix */
     bool carry_done;
     uint32_t carry_failures;
     char carry_failure[400];
@@ -156,18 +170,37 @@ typedef struct gate_outcome {
     uint32_t digest_steps;
 } gate_outcome;
 
-/* What gate_run.c needs from main. */
+/* What the phases share. */
 typedef struct gate_ctx {
     const gate_config *cfg;
     const memra_loaded_model *lm;
     gate_arm a, b;
     const uint32_t *prompt; /* prime ids */
+    uint8_t model_sha[32], prompt_sha[32];
     gate_json json;
     bool progress; /* stderr is a terminal and not --quiet */
     gate_trace ref, rep;
     gate_outcome out;
     bool arms_identical; /* both arms resolve to the same configuration (ignoring window) */
 } gate_ctx;
+
+/* ---- gate_setup.c ------------------------------------------------------------------------- */
+
+/* The exit code of a failed setup call: 2 for a usage error, else 3. */
+int gate_exit_for(memra_status st);
+/* The prompt's P ids: from --prompt-ids (which may set P) or the default formula; their digest
+ * into ctx->prompt_sha. *exit_code on failure. */
+memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32],
+                              int *exit_code, memra_error *err);
+/* Checks both arm strings (syntax, window) before a model is loaded. */
+memra_status gate_precheck_arms(const gate_config *cfg, memra_error *err);
+/* Opens arms a and b on the loaded model (with no arms given, picks the pair: cuda against
+ * cuda-graph where both open, otherwise cpu against cpu:stages=2) and compares their resolved
+ * configurations. *exit_code on failure. */
+memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, int *exit_code, memra_error *err);
+void gate_close_arms(gate_ctx *ctx);
+
+/* ---- gate_run.c --------------------------------------------------------------------------- */
 
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
 void gate_trace_free(gate_trace *t);
@@ -179,60 +212,124 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err);
 memra_status gate_replay(gate_ctx *ctx, memra_error *err);
 /* The timing rows, with measure records; fills ctx->out's timing members. */
 memra_status gate_timing(gate_ctx *ctx, memra_error *err);
-/* The census record of an arm's state, where the backend offers the extension; with
- * --dump-graphs also the state's graphs, written into DIR/<arm>-<scope>/ and listed in the
+/* The carry check, for a run without timing rows (the rows are otherwise the only passes that
+ * take tokens from the device): on each arm one untimed pass from its prefix (gate_pass_run).
+ * carry_check records; a failure is a mismatch record ("where":"carry") and ctx->out's carry
+ * members. */
+memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
+/* The census record of an arm's state, where the backend offers the memra.census extension;
+ * with --dump-graphs also the state's graphs, written into DIR/<arm>-<scope>/ and listed in the
  * record ("dumped"). A backend without dump_graphs is said once on stderr (not an error); a
  * failed dump is an error naming the directory. */
-memra_status gate_census(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope, memra_error *err);
+memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, memra_error *err);
 
-/* The carry check, for a run without timing rows (the rows are otherwise the only passes that
- * take tokens from the device): on each arm, from its prefix snapshot, the N generated steps
- * with tokens carried on the device, exactly as a timing row runs them but untimed, verified as
- * a row is (token stream, final position, final logits, cache and hidden digests against the
- * arm's correctness run). carry_check records; a failure is a mismatch record ("where":"carry")
- * and ctx->out's carry members. */
-memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
+/* Progress on stderr (a terminal only). */
+void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
+/* "prime" or "gen", and the index within it. */
+const char *gate_phase_name(const gate_config *cfg, uint32_t step);
+uint32_t gate_phase_index(const gate_config *cfg, uint32_t step);
+/* A state of `capacity` positions on an arm. */
+memra_status gate_new_state(gate_arm *arm, uint32_t capacity, memra_arm_state **out, memra_error *err);
 
-/* The profile windows (--profile): on each arm, from its prefix snapshot, a warm-up step (so a
- * graph capture falls outside the window), a restore, then GATE_PROFILE_STEPS steps inside NVTX
- * ranges (where the build has NVTX). Profile records; ctx->out's profile members. */
+/* ---- gate_pass.c: the pass from a prefix --------------------------------------------------- */
+
+/* An arm's prefix: its snapshot after the P prime steps (the last one sampled the first
+ * generated token, which stays in the state as its carried token) and a work state, fresh until
+ * the first pass, to restore it into. */
+typedef struct gate_prefix {
+    gate_arm *arm;
+    const gate_trace *trace; /* the arm's correctness run */
+    memra_arm_state *snapshot, *work;
+} gate_prefix;
+
+/* Makes the snapshot (P prime steps from the trace's inputs, checked against the trace: position
+ * P, the same last token) and a work state of `capacity` positions. */
+memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity,
+                              gate_prefix *p, memra_error *err);
+void gate_prefix_close(gate_prefix *p);
+
+/* One pass: restore the snapshot into the work state, run `steps` generated steps with tokens
+ * carried on the device (timed: from the first step_begin to the last step_end; hook(user,
+ * true/false) right inside the clock), then verify: the tokens against the correctness run
+ * where it reaches (min(steps, N)), the final position P + steps, and, when the pass ends where
+ * the correctness run ended (steps == N), the final logits, cache and hidden digests. */
+typedef struct gate_pass {
+    uint32_t steps;                        /* in */
+    uint32_t *tokens;                      /* in: room for `steps` tokens; out: what was sampled */
+    void (*hook)(void *user, bool begin);  /* in, may be NULL */
+    void *hook_user;
+    uint64_t wall_ns; /* out */
+    double tok_s;
+    memra_state_stats before, after; /* the work state's counters after the restore, after the steps */
+    uint32_t end;                    /* the work state's position after the steps */
+    uint8_t final[3][32];            /* logits, cache, hidden digests after the steps */
+    uint32_t compared;               /* tokens compared with the correctness run */
+    bool verified;
+    gate_mismatch miss; /* when not verified: what differs first (where, arm, row: the caller's) */
+} gate_pass;
+memra_status gate_pass_run(gate_ctx *ctx, gate_prefix *p, gate_pass *pass, memra_error *err);
+
+/* ---- gate_profile.c ----------------------------------------------------------------------- */
+
+/* The profile windows (--profile): on each arm, from its prefix, a warm-up pass of one step (so
+ * a graph capture falls outside the window), then a pass of GATE_PROFILE_STEPS steps inside
+ * NVTX ranges (where the build has NVTX). Profile records; ctx->out's profile members. */
 memra_status gate_profile(gate_ctx *ctx, memra_error *err);
 /* Whether this build emits NVTX ranges. */
 bool gate_have_nvtx(void);
 
+/* ---- gate_dump.c -------------------------------------------------------------------------- */
+
 /* --dump-graphs DIR: creates DIR (and missing parents); MEMRA_E_IO naming DIR when it cannot
  * be made or written into. */
 memra_status gate_dump_prepare(const char *dir, memra_error *err);
-/* Dumps one state's graphs into DIR/<arm>-<scope>/ and writes the "dumped" member (the files
- * new or changed by the call) into the open record. */
-memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope,
-                             memra_status (*dump)(memra_backend *, const memra_state *, const char *, memra_error *),
-                             memra_error *err);
+/* What one dump wrote. */
+typedef struct gate_dump_result {
+    char dir[4096];     /* DIR/<arm>-<scope> */
+    char **files;       /* the files new or changed by the dump, as paths under dir */
+    uint32_t n_files;
+    bool failed;        /* error: the message (also in *err) */
+    char error[1024];
+} gate_dump_result;
+/* Dumps one state's graphs into DIR/<arm>-<scope>/. */
+memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope,
+                             gate_dump_result *out, memra_error *err);
+void gate_dump_result_free(gate_dump_result *d);
 
-/* Shared by the passes (gate_run.c). */
-typedef memra_status (*gate_step_fn)(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
-                                     const memra_step_result *res, bool drained, memra_error *err);
-memra_status gate_run_steps(gate_ctx *ctx, const gate_arm *arm, memra_state *s, const int64_t *inputs,
-                            uint32_t first, uint32_t count, float *logits, gate_step_fn fn, void *user,
-                            memra_error *err);
-memra_status gate_new_state(const gate_ctx *ctx, const gate_arm *arm, uint32_t capacity, memra_state **out,
-                            memra_error *err);
-memra_status gate_take_digests(const gate_arm *arm, memra_state *s, uint8_t logits[32], uint8_t cache[32],
-                               uint8_t hidden[32], memra_error *err);
-/* The prefix snapshot: P prime steps from the trace's inputs, checked against the trace. */
-memra_status gate_make_prefix(gate_ctx *ctx, const gate_arm *arm, const gate_trace *trace, memra_state **prefix,
-                              memra_error *err);
-/* A row's step callback: user is a gate_row_run; generated tokens land in tokens[step - P]. */
-typedef struct gate_row_run {
-    uint32_t *tokens;
-    int64_t prefix_token;
-} gate_row_run;
-memra_status gate_row_step(gate_ctx *ctx, void *user, uint32_t step, const float *logits,
-                           const memra_step_result *res, bool drained, memra_error *err);
-/* The arm's state counters (zeros when the backend keeps none). */
-memra_state_stats gate_stats(const gate_arm *arm, const memra_state *s);
+/* ---- gate_judge.c ------------------------------------------------------------------------- */
 
-/* Progress on stderr (a terminal only). */
-void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
+typedef struct gate_verdict {
+    int exit;
+    char reason[1400];
+    int arms_identical; /* 1 or 0 once both arms are open; -1 before */
+} gate_verdict;
+
+/* The verdict from what the run found. */
+void gate_judge(const gate_ctx *ctx, gate_verdict *v);
+/* The readable summary on stderr. */
+void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v);
+/* "logits, cache digest" etc.: what differed at a mismatch. */
+void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size);
+
+/* ---- gate_records.c: every record (RECORDS.md) --------------------------------------------- */
+
+void gate_rec_protocol(gate_ctx *ctx);
+void gate_rec_step(gate_ctx *ctx, uint32_t step, const gate_logit_diff *d, bool ok, bool digests_compared);
+void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m);
+/* census: rows (NULL when the backend has no census; error: the census call's message), the
+ * state's counters, and the dump (NULL without --dump-graphs or dump_graphs). */
+void gate_rec_census(gate_ctx *ctx, const gate_arm *arm, const char *scope, const memra_census_row *rows,
+                     uint32_t n_rows, const char *error, const memra_state_stats *stats,
+                     const gate_dump_result *dump);
+void gate_rec_measure(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const gate_pass *pass,
+                      const gate_trace *trace, bool first_row);
+void gate_rec_carry_check(gate_ctx *ctx, const gate_arm *arm, const gate_pass *pass, const gate_trace *trace);
+/* identical: the arms' windows agree (tokens, and digests in exact mode); verified: that, and
+ * every other check of the windows passed. warmup: the one-step pass before the window. */
+void gate_rec_profile(gate_ctx *ctx, const gate_arm *arm, const gate_pass *warmup, const gate_pass *window,
+                      const char *range, bool tokens_same, bool digests_same, bool identical, bool verified);
+void gate_rec_summary(gate_ctx *ctx);
+/* Written with j->f NULL is a no-op. */
+void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v);
 
 #endif

@@ -8,11 +8,6 @@
 
 #include "gate.h"
 
-const memra_option_spec gate_caller_keys[] = {
-    {"window", "1", "gate: steps kept in flight on this arm (1 = serial); logits are read back late, in order"},
-};
-const uint32_t gate_caller_key_count = sizeof gate_caller_keys / sizeof gate_caller_keys[0];
-
 static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
                               memra_error *err) {
     char *end = NULL;
@@ -97,114 +92,115 @@ static memra_status parse_compare(const char *s, gate_config *cfg, memra_error *
     return MEMRA_OK;
 }
 
-memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->prime = GATE_DEFAULT_PRIME;
-    cfg->gen = GATE_DEFAULT_GEN;
-    cfg->rows = GATE_DEFAULT_ROWS;
-    cfg->sample.top_p = 1.0f;
-    cfg->sample.seed = 1;
-    snprintf(cfg->compare_text, sizeof cfg->compare_text, "exact");
-    bool greedy = false, temp = false, topk = false, topp = false, seed = false;
-    memra_status st = MEMRA_OK;
-    for (int i = 1; i < argc && st == MEMRA_OK; i++) {
-        const char *arg = argv[i];
-        char opt[64];
-        const char *eq = strchr(arg, '=');
-        size_t olen = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (olen >= sizeof opt || strncmp(arg, "-", 1) != 0)
-            return memra_fail(err, MEMRA_E_INVALID, "unexpected argument '%s' (options start with --; see --help)",
-                              arg);
-        memcpy(opt, arg, olen);
-        opt[olen] = '\0';
-        const char *v = NULL;
-        bool flag = strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
-                    strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0;
-        if (flag && eq)
-            return memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt);
-        if (!flag && (st = take_value(argc, argv, &i, eq, opt, &v, err)) != MEMRA_OK)
-            return st;
-        double d = 0;
-        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) {
-            cfg->help = true;
-        } else if (strcmp(opt, "--quiet") == 0) {
-            cfg->quiet = true;
-        } else if (strcmp(opt, "--greedy") == 0) {
-            greedy = true;
-        } else if (strcmp(opt, "--profile") == 0) {
-            cfg->profile = true;
-        } else if (strcmp(opt, "--dump-graphs") == 0) {
-            if (!*v)
-                st = memra_fail(err, MEMRA_E_INVALID, "--dump-graphs: empty directory name");
-            cfg->dump_dir = v;
-        } else if (strcmp(opt, "--a") == 0) {
-            cfg->arm_a = v;
-        } else if (strcmp(opt, "--b") == 0) {
-            cfg->arm_b = v;
-        } else if (strcmp(opt, "--model") == 0) {
-            cfg->model_path = v;
-        } else if (strcmp(opt, "--preset") == 0) {
-            cfg->preset = v;
-        } else if (strcmp(opt, "--dtype") == 0) {
-            cfg->dtype_name = v;
-            st = memra_synth_parse_dtype(v, &cfg->dtype, err);
-            if (st != MEMRA_OK)
-                st = memra_fail(err, MEMRA_E_INVALID, "--dtype %s: expected f32, f16, bf16 or q8_0", v);
-        } else if (strcmp(opt, "--prime") == 0) {
-            st = parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->prime, err);
-            cfg->prime_given = true;
-        } else if (strcmp(opt, "--gen") == 0) {
-            st = parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->gen, err);
-        } else if (strcmp(opt, "--prompt-ids") == 0) {
-            cfg->prompt_ids_path = v;
-        } else if (strcmp(opt, "--temp") == 0) {
-            st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
-            if (st == MEMRA_OK)
-                st = check_float(opt, v, d, 0.0, &cfg->sample.temperature, err);
-            temp = true;
-        } else if (strcmp(opt, "--top-k") == 0) {
-            st = parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
-            topk = true;
-        } else if (strcmp(opt, "--top-p") == 0) {
-            st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
-            if (st == MEMRA_OK)
-                st = check_float(opt, v, d, 1.0, &cfg->sample.top_p, err);
-            topp = true;
-        } else if (strcmp(opt, "--seed") == 0) {
-            st = parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
-            seed = true;
-        } else if (strcmp(opt, "--rows") == 0) {
-            st = parse_u32(opt, v, 0, 100000, &cfg->rows, err);
-            cfg->rows_given = true;
-            if (st == MEMRA_OK && cfg->rows == 1)
-                st = memra_fail(err, MEMRA_E_INVALID, "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
-        } else if (strcmp(opt, "--schedule") == 0) {
-            if (strcmp(v, "ABBA") == 0 || strcmp(v, "BAAB") == 0)
-                cfg->baab = v[0] == 'B';
-            else
-                st = memra_fail(err, MEMRA_E_INVALID, "--schedule %s: expected ABBA or BAAB", v);
-        } else if (strcmp(opt, "--compare") == 0) {
-            st = parse_compare(v, cfg, err);
-        } else if (strcmp(opt, "--jsonl") == 0) {
-            if (!*v)
-                st = memra_fail(err, MEMRA_E_INVALID, "--jsonl: empty file name");
-            cfg->jsonl_path = v;
-        } else {
-            st = memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
-        }
+/* Which sampling options were given, for the checks of their combinations. */
+typedef struct given {
+    bool greedy, temp, topk, topp, seed;
+} given;
+
+static bool is_flag(const char *opt) {
+    return strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
+           strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0;
+}
+
+static memra_status set_flag(const char *opt, gate_config *cfg, given *g) {
+    if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0)
+        cfg->help = true;
+    else if (strcmp(opt, "--quiet") == 0)
+        cfg->quiet = true;
+    else if (strcmp(opt, "--greedy") == 0)
+        g->greedy = true;
+    else
+        cfg->profile = true;
+    return MEMRA_OK;
+}
+
+/* A non-empty value of a path-like option. */
+static memra_status set_path(const char *opt, const char *v, const char **out, memra_error *err) {
+    *out = v;
+    return *v ? MEMRA_OK : memra_fail(err, MEMRA_E_INVALID, "%s: empty %s name", opt,
+                                      strcmp(opt, "--jsonl") == 0 ? "file" : "directory");
+}
+
+/* The sampling options. */
+static memra_status set_sampling(const char *opt, const char *v, gate_config *cfg, given *g, memra_error *err) {
+    double d = 0;
+    memra_status st;
+    if (strcmp(opt, "--temp") == 0) {
+        g->temp = true;
+        st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
+        return st == MEMRA_OK ? check_float(opt, v, d, 0.0, &cfg->sample.temperature, err) : st;
     }
-    if (st != MEMRA_OK || cfg->help)
+    if (strcmp(opt, "--top-p") == 0) {
+        g->topp = true;
+        st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
+        return st == MEMRA_OK ? check_float(opt, v, d, 1.0, &cfg->sample.top_p, err) : st;
+    }
+    if (strcmp(opt, "--top-k") == 0) {
+        g->topk = true;
+        return parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
+    }
+    g->seed = true;
+    return parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
+}
+
+/* One option that takes a value. */
+static memra_status set_option(const char *opt, const char *v, gate_config *cfg, given *g, memra_error *err) {
+    if (strcmp(opt, "--a") == 0) {
+        cfg->arm_a = v;
+    } else if (strcmp(opt, "--b") == 0) {
+        cfg->arm_b = v;
+    } else if (strcmp(opt, "--model") == 0) {
+        cfg->model_path = v;
+    } else if (strcmp(opt, "--preset") == 0) {
+        cfg->preset = v;
+    } else if (strcmp(opt, "--dtype") == 0) {
+        cfg->dtype_name = v;
+        if (memra_synth_parse_dtype(v, &cfg->dtype, err) != MEMRA_OK)
+            return memra_fail(err, MEMRA_E_INVALID, "--dtype %s: expected f32, f16, bf16 or q8_0", v);
+    } else if (strcmp(opt, "--prime") == 0) {
+        cfg->prime_given = true;
+        return parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->prime, err);
+    } else if (strcmp(opt, "--gen") == 0) {
+        return parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->gen, err);
+    } else if (strcmp(opt, "--prompt-ids") == 0) {
+        cfg->prompt_ids_path = v;
+    } else if (strcmp(opt, "--temp") == 0 || strcmp(opt, "--top-k") == 0 || strcmp(opt, "--top-p") == 0 ||
+               strcmp(opt, "--seed") == 0) {
+        return set_sampling(opt, v, cfg, g, err);
+    } else if (strcmp(opt, "--rows") == 0) {
+        cfg->rows_given = true;
+        memra_status st = parse_u32(opt, v, 0, 100000, &cfg->rows, err);
+        if (st == MEMRA_OK && cfg->rows == 1)
+            return memra_fail(err, MEMRA_E_INVALID, "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
         return st;
+    } else if (strcmp(opt, "--schedule") == 0) {
+        if (strcmp(v, "ABBA") != 0 && strcmp(v, "BAAB") != 0)
+            return memra_fail(err, MEMRA_E_INVALID, "--schedule %s: expected ABBA or BAAB", v);
+        cfg->baab = v[0] == 'B';
+    } else if (strcmp(opt, "--compare") == 0) {
+        return parse_compare(v, cfg, err);
+    } else if (strcmp(opt, "--jsonl") == 0) {
+        return set_path(opt, v, &cfg->jsonl_path, err);
+    } else if (strcmp(opt, "--dump-graphs") == 0) {
+        return set_path(opt, v, &cfg->dump_dir, err);
+    } else {
+        return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
+    }
+    return MEMRA_OK;
+}
+
+/* The options' combinations, once all are read. */
+static memra_status check_config(gate_config *cfg, const given *g, memra_error *err) {
     if (cfg->model_path && cfg->preset)
         return memra_fail(err, MEMRA_E_INVALID, "--model and --preset exclude each other: give one");
     if (cfg->model_path && cfg->dtype_name)
         return memra_fail(err, MEMRA_E_INVALID, "--dtype applies to presets only (the file %s has its own types)",
                           cfg->model_path);
-    if (greedy && (temp || topk || topp || seed))
+    if (g->greedy && (g->temp || g->topk || g->topp || g->seed))
         return memra_fail(err, MEMRA_E_INVALID, "--greedy excludes --temp, --top-k, --top-p and --seed");
-    if (!temp && (topk || topp || seed))
+    if (!g->temp && (g->topk || g->topp || g->seed))
         return memra_fail(err, MEMRA_E_INVALID, "--top-k, --top-p and --seed sample: they need --temp T");
-    cfg->sampled = temp;
+    cfg->sampled = g->temp;
     if (!cfg->sampled)
         memset(&cfg->sample, 0, sizeof cfg->sample); /* temperature 0: greedy */
     if ((cfg->arm_a == NULL) != (cfg->arm_b == NULL))
@@ -220,6 +216,30 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
         return memra_fail(err, MEMRA_E_INVALID, "--prime %u plus --gen %u is more than %u steps", cfg->prime, cfg->gen,
                           GATE_MAX_STEPS);
     return MEMRA_OK;
+}
+
+memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err) {
+    *cfg = (gate_config){.prime = GATE_DEFAULT_PRIME, .gen = GATE_DEFAULT_GEN, .rows = GATE_DEFAULT_ROWS,
+                         .sample = {.top_p = 1.0f, .seed = 1}, .compare_text = "exact"};
+    given g = {0};
+    memra_status st = MEMRA_OK;
+    for (int i = 1; i < argc && st == MEMRA_OK; i++) {
+        const char *arg = argv[i], *eq = strchr(arg, '='), *v = NULL;
+        char opt[64];
+        size_t olen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (olen >= sizeof opt || arg[0] != '-')
+            return memra_fail(err, MEMRA_E_INVALID, "unexpected argument '%s' (options start with --; see --help)",
+                              arg);
+        memcpy(opt, arg, olen);
+        opt[olen] = '\0';
+        if (is_flag(opt))
+            st = eq ? memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt) : set_flag(opt, cfg, &g);
+        else if ((st = take_value(argc, argv, &i, eq, opt, &v, err)) == MEMRA_OK)
+            st = set_option(opt, v, cfg, &g, err);
+    }
+    if (st != MEMRA_OK || cfg->help)
+        return st;
+    return check_config(cfg, &g, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -300,7 +320,8 @@ static const char help_text[] =
     "  --help, -h           this text\n"
     "\n"
     "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure\n"
-    "(timing rows), carry_check (--rows 0), profile (--profile windows), summary, verdict. Arms that\n"
+    "(timing rows), carry_check (--rows 0), profile (--profile windows), summary, verdict; every\n"
+    "field is documented in gates/RECORDS.md. Arms that\n"
     "resolve to the same configuration (window aside) are flagged \"arms_identical\" and warned of:\n"
     "their comparison proves determinism only.\n"
     "exit codes: 0 pass, 1 mismatch (a step, a timing row, the carry check or a profile window) or\n"
@@ -312,7 +333,6 @@ void gate_cli_help(FILE *f, memra_registry *r) {
     fputs(help_text, f);
     fputs("arm keys (ARM = BACKEND[:key=value,...]; a list value such as devices=0,1 keeps its commas):\n", f);
     help_keys(f, "core", memra_core_arm_keys, memra_core_arm_key_count);
-    help_keys(f, "gate", gate_caller_keys, gate_caller_key_count);
     if (!r) {
         fputs("  (no plugin registry: placement and backend keys unavailable)\n", f);
         return;

@@ -108,53 +108,65 @@ static bool written(const dump_list *before, const dump_file *f) {
            old->mtime.tv_nsec != f->mtime.tv_nsec;
 }
 
-memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, const memra_state *s, const char *scope,
-                             memra_status (*dump)(memra_backend *, const memra_state *, const char *, memra_error *),
-                             memra_error *err) {
+/* Records a failure in out (and err) and returns st. */
+static memra_status dump_failed(gate_dump_result *out, memra_status st, memra_error *err) {
+    out->failed = true;
+    snprintf(out->error, sizeof out->error, "%s", err && err->msg[0] ? err->msg : memra_status_name(st));
+    return st;
+}
+
+memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope,
+                             gate_dump_result *out, memra_error *err) {
     const char *dir = ctx->cfg->dump_dir;
-    gate_json *j = &ctx->json;
-    char sub[PATH_MAX];
+    memset(out, 0, sizeof *out);
     size_t len = strlen(dir);
-    int n = snprintf(sub, sizeof sub, "%s%s%s-%s", dir, len && dir[len - 1] == '/' ? "" : "/", arm->name, scope);
-    if (n < 0 || (size_t)n >= sizeof sub)
-        return memra_fail(err, MEMRA_E_INVALID, "--dump-graphs %s: the path is too long", dir);
-    gj_str(j, "dump_dir", sub);
-    if (mkdir(sub, 0777) != 0 && errno != EEXIST) {
-        memra_status st =
-            memra_fail(err, MEMRA_E_IO, "--dump-graphs %s: cannot create %s: %s", dir, sub, strerror(errno));
-        gj_str(j, "dump_error", err->msg);
-        return st;
-    }
+    int n = snprintf(out->dir, sizeof out->dir, "%s%s%s-%s", dir, len && dir[len - 1] == '/' ? "" : "/", arm->name,
+                     scope);
+    if (n < 0 || (size_t)n >= sizeof out->dir)
+        return dump_failed(out, memra_fail(err, MEMRA_E_INVALID, "--dump-graphs %s: the path is too long", dir),
+                           err);
+    const char *sub = out->dir;
+    if (mkdir(sub, 0777) != 0 && errno != EEXIST)
+        return dump_failed(
+            out, memra_fail(err, MEMRA_E_IO, "--dump-graphs %s: cannot create %s: %s", dir, sub, strerror(errno)),
+            err);
     dump_list before = {0}, after = {0};
     memra_status st = list_dir(dir, sub, &before, err);
     if (st == MEMRA_OK) {
         memra_error derr = {0};
-        st = dump(arm->be, s, sub, &derr);
+        st = memra_arm_dump_graphs(s, sub, &derr);
         if (st != MEMRA_OK)
-            memra_fail(err, st, "--dump-graphs %s: arm %s (%s), %s state: %s", dir, arm->name,
-                       memra_arm_text(arm->arm), scope, derr.msg[0] ? derr.msg : memra_status_name(st));
+            memra_fail(err, st, "--dump-graphs %s: %s state: %s", dir, scope,
+                       derr.msg[0] ? derr.msg : memra_status_name(st));
     }
     if (st == MEMRA_OK)
         st = list_dir(dir, sub, &after, err);
-    if (st != MEMRA_OK) {
-        gj_str(j, "dump_error", err->msg);
-        list_free(&before);
-        return st;
+    if (st == MEMRA_OK && after.n) {
+        out->files = calloc(after.n, sizeof *out->files);
+        if (!out->files)
+            st = memra_fail(err, MEMRA_E_NOMEM, "out of memory listing %s", sub);
     }
-    uint32_t count = 0;
-    gj_arr(j, "dumped");
-    for (uint32_t i = 0; i < after.n; i++) {
+    for (uint32_t i = 0; st == MEMRA_OK && i < after.n; i++) {
         if (!written(&before, &after.files[i]))
             continue;
-        char path[PATH_MAX + 260];
-        int m = snprintf(path, sizeof path, "%s/%s", sub, after.files[i].name);
-        gj_str(j, NULL, m > 0 && (size_t)m < sizeof path ? path : after.files[i].name);
-        count++;
+        size_t need = strlen(sub) + 1 + strlen(after.files[i].name) + 1;
+        char *path = malloc(need);
+        if (!path) {
+            st = memra_fail(err, MEMRA_E_NOMEM, "out of memory listing %s", sub);
+            break;
+        }
+        snprintf(path, need, "%s/%s", sub, after.files[i].name);
+        out->files[out->n_files++] = path;
     }
-    gj_arr_end(j);
-    gj_u64(j, "dumped_count", count);
-    ctx->out.dumped_files += count;
     list_free(&before);
     list_free(&after);
-    return MEMRA_OK;
+    return st == MEMRA_OK ? st : dump_failed(out, st, err);
+}
+
+void gate_dump_result_free(gate_dump_result *d) {
+    for (uint32_t i = 0; i < d->n_files; i++)
+        free(d->files[i]);
+    free(d->files);
+    d->files = NULL;
+    d->n_files = 0;
 }

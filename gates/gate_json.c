@@ -1,50 +1,86 @@
 /* gate_json.c: the JSON-line writer of memra-gate (see gate_json.h). */
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gate_json.h"
 #include "memra/digest.h"
 
-static void put_string(FILE *f, const char *s) {
-    fputc('"', f);
+static void put(gate_json *j, const char *s, size_t n) {
+    if (j->oom)
+        return;
+    if (j->len + n + 1 > j->cap) {
+        size_t cap = j->cap ? j->cap : 4096;
+        while (cap < j->len + n + 1)
+            cap *= 2;
+        char *grown = realloc(j->buf, cap);
+        if (!grown) {
+            j->oom = true;
+            return;
+        }
+        j->buf = grown;
+        j->cap = cap;
+    }
+    memcpy(j->buf + j->len, s, n);
+    j->len += n;
+}
+
+static void putc_(gate_json *j, char c) { put(j, &c, 1); }
+static void puts_(gate_json *j, const char *s) { put(j, s, strlen(s)); }
+
+static void putf(gate_json *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(gate_json *j, const char *fmt, ...) {
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        put(j, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static void put_string(gate_json *j, const char *s) {
+    putc_(j, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
+        case '"': puts_(j, "\\\""); break;
+        case '\\': puts_(j, "\\\\"); break;
+        case '\n': puts_(j, "\\n"); break;
+        case '\r': puts_(j, "\\r"); break;
+        case '\t': puts_(j, "\\t"); break;
         default:
             if (*p < 0x20)
-                fprintf(f, "\\u%04x", *p);
+                putf(j, "\\u%04x", *p);
             else
-                fputc(*p, f);
+                putc_(j, (char)*p);
         }
     }
-    fputc('"', f);
+    putc_(j, '"');
 }
 
 /* Writes the separator and the key (if any) before a member. */
 static void member(gate_json *j, const char *key) {
     if (j->has_member[j->depth])
-        fputc(',', j->f);
+        putc_(j, ',');
     j->has_member[j->depth] = true;
     if (key) {
-        put_string(j->f, key);
-        fputc(':', j->f);
+        put_string(j, key);
+        putc_(j, ':');
     }
 }
 
 static void open_nested(gate_json *j, const char *key, char bracket) {
     member(j, key);
-    fputc(bracket, j->f);
+    putc_(j, bracket);
     if (j->depth + 1 < GJ_DEPTH)
         j->depth++;
     j->has_member[j->depth] = false;
 }
 
 static void close_nested(gate_json *j, char bracket) {
-    fputc(bracket, j->f);
+    putc_(j, bracket);
     if (j->depth > 0)
         j->depth--;
 }
@@ -52,13 +88,32 @@ static void close_nested(gate_json *j, char bracket) {
 void gj_begin(gate_json *j, const char *record) {
     j->depth = 0;
     j->has_member[0] = false;
-    fputc('{', j->f);
+    j->len = 0;
+    j->oom = false;
+    putc_(j, '{');
     gj_str(j, "record", record);
 }
 
+static void fail(gate_json *j, const char *why) {
+    if (!j->failed)
+        snprintf(j->failure, sizeof j->failure, "%s", why);
+    j->failed = true;
+}
+
 void gj_end(gate_json *j) {
-    fputs("}\n", j->f);
-    fflush(j->f);
+    puts_(j, "}\n");
+    if (!j->f)
+        return;
+    if (j->oom) {
+        fail(j, "out of memory building a record: it was not written");
+        return;
+    }
+    errno = 0;
+    if (fwrite(j->buf, 1, j->len, j->f) != j->len || fflush(j->f) != 0) {
+        char why[200];
+        snprintf(why, sizeof why, "a record could not be written: %s", errno ? strerror(errno) : "write error");
+        fail(j, why);
+    }
 }
 
 void gj_obj(gate_json *j, const char *key) { open_nested(j, key, '{'); }
@@ -69,37 +124,37 @@ void gj_arr_end(gate_json *j) { close_nested(j, ']'); }
 void gj_str(gate_json *j, const char *key, const char *value) {
     member(j, key);
     if (value)
-        put_string(j->f, value);
+        put_string(j, value);
     else
-        fputs("null", j->f);
+        puts_(j, "null");
 }
 
 void gj_u64(gate_json *j, const char *key, uint64_t value) {
     member(j, key);
-    fprintf(j->f, "%llu", (unsigned long long)value);
+    putf(j, "%llu", (unsigned long long)value);
 }
 
 void gj_i64(gate_json *j, const char *key, int64_t value) {
     member(j, key);
-    fprintf(j->f, "%lld", (long long)value);
+    putf(j, "%lld", (long long)value);
 }
 
 void gj_f64(gate_json *j, const char *key, double value) {
     member(j, key);
     if (isfinite(value))
-        fprintf(j->f, "%.17g", value);
+        putf(j, "%.17g", value);
     else
-        fputs("null", j->f);
+        puts_(j, "null");
 }
 
 void gj_bool(gate_json *j, const char *key, bool value) {
     member(j, key);
-    fputs(value ? "true" : "false", j->f);
+    puts_(j, value ? "true" : "false");
 }
 
 void gj_null(gate_json *j, const char *key) {
     member(j, key);
-    fputs("null", j->f);
+    puts_(j, "null");
 }
 
 void gj_hex(gate_json *j, const char *key, const uint8_t *digest32) {
@@ -110,4 +165,10 @@ void gj_hex(gate_json *j, const char *key, const uint8_t *digest32) {
     char hex[MEMRA_SHA256_HEX];
     memra_sha256_hex(digest32, hex);
     gj_str(j, key, hex);
+}
+
+void gj_free(gate_json *j) {
+    free(j->buf);
+    j->buf = NULL;
+    j->len = j->cap = 0;
 }

@@ -1,12 +1,16 @@
-/* gate_json.h: a small streaming writer for the gate's JSON-line records.
+/* gate_json.h: a small writer for the gate's JSON-line records.
  *
- * One record is one object on one line: gj_begin, members, gj_end (which writes the newline and
- * flushes, so a reader tailing the file sees whole records). Strings are escaped; doubles that
- * are not finite are written as null (JSON has no NaN). Nesting is bounded by GJ_DEPTH. */
+ * One record is one object on one line: gj_begin, members, gj_end. The members are built in
+ * memory and gj_end writes the whole line (newline included) in one call and flushes, so a
+ * reader tailing the file sees whole records, and a record is written whole or not at all: a
+ * record that could not be built or written sets `failed` (the gate then does not exit 0).
+ * Strings are escaped; doubles that are not finite are written as null (JSON has no NaN).
+ * Nesting is bounded by GJ_DEPTH. */
 #ifndef MEMRA_GATE_JSON_H
 #define MEMRA_GATE_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,6 +20,11 @@ typedef struct gate_json {
     FILE *f;
     int depth;
     bool has_member[GJ_DEPTH]; /* a comma is due before the next member at this depth */
+    char *buf;                 /* the record being built */
+    size_t len, cap;
+    bool oom;         /* the record being built ran out of memory: it is dropped */
+    bool failed;      /* a record could not be written (or built) */
+    char failure[256];
 } gate_json;
 
 /* key is NULL for an element of an array. */
@@ -33,5 +42,7 @@ void gj_bool(gate_json *j, const char *key, bool value);
 void gj_null(gate_json *j, const char *key);
 /* A SHA-256 as 64 hex digits; NULL: null. */
 void gj_hex(gate_json *j, const char *key, const uint8_t *digest32);
+/* Frees the line buffer (the FILE is the caller's). */
+void gj_free(gate_json *j);
 
 #endif

@@ -88,17 +88,15 @@ uint64_t cli_peak_rss(void);
 typedef struct cli_session {
     memra_loaded_model *lm;
     memra_registry *reg;
-    memra_arm *arm;
-    const memra_backend_vtable *vt;
-    memra_backend *b;
+    memra_arm *arm; /* every backend call goes through the arm layer (memra/arm.h) */
 } cli_session;
 
 /* Loads the model and opens the arm; prints the failure and returns its exit code. */
 int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s);
 void cli_session_close(cli_session *s);
-/* One serial step: begin then end. token may be MEMRA_TOKEN_FROM_DEVICE; sample NULL: none;
- * logits NULL: not copied out. */
-memra_status cli_step(cli_session *s, memra_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
+/* One serial step through the arm layer: begin then end. token may be MEMRA_TOKEN_FROM_DEVICE;
+ * sample NULL: none; logits NULL: not copied out. */
+memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err);
 /* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
  * token's row) and an f32 KV cache of positions [0, pos] (the figure behind GB/s). */

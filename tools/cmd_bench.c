@@ -71,7 +71,7 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
     bool tty = isatty(STDERR_FILENO);
     uint32_t capacity = ba->prime + ba->n_gen;
     uint32_t total_reps = ba->warmup + ba->reps;
-    memra_state *prefix = NULL, *work = NULL;
+    memra_arm_state *prefix = NULL, *work = NULL;
     int64_t *first = malloc(ba->n_gen * sizeof *first);
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
@@ -79,13 +79,13 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
         cli_error(cmd, "out of memory");
         return rc;
     }
-    if (ss->vt->state_new(ss->b, capacity, 1, &prefix, &err) != MEMRA_OK ||
-        ss->vt->state_new(ss->b, capacity, 1, &work, &err) != MEMRA_OK)
+    if (memra_arm_state_new(ss->arm, capacity, &prefix, &err) != MEMRA_OK ||
+        memra_arm_state_new(ss->arm, capacity, &work, &err) != MEMRA_OK)
         goto fail;
     for (uint32_t i = 0; i < ba->prime; i++) {
         memra_step_result res;
         bool last = i + 1 == ba->prime;
-        if (cli_step(ss, prefix, prime_token(m, i), last ? &greedy : NULL, NULL, &res, &err) != MEMRA_OK) {
+        if (cli_step(prefix, prime_token(m, i), last ? &greedy : NULL, NULL, &res, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "priming, step %u", i);
             goto fail;
         }
@@ -93,14 +93,14 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
             progress(i + 1, ba->prime, "priming");
     }
     for (uint32_t r = 0; r < total_reps; r++) {
-        if (ss->vt->state_restore(ss->b, work, prefix, &err) != MEMRA_OK) {
+        if (memra_arm_state_restore(work, prefix, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "repetition %u: restoring the prefix", r + 1);
             goto fail;
         }
         double t0 = cli_now();
         for (uint32_t k = 0; k < ba->n_gen; k++) {
             memra_step_result res;
-            if (cli_step(ss, work, MEMRA_TOKEN_FROM_DEVICE, &greedy, NULL, &res, &err) != MEMRA_OK) {
+            if (cli_step(work, MEMRA_TOKEN_FROM_DEVICE, &greedy, NULL, &res, &err) != MEMRA_OK) {
                 memra_error_prefix(&err, "repetition %u, step %u (position %u)", r + 1, k, ba->prime + k);
                 goto fail;
             }
@@ -120,17 +120,15 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
             progress(r + 1, total_reps, r < ba->warmup ? "warm-up" : "timed");
     }
     /* Memory while both states are live: what a decode at this capacity holds. */
-    br->mem.struct_size = sizeof br->mem;
-    br->have_mem = ss->vt->memory && ss->vt->memory(ss->b, &br->mem, &err) == MEMRA_OK;
+    if (memra_arm_memory(ss->arm, &br->mem, &br->have_mem, &err) != MEMRA_OK)
+        br->have_mem = false;
     rc = CLI_EXIT_OK;
     goto out;
 fail:
     rc = cli_fail(cmd, &err);
 out:
-    if (work)
-        ss->vt->state_free(ss->b, work);
-    if (prefix)
-        ss->vt->state_free(ss->b, prefix);
+    memra_arm_state_free(work);
+    memra_arm_state_free(prefix);
     free(first);
     return rc;
 }
@@ -138,16 +136,19 @@ out:
 static void bench_describe_device(cli_session *ss, bench_result *br) {
     snprintf(br->device, sizeof br->device, "%s", memra_arm_backend_name(ss->arm));
     memra_error err = {0};
-    const memra_ext_bench_v1 *ext = ss->vt->extension ? ss->vt->extension(ss->b, MEMRA_EXT_BENCH, 1) : NULL;
-    if (ext && ext->struct_size >= sizeof *ext) {
-        if (ext->device_name && ext->device_name(ss->b, br->device, sizeof br->device, &err) != MEMRA_OK)
-            snprintf(br->device, sizeof br->device, "%s (device name failed: %.60s)",
-                     memra_arm_backend_name(ss->arm), err.msg);
-        if (ext->measure_ceiling &&
-            ext->measure_ceiling(ss->b, &br->ceiling, br->ceiling_how, sizeof br->ceiling_how, &err) != MEMRA_OK) {
-            br->ceiling = 0;
+    memra_status st = memra_arm_device_name(ss->arm, br->device, sizeof br->device, &err);
+    if (st != MEMRA_OK && st != MEMRA_E_UNSUPPORTED)
+        snprintf(br->device, sizeof br->device, "%s (device name failed: %.60s)", memra_arm_backend_name(ss->arm),
+                 err.msg);
+    else if (st != MEMRA_OK)
+        snprintf(br->device, sizeof br->device, "%s", memra_arm_backend_name(ss->arm));
+    st = memra_arm_measure_ceiling(ss->arm, &br->ceiling, br->ceiling_how, sizeof br->ceiling_how, &err);
+    if (st != MEMRA_OK) {
+        br->ceiling = 0;
+        if (st == MEMRA_E_UNSUPPORTED)
+            br->ceiling_how[0] = '\0';
+        else
             snprintf(br->ceiling_how, sizeof br->ceiling_how, "measurement failed: %.200s", err.msg);
-        }
     }
 }
 

@@ -145,7 +145,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     int64_t *seq = malloc(((size_t)ra->n_prompt + ra->n_gen) * sizeof *seq);
     float *logits = ra->dump_path ? malloc((size_t)m->n_vocab * sizeof *logits) : NULL;
     FILE *dump = NULL;
-    memra_state *st = NULL;
+    memra_arm_state *st = NULL;
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
     if (!seq || (ra->dump_path && !logits)) {
@@ -157,7 +157,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
         cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
         goto out;
     }
-    if (ss->vt->state_new(ss->b, steps + 1, 1, &st, &err) != MEMRA_OK) {
+    if (memra_arm_state_new(ss->arm, steps + 1, &st, &err) != MEMRA_OK) {
         rc = cli_fail(cmd, &err);
         goto out;
     }
@@ -165,7 +165,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     for (uint32_t k = 0; k < steps; k++) {
         memra_step_result res;
         bool sample = k + 1 >= ra->n_prompt && ra->n_gen > 0;
-        if (cli_step(ss, st, seq[k], sample ? &ra->sample : NULL, logits, &res, &err) != MEMRA_OK) {
+        if (cli_step(st, seq[k], sample ? &ra->sample : NULL, logits, &res, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "step %u (position %u)", k, k);
             rc = cli_fail(cmd, &err);
             goto out;
@@ -195,8 +195,9 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
 
     char b1[32], b2[32], b3[32];
     uint64_t cache = 4ull * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v) * (steps + 1);
-    memra_backend_memory mem = {.struct_size = sizeof mem};
-    if (ss->vt->memory && ss->vt->memory(ss->b, &mem, &err) == MEMRA_OK && mem.cache_bytes)
+    memra_backend_memory mem;
+    bool have_mem = false;
+    if (memra_arm_memory(ss->arm, &mem, &have_mem, &err) == MEMRA_OK && have_mem && mem.cache_bytes)
         cache = mem.cache_bytes;
     uint32_t decode_steps = steps - ra->n_prompt;
     double dt = t_end - t_prompt;
@@ -212,8 +213,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
 out:
     if (dump)
         fclose(dump);
-    if (st)
-        ss->vt->state_free(ss->b, st);
+    memra_arm_state_free(st);
     free(seq);
     free(logits);
     return rc;

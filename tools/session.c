@@ -1,5 +1,5 @@
-/* session.c: what memra run and memra bench share: load a model, open an arm on it through
- * memra/runtime.h, and take serial steps. */
+/* session.c: what memra run and memra bench share: load a model (memra/runtime.h), open an arm on
+ * it and take serial steps (memra/arm.h). */
 #include <string.h>
 
 #include "cli.h"
@@ -12,10 +12,8 @@ int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_
         goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
-    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, 0, &s->arm, &err) != MEMRA_OK)
+    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK)
         goto fail;
-    s->vt = memra_arm_vtable(s->arm);
-    s->b = memra_arm_backend(s->arm);
     return CLI_EXIT_OK;
 fail:
     rc = cli_fail(cmd, &err);
@@ -31,15 +29,15 @@ void cli_session_close(cli_session *s) {
     memset(s, 0, sizeof *s);
 }
 
-memra_status cli_step(cli_session *s, memra_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
+memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err) {
     memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
-    memra_status rc = s->vt->step_begin(s->b, st, &args, err);
+    memra_status rc = memra_arm_step_begin(st, &args, err);
     if (rc != MEMRA_OK)
         return rc;
     memset(res, 0, sizeof *res);
     res->struct_size = sizeof *res;
-    return s->vt->step_end(s->b, st, logits, res, err);
+    return memra_arm_step_end(st, logits, res, err);
 }
 
 uint64_t cli_step_bytes(const memra_model *m, uint64_t pos) {

@@ -1,193 +1,651 @@
-/* arm.c: parsing arm strings (BACKEND[:key=value,...]) and reading their options. */
-#include <ctype.h>
-#include <errno.h>
+/* arm.c: the arm layer (memra/arm.h). Every caller reaches a backend through here: opening an arm
+ * (parse, plugins, key check, plan, open, resolve), its states, a windowed step, digests,
+ * restore, counters, memory and extensions. The checks every backend would otherwise repeat are
+ * made here once, before the vtable call, and every message leaving the layer is prefixed here,
+ * in one place (arm_prefix), with the arm's name. */
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "memra/arm.h"
 
-const char *memra_options_get(const memra_options *opts, const char *key) {
-    for (uint32_t i = 0; opts && i < opts->n; i++)
-        if (strcmp(opts->items[i].key, key) == 0)
-            return opts->items[i].value;
-    return NULL;
+const memra_option_spec memra_core_arm_keys[] = {
+    {MEMRA_ARM_KEY_PLACEMENT, "default", "placement plugin that plans stages, devices and ranks"},
+    {MEMRA_ARM_KEY_WINDOW, "1", "steps kept in flight (1 = serial; at most 64): a pipelined arm begins up to "
+                                "this many steps before it ends the oldest"},
+};
+const uint32_t memra_core_arm_key_count = sizeof memra_core_arm_keys / sizeof memra_core_arm_keys[0];
+
+#define ARM_TEXT_MAX 512
+#define ARM_LABEL_MAX 64
+#define ARM_KEYS_MAX 96
+#define ARM_WHY_MAX 512
+
+struct memra_arm {
+    char text[ARM_TEXT_MAX];
+    char label[ARM_LABEL_MAX];
+    char prefix[ARM_TEXT_MAX + ARM_LABEL_MAX + 16]; /* "arm a (TEXT)" or "arm 'TEXT'" */
+    char backend_name[MEMRA_BACKEND_NAME_MAX];
+    const memra_model *model;
+    memra_options opts;
+    memra_options resolved;
+    const memra_plugin *plugin;
+    const memra_plugin *placement;
+    const memra_backend_vtable *vt;
+    memra_backend *backend;
+    memra_plan plan;
+    memra_option_spec keys[ARM_KEYS_MAX];
+    uint32_t n_keys;
+    uint32_t window;
+};
+
+struct memra_arm_state {
+    memra_arm *arm;
+    memra_state *st;
+    uint32_t capacity;
+    uint32_t next_pos;                      /* the position the next step begins at */
+    uint32_t in_flight;                     /* steps begun and not ended */
+    uint32_t head;                          /* ring index of the oldest step in flight */
+    bool sampled[MEMRA_ARM_MAX_WINDOW];     /* per step in flight: whether it samples */
+    bool carry;                             /* the last step begun sampled (or the restored source's did) */
+    bool quarantined;
+    char why[ARM_WHY_MAX];                  /* what quarantined it */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Messages                                                                                    */
+
+/* Removes a leading "PREFIX: " from msg when present, so a message that already names the arm
+ * (memra_arm_parse and memra_options_check say "arm 'TEXT': ...", a callback may pass on a
+ * message of this layer) is named once. */
+static void strip_leading(char *msg, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(msg, prefix, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        memmove(msg, msg + n + 2, strlen(msg + n + 2) + 1);
 }
 
-memra_status memra_options_set(memra_options *opts, const char *key, const char *value, memra_error *err) {
-    if (strlen(key) >= MEMRA_OPT_KEY_MAX || strlen(key) == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "option key '%s' is empty or longer than %d characters", key,
-                          MEMRA_OPT_KEY_MAX - 1);
-    if (strlen(value) >= MEMRA_OPT_VALUE_MAX)
-        return memra_fail(err, MEMRA_E_INVALID, "value of option '%s' is longer than %d characters", key,
-                          MEMRA_OPT_VALUE_MAX - 1);
-    uint32_t i = 0;
-    while (i < opts->n && strcmp(opts->items[i].key, key) != 0)
-        i++;
-    if (i == opts->n) {
-        if (opts->n == MEMRA_OPT_MAX)
-            return memra_fail(err, MEMRA_E_INVALID, "too many options (at most %d)", MEMRA_OPT_MAX);
-        opts->n++;
-        snprintf(opts->items[i].key, MEMRA_OPT_KEY_MAX, "%s", key);
+/* The one place a message of the layer gets the arm's name: "arm a (TEXT): [where: ]message".
+ * `where` may be NULL. Returns st. */
+static memra_status arm_prefix(const memra_arm *a, memra_status st, memra_error *err, const char *where) {
+    if (!err)
+        return st;
+    char plain[ARM_TEXT_MAX + 8];
+    snprintf(plain, sizeof plain, "arm '%s'", a->text);
+    strip_leading(err->msg, a->prefix);
+    strip_leading(err->msg, plain);
+    if (where)
+        memra_error_prefix(err, "%s: %s", a->prefix, where);
+    else
+        memra_error_prefix(err, "%s", a->prefix);
+    err->status = st;
+    return st;
+}
+
+/* Fails with a message of the layer itself, prefixed. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static memra_status arm_fail(const memra_arm *a, memra_error *err, memra_status status, const char *fmt, ...) {
+    if (!err)
+        return status;
+    char msg[MEMRA_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    memra_fail(err, status, "%s", msg);
+    return arm_prefix(a, status, err, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Opening                                                                                     */
+
+static void add_keys(memra_arm *a, const memra_option_spec *specs, uint32_t n) {
+    for (uint32_t i = 0; specs && i < n && a->n_keys < ARM_KEYS_MAX; i++) {
+        uint32_t k = 0;
+        while (k < a->n_keys && strcmp(a->keys[k].key, specs[i].key) != 0)
+            k++;
+        if (k == a->n_keys)
+            a->keys[a->n_keys++] = specs[i];
     }
-    snprintf(opts->items[i].value, MEMRA_OPT_VALUE_MAX, "%s", value);
+}
+
+/* Writes stages, splits, devices and tp as the plan has them, for keys the arm knows. */
+static memra_status plan_keys(memra_arm *a, memra_error *err) {
+    const memra_plan *p = &a->plan;
+    char stages[16], splits[MEMRA_OPT_VALUE_MAX] = "", devices[MEMRA_OPT_VALUE_MAX] = "", tp[16];
+    snprintf(stages, sizeof stages, "%u", p->n_stages);
+    snprintf(tp, sizeof tp, "%u", p->n_stages ? p->stages[0].n_ranks : 1);
+    size_t su = 0, du = 0;
+    for (uint32_t i = 0; i < p->n_stages; i++) {
+        if (i > 0 && su < sizeof splits)
+            su += (size_t)snprintf(splits + su, sizeof splits - su, "%s%u", su ? "," : "", p->stages[i].layer_begin);
+        if (du < sizeof devices)
+            du += (size_t)snprintf(devices + du, sizeof devices - du, "%s%d", i ? "," : "", p->stages[i].device);
+    }
+    const char *keys[4] = {"stages", "splits", "devices", "tp"};
+    const char *vals[4] = {stages, splits[0] ? splits : "none", devices, tp};
+    for (int k = 0; k < 4; k++) {
+        if (!memra_options_get(&a->resolved, keys[k]))
+            continue; /* not a key of this arm's placement */
+        memra_status st = memra_options_set(&a->resolved, keys[k], vals[k], err);
+        if (st != MEMRA_OK)
+            return st;
+    }
     return MEMRA_OK;
 }
 
-static int valid_key_char(char c) { return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.'; }
-
-memra_status memra_arm_parse(const char *arm, char backend[MEMRA_BACKEND_NAME_MAX], memra_options *opts,
-                             memra_error *err) {
-    memset(opts, 0, sizeof *opts);
-    backend[0] = '\0';
-    if (!arm || !*arm)
-        return memra_fail(err, MEMRA_E_INVALID, "empty arm: expected BACKEND[:key=value,...]");
-    const char *colon = strchr(arm, ':');
-    size_t blen = colon ? (size_t)(colon - arm) : strlen(arm);
-    if (blen == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': no backend name before ':'", arm);
-    if (blen >= MEMRA_BACKEND_NAME_MAX)
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': backend name longer than %d characters", arm,
-                          MEMRA_BACKEND_NAME_MAX - 1);
-    for (size_t i = 0; i < blen; i++)
-        if (!valid_key_char(arm[i]))
-            return memra_fail(err, MEMRA_E_INVALID, "arm '%s': backend name has the character '%c'", arm, arm[i]);
-    memcpy(backend, arm, blen);
-    backend[blen] = '\0';
-    if (!colon)
-        return MEMRA_OK;
-    const char *p = colon + 1;
-    if (!*p)
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': nothing after ':'", arm);
-    int cur = -1; /* the option a bare item continues (devices=0,1) */
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        if (len == 0)
-            return memra_fail(err, MEMRA_E_INVALID, "arm '%s': empty item between commas", arm);
-        if (eq) {
-            size_t klen = (size_t)(eq - p);
-            if (klen == 0)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': an item has '=' but no key", arm);
-            if (klen >= MEMRA_OPT_KEY_MAX)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': key '%.*s' is too long", arm, (int)klen, p);
-            char key[MEMRA_OPT_KEY_MAX];
-            memcpy(key, p, klen);
-            key[klen] = '\0';
-            for (size_t i = 0; i < klen; i++)
-                if (!valid_key_char(key[i]))
-                    return memra_fail(err, MEMRA_E_INVALID, "arm '%s': key '%s' has the character '%c'", arm, key,
-                                      key[i]);
-            if (memra_options_get(opts, key))
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': key '%s' is given twice", arm, key);
-            size_t vlen = len - klen - 1;
-            if (vlen == 0)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': key '%s' has an empty value", arm, key);
-            if (vlen >= MEMRA_OPT_VALUE_MAX)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': value of '%s' is too long", arm, key);
-            char value[MEMRA_OPT_VALUE_MAX];
-            memcpy(value, eq + 1, vlen);
-            value[vlen] = '\0';
-            memra_status st = memra_options_set(opts, key, value, err);
+/* Given values win; every other known key gets its spec's default; the backend's
+ * resolve_options, when it has one, says what it will use. */
+static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *err) {
+    const memra_backend_vtable *vt = a->vt;
+    memra_options from_backend = {0};
+    bool have_backend = false;
+    if (MEMRA_HAS_MEMBER(vt, memra_backend_vtable, resolve_options) && vt->resolve_options) {
+        memra_status st = vt->resolve_options(host, &a->opts, &from_backend, err);
+        if (st != MEMRA_OK)
+            return st;
+        have_backend = true;
+    }
+    a->resolved = (memra_options){0};
+    for (uint32_t k = 0; k < a->n_keys; k++) {
+        const char *key = a->keys[k].key;
+        const char *v = have_backend ? memra_options_get(&from_backend, key) : NULL;
+        if (!v)
+            v = memra_options_get(&a->opts, key);
+        if (!v)
+            v = a->keys[k].default_value ? a->keys[k].default_value : "";
+        memra_status st = memra_options_set(&a->resolved, key, v, err);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    /* The plan is the truth for the placement's keys: "splits=3" alone means two stages. */
+    memra_status st = plan_keys(a, err);
+    if (st != MEMRA_OK)
+        return st;
+    /* The window in force, as the layer reads it. */
+    char window[16];
+    snprintf(window, sizeof window, "%u", a->window);
+    if ((st = memra_options_set(&a->resolved, MEMRA_ARM_KEY_WINDOW, window, err)) != MEMRA_OK)
+        return st;
+    for (uint32_t i = 0; have_backend && i < from_backend.n; i++) /* keys only the backend knows */
+        if (!memra_options_get(&a->resolved, from_backend.items[i].key)) {
+            st = memra_options_set(&a->resolved, from_backend.items[i].key, from_backend.items[i].value, err);
             if (st != MEMRA_OK)
                 return st;
-            cur = (int)opts->n - 1;
-        } else {
-            if (cur < 0)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': item '%.*s' is not key=value", arm, (int)len, p);
-            memra_option *o = &opts->items[cur];
-            size_t have = strlen(o->value);
-            if (have + 1 + len >= MEMRA_OPT_VALUE_MAX)
-                return memra_fail(err, MEMRA_E_INVALID, "arm '%s': value of '%s' is too long", arm, o->key);
-            o->value[have] = ',';
-            memcpy(o->value + have + 1, p, len);
-            o->value[have + 1 + len] = '\0';
         }
-        if (!end)
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text, const char *label,
+                            const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_arm **out,
+                            memra_error *err) {
+    if (!out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_open: out is NULL");
+    *out = NULL;
+    if (!r || !m || !arm_text)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_open: the registry, model or arm text is NULL");
+    if (strlen(arm_text) >= ARM_TEXT_MAX)
+        return memra_fail(err, MEMRA_E_INVALID, "arm '%.40s...' is longer than %d characters", arm_text,
+                          ARM_TEXT_MAX - 1);
+    if (label && strlen(label) >= ARM_LABEL_MAX)
+        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': its label '%.40s...' is longer than %d characters",
+                          arm_text, label, ARM_LABEL_MAX - 1);
+    memra_arm *a = calloc(1, sizeof *a);
+    if (!a)
+        return memra_fail(err, MEMRA_E_NOMEM, "out of memory opening arm '%s'", arm_text);
+    snprintf(a->text, sizeof a->text, "%s", arm_text);
+    snprintf(a->label, sizeof a->label, "%s", label ? label : "");
+    if (label)
+        snprintf(a->prefix, sizeof a->prefix, "arm %s (%s)", a->label, a->text);
+    else
+        snprintf(a->prefix, sizeof a->prefix, "arm '%s'", a->text);
+    a->model = m;
+    const memra_host *host = memra_registry_host(r);
+
+    memra_status st = memra_arm_parse(arm_text, a->backend_name, &a->opts, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    st = memra_registry_load(r, a->backend_name, MEMRA_PLUGIN_BACKEND, &a->plugin, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    const char *placement_name = memra_options_get(&a->opts, MEMRA_ARM_KEY_PLACEMENT);
+    st = memra_registry_load(r, placement_name ? placement_name : "default", MEMRA_PLUGIN_PLACEMENT, &a->placement,
+                             err);
+    if (st != MEMRA_OK)
+        goto fail;
+    a->vt = a->plugin->backend;
+    const memra_placement_vtable *pv = a->placement->placement;
+    add_keys(a, pv->options, pv->n_options);
+    add_keys(a, a->vt->options, a->vt->n_options);
+    add_keys(a, memra_core_arm_keys, memra_core_arm_key_count);
+    add_keys(a, caller_keys, n_caller_keys);
+    const memra_option_spec *lists[1] = {a->keys};
+    uint32_t counts[1] = {a->n_keys};
+    st = memra_options_check(&a->opts, lists, counts, 1, arm_text, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    st = memra_options_u32(&a->opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &a->window, err);
+    if (st != MEMRA_OK)
+        goto fail;
+
+    uint32_t n_devices = 0;
+    st = a->vt->device_count(host, &a->opts, &n_devices, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    a->plan.struct_size = sizeof a->plan;
+    st = pv->plan(m, &a->opts, n_devices, &a->plan, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    st = resolve(a, host, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    st = a->vt->open(host, m, &a->plan, &a->opts, &a->backend, err);
+    if (st != MEMRA_OK)
+        goto fail;
+    *out = a;
+    return MEMRA_OK;
+
+fail:
+    arm_prefix(a, st, err, NULL);
+    free(a);
+    return st;
+}
+
+void memra_arm_close(memra_arm *a) {
+    if (!a)
+        return;
+    if (a->backend)
+        a->vt->close(a->backend);
+    free(a);
+}
+
+const char *memra_arm_text(const memra_arm *a) { return a->text; }
+const char *memra_arm_label(const memra_arm *a) { return a->label; }
+const char *memra_arm_backend_name(const memra_arm *a) { return a->backend_name; }
+const memra_plugin *memra_arm_plugin(const memra_arm *a) { return a->plugin; }
+const memra_plugin *memra_arm_placement_plugin(const memra_arm *a) { return a->placement; }
+const memra_plan *memra_arm_plan(const memra_arm *a) { return &a->plan; }
+const memra_model *memra_arm_model(const memra_arm *a) { return a->model; }
+const memra_options *memra_arm_options(const memra_arm *a) { return &a->opts; }
+const memra_options *memra_arm_resolved(const memra_arm *a) { return &a->resolved; }
+uint32_t memra_arm_window(const memra_arm *a) { return a->window; }
+
+uint32_t memra_arm_known_keys(const memra_arm *a, const memra_option_spec **out, uint32_t max) {
+    uint32_t n = a->n_keys < max ? a->n_keys : max;
+    for (uint32_t i = 0; out && i < n; i++)
+        out[i] = &a->keys[i];
+    return a->n_keys;
+}
+
+memra_status memra_arm_memory(memra_arm *a, memra_backend_memory *out, bool *have, memra_error *err) {
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    if (have)
+        *have = false;
+    if (!MEMRA_HAS_MEMBER(a->vt, memra_backend_vtable, memory) || !a->vt->memory)
+        return MEMRA_OK;
+    memra_backend_memory got = {.struct_size = sizeof got};
+    memra_status st = a->vt->memory(a->backend, &got, err);
+    if (st != MEMRA_OK)
+        return arm_prefix(a, st, err, "memory");
+    /* A backend built against an older plugin.h fills only the members it knows; the rest stay 0. */
+    *out = got;
+    out->struct_size = sizeof *out;
+    if (have)
+        *have = true;
+    return MEMRA_OK;
+}
+
+const void *memra_arm_extension(memra_arm *a, const char *name, uint32_t version, size_t min_size) {
+    if (!a || !name || !MEMRA_HAS_MEMBER(a->vt, memra_backend_vtable, extension) || !a->vt->extension)
+        return NULL;
+    const void *table = a->vt->extension(a->backend, name, version);
+    if (!table)
+        return NULL;
+    uint32_t size;
+    memcpy(&size, table, sizeof size); /* every extension table starts with its struct_size */
+    if (min_size < sizeof size)
+        min_size = sizeof size;
+    return size >= min_size ? table : NULL;
+}
+
+memra_status memra_arm_device_name(memra_arm *a, char *buf, size_t size, memra_error *err) {
+    const memra_ext_bench_v1 *ext =
+        memra_arm_extension(a, MEMRA_EXT_BENCH, 1, MEMRA_STRUCT_END(memra_ext_bench_v1, device_name));
+    if (!ext || !ext->device_name)
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no device name (%s v1)", MEMRA_EXT_BENCH);
+    memra_status st = ext->device_name(a->backend, buf, size, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "device name");
+}
+
+memra_status memra_arm_measure_ceiling(memra_arm *a, double *bytes_per_s, char *how, size_t how_size,
+                                       memra_error *err) {
+    const memra_ext_bench_v1 *ext =
+        memra_arm_extension(a, MEMRA_EXT_BENCH, 1, MEMRA_STRUCT_END(memra_ext_bench_v1, measure_ceiling));
+    if (!ext || !ext->measure_ceiling)
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no measured ceiling (%s v1)",
+                        MEMRA_EXT_BENCH);
+    memra_status st = ext->measure_ceiling(a->backend, bytes_per_s, how, how_size, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "measuring the ceiling");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* States                                                                                      */
+
+memra_status memra_arm_state_new(memra_arm *a, uint32_t capacity, memra_arm_state **out, memra_error *err) {
+    if (!out)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_state_new: out is NULL");
+    *out = NULL;
+    if (!a)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_state_new: the arm is NULL");
+    if (capacity == 0)
+        return arm_fail(a, err, MEMRA_E_INVALID, "a state needs a capacity of at least 1 position");
+    memra_arm_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return arm_fail(a, err, MEMRA_E_NOMEM, "out of memory for a state");
+    memra_status st = a->vt->state_new(a->backend, capacity, a->window, &s->st, err);
+    if (st != MEMRA_OK) {
+        free(s);
+        char where[96];
+        snprintf(where, sizeof where, "a state of %u positions, %u in flight", capacity, a->window);
+        return arm_prefix(a, st, err, where);
+    }
+    s->arm = a;
+    s->capacity = capacity;
+    s->next_pos = a->vt->state_position(a->backend, s->st);
+    *out = s;
+    return MEMRA_OK;
+}
+
+/* Ends the oldest step in flight through the backend; the layer's bookkeeping only. */
+static memra_status end_raw(memra_arm_state *s, float *logits, memra_step_result *res, bool *sampled,
+                            memra_error *err) {
+    memra_arm *a = s->arm;
+    memra_step_result r = {.struct_size = sizeof r, .token = -1};
+    memra_status st = a->vt->step_end(a->backend, s->st, logits, &r, err);
+    *sampled = s->sampled[s->head];
+    s->head = (s->head + 1) % MEMRA_ARM_MAX_WINDOW;
+    s->in_flight--;
+    if (res) {
+        *res = r;
+        res->struct_size = sizeof *res;
+        if (!*sampled && st == MEMRA_OK)
+            res->token = -1;
+    }
+    return st;
+}
+
+void memra_arm_state_free(memra_arm_state *s) {
+    if (!s)
+        return;
+    while (s->in_flight > 0) {
+        bool sampled;
+        if (end_raw(s, NULL, NULL, &sampled, NULL) != MEMRA_OK)
+            break; /* the backend frees what it still holds */
+    }
+    s->arm->vt->state_free(s->arm->backend, s->st);
+    free(s);
+}
+
+memra_arm *memra_arm_state_arm(const memra_arm_state *s) { return s->arm; }
+uint32_t memra_arm_state_position(const memra_arm_state *s) {
+    return s->arm->vt->state_position(s->arm->backend, s->st);
+}
+uint32_t memra_arm_state_capacity(const memra_arm_state *s) { return s->capacity; }
+uint32_t memra_arm_state_in_flight(const memra_arm_state *s) { return s->in_flight; }
+bool memra_arm_state_quarantined(const memra_arm_state *s) { return s->quarantined; }
+
+static void quarantine(memra_arm_state *s, const char *what, const memra_error *err) {
+    if (s->quarantined)
+        return;
+    s->quarantined = true;
+    snprintf(s->why, sizeof s->why, "%s: %.440s", what, err && err->msg[0] ? err->msg : "failed");
+}
+
+/* MEMRA_E_QUARANTINED when the state may not be used (unprefixed: the caller prefixes). */
+static memra_status check_usable(const memra_arm_state *s, const char *what, memra_error *err) {
+    if (!s->quarantined)
+        return MEMRA_OK;
+    return memra_fail(err, MEMRA_E_QUARANTINED,
+                      "%s a quarantined state: an earlier step failed and left an unfinished transaction (%s); "
+                      "free the state and start a new one",
+                      what, s->why);
+}
+
+/* The checks of step_begin, in the layer's words (the caller adds the arm's name). */
+static memra_status begin_raw(memra_arm_state *s, const memra_step_args *args, bool name_position, memra_error *err) {
+    memra_arm *a = s->arm;
+    if (!MEMRA_HAS_MEMBER(args, memra_step_args, want_logits))
+        return memra_fail(err, MEMRA_E_INVALID, "step arguments of %u bytes, expected at least %zu",
+                          args ? args->struct_size : 0, MEMRA_STRUCT_END(memra_step_args, want_logits));
+    memra_status st = check_usable(s, "step on", err);
+    if (st != MEMRA_OK)
+        return st;
+    if (s->in_flight >= a->window)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "%u steps already in flight, the arm's window (window=%u): end one before beginning another",
+                          s->in_flight, a->window);
+    if ((uint64_t)s->next_pos >= s->capacity)
+        return memra_fail(err, MEMRA_E_RANGE, "position %u is past the state's capacity of %u positions",
+                          s->next_pos, s->capacity);
+    uint32_t n_vocab = a->model->n_vocab;
+    if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
+        if (!s->carry)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "token from the device at position %u, but the state's previous step sampled no "
+                              "token (and it was not restored from a state whose last step did)",
+                              s->next_pos);
+    } else if (args->token < 0 || args->token >= (int64_t)n_vocab) {
+        return memra_fail(err, MEMRA_E_RANGE, "token %" PRId64 " at position %u is outside the vocabulary [0, %u)",
+                          args->token, s->next_pos, n_vocab);
+    }
+    memra_step_args copy = {.struct_size = sizeof copy,
+                            .token = args->token,
+                            .sample = args->sample,
+                            .want_logits = args->want_logits};
+    st = a->vt->step_begin(a->backend, s->st, &copy, err);
+    if (st != MEMRA_OK) {
+        if (name_position) /* memra_arm_run names the step itself */
+            memra_error_prefix(err, "step at position %u", s->next_pos);
+        quarantine(s, "a step begin failed", err);
+        return st;
+    }
+    s->sampled[(s->head + s->in_flight) % MEMRA_ARM_MAX_WINDOW] = args->sample != NULL;
+    s->in_flight++;
+    s->next_pos++;
+    s->carry = args->sample != NULL;
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_step_begin(memra_arm_state *s, const memra_step_args *args, memra_error *err) {
+    if (!s)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_step_begin: the state is NULL");
+    memra_error local; /* a quarantine keeps its reason even when the caller passes no err */
+    if (!err)
+        err = &local;
+    memra_status st = begin_raw(s, args, true, err);
+    return st == MEMRA_OK ? st : arm_prefix(s->arm, st, err, NULL);
+}
+
+static memra_status end_checked(memra_arm_state *s, float *logits, memra_step_result *out, memra_error *err) {
+    if (s->in_flight == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "step end with no step in flight");
+    uint32_t at = s->next_pos - s->in_flight; /* the position the oldest step began at */
+    memra_step_result res;
+    bool sampled;
+    memra_status st = end_raw(s, logits, &res, &sampled, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "step end at position %u", at);
+        quarantine(s, "a step end failed", err);
+        return st;
+    }
+    uint32_t n_vocab = s->arm->model->n_vocab;
+    if (sampled && (res.token < 0 || res.token >= (int64_t)n_vocab)) {
+        memra_fail(err, MEMRA_E_INTERNAL,
+                   "the step at position %u sampled token %" PRId64 ", outside the vocabulary [0, %u)", at,
+                   res.token, n_vocab);
+        quarantine(s, "a step sampled a token outside the vocabulary", err);
+        return MEMRA_E_INTERNAL;
+    }
+    if (out)
+        *out = res;
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_step_end(memra_arm_state *s, float *logits, memra_step_result *out, memra_error *err) {
+    if (!s)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_step_end: the state is NULL");
+    memra_error local;
+    if (!err)
+        err = &local;
+    memra_status st = end_checked(s, logits, out, err);
+    return st == MEMRA_OK ? st : arm_prefix(s->arm, st, err, NULL);
+}
+
+memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,
+                           const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
+                           memra_error *err) {
+    if (!s)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_run: the state is NULL");
+    memra_error local;
+    if (!err)
+        err = &local;
+    memra_arm *a = s->arm;
+    if (s->in_flight != 0)
+        return arm_fail(a, err, MEMRA_E_INVALID, "a run of steps %u..%u begun with %u steps already in flight",
+                        first, first + count - 1, s->in_flight);
+    memra_step_args args = {.struct_size = sizeof args, .sample = sample, .want_logits = logits != NULL};
+    uint32_t begun = 0, ended = 0;
+    memra_status st = MEMRA_OK;
+    char where[64] = "";
+    while (ended < count && st == MEMRA_OK) {
+        while (begun < count && begun - ended < a->window && st == MEMRA_OK) {
+            args.token = inputs ? inputs[first + begun] : MEMRA_TOKEN_FROM_DEVICE;
+            st = begin_raw(s, &args, false, err);
+            if (st != MEMRA_OK)
+                snprintf(where, sizeof where, "step %u begin", first + begun);
+            else
+                begun++;
+        }
+        if (st != MEMRA_OK || ended == begun)
             break;
-        p = end + 1;
-        if (!*p)
-            return memra_fail(err, MEMRA_E_INVALID, "arm '%s': trailing ','", arm);
+        memra_step_result res;
+        st = end_checked(s, logits, &res, err);
+        if (st != MEMRA_OK) {
+            snprintf(where, sizeof where, "step %u end", first + ended);
+            break;
+        }
+        ended++;
+        if (fn) {
+            st = fn(user, first + ended - 1, logits, &res, begun == ended, err);
+            if (st != MEMRA_OK)
+                snprintf(where, sizeof where, "step %u (after it ended)", first + ended - 1);
+        }
     }
+    /* On failure, end what is still in flight (their results are dropped), so the state can be
+     * freed or, when it is not quarantined, used again. */
+    while (st != MEMRA_OK && s->in_flight > 0) {
+        memra_step_result res;
+        bool sampled;
+        memra_error ignored;
+        if (end_raw(s, NULL, &res, &sampled, &ignored) != MEMRA_OK)
+            quarantine(s, "a step end failed while a failed run drained", &ignored);
+    }
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
+}
+
+memra_status memra_arm_digest(memra_arm_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err) {
+    if (!s)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_digest: the state is NULL");
+    memra_arm *a = s->arm;
+    if (s->in_flight != 0)
+        return arm_fail(a, err, MEMRA_E_INVALID, "digest with %u steps in flight (end them first)", s->in_flight);
+    if (kind != MEMRA_DIGEST_LOGITS && kind != MEMRA_DIGEST_CACHE && kind != MEMRA_DIGEST_HIDDEN)
+        return arm_fail(a, err, MEMRA_E_INVALID, "unknown digest kind %d", (int)kind);
+    memra_status st = a->vt->digest(a->backend, s->st, kind, out, err);
+    static const char *const names[3] = {"logits digest", "cache digest", "hidden digest"};
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, names[kind]);
+}
+
+memra_status memra_arm_digests(memra_arm_state *s, uint8_t logits[32], uint8_t cache[32], uint8_t hidden[32],
+                               memra_error *err) {
+    memra_status st = memra_arm_digest(s, MEMRA_DIGEST_LOGITS, logits, err);
+    if (st == MEMRA_OK)
+        st = memra_arm_digest(s, MEMRA_DIGEST_CACHE, cache, err);
+    if (st == MEMRA_OK)
+        st = memra_arm_digest(s, MEMRA_DIGEST_HIDDEN, hidden, err);
+    return st;
+}
+
+memra_status memra_arm_state_restore(memra_arm_state *dst, const memra_arm_state *src, memra_error *err) {
+    if (!dst || !src)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_state_restore: a state is NULL");
+    memra_error local;
+    if (!err)
+        err = &local;
+    memra_arm *a = dst->arm;
+    if (src->arm != a)
+        return arm_fail(a, err, MEMRA_E_INVALID, "restore from a state of another arm (%s)", src->arm->prefix);
+    memra_status st;
+    if ((st = check_usable(src, "restore from", err)) != MEMRA_OK ||
+        (st = check_usable(dst, "restore into", err)) != MEMRA_OK)
+        return arm_prefix(a, st, err, NULL);
+    if (src->in_flight != 0 || dst->in_flight != 0)
+        return arm_fail(a, err, MEMRA_E_INVALID, "restore with steps in flight (%u in the source, %u in the target)",
+                        src->in_flight, dst->in_flight);
+    uint32_t pos = memra_arm_state_position(src);
+    if (pos > dst->capacity)
+        return arm_fail(a, err, MEMRA_E_RANGE, "restore of position %u into a state of capacity %u", pos,
+                        dst->capacity);
+    if (dst == src)
+        return MEMRA_OK;
+    st = a->vt->state_restore(a->backend, dst->st, src->st, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "restore");
+        quarantine(dst, "a restore into it failed", err);
+        return arm_prefix(a, st, err, NULL);
+    }
+    dst->next_pos = a->vt->state_position(a->backend, dst->st);
+    dst->carry = src->carry;
     return MEMRA_OK;
 }
 
-memra_status memra_options_check(const memra_options *opts, const memra_option_spec *const *specs,
-                                 const uint32_t *n_specs, uint32_t n_lists, const char *arm, memra_error *err) {
-    for (uint32_t i = 0; i < opts->n; i++) {
-        int known = 0;
-        for (uint32_t l = 0; l < n_lists && !known; l++)
-            for (uint32_t k = 0; k < n_specs[l] && !known; k++)
-                known = strcmp(specs[l][k].key, opts->items[i].key) == 0;
-        if (known)
-            continue;
-        char list[512] = "";
-        size_t used = 0;
-        for (uint32_t l = 0; l < n_lists; l++)
-            for (uint32_t k = 0; k < n_specs[l]; k++) {
-                int dup = 0; /* a key may be in two lists (placement and backend) */
-                for (uint32_t l2 = 0; l2 < l && !dup; l2++)
-                    for (uint32_t k2 = 0; k2 < n_specs[l2] && !dup; k2++)
-                        dup = strcmp(specs[l2][k2].key, specs[l][k].key) == 0;
-                if (dup || used >= sizeof list)
-                    continue;
-                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", specs[l][k].key);
-            }
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': unknown key '%s'; known keys: %s", arm,
-                          opts->items[i].key, list[0] ? list : "(none)");
-    }
-    return MEMRA_OK;
+memra_state_stats memra_arm_state_stats(const memra_arm_state *s) {
+    memra_state_stats out = {.struct_size = sizeof out};
+    const memra_arm *a = s->arm;
+    if (!MEMRA_HAS_MEMBER(a->vt, memra_backend_vtable, state_stats) || !a->vt->state_stats)
+        return out;
+    memra_state_stats got = {.struct_size = sizeof got};
+    if (a->vt->state_stats(a->backend, s->st, &got, NULL) != MEMRA_OK)
+        return out;
+    out = got; /* members an older backend does not know stay 0 */
+    out.struct_size = sizeof out;
+    return out;
 }
 
-static memra_status parse_u32(const char *key, const char *s, uint32_t min, uint32_t max, uint32_t *out,
+memra_status memra_arm_census(memra_arm_state *s, memra_census_row *rows, uint32_t max_rows, uint32_t *n_rows,
                               memra_error *err) {
-    if (!*s || !isdigit((unsigned char)*s))
-        return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected an integer from %u to %u", key, s, min, max);
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected an integer from %u to %u", key, s, min, max);
-    *out = (uint32_t)v;
-    return MEMRA_OK;
+    if (n_rows)
+        *n_rows = 0;
+    memra_arm *a = s->arm;
+    const memra_ext_census_v1 *ext =
+        memra_arm_extension(a, MEMRA_EXT_CENSUS, 1, MEMRA_STRUCT_END(memra_ext_census_v1, census));
+    if (!ext || !ext->census)
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no graph census (%s v1)", MEMRA_EXT_CENSUS);
+    memra_status st = ext->census(a->backend, s->st, rows, max_rows, n_rows, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "census");
 }
 
-memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min,
-                               uint32_t max, uint32_t *out, memra_error *err) {
-    const char *v = memra_options_get(opts, key);
-    if (!v) {
-        *out = dflt;
-        return MEMRA_OK;
-    }
-    return parse_u32(key, v, min, max, out, err);
-}
-
-memra_status memra_options_u32_list(const memra_options *opts, const char *key, uint32_t *out, uint32_t max_n,
-                                    uint32_t *n, memra_error *err) {
-    *n = 0;
-    const char *v = memra_options_get(opts, key);
-    if (!v)
-        return MEMRA_OK;
-    char buf[MEMRA_OPT_VALUE_MAX];
-    snprintf(buf, sizeof buf, "%s", v);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == max_n)
-            return memra_fail(err, MEMRA_E_INVALID, "%s=%s: more than %u values", key, v, max_n);
-        memra_status st = parse_u32(key, tok, 0, UINT32_MAX, &out[*n], err);
-        if (st != MEMRA_OK)
-            return memra_fail(err, st, "%s=%s: '%s' is not an unsigned integer", key, v, tok);
-        (*n)++;
-    }
-    if (*n == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected a comma-separated list of integers", key, v);
-    return MEMRA_OK;
-}
-
-void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size) {
-    size_t used = (size_t)snprintf(buf, size, "%s", backend);
-    for (uint32_t i = 0; opts && i < opts->n && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%c%s=%s", i ? ',' : ':', opts->items[i].key,
-                                 opts->items[i].value);
+memra_status memra_arm_dump_graphs(memra_arm_state *s, const char *dir, memra_error *err) {
+    memra_arm *a = s->arm;
+    const memra_ext_census_v1 *ext =
+        memra_arm_extension(a, MEMRA_EXT_CENSUS, 1, MEMRA_STRUCT_END(memra_ext_census_v1, dump_graphs));
+    if (!ext || !ext->dump_graphs)
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no graph dump (%s v1 dump_graphs)",
+                        MEMRA_EXT_CENSUS);
+    memra_status st = ext->dump_graphs(a->backend, s->st, dir, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "dumping graphs");
 }

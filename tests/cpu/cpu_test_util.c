@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu_test_util.h"
-#include "memra/arm.h"
+#include "memra/options.h"
 #include "memra/synth.h"
 
 void ct_model_build(const char *preset, uint32_t type, ct_model *out) {
@@ -57,7 +57,7 @@ memra_status ct_arm_try_open(const memra_model *m, const char *opts_text, ct_arm
         return st;
     if ((st = placement->placement->plan(m, &opts, n_devices, &out->plan, err)) != MEMRA_OK)
         return st;
-    out->vt = cpu->backend;
+    out->cpu = cpu->backend;
     return cpu->backend->open(host, m, &out->plan, &opts, &out->b, err);
 }
 
@@ -69,14 +69,14 @@ void ct_arm_open(const memra_model *m, const char *opts_text, ct_arm *out) {
 
 void ct_arm_close(ct_arm *a) {
     if (a->b)
-        a->vt->close(a->b);
+        a->cpu->close(a->b);
     a->b = NULL;
 }
 
 memra_state *ct_state_new(ct_arm *a, uint32_t capacity, uint32_t max_inflight) {
     memra_error err = {0};
     memra_state *s = NULL;
-    memra_status st = a->vt->state_new(a->b, capacity, max_inflight, &s, &err);
+    memra_status st = a->cpu->state_new(a->b, capacity, max_inflight, &s, &err);
     cr_assert_eq(st, MEMRA_OK, "state_new: %s", err.msg);
     return s;
 }
@@ -84,10 +84,10 @@ memra_state *ct_state_new(ct_arm *a, uint32_t capacity, uint32_t max_inflight) {
 int64_t ct_step(ct_arm *a, memra_state *s, int64_t token, const memra_sample_cfg *sample, float *logits) {
     memra_error err = {0};
     memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
-    memra_status st = a->vt->step_begin(a->b, s, &args, &err);
+    memra_status st = a->cpu->step_begin(a->b, s, &args, &err);
     cr_assert_eq(st, MEMRA_OK, "step_begin (token %lld): %s", (long long)token, err.msg);
     memra_step_result res = {.struct_size = sizeof res};
-    st = a->vt->step_end(a->b, s, logits, &res, &err);
+    st = a->cpu->step_end(a->b, s, logits, &res, &err);
     cr_assert_eq(st, MEMRA_OK, "step_end: %s", err.msg);
     return res.token;
 }
@@ -104,7 +104,7 @@ void ct_digests(ct_arm *a, memra_state *s, uint8_t out[3][32]) {
     static const memra_digest_kind kinds[3] = {MEMRA_DIGEST_LOGITS, MEMRA_DIGEST_CACHE, MEMRA_DIGEST_HIDDEN};
     for (int i = 0; i < 3; i++) {
         memra_error err = {0};
-        memra_status st = a->vt->digest(a->b, s, kinds[i], out[i], &err);
+        memra_status st = a->cpu->digest(a->b, s, kinds[i], out[i], &err);
         cr_assert_eq(st, MEMRA_OK, "digest %d: %s", i, err.msg);
     }
 }

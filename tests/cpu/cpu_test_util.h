@@ -1,6 +1,10 @@
 /* cpu_test_util.h: helpers of the cpu tests: build a synthetic model in memory, open the cpu
- * backend on a plan of the default placement (as memra_arm_open will), step it. Every helper
- * asserts through Criterion, so a test reads as its checks. */
+ * backend on a plan of the default placement (as memra_arm_open does), step it. These suites test
+ * the cpu plugin's own vtable contract (its exactness, its refusals, its quarantine), so they call
+ * the plugin's vtable as the registry hands it over (memra_registry_load), not through the arm
+ * layer of memra/arm.h; everything that is not about the plugin's own contract goes through the
+ * layer (see opens_through_the_arm_layer). Every helper asserts through Criterion, so a test
+ * reads as its checks. */
 #ifndef MEMRA_CPU_TEST_UTIL_H
 #define MEMRA_CPU_TEST_UTIL_H
 
@@ -28,7 +32,7 @@ void ct_model_free(ct_model *cm);
 memra_registry *ct_registry(void);
 
 typedef struct ct_arm {
-    const memra_backend_vtable *vt;
+    const memra_backend_vtable *cpu; /* the cpu plugin's vtable, from the registry */
     memra_backend *b;
     memra_plan plan;
 } ct_arm;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu_test_util.h"
-#include "memra/runtime.h"
+#include "memra/arm.h"
 
 #define RUN_STEPS 32
 
@@ -33,7 +33,7 @@ static void record_run(const memra_model *m, const char *opts, uint32_t n, run_r
         cr_assert_eq(token, ct_argmax(out->logits + (size_t)i * m->n_vocab, m->n_vocab), "greedy token");
     }
     ct_digests(&arm, s, out->digests);
-    arm.vt->state_free(arm.b, s);
+    arm.cpu->state_free(arm.b, s);
     ct_arm_close(&arm);
 }
 
@@ -103,8 +103,8 @@ Test(cpu_backend, snapshot_restore_identical_continuation) {
     int64_t token = 5;
     for (int i = 0; i < 8; i++)
         token = ct_step(&arm, a, token, &greedy, NULL);
-    cr_assert_eq(arm.vt->state_restore(arm.b, snap, a, &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(arm.vt->state_position(arm.b, snap), 8);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, snap, a, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(arm.cpu->state_position(arm.b, snap), 8);
     uint8_t da[3][32], ds[3][32];
     ct_digests(&arm, a, da);
     ct_digests(&arm, snap, ds);
@@ -118,7 +118,7 @@ Test(cpu_backend, snapshot_restore_identical_continuation) {
     /* b first wanders off elsewhere, so the restore has to overwrite real content. */
     for (int i = 0; i < 12; i++)
         ct_step(&arm, b, 100 + i, NULL, NULL);
-    cr_assert_eq(arm.vt->state_restore(arm.b, b, snap, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, b, snap, &err), MEMRA_OK, "%s", err.msg);
     for (int i = 0; i < 16; i++)
         tb = ct_step(&arm, b, tb, &greedy, lb + (size_t)i * m->n_vocab);
     cr_assert(memcmp(la, lb, 16 * m->n_vocab * sizeof(float)) == 0, "continuations after restore differ");
@@ -130,10 +130,10 @@ Test(cpu_backend, snapshot_restore_identical_continuation) {
 
     /* Restore into a state too small for the source's position: a range error. */
     memra_state *small = ct_state_new(&arm, 4, 1);
-    cr_assert_eq(arm.vt->state_restore(arm.b, small, a, &err), MEMRA_E_RANGE);
-    arm.vt->state_free(arm.b, small);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, small, a, &err), MEMRA_E_RANGE);
+    arm.cpu->state_free(arm.b, small);
     free(la), free(lb);
-    arm.vt->state_free(arm.b, a), arm.vt->state_free(arm.b, snap), arm.vt->state_free(arm.b, b);
+    arm.cpu->state_free(arm.b, a), arm.cpu->state_free(arm.b, snap), arm.cpu->state_free(arm.b, b);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }
@@ -150,16 +150,16 @@ Test(cpu_backend, position_past_capacity_is_a_clear_error) {
     ct_digests(&arm, s, before);
     memra_error err = {0};
     memra_step_args args = {.struct_size = sizeof args, .token = 7};
-    cr_assert_eq(arm.vt->step_begin(arm.b, s, &args, &err), MEMRA_E_RANGE);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, s, &args, &err), MEMRA_E_RANGE);
     cr_assert_str_eq(err.msg, "cpu: position 4 is past the state's capacity of 4");
-    cr_assert_eq(arm.vt->state_position(arm.b, s), 4);
+    cr_assert_eq(arm.cpu->state_position(arm.b, s), 4);
     ct_digests(&arm, s, after);
     cr_assert(memcmp(before, after, sizeof before) == 0, "a refused step changed the state");
     /* Not quarantined: a restore from it still works. */
     memra_state *copy = ct_state_new(&arm, 8, 1);
-    cr_assert_eq(arm.vt->state_restore(arm.b, copy, s, &err), MEMRA_OK, "%s", err.msg);
-    arm.vt->state_free(arm.b, copy);
-    arm.vt->state_free(arm.b, s);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, copy, s, &err), MEMRA_OK, "%s", err.msg);
+    arm.cpu->state_free(arm.b, copy);
+    arm.cpu->state_free(arm.b, s);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }
@@ -182,16 +182,16 @@ Test(cpu_backend, failed_step_quarantines) {
     memra_error err = {0};
     memra_sample_cfg greedy = {.temperature = 0};
     memra_step_args args = {.struct_size = sizeof args, .token = 2, .sample = &greedy};
-    cr_assert_eq(arm.vt->step_begin(arm.b, s, &args, &err), MEMRA_E_RANGE, "%s", err.msg);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, s, &args, &err), MEMRA_E_RANGE, "%s", err.msg);
     cr_assert(strstr(err.msg, "logit 0 is nan") != NULL, "message: %s", err.msg);
-    cr_assert_eq(arm.vt->state_position(arm.b, s), 1, "a failed step committed its position");
+    cr_assert_eq(arm.cpu->state_position(arm.b, s), 1, "a failed step committed its position");
     ct_digests(&arm, s, after);
     cr_assert(memcmp(before, after, sizeof before) == 0, "a failed step changed the state");
     args.sample = NULL;
-    cr_assert_eq(arm.vt->step_begin(arm.b, s, &args, &err), MEMRA_E_QUARANTINED);
-    cr_assert_eq(arm.vt->state_restore(arm.b, other, s, &err), MEMRA_E_QUARANTINED);
-    cr_assert_eq(arm.vt->state_restore(arm.b, s, other, &err), MEMRA_E_QUARANTINED);
-    arm.vt->state_free(arm.b, s), arm.vt->state_free(arm.b, other);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, s, &args, &err), MEMRA_E_QUARANTINED);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, other, s, &err), MEMRA_E_QUARANTINED);
+    cr_assert_eq(arm.cpu->state_restore(arm.b, s, other, &err), MEMRA_E_QUARANTINED);
+    arm.cpu->state_free(arm.b, s), arm.cpu->state_free(arm.b, other);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }
@@ -215,25 +215,25 @@ Test(cpu_backend, token_from_device_and_inflight_window) {
     memra_step_args first = {.struct_size = sizeof first, .token = 3, .sample = &cfg, .want_logits = true};
     memra_step_args next = {.struct_size = sizeof next, .token = MEMRA_TOKEN_FROM_DEVICE, .sample = &cfg,
                             .want_logits = true};
-    cr_assert_eq(arm.vt->step_begin(arm.b, b, &first, &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(arm.vt->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(arm.vt->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(arm.vt->step_begin(arm.b, b, &next, &err), MEMRA_E_INVALID, "a 4th step in a window of 3");
+    cr_assert_eq(arm.cpu->step_begin(arm.b, b, &first, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_E_INVALID, "a 4th step in a window of 3");
     for (int i = 0; i < 6; i++) {
         memra_step_result res = {.struct_size = sizeof res};
-        cr_assert_eq(arm.vt->step_end(arm.b, b, lb + (size_t)i * m->n_vocab, &res, &err), MEMRA_OK, "%s", err.msg);
+        cr_assert_eq(arm.cpu->step_end(arm.b, b, lb + (size_t)i * m->n_vocab, &res, &err), MEMRA_OK, "%s", err.msg);
         cr_assert_eq(res.token, ta[i], "step %d: token %lld, serial %lld", i, (long long)res.token, (long long)ta[i]);
         cr_assert_eq(res.position, (uint32_t)i + 1);
         if (i + 3 < 6)
-            cr_assert_eq(arm.vt->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
+            cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
     }
-    cr_assert_eq(arm.vt->step_end(arm.b, b, NULL, NULL, &err), MEMRA_E_INVALID, "step_end with nothing in flight");
+    cr_assert_eq(arm.cpu->step_end(arm.b, b, NULL, NULL, &err), MEMRA_E_INVALID, "step_end with nothing in flight");
     cr_assert(memcmp(la, lb, 6 * m->n_vocab * sizeof(float)) == 0, "windowed logits differ from serial");
     /* A step that did not sample leaves no token to carry. */
     ct_step(&arm, b, 4, NULL, NULL);
-    cr_assert_eq(arm.vt->step_begin(arm.b, b, &next, &err), MEMRA_E_INVALID);
+    cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_E_INVALID);
     free(la), free(lb);
-    arm.vt->state_free(arm.b, a), arm.vt->state_free(arm.b, b);
+    arm.cpu->state_free(arm.b, a), arm.cpu->state_free(arm.b, b);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }
@@ -289,42 +289,51 @@ Test(cpu_backend, greedy_tiny_does_not_loop) {
         tokens[i] = (uint32_t)(token = ct_step(&arm, s, token, &greedy, NULL));
     int period = loop_period(tokens, 256);
     cr_assert_eq(period, 0, "greedy decoding of tiny loops with period %d within 256 tokens", period);
-    arm.vt->state_free(arm.b, s);
+    arm.cpu->state_free(arm.b, s);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }
 
-/* Through the runtime, as memra run and the gate open arms: keys checked, plan made, options
- * resolved, and the same bits as the helper's direct path. */
-Test(cpu_backend, opens_through_the_runtime) {
+/* Through the arm layer, as memra run and the gate open arms: keys checked, plan made, options
+ * resolved, and the same bits as the helper's direct path to the plugin. */
+Test(cpu_backend, opens_through_the_arm_layer) {
     ct_model cm;
     ct_model_build("tiny", MEMRA_TYPE_Q8_0, &cm);
     memra_error err = {0};
     memra_arm *arm = NULL;
-    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:splits=1,threads=2", NULL, 0, &arm, &err), MEMRA_OK,
-                 "%s", err.msg);
+    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:splits=1,threads=2", NULL, NULL, 0, &arm, &err),
+                 MEMRA_OK, "%s", err.msg);
     const memra_options *res = memra_arm_resolved(arm);
     cr_assert_str_eq(memra_options_get(res, "threads"), "2");
     cr_assert_str_eq(memra_options_get(res, "vdevices"), "8");
     cr_assert_str_eq(memra_options_get(res, "stages"), "2");
+    cr_assert_str_eq(memra_options_get(res, "window"), "1");
     cr_assert_eq(memra_arm_plan(arm)->stages[1].layer_begin, 1);
-    ct_arm via = {.vt = memra_arm_vtable(arm), .b = memra_arm_backend(arm)};
     run_record a, b;
     record_run(cm.model, "", RUN_STEPS, &a);
-    memra_state *s = ct_state_new(&via, RUN_STEPS, 1);
+    memra_arm_state *s = NULL;
+    cr_assert_eq(memra_arm_state_new(arm, RUN_STEPS, &s, &err), MEMRA_OK, "%s", err.msg);
     b.logits = malloc((size_t)RUN_STEPS * cm.model->n_vocab * sizeof(float));
     memra_sample_cfg greedy = {.temperature = 0};
     int64_t token = 1;
-    for (uint32_t i = 0; i < RUN_STEPS; i++)
-        token = ct_step(&via, s, token, &greedy, b.logits + (size_t)i * cm.model->n_vocab);
-    ct_digests(&via, s, b.digests);
+    for (uint32_t i = 0; i < RUN_STEPS; i++) {
+        memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = &greedy, .want_logits = true};
+        cr_assert_eq(memra_arm_step_begin(s, &args, &err), MEMRA_OK, "%s", err.msg);
+        memra_step_result r = {.struct_size = sizeof r};
+        cr_assert_eq(memra_arm_step_end(s, b.logits + (size_t)i * cm.model->n_vocab, &r, &err), MEMRA_OK, "%s",
+                     err.msg);
+        token = r.token;
+    }
+    cr_assert_eq(memra_arm_digests(s, b.digests[0], b.digests[1], b.digests[2], &err), MEMRA_OK, "%s", err.msg);
     assert_same_run(cm.model, &a, &b, "direct vs memra_arm_open(cpu:splits=1,threads=2)");
-    via.vt->state_free(via.b, s);
+    memra_arm_state_free(s);
     memra_arm_close(arm);
     memra_arm *refused = NULL;
-    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:tp=2", NULL, 0, &refused, &err), MEMRA_E_UNSUPPORTED);
+    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:tp=2", NULL, NULL, 0, &refused, &err),
+                 MEMRA_E_UNSUPPORTED);
     cr_assert(strstr(err.msg, "tensor parallelism (tp=2) needs a collective"), "%s", err.msg);
-    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:threds=2", NULL, 0, &refused, &err), MEMRA_E_INVALID);
+    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:threds=2", NULL, NULL, 0, &refused, &err),
+                 MEMRA_E_INVALID);
     cr_assert_null(refused);
     free(a.logits), free(b.logits);
     ct_model_free(&cm);

@@ -23,7 +23,7 @@ static void run(const ct_model *cm, const char *opts, int round, float *logits) 
         ct_step(&a, s, 100 + 7 * i, NULL, logits + (size_t)i * cm->model->n_vocab);
         fesetround(FE_TONEAREST);
     }
-    a.vt->state_free(a.b, s);
+    a.cpu->state_free(a.b, s);
     ct_arm_close(&a);
 }
 

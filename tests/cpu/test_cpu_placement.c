@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu_test_util.h"
-#include "memra/arm.h"
+#include "memra/options.h"
 
 /* Only the hyperparameters a placement reads. */
 static memra_model fake_model(uint32_t n_layer) {

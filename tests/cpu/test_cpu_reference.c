@@ -270,7 +270,7 @@ static void check_against_reference(const char *preset, uint32_t type, const cha
     for (uint32_t l = 0; l < m->n_layer; l++)
         free(rm.k[l]), free(rm.v[l]);
     free(rm.k), free(rm.v), free(logits), free(ref);
-    arm.vt->state_free(arm.b, s);
+    arm.cpu->state_free(arm.b, s);
     ct_arm_close(&arm);
     ct_model_free(&cm);
 }

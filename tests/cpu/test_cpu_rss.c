@@ -58,7 +58,7 @@ Test(cpu_rss, peak_rss_near_file_size, .timeout = 600) {
     const uint32_t capacity = 256;
     memra_state *s = ct_state_new(&arm, capacity, 1);
     memra_backend_memory mem = {.struct_size = sizeof mem};
-    cr_assert_eq(arm.vt->memory(arm.b, &mem, &err), MEMRA_OK);
+    cr_assert_eq(arm.cpu->memory(arm.b, &mem, &err), MEMRA_OK);
     memra_sample_cfg greedy = {.temperature = 0};
     int64_t token = 1;
     for (int i = 0; i < CPU_RSS_STEPS; i++)
@@ -75,7 +75,7 @@ Test(cpu_rss, peak_rss_near_file_size, .timeout = 600) {
     double bound = file_mib + cache_mib + scratch_mib + 4.0;
     cr_assert(grown <= bound, "peak RSS grew by %.1f MiB, more than %.1f MiB (file + cache + scratch + 4)", grown,
               bound);
-    arm.vt->state_free(arm.b, s);
+    arm.cpu->state_free(arm.b, s);
     ct_arm_close(&arm);
     memra_model_free(m);
     memra_gguf_close(g);

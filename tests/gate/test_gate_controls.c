@@ -159,8 +159,12 @@ Test(gate_controls, corrupted_token_in_one_timing_row) {
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert(strstr(m, "\"where\":\"timing\""), "%s", m);
     cr_assert_eq(num(m, "row"), 2, "%s", m);
-    cr_assert_eq(num(m, "token_index"), 3, "%s", m);
-    cr_assert_eq(num(m, "got"), (num(m, "expected") + 1) - (num(m, "expected") + 1 >= 512 ? 512 : 0), "%s", m);
+    /* one mismatch shape (RECORDS.md): the generated token's index is its phase_step */
+    cr_assert_eq(num(m, "phase_step"), 3, "%s", m);
+    cr_assert_eq(num(m, "step"), 16 + 3, "%s", m);
+    cr_assert(strstr(m, "\"what\":[\"token\"]") && strstr(m, "\"against\":\"correctness\""), "%s", m);
+    cr_assert_eq(num(m, "token_got"), (num(m, "token_ref") + 1) - (num(m, "token_ref") + 1 >= 512 ? 512 : 0), "%s",
+                 m);
     free(m);
     free(s);
     gate_result_free(&r);

@@ -284,7 +284,9 @@ Test(gate_profile, profile_window_token_differs_between_arms) {
     gate_result r = expect_profile_fail("faulty:corrupt_row=1,corrupt_row_token=20",
                                         "profile windows differ at window step 20 (the step at position 36)");
     char *m = gate_record(r.jsonl, "mismatch", 0);
-    cr_assert_eq(num(m, "window_index"), 20, "%s", m);
+    cr_assert_eq(num(m, "phase_step"), 20, "%s", m); /* the window step */
+    cr_assert_eq(num(m, "step"), 36, "%s", m);
+    cr_assert(strstr(m, "\"against\":\"a\""), "%s", m);
     free(m);
     char *pa = gate_record(r.jsonl, "profile", 0), *pb = gate_record(r.jsonl, "profile", 1);
     cr_assert(!flag(pa, "identical") && !flag(pb, "tokens_identical"), "%s\n%s", pa, pb);

@@ -1,45 +1,147 @@
-/* memra/arm.h: arm strings (BACKEND[:key=value,...]) and option look-ups. */
+/* memra/arm.h: the arm layer. Every caller (memra-gate, the memra tools, the GPU checks) reaches a
+ * backend through these functions and never through its vtable, the way SQLite's os.c wraps each
+ * VFS call. The layer
+ *   - opens an arm (parse, find the plugins, check every key, plan, open) and resolves its keys;
+ *   - names the arm in every message it passes on, in one place: "arm a (cuda:window=3): ...";
+ *   - does once, before the vtable call, the checks every backend would otherwise repeat: a token
+ *     in the vocabulary, room in the state's capacity, no more steps in flight than the window,
+ *     no use of a quarantined state;
+ *   - keeps the window (the arm key `window`: steps begun and not yet ended) and runs windowed
+ *     passes (memra_arm_run), so no caller manages begin/end order itself;
+ *   - looks up extension tables with a size check.
+ * Parsing arm text and reading option values is memra/options.h. */
 #ifndef MEMRA_ARM_H
 #define MEMRA_ARM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "memra/ext.h"
+#include "memra/model.h"
+#include "memra/options.h"
 #include "memra/plugin.h"
+#include "memra/registry.h"
 #include "memra/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define MEMRA_BACKEND_NAME_MAX 64
+/* Keys the core itself reads from every arm. */
+#define MEMRA_ARM_KEY_PLACEMENT "placement" /* placement plugin name; default "default" */
+#define MEMRA_ARM_KEY_WINDOW "window"       /* steps kept in flight; default 1 (serial) */
+#define MEMRA_ARM_MAX_WINDOW 64u
 
-/* Parses "cuda:stages=2,devices=0,1,window=3" into the backend name and its options. A value may
- * contain commas when the next item has no '=' (devices=0,1 above: "1" joins "devices").
- * Errors (MEMRA_E_INVALID, naming the text): empty backend, empty key, a key without '=' at the
- * start, a key given twice, a key or value too long, too many keys. Does not judge whether a key
- * is known: see memra_options_check. */
-memra_status memra_arm_parse(const char *arm, char backend[MEMRA_BACKEND_NAME_MAX], memra_options *opts,
-                             memra_error *err);
+/* The keys the core itself reads from every arm (placement, window), for --help and key checks. */
+extern const memra_option_spec memra_core_arm_keys[];
+extern const uint32_t memra_core_arm_key_count;
 
-/* MEMRA_E_INVALID when opts holds a key in none of the spec lists, naming it and listing every
- * known key. */
-memra_status memra_options_check(const memra_options *opts, const memra_option_spec *const *specs,
-                                 const uint32_t *n_specs, uint32_t n_lists, const char *arm, memra_error *err);
+typedef struct memra_arm memra_arm;
+typedef struct memra_arm_state memra_arm_state;
 
-/* The value of key, or NULL. */
-const char *memra_options_get(const memra_options *opts, const char *key);
-/* Sets (or replaces) key=value; MEMRA_E_INVALID when too long or full. */
-memra_status memra_options_set(memra_options *opts, const char *key, const char *value, memra_error *err);
-/* Typed look-ups with a default when the key is absent; a malformed or out-of-range value is
- * MEMRA_E_INVALID naming the key ("threads=abc: expected an integer from 1 to 256"). */
-memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min,
-                               uint32_t max, uint32_t *out, memra_error *err);
-/* A comma-separated list of unsigned integers ("0,1,2"); *n is 0 when the key is absent. */
-memra_status memra_options_u32_list(const memra_options *opts, const char *key, uint32_t *out, uint32_t max_n,
-                                    uint32_t *n, memra_error *err);
-/* Writes "backend:key=value,..." into buf. */
-void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
+/* ---- Opening ------------------------------------------------------------------------------ */
+
+/* Parses arm_text, loads the backend and placement plugins through r, checks that every key is
+ * known (to the placement, the backend, the core, or `caller_keys`: keys the caller itself
+ * handles), asks the backend for its devices, plans and opens. `label` names the arm in every
+ * message of the layer ("a" gives "arm a (TEXT): ..."; NULL gives "arm 'TEXT': ..."); it is
+ * copied. Usage errors (bad syntax, unknown key, impossible plan) are MEMRA_E_INVALID; an arm
+ * whose backend plugin is not found is MEMRA_E_PLUGIN. */
+memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text, const char *label,
+                            const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_arm **out,
+                            memra_error *err);
+/* Closes the backend. Every state of the arm must have been freed first. NULL is a no-op. */
+void memra_arm_close(memra_arm *a);
+
+const char *memra_arm_text(const memra_arm *a);         /* as given */
+const char *memra_arm_label(const memra_arm *a);        /* as given to open, or "" */
+const char *memra_arm_backend_name(const memra_arm *a); /* "cpu" */
+const memra_plugin *memra_arm_plugin(const memra_arm *a);           /* the backend's descriptor */
+const memra_plugin *memra_arm_placement_plugin(const memra_arm *a); /* the placement's */
+const memra_plan *memra_arm_plan(const memra_arm *a);
+const memra_model *memra_arm_model(const memra_arm *a);
+const memra_options *memra_arm_options(const memra_arm *a); /* as given */
+/* Every key with the value in force, defaults included (backend's resolve_options when it has
+ * one, else given values and the specs' defaults), caller keys included. */
+const memra_options *memra_arm_resolved(const memra_arm *a);
+/* All known keys, for --help and messages: placement's, backend's, core's, caller's. Returns
+ * the count; writes at most max pointers. */
+uint32_t memra_arm_known_keys(const memra_arm *a, const memra_option_spec **out, uint32_t max);
+/* The arm's window (the resolved `window` key, 1 to MEMRA_ARM_MAX_WINDOW). */
+uint32_t memra_arm_window(const memra_arm *a);
+
+/* Memory the backend holds (all zero and MEMRA_OK with *have = false when it does not say). */
+memra_status memra_arm_memory(memra_arm *a, memra_backend_memory *out, bool *have, memra_error *err);
+
+/* The extension table `name` at `version`, or NULL when the backend offers none (the vtable is
+ * too old for the member, the member is NULL, the backend returns NULL) or when the table the
+ * backend returns declares a struct_size (its first member, uint32_t) smaller than min_size:
+ * the caller names the last member it will use, e.g.
+ *   memra_arm_extension(a, MEMRA_EXT_CENSUS, 1, MEMRA_STRUCT_END(memra_ext_census_v1, census)). */
+const void *memra_arm_extension(memra_arm *a, const char *name, uint32_t version, size_t min_size);
+
+/* The two extensions the core knows, wrapped: MEMRA_E_UNSUPPORTED when not offered. */
+memra_status memra_arm_device_name(memra_arm *a, char *buf, size_t size, memra_error *err);
+memra_status memra_arm_measure_ceiling(memra_arm *a, double *bytes_per_s, char *how, size_t how_size,
+                                       memra_error *err);
+
+/* ---- States ------------------------------------------------------------------------------- */
+
+/* A state with room for `capacity` positions and the arm's window of steps in flight. */
+memra_status memra_arm_state_new(memra_arm *a, uint32_t capacity, memra_arm_state **out, memra_error *err);
+/* Ends any step still in flight (ignoring its result), then frees. NULL is a no-op. */
+void memra_arm_state_free(memra_arm_state *s);
+
+memra_arm *memra_arm_state_arm(const memra_arm_state *s);
+uint32_t memra_arm_state_position(const memra_arm_state *s); /* tokens committed */
+uint32_t memra_arm_state_capacity(const memra_arm_state *s);
+uint32_t memra_arm_state_in_flight(const memra_arm_state *s); /* steps begun and not ended */
+/* True once a step failed on this state (other than a clean MEMRA_E_RANGE refusal at capacity):
+ * every later step or restore on it fails with MEMRA_E_QUARANTINED until it is freed. */
+bool memra_arm_state_quarantined(const memra_arm_state *s);
+
+/* Begins one step. Checked here first: not quarantined; fewer than the window in flight;
+ * position + in flight < capacity (MEMRA_E_RANGE, quarantines nothing); the token is in
+ * [0, n_vocab) or MEMRA_TOKEN_FROM_DEVICE (which needs an earlier sampled step on this state,
+ * or a restore from one). A failure of the backend quarantines the state. */
+memra_status memra_arm_step_begin(memra_arm_state *s, const memra_step_args *args, memra_error *err);
+/* Ends the oldest step in flight (MEMRA_E_INVALID when none): its logits into `logits` (n_vocab
+ * floats, or NULL) and its result. A sampled token outside [0, n_vocab) is MEMRA_E_INTERNAL and
+ * quarantines. */
+memra_status memra_arm_step_end(memra_arm_state *s, float *logits, memra_step_result *out, memra_error *err);
+
+/* Called by memra_arm_run once per ended step, in order. `drained` is true when no step is in
+ * flight after this one (digests may be taken). A non-OK return stops the pass. */
+typedef memra_status (*memra_arm_step_fn)(void *user, uint32_t step, const float *logits,
+                                          const memra_step_result *res, bool drained, memra_error *err);
+
+/* A windowed pass: steps first .. first+count-1 (step numbers for messages and the callback),
+ * keeping up to the arm's window in flight. inputs[step] is each step's token, or inputs ==
+ * NULL for the token the previous step sampled on the device. sample: the config (NULL: do
+ * not sample). logits: a host buffer of n_vocab floats read back at every step, or NULL. On a
+ * failure, whatever is still in flight is ended before returning, and the message says which
+ * step failed and where (begin, end, or the callback). */
+memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,
+                           const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
+                           memra_error *err);
+
+/* SHA-256 identity of a state (no step in flight); see memra_digest_kind. */
+memra_status memra_arm_digest(memra_arm_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err);
+/* The three digests at once: logits, cache, hidden. */
+memra_status memra_arm_digests(memra_arm_state *s, uint8_t logits[32], uint8_t cache[32], uint8_t hidden[32],
+                               memra_error *err);
+/* Makes dst an exact copy of src (both of one arm, nothing in flight, neither quarantined,
+ * dst's capacity >= src's position). */
+memra_status memra_arm_state_restore(memra_arm_state *dst, const memra_arm_state *src, memra_error *err);
+/* The state's counters (all zero when the backend keeps none). */
+memra_state_stats memra_arm_state_stats(const memra_arm_state *s);
+
+/* The graph census of a state (memra.census), and its graphs as DOT files into dir.
+ * MEMRA_E_UNSUPPORTED when the backend does not offer them. */
+memra_status memra_arm_census(memra_arm_state *s, memra_census_row *rows, uint32_t max_rows, uint32_t *n_rows,
+                              memra_error *err);
+memra_status memra_arm_dump_graphs(memra_arm_state *s, const char *dir, memra_error *err);
 
 #ifdef __cplusplus
 }

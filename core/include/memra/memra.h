@@ -7,6 +7,7 @@
 #include "memra/gguf.h"
 #include "memra/model.h"
 #include "memra/numeric.h"
+#include "memra/options.h"
 #include "memra/plugin.h"
 #include "memra/ext.h"
 #include "memra/registry.h"

@@ -1,0 +1,48 @@
+/* memra/options.h: arm strings (BACKEND[:key=value,...]) parsed into a backend name and options,
+ * and typed look-ups of option values. Opening and running an arm is memra/arm.h. */
+#ifndef MEMRA_OPTIONS_H
+#define MEMRA_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "memra/plugin.h"
+#include "memra/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEMRA_BACKEND_NAME_MAX 64
+
+/* Parses "cuda:stages=2,devices=0,1,window=3" into the backend name and its options. A value may
+ * contain commas when the next item has no '=' (devices=0,1 above: "1" joins "devices").
+ * Errors (MEMRA_E_INVALID, naming the text): empty backend, empty key, a key without '=' at the
+ * start, a key given twice, a key or value too long, too many keys. Does not judge whether a key
+ * is known: see memra_options_check. */
+memra_status memra_arm_parse(const char *arm, char backend[MEMRA_BACKEND_NAME_MAX], memra_options *opts,
+                             memra_error *err);
+
+/* MEMRA_E_INVALID when opts holds a key in none of the spec lists, naming it and listing every
+ * known key. */
+memra_status memra_options_check(const memra_options *opts, const memra_option_spec *const *specs,
+                                 const uint32_t *n_specs, uint32_t n_lists, const char *arm, memra_error *err);
+
+/* The value of key, or NULL. */
+const char *memra_options_get(const memra_options *opts, const char *key);
+/* Sets (or replaces) key=value; MEMRA_E_INVALID when too long or full. */
+memra_status memra_options_set(memra_options *opts, const char *key, const char *value, memra_error *err);
+/* Typed look-ups with a default when the key is absent; a malformed or out-of-range value is
+ * MEMRA_E_INVALID naming the key ("threads=abc: expected an integer from 1 to 256"). */
+memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min,
+                               uint32_t max, uint32_t *out, memra_error *err);
+/* A comma-separated list of unsigned integers ("0,1,2"); *n is 0 when the key is absent. */
+memra_status memra_options_u32_list(const memra_options *opts, const char *key, uint32_t *out, uint32_t max_n,
+                                    uint32_t *n, memra_error *err);
+/* Writes "backend:key=value,..." into buf. */
+void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

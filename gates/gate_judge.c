@@ -1,0 +1,173 @@
+/* gate_judge.c: the verdict of a gate run from what it found (exit 0 pass, 1 a mismatch, a
+ * failed row, carry check or profile window, or an ineligible comparison; 3 when a digest could
+ * not be computed), and the readable summary table on stderr. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "gate.h"
+
+void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size) {
+    const char *names[] = {"logits",   "nmse over tolerance", "non-finite logits", "sampled token", "warm-up token",
+                           "position", "cache digest",        "hidden digest",     "logits digest"};
+    bool on[] = {m->logits,   m->nmse_over, m->nonfinite, m->token,        m->warmup,
+                 m->position, m->cache,     m->hidden,    m->digest_logits};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof on / sizeof on[0] && used < size; i++)
+        if (on[i])
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i]);
+}
+
+/* Appends to v->reason (printf-style), bounded. */
+static void add(gate_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(gate_verdict *v, const char *fmt, ...) {
+    size_t n = strlen(v->reason);
+    if (n + 1 >= sizeof v->reason)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->reason + n, sizeof v->reason - n, fmt, ap);
+    va_end(ap);
+}
+
+static void judge_bad_steps(const gate_ctx *ctx, gate_verdict *v) {
+    const gate_outcome *o = &ctx->out;
+    const gate_mismatch *m = &o->first;
+    const uint32_t step = (uint32_t)m->step;
+    char what[256];
+    gate_mismatch_what(m, what, sizeof what);
+    add(v, "%u of %u steps differ; first at step %u (%s %u): %s", o->bad_steps, o->steps_compared, step,
+        gate_phase_name(ctx->cfg, step), gate_phase_index(ctx->cfg, step), what);
+    if (m->diff.first_index >= 0)
+        add(v, "; index %" PRId64 " ref %.9g got %.9g, max %" PRIu64 " ulp, nmse %.3g, argmax %s", m->diff.first_index,
+            m->diff.first_ref, m->diff.first_got, m->diff.max_ulp, m->diff.nmse,
+            m->diff.argmax_ref != m->diff.argmax_got ? "differs" : "same");
+}
+
+static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
+    const gate_outcome *o = &ctx->out;
+    const gate_config *cfg = ctx->cfg;
+    const gate_arm *a = &ctx->a, *b = &ctx->b;
+    if (cfg->nmse) {
+        add(v, "%u steps (%u prime + %u gen) within NMSE tolerance", o->steps_compared, cfg->prime, cfg->gen);
+    } else if (a->window == 1 && b->window == 1) {
+        add(v, "%u steps (%u prime + %u gen) bit-identical in logits, cache and hidden", o->steps_compared,
+            cfg->prime, cfg->gen);
+    } else { /* a pipelined arm is digested only where it drains: say so */
+        bool both = a->window > 1 && b->window > 1;
+        char who[96];
+        if (both)
+            snprintf(who, sizeof who, "arms a and b, windows %u and %u", a->window, b->window);
+        else
+            snprintf(who, sizeof who, "arm %s, window %u", a->window > 1 ? "a" : "b",
+                     a->window > 1 ? a->window : b->window);
+        add(v,
+            "%u steps (%u prime + %u gen) bit-identical in logits and sampled tokens at every step; cache "
+            "and hidden digests compared at %u of them, only where %s pipeline drains (%s: the ends of "
+            "the prime and generated phases)",
+            o->steps_compared, cfg->prime, cfg->gen, o->digest_steps, both ? "either arm's" : "its", who);
+    }
+    if (cfg->nmse)
+        add(v, " (max %.3g <= %g; tokens agree %u/%u)", o->max_nmse, cfg->nmse_tol, o->token_agree, o->token_total);
+    if (cfg->profile)
+        add(v, "; profile windows (positions %u..%u, unscored) identical on both arms", o->profile_start,
+            o->profile_end);
+    if (o->carry_done)
+        add(v, "; device-carried tokens verified (one untimed pass per arm from its prefix snapshot)");
+}
+
+void gate_judge(const gate_ctx *ctx, gate_verdict *v) {
+    const gate_outcome *o = &ctx->out;
+    const gate_config *cfg = ctx->cfg;
+    const uint64_t lost = memra_sha256_failures();
+    v->reason[0] = '\0';
+    v->exit = GATE_EXIT_FAIL;
+    if (lost) { /* before any comparison's result: none of them can be trusted */
+        add(v,
+            "%" PRIu64 " SHA-256 digest(s) could not be computed (OpenSSL failed, or a digest context could not "
+            "be made): no comparison of this run can be trusted",
+            lost);
+        v->exit = GATE_EXIT_RUNTIME;
+    } else if (o->bad_steps) {
+        judge_bad_steps(ctx, v);
+    } else if (cfg->profile && !o->profile_identical) {
+        add(v, "profile window failed verification: %.1300s",
+            o->profile_failure[0] ? o->profile_failure : "the profile windows did not run");
+    } else if (o->carry_failures) {
+        add(v,
+            "device-carried token check failed (the untimed pass from the prefix snapshot, tokens carried on "
+            "the device): %s",
+            o->carry_failure);
+    } else if (o->row_failures) {
+        add(v, "%u timing row(s) failed verification; first: %s", o->row_failures, o->row_failure);
+    } else if (o->ineligible[0] && cfg->rows) {
+        add(v, "ineligible comparison: %s", o->ineligible);
+    } else if (cfg->rows && (!o->timing_done || !o->eligible[0] || !o->eligible[1])) {
+        add(v, "ineligible comparison: an arm has no eligible timing row");
+    } else {
+        judge_pass(ctx, v);
+        v->exit = GATE_EXIT_PASS;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The summary table                                                                           */
+
+static void table_first_bad(FILE *f, const gate_ctx *ctx) {
+    const gate_mismatch *m = &ctx->out.first;
+    const uint32_t step = (uint32_t)m->step;
+    char what[256];
+    gate_mismatch_what(m, what, sizeof what);
+    fprintf(f, "  first bad    step %u (%s %u): %s\n", step, gate_phase_name(ctx->cfg, step),
+            gate_phase_index(ctx->cfg, step), what);
+    if (m->diff.first_index >= 0)
+        fprintf(f, "               index %" PRId64 " ref %.9g got %.9g; %u logits differ, max %" PRIu64
+                   " ulp, nmse %.3g, argmax %s\n",
+                m->diff.first_index, m->diff.first_ref, m->diff.first_got, m->diff.n_diff, m->diff.max_ulp,
+                m->diff.nmse, m->diff.argmax_ref != m->diff.argmax_got ? "differs" : "same");
+    if (m->token)
+        fprintf(f, "               sampled token ref %" PRId64 " got %" PRId64 "\n", m->token_ref, m->token_got);
+}
+
+void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v) {
+    const gate_outcome *o = &ctx->out;
+    const gate_config *cfg = ctx->cfg;
+    char hex[MEMRA_SHA256_HEX];
+    memra_sha256_hex(ctx->model_sha, hex);
+    FILE *f = stderr;
+    fprintf(f, "\nmemra-gate summary\n");
+    fprintf(f, "  model        %s (sha256 %.16s)\n", ctx->lm->label, hex);
+    fprintf(f, "  arm a        %s (window %u)\n", memra_arm_text(ctx->a.arm), ctx->a.window);
+    fprintf(f, "  arm b        %s (window %u)\n", memra_arm_text(ctx->b.arm), ctx->b.window);
+    fprintf(f, "  compare      %s; %s\n", cfg->compare_text, cfg->sampled ? "sampled" : "greedy");
+    fprintf(f, "  steps        %u compared (%u prime + %u gen), %u bad\n", o->steps_compared, cfg->prime, cfg->gen,
+            o->bad_steps);
+    if (o->have_first)
+        table_first_bad(f, ctx);
+    fprintf(f, "  tokens       %u/%u generated tokens agree; max NMSE %.3g\n", o->token_agree, o->token_total,
+            o->max_nmse);
+    if (o->timing_done) {
+        fprintf(f, "  rows         %u run (%s), %u failed verification, %u ineligible\n", o->n_rows,
+                cfg->baab ? "BAAB" : "ABBA", o->row_failures, o->rows_ineligible);
+        for (int i = 0; i < 2; i++)
+            fprintf(f, "  tok/s %s      %.1f median (%.1f .. %.1f), %u eligible row(s)\n", i ? "b" : "a", o->median[i],
+                    o->min[i], o->max[i], o->eligible[i]);
+        if (o->have_ratio)
+            fprintf(f, "  ratio b/a    %.4f (95%% CI %.4f .. %.4f)\n", o->ratio, o->ratio_lo, o->ratio_hi);
+    } else if (cfg->rows) {
+        fprintf(f, "  timing       not run (correctness failed first)\n");
+    }
+    if (cfg->profile && o->profile_done)
+        fprintf(f, "  profile      2 windows of %u steps at positions %u..%u (unscored, NVTX %s): %s\n",
+                GATE_PROFILE_STEPS, o->profile_start, o->profile_end, gate_have_nvtx() ? "ranges" : "not built in",
+                o->profile_identical ? "identical" : o->profile_failure);
+    else if (cfg->profile)
+        fprintf(f, "  profile      not run (correctness failed first)\n");
+    if (o->carry_done)
+        fprintf(f, "  carry check  one untimed pass per arm, tokens carried on the device: %s\n",
+                o->carry_failures ? o->carry_failure : "verified");
+    if (cfg->dump_dir)
+        fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
+    fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
+}

@@ -1,0 +1,242 @@
+/* gate_setup.c: what memra-gate loads and opens before its phases run: the prompt ids, and the
+ * two arms on the one model load (with no arms given, the pair it picks). */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gate.h"
+
+int gate_exit_for(memra_status st) { return st == MEMRA_E_INVALID ? GATE_EXIT_USAGE : GATE_EXIT_RUNTIME; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Prompt                                                                                      */
+
+static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **ids, uint32_t *n, memra_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: cannot open: %s", path, strerror(errno));
+    uint32_t cap = 256, count = 0;
+    uint32_t *v = malloc(cap * sizeof *v);
+    memra_status st = v ? MEMRA_OK : memra_fail(err, MEMRA_E_NOMEM, "out of memory for prompt ids");
+    char word[64];
+    int c = 0;
+    while (st == MEMRA_OK && c != EOF) {
+        size_t len = 0;
+        while ((c = fgetc(f)) != EOF && (isspace(c) || c == ','))
+            ;
+        while (c != EOF && !isspace(c) && c != ',') {
+            if (len + 1 < sizeof word)
+                word[len++] = (char)c;
+            else
+                len = sizeof word; /* too long: reported below */
+            c = fgetc(f);
+        }
+        if (len == 0)
+            break;
+        if (len >= sizeof word) {
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u is too long", path, count);
+            break;
+        }
+        if (memchr(word, '\0', len)) {
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u holds a NUL byte", path, count);
+            break;
+        }
+        word[len] = '\0';
+        char *end = NULL;
+        errno = 0;
+        unsigned long long id = isdigit((unsigned char)word[0]) ? strtoull(word, &end, 10) : 0;
+        if (!end || end != word + len || errno || id >= n_vocab) {
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u '%s' is not a token id below n_vocab %u", path,
+                            count, word, n_vocab);
+            break;
+        }
+        if (count == cap) {
+            uint32_t *grown = cap < GATE_MAX_STEPS ? realloc(v, 2 * (size_t)cap * sizeof *v) : NULL;
+            if (!grown) {
+                st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: more than %u ids", path, cap);
+                break;
+            }
+            v = grown;
+            cap *= 2;
+        }
+        v[count++] = (uint32_t)id;
+    }
+    if (st == MEMRA_OK && ferror(f))
+        st = memra_fail(err, MEMRA_E_IO, "--prompt-ids %s: read error", path);
+    if (st == MEMRA_OK && count == 0)
+        st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: no token ids in the file", path);
+    fclose(f);
+    if (st != MEMRA_OK) {
+        free(v);
+        return st;
+    }
+    *ids = v;
+    *n = count;
+    return MEMRA_OK;
+}
+
+memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32],
+                              int *exit_code, memra_error *err) {
+    uint32_t *ids = NULL, n = 0;
+    memra_status st = MEMRA_OK;
+    *prompt = NULL;
+    if (cfg->prompt_ids_path) {
+        if ((st = read_prompt(cfg->prompt_ids_path, n_vocab, &ids, &n, err)) != MEMRA_OK) {
+            *exit_code = gate_exit_for(st);
+            return st;
+        }
+        if (!cfg->prime_given)
+            cfg->prime = n;
+        if (n < cfg->prime)
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s holds %u ids, fewer than --prime %u",
+                            cfg->prompt_ids_path, n, cfg->prime);
+        /* The file may have set prime after the command line's step limit was checked. */
+        else if ((uint64_t)cfg->prime + cfg->gen > GATE_MAX_STEPS)
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s sets --prime %u: plus --gen %u is more than %u steps",
+                            cfg->prompt_ids_path, cfg->prime, cfg->gen, GATE_MAX_STEPS);
+        if (st != MEMRA_OK) {
+            free(ids);
+            *exit_code = GATE_EXIT_USAGE;
+            return st;
+        }
+    } else {
+        ids = malloc((size_t)cfg->prime * sizeof *ids);
+        if (!ids) {
+            *exit_code = GATE_EXIT_RUNTIME;
+            return memra_fail(err, MEMRA_E_NOMEM, "out of memory for %u prompt ids", cfg->prime);
+        }
+        for (uint32_t i = 0; i < cfg->prime; i++)
+            ids[i] = (uint32_t)((100u + (7ull * i) % 900u) % n_vocab);
+    }
+    memra_sha256_tokens(ids, cfg->prime, sha);
+    *prompt = ids;
+    return MEMRA_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Arms                                                                                        */
+
+static bool registry_has(memra_registry *r, const char *name, memra_plugin_kind kind) {
+    for (uint32_t i = 0; i < memra_registry_count(r); i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->kind == (uint32_t)kind && e->name && strcmp(e->name, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static memra_status precheck_arm(const char *name, const char *text, memra_error *err) {
+    char backend[MEMRA_BACKEND_NAME_MAX];
+    memra_options opts;
+    uint32_t window;
+    memra_status st = memra_arm_parse(text, backend, &opts, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "--%s", name);
+        return st;
+    }
+    st = memra_options_u32(&opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &window, err);
+    if (st != MEMRA_OK)
+        memra_error_prefix(err, "--%s: arm '%s'", name, text);
+    return st;
+}
+
+memra_status gate_precheck_arms(const gate_config *cfg, memra_error *err) {
+    if (!cfg->arm_a)
+        return MEMRA_OK; /* the gate picks them */
+    memra_status st = precheck_arm("a", cfg->arm_a, err);
+    return st == MEMRA_OK ? precheck_arm("b", cfg->arm_b, err) : st;
+}
+
+static memra_status open_arm(memra_registry *r, const memra_loaded_model *lm, const char *name, const char *text,
+                             gate_arm *out, int *exit_code, memra_error *err) {
+    out->name = name;
+    memra_status st = memra_arm_open(r, lm->model, text, name, NULL, 0, &out->arm, err);
+    if (st != MEMRA_OK) {
+        char backend[MEMRA_BACKEND_NAME_MAX];
+        memra_options opts;
+        bool unknown = st == MEMRA_E_PLUGIN && memra_arm_parse(text, backend, &opts, NULL) == MEMRA_OK &&
+                       !registry_has(r, backend, MEMRA_PLUGIN_BACKEND);
+        *exit_code = unknown ? GATE_EXIT_USAGE : gate_exit_for(st);
+        memra_error_prefix(err, "--%s", name);
+        return st;
+    }
+    out->window = memra_arm_window(out->arm);
+    out->have_mem_open = false;
+    if (memra_arm_memory(out->arm, &out->mem_open, &out->have_mem_open, NULL) != MEMRA_OK)
+        out->have_mem_open = false;
+    return MEMRA_OK;
+}
+
+/* No arms given: cuda against cuda-graph where both plugins are present and both arms open (a
+ * CUDA device), otherwise cpu against cpu:stages=2. The arms layer has no device count of a
+ * backend without opening it, so the pair is tried by opening it. */
+static memra_status pick_and_open(gate_ctx *ctx, memra_registry *r, gate_config *cfg, int *exit_code,
+                                  memra_error *err) {
+    cfg->auto_arms = true;
+    const char *why = NULL;
+    memra_error tried = {0};
+    int tried_exit = 0;
+    if (!registry_has(r, "cuda", MEMRA_PLUGIN_BACKEND))
+        why = "no 'cuda' backend plugin";
+    else if (!registry_has(r, "cuda-graph", MEMRA_PLUGIN_BACKEND))
+        why = "no 'cuda-graph' backend plugin";
+    else if (open_arm(r, ctx->lm, "a", "cuda", &ctx->a, &tried_exit, &tried) != MEMRA_OK ||
+             open_arm(r, ctx->lm, "b", "cuda-graph", &ctx->b, &tried_exit, &tried) != MEMRA_OK)
+        why = tried.msg[0] ? tried.msg : "the cuda arms did not open";
+    if (!why) {
+        cfg->arm_a = "cuda";
+        cfg->arm_b = "cuda-graph";
+        snprintf(cfg->auto_reason, sizeof cfg->auto_reason, "a CUDA device and the cuda and cuda-graph plugins are present");
+    } else {
+        gate_close_arms(ctx);
+        cfg->arm_a = "cpu";
+        cfg->arm_b = "cpu:stages=2";
+        snprintf(cfg->auto_reason, sizeof cfg->auto_reason, "cuda against cuda-graph unavailable (%.200s)", why);
+    }
+    if (!cfg->quiet)
+        fprintf(stderr, "memra-gate: no arms given: --a %s --b %s (%s)\n", cfg->arm_a, cfg->arm_b, cfg->auto_reason);
+    if (why) {
+        memra_status st = open_arm(r, ctx->lm, "a", cfg->arm_a, &ctx->a, exit_code, err);
+        return st == MEMRA_OK ? open_arm(r, ctx->lm, "b", cfg->arm_b, &ctx->b, exit_code, err) : st;
+    }
+    return MEMRA_OK;
+}
+
+/* An arm's resolved configuration as text, without the window key (how many steps are kept in
+ * flight changes how the arm is driven, not what it computes). */
+static void resolved_without_window(const gate_arm *a, char *buf, size_t size) {
+    const memra_options *o = memra_arm_resolved(a->arm);
+    memra_options kept = {0};
+    for (uint32_t i = 0; o && i < o->n && i < MEMRA_OPT_MAX; i++)
+        if (strcmp(o->items[i].key, MEMRA_ARM_KEY_WINDOW) != 0)
+            kept.items[kept.n++] = o->items[i];
+    memra_arm_format(memra_arm_backend_name(a->arm), &kept, buf, size);
+}
+
+memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, int *exit_code, memra_error *err) {
+    memra_status st;
+    if (!cfg->arm_a)
+        st = pick_and_open(ctx, r, cfg, exit_code, err);
+    else if ((st = open_arm(r, ctx->lm, "a", cfg->arm_a, &ctx->a, exit_code, err)) == MEMRA_OK)
+        st = open_arm(r, ctx->lm, "b", cfg->arm_b, &ctx->b, exit_code, err);
+    if (st != MEMRA_OK)
+        return st;
+    /* Both arms resolve to the same configuration (window aside): their comparison then proves
+     * determinism, not the equivalence of two configurations. */
+    char ta[4096], tb[4096];
+    resolved_without_window(&ctx->a, ta, sizeof ta);
+    resolved_without_window(&ctx->b, tb, sizeof tb);
+    ctx->arms_identical = strcmp(ta, tb) == 0;
+    if (ctx->arms_identical && !cfg->quiet) /* --quiet: the records say it ("arms_identical") */
+        fprintf(stderr, "memra-gate: warning: arms a and b resolve to the same configuration: the comparison proves "
+                        "determinism only (%s)\n",
+                memra_arm_text(ctx->a.arm));
+    return MEMRA_OK;
+}
+
+void gate_close_arms(gate_ctx *ctx) {
+    memra_arm_close(ctx->b.arm);
+    memra_arm_close(ctx->a.arm);
+    ctx->a.arm = ctx->b.arm = NULL;
+}
