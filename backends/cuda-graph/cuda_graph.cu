@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cuda_ext.h"
+#include "cuda_graph.h"
 #include "memra/ext.h"
 #include "memra/plugin.h"
 #include "memra/status.h"
@@ -42,21 +43,34 @@ static memra_status cg_cuda(const memra_host *host, const memra_backend_vtable *
         memra_error_prefix(err, "cuda-graph builds on the cuda plugin");
         return st;
     }
-    if (!p->backend || p->backend->struct_size < sizeof(memra_backend_vtable))
+    if (!MEMRA_HAS_MEMBER(p->backend, memra_backend_vtable, extension))
         return memra_fail(err, MEMRA_E_PLUGIN, "cuda-graph: the cuda plugin's backend table is too old");
     *out = p->backend;
     return MEMRA_OK;
 }
 
-static memra_status cg_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
-                                    memra_error *err) {
+/* The cuda plugin resolves the keys both take (MEMRA_CUDA_OPTION_SPECS). */
+memra_status cg_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                memra_error *err) {
+    const memra_backend_vtable *cv;
+    memra_status st = cg_cuda(host, &cv, err);
+    if (st)
+        return st;
+    if (MEMRA_HAS_MEMBER(cv, memra_backend_vtable, resolve_options) && cv->resolve_options)
+        return cv->resolve_options(host, opts, resolved, err);
+    *resolved = *opts;
+    return MEMRA_OK;
+}
+
+memra_status cg_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
+                             memra_error *err) {
     const memra_backend_vtable *cv;
     memra_status st = cg_cuda(host, &cv, err);
     return st ? st : cv->device_count(host, opts, out, err);
 }
 
-static memra_status cg_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
-                            const memra_options *opts, memra_backend **out, memra_error *err) {
+memra_status cg_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
+                     const memra_options *opts, memra_backend **out, memra_error *err) {
     const memra_backend_vtable *cv;
     memra_status st = cg_cuda(host, &cv, err);
     if (st)
@@ -73,7 +87,7 @@ static memra_status cg_open(const memra_host *host, const memra_model *m, const 
     b->ext = cv->extension
                  ? (const memra_cuda_graph_ext_v1 *)cv->extension(b->inner, MEMRA_EXT_CUDA_GRAPH, 1)
                  : NULL;
-    if (!b->ext || b->ext->struct_size < sizeof(memra_cuda_graph_ext_v1)) {
+    if (!MEMRA_HAS_MEMBER(b->ext, memra_cuda_graph_ext_v1, kernel_family)) {
         cv->close(b->inner);
         free(b);
         return memra_fail(err, MEMRA_E_PLUGIN, "cuda-graph: the cuda plugin offers no '%s' v1 extension",
@@ -83,7 +97,7 @@ static memra_status cg_open(const memra_host *host, const memra_model *m, const 
     return MEMRA_OK;
 }
 
-static void cg_close(memra_backend *b) {
+void cg_close(memra_backend *b) {
     if (!b)
         return;
     b->cv->close(b->inner);
@@ -99,8 +113,8 @@ static void cg_drop_graph(memra_state *s) {
     s->graph = NULL;
 }
 
-static memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
-                                 memra_error *err) {
+memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
+                          memra_error *err) {
     memra_state *s = (memra_state *)calloc(1, sizeof *s);
     if (!s)
         return memra_fail(err, MEMRA_E_NOMEM, "cuda-graph: out of host memory");
@@ -113,7 +127,7 @@ static memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t m
     return MEMRA_OK;
 }
 
-static void cg_state_free(memra_backend *b, memra_state *s) {
+void cg_state_free(memra_backend *b, memra_state *s) {
     if (!s)
         return;
     b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
@@ -166,8 +180,8 @@ static memra_status cg_capture(memra_backend *b, memra_state *s, const memra_sam
     return MEMRA_OK;
 }
 
-static memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
-    if (!args || args->struct_size < sizeof(memra_step_args))
+memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+    if (!MEMRA_HAS_MEMBER(args, memra_step_args, want_logits))
         return memra_fail(err, MEMRA_E_INVALID, "cuda-graph: step args missing or too small");
     memra_status st = b->ext->prepare(b->inner, s->inner, args, err);
     if (st)
@@ -181,25 +195,25 @@ static memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_
     return b->ext->finish(b->inner, s->inner, args, true, err);
 }
 
-static memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
-                                memra_error *err) {
+memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
+                         memra_error *err) {
     return b->cv->step_end(b->inner, s->inner, logits, out, err);
 }
 
-static memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
-                              memra_error *err) {
+memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
+                       memra_error *err) {
     return b->cv->digest(b->inner, s->inner, kind, out, err);
 }
 
-static memra_status cg_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
+memra_status cg_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
     return b->cv->state_restore(b->inner, dst->inner, src->inner, err);
 }
 
-static uint32_t cg_state_position(memra_backend *b, const memra_state *s) {
+uint32_t cg_state_position(memra_backend *b, const memra_state *s) {
     return b->cv->state_position(b->inner, s->inner);
 }
 
-static memra_status cg_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
+memra_status cg_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
     memra_state_stats st;
     memset(&st, 0, sizeof st);
     st.struct_size = sizeof st;
@@ -214,7 +228,7 @@ static memra_status cg_state_stats(memra_backend *b, const memra_state *s, memra
     return MEMRA_OK;
 }
 
-static memra_status cg_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
+memra_status cg_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
     if (!b->cv->memory)
         return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda-graph: the cuda plugin reports no memory");
     return b->cv->memory(b->inner, out, err);
@@ -235,8 +249,8 @@ static void cg_count(memra_census_row *rows, uint32_t max_rows, uint32_t *n, con
     (*n)++;
 }
 
-static memra_status cg_census(memra_backend *b, const memra_state *s, memra_census_row *rows, uint32_t max_rows,
-                              uint32_t *n_rows, memra_error *err) {
+memra_status cg_census(memra_backend *b, const memra_state *s, memra_census_row *rows, uint32_t max_rows,
+                       uint32_t *n_rows, memra_error *err) {
     *n_rows = 0;
     if (!s->graph)
         return MEMRA_OK;
@@ -278,7 +292,7 @@ static memra_status cg_census(memra_backend *b, const memra_state *s, memra_cens
     return MEMRA_OK;
 }
 
-static memra_status cg_dump_graphs(memra_backend *b, const memra_state *s, const char *dir, memra_error *err) {
+memra_status cg_dump_graphs(memra_backend *b, const memra_state *s, const char *dir, memra_error *err) {
     if (!s->graph)
         return MEMRA_OK;
     char path[4096];
@@ -290,53 +304,7 @@ static memra_status cg_dump_graphs(memra_backend *b, const memra_state *s, const
     return MEMRA_OK;
 }
 
-static const memra_ext_census_v1 cg_census_ext = {sizeof(memra_ext_census_v1), cg_census, cg_dump_graphs};
-
-static const void *cg_extension(memra_backend *b, const char *name, uint32_t version) {
-    if (strcmp(name, MEMRA_EXT_CENSUS) == 0 && version == 1)
-        return &cg_census_ext;
-    if (strcmp(name, MEMRA_EXT_CUDA_GRAPH) == 0)
-        return NULL; /* steps of a cuda-graph state go through its graph */
+/* Every other extension is the cuda plugin's, on the inner backend. */
+const void *cg_inner_extension(memra_backend *b, const char *name, uint32_t version) {
     return b->cv->extension ? b->cv->extension(b->inner, name, version) : NULL;
 }
-
-static const memra_option_spec cg_options[] = {MEMRA_CUDA_OPTION_SPECS};
-
-static memra_backend_vtable cg_make_vtable(void) {
-    memra_backend_vtable v;
-    memset(&v, 0, sizeof v);
-    v.struct_size = sizeof v;
-    v.options = cg_options;
-    v.n_options = sizeof cg_options / sizeof cg_options[0];
-    v.device_count = cg_device_count;
-    v.open = cg_open;
-    v.close = cg_close;
-    v.state_new = cg_state_new;
-    v.state_free = cg_state_free;
-    v.step_begin = cg_step_begin;
-    v.step_end = cg_step_end;
-    v.digest = cg_digest;
-    v.state_restore = cg_state_restore;
-    v.state_position = cg_state_position;
-    v.state_stats = cg_state_stats;
-    v.memory = cg_memory;
-    v.extension = cg_extension;
-    return v;
-}
-
-static const memra_backend_vtable cg_vtable = cg_make_vtable();
-
-extern "C" MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
-    MEMRA_ABI_VERSION,
-    sizeof(memra_plugin),
-    "cuda-graph",
-    MEMRA_PLUGIN_BACKEND,
-    "0.1.0",
-    "full-token CUDA graph capture (once per state) and replay at any position, on the cuda plugin's kernels",
-    NULL,
-    NULL,
-    NULL,
-    &cg_vtable,
-    NULL,
-    NULL,
-};

@@ -1,5 +1,5 @@
 /* argmax_merge.h: the merge rule of the cuda device sampler's argmax, shared by the kernel
- * (device) and a host test (C), so the test checks the code the kernel runs.
+ * (sample_argmax in sampler.cu) and a host test (C), so the test checks the code the kernel runs.
  *
  * A candidate is a finite logit and its index (index MC_AM_NONE: no candidate yet). The merge
  * keeps the larger value, and of equal values (equal as floats: -0 equals +0) the lower index.

@@ -20,11 +20,12 @@
 
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
-#include "memra/arm.h"
+#include "cuda_backend.h"
 #include "memra/ext.h"
 #include "memra/gguf.h"
 #include "memra/model.h"
 #include "memra/numeric.h"
+#include "memra/options.h"
 #include "memra/plugin.h"
 #include "memra/status.h"
 
@@ -441,7 +442,7 @@ struct memra_backend {
     memra_plan plan;
     mc_weights *w;
     uint64_t cache_bytes, scratch_bytes; /* of live states */
-    bool pdl; /* the arm's pdl option: programmatic dependent launch */
+    mc_config cfg; /* the arm's keys: kernel choices and launch settings */
 };
 
 typedef struct mc_stage_state {
@@ -490,10 +491,50 @@ struct memra_state {
     void *pinned;
 };
 
-static memra_status mc_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
-                                    memra_error *err) {
-    uint32_t pdl = 1; /* the arm's options are checked before any device is asked for */
-    memra_status st = memra_options_u32(opts, "pdl", 1, 0, 1, &pdl, err);
+/* The arm's keys (MEMRA_CUDA_OPTION_SPECS) read into a configuration: a malformed value is
+ * MEMRA_E_INVALID naming the key and the values it takes. */
+static memra_status mc_read_options(const memra_options *opts, mc_config *c, memra_error *err) {
+    *c = mc_config_default;
+    memra_status st = memra_options_u32(opts, "pdl", 1, 0, 1, &c->pdl, err);
+    if (st)
+        return st;
+    if ((st = memra_options_u32(opts, "trigger", MC_TRIGGER_DEFAULT, 0, MC_TRIGGER_ALL, &c->trigger, err)))
+        return st;
+    static const char *const choices[] = {"gemv", "q8", "attention"};
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+        const char *v = memra_options_get(opts, choices[i]);
+        const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
+        if (allowed)
+            return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected one of %s", choices[i], v, allowed);
+    }
+    return MEMRA_OK;
+}
+
+memra_status mc_resolve_options(const memra_host *host, const memra_options *opts,
+                                memra_options *resolved, memra_error *err) {
+    mc_config c;
+    memra_status st = mc_read_options(opts, &c, err);
+    if (st)
+        return st;
+    *resolved = *opts;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%u", c.pdl);
+    if ((st = memra_options_set(resolved, "pdl", buf, err)))
+        return st;
+    snprintf(buf, sizeof buf, "%u", c.trigger);
+    if ((st = memra_options_set(resolved, "trigger", buf, err)))
+        return st;
+    static const char *const choices[] = {"gemv", "q8", "attention"};
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+        if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
+            return st;
+    return MEMRA_OK;
+}
+
+memra_status mc_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
+                             memra_error *err) {
+    mc_config c; /* the arm's options are checked before any device is asked for */
+    memra_status st = mc_read_options(opts, &c, err);
     if (st)
         return st;
     int n = 0;
@@ -506,12 +547,11 @@ static memra_status mc_device_count(const memra_host *host, const memra_options 
     return MEMRA_OK;
 }
 
-static const memra_option_spec mc_options[] = {MEMRA_CUDA_OPTION_SPECS};
-
-static memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
-                            const memra_options *opts, memra_backend **out, memra_error *err) {
-    uint32_t n_dev = 0, pdl = 1;
-    memra_status st = memra_options_u32(opts, "pdl", 1, 0, 1, &pdl, err);
+memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
+                     const memra_options *opts, memra_backend **out, memra_error *err) {
+    uint32_t n_dev = 0;
+    mc_config cfg;
+    memra_status st = mc_read_options(opts, &cfg, err);
     if (st)
         return st;
     if ((st = mc_device_count(host, opts, &n_dev, err)))
@@ -554,7 +594,7 @@ static memra_status mc_open(const memra_host *host, const memra_model *m, const 
     b->host = host;
     b->m = m;
     b->plan = *plan;
-    b->pdl = pdl != 0;
+    b->cfg = cfg;
     if ((st = mc_weights_acquire(m, plan, &b->w, err))) {
         free(b);
         return st;
@@ -563,7 +603,7 @@ static memra_status mc_open(const memra_host *host, const memra_model *m, const 
     return MEMRA_OK;
 }
 
-static void mc_close(memra_backend *b) {
+void mc_close(memra_backend *b) {
     if (!b)
         return;
     mc_weights_release(b->w);
@@ -627,8 +667,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     }
 }
 
-static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
-                                 memra_error *err) {
+memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
+                          memra_error *err) {
     const memra_model *m = b->m;
     memra_status st = MEMRA_OK;
     if (capacity == 0 || capacity > 0x7fffffffu)
@@ -670,10 +710,12 @@ static memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t m
         mc_stage_carve(m, nl, first, last, capacity, &real, ss, &cache);
         s->cache_bytes += cache;
         s->scratch_bytes += size.used - cache;
-        if (mc_attention_fused_ok(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v))
-            MC_TRY(mc_attention_fused_prepare(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v),
+        if (mc_attention_path(&b->cfg, m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v) != MC_ATT_PATH_UNFUSED)
+            MC_TRY(mc_attention_fused_prepare(&b->cfg, m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v),
                    "setting the fused attention kernel's shared-memory limit");
         MC_TRY(mc_gemv_prepare(), "readying the GEMV kernels (multiprocessor count, shared-memory limit)");
+        if (b->cfg.trigger != MC_TRIGGER_DEFAULT)
+            MC_TRY(mc_trigger_prepare(), "readying the trigger mask copies");
         MC_TRY(cudaStreamCreateWithFlags(&ss->stream, cudaStreamNonBlocking), "cudaStreamCreate");
         /* Zero on the state's own stream and wait: a plain cudaMemset goes to the legacy default
          * stream, which a cudaStreamNonBlocking stream does not wait for, so the first step's
@@ -710,7 +752,7 @@ fail:
     return st;
 }
 
-static void mc_state_free(memra_backend *b, memra_state *s) {
+void mc_state_free(memra_backend *b, memra_state *s) {
     if (!s)
         return;
     b->cache_bytes -= s->cache_bytes;
@@ -718,7 +760,7 @@ static void mc_state_free(memra_backend *b, memra_state *s) {
     mc_state_destroy(s);
 }
 
-static void mc_quarantine(memra_backend *b, memra_state *s, const char *why) {
+void mc_quarantine(memra_backend *b, memra_state *s, const char *why) {
     if (!s->quarantined)
         snprintf(s->why, sizeof s->why, "%s", why);
     s->quarantined = true;
@@ -734,7 +776,7 @@ static memra_status mc_quarantine_fail(memra_state *s, memra_error *err) {
 
 /* ---- a step: prepare, body, finish -------------------------------------------------------- */
 
-static memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
     memra_status st = MEMRA_OK;
     if (s->quarantined)
         return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
@@ -788,6 +830,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     /* Our hidden is read by the next stage's copy of the previous step: wait for it. */
     if (!capture && !last)
         MC_RET(cudaStreamWaitEvent(q, s->st[i + 1].consumed, 0), "cudaStreamWaitEvent (hidden consumed)");
+    /* An arm whose trigger mask is not the default sets it for this stage's kernels and puts the
+     * default back after them (stream-ordered copies, captured with the body). */
+    const bool own_trigger = b->cfg.trigger != MC_TRIGGER_DEFAULT;
+    if (own_trigger)
+        MC_RET(mc_trigger_enqueue(b->cfg.trigger, q), "enqueueing the arm's trigger mask");
     if (i == 0) {
         MC_RET(mc_embed(&sw->embd, ss->in_token, ss->x, q), "launch of the embedding kernel");
     } else {
@@ -801,16 +848,17 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     }
     const uint32_t nl = sw->layer_end - sw->layer_begin;
     const uint32_t kv_plane = m->n_head_kv * s->capacity;
-    const bool fused = mc_attention_fused_ok(m->n_head, m->n_head_kv, hd, hdv) != 0;
+    const mc_config *c = &b->cfg;
+    const bool fused = mc_attention_path(c, m->n_head, m->n_head_kv, hd, hdv) != MC_ATT_PATH_UNFUSED;
     for (uint32_t l = 0; l < nl; l++) {
         const mc_layer *L = &sw->layers[l];
         float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
         mc_rope_args ra = {m->n_head, m->n_head_kv, hd, hdv, s->capacity, m->rope_pairing == MEMRA_ROPE_NEOX,
                            1.0f / m->rope_linear_factor, sw->freqs, L->q_norm, L->k_norm, m->rms_eps};
-        MC_RET(mc_gemv(&L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
+        MC_RET(mc_gemv(c, &L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
                "launch of the qkv gemv (with the attention norm)");
         if (fused) {
-            MC_RET(mc_attention_fused(&ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
+            MC_RET(mc_attention_fused(c, &ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
                    "launch of attention (fused q/k norm, rope, kv append)");
         } else {
             MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
@@ -818,19 +866,23 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                 s->capacity, ss->pos, q),
                    "launch of attention");
         }
-        MC_RET(mc_gemv(&L->wo, ss->att_out, NULL, 0.0f, NULL, ss->x, ss->x, q),
+        MC_RET(mc_gemv(c, &L->wo, ss->att_out, NULL, 0.0f, NULL, ss->x, ss->x, q),
                "launch of the output-projection gemv");
-        MC_RET(mc_gemv_swiglu(&L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),
+        MC_RET(mc_gemv_swiglu(c, &L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),
                "launch of the gate/up gemv (with the ffn norm)");
-        MC_RET(mc_gemv(&L->wdown, ss->gu, NULL, 0.0f, NULL, ss->x, ss->x, q), "launch of the down gemv");
+        MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, ss->x, ss->x, q), "launch of the down gemv");
     }
     MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
     if (!last) {
+        if (own_trigger)
+            MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
         MC_RET(cudaEventRecord(ss->done, q), "cudaEventRecord (hidden ready)");
         return MEMRA_OK;
     }
-    MC_RET(mc_gemv(&sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, ss->logits, q),
+    MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, ss->logits, q),
            "launch of the head gemv (with the final norm)");
+    if (own_trigger)
+        MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
     if (sample) {
         MC_RET(mc_sample(ss->logits, &ss->sampler, sample, ss->pos, ss->sampled, ss->result, q),
                "launch of the device sampler");
@@ -839,10 +891,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     return MEMRA_OK;
 }
 
-static memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture,
-                            memra_error *err) {
+memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture,
+                     memra_error *err) {
     memra_status st = MEMRA_OK;
-    mc_set_pdl(b->pdl); /* this arm's launches (eager or captured) */
     for (uint32_t i = 0; i < s->n_stages; i++)
         if ((st = mc_stage_body(b, s, i, sample, capture, err)))
             return mc_quarantine_fail(s, err);
@@ -859,8 +910,8 @@ fail:
     return st;
 }
 
-static memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *args, bool after_graph,
-                              memra_error *err) {
+memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *args, bool after_graph,
+                       memra_error *err) {
     memra_status st = MEMRA_OK;
     mc_stage_state *sl = &s->st[s->n_stages - 1];
     cudaStream_t q = after_graph ? s->st[0].stream : sl->stream;
@@ -888,8 +939,8 @@ fail:
     return st;
 }
 
-static memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
-    if (!args || args->struct_size < sizeof(memra_step_args))
+memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+    if (!MEMRA_HAS_MEMBER(args, memra_step_args, want_logits))
         return memra_fail(err, MEMRA_E_INVALID, "cuda: step args missing or too small");
     memra_status st = mc_prepare(b, s, args, err);
     if (st)
@@ -899,8 +950,8 @@ static memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_
     return mc_finish(b, s, args, false, err);
 }
 
-static memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
-                                memra_error *err) {
+memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
+                         memra_error *err) {
     memra_status st = MEMRA_OK;
     if (s->inflight == 0)
         return memra_fail(err, MEMRA_E_INVALID, "cuda: step_end with no step in flight");
@@ -945,8 +996,8 @@ fail:
     return st;
 }
 
-static memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
-                              memra_error *err) {
+memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
+                       memra_error *err) {
     memra_status st = MEMRA_OK;
     const memra_model *m = b->m;
     if (s->quarantined)
@@ -1024,7 +1075,7 @@ fail:
     return st;
 }
 
-static memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
+memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
     memra_status st = MEMRA_OK;
     const memra_model *m = b->m;
     if (src->quarantined || dst->quarantined)
@@ -1078,16 +1129,16 @@ fail:
     return st;
 }
 
-static uint32_t mc_state_position(memra_backend *b, const memra_state *s) { return s->position; }
+uint32_t mc_state_position(memra_backend *b, const memra_state *s) { return s->position; }
 
-static memra_status mc_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
+memra_status mc_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
     uint32_t size = out->struct_size && out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
     memcpy(out, &s->stats, size);
     out->struct_size = size;
     return MEMRA_OK;
 }
 
-static memra_status mc_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
+memra_status mc_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
     memra_backend_memory mem;
     memset(&mem, 0, sizeof mem);
     mem.struct_size = sizeof mem;
@@ -1116,7 +1167,7 @@ static memra_status mc_memory(memra_backend *b, memra_backend_memory *out, memra
 
 /* ---- extensions ------------------------------------------------------------------------------ */
 
-static memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_error *err) {
+memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_error *err) {
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, b->plan.stages[0].device);
     if (e != cudaSuccess)
@@ -1127,8 +1178,8 @@ static memra_status mc_device_name(memra_backend *b, char *buf, size_t size, mem
 
 /* A 1 GiB device-to-device copy, 10 times after a warm-up, timed with events; read plus write
  * bytes over the time. */
-static memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how, size_t how_size,
-                                       memra_error *err) {
+memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how, size_t how_size,
+                                memra_error *err) {
     memra_status st = MEMRA_OK;
     const size_t n = (size_t)1 << 30;
     const int reps = 10;
@@ -1162,62 +1213,5 @@ fail:
     return st;
 }
 
-static const memra_ext_bench_v1 mc_bench_ext = {sizeof(memra_ext_bench_v1), mc_device_name, mc_measure_ceiling};
-
-static void *mc_ext_stream(memra_backend *b, memra_state *s) { return (void *)s->st[0].stream; }
-static int32_t mc_ext_device(memra_backend *b, memra_state *s) { return s->st[0].device; }
-
-static const memra_cuda_graph_ext_v1 mc_graph_ext = {
-    sizeof(memra_cuda_graph_ext_v1), mc_prepare, mc_body, mc_finish, mc_ext_stream, mc_ext_device, mc_quarantine,
-    mc_kernel_family,
-};
-
-static const void *mc_extension(memra_backend *b, const char *name, uint32_t version) {
-    if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
-        return &mc_bench_ext;
-    if (strcmp(name, MEMRA_EXT_CUDA_GRAPH) == 0 && version == 1)
-        return &mc_graph_ext;
-    return NULL;
-}
-
-/* ---- the plugin --------------------------------------------------------------------------------- */
-
-static memra_backend_vtable mc_make_vtable(void) {
-    memra_backend_vtable v;
-    memset(&v, 0, sizeof v);
-    v.struct_size = sizeof v;
-    v.options = mc_options;
-    v.n_options = sizeof mc_options / sizeof mc_options[0];
-    v.device_count = mc_device_count;
-    v.open = mc_open;
-    v.close = mc_close;
-    v.state_new = mc_state_new;
-    v.state_free = mc_state_free;
-    v.step_begin = mc_step_begin;
-    v.step_end = mc_step_end;
-    v.digest = mc_digest;
-    v.state_restore = mc_state_restore;
-    v.state_position = mc_state_position;
-    v.state_stats = mc_state_stats;
-    v.memory = mc_memory;
-    v.extension = mc_extension;
-    v.resolve_options = NULL;
-    return v;
-}
-
-static const memra_backend_vtable mc_vtable = mc_make_vtable();
-
-extern "C" MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
-    MEMRA_ABI_VERSION,
-    sizeof(memra_plugin),
-    "cuda",
-    MEMRA_PLUGIN_BACKEND,
-    "0.1.0",
-    "eager CUDA decode: F32/F16/BF16/Q8_0 GEMVs, GQA attention, device sampler, stages on streams and devices",
-    NULL,
-    NULL,
-    NULL,
-    &mc_vtable,
-    NULL,
-    NULL,
-};
+void *mc_ext_stream(memra_backend *b, memra_state *s) { return (void *)s->st[0].stream; }
+int32_t mc_ext_device(memra_backend *b, memra_state *s) { return s->st[0].device; }

@@ -1,4 +1,7 @@
-/* cuda_kernels.h: the CUDA kernels of memra's cuda backends and their launchers (internal, C++).
+/* cuda_kernels.h: the launchers of the CUDA kernels of memra's cuda backends (internal, C++). The
+ * kernels live by kind: gemv.cu (F32/F16/BF16 and the float Q8_0 path), gemv_q8.cu (Q8_0 on
+ * integer dots), attention.cu, sampler.cu, digest.cu, token.cu (embedding, commit, token
+ * hand-over) and launch.cu (arm configuration, trigger mask, census), under cuda_common.cuh.
  *
  * Every launcher enqueues on the stream it is given and returns the launch's cudaError_t; none
  * synchronises and none branches on device data, so a sequence of them can be captured into a
@@ -7,7 +10,8 @@
  * Determinism: every reduction has a fixed shape (lane order, then a fixed xor-shuffle tree, then
  * warps in index order); no float atomics (one integer ticket elects the block that merges the
  * argmax parts, whose result is the same in any order). The bits depend only on the inputs and the
- * launch shapes, which depend only on the model and the state's capacity. */
+ * launch shapes, which depend only on the model, the state's capacity and the arm's q8 and
+ * attention keys (mc_config). */
 #ifndef MEMRA_CUDA_KERNELS_H
 #define MEMRA_CUDA_KERNELS_H
 
@@ -36,30 +40,55 @@ uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols);
 /* Bytes of one element of the stored layout (1 for Q8_0 quants). */
 uint32_t mc_type_elem_bytes(uint32_t type);
 
+/* The kernel choices and launch settings of one arm: the cuda backend's arm keys (cuda_ext.h lists
+ * them with their defaults), passed to every launcher that depends on them. No process-wide state
+ * and no environment variable: two arms of one process launch each with its own. The default
+ * (mc_config_default) is what an arm without keys runs. */
+#define MC_TRIGGER_ALL 127u    /* the trigger mask's bits (cuda_common.cuh names them) */
+#define MC_TRIGGER_DEFAULT 115u
+enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
+enum { MC_Q8_AUTO, MC_Q8_FLOAT };
+enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED };
+typedef struct mc_config {
+    uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
+    uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
+    uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO (integer dots where rows >= cols / 2) or MC_Q8_FLOAT */
+    uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED */
+    uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
+} mc_config;
+extern const mc_config mc_config_default;
+/* Sets one choice key (gemv, q8, attention) from its text. Returns NULL when set, else the
+ * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
+const char *mc_config_choice(mc_config *c, const char *key, const char *value);
+/* The text of a choice key's value in c (for the protocol record), NULL for another key. */
+const char *mc_config_choice_name(const mc_config *c, const char *key);
+
 /* y[r] = (residual ? residual[r] : 0) + bias[r] + sum_c W[r][c] * x'[c], r < rows, where x' is
  * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (its sum of squares
  * accumulated along the GEMV's own x loads: the norm costs no launch of its own). bias, residual
  * may be NULL; residual may be y itself. Matrices of few rows split their columns over 2 or 4
- * warps (a function of the row count; MEMRA_CUDA_KSPLIT=1|2|4 forces one, for measurements).
- * Q8_0 (except where rows < cols / 2) takes x' quantized per 16 columns to 23 bits and integer
- * dots, NMSE against the float path ~1e-8 on the presets; the kernel choice is a function of the
- * shapes alone, so every arm and device gets the same bits. */
-cudaError_t mc_gemv(const mc_matrix *w, const float *x, const float *norm_w, float eps, const float *bias,
-                    const float *residual, float *y, cudaStream_t st);
+ * warps (a function of the row count). Q8_0 with c->q8 auto (except where rows < cols / 2)
+ * takes x' quantized per 16 columns to 23 bits and integer dots, NMSE against the float path
+ * ~1e-8 on the presets; the kernel choice is a function of the shapes and c alone, so every arm
+ * and device with the same keys gets the same bits (c->gemv, c->pdl and c->trigger never change
+ * them). */
+cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                    const float *bias, const float *residual, float *y, cudaStream_t st);
 /* Readies the GEMV kernels on the current device (the multiprocessor count, the Q8_0 kernels'
  * shared-memory limit): once per device, outside any graph capture (the launchers do it lazily
  * too). */
 cudaError_t mc_gemv_prepare(void);
-/* Whether the launches this thread makes from now on use programmatic dependent launch (1, the
- * default; MEMRA_CUDA_NO_PDL=1 turns it off for the whole process). Set by the backend per arm
- * before it enqueues a step; the arithmetic does not depend on it. */
-void mc_set_pdl(int on);
 /* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
-cudaError_t mc_gemv_swiglu(const mc_matrix *w, const float *x, const float *norm_w, float eps, float *y,
-                           cudaStream_t st);
+cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                           float *y, cudaStream_t st);
 
-/* out = x / rms(x) * weight over n floats (eps inside the root). One block. */
-cudaError_t mc_rmsnorm(const float *x, const float *weight, float *out, uint32_t n, float eps, cudaStream_t st);
+/* Enqueues on st the device-to-device copies (capturable) that make the kernels launched after
+ * them on this device read `mask` as their trigger mask; every kernel reads MC_TRIGGER_DEFAULT
+ * until then. An arm whose trigger differs from the default brackets each stage's body with its
+ * mask and the default, so an arm with the default enqueues nothing. mc_trigger_prepare resolves
+ * the addresses once per device, outside any capture (mc_trigger_enqueue does it lazily too). */
+cudaError_t mc_trigger_prepare(void);
+cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st);
 
 /* x = row `*token` of the embedding matrix, decoded to f32; a token out of range gives row 0
  * (host tokens are checked before; a device token is always a sampled index). */
@@ -91,25 +120,28 @@ cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_ca
 /* Floats of the partials buffer mc_attention needs. */
 uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
 
-/* The fused path: q/k norm, RoPE, KV append and grouped-query attention in one launch (a cluster
+/* The fused paths: q/k norm, RoPE, KV append and grouped-query attention in one launch (a cluster
  * of blocks per kv head, a fixed split of [0, *pos] by position and a rank-ordered merge through
- * distributed shared memory). Reads qkv as mc_rope_kv does (q is not rotated in place); writes
- * the k and v rows at *pos and out[n_head][hdv]. mc_attention_fused_ok says whether it serves
- * the shapes (16-byte rows) and MEMRA_CUDA_ATT_UNFUSED is unset; otherwise use mc_rope_kv +
- * mc_attention (the launcher returns cudaErrorInvalidValue). */
-int mc_attention_fused_ok(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
-/* Raises the fused kernel's dynamic shared-memory limit on the current device to what these
+ * distributed shared memory). Read qkv as mc_rope_kv does (q is not rotated in place); write
+ * the k and v rows at *pos and out[n_head][hdv]. mc_attention_path says which path serves the
+ * shapes under c: MC_ATT_PATH_CLUSTER (16-lane groups own positions; hd == hdv in {32, 64, 128},
+ * G = n_head/n_kv in {1, 2, 4, 8}), MC_ATT_PATH_TILED (threads own positions in tiles; 16-byte
+ * rows, shared memory <= 200 KB) or MC_ATT_PATH_UNFUSED (then use mc_rope_kv + mc_attention;
+ * mc_attention_fused returns cudaErrorInvalidValue). */
+enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER };
+int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+/* Raises the fused kernels' dynamic shared-memory limit on the current device to what these
  * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
-cudaError_t mc_attention_fused_prepare(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
-cudaError_t mc_attention_fused(const mc_rope_args *a, const float *qkv, float *k_cache, float *v_cache, float *out,
-                               const int32_t *pos, cudaStream_t st);
+cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                               float *v_cache, float *out, const int32_t *pos, cudaStream_t st);
 
 /* *pos += 1 (the commit of a stage's step). */
 cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
 /* *dst = *src (a device token handed to the next step). */
 cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st);
 
-/* The device sampler (the algorithm of backends/cpu/sampler_cpu.h, bit for bit). */
+/* The device sampler (the algorithm of memra/sampling.h, bit for bit). */
 typedef struct mc_sample_result {
     int32_t token;     /* the choice; -1 when not sampled or on bad logits */
     int32_t bad_index; /* the lowest index of a non-finite logit, or -1 */

@@ -1,5 +1,6 @@
 /* q8x_quant.h: the activation quantization of the cuda backend's integer Q8_0 GEMV, shared by
- * the kernel (device) and a host test (C), so the test checks the code the kernel runs.
+ * the kernel (gemv_q8_0_int in gemv_q8.cu) and a host test (C), so the test checks the code the
+ * kernel runs.
  *
  * Per 16-column chunk of x' (x times the norm weight): amax = max |x'|, scale s = amax / QMAX,
  * q = rint(x' / s) with |q| <= QMAX = 127 * 2^16, written as three int8 planes q = 2^16 hi + 2^8

@@ -3,7 +3,10 @@
  * a token's time goes. Weights are random (never zeros) and rotated over enough copies that no
  * matrix is served from L2. Prints one row per kernel and the per-token sum.
  *
- *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32] [position]   */
+ *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32] [position] [key=value ...]
+ *
+ * The keys are the cuda backend's arm keys that choose kernels or launches (pdl, trigger, gemv,
+ * q8, attention; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,16 +77,59 @@ static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols, int
     }
 }
 
+/* Attention as the backend launches it under c: the fused kernel of its path, or the unfused
+ * rope/kv append and attention pair. */
+static cudaError_t kb_attention(const mc_config *c, bool fused, const mc_rope_args *ra, float *qkv, float *kc,
+                                float *vc, float *part, float *att, const int32_t *pos, cudaStream_t st) {
+    if (fused)
+        return mc_attention_fused(c, ra, qkv, kc, vc, att, pos, st);
+    cudaError_t e = mc_rope_kv(ra, qkv, kc, vc, pos, st);
+    if (e != cudaSuccess)
+        return e;
+    return mc_attention(qkv, kc, vc, part, att, ra->n_head, ra->n_kv, ra->hd, ra->hdv, ra->capacity, pos, st);
+}
+
 static double kb_bytes(const mc_matrix *m) { return (double)mc_matrix_bytes(m->type, m->rows, m->cols); }
 
-#ifdef MC_PROF
-cudaError_t mc_prof_take(unsigned long long out[18]);
-#endif
+/* The arm keys of the command line into c; exits 2 on a bad one. */
+static void kb_config(int argc, char **argv, int first, mc_config *c) {
+    *c = mc_config_default;
+    for (int i = first; i < argc; i++) {
+        char key[32];
+        const char *eq = strchr(argv[i], '=');
+        if (!eq || (size_t)(eq - argv[i]) >= sizeof key) {
+            fprintf(stderr, "kernel_bench: '%s' is not key=value\n", argv[i]);
+            exit(2);
+        }
+        memcpy(key, argv[i], (size_t)(eq - argv[i]));
+        key[eq - argv[i]] = 0;
+        const char *v = eq + 1, *allowed = NULL;
+        char *end = NULL;
+        if (!strcmp(key, "pdl") || !strcmp(key, "trigger")) {
+            const unsigned long n = strtoul(v, &end, 10);
+            const unsigned long max = !strcmp(key, "pdl") ? 1 : MC_TRIGGER_ALL;
+            if (!*v || *end || n > max) {
+                fprintf(stderr, "kernel_bench: %s=%s: expected an integer from 0 to %lu\n", key, v, max);
+                exit(2);
+            }
+            *(!strcmp(key, "pdl") ? &c->pdl : &c->trigger) = (uint32_t)n;
+        } else if ((allowed = mc_config_choice(c, key, v)) != NULL) {
+            if (*allowed)
+                fprintf(stderr, "kernel_bench: %s=%s: expected one of %s\n", key, v, allowed);
+            else
+                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention)\n", key);
+            exit(2);
+        }
+    }
+}
 
 int main(int argc, char **argv) {
     const char *which = argc > 1 ? argv[1] : "8b";
     const char *dt = argc > 2 ? argv[2] : "bf16";
     const uint32_t pos = argc > 3 ? (uint32_t)atoi(argv[3]) : 576;
+    mc_config cfg;
+    kb_config(argc, argv, 4, &cfg);
+    const mc_config *c = &cfg;
     uint32_t type = !strcmp(dt, "q8_0") ? MEMRA_TYPE_Q8_0 : !strcmp(dt, "f16") ? MEMRA_TYPE_F16
                   : !strcmp(dt, "f32") ? MEMRA_TYPE_F32 : MEMRA_TYPE_BF16;
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
@@ -92,7 +138,9 @@ int main(int argc, char **argv) {
     const uint32_t cap = 1024;
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
-    KB_CHECK(mc_gemv_prepare()); /* as the backend does at open: the knobs reach the device first */
+    KB_CHECK(mc_gemv_prepare()); /* as the backend does at open */
+    if (cfg.trigger != MC_TRIGGER_DEFAULT) /* every launch below reads the chosen mask */
+        KB_CHECK(mc_trigger_enqueue(cfg.trigger, st));
     kb_mat qkv, wo, gu, down, head;
     kb_alloc(&qkv, type, (n_head + 2 * n_kv) * hd, n_embd, 4);
     kb_alloc(&wo, type, n_embd, n_head * hd, 4);
@@ -153,6 +201,9 @@ int main(int argc, char **argv) {
     cudaFree(cb);
 
     mc_rope_args ra = {n_head, n_kv, hd, hd, cap, 1, 1.0f, freqs, NULL, NULL, 1e-5f};
+    const bool fused = mc_attention_path(c, n_head, n_kv, hd, hd) != MC_ATT_PATH_UNFUSED;
+    if (fused)
+        KB_CHECK(mc_attention_fused_prepare(c, n_head, n_kv, hd, hd));
     memra_sample_cfg greedy = {0.0f, 0, 1.0f, 0};
     struct {
         const char *name;
@@ -168,7 +219,7 @@ int main(int argc, char **argv) {
         {"gemv down +res", (int)n_layer, kb_bytes(&down.m[0]), 1},
         {"gemv head +norm", 1, kb_bytes(&head.m[0]), 1},
         {"sampler greedy", 1, (double)V * 4, 1},
-        {"attention fused", (int)n_layer, 2.0 * n_kv * (pos + 1) * hd * 4, 1},
+        {fused ? "attention fused" : "attention unfused pair", (int)n_layer, 2.0 * n_kv * (pos + 1) * hd * 4, 1},
     };
     const int nrows = sizeof rows / sizeof rows[0];
     const int reps = 40;
@@ -179,23 +230,18 @@ int main(int argc, char **argv) {
            "us/token");
     for (int r = 0; r < nrows; r++) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
-#ifdef MC_PROF
-            unsigned long long pr[18];
-            KB_CHECK(cudaDeviceSynchronize());
-            KB_CHECK(mc_prof_take(pr));
-#endif
             KB_CHECK(cudaEventRecord(e0, st));
             for (int i = 0; i < reps; i++) {
                 switch (r) {
-                case 0: KB_CHECK(mc_gemv(&qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
+                case 0: KB_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
                 case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
                 case 2: KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, st)); break;
-                case 3: KB_CHECK(mc_gemv(&wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
-                case 4: KB_CHECK(mc_gemv_swiglu(&gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
-                case 5: KB_CHECK(mc_gemv(&down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
-                case 6: KB_CHECK(mc_gemv(&head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
+                case 3: KB_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
+                case 5: KB_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 6: KB_CHECK(mc_gemv(c, &head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
                 case 7: KB_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, st)); break;
-                default: KB_CHECK(mc_attention_fused(&ra, qkvb, kc, vc, att, dpos, st)); break;
+                default: KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st)); break;
                 }
             }
             KB_CHECK(cudaEventRecord(e1, st));
@@ -211,23 +257,6 @@ int main(int argc, char **argv) {
         }
         printf("%-22s %6d %10.2f %10.3f %9.1f %7.1f%% %10.1f\n", rows[r].name, rows[r].per_token, us,
                rows[r].bytes / 1e6, gbs, 100.0 * gbs * 1e9 / ceiling, us * rows[r].per_token);
-#ifdef MC_PROF
-        {
-            unsigned long long pr[18];
-            int khz = 0;
-            KB_CHECK(mc_prof_take(pr));
-            KB_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-            for (int set = 0; set < 2; set++) {
-                const unsigned long long n = pr[16 + set];
-                if (!n)
-                    continue;
-                printf("  prof %s (n %llu, us at %d MHz):", set ? "q8x" : "att", n, khz / 1000);
-                for (int i = 0; i < (set ? 4 : 8); i++)
-                    printf(" %.2f", (double)pr[8 * set + i] / n / (khz / 1e3));
-                printf("\n");
-            }
-        }
-#endif
     }
     printf("%-22s %6s %10s %10.1f %9.1f %7.1f%% %10.1f  -> %.1f tok/s if launches were free\n", "per token", "", "",
            total_bytes / 1e6, total_bytes / (total_ms * 1e-3) / 1e9,
@@ -253,15 +282,15 @@ int main(int argc, char **argv) {
             KB_CHECK(cudaEventRecord(e0, st));
             for (uint32_t L = 0; L < n_layer; L++) {
                 if (drop != 1)
-                    KB_CHECK(mc_gemv(&qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
+                    KB_CHECK(mc_gemv(c, &qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
                 if (drop != 2)
-                    KB_CHECK(mc_attention_fused(&ra, qkvb, kc, vc, att, dpos, st));
+                    KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st));
                 if (drop != 3)
-                    KB_CHECK(mc_gemv(&wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
+                    KB_CHECK(mc_gemv(c, &wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
                 if (drop != 4)
-                    KB_CHECK(mc_gemv_swiglu(&gu.m[L % gu.n], x, w, 1e-5f, sw, st));
+                    KB_CHECK(mc_gemv_swiglu(c, &gu.m[L % gu.n], x, w, 1e-5f, sw, st));
                 if (drop != 5)
-                    KB_CHECK(mc_gemv(&down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
+                    KB_CHECK(mc_gemv(c, &down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
             }
             KB_CHECK(cudaEventRecord(e1, st));
             KB_CHECK(cudaEventSynchronize(e1));

@@ -1,5 +1,5 @@
 /* test_argmax_merge.c: the merge rule of the cuda device sampler's argmax
- * (backends/cuda/argmax_merge.h, the header the kernel includes), checked on the host: no GPU
+ * (backends/cuda/argmax_merge.h, the header sample_argmax includes), checked on the host: no GPU
  * needed, so it runs in CI.
  *
  * The single-launch argmax lets whichever block finishes last merge the per-block parts, so its

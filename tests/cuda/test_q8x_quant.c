@@ -1,5 +1,5 @@
 /* test_q8x_quant.c: the activation quantization of the cuda backend's integer Q8_0 GEMV
- * (backends/cuda/q8x_quant.h, the header the kernel includes), checked on the host: no GPU
+ * (backends/cuda/q8x_quant.h, the header gemv_q8_0_int includes), checked on the host: no GPU
  * needed, so it runs in CI.
  *
  * - the three-plane split covers [-QMAX, QMAX] exactly, every plane inside int8 (exhaustive);

@@ -1,0 +1,1052 @@
+/* attention.cu: decode attention of one token over a layer's KV cache, with the q/k norm (qwen3),
+ * RoPE and the KV append of the new row, in three paths (mc_attention_path picks one from the
+ * shapes and the arm's attention key): attention_decode_cluster (one launch per layer: a cluster
+ * of 8 blocks per kv head, 16-lane groups own positions, the merge pushed through distributed
+ * shared memory), attention_decode_cluster_tiled (one launch: threads own positions in tiles,
+ * for the shapes the first does not serve) and the unfused pair rope_kv_append +
+ * attention_decode_chunk / attention_decode_combine (three launches, any shape). Every output
+ * element has one fixed formula in each path; the paths differ from each other in bits.
+ * Measurements: bench/gpu/NOTES.md. */
+#include <cooperative_groups.h>
+
+#include "cuda_common.cuh"
+
+/* Block sum with a fixed shape: warp trees, then warp 0 adds the warp sums in index order.
+ * Every thread gets the result. `red` holds 33 floats. */
+__device__ float mc_block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = mc_warp_sum(v);
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < nw; w++)
+            s += red[w];
+        red[32] = s;
+    }
+    __syncthreads();
+    float r = red[32];
+    __syncthreads();
+    return r;
+}
+
+/* ---- the unfused path: rope_kv_append, attention_decode_chunk, attention_decode_combine ---- */
+
+/* One block per head (q heads, then kv heads). Per layer and token: reads qkv (one token),
+ * freqs, norms, *pos; writes q in place and one row of k and v into this layer's cache at *pos. */
+__global__ void rope_kv_append(const mc_rope_args a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos) {
+    extern __shared__ float vec[]; /* hd floats */
+    __shared__ float red[33];
+    const int32_t p = *pos;
+    const uint32_t h = blockIdx.x;
+    const bool is_q = h < a.n_head;
+    const uint32_t kvh = is_q ? 0 : h - a.n_head;
+    float *src = is_q ? qkv + (size_t)h * a.hd : qkv + (size_t)a.n_head * a.hd + (size_t)kvh * a.hd;
+    const float *norm = is_q ? a.q_norm : a.k_norm;
+
+    for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+        vec[i] = src[i];
+    __syncthreads();
+    if (norm) {
+        float ss = 0.0f;
+        for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+            ss = fmaf(vec[i], vec[i], ss);
+        ss = mc_block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / (float)a.hd + a.eps);
+        for (uint32_t i = threadIdx.x; i < a.hd; i += blockDim.x)
+            vec[i] = vec[i] * scale * norm[i];
+        __syncthreads();
+    }
+    float *dst = is_q ? src : k_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hd;
+    const uint32_t half_dim = a.hd / 2;
+    const float fpos = (float)p * a.pos_scale;
+    for (uint32_t i = threadIdx.x; i < half_dim; i += blockDim.x) {
+        uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half_dim : 2 * i + 1;
+        float s, c;
+        sincosf(fpos * a.freqs[i], &s, &c);
+        float x0 = vec[i0], x1 = vec[i1];
+        dst[i0] = x0 * c - x1 * s;
+        dst[i1] = x0 * s + x1 * c;
+    }
+    if (!is_q) {
+        const float *v = qkv + (size_t)(a.n_head + a.n_kv) * a.hd + (size_t)kvh * a.hdv;
+        float *vd = v_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hdv;
+        for (uint32_t i = threadIdx.x; i < a.hdv; i += blockDim.x)
+            vd[i] = v[i];
+    }
+}
+
+cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
+                       cudaStream_t st) {
+    rope_kv_append<<<a->n_head + a->n_kv, 128, a->hd * sizeof(float), st>>>(*a, qkv, k_cache, v_cache, pos);
+    return cudaGetLastError();
+}
+
+uint32_t mc_att_max_chunks(uint32_t capacity) { return (capacity + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK; }
+
+uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity) {
+    return (uint64_t)n_head * mc_att_max_chunks(capacity) * (hdv + 2);
+}
+
+/* Block (kv head g, chunk c) over positions [32c, min(32c+32, *pos+1)), for the G = n_head/n_kv
+ * q heads that share kv head g, so each K and V row is read once per chunk. Reads the G q
+ * vectors and that range of k and v; writes per q head the partial (max, sum, out[hdv]) (per
+ * layer and token: the K and V rows [0, *pos], the partials of every chunk).
+ * Scores: one thread per (q head, position), the dot in dimension order; softmax sums in
+ * position order; out: one thread per dimension, positions in order. */
+template <uint32_t HD> /* head_dim when 64 or 128 (loops unrolled), 0: given at run time */
+__global__ void __launch_bounds__(128) attention_decode_chunk(const float *q, const float *k_cache, const float *v_cache,
+                                                           float *partial, uint32_t n_head, uint32_t n_kv,
+                                                           uint32_t hd_rt, uint32_t hdv, uint32_t capacity,
+                                                           uint32_t max_chunks, const int32_t *pos) {
+    const uint32_t hd = HD ? HD : hd_rt;
+    extern __shared__ float sm[]; /* q[G][hd], p[G][MC_ATT_CHUNK], m[G], l[G] */
+    const uint32_t G = n_head / n_kv;
+    float *qs = sm, *ps = sm + G * hd, *ms = ps + G * MC_ATT_CHUNK;
+    const uint32_t npos = (uint32_t)*pos + 1;
+    const uint32_t g = blockIdx.x, c = blockIdx.y, t0 = c * MC_ATT_CHUNK;
+    if (t0 >= npos)
+        return;
+    const uint32_t nt = min(t0 + MC_ATT_CHUNK, npos) - t0;
+    const float *kb = k_cache + ((size_t)g * capacity + t0) * hd;
+    const float *vb = v_cache + ((size_t)g * capacity + t0) * hdv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = q[(size_t)g * G * hd + i];
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x) {
+        const uint32_t hq = i / MC_ATT_CHUNK, t = i % MC_ATT_CHUNK;
+        float acc = -INFINITY;
+        if (t < nt) {
+            const float *k = kb + (size_t)t * hd, *qq = qs + (size_t)hq * hd;
+            acc = 0.0f;
+            if ((hd & 3) == 0) {
+#pragma unroll 16
+                for (uint32_t d = 0; d < hd; d += 4) {
+                    float4 kv = *(const float4 *)(k + d);
+                    acc = fmaf(qq[d], kv.x, acc);
+                    acc = fmaf(qq[d + 1], kv.y, acc);
+                    acc = fmaf(qq[d + 2], kv.z, acc);
+                    acc = fmaf(qq[d + 3], kv.w, acc);
+                }
+            } else {
+                for (uint32_t d = 0; d < hd; d++)
+                    acc = fmaf(qq[d], k[d], acc);
+            }
+            acc *= scale;
+        }
+        ps[i] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
+        float m = p[0];
+        for (uint32_t t = 1; t < nt; t++)
+            m = fmaxf(m, p[t]);
+        ms[threadIdx.x] = m;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x)
+        ps[i] = i % MC_ATT_CHUNK < nt ? expf(ps[i] - ms[i / MC_ATT_CHUNK]) : 0.0f;
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
+        float l = 0.0f;
+        for (uint32_t t = 0; t < nt; t++)
+            l += p[t];
+        float *out = partial + ((size_t)(g * G + threadIdx.x) * max_chunks + c) * (hdv + 2);
+        out[0] = ms[threadIdx.x];
+        out[1] = l;
+    }
+    for (uint32_t i = threadIdx.x; i < G * hdv; i += blockDim.x) {
+        const uint32_t hq = i / hdv, d = i % hdv;
+        const float *p = ps + hq * MC_ATT_CHUNK;
+        float o = 0.0f;
+#pragma unroll 8
+        for (uint32_t t = 0; t < nt; t++)
+            o = fmaf(p[t], vb[(size_t)t * hdv + d], o);
+        partial[((size_t)(g * G + hq) * max_chunks + c) * (hdv + 2) + 2 + d] = o;
+    }
+}
+
+/* One block per q head: merges the chunks in index order. The chunk maxima and sums are first
+ * loaded in parallel into shared memory (a serial loop over global loads would pay one memory
+ * latency per chunk). Reads the partials; writes out[hdv]. */
+__global__ void __launch_bounds__(128) attention_decode_combine(const float *partial, float *out, uint32_t hdv,
+                                                             uint32_t max_chunks, const int32_t *pos) {
+    extern __shared__ float cs[]; /* m[max_chunks], l[max_chunks], w[max_chunks], [3*max_chunks] = 1/L */
+    float *ms = cs, *ls = cs + max_chunks, *wts = cs + 2 * max_chunks;
+    const uint32_t npos = (uint32_t)*pos + 1;
+    const uint32_t nc = (npos + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK;
+    const float *ph = partial + (size_t)blockIdx.x * max_chunks * (hdv + 2);
+    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x) {
+        ms[c] = ph[(size_t)c * (hdv + 2)];
+        ls[c] = ph[(size_t)c * (hdv + 2) + 1];
+    }
+    __syncthreads();
+    float m = ms[0];
+    for (uint32_t c = 1; c < nc; c++)
+        m = fmaxf(m, ms[c]);
+    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x)
+        wts[c] = expf(ms[c] - m);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float l = 0.0f;
+        for (uint32_t c = 0; c < nc; c++)
+            l = fmaf(ls[c], wts[c], l);
+        cs[3 * max_chunks] = 1.0f / l;
+    }
+    __syncthreads();
+    const float inv = cs[3 * max_chunks];
+    for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll 8
+        for (uint32_t c = 0; c < nc; c++)
+            o = fmaf(ph[(size_t)c * (hdv + 2) + 2 + d], wts[c], o);
+        out[(size_t)blockIdx.x * hdv + d] = o * inv;
+    }
+}
+
+cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
+                         uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
+                         const int32_t *pos, cudaStream_t st) {
+    const uint32_t mc = mc_att_max_chunks(capacity), G = n_head / n_kv;
+    const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
+    dim3 grid(n_kv, mc);
+    if (hd == 128)
+        attention_decode_chunk<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                          mc, pos);
+    else if (hd == 64)
+        attention_decode_chunk<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                         mc, pos);
+    else
+        attention_decode_chunk<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
+                                                        mc, pos);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    attention_decode_combine<<<n_head, 128, (3 * mc + 1) * sizeof(float), st>>>(partial, out, hdv, mc, pos);
+    return cudaGetLastError();
+}
+
+/* ---- attention_decode_cluster_tiled: q/k norm, RoPE, KV append, attention, merge ---------- */
+
+/* One cluster of MC_ATT_SPLIT blocks per kv head g. The positions [0, *pos] are split into
+ * MC_ATT_SPLIT contiguous ranges (a function of *pos alone); block r walks its range in tiles of
+ * MC_ATT_TILE positions with an online softmax (tiles in order), then the cluster merges the
+ * blocks' (max, sum, out) through distributed shared memory in rank order: every output element
+ * has one fixed formula, whichever thread computes it. Each block ropes (and norms) the G q heads
+ * itself (the same code everywhere, so the same bits); the block whose range holds *pos ropes the
+ * new k, appends k and v to the cache and uses them from shared memory. The tiles of cached rows
+ * (all written by earlier steps) stream in by cp.async, the first before the wait on the qkv
+ * GEMV. Threads own positions (one per (head, position) of a tile for the scores, one per
+ * dimension for the output). Per layer and token: reads qkv (one token), freqs, norms, *pos,
+ * this layer's K and V rows [0, *pos); writes the K and V rows at *pos and out[n_head][hdv].
+ * Serves the shapes attention_decode_cluster does not (16-byte rows, <= 200 KB of shared
+ * memory). */
+#define MC_ATT_SPLIT 8u
+#define MC_ATT_TILE 32u
+#define MC_ATT_THREADS 128u
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ void mc_cp_async16(void *smem, const void *gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void mc_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most `pending` of this thread's newest copy groups are still in flight. */
+__device__ __forceinline__ void mc_cp_async_wait(uint32_t pending) {
+    if (pending >= 2)
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+    else if (pending == 1)
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* The shared-memory layout (floats; every array starts 16-byte aligned). */
+struct mc_att_layout {
+    uint32_t G4, kst, nb, qs, ks, vs, ps, os, st, kn, vn, total;
+};
+/* nb tile buffers: up to 4 (3 tiles in flight ahead of the one in use) while the block stays
+ * under 160 KB, at least 2. */
+__host__ __device__ inline mc_att_layout mc_att_layout_of(uint32_t G, uint32_t hd, uint32_t hdv) {
+    mc_att_layout L;
+    L.G4 = (G + 3) / 4 * 4;
+    L.kst = hd + 4; /* padded K rows: a warp's 16-byte loads of 32 rows hit distinct banks */
+    for (L.nb = 4;; L.nb--) {
+        uint32_t o = 0;
+        L.qs = o; o += G * hd;
+        L.ks = o; o += L.nb * MC_ATT_TILE * L.kst;
+        L.vs = o; o += L.nb * MC_ATT_TILE * hdv;
+        L.ps = o; o += MC_ATT_TILE * L.G4;
+        L.os = o; o += G * hdv;
+        L.st = o; o += (3 * G + 3) / 4 * 4;
+        L.kn = o; o += hd;
+        L.vn = o; o += hdv;
+        L.total = o;
+        if (L.nb == 2 || (uint64_t)o * 4 <= 160u * 1024u)
+            return L;
+    }
+}
+
+/* Queues the cache rows [t0, t0+nt) except `skip` into one tile buffer. */
+__device__ __forceinline__ void mc_att_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
+                                                 uint32_t nt, uint32_t skip, uint32_t hd, uint32_t hdv, uint32_t kst) {
+    const uint32_t kq = hd / 4, vq = hdv / 4;
+    for (uint32_t i = threadIdx.x; i < nt * kq; i += blockDim.x) {
+        const uint32_t t = i / kq, c = i % kq;
+        if (t0 + t != skip)
+            mc_cp_async16(ks + t * kst + 4 * c, kb + (size_t)(t0 + t) * hd + 4 * c);
+    }
+    for (uint32_t i = threadIdx.x; i < nt * vq; i += blockDim.x) {
+        const uint32_t t = i / vq, c = i % vq;
+        if (t0 + t != skip)
+            mc_cp_async16(vs + t * hdv + 4 * c, vb + (size_t)(t0 + t) * hdv + 4 * c);
+    }
+    mc_cp_async_commit();
+}
+
+/* In place: RMSNorm (when norm) of n_vec vectors of hd floats, warp w taking vectors w, w+nw.. */
+__device__ void mc_att_norm(float *v, uint32_t n_vec, uint32_t hd, const float *norm, float eps) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (uint32_t h = warp; h < n_vec; h += nw) {
+        float *x = v + (size_t)h * hd, ss = 0.0f;
+        for (uint32_t i = lane; i < hd; i += 32)
+            ss = fmaf(x[i], x[i], ss);
+        ss = __shfl_sync(MC_FULL, mc_warp_sum(ss), 0);
+        const float scale = 1.0f / sqrtf(ss / (float)hd + eps);
+        for (uint32_t i = lane; i < hd; i += 32)
+            x[i] = x[i] * scale * norm[i];
+    }
+}
+
+/* In place: RoPE at position p of n_vec vectors of hd floats (one thread per pair). */
+__device__ void mc_att_rope(float *v, uint32_t n_vec, const mc_rope_args &a, uint32_t hd, int32_t p) {
+    const uint32_t half_dim = hd / 2;
+    const float fpos = (float)p * a.pos_scale;
+    for (uint32_t i = threadIdx.x; i < n_vec * half_dim; i += blockDim.x) {
+        const uint32_t h = i / half_dim, j = i % half_dim;
+        const uint32_t i0 = a.neox ? j : 2 * j, i1 = a.neox ? j + half_dim : 2 * j + 1;
+        float s, c;
+        sincosf(fpos * a.freqs[j], &s, &c);
+        float *x = v + (size_t)h * hd;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+template <uint32_t HD> /* head_dim when 64 or 128 (dot unrolled), 0: given at run time */
+__global__ void __launch_bounds__(MC_ATT_THREADS) attention_decode_cluster_tiled(const mc_rope_args a, const float *qkv,
+                                                                      float *k_cache, float *v_cache, float *out,
+                                                                      const int32_t *pos) {
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ __align__(16) float sm[];
+    const uint32_t hd = HD ? HD : a.hd, hdv = a.hdv, G = a.n_head / a.n_kv;
+    const mc_att_layout L = mc_att_layout_of(G, hd, hdv);
+    float *qs = sm + L.qs, *ps = sm + L.ps, *os = sm + L.os, *st = sm + L.st, *kn = sm + L.kn, *vn = sm + L.vn;
+    float *ms = st, *ls = st + G, *als = st + 2 * G;
+    const uint32_t r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31;
+    const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
+    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
+    const float *kb = k_cache + (size_t)g * a.capacity * hd, *vb = v_cache + (size_t)g * a.capacity * hdv;
+    const uint32_t n_tiles = (p1 - p0 + MC_ATT_TILE - 1) / MC_ATT_TILE;
+    /* rows below *pos were written by earlier steps: stream the first nb-1 tiles before the wait
+     * (one copy group per tile; tile j goes to buffer j % nb) */
+    for (uint32_t j = 0; j < n_tiles && j + 1 < L.nb; j++) {
+        const uint32_t t0 = p0 + j * MC_ATT_TILE;
+        mc_att_load_tile(sm + L.ks + j * MC_ATT_TILE * L.kst, sm + L.vs + j * MC_ATT_TILE * hdv, kb, vb, t0,
+                         min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, L.kst);
+    }
+    mc_wait_prior_grid(MC_ATT_FAMILY(a));
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        qs[i] = qkv[(size_t)g * G * hd + i];
+    if (has_new) {
+        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            kn[i] = qkv[(size_t)a.n_head * hd + (size_t)g * hd + i];
+        for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+            vn[i] = qkv[(size_t)(a.n_head + a.n_kv) * hd + (size_t)g * hdv + i];
+    }
+    for (uint32_t i = threadIdx.x; i < G; i += blockDim.x) {
+        ms[i] = -INFINITY;
+        ls[i] = 0.0f;
+    }
+    for (uint32_t i = threadIdx.x; i < G * hdv; i += blockDim.x)
+        os[i] = 0.0f;
+    __syncthreads();
+    if (a.q_norm)
+        mc_att_norm(qs, G, hd, a.q_norm, a.eps);
+    if (has_new && a.k_norm)
+        mc_att_norm(kn, 1, hd, a.k_norm, a.eps);
+    __syncthreads();
+    mc_att_rope(qs, G, a, hd, p);
+    if (has_new)
+        mc_att_rope(kn, 1, a, hd, p);
+    __syncthreads();
+    if (has_new) {
+        float *kd = k_cache + ((size_t)g * a.capacity + (size_t)p) * hd;
+        float *vd = v_cache + ((size_t)g * a.capacity + (size_t)p) * hdv;
+        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            kd[i] = kn[i];
+        for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+            vd[i] = vn[i];
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t j = 0; j < n_tiles; j++) {
+        const uint32_t t0 = p0 + j * MC_ATT_TILE, nt = min(MC_ATT_TILE, p1 - t0), b = j % L.nb;
+        float *ks = sm + L.ks + b * MC_ATT_TILE * L.kst, *vs = sm + L.vs + b * MC_ATT_TILE * hdv;
+        /* queued so far: tiles 0 .. min(j + nb - 2, n_tiles - 1); tile j must have landed */
+        mc_cp_async_wait(min(j + L.nb - 2, n_tiles - 1) - j);
+        __syncthreads(); /* tile j landed for every thread; tile j-1's buffer is free */
+        if (j + L.nb - 1 < n_tiles) {
+            const uint32_t jn = j + L.nb - 1, tn = p0 + jn * MC_ATT_TILE;
+            mc_att_load_tile(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst,
+                             sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv, kb, vb, tn, min(MC_ATT_TILE, p1 - tn),
+                             (uint32_t)p, hd, hdv, L.kst);
+        }
+        if (has_new && (uint32_t)p < t0 + nt) { /* the new row, from shared memory */
+            const uint32_t t = (uint32_t)p - t0;
+            for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+                ks[t * L.kst + i] = kn[i];
+            for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+                vs[t * hdv + i] = vn[i];
+            __syncthreads();
+        }
+        /* scores and the online softmax: warp-uniform head, lane = position */
+        for (uint32_t i = threadIdx.x; i < G * MC_ATT_TILE; i += blockDim.x) {
+            const uint32_t h = i / MC_ATT_TILE, t = i % MC_ATT_TILE;
+            float s = -INFINITY;
+            if (t < nt) {
+                const float *k = ks + t * L.kst, *q = qs + (size_t)h * hd;
+                float acc = 0.0f;
+#pragma unroll 8
+                for (uint32_t d = 0; d < hd; d += 4) {
+                    const float4 kv = *(const float4 *)(k + d);
+                    const float4 qv = *(const float4 *)(q + d);
+                    acc = fmaf(qv.x, kv.x, acc);
+                    acc = fmaf(qv.y, kv.y, acc);
+                    acc = fmaf(qv.z, kv.z, acc);
+                    acc = fmaf(qv.w, kv.w, acc);
+                }
+                s = acc * scale;
+            }
+            float tmax = s;
+            for (int o = 16; o > 0; o >>= 1)
+                tmax = fmaxf(tmax, __shfl_xor_sync(MC_FULL, tmax, o)); /* max: exact in any order */
+            const float m_old = ms[h], m_new = fmaxf(m_old, tmax);
+            const float e = t < nt ? expf(s - m_new) : 0.0f;
+            const float lt = mc_warp_sum(e);
+            ps[t * L.G4 + h] = e;
+            __syncwarp();
+            if (lane == 0) {
+                const float alpha = expf(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
+                ls[h] = fmaf(ls[h], alpha, lt);
+                ms[h] = m_new;
+                als[h] = alpha;
+            }
+        }
+        __syncthreads();
+        /* out: one thread per dimension, up to 4 heads at once (V read once), positions in order */
+        for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
+            for (uint32_t h0 = 0; h0 < G; h0 += 4) {
+                float o[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    o[k] = h0 + k < G ? os[(h0 + k) * hdv + d] * als[h0 + k] : 0.0f;
+#pragma unroll 4
+                for (uint32_t t = 0; t < nt; t++) {
+                    const float v = vs[t * hdv + d];
+                    const float4 pv = *(const float4 *)(ps + t * L.G4 + h0);
+                    o[0] = fmaf(pv.x, v, o[0]);
+                    o[1] = fmaf(pv.y, v, o[1]);
+                    o[2] = fmaf(pv.z, v, o[2]);
+                    o[3] = fmaf(pv.w, v, o[3]);
+                }
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    if (h0 + k < G)
+                        os[(h0 + k) * hdv + d] = o[k];
+            }
+        }
+    }
+    cluster.sync(); /* every block's (m, l, out) visible to the cluster */
+    /* the merge: block r writes elements [r*per_e, (r+1)*per_e) of this group's G*hdv outputs */
+    const uint32_t n_e = G * hdv, per_e = (n_e + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    for (uint32_t e = r * per_e + threadIdx.x; e < min(n_e, (r + 1) * per_e); e += blockDim.x) {
+        const uint32_t h = e / hdv;
+        float mr[MC_ATT_SPLIT], lr[MC_ATT_SPLIT], orr[MC_ATT_SPLIT];
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            const float *rst = cluster.map_shared_rank(st, s);
+            mr[s] = rst[h];
+            lr[s] = rst[G + h];
+            orr[s] = cluster.map_shared_rank(os, s)[e];
+        }
+        float M = mr[0];
+#pragma unroll
+        for (uint32_t s = 1; s < MC_ATT_SPLIT; s++)
+            M = fmaxf(M, mr[s]);
+        float l = 0.0f, o = 0.0f;
+#pragma unroll
+        for (uint32_t s = 0; s < MC_ATT_SPLIT; s++) {
+            const float w = expf(mr[s] - M); /* an empty range: m = -inf, weight 0 */
+            l = fmaf(lr[s], w, l);
+            o = fmaf(orr[s], w, o);
+        }
+        out[(size_t)(g * G + h) * hdv + (e % hdv)] = o * (1.0f / l);
+    }
+    cluster.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+/* ---- attention_decode_cluster: lane groups own positions ----------------------------------- */
+
+/* One cluster of MC_ATT_SPLIT blocks per kv head g, as above, but the work inside a block is
+ * shaped for latency: 8 warps = 16 groups of 16 lanes; a group owns positions (group q takes the
+ * tile's positions q, q + 16, ...) two at a time, and each lane holds DPL = hd/16 dimensions of a
+ * position's K and V row and of every q head of the group (lane l: dimensions 64k + 4l .. 64k +
+ * 4l + 3 for slot k when DPL >= 4, 2l and 2l + 1 when DPL = 2, so a group's 16-byte shared loads
+ * cover one row without bank conflicts). A score is the lane's partial dot, then a fixed xor tree
+ * over the 16 lanes; each group keeps an online softmax (m, l, o) per head over its positions in
+ * order. The block's whole position range streams into shared memory by cp.async (two tiles of
+ * 8192/hd positions in flight; the first two before the wait on the qkv GEMV); then the 16 group
+ * states merge in group order, and each block pushes its state (m and l of every head, and each
+ * output element) into the shared memory of the block that finishes that element (element e: rank
+ * e / per_e); after one cluster barrier every block merges the 8 states of its elements in rank
+ * order from its own shared memory. Every
+ * output element has one fixed formula: the bits depend on *pos and the shapes only. q is normed
+ * (qwen3) and roped in registers by every group alike, the RoPE angles computed before the wait;
+ * the block whose range holds *pos computes the new k and v row (warp 0), appends it to the cache
+ * and uses it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2,
+ * 4, 8}. Per layer and token: reads qkv (one token), freqs, norms, *pos, this layer's K and V rows
+ * [0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
+#define MC_ATC_WARPS 8u
+#define MC_ATC_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
+
+/* Output elements of a kv head's G * hd that each block of the cluster finishes. */
+__host__ __device__ constexpr uint32_t mc_atc_per_e(uint32_t G, uint32_t hd) {
+    return (G * hd + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+}
+
+/* Shared floats of attention_decode_cluster: K and V tile rings [2][T][hd] (aliased by the group states
+ * after the tiles), the new row, the merge weights, the block's max per head, and what the
+ * cluster's blocks push to this one: (m, l) per rank and head, and per rank its part of this
+ * block's output elements. */
+__host__ __device__ inline uint32_t mc_atc_smem_floats(uint32_t G, uint32_t hd) {
+    return 4 * MC_ATC_TILE_FLOATS + 2 * hd + 2 * MC_ATC_WARPS * G + G + 2 * MC_ATT_SPLIT * G +
+           MC_ATT_SPLIT * mc_atc_per_e(G, hd) + 4;
+}
+
+/* Dimension of slot i of lane gl (of a 16-lane group). */
+template <uint32_t HD>
+__device__ __forceinline__ uint32_t mc_atc_dim(uint32_t gl, uint32_t i) {
+    return HD / 16 >= 4 ? (i / 4) * 64 + 4 * gl + (i % 4) : 2 * gl + i;
+}
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const float *row, uint32_t gl) {
+    if (HD / 16 >= 4) {
+        constexpr uint32_t NK = HD >= 64 ? HD / 64 : 1;
+#pragma unroll
+        for (uint32_t k = 0; k < NK; k++) {
+            const float4 v = *(const float4 *)(row + k * 64 + 4 * gl);
+            x[4 * k] = v.x;
+            x[4 * k + 1] = v.y;
+            x[4 * k + 2] = v.z;
+            x[4 * k + 3] = v.w;
+        }
+    } else {
+        const float2 v = *(const float2 *)(row + 2 * gl);
+        x[0] = v.x;
+        x[1] = v.y;
+    }
+}
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_store(float *row, const float (&x)[HD / 16], uint32_t gl) {
+#pragma unroll
+    for (uint32_t i = 0; i < HD / 16; i++)
+        row[mc_atc_dim<HD>(gl, i)] = x[i];
+}
+
+/* Sum over the 16 lanes of a group (a fixed xor tree; every lane gets the same bits). */
+__device__ __forceinline__ float mc_atc_group_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+        v += __shfl_xor_sync(MC_FULL, v, o);
+    return v;
+}
+
+/* RMSNorm (eps inside the root) of NV vectors held as lane slots. Called by whole warps. */
+template <uint32_t HD, uint32_t NV>
+__device__ __forceinline__ void mc_atc_norm(float (&x)[NV][HD / 16], const float *norm, float eps, uint32_t gl) {
+#pragma unroll
+    for (uint32_t v = 0; v < NV; v++) {
+        float ss = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < HD / 16; i++)
+            ss = fmaf(x[v][i], x[v][i], ss);
+        ss = mc_atc_group_sum(ss);
+        const float scale = 1.0f / sqrtf(ss / (float)HD + eps);
+#pragma unroll
+        for (uint32_t i = 0; i < HD / 16; i++)
+            x[v][i] = x[v][i] * scale * norm[mc_atc_dim<HD>(gl, i)];
+    }
+}
+
+/* The cos and sin of a lane's RoPE angles at position p (they need no earlier kernel's output:
+ * computed before the wait). */
+template <uint32_t HD> struct mc_atc_cs {
+    float s[HD / 16], c[HD / 16];
+};
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_rope_prep(mc_atc_cs<HD> &cs, const mc_rope_args &a, int32_t p, uint32_t gl) {
+    constexpr uint32_t DPL = HD / 16;
+    const float fpos = (float)p * a.pos_scale;
+    if (!a.neox) { /* pairs (2j, 2j + 1): both in the lane */
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i += 2)
+            sincosf(fpos * a.freqs[mc_atc_dim<HD>(gl, i) / 2], &cs.s[i], &cs.c[i]);
+    } else if (DPL == 8) { /* pairs (j, j + 64): slots i and i + 4 of the lane */
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            sincosf(fpos * a.freqs[mc_atc_dim<HD>(gl, i)], &cs.s[i], &cs.c[i]);
+    } else { /* pairs (j, j + hd/2): lane gl and lane gl ^ 8, the same slot */
+        const bool lo = (gl & 8) == 0;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++) {
+            const uint32_t d = mc_atc_dim<HD>(gl, i);
+            sincosf(fpos * a.freqs[lo ? d : d - HD / 2], &cs.s[i], &cs.c[i]);
+        }
+    }
+}
+
+/* RoPE of NV vectors held as lane slots, with the lane's angles. Called by whole warps. */
+template <uint32_t HD, uint32_t NV>
+__device__ __forceinline__ void mc_atc_rope(float (&x)[NV][HD / 16], const mc_atc_cs<HD> &cs, int neox, uint32_t gl) {
+    constexpr uint32_t DPL = HD / 16;
+    if (!neox) {
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i += 2) {
+            const float s = cs.s[i], c = cs.c[i];
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float x0 = x[v][i], x1 = x[v][i + 1];
+                x[v][i] = x0 * c - x1 * s;
+                x[v][i + 1] = x0 * s + x1 * c;
+            }
+        }
+    } else if (DPL == 8) {
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float s = cs.s[i], c = cs.c[i];
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float x0 = x[v][i], x1 = x[v][i + 4];
+                x[v][i] = x0 * c - x1 * s;
+                x[v][i + 4] = x0 * s + x1 * c;
+            }
+        }
+    } else {
+        const bool lo = (gl & 8) == 0;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++) {
+            const float s = cs.s[i], c = cs.c[i];
+#pragma unroll
+            for (uint32_t v = 0; v < NV; v++) {
+                const float mine = x[v][i], other = __shfl_xor_sync(MC_FULL, mine, 8);
+                const float x0 = lo ? mine : other, x1 = lo ? other : mine;
+                x[v][i] = lo ? x0 * c - x1 * s : x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair. */
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
+                                                 uint32_t nt, uint32_t skip) {
+    constexpr uint32_t Q = HD / 4;
+    for (uint32_t i = threadIdx.x; i < nt * Q; i += blockDim.x) {
+        const uint32_t t = i / Q, c = i % Q;
+        if (t0 + t != skip) {
+            mc_cp_async16(ks + t * HD + 4 * c, kb + (size_t)(t0 + t) * HD + 4 * c);
+            mc_cp_async16(vs + t * HD + 4 * c, vb + (size_t)(t0 + t) * HD + 4 * c);
+        }
+    }
+    mc_cp_async_commit();
+}
+
+template <uint32_t HD, uint32_t G>
+__global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1) attention_decode_cluster(const mc_rope_args a, const float *qkv,
+                                                                      float *k_cache, float *v_cache, float *out,
+                                                                      const int32_t *pos) {
+    constexpr uint32_t DPL = HD / 16, T = MC_ATC_TILE_FLOATS / HD, NG = 2 * MC_ATC_WARPS;
+    constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
+    static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_ATC_TILE_FLOATS, "the group states alias the tiles");
+    /* every block of the cluster has started before any writes to another's shared memory: an
+     * arrive now, its wait before the first push */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ __align__(16) float sm[];
+    float *kt = sm, *vt = sm + 2 * MC_ATC_TILE_FLOATS;
+    float *kn = sm + 4 * MC_ATC_TILE_FLOATS, *vn = kn + HD, *wq = vn + HD;
+    float *bm = wq + NG * G, *rm = bm + G, *rl = rm + MC_ATT_SPLIT * G, *ro = rl + MC_ATT_SPLIT * G;
+    float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
+    const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
+    const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
+    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
+    const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
+    /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
+    for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
+        const uint32_t t0 = p0 + j * T;
+        mc_atc_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
+    }
+    mc_atc_cs<HD> cs;
+    mc_atc_rope_prep<HD>(cs, a, p, gl);
+    mc_wait_prior_grid(MC_ATT_FAMILY(a));
+    float q[G][DPL];
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++)
+        mc_atc_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
+    if (a.q_norm)
+        mc_atc_norm<HD, G>(q, a.q_norm, a.eps, gl);
+    mc_atc_rope<HD, G>(q, cs, a.neox, gl);
+    if (has_new && warp == 0) { /* both groups of warp 0 compute it; group 0 writes it */
+        float kv[1][DPL], vv[DPL];
+        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
+        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
+        if (a.k_norm)
+            mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
+        mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
+        if (lane < 16) {
+            mc_atc_store<HD>(kn, kv[0], gl);
+            mc_atc_store<HD>(vn, vv, gl);
+            mc_atc_store<HD>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+            mc_atc_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+        }
+    }
+    float m[G], l[G], o[G][DPL];
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++)
+            o[h][i] = 0.0f;
+    }
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (uint32_t j = 0; j < n_tiles; j++) {
+        const uint32_t t0 = p0 + j * T, nt = min(T, p1 - t0), b = j & 1;
+        mc_cp_async_wait(j == 0 && n_tiles > 1 ? 1 : 0); /* tile j landed (tile j + 1 may be in flight) */
+        __syncthreads(); /* for every thread; the new row too; tile j - 1's buffer is free */
+        if (j >= 1 && j + 1 < n_tiles) {
+            const uint32_t tn = p0 + (j + 1) * T;
+            mc_atc_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn,
+                                 min(T, p1 - tn), (uint32_t)p);
+        }
+        const float *ks = kt + b * T * HD, *vs = vt + b * T * HD;
+        /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
+        for (uint32_t base = 2 * warp; base < nt; base += 2 * NG) {
+            const uint32_t ta = base + (grp & 1), tb = ta + NG;
+            const bool va = ta < nt, vbl = tb < nt;
+            const float *ka = t0 + ta == (uint32_t)p ? kn : ks + (va ? ta : 0) * HD;
+            const float *kb2 = t0 + tb == (uint32_t)p ? kn : ks + (vbl ? tb : 0) * HD;
+            const float *va_row = t0 + ta == (uint32_t)p ? vn : vs + (va ? ta : 0) * HD;
+            const float *vb_row = t0 + tb == (uint32_t)p ? vn : vs + (vbl ? tb : 0) * HD;
+            float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
+            mc_atc_load<HD>(kxa, ka, gl);
+            mc_atc_load<HD>(kxb, kb2, gl);
+            mc_atc_load<HD>(vxa, va_row, gl);
+            mc_atc_load<HD>(vxb, vb_row, gl);
+            float sa[G], sb[G];
+#pragma unroll
+            for (uint32_t h = 0; h < G; h++) {
+                float x = 0.0f, y = 0.0f;
+#pragma unroll
+                for (uint32_t i = 0; i < DPL; i++) {
+                    x = fmaf(q[h][i], kxa[i], x);
+                    y = fmaf(q[h][i], kxb[i], y);
+                }
+                sa[h] = x;
+                sb[h] = y;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++) {
+                    sa[h] += __shfl_xor_sync(MC_FULL, sa[h], off);
+                    sb[h] += __shfl_xor_sync(MC_FULL, sb[h], off);
+                }
+            if (va) {
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++) {
+                    const float s1 = sa[h] * scale, s2 = vbl ? sb[h] * scale : -INFINITY;
+                    const float mn = fmaxf(m[h], fmaxf(s1, s2));
+                    const float alpha = expf(m[h] - mn); /* 0 on the group's first position */
+                    const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
+                    l[h] = fmaf(l[h], alpha, pa) + pb;
+                    m[h] = mn;
+#pragma unroll
+                    for (uint32_t i = 0; i < DPL; i++) {
+                        float v = fmaf(pa, vxa[i], o[h][i] * alpha);
+                        if (vbl)
+                            v = fmaf(pb, vxb[i], v);
+                        o[h][i] = v;
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads(); /* the tiles are read: their space holds the group states now */
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++) {
+        mc_atc_store<HD>(go + (size_t)(grp * G + h) * HD, o[h], gl);
+        if (gl == 0) {
+            gm[grp * G + h] = m[h];
+            gls[grp * G + h] = l[h];
+        }
+    }
+    __syncthreads();
+    if (tid < NG * G) { /* the groups' weights: w(k, h) = exp(m(k, h) - M(h)), M the block's max */
+        const uint32_t h = tid % G;
+        float M = -INFINITY;
+#pragma unroll
+        for (uint32_t k = 0; k < NG; k++)
+            M = fmaxf(M, gm[k * G + h]);
+        wq[tid] = M == -INFINITY ? 0.0f : expf(gm[tid] - M); /* an empty group (or block): 0 */
+        if (tid < G)
+            bm[h] = M;
+    }
+    __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); /* every block has started */
+    /* push the block state to the blocks that finish it: (m, l) of every head to every rank, and
+     * output element e to rank e / PER_E */
+    if (tid < G) { /* the block's l per head, groups in order */
+        float L = 0.0f;
+        for (uint32_t k = 0; k < NG; k++)
+            L = fmaf(gls[k * G + tid], wq[k * G + tid], L);
+        const float M = bm[tid];
+#pragma unroll
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            cluster.map_shared_rank(rm, s2)[r * G + tid] = M;
+            cluster.map_shared_rank(rl, s2)[r * G + tid] = L;
+        }
+    }
+    for (uint32_t e = tid; e < G * HD; e += blockDim.x) {
+        const uint32_t h = e / HD, dst = e / PER_E;
+        float O = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < NG; k++)
+            O = fmaf(go[(size_t)(k * G + h) * HD + (e % HD)], wq[k * G + h], O);
+        cluster.map_shared_rank(ro, dst)[r * PER_E + (e - dst * PER_E)] = O;
+    }
+    cluster.sync(); /* every push landed; no block reads another's shared memory after this */
+    const uint32_t n_e = G * HD;
+    for (uint32_t e = r * PER_E + tid; e < min(n_e, (r + 1) * PER_E); e += blockDim.x) {
+        const uint32_t h = e / HD, le = e - r * PER_E;
+        float mr[MC_ATT_SPLIT], lr[MC_ATT_SPLIT], orr[MC_ATT_SPLIT];
+#pragma unroll
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            mr[s2] = rm[s2 * G + h];
+            lr[s2] = rl[s2 * G + h];
+            orr[s2] = ro[s2 * PER_E + le];
+        }
+        float M = mr[0];
+#pragma unroll
+        for (uint32_t s2 = 1; s2 < MC_ATT_SPLIT; s2++)
+            M = fmaxf(M, mr[s2]);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+            const float w = expf(mr[s2] - M); /* an empty block: m = -inf, weight 0 */
+            L = fmaf(lr[s2], w, L);
+            O = fmaf(orr[s2], w, O);
+        }
+        out[(size_t)(g * G + h) * HD + (e % HD)] = O * (1.0f / L);
+    }
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+/* Whether attention_decode_cluster serves these shapes. */
+static int mc_atc_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
+    return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 4 || G == 8);
+}
+
+int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
+    if (c->attention == MC_ATT_UNFUSED || n_kv == 0 || n_head % n_kv || hd % 4 || hdv % 4 || hd < 2)
+        return MC_ATT_PATH_UNFUSED;
+    if (c->attention == MC_ATT_AUTO && mc_atc_ok(n_head / n_kv, hd, hdv))
+        return MC_ATT_PATH_CLUSTER;
+    const mc_att_layout L = mc_att_layout_of(n_head / n_kv, hd, hdv);
+    return (uint64_t)L.total * 4 <= 200u * 1024u ? MC_ATT_PATH_TILED : MC_ATT_PATH_UNFUSED;
+}
+
+/* Per device: the dynamic shared memory the tiled kernels may use (48 KB until raised), and
+ * whether every cluster instantiation may use the largest cluster need (set once, for all of
+ * them: a record per size would miss an instantiation first launched with a need already
+ * recorded). */
+static size_t mc_att_smem_set[MC_MAX_DEVICES];
+static int mc_atc_smem_ready[MC_MAX_DEVICES];
+
+/* Calls F(HD, G) for the cluster instantiation of these shapes. */
+#define MC_ATC_DISPATCH(hd, G, F)                                                                                      \
+    ((hd) == 32 ? ((G) == 1 ? F(32, 1) : (G) == 2 ? F(32, 2) : (G) == 4 ? F(32, 4) : F(32, 8))                         \
+     : (hd) == 64 ? ((G) == 1 ? F(64, 1) : (G) == 2 ? F(64, 2) : (G) == 4 ? F(64, 4) : F(64, 8))                       \
+                  : ((G) == 1 ? F(128, 1) : (G) == 2 ? F(128, 2) : (G) == 4 ? F(128, 4) : F(128, 8)))
+#define MC_ATC_FN(HD, G) ((const void *)attention_decode_cluster<HD, G>)
+/* Every cluster instantiation once (F(kernel)). */
+#define MC_ATC_EACH(F)                                                                                                 \
+    F(MC_ATC_FN(32, 1)) F(MC_ATC_FN(32, 2)) F(MC_ATC_FN(32, 4)) F(MC_ATC_FN(32, 8)) F(MC_ATC_FN(64, 1))                 \
+        F(MC_ATC_FN(64, 2)) F(MC_ATC_FN(64, 4)) F(MC_ATC_FN(64, 8)) F(MC_ATC_FN(128, 1)) F(MC_ATC_FN(128, 2))           \
+            F(MC_ATC_FN(128, 4)) F(MC_ATC_FN(128, 8))
+
+/* The largest dynamic shared memory of any cluster instantiation. */
+static size_t mc_atc_smem_max(void) {
+    size_t m = 0;
+    for (uint32_t hd = 32; hd <= 128; hd *= 2)
+        for (uint32_t G = 1; G <= 8; G *= 2) {
+            const size_t b = (size_t)mc_atc_smem_floats(G, hd) * 4;
+            m = b > m ? b : m;
+        }
+    return m;
+}
+
+cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd,
+                                       uint32_t hdv) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    const int path = mc_attention_path(c, n_head, n_kv, hd, hdv);
+    if (path == MC_ATT_PATH_CLUSTER) {
+        if (mc_atc_smem_ready[dev])
+            return cudaSuccess;
+        const int smax = (int)mc_atc_smem_max();
+#define MC_ATC_SET(fn)                                                                                                 \
+    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)             \
+        return e;
+        MC_ATC_EACH(MC_ATC_SET)
+#undef MC_ATC_SET
+        mc_atc_smem_ready[dev] = 1;
+        return cudaSuccess;
+    }
+    if (path != MC_ATT_PATH_TILED)
+        return cudaSuccess;
+    const size_t smem = (size_t)mc_att_layout_of(n_head / n_kv, hd, hdv).total * 4;
+    if (smem <= 48 * 1024 || smem <= mc_att_smem_set[dev])
+        return cudaSuccess;
+    if ((e = cudaFuncSetAttribute(attention_decode_cluster_tiled<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)) ||
+        (e = cudaFuncSetAttribute(attention_decode_cluster_tiled<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)) ||
+        (e = cudaFuncSetAttribute(attention_decode_cluster_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)))
+        return e;
+    mc_att_smem_set[dev] = smem;
+    return cudaSuccess;
+}
+
+template <uint32_t HD>
+static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                                       float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+    const size_t smem = (size_t)mc_att_layout_of(a->n_head / a->n_kv, a->hd, a->hdv).total * 4;
+    cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv);
+    cfg.blockDim = dim3(MC_ATT_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    mc_launch_attrs(&cfg, attr, 1, c);
+    e = cudaLaunchKernelEx(&cfg, attention_decode_cluster_tiled<HD>, *a, qkv, k_cache, v_cache, out, pos);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+/* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head. */
+static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                                 float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+    const uint32_t G = a->n_head / a->n_kv;
+    const void *fn = MC_ATC_DISPATCH(a->hd, G, MC_ATC_FN);
+    const size_t smem = (size_t)mc_atc_smem_floats(G, a->hd) * 4;
+    cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv);
+    cfg.blockDim = dim3(32 * MC_ATC_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    mc_launch_attrs(&cfg, attr, 1, c);
+    void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos};
+    e = cudaLaunchKernelExC(&cfg, fn, args);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                               float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+    const int path = mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (path == MC_ATT_PATH_CLUSTER)
+        return mc_atc_launch(c, a, qkv, k_cache, v_cache, out, pos, st);
+    if (path != MC_ATT_PATH_TILED)
+        return cudaErrorInvalidValue;
+    if (a->hd == 128)
+        return mc_att_tiled_launch<128>(c, a, qkv, k_cache, v_cache, out, pos, st);
+    if (a->hd == 64)
+        return mc_att_tiled_launch<64>(c, a, qkv, k_cache, v_cache, out, pos, st);
+    return mc_att_tiled_launch<0>(c, a, qkv, k_cache, v_cache, out, pos, st);
+}
+
+cudaError_t mc_attention_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+const char *mc_attention_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+        {(const void *)rope_kv_append, "rope_kv"},
+        {(const void *)attention_decode_chunk<128>, "attention"},
+        {(const void *)attention_decode_chunk<64>, "attention"},
+        {(const void *)attention_decode_chunk<0>, "attention"},
+        {(const void *)attention_decode_combine, "attention"},
+        {(const void *)attention_decode_cluster_tiled<128>, "attention"},
+        {(const void *)attention_decode_cluster_tiled<64>, "attention"},
+        {(const void *)attention_decode_cluster_tiled<0>, "attention"},
+#define MC_ATC_ROW(fn) {fn, "attention"},
+        MC_ATC_EACH(MC_ATC_ROW)
+#undef MC_ATC_ROW
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}

@@ -1,0 +1,133 @@
+/* cuda_common.cuh: what the kernel files of the cuda backend share (internal, device code): the
+ * warp sum, the programmatic-launch wait and its trigger mask, the row-group store of the GEMVs,
+ * the launch attributes of a programmatic launch, and each file's census and trigger hooks.
+ *
+ * Determinism: every reduction has a fixed shape (lane order, then a fixed xor-shuffle tree, then
+ * warps in index order); no float atomics. */
+#ifndef MEMRA_CUDA_COMMON_CUH
+#define MEMRA_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "memra/gguf.h"
+#include "memra/numeric.h"
+
+#define MC_FULL 0xffffffffu
+#define MC_MAX_DEVICES 64
+#define MC_GEMV_ROWS 4 /* rows of a GEMV row group (one warp, or KS warps, per group) */
+
+/* Per device: multiprocessors (0 until mc_gemv_prepare ran there). Host; gemv.cu owns it. */
+extern uint32_t mc_sm_count[MC_MAX_DEVICES];
+
+__device__ __forceinline__ float mc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(MC_FULL, v, o);
+    return v; /* lane 0's value is the one used: a fixed tree */
+}
+
+/* Programmatic dependent launch: a kernel may start while the kernel before it drains, streaming
+ * its first weights (which depend on nothing) before it waits for that kernel's results. The
+ * wait is followed by the trigger when the kernel's family bit is set in the trigger mask (the
+ * arm's trigger key; bench/gpu/NOTES.md has the measurements behind the default, 115): 1 the
+ * F32/F16/BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots, 4
+ * attention, 8 the row-group GEMVs with a norm, 16 attention whose output has 4096 floats or
+ * more, 32 the F32/F16/BF16 row-group GEMVs without a norm (the down projection), 64 the Q8_0
+ * row-group GEMV without a norm (Q8_0 down). Once every block of this grid has passed its wait
+ * (so every kernel before the previous one has completed), the next kernel in the stream or
+ * graph may start its own pre-wait work in the slots this grid frees. A kernel's pre-wait part
+ * therefore reads only data of kernels two or more launches back (weights, *pos, cache rows of
+ * earlier steps), never its predecessor's output. The mask changes when a kernel starts, never
+ * what it computes. */
+#define MC_TRIGGER_GEMV 1u
+#define MC_TRIGGER_Q8 2u
+#define MC_TRIGGER_ATT 4u
+#define MC_TRIGGER_GEMV6 8u
+#define MC_TRIGGER_ATT_WIDE 16u
+#define MC_TRIGGER_GEMV6_RES 32u
+#define MC_TRIGGER_GEMV6_RES_Q8 64u
+/* Attention's family bits: the wide bit too where the output projection that follows reads 4096
+ * columns or more. */
+#define MC_ATT_FAMILY(a) ((a).n_head * (a).hdv >= 4096u ? MC_TRIGGER_ATT | MC_TRIGGER_ATT_WIDE : MC_TRIGGER_ATT)
+/* One copy per kernel file (and device); mc_trigger_enqueue writes every copy. */
+static __constant__ unsigned mc_trigger_mask = MC_TRIGGER_DEFAULT;
+__device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
+    const unsigned on = mc_trigger_mask & family; /* read before the wait */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (on)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* Writes a finished row group (rows r0 .. r0+3, scaled): with SWIGLU y[p] = silu(row 2p) * row
+ * 2p+1 (gate and up interleaved), else y[row] = residual[row] + (d + bias[row]); rows past the
+ * end are skipped. Called by the one lane that holds the group's sums. */
+template <int SWIGLU>
+__device__ __forceinline__ void mc_rows_store(const float (&d)[MC_GEMV_ROWS], uint32_t r0, uint32_t rows,
+                                              const float *bias, const float *residual, float *y) {
+    if (SWIGLU) {
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
+            if (r0 + r + 1 < rows)
+                y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            const uint32_t row = r0 + r;
+            float v = d[r];
+            if (row >= rows)
+                break;
+            if (bias)
+                v += bias[row];
+            if (residual)
+                v = residual[row] + v;
+            y[row] = v;
+        }
+    }
+}
+
+/* ptxas (sm_90) gives every kernel of a module that declares dynamic shared memory a 1 KB reserved
+ * shared-memory block, whether the kernel uses shared memory or not. The kernels once lived in one
+ * module that did; a kernel file none of whose kernels declares dynamic shared memory defines this
+ * never-launched kernel, so that its kernels keep that layout (the same resources, occupancy and
+ * carveout as before the split into files). */
+#define MC_DYNAMIC_SMEM_ANCHOR(name)                                                                                   \
+    __global__ void name(void) {                                                                                       \
+        extern __shared__ float mc_smem_anchor[];                                                                      \
+        mc_smem_anchor[threadIdx.x] = 0.0f;                                                                            \
+    }
+
+/* The launch attributes after the `n` a launcher set itself: programmatic stream serialization
+ * when the arm's pdl key is 1. */
+static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, const mc_config *c) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs = n + (c->pdl ? 1 : 0);
+}
+
+/* Per kernel file: the census family of one of its kernels (NULL if not its own), and the device
+ * address of its copy of the trigger mask (on the current device). */
+const char *mc_gemv_family(const void *func);
+const char *mc_gemv_q8_family(const void *func);
+const char *mc_attention_family(const void *func);
+const char *mc_sampler_family(const void *func);
+const char *mc_digest_family(const void *func);
+const char *mc_token_family(const void *func);
+cudaError_t mc_gemv_trigger_addr(void **p);
+cudaError_t mc_gemv_q8_trigger_addr(void **p);
+cudaError_t mc_attention_trigger_addr(void **p);
+
+/* The integer Q8_0 GEMV (gemv_q8.cu): whether it serves w under c, its launch, and its
+ * shared-memory limit (once per device). */
+int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
+cudaError_t mc_gemv_q8(const mc_config *c, int swiglu, const mc_matrix *w, const float *x, const float *norm_w,
+                       float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
+cudaError_t mc_gemv_q8_prepare(void);
+
+#endif

@@ -1,0 +1,572 @@
+/* gemv.cu: the F32/F16/BF16 GEMVs (and the float path of Q8_0), with the RMSNorm of x, a bias,
+ * a residual or the SwiGLU of interleaved gate/up rows fused in.
+ *
+ * Decode at batch 1 is bound by the bytes it reads, so the GEMVs carry the weight: one warp per
+ * four output rows (gate/up interleaved, so SwiGLU is the epilogue), 16-byte streaming loads, two
+ * chunks of each row in flight and the next two prefetched, each x chunk loaded once for the four
+ * rows, the RMSNorm of x fused in (its sum of squares accumulated along the way), fp32
+ * accumulation in a fixed lane order and a fixed xor-shuffle tree, and programmatic dependent
+ * launch so a GEMV's first weights stream while the kernel before it drains. Matrices of few
+ * rows split their columns over 2 or 4 warps (parts added in order). Two kernels with the same
+ * arithmetic per row group, hence the same bits: gemv_rowgroup (each warp one row group) and
+ * gemv_persistent (a grid of at most 4 blocks per multiprocessor whose warps stream row group
+ * after row group, for short rows). Measurements: bench/gpu/NOTES.md. */
+#include "cuda_common.cuh"
+
+MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv)
+
+#define MC_GEMV_WARPS 4u
+#define MC_GEMV_UNROLL 2
+
+uint32_t mc_sm_count[MC_MAX_DEVICES];
+
+uint32_t mc_type_elem_bytes(uint32_t type) {
+    switch (type) {
+    case MEMRA_TYPE_F32: return 4;
+    case MEMRA_TYPE_F16:
+    case MEMRA_TYPE_BF16: return 2;
+    case MEMRA_TYPE_Q8_0: return 1;
+    default: return 0;
+    }
+}
+
+static uint64_t mc_stride_of(uint32_t type, uint64_t cols) {
+    uint64_t per16 = 16 / mc_type_elem_bytes(type);
+    return (cols + per16 - 1) / per16 * per16;
+}
+
+uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols) {
+    uint64_t eb = mc_type_elem_bytes(type);
+    if (eb == 0)
+        return 0;
+    uint64_t bytes = rows * mc_stride_of(type, cols) * eb;
+    if (type == MEMRA_TYPE_Q8_0)
+        bytes += rows * (cols / MEMRA_Q8_0_BLOCK) * 2;
+    return bytes;
+}
+
+/* ---- device helpers ----------------------------------------------------------------------- */
+
+__device__ __forceinline__ float mc_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float mc_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float mc_f16_lo(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu))); }
+__device__ __forceinline__ float mc_f16_hi(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u >> 16))); }
+
+/* Elements per 16-byte lane chunk. */
+template <uint32_t T> struct mc_elems { static const uint32_t n = 16 / (T == MEMRA_TYPE_F32 ? 4 : T == MEMRA_TYPE_Q8_0 ? 1 : 2); };
+
+/* int8 to float without the (quarter-rate) integer conversion: the biased byte (q ^ 0x80 = q + 128)
+ * becomes the low mantissa bits of 2^23, and 2^23 + 128 is subtracted: exact. */
+__device__ __forceinline__ float mc_q8(uint32_t qx, uint32_t i) {
+    return __int_as_float(__byte_perm(qx, 0x4B000000u, 0x7650u | i)) - 8388736.0f;
+}
+
+/* Dot of one 16-byte weight chunk with its x floats (already in registers), in element order. */
+template <uint32_t T>
+__device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float scale) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float acc = 0.0f;
+    if (T == MEMRA_TYPE_F32) {
+        acc = fmaf(__uint_as_float(u[0]), xv[0].x, acc);
+        acc = fmaf(__uint_as_float(u[1]), xv[0].y, acc);
+        acc = fmaf(__uint_as_float(u[2]), xv[0].z, acc);
+        acc = fmaf(__uint_as_float(u[3]), xv[0].w, acc);
+    } else if (T == MEMRA_TYPE_BF16 || T == MEMRA_TYPE_F16) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t a = u[2 * i], b = u[2 * i + 1];
+            if (T == MEMRA_TYPE_BF16) {
+                acc = fmaf(mc_bf16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_bf16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_bf16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_bf16_hi(b), xv[i].w, acc);
+            } else {
+                acc = fmaf(mc_f16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_f16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_f16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_f16_hi(b), xv[i].w, acc);
+            }
+        }
+    } else { /* Q8_0: 16 int8 quants of one block; the block's scale applied once */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t q = u[i] ^ 0x80808080u;
+            acc = fmaf(mc_q8(q, 0), xv[i].x, acc);
+            acc = fmaf(mc_q8(q, 1), xv[i].y, acc);
+            acc = fmaf(mc_q8(q, 2), xv[i].z, acc);
+            acc = fmaf(mc_q8(q, 3), xv[i].w, acc);
+        }
+        acc *= scale;
+    }
+    return acc;
+}
+
+/* One element of a stored row (the tail past the last full chunk). */
+template <uint32_t T>
+__device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
+    if (T == MEMRA_TYPE_F32)
+        return ((const float *)row)[c];
+    if (T == MEMRA_TYPE_BF16)
+        return __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16);
+    if (T == MEMRA_TYPE_F16)
+        return __half2float(__ushort_as_half(((const uint16_t *)row)[c]));
+    return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
+}
+
+
+
+/* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
+ * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
+ * The one order of the F32/F16/BF16/Q8_0 float GEMVs (row-group and persistent), hence their equal
+ * bits. */
+template <uint32_t T, int NORM>
+__device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
+                                           float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
+    constexpr uint32_t E = mc_elems<T>::n;
+#pragma unroll
+    for (uint32_t q = 0; q < E / 4; q++) {
+        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        if (NORM) {
+            const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
+            ss = fmaf(xv[q].x, xv[q].x, ss);
+            ss = fmaf(xv[q].y, xv[q].y, ss);
+            ss = fmaf(xv[q].z, xv[q].z, ss);
+            ss = fmaf(xv[q].w, xv[q].w, ss);
+            xv[q].x *= g.x;
+            xv[q].y *= g.y;
+            xv[q].z *= g.z;
+            xv[q].w *= g.w;
+        }
+    }
+}
+
+/* Programmatic dependent launch: a GEMV may start while the kernel before it drains, streaming
+
+
+/* Queues the weight chunks (and, for Q8_0, their block scales: a scale loaded at its use would
+ * cost one memory latency per iteration) of the next iteration. */
+template <uint32_t T>
+__device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               uint16_t (&sv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               const char *const (&row)[MC_GEMV_ROWS],
+                                               const uint16_t *const (&sc)[MC_GEMV_ROWS], uint32_t base,
+                                               uint32_t nfull, uint32_t lstride) {
+#pragma unroll
+    for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+        uint32_t idx = base + lstride * u;
+        if (idx < nfull) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
+                wv[u][k] = __ldcs((const uint4 *)(row[k] + (size_t)idx * 16));
+                if (T == MEMRA_TYPE_Q8_0)
+                    sv[u][k] = __ldg(sc[k] + idx / 2);
+            }
+        }
+    }
+}
+
+/* The dots of rows r0 .. r0+3 (a row past the end repeats r0, and is discarded) with x', as
+ * lane 0 sees them, over column part `part` of KS: lane l takes chunks 32*part + l, then every
+ * 32*KS-th after it, in order; MC_GEMV_UNROLL chunks of the four rows are loaded one iteration
+ * ahead; each x chunk is loaded once for the four rows. With NORM, x' is x * norm_w and the sum
+ * of squares of x over the part is accumulated along the way (the same lane order in every warp,
+ * so every warp gets the same bits) and returned in ss_out; the caller adds the parts in order
+ * and applies the 1/rms scale to the finished dots. */
+template <uint32_t T, int NORM, int KS>
+__device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, const float *x, const float *nw,
+                                            uint32_t lane, uint32_t part, float out[MC_GEMV_ROWS], float &ss_out) {
+    const uint32_t LS = 32 * KS; /* chunks between a lane's consecutive chunks */
+    const uint32_t E = mc_elems<T>::n;
+    const uint32_t eb = 16 / E;
+    const char *row[MC_GEMV_ROWS];
+    const uint16_t *sc[MC_GEMV_ROWS];
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++) {
+        uint32_t r = r0 + k < w.rows ? r0 + k : r0;
+        row[k] = (const char *)w.data + (size_t)r * w.stride * eb;
+        sc[k] = T == MEMRA_TYPE_Q8_0 ? w.scales + (size_t)r * (w.cols / MEMRA_Q8_0_BLOCK) : NULL;
+    }
+    const uint32_t nfull = w.cols / E;
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        acc[k] = 0.0f;
+    uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    uint16_t sv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    mc_load_chunks<T>(wv, sv, row, sc, lane + 32 * part, nfull, LS);
+    /* x (and the residual) come from earlier kernels */
+    mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES);
+    for (uint32_t base = lane + 32 * part; base < nfull; base += LS * MC_GEMV_UNROLL) {
+        uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+        uint16_t cs[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++)
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
+                cur[u][k] = wv[u][k];
+                cs[u][k] = sv[u][k];
+            }
+        if (base + LS * MC_GEMV_UNROLL < nfull)
+            mc_load_chunks<T>(wv, sv, row, sc, base + LS * MC_GEMV_UNROLL, nfull, LS);
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+            uint32_t idx = base + LS * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+                mc_x_chunk<T, NORM>(x, nw, idx, xv, ss);
+#pragma unroll
+                for (int k = 0; k < MC_GEMV_ROWS; k++)
+                    acc[k] += mc_dot_chunk<T>(cur[u][k], xv,
+                                              T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(cs[u][k])) : 1.0f);
+            }
+        }
+    }
+    if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
+        for (uint32_t c = nfull * E; c < w.cols; c++) {
+            float xc = x[c];
+            if (NORM) {
+                ss = fmaf(xc, xc, ss);
+                xc *= nw[c];
+            }
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                acc[k] = fmaf(mc_elem<T>(row[k], c), xc, acc[k]);
+        }
+    }
+    ss_out = NORM ? mc_warp_sum(ss) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        out[k] = mc_warp_sum(acc[k]);
+}
+
+/* ---- gemv_rowgroup: one warp (or KS warps) per group of 4 rows -------------------------------- */
+
+/* Per call (one matrix a token): reads rows x stride weight bytes (streamed), x (cols floats,
+ * cached), norm_w (cols floats), bias and residual (rows floats); writes y (rows floats; rows/2
+ * for swiglu: y[p] = silu(row 2p) * row 2p+1). The float path of Q8_0 too (T = Q8_0: the weight
+ * bytes and their f16 block scales). */
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w,
+                                                      float eps, const float *bias, const float *residual, float *y) {
+    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
+    const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
+    const bool live = r0 < w.rows;
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot<T, NORM, KS>(w, r0, x, norm_w, lane, part, d, ss);
+    if (KS > 1) { /* the KS column parts of a row group, added in part order */
+        if (live && lane == 0) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                red[warp][k] = d[k];
+            red[warp][MC_GEMV_ROWS] = ss;
+        }
+        __syncthreads();
+        if (!live || part != 0 || lane != 0)
+            return;
+        for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                d[k] += red[warp + p][k];
+            ss += red[warp + p][MC_GEMV_ROWS];
+        }
+    }
+    if (!live || lane != 0)
+        return;
+    if (NORM) {
+        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] *= scale;
+    }
+    mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+}
+
+/* ---- gemv_persistent: F32/F16/BF16, persistent blocks, loads flattened over row groups ----- */
+
+/* gemv_rowgroup gives each warp one group of 4 rows, so every warp pays a load latency to start
+ * and drains alone at the end, which short rows (few iterations per row) feel. Here a grid of at
+ * most 4 blocks per multiprocessor takes contiguous, balanced ranges of row groups, and each warp
+ * streams its row groups back to back, the next group's first chunks loaded while the current
+ * group's last are summed. The arithmetic of a row group is exactly gemv_rowgroup's (the same
+ * chunk order, the same sums): the same bits. Per call: reads and writes what gemv_rowgroup
+ * does (F32/F16/BF16 only). */
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_persistent(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                    const float *residual, float *y, uint32_t n_groups) {
+    __shared__ float red[2][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    constexpr uint32_t SLOTS = MC_GEMV_WARPS / KS, U = MC_GEMV_UNROLL, LS = 32 * KS, PER_IT = LS * U;
+    constexpr uint32_t E = mc_elems<T>::n, EB = 16 / E;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t nfull = w.cols / E, niter = (nfull + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+    uint4 wv[U][MC_GEMV_ROWS];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride * EB) + idx);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    if (total > 0)
+        mc_wait_prior_grid(MC_TRIGGER_GEMV); /* x (and the residual) come from earlier kernels */
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                cur[u][r] = wv[u][r];
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+                mc_x_chunk<T, NORM>(x, norm_w, idx, xv, ss);
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    acc[r] += mc_dot_chunk<T>(cur[u][r], xv, 1.0f);
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: the tail columns, sums, parts in order, write */
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
+            for (uint32_t c = nfull * E; c < w.cols; c++) {
+                float xc = x[c];
+                if (NORM) {
+                    ss = fmaf(xc, xc, ss);
+                    xc *= norm_w[c];
+                }
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    acc[r] = fmaf(mc_elem<T>((const char *)w.data + (size_t)row * w.stride * EB, c), xc, acc[r]);
+                }
+            }
+        }
+        float d[MC_GEMV_ROWS], sst = NORM ? mc_warp_sum(ss) : 0.0f;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        ss = 0.0f;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+                red[par][warp][MC_GEMV_ROWS] = sst;
+            }
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+                sst += red[par][warp + p][MC_GEMV_ROWS];
+            }
+        }
+        if (lane != 0)
+            continue;
+        if (NORM) {
+            const float scale = 1.0f / sqrtf(sst / (float)w.cols + eps);
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] *= scale;
+        }
+        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+    }
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+/* Warps per row group (the columns split KS ways, parts added in order): matrices of few rows
+ * would leave most of the GPU idle with one warp per 4 rows. The largest KS whose grid still fits
+ * one wave of 4 blocks on each of 132 multiprocessors (rows * KS / 16 <= 528): a second, partial
+ * wave costs more than the split gains. A function of the row count alone, so every arm gets the
+ * same bits. */
+static uint32_t mc_gemv_ksplit(uint32_t rows) {
+    const uint32_t wave_rows = 528u * (MC_GEMV_WARPS * MC_GEMV_ROWS); /* 8448 */
+    return (uint64_t)rows * 4 <= wave_rows ? 4 : (uint64_t)rows * 2 <= wave_rows ? 2 : 1;
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_rowgroup_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                      float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((w->rows + per_block - 1) / per_block);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_rowgroup<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+/* Whether an F32/F16/BF16 GEMV uses gemv_persistent: with gemv=auto, for short rows (at most 4
+ * iterations of a warp per row group: llama-1b, 2048 columns; llama-8b's wo), where the row-group
+ * kernel pays its start and drain per row group; on long rows it is the slower one. gemv=rowgroup
+ * or gemv=persistent takes one everywhere: the same bits. */
+static int mc_gemv_persistent_on(const mc_config *c, const mc_matrix *w, uint32_t ks) {
+    if (c->gemv != MC_GEMV_AUTO)
+        return c->gemv == MC_GEMV_PERSISTENT;
+    const uint64_t nfull = w->cols / (16 / mc_type_elem_bytes(w->type));
+    return (nfull + 64 * ks - 1) / (64 * ks) <= 4;
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_persistent_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                        float eps, const float *bias, const float *residual, float *y,
+                                        cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    int dev = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_GEMV_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = 4 * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_persistent<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y,
+                           n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_typed_ks(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                    float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+#define MC_P(T) mc_gemv_persistent_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st)
+#define MC_R(T) mc_gemv_rowgroup_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st)
+    if (w->type != MEMRA_TYPE_Q8_0 && mc_gemv_persistent_on(c, w, KS))
+        switch (w->type) {
+        case MEMRA_TYPE_F32: return MC_P(MEMRA_TYPE_F32);
+        case MEMRA_TYPE_F16: return MC_P(MEMRA_TYPE_F16);
+        case MEMRA_TYPE_BF16: return MC_P(MEMRA_TYPE_BF16);
+        default: return cudaErrorInvalidValue;
+        }
+    switch (w->type) {
+    case MEMRA_TYPE_F32: return MC_R(MEMRA_TYPE_F32);
+    case MEMRA_TYPE_F16: return MC_R(MEMRA_TYPE_F16);
+    case MEMRA_TYPE_BF16: return MC_R(MEMRA_TYPE_BF16);
+    case MEMRA_TYPE_Q8_0: return MC_R(MEMRA_TYPE_Q8_0);
+    default: return cudaErrorInvalidValue;
+    }
+#undef MC_P
+#undef MC_R
+}
+
+template <int SWIGLU, int NORM>
+static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                 float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (mc_gemv_ksplit(w->rows)) {
+    case 1: return mc_gemv_typed_ks<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_gemv_typed_ks<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_gemv_typed_ks<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+template <int SWIGLU>
+static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                               float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    if (mc_gemv_q8_serves(c, w))
+        return mc_gemv_q8(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
+    return norm_w ? mc_gemv_typed<SWIGLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+                  : mc_gemv_typed<SWIGLU, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                    const float *bias, const float *residual, float *y, cudaStream_t st) {
+    return mc_gemv_any<0>(c, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                           float *y, cudaStream_t st) {
+    if (w->rows % 2)
+        return cudaErrorInvalidValue;
+    return mc_gemv_any<1>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+}
+
+cudaError_t mc_gemv_prepare(void) {
+    int dev = 0, n = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    if (mc_sm_count[dev])
+        return cudaSuccess;
+    if ((e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return e;
+    if ((e = mc_gemv_q8_prepare()) != cudaSuccess)
+        return e;
+    mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
+    return cudaSuccess;
+}
+
+cudaError_t mc_gemv_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+/* ---- census ------------------------------------------------------------------------------- */
+
+#define MC_GEMV_EACH_KS(F, T, S, N) F(T, S, N, 1) F(T, S, N, 2) F(T, S, N, 4)
+#define MC_GEMV_EACH_SN(F, T) MC_GEMV_EACH_KS(F, T, 0, 0) MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) \
+    MC_GEMV_EACH_KS(F, T, 1, 1)
+
+const char *mc_gemv_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+#define MC_ROW_R(T, S, N, K) {(const void *)gemv_rowgroup<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+#define MC_ROW_P(T, S, N, K) {(const void *)gemv_persistent<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+        MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F16)
+        MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_BF16) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_Q8_0)
+        MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F16)
+        MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_BF16)
+#undef MC_ROW_R
+#undef MC_ROW_P
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}

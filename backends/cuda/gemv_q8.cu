@@ -1,0 +1,307 @@
+/* gemv_q8.cu: the Q8_0 GEMV on integer dots (gemv_q8_0_int): x quantized per 16 columns into
+ * shared memory, dp4a against the int8 weights; the RMSNorm of x, a bias, a residual or the
+ * SwiGLU of interleaved gate/up rows fused in as in gemv.cu (whose row-group kernel is the float
+ * path of Q8_0: q8=float, and the matrices this kernel does not serve). Measurements:
+ * bench/gpu/NOTES.md. */
+#include "cuda_common.cuh"
+#include "q8x_quant.h"
+
+/* Q8_0 at batch 1 is bound by instructions and L1 traffic per weight byte (a float conversion
+ * and an FMA per weight, 8 bytes of x and norm weight per 4 weight bytes). Here each block first
+ * quantizes x' = x * norm_w into shared memory, per 16-column chunk c: s_c = max|x'| / QMAX and
+ * q = rint(x' / s_c), |q| <= QMAX = 127 * 2^16, stored as three int8 planes (q = 2^16 hi + 2^8
+ * mid + lo), so a chunk's dot with 16 int8 weights is exact in integers, three dp4a chains, and
+ * costs one float FMA: acc += (2^16 dot_hi + (2^8 dot_mid + dot_lo)) * (d_w * s_c). x' keeps 23
+ * bits relative to its chunk's largest element (16 bits were not enough: bench/gpu/NOTES.md).
+ * The sum of squares of x for the norm is a block sum of fixed shape during the quantization. Blocks of 8 warps; a warp takes 4 rows over column part `part` of KS
+ * (chunks 32 part + lane, then every 32 KS-th), the parts of a row group added in order; each
+ * block takes a contiguous, balanced range of row groups (at most two blocks per multiprocessor:
+ * the quantization is paid once per block), its warps' loads flattened over row groups so the
+ * next row group's first weights stream while the last chunk of the current one is summed. The
+ * bits depend on the shapes alone (not on the grid).
+ *
+ * Per call (one matrix a token): reads rows x cols weight bytes and their f16 block scales
+ * (streamed), x and norm_w (cols floats, once per block), bias and residual (rows floats);
+ * writes y (rows floats; rows/2 for swiglu). */
+#define MC_Q8X_WARPS 8u
+#define MC_Q8X_UNROLL 2
+
+/* Shared bytes of the quantized x of a matrix of `cols` columns. */
+__host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
+
+__device__ __forceinline__ uint32_t mc_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
+}
+
+template <int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+    gemv_q8_0_int(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y, uint32_t n_groups) {
+    extern __shared__ __align__(16) unsigned char q8sm[];
+    __shared__ float red[2][MC_Q8X_WARPS][MC_GEMV_ROWS];
+    __shared__ float bred[MC_Q8X_WARPS];
+    constexpr uint32_t SLOTS = MC_Q8X_WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
+    const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
+    uint4 *xh = (uint4 *)q8sm, *xm = xh + nch, *xl = xm + nch;
+    float *xs = (float *)(xl + nch);
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nch + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+
+    uint4 wv[U][MC_GEMV_ROWS];
+    uint16_t sv[U][MC_GEMV_ROWS];
+    /* loads of flat iteration (row group k, iteration i) */
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
+                    sv[u][r] = __ldg(w.scales + (size_t)row * nsc + idx / 2);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    float ss = 0.0f;
+    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+            v[4 * i] = a.x;
+            v[4 * i + 1] = a.y;
+            v[4 * i + 2] = a.z;
+            v[4 * i + 3] = a.w;
+        }
+        if (NORM) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 gq = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= gq.x;
+                v[4 * i + 1] *= gq.y;
+                v[4 * i + 2] *= gq.z;
+                v[4 * i + 3] *= gq.w;
+            }
+        }
+        float amax = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            finite = finite && isfinite(v[i]);
+        }
+        const float inv = mc_q8x_inv(amax, finite);
+        int hi[16], mid[16], lo[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
+        }
+        xh[c] = make_uint4(mc_pack4(hi[0], hi[1], hi[2], hi[3]), mc_pack4(hi[4], hi[5], hi[6], hi[7]),
+                           mc_pack4(hi[8], hi[9], hi[10], hi[11]), mc_pack4(hi[12], hi[13], hi[14], hi[15]));
+        xm[c] = make_uint4(mc_pack4(mid[0], mid[1], mid[2], mid[3]), mc_pack4(mid[4], mid[5], mid[6], mid[7]),
+                           mc_pack4(mid[8], mid[9], mid[10], mid[11]), mc_pack4(mid[12], mid[13], mid[14], mid[15]));
+        xl[c] = make_uint4(mc_pack4(lo[0], lo[1], lo[2], lo[3]), mc_pack4(lo[4], lo[5], lo[6], lo[7]),
+                           mc_pack4(lo[8], lo[9], lo[10], lo[11]), mc_pack4(lo[12], lo[13], lo[14], lo[15]));
+        xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
+    }
+    if (NORM) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* the quantized x and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (NORM) { /* the block sum: the warps in order, mc_block_sum's order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_Q8X_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+        uint16_t cs[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                cur[u][r] = wv[u][r];
+                cs[u][r] = sv[u][r];
+            }
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+                const uint4 h = xh[idx], md = xm[idx], lw = xl[idx];
+                const float sx = xs[idx];
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint4 q = cur[u][r];
+                    int dh = __dp4a((int)q.x, (int)h.x, 0);
+                    dh = __dp4a((int)q.y, (int)h.y, dh);
+                    dh = __dp4a((int)q.z, (int)h.z, dh);
+                    dh = __dp4a((int)q.w, (int)h.w, dh);
+                    int dm = __dp4a((int)q.x, (int)md.x, 0);
+                    dm = __dp4a((int)q.y, (int)md.y, dm);
+                    dm = __dp4a((int)q.z, (int)md.z, dm);
+                    dm = __dp4a((int)q.w, (int)md.w, dm);
+                    int dl = __dp4a((int)q.x, (int)lw.x, 0);
+                    dl = __dp4a((int)q.y, (int)lw.y, dl);
+                    dl = __dp4a((int)q.z, (int)lw.z, dl);
+                    dl = __dp4a((int)q.w, (int)lw.w, dl);
+                    const float dw = __half2float(__ushort_as_half(cs[u][r]));
+                    const float dot = fmaf((float)dh, 65536.0f, (float)(dm * 256 + dl));
+                    acc[r] = fmaf(dot, dw * sx, acc[r]);
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: sum, add the parts in order, write */
+        float d[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= rscale;
+        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+    }
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+#define MC_Q8X_SMEM_MAX (96u * 1024u)
+
+/* With q8=auto: the quantization costs one pass over x per block, which pays where a block has
+ * rows enough (rows >= cols / 2: not the down projection, where the float row-group kernel is
+ * faster). */
+int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w) {
+    return c->q8 == MC_Q8_AUTO && w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 && w->cols > 0 &&
+           (uint64_t)w->rows * 2 >= w->cols && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
+}
+
+#define MC_Q8X_EACH(F)                                                                                                 \
+    F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1)    \
+        F(1, 1, 2) F(1, 1, 4)
+
+cudaError_t mc_gemv_q8_prepare(void) {
+    cudaError_t e = cudaSuccess;
+#define MC_Q8X_SET(S, N, K)                                                                                            \
+    if ((e = cudaFuncSetAttribute(gemv_q8_0_int<S, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,               \
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                              \
+        return e;
+    MC_Q8X_EACH(MC_Q8X_SET)
+#undef MC_Q8X_SET
+    return e;
+}
+
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                            const float *bias, const float *residual, float *y, cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    int dev = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_Q8X_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = 2 * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_Q8X_WARPS);
+    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int<SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on
+ * each of 132 multiprocessors); a function of the row count alone. */
+static uint32_t mc_q8x_ksplit(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+template <int SWIGLU, int NORM>
+static cudaError_t mc_q8x_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                              const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (mc_q8x_ksplit(w->rows)) {
+    case 1: return mc_q8x_t<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_q8x_t<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_q8x_t<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+cudaError_t mc_gemv_q8(const mc_config *c, int swiglu, const mc_matrix *w, const float *x, const float *norm_w,
+                       float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    if (swiglu)
+        return norm_w ? mc_q8x_any<1, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+                      : mc_q8x_any<1, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+    return norm_w ? mc_q8x_any<0, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+                  : mc_q8x_any<0, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv_q8_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+const char *mc_gemv_q8_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+#define MC_Q8X_ROW(S, N, K) {(const void *)gemv_q8_0_int<S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+        MC_Q8X_EACH(MC_Q8X_ROW)
+#undef MC_Q8X_ROW
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}

@@ -1,0 +1,366 @@
+/* sampler.cu: the device sampler (the algorithm of memra/sampling.h, bit for bit): an
+ * argmax pass (greedy ends there), then for temperature sampling the sort keys and a bitonic sort
+ * (when top-k or top-p cut), the chunked cumulative sums and the pick by the position-keyed draw.
+ * The step numbers in the comments are those of memra/sampling.h. */
+#include "argmax_merge.h"
+#include "cuda_common.cuh"
+
+#define MC_MAX_PARTS 128u
+#define MC_MAX_THREADS 256u
+
+#define MC_CHUNK 256u
+
+static uint32_t mc_pow2(uint32_t n) {
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+static uint64_t mc_align256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+
+uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab) {
+    uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
+    return mc_align256((uint64_t)mc_pow2(n_vocab) * 8) + mc_align256((uint64_t)n_vocab * 4) +
+           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_MAX_PARTS * 12) + mc_align256(4);
+}
+
+void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab) {
+    char *p = (char *)base;
+    uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
+    s->n_vocab = n_vocab;
+    s->n_pow2 = mc_pow2(n_vocab);
+    s->keys = (unsigned long long *)p;
+    p += mc_align256((uint64_t)s->n_pow2 * 8);
+    s->partial = (float *)p;
+    p += mc_align256((uint64_t)n_vocab * 4);
+    s->chunk_sums = (float *)p;
+    p += mc_align256((n_chunks + 1) * 4);
+    s->stats = (float *)p;
+    p += mc_align256(16);
+    s->parts = (uint32_t *)p;
+    p += mc_align256(MC_MAX_PARTS * 12);
+    s->ticket = (uint32_t *)p;
+}
+
+/* sample_argmax: steps 0, 1 and 3 in one launch (per token: reads the logits once). Block b scans a contiguous segment (each thread strided within
+ * it, ascending), keeping the largest finite logit with the lowest index and the lowest index of
+ * a non-finite logit, combines its threads by a fixed tree and writes parts[b] = (best, index,
+ * bad). The last block to finish (an integer ticket elects it, and resets the ticket for the next
+ * launch) merges the parts and writes stats[0] = max, the result (bad index, and the token when
+ * greedy) and *token_out when greedy. Which block merges depends on timing; the merge does not:
+ * "larger value, or equal value and lower index" and "lowest bad index" give one answer in any
+ * order (argmax_merge.h, checked on the host by tests/cuda/test_argmax_merge.c). */
+
+/* The block's (best, index, bad) to thread 0, by a fixed tree (warp shuffles, then warps in order). */
+__device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint32_t &bad, float (&bv)[32],
+                                              uint32_t (&bi)[32], uint32_t (&bb)[32]) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(MC_FULL, best, o);
+        uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
+        bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
+        mc_best_merge(&best, &besti, ov, oi);
+    }
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); /* bv, bi, bb may hold an earlier call's values */
+    if (lane == 0) {
+        bv[warp] = best;
+        bi[warp] = besti;
+        bb[warp] = bad;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (uint32_t w = 1; w < blockDim.x / 32; w++) {
+            mc_best_merge(&best, &besti, bv[w], bi[w]);
+            bad = min(bad, bb[w]);
+        }
+}
+
+__global__ void __launch_bounds__(MC_MAX_THREADS) sample_argmax(const float *z, uint32_t n, uint32_t seg,
+                                                               uint32_t *parts, uint32_t *ticket, float *stats,
+                                                               int greedy, int32_t *token_out,
+                                                               mc_sample_result *result) {
+    __shared__ float bv[32];
+    __shared__ uint32_t bi[32], bb[32];
+    __shared__ uint32_t is_last;
+    const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
+    float best = -INFINITY;
+    uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
+    for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float v = z[i];
+        if (!isfinite(v)) {
+            bad = min(bad, i);
+            continue;
+        }
+        if (besti == MC_AM_NONE || v > best) { /* ascending: the first maximum wins */
+            best = v;
+            besti = i;
+        }
+    }
+    mc_best_block(best, besti, bad, bv, bi, bb);
+    if (threadIdx.x == 0) {
+        parts[3 * blockIdx.x] = __float_as_uint(best);
+        parts[3 * blockIdx.x + 1] = besti;
+        parts[3 * blockIdx.x + 2] = bad;
+        __threadfence(); /* the part is visible before the ticket counts it */
+        is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last)
+        return;
+    __threadfence();
+    best = -INFINITY;
+    besti = MC_AM_NONE;
+    bad = 0xffffffffu;
+    if (threadIdx.x < gridDim.x) { /* L2 loads: other blocks wrote them */
+        best = __uint_as_float(__ldcg(parts + 3 * threadIdx.x));
+        besti = __ldcg(parts + 3 * threadIdx.x + 1);
+        bad = __ldcg(parts + 3 * threadIdx.x + 2);
+    }
+    mc_best_block(best, besti, bad, bv, bi, bb);
+    if (threadIdx.x != 0)
+        return;
+    *ticket = 0;
+    stats[0] = best;
+    mc_sample_result r;
+    r.token = -1;
+    r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
+    r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
+    r.pad = 0;
+    if (greedy && bad == 0xffffffffu) {
+        r.token = (int32_t)besti;
+        *token_out = (int32_t)besti;
+    }
+    *result = r;
+}
+
+/* Sort keys for step 2's total order: z descending, then index ascending. -0 and +0 are equal
+ * logits (a tie broken by index), so -0 is keyed as +0. */
+__global__ void sample_sort_keys(const float *z, uint32_t n, uint32_t n_pow2, unsigned long long *keys) {
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_pow2)
+        return;
+    if (i >= n) {
+        keys[i] = ~0ull;
+        return;
+    }
+    float v = z[i];
+    uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+    uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u); /* increasing with v */
+    keys[i] = ((unsigned long long)(~ord) << 32) | i;
+}
+
+/* One bitonic compare-exchange pass at distance j (>= the shared segment) of merge size k. */
+__global__ void sample_bitonic_global(unsigned long long *keys, uint32_t k, uint32_t j) {
+    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t i = (t / j) * 2 * j + (t % j), l = i + j;
+    unsigned long long a = keys[i], b = keys[l];
+    bool up = (i & k) == 0;
+    if ((a > b) == up) {
+        keys[i] = b;
+        keys[l] = a;
+    }
+}
+
+/* Every pass of merge sizes k_first..k_last (doubling) at distances below the segment, in shared
+ * memory, over one segment of `seg` keys per block. */
+__global__ void sample_bitonic_shared(unsigned long long *keys, uint32_t seg, uint32_t k_first, uint32_t k_last) {
+    extern __shared__ unsigned long long sk[];
+    uint32_t base = blockIdx.x * seg;
+    for (uint32_t i = threadIdx.x; i < seg; i += blockDim.x)
+        sk[i] = keys[base + i];
+    __syncthreads();
+    for (uint32_t k = k_first; k <= k_last; k <<= 1) {
+        for (uint32_t j = min(k / 2, seg / 2); j > 0; j >>= 1) {
+            for (uint32_t t = threadIdx.x; t < seg / 2; t += blockDim.x) {
+                uint32_t i = (t / j) * 2 * j + (t % j), l = i + j;
+                unsigned long long a = sk[i], b = sk[l];
+                bool up = ((base + i) & k) == 0;
+                if ((a > b) == up) {
+                    sk[i] = b;
+                    sk[l] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (uint32_t i = threadIdx.x; i < seg; i += blockDim.x)
+        keys[base + i] = sk[i];
+}
+
+/* Steps 4 and 5 per chunk: one thread per 256-entry chunk, left to right. Reads z, the sorted
+ * keys (when sorted), stats[0]; writes partial[j] and chunk_sums[k]. */
+__global__ void sample_chunk_cumsum(const float *z, const unsigned long long *keys, int sorted, uint32_t n,
+                                const float *stats, float temperature, float *partial, float *chunk_sums) {
+    uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t j0 = k * MC_CHUNK;
+    if (j0 >= n)
+        return;
+    uint32_t j1 = min(j0 + MC_CHUNK, n);
+    const float m = stats[0];
+    float acc = 0.0f;
+    for (uint32_t j = j0; j < j1; j++) {
+        uint32_t idx = sorted ? (uint32_t)keys[j] : j;
+        float w = memra_expf(MEMRA_FDIV(MEMRA_FSUB(z[idx], m), temperature));
+        acc = MEMRA_FADD(acc, w);
+        partial[j] = acc;
+    }
+    chunk_sums[k] = acc;
+}
+
+__device__ uint32_t mc_block_min(uint32_t v, uint32_t *red) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(MC_FULL, v, o));
+    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (uint32_t w = 1; w < blockDim.x / 32; w++)
+            v = min(v, red[w]);
+        red[32] = v;
+    }
+    __syncthreads();
+    v = red[32];
+    __syncthreads();
+    return v;
+}
+
+/* Steps 5 (chunk prefix), 6, 7, 8 in one block. Reads partial, chunk_sums, keys, *pos, the
+ * result; writes the token. */
+__global__ void __launch_bounds__(1024) sample_pick(const float *partial, float *chunk_sums,
+                                                       const unsigned long long *keys, int sorted, uint32_t n,
+                                                       float top_p, unsigned long long seed, const int32_t *pos,
+                                                       int32_t *token_out, mc_sample_result *result) {
+    __shared__ uint32_t red[33];
+    __shared__ float totals[2];
+    const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
+    if (threadIdx.x == 0) { /* P_k in place of s_k (exclusive prefix), then S */
+        float P = 0.0f;
+        for (uint32_t k = 0; k < n_chunks; k++) {
+            float s = chunk_sums[k];
+            chunk_sums[k] = P;
+            P = MEMRA_FADD(P, s);
+        }
+        totals[0] = P;
+    }
+    __syncthreads();
+    const float S = totals[0];
+    uint32_t keep = n;
+    if (top_p < 1.0f) {
+        const float bound = MEMRA_FMUL(top_p, S);
+        uint32_t first = 0xffffffffu;
+        for (uint32_t j = threadIdx.x; j < n && first == 0xffffffffu; j += blockDim.x)
+            if (MEMRA_FADD(chunk_sums[j / MC_CHUNK], partial[j]) >= bound)
+                first = j;
+        first = mc_block_min(first, red);
+        keep = first == 0xffffffffu ? n : first + 1;
+    }
+    const float Sk = top_p < 1.0f ? MEMRA_FADD(chunk_sums[(keep - 1) / MC_CHUNK], partial[keep - 1]) : S;
+    const float r = MEMRA_FMUL(memra_uniform(seed, (uint64_t)(uint32_t)*pos), Sk);
+    uint32_t first = 0xffffffffu;
+    for (uint32_t j = threadIdx.x; j < keep && first == 0xffffffffu; j += blockDim.x)
+        if (MEMRA_FADD(chunk_sums[j / MC_CHUNK], partial[j]) > r)
+            first = j;
+    first = mc_block_min(first, red);
+    uint32_t jj = first == 0xffffffffu ? keep - 1 : first;
+    if (threadIdx.x == 0 && result->bad_index < 0) {
+        int32_t tok = sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
+        result->token = tok;
+        *token_out = tok;
+    }
+}
+
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg,
+                      const int32_t *pos, int32_t *token_out, mc_sample_result *result, cudaStream_t st) {
+    const uint32_t V = s->n_vocab;
+    const bool greedy = !(cfg->temperature > 0.0f);
+    uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
+    seg = seg < 1024 ? 1024 : seg;
+    const uint32_t n_parts = (V + seg - 1) / seg;
+    sample_argmax<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts, s->ticket, s->stats, greedy,
+                                                      token_out, result);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || greedy)
+        return e;
+    const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
+    const bool sorted = cut_k || cfg->top_p < 1.0f;
+    const uint32_t n = cut_k ? cfg->top_k : V;
+    if (sorted) {
+        const uint32_t N = s->n_pow2;
+        sample_sort_keys<<<(N + 255) / 256, 256, 0, st>>>(logits, V, N, s->keys);
+        const uint32_t seg = N < 2048 ? N : 2048;
+        const uint32_t threads = seg / 2 < 1024 ? (seg / 2 > 0 ? seg / 2 : 1) : 1024;
+        if (N >= 2) {
+            sample_bitonic_shared<<<N / seg, threads, seg * 8, st>>>(s->keys, seg, 2, seg);
+            for (uint32_t k = 2 * seg; k <= N; k <<= 1) {
+                for (uint32_t j = k / 2; j >= seg; j >>= 1)
+                    sample_bitonic_global<<<N / 2 / 256, 256, 0, st>>>(s->keys, k, j);
+                sample_bitonic_shared<<<N / seg, threads, seg * 8, st>>>(s->keys, seg, k, k);
+            }
+        }
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
+    sample_chunk_cumsum<<<(n_chunks + 63) / 64, 64, 0, st>>>(logits, s->keys, sorted, n, s->stats, cfg->temperature,
+                                                         s->partial, s->chunk_sums);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    sample_pick<<<1, 1024, 0, st>>>(s->partial, s->chunk_sums, s->keys, sorted, n, cfg->top_p,
+                                       (unsigned long long)cfg->seed, pos, token_out, result);
+    return cudaGetLastError();
+}
+
+/* ---- host entry for tests --------------------------------------------------------------- */
+
+cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
+                           mc_sample_result *out) {
+    float *dz = NULL;
+    void *scratch = NULL;
+    int32_t *dpos = NULL, *dtok = NULL;
+    mc_sample_result *dres = NULL;
+    mc_sampler_scratch s;
+    int32_t p = (int32_t)position;
+    cudaError_t e;
+    if ((e = cudaMalloc(&dz, (size_t)n_vocab * 4)) != cudaSuccess)
+        goto done;
+    if ((e = cudaMalloc(&scratch, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess)
+        goto done;
+    if ((e = cudaMalloc(&dpos, 8)) != cudaSuccess || (e = cudaMalloc(&dtok, 8)) != cudaSuccess ||
+        (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess)
+        goto done;
+    mc_sampler_scratch_init(&s, scratch, n_vocab);
+    if ((e = cudaMemset(scratch, 0, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess ||
+        (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
+        goto done;
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, 0)) != cudaSuccess)
+        goto done;
+    e = cudaMemcpy(out, dres, sizeof *out, cudaMemcpyDeviceToHost);
+done:
+    cudaFree(dz);
+    cudaFree(scratch);
+    cudaFree(dpos);
+    cudaFree(dtok);
+    cudaFree(dres);
+    return e;
+}
+
+const char *mc_sampler_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+        {(const void *)sample_argmax, "sampler"},
+        {(const void *)sample_sort_keys, "sampler"},
+        {(const void *)sample_bitonic_global, "sampler"},
+        {(const void *)sample_bitonic_shared, "sampler"},
+        {(const void *)sample_chunk_cumsum, "sampler"},
+        {(const void *)sample_pick, "sampler"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}

@@ -1,0 +1,105 @@
+/* test_arm_keys.c: the cuda and cuda-graph backends' arm keys, checked on the host (no GPU
+ * needed): every key is in the option specs with its default; the resolved options of an arm
+ * name every key with the value the backend will use (the protocol record's text); a bad value
+ * is refused naming the key and the values it takes; and the kernels' configuration parser
+ * (mc_config_choice, which the kernel bench uses too) agrees with the specs. */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "memra/options.h"
+#include "memra/plugin.h"
+
+static const memra_backend_vtable *cuda_vt(void) {
+    void *h = dlopen(MEMRA_CUDA_PLUGIN_FILE, RTLD_NOW | RTLD_LOCAL);
+    cr_assert(h, "dlopen %s: %s", MEMRA_CUDA_PLUGIN_FILE, dlerror());
+    const memra_plugin *p = (const memra_plugin *)dlsym(h, MEMRA_PLUGIN_SYMBOL);
+    cr_assert(p && p->backend);
+    cr_assert(MEMRA_HAS_MEMBER(p->backend, memra_backend_vtable, resolve_options));
+    cr_assert(p->backend->resolve_options);
+    return p->backend;
+}
+
+/* The resolved arm text of `arm`, or the error message (returns the status). */
+static memra_status resolve(const char *arm, char *out, size_t n) {
+    const memra_backend_vtable *vt = cuda_vt();
+    char be[MEMRA_BACKEND_NAME_MAX];
+    memra_options o = {0}, r = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_arm_parse(arm, be, &o, &err), MEMRA_OK, "%s", err.msg);
+    memra_status st = vt->resolve_options(NULL, &o, &r, &err);
+    if (st)
+        snprintf(out, n, "%.400s", err.msg);
+    else
+        memra_arm_format(be, &r, out, n);
+    return st;
+}
+
+Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
+    const memra_backend_vtable *vt = cuda_vt();
+    static const char *const want[][2] = {
+        {"pdl", "1"}, {"trigger", "115"}, {"gemv", "auto"}, {"q8", "auto"}, {"attention", "auto"}};
+    cr_assert_eq(vt->n_options, 5);
+    for (int i = 0; i < 5; i++) {
+        cr_assert_str_eq(vt->options[i].key, want[i][0]);
+        cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
+        cr_assert(vt->options[i].help && *vt->options[i].help);
+    }
+}
+
+Test(cuda_arm_keys, resolved_options_name_every_key) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf),
+                 MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0");
+}
+
+Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
+    char buf[512];
+    static const char *const bad[][2] = {
+        {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent"},
+        {"cuda:q8=int", "q8=int: expected one of auto, float"},
+        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused"},
+        {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
+        {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(resolve(bad[i][0], buf, sizeof buf), MEMRA_E_INVALID, "%s", bad[i][0]);
+        cr_assert(strstr(buf, bad[i][1]), "%s: got '%s'", bad[i][0], buf);
+    }
+}
+
+Test(cuda_arm_keys, kernel_configuration_parser) {
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.pdl, 1);
+    cr_assert_eq(c.trigger, MC_TRIGGER_DEFAULT);
+    cr_assert_eq(c.gemv, MC_GEMV_AUTO);
+    cr_assert_eq(c.q8, MC_Q8_AUTO);
+    cr_assert_eq(c.attention, MC_ATT_AUTO);
+    cr_assert_null(mc_config_choice(&c, "gemv", "persistent"));
+    cr_assert_eq(c.gemv, MC_GEMV_PERSISTENT);
+    cr_assert_null(mc_config_choice(&c, "attention", "tiled"));
+    cr_assert_eq(c.attention, MC_ATT_TILED);
+    cr_assert_null(mc_config_choice(&c, "q8", "float"));
+    cr_assert_eq(c.q8, MC_Q8_FLOAT);
+    cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "tiled");
+    cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
+    cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
+    cr_assert_eq(c.q8, MC_Q8_FLOAT);                          /* a refused value changes nothing */
+}
+
+/* The attention path is a function of the shapes and the key alone. */
+Test(cuda_arm_keys, attention_path_follows_the_key) {
+    mc_config c = mc_config_default;
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_CLUSTER); /* llama-8b */
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_CLUSTER);   /* llama-1b */
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);     /* hd 80: tiled */
+    c.attention = MC_ATT_TILED;
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_TILED);
+    c.attention = MC_ATT_UNFUSED;
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_UNFUSED);
+}
