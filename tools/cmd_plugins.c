@@ -1,5 +1,5 @@
 /* cmd_plugins.c: `memra plugins`: every plugin the registry finds, whether it loads and why not,
- * and the folders searched. */
+ * the arm keys each loaded plugin takes with their defaults, and the folders searched. */
 #include <string.h>
 
 #include "cli.h"
@@ -8,8 +8,15 @@ static const char help_text[] =
     "usage: memra plugins\n"
     "\n"
     "Lists the plugins found through their manifests (name, kind, version, file, status: ok, or\n"
-    "why it did not load) after trying to load each one, and the folders searched, in order:\n"
-    "$MEMRA_PLUGIN_PATH (colon-separated absolute paths), the install prefix, the build tree.\n";
+    "why it did not load) after trying to load each one, and under each plugin that loaded the\n"
+    "arm keys it takes, as key=default and one line of help ((auto): the default is computed, e.g.\n"
+    "from the machine). A backend also takes the placement's keys (plugin 'default'): for example\n"
+    "`cpu:stages=2,threads=4`; and every arm takes the core's own keys, placement= (the placement\n"
+    "plugin, default 'default') and window= (steps kept in flight, default 1).\n"
+    "\n"
+    "The folders searched, in order: $MEMRA_PLUGIN_PATH (colon-separated absolute paths), then\n"
+    "the installed plugins beside this memra's libmemra, or, for a memra run from a build tree,\n"
+    "that tree's plugins.d.\n";
 
 static const char *state_word(const memra_registry_entry *e) {
     switch (e->state) {
@@ -19,6 +26,42 @@ static const char *state_word(const memra_registry_entry *e) {
     case MEMRA_ENTRY_FAILED: return "failed";
     }
     return "?";
+}
+
+/* The keys a loaded plugin takes, one a line: "key=default  help", the key=default column as
+ * wide as the plugin's widest. */
+static void print_keys(const memra_option_spec *specs, uint32_t n) {
+    if (!specs || n == 0) {
+        printf("    keys: none\n");
+        return;
+    }
+    int width = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *def = specs[i].default_value && *specs[i].default_value ? specs[i].default_value : "(auto)";
+        int w = (int)(strlen(specs[i].key) + 1 + strlen(def));
+        if (w > width)
+            width = w;
+    }
+    printf("    keys:\n");
+    for (uint32_t i = 0; i < n; i++) {
+        const char *def = specs[i].default_value && *specs[i].default_value ? specs[i].default_value : "(auto)";
+        int w = (int)(strlen(specs[i].key) + 1 + strlen(def));
+        printf("      %s=%s%*s  %s\n", specs[i].key, def, width - w, "", specs[i].help ? specs[i].help : "");
+    }
+}
+
+/* The option specs of a loaded plugin's vtable (samplers take none). */
+static void plugin_keys(memra_registry *r, const memra_registry_entry *e) {
+    const memra_plugin *p = NULL;
+    memra_error err = {0};
+    if (memra_registry_load(r, e->name, (memra_plugin_kind)e->kind, &p, &err) != MEMRA_OK || !p)
+        return;
+    switch (p->kind) {
+    case MEMRA_PLUGIN_PLACEMENT: print_keys(p->placement->options, p->placement->n_options); break;
+    case MEMRA_PLUGIN_BACKEND: print_keys(p->backend->options, p->backend->n_options); break;
+    case MEMRA_PLUGIN_COLLECTIVE: print_keys(p->collective->options, p->collective->n_options); break;
+    default: break;
+    }
 }
 
 int cmd_plugins(int argc, char **argv) {
@@ -49,6 +92,8 @@ int cmd_plugins(int argc, char **argv) {
         const char *file = e->file && *e->file ? e->file : e->manifest;
         printf("%-16s %-11s %-10s %-8s %s\n", e->name && *e->name ? e->name : "?", memra_plugin_kind_name(e->kind),
                e->version && *e->version ? e->version : "-", state_word(e), file ? file : "");
+        if (e->state == MEMRA_ENTRY_LOADED)
+            plugin_keys(r, e);
         if (e->state == MEMRA_ENTRY_FAILED || e->state == MEMRA_ENTRY_SHADOWED) {
             failed += e->state == MEMRA_ENTRY_FAILED;
             printf("    %s%s\n", e->state == MEMRA_ENTRY_SHADOWED ? "shadowed: " : "why: ",

@@ -27,10 +27,11 @@
 
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
-#include "memra/arm.h"
+#include "memra/options.h"
 #include "memra/ext.h"
 #include "memra/gguf.h"
 #include "memra/plugin.h"
+#include "memra/sampling.h"
 
 #define CPU_DEFAULT_VDEVICES 8u
 #define CPU_MAX_VDEVICES 64u
@@ -38,9 +39,12 @@
 #define CPU_DEFAULT_GRAIN 32768u
 
 static const memra_option_spec cpu_options[] = {
-    {"threads", "", "worker threads (default: the online CPUs); results do not depend on it"},
-    {"vdevices", "8", "virtual devices offered to the placement (stages may sit on any of them)"},
-    {"grain", "32768", "multiply-adds below which a task runs on one thread; 0 splits every task"},
+    {.key = "threads", .default_value = "",
+     .help = "worker threads (default: the online CPUs); results do not depend on it"},
+    {.key = "vdevices", .default_value = "8",
+     .help = "virtual devices offered to the placement (stages may sit on any of them)"},
+    {.key = "grain", .default_value = "32768",
+     .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
 };
 
 /* The weights of one layer as the kernels read them. */
@@ -68,7 +72,6 @@ struct memra_backend {
     const memra_model *m;
     uint32_t n_threads, n_vdevices, grain;
     cpu_pool *pool;
-    const memra_plugin *sampler;
     cpu_layer *layers;
     cpu_matrix tok_embd, output;
     const float *output_norm;
@@ -343,11 +346,6 @@ static memra_status cpu_open(const memra_host *host, const memra_model *m, const
     b->grain = cfg.grain;
     if ((st = check_model(m, err)) != MEMRA_OK || (st = check_plan(m, plan, b->n_vdevices, err)) != MEMRA_OK)
         goto fail;
-    st = host->find_plugin("cpu", MEMRA_PLUGIN_SAMPLER, &b->sampler, err);
-    if (st != MEMRA_OK) {
-        memra_error_prefix(err, "cpu: the cpu sampler");
-        goto fail;
-    }
     b->q_dim = m->n_head * m->head_dim;
     b->kv_dim = m->n_head_kv * m->head_dim;
     b->v_dim = m->n_head_kv * m->head_dim_v;
@@ -471,7 +469,7 @@ static memra_status cpu_state_new(memra_backend *b, uint32_t capacity, uint32_t 
             s->v_cache[il] = s->k_cache[il] + (size_t)capacity * b->kv_dim;
         }
     }
-    size_t scratch = b->sampler->sampler->scratch_bytes(m->n_vocab);
+    size_t scratch = memra_sample_scratch_bytes(m->n_vocab);
     s->hidden = calloc(m->n_embd, sizeof(float));
     s->logits = calloc(m->n_vocab, sizeof(float));
     s->scores = calloc((size_t)m->n_head * capacity, sizeof(float));
@@ -652,9 +650,9 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
     memra_status st = check_not_quarantined(s, "step", err);
     if (st != MEMRA_OK)
         return st;
-    if (!args || args->struct_size < sizeof *args)
-        return memra_fail(err, MEMRA_E_INVALID, "cpu: step arguments of %u bytes, expected %zu",
-                          args ? args->struct_size : 0, sizeof *args);
+    if (!MEMRA_HAS_MEMBER(args, memra_step_args, want_logits))
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: step arguments of %u bytes, expected at least %zu",
+                          args ? args->struct_size : 0, MEMRA_STRUCT_END(memra_step_args, want_logits));
     if (s->ring_count == s->max_inflight)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: %u steps already in flight (the state's max_inflight)",
                           s->max_inflight);
@@ -684,8 +682,7 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
     int64_t sampled = -1;
     uint32_t t = 0;
     if (args->sample)
-        st = b->sampler->sampler->sample(b->head_out, m->n_vocab, (uint64_t)pos + 1, args->sample,
-                                         s->sample_scratch, &t, err);
+        st = memra_sample(b->head_out, m->n_vocab, (uint64_t)pos + 1, args->sample, s->sample_scratch, &t, err);
     fesetenv(&caller_env);
     if (args->sample) {
         if (st != MEMRA_OK) {
@@ -713,9 +710,9 @@ static memra_status cpu_step_end(memra_backend *b, memra_state *s, float *logits
                                  memra_error *err) {
     if (s->ring_count == 0)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: step_end with no step in flight");
-    if (out && out->struct_size != 0 && out->struct_size < sizeof *out)
-        return memra_fail(err, MEMRA_E_INVALID, "cpu: step result of %u bytes, expected %zu", out->struct_size,
-                          sizeof *out);
+    if (out && out->struct_size != 0 && !MEMRA_HAS_MEMBER(out, memra_step_result, position))
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: step result of %u bytes, expected at least %zu",
+                          out->struct_size, MEMRA_STRUCT_END(memra_step_result, position));
     cpu_slot *slot = &s->ring[s->ring_head];
     if (logits)
         memcpy(logits, slot->logits, (size_t)b->m->n_vocab * sizeof(float));

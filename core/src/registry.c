@@ -1,9 +1,11 @@
 /* registry.c: finds plugins through their manifests, loads them explicitly, checks every
  * descriptor before calling anything in it, and hands each plugin its registry's host table.
  *
- * Search order: $MEMRA_PLUGIN_PATH (absolute entries only), the install prefix's plugins.d
- * (next to the loaded libmemra), the build tree's plugins.d. The current directory is never
- * searched. Every refusal has its own message naming the manifest or the file. */
+ * Search order: $MEMRA_PLUGIN_PATH (absolute entries only), then the plugins.d of wherever the
+ * loaded libmemra lies: its build tree's when it lies in one (MEMRA_BUILD_MARKER beside it says
+ * so), else its install prefix's. An installed tool never reads a build tree, and a tool run
+ * from a build tree reads that tree only. The current directory is never searched. Every
+ * refusal has its own message naming the manifest or the file. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,9 +23,10 @@
 #include "memra/digest.h"
 #include "memra/registry.h"
 
-#ifndef MEMRA_BUILD_PLUGIN_DIR
-#define MEMRA_BUILD_PLUGIN_DIR ""
-#endif
+/* The build writes this file into the folder it builds libmemra into, and never installs it.
+ * Its one line names the build tree's plugins.d, relative to that folder (or absolute). */
+#define MEMRA_BUILD_MARKER "memra-build-tree"
+#define MEMRA_BUILD_MARKER_MAX 4096u
 #ifndef MEMRA_REL_PLUGIN_DIR
 #define MEMRA_REL_PLUGIN_DIR "memra/plugins.d"
 #endif
@@ -37,12 +40,11 @@
 
 /* The size of a struct up to and including its last ABI-1 member: frozen, unlike sizeof,
  * which grows as members are appended. */
-#define V1_END(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
-#define PLUGIN_V1_SIZE V1_END(memra_plugin, sampler)
-#define PLACEMENT_V1_SIZE V1_END(memra_placement_vtable, plan)
-#define BACKEND_V1_SIZE V1_END(memra_backend_vtable, resolve_options)
-#define COLLECTIVE_V1_SIZE V1_END(memra_collective_vtable, abort)
-#define SAMPLER_V1_SIZE V1_END(memra_sampler_vtable, sample)
+#define PLUGIN_V1_SIZE MEMRA_STRUCT_END(memra_plugin, sampler)
+#define PLACEMENT_V1_SIZE MEMRA_STRUCT_END(memra_placement_vtable, plan)
+#define BACKEND_V1_SIZE MEMRA_STRUCT_END(memra_backend_vtable, resolve_options)
+#define COLLECTIVE_V1_SIZE MEMRA_STRUCT_END(memra_collective_vtable, abort)
+#define SAMPLER_V1_SIZE MEMRA_STRUCT_END(memra_sampler_vtable, sample)
 
 typedef struct reg_entry {
     memra_registry_entry pub; /* its strings point at the members below */
@@ -754,8 +756,46 @@ static memra_status dirs_from_env(memra_registry *r, memra_error *err) {
     return st;
 }
 
-/* <folder of the loaded libmemra>/memra/plugins.d, or NULL when it cannot be told. */
-static char *install_plugin_dir(void) {
+/* The build tree's plugins.d named by the marker in lib_dir, or NULL (with *is_build false)
+ * when there is no marker: libmemra is installed. A marker that cannot be read or names
+ * nothing still means a build tree: *is_build is true, NULL is returned and a warning logged,
+ * so that a damaged build tree does not fall back to an install it is not part of. */
+static char *build_plugin_dir(const char *lib_dir, bool *is_build) {
+    *is_build = false;
+    char *marker = path_join(lib_dir, MEMRA_BUILD_MARKER);
+    if (!marker)
+        return NULL;
+    int fd = open(marker, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        free(marker);
+        return NULL;
+    }
+    *is_build = true;
+    char line[MEMRA_BUILD_MARKER_MAX + 1];
+    ssize_t got = read(fd, line, MEMRA_BUILD_MARKER_MAX);
+    close(fd);
+    line[got > 0 ? got : 0] = '\0';
+    line[strcspn(line, "\r\n")] = '\0';
+    const char *named = trim(line);
+    char *dir = NULL;
+    if (!named[0] || got == (ssize_t)MEMRA_BUILD_MARKER_MAX)
+        registry_log(MEMRA_LOG_WARN, "%s: the build-tree marker names no plugin folder: the build tree's plugins are "
+                                     "not searched", marker);
+    else
+        dir = named[0] == '/' ? str_dup(named) : path_join(lib_dir, named);
+    char *real = dir ? realpath(dir, NULL) : NULL; /* "lib/../plugins.d" reads better resolved */
+    if (real) {
+        free(dir);
+        dir = real;
+    }
+    free(marker);
+    return dir;
+}
+
+/* The folder searched after $MEMRA_PLUGIN_PATH: the build tree's plugins.d when the loaded
+ * libmemra lies in a build tree, else <folder of libmemra>/memra/plugins.d (its install
+ * prefix's). NULL when it cannot be told. */
+static char *own_plugin_dir(void) {
     Dl_info info;
     if (!dladdr((const void *)&memra_registry_open, &info) || !info.dli_fname || !info.dli_fname[0])
         return NULL;
@@ -766,7 +806,11 @@ static char *install_plugin_dir(void) {
     char *dir = NULL;
     if (slash) {
         *slash = '\0';
-        dir = path_join(lib[0] ? lib : "/", MEMRA_REL_PLUGIN_DIR);
+        const char *lib_dir = lib[0] ? lib : "/";
+        bool is_build;
+        dir = build_plugin_dir(lib_dir, &is_build);
+        if (!is_build)
+            dir = path_join(lib_dir, MEMRA_REL_PLUGIN_DIR);
     }
     free(lib);
     return dir;
@@ -781,13 +825,11 @@ memra_status memra_registry_open(memra_registry **out, memra_error *err) {
     if (st != MEMRA_OK)
         return st;
     st = dirs_from_env(r, err);
-    char *install = install_plugin_dir();
-    if (st == MEMRA_OK && install)
-        st = dir_add(r, install, err);
+    char *own = own_plugin_dir();
+    if (st == MEMRA_OK && own)
+        st = dir_add(r, own, err);
     else
-        free(install);
-    if (st == MEMRA_OK && MEMRA_BUILD_PLUGIN_DIR[0] == '/')
-        st = dir_add(r, str_dup(MEMRA_BUILD_PLUGIN_DIR), err);
+        free(own);
     if (st == MEMRA_OK)
         st = registry_scan(r, err);
     if (st != MEMRA_OK) {
@@ -864,13 +906,11 @@ static memra_status check_options(const char *who, const reg_entry *e, const cha
     return MEMRA_OK;
 }
 
-static memra_status vtable_size(const char *who, const reg_entry *e, const char *kind, uint32_t size, size_t v1,
-                                memra_error *err) {
-    if (size < v1)
-        return memra_fail(err, MEMRA_E_PLUGIN,
-                          "%s: struct too small: %s's %s vtable is %u bytes, ABI %u needs at least %zu", who, e->file,
-                          kind, size, MEMRA_ABI_VERSION, v1);
-    return MEMRA_OK;
+static memra_status vtable_too_small(const char *who, const reg_entry *e, const char *kind, uint32_t size,
+                                     size_t v1, memra_error *err) {
+    return memra_fail(err, MEMRA_E_PLUGIN,
+                      "%s: struct too small: %s's %s vtable is %u bytes, ABI %u needs at least %zu", who, e->file,
+                      kind, size, MEMRA_ABI_VERSION, v1);
 }
 
 /* The vtable of the descriptor's kind: present, large enough, mandatory members set; the
@@ -887,19 +927,18 @@ static memra_status check_vtables(const char *who, const reg_entry *e, const mem
             return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s is a %s but also sets a %s vtable (exactly one allowed)",
                               who, e->file, kind, memra_plugin_kind_name(k));
     }
-    memra_status st;
     switch (p->kind) {
     case MEMRA_PLUGIN_PLACEMENT: {
         const memra_placement_vtable *vt = p->placement;
-        if ((st = vtable_size(who, e, kind, vt->struct_size, PLACEMENT_V1_SIZE, err)) != MEMRA_OK)
-            return st;
+        if (!MEMRA_HAS_MEMBER(vt, memra_placement_vtable, plan))
+            return vtable_too_small(who, e, kind, vt->struct_size, PLACEMENT_V1_SIZE, err);
         REQUIRE_MEMBER(vt, plan);
         return check_options(who, e, kind, vt->options, vt->n_options, err);
     }
     case MEMRA_PLUGIN_BACKEND: {
         const memra_backend_vtable *vt = p->backend;
-        if ((st = vtable_size(who, e, kind, vt->struct_size, BACKEND_V1_SIZE, err)) != MEMRA_OK)
-            return st;
+        if (!MEMRA_HAS_MEMBER(vt, memra_backend_vtable, resolve_options))
+            return vtable_too_small(who, e, kind, vt->struct_size, BACKEND_V1_SIZE, err);
         REQUIRE_MEMBER(vt, device_count);
         REQUIRE_MEMBER(vt, open);
         REQUIRE_MEMBER(vt, close);
@@ -914,8 +953,8 @@ static memra_status check_vtables(const char *who, const reg_entry *e, const mem
     }
     case MEMRA_PLUGIN_COLLECTIVE: {
         const memra_collective_vtable *vt = p->collective;
-        if ((st = vtable_size(who, e, kind, vt->struct_size, COLLECTIVE_V1_SIZE, err)) != MEMRA_OK)
-            return st;
+        if (!MEMRA_HAS_MEMBER(vt, memra_collective_vtable, abort))
+            return vtable_too_small(who, e, kind, vt->struct_size, COLLECTIVE_V1_SIZE, err);
         REQUIRE_MEMBER(vt, create);
         REQUIRE_MEMBER(vt, destroy);
         REQUIRE_MEMBER(vt, all_reduce_sum_f32);
@@ -923,8 +962,8 @@ static memra_status check_vtables(const char *who, const reg_entry *e, const mem
     }
     case MEMRA_PLUGIN_SAMPLER: {
         const memra_sampler_vtable *vt = p->sampler;
-        if ((st = vtable_size(who, e, kind, vt->struct_size, SAMPLER_V1_SIZE, err)) != MEMRA_OK)
-            return st;
+        if (!MEMRA_HAS_MEMBER(vt, memra_sampler_vtable, sample))
+            return vtable_too_small(who, e, kind, vt->struct_size, SAMPLER_V1_SIZE, err);
         REQUIRE_MEMBER(vt, scratch_bytes);
         REQUIRE_MEMBER(vt, sample);
         return MEMRA_OK;
@@ -964,7 +1003,7 @@ static memra_status check_descriptor(const char *who, const reg_entry *e, const 
     if (p->abi_version != MEMRA_ABI_VERSION)
         return memra_fail(err, MEMRA_E_PLUGIN, "%s: ABI mismatch: %s was built for plugin ABI %u, this memra is ABI %u",
                           who, e->file, p->abi_version, MEMRA_ABI_VERSION);
-    if (p->struct_size < PLUGIN_V1_SIZE)
+    if (!MEMRA_HAS_MEMBER(p, memra_plugin, sampler))
         return memra_fail(err, MEMRA_E_PLUGIN,
                           "%s: struct too small: %s has a descriptor of %u bytes, ABI %u needs at least %zu", who,
                           e->file, p->struct_size, MEMRA_ABI_VERSION, (size_t)PLUGIN_V1_SIZE);

@@ -7,14 +7,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "memra/arm.h"
+#include "memra/options.h"
 #include "memra/plugin.h"
 
 static const memra_option_spec placement_options[] = {
-    {"stages", "1", "pipeline stages: contiguous layer ranges, split evenly unless splits= is given"},
-    {"splits", "", "explicit cuts c1,...,cN-1: the layer index where each later stage begins"},
-    {"devices", "0", "device of each stage (or of each rank, stage-major, when tp > 1); default all 0"},
-    {"tp", "1", "tensor-parallel ranks per stage (n_head, n_head_kv and n_ff must be divisible)"},
+    {.key = "stages", .default_value = "1",
+     .help = "pipeline stages: contiguous layer ranges, split evenly unless splits= is given"},
+    {.key = "splits", .default_value = "",
+     .help = "explicit cuts c1,...,cN-1: the layer index where each later stage begins"},
+    {.key = "devices", .default_value = "0",
+     .help = "device of each stage (or of each rank, stage-major, when tp > 1); default all 0"},
+    {.key = "tp", .default_value = "1",
+     .help = "tensor-parallel ranks per stage (n_head, n_head_kv and n_ff must be divisible)"},
 };
 
 /* Layer cuts: cuts[0] = 0 < cuts[1] < ... < cuts[n_stages] = n_layer. */

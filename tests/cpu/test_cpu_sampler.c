@@ -1,6 +1,6 @@
 /* test_cpu_sampler.c: the `cpu` sampler plugin, loaded through the registry: greedy ties,
  * refusal of non-finite logits, determinism in (seed, position), agreement with a second,
- * plain transcription of the algorithm in sampler_cpu.h, and a chi-squared check of sampled
+ * plain transcription of the algorithm in memra/sampling.h, and a chi-squared check of sampled
  * frequencies against the distribution the algorithm defines. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -19,11 +19,11 @@ static const memra_sampler_vtable *sampler(void) {
 }
 
 static uint32_t draw(const float *z, uint32_t n, uint64_t pos, memra_sample_cfg cfg) {
-    const memra_sampler_vtable *vt = sampler();
-    void *scratch = malloc(vt->scratch_bytes(n));
+    const memra_sampler_vtable *smp = sampler();
+    void *scratch = malloc(smp->scratch_bytes(n));
     uint32_t token = UINT32_MAX;
     memra_error err = {0};
-    cr_assert_eq(vt->sample(z, n, pos, &cfg, scratch, &token, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(smp->sample(z, n, pos, &cfg, scratch, &token, &err), MEMRA_OK, "%s", err.msg);
     free(scratch);
     cr_assert_lt(token, n);
     return token;
@@ -98,17 +98,17 @@ Test(cpu_sampler, greedy_takes_the_lowest_index_among_maxima) {
 }
 
 Test(cpu_sampler, non_finite_logits_are_refused) {
-    const memra_sampler_vtable *vt = sampler();
+    const memra_sampler_vtable *smp = sampler();
     float z[4] = {0, 1, NAN, 2};
     uint32_t token;
     memra_error err = {0};
     char scratch[64];
     memra_sample_cfg cfg = {.temperature = 1};
-    cr_assert_eq(vt->sample(z, 4, 0, &cfg, scratch, &token, &err), MEMRA_E_RANGE);
+    cr_assert_eq(smp->sample(z, 4, 0, &cfg, scratch, &token, &err), MEMRA_E_RANGE);
     cr_assert(strstr(err.msg, "logit 2 is nan"), "%s", err.msg);
     z[2] = -INFINITY;
     cfg.temperature = 0; /* greedy checks too */
-    cr_assert_eq(vt->sample(z, 4, 0, &cfg, scratch, &token, &err), MEMRA_E_RANGE);
+    cr_assert_eq(smp->sample(z, 4, 0, &cfg, scratch, &token, &err), MEMRA_E_RANGE);
     cr_assert(strstr(err.msg, "logit 2 is -inf"), "%s", err.msg);
 }
 
@@ -164,13 +164,13 @@ Test(cpu_sampler, top_k_and_top_p_cut_the_right_tokens) {
  * sampler fails this with probability 0.1% (and deterministically: the draws are fixed). */
 static void chi_squared_case(memra_sample_cfg cfg, const float *z, uint32_t n, const double *want_p) {
     enum { DRAWS = 40000 };
-    const memra_sampler_vtable *vt = sampler();
-    void *scratch = malloc(vt->scratch_bytes(n));
+    const memra_sampler_vtable *smp = sampler();
+    void *scratch = malloc(smp->scratch_bytes(n));
     uint32_t counts[16] = {0};
     memra_error err = {0};
     for (uint64_t p = 0; p < DRAWS; p++) {
         uint32_t t;
-        cr_assert_eq(vt->sample(z, n, p, &cfg, scratch, &t, &err), MEMRA_OK);
+        cr_assert_eq(smp->sample(z, n, p, &cfg, scratch, &t, &err), MEMRA_OK);
         counts[t]++;
     }
     double chi2 = 0;

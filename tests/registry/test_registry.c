@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <ftw.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -685,19 +686,128 @@ static const char *real(const char *p) {
     return r;
 }
 
-/* The install folder (next to libmemra) and the build tree's plugins.d close the path. */
+/* The libmemra of this test lies in the build tree: the path closes with that tree's plugins.d
+ * and nothing else (never an install folder). */
 static void expect_default_tail(const memra_registry *r, uint32_t first) {
     const char *build = getenv("MEMRA_BUILD_DIR");
     cr_assert_not_null(build, "ctest sets MEMRA_BUILD_DIR");
     char want[PATH_MAX];
-    cr_assert_eq(memra_registry_dir_count(r), first + 2);
-    snprintf(want, sizeof want, "%s/lib", build);
-    const char *lib = real(want);
-    snprintf(want, sizeof want, "%s/memra/plugins.d", lib);
-    cr_assert_str_eq(memra_registry_dir_at(r, first), want);
+    cr_assert_eq(memra_registry_dir_count(r), first + 1);
     snprintf(want, sizeof want, "%s/plugins.d", build);
-    const char *got = real(memra_registry_dir_at(r, first + 1)), *exp = real(want);
+    const char *got = real(memra_registry_dir_at(r, first)), *exp = real(want);
     cr_assert_str_eq(got, exp);
+}
+
+/* ---- installed or build tree: decided by the marker beside libmemra ---- */
+
+/* A copy of this build's libmemra at dir/libmemra.so, loaded in a namespace of its own (the
+ * loader would otherwise hand back the libmemra of the same soname that this test links), with
+ * the calls the tests need. */
+typedef struct lib_copy {
+    void *handle;
+    memra_status (*open)(memra_registry **out, memra_error *err);
+    void (*close)(memra_registry *r);
+    uint32_t (*dir_count)(const memra_registry *r);
+    const char *(*dir_at)(const memra_registry *r, uint32_t i);
+    uint32_t (*count)(const memra_registry *r);
+} lib_copy;
+
+static void lib_copy_load(lib_copy *c, const char *dir) {
+    Dl_info info;
+    cr_assert(dladdr((const void *)&memra_registry_open, &info) && info.dli_fname, "dladdr(libmemra)");
+    FILE *in = fopen(info.dli_fname, "rb");
+    cr_assert_not_null(in, "%s", info.dli_fname);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/libmemra.so", dir);
+    FILE *out = fopen(path, "wb");
+    cr_assert_not_null(out, "%s", path);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        cr_assert_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+    c->handle = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(c->handle, "dlopen %s: %s", path, dlerror());
+    *(void **)&c->open = dlsym(c->handle, "memra_registry_open");
+    *(void **)&c->close = dlsym(c->handle, "memra_registry_close");
+    *(void **)&c->dir_count = dlsym(c->handle, "memra_registry_dir_count");
+    *(void **)&c->dir_at = dlsym(c->handle, "memra_registry_dir_at");
+    *(void **)&c->count = dlsym(c->handle, "memra_registry_count");
+    cr_assert(c->open && c->close && c->dir_count && c->dir_at && c->count);
+}
+
+/* The folders a registry of the copy searches, joined by ':'. */
+static const char *lib_copy_dirs(lib_copy *c) {
+    static char joined[4 * PATH_MAX];
+    memra_registry *r = NULL;
+    memra_error err;
+    cr_assert_eq(c->open(&r, &err), MEMRA_OK, "%s", err.msg);
+    joined[0] = '\0';
+    for (uint32_t i = 0; i < c->dir_count(r); i++)
+        snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", i ? ":" : "", c->dir_at(r, i));
+    c->close(r);
+    return joined;
+}
+
+static void expect_dirs(lib_copy *c, const char *want) {
+    const char *got = lib_copy_dirs(c);
+    cr_assert_str_eq(got, want, "searched '%s', expected '%s'", got, want);
+}
+
+/* Under AddressSanitizer a second namespace would load a second sanitizer runtime: these two
+ * run without it (tests/install checks the same with the installed tools). */
+#ifdef REGTEST_LSAN
+#define REGTEST_NO_ASAN .disabled = true
+#else
+#define REGTEST_NO_ASAN .disabled = false
+#endif
+
+Test(registry, an_installed_libmemra_searches_its_prefix_only, REGTEST_NO_ASAN) {
+    unsetenv("MEMRA_PLUGIN_PATH");
+    tmp_path("prefix", true);
+    char *lib = tmp_path("prefix/lib", true);
+    tmp_path("prefix/lib/memra", true);
+    char *plugins = tmp_path("prefix/lib/memra/plugins.d", true);
+    manifest(plugins, "good", "sampler", "good");
+    lib_copy c;
+    lib_copy_load(&c, lib);
+    expect_dirs(&c, real(plugins));
+    dlclose(c.handle);
+}
+
+Test(registry, a_build_tree_libmemra_searches_the_tree_its_marker_names, REGTEST_NO_ASAN) {
+    unsetenv("MEMRA_PLUGIN_PATH");
+    tmp_path("tree", true);
+    char *lib = tmp_path("tree/lib", true);
+    char *plugins = tmp_path("tree/plugins.d", true);
+    tmp_path("tree/lib/memra", true);
+    tmp_path("tree/lib/memra/plugins.d", true); /* an install folder in the same place: not read */
+    write_text(lib, "memra-build-tree", "../plugins.d\n");
+    lib_copy c;
+    lib_copy_load(&c, lib);
+    expect_dirs(&c, real(plugins));
+    /* an absolute folder */
+    char *elsewhere = tmp_path("elsewhere", true);
+    char text[PATH_MAX + 2];
+    snprintf(text, sizeof text, "%s\n", elsewhere);
+    write_text(lib, "memra-build-tree", text);
+    expect_dirs(&c, real(elsewhere));
+    /* a marker that names nothing: still a build tree, so no install folder either */
+    write_text(lib, "memra-build-tree", "\n");
+    expect_dirs(&c, "");
+    dlclose(c.handle);
+}
+
+Test(registry, this_build_writes_its_marker_beside_libmemra) {
+    Dl_info info;
+    cr_assert(dladdr((const void *)&memra_registry_open, &info) && info.dli_fname);
+    char marker[PATH_MAX];
+    snprintf(marker, sizeof marker, "%s", real(info.dli_fname));
+    snprintf(strrchr(marker, '/') + 1, sizeof marker - (size_t)(strrchr(marker, '/') + 1 - marker),
+             "memra-build-tree");
+    struct stat sb;
+    cr_assert_eq(stat(marker, &sb), 0, "%s is missing", marker);
 }
 
 Test(registry, plugin_path_skips_empty_and_relative_entries) {

@@ -1,5 +1,7 @@
 /* memra/ext.h: optional extension tables a backend may offer through its vtable's `extension`
- * member, each named and versioned. A caller that gets NULL goes without (and says so). */
+ * member, each named and versioned. A caller that gets NULL goes without (and says so).
+ * memra/plugin.h lists every extension that exists (these two, and the cuda plugins' own), with
+ * who offers it and who uses it. */
 #ifndef MEMRA_EXT_H
 #define MEMRA_EXT_H
 

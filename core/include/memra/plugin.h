@@ -35,6 +35,26 @@ extern "C" {
 #define MEMRA_ABI_VERSION 1u
 #define MEMRA_PLUGIN_SYMBOL "memra_plugin_v1"
 
+/* The size a struct must declare (its struct_size) to hold `member`: offset plus size. */
+#define MEMRA_STRUCT_END(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+/* Whether a struct a plugin (or the core) handed over is non-NULL and declares a struct_size
+ * large enough to hold `member`. Every test of this kind is written with this macro; a member
+ * it admits may still be NULL where its comment says "May be NULL". */
+#define MEMRA_HAS_MEMBER(ptr, type, member) ((ptr) != NULL && (ptr)->struct_size >= MEMRA_STRUCT_END(type, member))
+
+/* Extensions: optional tables a backend offers through its vtable's `extension` member, found by
+ * name and version (memra_arm_extension checks their size). Those that exist:
+ *   "memra.bench" v1        memra_ext_bench_v1 (memra/ext.h): the device's name and a measured
+ *                           bandwidth ceiling. Offered by cpu and cuda; used by `memra bench`.
+ *   "memra.census" v1       memra_ext_census_v1 (memra/ext.h): the kinds of node in a state's
+ *                           captured graph, and DOT dumps. Offered by cuda-graph (and the test
+ *                           backend faulty); used by memra-gate (census record, --dump-graphs).
+ *   "memra.cuda.graph" v1   memra_cuda_graph_ext_v1 (backends/cuda/cuda_ext.h, private to the
+ *                           cuda plugins): a step split in prepare, body and finish, so that the
+ *                           body can be captured. Offered by cuda; used by cuda-graph.
+ * A new extension is added to this list with its version, its table's header, who offers it and
+ * who uses it; a changed table gets a new version (a _v2 struct), never new meanings. */
+
 #if defined(__GNUC__)
 #define MEMRA_EXPORT __attribute__((visibility("default")))
 #else
@@ -116,8 +136,9 @@ typedef struct memra_plan {
 /* temperature <= 0 means greedy (argmax, lowest index on ties) and the other fields are unused.
  * top_k 0 means no top-k cut; top_p >= 1 means no nucleus cut. The draw is
  * memra_uniform(seed, position) (memra/numeric.h), position being the index the sampled token
- * will take in the sequence (the state's position after the step commits). The exact algorithm
- * is written in backends/cpu/sampler_cpu.h. */
+ * will take in the sequence (the state's position after the step commits). The exact algorithm,
+ * which every sampler and every device sampler follows bit for bit, is written in
+ * memra/sampling.h (memra_sample is its host implementation, in libmemra). */
 typedef struct memra_sample_cfg {
     float temperature;
     uint32_t top_k;
@@ -304,9 +325,8 @@ typedef struct memra_backend_vtable {
     memra_status (*state_stats)(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err);
     /* Memory held. May be NULL. */
     memra_status (*memory)(memra_backend *b, memra_backend_memory *out, memra_error *err);
-    /* A backend-specific extension table by name and version (e.g. "memra.cuda.kernels", the
-     * capture hooks cuda-graph builds on; "memra.gate.census"). NULL when not offered. May be
-     * NULL. */
+    /* A backend-specific extension table by name and version (the tables that exist are listed
+     * under "Extensions" above). NULL when not offered. May be NULL. */
     const void *(*extension)(memra_backend *b, const char *name, uint32_t version);
     /* Resolves every key of the arm, defaults included, as this backend will use them, into
      * `resolved` (for the protocol record). May be NULL: the core then lists the given keys

@@ -8,9 +8,12 @@
  *     file = libmemra-backend-cpu.so      (relative to the manifest's folder, or absolute)
  * Folders are searched in order: each entry of $MEMRA_PLUGIN_PATH (colon-separated, absolute
  * paths only: an empty or relative entry is ignored with a warning, so the current directory is
- * never searched), then the install prefix's plugins.d (found from where libmemra itself lies),
- * then the build tree's plugins.d. The first manifest of a (name, kind) wins; a second one in
- * the same folder is a "duplicate" error, one in a later folder is listed as shadowed.
+ * never searched), then one folder found from where the loaded libmemra lies: in a build tree
+ * (the build writes a "memra-build-tree" marker beside libmemra and never installs it), that
+ * tree's plugins.d; anywhere else, the install prefix's <libdir>/memra/plugins.d. So an
+ * installed tool never sees a build tree's plugins, nor a build tree an install's. The first
+ * manifest of a (name, kind) wins; a second one in the same folder is a "duplicate" error, one
+ * in a later folder is listed as shadowed.
  *
  * Loading is explicit: memra_registry_load gets exactly the plugin named, or an error saying
  * why; never a substitute. */

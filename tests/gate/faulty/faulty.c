@@ -70,21 +70,32 @@
 #define FAULTY_MAX_INFLIGHT 64
 
 static const memra_option_spec faulty_options[] = {
-    {"flip_logit_step", "none", "TEST: flip the lowest bit of one logit of the step at this position"},
-    {"nan_logit_step", "none", "TEST: one logit of the step at this position reads back as NaN"},
-    {"flip_logit_index", "0", "TEST: which logit flip_logit_step flips"},
-    {"corrupt_cache_step", "none", "TEST: corrupt (the digest of) the KV slot written at this position"},
-    {"digest_fail_step", "none", "TEST: the cache digest of the state holding this position fails (as OpenSSL would)"},
-    {"corrupt_row", "none", "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
-    {"corrupt_row_token", "1", "TEST: which token of the row corrupt_row alters"},
-    {"carry_off", "0", "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
-    {"force_token", "none", "TEST: every step samples this token (a looping stream, or EOS)"},
-    {"census", "0", "TEST: 1 offers the memra.census extension (steps, max steps in flight) with dump_graphs "
-                    "(a tiny DOT file); 2 without dump_graphs"},
-    {"dump_fail", "0", "TEST: 1 makes dump_graphs fail without writing"},
-    {"fake_device_mib", "none", "TEST: report W MiB of weights and a fake device-in-use that each open grows"},
-    {"fake_capture", "0", "TEST: 1 counts a graph capture at a state's first step and a replay per step"},
-    {"fake_share", "0", "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
+    {.key = "flip_logit_step", .default_value = "none",
+     .help = "TEST: flip the lowest bit of one logit of the step at this position"},
+    {.key = "nan_logit_step", .default_value = "none",
+     .help = "TEST: one logit of the step at this position reads back as NaN"},
+    {.key = "flip_logit_index", .default_value = "0", .help = "TEST: which logit flip_logit_step flips"},
+    {.key = "corrupt_cache_step", .default_value = "none",
+     .help = "TEST: corrupt (the digest of) the KV slot written at this position"},
+    {.key = "digest_fail_step", .default_value = "none",
+     .help = "TEST: the cache digest of the state holding this position fails (as OpenSSL would)"},
+    {.key = "corrupt_row", .default_value = "none",
+     .help = "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
+    {.key = "corrupt_row_token", .default_value = "1", .help = "TEST: which token of the row corrupt_row alters"},
+    {.key = "carry_off", .default_value = "0",
+     .help = "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
+    {.key = "force_token", .default_value = "none",
+     .help = "TEST: every step samples this token (a looping stream, or EOS)"},
+    {.key = "census", .default_value = "0",
+     .help = "TEST: 1 offers the memra.census extension (steps, max steps in flight) with dump_graphs "
+             "(a tiny DOT file); 2 without dump_graphs"},
+    {.key = "dump_fail", .default_value = "0", .help = "TEST: 1 makes dump_graphs fail without writing"},
+    {.key = "fake_device_mib", .default_value = "none",
+     .help = "TEST: report W MiB of weights and a fake device-in-use that each open grows"},
+    {.key = "fake_capture", .default_value = "0",
+     .help = "TEST: 1 counts a graph capture at a state's first step and a replay per step"},
+    {.key = "fake_share", .default_value = "0",
+     .help = "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
 };
 #define FAULTY_N_OWN (sizeof faulty_options / sizeof faulty_options[0])
 #define FAULTY_MAX_KEYS 64
@@ -123,12 +134,15 @@ struct memra_state {
     int64_t carried;       /* what the last ended step sampled (the inner backend's choice), or -1 */
 };
 
+/* *out is set on every path (NULL on failure): at -O3 gcc cannot see that the callers read it
+ * only after MEMRA_OK, and -Werror=maybe-uninitialized would stop the release build. */
 static memra_status find_cpu(const memra_host *host, const memra_backend_vtable **out, memra_error *err) {
     const memra_plugin *p = NULL;
+    *out = NULL;
     memra_status st = host->find_plugin("cpu", MEMRA_PLUGIN_BACKEND, &p, err);
     if (st != MEMRA_OK)
         return st;
-    if (!p->backend)
+    if (!p || !p->backend)
         return host->fail(err, MEMRA_E_PLUGIN, "faulty: plugin 'cpu' has no backend vtable");
     *out = p->backend;
     return MEMRA_OK;
@@ -198,7 +212,7 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
 
 static memra_status faulty_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
                                         memra_error *err) {
-    const memra_backend_vtable *cpu;
+    const memra_backend_vtable *cpu = NULL;
     memra_status st = find_cpu(host, &cpu, err);
     if (st != MEMRA_OK)
         return st;
@@ -209,7 +223,7 @@ static memra_status faulty_device_count(const memra_host *host, const memra_opti
 
 static memra_status faulty_resolve(const memra_host *host, const memra_options *opts, memra_options *resolved,
                                    memra_error *err) {
-    const memra_backend_vtable *cpu;
+    const memra_backend_vtable *cpu = NULL;
     faulty_cfg c;
     memra_status st = find_cpu(host, &cpu, err);
     if (st == MEMRA_OK)
@@ -493,7 +507,7 @@ static memra_backend_vtable faulty_vtable = {
 };
 
 static memra_status faulty_init(const memra_host *host, memra_error *err) {
-    const memra_backend_vtable *cpu;
+    const memra_backend_vtable *cpu = NULL;
     memra_status st = find_cpu(host, &cpu, err);
     if (st != MEMRA_OK)
         return st;

@@ -72,7 +72,9 @@ static memra_status be_state_restore(memra_backend *b, memra_state *dst, const m
 }
 static uint32_t be_state_position(memra_backend *b, const memra_state *s) { return 0; }
 
-static const memra_option_spec be_options[] = {{"threads", "1", "worker threads (ignored by the test backend)"}};
+static const memra_option_spec be_options[] = {
+    {.key = "threads", .default_value = "1", .help = "worker threads (ignored by the test backend)"},
+};
 
 UNUSED static const memra_backend_vtable backend_vtable = {
     .struct_size = sizeof(memra_backend_vtable),

@@ -1,9 +1,9 @@
-/* sampler_cpu.h: the exact sampling algorithm of memra, and the `cpu` sampler plugin that
- * implements it on the host.
+/* memra/sampling.h: the exact sampling algorithm of memra, and its host implementation.
  *
- * Every device sampler (inside the GPU backends) implements THIS algorithm, so that the same
- * logits, configuration and position give the same token on every backend. It is written step by
- * step, precisely enough to be reproduced bit for bit.
+ * Every sampler (the `cpu` sampler plugin, the device samplers inside the GPU backends)
+ * implements THIS algorithm, so that the same logits, configuration and position give the same
+ * token on every backend. It is written step by step, precisely enough to be reproduced bit for
+ * bit; memra_sample below is the reference that the others are checked against.
  *
  * Inputs: logits z[0..V) (float32), cfg {temperature T, top_k, top_p, seed}, position p (the
  * index the sampled token will take: the state's position after the step commits).
@@ -20,7 +20,7 @@
  *      first top_k when 0 < top_k < V; n = that length.
  * 3. m = max over seq of z[seq[j]] (exact: a max).
  * 4. w_j = memra_expf( MEMRA_FDIV( MEMRA_FSUB(z[seq[j]], m), T ) ).
- * 5. Chunked sums, CHUNK = 256: chunk k covers j in [256k, min(256k+256, n)).
+ * 5. Chunked sums, CHUNK = MEMRA_SAMPLE_CHUNK = 256: chunk k covers j in [256k, min(256k+256, n)).
  *    partial_j = w_{256k} + w_{256k+1} + ... + w_j, accumulated left to right starting from 0.0f
  *    (acc = 0; acc = FADD(acc, w_i) for i = 256k .. j).
  *    s_k = partial at the chunk's last j. P_0 = 0.0f, P_{k+1} = FADD(P_k, s_k) (sequential
@@ -43,23 +43,33 @@
  * - The weight of the maximum is memra_expf(0) = 1 exactly, so S >= 1 and S' >= 1 whenever the
  *   maximum is in the kept prefix; with top-p it always is (seq[0] is the maximum).
  */
-#ifndef MEMRA_SAMPLER_CPU_H
-#define MEMRA_SAMPLER_CPU_H
+#ifndef MEMRA_SAMPLING_H
+#define MEMRA_SAMPLING_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "memra/plugin.h"
+#include "memra/status.h"
 
-#define MEMRA_SAMPLER_CHUNK 256u
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-/* Bytes of scratch memra_sampler_cpu_sample needs for n_vocab logits. */
-size_t memra_sampler_cpu_scratch_bytes(uint32_t n_vocab);
+/* Step 5's chunk length. */
+#define MEMRA_SAMPLE_CHUNK 256u
 
-/* The algorithm above. scratch holds memra_sampler_cpu_scratch_bytes(n_vocab) bytes (aligned
- * for uint32_t and float), or is NULL when T <= 0 (greedy needs none). */
-memra_status memra_sampler_cpu_sample(const float *logits, uint32_t n_vocab, uint64_t position,
-                                      const memra_sample_cfg *cfg, void *scratch, uint32_t *token,
-                                      memra_error *err);
+/* Bytes of scratch memra_sample needs for n_vocab logits (aligned for uint32_t and float). */
+size_t memra_sample_scratch_bytes(uint32_t n_vocab);
 
+/* The algorithm above, on the host: logits (n_vocab floats) + position + cfg -> *token.
+ * scratch holds memra_sample_scratch_bytes(n_vocab) bytes, or is NULL when T <= 0 (greedy needs
+ * none). n_vocab 0, or a sampled draw without scratch, is MEMRA_E_INVALID; a non-finite logit is
+ * MEMRA_E_RANGE naming its index. Thread-safe; allocates nothing. */
+memra_status memra_sample(const float *logits, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
+                          void *scratch, uint32_t *token, memra_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 #endif
