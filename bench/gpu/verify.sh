@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # verify.sh: gates on the H200(s) with binaries built on the development machine (carried in
 # .carry-dev: bin, lib, plugins.d). Modes (any number, in order):
-#   bugs     the two cuda-graph bugs of the first session (8b sampled graph 256+256; graph stages
-#            across two GPUs) and the llama-8b Q8_0 graph gates
 #   graph    the issue-6 graph gates: tiny, llama-1b, llama-8b, BF16 and Q8_0, greedy and sampled
 #   stages   the issue-5 stage gates (small, llama-1b), windows 1 and 3, greedy and sampled
 #   xdev     stages and graph stages across two GPUs (needs nvidia-h200-x2)
@@ -11,24 +9,17 @@
 #   sanitize compute-sanitizer memcheck and racecheck, 8+8 steps of tiny and small (BF16, Q8_0)
 #   kernels  per-kernel timing (memra_cuda_kernel_bench), 8b BF16 / Q8_0, 1b BF16, at 576
 #   speed    memra bench, 512 + 128, eager and graph, 8b BF16 / Q8_0, 1b BF16
-#   ab, ab2  the same benches with one change undone through the environment (MEMRA_CUDA_GEMV,
-#            MEMRA_CUDA_TRIGGER): the A/B figures of bench/RESULTS.md
-#   s3       the previous build (carried in .carry-old) against this one: speed (graph arm) and
-#            bits across builds (step digests of two sampled gates); the device sampler check
-#   xb       bits across builds (.carry-old vs this one): step digests of eight sampled gates
-#   prof     per-phase cycles of the v7 attention and Q8_0 GEMV (an MC_PROF build in .carry-prof)
 #   quick    five gates that catch a non-deterministic kernel fast (1b, 8b Q8_0 graph; small stages)
 #   pdl      the arm option pdl=0 (eager without programmatic launch) against graph and eager
 #   sampler  the device sampler against the cpu sampler (memra_cuda_check_sampler)
 #   seq      the kernel bench (kernels alone, then in the layer sequence and without each kind) on
-#            8b Q8_0 / BF16 and 1b BF16, and on 8b Q8_0 with a few knobs
-#   cmp      an experiment build (EXP=.carry-x, carried) against this one: graph arm speed
-#            interleaved, attention kernel times, two sampled gates of the experiment build
-#   tres     trigger masks 19 / 83 (8b Q8_0) and 19 / 51 (1b, 8b BF16), graph arm, interleaved
+#            8b Q8_0 / BF16 and 1b BF16, and on 8b Q8_0 with a few arm keys (trigger=, pdl=)
 #   final1, final2  a last call's checks split in two for one GPU (speed, sanitizer; the graph
-#            gates, NMSE); run with xb for bits across builds
+#            gates, NMSE)
 #   final    the session's last call (two GPUs): speed, every gate of issues 5 and 6, NMSE,
 #            compute-sanitizer, most important first
+# A previous build against this one (bits and speed): bench/gpu/compare_builds.sh. One variant
+# against another: a gate of two arms (e.g. --a cuda-graph --b cuda-graph:trigger=19).
 # A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
@@ -79,13 +70,6 @@ final_graph_gates() {
   gate f_gtiny_temp      --a cuda --b cuda-graph --preset tiny --dtype bf16 $S --rows 4 --temp 1 --seed 3 --schedule BAAB
 }
 for mode in "$@"; do case $mode in
-bugs)
-  gate g8b_bf16_temp   --a cuda --b cuda-graph --preset llama-8b --dtype bf16 $S --rows 4 --temp 1 --seed 7
-  gate g8b_q8_greedy   --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4
-  gate g8b_q8_temp     --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4 --temp 1 --seed 7 --schedule BAAB
-  gate xg_small_temp   --a cuda --b cuda-graph:stages=2,devices=0,1 --preset small $S --temp 1 --seed 3 --rows 4
-  gate xg_1b_w3        --a cuda-graph --b cuda-graph:stages=2,devices=0,1,window=3 --preset llama-1b --dtype bf16 $S --rows 4
-  ;;
 graph)
   for p in tiny llama-1b llama-8b; do for d in bf16 q8_0; do
     [ $p = tiny ] && [ $d = q8_0 ] && continue
@@ -115,27 +99,9 @@ kernels)
     echo "== kernels $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_${a// /_}.log" | tail -13 | tee -a "$T"
   done
   for a in "8b q8_0" "1b bf16"; do
-    MEMRA_CUDA_ATT_V5=1 MEMRA_CUDA_Q8_V6=1 $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/kern_v6_${a// /_}.log" 2>&1
-    echo "== kernels v6 (ATT_V5, Q8_V6) $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_v6_${a// /_}.log" | tail -13 | tee -a "$T"
+    $B/bin/memra_cuda_kernel_bench $a 576 attention=tiled q8=float > "$OUT/kern_v6_${a// /_}.log" 2>&1
+    echo "== kernels (attention=tiled q8=float) $a rc=$?" | tee -a "$T"; grep -v '^#' "$OUT/kern_v6_${a// /_}.log" | tail -13 | tee -a "$T"
   done ;;
-ab)
-  # the defaults, then one change undone at a time through the environment (graph arm)
-  for a in "llama-1b bf16" "llama-8b bf16" "llama-8b q8_0"; do set -- $a; for arm in cuda cuda-graph; do
-    bench "ab_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
-  done; done
-  for v in MEMRA_CUDA_GEMV=6 MEMRA_CUDA_TRIGGER=0 MEMRA_CUDA_TRIGGER=6 MEMRA_CUDA_TRIGGER=3; do
-    env $v true; export $v
-    bench "ab_1b_graph_$v" --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128
-    [ $v = MEMRA_CUDA_TRIGGER=3 ] || bench "ab_8b_graph_$v" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
-    unset ${v%%=*}
-  done ;;
-ab2)
-  bench ab2_1b_graph   --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128
-  bench ab2_8b_graph   --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
-  bench ab2_8bq_graph  --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128
-  MEMRA_CUDA_TRIGGER=0 bench ab2_8b_graph_T0 --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
-  MEMRA_CUDA_TRIGGER=11 bench ab2_8b_graph_T11 --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128
-  MEMRA_CUDA_TRIGGER=11 bench ab2_8bq_graph_T11 --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128 ;;
 final)
   # the session's last call (two GPUs): speed, the issue-6 graph gates, stages across devices,
   # the issue-5 stage gates, NMSE against cpu, compute-sanitizer; most important first
@@ -162,7 +128,7 @@ final)
   done; done
   sampler_check f_check_sampler ;;
 final1)
-  # a last call on one GPU, part 1: speed, compute-sanitizer, bits across builds (xb)
+  # a last call on one GPU, part 1: speed, compute-sanitizer
   for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a; for arm in cuda-graph cuda; do
     bench "f_${1}_${2}_${arm}" --backend $arm --preset $1 --dtype $2 --prime 512 -n 128
   done; done
@@ -181,80 +147,15 @@ quick)
   gate q_1b_q8_temp    --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
   gate q_8b_q8_temp    --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 $S --rows 4 --temp 1 --seed 7
   gate q_small_s4w3    --a cuda --b cuda:stages=4,window=3 --preset small --dtype q8_0 $S --rows 0 --temp 1 --seed 5 ;;
-s3)
-  # the previous build (.carry-old) against this one: speed, and bits across builds (step digests)
-  NEW=$B
-  for bld in old new; do [ $bld = old ] && use "$PWD/.carry-old" || use "$NEW"
-    for a in "llama-8b bf16" "llama-8b q8_0" "llama-1b bf16"; do set -- $a
-      bench "s3_${bld}_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
-    done
-    for a in "llama-1b q8_0" "llama-8b q8_0"; do set -- $a
-      gate "xb_${bld}_${1}_${2}" --a cuda --b cuda-graph --preset $1 --dtype $2 --prime 32 --gen 32 --rows 0 --temp 1 --seed 9
-    done
-  done
-  for a in llama-1b_q8_0 llama-8b_q8_0; do
-    for bld in old new; do grep '"record":"step"' "$OUT/xb_${bld}_$a.jsonl" | grep -o '"[a-z_]*sha256":"[0-9a-f]*"' > "$OUT/xb_${bld}_$a.dig"; done
-    echo "xbuild $a: $(wc -l < "$OUT/xb_new_$a.dig") digests, $(cmp -s "$OUT/xb_old_$a.dig" "$OUT/xb_new_$a.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
-  done
-  sampler_check check_sampler ;;
-xb)
-  # bits across builds: the previous build (.carry-old) and this one, step digests of sampled
-  # cuda vs cuda-graph gates (EQUAL where the change keeps the arithmetic)
-  NEW=$B
-  XB="tiny:bf16 qwen3-tiny:bf16 qwen2-tiny:f16 small:q8_0 small:bf16 llama-1b:q8_0 llama-1b:bf16 llama-8b:q8_0"
-  for bld in old new; do [ $bld = old ] && use "$PWD/.carry-old" || use "$NEW"
-    for x in $XB; do
-      gate "xb_${bld}_${x/:/_}" --a cuda --b cuda-graph --preset ${x%:*} --dtype ${x#*:} --prime 32 --gen 32 --rows 0 --temp 1 --seed 9
-    done
-  done
-  for x in $XB; do x=${x/:/_}
-    for bld in old new; do grep '"record":"step"' "$OUT/xb_${bld}_$x.jsonl" | grep -o '"[a-z_]*sha256":"[0-9a-f]*"' > "$OUT/xb_${bld}_$x.dig"; done
-    echo "xbuild $x: $(wc -l < "$OUT/xb_new_$x.dig") digests, $(cmp -s "$OUT/xb_old_$x.dig" "$OUT/xb_new_$x.dig" && echo EQUAL || echo DIFFER)" | tee -a "$T"
-  done
-  use "$NEW" ;;
-prof)
-  # phases of the v7 attention and Q8_0 GEMV (thread 0 of one block, clock64), from a build
-  # configured with -DCMAKE_CUDA_FLAGS=-DMC_PROF whose kernel bench is carried in .carry-prof
-  for a in "8b q8_0" "8b bf16" "1b bf16"; do
-    .carry-prof/memra_cuda_kernel_bench $a 576 > "$OUT/kprof_${a// /_}.log" 2>&1
-    echo "== kernels $a rc=$?" | tee -a "$T"; grep -v '^#\|unfused\|^kernel\|^floor' "$OUT/kprof_${a// /_}.log" | cut -c1-100 | tee -a "$T"
-  done ;;
-cmp)
-  # an experiment build (EXP, carried) against .carry-dev: graph arm speed interleaved, attention
-  # kernel times, and two sampled gates of the experiment build
-  DEV=$B; X=$PWD/$EXP
-  for rep in 1 2; do for a in "llama-8b q8_0" "llama-1b bf16" "llama-8b bf16"; do set -- $a
-    [ $rep = 2 ] && [ $2 = bf16 ] && [ $1 = llama-8b ] && continue
-    use "$DEV"; bench "c${rep}_dev_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
-    use "$X"; bench "c${rep}_exp_${1}_${2}" --backend cuda-graph --preset $1 --dtype $2 --prime 512 -n 128
-  done; done
-  for bld in dev exp; do [ $bld = dev ] && use "$DEV" || use "$X"
-    for a in "8b q8_0" "1b bf16"; do
-      $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/ck_${bld}_${a// /_}.log" 2>&1
-      echo "== kernels $bld $a rc=$? $(grep -i 'attention' "$OUT/ck_${bld}_${a// /_}.log" | head -2 | tr -s ' ' | tr '\n' ' ')" | tee -a "$T"
-    done
-  done
-  use "$X"
-  gate c_exp_1b_q8_temp --a cuda --b cuda-graph --preset llama-1b --dtype q8_0 --prime 64 --gen 64 --rows 0 --temp 1 --seed 7
-  gate c_exp_8b_q8_temp --a cuda --b cuda-graph --preset llama-8b --dtype q8_0 --prime 64 --gen 64 --rows 0 --temp 1 --seed 7
-  use "$DEV" ;;
 seq)
-  # kernels alone and in the layer sequence (memra_cuda_kernel_bench), with a few knobs on 8b Q8_0
-  for v in "" MEMRA_CUDA_TRIGGER=19 MEMRA_CUDA_TRIGGER=127 MEMRA_CUDA_NO_PDL=1 MEMRA_CUDA_KSPLIT=1; do
+  # kernels alone and in the layer sequence (memra_cuda_kernel_bench), with a few arm keys on 8b Q8_0
+  for v in "" trigger=19 trigger=127 pdl=0; do
     for a in "8b q8_0" "8b bf16" "1b bf16"; do
       [ -n "$v" ] && [ "$a" != "8b q8_0" ] && continue
       n="seq_${a// /_}_${v:-default}"
-      env $v $B/bin/memra_cuda_kernel_bench $a 576 > "$OUT/$n.log" 2>&1
+      $B/bin/memra_cuda_kernel_bench $a 576 $v > "$OUT/$n.log" 2>&1
       echo "== $n rc=$? $(grep '^per token' "$OUT/$n.log" | tr -s ' ' | cut -c1-60)" | tee -a "$T"; grep '^seq' "$OUT/$n.log" | tee -a "$T"
     done
-  done ;;
-tres)
-  # trigger masks, graph arm, interleaved on one machine: 19 (default), 51 (+ v6 float GEMVs
-  # without a norm: down), 83 (+ the Q8_0 v6 GEMV without a norm: down)
-  for rep in 1 2; do
-    for m in 19 83; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_q8_0" --backend cuda-graph --preset llama-8b --dtype q8_0 --prime 512 -n 128; done
-    for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_1b_bf16" --backend cuda-graph --preset llama-1b --dtype bf16 --prime 512 -n 128; done
-    for m in 19 51; do MEMRA_CUDA_TRIGGER=$m bench "r${rep}_${m}_8b_bf16" --backend cuda-graph --preset llama-8b --dtype bf16 --prime 512 -n 128; done
   done ;;
 sampler) sampler_check check_sampler ;;
 pdl)

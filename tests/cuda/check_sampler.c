@@ -13,7 +13,7 @@
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
-#include "sampler_cpu.h"
+#include "memra/sampling.h"
 
 /* Deterministic pseudo-random normal-ish values (sum of uniforms). */
 static float check_noise(uint64_t *state) {
@@ -106,7 +106,7 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
     for (uint32_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
         const uint32_t V = vocabs[vi];
         float *z = (float *)malloc((size_t)V * 4);
-        void *scratch = malloc(memra_sampler_cpu_scratch_bytes(V));
+        void *scratch = malloc(memra_sample_scratch_bytes(V));
         if (!z || !scratch) {
             free(z);
             free(scratch);
@@ -123,7 +123,7 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                     uint32_t want = 0;
                     mc_sample_result got;
                     memra_error err;
-                    if (memra_sampler_cpu_sample(z, V, pos, &cfg, scratch, &want, &err) != MEMRA_OK) {
+                    if (memra_sample(z, V, pos, &cfg, scratch, &want, &err) != MEMRA_OK) {
                         if (out)
                             fprintf(out, "cpu sampler failed: %s\n", err.msg);
                         bad++;

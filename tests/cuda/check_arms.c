@@ -1,15 +1,16 @@
 /* check_arms.c: a self-contained gate for the cuda backends, through the plugin ABI only
- * (registry, memra_model_load, memra_arm_open): arm A runs P prompt steps and N generated steps
- * (greedy, or sampled with position-keyed draws), recording logits and tokens; arm B replays the
- * same tokens (up to `window` steps in flight) and is compared at every step, bit for bit
+ * (registry, memra_model_load, and the arm layer of memra/arm.h): arm A runs P prompt steps and N
+ * generated steps (greedy, or sampled with position-keyed draws), recording logits and tokens;
+ * arm B replays the same tokens (up to `window` steps in flight: --window W adds window=W to arm
+ * B's text) and is compared at every step, bit for bit
  * (--exact) or by NMSE (--nmse X), with greedy-token agreement; then the cache, hidden and logits
  * digests (exact mode), and a second run of arm B must give the same digests. Prints one line.
  *
  *   check_arms --a cpu --b cuda [--model F | --preset P --dtype D] [--prime P] [--gen N]
  *              [--temp T --top-k K --top-p P --seed S] [--exact | --nmse X] [--window W]
  *
- * It is what bench/gpu/run_checks.sh uses where memra-gate is not built yet, and the arm-level
- * Criterion test of tests/cuda (with MEMRA_CHECK_NO_MAIN). */
+ * bench/gpu/verify.sh runs it (nmse, sanitize); the arm-level Criterion test of tests/cuda
+ * compiles it with MEMRA_CHECK_NO_MAIN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "cuda_checks.h"
+#include "memra/arm.h"
 #include "memra/digest.h"
 #include "memra/numeric.h"
 #include "memra/runtime.h"
@@ -28,46 +30,65 @@ static double check_now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* The logits of step i live at logits + i * V: check_run writes them through step_end. */
+/* What the step callback of memra_arm_run keeps: every step's logits at logits + step * V and
+ * its sampled token. */
+typedef struct check_sink {
+    const float *buf; /* the run's logits buffer (V floats) */
+    float *logits;
+    int64_t *tokens;
+    uint32_t V;
+} check_sink;
+
+static memra_status check_keep(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                               bool drained, memra_error *err) {
+    (void)drained;
+    (void)err;
+    check_sink *k = (check_sink *)user;
+    memcpy(k->logits + (size_t)step * k->V, logits, (size_t)k->V * sizeof(float));
+    if (k->tokens)
+        k->tokens[step] = res->token;
+    return MEMRA_OK;
+}
+
+/* One pass through the arm layer, up to the arm's window in flight: the prime steps take their
+ * tokens from tokens_in (or the prompt), the generated steps from tokens_in (or the device). The
+ * logits of step i land at logits + i * V, the tokens in tokens_out (may be NULL). */
 static memra_status check_run_logits(memra_arm *arm, const check_arms_cfg *c, const uint32_t *prompt, uint32_t steps,
                                      const int64_t *tokens_in, int64_t *tokens_out, float *logits, uint32_t V,
-                                     uint32_t window, uint8_t digests[3][32], double *gen_s, memra_error *err) {
-    const memra_backend_vtable *vt = memra_arm_vtable(arm);
-    memra_backend *b = memra_arm_backend(arm);
-    memra_state *s = NULL;
-    memra_status st = vt->state_new(b, steps, window, &s, err);
+                                     uint8_t digests[3][32], double *gen_s, memra_error *err) {
+    memra_arm_state *s = NULL;
+    int64_t *inputs = (int64_t *)calloc(steps ? steps : 1, sizeof *inputs);
+    float *buf = (float *)malloc((size_t)V * sizeof(float));
+    memra_status st = inputs && buf ? memra_arm_state_new(arm, steps, &s, err)
+                                    : memra_fail(err, MEMRA_E_NOMEM, "out of host memory for %u steps", steps);
     if (st)
-        return st;
+        goto out;
+    for (uint32_t i = 0; i < steps; i++)
+        inputs[i] = tokens_in ? tokens_in[i] : i < c->prime ? (int64_t)prompt[i] : MEMRA_TOKEN_FROM_DEVICE;
     memra_sample_cfg greedy = {0.0f, 0, 1.0f, 0};
     const memra_sample_cfg *sc = c->sampled ? &c->sample : &greedy;
-    uint32_t begun = 0, ended = 0;
+    check_sink sink = {buf, logits, tokens_out, V};
+    uint32_t prime = c->prime < steps ? c->prime : steps;
+    st = memra_arm_run(s, inputs, 0, prime, sc, buf, check_keep, &sink, err);
     double t0 = check_now();
-    while (ended < steps && !st) {
-        while (begun < steps && begun - ended < window && !st) {
-            memra_step_args a = {sizeof a, 0, sc, true};
-            if (tokens_in)
-                a.token = tokens_in[begun];
-            else
-                a.token = begun < c->prime ? (int64_t)prompt[begun] : MEMRA_TOKEN_FROM_DEVICE;
-            if (begun == c->prime)
-                t0 = check_now();
-            st = vt->step_begin(b, s, &a, err);
-            if (!st)
-                begun++;
-        }
-        if (st)
-            break;
-        memra_step_result r = {sizeof r, 0, 0};
-        st = vt->step_end(b, s, logits + (size_t)ended * V, &r, err);
-        if (!st && tokens_out)
-            tokens_out[ended] = r.token;
-        ended++;
-    }
+    if (!st && steps > prime)
+        st = memra_arm_run(s, tokens_in ? inputs : NULL, prime, steps - prime, sc, buf, check_keep, &sink, err);
     *gen_s = check_now() - t0;
-    for (int k = 0; k < 3 && !st; k++)
-        st = vt->digest(b, s, (memra_digest_kind)k, digests[k], err);
-    vt->state_free(b, s);
+    if (!st)
+        st = memra_arm_digests(s, digests[0], digests[1], digests[2], err);
+out:
+    memra_arm_state_free(s);
+    free(inputs);
+    free(buf);
     return st;
+}
+
+/* arm_text with window=W added when W > 1 and the text does not set a window itself. */
+static void check_arm_text(const char *arm_text, uint32_t window, char *buf, size_t size) {
+    if (window <= 1 || strstr(arm_text, "window="))
+        snprintf(buf, size, "%s", arm_text);
+    else
+        snprintf(buf, size, "%s%swindow=%u", arm_text, strchr(arm_text, ':') ? "," : ":", window);
 }
 
 int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
@@ -87,10 +108,12 @@ int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
     memra_status st = memra_model_load(c->model, c->model ? NULL : c->preset, c->dtype, 1, &lm, &err);
     if (!st)
         st = memra_registry_open(&reg, &err);
+    char text_b[600];
+    check_arm_text(c->b, c->window, text_b, sizeof text_b);
     if (!st)
-        st = memra_arm_open(reg, lm->model, c->a, NULL, 0, &A, &err);
+        st = memra_arm_open(reg, lm->model, c->a, "a", NULL, 0, &A, &err);
     if (!st)
-        st = memra_arm_open(reg, lm->model, c->b, NULL, 0, &B, &err);
+        st = memra_arm_open(reg, lm->model, text_b, "b", NULL, 0, &B, &err);
     if (st)
         goto out;
     {
@@ -110,15 +133,15 @@ int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
             z = memra_mix64(z + i);
             prompt[i] = (uint32_t)(z % V);
         }
-        if ((st = check_run_logits(A, c, prompt, steps, NULL, ta, la, V, 1, da, &ga, &err)))
+        if ((st = check_run_logits(A, c, prompt, steps, NULL, ta, la, V, da, &ga, &err)))
             goto out;
         for (uint32_t i = 0; i < steps; i++) /* B's inputs: the prompt, then A's sampled tokens */
             tin[i] = i < c->prime ? (int64_t)prompt[i] : ta[i - 1];
         if (c->perturb_step >= 0 && (uint32_t)c->perturb_step < steps)
             tin[c->perturb_step] = (tin[c->perturb_step] + 1) % V;
-        if ((st = check_run_logits(B, c, prompt, steps, tin, tb, lb, V, c->window, db, &gb, &err)))
+        if ((st = check_run_logits(B, c, prompt, steps, tin, tb, lb, V, db, &gb, &err)))
             goto out;
-        if ((st = check_run_logits(B, c, prompt, steps, tin, NULL, lb, V, c->window, db2, &gb2, &err)))
+        if ((st = check_run_logits(B, c, prompt, steps, tin, NULL, lb, V, db2, &gb2, &err)))
             goto out; /* the repeat overwrites lb with the same bits, or the digests differ */
         res->steps = steps;
         res->first_bad = 0xffffffffu;

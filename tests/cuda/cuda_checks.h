@@ -1,4 +1,4 @@
-/* cuda_checks.h: the self-checks of the cuda backends, shared by the plain programs of bench/gpu
+/* cuda_checks.h: the self-checks of the cuda backends, shared by the plain programs of tests/cuda
  * (for the device machine, which has no Criterion) and the Criterion tests of tests/cuda. */
 #ifndef MEMRA_CUDA_CHECKS_H
 #define MEMRA_CUDA_CHECKS_H
@@ -15,7 +15,8 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked);
 
 typedef struct check_arms_cfg {
     const char *a, *b, *model, *preset;
-    uint32_t dtype, prime, gen, window;
+    uint32_t dtype, prime, gen;
+    uint32_t window; /* > 1: arm B runs with window=W (the arm key) unless its text sets a window */
     bool sampled, exact;
     memra_sample_cfg sample;
     double nmse_tol;
