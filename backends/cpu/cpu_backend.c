@@ -135,6 +135,7 @@ static memra_status read_options(const memra_options *opts, cpu_config *cfg, mem
 
 static memra_status cpu_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
                                      memra_error *err) {
+    (void)host;
     cpu_config cfg;
     memra_status st = read_options(opts, &cfg, err);
     if (st != MEMRA_OK)
@@ -145,6 +146,7 @@ static memra_status cpu_device_count(const memra_host *host, const memra_options
 
 static memra_status cpu_resolve_options(const memra_host *host, const memra_options *opts,
                                         memra_options *resolved, memra_error *err) {
+    (void)host;
     cpu_config cfg;
     memra_status st = read_options(opts, &cfg, err);
     if (st != MEMRA_OK)
@@ -782,15 +784,20 @@ static memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const 
     return MEMRA_OK;
 }
 
-static uint32_t cpu_state_position(memra_backend *b, const memra_state *s) { return s->position; }
+static uint32_t cpu_state_position(memra_backend *b, const memra_state *s) {
+    (void)b;
+    return s->position;
+}
 
 static memra_status cpu_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out,
                                     memra_error *err) {
+    (void)b; (void)err;
     *out = s->stats;
     return MEMRA_OK;
 }
 
 static memra_status cpu_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
+    (void)err;
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     out->weight_bytes = b->m->weight_bytes; /* read in place from the mapping */
@@ -800,6 +807,7 @@ static memra_status cpu_memory(memra_backend *b, memra_backend_memory *out, memr
 }
 
 static memra_status cpu_device_name(memra_backend *b, char *buf, size_t size, memra_error *err) {
+    (void)err;
     snprintf(buf, size, "cpu (%u thread%s)", b->n_threads, b->n_threads == 1 ? "" : "s");
     return MEMRA_OK;
 }
@@ -810,6 +818,7 @@ static const memra_ext_bench_v1 cpu_bench_ext = {
 };
 
 static const void *cpu_extension(memra_backend *b, const char *name, uint32_t version) {
+    (void)b;
     if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
         return &cpu_bench_ext;
     return NULL;

@@ -51,6 +51,7 @@ void memra_model_unload(memra_loaded_model *lm) {
 }
 
 memra_status memra_model_digest(const memra_loaded_model *lm, uint8_t out[32], memra_error *err) {
+    (void)err;
     /* The bytes in use (the mapping), not the path: a file replaced since it was opened must not
      * lend its digest to the run. */
     memra_sha256(memra_gguf_file_data(lm->gguf), (size_t)memra_gguf_file_size(lm->gguf), out);

@@ -80,6 +80,7 @@ static uint32_t opt(const memra_options *opts, const char *key, uint32_t dflt) {
 }
 
 static memra_status lax_init(const memra_host *host, memra_error *err) {
+    (void)err;
     lax_host = host;
     return MEMRA_OK;
 }
@@ -197,6 +198,7 @@ static memra_status lax_memory(memra_backend *b, memra_backend_memory *out, memr
 
 static memra_status lax_census(memra_backend *b, const memra_state *s, memra_census_row *rows, uint32_t max_rows,
                                uint32_t *n_rows, memra_error *err) {
+    (void)err;
     *n_rows = 0;
     if (max_rows > 0) {
         memset(&rows[0], 0, sizeof rows[0]);

@@ -88,6 +88,7 @@ typedef struct fill_log {
 } fill_log;
 
 static memra_status fill_tensor(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst, memra_error *err) {
+    (void)err;
     fill_log *log = user;
     uint64_t row_bytes = tensors[index].n_bytes / (tensors[index].ne[1] * tensors[index].ne[2] * tensors[index].ne[3]);
     uint8_t *p = dst;
@@ -359,6 +360,7 @@ typedef struct chunk_log {
 } chunk_log;
 
 static memra_status fill_chunks(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst, memra_error *err) {
+    (void)index;
     chunk_log *log = user;
     cr_assert_eq(row0, log->next_row, "rows must come in order, without gaps");
     cr_assert(n_rows >= 1 && row0 + n_rows <= log->n_rows);

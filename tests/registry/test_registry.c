@@ -34,7 +34,10 @@
 
 static char g_tmp[256];
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(path);
+}
 
 static void tmp_setup(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/memra-regtest-XXXXXX");
