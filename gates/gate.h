@@ -39,11 +39,11 @@ enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RU
 #define GATE_CENSUS_ROWS 128u             /* census rows read at most */
 
 /* What a timing row's clock covers (the protocol and measure records say it in these words). */
-#define GATE_TIMING_SCOPE                                                                                     \
-    "per row: the N steps after the prefix restore, from the first step_begin to the last step_end "        \
-    "(forward, sampling on the backend, the sampled token carried on the device to the next step, and "     \
-    "each step_end's wait and host readback of its sampled token, which the gate stores; up to the arm's "  \
-    "window of steps in flight); "                                                                           \
+#define GATE_TIMING_SCOPE                                                                                              \
+    "per row: the N steps after the prefix restore, from the first step_begin to the last step_end "                   \
+    "(forward, sampling on the backend, the sampled token carried on the device to the next step, and "                \
+    "each step_end's wait and host readback of its sampled token, which the gate stores; up to the arm's "             \
+    "window of steps in flight); "                                                                                     \
     "logits not read back; the restore, digests and verification are outside the clock"
 
 typedef struct gate_config {
@@ -66,7 +66,7 @@ typedef struct gate_config {
     uint32_t rows;
     bool baab;
 
-    bool nmse;         /* --compare nmse:X */
+    bool nmse; /* --compare nmse:X */
     double nmse_tol;
     char compare_text[64]; /* "exact" or "nmse:X" as given */
 
@@ -100,7 +100,7 @@ typedef struct gate_trace {
     uint32_t steps, n_vocab;
     float *logits; /* steps * n_vocab, the reference only (NULL on B) */
     int64_t *inputs;
-    int64_t *tokens; /* sampled at each step */
+    int64_t *tokens;           /* sampled at each step */
     uint8_t (*logits_sha)[32]; /* SHA-256 of each step's logits as read back */
     uint8_t (*digest_logits)[32], (*digest_cache)[32], (*digest_hidden)[32]; /* the backend's */
     bool *has_digest;
@@ -190,8 +190,8 @@ typedef struct gate_ctx {
 int gate_exit_for(memra_status st);
 /* The prompt's P ids: from --prompt-ids (which may set P) or the default formula; their digest
  * into ctx->prompt_sha. *exit_code on failure. */
-memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32],
-                              int *exit_code, memra_error *err);
+memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
+                              memra_error *err);
 /* Checks both arm strings (syntax, window) before a model is loaded. */
 memra_status gate_precheck_arms(const gate_config *cfg, memra_error *err);
 /* Opens arms a and b on the loaded model (with no arms given, picks the pair: cuda against
@@ -244,8 +244,8 @@ typedef struct gate_prefix {
 
 /* Makes the snapshot (P prime steps from the trace's inputs, checked against the trace: position
  * P, the same last token) and a work state of `capacity` positions. */
-memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity,
-                              gate_prefix *p, memra_error *err);
+memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity, gate_prefix *p,
+                              memra_error *err);
 void gate_prefix_close(gate_prefix *p);
 
 /* One pass: restore the snapshot into the work state, run `steps` generated steps with tokens
@@ -254,9 +254,9 @@ void gate_prefix_close(gate_prefix *p);
  * where it reaches (min(steps, N)), the final position P + steps, and, when the pass ends where
  * the correctness run ended (steps == N), the final logits, cache and hidden digests. */
 typedef struct gate_pass {
-    uint32_t steps;                        /* in */
-    uint32_t *tokens;                      /* in: room for `steps` tokens; out: what was sampled */
-    void (*hook)(void *user, bool begin);  /* in, may be NULL */
+    uint32_t steps;                       /* in */
+    uint32_t *tokens;                     /* in: room for `steps` tokens; out: what was sampled */
+    void (*hook)(void *user, bool begin); /* in, may be NULL */
     void *hook_user;
     uint64_t wall_ns; /* out */
     double tok_s;
@@ -285,15 +285,15 @@ bool gate_have_nvtx(void);
 memra_status gate_dump_prepare(const char *dir, memra_error *err);
 /* What one dump wrote. */
 typedef struct gate_dump_result {
-    char dir[4096];     /* DIR/<arm>-<scope> */
-    char **files;       /* the files new or changed by the dump, as paths under dir */
+    char dir[4096]; /* DIR/<arm>-<scope> */
+    char **files;   /* the files new or changed by the dump, as paths under dir */
     uint32_t n_files;
-    bool failed;        /* error: the message (also in *err) */
+    bool failed; /* error: the message (also in *err) */
     char error[1024];
 } gate_dump_result;
 /* Dumps one state's graphs into DIR/<arm>-<scope>/. */
-memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope,
-                             gate_dump_result *out, memra_error *err);
+memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, gate_dump_result *out,
+                             memra_error *err);
 void gate_dump_result_free(gate_dump_result *d);
 
 /* ---- gate_judge.c ------------------------------------------------------------------------- */
@@ -319,8 +319,7 @@ void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m);
 /* census: rows (NULL when the backend has no census; error: the census call's message), the
  * state's counters, and the dump (NULL without --dump-graphs or dump_graphs). */
 void gate_rec_census(gate_ctx *ctx, const gate_arm *arm, const char *scope, const memra_census_row *rows,
-                     uint32_t n_rows, const char *error, const memra_state_stats *stats,
-                     const gate_dump_result *dump);
+                     uint32_t n_rows, const char *error, const memra_state_stats *stats, const gate_dump_result *dump);
 void gate_rec_measure(gate_ctx *ctx, const gate_arm *arm, const gate_timing_row *row, const gate_pass *pass,
                       const gate_trace *trace, bool first_row);
 void gate_rec_carry_check(gate_ctx *ctx, const gate_arm *arm, const gate_pass *pass, const gate_trace *trace);

@@ -30,8 +30,8 @@ static memra_status parse_u32(const char *opt, const char *s, uint32_t min, uint
 }
 
 /* A finite double in [min, max] (min excluded when open_min). */
-static memra_status parse_double(const char *opt, const char *s, double min, bool open_min, double max,
-                                 double *out, memra_error *err) {
+static memra_status parse_double(const char *opt, const char *s, double min, bool open_min, double max, double *out,
+                                 memra_error *err) {
     char *end = NULL;
     errno = 0;
     double v = s && *s ? strtod(s, &end) : NAN;
@@ -117,8 +117,9 @@ static memra_status set_flag(const char *opt, gate_config *cfg, given *g) {
 /* A non-empty value of a path-like option. */
 static memra_status set_path(const char *opt, const char *v, const char **out, memra_error *err) {
     *out = v;
-    return *v ? MEMRA_OK : memra_fail(err, MEMRA_E_INVALID, "%s: empty %s name", opt,
-                                      strcmp(opt, "--jsonl") == 0 ? "file" : "directory");
+    return *v ? MEMRA_OK
+              : memra_fail(err, MEMRA_E_INVALID, "%s: empty %s name", opt,
+                           strcmp(opt, "--jsonl") == 0 ? "file" : "directory");
 }
 
 /* The sampling options. */
@@ -171,7 +172,8 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
         cfg->rows_given = true;
         memra_status st = parse_u32(opt, v, 0, 100000, &cfg->rows, err);
         if (st == MEMRA_OK && cfg->rows == 1)
-            return memra_fail(err, MEMRA_E_INVALID, "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "--rows 1: timing needs at least 2 rows (one per arm), or 0 for none");
         return st;
     } else if (strcmp(opt, "--schedule") == 0) {
         if (strcmp(v, "ABBA") != 0 && strcmp(v, "BAAB") != 0)
@@ -219,8 +221,11 @@ static memra_status check_config(gate_config *cfg, const given *g, memra_error *
 }
 
 memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err) {
-    *cfg = (gate_config){.prime = GATE_DEFAULT_PRIME, .gen = GATE_DEFAULT_GEN, .rows = GATE_DEFAULT_ROWS,
-                         .sample = {.top_p = 1.0f, .seed = 1}, .compare_text = "exact"};
+    *cfg = (gate_config){.prime = GATE_DEFAULT_PRIME,
+                         .gen = GATE_DEFAULT_GEN,
+                         .rows = GATE_DEFAULT_ROWS,
+                         .sample = {.top_p = 1.0f, .seed = 1},
+                         .compare_text = "exact"};
     given g = {0};
     memra_status st = MEMRA_OK;
     for (int i = 1; i < argc && st == MEMRA_OK; i++) {

@@ -25,7 +25,7 @@ memra_status gate_dump_prepare(const char *dir, memra_error *err) {
         return memra_fail(err, MEMRA_E_INVALID, "--dump-graphs %.64s...: the path is too long (%zu bytes)", dir, len);
     memcpy(path, dir, len + 1);
     /* Every missing component, parents first (mkdir -p). */
-    for (char *p = path + 1; ; p++) {
+    for (char *p = path + 1;; p++) {
         if (*p != '/' && *p != '\0')
             continue;
         char saved = *p;
@@ -115,21 +115,19 @@ static memra_status dump_failed(gate_dump_result *out, memra_status st, memra_er
     return st;
 }
 
-memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope,
-                             gate_dump_result *out, memra_error *err) {
+memra_status gate_dump_state(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, gate_dump_result *out,
+                             memra_error *err) {
     const char *dir = ctx->cfg->dump_dir;
     memset(out, 0, sizeof *out);
     size_t len = strlen(dir);
-    int n = snprintf(out->dir, sizeof out->dir, "%s%s%s-%s", dir, len && dir[len - 1] == '/' ? "" : "/", arm->name,
-                     scope);
+    int n =
+        snprintf(out->dir, sizeof out->dir, "%s%s%s-%s", dir, len && dir[len - 1] == '/' ? "" : "/", arm->name, scope);
     if (n < 0 || (size_t)n >= sizeof out->dir)
-        return dump_failed(out, memra_fail(err, MEMRA_E_INVALID, "--dump-graphs %s: the path is too long", dir),
-                           err);
+        return dump_failed(out, memra_fail(err, MEMRA_E_INVALID, "--dump-graphs %s: the path is too long", dir), err);
     const char *sub = out->dir;
     if (mkdir(sub, 0777) != 0 && errno != EEXIST)
         return dump_failed(
-            out, memra_fail(err, MEMRA_E_IO, "--dump-graphs %s: cannot create %s: %s", dir, sub, strerror(errno)),
-            err);
+            out, memra_fail(err, MEMRA_E_IO, "--dump-graphs %s: cannot create %s: %s", dir, sub, strerror(errno)), err);
     dump_list before = {0}, after = {0};
     memra_status st = list_dir(dir, sub, &before, err);
     if (st == MEMRA_OK) {

@@ -22,8 +22,8 @@ typedef struct gate_json {
     bool has_member[GJ_DEPTH]; /* a comma is due before the next member at this depth */
     char *buf;                 /* the record being built */
     size_t len, cap;
-    bool oom;         /* the record being built ran out of memory: it is dropped */
-    bool failed;      /* a record could not be written (or built) */
+    bool oom;    /* the record being built ran out of memory: it is dropped */
+    bool failed; /* a record could not be written (or built) */
     char failure[256];
 } gate_json;
 

@@ -52,8 +52,8 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
     if (cfg->nmse) {
         add(v, "%u steps (%u prime + %u gen) within NMSE tolerance", o->steps_compared, cfg->prime, cfg->gen);
     } else if (a->window == 1 && b->window == 1) {
-        add(v, "%u steps (%u prime + %u gen) bit-identical in logits, cache and hidden", o->steps_compared,
-            cfg->prime, cfg->gen);
+        add(v, "%u steps (%u prime + %u gen) bit-identical in logits, cache and hidden", o->steps_compared, cfg->prime,
+            cfg->gen);
     } else { /* a pipelined arm is digested only where it drains: say so */
         bool both = a->window > 1 && b->window > 1;
         char who[96];
@@ -122,8 +122,9 @@ static void table_first_bad(FILE *f, const gate_ctx *ctx) {
     fprintf(f, "  first bad    step %u (%s %u): %s\n", step, gate_phase_name(ctx->cfg, step),
             gate_phase_index(ctx->cfg, step), what);
     if (m->diff.first_index >= 0)
-        fprintf(f, "               index %" PRId64 " ref %.9g got %.9g; %u logits differ, max %" PRIu64
-                   " ulp, nmse %.3g, argmax %s\n",
+        fprintf(f,
+                "               index %" PRId64 " ref %.9g got %.9g; %u logits differ, max %" PRIu64
+                " ulp, nmse %.3g, argmax %s\n",
                 m->diff.first_index, m->diff.first_ref, m->diff.first_got, m->diff.n_diff, m->diff.max_ulp,
                 m->diff.nmse, m->diff.argmax_ref != m->diff.argmax_got ? "differs" : "same");
     if (m->token)

@@ -54,8 +54,7 @@ static memra_status open_outputs(gate_ctx *ctx, int *exit_code, memra_error *err
     const gate_config *cfg = ctx->cfg;
     if (cfg->jsonl_path && !(ctx->json.f = fopen(cfg->jsonl_path, "w"))) {
         *exit_code = GATE_EXIT_RUNTIME;
-        return memra_fail(err, MEMRA_E_IO, "--jsonl %s: cannot open for writing: %s", cfg->jsonl_path,
-                          strerror(errno));
+        return memra_fail(err, MEMRA_E_IO, "--jsonl %s: cannot open for writing: %s", cfg->jsonl_path, strerror(errno));
     }
     ctx->progress = !cfg->quiet && isatty(STDERR_FILENO);
     memra_status st = cfg->dump_dir ? gate_dump_prepare(cfg->dump_dir, err) : MEMRA_OK;

@@ -36,8 +36,8 @@ static memra_status pass_step(void *user, uint32_t step, const float *logits, co
     return MEMRA_OK;
 }
 
-memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity,
-                              gate_prefix *p, memra_error *err) {
+memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity, gate_prefix *p,
+                              memra_error *err) {
     const uint32_t P = ctx->cfg->prime;
     memset(p, 0, sizeof *p);
     p->arm = arm;
@@ -111,8 +111,13 @@ static bool verify(gate_ctx *ctx, const gate_prefix *p, gate_pass *pass) {
 
 memra_status gate_pass_run(gate_ctx *ctx, gate_prefix *p, gate_pass *pass, memra_error *err) {
     const uint32_t P = ctx->cfg->prime;
-    pass->miss = (gate_mismatch){.arm = p->arm->name, .against = "correctness", .row = -1, .step = -1,
-                                 .input = -1, .token_ref = -1, .token_got = -1};
+    pass->miss = (gate_mismatch){.arm = p->arm->name,
+                                 .against = "correctness",
+                                 .row = -1,
+                                 .step = -1,
+                                 .input = -1,
+                                 .token_ref = -1,
+                                 .token_got = -1};
     pass->verified = false;
     memra_status st = memra_arm_state_restore(p->work, p->snapshot, err);
     if (st != MEMRA_OK)

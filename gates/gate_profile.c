@@ -81,14 +81,21 @@ static memra_status run_window(gate_ctx *ctx, gate_arm *arm, const gate_trace *t
 }
 
 /* Why the windows fail, in the order the checks are made (empty: they pass); `m` says where. */
-static void judge_windows(gate_ctx *ctx, const profile_window *w, int64_t differ, const char *digest_differs,
-                          char *why, size_t size, gate_mismatch *m) {
+static void judge_windows(gate_ctx *ctx, const profile_window *w, int64_t differ, const char *digest_differs, char *why,
+                          size_t size, gate_mismatch *m) {
     const uint32_t P = ctx->cfg->prime, S = GATE_PROFILE_STEPS;
     const gate_arm *arms[2] = {&ctx->a, &ctx->b};
     const gate_trace *traces[2] = {&ctx->ref, &ctx->rep};
     why[0] = '\0';
-    *m = (gate_mismatch){.where = "profile", .arm = "b", .against = "a", .row = -1, .step = -1, .input = -1,
-                         .token_ref = -1, .token_got = -1, .first = true};
+    *m = (gate_mismatch){.where = "profile",
+                         .arm = "b",
+                         .against = "a",
+                         .row = -1,
+                         .step = -1,
+                         .input = -1,
+                         .token_ref = -1,
+                         .token_got = -1,
+                         .first = true};
     for (int i = 0; i < 2 && !why[0]; i++) {
         const char *arm = m->arm = arms[i]->name;
         m->against = "correctness";
@@ -109,16 +116,31 @@ static void judge_windows(gate_ctx *ctx, const profile_window *w, int64_t differ
         }
     }
     if (!why[0] && differ >= 0) {
-        *m = (gate_mismatch){.where = "profile", .arm = "b", .against = "a", .row = -1, .step = P + differ,
-                             .input = -1, .token = true, .token_ref = w[0].tokens[differ],
-                             .token_got = w[1].tokens[differ], .first = true};
+        *m = (gate_mismatch){.where = "profile",
+                             .arm = "b",
+                             .against = "a",
+                             .row = -1,
+                             .step = P + differ,
+                             .input = -1,
+                             .token = true,
+                             .token_ref = w[0].tokens[differ],
+                             .token_got = w[1].tokens[differ],
+                             .first = true};
         snprintf(why, size,
                  "profile windows differ at window step %" PRId64 " (the step at position %" PRIu64
                  "): arm a sampled %u, arm b %u",
                  differ, P + (uint64_t)differ, w[0].tokens[differ], w[1].tokens[differ]);
     } else if (!why[0] && digest_differs) {
-        *m = (gate_mismatch){.where = "profile", .arm = "b", .against = "a", .row = -1, .step = -1, .input = -1,
-                             .token_ref = -1, .token_got = -1, .have_digests = true, .first = true};
+        *m = (gate_mismatch){.where = "profile",
+                             .arm = "b",
+                             .against = "a",
+                             .row = -1,
+                             .step = -1,
+                             .input = -1,
+                             .token_ref = -1,
+                             .token_got = -1,
+                             .have_digests = true,
+                             .first = true};
         m->digest_logits = memcmp(w[0].window.final[0], w[1].window.final[0], 32) != 0;
         m->cache = memcmp(w[0].window.final[1], w[1].window.final[1], 32) != 0;
         m->hidden = memcmp(w[0].window.final[2], w[1].window.final[2], 32) != 0;
@@ -177,8 +199,8 @@ memra_status gate_profile(gate_ctx *ctx, memra_error *err) {
     o->profile_identical = !o->profile_failure[0];
     o->profile_done = true;
     for (int i = 0; i < 2; i++)
-        gate_rec_profile(ctx, arms[i], &w[i].warmup, &w[i].window, w[i].range, differ < 0, !digest_differs,
-                         identical, o->profile_identical);
+        gate_rec_profile(ctx, arms[i], &w[i].warmup, &w[i].window, w[i].range, differ < 0, !digest_differs, identical,
+                         o->profile_identical);
     if (o->profile_failure[0])
         gate_rec_mismatch(ctx, &m);
     for (int i = 0; i < 2; i++) {

@@ -102,8 +102,9 @@ static void shared_upload_json(gate_json *j, const gate_arm *a, const gate_arm *
         gj_str(j, "reason", "weights under 64 MiB: allocation rounding and scratch could hide a second upload");
     } else {
         gj_bool(j, "b_weights_shared", added < (int64_t)w);
-        gj_str(j, "reason", added < (int64_t)w ? "b's open added less device memory than its weight bytes"
-                                               : "b's open added at least its weight bytes: a second upload");
+        gj_str(j, "reason",
+               added < (int64_t)w ? "b's open added less device memory than its weight bytes"
+                                  : "b's open added at least its weight bytes: a second upload");
     }
     gj_str(j, "note", "device_in_use is the whole device's, as the driver reports it: other processes count too");
     gj_obj_end(j);
@@ -151,9 +152,10 @@ static void passes_json(gate_json *j, const gate_config *cfg) {
     gj_str(j, "timing_scope", GATE_TIMING_SCOPE);
     if (cfg->rows) {
         gj_bool(j, "first_scored_capture_inside_timing", true);
-        gj_str(j, "scored_state", "each arm's scored state is created before the rows and stepped only inside "
-                                  "them: its first row starts fresh, so a graph capture falls inside that row's "
-                                  "clock (measure records: stats_before all zero on each arm's first row)");
+        gj_str(j, "scored_state",
+               "each arm's scored state is created before the rows and stepped only inside "
+               "them: its first row starts fresh, so a graph capture falls inside that row's "
+               "clock (measure records: stats_before all zero on each arm's first row)");
     } else {
         gj_null(j, "first_scored_capture_inside_timing"); /* no scored rows */
     }
@@ -175,9 +177,10 @@ static void passes_json(gate_json *j, const gate_config *cfg) {
             gj_obj_end(j);
         }
         gj_arr_end(j);
-        gj_str(j, "profile_order", "after the correctness passes, arm a's window then arm b's; each from a "
-                                   "restore of the arm's prefix snapshot after one warm-up step from it, tokens "
-                                   "carried on the device; no timing row and no ratio");
+        gj_str(j, "profile_order",
+               "after the correctness passes, arm a's window then arm b's; each from a "
+               "restore of the arm's prefix snapshot after one warm-up step from it, tokens "
+               "carried on the device; no timing row and no ratio");
     }
 }
 
@@ -282,9 +285,20 @@ static void opt_i64(gate_json *j, const char *key, int64_t v) {
 
 /* The logit comparison's members: values where the logits were compared, null elsewhere. */
 static void diff_json(gate_json *j, const gate_mismatch *m) {
-    static const char *const keys[] = {"differing_logits", "index", "ref", "got", "max_ulp", "max_ulp_index",
-                                       "nmse", "argmax_ref", "argmax_got", "argmax_differs", "nonfinite_ref",
-                                       "nonfinite_got", "first_nonfinite_got", "first_nonfinite_ref"};
+    static const char *const keys[] = {"differing_logits",
+                                       "index",
+                                       "ref",
+                                       "got",
+                                       "max_ulp",
+                                       "max_ulp_index",
+                                       "nmse",
+                                       "argmax_ref",
+                                       "argmax_got",
+                                       "argmax_differs",
+                                       "nonfinite_ref",
+                                       "nonfinite_got",
+                                       "first_nonfinite_got",
+                                       "first_nonfinite_ref"};
     if (!m->have_diff) {
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             gj_null(j, keys[i]);
@@ -333,9 +347,9 @@ void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m) {
     const struct {
         bool on;
         const char *name;
-    } what[] = {{m->logits, "logits"},   {m->nmse_over, "nmse"},        {m->nonfinite, "nonfinite"},
-                {m->token, "token"},     {m->warmup, "warmup"},         {m->position, "position"},
-                {m->cache, "cache"},     {m->hidden, "hidden"},         {m->digest_logits, "logits_digest"}};
+    } what[] = {{m->logits, "logits"}, {m->nmse_over, "nmse"}, {m->nonfinite, "nonfinite"},
+                {m->token, "token"},   {m->warmup, "warmup"},  {m->position, "position"},
+                {m->cache, "cache"},   {m->hidden, "hidden"},  {m->digest_logits, "logits_digest"}};
     for (size_t i = 0; i < sizeof what / sizeof what[0]; i++)
         if (what[i].on)
             gj_str(j, NULL, what[i].name);
@@ -356,8 +370,7 @@ void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m) {
 /* census                                                                                      */
 
 void gate_rec_census(gate_ctx *ctx, const gate_arm *arm, const char *scope, const memra_census_row *rows,
-                     uint32_t n_rows, const char *error, const memra_state_stats *stats,
-                     const gate_dump_result *dump) {
+                     uint32_t n_rows, const char *error, const memra_state_stats *stats, const gate_dump_result *dump) {
     gate_json *j = &ctx->json;
     gj_begin(j, "census");
     gj_str(j, "arm", arm->name);
@@ -462,8 +475,9 @@ void gate_rec_carry_check(gate_ctx *ctx, const gate_arm *arm, const gate_pass *p
     gj_u64(j, "start_position", ctx->cfg->prime);
     gj_u64(j, "generated_tokens", pass->steps);
     gj_bool(j, "timed", false);
-    gj_str(j, "what", "from the arm's prefix snapshot, the generated steps with tokens carried on the device, as a "
-                      "timing row runs them, verified against the arm's correctness run");
+    gj_str(j, "what",
+           "from the arm's prefix snapshot, the generated steps with tokens carried on the device, as a "
+           "timing row runs them, verified against the arm's correctness run");
     gj_bool(j, "verified", pass->verified);
     gj_str(j, "reason", pass->verified ? NULL : pass->miss.reason);
     pass_digests_json(ctx, pass, trace);
@@ -623,8 +637,9 @@ void gate_rec_summary(gate_ctx *ctx) {
         gj_u64(j, "failures", o->carry_failures);
         gj_str(j, "failure", o->carry_failure[0] ? o->carry_failure : NULL);
     } else {
-        gj_str(j, "reason", cfg->rows ? "the timing rows take their tokens from the device and are verified"
-                                      : "not run (correctness failed first)");
+        gj_str(j, "reason",
+               cfg->rows ? "the timing rows take their tokens from the device and are verified"
+                         : "not run (correctness failed first)");
     }
     gj_obj_end(j);
     gj_u64(j, "digest_steps", o->digest_steps);

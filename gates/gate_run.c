@@ -136,8 +136,14 @@ out:
 static void compare_step(gate_ctx *ctx, uint32_t step, const float *logits, gate_mismatch *m, bool *digests) {
     const gate_trace *ref = &ctx->ref, *rep = &ctx->rep;
     const bool nmse = ctx->cfg->nmse;
-    *m = (gate_mismatch){.where = "replay", .arm = "b", .against = "a", .row = -1, .step = step,
-                         .input = ref->inputs[step], .have_diff = true, .token_ref = ref->tokens[step],
+    *m = (gate_mismatch){.where = "replay",
+                         .arm = "b",
+                         .against = "a",
+                         .row = -1,
+                         .step = step,
+                         .input = ref->inputs[step],
+                         .have_diff = true,
+                         .token_ref = ref->tokens[step],
                          .token_got = rep->tokens[step]};
     gate_compare_logits(ref->logits + (size_t)step * ref->n_vocab, logits, ref->n_vocab, &m->diff);
     m->nonfinite = m->diff.n_nonfinite_got || m->diff.n_nonfinite_ref;
@@ -171,8 +177,8 @@ static memra_status replay_step(void *user, uint32_t step, const float *logits, 
     rep->tokens[step] = res->token;
     memra_sha256(logits, (size_t)rep->n_vocab * sizeof(float), rep->logits_sha[step]);
     if (drained) {
-        memra_status st = memra_arm_digests(run->s, rep->digest_logits[step], rep->digest_cache[step],
-                                            rep->digest_hidden[step], err);
+        memra_status st =
+            memra_arm_digests(run->s, rep->digest_logits[step], rep->digest_cache[step], rep->digest_hidden[step], err);
         if (st != MEMRA_OK)
             return st;
         rep->has_digest[step] = true;
@@ -261,8 +267,8 @@ memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const
     memra_state_stats stats = memra_arm_state_stats(s);
     gate_dump_result dump = {0};
     memra_status st = dumping ? gate_dump_state(ctx, arm, s, scope, &dump, err) : MEMRA_OK;
-    gate_rec_census(ctx, arm, scope, has_census && cst == MEMRA_OK ? rows : NULL, n,
-                    cst != MEMRA_OK ? cerr.msg : NULL, &stats, dumping ? &dump : NULL);
+    gate_rec_census(ctx, arm, scope, has_census && cst == MEMRA_OK ? rows : NULL, n, cst != MEMRA_OK ? cerr.msg : NULL,
+                    &stats, dumping ? &dump : NULL);
     ctx->out.dumped_files += dump.n_files;
     gate_dump_result_free(&dump);
     return st;
@@ -283,8 +289,8 @@ static void row_eligibility(gate_ctx *ctx, const uint32_t *tokens, int64_t first
     row->eligible = true;
     if (eos >= 0 && first == eos) {
         row->eligible = false;
-        snprintf(row->reason, sizeof row->reason, "early EOS: the first generated token (from the prefix) is EOS %" PRId64,
-                 eos);
+        snprintf(row->reason, sizeof row->reason,
+                 "early EOS: the first generated token (from the prefix) is EOS %" PRId64, eos);
         return;
     }
     for (uint32_t i = 0; eos >= 0 && i + 1 < N; i++)
@@ -311,8 +317,8 @@ static void arm_summary(gate_ctx *ctx, int which, double *tok_s, uint32_t n) {
 
 /* One timing row r on arm `which`: a pass from its prefix, its measure record, and what it
  * adds to the outcome. */
-static memra_status timing_row(gate_ctx *ctx, uint32_t r, int which, gate_prefix *p, uint32_t *tokens,
-                               double *tok_s, uint32_t *n_tok_s, memra_error *err) {
+static memra_status timing_row(gate_ctx *ctx, uint32_t r, int which, gate_prefix *p, uint32_t *tokens, double *tok_s,
+                               uint32_t *n_tok_s, memra_error *err) {
     gate_outcome *o = &ctx->out;
     gate_arm *arm = p->arm;
     gate_timing_row *row = &o->rows[o->n_rows++];

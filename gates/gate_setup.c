@@ -47,8 +47,8 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
         errno = 0;
         unsigned long long id = isdigit((unsigned char)word[0]) ? strtoull(word, &end, 10) : 0;
         if (!end || end != word + len || errno || id >= n_vocab) {
-            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u '%s' is not a token id below n_vocab %u", path,
-                            count, word, n_vocab);
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: id %u '%s' is not a token id below n_vocab %u",
+                            path, count, word, n_vocab);
             break;
         }
         if (count == cap) {
@@ -76,8 +76,8 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
     return MEMRA_OK;
 }
 
-memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32],
-                              int *exit_code, memra_error *err) {
+memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
+                              memra_error *err) {
     uint32_t *ids = NULL, n = 0;
     memra_status st = MEMRA_OK;
     *prompt = NULL;
@@ -93,8 +93,9 @@ memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **pro
                             cfg->prompt_ids_path, n, cfg->prime);
         /* The file may have set prime after the command line's step limit was checked. */
         else if ((uint64_t)cfg->prime + cfg->gen > GATE_MAX_STEPS)
-            st = memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s sets --prime %u: plus --gen %u is more than %u steps",
-                            cfg->prompt_ids_path, cfg->prime, cfg->gen, GATE_MAX_STEPS);
+            st =
+                memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s sets --prime %u: plus --gen %u is more than %u steps",
+                           cfg->prompt_ids_path, cfg->prime, cfg->gen, GATE_MAX_STEPS);
         if (st != MEMRA_OK) {
             free(ids);
             *exit_code = GATE_EXIT_USAGE;
@@ -187,7 +188,8 @@ static memra_status pick_and_open(gate_ctx *ctx, memra_registry *r, gate_config 
     if (!why) {
         cfg->arm_a = "cuda";
         cfg->arm_b = "cuda-graph";
-        snprintf(cfg->auto_reason, sizeof cfg->auto_reason, "a CUDA device and the cuda and cuda-graph plugins are present");
+        snprintf(cfg->auto_reason, sizeof cfg->auto_reason,
+                 "a CUDA device and the cuda and cuda-graph plugins are present");
     } else {
         gate_close_arms(ctx);
         cfg->arm_a = "cpu";
@@ -229,8 +231,9 @@ memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, 
     resolved_without_window(&ctx->b, tb, sizeof tb);
     ctx->arms_identical = strcmp(ta, tb) == 0;
     if (ctx->arms_identical && !cfg->quiet) /* --quiet: the records say it ("arms_identical") */
-        fprintf(stderr, "memra-gate: warning: arms a and b resolve to the same configuration: the comparison proves "
-                        "determinism only (%s)\n",
+        fprintf(stderr,
+                "memra-gate: warning: arms a and b resolve to the same configuration: the comparison proves "
+                "determinism only (%s)\n",
                 memra_arm_text(ctx->a.arm));
     return MEMRA_OK;
 }

@@ -114,8 +114,8 @@ static double percentile(const double *sorted, size_t n, double q) {
     return sorted[lo] + frac * (sorted[lo + 1] - sorted[lo]);
 }
 
-bool gate_bootstrap_ratio(const double *a, size_t na, const double *b, size_t nb, uint32_t resamples,
-                          uint64_t seed, double *lo, double *hi) {
+bool gate_bootstrap_ratio(const double *a, size_t na, const double *b, size_t nb, uint32_t resamples, uint64_t seed,
+                          double *lo, double *hi) {
     if (na == 0 || nb == 0 || resamples == 0)
         return false;
     double *ra = malloc(na * sizeof *ra), *rb = malloc(nb * sizeof *rb);

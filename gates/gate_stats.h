@@ -10,13 +10,13 @@
 
 /* What comparing reference logits `ref` with `got` found. */
 typedef struct gate_logit_diff {
-    uint32_t n_diff;         /* elements whose bits differ */
-    int64_t first_index;     /* first differing element, -1 when none */
+    uint32_t n_diff;     /* elements whose bits differ */
+    int64_t first_index; /* first differing element, -1 when none */
     float first_ref, first_got;
-    uint64_t max_ulp;        /* largest distance in units in the last place (bit patterns ordered) */
-    int64_t max_ulp_index;   /* where it is, -1 when none */
-    double nmse;             /* sum (got-ref)^2 / sum ref^2, in double; 0 when equal */
-    uint32_t argmax_ref, argmax_got; /* lowest index among equal maxima (NaN ignored) */
+    uint64_t max_ulp;                          /* largest distance in units in the last place (bit patterns ordered) */
+    int64_t max_ulp_index;                     /* where it is, -1 when none */
+    double nmse;                               /* sum (got-ref)^2 / sum ref^2, in double; 0 when equal */
+    uint32_t argmax_ref, argmax_got;           /* lowest index among equal maxima (NaN ignored) */
     uint32_t n_nonfinite_ref, n_nonfinite_got; /* NaN or infinite elements */
     int64_t first_nonfinite_got;               /* -1 when none */
     int64_t first_nonfinite_ref;               /* -1 when none */
@@ -48,7 +48,7 @@ double gate_median(const double *v, size_t n);
 /* Bootstrap of median(b) / median(a): `resamples` draws of each sample with replacement (a
  * counter-based generator from `seed`, so the interval is the same on every run), the 2.5 and
  * 97.5 percentiles of the ratios. False when either sample is empty or memory runs out. */
-bool gate_bootstrap_ratio(const double *a, size_t na, const double *b, size_t nb, uint32_t resamples,
-                          uint64_t seed, double *lo, double *hi);
+bool gate_bootstrap_ratio(const double *a, size_t na, const double *b, size_t nb, uint32_t resamples, uint64_t seed,
+                          double *lo, double *hi);
 
 #endif

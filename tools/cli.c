@@ -149,8 +149,10 @@ bool cli_float(const char *cmd, const char *opt, const char *text, double min, d
         return false;
     }
     if ((v > min && !((double)f > min)) || (v < max && !((double)f < max))) {
-        cli_error(cmd, "%s '%s': rounds to %.9g as a 32-bit float, onto the bound of %g to %g: give the bound "
-                  "itself or a value farther inside", opt, text, (double)f, min, max);
+        cli_error(cmd,
+                  "%s '%s': rounds to %.9g as a 32-bit float, onto the bound of %g to %g: give the bound "
+                  "itself or a value farther inside",
+                  opt, text, (double)f, min, max);
         return false;
     }
     *out = f;
@@ -170,8 +172,8 @@ bool cli_model_sel_parse(const char *cmd, const cli_opt *opts, size_t n_opts, cl
         return false;
     }
     if (sel->path && (dtype || seed)) {
-        cli_error(cmd, "%s applies to presets only (the file %s has its own weights)", dtype ? "--dtype" : "--model-seed",
-                  sel->path);
+        cli_error(cmd, "%s applies to presets only (the file %s has its own weights)",
+                  dtype ? "--dtype" : "--model-seed", sel->path);
         return false;
     }
     if (sel->preset) {

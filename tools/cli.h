@@ -62,8 +62,9 @@ typedef struct cli_model_sel {
 } cli_model_sel;
 
 #define CLI_MODEL_OPTS                                                                                                 \
-    {"--model", NULL, true, NULL}, {"--preset", NULL, true, NULL}, {"--dtype", NULL, true, NULL},                      \
-        {"--model-seed", NULL, true, NULL}
+    {"--model", NULL, true, NULL}, {"--preset", NULL, true, NULL}, {"--dtype", NULL, true, NULL}, {                    \
+        "--model-seed", NULL, true, NULL                                                                               \
+    }
 #define CLI_MODEL_HELP                                                                                                 \
     "  --model F.gguf       the model file\n"                                                                          \
     "  --preset P           or a synthetic model built in memory: tiny (the default when neither is\n"                 \

@@ -23,8 +23,7 @@ static const char help_text[] =
     "the prefix and generating N tokens greedily. Prints tok/s (mean and standard deviation),\n"
     "ms/token, GB/s (weights + f32 KV cache read per token), the backend's measured ceiling and\n"
     "the share of it when the backend offers one, the device, and memory in use.\n"
-    "\n" CLI_MODEL_HELP
-    "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu)\n"
+    "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu)\n"
     "  --prime P            prefix tokens (default 512): bos, then fixed pseudo-random ids\n"
     "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
     "  --reps R             timed repetitions (default 5)\n"
@@ -107,7 +106,8 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
             if (r == 0) {
                 first[k] = res.token;
             } else if (res.token != first[k]) {
-                cli_error(cmd, "repetition %u generated token %lld at position %u, repetition 1 generated %lld: the "
+                cli_error(cmd,
+                          "repetition %u generated token %lld at position %u, repetition 1 generated %lld: the "
                           "arm '%s' is not deterministic, so its timing means nothing",
                           r + 1, (long long)res.token, ba->prime + k + 1, (long long)first[k], ba->arm);
                 goto out;
@@ -232,8 +232,8 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
         fprintf(f, ", \"ceiling_gb_s\": null, \"ceiling_pct\": null");
     if (br->have_mem)
         fprintf(f,
-                ", \"memory\": {\"weight_bytes\": %" PRIu64 ", \"cache_bytes\": %" PRIu64 ", \"scratch_bytes\": %" PRIu64
-                ", \"device_in_use\": %" PRIu64 "}",
+                ", \"memory\": {\"weight_bytes\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
+                ", \"scratch_bytes\": %" PRIu64 ", \"device_in_use\": %" PRIu64 "}",
                 br->mem.weight_bytes, br->mem.cache_bytes, br->mem.scratch_bytes, br->mem.device_in_use);
     fprintf(f, ", \"peak_rss\": %" PRIu64 "}\n", cli_peak_rss());
     if (fclose(f) != 0) {

@@ -63,10 +63,12 @@ static void print_value(const memra_gguf_value *v, uint64_t max_items) {
     switch (v->type) {
     case MEMRA_GGUF_STRING: print_str(v->v.str); break;
     case MEMRA_GGUF_BOOL: printf("%s", v->v.u64 ? "true" : "false"); break;
-    case MEMRA_GGUF_INT8: case MEMRA_GGUF_INT16: case MEMRA_GGUF_INT32: case MEMRA_GGUF_INT64:
-        printf("%" PRId64, v->v.i64);
-        break;
-    case MEMRA_GGUF_FLOAT32: case MEMRA_GGUF_FLOAT64: printf("%g", v->v.f64); break;
+    case MEMRA_GGUF_INT8:
+    case MEMRA_GGUF_INT16:
+    case MEMRA_GGUF_INT32:
+    case MEMRA_GGUF_INT64: printf("%" PRId64, v->v.i64); break;
+    case MEMRA_GGUF_FLOAT32:
+    case MEMRA_GGUF_FLOAT64: printf("%g", v->v.f64); break;
     case MEMRA_GGUF_ARRAY: {
         const memra_gguf_array *a = &v->v.arr;
         uint64_t n = a->count < max_items ? a->count : max_items;
@@ -170,9 +172,9 @@ static void print_model(const memra_gguf *g) {
     printf("  rms_eps:          %g\n", (double)m->rms_eps);
     printf("  rope:             %s pairing, base %g, linear factor %g, %s\n",
            m->rope_pairing == MEMRA_ROPE_NEOX ? "neox" : "normal", (double)m->rope_freq_base,
-           (double)m->rope_linear_factor, m->rope_freqs ? "per-dimension factors (rope_freqs.weight)" : "no rope_freqs");
-    printf("  extras:           %s%s\n",
-           m->n_layer && m->layers[0].bq.data ? "q/k/v biases" : "no biases",
+           (double)m->rope_linear_factor,
+           m->rope_freqs ? "per-dimension factors (rope_freqs.weight)" : "no rope_freqs");
+    printf("  extras:           %s%s\n", m->n_layer && m->layers[0].bq.data ? "q/k/v biases" : "no biases",
            m->n_layer && m->layers[0].q_norm.data ? ", per-head q/k norm" : "");
     printf("  output:           %s\n", m->tied_output ? "tied to token_embd.weight" : "output.weight");
     printf("  bos, eos:         %" PRId64 ", %" PRId64 "\n", m->bos_id, m->eos_id);

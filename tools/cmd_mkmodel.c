@@ -33,8 +33,8 @@ int cmd_mkmodel(int argc, char **argv) {
         cli_error(cmd, "no output file: give -o FILE.gguf");
         return CLI_EXIT_USAGE;
     }
-    memra_synth_spec spec = {.preset = cli_get(opts, n_opts, "--preset"), .type = MEMRA_TYPE_F32,
-                             .seed = CLI_DEFAULT_MODEL_SEED};
+    memra_synth_spec spec = {
+        .preset = cli_get(opts, n_opts, "--preset"), .type = MEMRA_TYPE_F32, .seed = CLI_DEFAULT_MODEL_SEED};
     if (!spec.preset)
         spec.preset = "tiny";
     const char *dtype = cli_get(opts, n_opts, "--dtype");

@@ -14,8 +14,7 @@ static const char help_text[] =
     "\n"
     "Feeds the prompt tokens, then generates N tokens and prints their ids (space-separated) on\n"
     "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
-    "\n" CLI_MODEL_HELP
-    "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
     "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
     "                       or 0 when it names none)\n"
     "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"

@@ -31,7 +31,8 @@ void cli_session_close(cli_session *s) {
 
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err) {
-    memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
+    memra_step_args args = {
+        .struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
     memra_status rc = memra_arm_step_begin(st, &args, err);
     if (rc != MEMRA_OK)
         return rc;

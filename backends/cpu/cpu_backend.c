@@ -39,11 +39,14 @@
 #define CPU_DEFAULT_GRAIN 32768u
 
 static const memra_option_spec cpu_options[] = {
-    {.key = "threads", .default_value = "",
+    {.key = "threads",
+     .default_value = "",
      .help = "worker threads (default: the online CPUs); results do not depend on it"},
-    {.key = "vdevices", .default_value = "8",
+    {.key = "vdevices",
+     .default_value = "8",
      .help = "virtual devices offered to the placement (stages may sit on any of them)"},
-    {.key = "grain", .default_value = "32768",
+    {.key = "grain",
+     .default_value = "32768",
      .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
 };
 
@@ -51,8 +54,8 @@ static const memra_option_spec cpu_options[] = {
 typedef struct cpu_layer {
     cpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     const float *attn_norm, *ffn_norm;
-    const float *bq, *bk, *bv;     /* NULL when absent */
-    const float *q_norm, *k_norm;  /* NULL when absent */
+    const float *bq, *bk, *bv;    /* NULL when absent */
+    const float *q_norm, *k_norm; /* NULL when absent */
 } cpu_layer;
 
 /* One stage's activations: its own memory on its virtual device. */
@@ -77,9 +80,9 @@ struct memra_backend {
     const float *output_norm;
     uint32_t n_stages;
     cpu_stage *stages;
-    float *head_in;    /* normed final hidden, n_embd */
-    float *head_out;   /* logits before commit, n_vocab */
-    float *rope_freq;  /* head_dim / 2 */
+    float *head_in;   /* normed final hidden, n_embd */
+    float *head_out;  /* logits before commit, n_vocab */
+    float *rope_freq; /* head_dim / 2 */
     float *rope_cos, *rope_sin;
     uint32_t q_dim, kv_dim, v_dim, att_dim;
     uint64_t scratch_bytes;
@@ -144,8 +147,8 @@ static memra_status cpu_device_count(const memra_host *host, const memra_options
     return MEMRA_OK;
 }
 
-static memra_status cpu_resolve_options(const memra_host *host, const memra_options *opts,
-                                        memra_options *resolved, memra_error *err) {
+static memra_status cpu_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                        memra_error *err) {
     (void)host;
     cpu_config cfg;
     memra_status st = read_options(opts, &cfg, err);
@@ -176,13 +179,9 @@ static memra_status bind_matrix(const memra_weight *w, uint64_t rows, uint64_t c
                           (unsigned long long)cols);
     size_t align = 1;
     switch (w->type) {
-    case MEMRA_TYPE_F32:
-        align = 4;
-        break;
+    case MEMRA_TYPE_F32: align = 4; break;
     case MEMRA_TYPE_F16:
-    case MEMRA_TYPE_BF16:
-        align = 2;
-        break;
+    case MEMRA_TYPE_BF16: align = 2; break;
     case MEMRA_TYPE_Q8_0:
         if (cols % MEMRA_Q8_0_BLOCK != 0)
             return memra_fail(err, MEMRA_E_FORMAT, "cpu: tensor '%s' is Q8_0 with %llu columns, not a multiple of 32",
@@ -211,8 +210,7 @@ static memra_status bind_matrix(const memra_weight *w, uint64_t rows, uint64_t c
 }
 
 /* A vector (norm weight, bias) of n F32 values, or NULL when absent and optional. */
-static memra_status bind_vector(const memra_weight *w, uint64_t n, bool optional, const float **out,
-                                memra_error *err) {
+static memra_status bind_vector(const memra_weight *w, uint64_t n, bool optional, const float **out, memra_error *err) {
     *out = NULL;
     if (!w->data) {
         if (optional)
@@ -274,24 +272,28 @@ static memra_status check_model(const memra_model *m, memra_error *err) {
     return MEMRA_OK;
 }
 
-static memra_status check_plan(const memra_model *m, const memra_plan *plan, uint32_t n_vdevices,
-                               memra_error *err) {
+static memra_status check_plan(const memra_model *m, const memra_plan *plan, uint32_t n_vdevices, memra_error *err) {
     if (plan->n_stages == 0 || plan->n_stages > MEMRA_MAX_STAGES)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: the plan has %u stages", plan->n_stages);
     uint32_t next = 0;
     for (uint32_t s = 0; s < plan->n_stages; s++) {
         const memra_stage_plan *sp = &plan->stages[s];
         if (sp->layer_begin != next || sp->layer_end <= sp->layer_begin || sp->layer_end > m->n_layer)
-            return memra_fail(err, MEMRA_E_INVALID, "cpu: stage %u covers layers [%u, %u), expected to start at %u "
-                              "and end after it, within %u layers", s, sp->layer_begin, sp->layer_end, next, m->n_layer);
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cpu: stage %u covers layers [%u, %u), expected to start at %u "
+                              "and end after it, within %u layers",
+                              s, sp->layer_begin, sp->layer_end, next, m->n_layer);
         next = sp->layer_end;
         if (sp->n_ranks > 1)
             return memra_fail(err, MEMRA_E_UNSUPPORTED,
                               "cpu: tensor parallelism (tp=%u) needs a collective, which comes with the collectives "
-                              "issue", sp->n_ranks);
+                              "issue",
+                              sp->n_ranks);
         if (sp->device < 0 || (uint32_t)sp->device >= n_vdevices)
-            return memra_fail(err, MEMRA_E_INVALID, "cpu: stage %u is on device %d; the cpu backend offers %u "
-                              "virtual devices (vdevices=)", s, sp->device, n_vdevices);
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cpu: stage %u is on device %d; the cpu backend offers %u "
+                              "virtual devices (vdevices=)",
+                              s, sp->device, n_vdevices);
     }
     if (next != m->n_layer)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: the plan's stages end at layer %u of %u", next, m->n_layer);
@@ -481,8 +483,9 @@ static memra_status cpu_state_new(memra_backend *b, uint32_t capacity, uint32_t 
     for (uint32_t i = 0; i < max_inflight; i++)
         if (!(s->ring[i].logits = malloc((size_t)m->n_vocab * sizeof(float))))
             goto nomem;
-    s->other_bytes = ((size_t)m->n_embd + m->n_vocab * (1 + (size_t)max_inflight) + (size_t)m->n_head * capacity) *
-                         sizeof(float) + scratch;
+    s->other_bytes =
+        ((size_t)m->n_embd + m->n_vocab * (1 + (size_t)max_inflight) + (size_t)m->n_head * capacity) * sizeof(float) +
+        scratch;
     b->live_cache_bytes += s->cache_bytes;
     b->live_state_bytes += s->other_bytes;
     *out = s;
@@ -517,8 +520,8 @@ static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
     }
 }
 
-static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matrix *w0, float *y0,
-                   const cpu_matrix *w1, float *y1, const cpu_matrix *w2, float *y2) {
+static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matrix *w0, float *y0, const cpu_matrix *w1,
+                   float *y1, const cpu_matrix *w2, float *y2) {
     matvec_task t = {.w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .n = n};
     uint32_t rows = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -541,9 +544,8 @@ static void attention_run(void *ctx, uint32_t begin, uint32_t end) {
     for (uint32_t h = begin; h < end; h++) {
         uint32_t g = h / group;
         cpu_attention_head(t->q + (size_t)h * m->head_dim, t->k_cache + (size_t)g * m->head_dim, t->b->kv_dim,
-                           t->v_cache + (size_t)g * m->head_dim_v, t->b->v_dim, m->head_dim, m->head_dim_v,
-                           t->n_pos, t->scale, t->scores + (size_t)h * t->capacity,
-                           t->out + (size_t)h * m->head_dim_v);
+                           t->v_cache + (size_t)g * m->head_dim_v, t->b->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
+                           t->scale, t->scores + (size_t)h * t->capacity, t->out + (size_t)h * m->head_dim_v);
     }
 }
 
@@ -579,8 +581,14 @@ static void layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint3
     memcpy(s->k_cache[il] + (size_t)pos * b->kv_dim, sg->k, (size_t)b->kv_dim * sizeof(float));
     memcpy(s->v_cache[il] + (size_t)pos * b->v_dim, sg->v, (size_t)b->v_dim * sizeof(float));
 
-    attention_task at = {.b = b, .q = sg->q, .k_cache = s->k_cache[il], .v_cache = s->v_cache[il],
-                         .scores = s->scores, .out = sg->att, .n_pos = pos + 1, .capacity = s->capacity,
+    attention_task at = {.b = b,
+                         .q = sg->q,
+                         .k_cache = s->k_cache[il],
+                         .v_cache = s->v_cache[il],
+                         .scores = s->scores,
+                         .out = sg->att,
+                         .n_pos = pos + 1,
+                         .capacity = s->capacity,
                          .scale = 1.0f / sqrtf((float)m->head_dim)};
     cpu_pool_run(b->pool, m->n_head, (uint64_t)(pos + 1) * (m->head_dim + m->head_dim_v), attention_run, &at);
 
@@ -641,13 +649,12 @@ static memra_status quarantine(memra_state *s, memra_status st, memra_error *err
 
 static memra_status check_not_quarantined(const memra_state *s, const char *what, memra_error *err) {
     if (s->quarantined)
-        return memra_fail(err, MEMRA_E_QUARANTINED, "cpu: %s on a quarantined state (an earlier step failed: %s)",
-                          what, s->quarantine_reason);
+        return memra_fail(err, MEMRA_E_QUARANTINED, "cpu: %s on a quarantined state (an earlier step failed: %s)", what,
+                          s->quarantine_reason);
     return MEMRA_OK;
 }
 
-static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args,
-                                   memra_error *err) {
+static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
     const memra_model *m = b->m;
     memra_status st = check_not_quarantined(s, "step", err);
     if (st != MEMRA_OK)
@@ -670,8 +677,7 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
                           m->n_vocab);
     uint32_t pos = s->position;
     if (pos >= s->capacity)
-        return memra_fail(err, MEMRA_E_RANGE, "cpu: position %u is past the state's capacity of %u", pos,
-                          s->capacity);
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: position %u is past the state's capacity of %u", pos, s->capacity);
 
     /* The step computes in the default floating-point environment (round to nearest, no
      * flush-to-zero), whatever the caller set: the bits must not depend on the host program's
@@ -713,8 +719,8 @@ static memra_status cpu_step_end(memra_backend *b, memra_state *s, float *logits
     if (s->ring_count == 0)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: step_end with no step in flight");
     if (out && out->struct_size != 0 && !MEMRA_HAS_MEMBER(out, memra_step_result, position))
-        return memra_fail(err, MEMRA_E_INVALID, "cpu: step result of %u bytes, expected at least %zu",
-                          out->struct_size, MEMRA_STRUCT_END(memra_step_result, position));
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: step result of %u bytes, expected at least %zu", out->struct_size,
+                          MEMRA_STRUCT_END(memra_step_result, position));
     cpu_slot *slot = &s->ring[s->ring_head];
     if (logits)
         memcpy(logits, slot->logits, (size_t)b->m->n_vocab * sizeof(float));
@@ -737,12 +743,8 @@ static memra_status cpu_digest(memra_backend *b, memra_state *s, memra_digest_ki
     if (s->ring_count != 0)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: digest with %u steps in flight", s->ring_count);
     switch (kind) {
-    case MEMRA_DIGEST_LOGITS:
-        b->host->sha256(s->logits, (size_t)m->n_vocab * sizeof(float), out);
-        return MEMRA_OK;
-    case MEMRA_DIGEST_HIDDEN:
-        b->host->sha256(s->hidden, (size_t)m->n_embd * sizeof(float), out);
-        return MEMRA_OK;
+    case MEMRA_DIGEST_LOGITS: b->host->sha256(s->logits, (size_t)m->n_vocab * sizeof(float), out); return MEMRA_OK;
+    case MEMRA_DIGEST_HIDDEN: b->host->sha256(s->hidden, (size_t)m->n_embd * sizeof(float), out); return MEMRA_OK;
     case MEMRA_DIGEST_CACHE: {
         /* Layer by layer: K rows [0, pos), then V rows [0, pos), whatever the stage layout. */
         memra_sha256_ctx *ctx = b->host->sha256_new();
@@ -759,8 +761,7 @@ static memra_status cpu_digest(memra_backend *b, memra_state *s, memra_digest_ki
     return memra_fail(err, MEMRA_E_INVALID, "cpu: unknown digest kind %d", (int)kind);
 }
 
-static memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const memra_state *src,
-                                      memra_error *err) {
+static memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
     const memra_model *m = b->m;
     memra_status st;
     if ((st = check_not_quarantined(src, "restore from", err)) != MEMRA_OK ||
@@ -769,8 +770,8 @@ static memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const 
     if (src->ring_count != 0 || dst->ring_count != 0)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: restore with steps in flight");
     if (dst->capacity < src->position)
-        return memra_fail(err, MEMRA_E_RANGE, "cpu: restore of position %u into a state of capacity %u",
-                          src->position, dst->capacity);
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: restore of position %u into a state of capacity %u", src->position,
+                          dst->capacity);
     if (dst == src)
         return MEMRA_OK;
     for (uint32_t il = 0; il < m->n_layer; il++) {
@@ -789,9 +790,9 @@ static uint32_t cpu_state_position(memra_backend *b, const memra_state *s) {
     return s->position;
 }
 
-static memra_status cpu_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out,
-                                    memra_error *err) {
-    (void)b; (void)err;
+static memra_status cpu_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
+    (void)b;
+    (void)err;
     *out = s->stats;
     return MEMRA_OK;
 }

@@ -205,17 +205,14 @@ void cpu_matvec_rows(const cpu_matrix *w, const float *x, float *y, uint32_t r0,
         for (uint32_t r = r0; r < r1; r++, row += w->row_bytes)
             y[r] = dot_q8_0(row, x, w->cols);
         break;
-    default: /* refused at open */
-        break;
+    default: /* refused at open */ break;
     }
 }
 
 void cpu_matrix_row(const cpu_matrix *w, uint32_t r, float *out) {
     const uint8_t *row = w->data + (size_t)r * w->row_bytes;
     switch (w->type) {
-    case MEMRA_TYPE_F32:
-        memcpy(out, row, (size_t)w->cols * sizeof(float));
-        break;
+    case MEMRA_TYPE_F32: memcpy(out, row, (size_t)w->cols * sizeof(float)); break;
     case MEMRA_TYPE_F16:
         for (uint32_t i = 0; i < w->cols; i++)
             out[i] = f16_table[((const uint16_t *)(const void *)row)[i]];
@@ -234,8 +231,7 @@ void cpu_matrix_row(const cpu_matrix *w, uint32_t r, float *out) {
                 out[b * MEMRA_Q8_0_BLOCK + i] = d * (float)((const int8_t *)(blk + 2))[i];
         }
         break;
-    default:
-        break;
+    default: break;
     }
 }
 

@@ -45,7 +45,6 @@ void cpu_rope_head(float *x, uint32_t head_dim, int neox, const float *cos_t, co
  * subtracted, out = sum_t p_t v_t in increasing t. k rows are k_stride floats apart, v rows
  * v_stride apart. scores holds n_pos floats. */
 void cpu_attention_head(const float *q, const float *k, size_t k_stride, const float *v, size_t v_stride,
-                        uint32_t head_dim, uint32_t head_dim_v, uint32_t n_pos, float scale, float *scores,
-                        float *out);
+                        uint32_t head_dim, uint32_t head_dim_v, uint32_t n_pos, float scale, float *scores, float *out);
 
 #endif

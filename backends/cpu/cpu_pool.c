@@ -83,8 +83,7 @@ memra_status cpu_pool_new(uint32_t n_threads, uint64_t grain, cpu_pool **out, me
         w->index = i + 1; /* share 0 is the caller's */
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             cpu_pool_free(p);
-            return memra_fail(err, MEMRA_E_NOMEM, "cpu: could not start worker thread %u of %u", i + 1,
-                              n_threads - 1);
+            return memra_fail(err, MEMRA_E_NOMEM, "cpu: could not start worker thread %u of %u", i + 1, n_threads - 1);
         }
         p->n_started++;
     }

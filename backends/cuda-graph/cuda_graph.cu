@@ -62,15 +62,14 @@ memra_status cg_resolve_options(const memra_host *host, const memra_options *opt
     return MEMRA_OK;
 }
 
-memra_status cg_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
-                             memra_error *err) {
+memra_status cg_device_count(const memra_host *host, const memra_options *opts, uint32_t *out, memra_error *err) {
     const memra_backend_vtable *cv;
     memra_status st = cg_cuda(host, &cv, err);
     return st ? st : cv->device_count(host, opts, out, err);
 }
 
-memra_status cg_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
-                     const memra_options *opts, memra_backend **out, memra_error *err) {
+memra_status cg_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
+                     memra_backend **out, memra_error *err) {
     const memra_backend_vtable *cv;
     memra_status st = cg_cuda(host, &cv, err);
     if (st)
@@ -84,9 +83,7 @@ memra_status cg_open(const memra_host *host, const memra_model *m, const memra_p
         free(b);
         return st;
     }
-    b->ext = cv->extension
-                 ? (const memra_cuda_graph_ext_v1 *)cv->extension(b->inner, MEMRA_EXT_CUDA_GRAPH, 1)
-                 : NULL;
+    b->ext = cv->extension ? (const memra_cuda_graph_ext_v1 *)cv->extension(b->inner, MEMRA_EXT_CUDA_GRAPH, 1) : NULL;
     if (!MEMRA_HAS_MEMBER(b->ext, memra_cuda_graph_ext_v1, kernel_family)) {
         cv->close(b->inner);
         free(b);
@@ -195,13 +192,11 @@ memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_ar
     return b->ext->finish(b->inner, s->inner, args, true, err);
 }
 
-memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
-                         memra_error *err) {
+memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
     return b->cv->step_end(b->inner, s->inner, logits, out, err);
 }
 
-memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
-                       memra_error *err) {
+memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err) {
     return b->cv->digest(b->inner, s->inner, kind, out, err);
 }
 
@@ -209,9 +204,7 @@ memra_status cg_state_restore(memra_backend *b, memra_state *dst, const memra_st
     return b->cv->state_restore(b->inner, dst->inner, src->inner, err);
 }
 
-uint32_t cg_state_position(memra_backend *b, const memra_state *s) {
-    return b->cv->state_position(b->inner, s->inner);
-}
+uint32_t cg_state_position(memra_backend *b, const memra_state *s) { return b->cv->state_position(b->inner, s->inner); }
 
 memra_status cg_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
     memra_state_stats st;

@@ -96,10 +96,10 @@ uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity)
  * Scores: one thread per (q head, position), the dot in dimension order; softmax sums in
  * position order; out: one thread per dimension, positions in order. */
 template <uint32_t HD> /* head_dim when 64 or 128 (loops unrolled), 0: given at run time */
-__global__ void __launch_bounds__(128) attention_decode_chunk(const float *q, const float *k_cache, const float *v_cache,
-                                                           float *partial, uint32_t n_head, uint32_t n_kv,
-                                                           uint32_t hd_rt, uint32_t hdv, uint32_t capacity,
-                                                           uint32_t max_chunks, const int32_t *pos) {
+__global__ void __launch_bounds__(128)
+    attention_decode_chunk(const float *q, const float *k_cache, const float *v_cache, float *partial, uint32_t n_head,
+                           uint32_t n_kv, uint32_t hd_rt, uint32_t hdv, uint32_t capacity, uint32_t max_chunks,
+                           const int32_t *pos) {
     const uint32_t hd = HD ? HD : hd_rt;
     extern __shared__ float sm[]; /* q[G][hd], p[G][MC_ATT_CHUNK], m[G], l[G] */
     const uint32_t G = n_head / n_kv;
@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(128) attention_decode_chunk(const float *q, co
 /* One block per q head: merges the chunks in index order. The chunk maxima and sums are first
  * loaded in parallel into shared memory (a serial loop over global loads would pay one memory
  * latency per chunk). Reads the partials; writes out[hdv]. */
-__global__ void __launch_bounds__(128) attention_decode_combine(const float *partial, float *out, uint32_t hdv,
-                                                             uint32_t max_chunks, const int32_t *pos) {
+__global__ void __launch_bounds__(128)
+    attention_decode_combine(const float *partial, float *out, uint32_t hdv, uint32_t max_chunks, const int32_t *pos) {
     extern __shared__ float cs[]; /* m[max_chunks], l[max_chunks], w[max_chunks], [3*max_chunks] = 1/L */
     float *ms = cs, *ls = cs + max_chunks, *wts = cs + 2 * max_chunks;
     const uint32_t npos = (uint32_t)*pos + 1;
@@ -215,14 +215,14 @@ cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_ca
     const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
     dim3 grid(n_kv, mc);
     if (hd == 128)
-        attention_decode_chunk<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
-                                                          mc, pos);
+        attention_decode_chunk<128>
+            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
     else if (hd == 64)
-        attention_decode_chunk<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
-                                                         mc, pos);
+        attention_decode_chunk<64>
+            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
     else
-        attention_decode_chunk<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity,
-                                                        mc, pos);
+        attention_decode_chunk<0>
+            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
@@ -278,14 +278,22 @@ __host__ __device__ inline mc_att_layout mc_att_layout_of(uint32_t G, uint32_t h
     L.kst = hd + 4; /* padded K rows: a warp's 16-byte loads of 32 rows hit distinct banks */
     for (L.nb = 4;; L.nb--) {
         uint32_t o = 0;
-        L.qs = o; o += G * hd;
-        L.ks = o; o += L.nb * MC_ATT_TILE * L.kst;
-        L.vs = o; o += L.nb * MC_ATT_TILE * hdv;
-        L.ps = o; o += MC_ATT_TILE * L.G4;
-        L.os = o; o += G * hdv;
-        L.st = o; o += (3 * G + 3) / 4 * 4;
-        L.kn = o; o += hd;
-        L.vn = o; o += hdv;
+        L.qs = o;
+        o += G * hd;
+        L.ks = o;
+        o += L.nb * MC_ATT_TILE * L.kst;
+        L.vs = o;
+        o += L.nb * MC_ATT_TILE * hdv;
+        L.ps = o;
+        o += MC_ATT_TILE * L.G4;
+        L.os = o;
+        o += G * hdv;
+        L.st = o;
+        o += (3 * G + 3) / 4 * 4;
+        L.kn = o;
+        o += hd;
+        L.vn = o;
+        o += hdv;
         L.total = o;
         if (L.nb == 2 || (uint64_t)o * 4 <= 160u * 1024u)
             return L;
@@ -340,9 +348,9 @@ __device__ void mc_att_rope(float *v, uint32_t n_vec, const mc_rope_args &a, uin
 }
 
 template <uint32_t HD> /* head_dim when 64 or 128 (dot unrolled), 0: given at run time */
-__global__ void __launch_bounds__(MC_ATT_THREADS) attention_decode_cluster_tiled(const mc_rope_args a, const float *qkv,
-                                                                      float *k_cache, float *v_cache, float *out,
-                                                                      const int32_t *pos) {
+__global__ void __launch_bounds__(MC_ATT_THREADS)
+    attention_decode_cluster_tiled(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, float *out,
+                                   const int32_t *pos) {
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
     const uint32_t hd = HD ? HD : a.hd, hdv = a.hdv, G = a.n_head / a.n_kv;
@@ -405,9 +413,8 @@ __global__ void __launch_bounds__(MC_ATT_THREADS) attention_decode_cluster_tiled
         __syncthreads(); /* tile j landed for every thread; tile j-1's buffer is free */
         if (j + L.nb - 1 < n_tiles) {
             const uint32_t jn = j + L.nb - 1, tn = p0 + jn * MC_ATT_TILE;
-            mc_att_load_tile(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst,
-                             sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv, kb, vb, tn, min(MC_ATT_TILE, p1 - tn),
-                             (uint32_t)p, hd, hdv, L.kst);
+            mc_att_load_tile(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst, sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv,
+                             kb, vb, tn, min(MC_ATT_TILE, p1 - tn), (uint32_t)p, hd, hdv, L.kst);
         }
         if (has_new && (uint32_t)p < t0 + nt) { /* the new row, from shared memory */
             const uint32_t t = (uint32_t)p - t0;
@@ -542,13 +549,11 @@ __host__ __device__ inline uint32_t mc_atc_smem_floats(uint32_t G, uint32_t hd) 
 }
 
 /* Dimension of slot i of lane gl (of a 16-lane group). */
-template <uint32_t HD>
-__device__ __forceinline__ uint32_t mc_atc_dim(uint32_t gl, uint32_t i) {
+template <uint32_t HD> __device__ __forceinline__ uint32_t mc_atc_dim(uint32_t gl, uint32_t i) {
     return HD / 16 >= 4 ? (i / 4) * 64 + 4 * gl + (i % 4) : 2 * gl + i;
 }
 
-template <uint32_t HD>
-__device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const float *row, uint32_t gl) {
+template <uint32_t HD> __device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const float *row, uint32_t gl) {
     if (HD / 16 >= 4) {
         constexpr uint32_t NK = HD >= 64 ? HD / 64 : 1;
 #pragma unroll
@@ -600,9 +605,7 @@ __device__ __forceinline__ void mc_atc_norm(float (&x)[NV][HD / 16], const float
 
 /* The cos and sin of a lane's RoPE angles at position p (they need no earlier kernel's output:
  * computed before the wait). */
-template <uint32_t HD> struct mc_atc_cs {
-    float s[HD / 16], c[HD / 16];
-};
+template <uint32_t HD> struct mc_atc_cs { float s[HD / 16], c[HD / 16]; };
 
 template <uint32_t HD>
 __device__ __forceinline__ void mc_atc_rope_prep(mc_atc_cs<HD> &cs, const mc_rope_args &a, int32_t p, uint32_t gl) {
@@ -683,9 +686,9 @@ __device__ __forceinline__ void mc_atc_load_tile(float *ks, float *vs, const flo
 }
 
 template <uint32_t HD, uint32_t G>
-__global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1) attention_decode_cluster(const mc_rope_args a, const float *qkv,
-                                                                      float *k_cache, float *v_cache, float *out,
-                                                                      const int32_t *pos) {
+__global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
+    attention_decode_cluster(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, float *out,
+                             const int32_t *pos) {
     constexpr uint32_t DPL = HD / 16, T = MC_ATC_TILE_FLOATS / HD, NG = 2 * MC_ATC_WARPS;
     constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
     static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_ATC_TILE_FLOATS, "the group states alias the tiles");
@@ -751,8 +754,8 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1) attention_decode_cluster
         __syncthreads(); /* for every thread; the new row too; tile j - 1's buffer is free */
         if (j >= 1 && j + 1 < n_tiles) {
             const uint32_t tn = p0 + (j + 1) * T;
-            mc_atc_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn,
-                                 min(T, p1 - tn), (uint32_t)p);
+            mc_atc_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn, min(T, p1 - tn),
+                                 (uint32_t)p);
         }
         const float *ks = kt + b * T * HD, *vs = vt + b * T * HD;
         /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
@@ -901,15 +904,26 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
 
 /* Calls F(HD, G) for the cluster instantiation of these shapes. */
 #define MC_ATC_DISPATCH(hd, G, F)                                                                                      \
-    ((hd) == 32 ? ((G) == 1 ? F(32, 1) : (G) == 2 ? F(32, 2) : (G) == 4 ? F(32, 4) : F(32, 8))                         \
-     : (hd) == 64 ? ((G) == 1 ? F(64, 1) : (G) == 2 ? F(64, 2) : (G) == 4 ? F(64, 4) : F(64, 8))                       \
-                  : ((G) == 1 ? F(128, 1) : (G) == 2 ? F(128, 2) : (G) == 4 ? F(128, 4) : F(128, 8)))
+    ((hd) == 32   ? ((G) == 1   ? F(32, 1)                                                                             \
+                     : (G) == 2 ? F(32, 2)                                                                             \
+                     : (G) == 4 ? F(32, 4)                                                                             \
+                                : F(32, 8))                                                                            \
+     : (hd) == 64 ? ((G) == 1   ? F(64, 1)                                                                             \
+                     : (G) == 2 ? F(64, 2)                                                                             \
+                     : (G) == 4 ? F(64, 4)                                                                             \
+                                : F(64, 8))                                                                            \
+                  : ((G) == 1   ? F(128, 1)                                                                            \
+                     : (G) == 2 ? F(128, 2)                                                                            \
+                     : (G) == 4 ? F(128, 4)                                                                            \
+                                : F(128, 8)))
 #define MC_ATC_FN(HD, G) ((const void *)attention_decode_cluster<HD, G>)
 /* Every cluster instantiation once (F(kernel)). */
-#define MC_ATC_EACH(F)                                                                                                 \
-    F(MC_ATC_FN(32, 1)) F(MC_ATC_FN(32, 2)) F(MC_ATC_FN(32, 4)) F(MC_ATC_FN(32, 8)) F(MC_ATC_FN(64, 1))                 \
-        F(MC_ATC_FN(64, 2)) F(MC_ATC_FN(64, 4)) F(MC_ATC_FN(64, 8)) F(MC_ATC_FN(128, 1)) F(MC_ATC_FN(128, 2))           \
-            F(MC_ATC_FN(128, 4)) F(MC_ATC_FN(128, 8))
+// clang-format off
+#define MC_ATC_EACH(F) \
+    F(MC_ATC_FN(32, 1)) F(MC_ATC_FN(32, 2)) F(MC_ATC_FN(32, 4)) F(MC_ATC_FN(32, 8)) \
+    F(MC_ATC_FN(64, 1)) F(MC_ATC_FN(64, 2)) F(MC_ATC_FN(64, 4)) F(MC_ATC_FN(64, 8)) \
+    F(MC_ATC_FN(128, 1)) F(MC_ATC_FN(128, 2)) F(MC_ATC_FN(128, 4)) F(MC_ATC_FN(128, 8))
+// clang-format on
 
 /* The largest dynamic shared memory of any cluster instantiation. */
 static size_t mc_atc_smem_max(void) {
@@ -922,8 +936,7 @@ static size_t mc_atc_smem_max(void) {
     return m;
 }
 
-cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd,
-                                       uint32_t hdv) {
+cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
@@ -936,7 +949,7 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
             return cudaSuccess;
         const int smax = (int)mc_atc_smem_max();
 #define MC_ATC_SET(fn)                                                                                                 \
-    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)             \
+    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
         return e;
         MC_ATC_EACH(MC_ATC_SET)
 #undef MC_ATC_SET
@@ -1032,17 +1045,16 @@ const char *mc_attention_family(const void *f) {
     static const struct {
         const void *func;
         const char *family;
-    } table[] = {
-        {(const void *)rope_kv_append, "rope_kv"},
-        {(const void *)attention_decode_chunk<128>, "attention"},
-        {(const void *)attention_decode_chunk<64>, "attention"},
-        {(const void *)attention_decode_chunk<0>, "attention"},
-        {(const void *)attention_decode_combine, "attention"},
-        {(const void *)attention_decode_cluster_tiled<128>, "attention"},
-        {(const void *)attention_decode_cluster_tiled<64>, "attention"},
-        {(const void *)attention_decode_cluster_tiled<0>, "attention"},
+    } table[] = {{(const void *)rope_kv_append, "rope_kv"},
+                 {(const void *)attention_decode_chunk<128>, "attention"},
+                 {(const void *)attention_decode_chunk<64>, "attention"},
+                 {(const void *)attention_decode_chunk<0>, "attention"},
+                 {(const void *)attention_decode_combine, "attention"},
+                 {(const void *)attention_decode_cluster_tiled<128>, "attention"},
+                 {(const void *)attention_decode_cluster_tiled<64>, "attention"},
+                 {(const void *)attention_decode_cluster_tiled<0>, "attention"},
 #define MC_ATC_ROW(fn) {fn, "attention"},
-        MC_ATC_EACH(MC_ATC_ROW)
+                 MC_ATC_EACH(MC_ATC_ROW)
 #undef MC_ATC_ROW
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

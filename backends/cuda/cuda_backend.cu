@@ -34,7 +34,8 @@
 /* ---- errors ----------------------------------------------------------------------------- */
 
 static memra_status mc_cuda_fail(memra_error *err, cudaError_t e, const char *what) {
-    return memra_fail(err, MEMRA_E_DEVICE, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return memra_fail(err, MEMRA_E_DEVICE, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
 }
 
 #define MC_TRY(call, what)                                                                                             \
@@ -385,9 +386,9 @@ static memra_status mc_weights_acquire(const memra_model *m, const memra_plan *p
         char label[300];
         if (size.used > free_b) {
             st = memra_fail(err, MEMRA_E_NOMEM,
-                            "cuda: stage %u's weights need %.1f MiB on %s, but only %.1f MiB of %.1f MiB are free",
-                            s, size.used / 1048576.0, mc_device_label(sw->device, label, sizeof label),
-                            free_b / 1048576.0, total_b / 1048576.0);
+                            "cuda: stage %u's weights need %.1f MiB on %s, but only %.1f MiB of %.1f MiB are free", s,
+                            size.used / 1048576.0, mc_device_label(sw->device, label, sizeof label), free_b / 1048576.0,
+                            total_b / 1048576.0);
             break;
         }
         if ((e = cudaMalloc(&sw->arena, size.used)) != cudaSuccess) {
@@ -442,7 +443,7 @@ struct memra_backend {
     memra_plan plan;
     mc_weights *w;
     uint64_t cache_bytes, scratch_bytes; /* of live states */
-    mc_config cfg; /* the arm's keys: kernel choices and launch settings */
+    mc_config cfg;                       /* the arm's keys: kernel choices and launch settings */
 };
 
 typedef struct mc_stage_state {
@@ -452,7 +453,7 @@ typedef struct mc_stage_state {
     cudaEvent_t consumed; /* this stage has copied its input hidden for the current step */
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
-    float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] */
+    float *k_cache, *v_cache;                    /* [layer][n_kv][capacity][hd] */
     int32_t *pos;
     unsigned long long *hashes; /* digest scratch: [2][layers][n_kv][chunks] */
     /* stage 0 */
@@ -466,10 +467,10 @@ typedef struct mc_stage_state {
 } mc_stage_state;
 
 typedef struct mc_slot {
-    cudaEvent_t ev;       /* on the last stage's device: recorded after an eager step */
-    cudaEvent_t ev_first; /* on stage 0's device: recorded after a graph launch (stage 0's stream) */
-    cudaEvent_t pending;  /* the one recorded for the step in this slot */
-    float *host_logits;        /* pinned, n_vocab */
+    cudaEvent_t ev;             /* on the last stage's device: recorded after an eager step */
+    cudaEvent_t ev_first;       /* on stage 0's device: recorded after a graph launch (stage 0's stream) */
+    cudaEvent_t pending;        /* the one recorded for the step in this slot */
+    float *host_logits;         /* pinned, n_vocab */
     mc_sample_result *host_res; /* pinned */
     int32_t *host_token;        /* pinned */
     bool want_logits, sampled;
@@ -478,7 +479,7 @@ typedef struct mc_slot {
 
 struct memra_state {
     uint32_t capacity, max_inflight, n_stages;
-    uint32_t position;  /* host mirror: positions of steps begun */
+    uint32_t position;       /* host mirror: positions of steps begun */
     uint32_t inflight, head; /* slots begun and not ended; the oldest's index */
     bool has_device_token;   /* a previous step sampled (the token lives on the device) */
     bool sampled_ev_live;    /* the last stage's sampled_ev was last recorded eagerly (not in a capture) */
@@ -510,8 +511,8 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
     return MEMRA_OK;
 }
 
-memra_status mc_resolve_options(const memra_host *host, const memra_options *opts,
-                                memra_options *resolved, memra_error *err) {
+memra_status mc_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                memra_error *err) {
     mc_config c;
     memra_status st = mc_read_options(opts, &c, err);
     if (st)
@@ -531,8 +532,7 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     return MEMRA_OK;
 }
 
-memra_status mc_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
-                             memra_error *err) {
+memra_status mc_device_count(const memra_host *host, const memra_options *opts, uint32_t *out, memra_error *err) {
     mc_config c; /* the arm's options are checked before any device is asked for */
     memra_status st = mc_read_options(opts, &c, err);
     if (st)
@@ -547,8 +547,8 @@ memra_status mc_device_count(const memra_host *host, const memra_options *opts, 
     return MEMRA_OK;
 }
 
-memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
-                     const memra_options *opts, memra_backend **out, memra_error *err) {
+memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
+                     memra_backend **out, memra_error *err) {
     uint32_t n_dev = 0;
     mc_config cfg;
     memra_status st = mc_read_options(opts, &cfg, err);
@@ -564,8 +564,10 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
             return memra_fail(err, MEMRA_E_INVALID, "cuda: stage %u is placed on device %d, but there are %u devices",
                               s, sp->device, n_dev);
         if (sp->n_ranks > 1)
-            return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda: stage %u has %u ranks; tensor parallelism needs a "
-                              "collective, which the cuda backend does not use yet", s, sp->n_ranks);
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cuda: stage %u has %u ranks; tensor parallelism needs a "
+                              "collective, which the cuda backend does not use yet",
+                              s, sp->n_ranks);
         if (sp->layer_end <= sp->layer_begin || sp->layer_end > m->n_layer)
             return memra_fail(err, MEMRA_E_INVALID, "cuda: stage %u has layers [%u, %u) of %u", s, sp->layer_begin,
                               sp->layer_end, m->n_layer);
@@ -639,8 +641,8 @@ static void mc_state_destroy(memra_state *s) {
 }
 
 /* Carves a stage's buffers (a sizing pass with base NULL counts bytes). */
-static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t capacity,
-                           mc_bump *bp, mc_stage_state *ss, uint64_t *cache_bytes) {
+static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t capacity, mc_bump *bp,
+                           mc_stage_state *ss, uint64_t *cache_bytes) {
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const uint64_t qkv = (uint64_t)m->n_head * hd + (uint64_t)m->n_head_kv * (hd + hdv);
     ss->x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
@@ -789,7 +791,8 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
     mc_slot *slot = &s->slots[(s->head + s->inflight) % s->max_inflight];
     if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
         if (!s->has_device_token)
-            return memra_fail(err, MEMRA_E_INVALID, "cuda: token from device, but no earlier step of this state sampled one");
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cuda: token from device, but no earlier step of this state sampled one");
         MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
         /* After an eager step, wait for the last stage's sampler. After a graph step the event was
          * recorded inside the capture (only an internal edge; waiting on it outside the capture is
@@ -853,8 +856,17 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     for (uint32_t l = 0; l < nl; l++) {
         const mc_layer *L = &sw->layers[l];
         float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
-        mc_rope_args ra = {m->n_head, m->n_head_kv, hd, hdv, s->capacity, m->rope_pairing == MEMRA_ROPE_NEOX,
-                           1.0f / m->rope_linear_factor, sw->freqs, L->q_norm, L->k_norm, m->rms_eps};
+        mc_rope_args ra = {m->n_head,
+                           m->n_head_kv,
+                           hd,
+                           hdv,
+                           s->capacity,
+                           m->rope_pairing == MEMRA_ROPE_NEOX,
+                           1.0f / m->rope_linear_factor,
+                           sw->freqs,
+                           L->q_norm,
+                           L->k_norm,
+                           m->rms_eps};
         MC_RET(mc_gemv(c, &L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
                "launch of the qkv gemv (with the attention norm)");
         if (fused) {
@@ -891,8 +903,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     return MEMRA_OK;
 }
 
-memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture,
-                     memra_error *err) {
+memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture, memra_error *err) {
     memra_status st = MEMRA_OK;
     for (uint32_t i = 0; i < s->n_stages; i++)
         if ((st = mc_stage_body(b, s, i, sample, capture, err)))
@@ -950,8 +961,7 @@ memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_ar
     return mc_finish(b, s, args, false, err);
 }
 
-memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
-                         memra_error *err) {
+memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
     memra_status st = MEMRA_OK;
     if (s->inflight == 0)
         return memra_fail(err, MEMRA_E_INVALID, "cuda: step_end with no step in flight");
@@ -996,8 +1006,7 @@ fail:
     return st;
 }
 
-memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
-                       memra_error *err) {
+memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err) {
     memra_status st = MEMRA_OK;
     const memra_model *m = b->m;
     if (s->quarantined)
@@ -1178,8 +1187,7 @@ memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_erro
 
 /* A 1 GiB device-to-device copy, 10 times after a warm-up, timed with events; read plus write
  * bytes over the time. */
-memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how, size_t how_size,
-                                memra_error *err) {
+memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how, size_t how_size, memra_error *err) {
     memra_status st = MEMRA_OK;
     const size_t n = (size_t)1 << 30;
     const int reps = 10;
@@ -1201,8 +1209,10 @@ memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how
     MC_TRY(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
     *bytes_per_s = 2.0 * n * reps / (ms / 1e3);
     if (how)
-        snprintf(how, how_size, "cudaMemcpy device-to-device of 1 GiB x %d after a warm-up, read+write bytes / "
-                 "event time", reps);
+        snprintf(how, how_size,
+                 "cudaMemcpy device-to-device of 1 GiB x %d after a warm-up, read+write bytes / "
+                 "event time",
+                 reps);
 fail:
     if (e0)
         cudaEventDestroy(e0);

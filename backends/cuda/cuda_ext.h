@@ -28,23 +28,25 @@ extern "C" {
  * attention choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
-     "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "            \
-     "weight loads overlap); 0 launches in plain stream order. The bits do not depend on it"},                       \
+     "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "              \
+     "weight loads overlap); 0 launches in plain stream order. The bits do not depend on it"},                         \
         {"trigger", "115",                                                                                             \
-         "with pdl=1, the kernel families (bits, 0 to 127) that let the next kernel start early: 1 persistent "     \
-         "GEMVs, 2 Q8_0 integer GEMVs, 4 attention, 8 row-group GEMVs with a norm, 16 attention with 4096 "         \
-         "outputs or more, 32 row-group GEMVs without a norm, 64 Q8_0 row-group GEMVs without a norm. The bits "    \
+         "with pdl=1, the kernel families (bits, 0 to 127) that let the next kernel start early: 1 persistent "        \
+         "GEMVs, 2 Q8_0 integer GEMVs, 4 attention, 8 row-group GEMVs with a norm, 16 attention with 4096 "            \
+         "outputs or more, 32 row-group GEMVs without a norm, 64 Q8_0 row-group GEMVs without a norm. The bits "       \
          "do not depend on it"},                                                                                       \
         {"gemv", "auto",                                                                                               \
-         "F32/F16/BF16 GEMV kernel: auto (persistent for short rows, rowgroup otherwise), rowgroup or persistent "  \
+         "F32/F16/BF16 GEMV kernel: auto (persistent for short rows, rowgroup otherwise), rowgroup or persistent "     \
          "everywhere. The bits do not depend on it"},                                                                  \
         {"q8", "auto",                                                                                                 \
-         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits where rows >= cols / 2, float elsewhere) or "     \
+         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits where rows >= cols / 2, float elsewhere) or "        \
          "float (float dots everywhere: other bits)"},                                                                 \
-        {"attention", "auto",                                                                                          \
-         "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "   \
-         "it does not serve), tiled (the tiled cluster kernel where it fits) or unfused (rope/kv append, chunks, "   \
-         "combine: three launches). Each path has its own bits"}
+    {                                                                                                                  \
+        "attention", "auto",                                                                                           \
+            "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \
+            "it does not serve), tiled (the tiled cluster kernel where it fits) or unfused (rope/kv append, chunks, "  \
+            "combine: three launches). Each path has its own bits"                                                     \
+    }
 
 typedef struct memra_cuda_graph_ext_v1 {
     uint32_t struct_size;

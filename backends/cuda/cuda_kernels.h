@@ -28,11 +28,11 @@ extern "C" {
  * starts aligned for 16-byte loads. Q8_0 is repacked into int8 quants [rows][stride] and f16
  * scales [rows][cols/32]; the other types keep their element encoding. */
 typedef struct mc_matrix {
-    uint32_t type;        /* memra_tensor_type: F32, F16, BF16, Q8_0 */
+    uint32_t type; /* memra_tensor_type: F32, F16, BF16, Q8_0 */
     uint32_t rows, cols;
-    uint32_t stride;      /* elements per stored row (cols rounded up to 16 bytes) */
-    void *data;           /* rows * stride elements (int8 for Q8_0) */
-    uint16_t *scales;     /* Q8_0: rows * cols/32 f16 scales; NULL otherwise */
+    uint32_t stride;  /* elements per stored row (cols rounded up to 16 bytes) */
+    void *data;       /* rows * stride elements (int8 for Q8_0) */
+    uint16_t *scales; /* Q8_0: rows * cols/32 f16 scales; NULL otherwise */
 } mc_matrix;
 
 /* Bytes a matrix occupies on the device in its upload layout. */
@@ -44,7 +44,7 @@ uint32_t mc_type_elem_bytes(uint32_t type);
  * them with their defaults), passed to every launcher that depends on them. No process-wide state
  * and no environment variable: two arms of one process launch each with its own. The default
  * (mc_config_default) is what an arm without keys runs. */
-#define MC_TRIGGER_ALL 127u    /* the trigger mask's bits (cuda_common.cuh names them) */
+#define MC_TRIGGER_ALL 127u /* the trigger mask's bits (cuda_common.cuh names them) */
 #define MC_TRIGGER_DEFAULT 115u
 enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
 enum { MC_Q8_AUTO, MC_Q8_FLOAT };
@@ -99,9 +99,9 @@ cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaS
  * [n_kv][capacity][hd] planes. */
 typedef struct mc_rope_args {
     uint32_t n_head, n_kv, hd, hdv, capacity;
-    uint32_t neox;            /* pairing: 0 (2i, 2i+1), 1 (i, i+hd/2) */
-    float pos_scale;          /* 1 / rope_linear_factor */
-    const float *freqs;       /* hd/2 frequencies */
+    uint32_t neox;                /* pairing: 0 (2i, 2i+1), 1 (i, i+hd/2) */
+    float pos_scale;              /* 1 / rope_linear_factor */
+    const float *freqs;           /* hd/2 frequencies */
     const float *q_norm, *k_norm; /* NULL unless qwen3 */
     float eps;
 } mc_rope_args;
@@ -163,8 +163,8 @@ uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
  * *token_out (when the logits are finite) and the result to *result. */
-cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg,
-                      const int32_t *pos, int32_t *token_out, mc_sample_result *result, cudaStream_t st);
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
+                      int32_t *token_out, mc_sample_result *result, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_floats` floats,
  * rows [0, *pos) are hashed in chunks of MC_DIGEST_ROWS rows (one 64-bit hash per chunk, written

@@ -10,7 +10,7 @@ __device__ __forceinline__ unsigned long long mc_mix(unsigned long long z) { ret
  * chunk's rows below *pos, then lane 0 folds the 32 lane hashes in lane order. Per digest (not per
  * token: a state's cache digest): reads the cache rows below *pos; writes one hash per chunk. */
 __global__ void digest_cache_chunks(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
-                                 const int32_t *pos, unsigned long long *hashes) {
+                                    const int32_t *pos, unsigned long long *hashes) {
     const uint32_t max_chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
     const uint32_t gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= n_planes * max_chunks)
@@ -40,7 +40,8 @@ cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t ca
     const uint64_t warps = (uint64_t)n_planes * max_chunks;
     if (warps == 0)
         return cudaSuccess;
-    digest_cache_chunks<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(planes, n_planes, capacity, row_floats, pos, hashes);
+    digest_cache_chunks<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(planes, n_planes, capacity, row_floats, pos,
+                                                                     hashes);
     return cudaGetLastError();
 }
 

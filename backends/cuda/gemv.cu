@@ -49,11 +49,17 @@ uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols) {
 
 __device__ __forceinline__ float mc_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float mc_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-__device__ __forceinline__ float mc_f16_lo(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu))); }
-__device__ __forceinline__ float mc_f16_hi(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u >> 16))); }
+__device__ __forceinline__ float mc_f16_lo(uint32_t u) {
+    return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+}
+__device__ __forceinline__ float mc_f16_hi(uint32_t u) {
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
 
 /* Elements per 16-byte lane chunk. */
-template <uint32_t T> struct mc_elems { static const uint32_t n = 16 / (T == MEMRA_TYPE_F32 ? 4 : T == MEMRA_TYPE_Q8_0 ? 1 : 2); };
+template <uint32_t T> struct mc_elems {
+    static const uint32_t n = 16 / (T == MEMRA_TYPE_F32 ? 4 : T == MEMRA_TYPE_Q8_0 ? 1 : 2);
+};
 
 /* int8 to float without the (quarter-rate) integer conversion: the biased byte (q ^ 0x80 = q + 128)
  * becomes the low mantissa bits of 2^23, and 2^23 + 128 is subtracted: exact. */
@@ -62,8 +68,7 @@ __device__ __forceinline__ float mc_q8(uint32_t qx, uint32_t i) {
 }
 
 /* Dot of one 16-byte weight chunk with its x floats (already in registers), in element order. */
-template <uint32_t T>
-__device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float scale) {
+template <uint32_t T> __device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float scale) {
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
     float acc = 0.0f;
     if (T == MEMRA_TYPE_F32) {
@@ -102,8 +107,7 @@ __device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float s
 }
 
 /* One element of a stored row (the tail past the last full chunk). */
-template <uint32_t T>
-__device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
+template <uint32_t T> __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
     if (T == MEMRA_TYPE_F32)
         return ((const float *)row)[c];
     if (T == MEMRA_TYPE_BF16)
@@ -112,8 +116,6 @@ __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
         return __half2float(__ushort_as_half(((const uint16_t *)row)[c]));
     return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
 }
-
-
 
 /* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
  * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
@@ -149,8 +151,8 @@ template <uint32_t T>
 __device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
                                                uint16_t (&sv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
                                                const char *const (&row)[MC_GEMV_ROWS],
-                                               const uint16_t *const (&sc)[MC_GEMV_ROWS], uint32_t base,
-                                               uint32_t nfull, uint32_t lstride) {
+                                               const uint16_t *const (&sc)[MC_GEMV_ROWS], uint32_t base, uint32_t nfull,
+                                               uint32_t lstride) {
 #pragma unroll
     for (int u = 0; u < MC_GEMV_UNROLL; u++) {
         uint32_t idx = base + lstride * u;
@@ -246,8 +248,9 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
  * for swiglu: y[p] = silu(row 2p) * row 2p+1). The float path of Q8_0 too (T = Q8_0: the weight
  * bytes and their f16 block scales). */
 template <uint32_t T, int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w,
-                                                      float eps, const float *bias, const float *residual, float *y) {
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y) {
     __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
     const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
@@ -465,8 +468,7 @@ static cudaError_t mc_gemv_persistent_t(const mc_config *c, const mc_matrix *w, 
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_persistent<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y,
-                           n_groups);
+    e = cudaLaunchKernelEx(&cfg, gemv_persistent<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -496,8 +498,8 @@ static cudaError_t mc_gemv_typed_ks(const mc_config *c, const mc_matrix *w, cons
 }
 
 template <int SWIGLU, int NORM>
-static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                                 float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                                 const float *bias, const float *residual, float *y, cudaStream_t st) {
     switch (mc_gemv_ksplit(w->rows)) {
     case 1: return mc_gemv_typed_ks<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
     case 2: return mc_gemv_typed_ks<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
@@ -506,8 +508,8 @@ static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const f
 }
 
 template <int SWIGLU>
-static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                               float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                               const float *bias, const float *residual, float *y, cudaStream_t st) {
     if (mc_gemv_q8_serves(c, w))
         return mc_gemv_q8(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
     return norm_w ? mc_gemv_typed<SWIGLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
@@ -548,8 +550,8 @@ cudaError_t mc_gemv_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_t
 /* ---- census ------------------------------------------------------------------------------- */
 
 #define MC_GEMV_EACH_KS(F, T, S, N) F(T, S, N, 1) F(T, S, N, 2) F(T, S, N, 4)
-#define MC_GEMV_EACH_SN(F, T) MC_GEMV_EACH_KS(F, T, 0, 0) MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) \
-    MC_GEMV_EACH_KS(F, T, 1, 1)
+#define MC_GEMV_EACH_SN(F, T)                                                                                          \
+    MC_GEMV_EACH_KS(F, T, 0, 0) MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) MC_GEMV_EACH_KS(F, T, 1, 1)
 
 const char *mc_gemv_family(const void *f) {
     static const struct {
@@ -559,9 +561,9 @@ const char *mc_gemv_family(const void *f) {
 #define MC_ROW_R(T, S, N, K) {(const void *)gemv_rowgroup<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
 #define MC_ROW_P(T, S, N, K) {(const void *)gemv_persistent<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
         MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F16)
-        MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_BF16) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_Q8_0)
-        MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F16)
-        MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_BF16)
+            MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_BF16) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_Q8_0)
+                MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F16)
+                    MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_BF16)
 #undef MC_ROW_R
 #undef MC_ROW_P
     };

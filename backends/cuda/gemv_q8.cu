@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
 #pragma unroll
                 for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
                     const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
-                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
+                    wv[u][r] =
+                        __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
                     sv[u][r] = __ldg(w.scales + (size_t)row * nsc + idx / 2);
                 }
             }
@@ -223,15 +224,17 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w) {
            (uint64_t)w->rows * 2 >= w->cols && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
 }
 
-#define MC_Q8X_EACH(F)                                                                                                 \
-    F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1)    \
-        F(1, 1, 2) F(1, 1, 4)
+// clang-format off
+#define MC_Q8X_EACH(F) \
+    F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) \
+    F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1) F(1, 1, 2) F(1, 1, 4)
+// clang-format on
 
 cudaError_t mc_gemv_q8_prepare(void) {
     cudaError_t e = cudaSuccess;
 #define MC_Q8X_SET(S, N, K)                                                                                            \
-    if ((e = cudaFuncSetAttribute(gemv_q8_0_int<S, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,               \
-                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                              \
+    if ((e = cudaFuncSetAttribute(gemv_q8_0_int<S, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                               \
         return e;
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET

@@ -76,10 +76,9 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
         }
 }
 
-__global__ void __launch_bounds__(MC_MAX_THREADS) sample_argmax(const float *z, uint32_t n, uint32_t seg,
-                                                               uint32_t *parts, uint32_t *ticket, float *stats,
-                                                               int greedy, int32_t *token_out,
-                                                               mc_sample_result *result) {
+__global__ void __launch_bounds__(MC_MAX_THREADS)
+    sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
+                  int32_t *token_out, mc_sample_result *result) {
     __shared__ float bv[32];
     __shared__ uint32_t bi[32], bb[32];
     __shared__ uint32_t is_last;
@@ -191,7 +190,7 @@ __global__ void sample_bitonic_shared(unsigned long long *keys, uint32_t seg, ui
 /* Steps 4 and 5 per chunk: one thread per 256-entry chunk, left to right. Reads z, the sorted
  * keys (when sorted), stats[0]; writes partial[j] and chunk_sums[k]. */
 __global__ void sample_chunk_cumsum(const float *z, const unsigned long long *keys, int sorted, uint32_t n,
-                                const float *stats, float temperature, float *partial, float *chunk_sums) {
+                                    const float *stats, float temperature, float *partial, float *chunk_sums) {
     uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t j0 = k * MC_CHUNK;
     if (j0 >= n)
@@ -228,10 +227,10 @@ __device__ uint32_t mc_block_min(uint32_t v, uint32_t *red) {
 
 /* Steps 5 (chunk prefix), 6, 7, 8 in one block. Reads partial, chunk_sums, keys, *pos, the
  * result; writes the token. */
-__global__ void __launch_bounds__(1024) sample_pick(const float *partial, float *chunk_sums,
-                                                       const unsigned long long *keys, int sorted, uint32_t n,
-                                                       float top_p, unsigned long long seed, const int32_t *pos,
-                                                       int32_t *token_out, mc_sample_result *result) {
+__global__ void __launch_bounds__(1024)
+    sample_pick(const float *partial, float *chunk_sums, const unsigned long long *keys, int sorted, uint32_t n,
+                float top_p, unsigned long long seed, const int32_t *pos, int32_t *token_out,
+                mc_sample_result *result) {
     __shared__ uint32_t red[33];
     __shared__ float totals[2];
     const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
@@ -271,15 +270,15 @@ __global__ void __launch_bounds__(1024) sample_pick(const float *partial, float 
     }
 }
 
-cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg,
-                      const int32_t *pos, int32_t *token_out, mc_sample_result *result, cudaStream_t st) {
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
+                      int32_t *token_out, mc_sample_result *result, cudaStream_t st) {
     const uint32_t V = s->n_vocab;
     const bool greedy = !(cfg->temperature > 0.0f);
     uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
     seg = seg < 1024 ? 1024 : seg;
     const uint32_t n_parts = (V + seg - 1) / seg;
-    sample_argmax<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts, s->ticket, s->stats, greedy,
-                                                      token_out, result);
+    sample_argmax<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts, s->ticket, s->stats, greedy, token_out,
+                                                      result);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || greedy)
         return e;
@@ -304,11 +303,11 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     }
     const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
     sample_chunk_cumsum<<<(n_chunks + 63) / 64, 64, 0, st>>>(logits, s->keys, sorted, n, s->stats, cfg->temperature,
-                                                         s->partial, s->chunk_sums);
+                                                             s->partial, s->chunk_sums);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     sample_pick<<<1, 1024, 0, st>>>(s->partial, s->chunk_sums, s->keys, sorted, n, cfg->top_p,
-                                       (unsigned long long)cfg->seed, pos, token_out, result);
+                                    (unsigned long long)cfg->seed, pos, token_out, result);
     return cudaGetLastError();
 }
 
@@ -352,12 +351,9 @@ const char *mc_sampler_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-        {(const void *)sample_argmax, "sampler"},
-        {(const void *)sample_sort_keys, "sampler"},
-        {(const void *)sample_bitonic_global, "sampler"},
-        {(const void *)sample_bitonic_shared, "sampler"},
-        {(const void *)sample_chunk_cumsum, "sampler"},
-        {(const void *)sample_pick, "sampler"},
+        {(const void *)sample_argmax, "sampler"},         {(const void *)sample_sort_keys, "sampler"},
+        {(const void *)sample_bitonic_global, "sampler"}, {(const void *)sample_bitonic_shared, "sampler"},
+        {(const void *)sample_chunk_cumsum, "sampler"},   {(const void *)sample_pick, "sampler"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -19,7 +19,7 @@
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
             exit(3);                                                                                                   \
         }                                                                                                              \
     } while (0)
@@ -130,15 +130,17 @@ int main(int argc, char **argv) {
     mc_config cfg;
     kb_config(argc, argv, 4, &cfg);
     const mc_config *c = &cfg;
-    uint32_t type = !strcmp(dt, "q8_0") ? MEMRA_TYPE_Q8_0 : !strcmp(dt, "f16") ? MEMRA_TYPE_F16
-                  : !strcmp(dt, "f32") ? MEMRA_TYPE_F32 : MEMRA_TYPE_BF16;
+    uint32_t type = !strcmp(dt, "q8_0")  ? MEMRA_TYPE_Q8_0
+                    : !strcmp(dt, "f16") ? MEMRA_TYPE_F16
+                    : !strcmp(dt, "f32") ? MEMRA_TYPE_F32
+                                         : MEMRA_TYPE_BF16;
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
     if (!strcmp(which, "1b"))
         n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;
     const uint32_t cap = 1024;
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
-    KB_CHECK(mc_gemv_prepare()); /* as the backend does at open */
+    KB_CHECK(mc_gemv_prepare());           /* as the backend does at open */
     if (cfg.trigger != MC_TRIGGER_DEFAULT) /* every launch below reads the chosen mask */
         KB_CHECK(mc_trigger_enqueue(cfg.trigger, st));
     kb_mat qkv, wo, gu, down, head;
@@ -226,8 +228,7 @@ int main(int argc, char **argv) {
     double total_ms = 0, total_bytes = 0;
     printf("kernel_bench: %s %s pos %u, ceiling %.1f GB/s (1 GiB D2D copy, read+write)\n", which, dt, pos,
            ceiling / 1e9);
-    printf("%-22s %6s %10s %10s %9s %8s %10s\n", "kernel", "calls", "us/call", "MB/call", "GB/s", "%ceil",
-           "us/token");
+    printf("%-22s %6s %10s %10s %9s %8s %10s\n", "kernel", "calls", "us/call", "MB/call", "GB/s", "%ceil", "us/token");
     for (int r = 0; r < nrows; r++) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
             KB_CHECK(cudaEventRecord(e0, st));
@@ -259,8 +260,8 @@ int main(int argc, char **argv) {
                rows[r].bytes / 1e6, gbs, 100.0 * gbs * 1e9 / ceiling, us * rows[r].per_token);
     }
     printf("%-22s %6s %10s %10.1f %9.1f %7.1f%% %10.1f  -> %.1f tok/s if launches were free\n", "per token", "", "",
-           total_bytes / 1e6, total_bytes / (total_ms * 1e-3) / 1e9,
-           100.0 * total_bytes / (total_ms * 1e-3) / ceiling, total_ms * 1e3, 1e3 / total_ms);
+           total_bytes / 1e6, total_bytes / (total_ms * 1e-3) / 1e9, 100.0 * total_bytes / (total_ms * 1e-3) / ceiling,
+           total_ms * 1e3, 1e3 / total_ms);
     printf("floor: %.1f MB/token / %.1f GB/s = %.3f ms/token = %.1f tok/s\n", total_bytes / 1e6, ceiling / 1e9,
            total_bytes / ceiling * 1e3, ceiling / total_bytes);
 

@@ -13,8 +13,9 @@
 
 const memra_option_spec memra_core_arm_keys[] = {
     {MEMRA_ARM_KEY_PLACEMENT, "default", "placement plugin that plans stages, devices and ranks"},
-    {MEMRA_ARM_KEY_WINDOW, "1", "steps kept in flight (1 = serial; at most 64): a pipelined arm begins up to "
-                                "this many steps before it ends the oldest"},
+    {MEMRA_ARM_KEY_WINDOW, "1",
+     "steps kept in flight (1 = serial; at most 64): a pipelined arm begins up to "
+     "this many steps before it ends the oldest"},
 };
 const uint32_t memra_core_arm_key_count = sizeof memra_core_arm_keys / sizeof memra_core_arm_keys[0];
 
@@ -45,13 +46,13 @@ struct memra_arm_state {
     memra_arm *arm;
     memra_state *st;
     uint32_t capacity;
-    uint32_t next_pos;                      /* the position the next step begins at */
-    uint32_t in_flight;                     /* steps begun and not ended */
-    uint32_t head;                          /* ring index of the oldest step in flight */
-    bool sampled[MEMRA_ARM_MAX_WINDOW];     /* per step in flight: whether it samples */
-    bool carry;                             /* the last step begun sampled (or the restored source's did) */
+    uint32_t next_pos;                  /* the position the next step begins at */
+    uint32_t in_flight;                 /* steps begun and not ended */
+    uint32_t head;                      /* ring index of the oldest step in flight */
+    bool sampled[MEMRA_ARM_MAX_WINDOW]; /* per step in flight: whether it samples */
+    bool carry;                         /* the last step begun sampled (or the restored source's did) */
     bool quarantined;
-    char why[ARM_WHY_MAX];                  /* what quarantined it */
+    char why[ARM_WHY_MAX]; /* what quarantined it */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -87,7 +88,8 @@ static memra_status arm_prefix(const memra_arm *a, memra_status st, memra_error 
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static memra_status arm_fail(const memra_arm *a, memra_error *err, memra_status status, const char *fmt, ...) {
+static memra_status
+arm_fail(const memra_arm *a, memra_error *err, memra_status status, const char *fmt, ...) {
     if (!err)
         return status;
     char msg[MEMRA_ERROR_MSG_MAX];
@@ -191,8 +193,8 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
         return memra_fail(err, MEMRA_E_INVALID, "arm '%.40s...' is longer than %d characters", arm_text,
                           ARM_TEXT_MAX - 1);
     if (label && strlen(label) >= ARM_LABEL_MAX)
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': its label '%.40s...' is longer than %d characters",
-                          arm_text, label, ARM_LABEL_MAX - 1);
+        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': its label '%.40s...' is longer than %d characters", arm_text,
+                          label, ARM_LABEL_MAX - 1);
     memra_arm *a = calloc(1, sizeof *a);
     if (!a)
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory opening arm '%s'", arm_text);
@@ -212,8 +214,8 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     if (st != MEMRA_OK)
         goto fail;
     const char *placement_name = memra_options_get(&a->opts, MEMRA_ARM_KEY_PLACEMENT);
-    st = memra_registry_load(r, placement_name ? placement_name : "default", MEMRA_PLUGIN_PLACEMENT, &a->placement,
-                             err);
+    st =
+        memra_registry_load(r, placement_name ? placement_name : "default", MEMRA_PLUGIN_PLACEMENT, &a->placement, err);
     if (st != MEMRA_OK)
         goto fail;
     a->vt = a->plugin->backend;
@@ -326,8 +328,7 @@ memra_status memra_arm_measure_ceiling(memra_arm *a, double *bytes_per_s, char *
     const memra_ext_bench_v1 *ext =
         memra_arm_extension(a, MEMRA_EXT_BENCH, 1, MEMRA_STRUCT_END(memra_ext_bench_v1, measure_ceiling));
     if (!ext || !ext->measure_ceiling)
-        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no measured ceiling (%s v1)",
-                        MEMRA_EXT_BENCH);
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no measured ceiling (%s v1)", MEMRA_EXT_BENCH);
     memra_status st = ext->measure_ceiling(a->backend, bytes_per_s, how, how_size, err);
     return st == MEMRA_OK ? st : arm_prefix(a, st, err, "measuring the ceiling");
 }
@@ -429,8 +430,8 @@ static memra_status begin_raw(memra_arm_state *s, const memra_step_args *args, b
                           "%u steps already in flight, the arm's window (window=%u): end one before beginning another",
                           s->in_flight, a->window);
     if ((uint64_t)s->next_pos >= s->capacity)
-        return memra_fail(err, MEMRA_E_RANGE, "position %u is past the state's capacity of %u positions",
-                          s->next_pos, s->capacity);
+        return memra_fail(err, MEMRA_E_RANGE, "position %u is past the state's capacity of %u positions", s->next_pos,
+                          s->capacity);
     uint32_t n_vocab = a->model->n_vocab;
     if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
         if (!s->carry)
@@ -442,10 +443,8 @@ static memra_status begin_raw(memra_arm_state *s, const memra_step_args *args, b
         return memra_fail(err, MEMRA_E_RANGE, "token %" PRId64 " at position %u is outside the vocabulary [0, %u)",
                           args->token, s->next_pos, n_vocab);
     }
-    memra_step_args copy = {.struct_size = sizeof copy,
-                            .token = args->token,
-                            .sample = args->sample,
-                            .want_logits = args->want_logits};
+    memra_step_args copy = {
+        .struct_size = sizeof copy, .token = args->token, .sample = args->sample, .want_logits = args->want_logits};
     st = a->vt->step_begin(a->backend, s->st, &copy, err);
     if (st != MEMRA_OK) {
         if (name_position) /* memra_arm_run names the step itself */
@@ -485,8 +484,8 @@ static memra_status end_checked(memra_arm_state *s, float *logits, memra_step_re
     uint32_t n_vocab = s->arm->model->n_vocab;
     if (sampled && (res.token < 0 || res.token >= (int64_t)n_vocab)) {
         memra_fail(err, MEMRA_E_INTERNAL,
-                   "the step at position %u sampled token %" PRId64 ", outside the vocabulary [0, %u)", at,
-                   res.token, n_vocab);
+                   "the step at position %u sampled token %" PRId64 ", outside the vocabulary [0, %u)", at, res.token,
+                   n_vocab);
         quarantine(s, "a step sampled a token outside the vocabulary", err);
         return MEMRA_E_INTERNAL;
     }
@@ -515,8 +514,8 @@ memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t f
         err = &local;
     memra_arm *a = s->arm;
     if (s->in_flight != 0)
-        return arm_fail(a, err, MEMRA_E_INVALID, "a run of steps %u..%u begun with %u steps already in flight",
-                        first, first + count - 1, s->in_flight);
+        return arm_fail(a, err, MEMRA_E_INVALID, "a run of steps %u..%u begun with %u steps already in flight", first,
+                        first + count - 1, s->in_flight);
     memra_step_args args = {.struct_size = sizeof args, .sample = sample, .want_logits = logits != NULL};
     uint32_t begun = 0, ended = 0;
     memra_status st = MEMRA_OK;

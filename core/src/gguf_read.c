@@ -45,17 +45,14 @@ typedef struct tensor_type_info {
 
 /* Indexed by ggml type number; a NULL name is a number ggml does not use (or no longer uses). */
 static const tensor_type_info tensor_types[] = {
-    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},      [3] = {"Q4_1", 32, 20},
+    [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},      [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},
+    [10] = {"Q2_K", 256, 84},    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66}, [17] = {"IQ2_XS", 256, 74},
+    [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},   [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},
+    [22] = {"IQ2_S", 256, 82},   [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},        [29] = {"IQ1_M", 256, 56},
+    [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},   [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 
 static const tensor_type_info *tensor_type_lookup(uint32_t type) {
@@ -75,8 +72,8 @@ const char *memra_tensor_type_name(uint32_t type) {
 
 const char *memra_gguf_type_name(uint32_t type) {
     static const char *const names[MEMRA_GGUF_TYPE_COUNT] = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-        "bool",  "string", "array", "uint64", "int64", "float64",
+        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+        "bool",  "string", "array",  "uint64", "int64",  "float64",
     };
     return type < MEMRA_GGUF_TYPE_COUNT ? names[type] : "unknown";
 }
@@ -101,8 +98,9 @@ memra_status memra_tensor_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes, 
     if (!memra_tensor_type_block(type, &block_elems, &block_bytes))
         return memra_fail(err, MEMRA_E_FORMAT, "unknown tensor type %" PRIu32, type);
     if (n % block_elems != 0)
-        return memra_fail(err, MEMRA_E_FORMAT, "a row of %" PRIu64 " elements of type %s is not a multiple of its block of %" PRIu64,
-                          n, memra_tensor_type_name(type), block_elems);
+        return memra_fail(err, MEMRA_E_FORMAT,
+                          "a row of %" PRIu64 " elements of type %s is not a multiple of its block of %" PRIu64, n,
+                          memra_tensor_type_name(type), block_elems);
     uint64_t total;
     if (__builtin_mul_overflow(n / block_elems, block_bytes, &total))
         return memra_fail(err, MEMRA_E_FORMAT, "a row of %" PRIu64 " elements of type %s overflows 64 bits", n,
@@ -232,7 +230,8 @@ typedef struct cursor {
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void cur_fail(cursor *c, memra_status status, const char *fmt, ...) {
+static void
+cur_fail(cursor *c, memra_status status, const char *fmt, ...) {
     char msg[MEMRA_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -248,8 +247,9 @@ static bool cur_need(cursor *c, uint64_t n, const char *what) {
     if (n <= cur_left(c))
         return true;
     cur_fail(c, MEMRA_E_FORMAT,
-               "%s: truncated in %s: need %" PRIu64 " bytes at offset %" PRIu64 ", only %" PRIu64 " left (file size %" PRIu64 ")",
-               c->path, what, n, c->pos, cur_left(c), c->size);
+             "%s: truncated in %s: need %" PRIu64 " bytes at offset %" PRIu64 ", only %" PRIu64
+             " left (file size %" PRIu64 ")",
+             c->path, what, n, c->pos, cur_left(c), c->size);
     return false;
 }
 
@@ -276,8 +276,9 @@ static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
         return false;
     if (len > cur_left(c)) {
         cur_fail(c, MEMRA_E_FORMAT,
-                   "%s: %s: string length %" PRIu64 " at offset %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes left)",
-                   c->path, what, len, at, cur_left(c));
+                 "%s: %s: string length %" PRIu64 " at offset %" PRIu64 " runs past the end of the file (%" PRIu64
+                 " bytes left)",
+                 c->path, what, len, at, cur_left(c));
         return false;
     }
     out->ptr = (const char *)c->base + c->pos;
@@ -294,7 +295,7 @@ static char *cur_name(cursor *c, const char *what) {
         return NULL;
     if (s.len == 0) {
         cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " is empty, expected a nonempty name", c->path, what,
-                   at);
+                 at);
         return NULL;
     }
     if (memchr(s.ptr, '\0', s.len)) {
@@ -305,8 +306,9 @@ static char *cur_name(cursor *c, const char *what) {
     for (uint64_t i = 0; i < s.len; i++) {
         unsigned char ch = (unsigned char)s.ptr[i];
         if (ch < 0x20 || ch == 0x7f) {
-            cur_fail(c, MEMRA_E_FORMAT, "%s: %s at offset %" PRIu64 " contains the control byte 0x%02x at index %" PRIu64,
-                     c->path, what, at, ch, i);
+            cur_fail(c, MEMRA_E_FORMAT,
+                     "%s: %s at offset %" PRIu64 " contains the control byte 0x%02x at index %" PRIu64, c->path, what,
+                     at, ch, i);
             return NULL;
         }
     }
@@ -336,18 +338,43 @@ static bool read_scalar(cursor *c, uint32_t type, memra_gguf_value *out, const c
     switch (type) {
     case MEMRA_GGUF_UINT8: out->v.u64 = p[0]; break;
     case MEMRA_GGUF_INT8: out->v.i64 = (int8_t)p[0]; break;
-    case MEMRA_GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); out->v.u64 = x; break; }
-    case MEMRA_GGUF_INT16: { int16_t x; memcpy(&x, p, 2); out->v.i64 = x; break; }
-    case MEMRA_GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); out->v.u64 = x; break; }
-    case MEMRA_GGUF_INT32: { int32_t x; memcpy(&x, p, 4); out->v.i64 = x; break; }
+    case MEMRA_GGUF_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        out->v.u64 = x;
+        break;
+    }
+    case MEMRA_GGUF_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        out->v.i64 = x;
+        break;
+    }
+    case MEMRA_GGUF_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        out->v.u64 = x;
+        break;
+    }
+    case MEMRA_GGUF_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        out->v.i64 = x;
+        break;
+    }
     case MEMRA_GGUF_UINT64: memcpy(&out->v.u64, p, 8); break;
     case MEMRA_GGUF_INT64: memcpy(&out->v.i64, p, 8); break;
-    case MEMRA_GGUF_FLOAT32: { float x; memcpy(&x, p, 4); out->v.f64 = x; break; }
+    case MEMRA_GGUF_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        out->v.f64 = x;
+        break;
+    }
     case MEMRA_GGUF_FLOAT64: memcpy(&out->v.f64, p, 8); break;
     case MEMRA_GGUF_BOOL:
         if (p[0] > 1) {
-            cur_fail(c, MEMRA_E_FORMAT, "%s: bool value of '%s' at offset %" PRIu64 " is %u, expected 0 or 1",
-                       c->path, key, at, p[0]);
+            cur_fail(c, MEMRA_E_FORMAT, "%s: bool value of '%s' at offset %" PRIu64 " is %u, expected 0 or 1", c->path,
+                     key, at, p[0]);
             return false;
         }
         out->v.u64 = p[0];
@@ -364,13 +391,14 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
     if (!cur_u32(c, &elem_type, what) || !cur_u64(c, &count, what))
         return false;
     if (elem_type >= MEMRA_GGUF_TYPE_COUNT) {
-        cur_fail(c, MEMRA_E_FORMAT, "%s: array of '%s' at offset %" PRIu64 " has unknown element type %" PRIu32 ", expected 0..12",
-                   c->path, key, at, elem_type);
+        cur_fail(c, MEMRA_E_FORMAT,
+                 "%s: array of '%s' at offset %" PRIu64 " has unknown element type %" PRIu32 ", expected 0..12",
+                 c->path, key, at, elem_type);
         return false;
     }
     if (elem_type == MEMRA_GGUF_ARRAY && depth + 1 > GGUF_MAX_DEPTH) {
         cur_fail(c, MEMRA_E_FORMAT, "%s: arrays of '%s' nest deeper than %u levels at offset %" PRIu64, c->path, key,
-                   GGUF_MAX_DEPTH, at);
+                 GGUF_MAX_DEPTH, at);
         return false;
     }
     uint64_t min_elem = memra_gguf_scalar_size(elem_type);
@@ -380,9 +408,9 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
         min_elem = GGUF_MIN_ARRAY_BYTES;
     if (count > cur_left(c) / min_elem) {
         cur_fail(c, MEMRA_E_FORMAT,
-                   "%s: array of '%s' at offset %" PRIu64 ": count %" PRIu64 " of %s runs past the end of the file (%" PRIu64
-                   " bytes left, at least %" PRIu64 " per element)",
-                   c->path, key, at, count, memra_gguf_type_name(elem_type), cur_left(c), min_elem);
+                 "%s: array of '%s' at offset %" PRIu64 ": count %" PRIu64
+                 " of %s runs past the end of the file (%" PRIu64 " bytes left, at least %" PRIu64 " per element)",
+                 c->path, key, at, count, memra_gguf_type_name(elem_type), cur_left(c), min_elem);
         return false;
     }
     out->type = MEMRA_GGUF_ARRAY;
@@ -395,8 +423,9 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
         if (elem_type == MEMRA_GGUF_BOOL) {
             for (uint64_t i = 0; i < count; i++) {
                 if (p[i] > 1) {
-                    cur_fail(c, MEMRA_E_FORMAT, "%s: bool element %" PRIu64 " of '%s' at offset %" PRIu64 " is %u, expected 0 or 1",
-                               c->path, i, key, c->pos + i, p[i]);
+                    cur_fail(c, MEMRA_E_FORMAT,
+                             "%s: bool element %" PRIu64 " of '%s' at offset %" PRIu64 " is %u, expected 0 or 1",
+                             c->path, i, key, c->pos + i, p[i]);
                     return false;
                 }
             }
@@ -448,9 +477,10 @@ static memra_status parse_header(cursor *c, memra_gguf *g) {
         return MEMRA_E_FORMAT;
     if (magic != MEMRA_GGUF_MAGIC) {
         const uint8_t *m = c->base;
-        return memra_fail(c->err, MEMRA_E_FORMAT,
-                          "%s: not a GGUF file: magic at offset 0 is %02x %02x %02x %02x, expected \"GGUF\" (47 47 55 46)",
-                          c->path, m[0], m[1], m[2], m[3]);
+        return memra_fail(
+            c->err, MEMRA_E_FORMAT,
+            "%s: not a GGUF file: magic at offset 0 is %02x %02x %02x %02x, expected \"GGUF\" (47 47 55 46)", c->path,
+            m[0], m[1], m[2], m[3]);
     }
     if (!cur_u32(c, &g->version, "the header (version)"))
         return MEMRA_E_FORMAT;
@@ -460,11 +490,11 @@ static memra_status parse_header(cursor *c, memra_gguf *g) {
                           "the file with a current llama.cpp",
                           c->path);
     if (g->version == 0x02000000u || g->version == 0x03000000u)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: big-endian GGUF (version field %08" PRIx32 ") is not supported", c->path,
-                          g->version);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: big-endian GGUF (version field %08" PRIx32 ") is not supported",
+                          c->path, g->version);
     if (g->version != 2 && g->version != 3)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: header at offset 4: GGUF version %" PRIu32 ", expected 2 or 3", c->path,
-                          g->version);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: header at offset 4: GGUF version %" PRIu32 ", expected 2 or 3",
+                          c->path, g->version);
     uint64_t n_tensors, n_kv;
     if (!cur_u64(c, &n_tensors, "the header (n_tensors)") || !cur_u64(c, &n_kv, "the header (n_kv)"))
         return MEMRA_E_FORMAT;
@@ -499,7 +529,8 @@ static memra_status parse_kvs(cursor *c, memra_gguf *g) {
         kv->key = key;
         uint64_t slot = 0, dup = name_table_find(&g->kv_index, key, kv_name_at, g, &slot);
         if (dup)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata key #%" PRIu64 " '%s' at offset %" PRIu64 " duplicates key #%" PRIu64,
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: metadata key #%" PRIu64 " '%s' at offset %" PRIu64 " duplicates key #%" PRIu64,
                               c->path, i, key, at, dup - 1);
         g->kv_index.slots[slot] = i + 1;
         uint32_t type;
@@ -508,7 +539,9 @@ static memra_status parse_kvs(cursor *c, memra_gguf *g) {
         if (!cur_u32(c, &type, what))
             return MEMRA_E_FORMAT;
         if (type >= MEMRA_GGUF_TYPE_COUNT)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata key '%s': unknown value type %" PRIu32 " at offset %" PRIu64 ", expected 0..12",
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: metadata key '%s': unknown value type %" PRIu32 " at offset %" PRIu64
+                              ", expected 0..12",
                               c->path, key, type, at);
         if (!read_value(c, type, &kv->value, key, 0))
             return c->status;
@@ -522,11 +555,12 @@ static memra_status parse_alignment(cursor *c, memra_gguf *g) {
     if (!v)
         return MEMRA_OK;
     if (v->type != MEMRA_GGUF_UINT32)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata 'general.alignment' has type %s, expected uint32", c->path,
-                          memra_gguf_type_name(v->type));
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata 'general.alignment' has type %s, expected uint32",
+                          c->path, memra_gguf_type_name(v->type));
     if (v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: metadata 'general.alignment' is %" PRIu64 ", expected a nonzero power of two",
-                          c->path, v->v.u64);
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: metadata 'general.alignment' is %" PRIu64 ", expected a nonzero power of two", c->path,
+                          v->v.u64);
     g->alignment = (uint32_t)v->v.u64;
     return MEMRA_OK;
 }
@@ -543,7 +577,9 @@ static memra_status parse_tensor_info(cursor *c, memra_gguf *g, uint64_t i) {
     g->n_tensors = i + 1; /* counts the names owned, for close() */
     uint64_t slot = 0, dup = name_table_find(&g->tensor_index, name, tensor_name_at, g, &slot);
     if (dup)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor info #%" PRIu64 " at offset %" PRIu64 ": duplicate tensor name '%s' (also tensor info #%" PRIu64 ")",
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: tensor info #%" PRIu64 " at offset %" PRIu64
+                          ": duplicate tensor name '%s' (also tensor info #%" PRIu64 ")",
                           c->path, i, at, name, dup - 1);
     g->tensor_index.slots[slot] = i + 1;
     snprintf(what, sizeof what, "tensor info '%.48s'", name);
@@ -551,8 +587,9 @@ static memra_status parse_tensor_info(cursor *c, memra_gguf *g, uint64_t i) {
     if (!cur_u32(c, &t->n_dims, what))
         return MEMRA_E_FORMAT;
     if (t->n_dims < 1 || t->n_dims > MEMRA_GGUF_MAX_DIMS)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': n_dims %" PRIu32 " at offset %" PRIu64 ", expected 1..%u", c->path,
-                          name, t->n_dims, at, MEMRA_GGUF_MAX_DIMS);
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: tensor '%s': n_dims %" PRIu32 " at offset %" PRIu64 ", expected 1..%u", c->path, name,
+                          t->n_dims, at, MEMRA_GGUF_MAX_DIMS);
     t->n_elems = 1;
     for (uint32_t d = 0; d < MEMRA_GGUF_MAX_DIMS; d++)
         t->ne[d] = 1;
@@ -561,10 +598,14 @@ static memra_status parse_tensor_info(cursor *c, memra_gguf *g, uint64_t i) {
         if (!cur_u64(c, &t->ne[d], what))
             return MEMRA_E_FORMAT;
         if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': dimension %" PRIu32 " is %" PRIu64 " at offset %" PRIu64 ", expected 1..2^63-1",
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: tensor '%s': dimension %" PRIu32 " is %" PRIu64 " at offset %" PRIu64
+                              ", expected 1..2^63-1",
                               c->path, name, d, t->ne[d], at);
         if (__builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems))
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': the product of its dimensions overflows 64 bits (at dimension %" PRIu32 ", offset %" PRIu64 ")",
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: tensor '%s': the product of its dimensions overflows 64 bits (at dimension %" PRIu32
+                              ", offset %" PRIu64 ")",
                               c->path, name, d, at);
     }
     at = c->pos;
@@ -572,15 +613,17 @@ static memra_status parse_tensor_info(cursor *c, memra_gguf *g, uint64_t i) {
         return MEMRA_E_FORMAT;
     uint64_t block_elems, block_bytes;
     if (!memra_tensor_type_block(t->type, &block_elems, &block_bytes))
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': unknown tensor type %" PRIu32 " at offset %" PRIu64, c->path, name,
-                          t->type, at);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': unknown tensor type %" PRIu32 " at offset %" PRIu64,
+                          c->path, name, t->type, at);
     if (t->ne[0] % block_elems != 0)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': %" PRIu64 " columns are not a multiple of the %s block of %" PRIu64,
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: tensor '%s': %" PRIu64 " columns are not a multiple of the %s block of %" PRIu64,
                           c->path, name, t->ne[0], memra_tensor_type_name(t->type), block_elems);
     /* n_elems did not overflow and block_elems divides ne[0], so only the byte count can. */
     if (__builtin_mul_overflow(t->n_elems / block_elems, block_bytes, &t->n_bytes))
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': its size in bytes (%" PRIu64 " elements of %s) overflows 64 bits",
-                          c->path, name, t->n_elems, memra_tensor_type_name(t->type));
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: tensor '%s': its size in bytes (%" PRIu64 " elements of %s) overflows 64 bits", c->path,
+                          name, t->n_elems, memra_tensor_type_name(t->type));
     at = c->pos;
     if (!cur_u64(c, &t->offset, what))
         return MEMRA_E_FORMAT;
@@ -623,7 +666,8 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
     }
     if (pad > cur_left(c))
         return memra_fail(c->err, MEMRA_E_FORMAT,
-                          "%s: truncated in the padding before the data section: need %" PRIu64 " bytes at offset %" PRIu64 " to reach alignment %" PRIu64 ", only %" PRIu64 " left",
+                          "%s: truncated in the padding before the data section: need %" PRIu64
+                          " bytes at offset %" PRIu64 " to reach alignment %" PRIu64 ", only %" PRIu64 " left",
                           c->path, pad, c->pos, align, cur_left(c));
     memra_status pst = zero_bytes(c, c->pos, pad, "the padding before the data section");
     if (pst != MEMRA_OK)
@@ -633,11 +677,14 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         memra_gguf_tensor *t = &g->tensors[i];
         if (t->offset % align != 0)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
                               c->path, t->name, t->offset, align);
         if (t->offset > data_size || t->n_bytes > data_size - t->offset)
             return memra_fail(c->err, MEMRA_E_FORMAT,
-                              "%s: tensor '%s': data [%" PRIu64 ", +%" PRIu64 ") at data offset %" PRIu64 " runs past the end of the file (data section has %" PRIu64 " bytes from file offset %" PRIu64 ")",
+                              "%s: tensor '%s': data [%" PRIu64 ", +%" PRIu64 ") at data offset %" PRIu64
+                              " runs past the end of the file (data section has %" PRIu64
+                              " bytes from file offset %" PRIu64 ")",
                               c->path, t->name, t->offset, t->n_bytes, t->offset, data_size, g->data_offset);
         t->data = c->base + g->data_offset + t->offset;
     }
@@ -651,9 +698,10 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
     for (uint64_t i = 1; i < g->n_tensors && st == MEMRA_OK; i++) {
         const memra_gguf_tensor *a = order[i - 1], *b = order[i];
         if (a->offset + a->n_bytes > b->offset) /* both ends lie inside the file: no overflow */
-            st = memra_fail(c->err, MEMRA_E_FORMAT,
-                            "%s: tensors '%s' (data [%" PRIu64 ", %" PRIu64 ")) and '%s' (data [%" PRIu64 ", %" PRIu64 ")) overlap",
-                            c->path, a->name, a->offset, a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
+            st = memra_fail(
+                c->err, MEMRA_E_FORMAT,
+                "%s: tensors '%s' (data [%" PRIu64 ", %" PRIu64 ")) and '%s' (data [%" PRIu64 ", %" PRIu64 ")) overlap",
+                c->path, a->name, a->offset, a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
     }
     /* The data section holds the tensors and nothing else: every gap (before the first tensor,
      * between two, after the last) is padding, shorter than the alignment and zero. A file whose
@@ -668,8 +716,8 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
                             "alignment %" PRIu64 " (n_tensors, a tensor offset or general.alignment is wrong)",
                             c->path, next - end, g->data_offset + end,
                             i < g->n_tensors ? "lie before tensor '" : "follow the last tensor",
-                            i < g->n_tensors ? order[i]->name : "", i < g->n_tensors ? "' that no tensor accounts for" : "",
-                            align);
+                            i < g->n_tensors ? order[i]->name : "",
+                            i < g->n_tensors ? "' that no tensor accounts for" : "", align);
         else
             st = zero_bytes(c, g->data_offset + end, next - end, "padding in the data section");
         if (i < g->n_tensors)
@@ -694,7 +742,8 @@ static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
         /* Re-check against the bytes actually left now that the metadata is read. */
         if (n_tensors > cur_left(&c) / GGUF_MIN_TENSOR_BYTES)
             return memra_fail(err, MEMRA_E_FORMAT,
-                              "%s: header at offset 8: n_tensors %" PRIu64 " tensor infos cannot fit in the %" PRIu64 " bytes left at offset %" PRIu64 " (at least %u bytes each)",
+                              "%s: header at offset 8: n_tensors %" PRIu64 " tensor infos cannot fit in the %" PRIu64
+                              " bytes left at offset %" PRIu64 " (at least %u bytes each)",
                               g->path, n_tensors, cur_left(&c), c.pos, GGUF_MIN_TENSOR_BYTES);
         g->tensors = calloc(n_tensors, sizeof *g->tensors);
         if (!g->tensors || !name_table_init(&g->tensor_index, n_tensors))
@@ -718,7 +767,8 @@ static memra_status gguf_new(const char *name, memra_gguf **out, memra_error *er
     return MEMRA_OK;
 }
 
-memra_status memra_gguf_open_memory(const void *data, size_t size, const char *name, memra_gguf **out, memra_error *err) {
+memra_status memra_gguf_open_memory(const void *data, size_t size, const char *name, memra_gguf **out,
+                                    memra_error *err) {
     if (!out)
         return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open_memory: out is NULL");
     *out = NULL;
@@ -914,8 +964,8 @@ memra_status memra_gguf_get_u64(const memra_gguf *g, const char *key, uint64_t *
     case MEMRA_GGUF_INT32:
     case MEMRA_GGUF_INT64:
         if (v->v.i64 < 0)
-            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRId64 ", expected a nonnegative integer", g->path, key,
-                              v->v.i64);
+            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRId64 ", expected a nonnegative integer",
+                              g->path, key, v->v.i64);
         *out = (uint64_t)v->v.i64;
         return MEMRA_OK;
     default: return wrong_type(g, key, v, "an unsigned integer", err);
@@ -928,7 +978,8 @@ memra_status memra_gguf_get_u32(const memra_gguf *g, const char *key, uint32_t *
     if (st != MEMRA_OK)
         return st;
     if (x > UINT32_MAX)
-        return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRIu64 ", which does not fit in 32 bits", g->path, key, x);
+        return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRIu64 ", which does not fit in 32 bits", g->path,
+                          key, x);
     *out = (uint32_t)x;
     return MEMRA_OK;
 }
@@ -942,7 +993,8 @@ memra_status memra_gguf_get_f32(const memra_gguf *g, const char *key, float *out
         return wrong_type(g, key, v, "float32 or float64", err);
     if (v->v.f64 > FLT_MAX || v->v.f64 < -FLT_MAX) /* infinities pass; a finite value out of range would be UB */
         if (v->v.f64 != INFINITY && v->v.f64 != -INFINITY)
-            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %g, which does not fit in float32", g->path, key, v->v.f64);
+            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %g, which does not fit in float32", g->path, key,
+                              v->v.f64);
     *out = (float)v->v.f64;
     return MEMRA_OK;
 }

@@ -78,11 +78,11 @@ static memra_status check_scalar(const char *key, const memra_gguf_value *v, mem
     default: return MEMRA_OK; /* floats */
     }
     if (umax && v->v.u64 > umax)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': value %" PRIu64 " does not fit in %s", key, v->v.u64,
-                          memra_gguf_type_name(v->type));
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': value %" PRIu64 " does not fit in %s", key,
+                          v->v.u64, memra_gguf_type_name(v->type));
     if (imax && (v->v.i64 < imin || v->v.i64 > imax))
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': value %" PRId64 " does not fit in %s", key, v->v.i64,
-                          memra_gguf_type_name(v->type));
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': value %" PRId64 " does not fit in %s", key,
+                          v->v.i64, memra_gguf_type_name(v->type));
     return MEMRA_OK;
 }
 
@@ -104,7 +104,8 @@ static memra_status copy_bytes(const char *key, const void *src, uint64_t n, con
 static memra_status value_copy(const char *key, const memra_gguf_value *src, memra_gguf_value *dst, unsigned depth,
                                memra_error *err) {
     if ((uint32_t)src->type >= MEMRA_GGUF_TYPE_COUNT)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': unknown value type %u", key, (unsigned)src->type);
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': unknown value type %u", key,
+                          (unsigned)src->type);
     if (src->type == MEMRA_GGUF_STRING) {
         dst->type = MEMRA_GGUF_STRING;
         dst->v.str.len = src->v.str.len;
@@ -119,7 +120,8 @@ static memra_status value_copy(const char *key, const memra_gguf_value *src, mem
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': array of unknown element type %u", key,
                           (unsigned)a->elem_type);
     if (depth + 1 > WRITER_MAX_DEPTH)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': arrays nest deeper than %u levels", key, WRITER_MAX_DEPTH);
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': arrays nest deeper than %u levels", key,
+                          WRITER_MAX_DEPTH);
     dst->type = MEMRA_GGUF_ARRAY;
     dst->v.arr.elem_type = a->elem_type;
     dst->v.arr.count = 0;
@@ -127,11 +129,13 @@ static memra_status value_copy(const char *key, const memra_gguf_value *src, mem
     if (size) {
         uint64_t n;
         if (__builtin_mul_overflow(a->count, size, &n))
-            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': array of %" PRIu64 " elements overflows", key, a->count);
+            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': array of %" PRIu64 " elements overflows",
+                              key, a->count);
         if (a->elem_type == MEMRA_GGUF_BOOL)
             for (uint64_t i = 0; i < a->count; i++)
                 if (((const uint8_t *)a->data)[i] > 1)
-                    return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': bool element %" PRIu64 " is not 0 or 1", key, i);
+                    return memra_fail(err, MEMRA_E_INVALID,
+                                      "gguf writer: key '%s': bool element %" PRIu64 " is not 0 or 1", key, i);
         dst->v.arr.count = a->count;
         return copy_bytes(key, a->data, n, &dst->v.arr.data, err);
     }
@@ -141,15 +145,18 @@ static memra_status value_copy(const char *key, const memra_gguf_value *src, mem
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': array of %s without items", key,
                           memra_gguf_type_name(a->elem_type));
     if (a->count > SIZE_MAX / sizeof(memra_gguf_value))
-        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': array of %" PRIu64 " elements is too large", key, a->count);
+        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': array of %" PRIu64 " elements is too large", key,
+                          a->count);
     memra_gguf_value *items = calloc((size_t)a->count, sizeof *items);
     if (!items)
-        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': out of memory for %" PRIu64 " elements", key, a->count);
+        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': out of memory for %" PRIu64 " elements", key,
+                          a->count);
     dst->v.arr.items = items;
     dst->v.arr.count = a->count;
     for (uint64_t i = 0; i < a->count; i++) {
         if (a->items[i].type != a->elem_type)
-            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': element %" PRIu64 " has type %s in an array of %s", key, i,
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "gguf writer: key '%s': element %" PRIu64 " has type %s in an array of %s", key, i,
                               memra_gguf_type_name(a->items[i].type), memra_gguf_type_name(a->elem_type));
         memra_status st = value_copy(key, &a->items[i], &items[i], depth + 1, err);
         if (st != MEMRA_OK)
@@ -217,7 +224,8 @@ void memra_gguf_writer_free(memra_gguf_writer *w) {
 
 static memra_status check_name(const char *what, const char *name, memra_error *err) {
     if (!name || !name[0])
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: %s is %s, expected a nonempty name", what, name ? "empty" : "NULL");
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: %s is %s, expected a nonempty name", what,
+                          name ? "empty" : "NULL");
     for (const unsigned char *c = (const unsigned char *)name; *c; c++)
         if (*c < 0x20 || *c == 0x7f) /* the reader refuses these */
             return memra_fail(err, MEMRA_E_INVALID, "gguf writer: %s has the control byte 0x%02x", what, *c);
@@ -237,7 +245,8 @@ memra_status memra_gguf_writer_set(memra_gguf_writer *w, const char *key, const 
     bool is_alignment = strcmp(key, "general.alignment") == 0;
     if (is_alignment && (value->type != MEMRA_GGUF_UINT32 || value->v.u64 == 0 || value->v.u64 > UINT32_MAX ||
                          (value->v.u64 & (value->v.u64 - 1))))
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key 'general.alignment' must be a uint32 nonzero power of two");
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "gguf writer: key 'general.alignment' must be a uint32 nonzero power of two");
     if (w->n_kv == w->cap_kv) {
         uint64_t cap = w->cap_kv ? 2 * w->cap_kv : 16;
         writer_kv *kvs = realloc(w->kvs, cap * sizeof *kvs);
@@ -291,9 +300,10 @@ memra_status memra_gguf_writer_set_str(memra_gguf_writer *w, const char *key, co
 memra_status memra_gguf_writer_set_array(memra_gguf_writer *w, const char *key, memra_gguf_type elem_type,
                                          uint64_t count, const void *data, memra_error *err) {
     if (memra_gguf_scalar_size(elem_type) == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': set_array takes scalar elements, not %s", key ? key : "<null>",
-                          memra_gguf_type_name(elem_type));
-    memra_gguf_value value = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = elem_type, .count = count, .data = data}};
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': set_array takes scalar elements, not %s",
+                          key ? key : "<null>", memra_gguf_type_name(elem_type));
+    memra_gguf_value value = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = elem_type, .count = count, .data = data}};
     return memra_gguf_writer_set(w, key, &value, err);
 }
 
@@ -302,20 +312,23 @@ memra_status memra_gguf_writer_set_str_array(memra_gguf_writer *w, const char *k
     if (count > 0 && !strs)
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': strings are NULL", key ? key : "<null>");
     if (count > SIZE_MAX / sizeof(memra_gguf_value))
-        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': %" PRIu64 " strings are too many", key ? key : "<null>", count);
+        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': %" PRIu64 " strings are too many",
+                          key ? key : "<null>", count);
     memra_gguf_value *items = count ? calloc((size_t)count, sizeof *items) : NULL;
     if (count && !items)
         return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: key '%s': out of memory", key ? key : "<null>");
     for (uint64_t i = 0; i < count; i++) {
         if (!strs[i]) {
             free(items);
-            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is NULL", key ? key : "<null>", i);
+            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is NULL",
+                              key ? key : "<null>", i);
         }
         items[i].type = MEMRA_GGUF_STRING;
         items[i].v.str.ptr = strs[i];
         items[i].v.str.len = strlen(strs[i]);
     }
-    memra_gguf_value value = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = count, .items = items}};
+    memra_gguf_value value = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = count, .items = items}};
     memra_status st = memra_gguf_writer_set(w, key, &value, err);
     free(items);
     return st;
@@ -323,8 +336,8 @@ memra_status memra_gguf_writer_set_str_array(memra_gguf_writer *w, const char *k
 
 /* ---- tensors ---- */
 
-static memra_status add_tensor(memra_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const uint64_t *ne,
-                               writer_tensor **out, memra_error *err) {
+static memra_status add_tensor(memra_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                               const uint64_t *ne, writer_tensor **out, memra_error *err) {
     memra_status st = check_name("a tensor name", name, err);
     if (st != MEMRA_OK)
         return st;
@@ -334,16 +347,18 @@ static memra_status add_tensor(memra_gguf_writer *w, const char *name, uint32_t 
         if (strcmp(w->tensors[i].name, name) == 0)
             return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s' is already added", name);
     if (n_dims < 1 || n_dims > MEMRA_GGUF_MAX_DIMS)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': n_dims %" PRIu32 ", expected 1..%u", name, n_dims,
-                          MEMRA_GGUF_MAX_DIMS);
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': n_dims %" PRIu32 ", expected 1..%u", name,
+                          n_dims, MEMRA_GGUF_MAX_DIMS);
     writer_tensor t = {.type = type, .n_dims = n_dims, .n_rows = 1};
     for (uint32_t d = 0; d < MEMRA_GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
         if (t.ne[d] == 0 || t.ne[d] > (uint64_t)INT64_MAX)
-            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': dimension %" PRIu32 " is %" PRIu64 ", expected 1..2^63-1",
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "gguf writer: tensor '%s': dimension %" PRIu32 " is %" PRIu64 ", expected 1..2^63-1",
                               name, d, t.ne[d]);
         if (d > 0 && __builtin_mul_overflow(t.n_rows, t.ne[d], &t.n_rows))
-            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': the product of its dimensions overflows", name);
+            return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': the product of its dimensions overflows",
+                              name);
     }
     st = memra_tensor_row_bytes(type, t.ne[0], &t.row_bytes, err);
     if (st != MEMRA_OK) {
@@ -353,7 +368,8 @@ static memra_status add_tensor(memra_gguf_writer *w, const char *name, uint32_t 
         return MEMRA_E_INVALID;
     }
     uint64_t n_elems;
-    if (__builtin_mul_overflow(t.n_rows, t.ne[0], &n_elems) || __builtin_mul_overflow(t.n_rows, t.row_bytes, &t.n_bytes))
+    if (__builtin_mul_overflow(t.n_rows, t.ne[0], &n_elems) ||
+        __builtin_mul_overflow(t.n_rows, t.row_bytes, &t.n_bytes))
         return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': its size overflows 64 bits", name);
     if (w->n_tensors == w->cap_tensors) {
         uint64_t cap = w->cap_tensors ? 2 * w->cap_tensors : 16;
@@ -381,7 +397,8 @@ memra_status memra_gguf_writer_add_tensor(memra_gguf_writer *w, const char *name
         free(t->name);
         if (!data)
             return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': data is NULL", name);
-        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: tensor '%s': out of memory for %" PRIu64 " bytes", name, t->n_bytes);
+        return memra_fail(err, MEMRA_E_NOMEM, "gguf writer: tensor '%s': out of memory for %" PRIu64 " bytes", name,
+                          t->n_bytes);
     }
     memcpy(t->data, data, (size_t)t->n_bytes);
     w->n_tensors++;
@@ -392,7 +409,8 @@ memra_status memra_gguf_writer_add_tensor_fill(memra_gguf_writer *w, const char 
                                                const uint64_t *ne, memra_gguf_fill_fn fill, void *user,
                                                memra_error *err) {
     if (!fill)
-        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': fill callback is NULL", name ? name : "<null>");
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: tensor '%s': fill callback is NULL",
+                          name ? name : "<null>");
     writer_tensor *t;
     memra_status st = add_tensor(w, name, type, n_dims, ne, &t, err);
     if (st != MEMRA_OK)
@@ -420,7 +438,8 @@ static memra_status sink_put(sink *s, const void *data, uint64_t n) {
     if (s->buf) {
         memcpy(s->buf + s->pos, data, (size_t)n);
     } else if (fwrite(data, 1, (size_t)n, s->file) != n) {
-        return memra_fail(s->err, MEMRA_E_IO, "%s: write failed at offset %" PRIu64 ": %s", s->name, s->pos, strerror(errno));
+        return memra_fail(s->err, MEMRA_E_IO, "%s: write failed at offset %" PRIu64 ": %s", s->name, s->pos,
+                          strerror(errno));
     }
     s->pos += n;
     return MEMRA_OK;
@@ -454,13 +473,25 @@ static memra_status sink_value(sink *s, const memra_gguf_value *v) {
     case MEMRA_GGUF_UINT8:
     case MEMRA_GGUF_BOOL: b[0] = (uint8_t)v->v.u64; return sink_put(s, b, 1);
     case MEMRA_GGUF_INT8: b[0] = (uint8_t)(int8_t)v->v.i64; return sink_put(s, b, 1);
-    case MEMRA_GGUF_UINT16: { uint16_t x = (uint16_t)v->v.u64; return sink_put(s, &x, 2); }
-    case MEMRA_GGUF_INT16: { int16_t x = (int16_t)v->v.i64; return sink_put(s, &x, 2); }
+    case MEMRA_GGUF_UINT16: {
+        uint16_t x = (uint16_t)v->v.u64;
+        return sink_put(s, &x, 2);
+    }
+    case MEMRA_GGUF_INT16: {
+        int16_t x = (int16_t)v->v.i64;
+        return sink_put(s, &x, 2);
+    }
     case MEMRA_GGUF_UINT32: return sink_u32(s, (uint32_t)v->v.u64);
-    case MEMRA_GGUF_INT32: { int32_t x = (int32_t)v->v.i64; return sink_put(s, &x, 4); }
+    case MEMRA_GGUF_INT32: {
+        int32_t x = (int32_t)v->v.i64;
+        return sink_put(s, &x, 4);
+    }
     case MEMRA_GGUF_UINT64: return sink_u64(s, v->v.u64);
     case MEMRA_GGUF_INT64: return sink_put(s, &v->v.i64, 8);
-    case MEMRA_GGUF_FLOAT32: { float x = (float)v->v.f64; return sink_put(s, &x, 4); }
+    case MEMRA_GGUF_FLOAT32: {
+        float x = (float)v->v.f64;
+        return sink_put(s, &x, 4);
+    }
     case MEMRA_GGUF_FLOAT64: return sink_put(s, &v->v.f64, 8);
     case MEMRA_GGUF_ARRAY: break;
     default: return memra_fail(s->err, MEMRA_E_INTERNAL, "%s: value of unknown type %u", s->name, (unsigned)v->type);
@@ -493,7 +524,8 @@ static memra_status writer_layout(memra_gguf_writer *w, const char *name, uint64
         w->tensors[i].offset = off;
         uint64_t padded = w->tensors[i].n_bytes + (align - w->tensors[i].n_bytes % align) % align;
         if (padded < w->tensors[i].n_bytes || __builtin_add_overflow(off, padded, &off))
-            return memra_fail(err, MEMRA_E_RANGE, "%s: the data section overflows 64 bits at tensor '%s'", name, w->tensors[i].name);
+            return memra_fail(err, MEMRA_E_RANGE, "%s: the data section overflows 64 bits at tensor '%s'", name,
+                              w->tensors[i].name);
     }
     if (__builtin_add_overflow(pos, off, total))
         return memra_fail(err, MEMRA_E_RANGE, "%s: the file size overflows 64 bits", name);
@@ -508,7 +540,8 @@ static memra_status sink_fill(sink *s, memra_gguf_writer *w, uint64_t index, uin
         uint8_t *dst = s->buf ? s->buf + s->pos : chunk;
         memra_status st = t->fill(t->user, index, row0, n_rows, dst, s->err);
         if (st != MEMRA_OK) {
-            memra_error_prefix(s->err, "%s: tensor '%s' rows %" PRIu64 "..%" PRIu64, s->name, t->name, row0, row0 + n_rows);
+            memra_error_prefix(s->err, "%s: tensor '%s' rows %" PRIu64 "..%" PRIu64, s->name, t->name, row0,
+                               row0 + n_rows);
             return st;
         }
         if (s->buf)
@@ -567,7 +600,8 @@ static memra_status writer_emit(memra_gguf_writer *w, sink *s) {
             if (w->tensors[i].fill && chunk_rows_of(&w->tensors[i]) * w->tensors[i].row_bytes > max_chunk)
                 max_chunk = chunk_rows_of(&w->tensors[i]) * w->tensors[i].row_bytes;
         if (max_chunk && (max_chunk > SIZE_MAX || !(chunk = malloc((size_t)max_chunk))))
-            return memra_fail(s->err, MEMRA_E_NOMEM, "%s: out of memory for a chunk of %" PRIu64 " bytes", s->name, max_chunk);
+            return memra_fail(s->err, MEMRA_E_NOMEM, "%s: out of memory for a chunk of %" PRIu64 " bytes", s->name,
+                              max_chunk);
     }
     for (uint64_t i = 0; i < w->n_tensors && st == MEMRA_OK; i++) {
         const writer_tensor *t = &w->tensors[i];

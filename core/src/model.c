@@ -65,8 +65,8 @@ static memra_status get_positive_f32(describe_ctx *c, const char *suffix, bool r
     if (st != MEMRA_OK)
         return with_path(c, st);
     if (!isfinite(*out) || *out <= 0.0f)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' is %g, expected a finite positive number", c->path,
-                          key, (double)*out);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' is %g, expected a finite positive number", c->path, key,
+                          (double)*out);
     return MEMRA_OK;
 }
 
@@ -166,8 +166,8 @@ static memra_status read_rope_scaling(describe_ctx *c) {
         if (st != MEMRA_OK)
             return with_path(c, st);
         if (!isfinite(f) || f < 0.0f)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' is %g, expected a finite factor >= 0", c->path,
-                              key, (double)f);
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' is %g, expected a finite factor >= 0", c->path, key,
+                              (double)f);
         if (f != 0.0f) /* 0 means "not set", as in llama.cpp */
             m->rope_linear_factor = f;
         return MEMRA_OK;
@@ -192,7 +192,8 @@ static memra_status read_hparams(describe_ctx *c) {
         m->n_head_kv = m->n_head; /* llama.cpp's default: no grouping */
     if (m->n_head_kv > m->n_head || m->n_head % m->n_head_kv != 0)
         return memra_fail(c->err, MEMRA_E_FORMAT,
-                          "%s: %s.attention.head_count %" PRIu32 " is not a multiple of %s.attention.head_count_kv %" PRIu32,
+                          "%s: %s.attention.head_count %" PRIu32
+                          " is not a multiple of %s.attention.head_count_kv %" PRIu32,
                           c->path, m->arch_name, m->n_head, m->arch_name, m->n_head_kv);
 
     if ((st = get_count_opt(c, "attention.key_length", &m->head_dim, &present)) != MEMRA_OK)
@@ -200,7 +201,8 @@ static memra_status read_hparams(describe_ctx *c) {
     if (!present) {
         if (m->n_embd % m->n_head != 0)
             return memra_fail(c->err, MEMRA_E_FORMAT,
-                              "%s: %s.embedding_length %" PRIu32 " is not a multiple of %s.attention.head_count %" PRIu32
+                              "%s: %s.embedding_length %" PRIu32
+                              " is not a multiple of %s.attention.head_count %" PRIu32
                               " (and %s.attention.key_length is absent)",
                               c->path, m->arch_name, m->n_embd, m->arch_name, m->n_head, m->arch_name);
         m->head_dim = m->n_embd / m->n_head;
@@ -210,8 +212,8 @@ static memra_status read_hparams(describe_ctx *c) {
     if (!present)
         m->head_dim_v = m->head_dim;
     if (m->head_dim % 2 != 0)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: head dimension %" PRIu32 " is odd: rope needs pairs",
-                          c->path, m->head_dim);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: head dimension %" PRIu32 " is odd: rope needs pairs", c->path,
+                          m->head_dim);
 
     uint32_t n_rot;
     if ((st = get_count_opt(c, "rope.dimension_count", &n_rot, &present)) != MEMRA_OK)
@@ -265,8 +267,9 @@ static memra_status read_special_id(describe_ctx *c, const char *key, int64_t *o
     if (st != MEMRA_OK)
         return with_path(c, st);
     if (id >= c->m->n_vocab)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRIu64 ", expected a token id below %" PRIu32
-                          " (n_vocab)", c->path, key, id, c->m->n_vocab);
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: key '%s' is %" PRIu64 ", expected a token id below %" PRIu32 " (n_vocab)", c->path, key,
+                          id, c->m->n_vocab);
     *out = (int64_t)id;
     return MEMRA_OK;
 }
@@ -307,8 +310,7 @@ static memra_status bind(describe_ctx *c, const char *name, dim_expect cols, dim
     }
     uint64_t block_elems, block_bytes;
     if (!memra_tensor_type_block(t->type, &block_elems, &block_bytes))
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s' has unknown type %" PRIu32, c->path, name,
-                          t->type);
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s' has unknown type %" PRIu32, c->path, name, t->type);
     char shape[96];
     shape_text(t, shape, sizeof shape);
     if (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || (vector && t->ne[1] != 1))
@@ -338,14 +340,23 @@ static memra_status bind(describe_ctx *c, const char *name, dim_expect cols, dim
 }
 
 /* The parts of a layer, blk.N.<part>.{weight,bias}, and where they bind. */
-typedef enum part_shape { SHAPE_NORM, SHAPE_Q, SHAPE_K, SHAPE_V, SHAPE_O, SHAPE_UP, SHAPE_DOWN, SHAPE_HEADNORM } part_shape;
+typedef enum part_shape {
+    SHAPE_NORM,
+    SHAPE_Q,
+    SHAPE_K,
+    SHAPE_V,
+    SHAPE_O,
+    SHAPE_UP,
+    SHAPE_DOWN,
+    SHAPE_HEADNORM
+} part_shape;
 
 typedef struct layer_part {
-    const char *name; /* "attn_q" */
+    const char *name;   /* "attn_q" */
     const char *suffix; /* "weight" or "bias" */
     part_shape shape;
     bool vector;
-    size_t offset; /* of the memra_weight in memra_layer */
+    size_t offset;     /* of the memra_weight in memra_layer */
     uint32_t required; /* bit per arch: required there */
     uint32_t allowed;  /* bit per arch: bound when present */
 } layer_part;
@@ -379,15 +390,21 @@ static const layer_part layer_parts[] = {
 #define N_LAYER_PARTS (sizeof layer_parts / sizeof layer_parts[0])
 
 /* Expected [cols, rows] of a part; for a vector, cols is its length (rows.n = 0). */
-static void part_dims(const memra_model *m, const layer_part *p, dim_expect *cols, dim_expect *rows,
-                      char *what, size_t size) {
+static void part_dims(const memra_model *m, const layer_part *p, dim_expect *cols, dim_expect *rows, char *what,
+                      size_t size) {
     uint64_t q_dim = (uint64_t)m->n_head * m->head_dim;
     uint64_t k_dim = (uint64_t)m->n_head_kv * m->head_dim;
     uint64_t v_dim = (uint64_t)m->n_head_kv * m->head_dim_v;
     dim_expect embd = {m->n_embd, "n_embd"};
     switch (p->shape) {
-    case SHAPE_NORM: *cols = embd; *rows = (dim_expect){0, ""}; break;
-    case SHAPE_HEADNORM: *cols = (dim_expect){m->head_dim, "head_dim"}; *rows = (dim_expect){0, ""}; break;
+    case SHAPE_NORM:
+        *cols = embd;
+        *rows = (dim_expect){0, ""};
+        break;
+    case SHAPE_HEADNORM:
+        *cols = (dim_expect){m->head_dim, "head_dim"};
+        *rows = (dim_expect){0, ""};
+        break;
     case SHAPE_Q:
         snprintf(what, size, "n_head*head_dim = %" PRIu32 "*%" PRIu32, m->n_head, m->head_dim);
         *cols = embd;
@@ -408,8 +425,14 @@ static void part_dims(const memra_model *m, const layer_part *p, dim_expect *col
         *cols = (dim_expect){(uint64_t)m->n_head * m->head_dim_v, what};
         *rows = embd;
         break;
-    case SHAPE_UP: *cols = embd; *rows = (dim_expect){m->n_ff, "n_ff"}; break;
-    case SHAPE_DOWN: *cols = (dim_expect){m->n_ff, "n_ff"}; *rows = embd; break;
+    case SHAPE_UP:
+        *cols = embd;
+        *rows = (dim_expect){m->n_ff, "n_ff"};
+        break;
+    case SHAPE_DOWN:
+        *cols = (dim_expect){m->n_ff, "n_ff"};
+        *rows = embd;
+        break;
     }
     if (p->vector && p->shape != SHAPE_NORM && p->shape != SHAPE_HEADNORM) { /* a bias: one per row */
         *cols = *rows;
@@ -524,8 +547,9 @@ memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_
     /* Every layer has at least 9 tensors: a count past that is a corrupt header, not a model to
      * allocate for. */
     if (m->n_layer > memra_gguf_tensor_count(g)) {
-        st = memra_fail(err, MEMRA_E_FORMAT, "%s: %s.block_count is %" PRIu32 " but the file has only %" PRIu64
-                        " tensors", c.path, m->arch_name, m->n_layer, memra_gguf_tensor_count(g));
+        st = memra_fail(err, MEMRA_E_FORMAT,
+                        "%s: %s.block_count is %" PRIu32 " but the file has only %" PRIu64 " tensors", c.path,
+                        m->arch_name, m->n_layer, memra_gguf_tensor_count(g));
         goto err_free_model;
     }
     m->layers = calloc(m->n_layer, sizeof *m->layers);

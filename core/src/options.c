@@ -134,8 +134,8 @@ memra_status memra_options_check(const memra_options *opts, const memra_option_s
                     continue;
                 used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", specs[l][k].key);
             }
-        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': unknown key '%s'; known keys: %s", arm,
-                          opts->items[i].key, list[0] ? list : "(none)");
+        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': unknown key '%s'; known keys: %s", arm, opts->items[i].key,
+                          list[0] ? list : "(none)");
     }
     return MEMRA_OK;
 }
@@ -153,8 +153,8 @@ static memra_status parse_u32(const char *key, const char *s, uint32_t min, uint
     return MEMRA_OK;
 }
 
-memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min,
-                               uint32_t max, uint32_t *out, memra_error *err) {
+memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min, uint32_t max,
+                               uint32_t *out, memra_error *err) {
     const char *v = memra_options_get(opts, key);
     if (!v) {
         *out = dflt;

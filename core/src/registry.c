@@ -131,8 +131,8 @@ static void log_v(memra_log_level level, const char *plugin, const char *fmt, va
     sink(level, plugin ? plugin : "", line, user);
 }
 
-__attribute__((format(printf, 3, 4))) static void host_log(memra_log_level level, const char *plugin,
-                                                           const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static void host_log(memra_log_level level, const char *plugin, const char *fmt,
+                                                           ...) {
     va_list ap;
     va_start(ap, fmt);
     log_v(level, plugin, fmt, ap);
@@ -164,14 +164,14 @@ static memra_status find_plugin_in_slot(uint32_t slot, const char *name, memra_p
     return memra_registry_load(r, name, kind, out, err);
 }
 
-#define FIND_SLOT(b, d)                                                                                      \
-    static memra_status find_plugin_slot##b##d(const char *name, memra_plugin_kind kind,                     \
-                                               const memra_plugin **out, memra_error *err) {                 \
-        return find_plugin_in_slot((b) * 8u + (d), name, kind, out, err);                                    \
+#define FIND_SLOT(b, d)                                                                                                \
+    static memra_status find_plugin_slot##b##d(const char *name, memra_plugin_kind kind, const memra_plugin **out,     \
+                                               memra_error *err) {                                                     \
+        return find_plugin_in_slot((b)*8u + (d), name, kind, out, err);                                                \
     }
-#define FIND_SLOT8(b)                                                                                        \
-    FIND_SLOT(b, 0) FIND_SLOT(b, 1) FIND_SLOT(b, 2) FIND_SLOT(b, 3) FIND_SLOT(b, 4) FIND_SLOT(b, 5)          \
-        FIND_SLOT(b, 6) FIND_SLOT(b, 7)
+#define FIND_SLOT8(b)                                                                                                  \
+    FIND_SLOT(b, 0)                                                                                                    \
+    FIND_SLOT(b, 1) FIND_SLOT(b, 2) FIND_SLOT(b, 3) FIND_SLOT(b, 4) FIND_SLOT(b, 5) FIND_SLOT(b, 6) FIND_SLOT(b, 7)
 FIND_SLOT8(0)
 FIND_SLOT8(1)
 FIND_SLOT8(2)
@@ -180,13 +180,13 @@ FIND_SLOT8(4)
 FIND_SLOT8(5)
 FIND_SLOT8(6)
 FIND_SLOT8(7)
-#define FIND_REF8(b)                                                                                         \
-    find_plugin_slot##b##0, find_plugin_slot##b##1, find_plugin_slot##b##2, find_plugin_slot##b##3,          \
+#define FIND_REF8(b)                                                                                                   \
+    find_plugin_slot##b##0, find_plugin_slot##b##1, find_plugin_slot##b##2, find_plugin_slot##b##3,                    \
         find_plugin_slot##b##4, find_plugin_slot##b##5, find_plugin_slot##b##6, find_plugin_slot##b##7
 typedef memra_status (*find_plugin_fn)(const char *, memra_plugin_kind, const memra_plugin **, memra_error *);
 /* Slot 8b+d's trampoline is find_plugin_slot<b><d>. */
 static const find_plugin_fn g_slot_find[REGISTRY_SLOTS] = {FIND_REF8(0), FIND_REF8(1), FIND_REF8(2), FIND_REF8(3),
-                                                            FIND_REF8(4), FIND_REF8(5), FIND_REF8(6), FIND_REF8(7)};
+                                                           FIND_REF8(4), FIND_REF8(5), FIND_REF8(6), FIND_REF8(7)};
 
 static memra_status slot_take(memra_registry *r, memra_error *err) {
     pthread_mutex_lock(&g_slot_lock);
@@ -289,8 +289,8 @@ static bool name_valid(const char *s) {
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                  c == '_' || c == '.';
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                  c == '.';
         if (!ok)
             return false;
     }
@@ -393,8 +393,8 @@ static memra_status manifest_line(const char *path, unsigned line_no, char *line
     } else if (*key == '\0') {
         return memra_fail(err, MEMRA_E_FORMAT, "%s:%u: missing key before '='", path, line_no);
     } else {
-        return memra_fail(err, MEMRA_E_FORMAT, "%s:%u: unknown key '%.40s' (a manifest has name, kind and file)",
-                          path, line_no, key);
+        return memra_fail(err, MEMRA_E_FORMAT, "%s:%u: unknown key '%.40s' (a manifest has name, kind and file)", path,
+                          line_no, key);
     }
     if (*where)
         return memra_fail(err, MEMRA_E_FORMAT, "%s:%u: '%s' given again (first on line %u)", path, line_no, key,
@@ -747,8 +747,10 @@ static memra_status dirs_from_env(memra_registry *r, memra_error *err) {
         if (item[0] == '/')
             st = dir_add(r, str_dup(item), err);
         else if (item[0] == '\0')
-            registry_log(MEMRA_LOG_WARN, "MEMRA_PLUGIN_PATH entry %u is empty: ignored (the current directory is "
-                                         "never searched)", index);
+            registry_log(MEMRA_LOG_WARN,
+                         "MEMRA_PLUGIN_PATH entry %u is empty: ignored (the current directory is "
+                         "never searched)",
+                         index);
         else
             registry_log(MEMRA_LOG_WARN, "MEMRA_PLUGIN_PATH entry %u '%s' is not absolute: ignored", index, item);
     }
@@ -779,8 +781,10 @@ static char *build_plugin_dir(const char *lib_dir, bool *is_build) {
     const char *named = trim(line);
     char *dir = NULL;
     if (!named[0] || got == (ssize_t)MEMRA_BUILD_MARKER_MAX)
-        registry_log(MEMRA_LOG_WARN, "%s: the build-tree marker names no plugin folder: the build tree's plugins are "
-                                     "not searched", marker);
+        registry_log(MEMRA_LOG_WARN,
+                     "%s: the build-tree marker names no plugin folder: the build tree's plugins are "
+                     "not searched",
+                     marker);
     else
         dir = named[0] == '/' ? str_dup(named) : path_join(lib_dir, named);
     char *real = dir ? realpath(dir, NULL) : NULL; /* "lib/../plugins.d" reads better resolved */
@@ -887,30 +891,30 @@ const memra_host *memra_registry_host(memra_registry *r) {
 /* ------------------------------------------------------------------------------------------ */
 /* Checking a descriptor                                                                       */
 
-#define REQUIRE_MEMBER(vt, member)                                                                           \
-    do {                                                                                                     \
-        if (!(vt)->member)                                                                                   \
-            return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable leaves '%s' NULL, which is mandatory", \
-                              who, e->file, kind, #member);                                                  \
+#define REQUIRE_MEMBER(vt, member)                                                                                     \
+    do {                                                                                                               \
+        if (!(vt)->member)                                                                                             \
+            return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable leaves '%s' NULL, which is mandatory", who,     \
+                              e->file, kind, #member);                                                                 \
     } while (0)
 
 static memra_status check_options(const char *who, const reg_entry *e, const char *kind,
                                   const memra_option_spec *options, uint32_t n, memra_error *err) {
     if (n && !options)
-        return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable has n_options %u but options is NULL", who,
-                          e->file, kind, n);
+        return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable has n_options %u but options is NULL", who, e->file,
+                          kind, n);
     for (uint32_t i = 0; i < n; i++)
         if (!options[i].key)
-            return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable: option %u has a NULL key", who, e->file,
-                              kind, i);
+            return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s's %s vtable: option %u has a NULL key", who, e->file, kind,
+                              i);
     return MEMRA_OK;
 }
 
-static memra_status vtable_too_small(const char *who, const reg_entry *e, const char *kind, uint32_t size,
-                                     size_t v1, memra_error *err) {
+static memra_status vtable_too_small(const char *who, const reg_entry *e, const char *kind, uint32_t size, size_t v1,
+                                     memra_error *err) {
     return memra_fail(err, MEMRA_E_PLUGIN,
-                      "%s: struct too small: %s's %s vtable is %u bytes, ABI %u needs at least %zu", who, e->file,
-                      kind, size, MEMRA_ABI_VERSION, v1);
+                      "%s: struct too small: %s's %s vtable is %u bytes, ABI %u needs at least %zu", who, e->file, kind,
+                      size, MEMRA_ABI_VERSION, v1);
 }
 
 /* The vtable of the descriptor's kind: present, large enough, mandatory members set; the
@@ -974,8 +978,8 @@ static memra_status check_vtables(const char *who, const reg_entry *e, const mem
 
 /* The entry symbol must be the plugin's own (dlsym on a handle also searches the libraries
  * it depends on) and its ELF size, when known, must cover the declared struct. */
-static memra_status check_symbol(const char *who, const reg_entry *e, void *handle, const void *sym,
-                                 size_t *sym_size, memra_error *err) {
+static memra_status check_symbol(const char *who, const reg_entry *e, void *handle, const void *sym, size_t *sym_size,
+                                 memra_error *err) {
     *sym_size = 0;
     struct link_map *own = NULL, *found = NULL;
     const ElfW(Sym) *elf_sym = NULL;
@@ -1012,8 +1016,9 @@ static memra_status check_descriptor(const char *who, const reg_entry *e, const 
                           "%s: struct too small: %s's descriptor says %u bytes but its symbol %s is %zu bytes", who,
                           e->file, p->struct_size, MEMRA_PLUGIN_SYMBOL, sym_size);
     if (p->kind != e->pub.kind)
-        return memra_fail(err, MEMRA_E_PLUGIN, "%s: kind mismatch: manifest %s says kind %s, %s's descriptor says %s (%u)",
-                          who, e->manifest, entry_kind(e), e->file, memra_plugin_kind_name(p->kind), p->kind);
+        return memra_fail(err, MEMRA_E_PLUGIN,
+                          "%s: kind mismatch: manifest %s says kind %s, %s's descriptor says %s (%u)", who, e->manifest,
+                          entry_kind(e), e->file, memra_plugin_kind_name(p->kind), p->kind);
     if (!p->name)
         return memra_fail(err, MEMRA_E_PLUGIN, "%s: name mismatch: %s's descriptor has no name (manifest %s says '%s')",
                           who, e->file, e->manifest, e->name);
@@ -1034,8 +1039,8 @@ static memra_status entry_open(memra_registry *r, reg_entry *e, memra_error *err
     struct stat sb;
     if (stat(e->file, &sb) != 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            return memra_fail(err, MEMRA_E_PLUGIN, "%s: file missing: %s does not exist (named by %s)", who,
-                              e->file, e->manifest);
+            return memra_fail(err, MEMRA_E_PLUGIN, "%s: file missing: %s does not exist (named by %s)", who, e->file,
+                              e->manifest);
         return memra_fail(err, MEMRA_E_PLUGIN, "%s: cannot reach %s (named by %s): %s", who, e->file, e->manifest,
                           strerror(errno));
     }
@@ -1088,8 +1093,10 @@ static memra_status entry_load(memra_registry *r, reg_entry *e, memra_error *err
         return memra_fail(err, e->pub.status ? e->pub.status : MEMRA_E_PLUGIN, "%s",
                           e->message ? e->message : "failed earlier");
     if (e->loading)
-        return memra_fail(err, MEMRA_E_PLUGIN, "plugin '%s' (%s): asked for again while it is being loaded "
-                          "(a plugin that needs itself, directly or through others)", e->name, entry_kind(e));
+        return memra_fail(err, MEMRA_E_PLUGIN,
+                          "plugin '%s' (%s): asked for again while it is being loaded "
+                          "(a plugin that needs itself, directly or through others)",
+                          e->name, entry_kind(e));
     e->loading = true;
     memra_error local;
     memra_status st = entry_open(r, e, &local);
@@ -1160,13 +1167,15 @@ static memra_status not_found(const memra_registry *r, const char *name, memra_p
     return memra_fail(err, MEMRA_E_PLUGIN, "%s", msg);
 }
 
-memra_status memra_registry_load(memra_registry *r, const char *name, memra_plugin_kind kind,
-                                 const memra_plugin **out, memra_error *err) {
+memra_status memra_registry_load(memra_registry *r, const char *name, memra_plugin_kind kind, const memra_plugin **out,
+                                 memra_error *err) {
     if (out)
         *out = NULL;
     if (!r || !name || !out)
         return memra_fail(err, MEMRA_E_INVALID, "memra_registry_load: %s is NULL",
-                          !r ? "registry" : !name ? "name" : "out");
+                          !r      ? "registry"
+                          : !name ? "name"
+                                  : "out");
     if (kind < MEMRA_PLUGIN_PLACEMENT || kind > MEMRA_PLUGIN_SAMPLER)
         return memra_fail(err, MEMRA_E_INVALID, "memra_registry_load('%.64s'): unknown plugin kind %u", name,
                           (unsigned)kind);

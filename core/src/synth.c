@@ -36,8 +36,8 @@ typedef struct synth_preset {
     uint32_t key_length; /* written as attention.key_length/value_length when nonzero */
     uint32_t n_ff, n_ctx;
     float rope_base;
-    bool tied;    /* no output.weight: the head reads token_embd */
-    bool qk_norm; /* qwen3 */
+    bool tied;     /* no output.weight: the head reads token_embd */
+    bool qk_norm;  /* qwen3 */
     bool qkv_bias; /* qwen2 */
     /* Llama 3.1 rope factors (rope_freqs.weight) when factor > 0: factor, low and high frequency
      * factors, original context. */
@@ -56,15 +56,16 @@ static const synth_preset synth_presets[] = {
 };
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
-static const char *const synth_preset_names[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny", "llama-1b", "llama-8b",
-                                                 NULL};
+static const char *const synth_preset_names[] = {"tiny",     "small",    "qwen3-tiny", "qwen2-tiny",
+                                                 "llama-1b", "llama-8b", NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
  * seeds against the gate's loop rule (last 64 tokens periodic with period <= 16): */
 #define SYNTH_LOGIT_SPREAD 3.0 /* standard deviation of the logits, roughly */
 #define SYNTH_EMBD_GAIN 0.5    /* embedding std = gain * sqrt(n_layer / n_embd) */
-#define SYNTH_QK_GAIN 4.0f     /* q and k elements of std 4: attention scores of std ~16 pick out
+#define SYNTH_QK_GAIN                                                                                                  \
+    4.0f /* q and k elements of std 4: attention scores of std ~16 pick out
                                 * few positions, so the history steers the stream (with gain 1
                                 * it averages out and streams fall into short loops) */
 /* The head rows of <unk>, <s> and </s> (tied or not) are damped: their logits stay near the
@@ -83,7 +84,8 @@ memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_err
     static const struct {
         const char *word;
         uint32_t type;
-    } dtypes[] = {{"f32", MEMRA_TYPE_F32}, {"f16", MEMRA_TYPE_F16}, {"bf16", MEMRA_TYPE_BF16}, {"q8_0", MEMRA_TYPE_Q8_0}};
+    } dtypes[] = {
+        {"f32", MEMRA_TYPE_F32}, {"f16", MEMRA_TYPE_F16}, {"bf16", MEMRA_TYPE_BF16}, {"q8_0", MEMRA_TYPE_Q8_0}};
     for (size_t i = 0; word && i < sizeof dtypes / sizeof dtypes[0]; i++) {
         if (strcasecmp(word, dtypes[i].word) == 0) {
             *type = dtypes[i].type;
@@ -108,8 +110,10 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
                           name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         spec->type != MEMRA_TYPE_Q8_0)
-        return memra_fail(err, MEMRA_E_INVALID, "preset '%s': tensor type %s is not one synth writes (F32, F16, BF16, "
-                          "Q8_0)", name, memra_tensor_type_name(spec->type));
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "preset '%s': tensor type %s is not one synth writes (F32, F16, BF16, "
+                          "Q8_0)",
+                          name, memra_tensor_type_name(spec->type));
     return MEMRA_OK;
 }
 
@@ -219,7 +223,7 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
     float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)));
     float a_bias = uniform_amp(SYNTH_BIAS_STD);
     memra_status st;
-#define ADD(name, kind, type, cols, rows, amp)                                                                          \
+#define ADD(name, kind, type, cols, rows, amp)                                                                         \
     do {                                                                                                               \
         if ((st = add_tensor(sm, name, kind, type, cols, rows, amp, err)) != MEMRA_OK)                                 \
             return st;                                                                                                 \
@@ -235,7 +239,7 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
     }
     for (uint32_t l = 0; l < p->n_layer; l++) {
         char name[64];
-#define LAYER(part, kind, type, cols, rows, amp)                                                                        \
+#define LAYER(part, kind, type, cols, rows, amp)                                                                       \
     do {                                                                                                               \
         snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, part);                                                    \
         ADD(name, kind, type, cols, rows, amp);                                                                        \
@@ -352,8 +356,9 @@ static memra_status synth_fill(void *user, uint64_t index, uint64_t row0, uint64
                           sm->n_tensors);
     const synth_tensor *t = &sm->tensors[index];
     if (row0 > t->rows || n_rows > t->rows - row0)
-        return memra_fail(err, MEMRA_E_INTERNAL, "synth: fill asked for rows %" PRIu64 "+%" PRIu64 " of '%s' (%" PRIu64
-                          " rows)", row0, n_rows, t->name, t->rows);
+        return memra_fail(err, MEMRA_E_INTERNAL,
+                          "synth: fill asked for rows %" PRIu64 "+%" PRIu64 " of '%s' (%" PRIu64 " rows)", row0, n_rows,
+                          t->name, t->rows);
     uint64_t row_bytes;
     memra_status st = memra_tensor_row_bytes(t->type, t->cols, &row_bytes, err);
     if (st != MEMRA_OK)
@@ -369,8 +374,8 @@ static memra_status synth_fill(void *user, uint64_t index, uint64_t row0, uint64
     uint32_t started = 0;
     for (uint32_t k = 0; k < n_threads; k++) {
         uint64_t begin = n_rows * k / n_threads, end = n_rows * (k + 1) / n_threads;
-        jobs[k] = (fill_job){t, row0 + begin, end - begin, row_bytes, (unsigned char *)dst + begin * row_bytes,
-                             scratch + k * t->cols};
+        jobs[k] = (fill_job){
+            t, row0 + begin, end - begin, row_bytes, (unsigned char *)dst + begin * row_bytes, scratch + k * t->cols};
         if (k + 1 == n_threads || pthread_create(&tids[k], NULL, fill_rows, &jobs[k]) != 0)
             fill_rows(&jobs[k]); /* the last range (or one a thread could not take) runs here */
         else

@@ -11,13 +11,17 @@
 #include "memra/plugin.h"
 
 static const memra_option_spec placement_options[] = {
-    {.key = "stages", .default_value = "1",
+    {.key = "stages",
+     .default_value = "1",
      .help = "pipeline stages: contiguous layer ranges, split evenly unless splits= is given"},
-    {.key = "splits", .default_value = "",
+    {.key = "splits",
+     .default_value = "",
      .help = "explicit cuts c1,...,cN-1: the layer index where each later stage begins"},
-    {.key = "devices", .default_value = "0",
+    {.key = "devices",
+     .default_value = "0",
      .help = "device of each stage (or of each rank, stage-major, when tp > 1); default all 0"},
-    {.key = "tp", .default_value = "1",
+    {.key = "tp",
+     .default_value = "1",
      .help = "tensor-parallel ranks per stage (n_head, n_head_kv and n_ff must be divisible)"},
 };
 
@@ -37,8 +41,7 @@ static memra_status plan_cuts(const memra_model *m, const memra_options *opts, u
         return st;
     if (n_splits > 0) {
         if (stages_text && stages != n_splits + 1)
-            return memra_fail(err, MEMRA_E_INVALID,
-                              "stages=%u and splits=%s disagree: %u cuts make %u stages", stages,
+            return memra_fail(err, MEMRA_E_INVALID, "stages=%u and splits=%s disagree: %u cuts make %u stages", stages,
                               memra_options_get(opts, "splits"), n_splits, n_splits + 1);
         stages = n_splits + 1;
         for (uint32_t i = 0; i < n_splits; i++) {
@@ -48,14 +51,12 @@ static memra_status plan_cuts(const memra_model *m, const memra_options *opts, u
                                   "n_layer %u)",
                                   memra_options_get(opts, "splits"), splits[i], n_layer);
             if (i > 0 && splits[i] <= splits[i - 1])
-                return memra_fail(err, MEMRA_E_INVALID,
-                                  "splits=%s: cuts must be strictly increasing (%u follows %u)",
+                return memra_fail(err, MEMRA_E_INVALID, "splits=%s: cuts must be strictly increasing (%u follows %u)",
                                   memra_options_get(opts, "splits"), splits[i], splits[i - 1]);
         }
     }
     if (stages > n_layer)
-        return memra_fail(err, MEMRA_E_INVALID, "stages=%u: more stages than the model's %u layers", stages,
-                          n_layer);
+        return memra_fail(err, MEMRA_E_INVALID, "stages=%u: more stages than the model's %u layers", stages, n_layer);
     cuts[0] = 0;
     for (uint32_t s = 1; s < stages; s++) /* even split: the first n_layer % stages stages get one more */
         cuts[s] = n_splits ? splits[s - 1] : (uint32_t)(((uint64_t)n_layer * s) / stages);
@@ -70,8 +71,8 @@ static memra_status check_divisible(const char *what, uint32_t value, uint32_t t
     return MEMRA_OK;
 }
 
-static memra_status default_plan(const memra_model *m, const memra_options *opts, uint32_t n_devices,
-                                 memra_plan *out, memra_error *err) {
+static memra_status default_plan(const memra_model *m, const memra_options *opts, uint32_t n_devices, memra_plan *out,
+                                 memra_error *err) {
     if (!m || !opts || !out)
         return memra_fail(err, MEMRA_E_INVALID, "placement default: NULL argument");
     if (m->n_layer == 0)
@@ -100,9 +101,8 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
         return st;
     const char *dev_text = memra_options_get(opts, "devices");
     if (n_dev_given != 0 && n_dev_given != n_stages && n_dev_given != n_slots)
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "devices=%s: %u devices given, expected %u (one per stage)%s", dev_text, n_dev_given,
-                          n_stages, tp > 1 ? " or one per rank" : "");
+        return memra_fail(err, MEMRA_E_INVALID, "devices=%s: %u devices given, expected %u (one per stage)%s", dev_text,
+                          n_dev_given, n_stages, tp > 1 ? " or one per rank" : "");
     for (uint32_t i = 0; i < n_dev_given; i++)
         if (devices[i] >= n_devices)
             return memra_fail(err, MEMRA_E_INVALID, "devices=%s: device %u does not exist (the backend offers %u)",

@@ -187,8 +187,7 @@ static uint32_t lax_state_position(memra_backend *b, const memra_state *s) {
 }
 
 #ifndef LAX_NULL
-static memra_status lax_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out,
-                                    memra_error *err) {
+static memra_status lax_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err) {
     return b->cpu->state_stats(b->inner, s->inner, out, err);
 }
 

@@ -50,8 +50,7 @@ TestSuite(arm, .init = setup, .fini = teardown, .timeout = 60);
 static memra_arm *open_arm(const char *text, const char *label) {
     memra_error err = {0};
     memra_arm *a = NULL;
-    cr_assert_eq(memra_arm_open(fx.reg, fx.model, text, label, NULL, 0, &a, &err), MEMRA_OK, "%s: %s", text,
-                 err.msg);
+    cr_assert_eq(memra_arm_open(fx.reg, fx.model, text, label, NULL, 0, &a, &err), MEMRA_OK, "%s: %s", text, err.msg);
     return a;
 }
 
@@ -338,8 +337,8 @@ typedef struct run_log {
     uint32_t fail_at; /* the callback fails at this step */
 } run_log;
 
-static memra_status log_step(void *user, uint32_t step, const float *logits, const memra_step_result *res,
-                             bool drained, memra_error *err) {
+static memra_status log_step(void *user, uint32_t step, const float *logits, const memra_step_result *res, bool drained,
+                             memra_error *err) {
     (void)logits;
     run_log *l = user;
     if (step == l->fail_at)
@@ -358,8 +357,7 @@ Test(arm, run_windowed_same_tokens_and_drained_flags) {
     memra_arm *a = open_arm("lax", NULL), *b = open_arm("lax:window=3", NULL);
     memra_arm_state *sa = new_state(a, 8), *sb = new_state(b, 8);
     cr_assert_eq(memra_arm_run(sa, inputs, 0, 6, &greedy, NULL, log_step, &serial, &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(memra_arm_run(sb, inputs, 0, 6, &greedy, NULL, log_step, &windowed, &err), MEMRA_OK, "%s",
-                 err.msg);
+    cr_assert_eq(memra_arm_run(sb, inputs, 0, 6, &greedy, NULL, log_step, &windowed, &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(serial.n, 6);
     cr_assert_eq(windowed.n, 6);
     for (uint32_t i = 0; i < 6; i++) {

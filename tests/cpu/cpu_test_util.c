@@ -83,7 +83,8 @@ memra_state *ct_state_new(ct_arm *a, uint32_t capacity, uint32_t max_inflight) {
 
 int64_t ct_step(ct_arm *a, memra_state *s, int64_t token, const memra_sample_cfg *sample, float *logits) {
     memra_error err = {0};
-    memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
+    memra_step_args args = {
+        .struct_size = sizeof args, .token = token, .sample = sample, .want_logits = logits != NULL};
     memra_status st = a->cpu->step_begin(a->b, s, &args, &err);
     cr_assert_eq(st, MEMRA_OK, "step_begin (token %lld): %s", (long long)token, err.msg);
     memra_step_result res = {.struct_size = sizeof res};

@@ -85,7 +85,12 @@ Test(cpu_backend, thread_count_invariance_small, .timeout = 300) {
 
 Test(cpu_backend, stage_split_invariance) {
     static const char *const variants[] = {
-        "stages=2", "stages=3", "stages=4", "splits=1,3", "splits=3,devices=0,5", "stages=4,devices=1,2,3,7,threads=3,grain=0",
+        "stages=2",
+        "stages=3",
+        "stages=4",
+        "splits=1,3",
+        "splits=3,devices=0,5",
+        "stages=4,devices=1,2,3,7,threads=3,grain=0",
     };
     check_variants("tiny", MEMRA_TYPE_F32, variants, 6);
     check_variants("qwen3-tiny", MEMRA_TYPE_Q8_0, variants, 6);
@@ -213,8 +218,8 @@ Test(cpu_backend, token_from_device_and_inflight_window) {
     /* A window of 3, tokens carried on the device. */
     memra_state *b = ct_state_new(&arm, 16, 3);
     memra_step_args first = {.struct_size = sizeof first, .token = 3, .sample = &cfg, .want_logits = true};
-    memra_step_args next = {.struct_size = sizeof next, .token = MEMRA_TOKEN_FROM_DEVICE, .sample = &cfg,
-                            .want_logits = true};
+    memra_step_args next = {
+        .struct_size = sizeof next, .token = MEMRA_TOKEN_FROM_DEVICE, .sample = &cfg, .want_logits = true};
     cr_assert_eq(arm.cpu->step_begin(arm.b, b, &first, &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(arm.cpu->step_begin(arm.b, b, &next, &err), MEMRA_OK, "%s", err.msg);
@@ -301,8 +306,8 @@ Test(cpu_backend, opens_through_the_arm_layer) {
     ct_model_build("tiny", MEMRA_TYPE_Q8_0, &cm);
     memra_error err = {0};
     memra_arm *arm = NULL;
-    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:splits=1,threads=2", NULL, NULL, 0, &arm, &err),
-                 MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:splits=1,threads=2", NULL, NULL, 0, &arm, &err), MEMRA_OK,
+                 "%s", err.msg);
     const memra_options *res = memra_arm_resolved(arm);
     cr_assert_str_eq(memra_options_get(res, "threads"), "2");
     cr_assert_str_eq(memra_options_get(res, "vdevices"), "8");

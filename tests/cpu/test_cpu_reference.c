@@ -88,9 +88,7 @@ static double ref_weight_at(const memra_weight *w, uint64_t r, uint64_t c) {
         memcpy(&q, block + 2 + c % 32, 1);
         return ref_half(d) * (double)q;
     }
-    default:
-        cr_assert_fail("reference: tensor '%s' has an unexpected type %u", w->name, w->type);
-        return 0;
+    default: cr_assert_fail("reference: tensor '%s' has an unexpected type %u", w->name, w->type); return 0;
     }
 }
 
@@ -258,15 +256,16 @@ static void check_against_reference(const char *preset, uint32_t type, const cha
         worst = fmax(worst, rel);
         worst_per_cond = fmax(worst_per_cond, rel / (rm.score_abs_max * REF_U));
         cond_max = fmax(cond_max, rm.score_abs_max);
-        cr_assert(rel <= bound, "%s %s step %u: relative error %.3g exceeds %.3g = 100 u (S + 10), S = %.1f (max |ref| %.4g)",
-                  preset, type_name, pos, rel, bound, rm.score_abs_max, max_ref);
+        cr_assert(rel <= bound,
+                  "%s %s step %u: relative error %.3g exceeds %.3g = 100 u (S + 10), S = %.1f (max |ref| %.4g)", preset,
+                  type_name, pos, rel, bound, rm.score_abs_max, max_ref);
         token = ct_argmax(logits, m->n_vocab); /* the cpu's greedy token drives both */
     }
     fprintf(stderr,
             "reference %-10s %-4s: worst relative error over %u steps %.3g; max S %.0f (bound 100 u (S + 10) = "
             "%.2g); worst error / (u S) %.2f\n",
-            preset, type_name, REF_STEPS, worst, cond_max,
-            REF_BOUND_U_FACTOR * REF_U * (cond_max + REF_BOUND_S_FLOOR), worst_per_cond);
+            preset, type_name, REF_STEPS, worst, cond_max, REF_BOUND_U_FACTOR * REF_U * (cond_max + REF_BOUND_S_FLOOR),
+            worst_per_cond);
     for (uint32_t l = 0; l < m->n_layer; l++)
         free(rm.k[l]), free(rm.v[l]);
     free(rm.k), free(rm.v), free(logits), free(ref);
@@ -275,10 +274,10 @@ static void check_against_reference(const char *preset, uint32_t type, const cha
     ct_model_free(&cm);
 }
 
-#define REF_TEST(name, preset)                                                                                 \
-    Test(cpu_reference, name) {                                                                                \
-        for (int i = 0; i < 4; i++)                                                                            \
-            check_against_reference(preset, all_types[i], type_names[i], NULL);                                      \
+#define REF_TEST(name, preset)                                                                                         \
+    Test(cpu_reference, name) {                                                                                        \
+        for (int i = 0; i < 4; i++)                                                                                    \
+            check_against_reference(preset, all_types[i], type_names[i], NULL);                                        \
     }
 
 REF_TEST(tiny, "tiny")

@@ -162,7 +162,8 @@ int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
                     res->worst_nmse = nmse;
                 bad = !(nmse <= c->nmse_tol);
                 if (getenv("CHECK_VERBOSE") && (bad || i % 16 == 0))
-                    fprintf(stderr, "step %u nmse %.3g tokens %lld %lld\n", i, nmse, (long long)ta[i], (long long)tb[i]);
+                    fprintf(stderr, "step %u nmse %.3g tokens %lld %lld\n", i, nmse, (long long)ta[i],
+                            (long long)tb[i]);
             }
             if (bad) {
                 res->bad_steps++;
@@ -227,25 +228,44 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         memra_error err;
-        if (!strcmp(o, "--a")) c.a = v, i++;
-        else if (!strcmp(o, "--b")) c.b = v, i++;
-        else if (!strcmp(o, "--model")) c.model = v, i++;
-        else if (!strcmp(o, "--preset")) c.preset = v, i++;
+        if (!strcmp(o, "--a"))
+            c.a = v, i++;
+        else if (!strcmp(o, "--b"))
+            c.b = v, i++;
+        else if (!strcmp(o, "--model"))
+            c.model = v, i++;
+        else if (!strcmp(o, "--preset"))
+            c.preset = v, i++;
         else if (!strcmp(o, "--dtype")) {
-            if (memra_synth_parse_dtype(v, &c.dtype, &err)) { fprintf(stderr, "%s\n", err.msg); return 2; }
+            if (memra_synth_parse_dtype(v, &c.dtype, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 2;
+            }
             i++;
+        } else if (!strcmp(o, "--prime"))
+            c.prime = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--gen"))
+            c.gen = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--window"))
+            c.window = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--temp"))
+            c.sampled = true, c.sample.temperature = (float)atof(v), i++;
+        else if (!strcmp(o, "--top-k"))
+            c.sample.top_k = (uint32_t)atoi(v), i++;
+        else if (!strcmp(o, "--top-p"))
+            c.sample.top_p = (float)atof(v), i++;
+        else if (!strcmp(o, "--seed"))
+            c.sample.seed = strtoull(v, NULL, 10), i++;
+        else if (!strcmp(o, "--exact"))
+            c.exact = true;
+        else if (!strcmp(o, "--perturb-step"))
+            c.perturb_step = atoi(v), i++;
+        else if (!strcmp(o, "--nmse"))
+            c.exact = false, c.nmse_tol = atof(v), i++;
+        else {
+            fprintf(stderr, "check_arms: unknown option %s\n", o);
+            return 2;
         }
-        else if (!strcmp(o, "--prime")) c.prime = (uint32_t)atoi(v), i++;
-        else if (!strcmp(o, "--gen")) c.gen = (uint32_t)atoi(v), i++;
-        else if (!strcmp(o, "--window")) c.window = (uint32_t)atoi(v), i++;
-        else if (!strcmp(o, "--temp")) c.sampled = true, c.sample.temperature = (float)atof(v), i++;
-        else if (!strcmp(o, "--top-k")) c.sample.top_k = (uint32_t)atoi(v), i++;
-        else if (!strcmp(o, "--top-p")) c.sample.top_p = (float)atof(v), i++;
-        else if (!strcmp(o, "--seed")) c.sample.seed = strtoull(v, NULL, 10), i++;
-        else if (!strcmp(o, "--exact")) c.exact = true;
-        else if (!strcmp(o, "--perturb-step")) c.perturb_step = atoi(v), i++;
-        else if (!strcmp(o, "--nmse")) c.exact = false, c.nmse_tol = atof(v), i++;
-        else { fprintf(stderr, "check_arms: unknown option %s\n", o); return 2; }
     }
     check_arms_result r;
     int rc = memra_cuda_check_arms(&c, &r);

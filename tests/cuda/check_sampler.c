@@ -97,9 +97,8 @@ static int check_ties_are_exercised(void) {
 int memra_cuda_check_sampler(FILE *out, int *n_checked) {
     static const uint32_t vocabs[] = {1000, 4099, 128256};
     const memra_sample_cfg cfgs[] = {
-        {0.0f, 0, 1.0f, 1},    {1.0f, 0, 1.0f, 7},    {0.7f, 40, 1.0f, 11},  {1.0f, 0, 0.9f, 13},
-        {0.8f, 50, 0.95f, 17}, {1.5f, 1, 1.0f, 19},   {1.0f, 0, 0.0f, 23},   {1.0f, 0, 1.0f, 29},
-        {2.0f, 0, 0.5f, 31},   {1.0f, 999, 1.0f, 37},
+        {0.0f, 0, 1.0f, 1},  {1.0f, 0, 1.0f, 7},  {0.7f, 40, 1.0f, 11}, {1.0f, 0, 0.9f, 13}, {0.8f, 50, 0.95f, 17},
+        {1.5f, 1, 1.0f, 19}, {1.0f, 0, 0.0f, 23}, {1.0f, 0, 1.0f, 29},  {2.0f, 0, 0.5f, 31}, {1.0f, 999, 1.0f, 37},
     };
     const uint32_t n_cfgs = sizeof cfgs / sizeof cfgs[0];
     int bad = 0, checked = 0;
@@ -157,7 +156,8 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
         checked++;
         if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1) {
             if (out)
-                fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d)\n", V, V / 3, got.bad_index, got.token);
+                fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d)\n", V, V / 3, got.bad_index,
+                        got.token);
             bad++;
         }
         free(z);

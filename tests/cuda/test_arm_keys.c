@@ -53,8 +53,8 @@ Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
-    cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf),
-                 MEMRA_OK, "%s", buf);
+    cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
+                 "%s", buf);
     cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0");
 }
 
@@ -89,7 +89,7 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "tiled");
     cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
-    cr_assert_eq(c.q8, MC_Q8_FLOAT);                          /* a refused value changes nothing */
+    cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
 }
 
 /* The attention path is a function of the shapes and the key alone. */

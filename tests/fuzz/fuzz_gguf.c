@@ -12,10 +12,10 @@
 
 #include "memra/gguf.h"
 
-#define CHECK(cond)                                                                                               \
-    do {                                                                                                          \
-        if (!(cond))                                                                                              \
-            __builtin_trap();                                                                                     \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            __builtin_trap();                                                                                          \
     } while (0)
 
 static volatile uint64_t sink_sum;

@@ -13,10 +13,10 @@ static int fail(const memra_error *err) {
     return 1;
 }
 
-#define TRY(call)                                                                                                 \
-    do {                                                                                                          \
-        if ((call) != MEMRA_OK)                                                                                   \
-            return fail(&err);                                                                                    \
+#define TRY(call)                                                                                                      \
+    do {                                                                                                               \
+        if ((call) != MEMRA_OK)                                                                                        \
+            return fail(&err);                                                                                         \
     } while (0)
 
 static int write_seed(memra_gguf_writer *w, const char *dir, const char *name) {
@@ -67,8 +67,10 @@ int main(int argc, char **argv) {
     TRY(memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, 4, types, &err));
     float scores[] = {0.0f, -1.0f, -2.5f, 0.25f};
     TRY(memra_gguf_writer_set_array(w, "tokenizer.ggml.scores", MEMRA_GGUF_FLOAT32, 4, scores, &err));
-    memra_gguf_value inner = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_INT32, .count = 2, .data = types}};
-    memra_gguf_value outer = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &inner}};
+    memra_gguf_value inner = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = MEMRA_GGUF_INT32, .count = 2, .data = types}};
+    memra_gguf_value outer = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &inner}};
     TRY(memra_gguf_writer_set(w, "nested", &outer, &err));
     uint64_t ne_f[2] = {8, 4}, ne_q[2] = {32, 2};
     TRY(memra_gguf_writer_add_tensor(w, "token_embd.weight", MEMRA_TYPE_F32, 2, ne_f, bytes, &err));
@@ -100,13 +102,18 @@ int main(int argc, char **argv) {
     /* 5: arrays nested eight deep, and an array of arrays of strings. */
     TRY(memra_gguf_writer_new(3, 0, &w, &err));
     memra_gguf_value levels[8];
-    levels[0] = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_UINT8, .count = 3, .data = bytes}};
+    levels[0] = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY,
+                                   .v.arr = {.elem_type = MEMRA_GGUF_UINT8, .count = 3, .data = bytes}};
     for (int d = 1; d < 8; d++)
-        levels[d] = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &levels[d - 1]}};
+        levels[d] = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY,
+                                       .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &levels[d - 1]}};
     TRY(memra_gguf_writer_set(w, "deep", &levels[7], &err));
-    memra_gguf_value strs[2] = {{.type = MEMRA_GGUF_STRING, .v.str = {"ab", 2}}, {.type = MEMRA_GGUF_STRING, .v.str = {"c", 1}}};
-    memra_gguf_value sa = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = 2, .items = strs}};
-    memra_gguf_value ssa = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &sa}};
+    memra_gguf_value strs[2] = {{.type = MEMRA_GGUF_STRING, .v.str = {"ab", 2}},
+                                {.type = MEMRA_GGUF_STRING, .v.str = {"c", 1}}};
+    memra_gguf_value sa = {.type = MEMRA_GGUF_ARRAY,
+                           .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = 2, .items = strs}};
+    memra_gguf_value ssa = {.type = MEMRA_GGUF_ARRAY,
+                            .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &sa}};
     TRY(memra_gguf_writer_set(w, "strings", &ssa, &err));
     if (write_seed(w, dir, "nested.gguf"))
         return 1;

@@ -6,10 +6,10 @@
 #include <stddef.h>
 
 typedef struct gate_result {
-    int exit;     /* the exit code; -1 when it did not exit normally, -2 after a sanitizer report */
-    char *jsonl;  /* the records (--jsonl file), "" when none */
-    char *err;    /* what it wrote on stderr */
-    char *out;    /* what it wrote on stdout */
+    int exit;    /* the exit code; -1 when it did not exit normally, -2 after a sanitizer report */
+    char *jsonl; /* the records (--jsonl file), "" when none */
+    char *err;   /* what it wrote on stderr */
+    char *out;   /* what it wrote on stdout */
 } gate_result;
 
 /* Runs memra-gate with args (NULL-terminated), adding --jsonl TMP unless no_jsonl. */
@@ -30,7 +30,7 @@ void gate_expect_usage(const char *const *args, const char *message);
 
 /* A test of suite `suite` that expects a usage error `message` from the given arguments (plus a
  * short run: --prime 4 --gen 4 --rows 0). */
-#define GATE_USAGE(suite, name, message, ...)                                                                         \
+#define GATE_USAGE(suite, name, message, ...)                                                                          \
     Test(suite, name) {                                                                                                \
         const char *args[] = {__VA_ARGS__, "--prime", "4", "--gen", "4", "--rows", "0", NULL};                         \
         gate_expect_usage(args, message);                                                                              \

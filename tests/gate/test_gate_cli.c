@@ -95,8 +95,8 @@ Test(gate_cli, help_documents_every_option_and_key) {
     cr_assert_eq(r.exit, 0, "%s", r.err);
     const char *want[] = {"--a ARM", "--b ARM", "--model", "--preset", "--dtype", "--prime", "--gen", "--prompt-ids",
                           "--greedy", "--temp", "--top-k", "--top-p", "--seed", "--rows", "--schedule", "--compare",
-                          "--jsonl", "--quiet", "--help", "exit codes", "--profile", "--dump-graphs DIR",
-                          "NVTX", "dump_graphs", "dump_fail",
+                          "--jsonl", "--quiet", "--help", "exit codes", "--profile", "--dump-graphs DIR", "NVTX",
+                          "dump_graphs", "dump_fail",
                           /* keys: core, gate, placement, backends found */
                           "placement ", "window ", "stages ", "splits ", "devices ", "threads ", "backend 'cpu'",
                           "backend 'faulty'", "flip_logit_step"};

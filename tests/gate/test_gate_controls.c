@@ -163,8 +163,7 @@ Test(gate_controls, corrupted_token_in_one_timing_row) {
     cr_assert_eq(num(m, "phase_step"), 3, "%s", m);
     cr_assert_eq(num(m, "step"), 16 + 3, "%s", m);
     cr_assert(strstr(m, "\"what\":[\"token\"]") && strstr(m, "\"against\":\"correctness\""), "%s", m);
-    cr_assert_eq(num(m, "token_got"), (num(m, "token_ref") + 1) - (num(m, "token_ref") + 1 >= 512 ? 512 : 0), "%s",
-                 m);
+    cr_assert_eq(num(m, "token_got"), (num(m, "token_ref") + 1) - (num(m, "token_ref") + 1 >= 512 ? 512 : 0), "%s", m);
     free(m);
     free(s);
     gate_result_free(&r);
@@ -215,8 +214,12 @@ Test(gate_controls, early_eos_makes_rows_ineligible) {
 
 Test(gate_controls, looping_stream_with_rows_zero_is_not_timed) {
     /* Without timing there is nothing to be ineligible: the correctness verdict stands. */
-    const char *args[] = {"--a", "faulty:force_token=7", "--b", "faulty:force_token=7", "--prime", "16", "--gen", "16",
-                          "--rows", "0", "--quiet", NULL};
+    const char *args[] = {"--a",     "faulty:force_token=7",
+                          "--b",     "faulty:force_token=7",
+                          "--prime", "16",
+                          "--gen",   "16",
+                          "--rows",  "0",
+                          "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     gate_result_free(&r);

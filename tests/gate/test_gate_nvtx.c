@@ -36,8 +36,8 @@ static char *probed_run(const char *const *args, int expect_exit) {
 }
 
 Test(gate_nvtx, profile_opens_one_balanced_range_pair_per_window) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "16", "--gen", "16", "--profile", "--quiet",
-                          NULL};
+    const char *args[] = {"--a",   "cpu", "--b",       "cpu:stages=2", "--prime", "16",
+                          "--gen", "16",  "--profile", "--quiet",      NULL};
     char *log = probed_run(args, 0);
     const char *want = "push memra-gate:profile\n"
                        "push memra-gate:profile arm a (cpu) positions 16..48\n"

@@ -37,10 +37,10 @@ static void expect_pass(const char *const *args, int steps, int rows) {
     gate_result_free(&r);
 }
 
-#define PAIR(name, A, B)                                                                                      \
-    Test(gate_pairs, name) {                                                                               \
-        const char *args[] = {"--a", A, "--b", B, GATE_SMALL, NULL};                                        \
-        expect_pass(args, 32, 4);                                                                          \
+#define PAIR(name, A, B)                                                                                               \
+    Test(gate_pairs, name) {                                                                                           \
+        const char *args[] = {"--a", A, "--b", B, GATE_SMALL, NULL};                                                   \
+        expect_pass(args, 32, 4);                                                                                      \
     }
 
 PAIR(cpu_vs_cpu, "cpu", "cpu")
@@ -57,8 +57,10 @@ PAIR(faulty_wrapper_without_faults_is_transparent, "cpu", "faulty:threads=1,grai
 PAIR(grain0_threads2, "cpu:threads=1", "cpu:grain=0,threads=2")
 
 Test(gate_pairs, sampled) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2,window=3", "--temp", "0.9", "--top-k", "40",
-                          "--top-p", "0.95", "--seed", "7", GATE_SMALL, NULL};
+    const char *args[] = {"--a",      "cpu",  "--b",     "cpu:stages=2,window=3",
+                          "--temp",   "0.9",  "--top-k", "40",
+                          "--top-p",  "0.95", "--seed",  "7",
+                          GATE_SMALL, NULL};
     expect_pass(args, 32, 4);
     /* the protocol says so */
     gate_result r = gate_run(args, false);
@@ -122,8 +124,8 @@ Test(gate_pairs, exact_mode_says_so) {
 
 Test(gate_pairs, schedule_abba_and_baab) {
     const char *abba[] = {"--a", "cpu", "--b", "cpu", "--prime", "8", "--gen", "8", "--rows", "8", "--quiet", NULL};
-    const char *baab[] = {"--a", "cpu", "--b", "cpu", "--prime", "8", "--gen", "8", "--rows", "8", "--schedule", "BAAB",
-                          "--quiet", NULL};
+    const char *baab[] = {"--a", "cpu",    "--b", "cpu",        "--prime", "8",       "--gen",
+                          "8",   "--rows", "8",   "--schedule", "BAAB",    "--quiet", NULL};
     const char *want[2] = {"aabbbbaa", "bbaaaabb"};
     const char *const *runs[2] = {abba, baab};
     for (int k = 0; k < 2; k++) {
@@ -152,8 +154,8 @@ Test(gate_pairs, prompt_ids_file) {
     FILE *f = fdopen(fd, "w");
     fprintf(f, "1, 2 3\n4,5 6 7 8\n9 10 11 12 13 14 15 16 17 18 19 20\n");
     fclose(f);
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prompt-ids", path, "--gen", "8", "--rows", "0",
-                          "--quiet", NULL};
+    const char *args[] = {"--a", "cpu",     "--b", "cpu:stages=2", "--prompt-ids", path, "--gen", "8", "--rows",
+                          "0",   "--quiet", NULL};
     expect_pass(args, 28, 0); /* --prime defaults to the file's 20 ids */
     gate_result r = gate_run(args, false);
     char *step = gate_record(r.jsonl, "step", 3);
@@ -170,9 +172,18 @@ Test(gate_pairs, protocol_resolves_every_key) {
     cr_assert_eq(r.exit, 0, "%s", r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);
     cr_assert(p);
-    const char *want[] = {"\"prime\":16", "\"gen\":16", "\"rows\":4", "\"schedule\":\"ABBA\"", "\"compare\":\"exact\"",
-                          "\"memra_version\":", "\"sha256\":", "\"window\":\"1\"", "\"threads\":", "\"stages\":\"2\"",
-                          "\"placement\":\"default\"", "\"mode\":\"greedy\""};
+    const char *want[] = {"\"prime\":16",
+                          "\"gen\":16",
+                          "\"rows\":4",
+                          "\"schedule\":\"ABBA\"",
+                          "\"compare\":\"exact\"",
+                          "\"memra_version\":",
+                          "\"sha256\":",
+                          "\"window\":\"1\"",
+                          "\"threads\":",
+                          "\"stages\":\"2\"",
+                          "\"placement\":\"default\"",
+                          "\"mode\":\"greedy\""};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(p, want[i]), "protocol lacks %s: %s", want[i], p);
     free(p);

@@ -107,8 +107,8 @@ static void expect_dumped(const char *jsonl, const char *dir, const char *arm, c
 
 Test(gate_profile, dump_graphs_writes_each_state_of_each_offering_arm) {
     char *d = temp_dir();
-    const char *args[] = {"--a", "faulty:census=1", "--b", "faulty:census=1,window=3", "--dump-graphs", d, GATE_SMALL,
-                          NULL};
+    const char *args[] = {"--a", "faulty:census=1", "--b", "faulty:census=1,window=3", "--dump-graphs",
+                          d,     GATE_SMALL,        NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     cr_assert_null(strstr(r.err, "no graphs to dump"), "%s", r.err);
@@ -228,21 +228,23 @@ static void expect_profile_pass(const char *const *args) {
 }
 
 Test(gate_profile, profile_on_a_cpu_pair) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "16", "--gen", "16", "--profile", "--quiet",
-                          NULL};
+    const char *args[] = {"--a",   "cpu", "--b",       "cpu:stages=2", "--prime", "16",
+                          "--gen", "16",  "--profile", "--quiet",      NULL};
     expect_profile_pass(args);
 }
 
 Test(gate_profile, profile_pipelined_and_through_the_wrapper) {
-    const char *args[] = {"--a", "cpu:window=3", "--b", "faulty:census=1", "--prime", "16", "--gen", "16",
-                          "--profile", "--quiet", NULL};
+    const char *args[] = {"--a",   "cpu:window=3", "--b",       "faulty:census=1", "--prime", "16",
+                          "--gen", "16",           "--profile", "--quiet",         NULL};
     expect_profile_pass(args);
 }
 
 Test(gate_profile, profile_window_inside_a_longer_generation_sampled) {
     /* N = 40 > 32: the whole window is checked against the correctness run too. */
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=3,window=2", "--prime", "8", "--gen", "40", "--temp",
-                          "0.9", "--seed", "5", "--profile", "--quiet", NULL};
+    const char *args[] = {"--a",       "cpu",     "--b",    "cpu:stages=3,window=2",
+                          "--prime",   "8",       "--gen",  "40",
+                          "--temp",    "0.9",     "--seed", "5",
+                          "--profile", "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s\n%.3000s", r.exit, r.err, r.jsonl);
     for (int i = 0; i < 2; i++) {
@@ -311,8 +313,8 @@ Test(gate_profile, profile_window_final_digest_differs) {
 }
 
 Test(gate_profile, profile_warmup_step_is_checked) {
-    gate_result r = expect_profile_fail("faulty:corrupt_row=0,corrupt_row_token=0",
-                                        "arm b's profile warm-up step sampled");
+    gate_result r =
+        expect_profile_fail("faulty:corrupt_row=0,corrupt_row_token=0", "arm b's profile warm-up step sampled");
     gate_result_free(&r);
 }
 
@@ -325,7 +327,7 @@ Test(gate_profile, profile_excludes_timing_rows) {
 }
 
 Test(gate_profile, profile_not_run_after_a_mismatch) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=3", "--prime", "16", "--gen", "16",
+    const char *args[] = {"--a",       "cpu",     "--b", "faulty:flip_logit_step=3", "--prime", "16", "--gen", "16",
                           "--profile", "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d: %s", r.exit, r.err);
@@ -388,8 +390,8 @@ static char *shared_upload(const char *a, const char *b) {
 
 Test(gate_profile, shared_upload_proved_by_device_memory) {
     char *u = shared_upload("faulty:fake_device_mib=128", "faulty:fake_device_mib=128,fake_share=1");
-    cr_assert(strstr(u, "\"b_open_added_bytes\":2097152,\"b_weight_bytes\":134217728,\"b_weights_shared\":true"),
-              "%s", u);
+    cr_assert(strstr(u, "\"b_open_added_bytes\":2097152,\"b_weight_bytes\":134217728,\"b_weights_shared\":true"), "%s",
+              u);
     free(u);
     u = shared_upload("faulty:fake_device_mib=128", "faulty:fake_device_mib=128");
     cr_assert(strstr(u, "\"b_open_added_bytes\":136314880,\"b_weight_bytes\":134217728,\"b_weights_shared\":false"),
@@ -421,8 +423,8 @@ Test(gate_profile, first_scored_capture_counted_inside_the_first_row) {
     gate_result_free(&r);
 
     /* In a profile run the warm-up step takes the capture: none inside the window. */
-    const char *prof[] = {"--a", "cpu", "--b", "faulty:fake_capture=1", "--prime", "16", "--gen", "16", "--profile",
-                          "--quiet", NULL};
+    const char *prof[] = {"--a",       "cpu",     "--b", "faulty:fake_capture=1", "--prime", "16", "--gen", "16",
+                          "--profile", "--quiet", NULL};
     r = gate_run(prof, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "profile", 1);

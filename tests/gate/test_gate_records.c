@@ -290,8 +290,8 @@ Test(gate_records, no_other_file_writes_a_record) {
             continue;
         char path[4096], kinds[256] = "";
         snprintf(path, sizeof path, "%s/%s", GATES_DIR, e->d_name);
-        cr_assert_eq(kinds_written(path, kinds, sizeof kinds), 0, "%s writes records (%s): they belong in gate_records.c",
-                     e->d_name, kinds);
+        cr_assert_eq(kinds_written(path, kinds, sizeof kinds), 0,
+                     "%s writes records (%s): they belong in gate_records.c", e->d_name, kinds);
     }
     closedir(dir);
 }
@@ -311,9 +311,9 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
     /* Together these write every kind, every mismatch shape and the optional fields. */
     const char *runs[][24] = {
         /* sampled, pipelined, census rows and dumped graphs, timing rows, measurable shared upload */
-        {"--a", "faulty:census=1,fake_device_mib=128", "--b", "faulty:census=1,window=2,fake_device_mib=128,fake_share=1",
-         "--temp", "0.9", "--seed", "3", "--prime", "8", "--gen", "8", "--rows", "4", "--dump-graphs", dump, "--quiet",
-         NULL},
+        {"--a", "faulty:census=1,fake_device_mib=128", "--b",
+         "faulty:census=1,window=2,fake_device_mib=128,fake_share=1", "--temp", "0.9", "--seed", "3", "--prime", "8",
+         "--gen", "8", "--rows", "4", "--dump-graphs", dump, "--quiet", NULL},
         /* replay mismatches with non-finite logits */
         {"--a", "cpu", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL, NULL},
         /* a failed timing row */
@@ -337,8 +337,9 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         check_records(&d, r.jsonl, seen, sizeof seen);
         gate_result_free(&r);
     }
-    const char *want[] = {"protocol", "step", "mismatch:replay", "mismatch:timing", "mismatch:carry",
-                          "mismatch:profile", "census", "measure", "carry_check", "profile", "summary", "verdict"};
+    const char *want[] = {"protocol",         "step",   "mismatch:replay", "mismatch:timing", "mismatch:carry",
+                          "mismatch:profile", "census", "measure",         "carry_check",     "profile",
+                          "summary",          "verdict"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char tag[64];
         snprintf(tag, sizeof tag, "|%s|", want[i]);
@@ -352,8 +353,8 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
 
 /* Negative controls: the checker catches what is not documented. */
 static char *a_real_record(const char *kind) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "4", "--gen", "4", "--rows", "2",
-                          "--quiet", NULL};
+    const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", "4", "--gen",
+                          "4",   "--rows", "2",   "--quiet",      NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     char *line = gate_record(r.jsonl, kind, 0);
@@ -421,8 +422,8 @@ Test(gate_records, records_that_cannot_be_written_do_not_pass) {
     /* A clean pair that passes, but its records go to a full device: not exit 0. */
     if (access("/dev/full", W_OK) != 0)
         cr_skip_test("no /dev/full");
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "4", "--gen", "4", "--rows", "2",
-                          "--quiet", "--jsonl", "/dev/full", NULL};
+    const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", "4",         "--gen",
+                          "4",   "--rows", "2",   "--quiet",      "--jsonl", "/dev/full", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "a record could not be written"), "%s", r.err);

@@ -18,14 +18,15 @@ static void expect_exit(const char *const *args, int code) {
 }
 
 Test(gate_slow, small_preset_four_stages_pipelined, .timeout = 300) {
-    const char *args[] = {"--preset", "small", "--a", "cpu:threads=1", "--b", "cpu:stages=4,window=3,threads=2",
-                          "--rows", "4", "--quiet", NULL};
+    const char *args[] = {
+        "--preset", "small",   "--a", "cpu:threads=1", "--b", "cpu:stages=4,window=3,threads=2", "--rows",
+        "4",        "--quiet", NULL};
     expect_exit(args, 0);
 }
 
 Test(gate_slow, small_preset_flipped_logit_late_in_generation, .timeout = 300) {
-    const char *args[] = {"--preset", "small", "--a", "cpu", "--b", "faulty:flip_logit_step=500,window=2", "--rows", "0",
-                          "--quiet", NULL};
+    const char *args[] = {"--preset", "small", "--a",     "cpu", "--b", "faulty:flip_logit_step=500,window=2",
+                          "--rows",   "0",     "--quiet", NULL};
     expect_exit(args, 1);
 }
 
@@ -33,8 +34,10 @@ Test(gate_slow, tiny_sampled_full_length_nmse, .timeout = 300) {
     /* Seed 3 kept the sampled stream of tiny clear of EOS for 256 tokens when written (exit 0). A
      * change of the synthetic weights may move EOS into the stream: then the comparison is
      * ineligible (exit 1, "early EOS"), but every step must still agree. */
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2,window=4", "--temp", "0.7", "--seed", "3",
-                          "--compare", "nmse:0", "--rows", "4", "--quiet", NULL};
+    const char *args[] = {"--a",       "cpu",    "--b",    "cpu:stages=2,window=4",
+                          "--temp",    "0.7",    "--seed", "3",
+                          "--compare", "nmse:0", "--rows", "4",
+                          "--quiet",   NULL};
     gate_result r = gate_run(args, false);
     char *v = gate_record(r.jsonl, "verdict", 0), *s = gate_record(r.jsonl, "summary", 0);
     cr_assert(r.exit == 0 || (r.exit == 1 && v && strstr(v, "early EOS")), "exit %d: %s", r.exit, v ? v : r.err);
@@ -49,8 +52,8 @@ Test(gate_slow, small_preset_full_length_profile_with_dumps, .timeout = 300) {
      * generated phase, checked against the correctness run over all 32 tokens. */
     char dir[] = "/tmp/memra-gate-slow-dump-XXXXXX";
     cr_assert(mkdtemp(dir));
-    const char *args[] = {"--preset", "small", "--a", "cpu", "--b", "faulty:census=1,stages=4,window=3", "--profile",
-                          "--dump-graphs", dir, "--quiet", NULL};
+    const char *args[] = {"--preset",  "small",         "--a", "cpu",     "--b", "faulty:census=1,stages=4,window=3",
+                          "--profile", "--dump-graphs", dir,   "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "measure"), 0);

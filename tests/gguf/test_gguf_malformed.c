@@ -179,7 +179,9 @@ Test(gguf_malformed, n_tensors_2_pow_62_without_allocating) {
     gb_bytes b = {0};
     gb_header(&b, 3, 1ull << 62, 0);
     gb_zeros(&b, 64);
-    expect_reject(&b, "header at offset 8: n_tensors 4611686018427387904 tensor infos cannot fit in the 64 bytes left at offset 24");
+    expect_reject(
+        &b,
+        "header at offset 8: n_tensors 4611686018427387904 tensor infos cannot fit in the 64 bytes left at offset 24");
     gb_free(&b);
 }
 
@@ -202,7 +204,8 @@ Test(gguf_malformed, string_array_count_2_pow_24_under_memory_cap) {
     gb_u32(&b, MEMRA_GGUF_STRING);
     gb_u64(&b, 1ull << 24);
     gb_str(&b, "a");
-    expect_reject(&b, "array of 'tokens' at offset 42: count 16777216 of string runs past the end of the file (9 bytes left, at least 8 per element)");
+    expect_reject(&b, "array of 'tokens' at offset 42: count 16777216 of string runs past the end of the file (9 bytes "
+                      "left, at least 8 per element)");
     gb_free(&b);
 }
 
@@ -213,7 +216,9 @@ Test(gguf_malformed, array_of_arrays_count_2_pow_62) {
     gb_u32(&b, MEMRA_GGUF_ARRAY);
     gb_u64(&b, 1ull << 62);
     gb_zeros(&b, 24);
-    expect_reject(&b, "count 4611686018427387904 of array runs past the end of the file (24 bytes left, at least 12 per element)");
+    expect_reject(
+        &b,
+        "count 4611686018427387904 of array runs past the end of the file (24 bytes left, at least 12 per element)");
     gb_free(&b);
 }
 
@@ -238,7 +243,8 @@ Test(gguf_malformed, truncated_key_length) {
     expect_reject(&b, "n_kv 1 key-value pairs cannot fit in the 5 bytes left");
     b.n = 24 + 14;
     memset(b.p + 24, 0xff, 8); /* key length 2^64-1: pos + len would wrap */
-    expect_reject(&b, "metadata key #0: string length 18446744073709551615 at offset 24 runs past the end of the file (6 bytes left)");
+    expect_reject(&b, "metadata key #0: string length 18446744073709551615 at offset 24 runs past the end of the file "
+                      "(6 bytes left)");
     gb_free(&b);
 }
 
@@ -325,7 +331,9 @@ Test(gguf_malformed, truncated_value_type) {
     gb_header(&b, 3, 0, 1);
     gb_str(&b, "general.architecture");
     gb_zeros(&b, 2);
-    expect_reject(&b, "truncated in the value type of metadata key 'general.architecture': need 4 bytes at offset 52, only 2 left");
+    expect_reject(
+        &b,
+        "truncated in the value type of metadata key 'general.architecture': need 4 bytes at offset 52, only 2 left");
     gb_free(&b);
 }
 
@@ -364,7 +372,8 @@ Test(gguf_malformed, string_value_length_past_end) {
     gb_key(&b, "name", MEMRA_GGUF_STRING);
     gb_u64(&b, 1ull << 40);
     gb_put(&b, "abc", 3);
-    expect_reject(&b, "the string value of 'name': string length 1099511627776 at offset 40 runs past the end of the file (3 bytes left)");
+    expect_reject(&b, "the string value of 'name': string length 1099511627776 at offset 40 runs past the end of the "
+                      "file (3 bytes left)");
     gb_free(&b);
 }
 
@@ -416,7 +425,8 @@ Test(gguf_malformed, array_count_past_end) {
     gb_u32(&b, MEMRA_GGUF_UINT32);
     gb_u64(&b, 1000);
     gb_zeros(&b, 8);
-    expect_reject(&b, "array of 'a' at offset 37: count 1000 of uint32 runs past the end of the file (8 bytes left, at least 4 per element)");
+    expect_reject(&b, "array of 'a' at offset 37: count 1000 of uint32 runs past the end of the file (8 bytes left, at "
+                      "least 4 per element)");
     gb_free(&b);
 }
 
@@ -440,7 +450,8 @@ Test(gguf_malformed, string_element_past_end) {
     gb_str(&b, "ok");
     gb_u64(&b, 50);
     gb_put(&b, "short", 5);
-    expect_reject(&b, "string element 1 of 'tokenizer.ggml.tokens': string length 50 at offset 79 runs past the end of the file (5 bytes left)");
+    expect_reject(&b, "string element 1 of 'tokenizer.ggml.tokens': string length 50 at offset 79 runs past the end of "
+                      "the file (5 bytes left)");
     gb_free(&b);
 }
 
@@ -532,7 +543,8 @@ Test(gguf_malformed, truncated_tensor_name) {
     gb_u64(&b, 40); /* a 40-byte name, cut after 10 */
     gb_put(&b, "blk.0.attn", 10);
     gb_zeros(&b, 23);
-    expect_reject(&b, "the name of tensor info #0: string length 40 at offset 24 runs past the end of the file (33 bytes left)");
+    expect_reject(
+        &b, "the name of tensor info #0: string length 40 at offset 24 runs past the end of the file (33 bytes left)");
     b.n = 24 + 4; /* cut in the name length: fewer bytes than any tensor info */
     expect_reject(&b, "n_tensors 1 tensor infos cannot fit in the 4 bytes left at offset 24");
     gb_free(&b);
@@ -665,7 +677,8 @@ Test(gguf_malformed, truncated_padding) {
     gb_header(&b, 3, 1, 0);
     gb_tensor_info(&b, "t", 2, ne_32x2, MEMRA_TYPE_F32, 0); /* ends at 65: 31 bytes of padding to 96 */
     gb_zeros(&b, 10);
-    expect_reject(&b, "truncated in the padding before the data section: need 31 bytes at offset 65 to reach alignment 32, only 10 left");
+    expect_reject(&b, "truncated in the padding before the data section: need 31 bytes at offset 65 to reach alignment "
+                      "32, only 10 left");
     gb_free(&b);
 }
 
@@ -673,7 +686,8 @@ Test(gguf_malformed, truncated_data) {
     gb_bytes b = {0};
     valid_one_tensor(&b);
     b.n -= 1;
-    expect_reject(&b, "tensor 't': data [0, +256) at data offset 0 runs past the end of the file (data section has 255 bytes from file offset 96)");
+    expect_reject(&b, "tensor 't': data [0, +256) at data offset 0 runs past the end of the file (data section has 255 "
+                      "bytes from file offset 96)");
     gb_free(&b);
 }
 
@@ -700,7 +714,8 @@ Test(gguf_malformed, offset_overflows) {
     /* offset 2^64 - 32: aligned, and offset + size wraps around to a small number. */
     gb_bytes b = {0};
     one_tensor(&b, 2, ne_32x2, MEMRA_TYPE_F32, UINT64_MAX - 31, 256);
-    expect_reject(&b, "tensor 't': data [18446744073709551584, +256) at data offset 18446744073709551584 runs past the end of the file");
+    expect_reject(&b, "tensor 't': data [18446744073709551584, +256) at data offset 18446744073709551584 runs past the "
+                      "end of the file");
     gb_free(&b);
 }
 
@@ -906,8 +921,10 @@ static void *rich_file(size_t *size) {
     memra_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, 3, &e);
     int32_t types[] = {1, 2, 3};
     memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, 3, types, &e);
-    memra_gguf_value inner = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_INT32, .count = 3, .data = types}};
-    memra_gguf_value outer = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &inner}};
+    memra_gguf_value inner = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = MEMRA_GGUF_INT32, .count = 3, .data = types}};
+    memra_gguf_value outer = {.type = MEMRA_GGUF_ARRAY,
+                              .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &inner}};
     memra_gguf_writer_set(w, "nested", &outer, &e);
     uint8_t data[256] = {0};
     uint64_t ne_q[2] = {32, 2};
@@ -957,7 +974,8 @@ Test(gguf_malformed, every_prefix_is_refused) {
         memra_status st = memra_gguf_open_memory(prefix, n, "prefix", &g, &e);
         if (n < end) {
             cr_assert_eq(st, MEMRA_E_FORMAT, "prefix of %zu bytes: %s", n, e.msg);
-            cr_assert(strstr(e.msg, "truncated in") || strstr(e.msg, "runs past the end") || strstr(e.msg, "cannot fit"),
+            cr_assert(strstr(e.msg, "truncated in") || strstr(e.msg, "runs past the end") ||
+                          strstr(e.msg, "cannot fit"),
                       "prefix of %zu bytes: %s", n, e.msg);
         } else {
             cr_assert_eq(st, MEMRA_OK, "prefix of %zu bytes holds all data: %s", n, e.msg);

@@ -14,12 +14,12 @@
 
 #include "memra/gguf.h"
 
-#define OK(call)                                                                                                  \
-    do {                                                                                                          \
-        memra_error e_ = {0};                                                                                     \
-        memra_error *err = &e_;                                                                                   \
-        memra_status s_ = (call);                                                                                 \
-        cr_assert_eq(s_, MEMRA_OK, "%s failed: %s", #call, e_.msg);                                               \
+#define OK(call)                                                                                                       \
+    do {                                                                                                               \
+        memra_error e_ = {0};                                                                                          \
+        memra_error *err = &e_;                                                                                        \
+        memra_status s_ = (call);                                                                                      \
+        cr_assert_eq(s_, MEMRA_OK, "%s failed: %s", #call, e_.msg);                                                    \
     } while (0)
 
 /* ---- the content every round trip writes ---- */
@@ -45,11 +45,11 @@ typedef struct scalar_array {
 } scalar_array;
 
 static const scalar_array arrays[] = {
-    {"arr.uint8", MEMRA_GGUF_UINT8, u8s, 1},     {"arr.int8", MEMRA_GGUF_INT8, i8s, 1},
-    {"arr.uint16", MEMRA_GGUF_UINT16, u16s, 2},  {"arr.int16", MEMRA_GGUF_INT16, i16s, 2},
-    {"arr.uint32", MEMRA_GGUF_UINT32, u32s, 4},  {"arr.int32", MEMRA_GGUF_INT32, i32s, 4},
+    {"arr.uint8", MEMRA_GGUF_UINT8, u8s, 1},      {"arr.int8", MEMRA_GGUF_INT8, i8s, 1},
+    {"arr.uint16", MEMRA_GGUF_UINT16, u16s, 2},   {"arr.int16", MEMRA_GGUF_INT16, i16s, 2},
+    {"arr.uint32", MEMRA_GGUF_UINT32, u32s, 4},   {"arr.int32", MEMRA_GGUF_INT32, i32s, 4},
     {"arr.float32", MEMRA_GGUF_FLOAT32, f32s, 4}, {"arr.bool", MEMRA_GGUF_BOOL, bools, 1},
-    {"arr.uint64", MEMRA_GGUF_UINT64, u64s, 8},  {"arr.int64", MEMRA_GGUF_INT64, i64s, 8},
+    {"arr.uint64", MEMRA_GGUF_UINT64, u64s, 8},   {"arr.int64", MEMRA_GGUF_INT64, i64s, 8},
     {"arr.float64", MEMRA_GGUF_FLOAT64, f64s, 8},
 };
 #define N_ARRAYS (sizeof arrays / sizeof arrays[0])
@@ -87,7 +87,8 @@ typedef struct fill_log {
     uint64_t rows;
 } fill_log;
 
-static memra_status fill_tensor(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst, memra_error *err) {
+static memra_status fill_tensor(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst,
+                                memra_error *err) {
     (void)err;
     fill_log *log = user;
     uint64_t row_bytes = tensors[index].n_bytes / (tensors[index].ne[1] * tensors[index].ne[2] * tensors[index].ne[3]);
@@ -143,11 +144,15 @@ static memra_gguf_writer *build_writer(uint32_t version, uint32_t alignment, boo
     v.v.arr.count = 3;
     v.v.arr.items = inner;
     OK(memra_gguf_writer_set(w, "arr.nested", &v, err));
-    memra_gguf_value s2[2] = {{.type = MEMRA_GGUF_STRING, .v.str = {"x", 1}}, {.type = MEMRA_GGUF_STRING, .v.str = {"yz", 2}}};
-    memra_gguf_value mid = {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = 2, .items = s2}};
-    memra_gguf_value outer[2] = {{.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &mid}},
-                                 {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 0}}};
-    v = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 2, .items = outer}};
+    memra_gguf_value s2[2] = {{.type = MEMRA_GGUF_STRING, .v.str = {"x", 1}},
+                              {.type = MEMRA_GGUF_STRING, .v.str = {"yz", 2}}};
+    memra_gguf_value mid = {.type = MEMRA_GGUF_ARRAY,
+                            .v.arr = {.elem_type = MEMRA_GGUF_STRING, .count = 2, .items = s2}};
+    memra_gguf_value outer[2] = {
+        {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 1, .items = &mid}},
+        {.type = MEMRA_GGUF_ARRAY, .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 0}}};
+    v = (memra_gguf_value){.type = MEMRA_GGUF_ARRAY,
+                           .v.arr = {.elem_type = MEMRA_GGUF_ARRAY, .count = 2, .items = outer}};
     OK(memra_gguf_writer_set(w, "arr.deep", &v, err));
 
     for (size_t t = 0; t < N_TENSORS; t++) {
@@ -156,7 +161,8 @@ static memra_gguf_writer *build_writer(uint32_t version, uint32_t alignment, boo
                                                  fill_tensor, log, err));
         } else {
             void *data = tensor_bytes(t);
-            OK(memra_gguf_writer_add_tensor(w, tensors[t].name, tensors[t].type, tensors[t].n_dims, tensors[t].ne, data, err));
+            OK(memra_gguf_writer_add_tensor(w, tensors[t].name, tensors[t].type, tensors[t].n_dims, tensors[t].ne, data,
+                                            err));
             free(data);
         }
     }
@@ -359,7 +365,8 @@ typedef struct chunk_log {
     bool fail_at_second;
 } chunk_log;
 
-static memra_status fill_chunks(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst, memra_error *err) {
+static memra_status fill_chunks(void *user, uint64_t index, uint64_t row0, uint64_t n_rows, void *dst,
+                                memra_error *err) {
     (void)index;
     chunk_log *log = user;
     cr_assert_eq(row0, log->next_row, "rows must come in order, without gaps");
@@ -543,19 +550,26 @@ Test(gguf_getters, refusals) {
     memra_gguf_str s;
     const memra_gguf_array *a;
     expect_getter_error(memra_gguf_get_u32(g, "llama.block_count", &u32, &e), &e, "missing key 'llama.block_count'");
-    expect_getter_error(memra_gguf_get_u32(g, "big", &u32, &e), &e, "key 'big' is 1099511627776, which does not fit in 32 bits");
-    expect_getter_error(memra_gguf_get_u64(g, "negative", &u64, &e), &e, "key 'negative' is -3, expected a nonnegative integer");
-    expect_getter_error(memra_gguf_get_u64(g, "name", &u64, &e), &e, "key 'name' has type string, expected an unsigned integer");
-    expect_getter_error(memra_gguf_get_u32(g, "flag", &u32, &e), &e, "key 'flag' has type bool, expected an unsigned integer");
-    expect_getter_error(memra_gguf_get_u32(g, "f32", &u32, &e), &e, "key 'f32' has type float32, expected an unsigned integer");
-    expect_getter_error(memra_gguf_get_f32(g, "small", &f, &e), &e, "key 'small' has type int16, expected float32 or float64");
+    expect_getter_error(memra_gguf_get_u32(g, "big", &u32, &e), &e,
+                        "key 'big' is 1099511627776, which does not fit in 32 bits");
+    expect_getter_error(memra_gguf_get_u64(g, "negative", &u64, &e), &e,
+                        "key 'negative' is -3, expected a nonnegative integer");
+    expect_getter_error(memra_gguf_get_u64(g, "name", &u64, &e), &e,
+                        "key 'name' has type string, expected an unsigned integer");
+    expect_getter_error(memra_gguf_get_u32(g, "flag", &u32, &e), &e,
+                        "key 'flag' has type bool, expected an unsigned integer");
+    expect_getter_error(memra_gguf_get_u32(g, "f32", &u32, &e), &e,
+                        "key 'f32' has type float32, expected an unsigned integer");
+    expect_getter_error(memra_gguf_get_f32(g, "small", &f, &e), &e,
+                        "key 'small' has type int16, expected float32 or float64");
     expect_getter_error(memra_gguf_get_f32(g, "f64.huge", &f, &e), &e, "does not fit in float32");
     expect_getter_error(memra_gguf_get_str(g, "big", &s, &e), &e, "key 'big' has type uint64, expected string");
     /* A typed array read as another element type. */
     expect_getter_error(memra_gguf_get_array(g, "ints", MEMRA_GGUF_UINT32, &a, &e), &e,
                         "key 'ints' has type array of int32, expected array of uint32");
     expect_getter_error(memra_gguf_get_array(g, "ints", MEMRA_GGUF_STRING, &a, &e), &e, "expected array of string");
-    expect_getter_error(memra_gguf_get_u32(g, "ints", &u32, &e), &e, "key 'ints' has type array of int32, expected an unsigned integer");
+    expect_getter_error(memra_gguf_get_u32(g, "ints", &u32, &e), &e,
+                        "key 'ints' has type array of int32, expected an unsigned integer");
     expect_getter_error(memra_gguf_get_array(g, "small", MEMRA_GGUF_INT16, &a, &e), &e,
                         "key 'small' has type int16, expected array of int16");
     memra_gguf_close(g);
@@ -571,16 +585,26 @@ Test(gguf_types, names_blocks_and_support) {
         uint64_t elems, bytes;
         bool supported;
     } want[] = {
-        {MEMRA_TYPE_F32, "F32", 1, 4, true},      {MEMRA_TYPE_F16, "F16", 1, 2, true},
-        {MEMRA_TYPE_BF16, "BF16", 1, 2, true},    {MEMRA_TYPE_Q8_0, "Q8_0", 32, 34, true},
-        {MEMRA_TYPE_Q4_0, "Q4_0", 32, 18, false}, {MEMRA_TYPE_Q4_1, "Q4_1", 32, 20, false},
-        {MEMRA_TYPE_Q5_0, "Q5_0", 32, 22, false}, {MEMRA_TYPE_Q5_1, "Q5_1", 32, 24, false},
-        {MEMRA_TYPE_Q8_1, "Q8_1", 32, 36, false}, {MEMRA_TYPE_Q2_K, "Q2_K", 256, 84, false},
-        {MEMRA_TYPE_Q3_K, "Q3_K", 256, 110, false}, {MEMRA_TYPE_Q4_K, "Q4_K", 256, 144, false},
-        {MEMRA_TYPE_Q5_K, "Q5_K", 256, 176, false}, {MEMRA_TYPE_Q6_K, "Q6_K", 256, 210, false},
-        {MEMRA_TYPE_Q8_K, "Q8_K", 256, 292, false}, {MEMRA_TYPE_I8, "I8", 1, 1, false},
-        {MEMRA_TYPE_I16, "I16", 1, 2, false},     {MEMRA_TYPE_I32, "I32", 1, 4, false},
-        {MEMRA_TYPE_I64, "I64", 1, 8, false},     {MEMRA_TYPE_F64, "F64", 1, 8, false},
+        {MEMRA_TYPE_F32, "F32", 1, 4, true},
+        {MEMRA_TYPE_F16, "F16", 1, 2, true},
+        {MEMRA_TYPE_BF16, "BF16", 1, 2, true},
+        {MEMRA_TYPE_Q8_0, "Q8_0", 32, 34, true},
+        {MEMRA_TYPE_Q4_0, "Q4_0", 32, 18, false},
+        {MEMRA_TYPE_Q4_1, "Q4_1", 32, 20, false},
+        {MEMRA_TYPE_Q5_0, "Q5_0", 32, 22, false},
+        {MEMRA_TYPE_Q5_1, "Q5_1", 32, 24, false},
+        {MEMRA_TYPE_Q8_1, "Q8_1", 32, 36, false},
+        {MEMRA_TYPE_Q2_K, "Q2_K", 256, 84, false},
+        {MEMRA_TYPE_Q3_K, "Q3_K", 256, 110, false},
+        {MEMRA_TYPE_Q4_K, "Q4_K", 256, 144, false},
+        {MEMRA_TYPE_Q5_K, "Q5_K", 256, 176, false},
+        {MEMRA_TYPE_Q6_K, "Q6_K", 256, 210, false},
+        {MEMRA_TYPE_Q8_K, "Q8_K", 256, 292, false},
+        {MEMRA_TYPE_I8, "I8", 1, 1, false},
+        {MEMRA_TYPE_I16, "I16", 1, 2, false},
+        {MEMRA_TYPE_I32, "I32", 1, 4, false},
+        {MEMRA_TYPE_I64, "I64", 1, 8, false},
+        {MEMRA_TYPE_F64, "F64", 1, 8, false},
         {23, "IQ4_XS", 256, 136, false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -598,8 +622,8 @@ Test(gguf_types, names_blocks_and_support) {
         cr_assert_not(memra_tensor_type_block(unknown[i], NULL, NULL));
         cr_assert_not(memra_tensor_type_supported(unknown[i]));
     }
-    const char *gnames[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                            "bool", "string", "array", "uint64", "int64", "float64"};
+    const char *gnames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                            "bool",  "string", "array",  "uint64", "int64",  "float64"};
     for (uint32_t t = 0; t < MEMRA_GGUF_TYPE_COUNT; t++)
         cr_assert_str_eq(memra_gguf_type_name(t), gnames[t]);
     cr_assert_str_eq(memra_gguf_type_name(13), "unknown");
@@ -660,7 +684,8 @@ Test(gguf_writer, refusals) {
     expect_writer_error(memra_gguf_writer_add_tensor(w, "u", MEMRA_TYPE_Q8_0, 2, odd, data, &e), &e,
                         "not a multiple of its block of 32");
     uint64_t zero[2] = {32, 0};
-    expect_writer_error(memra_gguf_writer_add_tensor(w, "u", MEMRA_TYPE_F32, 2, zero, data, &e), &e, "dimension 1 is 0");
+    expect_writer_error(memra_gguf_writer_add_tensor(w, "u", MEMRA_TYPE_F32, 2, zero, data, &e), &e,
+                        "dimension 1 is 0");
     uint64_t huge[3] = {1u << 20, 1ull << 40, 1ull << 40};
     expect_writer_error(memra_gguf_writer_add_tensor_fill(w, "u", MEMRA_TYPE_F32, 3, huge, fill_chunks, NULL, &e), &e,
                         "overflows");

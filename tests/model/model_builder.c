@@ -123,7 +123,7 @@ bool mb_build(const mb_change *c, void **data, size_t *size, memra_error *err) {
         st = add(w, c, "rope_freqs.weight", MEMRA_TYPE_F32, head_dim / 2, 0, err);
     for (uint32_t l = 0; l < MB_LAYERS && st == MEMRA_OK; l++) {
         char n[64];
-#define T(part, type, cols, rows) \
+#define T(part, type, cols, rows)                                                                                      \
     (snprintf(n, sizeof n, "blk.%u.%s", l, part), st == MEMRA_OK ? (st = add(w, c, n, type, cols, rows, err)) : st)
         T("attn_norm.weight", MEMRA_TYPE_F32, MB_EMBD, 0);
         T("attn_q.weight", MEMRA_TYPE_F16, MB_EMBD, q);

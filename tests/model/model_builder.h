@@ -21,25 +21,25 @@
 #define MB_VOCAB 32u
 
 typedef struct mb_change {
-    const char *arch;           /* general.architecture; NULL: "llama" */
-    const char *name;           /* general.name; NULL: "builder model" */
-    const char *skip_key;       /* a key left out ("llama.block_count") */
-    const char *skip_tensor;    /* a tensor left out */
-    const char *tensor;         /* a tensor changed: */
-    uint64_t tensor_ne[2];      /*   its shape, when nonzero */
-    uint32_t tensor_n_dims;     /*   its dimension count, when nonzero */
-    int32_t tensor_type;        /*   its type, when >= 0 (use -1 for none) */
-    const char *extra_tensor;   /* a stray tensor, [MB_EMBD] F32 */
-    const char *rope_scaling;   /* llama.rope.scaling.type, when given */
-    float rope_factor;          /* llama.rope.scaling.factor, when > 0 */
-    bool tied;                  /* no output.weight */
-    bool rope_freqs;            /* add rope_freqs.weight: 1, 2, 3, ... */
-    bool no_vocab_size;         /* leave <arch>.vocab_size out */
-    bool no_tokens;             /* leave tokenizer.ggml.tokens out */
-    uint32_t head_count_kv;     /* when nonzero */
-    uint32_t key_length;        /* <arch>.attention.key_length, when nonzero (head_dim follows) */
-    uint32_t block_count;       /* when nonzero, the value written (layers built stay MB_LAYERS) */
-    int64_t bos;                /* when >= 0 (use -1 for the default 1) */
+    const char *arch;         /* general.architecture; NULL: "llama" */
+    const char *name;         /* general.name; NULL: "builder model" */
+    const char *skip_key;     /* a key left out ("llama.block_count") */
+    const char *skip_tensor;  /* a tensor left out */
+    const char *tensor;       /* a tensor changed: */
+    uint64_t tensor_ne[2];    /*   its shape, when nonzero */
+    uint32_t tensor_n_dims;   /*   its dimension count, when nonzero */
+    int32_t tensor_type;      /*   its type, when >= 0 (use -1 for none) */
+    const char *extra_tensor; /* a stray tensor, [MB_EMBD] F32 */
+    const char *rope_scaling; /* llama.rope.scaling.type, when given */
+    float rope_factor;        /* llama.rope.scaling.factor, when > 0 */
+    bool tied;                /* no output.weight */
+    bool rope_freqs;          /* add rope_freqs.weight: 1, 2, 3, ... */
+    bool no_vocab_size;       /* leave <arch>.vocab_size out */
+    bool no_tokens;           /* leave tokenizer.ggml.tokens out */
+    uint32_t head_count_kv;   /* when nonzero */
+    uint32_t key_length;      /* <arch>.attention.key_length, when nonzero (head_dim follows) */
+    uint32_t block_count;     /* when nonzero, the value written (layers built stay MB_LAYERS) */
+    int64_t bos;              /* when >= 0 (use -1 for the default 1) */
 } mb_change;
 
 /* A change that changes nothing. */

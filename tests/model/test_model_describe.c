@@ -192,7 +192,8 @@ Test(model_describe, wrong_shape_names_tensor_and_expectation) {
     c.tensor = "blk.0.ffn_norm.weight";
     c.tensor_ne[1] = 2;
     c.tensor_n_dims = 2;
-    expect_error(&c, MEMRA_E_FORMAT, "model.gguf: tensor 'blk.0.ffn_norm.weight' has shape [256, 2], expected a vector");
+    expect_error(&c, MEMRA_E_FORMAT,
+                 "model.gguf: tensor 'blk.0.ffn_norm.weight' has shape [256, 2], expected a vector");
 }
 
 Test(model_describe, missing_tensor_is_named) {
@@ -260,10 +261,10 @@ Test(model_describe, unsupported_type_is_refused_on_use_not_at_describe) {
     cr_assert_eq(memra_weight_check_type(&m->layers[0].wq, &err), MEMRA_E_UNSUPPORTED);
     cr_assert_str_eq(err.msg, "tensor 'blk.0.attn_q.weight' has type Q4_K, which memra does not support yet");
     /* The types memra computes with pass. */
-    cr_assert_eq(memra_weight_check_type(&m->layers[0].wk, &err), MEMRA_OK);       /* F16 */
-    cr_assert_eq(memra_weight_check_type(&m->layers[0].wo, &err), MEMRA_OK);       /* Q8_0 */
-    cr_assert_eq(memra_weight_check_type(&m->layers[0].w_up, &err), MEMRA_OK);     /* BF16 */
-    cr_assert_eq(memra_weight_check_type(&m->tok_embd, &err), MEMRA_OK);           /* F32 */
+    cr_assert_eq(memra_weight_check_type(&m->layers[0].wk, &err), MEMRA_OK);   /* F16 */
+    cr_assert_eq(memra_weight_check_type(&m->layers[0].wo, &err), MEMRA_OK);   /* Q8_0 */
+    cr_assert_eq(memra_weight_check_type(&m->layers[0].w_up, &err), MEMRA_OK); /* BF16 */
+    cr_assert_eq(memra_weight_check_type(&m->tok_embd, &err), MEMRA_OK);       /* F32 */
     mb_close(data, g, m);
 }
 
@@ -359,5 +360,6 @@ Test(model_describe, rope_freq_in_double_rounded_once) {
 
     c.tensor = "rope_freqs.weight"; /* head_dim/2 = 32 elements expected */
     c.tensor_ne[0] = 64;
-    expect_error(&c, MEMRA_E_FORMAT, "model.gguf: tensor 'rope_freqs.weight' has 64 elements, expected 32 (head_dim/2)");
+    expect_error(&c, MEMRA_E_FORMAT,
+                 "model.gguf: tensor 'rope_freqs.weight' has 64 elements, expected 32 (head_dim/2)");
 }

@@ -188,8 +188,7 @@ Test(model_synth, same_seed_same_bytes_other_seed_other_weights) {
     cr_assert(memcmp(a, c, memra_gguf_data_offset(ga)) == 0);
     for (uint64_t i = 0; i < memra_gguf_tensor_count(ga); i++) {
         const memra_gguf_tensor *ta = memra_gguf_tensor_at(ga, i), *tc = memra_gguf_tensor_at(gc, i);
-        cr_assert(memcmp(ta->data, tc->data, ta->n_bytes) != 0, "tensor '%s' is the same with seeds 1 and 2",
-                  ta->name);
+        cr_assert(memcmp(ta->data, tc->data, ta->n_bytes) != 0, "tensor '%s' is the same with seeds 1 and 2", ta->name);
     }
     memra_gguf_close(ga);
     memra_gguf_close(gc);
@@ -283,7 +282,8 @@ Test(model_synth, presets_dtypes_and_errors) {
     void *data;
     size_t size;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
-    cr_assert_str_eq(err.msg, "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b");
+    cr_assert_str_eq(err.msg,
+                     "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b");
     spec.preset = "tiny";
     spec.type = MEMRA_TYPE_Q4_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);

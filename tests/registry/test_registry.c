@@ -35,7 +35,9 @@
 static char g_tmp[256];
 
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb; (void)flag; (void)ftw;
+    (void)sb;
+    (void)flag;
+    (void)ftw;
     return remove(path);
 }
 
@@ -80,7 +82,9 @@ static void write_file(const char *dir, const char *name, const void *data, size
     fclose(f);
 }
 
-static void write_text(const char *dir, const char *name, const char *text) { write_file(dir, name, text, strlen(text)); }
+static void write_text(const char *dir, const char *name, const char *text) {
+    write_file(dir, name, text, strlen(text));
+}
 
 /* The absolute path of test plugin `variant`. */
 static const char *plugin_path(const char *variant) {
@@ -234,8 +238,9 @@ Test(registry, file_relative_to_manifest_folder) {
 Test(registry, manifest_with_comments_blanks_crlf_and_spaces) {
     char *dir = tmp_path("d", true);
     char text[PATH_MAX + 256];
-    snprintf(text, sizeof text, "# a comment\r\n\r\n   # indented comment\r\n\tname   =   good  \r\n"
-                                "kind=sampler\r\nfile =\t%s\r\n",
+    snprintf(text, sizeof text,
+             "# a comment\r\n\r\n   # indented comment\r\n\tname   =   good  \r\n"
+             "kind=sampler\r\nfile =\t%s\r\n",
              plugin_path("good"));
     write_text(dir, "good.manifest", text);
     write_text(dir, "README.txt", "not a manifest: ignored\n");
@@ -414,8 +419,8 @@ Test(registry, refuses_descriptor_too_small) {
     manifest(dir, "small", "sampler", "small");
     char want[128];
     snprintf(want, sizeof want, "descriptor of 16 bytes, ABI 1 needs at least %zu", sizeof(memra_plugin));
-    expect_refusal(dir, "small", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "struct too small", want,
-                   plugin_path("small"), NULL);
+    expect_refusal(dir, "small", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "struct too small", want, plugin_path("small"),
+                   NULL);
 }
 
 Test(registry, refuses_vtable_too_small) {
@@ -450,15 +455,14 @@ Test(registry, refuses_null_mandatory_member) {
 Test(registry, refuses_two_vtables) {
     char *dir = tmp_path("d", true);
     manifest(dir, "twovtables", "sampler", "twovtables");
-    expect_refusal(dir, "twovtables", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "also sets a backend vtable",
-                   "exactly one", NULL);
+    expect_refusal(dir, "twovtables", MEMRA_PLUGIN_SAMPLER, MEMRA_E_PLUGIN, "also sets a backend vtable", "exactly one",
+                   NULL);
 }
 
 Test(registry, refuses_failing_init_and_keeps_its_status) {
     char *dir = tmp_path("d", true);
     manifest(dir, "initfail", "sampler", "initfail");
-    expect_refusal(dir, "initfail", MEMRA_PLUGIN_SAMPLER, MEMRA_E_DEVICE, "init failed", "no test device here",
-                   NULL);
+    expect_refusal(dir, "initfail", MEMRA_PLUGIN_SAMPLER, MEMRA_E_DEVICE, "init failed", "no test device here", NULL);
     void *still = dlopen(plugin_path("initfail"), RTLD_NOW | RTLD_NOLOAD);
     cr_assert_null(still, "a refused plugin is unloaded");
 }
@@ -532,9 +536,7 @@ Test(registry, malformed_unknown_key) {
     expect_malformed("name = bad\nkind = sampler\ncolour = blue\nfile = x.so\n", ":3:", "unknown key 'colour'");
 }
 
-Test(registry, malformed_missing_kind) {
-    expect_malformed("name = bad\nfile = x.so\n", ":", "no 'kind' line");
-}
+Test(registry, malformed_missing_kind) { expect_malformed("name = bad\nfile = x.so\n", ":", "no 'kind' line"); }
 
 Test(registry, malformed_bad_kind_word) {
     expect_malformed("name = bad\nkind = engine\nfile = x.so\n", ":2:", "unknown kind 'engine'");
@@ -549,7 +551,8 @@ Test(registry, malformed_name_characters) {
 }
 
 Test(registry, malformed_repeated_key) {
-    expect_malformed("name = bad\nkind = sampler\nname = bad2\nfile = x.so\n", ":3:", "'name' given again (first on line 1)");
+    expect_malformed("name = bad\nkind = sampler\nname = bad2\nfile = x.so\n",
+                     ":3:", "'name' given again (first on line 1)");
 }
 
 Test(registry, malformed_missing_key) {
@@ -807,8 +810,7 @@ Test(registry, this_build_writes_its_marker_beside_libmemra) {
     cr_assert(dladdr((const void *)&memra_registry_open, &info) && info.dli_fname);
     char marker[PATH_MAX];
     snprintf(marker, sizeof marker, "%s", real(info.dli_fname));
-    snprintf(strrchr(marker, '/') + 1, sizeof marker - (size_t)(strrchr(marker, '/') + 1 - marker),
-             "memra-build-tree");
+    snprintf(strrchr(marker, '/') + 1, sizeof marker - (size_t)(strrchr(marker, '/') + 1 - marker), "memra-build-tree");
     struct stat sb;
     cr_assert_eq(stat(marker, &sb), 0, "%s is missing", marker);
 }

@@ -212,10 +212,20 @@ Test(tools, mkmodel_then_inspect) {
     done(&r);
     r = run("inspect", path, NULL);
     EXPECT(r, 0, out, "general.architecture");
-    const char *needles[] = {"\"qwen3\"", "tokenizer.ggml.tokens", "string[512]", "\"<unk>\", \"<s>\", \"</s>\"",
-                             "... 504 more", "blk.3.attn_k_norm.weight", "Q8_0", "total tensor bytes",
-                             "architecture:     qwen3", "head_dim (k, v):  32, 32", "neox pairing",
-                             "per-head q/k norm", "tied to token_embd.weight", "all supported"};
+    const char *needles[] = {"\"qwen3\"",
+                             "tokenizer.ggml.tokens",
+                             "string[512]",
+                             "\"<unk>\", \"<s>\", \"</s>\"",
+                             "... 504 more",
+                             "blk.3.attn_k_norm.weight",
+                             "Q8_0",
+                             "total tensor bytes",
+                             "architecture:     qwen3",
+                             "head_dim (k, v):  32, 32",
+                             "neox pairing",
+                             "per-head q/k norm",
+                             "tied to token_embd.weight",
+                             "all supported"};
     for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++)
         cr_assert_not_null(strstr(r.out, needles[i]), "inspect output lacks '%s':\n%s", needles[i], r.out);
     done(&r);
@@ -325,8 +335,9 @@ Test(tools, bench_writes_a_json_line) {
     cr_assert_not_null(strstr(r.out, "GB/s"), "%s", r.out);
     cr_assert_not_null(strstr(r.out, "device:       cpu"), "%s", r.out);
     char *line = slurp(path);
-    const char *needles[] = {"\"record\": \"bench\"", "\"commit\": \"", "\"device\": \"cpu", "\"arm\": \"cpu\"",
-                             "\"prime\": 16", "\"n\": 8", "\"reps\": 3", "\"tok_s_mean\": ", "\"gb_s\": ",
+    const char *needles[] = {"\"record\": \"bench\"", "\"commit\": \"",   "\"device\": \"cpu",
+                             "\"arm\": \"cpu\"",      "\"prime\": 16",    "\"n\": 8",
+                             "\"reps\": 3",           "\"tok_s_mean\": ", "\"gb_s\": ",
                              "\"bytes_per_token\": ", "\"options\": {"};
     for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++)
         cr_assert_not_null(strstr(line, needles[i]), "JSON line lacks '%s': %s", needles[i], line);

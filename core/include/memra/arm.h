@@ -54,9 +54,9 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
 /* Closes the backend. Every state of the arm must have been freed first. NULL is a no-op. */
 void memra_arm_close(memra_arm *a);
 
-const char *memra_arm_text(const memra_arm *a);         /* as given */
-const char *memra_arm_label(const memra_arm *a);        /* as given to open, or "" */
-const char *memra_arm_backend_name(const memra_arm *a); /* "cpu" */
+const char *memra_arm_text(const memra_arm *a);                     /* as given */
+const char *memra_arm_label(const memra_arm *a);                    /* as given to open, or "" */
+const char *memra_arm_backend_name(const memra_arm *a);             /* "cpu" */
 const memra_plugin *memra_arm_plugin(const memra_arm *a);           /* the backend's descriptor */
 const memra_plugin *memra_arm_placement_plugin(const memra_arm *a); /* the placement's */
 const memra_plan *memra_arm_plan(const memra_arm *a);
@@ -83,8 +83,7 @@ const void *memra_arm_extension(memra_arm *a, const char *name, uint32_t version
 
 /* The two extensions the core knows, wrapped: MEMRA_E_UNSUPPORTED when not offered. */
 memra_status memra_arm_device_name(memra_arm *a, char *buf, size_t size, memra_error *err);
-memra_status memra_arm_measure_ceiling(memra_arm *a, double *bytes_per_s, char *how, size_t how_size,
-                                       memra_error *err);
+memra_status memra_arm_measure_ceiling(memra_arm *a, double *bytes_per_s, char *how, size_t how_size, memra_error *err);
 
 /* ---- States ------------------------------------------------------------------------------- */
 
@@ -113,8 +112,8 @@ memra_status memra_arm_step_end(memra_arm_state *s, float *logits, memra_step_re
 
 /* Called by memra_arm_run once per ended step, in order. `drained` is true when no step is in
  * flight after this one (digests may be taken). A non-OK return stops the pass. */
-typedef memra_status (*memra_arm_step_fn)(void *user, uint32_t step, const float *logits,
-                                          const memra_step_result *res, bool drained, memra_error *err);
+typedef memra_status (*memra_arm_step_fn)(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                                          bool drained, memra_error *err);
 
 /* A windowed pass: steps first .. first+count-1 (step numbers for messages and the callback),
  * keeping up to the arm's window in flight. inputs[step] is each step's token, or inputs ==

@@ -152,7 +152,7 @@ uint32_t memra_gguf_version(const memra_gguf *g);
 uint32_t memra_gguf_alignment(const memra_gguf *g);
 uint64_t memra_gguf_file_size(const memra_gguf *g);
 const void *memra_gguf_file_data(const memra_gguf *g); /* the whole mapping */
-uint64_t memra_gguf_data_offset(const memra_gguf *g); /* start of the data section in the file */
+uint64_t memra_gguf_data_offset(const memra_gguf *g);  /* start of the data section in the file */
 
 uint64_t memra_gguf_kv_count(const memra_gguf *g);
 const memra_gguf_kv *memra_gguf_kv_at(const memra_gguf *g, uint64_t i);
@@ -207,9 +207,9 @@ memra_status memra_gguf_writer_add_tensor(memra_gguf_writer *w, const char *name
                                           const uint64_t *ne, const void *data, memra_error *err);
 /* ...or filled by a callback at write time, in chunks of whole rows (fill's index is the order
  * of addition, counting every tensor). */
-memra_status memra_gguf_writer_add_tensor_fill(memra_gguf_writer *w, const char *name, uint32_t type,
-                                               uint32_t n_dims, const uint64_t *ne, memra_gguf_fill_fn fill,
-                                               void *user, memra_error *err);
+memra_status memra_gguf_writer_add_tensor_fill(memra_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                               const uint64_t *ne, memra_gguf_fill_fn fill, void *user,
+                                               memra_error *err);
 
 /* Writes the file (to path.tmp, then renamed). */
 memra_status memra_gguf_writer_write_file(memra_gguf_writer *w, const char *path, memra_error *err);

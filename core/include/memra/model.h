@@ -39,14 +39,14 @@ typedef struct memra_weight {
 } memra_weight;
 
 typedef struct memra_layer {
-    memra_weight attn_norm;        /* [n_embd] */
-    memra_weight wq, wk, wv;       /* [n_head*head_dim, n_embd], [n_head_kv*head_dim, n_embd] x2 (rows, cols) */
-    memra_weight bq, bk, bv;       /* qwen2: biases of q, k, v; absent otherwise */
-    memra_weight q_norm, k_norm;   /* qwen3: [head_dim] each, shared by all heads; absent otherwise */
-    memra_weight wo;               /* [n_embd, n_head*head_dim_v] */
-    memra_weight ffn_norm;         /* [n_embd] */
-    memra_weight w_gate, w_up;     /* [n_ff, n_embd] */
-    memra_weight w_down;           /* [n_embd, n_ff] */
+    memra_weight attn_norm;      /* [n_embd] */
+    memra_weight wq, wk, wv;     /* [n_head*head_dim, n_embd], [n_head_kv*head_dim, n_embd] x2 (rows, cols) */
+    memra_weight bq, bk, bv;     /* qwen2: biases of q, k, v; absent otherwise */
+    memra_weight q_norm, k_norm; /* qwen3: [head_dim] each, shared by all heads; absent otherwise */
+    memra_weight wo;             /* [n_embd, n_head*head_dim_v] */
+    memra_weight ffn_norm;       /* [n_embd] */
+    memra_weight w_gate, w_up;   /* [n_ff, n_embd] */
+    memra_weight w_down;         /* [n_embd, n_ff] */
 } memra_layer;
 
 typedef struct memra_model {

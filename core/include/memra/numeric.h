@@ -126,7 +126,7 @@ MEMRA_HD float memra_expf(float x) {
     if (x < -87.0f)
         return 0.0f;
     float kf = MEMRA_FADD(MEMRA_FMUL(x, 1.44269504088896341f), -0.5f); /* x/ln2 - 1/2 <= -1/2 */
-    int k = (int)kf;                                                  /* truncates toward zero */
+    int k = (int)kf;                                                   /* truncates toward zero */
     if ((float)k != kf && kf < 0.0f)
         k -= 1; /* floor(x/ln2 + 1/2) - 1 + 1 below: round to nearest */
     k += 1;

@@ -34,8 +34,8 @@ const char *memra_options_get(const memra_options *opts, const char *key);
 memra_status memra_options_set(memra_options *opts, const char *key, const char *value, memra_error *err);
 /* Typed look-ups with a default when the key is absent; a malformed or out-of-range value is
  * MEMRA_E_INVALID naming the key ("threads=abc: expected an integer from 1 to 256"). */
-memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min,
-                               uint32_t max, uint32_t *out, memra_error *err);
+memra_status memra_options_u32(const memra_options *opts, const char *key, uint32_t dflt, uint32_t min, uint32_t max,
+                               uint32_t *out, memra_error *err);
 /* A comma-separated list of unsigned integers ("0,1,2"); *n is 0 when the key is absent. */
 memra_status memra_options_u32_list(const memra_options *opts, const char *key, uint32_t *out, uint32_t max_n,
                                     uint32_t *n, memra_error *err);

@@ -166,8 +166,7 @@ typedef struct memra_host {
     void (*log)(memra_log_level level, const char *plugin, const char *fmt, ...);
     /* Looks up (and loads, if need be) a plugin by name and kind: how one plugin builds on
      * another (cuda-graph on cuda; a test backend on cpu). Never NULL. */
-    memra_status (*find_plugin)(const char *name, memra_plugin_kind kind, const memra_plugin **out,
-                                memra_error *err);
+    memra_status (*find_plugin)(const char *name, memra_plugin_kind kind, const memra_plugin **out, memra_error *err);
     /* SHA-256: one shot, or incremental (new, update..., final frees the context). */
     void (*sha256)(const void *data, size_t n, uint8_t out[32]);
     memra_sha256_ctx *(*sha256_new)(void);
@@ -202,8 +201,8 @@ typedef struct memra_collective_vtable {
     const memra_option_spec *options;
     uint32_t n_options;
     /* Creates a communicator over n_ranks ranks on devices[0..n_ranks-1]. */
-    memra_status (*create)(const memra_host *host, uint32_t n_ranks, const int32_t *devices,
-                           const memra_options *opts, memra_collective **out, memra_error *err);
+    memra_status (*create)(const memra_host *host, uint32_t n_ranks, const int32_t *devices, const memra_options *opts,
+                           memra_collective **out, memra_error *err);
     void (*destroy)(memra_collective *c);
     /* In-place sum of count floats at buf (device memory of `rank`), enqueued on `stream` (the
      * backend's stream for that rank; NULL for host threads). Every rank reduces in rank order
@@ -218,8 +217,8 @@ typedef struct memra_collective_vtable {
     memra_status (*epochs)(memra_collective *c, uint32_t rank, uint64_t *out, uint32_t n_blocks, memra_error *err);
     /* Fault injection: the next reduction at (rank, block, position) refuses with `word` != 0.
      * May be NULL: the collective has no refusal cells. */
-    memra_status (*arm_refusal)(memra_collective *c, uint32_t rank, uint32_t block, uint32_t position,
-                                int32_t word, memra_error *err);
+    memra_status (*arm_refusal)(memra_collective *c, uint32_t rank, uint32_t block, uint32_t position, int32_t word,
+                                memra_error *err);
     /* Raises the abort flag: every spinning rank gives up with an error. May be NULL. */
     void (*abort)(memra_collective *c);
 } memra_collective_vtable;
@@ -283,8 +282,7 @@ typedef struct memra_backend_vtable {
 
     /* How many devices this backend can place stages and ranks on (virtual ones for cpu).
      * MEMRA_E_DEVICE when there is none ("no CUDA device: ..."). Never NULL. */
-    memra_status (*device_count)(const memra_host *host, const memra_options *opts, uint32_t *out,
-                                 memra_error *err);
+    memra_status (*device_count)(const memra_host *host, const memra_options *opts, uint32_t *out, memra_error *err);
 
     /* Uploads the weights the plan assigns to each rank and prepares streams and scratch.
      * Weights already uploaded for the same model by another backend instance of the same
@@ -307,13 +305,11 @@ typedef struct memra_backend_vtable {
     memra_status (*step_begin)(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
     /* Waits for the oldest step begun and not ended; writes its logits into `logits` (n_vocab
      * floats; may be NULL when the step did not want them) and its result. Never NULL. */
-    memra_status (*step_end)(memra_backend *b, memra_state *s, float *logits, memra_step_result *out,
-                             memra_error *err);
+    memra_status (*step_end)(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err);
 
     /* SHA-256 identity of a state (no step in flight). Equal arms of one family give equal
      * digests; see memra_digest_kind. Never NULL. */
-    memra_status (*digest)(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
-                           memra_error *err);
+    memra_status (*digest)(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err);
     /* Makes dst an exact copy of src (position, cache up to position, hidden, logits, carried
      * token): how a prefix snapshot is restored. Both states of this backend, no step in
      * flight, dst's capacity >= src's position. Fails on a quarantined src or dst. Never NULL. */

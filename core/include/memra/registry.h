@@ -33,10 +33,10 @@ extern "C" {
 typedef struct memra_registry memra_registry;
 
 typedef enum memra_entry_state {
-    MEMRA_ENTRY_FOUND = 0,    /* manifest read, not loaded yet */
-    MEMRA_ENTRY_LOADED = 1,   /* loaded and accepted */
-    MEMRA_ENTRY_FAILED = 2,   /* manifest or load failed: see message */
-    MEMRA_ENTRY_SHADOWED = 3  /* an earlier folder has the same name and kind */
+    MEMRA_ENTRY_FOUND = 0,   /* manifest read, not loaded yet */
+    MEMRA_ENTRY_LOADED = 1,  /* loaded and accepted */
+    MEMRA_ENTRY_FAILED = 2,  /* manifest or load failed: see message */
+    MEMRA_ENTRY_SHADOWED = 3 /* an earlier folder has the same name and kind */
 } memra_entry_state;
 
 typedef struct memra_registry_entry {
@@ -46,16 +46,15 @@ typedef struct memra_registry_entry {
     const char *manifest; /* path of the manifest */
     const char *version;  /* the plugin's version once loaded, else "" */
     memra_entry_state state;
-    memra_status status;  /* why it failed, when it did */
-    const char *message;  /* the failure message, or "" */
+    memra_status status; /* why it failed, when it did */
+    const char *message; /* the failure message, or "" */
 } memra_registry_entry;
 
 /* Scans the default search path. A malformed manifest does not fail the scan: it becomes an
  * entry in state FAILED whose message names the file and line. */
 memra_status memra_registry_open(memra_registry **out, memra_error *err);
 /* Scans exactly these folders, in order (tests; tools with --plugin-path). */
-memra_status memra_registry_open_dirs(const char *const *dirs, uint32_t n_dirs, memra_registry **out,
-                                      memra_error *err);
+memra_status memra_registry_open_dirs(const char *const *dirs, uint32_t n_dirs, memra_registry **out, memra_error *err);
 /* Unloads every plugin (calling fini) and frees the registry. */
 void memra_registry_close(memra_registry *r);
 
@@ -71,8 +70,8 @@ const memra_registry_entry *memra_registry_entry_at(const memra_registry *r, uin
  * file missing, dlopen failure (dlerror text), entry symbol missing, ABI mismatch (both
  * versions), struct too small (both sizes), kind mismatch (manifest against descriptor), name
  * mismatch, duplicate name, and a failing init. */
-memra_status memra_registry_load(memra_registry *r, const char *name, memra_plugin_kind kind,
-                                 const memra_plugin **out, memra_error *err);
+memra_status memra_registry_load(memra_registry *r, const char *name, memra_plugin_kind kind, const memra_plugin **out,
+                                 memra_error *err);
 /* Tries to load every entry (for `memra plugins`); entries record their own status. */
 void memra_registry_load_all(memra_registry *r);
 

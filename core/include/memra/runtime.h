@@ -17,9 +17,9 @@ extern "C" {
 typedef struct memra_loaded_model {
     memra_gguf *gguf;
     memra_model *model;
-    void *buffer;     /* the in-memory file of a preset, or NULL */
-    char label[512];  /* "path" or "preset tiny (f32, seed 1, built in memory)" */
-    char path[4096];  /* the file, or "" for a preset */
+    void *buffer;    /* the in-memory file of a preset, or NULL */
+    char label[512]; /* "path" or "preset tiny (f32, seed 1, built in memory)" */
+    char path[4096]; /* the file, or "" for a preset */
 } memra_loaded_model;
 
 /* path != NULL: open that file. Otherwise build `preset` (NULL: "tiny", the embedded default)

@@ -8,8 +8,8 @@ static const memra_host *g_host;
 
 static size_t lab_scratch_bytes(uint32_t n_vocab) { return 0; }
 
-static memra_status lab_sample(const float *logits, uint32_t n_vocab, uint64_t position,
-                               const memra_sample_cfg *cfg, void *scratch, uint32_t *token, memra_error *err) {
+static memra_status lab_sample(const float *logits, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
+                               void *scratch, uint32_t *token, memra_error *err) {
     if (n_vocab == 0)
         return g_host->fail(err, MEMRA_E_RANGE, "labsampler: no logits");
     uint32_t best = 0;

@@ -70,31 +70,42 @@
 #define FAULTY_MAX_INFLIGHT 64
 
 static const memra_option_spec faulty_options[] = {
-    {.key = "flip_logit_step", .default_value = "none",
+    {.key = "flip_logit_step",
+     .default_value = "none",
      .help = "TEST: flip the lowest bit of one logit of the step at this position"},
-    {.key = "nan_logit_step", .default_value = "none",
+    {.key = "nan_logit_step",
+     .default_value = "none",
      .help = "TEST: one logit of the step at this position reads back as NaN"},
     {.key = "flip_logit_index", .default_value = "0", .help = "TEST: which logit flip_logit_step flips"},
-    {.key = "corrupt_cache_step", .default_value = "none",
+    {.key = "corrupt_cache_step",
+     .default_value = "none",
      .help = "TEST: corrupt (the digest of) the KV slot written at this position"},
-    {.key = "digest_fail_step", .default_value = "none",
+    {.key = "digest_fail_step",
+     .default_value = "none",
      .help = "TEST: the cache digest of the state holding this position fails (as OpenSSL would)"},
-    {.key = "corrupt_row", .default_value = "none",
+    {.key = "corrupt_row",
+     .default_value = "none",
      .help = "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
     {.key = "corrupt_row_token", .default_value = "1", .help = "TEST: which token of the row corrupt_row alters"},
-    {.key = "carry_off", .default_value = "0",
+    {.key = "carry_off",
+     .default_value = "0",
      .help = "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
-    {.key = "force_token", .default_value = "none",
+    {.key = "force_token",
+     .default_value = "none",
      .help = "TEST: every step samples this token (a looping stream, or EOS)"},
-    {.key = "census", .default_value = "0",
+    {.key = "census",
+     .default_value = "0",
      .help = "TEST: 1 offers the memra.census extension (steps, max steps in flight) with dump_graphs "
              "(a tiny DOT file); 2 without dump_graphs"},
     {.key = "dump_fail", .default_value = "0", .help = "TEST: 1 makes dump_graphs fail without writing"},
-    {.key = "fake_device_mib", .default_value = "none",
+    {.key = "fake_device_mib",
+     .default_value = "none",
      .help = "TEST: report W MiB of weights and a fake device-in-use that each open grows"},
-    {.key = "fake_capture", .default_value = "0",
+    {.key = "fake_capture",
+     .default_value = "0",
      .help = "TEST: 1 counts a graph capture at a state's first step and a replay per step"},
-    {.key = "fake_share", .default_value = "0",
+    {.key = "fake_share",
+     .default_value = "0",
      .help = "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
 };
 #define FAULTY_N_OWN (sizeof faulty_options / sizeof faulty_options[0])
@@ -126,12 +137,12 @@ struct memra_state {
     memra_state *inner;
     uint32_t begin_pos[FAULTY_MAX_INFLIGHT]; /* position of each step in flight, oldest first */
     uint32_t head, count, max_inflight;
-    uint32_t next_pos;     /* the position the next step begins at */
+    uint32_t next_pos;      /* the position the next step begins at */
     uint32_t max_in_flight; /* the most steps ever begun and not ended at once */
-    int64_t row;           /* the timing row this state is running (restore index), or -1 */
-    uint32_t row_steps;    /* steps ended since the restore */
-    bool last_flipped;     /* the last ended step had its logits flipped */
-    int64_t carried;       /* what the last ended step sampled (the inner backend's choice), or -1 */
+    int64_t row;            /* the timing row this state is running (restore index), or -1 */
+    uint32_t row_steps;     /* steps ended since the restore */
+    bool last_flipped;      /* the last ended step had its logits flipped */
+    int64_t carried;        /* what the last ended step sampled (the inner backend's choice), or -1 */
 };
 
 /* *out is set on every path (NULL on failure): at -O3 gcc cannot see that the callers read it
@@ -308,8 +319,7 @@ static void faulty_state_free(memra_backend *b, memra_state *s) {
     free(s);
 }
 
-static memra_status faulty_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args,
-                                      memra_error *err) {
+static memra_status faulty_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
     uint32_t pos = s->next_pos;
     memra_step_args forced;
     if (b->cfg.force_token != FAULTY_NONE && args && args->token == MEMRA_TOKEN_FROM_DEVICE) {
@@ -379,8 +389,7 @@ static memra_status faulty_digest(memra_backend *b, memra_state *s, memra_digest
     return MEMRA_OK;
 }
 
-static memra_status faulty_state_restore(memra_backend *b, memra_state *dst, const memra_state *src,
-                                         memra_error *err) {
+static memra_status faulty_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err) {
     memra_status st = b->cpu->state_restore(b->inner, dst->inner, src->inner, err);
     if (st != MEMRA_OK)
         return st;

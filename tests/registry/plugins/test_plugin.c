@@ -18,7 +18,8 @@ static const memra_host *g_host;
 UNUSED static size_t sampler_scratch_bytes(uint32_t n_vocab) { return 0; }
 
 UNUSED static memra_status sampler_sample(const float *logits, uint32_t n_vocab, uint64_t position,
-                                   const memra_sample_cfg *cfg, void *scratch, uint32_t *token, memra_error *err) {
+                                          const memra_sample_cfg *cfg, void *scratch, uint32_t *token,
+                                          memra_error *err) {
     if (n_vocab == 0)
         return g_host ? g_host->fail(err, MEMRA_E_RANGE, "test sampler: no logits") : MEMRA_E_RANGE;
     uint32_t best = 0;
