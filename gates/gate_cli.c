@@ -344,20 +344,23 @@ void gate_cli_help(FILE *f, memra_registry *r) {
     }
     memra_error err;
     const memra_plugin *p = NULL;
-    if (memra_registry_load(r, "default", MEMRA_PLUGIN_PLACEMENT, &p, &err) == MEMRA_OK && p->placement)
-        help_keys(f, "placement 'default'", p->placement->options, p->placement->n_options);
-    else
+    const memra_option_spec *specs = NULL;
+    if (memra_registry_load(r, "default", MEMRA_PLUGIN_PLACEMENT, &p, &err) == MEMRA_OK) {
+        uint32_t n = memra_plugin_option_specs(p, &specs);
+        help_keys(f, "placement 'default'", specs, n);
+    } else
         fprintf(f, "  placement 'default': unavailable (%s)\n", err.msg);
     for (uint32_t i = 0; i < memra_registry_count(r); i++) {
         const memra_registry_entry *e = memra_registry_entry_at(r, i);
         if (e->kind != MEMRA_PLUGIN_BACKEND || e->state == MEMRA_ENTRY_SHADOWED || !e->name || !*e->name)
             continue;
         char title[256];
-        if (memra_registry_load(r, e->name, MEMRA_PLUGIN_BACKEND, &p, &err) != MEMRA_OK || !p->backend) {
+        if (memra_registry_load(r, e->name, MEMRA_PLUGIN_BACKEND, &p, &err) != MEMRA_OK) {
             fprintf(f, "  backend '%s': cannot load (%s)\n", e->name, err.msg);
             continue;
         }
         snprintf(title, sizeof title, "backend '%s' (%s)", e->name, p->description ? p->description : "");
-        help_keys(f, title, p->backend->options, p->backend->n_options);
+        uint32_t n = memra_plugin_option_specs(p, &specs);
+        help_keys(f, title, specs, n);
     }
 }

@@ -56,12 +56,10 @@ static void plugin_keys(memra_registry *r, const memra_registry_entry *e) {
     memra_error err = {0};
     if (memra_registry_load(r, e->name, (memra_plugin_kind)e->kind, &p, &err) != MEMRA_OK || !p)
         return;
-    switch (p->kind) {
-    case MEMRA_PLUGIN_PLACEMENT: print_keys(p->placement->options, p->placement->n_options); break;
-    case MEMRA_PLUGIN_BACKEND: print_keys(p->backend->options, p->backend->n_options); break;
-    case MEMRA_PLUGIN_COLLECTIVE: print_keys(p->collective->options, p->collective->n_options); break;
-    default: break;
-    }
+    const memra_option_spec *specs = NULL;
+    uint32_t n = memra_plugin_option_specs(p, &specs);
+    if (n)
+        print_keys(specs, n);
 }
 
 int cmd_plugins(int argc, char **argv) {

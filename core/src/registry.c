@@ -1202,3 +1202,24 @@ void memra_registry_load_all(memra_registry *r) {
     }
     pthread_mutex_unlock(&r->lock);
 }
+
+uint32_t memra_plugin_option_specs(const memra_plugin *p, const memra_option_spec **specs) {
+    const memra_option_spec *o = NULL;
+    uint32_t n = 0;
+    if (p && p->kind == MEMRA_PLUGIN_PLACEMENT && MEMRA_HAS_MEMBER(p->placement, memra_placement_vtable, n_options)) {
+        o = p->placement->options;
+        n = p->placement->n_options;
+    } else if (p && p->kind == MEMRA_PLUGIN_BACKEND && MEMRA_HAS_MEMBER(p->backend, memra_backend_vtable, n_options)) {
+        o = p->backend->options;
+        n = p->backend->n_options;
+    } else if (p && p->kind == MEMRA_PLUGIN_COLLECTIVE &&
+               MEMRA_HAS_MEMBER(p->collective, memra_collective_vtable, n_options)) {
+        o = p->collective->options;
+        n = p->collective->n_options;
+    }
+    if (!o)
+        n = 0;
+    if (specs)
+        *specs = o;
+    return n;
+}

@@ -78,6 +78,11 @@ void memra_registry_load_all(memra_registry *r);
 /* The host table handed to plugins loaded by this registry. */
 const memra_host *memra_registry_host(memra_registry *r);
 
+/* The arm keys a loaded plugin reads (its vtable's option specs), for --help and `memra plugins`:
+ * the count, with *specs pointing at them; 0 and NULL for a sampler or a vtable without specs.
+ * How tools list a plugin's keys without opening an arm on it. */
+uint32_t memra_plugin_option_specs(const memra_plugin *p, const memra_option_spec **specs);
+
 /* The application's log sink (NULL: silent). Applies to every registry of the process. */
 typedef void (*memra_log_sink)(memra_log_level level, const char *plugin, const char *line, void *user);
 void memra_set_log_sink(memra_log_sink sink, void *user);
