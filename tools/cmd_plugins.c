@@ -1,6 +1,11 @@
 /* cmd_plugins.c: `memra plugins`: every plugin the registry finds, whether it loads and why not,
- * the arm keys each loaded plugin takes with their defaults, and the folders searched. */
+ * the SHA-256 of each loaded plugin's file, the arm keys each takes with their defaults, the
+ * folders searched and the registry's warnings about them (also on stderr). Every write to stdout
+ * is checked: main's cli_finish closes stdout (memra_close_stream) and turns a failed write into
+ * exit 3 naming stdout and the errno. */
 #include <string.h>
+
+#include "memra/digest.h"
 
 #include "cli.h"
 
@@ -16,7 +21,11 @@ static const char help_text[] =
     "\n"
     "The folders searched, in order: $MEMRA_PLUGIN_PATH (colon-separated absolute paths), then\n"
     "the installed plugins beside this memra's libmemra, or, for a memra run from a build tree,\n"
-    "that tree's plugins.d.\n";
+    "that tree's plugins.d.\n"
+    "\n"
+    "Warnings (on stderr, and listed first): an empty, relative or missing folder in\n"
+    "$MEMRA_PLUGIN_PATH, and each plugin there that hides one of memra's own (same name and kind).\n"
+    "Exit status: 0, or 3 when the listing could not be written (a full disk, a closed stdout).\n";
 
 static const char *state_word(const memra_registry_entry *e) {
     switch (e->state) {
@@ -50,12 +59,20 @@ static void print_keys(const memra_option_spec *specs, uint32_t n) {
     }
 }
 
-/* The option specs of a loaded plugin's vtable (samplers take none). */
-static void plugin_keys(memra_registry *r, const memra_registry_entry *e) {
+/* The provenance of a loaded plugin, then the option specs of its vtable (samplers take none). */
+static void plugin_details(memra_registry *r, const memra_registry_entry *e) {
     const memra_plugin *p = NULL;
     memra_error err = {0};
     if (memra_registry_load(r, e->name, (memra_plugin_kind)e->kind, &p, &err) != MEMRA_OK || !p)
         return;
+    const memra_loaded_plugin *lp = memra_registry_provenance(r, p);
+    if (lp) {
+        char hex[MEMRA_SHA256_HEX];
+        memra_sha256_hex(lp->sha256, hex);
+        printf("    sha256: %s\n", hex);
+        if (lp->from_env)
+            printf("    from $MEMRA_PLUGIN_PATH%s\n", lp->shadows ? ", hiding memra's own" : "");
+    }
     const memra_option_spec *specs = NULL;
     uint32_t n = memra_plugin_option_specs(p, &specs);
     if (n)
@@ -75,6 +92,16 @@ int cmd_plugins(int argc, char **argv) {
         return cli_fail(cmd, &err);
     memra_registry_load_all(r);
 
+    uint32_t n_warn = memra_registry_warning_count(r);
+    for (uint32_t i = 0; i < n_warn; i++)
+        fprintf(stderr, "memra %s: warning: %s\n", cmd, memra_registry_warning_at(r, i));
+    if (n_warn) {
+        printf("warnings:\n");
+        for (uint32_t i = 0; i < n_warn; i++)
+            printf("  %s\n", memra_registry_warning_at(r, i));
+        printf("\n");
+    }
+
     printf("folders searched, in order:\n");
     uint32_t n_dirs = memra_registry_dir_count(r);
     for (uint32_t i = 0; i < n_dirs; i++)
@@ -91,7 +118,7 @@ int cmd_plugins(int argc, char **argv) {
         printf("%-16s %-11s %-10s %-8s %s\n", e->name && *e->name ? e->name : "?", memra_plugin_kind_name(e->kind),
                e->version && *e->version ? e->version : "-", state_word(e), file ? file : "");
         if (e->state == MEMRA_ENTRY_LOADED)
-            plugin_keys(r, e);
+            plugin_details(r, e);
         if (e->state == MEMRA_ENTRY_FAILED || e->state == MEMRA_ENTRY_SHADOWED) {
             failed += e->state == MEMRA_ENTRY_FAILED;
             printf("    %s%s\n", e->state == MEMRA_ENTRY_SHADOWED ? "shadowed: " : "why: ",
@@ -102,5 +129,6 @@ int cmd_plugins(int argc, char **argv) {
         printf("(no plugins found)\n");
     printf("\n%u plugin%s, %u failed to load\n", n, n == 1 ? "" : "s", failed);
     memra_registry_close(r);
+    /* stdout is checked and closed by main (cli_finish): a write that failed is exit 3 there. */
     return CLI_EXIT_OK;
 }

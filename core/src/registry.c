@@ -55,12 +55,16 @@ typedef struct reg_entry {
     uint32_t dir_index;
     void *handle;
     const memra_plugin *plugin;
-    bool loading;      /* inside its own load: catches a plugin that needs itself */
-    bool manifest_bad; /* the message is the manifest's own problem */
+    bool loading;             /* inside its own load: catches a plugin that needs itself */
+    bool manifest_bad;        /* the message is the manifest's own problem */
+    bool shadows;             /* from a $MEMRA_PLUGIN_PATH folder, hiding one of memra's own folder */
+    memra_loaded_plugin prov; /* filled when it loads: what memra_registry_loaded_at returns */
 } reg_entry;
 
 typedef struct reg_dir {
     char *path;
+    bool from_env;    /* an entry of $MEMRA_PLUGIN_PATH */
+    bool own;         /* memra's own folder (its build tree's or its install prefix's) */
     const char *note; /* "" when read; "absent"; else why it could not be read */
     char note_buf[96];
 } reg_dir;
@@ -75,6 +79,8 @@ struct memra_registry {
     uint32_t cap_entries;
     uint32_t *load_order; /* entry indices in the order their loads completed */
     uint32_t n_loaded;
+    char **warnings; /* about the search itself, for tools to print */
+    uint32_t n_warnings;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -260,6 +266,25 @@ static bool str_set(char **slot, const char *s) {
     return true;
 }
 
+/* Records one warning about the search (and logs it). Out of memory drops it: the log saw it. */
+__attribute__((format(printf, 2, 3))) static void warn_add(memra_registry *r, const char *fmt, ...) {
+    char line[MEMRA_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    for (char *c = line; *c; c++) /* one line whatever a path holds */
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f)
+            *c = '?';
+    registry_log(MEMRA_LOG_WARN, "%s", line);
+    char **grown = realloc(r->warnings, ((size_t)r->n_warnings + 1) * sizeof *grown);
+    if (!grown)
+        return;
+    r->warnings = grown;
+    if ((r->warnings[r->n_warnings] = str_dup(line)) != NULL)
+        r->n_warnings++;
+}
+
 static void entry_sync(reg_entry *e) {
     e->pub.name = e->name ? e->name : "";
     e->pub.file = e->file ? e->file : "";
@@ -306,21 +331,47 @@ static char *trim(char *s) {
     return s;
 }
 
+static const char *file_type_word(mode_t m) {
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a regular file";
+}
+
 /* Reads a whole manifest (a regular file of at most MANIFEST_MAX_BYTES) into a NUL-ended
  * buffer. */
 static memra_status manifest_read(const char *path, char **text, size_t *len, memra_error *err) {
     *text = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Checked before it is opened: opening a FIFO for reading blocks until a writer comes, and
+     * opening a device can do anything. O_NONBLOCK covers a swap between stat and open (it does
+     * nothing to a regular file's reads), and fstat checks what was opened. */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return memra_fail(err, MEMRA_E_IO, "%s: cannot stat the manifest: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %s, not a regular file: refused", path,
+                          file_type_word(sb.st_mode));
+    if (sb.st_size > (off_t)MANIFEST_MAX_BYTES)
+        return memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %lld bytes, more than the %u allowed", path,
+                          (long long)sb.st_size, MANIFEST_MAX_BYTES);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return memra_fail(err, MEMRA_E_IO, "%s: cannot open the manifest: %s", path, strerror(errno));
     memra_status st = MEMRA_OK;
-    struct stat sb;
     if (fstat(fd, &sb) != 0) {
         st = memra_fail(err, MEMRA_E_IO, "%s: cannot stat the manifest: %s", path, strerror(errno));
         goto out_close;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is not a regular file", path);
+        st = memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %s, not a regular file: refused", path,
+                        file_type_word(sb.st_mode));
         goto out_close;
     }
     if (sb.st_size > (off_t)MANIFEST_MAX_BYTES) {
@@ -614,25 +665,55 @@ static void mark_duplicates(memra_registry *r) {
     }
 }
 
+/* The folders of $MEMRA_PLUGIN_PATH that could not be read, and each plugin there hiding one
+ * of memra's own folder. */
+static void search_warnings(memra_registry *r) {
+    for (uint32_t i = 0; i < r->n_dirs; i++) {
+        const reg_dir *d = &r->dirs[i];
+        if (!d->from_env || !d->note[0])
+            continue;
+        if (strcmp(d->note, "absent") == 0)
+            warn_add(r, "MEMRA_PLUGIN_PATH folder %s is missing (or not a folder)", d->path);
+        else
+            warn_add(r, "MEMRA_PLUGIN_PATH folder %s is %s", d->path, d->note);
+    }
+    for (uint32_t i = 0; i < r->n_entries; i++) {
+        reg_entry *hidden = &r->entries[i];
+        if (hidden->pub.state != MEMRA_ENTRY_SHADOWED || !r->dirs[hidden->dir_index].own)
+            continue;
+        /* Its winner: the first entry of the same name and kind that is not shadowed. */
+        for (uint32_t j = 0; j < i; j++) {
+            reg_entry *w = &r->entries[j];
+            if (w->pub.state == MEMRA_ENTRY_SHADOWED || !entry_named(w, hidden->name, hidden->pub.kind))
+                continue;
+            const reg_dir *wd = &r->dirs[w->dir_index];
+            if (wd->from_env && !wd->own) {
+                w->shadows = true;
+                warn_add(r, "%s (%s) from %s hides memra's own %s", hidden->name, entry_kind(hidden),
+                         w->file && w->file[0] ? w->file : w->manifest,
+                         hidden->file && hidden->file[0] ? hidden->file : hidden->manifest);
+            }
+            break;
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Opening and closing                                                                         */
 
-static bool dir_known(const memra_registry *r, const char *path) {
-    for (uint32_t i = 0; i < r->n_dirs; i++)
-        if (strcmp(r->dirs[i].path, path) == 0)
-            return true;
-    return false;
-}
-
-/* Appends a folder (absolute; duplicates are dropped). Takes ownership of path. */
-static memra_status dir_add(memra_registry *r, char *path, memra_error *err) {
+/* Appends a folder (absolute; duplicates are dropped, their flags joined). Takes ownership of
+ * path. */
+static memra_status dir_add(memra_registry *r, char *path, bool from_env, bool own, memra_error *err) {
     if (!path)
         return memra_fail(err, MEMRA_E_NOMEM, "plugin registry: out of memory");
     path_trim(path);
-    if (dir_known(r, path)) {
-        free(path);
-        return MEMRA_OK;
-    }
+    for (uint32_t i = 0; i < r->n_dirs; i++)
+        if (strcmp(r->dirs[i].path, path) == 0) {
+            r->dirs[i].from_env |= from_env;
+            r->dirs[i].own |= own;
+            free(path);
+            return MEMRA_OK;
+        }
     reg_dir *grown = realloc(r->dirs, ((size_t)r->n_dirs + 1) * sizeof *grown);
     if (!grown) {
         free(path);
@@ -642,6 +723,8 @@ static memra_status dir_add(memra_registry *r, char *path, memra_error *err) {
     memset(&r->dirs[r->n_dirs], 0, sizeof r->dirs[0]);
     r->dirs[r->n_dirs].path = path;
     r->dirs[r->n_dirs].note = "";
+    r->dirs[r->n_dirs].from_env = from_env;
+    r->dirs[r->n_dirs].own = own;
     r->n_dirs++;
     return MEMRA_OK;
 }
@@ -679,6 +762,7 @@ static memra_status registry_scan(memra_registry *r, memra_error *err) {
             return st;
     }
     mark_duplicates(r);
+    search_warnings(r);
     if (r->n_entries) {
         r->load_order = calloc(r->n_entries, sizeof *r->load_order);
         if (!r->load_order)
@@ -716,7 +800,7 @@ memra_status memra_registry_open_dirs(const char *const *dirs, uint32_t n_dirs, 
     if (st != MEMRA_OK)
         return st;
     for (uint32_t i = 0; i < n_dirs && st == MEMRA_OK; i++)
-        st = dir_add(r, dir_absolute(dirs[i]), err);
+        st = dir_add(r, dir_absolute(dirs[i]), false, false, err);
     if (st == MEMRA_OK)
         st = registry_scan(r, err);
     if (st != MEMRA_OK) {
@@ -745,14 +829,15 @@ static memra_status dirs_from_env(memra_registry *r, memra_error *err) {
             *colon++ = '\0';
         rest = colon;
         if (item[0] == '/')
-            st = dir_add(r, str_dup(item), err);
+            st = dir_add(r, str_dup(item), true, false, err);
         else if (item[0] == '\0')
-            registry_log(MEMRA_LOG_WARN,
-                         "MEMRA_PLUGIN_PATH entry %u is empty: ignored (the current directory is "
-                         "never searched)",
-                         index);
+            warn_add(r, "MEMRA_PLUGIN_PATH entry %u is empty: ignored (the current directory is never searched)",
+                     index);
         else
-            registry_log(MEMRA_LOG_WARN, "MEMRA_PLUGIN_PATH entry %u '%s' is not absolute: ignored", index, item);
+            warn_add(r,
+                     "MEMRA_PLUGIN_PATH entry %u '%s' is not absolute: ignored (the current directory is never "
+                     "searched)",
+                     index, item);
     }
     free(copy);
     return st;
@@ -767,7 +852,7 @@ static char *build_plugin_dir(const char *lib_dir, bool *is_build) {
     char *marker = path_join(lib_dir, MEMRA_BUILD_MARKER);
     if (!marker)
         return NULL;
-    int fd = open(marker, O_RDONLY | O_CLOEXEC);
+    int fd = open(marker, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         free(marker);
         return NULL;
@@ -831,7 +916,7 @@ memra_status memra_registry_open(memra_registry **out, memra_error *err) {
     st = dirs_from_env(r, err);
     char *own = own_plugin_dir();
     if (st == MEMRA_OK && own)
-        st = dir_add(r, own, err);
+        st = dir_add(r, own, false, true, err);
     else
         free(own);
     if (st == MEMRA_OK)
@@ -865,6 +950,9 @@ void memra_registry_close(memra_registry *r) {
     }
     for (uint32_t i = 0; i < r->n_dirs; i++)
         free(r->dirs[i].path);
+    for (uint32_t i = 0; i < r->n_warnings; i++)
+        free(r->warnings[i]);
+    free(r->warnings);
     free(r->entries);
     free(r->dirs);
     free(r->load_order);
@@ -882,6 +970,47 @@ uint32_t memra_registry_count(const memra_registry *r) { return r ? r->n_entries
 
 const memra_registry_entry *memra_registry_entry_at(const memra_registry *r, uint32_t i) {
     return (r && i < r->n_entries) ? &r->entries[i].pub : NULL;
+}
+
+/* The registry's lock for readers given a const registry (a load through the host table may
+ * be appending to the provenance on another thread). */
+static void lock_const(const memra_registry *r) { pthread_mutex_lock((pthread_mutex_t *)&r->lock); }
+static void unlock_const(const memra_registry *r) { pthread_mutex_unlock((pthread_mutex_t *)&r->lock); }
+
+uint32_t memra_registry_loaded_count(const memra_registry *r) {
+    if (!r)
+        return 0;
+    lock_const(r);
+    uint32_t n = r->n_loaded;
+    unlock_const(r);
+    return n;
+}
+
+const memra_loaded_plugin *memra_registry_loaded_at(const memra_registry *r, uint32_t i) {
+    if (!r)
+        return NULL;
+    lock_const(r);
+    const memra_loaded_plugin *p = i < r->n_loaded ? &r->entries[r->load_order[i]].prov : NULL;
+    unlock_const(r);
+    return p;
+}
+
+const memra_loaded_plugin *memra_registry_provenance(const memra_registry *r, const memra_plugin *p) {
+    if (!r || !p)
+        return NULL;
+    const memra_loaded_plugin *found = NULL;
+    lock_const(r);
+    for (uint32_t i = 0; i < r->n_loaded && !found; i++)
+        if (r->entries[r->load_order[i]].prov.plugin == p)
+            found = &r->entries[r->load_order[i]].prov;
+    unlock_const(r);
+    return found;
+}
+
+uint32_t memra_registry_warning_count(const memra_registry *r) { return r ? r->n_warnings : 0; }
+
+const char *memra_registry_warning_at(const memra_registry *r, uint32_t i) {
+    return (r && i < r->n_warnings) ? r->warnings[i] : NULL;
 }
 
 const memra_host *memra_registry_host(memra_registry *r) {
@@ -1032,6 +1161,60 @@ static memra_status check_descriptor(const char *who, const reg_entry *e, const 
 /* ------------------------------------------------------------------------------------------ */
 /* Loading                                                                                     */
 
+/* The SHA-256 of e's shared object, read through one descriptor whose stat is returned. A file
+ * that is not regular is refused before it is read (a FIFO would block, a device never end). */
+static memra_status file_digest(const char *who, const reg_entry *e, uint8_t sha[32], struct stat *sb,
+                                memra_error *err) {
+    int fd = open(e->file, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return memra_fail(err, MEMRA_E_PLUGIN, "%s: cannot open %s (named by %s): %s", who, e->file, e->manifest,
+                          strerror(errno));
+    memra_status st = MEMRA_OK;
+    memra_sha256_ctx *ctx = NULL;
+    char *buf = NULL;
+    if (fstat(fd, sb) != 0) {
+        st = memra_fail(err, MEMRA_E_PLUGIN, "%s: cannot stat %s: %s", who, e->file, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        st = memra_fail(err, MEMRA_E_PLUGIN, "%s: %s (named by %s) is %s, not a regular file: refused", who, e->file,
+                        e->manifest, file_type_word(sb->st_mode));
+        goto out;
+    }
+    uint64_t failures = memra_sha256_failures();
+    enum { CHUNK = 1u << 16 };
+    buf = malloc(CHUNK);
+    ctx = memra_sha256_new();
+    if (!buf || !ctx) {
+        st = memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory hashing %s", who, e->file);
+        goto out;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf, CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            st = memra_fail(err, MEMRA_E_PLUGIN, "%s: cannot read %s: %s", who, e->file, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break;
+        memra_sha256_update(ctx, buf, (size_t)n);
+    }
+    memra_sha256_final(ctx, sha);
+    ctx = NULL;
+    if (memra_sha256_failures() != failures)
+        st = memra_fail(err, MEMRA_E_PLUGIN, "%s: the SHA-256 of %s could not be computed", who, e->file);
+out:
+    if (ctx) {
+        uint8_t discard[32];
+        memra_sha256_final(ctx, discard);
+    }
+    free(buf);
+    close(fd);
+    return st;
+}
+
 /* Opens, checks and initialises e's shared object. On success e holds the handle. */
 static memra_status entry_open(memra_registry *r, reg_entry *e, memra_error *err) {
     char who[PLUGIN_NAME_MAX + 48];
@@ -1044,13 +1227,25 @@ static memra_status entry_open(memra_registry *r, reg_entry *e, memra_error *err
         return memra_fail(err, MEMRA_E_PLUGIN, "%s: cannot reach %s (named by %s): %s", who, e->file, e->manifest,
                           strerror(errno));
     }
+    struct stat hashed;
+    uint8_t sha[32];
+    memra_status st = file_digest(who, e, sha, &hashed, err);
+    if (st != MEMRA_OK)
+        return st;
     dlerror();
     void *handle = dlopen(e->file, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *why = dlerror();
         return memra_fail(err, MEMRA_E_PLUGIN, "%s: dlopen failed for %s: %s", who, e->file, why ? why : "unknown");
     }
-    memra_status st;
+    /* The digest is of the file loaded: the same inode, unchanged since it was read. */
+    if (stat(e->file, &sb) != 0 || sb.st_dev != hashed.st_dev || sb.st_ino != hashed.st_ino ||
+        sb.st_size != hashed.st_size || sb.st_mtim.tv_sec != hashed.st_mtim.tv_sec ||
+        sb.st_mtim.tv_nsec != hashed.st_mtim.tv_nsec) {
+        st = memra_fail(err, MEMRA_E_PLUGIN, "%s: %s changed while it was being loaded: its digest cannot be trusted",
+                        who, e->file);
+        goto err_close;
+    }
     dlerror();
     const memra_plugin *p = dlsym(handle, MEMRA_PLUGIN_SYMBOL);
     if (!p) {
@@ -1077,6 +1272,16 @@ static memra_status entry_open(memra_registry *r, reg_entry *e, memra_error *err
     }
     e->handle = handle;
     e->plugin = p;
+    e->prov = (memra_loaded_plugin){
+        .plugin = p,
+        .name = e->name,
+        .kind = p->kind,
+        .version = p->version ? p->version : "",
+        .path = e->file,
+        .from_env = r->dirs[e->dir_index].from_env,
+        .shadows = e->shadows,
+    };
+    memcpy(e->prov.sha256, sha, sizeof sha);
     return MEMRA_OK;
 err_close:
     dlclose(handle);

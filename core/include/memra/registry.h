@@ -78,6 +78,31 @@ void memra_registry_load_all(memra_registry *r);
 /* The host table handed to plugins loaded by this registry. */
 const memra_host *memra_registry_host(memra_registry *r);
 
+/* Provenance: every plugin this registry loaded, whether by memra_registry_load or through the
+ * host table's find_plugin (one plugin building on another), in load order, with the file's
+ * SHA-256 taken when it was loaded. `from_env` says it was found in a $MEMRA_PLUGIN_PATH folder;
+ * `shadows` that memra's own folder holds a plugin of the same name and kind which it hid. */
+typedef struct memra_loaded_plugin {
+    const memra_plugin *plugin;
+    const char *name;
+    uint32_t kind;
+    const char *version;
+    const char *path; /* absolute path of the shared object */
+    uint8_t sha256[32];
+    bool from_env;
+    bool shadows;
+} memra_loaded_plugin;
+uint32_t memra_registry_loaded_count(const memra_registry *r);
+const memra_loaded_plugin *memra_registry_loaded_at(const memra_registry *r, uint32_t i);
+/* The provenance of a plugin this registry loaded, or NULL. */
+const memra_loaded_plugin *memra_registry_provenance(const memra_registry *r, const memra_plugin *p);
+
+/* Warnings about the search itself, one line each, for tools to print on stderr (the library
+ * never prints): an empty, relative or missing folder in $MEMRA_PLUGIN_PATH; a plugin there that
+ * shadows one of memra's own folder ("<name> (<kind>) from <path> hides memra's own <path>"). */
+uint32_t memra_registry_warning_count(const memra_registry *r);
+const char *memra_registry_warning_at(const memra_registry *r, uint32_t i);
+
 /* The arm keys a loaded plugin reads (its vtable's option specs), for --help and `memra plugins`:
  * the count, with *specs pointing at them; 0 and NULL for a sampler or a vtable without specs.
  * How tools list a plugin's keys without opening an arm on it. */
