@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "memra/fileio.h"
 #include "memra/gguf.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -797,6 +798,12 @@ static memra_status read_file(int fd, const char *path, uint64_t size, void **ou
     if (size > (uint64_t)SIZE_MAX)
         return memra_fail(err, MEMRA_E_NOMEM, "%s: %" PRIu64 " bytes do not fit in this process's address space", path,
                           size);
+    uint64_t avail = 0;
+    char how[160] = "";
+    if (memra_memory_available(&avail, how, sizeof how, NULL) == MEMRA_OK && size > avail)
+        return memra_fail(err, MEMRA_E_NOMEM,
+                          "%s: the file's %.2f GiB are read into memory, more than the %.2f GiB available (%s)", path,
+                          size / 1073741824.0, avail / 1073741824.0, how);
     void *buf = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED)
         return memra_fail(err, MEMRA_E_NOMEM, "%s: cannot allocate %" PRIu64 " bytes to read the file into: %s", path,

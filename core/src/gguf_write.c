@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "memra/fileio.h"
 #include "memra/gguf.h"
 
 #define WRITER_CHUNK_BYTES (8u << 20)
@@ -625,6 +626,15 @@ memra_status memra_gguf_writer_write_memory(memra_gguf_writer *w, void **data, s
     memra_status st = writer_layout(w, "<memory>", &data_start, &total, err);
     if (st != MEMRA_OK)
         return st;
+    /* Checked before it is spent: a malloc the kernel overcommits would be killed for memory only
+     * when the bytes are written, with no message. */
+    uint64_t avail = 0;
+    char how[160] = "";
+    if (memra_memory_available(&avail, how, sizeof how, NULL) == MEMRA_OK && total > avail)
+        return memra_fail(err, MEMRA_E_NOMEM,
+                          "<memory>: a GGUF of %.2f GiB built in memory needs more than the %.2f GiB available (%s): "
+                          "choose a smaller preset or dtype, or write it to a file (memra mkmodel) and pass --model",
+                          total / 1073741824.0, avail / 1073741824.0, how);
     uint8_t *buf = total <= SIZE_MAX ? malloc((size_t)total) : NULL;
     if (!buf)
         return memra_fail(err, MEMRA_E_NOMEM, "<memory>: out of memory for a GGUF of %" PRIu64 " bytes", total);
@@ -639,6 +649,22 @@ memra_status memra_gguf_writer_write_memory(memra_gguf_writer *w, void **data, s
     *data = buf;
     *size = (size_t)total;
     return MEMRA_OK;
+}
+
+memra_status memra_gguf_writer_write_stream(memra_gguf_writer *w, FILE *f, const char *name, memra_error *err) {
+    if (!w || !f || !name)
+        return memra_fail(err, MEMRA_E_INVALID, "gguf writer: write_stream: writer, stream or name is NULL");
+    uint64_t data_start, total;
+    memra_status st = writer_layout(w, name, &data_start, &total, err);
+    if (st != MEMRA_OK)
+        return st;
+    sink s = {.file = f, .name = name, .err = err};
+    st = writer_emit(w, &s);
+    if (st == MEMRA_OK && s.pos != total)
+        st = memra_fail(err, MEMRA_E_INTERNAL, "%s: wrote %" PRIu64 " bytes, laid out %" PRIu64, name, s.pos, total);
+    if (st == MEMRA_OK && fflush(f) != 0)
+        st = memra_fail(err, MEMRA_E_IO, "%s: flush failed: %s", name, strerror(errno));
+    return st;
 }
 
 memra_status memra_gguf_writer_write_file(memra_gguf_writer *w, const char *path, memra_error *err) {

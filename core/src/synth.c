@@ -561,6 +561,18 @@ memra_status memra_synth_write_file(const memra_synth_spec *spec, const char *pa
     return st;
 }
 
+memra_status memra_synth_write_stream(const memra_synth_spec *spec, FILE *f, const char *name, memra_error *err) {
+    synth_model sm;
+    memra_gguf_writer *w;
+    memra_status st = synth_prepare(spec, &sm, &w, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = memra_gguf_writer_write_stream(w, f, name, err);
+    memra_gguf_writer_free(w);
+    synth_model_free(&sm);
+    return st;
+}
+
 memra_status memra_synth_build_memory(const memra_synth_spec *spec, void **data, size_t *size, memra_error *err) {
     *data = NULL;
     *size = 0;

@@ -13,6 +13,7 @@
 
 #include "gguf_bytes.h"
 #include "memra/gguf.h"
+#include "memra/synth.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -1014,4 +1015,45 @@ Test(gguf_malformed, every_byte_flip_is_safe) {
     cr_assert_gt(refused, 0);
     cr_assert_gt(opened, 0); /* flips inside the data and padding are harmless */
     free(full);
+}
+
+/* ---- memory is checked before it is spent ---- */
+
+/* A model built in memory larger than what may still be allocated is refused up front with the
+ * need and what to lower (an overcommitted malloc would be killed for memory while written). */
+Test(gguf_malformed, preset_in_memory_beyond_available_memory) {
+#ifndef UNDER_ASAN
+    cap_memory(); /* 256 MiB above what this process uses now */
+    memra_synth_spec spec = {.preset = "llama-1b", .type = MEMRA_TYPE_F32, .seed = 1}; /* ~5 GB */
+    void *data = NULL;
+    size_t size = 0;
+    memra_error e = {0};
+    cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &e), MEMRA_E_NOMEM, "%s", e.msg);
+    cr_assert(strstr(e.msg, "GiB built in memory needs more than the"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "choose a smaller preset or dtype"), "%s", e.msg);
+    cr_assert_null(data);
+#endif
+}
+
+/* A model file larger than what may still be allocated is refused before it is read, naming it. */
+Test(gguf_malformed, file_beyond_available_memory) {
+#ifndef UNDER_ASAN
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/memra-gguf-big-%ld.gguf", (long)getpid());
+    gb_bytes b = {0};
+    valid_one_tensor(&b);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b.p, 1, b.n, f), b.n);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(truncate(path, (off_t)1 << 30), 0); /* 1 GiB, sparse: the reader must not try */
+    cap_memory();
+    memra_gguf *g = NULL;
+    memra_error e = {0};
+    memra_status st = memra_gguf_open(path, &g, &e);
+    unlink(path);
+    gb_free(&b);
+    cr_assert_eq(st, MEMRA_E_NOMEM, "%s", e.msg);
+    cr_assert(strstr(e.msg, "are read into memory, more than the"), "%s", e.msg);
+#endif
 }

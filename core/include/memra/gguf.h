@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memra/status.h"
 
@@ -213,6 +214,9 @@ memra_status memra_gguf_writer_add_tensor_fill(memra_gguf_writer *w, const char 
 
 /* Writes the file (to path.tmp, then renamed). */
 memra_status memra_gguf_writer_write_file(memra_gguf_writer *w, const char *path, memra_error *err);
+/* Writes the file to a stream the caller opened (and closes: a private file it renames into
+ * place, say), named `name` in messages; flushed, not closed. */
+memra_status memra_gguf_writer_write_stream(memra_gguf_writer *w, FILE *f, const char *name, memra_error *err);
 /* Writes into a malloc'd buffer the caller frees with free(). */
 memra_status memra_gguf_writer_write_memory(memra_gguf_writer *w, void **data, size_t *size, memra_error *err);
 

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memra/status.h"
 
@@ -32,6 +33,9 @@ memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_err
  * are generated on one thread per core, or $MEMRA_SYNTH_THREADS (1..16); the bytes are the same
  * for any count. */
 memra_status memra_synth_write_file(const memra_synth_spec *spec, const char *path, memra_error *err);
+/* The same into a stream the caller opened (memra mkmodel's private file), named `name` in
+ * messages; flushed, not closed. */
+memra_status memra_synth_write_stream(const memra_synth_spec *spec, FILE *f, const char *name, memra_error *err);
 /* Builds the model in a malloc'd buffer (free() it): the embedded default, tests. */
 memra_status memra_synth_build_memory(const memra_synth_spec *spec, void **data, size_t *size, memra_error *err);
 
