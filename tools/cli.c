@@ -2,13 +2,18 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -213,20 +218,316 @@ const char *cli_bytes(uint64_t n, char *buf, size_t size) {
     return buf;
 }
 
+size_t cli_utf8_len(const unsigned char *s, size_t n) {
+    if (n == 0)
+        return 0;
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong below U+0800 */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates U+D800..U+DFFF */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong below U+10000 */
+        else if (c == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+    } else
+        return 0; /* a continuation byte, an overlong 0xc0/0xc1, or 0xf5..0xff */
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
 void cli_json_str(FILE *f, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
             fprintf(f, "\\%c", c);
-        else if (c == '\n')
+            i++;
+        } else if (c == '\n') {
             fputs("\\n", f);
-        else if (c < 0x20)
+            i++;
+        } else if (c == '\t') {
+            fputs("\\t", f);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
             fprintf(f, "\\u%04x", c);
-        else
+            i++;
+        } else if (c < 0x80) {
             fputc(c, f);
+            i++;
+        } else {
+            size_t len = cli_utf8_len(p + i, n - i);
+            if (len == 0) {
+                fputs("\\ufffd", f); /* one replacement a byte that starts no valid sequence */
+                i++;
+            } else {
+                fwrite(p + i, 1, len, f);
+                i += len;
+            }
+        }
     }
     fputc('"', f);
+}
+
+void cli_json_num(FILE *f, const char *fmt, double v) {
+    if (!isfinite(v)) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, fmt, v);
+}
+
+/* ---- stdout ------------------------------------------------------------------------------ */
+
+static int stdout_errno;     /* of the first write to stdout that failed */
+static bool stdout_reported; /* cli_stdout_ok said so already */
+
+static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
+            if (!stdout_errno)
+                stdout_errno = errno;
+            return done ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+static int stdout_close(void *cookie) {
+    (void)cookie;
+    if (close(STDOUT_FILENO) != 0 && errno != EINTR) {
+        if (!stdout_errno)
+            stdout_errno = errno;
+        return -1;
+    }
+    return 0;
+}
+
+void cli_process_setup(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", O_RDONLY); /* the lowest free descriptor: fd itself */
+        if (n >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+    signal(SIGXFSZ, SIG_IGN);
+    cookie_io_functions_t io = {.read = NULL, .write = stdout_write, .seek = NULL, .close = stdout_close};
+    FILE *f = fopencookie(NULL, "w", io);
+    if (f) {
+        setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
+        stdout = f;
+    }
+}
+
+bool cli_stdout_ok(const char *cmd) {
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    int e = errno;
+    if (flushed && !ferror(stdout))
+        return true;
+    e = stdout_errno ? stdout_errno : e;
+    stdout_reported = true;
+    if (e)
+        cli_error(cmd, "stdout: write failed: %s", strerror(e));
+    else
+        cli_error(cmd, "stdout: write failed");
+    return false;
+}
+
+int cli_finish(const char *cmd, int rc) {
+    memra_error err = {0};
+    if (memra_close_stream(stdout, "stdout", &err) == MEMRA_OK)
+        return rc;
+    if (stdout_reported && rc != CLI_EXIT_OK)
+        return rc;
+    char msg[MEMRA_ERROR_MSG_MAX + 64];
+    if (stdout_errno)
+        snprintf(msg, sizeof msg, "stdout: write failed: %s", strerror(stdout_errno));
+    else
+        snprintf(msg, sizeof msg, "%s", err.msg);
+    if (cmd)
+        cli_error(cmd, "%s", msg);
+    else
+        fprintf(stderr, "memra: %s\n", msg);
+    return rc == CLI_EXIT_OK ? CLI_EXIT_ERROR : rc;
+}
+
+/* ---- outputs renamed into place, and the signals that remove them ------------------------ */
+
+#define CLI_CLEAN_SLOTS 4
+
+/* What the handler removes. A slot is filled and emptied with the three signals blocked, so the
+ * handler never sees one half written. */
+static struct { const char *volatile path; /* the private file */ } clean[CLI_CLEAN_SLOTS];
+static bool handlers_installed;
+static const int clean_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    for (int i = 0; i < CLI_CLEAN_SLOTS; i++)
+        if (clean[i].path)
+            unlink(clean[i].path); /* async-signal-safe */
+    /* End by the same signal: the default action once this handler returns (it is blocked here). */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    raise(sig);
+    errno = saved;
+}
+
+static void block_signals(sigset_t *old) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof clean_signals / sizeof clean_signals[0]; i++)
+        sigaddset(&set, clean_signals[i]);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+static void restore_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* Installs the handler once (signals blocked by the caller); a signal the process ignores (nohup,
+ * a background job) stays ignored. */
+static void install_handlers(void) {
+    if (handlers_installed)
+        return;
+    handlers_installed = true;
+    for (size_t i = 0; i < sizeof clean_signals / sizeof clean_signals[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(clean_signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        for (size_t k = 0; k < sizeof clean_signals / sizeof clean_signals[0]; k++)
+            sigaddset(&sa.sa_mask, clean_signals[k]);
+        sigaction(clean_signals[i], &sa, NULL);
+    }
+}
+
+static void slot_release(cli_output *o) {
+    if (o->slot >= 0) {
+        clean[o->slot].path = NULL;
+        o->slot = -1;
+    }
+}
+
+int cli_output_open(const char *cmd, const char *opt, const char *path, cli_output *o) {
+    memset(o, 0, sizeof *o);
+    o->slot = -1;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        cli_error(cmd,
+                  "%s %s: not a regular file: writing it whole means renaming a new file onto it, which would "
+                  "replace it; give a file path",
+                  opt, path);
+        return CLI_EXIT_USAGE;
+    }
+    memra_error err = {0};
+    sigset_t old;
+    block_signals(&old);
+    install_handlers();
+    if (memra_atomic_open(path, &o->af, &o->f, &err) != MEMRA_OK) {
+        restore_signals(&old);
+        memset(o, 0, sizeof *o);
+        o->slot = -1;
+        return cli_fail(cmd, &err);
+    }
+    o->path = path;
+    const char *temp = memra_atomic_temp_path(o->af);
+    for (int i = 0; i < CLI_CLEAN_SLOTS && o->slot < 0; i++)
+        if (!clean[i].path)
+            o->slot = i;
+    if (o->slot < 0) { /* never with the tools' few outputs */
+        memra_atomic_abort(o->af);
+        restore_signals(&old);
+        memset(o, 0, sizeof *o);
+        cli_error(cmd, "%s %s: too many outputs open at once", opt, path);
+        return CLI_EXIT_ERROR;
+    }
+    clean[o->slot].path = temp;
+    restore_signals(&old);
+    return CLI_EXIT_OK;
+}
+
+void cli_output_abort(cli_output *o) {
+    if (!o->af)
+        return;
+    sigset_t old;
+    block_signals(&old);
+    slot_release(o);
+    memra_atomic_abort(o->af);
+    o->af = NULL;
+    o->f = NULL;
+    restore_signals(&old);
+}
+
+int cli_output_commit(const char *cmd, cli_output *const *outs, size_t n) {
+    sigset_t old;
+    block_signals(&old);
+    int rc = CLI_EXIT_OK;
+    memra_error err = {0};
+    for (size_t i = 0; i < n; i++) {
+        cli_output *o = outs[i];
+        if (!o->af)
+            continue;
+        if (rc != CLI_EXIT_OK) {
+            slot_release(o);
+            memra_atomic_abort(o->af);
+        } else {
+            memra_status st = memra_atomic_commit(o->af, &err); /* frees af, removes the private file on failure */
+            slot_release(o);
+            if (st != MEMRA_OK)
+                rc = cli_fail(cmd, &err);
+        }
+        o->af = NULL;
+        o->f = NULL;
+    }
+    restore_signals(&old);
+    return rc;
+}
+
+int cli_refuse_same_file(const char *cmd, const char *out_opt, const char *out_path, const char *in_opt,
+                         const char *in_path) {
+    if (!out_path || !in_path)
+        return CLI_EXIT_OK;
+    bool same = false;
+    memra_error err = {0};
+    if (memra_same_file(out_path, in_path, &same, &err) != MEMRA_OK)
+        return cli_fail(cmd, &err);
+    if (!same)
+        return CLI_EXIT_OK;
+    cli_error(cmd, "%s %s is the same file as %s %s: refusing to write over an input", out_opt, out_path, in_opt,
+              in_path);
+    return CLI_EXIT_USAGE;
 }
 
 double cli_now(void) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memra/fileio.h"
 #include "memra/memra.h"
 
 #define CLI_EXIT_OK 0
@@ -78,12 +79,61 @@ bool cli_model_sel_parse(const char *cmd, const cli_opt *opts, size_t n_opts, cl
 
 /* Size with a binary unit ("1.5 GiB") into buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t size);
-/* Writes s as a JSON string (quotes included). */
+/* Writes s as a JSON string (quotes included) that is valid JSON and valid UTF-8 whatever bytes s
+ * holds: quotes, backslashes and control bytes (DEL included) escaped, every byte that does not
+ * start a complete, shortest-form UTF-8 sequence of a scalar value written as \ufffd (so a
+ * string cut mid-character never yields half a character). */
 void cli_json_str(FILE *f, const char *s);
+/* The length of the valid UTF-8 sequence at s (at most n bytes available): 1 to 4, or 0 when the
+ * bytes there are not one (a stray continuation byte, an overlong form, a surrogate, a value above
+ * U+10FFFF, or a sequence cut short). */
+size_t cli_utf8_len(const unsigned char *s, size_t n);
+/* Writes v with printf format fmt, or null when v is not finite (JSON has no inf or nan). */
+void cli_json_num(FILE *f, const char *fmt, double v);
 /* Seconds of a monotonic clock. */
 double cli_now(void);
 /* Peak resident set size of this process in bytes (getrusage). */
 uint64_t cli_peak_rss(void);
+
+/* ---- Output that never reports success it did not have (memra/fileio.h) ------------------ */
+
+/* Called first by main: a closed descriptor 0, 1 or 2 is taken by /dev/null opened read-only, so
+ * no file the tool opens lands on it (a later write to a closed stdout then fails with EBADF
+ * instead of going into that file); SIGXFSZ is ignored, so a write past a file size limit fails
+ * with EFBIG and is reported instead of killing the process; stdout becomes a stream that
+ * remembers the errno of its first failed write, for the message at the end. */
+void cli_process_setup(void);
+/* Flushes stdout and reports a write that failed (naming it and the errno's text): false then. */
+bool cli_stdout_ok(const char *cmd);
+/* The exit code of the command: flushes and closes stdout (memra_close_stream); when that fails,
+ * prints why and returns CLI_EXIT_ERROR (or rc when rc already says a failure). cmd may be NULL. */
+int cli_finish(const char *cmd, int rc);
+
+/* An output file written privately and renamed into place (memra_atomic_open/commit). While it
+ * is open, SIGINT, SIGTERM and SIGHUP remove the private file and end the process by the same
+ * signal (exit status 128+signal in a shell). `scan` also removes, on such a signal, every file
+ * of the folder whose name starts with the private file's name and ".tmp." (the temporary that
+ * a core writer creates beside a path it writes, as memra_synth_write_file does). */
+typedef struct cli_output {
+    const char *path;
+    memra_atomic_file *af;
+    FILE *f;  /* the stream on the private file */
+    int slot; /* its place in the signal handler's table, or -1 */
+} cli_output;
+/* Refuses (usage) a path that exists and is not a regular file (renaming onto /dev/null or a FIFO
+ * would replace it), then opens; prints the failure and returns its exit code. */
+int cli_output_open(const char *cmd, const char *opt, const char *path, cli_output *o);
+/* Commits the outputs in order with the signals blocked (none is cut by a signal between two).
+ * On a failure the rest are aborted; returns an exit code after printing why. */
+int cli_output_commit(const char *cmd, cli_output *const *outs, size_t n);
+/* Removes the private file. A closed (zeroed) output is a no-op. */
+void cli_output_abort(cli_output *o);
+
+/* Usage (2) when the output path names the same file as the input (links and other spellings
+ * included): checked before anything is opened for writing. in_path NULL: nothing to check.
+ * Returns CLI_EXIT_OK or an exit code after printing why. */
+int cli_refuse_same_file(const char *cmd, const char *out_opt, const char *out_path, const char *in_opt,
+                         const char *in_path);
 
 /* What run and bench open: a model, the registry, an arm on the model (session.c). */
 typedef struct cli_session {

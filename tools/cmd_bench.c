@@ -6,6 +6,7 @@
  * Every repetition must generate the same tokens: a backend that does not is an error, not a
  * figure. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +29,9 @@ static const char help_text[] =
     "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
     "  --reps R             timed repetitions (default 5)\n"
     "  --warmup W           untimed repetitions first (default 1)\n"
-    "  --jsonl FILE         append one JSON line with the figures, commit, device and options\n";
+    "  --jsonl FILE         append one JSON line with the figures, commit, device and options:\n"
+    "                       whole or not at all, under a lock against other writers of FILE;\n"
+    "                       FILE must not be the model. A failed append is an error (exit 3).\n";
 
 typedef struct bench_args {
     cli_model_sel sel;
@@ -193,10 +196,15 @@ static void bench_print(cli_session *ss, const bench_args *ba, const bench_resul
     printf("peak RSS:     %s\n", cli_bytes(cli_peak_rss(), b1, sizeof b1));
 }
 
+/* The record is built in memory, then appended whole or not at all (memra_append_line: under an
+ * exclusive lock of the file, a failed write truncated back), so two benches appending to one
+ * file never interleave and a full disk never leaves half a line. */
 static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, const bench_result *br) {
-    FILE *f = fopen(ba->jsonl, "a");
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
     if (!f) {
-        cli_error(cmd, "cannot append to %s: %s", ba->jsonl, strerror(errno));
+        cli_error(cmd, "--jsonl %s: cannot build the record: %s", ba->jsonl, strerror(errno));
         return CLI_EXIT_ERROR;
     }
     fprintf(f, "{\"record\": \"bench\", \"commit\": ");
@@ -220,15 +228,24 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
     fprintf(f, ", \"weight_bytes\": %" PRIu64 ", \"prime\": %u, \"n\": %u, \"reps\": %u, \"warmup\": %u",
             ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup);
     fprintf(f, ", \"tok_s\": [");
-    for (uint32_t i = 0; i < ba->reps; i++)
-        fprintf(f, "%s%.4f", i ? ", " : "", br->tok_s[i]);
-    fprintf(f, "], \"tok_s_mean\": %.4f, \"tok_s_sd\": %.4f, \"ms_per_token\": %.6f", br->mean, br->sd,
-            br->ms_per_token);
-    fprintf(f, ", \"bytes_per_token\": %.0f, \"gb_s\": %.4f", br->bytes_per_token, br->gb_s);
-    if (br->ceiling > 0)
-        fprintf(f, ", \"ceiling_gb_s\": %.4f, \"ceiling_pct\": %.2f", br->ceiling / 1e9,
-                100.0 * br->gb_s * 1e9 / br->ceiling);
-    else
+    for (uint32_t i = 0; i < ba->reps; i++) {
+        fprintf(f, "%s", i ? ", " : "");
+        cli_json_num(f, "%.4f", br->tok_s[i]);
+    }
+    fprintf(f, "], \"tok_s_mean\": ");
+    cli_json_num(f, "%.4f", br->mean);
+    fprintf(f, ", \"tok_s_sd\": ");
+    cli_json_num(f, "%.4f", br->sd);
+    fprintf(f, ", \"ms_per_token\": ");
+    cli_json_num(f, "%.6f", br->ms_per_token);
+    fprintf(f, ", \"bytes_per_token\": %.0f, \"gb_s\": ", br->bytes_per_token);
+    cli_json_num(f, "%.4f", br->gb_s);
+    if (br->ceiling > 0) {
+        fprintf(f, ", \"ceiling_gb_s\": ");
+        cli_json_num(f, "%.4f", br->ceiling / 1e9);
+        fprintf(f, ", \"ceiling_pct\": ");
+        cli_json_num(f, "%.2f", 100.0 * br->gb_s * 1e9 / br->ceiling);
+    } else
         fprintf(f, ", \"ceiling_gb_s\": null, \"ceiling_pct\": null");
     if (br->have_mem)
         fprintf(f,
@@ -236,11 +253,32 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
                 ", \"scratch_bytes\": %" PRIu64 ", \"device_in_use\": %" PRIu64 "}",
                 br->mem.weight_bytes, br->mem.cache_bytes, br->mem.scratch_bytes, br->mem.device_in_use);
     fprintf(f, ", \"peak_rss\": %" PRIu64 "}\n", cli_peak_rss());
-    if (fclose(f) != 0) {
-        cli_error(cmd, "cannot write %s: %s", ba->jsonl, strerror(errno));
+    bool built = !ferror(f);
+    if (fclose(f) != 0 || !built || !line) {
+        cli_error(cmd, "--jsonl %s: cannot build the record: out of memory", ba->jsonl);
+        free(line);
         return CLI_EXIT_ERROR;
     }
-    return CLI_EXIT_OK;
+    /* O_NONBLOCK: a FIFO without a reader is an error (ENXIO), never a wait. */
+    int fd = open(ba->jsonl, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0) {
+        cli_error(cmd, "--jsonl %s: cannot append: %s", ba->jsonl, strerror(errno));
+        free(line);
+        return CLI_EXIT_ERROR;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    memra_error err = {0};
+    int rc = CLI_EXIT_OK;
+    if (memra_append_line(fd, ba->jsonl, line, len, &err) != MEMRA_OK)
+        rc = cli_fail(cmd, &err);
+    if (close(fd) != 0 && rc == CLI_EXIT_OK) {
+        cli_error(cmd, "--jsonl %s: write failed at close: %s", ba->jsonl, strerror(errno));
+        rc = CLI_EXIT_ERROR;
+    }
+    free(line);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -273,6 +311,9 @@ int cmd_bench(int argc, char **argv) {
         cli_error(cmd, "--jsonl: empty file name");
         return CLI_EXIT_USAGE;
     }
+    /* The record file must not be the model: refused before anything is opened for writing. */
+    if ((rc = cli_refuse_same_file(cmd, "--jsonl", ba.jsonl, "--model", ba.sel.path)) != CLI_EXIT_OK)
+        return rc;
     bench_result br = {0};
     br.tok_s = calloc(ba.reps, sizeof *br.tok_s);
     if (!br.tok_s) {
@@ -287,7 +328,10 @@ int cmd_bench(int argc, char **argv) {
             bench_describe_device(&ss, &br);
             bench_stats(ss.lm->model, &ba, &br);
             bench_print(&ss, &ba, &br);
-            if (ba.jsonl)
+            /* The table must have reached stdout before the record says the run happened. */
+            if (!cli_stdout_ok(cmd))
+                rc = CLI_EXIT_ERROR;
+            else if (ba.jsonl)
                 rc = bench_jsonl(cmd, &ss, &ba, &br);
         }
         cli_session_close(&ss);

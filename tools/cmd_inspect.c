@@ -15,20 +15,30 @@ static const char help_text[] =
 
 #define STR_SHOW_MAX 80
 
+/* A model string, quoted: valid UTF-8 passes through, every other byte (a control byte, a byte
+ * of no valid sequence) reads \xNN, and the cut at STR_SHOW_MAX bytes never splits a character. */
 static void print_str(memra_gguf_str s) {
     putchar('"');
-    uint64_t n = s.len < STR_SHOW_MAX ? s.len : STR_SHOW_MAX;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s.ptr[i];
-        if (c == '"' || c == '\\')
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    uint64_t i = 0;
+    while (i < s.len && i < STR_SHOW_MAX) {
+        unsigned char c = p[i];
+        size_t len = cli_utf8_len(p + i, (size_t)(s.len - i < 4 ? s.len - i : 4));
+        if (c == '"' || c == '\\') {
             printf("\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
+            i++;
+        } else if (c < 0x20 || c == 0x7f || len == 0) {
             printf("\\x%02x", c);
-        else
-            putchar(c); /* UTF-8 passes through */
+            i++;
+        } else if (i + len > STR_SHOW_MAX) {
+            break; /* the next character would cross the cut: shown whole or not at all */
+        } else {
+            fwrite(p + i, 1, len, stdout);
+            i += len;
+        }
     }
     putchar('"');
-    if (s.len > n)
+    if (s.len > i)
         printf("... (%" PRIu64 " bytes)", s.len);
 }
 
@@ -205,6 +215,8 @@ int cmd_inspect(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     memra_error err = {0};
     memra_gguf *g;
+    if (memra_check_regular_input(pos[0], "model file", &err) != MEMRA_OK) /* a FIFO never blocks */
+        return cli_fail(cmd, &err);
     if (memra_gguf_open(pos[0], &g, &err) != MEMRA_OK)
         return cli_fail(cmd, &err);
     char buf[32];

@@ -1,6 +1,7 @@
 /* cmd_mkmodel.c: `memra mkmodel`: writes a synthetic model to a GGUF file, streamed (every preset,
  * llama-8b included, is written without holding the model in memory). */
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -15,7 +16,9 @@ static const char help_text[] =
     "  --dtype D            matrix type: f32 (default), f16, bf16, q8_0 (norms stay f32)\n"
     "  --seed S             weight seed (default 1; --model-seed is the same option, the name run\n"
     "                       and bench use)\n"
-    "  -o, --output FILE    the file to write (written to FILE.tmp, then renamed)\n";
+    "  -o, --output FILE    the file to write: written under a private name beside it and renamed\n"
+    "                       into place when complete; a failed or interrupted (SIGINT, SIGTERM,\n"
+    "                       SIGHUP) write leaves no file and no private file\n";
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *cmd = "mkmodel";
@@ -46,16 +49,28 @@ int cmd_mkmodel(int argc, char **argv) {
     }
     if (seed && !cli_u64(cmd, "--seed", seed, &spec.seed))
         return CLI_EXIT_USAGE;
+    bool known = false;
+    for (const char *const *p = memra_synth_presets(); *p && !known; p++)
+        known = strcmp(*p, spec.preset) == 0;
+    if (!known) { /* before anything is created */
+        cli_error(cmd, "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b",
+                  spec.preset);
+        return CLI_EXIT_USAGE;
+    }
     double t0 = cli_now();
-    if (memra_synth_write_file(&spec, out, &err) != MEMRA_OK)
-        return cli_fail(cmd, &err); /* an unknown preset is MEMRA_E_INVALID: a usage error */
+    /* The model goes to the private file, then into place; a signal removes the private file. */
+    cli_output o;
+    if ((rc = cli_output_open(cmd, "-o", out, &o)) != CLI_EXIT_OK)
+        return rc;
+    if (memra_synth_write_stream(&spec, o.f, out, &err) != MEMRA_OK) {
+        cli_output_abort(&o);
+        return cli_fail(cmd, &err);
+    }
+    long long size = ftello(o.f);
+    cli_output *outs[] = {&o};
+    if ((rc = cli_output_commit(cmd, outs, 1)) != CLI_EXIT_OK)
+        return rc;
     double dt = cli_now() - t0;
-    FILE *f = fopen(out, "rb");
-    long size = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (f)
-        fclose(f);
     char buf[32];
     fprintf(stderr, "memra mkmodel: wrote %s: preset %s, %s, seed %llu, %s in %.2f s\n", out, spec.preset,
             memra_tensor_type_name(spec.type), (unsigned long long)spec.seed,

@@ -2,14 +2,18 @@
  * their ids, and on stderr the speed and the peak memory of the process. --dump-logits writes
  * every step's logits for other tools to compare. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 static const char help_text[] =
     "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
-    "                 [--tokens 1,2,3] [-n N] [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
+    "                 [--tokens 1,2,3 | --prompt-ids FILE] [-n N]\n"
+    "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                 [--dump-logits FILE]\n"
     "\n"
     "Feeds the prompt tokens, then generates N tokens and prints their ids (space-separated) on\n"
@@ -17,6 +21,8 @@ static const char help_text[] =
     "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
     "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
     "                       or 0 when it names none)\n"
+    "  --prompt-ids FILE    or the prompt token ids from a file (a regular file, at most 1000000\n"
+    "                       ids, separated by white space or commas: memra-gate's format)\n"
     "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"
     "  --temp T             sample at temperature T (default: greedy, the argmax)\n"
     "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
@@ -25,9 +31,118 @@ static const char help_text[] =
     "                       (seed, position). The weights' seed of a preset is --model-seed.\n"
     "  --dump-logits FILE   write every step's logits: little-endian float32, steps x n_vocab,\n"
     "                       row-major; FILE.json holds {\"n_vocab\", \"steps\", \"tokens\"}, the\n"
-    "                       input token of each step\n";
+    "                       input token of each step. Both are written under private names and\n"
+    "                       renamed into place when complete; an interrupted run leaves neither.\n"
+    "\n"
+    "An output that is one of the input files (--model, --prompt-ids) is refused. A failed write\n"
+    "(stdout or a dump: a full disk, a file size limit, a closed stdout) is an error (exit 3).\n";
 
 #define RUN_MAX_TOKENS 1000000u
+/* A prompt file longer than this is refused before it is read further: 1000000 ids of up to
+ * 20 digits with separators fit, an endless stream does not. */
+#define RUN_MAX_PROMPT_BYTES (32ull << 20)
+
+/* Reads the prompt ids of a file (memra-gate's format: decimal ids separated by white space or
+ * commas), bounded in ids and bytes. The file must be regular: it is checked before it is opened
+ * and opened without blocking (a FIFO swapped in between is refused too). */
+static int read_prompt_file(const char *cmd, const char *path, int64_t **out, uint32_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    memra_error err = {0};
+    if (memra_check_regular_input(path, "--prompt-ids", &err) != MEMRA_OK)
+        return cli_fail(cmd, &err);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        cli_error(cmd, "--prompt-ids %s: %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return CLI_EXIT_ERROR;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        cli_error(cmd, "--prompt-ids %s: %s", path, strerror(errno));
+        close(fd);
+        return CLI_EXIT_ERROR;
+    }
+    uint32_t cap = 256, count = 0;
+    int64_t *v = malloc(cap * sizeof *v);
+    int rc = v ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+    if (!v)
+        cli_error(cmd, "--prompt-ids %s: out of memory", path);
+    uint64_t bytes = 0;
+    int c = 0;
+    char word[32];
+    while (rc == CLI_EXIT_OK) {
+        size_t len = 0;
+        while ((c = getc(f)) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ','))
+            bytes++;
+        while (c != EOF && !(c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',')) {
+            bytes++;
+            if (len < sizeof word)
+                word[len] = (char)c;
+            len++;
+            c = getc(f);
+        }
+        if (bytes > RUN_MAX_PROMPT_BYTES) {
+            cli_error(cmd, "--prompt-ids %s: more than %llu bytes: not a prompt (at most %u ids)", path,
+                      RUN_MAX_PROMPT_BYTES, RUN_MAX_TOKENS);
+            rc = CLI_EXIT_USAGE;
+            break;
+        }
+        if (len == 0)
+            break;
+        bool digits = len < sizeof word;
+        for (size_t i = 0; digits && i < len; i++)
+            digits = word[i] >= '0' && word[i] <= '9';
+        unsigned long long id = 0;
+        if (digits) {
+            word[len] = '\0';
+            errno = 0;
+            id = strtoull(word, NULL, 10);
+        }
+        if (!digits || errno || id > INT64_MAX) {
+            cli_error(cmd, "--prompt-ids %s: id %u is not a token id (an integer >= 0)", path, count);
+            rc = CLI_EXIT_USAGE;
+            break;
+        }
+        if (count == RUN_MAX_TOKENS) {
+            cli_error(cmd, "--prompt-ids %s: more than %u ids", path, RUN_MAX_TOKENS);
+            rc = CLI_EXIT_USAGE;
+            break;
+        }
+        if (count == cap) {
+            int64_t *grown = realloc(v, 2 * (size_t)cap * sizeof *v);
+            if (!grown) {
+                cli_error(cmd, "--prompt-ids %s: out of memory for %u ids", path, 2 * cap);
+                rc = CLI_EXIT_ERROR;
+                break;
+            }
+            v = grown;
+            cap *= 2;
+        }
+        v[count++] = (int64_t)id;
+    }
+    if (rc == CLI_EXIT_OK && ferror(f)) {
+        cli_error(cmd, "--prompt-ids %s: read failed: %s", path, strerror(errno));
+        rc = CLI_EXIT_ERROR;
+    }
+    if (rc == CLI_EXIT_OK && count == 0) {
+        cli_error(cmd, "--prompt-ids %s: no token ids in the file", path);
+        rc = CLI_EXIT_USAGE;
+    }
+    fclose(f);
+    if (rc != CLI_EXIT_OK) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n_out = count;
+    return CLI_EXIT_OK;
+}
 
 /* Parses "1,2,3" into a malloc'd array. */
 static bool parse_tokens(const char *cmd, const char *text, int64_t **out, uint32_t *n) {
@@ -97,28 +212,15 @@ static bool write_f32_le(FILE *f, const float *x, size_t n) {
     return true;
 }
 
-static bool write_dump_json(const char *cmd, const char *path, uint32_t n_vocab, const int64_t *inputs,
+/* The dump's metadata into its private file (committed with the logits). */
+static bool write_dump_json(const char *cmd, const char *json_path, FILE *f, uint32_t n_vocab, const int64_t *inputs,
                             uint32_t steps) {
-    size_t len = strlen(path);
-    char *json_path = malloc(len + 6);
-    if (!json_path)
-        return false;
-    memcpy(json_path, path, len);
-    memcpy(json_path + len, ".json", 6);
-    FILE *f = fopen(json_path, "w");
-    if (!f) {
-        cli_error(cmd, "cannot write %s: %s", json_path, strerror(errno));
-        free(json_path);
-        return false;
-    }
-    fprintf(f, "{\"n_vocab\": %u, \"steps\": %u, \"tokens\": [", n_vocab, steps);
-    for (uint32_t i = 0; i < steps; i++)
-        fprintf(f, "%s%lld", i ? ", " : "", (long long)inputs[i]);
-    fprintf(f, "]}\n");
-    bool ok = fclose(f) == 0;
+    bool ok = fprintf(f, "{\"n_vocab\": %u, \"steps\": %u, \"tokens\": [", n_vocab, steps) > 0;
+    for (uint32_t i = 0; ok && i < steps; i++)
+        ok = fprintf(f, "%s%lld", i ? ", " : "", (long long)inputs[i]) > 0;
+    ok = ok && fprintf(f, "]}\n") > 0;
     if (!ok)
         cli_error(cmd, "cannot write %s: %s", json_path, strerror(errno));
-    free(json_path);
     return ok;
 }
 
@@ -129,6 +231,8 @@ typedef struct run_args {
     uint32_t n_prompt, n_gen;
     memra_sample_cfg sample;
     const char *dump_path;
+    char *json_path;         /* dump_path + ".json" */
+    const char *prompt_path; /* --prompt-ids */
 } run_args;
 
 /* The decode loop proper: returns an exit code. */
@@ -136,14 +240,18 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     const memra_model *m = ss->lm->model;
     for (uint32_t i = 0; i < ra->n_prompt; i++) {
         if (ra->prompt[i] >= (int64_t)m->n_vocab) {
-            cli_error(cmd, "--tokens: token %lld is not below n_vocab %u", (long long)ra->prompt[i], m->n_vocab);
+            if (ra->prompt_path)
+                cli_error(cmd, "--prompt-ids %s: id %u, token %lld, is not below n_vocab %u", ra->prompt_path, i,
+                          (long long)ra->prompt[i], m->n_vocab);
+            else
+                cli_error(cmd, "--tokens: token %lld is not below n_vocab %u", (long long)ra->prompt[i], m->n_vocab);
             return CLI_EXIT_USAGE;
         }
     }
     uint32_t steps = ra->n_prompt + (ra->n_gen ? ra->n_gen - 1 : 0); /* the last token is not fed back */
     int64_t *seq = malloc(((size_t)ra->n_prompt + ra->n_gen) * sizeof *seq);
     float *logits = ra->dump_path ? malloc((size_t)m->n_vocab * sizeof *logits) : NULL;
-    FILE *dump = NULL;
+    cli_output dump = {.slot = -1}, meta = {.slot = -1};
     memra_arm_state *st = NULL;
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
@@ -152,10 +260,11 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
         goto out;
     }
     memcpy(seq, ra->prompt, ra->n_prompt * sizeof *seq);
-    if (ra->dump_path && !(dump = fopen(ra->dump_path, "wb"))) {
-        cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
+    if (ra->dump_path && (rc = cli_output_open(cmd, "--dump-logits", ra->dump_path, &dump)) != CLI_EXIT_OK)
         goto out;
-    }
+    if (ra->dump_path && (rc = cli_output_open(cmd, "--dump-logits (its .json)", ra->json_path, &meta)) != CLI_EXIT_OK)
+        goto out;
+    rc = CLI_EXIT_ERROR;
     if (memra_arm_state_new(ss->arm, steps + 1, &st, &err) != MEMRA_OK) {
         rc = cli_fail(cmd, &err);
         goto out;
@@ -173,7 +282,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
             seq[k + 1] = res.token;
         if (k + 1 == ra->n_prompt)
             t_prompt = cli_now();
-        if (dump && !write_f32_le(dump, logits, m->n_vocab)) {
+        if (dump.f && !write_f32_le(dump.f, logits, m->n_vocab)) {
             cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
             goto out;
         }
@@ -182,14 +291,19 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     for (uint32_t i = 0; i < ra->n_gen; i++)
         printf("%s%lld", i ? " " : "", (long long)seq[ra->n_prompt + i]);
     printf("\n");
-    fflush(stdout);
-    if (dump) {
-        FILE *f = dump;
-        dump = NULL;
-        if (fclose(f) != 0 || !write_dump_json(cmd, ra->dump_path, m->n_vocab, seq, steps)) {
-            cli_error(cmd, "cannot write %s", ra->dump_path);
+    /* The tokens must have reached stdout before the dump is put in place: a run whose output was
+     * lost leaves no dump either. */
+    if (!cli_stdout_ok(cmd))
+        goto out;
+    if (dump.f) {
+        if (!write_dump_json(cmd, ra->json_path, meta.f, m->n_vocab, seq, steps))
+            goto out;
+        cli_output *both[] = {&dump, &meta}; /* the logits, then their metadata */
+        if ((rc = cli_output_commit(cmd, both, 2)) != CLI_EXIT_OK) {
+            unlink(ra->json_path); /* never a stale .json beside a new or missing dump */
             goto out;
         }
+        rc = CLI_EXIT_ERROR;
     }
 
     char b1[32], b2[32], b3[32];
@@ -210,8 +324,8 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
             cli_bytes(cache, b3, sizeof b3));
     rc = CLI_EXIT_OK;
 out:
-    if (dump)
-        fclose(dump);
+    cli_output_abort(&dump);
+    cli_output_abort(&meta);
     memra_arm_state_free(st);
     free(seq);
     free(logits);
@@ -223,6 +337,7 @@ int cmd_run(int argc, char **argv) {
     cli_opt opts[] = {CLI_MODEL_OPTS,
                       {"--backend", NULL, true, NULL},
                       {"--tokens", NULL, true, NULL},
+                      {"--prompt-ids", NULL, true, NULL},
                       {"--n-gen", "-n", true, NULL},
                       {"--temp", NULL, true, NULL},
                       {"--top-k", NULL, true, NULL},
@@ -249,11 +364,40 @@ int cmd_run(int argc, char **argv) {
         free(ra.prompt);
         return CLI_EXIT_USAGE;
     }
-    ra.dump_path = cli_get(opts, n_opts, "--dump-logits");
-    if (ra.dump_path && !*ra.dump_path) {
-        cli_error(cmd, "--dump-logits: empty file name");
+    ra.prompt_path = cli_get(opts, n_opts, "--prompt-ids");
+    if (ra.prompt_path && ra.prompt) {
+        cli_error(cmd, "--tokens and --prompt-ids exclude each other: give one");
         free(ra.prompt);
         return CLI_EXIT_USAGE;
+    }
+    ra.dump_path = cli_get(opts, n_opts, "--dump-logits");
+    if ((ra.dump_path && !*ra.dump_path) || (ra.prompt_path && !*ra.prompt_path)) {
+        cli_error(cmd, "%s: empty file name", ra.prompt_path && !*ra.prompt_path ? "--prompt-ids" : "--dump-logits");
+        free(ra.prompt);
+        return CLI_EXIT_USAGE;
+    }
+    if (ra.dump_path) {
+        size_t len = strlen(ra.dump_path);
+        if (!(ra.json_path = malloc(len + 6))) {
+            cli_error(cmd, "out of memory");
+            free(ra.prompt);
+            return CLI_EXIT_ERROR;
+        }
+        memcpy(ra.json_path, ra.dump_path, len);
+        memcpy(ra.json_path + len, ".json", 6);
+    }
+    /* Outputs that are inputs are refused before anything is opened for writing. */
+    const char *outs[][2] = {{"--dump-logits", ra.dump_path}, {"--dump-logits (its .json)", ra.json_path}};
+    const char *ins[][2] = {{"--model", ra.sel.path}, {"--prompt-ids", ra.prompt_path}};
+    for (size_t o = 0; o < 2 && rc == CLI_EXIT_OK; o++)
+        for (size_t i = 0; i < 2 && rc == CLI_EXIT_OK; i++)
+            rc = cli_refuse_same_file(cmd, outs[o][0], outs[o][1], ins[i][0], ins[i][1]);
+    if (rc == CLI_EXIT_OK && ra.prompt_path)
+        rc = read_prompt_file(cmd, ra.prompt_path, &ra.prompt, &ra.n_prompt);
+    if (rc != CLI_EXIT_OK) {
+        free(ra.prompt);
+        free(ra.json_path);
+        return rc;
     }
     cli_session ss;
     rc = cli_session_open(cmd, &ra.sel, ra.arm, &ss);
@@ -269,5 +413,6 @@ int cmd_run(int argc, char **argv) {
         cli_session_close(&ss);
     }
     free(ra.prompt);
+    free(ra.json_path);
     return rc;
 }

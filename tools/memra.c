@@ -31,6 +31,7 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+    cli_process_setup();
     if (argc < 2) {
         fputs(usage_text, stderr);
         return CLI_EXIT_USAGE;
@@ -38,15 +39,15 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
-        return CLI_EXIT_OK;
+        return cli_finish(NULL, CLI_EXIT_OK);
     }
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("memra %s (commit %s, library %s)\n", MEMRA_VERSION_STRING, MEMRA_GIT_COMMIT, memra_version());
-        return CLI_EXIT_OK;
+        return cli_finish(NULL, CLI_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(cmd, commands[i].name) == 0)
-            return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(cmd, commands[i].name) == 0) /* every write to stdout is checked when it closes */
+            return cli_finish(commands[i].name, commands[i].fn(argc - 1, argv + 1));
     if (cmd[0] == '-')
         fprintf(stderr, "memra: unknown option '%s' (expected a command first; see memra --help)\n", cmd);
     else

@@ -4,16 +4,50 @@
 
 #include "cli.h"
 
+static bool registry_has(memra_registry *r, const char *name, memra_plugin_kind kind) {
+    for (uint32_t i = 0; i < memra_registry_count(r); i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->kind == (uint32_t)kind && e->name && strcmp(e->name, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether the arm names a backend, placement or collective plugin of which no manifest was found. */
+static bool arm_names_unknown_plugin(memra_registry *r, const char *arm_text) {
+    char backend[MEMRA_BACKEND_NAME_MAX];
+    memra_options opts;
+    if (memra_arm_parse(arm_text, backend, &opts, NULL) != MEMRA_OK)
+        return false;
+    if (!registry_has(r, backend, MEMRA_PLUGIN_BACKEND))
+        return true;
+    const char *placement = memra_options_get(&opts, MEMRA_ARM_KEY_PLACEMENT);
+    if (placement && !registry_has(r, placement, MEMRA_PLUGIN_PLACEMENT))
+        return true;
+    const char *collective = memra_options_get(&opts, "collective");
+    return collective && !registry_has(r, collective, MEMRA_PLUGIN_COLLECTIVE);
+}
+
 int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s) {
     memset(s, 0, sizeof *s);
     memra_error err = {0};
     int rc;
+    /* A FIFO or a device given as the model is refused before anything blocks on it. */
+    if (sel->path && memra_check_regular_input(sel->path, "--model", &err) != MEMRA_OK)
+        goto fail;
     if (memra_model_load(sel->path, sel->path ? NULL : sel->preset, sel->type, sel->seed, &s->lm, &err) != MEMRA_OK)
         goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
-    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK)
-        goto fail;
+    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK) {
+        rc = cli_fail(cmd, &err);
+        /* A plugin the arm names that no manifest declares is a usage error (a typo in --backend,
+         * placement= or collective=); one that exists but fails to load stays a runtime error. */
+        if (err.status == MEMRA_E_PLUGIN && arm_names_unknown_plugin(s->reg, arm_text))
+            rc = CLI_EXIT_USAGE;
+        cli_session_close(s);
+        return rc;
+    }
     return CLI_EXIT_OK;
 fail:
     rc = cli_fail(cmd, &err);
