@@ -18,7 +18,9 @@
 #ifndef MEMRA_GATE_H
 #define MEMRA_GATE_H
 
+#include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -182,7 +184,19 @@ typedef struct gate_ctx {
     gate_trace ref, rep;
     gate_outcome out;
     bool arms_identical; /* both arms resolve to the same configuration (ignoring window) */
+    const char *phase;   /* what the run is doing, for the interrupted record */
+    memra_registry *reg; /* the plugin registry: provenance and warnings for the protocol record */
 } gate_ctx;
+
+/* ---- gate_main.c -------------------------------------------------------------------------- */
+
+/* The signal (SIGINT, SIGTERM, SIGHUP) that asked the run to stop, 0 while none did: set by the
+ * handler only. */
+extern volatile sig_atomic_t gate_signal;
+const char *gate_signal_name(int sig);
+/* Checked between steps: MEMRA_E_IO when a signal asked the run to stop, or when a record could
+ * not be written (a run that cannot keep its records stops). */
+memra_status gate_check_stop(const gate_ctx *ctx, memra_error *err);
 
 /* ---- gate_setup.c ------------------------------------------------------------------------- */
 
@@ -192,8 +206,9 @@ int gate_exit_for(memra_status st);
  * into ctx->prompt_sha. *exit_code on failure. */
 memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
                               memra_error *err);
-/* Checks both arm strings (syntax, window) before a model is loaded. */
-memra_status gate_precheck_arms(const gate_config *cfg, memra_error *err);
+/* Checks both arm strings (syntax, window, and that the placement and collective they name are
+ * plugins the registry found) before a model is loaded. */
+memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err);
 /* Opens arms a and b on the loaded model (with no arms given, picks the pair: cuda against
  * cuda-graph where both open, otherwise cpu against cpu:stages=2) and compares their resolved
  * configurations. *exit_code on failure. */
@@ -202,6 +217,10 @@ void gate_close_arms(gate_ctx *ctx);
 
 /* ---- gate_run.c --------------------------------------------------------------------------- */
 
+/* Sizes every allocation proportional to steps x vocabulary (the reference trace above all) and
+ * the host KV caches of the states the run makes against memra_memory_available: MEMRA_E_NOMEM
+ * with the need, what is available and what to lower when it does not fit. */
+memra_status gate_memory_check(const gate_ctx *ctx, memra_error *err);
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
 void gate_trace_free(gate_trace *t);
 
@@ -306,8 +325,9 @@ typedef struct gate_verdict {
 
 /* The verdict from what the run found. */
 void gate_judge(const gate_ctx *ctx, gate_verdict *v);
-/* The readable summary on stderr. */
-void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v);
+/* The readable summary on stderr; when it cannot be written, why (naming stderr's errno) in
+ * error. */
+void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v, char *error, size_t error_size);
 /* "logits, cache digest" etc.: what differed at a mismatch. */
 void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size);
 
@@ -328,7 +348,9 @@ void gate_rec_carry_check(gate_ctx *ctx, const gate_arm *arm, const gate_pass *p
 void gate_rec_profile(gate_ctx *ctx, const gate_arm *arm, const gate_pass *warmup, const gate_pass *window,
                       const char *range, bool tokens_same, bool digests_same, bool identical, bool verified);
 void gate_rec_summary(gate_ctx *ctx);
-/* Written with j->f NULL is a no-op. */
+/* Written with no output open is a no-op; written even after a failed record (the final one). */
 void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v);
+/* A run stopped by a signal: the last record, in place of the verdict. */
+void gate_rec_interrupted(gate_ctx *ctx, int sig, const gate_verdict *v);
 
 #endif

@@ -220,6 +220,17 @@ static memra_status check_config(gate_config *cfg, const given *g, memra_error *
     return MEMRA_OK;
 }
 
+/* An option that takes one value is given once: a second --prime (or --jsonl, --a ...) is refused
+ * rather than silently overriding the first. */
+static memra_status once(const char *opt, char seen[][24], uint32_t *n_seen, memra_error *err) {
+    for (uint32_t k = 0; k < *n_seen; k++)
+        if (strcmp(seen[k], opt) == 0)
+            return memra_fail(err, MEMRA_E_INVALID, "%s is given twice: give it once", opt);
+    if (*n_seen < 32 && strlen(opt) < 24)
+        snprintf(seen[(*n_seen)++], 24, "%s", opt);
+    return MEMRA_OK;
+}
+
 memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error *err) {
     *cfg = (gate_config){.prime = GATE_DEFAULT_PRIME,
                          .gen = GATE_DEFAULT_GEN,
@@ -228,6 +239,8 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
                          .compare_text = "exact"};
     given g = {0};
     memra_status st = MEMRA_OK;
+    char seen[32][24]; /* the options that take a value, as given so far: each once */
+    uint32_t n_seen = 0;
     for (int i = 1; i < argc && st == MEMRA_OK; i++) {
         const char *arg = argv[i], *eq = strchr(arg, '='), *v = NULL;
         char opt[64];
@@ -239,7 +252,8 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
         opt[olen] = '\0';
         if (is_flag(opt))
             st = eq ? memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt) : set_flag(opt, cfg, &g);
-        else if ((st = take_value(argc, argv, &i, eq, opt, &v, err)) == MEMRA_OK)
+        else if ((st = take_value(argc, argv, &i, eq, opt, &v, err)) == MEMRA_OK &&
+                 (st = once(opt, seen, &n_seen, err)) == MEMRA_OK)
             st = set_option(opt, v, cfg, &g, err);
     }
     if (st != MEMRA_OK || cfg->help)
@@ -320,8 +334,11 @@ static const char help_text[] =
     "                       into DIR/a-correctness and DIR/b-correctness, the scored timing state\n"
     "                       (after the rows) into DIR/a-timing and DIR/b-timing; the census record\n"
     "                       lists the files (\"dumped\"). An arm without graphs is said on stderr\n"
-    "  --jsonl FILE         write the JSON-line records there (default: stdout)\n"
-    "  --quiet              no progress display and no summary table on stderr\n"
+    "  --jsonl FILE         append the JSON-line records there (default: stdout): each line whole,\n"
+    "                       under a lock, so gates sharing one file never interleave; never one of\n"
+    "                       the inputs\n"
+    "  --quiet              no progress display and no summary table on stderr (why a run failed,\n"
+    "                       and warnings about the plugins found, are still said)\n"
     "  --help, -h           this text\n"
     "\n"
     "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure\n"
@@ -330,8 +347,11 @@ static const char help_text[] =
     "resolve to the same configuration (window aside) are flagged \"arms_identical\" and warned of:\n"
     "their comparison proves determinism only.\n"
     "exit codes: 0 pass, 1 mismatch (a step, a timing row, the carry check or a profile window) or\n"
-    "ineligible comparison, 2 usage error, 3 runtime error (a --dump-graphs DIR that cannot be\n"
-    "written, and a SHA-256 digest that could not be computed, included).\n"
+    "ineligible comparison, 2 usage error (an unknown option, backend, placement or collective, an\n"
+    "option given twice, an output that is one of the inputs), 3 runtime error (records, stdout or\n"
+    "stderr that could not be written, a --dump-graphs DIR that cannot be written, a trace that does\n"
+    "not fit in the memory available, a SHA-256 digest that could not be computed, included),\n"
+    "128 + N when signal N (SIGINT, SIGTERM, SIGHUP) stopped the run (its last record says so).\n"
     "\n";
 
 void gate_cli_help(FILE *f, memra_registry *r) {

@@ -7,6 +7,7 @@
 
 #include "gate_json.h"
 #include "memra/digest.h"
+#include "memra/fileio.h"
 
 static void put(gate_json *j, const char *s, size_t n) {
     if (j->oom)
@@ -41,9 +42,42 @@ static void putf(gate_json *j, const char *fmt, ...) {
         put(j, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
+/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 when p does not begin one: no
+ * overlong form, no surrogate, nothing above U+10FFFF, no sequence cut short (by the string's end
+ * or a byte that is not a continuation). */
+static int utf8_len(const unsigned char *p) {
+    unsigned char c = p[0];
+    if (c < 0x80)
+        return 1;
+    int n;
+    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+    } else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
 static void put_string(gate_json *j, const char *s) {
     putc_(j, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
         case '"': puts_(j, "\\\""); break;
         case '\\': puts_(j, "\\\\"); break;
@@ -51,11 +85,21 @@ static void put_string(gate_json *j, const char *s) {
         case '\r': puts_(j, "\\r"); break;
         case '\t': puts_(j, "\\t"); break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20 || *p == 0x7f) {
                 putf(j, "\\u%04x", *p);
-            else
-                putc_(j, (char)*p);
+            } else {
+                int n = utf8_len(p);
+                if (n == 0) {
+                    puts_(j, "\xef\xbf\xbd"); /* U+FFFD for a byte outside any valid sequence */
+                    n = 1;
+                } else {
+                    put(j, (const char *)p, (size_t)n);
+                }
+                p += n;
+                continue;
+            }
         }
+        p++;
     }
     putc_(j, '"');
 }
@@ -102,19 +146,33 @@ static void fail(gate_json *j, const char *why) {
 
 void gj_end(gate_json *j) {
     puts_(j, "}\n");
-    if (!j->f)
-        return;
+    const bool final = j->closing;
+    j->closing = false;
+    if (!gj_open(j) || (j->failed && !final))
+        return; /* after a failed write only the final record is tried: no gap in the middle */
     if (j->oom) {
         fail(j, "out of memory building a record: it was not written");
         return;
     }
+    if (j->fd >= 0) {
+        memra_error e = {0};
+        if (memra_append_line(j->fd, j->name, j->buf, j->len, &e) != MEMRA_OK) {
+            char why[sizeof j->failure];
+            snprintf(why, sizeof why, "a record could not be written: %.*s", (int)sizeof why - 40, e.msg);
+            fail(j, why);
+        }
+        return;
+    }
     errno = 0;
     if (fwrite(j->buf, 1, j->len, j->f) != j->len || fflush(j->f) != 0) {
-        char why[200];
-        snprintf(why, sizeof why, "a record could not be written: %s", errno ? strerror(errno) : "write error");
+        char why[sizeof j->failure];
+        snprintf(why, sizeof why, "a record could not be written to %s: %s", j->name ? j->name : "stdout",
+                 errno ? strerror(errno) : "write error");
         fail(j, why);
     }
 }
+
+bool gj_open(const gate_json *j) { return j->fd >= 0 || j->f != NULL; }
 
 void gj_obj(gate_json *j, const char *key) { open_nested(j, key, '{'); }
 void gj_obj_end(gate_json *j) { close_nested(j, '}'); }

@@ -1,9 +1,12 @@
 /* gate_judge.c: the verdict of a gate run from what it found (exit 0 pass, 1 a mismatch, a
  * failed row, carry check or profile window, or an ineligible comparison; 3 when a digest could
  * not be computed), and the readable summary table on stderr. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gate.h"
 
@@ -131,12 +134,11 @@ static void table_first_bad(FILE *f, const gate_ctx *ctx) {
         fprintf(f, "               sampled token ref %" PRId64 " got %" PRId64 "\n", m->token_ref, m->token_got);
 }
 
-void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v) {
+static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
     char hex[MEMRA_SHA256_HEX];
     memra_sha256_hex(ctx->model_sha, hex);
-    FILE *f = stderr;
     fprintf(f, "\nmemra-gate summary\n");
     fprintf(f, "  model        %s (sha256 %.16s)\n", ctx->lm->label, hex);
     fprintf(f, "  arm a        %s (window %u)\n", memra_arm_text(ctx->a.arm), ctx->a.window);
@@ -171,4 +173,35 @@ void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v) {
     if (cfg->dump_dir)
         fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
     fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
+}
+
+/* Built in memory and written with write(2), so a failure keeps its errno. */
+void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v, char *error, size_t error_size) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    error[0] = '\0';
+    if (!f) {
+        snprintf(error, error_size, "out of memory for the summary table");
+        return;
+    }
+    table(f, ctx, v);
+    if (fclose(f) != 0 || !buf) {
+        snprintf(error, error_size, "out of memory for the summary table");
+        free(buf);
+        return;
+    }
+    fflush(stderr);
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(STDERR_FILENO, buf + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(error, error_size, "the summary table could not be written: %s",
+                     n < 0 ? strerror(errno) : "nothing written");
+            break;
+        }
+        done += (size_t)n;
+    }
+    free(buf);
 }

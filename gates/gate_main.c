@@ -3,11 +3,56 @@
  * an interleaved schedule, and says pass or fail through JSON-line records, a summary table and
  * the exit code (0 pass, 1 mismatch or ineligible comparison, 2 usage, 3 runtime error). */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gate.h"
+#include "memra/fileio.h"
+
+/* SIGINT, SIGTERM or SIGHUP received: the handler sets it and does nothing else; the step loops
+ * check it between steps (gate_check_stop) and main writes the interrupted record. */
+volatile sig_atomic_t gate_signal = 0;
+
+static void on_signal(int sig) {
+    if (!gate_signal)
+        gate_signal = sig;
+}
+
+/* SA_RESETHAND: a second signal of the same kind takes its default action, so a run stuck inside
+ * one step can still be stopped at once. A file size limit is an error of the write, not a
+ * signal that kills the gate before it can say so. */
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is EPIPE on the write: exit 3 naming it */
+}
+
+const char *gate_signal_name(int sig) {
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+    }
+}
+
+memra_status gate_check_stop(const gate_ctx *ctx, memra_error *err) {
+    if (gate_signal)
+        return memra_fail(err, MEMRA_E_IO, "interrupted by %s", gate_signal_name(gate_signal));
+    if (ctx->json.failed)
+        return memra_fail(err, MEMRA_E_IO, "records: %s", ctx->json.failure);
+    return MEMRA_OK;
+}
 
 /* The phases after the arms are open: correctness, then (only on a clean correctness phase)
  * the profile windows, the carry check or the timing rows. *exit_code on failure. */
@@ -17,28 +62,44 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
     const uint32_t steps = cfg->prime + cfg->gen, n_vocab = ctx->lm->model->n_vocab;
     memra_status st;
     *exit_code = GATE_EXIT_RUNTIME;
+    /* Everything proportional to steps x vocabulary is sized against the memory available before
+     * any of it is allocated. */
+    if ((st = gate_memory_check(ctx, err)) != MEMRA_OK)
+        return st;
     if ((st = gate_trace_alloc(&ctx->ref, steps, n_vocab, true, err)) != MEMRA_OK ||
         (st = gate_trace_alloc(&ctx->rep, steps, n_vocab, false, err)) != MEMRA_OK)
         return st;
     gate_rec_protocol(ctx);
-    if ((st = gate_reference(ctx, err)) != MEMRA_OK || (st = gate_replay(ctx, err)) != MEMRA_OK)
+    if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
+        return st;
+    ctx->phase = "reference";
+    if ((st = gate_reference(ctx, err)) != MEMRA_OK)
+        return st;
+    ctx->phase = "replay";
+    if ((st = gate_replay(ctx, err)) != MEMRA_OK || (st = gate_check_stop(ctx, err)) != MEMRA_OK)
         return st;
     /* Time only what was verified: no timing after a mismatch, and in nmse mode only when both
      * arms produce the same stream (otherwise the rows would time different work). */
     if (o->bad_steps)
         return MEMRA_OK;
-    if (cfg->profile && (st = gate_profile(ctx, err)) != MEMRA_OK)
+    ctx->phase = "profile";
+    if (cfg->profile && ((st = gate_profile(ctx, err)) != MEMRA_OK || (st = gate_check_stop(ctx, err)) != MEMRA_OK))
         return st;
     /* Without timing rows no pass would take its tokens from the device: the carry check does. */
-    if (cfg->rows == 0)
-        return gate_carry_check(ctx, err);
+    if (cfg->rows == 0) {
+        ctx->phase = "carry_check";
+        st = gate_carry_check(ctx, err);
+        return st == MEMRA_OK ? gate_check_stop(ctx, err) : st;
+    }
     if (cfg->nmse && o->token_agree != o->token_total) {
         snprintf(o->ineligible, sizeof o->ineligible,
                  "the arms' generated tokens agree at %u of %u steps: their rows would time different work",
                  o->token_agree, o->token_total);
         return MEMRA_OK;
     }
-    return gate_timing(ctx, err);
+    ctx->phase = "timing";
+    st = gate_timing(ctx, err);
+    return st == MEMRA_OK ? gate_check_stop(ctx, err) : st;
 }
 
 /* What main holds and frees. */
@@ -48,16 +109,68 @@ typedef struct gate_session {
     uint32_t *prompt;
 } gate_session;
 
+/* A usage error when `out` (an output, named by `opt`) is the same file as the input `in` (named
+ * by `in_opt`): refused before anything is opened for writing. */
+static memra_status not_an_input(const char *opt, const char *out, const char *in_opt, const char *in,
+                                 memra_error *err) {
+    bool same = false;
+    if (!out || !in)
+        return MEMRA_OK;
+    memra_error e = {0};
+    if (memra_same_file(out, in, &same, &e) != MEMRA_OK)
+        return MEMRA_OK; /* either cannot be looked at: opening it says why */
+    return same ? memra_fail(err, MEMRA_E_INVALID, "%s %s is the same file as %s %s: it would be overwritten", opt, out,
+                             in_opt, in)
+                : MEMRA_OK;
+}
+
+/* The outputs against the inputs of the command line as given (also after a usage error, where
+ * the config may be incomplete: every --model and --prompt-ids of argv is checked). */
+static memra_status outputs_not_inputs(const gate_config *cfg, int argc, char **argv, memra_error *err) {
+    memra_status st = MEMRA_OK;
+    for (int i = 1; i < argc && st == MEMRA_OK; i++) {
+        const char *in_opt = NULL, *in = NULL;
+        for (int k = 0; k < 2 && !in_opt; k++) {
+            const char *name = k ? "--prompt-ids" : "--model";
+            size_t n = strlen(name);
+            if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
+                in_opt = name, in = argv[i] + n + 1;
+            else if (strcmp(argv[i], name) == 0)
+                in_opt = name, in = i + 1 < argc ? argv[i + 1] : NULL;
+        }
+        if (in_opt && (st = not_an_input("--jsonl", cfg->jsonl_path, in_opt, in, err)) == MEMRA_OK)
+            st = not_an_input("--dump-graphs", cfg->dump_dir, in_opt, in, err);
+    }
+    return st;
+}
+
+/* Opens --jsonl for appending (created when missing, never truncated: records of several runs, or
+ * of gates running at once, are appended whole, each line under a lock). */
+static memra_status open_jsonl(gate_ctx *ctx, const char *path, memra_error *err) {
+    ctx->json.f = NULL;
+    ctx->json.name = path;
+    ctx->json.fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+    if (ctx->json.fd < 0)
+        return memra_fail(err, MEMRA_E_IO, "--jsonl %s: cannot open for writing: %s", path, strerror(errno));
+    return MEMRA_OK;
+}
+
 /* Where the records go (stdout or --jsonl), the progress display, and what must fail before a
- * model is loaded: a dump directory that cannot be written. */
-static memra_status open_outputs(gate_ctx *ctx, int *exit_code, memra_error *err) {
+ * model is loaded: an output that is an input, a dump directory that cannot be written. */
+static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit_code, memra_error *err) {
     const gate_config *cfg = ctx->cfg;
-    if (cfg->jsonl_path && !(ctx->json.f = fopen(cfg->jsonl_path, "w"))) {
+    memra_status st = outputs_not_inputs(cfg, argc, argv, err);
+    if (st != MEMRA_OK) {
+        *exit_code = GATE_EXIT_USAGE;
+        ctx->json.f = NULL; /* the output is an input: nothing is written to it */
+        return st;
+    }
+    if (cfg->jsonl_path && (st = open_jsonl(ctx, cfg->jsonl_path, err)) != MEMRA_OK) {
         *exit_code = GATE_EXIT_RUNTIME;
-        return memra_fail(err, MEMRA_E_IO, "--jsonl %s: cannot open for writing: %s", cfg->jsonl_path, strerror(errno));
+        return st;
     }
     ctx->progress = !cfg->quiet && isatty(STDERR_FILENO);
-    memra_status st = cfg->dump_dir ? gate_dump_prepare(cfg->dump_dir, err) : MEMRA_OK;
+    st = cfg->dump_dir ? gate_dump_prepare(cfg->dump_dir, err) : MEMRA_OK;
     if (st != MEMRA_OK) {
         *exit_code = gate_exit_for(st);
         return st;
@@ -68,6 +181,13 @@ static memra_status open_outputs(gate_ctx *ctx, int *exit_code, memra_error *err
     return MEMRA_OK;
 }
 
+/* The registry's warnings about the plugin search ($MEMRA_PLUGIN_PATH folders, shadowed plugins),
+ * on stderr whatever --quiet says (the protocol record lists them too). */
+static void registry_warnings(memra_registry *r) {
+    for (uint32_t i = 0; r && i < memra_registry_warning_count(r); i++)
+        fprintf(stderr, "memra-gate: warning: %s\n", memra_registry_warning_at(r, i));
+}
+
 /* The plugin registry, the arms' syntax (before any weights are read), the model, its digest
  * and the prompt. */
 static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *exit_code, memra_error *err) {
@@ -75,35 +195,61 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
     *exit_code = GATE_EXIT_RUNTIME;
     if (st != MEMRA_OK)
         return st;
-    if ((st = gate_precheck_arms(cfg, err)) != MEMRA_OK) {
+    ctx->reg = s->reg;
+    registry_warnings(s->reg);
+    if ((st = gate_precheck_arms(cfg, s->reg, err)) != MEMRA_OK) {
         *exit_code = GATE_EXIT_USAGE;
         return st;
     }
+    ctx->phase = "load";
     st = memra_model_load(cfg->model_path, cfg->model_path ? NULL : cfg->preset, cfg->dtype, 1, &s->lm, err);
     if (st != MEMRA_OK) {
         *exit_code = gate_exit_for(st);
         return st;
     }
     ctx->lm = s->lm;
-    if ((st = memra_model_digest(s->lm, ctx->model_sha, err)) != MEMRA_OK)
+    if ((st = gate_check_stop(ctx, err)) != MEMRA_OK ||
+        (st = memra_model_digest(s->lm, ctx->model_sha, err)) != MEMRA_OK)
         return st;
     st = gate_load_prompt(cfg, s->lm->model->n_vocab, &s->prompt, ctx->prompt_sha, exit_code, err);
     ctx->prompt = s->prompt;
-    return st;
+    return st == MEMRA_OK ? gate_check_stop(ctx, err) : st;
 }
 
-/* The summary record, the verdict and its record, the summary table. */
+/* stderr could not be written (the progress display, a warning, the summary table): the run
+ * does not pass, and its verdict record says why. */
+static void check_stderr(gate_verdict *v, const char *table_error) {
+    if (!table_error && fflush(stderr) == 0 && !ferror(stderr))
+        return;
+    if (v->exit == GATE_EXIT_PASS || v->exit == GATE_EXIT_FAIL) {
+        v->exit = GATE_EXIT_RUNTIME;
+        snprintf(v->reason, sizeof v->reason, "stderr: %s",
+                 table_error ? table_error : "write error (the progress display, a message or the summary table)");
+    }
+}
+
+/* A run whose records are incomplete does not pass, nor fail as a comparison: exit 3. */
+static void check_records(gate_ctx *ctx, gate_verdict *v) {
+    if (!ctx->json.failed || v->exit == GATE_EXIT_USAGE || v->exit == GATE_EXIT_RUNTIME)
+        return;
+    v->exit = GATE_EXIT_RUNTIME;
+    snprintf(v->reason, sizeof v->reason, "records: %s", ctx->json.failure);
+}
+
+/* The summary record, the verdict, the summary table, and the verdict's record last (so it says
+ * whether the table could be written). --quiet never hides why a run failed. */
 static void finish(gate_ctx *ctx, gate_verdict *v) {
     gate_rec_summary(ctx);
     gate_judge(ctx, v);
-    gate_rec_verdict(&ctx->json, ctx->cfg, v);
-    if (ctx->json.failed && v->exit == GATE_EXIT_PASS) { /* a run whose records are incomplete does not pass */
-        v->exit = GATE_EXIT_RUNTIME;
-        snprintf(v->reason, sizeof v->reason, "records: %s", ctx->json.failure);
-        fprintf(stderr, "memra-gate: error: %s\n", v->reason);
-    }
+    check_records(ctx, v);
+    if (v->exit != GATE_EXIT_PASS && (ctx->cfg->quiet || v->exit == GATE_EXIT_RUNTIME))
+        fprintf(stderr, "memra-gate: %s (exit %d): %s\n", v->exit == GATE_EXIT_RUNTIME ? "error" : "FAIL", v->exit,
+                v->reason);
+    char table_error[256] = "";
     if (!ctx->cfg->quiet)
-        gate_summary_table(ctx, v);
+        gate_summary_table(ctx, v, table_error, sizeof table_error);
+    check_stderr(v, table_error[0] ? table_error : NULL);
+    gate_rec_verdict(&ctx->json, ctx->cfg, v);
 }
 
 /* A run that stopped: the message on stderr and in the verdict record. */
@@ -112,32 +258,90 @@ static void stopped(gate_ctx *ctx, gate_verdict *v, memra_status st, const memra
     fprintf(stderr, "memra-gate: %s: %s\n", v->exit == GATE_EXIT_USAGE ? "usage error" : "error", v->reason);
     if (v->exit == GATE_EXIT_USAGE)
         fprintf(stderr, "memra-gate: see memra-gate --help\n");
+    check_stderr(v, NULL);
     gate_rec_verdict(&ctx->json, ctx->cfg, v);
+}
+
+/* A run stopped by a signal: the interrupted record (the last), exit 128 + the signal. */
+static void interrupted(gate_ctx *ctx, gate_verdict *v) {
+    const int sig = gate_signal;
+    v->exit = 128 + sig;
+    snprintf(v->reason, sizeof v->reason, "interrupted by %s during %s", gate_signal_name(sig),
+             ctx->phase ? ctx->phase : "setup");
+    fprintf(stderr, "memra-gate: %s (exit %d)\n", v->reason, v->exit);
+    gate_rec_interrupted(ctx, sig, v);
+}
+
+/* The record output's final close (a --jsonl file descriptor, or stdout when records or the help
+ * went there): a failure is exit 3 naming the file. */
+static void close_outputs(gate_ctx *ctx, bool used_stdout, gate_verdict *v) {
+    char why[1100] = "";
+    if (ctx->json.fd >= 0 && close(ctx->json.fd) != 0)
+        snprintf(why, sizeof why, "%s: cannot close: %s", ctx->json.name, strerror(errno));
+    ctx->json.fd = -1;
+    memra_error e = {0};
+    if (used_stdout && memra_close_stream(stdout, "stdout", &e) != MEMRA_OK && !why[0])
+        snprintf(why, sizeof why, "%s", e.msg);
+    if (!why[0])
+        return;
+    fprintf(stderr, "memra-gate: error: %s\n", why);
+    if (v->exit == GATE_EXIT_PASS || v->exit == GATE_EXIT_FAIL)
+        v->exit = GATE_EXIT_RUNTIME;
+}
+
+/* A standard descriptor closed when the gate starts is held by /dev/null opened read-only: no file
+ * the gate opens later can take its number, and every write to it fails (EBADF), as a write to the
+ * closed descriptor would. */
+static void hold_closed_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int held = open("/dev/null", O_RDONLY);
+            if (held >= 0 && held != fd) {
+                dup2(held, fd);
+                close(held);
+            }
+        }
 }
 
 int main(int argc, char **argv) {
     gate_config cfg;
-    gate_ctx ctx = {.cfg = &cfg, .json.f = stdout};
+    gate_ctx ctx = {.cfg = &cfg, .json = {.f = stdout, .fd = -1, .name = "stdout"}};
     gate_verdict v = {.exit = GATE_EXIT_PASS, .arms_identical = -1};
     gate_session s = {0};
     memra_error err = {0};
+    hold_closed_std_fds();
+    install_signals();
+    bool finished = false;
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);
     if (st != MEMRA_OK) {
         v.exit = GATE_EXIT_USAGE;
-        ctx.json.f = cfg.jsonl_path ? fopen(cfg.jsonl_path, "w") : stdout; /* the verdict goes where asked */
+        memra_error ignored = {0};
+        if (cfg.jsonl_path && outputs_not_inputs(&cfg, argc, argv, &ignored) != MEMRA_OK)
+            ctx.json.f = NULL; /* the verdict goes where asked, unless that is an input */
+        else if (cfg.jsonl_path && open_jsonl(&ctx, cfg.jsonl_path, &ignored) != MEMRA_OK)
+            fprintf(stderr, "memra-gate: %s\n", ignored.msg);
     } else if (cfg.help) {
         if (memra_registry_open(&s.reg, &err) != MEMRA_OK)
             s.reg = NULL; /* the help then lists no plugin keys */
+        registry_warnings(s.reg);
         gate_cli_help(stdout, s.reg);
-    } else if ((st = open_outputs(&ctx, &v.exit, &err)) == MEMRA_OK &&
+    } else if ((st = open_outputs(&ctx, argc, argv, &v.exit, &err)) == MEMRA_OK &&
                (st = load(&ctx, &cfg, &s, &v.exit, &err)) == MEMRA_OK &&
-               (st = gate_open_arms(&ctx, s.reg, &cfg, &v.exit, &err)) == MEMRA_OK) {
+               (st = gate_open_arms(&ctx, s.reg, &cfg, &v.exit, &err)) == MEMRA_OK &&
+               (st = gate_check_stop(&ctx, &err)) == MEMRA_OK) {
         v.arms_identical = ctx.arms_identical;
-        if ((st = run_phases(&ctx, &v.exit, &err)) == MEMRA_OK)
+        if ((st = run_phases(&ctx, &v.exit, &err)) == MEMRA_OK && !gate_signal) {
             finish(&ctx, &v);
+            finished = true;
+        }
     }
-    if (st != MEMRA_OK)
+    if (gate_signal && !cfg.help && !finished)
+        interrupted(&ctx, &v);
+    else if (st != MEMRA_OK) {
+        if (ctx.json.failed && v.exit != GATE_EXIT_USAGE)
+            v.exit = GATE_EXIT_RUNTIME;
         stopped(&ctx, &v, st, &err);
+    }
 
     gate_trace_free(&ctx.ref);
     gate_trace_free(&ctx.rep);
@@ -148,8 +352,7 @@ int main(int argc, char **argv) {
         memra_model_unload(s.lm);
     if (s.reg)
         memra_registry_close(s.reg);
-    if (ctx.json.f && ctx.json.f != stdout)
-        fclose(ctx.json.f);
+    close_outputs(&ctx, cfg.help || ctx.json.f == stdout, &v);
     gj_free(&ctx.json);
     return v.exit;
 }

@@ -20,6 +20,7 @@ static uint64_t now_ns(void) {
 /* The steps of a pass: generated tokens land in tokens[step - P]; the last prime step's token
  * in prefix_token. */
 typedef struct pass_steps {
+    const gate_ctx *ctx;
     uint32_t prime;
     uint32_t *tokens;
     int64_t prefix_token;
@@ -27,13 +28,13 @@ typedef struct pass_steps {
 
 static memra_status pass_step(void *user, uint32_t step, const float *logits, const memra_step_result *res,
                               bool drained, memra_error *err) {
-    (void)logits, (void)drained, (void)err;
+    (void)logits, (void)drained;
     pass_steps *p = user;
     if (step >= p->prime)
         p->tokens[step - p->prime] = (uint32_t)res->token;
     else if (step + 1 == p->prime)
         p->prefix_token = res->token;
-    return MEMRA_OK;
+    return gate_check_stop(p->ctx, err);
 }
 
 memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity, gate_prefix *p,
@@ -42,7 +43,7 @@ memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *tr
     memset(p, 0, sizeof *p);
     p->arm = arm;
     p->trace = trace;
-    pass_steps run = {.prime = P, .prefix_token = -1};
+    pass_steps run = {.ctx = ctx, .prime = P, .prefix_token = -1};
     memra_status st = gate_new_state(arm, ctx->cfg->prime + ctx->cfg->gen, &p->snapshot, err);
     if (st == MEMRA_OK)
         st = memra_arm_run(p->snapshot, trace->inputs, 0, P, &ctx->cfg->sample, NULL, pass_step, &run, err);
@@ -123,7 +124,7 @@ memra_status gate_pass_run(gate_ctx *ctx, gate_prefix *p, gate_pass *pass, memra
     if (st != MEMRA_OK)
         return st;
     pass->before = memra_arm_state_stats(p->work);
-    pass_steps run = {.prime = P, .tokens = pass->tokens};
+    pass_steps run = {.ctx = ctx, .prime = P, .tokens = pass->tokens};
     if (pass->hook)
         pass->hook(pass->hook_user, true);
     uint64_t t0 = now_ns();

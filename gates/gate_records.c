@@ -22,12 +22,31 @@ static void memory_json(gate_json *j, const char *key, const memra_backend_memor
     gj_obj_end(j);
 }
 
-static void arm_json(gate_json *j, const gate_arm *a) {
+/* One plugin's provenance as the registry recorded it when it loaded the file. */
+static void provenance_json(gate_json *j, const char *key, const memra_registry *r, const memra_plugin *p) {
+    const memra_loaded_plugin *lp = r && p ? memra_registry_provenance(r, p) : NULL;
+    if (!lp) {
+        gj_null(j, key);
+        return;
+    }
+    gj_obj(j, key);
+    gj_str(j, "name", lp->name ? lp->name : "");
+    gj_str(j, "version", lp->version ? lp->version : "");
+    gj_str(j, "path", lp->path ? lp->path : "");
+    gj_hex(j, "sha256", lp->sha256);
+    gj_obj_end(j);
+}
+
+static void arm_json(gate_json *j, const gate_arm *a, const memra_registry *r) {
     gj_obj(j, a->name);
     gj_str(j, "text", memra_arm_text(a->arm));
     gj_str(j, "backend", memra_arm_backend_name(a->arm));
     const memra_plugin *p = memra_arm_plugin(a->arm);
     gj_str(j, "backend_version", p && p->version ? p->version : "");
+    gj_obj(j, "provenance");
+    provenance_json(j, "backend", r, p);
+    provenance_json(j, "placement", r, memra_arm_placement_plugin(a->arm));
+    gj_obj_end(j);
     gj_obj(j, "resolved");
     const memra_options *o = memra_arm_resolved(a->arm);
     for (uint32_t i = 0; o && i < o->n; i++)
@@ -184,6 +203,32 @@ static void passes_json(gate_json *j, const gate_config *cfg) {
     }
 }
 
+/* Every plugin the run's registry loaded (the arms' backends, placements and samplers, and those
+ * one plugin loaded through the host table), with the file's SHA-256; and the registry's
+ * warnings about its search. */
+static void plugins_json(gate_json *j, const memra_registry *r) {
+    gj_arr(j, "plugins");
+    for (uint32_t i = 0; r && i < memra_registry_loaded_count(r); i++) {
+        const memra_loaded_plugin *p = memra_registry_loaded_at(r, i);
+        if (!p)
+            continue;
+        gj_obj(j, NULL);
+        gj_str(j, "name", p->name ? p->name : "");
+        gj_str(j, "kind", memra_plugin_kind_name(p->kind));
+        gj_str(j, "version", p->version ? p->version : "");
+        gj_str(j, "path", p->path ? p->path : "");
+        gj_hex(j, "sha256", p->sha256);
+        gj_bool(j, "from_env", p->from_env);
+        gj_bool(j, "shadows", p->shadows);
+        gj_obj_end(j);
+    }
+    gj_arr_end(j);
+    gj_arr(j, "plugin_warnings");
+    for (uint32_t i = 0; r && i < memra_registry_warning_count(r); i++)
+        gj_str(j, NULL, memra_registry_warning_at(r, i));
+    gj_arr_end(j);
+}
+
 void gate_rec_protocol(gate_ctx *ctx) {
     const gate_config *cfg = ctx->cfg;
     char blocks[512];
@@ -206,10 +251,11 @@ void gate_rec_protocol(gate_ctx *ctx) {
     if (cfg->auto_arms)
         gj_str(j, "auto_reason", cfg->auto_reason);
     gj_obj(j, "arms");
-    arm_json(j, &ctx->a);
-    arm_json(j, &ctx->b);
+    arm_json(j, &ctx->a, ctx->reg);
+    arm_json(j, &ctx->b, ctx->reg);
     gj_obj_end(j);
     shared_upload_json(j, &ctx->a, &ctx->b);
+    plugins_json(j, ctx->reg);
     passes_json(j, cfg);
     if (cfg->dump_dir)
         gj_str(j, "dump_graphs", cfg->dump_dir);
@@ -217,6 +263,7 @@ void gate_rec_protocol(gate_ctx *ctx) {
         gj_null(j, "dump_graphs");
     gj_obj(j, "model");
     gj_str(j, "label", ctx->lm->label);
+    gj_str(j, "name", m->name ? m->name : "");
     gj_hex(j, "sha256", ctx->model_sha);
     gj_str(j, "arch", m->arch_name);
     gj_u64(j, "n_vocab", m->n_vocab);
@@ -656,8 +703,9 @@ void gate_rec_summary(gate_ctx *ctx) {
 /* verdict                                                                                     */
 
 void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v) {
-    if (!j->f)
+    if (!gj_open(j))
         return;
+    j->closing = true; /* the final record: tried even after a failed one */
     gj_begin(j, "verdict");
     gj_bool(j, "pass", v->exit == GATE_EXIT_PASS);
     gj_u64(j, "exit", (uint64_t)v->exit);
@@ -665,5 +713,25 @@ void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *
     gj_str(j, "mode", cfg->compare_text[0] ? cfg->compare_text : "exact");
     if (v->arms_identical >= 0)
         gj_bool(j, "arms_identical", v->arms_identical);
+    gj_end(j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* interrupted                                                                                 */
+
+void gate_rec_interrupted(gate_ctx *ctx, int sig, const gate_verdict *v) {
+    gate_json *j = &ctx->json;
+    if (!gj_open(j))
+        return;
+    j->closing = true; /* the final record */
+    gj_begin(j, "interrupted");
+    gj_str(j, "signal", gate_signal_name(sig));
+    gj_i64(j, "signal_number", sig);
+    gj_u64(j, "exit", (uint64_t)v->exit);
+    gj_str(j, "phase", ctx->phase ? ctx->phase : "setup");
+    gj_str(j, "reason", v->reason);
+    gj_u64(j, "steps_compared", ctx->out.steps_compared);
+    gj_u64(j, "rows", ctx->out.n_rows);
+    gj_bool(j, "records_complete", !j->failed);
     gj_end(j);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "memra/fileio.h"
 
 const char *gate_phase_name(const gate_config *cfg, uint32_t step) { return step < cfg->prime ? "prime" : "gen"; }
 
@@ -35,6 +36,56 @@ void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t tota
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
+}
+
+/* Bytes of a cpu-style host state of `capacity` positions: K and V caches of every layer, and the
+ * attention scores (an estimate of what a host backend allocates for one state). */
+static uint64_t host_state_bytes(const memra_model *m, uint64_t capacity) {
+    uint64_t kv = (uint64_t)m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v);
+    return capacity * ((uint64_t)m->n_layer * kv + m->n_head) * sizeof(float);
+}
+
+/* Whether an arm keeps its states in host memory: its backend reports no device memory. */
+static bool host_arm(const gate_arm *a) { return !a->have_mem_open || a->mem_open.device_in_use == 0; }
+
+memra_status gate_memory_check(const gate_ctx *ctx, memra_error *err) {
+    const gate_config *cfg = ctx->cfg;
+    const memra_model *m = ctx->lm->model;
+    const uint64_t steps = (uint64_t)cfg->prime + cfg->gen, V = m->n_vocab;
+    /* a trace's per-step members: inputs, tokens, four digests, has_digest */
+    const uint64_t per_step = 2 * sizeof(int64_t) + 4 * 32 + sizeof(bool);
+    uint64_t need = steps * V * sizeof(float) /* the reference's logits */
+                    + 2 * steps * per_step    /* both traces */
+                    + 4 * V * sizeof(float)   /* logits read back, the comparison's copy */
+                    + (uint64_t)cfg->rows * (sizeof(gate_timing_row) + 2 * sizeof(double)) +
+                    2 * steps * sizeof(uint32_t); /* pass tokens, the prompt, digests of token runs */
+    /* Host states: at most two live per arm (the timing rows' prefix snapshot and work state). */
+    uint64_t states = 0;
+    const gate_arm *arms[2] = {&ctx->a, &ctx->b};
+    for (int i = 0; i < 2; i++)
+        if (host_arm(arms[i]))
+            states += 2 * host_state_bytes(m, steps);
+    need += states;
+    uint64_t avail = 0;
+    char how[256] = "";
+    memra_error e = {0};
+    if (memra_memory_available(&avail, how, sizeof how, &e) != MEMRA_OK)
+        return MEMRA_OK; /* not measurable here: the allocations themselves say when they fail */
+    if (need <= avail)
+        return MEMRA_OK;
+    /* the largest P + N that fits, for the message */
+    const uint64_t fixed = 4 * V * sizeof(float) + (uint64_t)cfg->rows * (sizeof(gate_timing_row) + 16);
+    const uint64_t per = V * sizeof(float) + 2 * per_step + 2 * sizeof(uint32_t) +
+                         (host_arm(&ctx->a) ? 2 * host_state_bytes(m, 1) : 0) +
+                         (host_arm(&ctx->b) ? 2 * host_state_bytes(m, 1) : 0);
+    const uint64_t fit = avail > fixed ? (avail - fixed) / per : 0;
+    return memra_fail(err, MEMRA_E_NOMEM,
+                      "--prime %u + --gen %u = %llu steps need %.1f MiB (the reference trace: %llu steps x %llu "
+                      "logits as floats, %.1f MiB; host KV caches %.1f MiB), more than the %.1f MiB available (%s): "
+                      "lower --prime and --gen to %llu steps together at most",
+                      cfg->prime, cfg->gen, (unsigned long long)steps, need / 1048576.0, (unsigned long long)steps,
+                      (unsigned long long)V, steps * V * 4.0 / 1048576.0, states / 1048576.0, avail / 1048576.0,
+                      how[0] ? how : "memory available", (unsigned long long)fit);
 }
 
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err) {
@@ -99,7 +150,7 @@ static memra_status reference_step(void *user, uint32_t step, const float *logit
         t->has_digest[step] = true;
     }
     gate_progress(run->ctx, "reference (arm a)", step + 1, t->steps);
-    return MEMRA_OK;
+    return gate_check_stop(run->ctx, err);
 }
 
 memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
@@ -216,7 +267,7 @@ static memra_status replay_step(void *user, uint32_t step, const float *logits, 
     }
     gate_rec_step(ctx, step, &m.diff, !bad, digests);
     gate_progress(ctx, "replay (arm b)", step + 1, rep->steps);
-    return MEMRA_OK;
+    return gate_check_stop(ctx, err);
 }
 
 memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
@@ -392,6 +443,8 @@ memra_status gate_timing(gate_ctx *ctx, memra_error *err) {
     for (uint32_t r = 0; r < R && st == MEMRA_OK; r++) {
         int which = gate_schedule_arm(r, R, cfg->baab);
         st = timing_row(ctx, r, which, &prefix[which], tokens, tok_s[which], &n_tok_s[which], err);
+        if (st == MEMRA_OK)
+            st = gate_check_stop(ctx, err);
         gate_progress(ctx, "timing rows", r + 1, R);
     }
     /* The scored states after their rows: census, and their graphs with --dump-graphs. */
@@ -446,6 +499,8 @@ memra_status gate_carry_check(gate_ctx *ctx, memra_error *err) {
             }
         }
         gate_prefix_close(&p);
+        if (st == MEMRA_OK)
+            st = gate_check_stop(ctx, err);
     }
     free(tokens);
     if (st == MEMRA_OK)

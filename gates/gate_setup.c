@@ -6,16 +6,39 @@
 #include <string.h>
 
 #include "gate.h"
+#include "memra/fileio.h"
 
 int gate_exit_for(memra_status st) { return st == MEMRA_E_INVALID ? GATE_EXIT_USAGE : GATE_EXIT_RUNTIME; }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Prompt                                                                                      */
 
+/* The bytes a prompt file may hold: GATE_MAX_STEPS ids of up to 16 digits and a separator each,
+ * with room to spare. A file that goes on beyond (a file still growing, a stream that never
+ * ends) is refused, naming it. */
+#define GATE_PROMPT_MAX_BYTES (64ull << 20)
+
+/* The next byte, EOF at the end, or EOF with *over set beyond GATE_PROMPT_MAX_BYTES. */
+static int next_byte(FILE *f, uint64_t *bytes, bool *over) {
+    if (*bytes >= GATE_PROMPT_MAX_BYTES) {
+        *over = true;
+        return EOF;
+    }
+    int c = fgetc(f);
+    *bytes += c != EOF;
+    return c;
+}
+
 static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **ids, uint32_t *n, memra_error *err) {
+    /* A FIFO, a device or a directory is refused before anything blocks on it. */
+    memra_error check = {0};
+    if (memra_check_regular_input(path, "prompt ids file", &check) != MEMRA_OK)
+        return memra_fail(err, MEMRA_E_INVALID, "--prompt-ids: %s", check.msg);
     FILE *f = fopen(path, "r");
     if (!f)
         return memra_fail(err, MEMRA_E_INVALID, "--prompt-ids %s: cannot open: %s", path, strerror(errno));
+    uint64_t bytes = 0;
+    bool over = false;
     uint32_t cap = 256, count = 0;
     uint32_t *v = malloc(cap * sizeof *v);
     memra_status st = v ? MEMRA_OK : memra_fail(err, MEMRA_E_NOMEM, "out of memory for prompt ids");
@@ -23,14 +46,21 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
     int c = 0;
     while (st == MEMRA_OK && c != EOF) {
         size_t len = 0;
-        while ((c = fgetc(f)) != EOF && (isspace(c) || c == ','))
+        while ((c = next_byte(f, &bytes, &over)) != EOF && (isspace(c) || c == ','))
             ;
         while (c != EOF && !isspace(c) && c != ',') {
             if (len + 1 < sizeof word)
                 word[len++] = (char)c;
             else
                 len = sizeof word; /* too long: reported below */
-            c = fgetc(f);
+            c = next_byte(f, &bytes, &over);
+        }
+        if (over) {
+            st = memra_fail(err, MEMRA_E_INVALID,
+                            "--prompt-ids %s: more than %llu bytes (%u ids read): not a prompt ids file, or one "
+                            "that does not end",
+                            path, (unsigned long long)GATE_PROMPT_MAX_BYTES, count);
+            break;
         }
         if (len == 0)
             break;
@@ -127,7 +157,25 @@ static bool registry_has(memra_registry *r, const char *name, memra_plugin_kind 
     return false;
 }
 
-static memra_status precheck_arm(const char *name, const char *text, memra_error *err) {
+/* The plugins an arm string names: its backend, and the placement and collective of its keys, each
+ * one the registry found (an unknown name is a usage error naming the flag, the name and the
+ * names there are). */
+static memra_status known_plugin(memra_registry *r, const char *flag, const char *text, const char *name,
+                                 memra_plugin_kind kind, memra_error *err) {
+    if (!r || registry_has(r, name, kind))
+        return MEMRA_OK;
+    char names[512] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < memra_registry_count(r) && used + 1 < sizeof names; i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->kind == (uint32_t)kind && e->name && *e->name && e->state != MEMRA_ENTRY_SHADOWED)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", e->name);
+    }
+    return memra_fail(err, MEMRA_E_INVALID, "--%s %s: unknown %s '%s' (found: %s)", flag, text,
+                      memra_plugin_kind_name(kind), name, names[0] ? names : "none");
+}
+
+static memra_status precheck_arm(const char *name, const char *text, memra_registry *r, memra_error *err) {
     char backend[MEMRA_BACKEND_NAME_MAX];
     memra_options opts;
     uint32_t window;
@@ -136,17 +184,28 @@ static memra_status precheck_arm(const char *name, const char *text, memra_error
         memra_error_prefix(err, "--%s", name);
         return st;
     }
+    if ((st = known_plugin(r, name, text, backend, MEMRA_PLUGIN_BACKEND, err)) != MEMRA_OK)
+        return st;
+    for (uint32_t i = 0; i < opts.n && i < MEMRA_OPT_MAX; i++) {
+        const char *key = opts.items[i].key, *value = opts.items[i].value;
+        if (strcmp(key, MEMRA_ARM_KEY_PLACEMENT) == 0)
+            st = known_plugin(r, name, text, value, MEMRA_PLUGIN_PLACEMENT, err);
+        else if (strcmp(key, "collective") == 0)
+            st = known_plugin(r, name, text, value, MEMRA_PLUGIN_COLLECTIVE, err);
+        if (st != MEMRA_OK)
+            return st;
+    }
     st = memra_options_u32(&opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &window, err);
     if (st != MEMRA_OK)
         memra_error_prefix(err, "--%s: arm '%s'", name, text);
     return st;
 }
 
-memra_status gate_precheck_arms(const gate_config *cfg, memra_error *err) {
+memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err) {
     if (!cfg->arm_a)
         return MEMRA_OK; /* the gate picks them */
-    memra_status st = precheck_arm("a", cfg->arm_a, err);
-    return st == MEMRA_OK ? precheck_arm("b", cfg->arm_b, err) : st;
+    memra_status st = precheck_arm("a", cfg->arm_a, r, err);
+    return st == MEMRA_OK ? precheck_arm("b", cfg->arm_b, r, err) : st;
 }
 
 static memra_status open_arm(memra_registry *r, const memra_loaded_model *lm, const char *name, const char *text,

@@ -1,6 +1,10 @@
 /* gate_harness.c: subprocess runner, record readers and shared assertions for the gate tests. */
 #include <criterion/criterion.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,32 @@ static char *slurp(const char *path) {
 }
 
 gate_result gate_run(const char *const *args, bool no_jsonl) {
+    gate_how how = {.no_jsonl = no_jsonl};
+    return gate_run_ex(args, &how);
+}
+
+/* fd to a file (`to`, or the captured one); "" leaves it for closed_after. */
+static int redirect(const char *to, const char *captured, int fd) {
+    if (to && !*to)
+        return 0;
+    int f = open(to ? to : captured, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (f < 0 || dup2(f, fd) < 0)
+        return -1;
+    if (f != fd)
+        close(f);
+    return 0;
+}
+
+/* Whether the file at path holds a record of this kind yet. */
+static bool has_record(const char *path, const char *kind) {
+    char *text = slurp(path), prefix[96];
+    snprintf(prefix, sizeof prefix, "{\"record\":\"%s\"", kind);
+    bool yes = strstr(text, prefix) != NULL;
+    free(text);
+    return yes;
+}
+
+gate_result gate_run_ex(const char *const *args, gate_how *how) {
     gate_result r = {.exit = -1};
     const char *bin_dir = getenv("MEMRA_BIN_DIR");
     char bin[4096], dir[] = "/tmp/memra-gate-test-XXXXXX";
@@ -39,22 +69,52 @@ gate_result gate_run(const char *const *args, bool no_jsonl) {
     argv[n++] = bin;
     for (int i = 0; args[i] && n < 120; i++)
         argv[n++] = args[i];
-    if (!no_jsonl) {
+    if (!how->no_jsonl) {
         argv[n++] = "--jsonl";
         argv[n++] = jsonl;
     }
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
+        if (redirect(how->stdout_to, out, 1) < 0 || redirect(how->stderr_to, err, 2) < 0)
+            _exit(126);
+        if (how->stdout_to && !*how->stdout_to)
+            close(1);
+        if (how->stderr_to && !*how->stderr_to)
+            close(2);
+        if (how->rlimit_as) {
+            struct rlimit rl = {(rlim_t)how->rlimit_as, (rlim_t)how->rlimit_as};
+            setrlimit(RLIMIT_AS, &rl);
+        }
+        if (how->rlimit_fsize) {
+            struct rlimit rl = {(rlim_t)how->rlimit_fsize, (rlim_t)how->rlimit_fsize};
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
+        if (how->plugin_path)
+            setenv("MEMRA_PLUGIN_PATH", how->plugin_path, 1);
         execv(bin, (char *const *)argv);
         _exit(127);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    r.exit = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int status = 0, waited = 0;
+    const int limit_ms = (how->timeout_s ? how->timeout_s : 120) * 1000;
+    bool signalled = false, killed = false;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (how->signal && !signalled && has_record(jsonl, how->signal_when ? how->signal_when : "protocol")) {
+            kill(pid, how->signal);
+            signalled = true;
+        }
+        if (waited >= limit_ms && !killed) {
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        usleep(5000);
+        waited += 5;
+    }
+    r.exit = killed ? -3 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    how->exit_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     r.jsonl = slurp(jsonl);
     r.out = slurp(out);
     r.err = slurp(err);
@@ -64,8 +124,213 @@ gate_result gate_run(const char *const *args, bool no_jsonl) {
     unlink(jsonl);
     unlink(out);
     unlink(err);
-    rmdir(dir);
+    how->other_files = rmdir(dir) != 0;
+    if (how->other_files) { /* say what, then clean up */
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            char path[512];
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            fprintf(stderr, "left behind: %s\n", path);
+            unlink(path);
+        }
+        if (d)
+            closedir(d);
+        rmdir(dir);
+    }
     return r;
+}
+
+/* ---- a strict JSON and UTF-8 check ---------------------------------------------------------- */
+
+typedef struct strict {
+    const unsigned char *p, *end;
+    const char *why;
+    int depth;
+} strict;
+
+static void ws(strict *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+static bool bad(strict *s, const char *why) {
+    if (!s->why)
+        s->why = why;
+    return false;
+}
+
+static bool lit(strict *s, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+        return bad(s, "not a JSON value");
+    s->p += n;
+    return true;
+}
+
+static bool str(strict *s) {
+    s->p++; /* the opening quote */
+    while (s->p < s->end && *s->p != '"') {
+        unsigned char c = *s->p;
+        if (c < 0x20)
+            return bad(s, "a raw control byte in a string");
+        if (c == '\\') {
+            if (s->p + 1 >= s->end)
+                return bad(s, "an escape cut short");
+            unsigned char e = s->p[1];
+            if (e == 'u') {
+                if (s->end - s->p < 6)
+                    return bad(s, "a \\u escape cut short");
+                for (int i = 2; i < 6; i++)
+                    if (!isxdigit(s->p[i]))
+                        return bad(s, "a \\u escape without 4 hex digits");
+                s->p += 6;
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e) || !e)
+                return bad(s, "an unknown escape");
+            s->p += 2;
+            continue;
+        }
+        s->p++;
+    }
+    if (s->p >= s->end)
+        return bad(s, "a string without its closing quote");
+    s->p++;
+    return true;
+}
+
+static bool num(strict *s) {
+    const unsigned char *p = s->p;
+    if (p < s->end && *p == '-')
+        p++;
+    if (p < s->end && *p == '0')
+        p++;
+    else if (p < s->end && *p >= '1' && *p <= '9')
+        while (p < s->end && isdigit(*p))
+            p++;
+    else
+        return bad(s, "not a JSON number");
+    if (p < s->end && *p == '.') {
+        p++;
+        if (p >= s->end || !isdigit(*p))
+            return bad(s, "a fraction without digits");
+        while (p < s->end && isdigit(*p))
+            p++;
+    }
+    if (p < s->end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < s->end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= s->end || !isdigit(*p))
+            return bad(s, "an exponent without digits");
+        while (p < s->end && isdigit(*p))
+            p++;
+    }
+    s->p = p;
+    return true;
+}
+
+static bool value(strict *s) {
+    ws(s);
+    if (s->p >= s->end)
+        return bad(s, "a value is missing");
+    if (++s->depth > 64)
+        return bad(s, "nested too deep");
+    bool ok;
+    unsigned char c = *s->p;
+    if (c == '{' || c == '[') {
+        const unsigned char close = c == '{' ? '}' : ']';
+        s->p++;
+        ws(s);
+        ok = true;
+        if (s->p < s->end && *s->p == close) {
+            s->p++;
+        } else {
+            for (;;) {
+                ws(s);
+                if (c == '{') {
+                    if (s->p >= s->end || *s->p != '"' || !str(s))
+                        return bad(s, "an object member without a string key");
+                    ws(s);
+                    if (s->p >= s->end || *s->p != ':')
+                        return bad(s, "a member without ':'");
+                    s->p++;
+                }
+                if (!value(s))
+                    return false;
+                ws(s);
+                if (s->p < s->end && *s->p == ',') {
+                    s->p++;
+                    continue;
+                }
+                if (s->p < s->end && *s->p == close) {
+                    s->p++;
+                    break;
+                }
+                return bad(s, "a container not closed");
+            }
+        }
+    } else if (c == '"') {
+        ok = str(s);
+    } else if (c == 't') {
+        ok = lit(s, "true");
+    } else if (c == 'f') {
+        ok = lit(s, "false");
+    } else if (c == 'n') {
+        ok = lit(s, "null");
+    } else {
+        ok = num(s);
+    }
+    s->depth--;
+    return ok;
+}
+
+static const char *utf8_check(const unsigned char *p, const unsigned char *end) {
+    while (p < end) {
+        unsigned char c = *p;
+        int n;
+        unsigned lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            p++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            n = 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 3;
+            lo = c == 0xe0 ? 0xa0 : 0x80;
+            hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 4;
+            lo = c == 0xf0 ? 0x90 : 0x80;
+            hi = c == 0xf4 ? 0x8f : 0xbf;
+        } else {
+            return "invalid UTF-8: a byte that begins no sequence";
+        }
+        if (end - p < n)
+            return "invalid UTF-8: a sequence cut short";
+        if (p[1] < lo || p[1] > hi)
+            return "invalid UTF-8: a bad second byte";
+        for (int i = 2; i < n; i++)
+            if (p[i] < 0x80 || p[i] > 0xbf)
+                return "invalid UTF-8: a bad continuation byte";
+        p += n;
+    }
+    return NULL;
+}
+
+const char *gate_strict_json(const char *line, size_t n) {
+    const unsigned char *p = (const unsigned char *)line;
+    const char *why = utf8_check(p, p + n);
+    if (why)
+        return why;
+    strict s = {.p = p, .end = p + n};
+    if (!value(&s))
+        return s.why ? s.why : "not JSON";
+    ws(&s);
+    return s.p == s.end ? NULL : "more after the value";
 }
 
 void gate_result_free(gate_result *r) {

@@ -14,6 +14,26 @@ typedef struct gate_result {
 
 /* Runs memra-gate with args (NULL-terminated), adding --jsonl TMP unless no_jsonl. */
 gate_result gate_run(const char *const *args, bool no_jsonl);
+
+/* How gate_run_ex runs it. */
+typedef struct gate_how {
+    bool no_jsonl;
+    const char *stdout_to; /* a path to send stdout to; "" closes it; NULL: captured */
+    const char *stderr_to; /* the same for stderr */
+    long long rlimit_as;   /* RLIMIT_AS in bytes (0: unchanged) */
+    long long rlimit_fsize;
+    int timeout_s;           /* SIGKILL after this many seconds (0: 120); the result's exit is then -3 */
+    const char *plugin_path; /* MEMRA_PLUGIN_PATH for the child (NULL: unchanged) */
+    int signal;              /* sent once the protocol record is in the --jsonl file (0: none) */
+    const char *signal_when; /* or once this record kind is there ("step": during the replay) */
+    int exit_signal;         /* out: the signal that ended the child, 0 when it exited */
+    bool other_files;        /* out: files other than the records were left in the run's folder */
+} gate_how;
+gate_result gate_run_ex(const char *const *args, gate_how *how);
+
+/* A strict check of one record line: one JSON value (RFC 8259), and valid UTF-8. NULL when it is,
+ * else what is wrong (static). */
+const char *gate_strict_json(const char *line, size_t n);
 void gate_result_free(gate_result *r);
 
 /* The n-th line (from 0) whose record is `record`, copied (free it), or NULL. */

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +271,7 @@ Test(gate_records, every_kind_written_has_a_section) {
     read_doc(&d);
     char kinds[1024] = "";
     int n = kinds_written(GATES_DIR "/gate_records.c", kinds, sizeof kinds);
-    cr_assert_eq(n, 9, "gate_records.c begins %d kinds of record: %s", n, kinds);
+    cr_assert_eq(n, 10, "gate_records.c begins %d kinds of record: %s", n, kinds);
     for (char *k = strtok(kinds, "|"); k; k = strtok(NULL, "|")) {
         const doc_kind *dk = find_kind(&d, k);
         cr_assert(dk, "record kind '%s' is written by gate_records.c but has no section in RECORDS.md", k);
@@ -337,9 +338,17 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         check_records(&d, r.jsonl, seen, sizeof seen);
         gate_result_free(&r);
     }
-    const char *want[] = {"protocol",         "step",   "mismatch:replay", "mismatch:timing", "mismatch:carry",
-                          "mismatch:profile", "census", "measure",         "carry_check",     "profile",
-                          "summary",          "verdict"};
+    /* a run stopped by a signal: the interrupted record */
+    const char *long_run[] = {"--a",  "cpu",    "--b", "cpu:stages=2", "--prime", "3000", "--gen",
+                              "3000", "--rows", "0",   "--quiet",      NULL};
+    gate_how how = {.signal = SIGTERM, .timeout_s = 100};
+    gate_result r = gate_run_ex(long_run, &how);
+    cr_assert_eq(r.exit, 128 + SIGTERM, "exit %d: %s", r.exit, r.err);
+    check_records(&d, r.jsonl, seen, sizeof seen);
+    gate_result_free(&r);
+    const char *want[] = {"protocol",         "step",    "mismatch:replay", "mismatch:timing", "mismatch:carry",
+                          "mismatch:profile", "census",  "measure",         "carry_check",     "profile",
+                          "summary",          "verdict", "interrupted"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char tag[64];
         snprintf(tag, sizeof tag, "|%s|", want[i]);
