@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gate_json.h"
+#include "memra/utf8.h"
 #include "memra/digest.h"
 #include "memra/fileio.h"
 
@@ -42,39 +43,6 @@ static void putf(gate_json *j, const char *fmt, ...) {
         put(j, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 when p does not begin one: no
- * overlong form, no surrogate, nothing above U+10FFFF, no sequence cut short (by the string's end
- * or a byte that is not a continuation). */
-static int utf8_len(const unsigned char *p) {
-    unsigned char c = p[0];
-    if (c < 0x80)
-        return 1;
-    int n;
-    unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        if (c == 0xe0)
-            lo = 0xa0; /* overlong */
-        else if (c == 0xed)
-            hi = 0x9f; /* surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        if (c == 0xf0)
-            lo = 0x90; /* overlong */
-        else if (c == 0xf4)
-            hi = 0x8f; /* above U+10FFFF */
-    } else
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (int i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return n;
-}
-
 static void put_string(gate_json *j, const char *s) {
     putc_(j, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
@@ -88,12 +56,13 @@ static void put_string(gate_json *j, const char *s) {
             if (*p < 0x20 || *p == 0x7f) {
                 putf(j, "\\u%04x", *p);
             } else {
-                int n = utf8_len(p);
+                /* A sequence ends at the NUL at the latest, which is no continuation byte. */
+                size_t n = memra_utf8_len(p, 4);
                 if (n == 0) {
                     puts_(j, "\xef\xbf\xbd"); /* U+FFFD for a byte outside any valid sequence */
                     n = 1;
                 } else {
-                    put(j, (const char *)p, (size_t)n);
+                    put(j, (const char *)p, n);
                 }
                 p += n;
                 continue;

@@ -84,10 +84,6 @@ const char *cli_bytes(uint64_t n, char *buf, size_t size);
  * start a complete, shortest-form UTF-8 sequence of a scalar value written as \ufffd (so a
  * string cut mid-character never yields half a character). */
 void cli_json_str(FILE *f, const char *s);
-/* The length of the valid UTF-8 sequence at s (at most n bytes available): 1 to 4, or 0 when the
- * bytes there are not one (a stray continuation byte, an overlong form, a surrogate, a value above
- * U+10FFFF, or a sequence cut short). */
-size_t cli_utf8_len(const unsigned char *s, size_t n);
 /* Writes v with printf format fmt, or null when v is not finite (JSON has no inf or nan). */
 void cli_json_num(FILE *f, const char *fmt, double v);
 /* Seconds of a monotonic clock. */

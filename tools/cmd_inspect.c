@@ -23,7 +23,7 @@ static void print_str(memra_gguf_str s) {
     uint64_t i = 0;
     while (i < s.len && i < STR_SHOW_MAX) {
         unsigned char c = p[i];
-        size_t len = cli_utf8_len(p + i, (size_t)(s.len - i < 4 ? s.len - i : 4));
+        size_t len = memra_utf8_len(p + i, (size_t)(s.len - i < 4 ? s.len - i : 4));
         if (c == '"' || c == '\\') {
             printf("\\%c", c);
             i++;

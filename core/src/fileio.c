@@ -241,7 +241,10 @@ memra_status memra_close_stream(FILE *f, const char *name, memra_error *err) {
 
 /* ---- inputs that are regular files ------------------------------------------------------------ */
 
-static const char *file_type_word(mode_t m) {
+const char *memra_file_type_name(uint32_t st_mode) {
+    mode_t m = (mode_t)st_mode;
+    if (S_ISREG(m))
+        return "a regular file";
     if (S_ISDIR(m))
         return "a directory";
     if (S_ISFIFO(m))
@@ -264,7 +267,8 @@ memra_status memra_check_regular_input(const char *path, const char *what, memra
     if (stat(path, &sb) != 0)
         return memra_fail(err, MEMRA_E_IO, "%s %s: cannot open: %s", w, path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return memra_fail(err, MEMRA_E_IO, "%s %s: is %s, not a regular file", w, path, file_type_word(sb.st_mode));
+        return memra_fail(err, MEMRA_E_IO, "%s %s: is %s, not a regular file", w, path,
+                          memra_file_type_name(sb.st_mode));
     return MEMRA_OK;
 }
 

@@ -838,20 +838,6 @@ static memra_status read_file(int fd, const char *path, uint64_t size, void **ou
     return MEMRA_OK;
 }
 
-static const char *file_kind(mode_t mode) {
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISCHR(mode))
-        return "a character device";
-    if (S_ISBLK(mode))
-        return "a block device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    if (S_ISDIR(mode))
-        return "a directory";
-    return "another kind of file";
-}
-
 memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *err) {
     if (!out || !path)
         return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open: path or out is NULL");
@@ -874,7 +860,7 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
     }
     if (!S_ISREG(sb.st_mode)) {
         st = memra_fail(err, MEMRA_E_IO, "%s: not a regular file (%s): a model must be a GGUF file", path,
-                        file_kind(sb.st_mode));
+                        memra_file_type_name(sb.st_mode));
         goto err_close;
     }
     if (sb.st_size == 0) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "memra/digest.h"
+#include "memra/fileio.h"
 #include "memra/registry.h"
 
 /* The build writes this file into the folder it builds libmemra into, and never installs it.
@@ -331,20 +332,6 @@ static char *trim(char *s) {
     return s;
 }
 
-static const char *file_type_word(mode_t m) {
-    if (S_ISDIR(m))
-        return "a directory";
-    if (S_ISFIFO(m))
-        return "a FIFO";
-    if (S_ISCHR(m))
-        return "a character device";
-    if (S_ISBLK(m))
-        return "a block device";
-    if (S_ISSOCK(m))
-        return "a socket";
-    return "not a regular file";
-}
-
 /* Reads a whole manifest (a regular file of at most MANIFEST_MAX_BYTES) into a NUL-ended
  * buffer. */
 static memra_status manifest_read(const char *path, char **text, size_t *len, memra_error *err) {
@@ -357,7 +344,7 @@ static memra_status manifest_read(const char *path, char **text, size_t *len, me
         return memra_fail(err, MEMRA_E_IO, "%s: cannot stat the manifest: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %s, not a regular file: refused", path,
-                          file_type_word(sb.st_mode));
+                          memra_file_type_name(sb.st_mode));
     if (sb.st_size > (off_t)MANIFEST_MAX_BYTES)
         return memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %lld bytes, more than the %u allowed", path,
                           (long long)sb.st_size, MANIFEST_MAX_BYTES);
@@ -371,7 +358,7 @@ static memra_status manifest_read(const char *path, char **text, size_t *len, me
     }
     if (!S_ISREG(sb.st_mode)) {
         st = memra_fail(err, MEMRA_E_FORMAT, "%s: manifest is %s, not a regular file: refused", path,
-                        file_type_word(sb.st_mode));
+                        memra_file_type_name(sb.st_mode));
         goto out_close;
     }
     if (sb.st_size > (off_t)MANIFEST_MAX_BYTES) {
@@ -1178,7 +1165,7 @@ static memra_status file_digest(const char *who, const reg_entry *e, uint8_t sha
     }
     if (!S_ISREG(sb->st_mode)) {
         st = memra_fail(err, MEMRA_E_PLUGIN, "%s: %s (named by %s) is %s, not a regular file: refused", who, e->file,
-                        e->manifest, file_type_word(sb->st_mode));
+                        e->manifest, memra_file_type_name(sb->st_mode));
         goto out;
     }
     uint64_t failures = memra_sha256_failures();

@@ -51,6 +51,10 @@ memra_status memra_close_stream(FILE *f, const char *name, memra_error *err);
  * "cannot open: No such file or directory". `what` is e.g. "prompt ids file". */
 memra_status memra_check_regular_input(const char *path, const char *what, memra_error *err);
 
+/* What a stat's st_mode names, for messages: "a regular file", "a directory", "a FIFO", "a
+ * character device", "a block device", "a socket", or "not a regular file". */
+const char *memra_file_type_name(uint32_t st_mode);
+
 /* *same = true when both paths exist and name one file (same device and inode, links and
  * different spellings included); false when either does not exist. */
 memra_status memra_same_file(const char *a, const char *b, bool *same, memra_error *err);

@@ -14,6 +14,8 @@
 #include "memra/runtime.h"
 #include "memra/status.h"
 #include "memra/synth.h"
+#include "memra/utf8.h"
+#include "memra/fileio.h"
 #include "memra/version.h"
 
 #endif
