@@ -8,7 +8,8 @@
 #          and llama-1b BF16, the builds interleaved old, new, new, old in one call
 # Binaries are built on the development machine and carried: .carry-old and .carry-dev, each with
 # bin, lib and plugins.d. Models are made once as files by the new build's mkmodel, so both builds
-# read the same bytes. Modes: bits, speed (default both). A short table last; logs under $OUT.
+# read the same bytes. Modes: bits, speed (default both); XB and SP override their model lists
+# ("preset:dtype ..."). A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
@@ -25,7 +26,7 @@ model() { # preset:dtype -> file, made by the new build once
   echo "$f"; }
 
 bits() {
-  local XB="tiny:bf16 tiny:q8_0 llama-1b:bf16 llama-1b:q8_0 llama-8b:bf16 llama-8b:q8_0"
+  local XB=${XB:-"tiny:bf16 tiny:q8_0 llama-1b:bf16 llama-1b:q8_0 llama-8b:bf16 llama-8b:q8_0"}
   for x in $XB; do local f; f=$(model "$x"); local n=${x/:/_}
     for s in greedy sampled; do local extra=""; [ $s = sampled ] && extra="--temp 1 --seed 9"
       for bld in old new; do local B=$OLD; [ $bld = new ] && B=$NEW; use "$B"
@@ -43,7 +44,7 @@ bits() {
   done; }
 
 speed() {
-  local SP="llama-8b:bf16 llama-8b:q8_0 llama-1b:bf16"
+  local SP=${SP:-"llama-8b:bf16 llama-8b:q8_0 llama-1b:bf16"}
   for x in $SP; do model "$x" > /dev/null; done
   for x in $SP; do local f; f=$(model "$x"); local n=${x/:/_} i=0
     for bld in old new new old; do i=$((i + 1)); local B=$OLD; [ $bld = new ] && B=$NEW; use "$B"
