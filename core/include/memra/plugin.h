@@ -52,6 +52,9 @@ extern "C" {
  *   "memra.cuda.graph" v1   memra_cuda_graph_ext_v1 (backends/cuda/cuda_ext.h, private to the
  *                           cuda plugins): a step split in prepare, body and finish, so that the
  *                           body can be captured. Offered by cuda; used by cuda-graph.
+ *   "memra.tp" v1           memra_ext_tp_v1 (memra/ext.h): a tensor-parallel backend's collective
+ *                           sites: refusal cells and epochs. Offered by cpu when a stage has more
+ *                           than one rank; used by memra-gate through memra/arm.h.
  * A new extension is added to this list with its version, its table's header, who offers it and
  * who uses it; a changed table gets a new version (a _v2 struct), never new meanings. */
 
@@ -192,35 +195,98 @@ typedef struct memra_placement_vtable {
 } memra_placement_vtable;
 
 /* ------------------------------------------------------------------------------------------ */
-/* Collective (arrives after the first backends; the shape is fixed now)                       */
+/* Collective                                                                                  */
 
 typedef struct memra_collective memra_collective;
 
+/* Status words a collective writes to status_dev besides 0 (ok) and an armed refusal's word.
+ * Host ranks (`local`): every call writes PENDING to its own rank's status when it registers,
+ * and the operation's last call overwrites every rank's status with the outcome, so an operation
+ * that never completed (a rank's call failed, or the communicator aborted) reads nonzero, and a
+ * backend that checks the status before it commits commits nothing. FAILED: the operation itself
+ * failed (counts differ between ranks); the buffers are then untouched. Refusal words may not be
+ * 0 nor either of these. */
+#define MEMRA_COLLECTIVE_PENDING INT32_MIN
+#define MEMRA_COLLECTIVE_FAILED (INT32_MIN + 1)
+
+/* The size of a bootstrap id (as NCCL's ncclUniqueId): opaque bytes made once, by rank 0's
+ * process, with bootstrap_id, and handed to every rank by the launcher's rendezvous. */
+#define MEMRA_COLLECTIVE_ID_BYTES 128
+
+/* What one rank needs to join a communicator without a device list: how many ranks it has,
+ * which one this is, its device, and the id that names this communicator (one id per
+ * communicator: a pipeline of stages makes one id, so one communicator, per stage). */
+typedef struct memra_collective_bootstrap {
+    uint32_t struct_size; /* sizeof(memra_collective_bootstrap) the caller was built with */
+    uint32_t n_ranks;     /* 1..MEMRA_MAX_RANKS */
+    uint32_t rank;        /* 0..n_ranks-1 */
+    int32_t device;       /* this rank's device; -1 for a host rank */
+    uint8_t id[MEMRA_COLLECTIVE_ID_BYTES];
+} memra_collective_bootstrap;
+
+/* ABI rule for this vtable (as for every struct here): members are only appended, below the last
+ * one, and MEMRA_ABI_VERSION stays 1 while they are. The registry's minimum size for a collective
+ * vtable stays the end of `abort` (ABI 1's first shape), so a plugin built before a member was
+ * appended still loads: it declares the smaller struct_size, and the core tests every appended
+ * member with MEMRA_HAS_MEMBER and for NULL before it calls it. A changed meaning or signature
+ * would be a new ABI version, never an edit here.
+ *
+ * A communicator is one stage's ranks: a pipeline creates one per stage, and their blocks and
+ * epochs are counted apart. */
 typedef struct memra_collective_vtable {
     uint32_t struct_size;
     const memra_option_spec *options;
     uint32_t n_options;
-    /* Creates a communicator over n_ranks ranks on devices[0..n_ranks-1]. */
+    /* Creates a communicator over n_ranks ranks on devices[0..n_ranks-1] (a collective of host
+     * ranks ignores devices, which may then be NULL), all driven from this process. */
     memra_status (*create)(const memra_host *host, uint32_t n_ranks, const int32_t *devices, const memra_options *opts,
                            memra_collective **out, memra_error *err);
     void (*destroy)(memra_collective *c);
     /* In-place sum of count floats at buf (device memory of `rank`), enqueued on `stream` (the
      * backend's stream for that rank; NULL for host threads). Every rank reduces in rank order
-     * 0..n-1 from rank 0's value, so all ranks get the same bits. `block` names the reduction
+     * 0..n-1 from rank 0's value, so all ranks get the same bits.
+     * Host ranks (stream NULL; buf, position_dev and status_dev are host memory): one operation is
+     * the n calls of its ranks for one block, in any order and from any threads (one thread may
+     * make all n in turn); a call never waits for the others; the operation is complete, every
+     * rank's buffer and status written, when the last of its n calls has returned, which the
+     * caller orders (a join) before it reads them. `block` names the reduction
      * site (layer*2 + 0 attention, + 1 ffn) and `position` the token, for refusal cells. The
      * status of the operation is published to `status_dev` (device int32, 0 = ok, else the
      * refusal word), which the backend checks before it commits. */
     memra_status (*all_reduce_sum_f32)(memra_collective *c, uint32_t rank, float *buf, size_t count, void *stream,
                                        uint32_t block, const int32_t *position_dev, int32_t *status_dev,
                                        memra_error *err);
-    /* Epoch counters per block of one rank (only increase), for census checks. May be NULL. */
+    /* Epoch counters per block of one rank, out[0..n_blocks-1], for census checks: a rank's
+     * counter of a block advances by one for each of its calls for that block that the
+     * collective accepted (refused operations included), and only increases; a block never
+     * called reads 0. May be NULL. */
     memra_status (*epochs)(memra_collective *c, uint32_t rank, uint64_t *out, uint32_t n_blocks, memra_error *err);
-    /* Fault injection: the next reduction at (rank, block, position) refuses with `word` != 0.
-     * May be NULL: the collective has no refusal cells. */
+    /* Fault injection: the next operation of `block` whose position (*position_dev, read from
+     * `rank`'s own call) equals `position` is refused with `word` (not 0, not a
+     * MEMRA_COLLECTIVE_ word). The refusing rank still takes part (its call counts, epochs
+     * advance) and at completion every rank's status reads the word, so all ranks agree on the
+     * outcome; the collective says whether the buffers are then summed or untouched (the backend
+     * commits nothing either way). A refusal that fired is disarmed; several may be armed at
+     * once. May be NULL: the collective has no refusal cells. */
     memra_status (*arm_refusal)(memra_collective *c, uint32_t rank, uint32_t block, uint32_t position, int32_t word,
                                 memra_error *err);
-    /* Raises the abort flag: every spinning rank gives up with an error. May be NULL. */
+    /* Raises the abort flag: every spinning rank gives up with an error, and every later
+     * all_reduce_sum_f32 fails until destroy. May be NULL. */
     void (*abort)(memra_collective *c);
+
+    /* ---- appended after ABI 1's first shape (which ends at `abort`) ---- */
+
+    /* Makes a fresh bootstrap id (id_size must be MEMRA_COLLECTIVE_ID_BYTES) naming one new
+     * communicator; rank 0's process calls it and the launcher hands the bytes to every rank.
+     * May be NULL: the collective works within one process only (use `create`). */
+    memra_status (*bootstrap_id)(const memra_host *host, uint8_t *id, size_t id_size, memra_error *err);
+    /* Creates one rank's handle on the communicator `boot` names: each of the n_ranks ranks
+     * (processes, on one host or several) calls it with the same id and n_ranks and its own
+     * rank and device. It may wait for the others to join. The handle is used with `rank` =
+     * boot->rank and freed with destroy. May be NULL: the collective works within one process
+     * only (use `create`). */
+    memra_status (*create_rank)(const memra_host *host, const memra_collective_bootstrap *boot,
+                                const memra_options *opts, memra_collective **out, memra_error *err);
 } memra_collective_vtable;
 
 /* ------------------------------------------------------------------------------------------ */
