@@ -17,7 +17,35 @@
  *
  * RoPE angles: theta_i = (pos / linear_factor) * freq_i computed in double from the float
  * freq_i of memra_model_rope_freq; cos and sin are taken in double (libm) and rounded once to
- * float. The rotation itself is float. */
+ * float. The rotation itself is float.
+ *
+ * Tensor parallelism (tp=N): each stage has the plan's ranks (memra_rank_plan); with one rank the
+ * slices are whole and the step is exactly the one-rank computation above. Rank r holds views of
+ * its slices only, read in place from the mapping: the rows of wq/wk/wv (and the bq/bk/bv entries)
+ * of its heads and kv heads, the rows of w_gate/w_up of its ffn rows (column-parallel), the
+ * columns of wo of its heads and of w_down of its ffn rows (row-parallel; the models memra reads
+ * have no bias on these, so nothing is added once per stage); its own KV cache of its kv heads
+ * and its own activations, the whole hidden state included (every rank holds the same bits of
+ * it). Per layer: each rank's attention partial (n_embd floats), one in-place sum all-reduce of
+ * the partials through the stage's communicator (block layer*2), the residual added on every
+ * rank; the same for the FFN (block layer*2+1). Norms run on every rank's whole vector; the
+ * embedding is copied to every rank of stage 0; the final norm and the head run once, on rank 0
+ * of the last stage. Each rank's compute runs in rank order on the calling thread, its rows split
+ * over the pool as above; the n calls of one all-reduce run as one pool task of n items (one per
+ * rank, on whichever thread; threads=1 makes all n in turn), joined before any status or buffer is
+ * read. So the result does not depend on the thread count; it does differ from tp=1 in summation
+ * order (a partial per rank, summed in rank order by the collective).
+ *
+ * The collective (`collective=`, default local) is loaded only when a stage has more than one
+ * rank; one communicator per such stage; the position and the status words it publishes are in
+ * host memory (one word per rank per block of the stage, cleared at the start of each step).
+ * Transaction: every layer runs; then every status word of the step is read, before the head and
+ * before anything is committed; a nonzero one fails the step (MEMRA_E_REFUSED for a refusal
+ * word), commits nothing and quarantines the state. The K and V rows of the new position are
+ * written into each rank's cache slot at the uncommitted position, which the cache digest and a
+ * restore do not cover and the next step at that position overwrites. Refusal cells (memra.tp)
+ * are kept here and handed to the collective just before the step that reaches their position,
+ * so clear_refusals can drop the ones not yet handed over. */
 #include <math.h>
 #include <stdio.h>
 #include <fenv.h>
@@ -48,6 +76,9 @@ static const memra_option_spec cpu_options[] = {
     {.key = "grain",
      .default_value = "32768",
      .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
+    {.key = "collective",
+     .default_value = "local",
+     .help = "collective plugin that sums the ranks' partials when tp > 1 (not loaded with tp=1)"},
 };
 
 /* The weights of one layer as the kernels read them. */
@@ -58,17 +89,36 @@ typedef struct cpu_layer {
     const float *q_norm, *k_norm; /* NULL when absent */
 } cpu_layer;
 
-/* One stage's activations: its own memory on its virtual device. */
+/* One rank of a stage: its slices of each of the stage's layers (views into the mapping) and
+ * its own activations. */
+typedef struct cpu_rank {
+    uint32_t h0, h1, g0, g1, f0, f1;              /* heads, kv heads, ffn rows */
+    uint32_t q_dim, kv_dim, v_dim, att_dim, n_ff; /* the rank's widths */
+    cpu_layer *layers;                            /* the stage's layers, sliced */
+    float *x;                                     /* residual stream, n_embd (whole, on every rank) */
+    float *xn;                                    /* normed input, then the partial sum, n_embd */
+    float *q;                                     /* q_dim */
+    float *k, *v;                                 /* the new position's K and V rows of its kv heads */
+    float *att;                                   /* att_dim */
+    float *gate, *up;                             /* n_ff */
+} cpu_rank;
+
+/* One stage's ranks and, with more than one, its communicator and status words. */
 typedef struct cpu_stage {
     uint32_t layer_begin, layer_end;
     int32_t device;
-    float *x;         /* residual stream, n_embd */
-    float *xn;        /* normed input, n_embd */
-    float *q;         /* n_head * head_dim */
-    float *k, *v;     /* the new position's K and V rows */
-    float *att;       /* n_head * head_dim_v */
-    float *gate, *up; /* n_ff */
+    uint32_t n_ranks;
+    cpu_rank ranks[MEMRA_MAX_RANKS];
+    memra_collective *comm; /* NULL with one rank */
+    int32_t *status;        /* [(layer - layer_begin) * 2 + which][rank] */
 } cpu_stage;
+
+/* A refusal cell armed through memra.tp and not yet handed to the collective. */
+typedef struct cpu_cell {
+    uint32_t stage, rank, layer, which, position;
+    int32_t word;
+    bool handed; /* handed to the collective for the step in progress */
+} cpu_cell;
 
 struct memra_backend {
     const memra_host *host;
@@ -87,6 +137,12 @@ struct memra_backend {
     uint32_t q_dim, kv_dim, v_dim, att_dim;
     uint64_t scratch_bytes;
     uint64_t live_cache_bytes, live_state_bytes;
+    /* Tensor parallelism: the collective (NULL when every stage has one rank). */
+    char collective_name[MEMRA_OPT_VALUE_MAX];
+    const memra_collective_vtable *coll;
+    int32_t position_word; /* the step's position, as the collective reads it */
+    cpu_cell *cells;       /* armed and not yet fired (handed over ones only during a step) */
+    uint32_t n_cells, cap_cells;
 };
 
 typedef struct cpu_slot {
@@ -98,8 +154,9 @@ typedef struct cpu_slot {
 struct memra_state {
     uint32_t capacity, max_inflight;
     uint32_t position;
-    float **k_cache, **v_cache; /* per layer: capacity rows of kv_dim / v_dim floats */
-    float **stage_cache;        /* per stage: the block its layers' caches live in */
+    /* per layer and rank (il * MEMRA_MAX_RANKS + r): capacity rows of the rank's kv_dim / v_dim */
+    float **k_cache, **v_cache;
+    float **stage_cache; /* per stage and rank (s * MEMRA_MAX_RANKS + r): the block its caches live in */
     float *hidden, *logits;
     float *scores; /* n_head * capacity */
     void *sample_scratch;
@@ -124,9 +181,15 @@ static uint32_t online_cpus(void) {
 
 typedef struct cpu_config {
     uint32_t threads, vdevices, grain;
+    const char *collective;
 } cpu_config;
 
 static memra_status read_options(const memra_options *opts, cpu_config *cfg, memra_error *err) {
+    cfg->collective = memra_options_get(opts, "collective");
+    if (!cfg->collective)
+        cfg->collective = "local";
+    if (!cfg->collective[0])
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: collective= is empty: expected a collective plugin's name");
     memra_status st = memra_options_u32(opts, "threads", online_cpus(), 1, CPU_MAX_THREADS, &cfg->threads, err);
     if (st != MEMRA_OK)
         return st;
@@ -163,7 +226,9 @@ static memra_status cpu_resolve_options(const memra_host *host, const memra_opti
     if ((st = memra_options_set(resolved, "vdevices", buf, err)) != MEMRA_OK)
         return st;
     snprintf(buf, sizeof buf, "%u", cfg.grain);
-    return memra_options_set(resolved, "grain", buf, err);
+    if ((st = memra_options_set(resolved, "grain", buf, err)) != MEMRA_OK)
+        return st;
+    return memra_options_set(resolved, "collective", cfg.collective, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -272,6 +337,42 @@ static memra_status check_model(const memra_model *m, memra_error *err) {
     return MEMRA_OK;
 }
 
+/* A stage's ranks must partition the heads (whole kv groups each: kv heads = heads / group) and
+ * the ffn rows, in rank order. */
+static memra_status check_ranks(const memra_model *m, const memra_stage_plan *sp, uint32_t s, uint32_t n_vdevices,
+                                memra_error *err) {
+    if (sp->n_ranks == 0 || sp->n_ranks > MEMRA_MAX_RANKS)
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: stage %u has %u ranks (expected 1..%u)", s, sp->n_ranks,
+                          (unsigned)MEMRA_MAX_RANKS);
+    uint32_t group = m->n_head / m->n_head_kv, h = 0, f = 0;
+    for (uint32_t r = 0; r < sp->n_ranks; r++) {
+        const memra_rank_plan *rp = &sp->ranks[r];
+        if (rp->head_begin != h || rp->head_end <= rp->head_begin || rp->head_end > m->n_head ||
+            rp->head_begin % group != 0 || rp->head_end % group != 0 || rp->kv_head_begin != rp->head_begin / group ||
+            rp->kv_head_end != rp->head_end / group)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cpu: rank %u of stage %u holds heads [%u, %u) and kv heads [%u, %u); expected heads "
+                              "from %u in whole groups of %u (of %u) and their kv heads",
+                              r, s, rp->head_begin, rp->head_end, rp->kv_head_begin, rp->kv_head_end, h, group,
+                              m->n_head);
+        if (rp->ff_begin != f || rp->ff_end <= rp->ff_begin || rp->ff_end > m->n_ff)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cpu: rank %u of stage %u holds ffn rows [%u, %u); expected rows from %u (of %u)", r, s,
+                              rp->ff_begin, rp->ff_end, f, m->n_ff);
+        if (sp->n_ranks > 1 && (rp->device < 0 || (uint32_t)rp->device >= n_vdevices))
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cpu: rank %u of stage %u is on device %d; the cpu backend offers %u virtual devices "
+                              "(vdevices=)",
+                              r, s, rp->device, n_vdevices);
+        h = rp->head_end;
+        f = rp->ff_end;
+    }
+    if (h != m->n_head || f != m->n_ff)
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: the ranks of stage %u hold %u of %u heads and %u of %u ffn rows",
+                          s, h, m->n_head, f, m->n_ff);
+    return MEMRA_OK;
+}
+
 static memra_status check_plan(const memra_model *m, const memra_plan *plan, uint32_t n_vdevices, memra_error *err) {
     if (plan->n_stages == 0 || plan->n_stages > MEMRA_MAX_STAGES)
         return memra_fail(err, MEMRA_E_INVALID, "cpu: the plan has %u stages", plan->n_stages);
@@ -284,11 +385,9 @@ static memra_status check_plan(const memra_model *m, const memra_plan *plan, uin
                               "and end after it, within %u layers",
                               s, sp->layer_begin, sp->layer_end, next, m->n_layer);
         next = sp->layer_end;
-        if (sp->n_ranks > 1)
-            return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                              "cpu: tensor parallelism (tp=%u) needs a collective, which comes with the collectives "
-                              "issue",
-                              sp->n_ranks);
+        memra_status st = check_ranks(m, sp, s, n_vdevices, err);
+        if (st != MEMRA_OK)
+            return st;
         if (sp->device < 0 || (uint32_t)sp->device >= n_vdevices)
             return memra_fail(err, MEMRA_E_INVALID,
                               "cpu: stage %u is on device %d; the cpu backend offers %u "
@@ -312,24 +411,171 @@ static void cpu_close(memra_backend *b) {
         return;
     cpu_pool_free(b->pool);
     for (uint32_t s = 0; b->stages && s < b->n_stages; s++) {
-        cpu_stage *st = &b->stages[s];
-        free(st->x);
-        free(st->xn);
-        free(st->q);
-        free(st->k);
-        free(st->v);
-        free(st->att);
-        free(st->gate);
-        free(st->up);
+        cpu_stage *sg = &b->stages[s];
+        if (sg->comm && b->coll)
+            b->coll->destroy(sg->comm);
+        free(sg->status);
+        for (uint32_t r = 0; r < sg->n_ranks; r++) {
+            cpu_rank *rk = &sg->ranks[r];
+            free(rk->layers);
+            free(rk->x);
+            free(rk->xn);
+            free(rk->q);
+            free(rk->k);
+            free(rk->v);
+            free(rk->att);
+            free(rk->gate);
+            free(rk->up);
+        }
     }
     free(b->stages);
     free(b->layers);
+    free(b->cells);
     free(b->head_in);
     free(b->head_out);
     free(b->rope_freq);
     free(b->rope_cos);
     free(b->rope_sin);
     free(b);
+}
+
+/* Rows [r0, r1) of w: a view. */
+static cpu_matrix rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1) {
+    cpu_matrix out = *w;
+    out.data = w->data + (size_t)r0 * w->row_bytes;
+    out.rows = r1 - r0;
+    return out;
+}
+
+/* Columns [c0, c1) of every row of w: a view with the same row stride. */
+static memra_status cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il,
+                            cpu_matrix *out, memra_error *err) {
+    size_t offset = 0;
+    switch (w->type) {
+    case MEMRA_TYPE_F32: offset = (size_t)c0 * 4; break;
+    case MEMRA_TYPE_F16:
+    case MEMRA_TYPE_BF16: offset = (size_t)c0 * 2; break;
+    case MEMRA_TYPE_Q8_0:
+        if (c0 % MEMRA_Q8_0_BLOCK != 0 || c1 % MEMRA_Q8_0_BLOCK != 0)
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cpu: layer %u: the %s columns [%u, %u) of a rank do not fall on Q8_0 blocks of 32; "
+                              "choose a tp that does",
+                              il, what, c0, c1);
+        offset = (size_t)(c0 / MEMRA_Q8_0_BLOCK) * MEMRA_Q8_0_BLOCK_BYTES;
+        break;
+    default: return memra_fail(err, MEMRA_E_INTERNAL, "cpu: layer %u: %s has an unexpected type", il, what);
+    }
+    *out = *w;
+    out->data = w->data + offset;
+    out->cols = c1 - c0;
+    return MEMRA_OK;
+}
+
+/* A rank's slices of layer il (whole with one rank). */
+static memra_status slice_layer(const memra_backend *b, const cpu_rank *rk, uint32_t il, cpu_layer *out,
+                                memra_error *err) {
+    const memra_model *m = b->m;
+    const cpu_layer *L = &b->layers[il];
+    *out = *L;
+    out->wq = rows_of(&L->wq, rk->h0 * m->head_dim, rk->h1 * m->head_dim);
+    out->wk = rows_of(&L->wk, rk->g0 * m->head_dim, rk->g1 * m->head_dim);
+    out->wv = rows_of(&L->wv, rk->g0 * m->head_dim_v, rk->g1 * m->head_dim_v);
+    out->w_gate = rows_of(&L->w_gate, rk->f0, rk->f1);
+    out->w_up = rows_of(&L->w_up, rk->f0, rk->f1);
+    out->bq = L->bq ? L->bq + (size_t)rk->h0 * m->head_dim : NULL;
+    out->bk = L->bk ? L->bk + (size_t)rk->g0 * m->head_dim : NULL;
+    out->bv = L->bv ? L->bv + (size_t)rk->g0 * m->head_dim_v : NULL;
+    memra_status st =
+        cols_of(&L->wo, rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v, "attention output", il, &out->wo, err);
+    if (st == MEMRA_OK)
+        st = cols_of(&L->w_down, rk->f0, rk->f1, "ffn down", il, &out->w_down, err);
+    return st;
+}
+
+/* The stage's ranks: slices and activations. */
+static memra_status open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_stage *sg, memra_error *err) {
+    const memra_model *m = b->m;
+    sg->n_ranks = sp->n_ranks;
+    uint32_t n_layers = sg->layer_end - sg->layer_begin;
+    for (uint32_t r = 0; r < sg->n_ranks; r++) {
+        const memra_rank_plan *rp = &sp->ranks[r];
+        cpu_rank *rk = &sg->ranks[r];
+        rk->h0 = rp->head_begin, rk->h1 = rp->head_end;
+        rk->g0 = rp->kv_head_begin, rk->g1 = rp->kv_head_end;
+        rk->f0 = rp->ff_begin, rk->f1 = rp->ff_end;
+        rk->q_dim = (rk->h1 - rk->h0) * m->head_dim;
+        rk->kv_dim = (rk->g1 - rk->g0) * m->head_dim;
+        rk->v_dim = (rk->g1 - rk->g0) * m->head_dim_v;
+        rk->att_dim = (rk->h1 - rk->h0) * m->head_dim_v;
+        rk->n_ff = rk->f1 - rk->f0;
+        rk->layers = calloc(n_layers, sizeof *rk->layers);
+        rk->x = alloc_floats(b, m->n_embd);
+        rk->xn = alloc_floats(b, m->n_embd);
+        rk->q = alloc_floats(b, rk->q_dim);
+        rk->k = alloc_floats(b, rk->kv_dim);
+        rk->v = alloc_floats(b, rk->v_dim);
+        rk->att = alloc_floats(b, rk->att_dim);
+        rk->gate = alloc_floats(b, rk->n_ff);
+        rk->up = alloc_floats(b, rk->n_ff);
+        if (!rk->layers || !rk->x || !rk->xn || !rk->q || !rk->k || !rk->v || !rk->att || !rk->gate || !rk->up)
+            return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for the model's activations");
+        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
+            memra_status st = slice_layer(b, rk, il, &rk->layers[il - sg->layer_begin], err);
+            if (st != MEMRA_OK)
+                return st;
+        }
+    }
+    if (sg->n_ranks == 1)
+        return MEMRA_OK;
+    sg->status = calloc((size_t)n_layers * 2 * sg->n_ranks, sizeof *sg->status);
+    if (!sg->status)
+        return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for the collective's status words");
+    return MEMRA_OK;
+}
+
+/* Loads the collective the arm names and creates one communicator per stage with more than one
+ * rank. The collective reads only its own keys of the arm. */
+static memra_status open_collective(memra_backend *b, const memra_plan *plan, const cpu_config *cfg,
+                                    const memra_options *opts, memra_error *err) {
+    bool any = false;
+    for (uint32_t s = 0; s < b->n_stages; s++)
+        any = any || b->stages[s].n_ranks > 1;
+    if (!any)
+        return MEMRA_OK;
+    snprintf(b->collective_name, sizeof b->collective_name, "%s", cfg->collective);
+    const memra_plugin *p = NULL;
+    memra_status st = b->host->find_plugin(cfg->collective, MEMRA_PLUGIN_COLLECTIVE, &p, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "cpu: tensor parallelism (tp=%u) needs the collective '%.60s' (collective=)",
+                           b->stages[0].n_ranks, cfg->collective);
+        return st;
+    }
+    const memra_collective_vtable *vt = p ? p->collective : NULL;
+    if (!MEMRA_HAS_MEMBER(vt, memra_collective_vtable, abort) || !vt->create || !vt->destroy || !vt->all_reduce_sum_f32)
+        return memra_fail(err, MEMRA_E_PLUGIN, "cpu: the collective '%.60s' has no usable all-reduce", cfg->collective);
+    memra_options own = {0};
+    for (uint32_t i = 0; opts && i < opts->n; i++)
+        for (uint32_t k = 0; vt->options && k < vt->n_options; k++)
+            if (strcmp(opts->items[i].key, vt->options[k].key) == 0 &&
+                (st = memra_options_set(&own, opts->items[i].key, opts->items[i].value, err)) != MEMRA_OK)
+                return st;
+    b->coll = vt;
+    for (uint32_t s = 0; s < b->n_stages; s++) {
+        cpu_stage *sg = &b->stages[s];
+        if (sg->n_ranks < 2)
+            continue;
+        int32_t devices[MEMRA_MAX_RANKS];
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            devices[r] = plan->stages[s].ranks[r].device;
+        st = vt->create(b->host, sg->n_ranks, devices, &own, &sg->comm, err);
+        if (st != MEMRA_OK) {
+            sg->comm = NULL;
+            memra_error_prefix(err, "cpu: the collective '%.60s' for the %u ranks of stage %u", cfg->collective,
+                               sg->n_ranks, s);
+            return st;
+        }
+    }
+    return MEMRA_OK;
 }
 
 static memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_plan *plan,
@@ -387,17 +633,11 @@ static memra_status cpu_open(const memra_host *host, const memra_model *m, const
         sg->layer_begin = plan->stages[s].layer_begin;
         sg->layer_end = plan->stages[s].layer_end;
         sg->device = plan->stages[s].device;
-        sg->x = alloc_floats(b, m->n_embd);
-        sg->xn = alloc_floats(b, m->n_embd);
-        sg->q = alloc_floats(b, b->q_dim);
-        sg->k = alloc_floats(b, b->kv_dim);
-        sg->v = alloc_floats(b, b->v_dim);
-        sg->att = alloc_floats(b, b->att_dim);
-        sg->gate = alloc_floats(b, m->n_ff);
-        sg->up = alloc_floats(b, m->n_ff);
-        if (!sg->x || !sg->xn || !sg->q || !sg->k || !sg->v || !sg->att || !sg->gate || !sg->up)
-            goto fail_nomem;
+        if ((st = open_ranks(b, &plan->stages[s], sg, err)) != MEMRA_OK)
+            goto fail;
     }
+    if ((st = open_collective(b, plan, &cfg, opts, err)) != MEMRA_OK)
+        goto fail;
     if ((st = cpu_pool_new(b->n_threads, b->grain, &b->pool, err)) != MEMRA_OK)
         goto fail;
     *out = b;
@@ -420,7 +660,7 @@ static void cpu_state_free(memra_backend *b, memra_state *s) {
         b->live_cache_bytes -= s->cache_bytes;
         b->live_state_bytes -= s->other_bytes;
     }
-    for (uint32_t i = 0; s->stage_cache && b && i < b->n_stages; i++)
+    for (uint32_t i = 0; s->stage_cache && b && i < b->n_stages * MEMRA_MAX_RANKS; i++)
         free(s->stage_cache[i]);
     free(s->stage_cache);
     free(s->k_cache);
@@ -451,26 +691,31 @@ static memra_status cpu_state_new(memra_backend *b, uint32_t capacity, uint32_t 
     s->max_inflight = max_inflight;
     s->carried_token = -1;
     s->stats.struct_size = sizeof s->stats;
-    s->k_cache = calloc(m->n_layer, sizeof *s->k_cache);
-    s->v_cache = calloc(m->n_layer, sizeof *s->v_cache);
-    s->stage_cache = calloc(b->n_stages, sizeof *s->stage_cache);
+    s->k_cache = calloc((size_t)m->n_layer * MEMRA_MAX_RANKS, sizeof *s->k_cache);
+    s->v_cache = calloc((size_t)m->n_layer * MEMRA_MAX_RANKS, sizeof *s->v_cache);
+    s->stage_cache = calloc((size_t)b->n_stages * MEMRA_MAX_RANKS, sizeof *s->stage_cache);
     s->ring = calloc(max_inflight, sizeof *s->ring);
     if (!s->k_cache || !s->v_cache || !s->stage_cache || !s->ring)
         goto nomem;
-    /* Each stage's layers keep their caches in one block of that stage's memory. */
-    size_t per_layer = (size_t)capacity * ((size_t)b->kv_dim + b->v_dim);
+    /* Each rank of each stage keeps its layers' caches (its kv heads) in one block of its own. */
     for (uint32_t i = 0; i < b->n_stages; i++) {
         const cpu_stage *sg = &b->stages[i];
         size_t n_layers = sg->layer_end - sg->layer_begin;
-        if (per_layer > SIZE_MAX / sizeof(float) / n_layers)
-            goto nomem;
-        s->stage_cache[i] = calloc(per_layer * n_layers, sizeof(float));
-        if (!s->stage_cache[i])
-            goto nomem;
-        s->cache_bytes += per_layer * n_layers * sizeof(float);
-        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
-            s->k_cache[il] = s->stage_cache[i] + (il - sg->layer_begin) * per_layer;
-            s->v_cache[il] = s->k_cache[il] + (size_t)capacity * b->kv_dim;
+        for (uint32_t r = 0; r < sg->n_ranks; r++) {
+            const cpu_rank *rk = &sg->ranks[r];
+            size_t per_layer = (size_t)capacity * ((size_t)rk->kv_dim + rk->v_dim);
+            if (per_layer > SIZE_MAX / sizeof(float) / n_layers)
+                goto nomem;
+            float *block = calloc(per_layer * n_layers, sizeof(float));
+            if (!block)
+                goto nomem;
+            s->stage_cache[(size_t)i * MEMRA_MAX_RANKS + r] = block;
+            s->cache_bytes += per_layer * n_layers * sizeof(float);
+            for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
+                size_t at = (size_t)il * MEMRA_MAX_RANKS + r;
+                s->k_cache[at] = block + (il - sg->layer_begin) * per_layer;
+                s->v_cache[at] = s->k_cache[at] + (size_t)capacity * rk->kv_dim;
+            }
         }
     }
     size_t scratch = memra_sample_scratch_bytes(m->n_vocab);
@@ -492,7 +737,7 @@ static memra_status cpu_state_new(memra_backend *b, uint32_t capacity, uint32_t 
     return MEMRA_OK;
 nomem:
     s->cache_bytes = s->other_bytes = 0;
-    cpu_state_free(NULL, s);
+    cpu_state_free(b, s); /* with its byte counts zeroed: frees what was allocated */
     return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for a state of capacity %u", capacity);
 }
 
@@ -531,21 +776,24 @@ static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matri
 
 typedef struct attention_task {
     const memra_backend *b;
+    const cpu_rank *rk;
     const float *q, *k_cache, *v_cache;
     float *scores, *out;
     uint32_t n_pos, capacity;
     float scale;
 } attention_task;
 
+/* Heads [begin, end) of the rank (local indices); its kv heads are local too. */
 static void attention_run(void *ctx, uint32_t begin, uint32_t end) {
     const attention_task *t = ctx;
     const memra_model *m = t->b->m;
+    const cpu_rank *rk = t->rk;
     uint32_t group = m->n_head / m->n_head_kv;
-    for (uint32_t h = begin; h < end; h++) {
-        uint32_t g = h / group;
-        cpu_attention_head(t->q + (size_t)h * m->head_dim, t->k_cache + (size_t)g * m->head_dim, t->b->kv_dim,
-                           t->v_cache + (size_t)g * m->head_dim_v, t->b->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
-                           t->scale, t->scores + (size_t)h * t->capacity, t->out + (size_t)h * m->head_dim_v);
+    for (uint32_t hl = begin; hl < end; hl++) {
+        uint32_t h = rk->h0 + hl, gl = h / group - rk->g0;
+        cpu_attention_head(t->q + (size_t)hl * m->head_dim, t->k_cache + (size_t)gl * m->head_dim, rk->kv_dim,
+                           t->v_cache + (size_t)gl * m->head_dim_v, rk->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
+                           t->scale, t->scores + (size_t)h * t->capacity, t->out + (size_t)hl * m->head_dim_v);
     }
 }
 
@@ -566,45 +814,107 @@ static void norm_and_rope(const memra_backend *b, float *x, uint32_t n_heads, co
     }
 }
 
-/* One layer at position pos: reads the layer's weights once and K/V rows [0, pos], writes the
- * K and V rows of pos (past the committed prefix until the step commits). */
-static void layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint32_t il, uint32_t pos) {
+/* Rank r's attention partial of layer il at position pos into rk->xn (n_embd): reads its slices
+ * once and its K/V rows [0, pos], writes its K and V rows of pos (past the committed prefix until
+ * the step commits). With one rank this is the whole attention output. */
+static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos) {
     const memra_model *m = b->m;
-    const cpu_layer *L = &b->layers[il];
-    cpu_rmsnorm(sg->x, L->attn_norm, m->n_embd, m->rms_eps, sg->xn);
-    matvec(b, sg->xn, 3, &L->wq, sg->q, &L->wk, sg->k, &L->wv, sg->v);
-    add_bias(sg->q, L->bq, b->q_dim);
-    add_bias(sg->k, L->bk, b->kv_dim);
-    add_bias(sg->v, L->bv, b->v_dim);
-    norm_and_rope(b, sg->q, m->n_head, L->q_norm);
-    norm_and_rope(b, sg->k, m->n_head_kv, L->k_norm);
-    memcpy(s->k_cache[il] + (size_t)pos * b->kv_dim, sg->k, (size_t)b->kv_dim * sizeof(float));
-    memcpy(s->v_cache[il] + (size_t)pos * b->v_dim, sg->v, (size_t)b->v_dim * sizeof(float));
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    float *k_cache = s->k_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    cpu_rmsnorm(rk->x, L->attn_norm, m->n_embd, m->rms_eps, rk->xn);
+    matvec(b, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
+    add_bias(rk->q, L->bq, rk->q_dim);
+    add_bias(rk->k, L->bk, rk->kv_dim);
+    add_bias(rk->v, L->bv, rk->v_dim);
+    norm_and_rope(b, rk->q, rk->h1 - rk->h0, L->q_norm);
+    norm_and_rope(b, rk->k, rk->g1 - rk->g0, L->k_norm);
+    memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
+    memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
 
     attention_task at = {.b = b,
-                         .q = sg->q,
-                         .k_cache = s->k_cache[il],
-                         .v_cache = s->v_cache[il],
+                         .rk = rk,
+                         .q = rk->q,
+                         .k_cache = k_cache,
+                         .v_cache = v_cache,
                          .scores = s->scores,
-                         .out = sg->att,
+                         .out = rk->att,
                          .n_pos = pos + 1,
                          .capacity = s->capacity,
                          .scale = 1.0f / sqrtf((float)m->head_dim)};
-    cpu_pool_run(b->pool, m->n_head, (uint64_t)(pos + 1) * (m->head_dim + m->head_dim_v), attention_run, &at);
+    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1) * (m->head_dim + m->head_dim_v), attention_run, &at);
+    matvec(b, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
+}
 
-    matvec(b, sg->att, 1, &L->wo, sg->xn, NULL, NULL, NULL, NULL);
-    for (uint32_t i = 0; i < m->n_embd; i++)
-        sg->x[i] += sg->xn[i];
-
-    cpu_rmsnorm(sg->x, L->ffn_norm, m->n_embd, m->rms_eps, sg->xn);
-    matvec(b, sg->xn, 2, &L->w_gate, sg->gate, &L->w_up, sg->up, NULL, NULL);
-    for (uint32_t i = 0; i < m->n_ff; i++) {
-        float g = sg->gate[i];
-        sg->gate[i] = g / (1.0f + expf(-g)) * sg->up[i];
+/* Rank r's FFN partial of layer il into rk->xn. */
+static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    cpu_rmsnorm(rk->x, L->ffn_norm, m->n_embd, m->rms_eps, rk->xn);
+    matvec(b, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
+    for (uint32_t i = 0; i < rk->n_ff; i++) {
+        float g = rk->gate[i];
+        rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
     }
-    matvec(b, sg->gate, 1, &L->w_down, sg->xn, NULL, NULL, NULL, NULL);
-    for (uint32_t i = 0; i < m->n_embd; i++)
-        sg->x[i] += sg->xn[i];
+    matvec(b, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
+}
+
+/* The n calls of one all-reduce, one pool item per rank. */
+typedef struct reduce_task {
+    memra_backend *b;
+    cpu_stage *sg;
+    uint32_t block, local; /* the collective's block; the stage's (layer - layer_begin) * 2 + which */
+    memra_status st[MEMRA_MAX_RANKS];
+    memra_error err[MEMRA_MAX_RANKS];
+} reduce_task;
+
+static void reduce_run(void *ctx, uint32_t begin, uint32_t end) {
+    reduce_task *t = ctx;
+    for (uint32_t r = begin; r < end; r++)
+        t->st[r] = t->b->coll->all_reduce_sum_f32(t->sg->comm, r, t->sg->ranks[r].xn, t->b->m->n_embd, NULL, t->block,
+                                                  &t->b->position_word,
+                                                  &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
+}
+
+/* Sums the ranks' partials (in rk->xn) through the collective, then adds them to every rank's
+ * residual stream. A call that fails (not a refusal: that is a status word, read before the
+ * commit) fails the step. */
+static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err) {
+    const memra_model *m = b->m;
+    if (sg->n_ranks > 1) {
+        reduce_task t = {.b = b, .sg = sg, .block = il * 2 + which, .local = (il - sg->layer_begin) * 2 + which};
+        /* A cost past any grain: the calls run on the pool's threads whenever it has several. */
+        cpu_pool_run(b->pool, sg->n_ranks, UINT32_MAX, reduce_run, &t);
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            if (t.st[r] != MEMRA_OK) {
+                if (err)
+                    *err = t.err[r];
+                memra_error_prefix(err, "cpu: the all-reduce after %s of layer %u failed on rank %u",
+                                   which ? "ffn" : "attention", il, r);
+                return t.st[r];
+            }
+    }
+    for (uint32_t r = 0; r < sg->n_ranks; r++) {
+        cpu_rank *rk = &sg->ranks[r];
+        for (uint32_t i = 0; i < m->n_embd; i++)
+            rk->x[i] += rk->xn[i];
+    }
+    return MEMRA_OK;
+}
+
+/* One layer at position pos on every rank of the stage. */
+static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint32_t il, uint32_t pos,
+                                  memra_error *err) {
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_attention(b, sg, r, s, il, pos);
+    memra_status st = reduce_and_add(b, sg, il, 0, err);
+    if (st != MEMRA_OK)
+        return st;
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_ffn(b, sg, r, il);
+    return reduce_and_add(b, sg, il, 1, err);
 }
 
 static void rope_tables(memra_backend *b, uint32_t pos) {
@@ -617,21 +927,39 @@ static void rope_tables(memra_backend *b, uint32_t pos) {
     }
 }
 
-/* Embedding, every stage in order (each handing its hidden to the next by a copy), final norm
- * and head into b->head_out. */
-static void forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos) {
+/* Embedding, then every stage in order, each handing its hidden state to every rank of the next
+ * by a copy. The final norm and the head are separate (head_forward): they run after the
+ * collective check. */
+static memra_status forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err) {
     const memra_model *m = b->m;
     rope_tables(b, pos);
-    cpu_matrix_row(&b->tok_embd, token, b->stages[0].x);
+    b->position_word = (int32_t)pos;
     for (uint32_t i = 0; i < b->n_stages; i++) {
         cpu_stage *sg = &b->stages[i];
-        if (i > 0)
-            memcpy(sg->x, b->stages[i - 1].x, (size_t)m->n_embd * sizeof(float));
-        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++)
-            layer_forward(b, sg, s, il, pos);
+        if (sg->status)
+            memset(sg->status, 0, (size_t)(sg->layer_end - sg->layer_begin) * 2 * sg->n_ranks * sizeof *sg->status);
     }
-    const float *last = b->stages[b->n_stages - 1].x;
-    cpu_rmsnorm(last, b->output_norm, m->n_embd, m->rms_eps, b->head_in);
+    cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
+    for (uint32_t i = 0; i < b->n_stages; i++) {
+        cpu_stage *sg = &b->stages[i];
+        const float *in = i > 0 ? b->stages[i - 1].ranks[0].x : b->stages[0].ranks[0].x;
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            if (sg->ranks[r].x != in)
+                memcpy(sg->ranks[r].x, in, (size_t)m->n_embd * sizeof(float));
+        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
+            memra_status st = layer_forward(b, sg, s, il, pos, err);
+            if (st != MEMRA_OK)
+                return st;
+        }
+    }
+    return MEMRA_OK;
+}
+
+static const float *last_hidden(const memra_backend *b) { return b->stages[b->n_stages - 1].ranks[0].x; }
+
+static void head_forward(memra_backend *b) {
+    const memra_model *m = b->m;
+    cpu_rmsnorm(last_hidden(b), b->output_norm, m->n_embd, m->rms_eps, b->head_in);
     matvec(b, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
 }
 
@@ -649,8 +977,78 @@ static memra_status quarantine(memra_state *s, memra_status st, memra_error *err
 
 static memra_status check_not_quarantined(const memra_state *s, const char *what, memra_error *err) {
     if (s->quarantined)
-        return memra_fail(err, MEMRA_E_QUARANTINED, "cpu: %s on a quarantined state (an earlier step failed: %s)", what,
-                          s->quarantine_reason);
+        return memra_fail(err, MEMRA_E_QUARANTINED,
+                          "cpu: %s on a quarantined state: an earlier step failed and left an unfinished transaction "
+                          "(%s); free the state",
+                          what, s->quarantine_reason);
+    return MEMRA_OK;
+}
+
+/* Hands the collective the refusal cells armed for position pos (before the step's forward). */
+static memra_status hand_cells(memra_backend *b, uint32_t pos, memra_error *err) {
+    for (uint32_t i = 0; i < b->n_cells; i++) {
+        cpu_cell *c = &b->cells[i];
+        if (c->handed || c->position != pos)
+            continue;
+        cpu_stage *sg = &b->stages[c->stage];
+        memra_status st = b->coll->arm_refusal(sg->comm, c->rank, c->layer * 2 + c->which, pos, c->word, err);
+        if (st != MEMRA_OK) {
+            memra_error_prefix(err, "cpu: arming the refusal cell of layer %u (%s) on rank %u at position %u", c->layer,
+                               c->which ? "ffn" : "attention", c->rank, pos);
+            return st;
+        }
+        c->handed = true;
+    }
+    return MEMRA_OK;
+}
+
+/* Drops the cells handed over for the step that just ran (the collective fired them: the step
+ * made every operation of its position once). */
+static void drop_handed_cells(memra_backend *b) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->n_cells; i++)
+        if (!b->cells[i].handed)
+            b->cells[n++] = b->cells[i];
+    b->n_cells = n;
+}
+
+/* The collective check: every rank's status of every all-reduce of the step, in (stage, layer,
+ * block, rank) order; the first nonzero one fails the step. The refusing rank is the one whose
+ * cell fired there, if this backend handed one over; else the first rank reading the word. */
+static memra_status check_statuses(memra_backend *b, uint32_t pos, memra_error *err) {
+    for (uint32_t i = 0; i < b->n_stages; i++) {
+        const cpu_stage *sg = &b->stages[i];
+        if (!sg->status)
+            continue;
+        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++)
+            for (uint32_t which = 0; which < 2; which++) {
+                const int32_t *w = &sg->status[(size_t)((il - sg->layer_begin) * 2 + which) * sg->n_ranks];
+                uint32_t r = 0;
+                while (r < sg->n_ranks && w[r] == 0)
+                    r++;
+                if (r == sg->n_ranks)
+                    continue;
+                int32_t word = w[r];
+                const char *block = which ? "ffn" : "attention";
+                if (word == MEMRA_COLLECTIVE_PENDING || word == MEMRA_COLLECTIVE_FAILED)
+                    return memra_fail(err, MEMRA_E_INTERNAL,
+                                      "cpu: the all-reduce after %s of layer %u %s on rank %u at position %u (word "
+                                      "0x%08x)",
+                                      block, il, word == MEMRA_COLLECTIVE_PENDING ? "never completed" : "failed", r,
+                                      pos, (unsigned)word);
+                for (uint32_t c = 0; c < b->n_cells; c++) {
+                    const cpu_cell *k = &b->cells[c];
+                    if (k->handed && k->stage == i && k->layer == il && k->which == which && k->word == word) {
+                        r = k->rank;
+                        break;
+                    }
+                }
+                return memra_fail(err, MEMRA_E_REFUSED,
+                                  "cpu: the all-reduce after %s of layer %u refused on rank %u at position %u (word "
+                                  "0x%08x)",
+                                  block, il, r, pos, (unsigned)word);
+            }
+    }
     return MEMRA_OK;
 }
 
@@ -682,10 +1080,23 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
     /* The step computes in the default floating-point environment (round to nearest, no
      * flush-to-zero), whatever the caller set: the bits must not depend on the host program's
      * settings, and the pool's workers run in that environment too (cpu_pool.c). */
+    if (b->n_cells && (st = hand_cells(b, pos, err)) != MEMRA_OK) {
+        drop_handed_cells(b);
+        return quarantine(s, st, err);
+    }
     fenv_t caller_env;
     fegetenv(&caller_env);
     fesetenv(FE_DFL_ENV);
-    forward(b, s, (uint32_t)token, pos);
+    st = forward(b, s, (uint32_t)token, pos, err);
+    if (st == MEMRA_OK)
+        st = check_statuses(b, pos, err);
+    drop_handed_cells(b);
+    if (st != MEMRA_OK) {
+        /* Nothing committed: the K/V rows written sit at the uncommitted position. */
+        fesetenv(&caller_env);
+        return quarantine(s, st, err);
+    }
+    head_forward(b);
 
     int64_t sampled = -1;
     uint32_t t = 0;
@@ -702,7 +1113,7 @@ static memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra
 
     /* Commit: position, hidden, logits and the carried token, then the result slot. */
     s->position = pos + 1;
-    memcpy(s->hidden, b->stages[b->n_stages - 1].x, (size_t)m->n_embd * sizeof(float));
+    memcpy(s->hidden, last_hidden(b), (size_t)m->n_embd * sizeof(float));
     memcpy(s->logits, b->head_out, (size_t)m->n_vocab * sizeof(float));
     s->carried_token = sampled;
     s->stats.steps++;
@@ -746,13 +1157,29 @@ static memra_status cpu_digest(memra_backend *b, memra_state *s, memra_digest_ki
     case MEMRA_DIGEST_LOGITS: b->host->sha256(s->logits, (size_t)m->n_vocab * sizeof(float), out); return MEMRA_OK;
     case MEMRA_DIGEST_HIDDEN: b->host->sha256(s->hidden, (size_t)m->n_embd * sizeof(float), out); return MEMRA_OK;
     case MEMRA_DIGEST_CACHE: {
-        /* Layer by layer: K rows [0, pos), then V rows [0, pos), whatever the stage layout. */
+        /* Layer by layer: K rows [0, pos), then V rows [0, pos), whatever the stage layout; with
+         * several ranks each row is its ranks' kv heads in rank order, i.e. the whole row. */
         memra_sha256_ctx *ctx = b->host->sha256_new();
         if (!ctx)
             return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for a digest");
-        for (uint32_t il = 0; il < m->n_layer; il++) {
-            b->host->sha256_update(ctx, s->k_cache[il], (size_t)s->position * b->kv_dim * sizeof(float));
-            b->host->sha256_update(ctx, s->v_cache[il], (size_t)s->position * b->v_dim * sizeof(float));
+        for (uint32_t i = 0; i < b->n_stages; i++) {
+            const cpu_stage *sg = &b->stages[i];
+            for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++)
+                for (int kv = 0; kv < 2; kv++) {
+                    float *const *cache = kv ? s->v_cache : s->k_cache;
+                    if (sg->n_ranks == 1) {
+                        uint32_t dim = kv ? sg->ranks[0].v_dim : sg->ranks[0].kv_dim;
+                        b->host->sha256_update(ctx, cache[(size_t)il * MEMRA_MAX_RANKS],
+                                               (size_t)s->position * dim * sizeof(float));
+                        continue;
+                    }
+                    for (uint32_t t = 0; t < s->position; t++)
+                        for (uint32_t r = 0; r < sg->n_ranks; r++) {
+                            uint32_t dim = kv ? sg->ranks[r].v_dim : sg->ranks[r].kv_dim;
+                            b->host->sha256_update(ctx, cache[(size_t)il * MEMRA_MAX_RANKS + r] + (size_t)t * dim,
+                                                   (size_t)dim * sizeof(float));
+                        }
+                }
         }
         b->host->sha256_final(ctx, out);
         return MEMRA_OK;
@@ -774,9 +1201,14 @@ static memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const 
                           dst->capacity);
     if (dst == src)
         return MEMRA_OK;
-    for (uint32_t il = 0; il < m->n_layer; il++) {
-        memcpy(dst->k_cache[il], src->k_cache[il], (size_t)src->position * b->kv_dim * sizeof(float));
-        memcpy(dst->v_cache[il], src->v_cache[il], (size_t)src->position * b->v_dim * sizeof(float));
+    for (uint32_t i = 0; i < b->n_stages; i++) {
+        const cpu_stage *sg = &b->stages[i];
+        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++)
+            for (uint32_t r = 0; r < sg->n_ranks; r++) {
+                size_t at = (size_t)il * MEMRA_MAX_RANKS + r;
+                memcpy(dst->k_cache[at], src->k_cache[at], (size_t)src->position * sg->ranks[r].kv_dim * sizeof(float));
+                memcpy(dst->v_cache[at], src->v_cache[at], (size_t)src->position * sg->ranks[r].v_dim * sizeof(float));
+            }
     }
     memcpy(dst->hidden, src->hidden, (size_t)m->n_embd * sizeof(float));
     memcpy(dst->logits, src->logits, (size_t)m->n_vocab * sizeof(float));
@@ -818,10 +1250,114 @@ static const memra_ext_bench_v1 cpu_bench_ext = {
     .device_name = cpu_device_name,
 };
 
+/* ---- memra.tp ---- */
+
+static memra_status tp_collective(memra_backend *b, char *name, size_t name_size, bool *refusals, memra_error *err) {
+    if (!b->coll)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: no stage has more than one rank (tp=1): no collective");
+    if (name && name_size)
+        snprintf(name, name_size, "%s", b->collective_name);
+    if (refusals)
+        *refusals = b->coll->arm_refusal != NULL;
+    return MEMRA_OK;
+}
+
+/* The stage and rank of a site, checked against the plan. */
+static memra_status tp_site(memra_backend *b, uint32_t stage, uint32_t rank, const char *what, memra_error *err) {
+    if (!b->coll)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: no stage has more than one rank (tp=1): no collective");
+    if (stage >= b->n_stages)
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: %s of stage %u: the plan has %u stages", what, stage, b->n_stages);
+    const cpu_stage *sg = &b->stages[stage];
+    if (!sg->comm)
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: %s of stage %u: the stage has one rank and no collective", what,
+                          stage);
+    if (rank >= sg->n_ranks)
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: %s of rank %u of stage %u: the stage has %u ranks", what, rank,
+                          stage, sg->n_ranks);
+    return MEMRA_OK;
+}
+
+static memra_status tp_arm_refusal(memra_backend *b, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                                   uint32_t position, int32_t word, memra_error *err) {
+    memra_status st = tp_site(b, stage, rank, "a refusal cell", err);
+    if (st != MEMRA_OK)
+        return st;
+    if (!b->coll->arm_refusal)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: the collective '%s' has no refusal cells",
+                          b->collective_name);
+    const cpu_stage *sg = &b->stages[stage];
+    if (layer < sg->layer_begin || layer >= sg->layer_end || which > 1)
+        return memra_fail(err, MEMRA_E_RANGE,
+                          "cpu: a refusal cell at layer %u, block %u: stage %u holds layers [%u, %u), blocks are 0 "
+                          "(attention) and 1 (ffn)",
+                          layer, which, stage, sg->layer_begin, sg->layer_end);
+    if (word == 0 || word == MEMRA_COLLECTIVE_PENDING || word == MEMRA_COLLECTIVE_FAILED)
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: a refusal word may not be 0 nor a MEMRA_COLLECTIVE_ word (%d)",
+                          (int)word);
+    for (uint32_t i = 0; i < b->n_cells; i++) {
+        cpu_cell *c = &b->cells[i];
+        if (c->stage == stage && c->rank == rank && c->layer == layer && c->which == which && c->position == position) {
+            c->word = word; /* as the collective does: arming it again replaces the word */
+            return MEMRA_OK;
+        }
+    }
+    if (b->n_cells == b->cap_cells) {
+        uint32_t cap = b->cap_cells ? b->cap_cells * 2 : 16;
+        cpu_cell *cells = cap > b->cap_cells ? realloc(b->cells, (size_t)cap * sizeof *cells) : NULL;
+        if (!cells)
+            return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for refusal cells");
+        b->cells = cells;
+        b->cap_cells = cap;
+    }
+    b->cells[b->n_cells++] =
+        (cpu_cell){.stage = stage, .rank = rank, .layer = layer, .which = which, .position = position, .word = word};
+    return MEMRA_OK;
+}
+
+static memra_status tp_clear_refusals(memra_backend *b, memra_error *err) {
+    if (!b->coll)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: no stage has more than one rank (tp=1): no collective");
+    b->n_cells = 0; /* none is handed over between steps */
+    return MEMRA_OK;
+}
+
+static memra_status tp_epochs(memra_backend *b, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                              memra_error *err) {
+    memra_status st = tp_site(b, stage, rank, "epochs", err);
+    if (st != MEMRA_OK)
+        return st;
+    uint32_t want = b->m->n_layer * 2;
+    if (!out || n_blocks != want)
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: epochs into %u blocks (%s); the model has %u (2 per layer)",
+                          n_blocks, out ? "given" : "out is NULL", want);
+    if (!b->coll->epochs)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: the collective '%s' keeps no epochs", b->collective_name);
+    const cpu_stage *sg = &b->stages[stage];
+    st = b->coll->epochs(sg->comm, rank, out, n_blocks, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "cpu: epochs of rank %u of stage %u", rank, stage);
+        return st;
+    }
+    for (uint32_t k = 0; k < n_blocks; k++)
+        if (k < sg->layer_begin * 2 || k >= sg->layer_end * 2)
+            out[k] = 0;
+    return MEMRA_OK;
+}
+
+static const memra_ext_tp_v1 cpu_tp_ext = {
+    .struct_size = sizeof(memra_ext_tp_v1),
+    .collective = tp_collective,
+    .arm_refusal = tp_arm_refusal,
+    .clear_refusals = tp_clear_refusals,
+    .epochs = tp_epochs,
+};
+
 static const void *cpu_extension(memra_backend *b, const char *name, uint32_t version) {
-    (void)b;
     if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
         return &cpu_bench_ext;
+    if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1 && b && b->coll)
+        return &cpu_tp_ext;
     return NULL;
 }
 

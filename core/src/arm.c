@@ -648,3 +648,100 @@ memra_status memra_arm_dump_graphs(memra_arm_state *s, const char *dir, memra_er
     memra_status st = ext->dump_graphs(a->backend, s->st, dir, err);
     return st == MEMRA_OK ? st : arm_prefix(a, st, err, "dumping graphs");
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensor parallelism (the backend's memra.tp extension)                                       */
+
+uint32_t memra_arm_ranks(const memra_arm *a, uint32_t stage) {
+    if (!a || stage >= a->plan.n_stages)
+        return 0;
+    uint32_t n = a->plan.stages[stage].n_ranks;
+    return n ? n : 1;
+}
+
+static const memra_ext_tp_v1 *tp_ext(memra_arm *a) {
+    return memra_arm_extension(a, MEMRA_EXT_TP, 1, MEMRA_STRUCT_END(memra_ext_tp_v1, epochs));
+}
+
+static memra_status tp_absent(memra_arm *a, memra_error *err) {
+    return arm_fail(a, err, MEMRA_E_UNSUPPORTED,
+                    "the arm has no tensor-parallel stage (tp=1), or its backend offers no %s v1", MEMRA_EXT_TP);
+}
+
+/* The layer's checks of a site against the plan (the caller prefixes). */
+static memra_status tp_check_site(const memra_arm *a, uint32_t stage, uint32_t rank, memra_error *err) {
+    if (stage >= a->plan.n_stages)
+        return memra_fail(err, MEMRA_E_RANGE, "stage %u: the plan has %u stages", stage, a->plan.n_stages);
+    if (rank >= memra_arm_ranks(a, stage))
+        return memra_fail(err, MEMRA_E_RANGE, "rank %u of stage %u: the stage has %u ranks", rank, stage,
+                          memra_arm_ranks(a, stage));
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_collective(memra_arm *a, char *name, size_t name_size, bool *refusals, memra_error *err) {
+    if (!a)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_collective: the arm is NULL");
+    if (name && name_size)
+        name[0] = '\0';
+    if (refusals)
+        *refusals = false;
+    const memra_ext_tp_v1 *ext = tp_ext(a);
+    if (!ext || !ext->collective)
+        return tp_absent(a, err);
+    memra_status st = ext->collective(a->backend, name, name_size, refusals, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "collective");
+}
+
+memra_status memra_arm_arm_refusal(memra_arm *a, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                                   uint32_t position, int32_t word, memra_error *err) {
+    if (!a)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_arm_refusal: the arm is NULL");
+    char where[160];
+    snprintf(where, sizeof where, "refusal cell (stage %u, rank %u, layer %u, %s, position %u)", stage, rank, layer,
+             which == 0   ? "attention"
+             : which == 1 ? "ffn"
+                          : "block ?",
+             position);
+    const memra_ext_tp_v1 *ext = tp_ext(a);
+    if (!ext || !ext->arm_refusal)
+        return tp_absent(a, err);
+    memra_status st = tp_check_site(a, stage, rank, err);
+    if (st == MEMRA_OK && (layer < a->plan.stages[stage].layer_begin || layer >= a->plan.stages[stage].layer_end))
+        st = memra_fail(err, MEMRA_E_RANGE, "layer %u is not in stage %u's layers [%u, %u)", layer, stage,
+                        a->plan.stages[stage].layer_begin, a->plan.stages[stage].layer_end);
+    if (st == MEMRA_OK && which > 1)
+        st = memra_fail(err, MEMRA_E_RANGE, "block %u: 0 is the all-reduce after attention, 1 after the ffn", which);
+    if (st == MEMRA_OK && word == 0)
+        st = memra_fail(err, MEMRA_E_INVALID, "a refusal word may not be 0");
+    if (st == MEMRA_OK)
+        st = ext->arm_refusal(a->backend, stage, rank, layer, which, position, word, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
+}
+
+memra_status memra_arm_clear_refusals(memra_arm *a, memra_error *err) {
+    if (!a)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_clear_refusals: the arm is NULL");
+    const memra_ext_tp_v1 *ext = tp_ext(a);
+    if (!ext || !ext->clear_refusals)
+        return tp_absent(a, err);
+    memra_status st = ext->clear_refusals(a->backend, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, "clearing refusal cells");
+}
+
+memra_status memra_arm_epochs(memra_arm *a, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                              memra_error *err) {
+    if (!a)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_epochs: the arm is NULL");
+    char where[96];
+    snprintf(where, sizeof where, "epochs of stage %u, rank %u", stage, rank);
+    const memra_ext_tp_v1 *ext = tp_ext(a);
+    if (!ext || !ext->epochs)
+        return tp_absent(a, err);
+    memra_status st = tp_check_site(a, stage, rank, err);
+    if (st == MEMRA_OK && (!out || n_blocks != a->model->n_layer * 2))
+        st = memra_fail(err, MEMRA_E_INVALID, "%u blocks%s; the model has %u (2 per layer)", n_blocks,
+                        out ? "" : " into a NULL buffer", a->model->n_layer * 2);
+    if (st == MEMRA_OK)
+        st = ext->epochs(a->backend, stage, rank, out, n_blocks, err);
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
+}

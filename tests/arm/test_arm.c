@@ -442,8 +442,9 @@ Test(arm, message_prefix_with_and_without_label) {
     cr_assert(strncmp(err.msg, "arm 'cpu:threds=2': unknown key 'threds'", 40) == 0, "%s", err.msg);
     cr_assert_eq(memra_arm_open(fx.reg, fx.model, "nosuchbackend", "a", NULL, 0, &refused, &err), MEMRA_E_PLUGIN);
     cr_assert(strncmp(err.msg, "arm a (nosuchbackend): ", 23) == 0, "%s", err.msg);
-    cr_assert_eq(memra_arm_open(fx.reg, fx.model, "cpu:tp=2", "a", NULL, 0, &refused, &err), MEMRA_E_UNSUPPORTED);
-    cr_assert(strncmp(err.msg, "arm a (cpu:tp=2): cpu: tensor parallelism", 41) == 0, "%s", err.msg);
+    cr_assert_eq(memra_arm_open(fx.reg, fx.model, "cpu:tp=2,collective=nosuch", "a", NULL, 0, &refused, &err),
+                 MEMRA_E_PLUGIN);
+    cr_assert(strncmp(err.msg, "arm a (cpu:tp=2,collective=nosuch): cpu: tensor parallelism", 59) == 0, "%s", err.msg);
     cr_assert_null(refused);
 }
 

@@ -248,9 +248,10 @@ Test(cpu_backend, options_and_refusals) {
     ct_model_build("tiny", MEMRA_TYPE_F32, &cm);
     ct_arm arm;
     memra_error err = {0};
-    cr_assert_eq(ct_arm_try_open(cm.model, "tp=2", &arm, &err), MEMRA_E_UNSUPPORTED);
-    cr_assert_str_eq(err.msg, "cpu: tensor parallelism (tp=2) needs a collective, which comes with the collectives "
-                              "issue");
+    /* tp=2 loads the collective the arm names: an unknown one is a clear error naming it. */
+    cr_assert_eq(ct_arm_try_open(cm.model, "tp=2,collective=nosuch", &arm, &err), MEMRA_E_PLUGIN, "%s", err.msg);
+    cr_assert(strncmp(err.msg, "cpu: tensor parallelism (tp=2) needs the collective 'nosuch' (collective=): ", 76) == 0,
+              "%s", err.msg);
     cr_assert_eq(ct_arm_try_open(cm.model, "threads=0", &arm, &err), MEMRA_E_INVALID);
     cr_assert(strstr(err.msg, "threads=0") != NULL, "%s", err.msg);
     cr_assert_eq(ct_arm_try_open(cm.model, "stages=2,devices=0,8", &arm, &err), MEMRA_E_INVALID);
@@ -261,11 +262,13 @@ Test(cpu_backend, options_and_refusals) {
     cr_assert_eq(memra_registry_load(ct_registry(), "cpu", MEMRA_PLUGIN_BACKEND, &cpu, &err), MEMRA_OK);
     memra_options given = {0}, resolved;
     cr_assert_eq(cpu->backend->resolve_options(memra_registry_host(ct_registry()), &given, &resolved, &err), MEMRA_OK);
-    cr_assert_eq(resolved.n, 3);
+    cr_assert_eq(resolved.n, 4);
     cr_assert_str_eq(resolved.items[0].key, "threads");
     cr_assert(atoi(resolved.items[0].value) >= 1);
     cr_assert_str_eq(resolved.items[1].value, "8");
     cr_assert_str_eq(resolved.items[2].value, "32768");
+    cr_assert_str_eq(resolved.items[3].key, "collective");
+    cr_assert_str_eq(resolved.items[3].value, "local");
     ct_model_free(&cm);
 }
 
@@ -311,6 +314,7 @@ Test(cpu_backend, opens_through_the_arm_layer) {
     const memra_options *res = memra_arm_resolved(arm);
     cr_assert_str_eq(memra_options_get(res, "threads"), "2");
     cr_assert_str_eq(memra_options_get(res, "vdevices"), "8");
+    cr_assert_str_eq(memra_options_get(res, "collective"), "local");
     cr_assert_str_eq(memra_options_get(res, "stages"), "2");
     cr_assert_str_eq(memra_options_get(res, "window"), "1");
     cr_assert_eq(memra_arm_plan(arm)->stages[1].layer_begin, 1);
@@ -334,9 +338,9 @@ Test(cpu_backend, opens_through_the_arm_layer) {
     memra_arm_state_free(s);
     memra_arm_close(arm);
     memra_arm *refused = NULL;
-    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:tp=2", NULL, NULL, 0, &refused, &err),
-                 MEMRA_E_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "tensor parallelism (tp=2) needs a collective"), "%s", err.msg);
+    cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:tp=2,collective=nosuch", NULL, NULL, 0, &refused, &err),
+                 MEMRA_E_PLUGIN);
+    cr_assert(strstr(err.msg, "tensor parallelism (tp=2) needs the collective 'nosuch'"), "%s", err.msg);
     cr_assert_eq(memra_arm_open(ct_registry(), cm.model, "cpu:threds=2", NULL, NULL, 0, &refused, &err),
                  MEMRA_E_INVALID);
     cr_assert_null(refused);

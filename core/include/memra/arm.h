@@ -142,6 +142,22 @@ memra_status memra_arm_census(memra_arm_state *s, memra_census_row *rows, uint32
                               memra_error *err);
 memra_status memra_arm_dump_graphs(memra_arm_state *s, const char *dir, memra_error *err);
 
+/* ---- Tensor parallelism (the backend's memra.tp extension) ------------------------------ */
+
+/* Ranks of stage `stage` as planned (1 without tensor parallelism; 0 for a stage out of range). */
+uint32_t memra_arm_ranks(const memra_arm *a, uint32_t stage);
+/* The collective's name and whether it has refusal cells; MEMRA_E_UNSUPPORTED when the arm has no
+ * tensor-parallel stage (or its backend does not offer memra.tp). */
+memra_status memra_arm_collective(memra_arm *a, char *name, size_t name_size, bool *refusals, memra_error *err);
+/* Arms a refusal cell: the all-reduce of (stage, rank, layer, which) at token `position` refuses
+ * with `word`; the step that reaches it fails, commits nothing, and quarantines its state. */
+memra_status memra_arm_arm_refusal(memra_arm *a, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                                   uint32_t position, int32_t word, memra_error *err);
+memra_status memra_arm_clear_refusals(memra_arm *a, memra_error *err);
+/* Epochs of one rank of one stage, n_blocks = 2 * n_layer (see memra_ext_tp_v1). */
+memra_status memra_arm_epochs(memra_arm *a, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                              memra_error *err);
+
 #ifdef __cplusplus
 }
 #endif

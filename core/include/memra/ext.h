@@ -5,6 +5,7 @@
 #ifndef MEMRA_EXT_H
 #define MEMRA_EXT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,29 @@ typedef struct memra_ext_census_v1 {
     /* Writes each captured graph of the state as DOT into dir. May be NULL. */
     memra_status (*dump_graphs)(memra_backend *b, const memra_state *s, const char *dir, memra_error *err);
 } memra_ext_census_v1;
+
+/* "memra.tp", version 1: a tensor-parallel backend's collective sites, for the gate's refusal
+ * cells and epoch census. Offered by a backend whose plan has more than one rank in a stage.
+ * A site is (stage, rank, layer, which): `layer` is the model's layer index (global, inside the
+ * stage's range), `which` 0 for the all-reduce after attention, 1 after the FFN; its collective
+ * block number is layer * 2 + which. */
+#define MEMRA_EXT_TP "memra.tp"
+typedef struct memra_ext_tp_v1 {
+    uint32_t struct_size;
+    /* The collective plugin's name ("local") and whether it has refusal cells (arm_refusal). */
+    memra_status (*collective)(memra_backend *b, char *name, size_t name_size, bool *refusals, memra_error *err);
+    /* Arms one refusal: the next all-reduce of that site at token `position` refuses with `word`
+     * (!= 0) on that rank. MEMRA_E_UNSUPPORTED when the collective has no refusal cells;
+     * MEMRA_E_RANGE for a site outside the plan. */
+    memra_status (*arm_refusal)(memra_backend *b, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                                uint32_t position, int32_t word, memra_error *err);
+    /* Disarms every refusal not yet fired. */
+    memra_status (*clear_refusals)(memra_backend *b, memra_error *err);
+    /* The epoch counters of one rank of one stage, indexed by block (layer * 2 + which) over the
+     * whole model (entries of other stages' layers read 0): out has n_blocks = 2 * n_layer. */
+    memra_status (*epochs)(memra_backend *b, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                           memra_error *err);
+} memra_ext_tp_v1;
 
 #ifdef __cplusplus
 }
