@@ -13,6 +13,8 @@
  *   gate_dump.c     --dump-graphs: a state's graph dumps into a directory, and what was written
  *   gate_judge.c    the verdict from what the run found, and the summary table on stderr
  *   gate_records.c  every JSON-line record (documented in gates/RECORDS.md)
+ *   gate_tp.c       tensor-parallel arms: the epoch census of the correctness passes, the
+ *                   refusal cells, and the arms-differ-by-design check
  *   gate_stats.c    comparisons, loop rule, schedule, bootstrap
  *   gate_json.c     the JSON-line writer (a record is written whole or not at all) */
 #ifndef MEMRA_GATE_H
@@ -29,6 +31,7 @@
 #include "memra/memra.h"
 
 enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RUNTIME = 3 };
+enum { GATE_CELLS_NONE = 0, GATE_CELLS_SOME = 1, GATE_CELLS_ALL = 2 };
 
 #define GATE_DEFAULT_PRIME 256u
 #define GATE_DEFAULT_GEN 256u
@@ -39,6 +42,7 @@ enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RU
 #define GATE_MISMATCH_RECORDS 16u         /* replay mismatch records written at most (the count is exact) */
 #define GATE_PROFILE_STEPS 32u            /* steps of each --profile window */
 #define GATE_CENSUS_ROWS 128u             /* census rows read at most */
+#define GATE_TP_MAX_CELLS 4096u           /* refusal cells of one arm at most */
 
 /* What a timing row's clock covers (the protocol and measure records say it in these words). */
 #define GATE_TIMING_SCOPE                                                                                              \
@@ -75,6 +79,7 @@ typedef struct gate_config {
     const char *jsonl_path; /* NULL: stdout */
     const char *dump_dir;   /* --dump-graphs; NULL: none */
     bool profile;           /* --profile: profile windows instead of timing rows */
+    int cells;              /* --cells: GATE_CELLS_NONE, _SOME (default) or _ALL */
     bool rows_given;
     bool quiet;
     bool help;
@@ -85,6 +90,25 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
 /* Writes --help: every option, then every arm key (core, placement, each backend found). */
 void gate_cli_help(FILE *f, memra_registry *r);
 
+/* A tensor-parallel arm (its backend offers memra.tp): its collective, and the epoch census of its
+ * correctness pass. Off (on = false) for every other arm: then nothing of gate_tp.c runs. */
+typedef struct gate_tp {
+    bool on;       /* memra_arm_collective answered: the arm has a tensor-parallel stage */
+    bool refusals; /* its collective has refusal cells */
+    char collective[64];
+    uint32_t n_stages, n_layer, n_blocks; /* n_blocks = 2 * n_layer */
+    uint32_t ranks[MEMRA_MAX_STAGES];
+    uint64_t *last;     /* [(stage * MEMRA_MAX_RANKS + rank) * n_blocks + block]: epochs at the last check */
+    uint64_t *start;    /* the same at the start of the pass */
+    uint64_t *expected; /* the advance expected since the start */
+    uint32_t pending;   /* steps ended since the last check */
+    uint32_t checks;    /* checks made (drains) */
+    uint32_t steps;     /* steps counted */
+    bool counting;      /* a census pass is running */
+    uint32_t failures;
+    char failure[400];
+} gate_tp;
+
 /* One opened arm. */
 typedef struct gate_arm {
     const char *name; /* "a" or "b" */
@@ -93,6 +117,7 @@ typedef struct gate_arm {
     memra_backend_memory mem_open; /* read right after this arm opened (before B, for A) */
     bool have_mem_open;
     bool dump_told; /* "has no graphs to dump" said once */
+    gate_tp tp;
 } gate_arm;
 
 /* One arm's correctness run: per step what it produced. Digests are taken only when no step is
@@ -170,6 +195,13 @@ typedef struct gate_outcome {
     char carry_failure[400];
     /* replay steps whose cache and hidden digests were compared (a pipelined arm: drains only) */
     uint32_t digest_steps;
+    /* the epoch census of tensor-parallel arms (both passes) */
+    uint32_t epoch_failures;
+    char epoch_failure[400];
+    /* the refusal cells */
+    bool cells_done;
+    uint32_t cells_run, cells_failed;
+    char cell_failure[600];
 } gate_outcome;
 
 /* What the phases share. */
@@ -186,6 +218,7 @@ typedef struct gate_ctx {
     bool arms_identical; /* both arms resolve to the same configuration (ignoring window) */
     const char *phase;   /* what the run is doing, for the interrupted record */
     memra_registry *reg; /* the plugin registry: provenance and warnings for the protocol record */
+    char by_design[400]; /* why the arms differ by design (an exact comparison is expected to fail), "" */
 } gate_ctx;
 
 /* ---- gate_main.c -------------------------------------------------------------------------- */
@@ -288,6 +321,47 @@ typedef struct gate_pass {
 } gate_pass;
 memra_status gate_pass_run(gate_ctx *ctx, gate_prefix *p, gate_pass *pass, memra_error *err);
 
+/* ---- gate_tp.c: tensor-parallel arms ------------------------------------------------------ */
+
+/* Asks the arm for its collective (memra_arm_collective); leaves arm->tp off for an arm without
+ * a tensor-parallel stage. */
+memra_status gate_tp_open(gate_ctx *ctx, gate_arm *arm, memra_error *err);
+void gate_tp_close(gate_arm *arm);
+/* The epoch census of one pass: begin reads every (stage, rank)'s epochs; step counts one ended
+ * step and, where the arm drained, checks that every block of the stage's layers advanced by
+ * the steps since the last check (two all-reduces a layer a step: blocks layer*2 and layer*2+1)
+ * and every other block not at all. A difference is a failure of the run (ctx->out), not an
+ * error. No-ops for an arm without tp. */
+memra_status gate_tp_epochs_begin(gate_ctx *ctx, gate_arm *arm, memra_error *err);
+memra_status gate_tp_epochs_step(gate_ctx *ctx, gate_arm *arm, uint32_t step, bool drained, memra_error *err);
+void gate_tp_epochs_end(gate_arm *arm);
+/* The refusal cells (--cells) of each arm whose collective has refusals, each from the arm's
+ * prefix snapshot: refusal records, ctx->out's cell members. */
+memra_status gate_tp_cells(gate_ctx *ctx, memra_error *err);
+/* Why arms a and b differ by design (other device families, other ranks per layer): into
+ * ctx->by_design, "" when they do not. */
+void gate_tp_by_design(gate_ctx *ctx);
+
+/* One refusal cell, as its record says it. */
+typedef struct gate_cell {
+    uint32_t index, stage, rank, layer, which, block, position;
+    int32_t word;
+    char expected[256];          /* what the failing step's message must name */
+    memra_status status;         /* the failing step's status */
+    char message[1024];          /* its message */
+    bool names_cell, names_word; /* the message names rank, layer, block and position; the word */
+    uint32_t start_position;     /* after the restore */
+    uint32_t position_before, position_after;
+    uint8_t before[3][32], after[3][32]; /* logits, cache, hidden digests before and after the failing step */
+    bool have_before, have_after;
+    bool digests_unchanged;
+    bool quarantined;                /* memra_arm_state_quarantined after the failure */
+    memra_status next_step, restore; /* the step and the restore tried after it */
+    bool quarantine_observed;        /* quarantined, and both tried calls failed with MEMRA_E_QUARANTINED */
+    bool pass;
+    char reason[512]; /* why not */
+} gate_cell;
+
 /* ---- gate_profile.c ----------------------------------------------------------------------- */
 
 /* The profile windows (--profile): on each arm, from its prefix, a warm-up pass of one step (so
@@ -348,6 +422,7 @@ void gate_rec_carry_check(gate_ctx *ctx, const gate_arm *arm, const gate_pass *p
 void gate_rec_profile(gate_ctx *ctx, const gate_arm *arm, const gate_pass *warmup, const gate_pass *window,
                       const char *range, bool tokens_same, bool digests_same, bool identical, bool verified);
 void gate_rec_summary(gate_ctx *ctx);
+void gate_rec_refusal(gate_ctx *ctx, const gate_arm *arm, const gate_cell *cell);
 /* Written with no output open is a no-op; written even after a failed record (the final one). */
 void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v);
 /* A run stopped by a signal: the last record, in place of the verdict. */

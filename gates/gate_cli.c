@@ -185,6 +185,15 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
         return set_path(opt, v, &cfg->jsonl_path, err);
     } else if (strcmp(opt, "--dump-graphs") == 0) {
         return set_path(opt, v, &cfg->dump_dir, err);
+    } else if (strcmp(opt, "--cells") == 0) {
+        if (strcmp(v, "none") == 0)
+            cfg->cells = GATE_CELLS_NONE;
+        else if (strcmp(v, "some") == 0)
+            cfg->cells = GATE_CELLS_SOME;
+        else if (strcmp(v, "all") == 0)
+            cfg->cells = GATE_CELLS_ALL;
+        else
+            return memra_fail(err, MEMRA_E_INVALID, "--cells %s: expected none, some or all", v);
     } else {
         return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
     }
@@ -236,6 +245,7 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
                          .gen = GATE_DEFAULT_GEN,
                          .rows = GATE_DEFAULT_ROWS,
                          .sample = {.top_p = 1.0f, .seed = 1},
+                         .cells = GATE_CELLS_SOME,
                          .compare_text = "exact"};
     given g = {0};
     memra_status st = MEMRA_OK;
@@ -281,7 +291,7 @@ static const char help_text[] =
     "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
     "                  [--prompt-ids FILE] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
-    "                  [--dump-graphs DIR] [--jsonl FILE] [--quiet]\n"
+    "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
     "                              present, otherwise cpu against cpu:stages=2, on the embedded model)\n"
     "\n"
@@ -319,7 +329,17 @@ static const char help_text[] =
     "  --schedule S         ABBA (default: AAAAA BBBBB BBBBB AAAAA) or BAAB (the mirror)\n"
     "  --compare M          exact (default: every bit of logits, cache and hidden digests, tokens)\n"
     "                       or nmse:X (pairs of different families: per-step NMSE of the logits\n"
-    "                       <= X, token agreement reported; digests not compared)\n"
+    "                       <= X, token agreement reported; digests not compared). Arms that differ\n"
+    "                       by design (cpu against cuda; layers split over other tp rank counts, such\n"
+    "                       as cpu against cpu:tp=2) sum in other orders: the gate says so, and an\n"
+    "                       exact comparison of them is expected to fail\n"
+    "  --cells C            refusal cells of a tensor-parallel arm whose collective has them (after\n"
+    "                       the correctness passes, each on a state restored from the prefix: a\n"
+    "                       refusal armed at (rank, layer, attention|ffn, position) must fail that\n"
+    "                       step with nothing committed and quarantine the state, or exit 1):\n"
+    "                       none, some (default: six cells, rank 0 and the last rank, first, middle\n"
+    "                       and last layer and position) or all (every rank x first, middle, last\n"
+    "                       layer x attention, ffn x first, middle, last position after the prefix)\n"
     "  --profile            a profile-only run, for a profiler such as nsys: no timing rows and no\n"
     "                       ratio; after the correctness passes, one window of 32 steps per arm (A,\n"
     "                       then B), each from the prefix snapshot at position P after a warm-up\n"
@@ -341,7 +361,9 @@ static const char help_text[] =
     "                       and warnings about the plugins found, are still said)\n"
     "  --help, -h           this text\n"
     "\n"
-    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, measure\n"
+    "A tensor-parallel arm's epochs are checked after every step of the correctness passes (each\n"
+    "block of every rank advanced by exactly one per step; a pipelined arm where it drains), or exit 1.\n"
+    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, refusal, measure\n"
     "(timing rows), carry_check (--rows 0), profile (--profile windows), summary, verdict; every\n"
     "field is documented in gates/RECORDS.md. Arms that\n"
     "resolve to the same configuration (window aside) are flagged \"arms_identical\" and warned of:\n"

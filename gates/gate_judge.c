@@ -78,6 +78,10 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
             o->profile_end);
     if (o->carry_done)
         add(v, "; device-carried tokens verified (one untimed pass per arm from its prefix snapshot)");
+    if (ctx->a.tp.on || ctx->b.tp.on)
+        add(v, "; tensor-parallel epochs advanced by one per block and step");
+    if (o->cells_done)
+        add(v, "; %u refusal cell(s) failed cleanly (nothing committed, state quarantined)", o->cells_run);
 }
 
 void gate_judge(const gate_ctx *ctx, gate_verdict *v) {
@@ -94,6 +98,12 @@ void gate_judge(const gate_ctx *ctx, gate_verdict *v) {
         v->exit = GATE_EXIT_RUNTIME;
     } else if (o->bad_steps) {
         judge_bad_steps(ctx, v);
+        if (ctx->by_design[0] && !cfg->nmse)
+            add(v, " (expected: %s; compare them with --compare nmse:X)", ctx->by_design);
+    } else if (o->epoch_failures) {
+        add(v, "%u epoch census failure(s); first: %s", o->epoch_failures, o->epoch_failure);
+    } else if (o->cells_failed) {
+        add(v, "%u of %u refusal cell(s) failed; first: %s", o->cells_failed, o->cells_run, o->cell_failure);
     } else if (cfg->profile && !o->profile_identical) {
         add(v, "profile window failed verification: %.1300s",
             o->profile_failure[0] ? o->profile_failure : "the profile windows did not run");
@@ -170,6 +180,13 @@ static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
     if (o->carry_done)
         fprintf(f, "  carry check  one untimed pass per arm, tokens carried on the device: %s\n",
                 o->carry_failures ? o->carry_failure : "verified");
+    if (ctx->a.tp.on || ctx->b.tp.on)
+        fprintf(f, "  epochs       %s\n", o->epoch_failures ? o->epoch_failure : "one per block and step, every rank");
+    if (o->cells_done)
+        fprintf(f, "  refusals     %u cell(s), %u failed%s%s\n", o->cells_run, o->cells_failed,
+                o->cells_failed ? ": " : "", o->cells_failed ? o->cell_failure : "");
+    if (ctx->by_design[0])
+        fprintf(f, "  by design    %s\n", ctx->by_design);
     if (cfg->dump_dir)
         fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
     fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);

@@ -69,6 +69,8 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
     if ((st = gate_trace_alloc(&ctx->ref, steps, n_vocab, true, err)) != MEMRA_OK ||
         (st = gate_trace_alloc(&ctx->rep, steps, n_vocab, false, err)) != MEMRA_OK)
         return st;
+    if ((st = gate_tp_open(ctx, &ctx->a, err)) != MEMRA_OK || (st = gate_tp_open(ctx, &ctx->b, err)) != MEMRA_OK)
+        return st;
     gate_rec_protocol(ctx);
     if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
         return st;
@@ -80,7 +82,13 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
         return st;
     /* Time only what was verified: no timing after a mismatch, and in nmse mode only when both
      * arms produce the same stream (otherwise the rows would time different work). */
-    if (o->bad_steps)
+    if (o->bad_steps || o->epoch_failures)
+        return MEMRA_OK;
+    /* The refusal cells of tensor-parallel arms, before anything is timed. */
+    ctx->phase = "refusal_cells";
+    if ((st = gate_tp_cells(ctx, err)) != MEMRA_OK || (st = gate_check_stop(ctx, err)) != MEMRA_OK)
+        return st;
+    if (o->cells_failed)
         return MEMRA_OK;
     ctx->phase = "profile";
     if (cfg->profile && ((st = gate_profile(ctx, err)) != MEMRA_OK || (st = gate_check_stop(ctx, err)) != MEMRA_OK))

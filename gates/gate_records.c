@@ -1,6 +1,6 @@
 /* gate_records.c: every JSON-line record memra-gate writes, in one place: protocol, step,
  * mismatch (one shape for the replay, a timing row, the carry check and a profile window),
- * census, measure, carry_check, profile, summary, verdict. gates/RECORDS.md documents each field
+ * census, refusal, measure, carry_check, profile, summary, verdict. gates/RECORDS.md documents each field
  * and when each record is written; tests/gate (gate_records) checks that every field a run
  * writes is documented there and that no other file of gates/ begins a record. */
 #include <inttypes.h>
@@ -73,6 +73,14 @@ static void arm_json(gate_json *j, const gate_arm *a, const memra_registry *r) {
         memory_json(j, "memory", &mem);
     if (a->have_mem_open) /* read right after this arm opened (for a: before b opened) */
         memory_json(j, "memory_at_open", &a->mem_open);
+    if (a->tp.on) {
+        gj_obj(j, "tp");
+        gj_str(j, "collective", a->tp.collective);
+        gj_bool(j, "refusals", a->tp.refusals);
+        gj_obj_end(j);
+    } else {
+        gj_null(j, "tp");
+    }
     gj_obj_end(j);
 }
 
@@ -247,6 +255,8 @@ void gate_rec_protocol(gate_ctx *ctx) {
     if (cfg->nmse)
         gj_f64(j, "nmse_tolerance", cfg->nmse_tol);
     gj_bool(j, "arms_identical", ctx->arms_identical);
+    gj_str(j, "differ_by_design", ctx->by_design[0] ? ctx->by_design : NULL);
+    gj_str(j, "cells", cfg->cells == GATE_CELLS_NONE ? "none" : cfg->cells == GATE_CELLS_ALL ? "all" : "some");
     gj_bool(j, "auto_arms", cfg->auto_arms);
     if (cfg->auto_arms)
         gj_str(j, "auto_reason", cfg->auto_reason);
@@ -416,6 +426,39 @@ void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m) {
 /* ------------------------------------------------------------------------------------------ */
 /* census                                                                                      */
 
+/* The epoch census of a tensor-parallel arm's correctness pass: per (stage, rank) the epochs at the
+ * end and what they were expected to be (those at the start plus the steps counted, for the
+ * blocks of the stage's layers). */
+static void epochs_json(gate_json *j, const gate_arm *arm) {
+    const gate_tp *t = &arm->tp;
+    gj_obj(j, "epochs");
+    gj_str(j, "collective", t->collective);
+    gj_u64(j, "steps", t->steps);
+    gj_u64(j, "checks", t->checks);
+    gj_u64(j, "per_step", 1);
+    gj_u64(j, "failures", t->failures);
+    gj_str(j, "failure", t->failures ? t->failure : NULL);
+    gj_arr(j, "ranks");
+    for (uint32_t s = 0; s < t->n_stages; s++)
+        for (uint32_t r = 0; r < t->ranks[s] && r < MEMRA_MAX_RANKS; r++) {
+            const size_t base = ((size_t)s * MEMRA_MAX_RANKS + r) * t->n_blocks;
+            gj_obj(j, NULL);
+            gj_u64(j, "stage", s);
+            gj_u64(j, "rank", r);
+            gj_arr(j, "epochs");
+            for (uint32_t b = 0; b < t->n_blocks; b++)
+                gj_u64(j, NULL, t->last[base + b]);
+            gj_arr_end(j);
+            gj_arr(j, "expected");
+            for (uint32_t b = 0; b < t->n_blocks; b++)
+                gj_u64(j, NULL, t->start[base + b] + t->expected[base + b]);
+            gj_arr_end(j);
+            gj_obj_end(j);
+        }
+    gj_arr_end(j);
+    gj_obj_end(j);
+}
+
 void gate_rec_census(gate_ctx *ctx, const gate_arm *arm, const char *scope, const memra_census_row *rows,
                      uint32_t n_rows, const char *error, const memra_state_stats *stats, const gate_dump_result *dump) {
     gate_json *j = &ctx->json;
@@ -452,6 +495,66 @@ void gate_rec_census(gate_ctx *ctx, const gate_arm *arm, const char *scope, cons
             gj_u64(j, "dumped_count", dump->n_files);
         }
     }
+    if (arm->tp.on && strcmp(scope, "correctness") == 0)
+        epochs_json(j, arm);
+    gj_end(j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* refusal                                                                                     */
+
+static void digests_json(gate_json *j, const char *key, const uint8_t d[3][32], bool have) {
+    if (!have) {
+        gj_null(j, key);
+        return;
+    }
+    gj_obj(j, key);
+    gj_hex(j, "logits_sha256", d[0]);
+    gj_hex(j, "cache_sha256", d[1]);
+    gj_hex(j, "hidden_sha256", d[2]);
+    gj_obj_end(j);
+}
+
+void gate_rec_refusal(gate_ctx *ctx, const gate_arm *arm, const gate_cell *c) {
+    gate_json *j = &ctx->json;
+    gj_begin(j, "refusal");
+    gj_str(j, "arm", arm->name);
+    gj_str(j, "arm_text", memra_arm_text(arm->arm));
+    gj_str(j, "collective", arm->tp.collective);
+    gj_obj(j, "cell");
+    gj_u64(j, "index", c->index);
+    gj_u64(j, "stage", c->stage);
+    gj_u64(j, "rank", c->rank);
+    gj_u64(j, "layer", c->layer);
+    gj_str(j, "which", c->which ? "ffn" : "attention");
+    gj_u64(j, "block", c->block);
+    gj_u64(j, "position", c->position);
+    gj_obj_end(j);
+    gj_i64(j, "word", c->word);
+    gj_obj(j, "expected");
+    gj_str(j, "status", memra_status_name(MEMRA_E_REFUSED));
+    gj_str(j, "message", c->expected);
+    gj_obj_end(j);
+    gj_obj(j, "observed");
+    gj_str(j, "status", memra_status_name(c->status));
+    gj_str(j, "message", c->message);
+    gj_bool(j, "names_cell", c->names_cell);
+    gj_bool(j, "names_word", c->names_word);
+    gj_obj_end(j);
+    gj_u64(j, "start_position", c->start_position);
+    gj_u64(j, "position_before", c->position_before);
+    gj_u64(j, "position_after", c->position_after);
+    digests_json(j, "digests_before", c->before, c->have_before);
+    digests_json(j, "digests_after", c->after, c->have_after);
+    gj_bool(j, "digests_unchanged", c->digests_unchanged);
+    gj_obj(j, "quarantine");
+    gj_bool(j, "quarantined", c->quarantined);
+    gj_str(j, "next_step", memra_status_name(c->next_step));
+    gj_str(j, "restore", memra_status_name(c->restore));
+    gj_obj_end(j);
+    gj_bool(j, "quarantine_observed", c->quarantine_observed);
+    gj_bool(j, "pass", c->pass);
+    gj_str(j, "reason", c->pass ? NULL : c->reason);
     gj_end(j);
 }
 
@@ -690,6 +793,17 @@ void gate_rec_summary(gate_ctx *ctx) {
     }
     gj_obj_end(j);
     gj_u64(j, "digest_steps", o->digest_steps);
+    gj_obj(j, "refusal_cells");
+    gj_bool(j, "ran", o->cells_done);
+    gj_u64(j, "cells", o->cells_run);
+    gj_u64(j, "failed", o->cells_failed);
+    gj_str(j, "failure", o->cells_failed ? o->cell_failure : NULL);
+    gj_obj_end(j);
+    gj_obj(j, "epoch_census");
+    gj_bool(j, "ran", ctx->a.tp.on || ctx->b.tp.on);
+    gj_u64(j, "failures", o->epoch_failures);
+    gj_str(j, "failure", o->epoch_failures ? o->epoch_failure : NULL);
+    gj_obj_end(j);
     if (cfg->dump_dir) {
         gj_obj(j, "dump_graphs");
         gj_str(j, "dir", cfg->dump_dir);

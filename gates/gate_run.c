@@ -149,6 +149,9 @@ static memra_status reference_step(void *user, uint32_t step, const float *logit
             return st;
         t->has_digest[step] = true;
     }
+    memra_status st = gate_tp_epochs_step(run->ctx, &run->ctx->a, step, drained, err);
+    if (st != MEMRA_OK)
+        return st;
     gate_progress(run->ctx, "reference (arm a)", step + 1, t->steps);
     return gate_check_stop(run->ctx, err);
 }
@@ -165,6 +168,8 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
         goto out;
     for (uint32_t i = 0; i < P; i++)
         t->inputs[i] = ctx->prompt[i];
+    if ((st = gate_tp_epochs_begin(ctx, &ctx->a, err)) != MEMRA_OK)
+        goto out;
     /* The prime inputs are known: they may be pipelined. */
     st = memra_arm_run(run.s, t->inputs, 0, P, sample, logits, reference_step, &run, err);
     /* Each generated input is the token the previous step sampled: one step at a time. */
@@ -172,6 +177,7 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
         t->inputs[P + g] = t->tokens[P + g - 1];
         st = memra_arm_run(run.s, t->inputs, P + g, 1, sample, logits, reference_step, &run, err);
     }
+    gate_tp_epochs_end(&ctx->a);
     if (st == MEMRA_OK)
         st = gate_census(ctx, &ctx->a, run.s, "correctness", err);
 out:
@@ -234,6 +240,9 @@ static memra_status replay_step(void *user, uint32_t step, const float *logits, 
             return st;
         rep->has_digest[step] = true;
     }
+    memra_status est = gate_tp_epochs_step(ctx, &ctx->b, step, drained, err);
+    if (est != MEMRA_OK)
+        return est;
 
     gate_mismatch m;
     bool digests;
@@ -281,9 +290,12 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
     if (st == MEMRA_OK) {
         /* Two runs, so a pipelined arm drains (and is digested) at the end of each phase too. */
         memcpy(rep->inputs, ctx->ref.inputs, (size_t)rep->steps * sizeof *rep->inputs);
-        st = memra_arm_run(run.s, rep->inputs, 0, P, sample, logits, replay_step, &run, err);
+        st = gate_tp_epochs_begin(ctx, &ctx->b, err);
+        if (st == MEMRA_OK)
+            st = memra_arm_run(run.s, rep->inputs, 0, P, sample, logits, replay_step, &run, err);
         if (st == MEMRA_OK)
             st = memra_arm_run(run.s, rep->inputs, P, N, sample, logits, replay_step, &run, err);
+        gate_tp_epochs_end(&ctx->b);
     }
     if (st == MEMRA_OK)
         st = gate_census(ctx, &ctx->b, run.s, "correctness", err);
@@ -307,7 +319,8 @@ memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const
                 ext ? "its memra.census extension has no dump_graphs" : "its backend offers no memra.census extension");
         arm->dump_told = true;
     }
-    if (!has_census && !dumping)
+    const bool epochs = arm->tp.on && strcmp(scope, "correctness") == 0;
+    if (!has_census && !dumping && !epochs)
         return MEMRA_OK; /* not offered: no census record */
     memra_census_row rows[GATE_CENSUS_ROWS];
     uint32_t n = 0;

@@ -271,7 +271,7 @@ Test(gate_records, every_kind_written_has_a_section) {
     read_doc(&d);
     char kinds[1024] = "";
     int n = kinds_written(GATES_DIR "/gate_records.c", kinds, sizeof kinds);
-    cr_assert_eq(n, 10, "gate_records.c begins %d kinds of record: %s", n, kinds);
+    cr_assert_eq(n, 11, "gate_records.c begins %d kinds of record: %s", n, kinds);
     for (char *k = strtok(kinds, "|"); k; k = strtok(NULL, "|")) {
         const doc_kind *dk = find_kind(&d, k);
         cr_assert(dk, "record kind '%s' is written by gate_records.c but has no section in RECORDS.md", k);
@@ -328,6 +328,12 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         {"--compare", "nmse:1e-6", GATE_SMALL, NULL},
         /* a failed graph dump */
         {"--a", "cpu", "--b", "faulty:census=1,dump_fail=1", "--dump-graphs", bad_dump, GATE_SMALL, NULL},
+        /* tensor-parallel arms: census epochs, refusal cells (b's commit: failed cells) */
+        {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=faultycoll_commit", "--prime", "8", "--gen", "8", "--rows", "0",
+         "--quiet", NULL},
+        /* an epoch census failure */
+        {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=faultycoll_epoch", "--prime", "4", "--gen", "4", "--rows", "0",
+         "--quiet", NULL},
         /* a usage error: the verdict alone */
         {"--a", "cpu", "--b", "cpu:bogus=1", "--quiet", NULL},
     };
@@ -348,7 +354,7 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
     gate_result_free(&r);
     const char *want[] = {"protocol",         "step",    "mismatch:replay", "mismatch:timing", "mismatch:carry",
                           "mismatch:profile", "census",  "measure",         "carry_check",     "profile",
-                          "summary",          "verdict", "interrupted"};
+                          "summary",          "verdict", "interrupted",     "refusal"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char tag[64];
         snprintf(tag, sizeof tag, "|%s|", want[i]);
