@@ -13,7 +13,11 @@ static const char help_text[] =
     "\n"
     "  --preset P           tiny (default), small, qwen3-tiny, qwen2-tiny, llama-1b (shapes of\n"
     "                       Llama-3.2-1B), llama-8b (Llama-3.1-8B)\n"
-    "  --dtype D            matrix type: f32 (default), f16, bf16, q8_0 (norms stay f32)\n"
+    "  --dtype D            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
+    "                       q4_k, q5_k, q6_k (norms stay f32). Quantized types are written by\n"
+    "                       round-to-nearest per block, the block's largest magnitude (or range)\n"
+    "                       setting its scale; a K-quant matrix whose rows are not a multiple of\n"
+    "                       256 (all of tiny's) is written as q8_0\n"
     "  --seed S             weight seed (default 1; --model-seed is the same option, the name run\n"
     "                       and bench use)\n"
     "  -o, --output FILE    the file to write: written under a private name beside it and renamed\n"
@@ -44,7 +48,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *seed = cli_get(opts, n_opts, "--seed");
     memra_error err = {0};
     if (dtype && memra_synth_parse_dtype(dtype, &spec.type, &err) != MEMRA_OK) {
-        cli_error(cmd, "--dtype '%s': expected f32, f16, bf16 or q8_0", dtype);
+        cli_error(cmd, "--dtype '%s': expected " MEMRA_SYNTH_DTYPES, dtype);
         return CLI_EXIT_USAGE;
     }
     if (seed && !cli_u64(cmd, "--seed", seed, &spec.seed))

@@ -55,6 +55,7 @@
 
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
+#include "memra/quant.h"
 #include "memra/options.h"
 #include "memra/ext.h"
 #include "memra/gguf.h"
@@ -248,9 +249,18 @@ static memra_status bind_matrix(const memra_weight *w, uint64_t rows, uint64_t c
     case MEMRA_TYPE_F16:
     case MEMRA_TYPE_BF16: align = 2; break;
     case MEMRA_TYPE_Q8_0:
-        if (cols % MEMRA_Q8_0_BLOCK != 0)
-            return memra_fail(err, MEMRA_E_FORMAT, "cpu: tensor '%s' is Q8_0 with %llu columns, not a multiple of 32",
-                              w->name, (unsigned long long)cols);
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1:
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K:
+        /* blocks are read by memcpy: any alignment */
+        if (cols % memra_quant_block_elems(w->type) != 0)
+            return memra_fail(err, MEMRA_E_FORMAT, "cpu: tensor '%s' is %s with %llu columns, not a multiple of %u",
+                              w->name, memra_tensor_type_name(w->type), (unsigned long long)cols,
+                              memra_quant_block_elems(w->type));
         break;
     default:
         return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: tensor '%s' has type %s, which memra does not support yet",
@@ -456,13 +466,22 @@ static memra_status cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const
     case MEMRA_TYPE_F16:
     case MEMRA_TYPE_BF16: offset = (size_t)c0 * 2; break;
     case MEMRA_TYPE_Q8_0:
-        if (c0 % MEMRA_Q8_0_BLOCK != 0 || c1 % MEMRA_Q8_0_BLOCK != 0)
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1:
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: {
+        uint32_t qk = memra_quant_block_elems(w->type);
+        if (c0 % qk != 0 || c1 % qk != 0)
             return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                              "cpu: layer %u: the %s columns [%u, %u) of a rank do not fall on Q8_0 blocks of 32; "
+                              "cpu: layer %u: the %s columns [%u, %u) of a rank do not fall on %s blocks of %u; "
                               "choose a tp that does",
-                              il, what, c0, c1);
-        offset = (size_t)(c0 / MEMRA_Q8_0_BLOCK) * MEMRA_Q8_0_BLOCK_BYTES;
+                              il, what, c0, c1, memra_tensor_type_name(w->type), qk);
+        offset = (size_t)(c0 / qk) * memra_quant_block_bytes(w->type);
         break;
+    }
     default: return memra_fail(err, MEMRA_E_INTERNAL, "cpu: layer %u: %s has an unexpected type", il, what);
     }
     *out = *w;

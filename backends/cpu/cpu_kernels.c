@@ -13,6 +13,7 @@
 #include "cpu_kernels.h"
 #include "memra/gguf.h"
 #include "memra/numeric.h"
+#include "memra/quant.h"
 
 static float f16_table[65536];
 static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
@@ -131,6 +132,38 @@ CPU_KERNEL static float dot_q8_0(const uint8_t *row, const float *x, uint32_t n)
     return CPU_REDUCE8(total);
 }
 
+/* The other quantized rows (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): each block is dequantized
+ * into floats exactly as memra/quant.h defines them, then dotted with x in the Q8_0 order: lane j
+ * sums, per block, the products w * x of the block's elements i = j (mod 8) in increasing i, adds
+ * that to its row total in block order; the 8 lanes are reduced once per row. One kernel per
+ * type, so the block's dequantization is inlined. */
+#define CPU_DOT_QUANT(name, QK, BYTES, DEQUANT)                                                                        \
+    CPU_KERNEL static float name(const uint8_t *row, const float *x, uint32_t n) {                                     \
+        cpu_v8 total = {0};                                                                                            \
+        float w[QK];                                                                                                   \
+        for (uint32_t b = 0; b < n / (QK); b++) {                                                                      \
+            DEQUANT(row + (size_t)b * (BYTES), w);                                                                     \
+            const float *xb = x + (size_t)b * (QK);                                                                    \
+            cpu_v8 acc = {0};                                                                                          \
+            for (uint32_t i = 0; i < (QK); i += 8) {                                                                   \
+                cpu_v8 wv, xv;                                                                                         \
+                CPU_LOAD8(wv, w + i);                                                                                  \
+                CPU_LOAD8(xv, xb + i);                                                                                 \
+                acc += wv * xv;                                                                                        \
+            }                                                                                                          \
+            total += acc;                                                                                              \
+        }                                                                                                              \
+        return CPU_REDUCE8(total);                                                                                     \
+    }
+
+CPU_DOT_QUANT(dot_q4_0, MEMRA_QK, sizeof(memra_block_q4_0), memra_dequantize_q4_0)
+CPU_DOT_QUANT(dot_q4_1, MEMRA_QK, sizeof(memra_block_q4_1), memra_dequantize_q4_1)
+CPU_DOT_QUANT(dot_q5_0, MEMRA_QK, sizeof(memra_block_q5_0), memra_dequantize_q5_0)
+CPU_DOT_QUANT(dot_q5_1, MEMRA_QK, sizeof(memra_block_q5_1), memra_dequantize_q5_1)
+CPU_DOT_QUANT(dot_q4_k, MEMRA_QK_K, sizeof(memra_block_q4_k), memra_dequantize_q4_k)
+CPU_DOT_QUANT(dot_q5_k, MEMRA_QK_K, sizeof(memra_block_q5_k), memra_dequantize_q5_k)
+CPU_DOT_QUANT(dot_q6_k, MEMRA_QK_K, sizeof(memra_block_q6_k), memra_dequantize_q6_k)
+
 #if defined(CPU_X86_PATHS)
 /* dot_f16 with the F16C conversion (exact, like the table): the same lane operations, the same
  * bits. */
@@ -205,6 +238,18 @@ void cpu_matvec_rows(const cpu_matrix *w, const float *x, float *y, uint32_t r0,
         for (uint32_t r = r0; r < r1; r++, row += w->row_bytes)
             y[r] = dot_q8_0(row, x, w->cols);
         break;
+#define CPU_ROWS(fn)                                                                                                   \
+    for (uint32_t r = r0; r < r1; r++, row += w->row_bytes)                                                            \
+        y[r] = fn(row, x, w->cols);                                                                                    \
+    break
+    case MEMRA_TYPE_Q4_0: CPU_ROWS(dot_q4_0);
+    case MEMRA_TYPE_Q4_1: CPU_ROWS(dot_q4_1);
+    case MEMRA_TYPE_Q5_0: CPU_ROWS(dot_q5_0);
+    case MEMRA_TYPE_Q5_1: CPU_ROWS(dot_q5_1);
+    case MEMRA_TYPE_Q4_K: CPU_ROWS(dot_q4_k);
+    case MEMRA_TYPE_Q5_K: CPU_ROWS(dot_q5_k);
+    case MEMRA_TYPE_Q6_K: CPU_ROWS(dot_q6_k);
+#undef CPU_ROWS
     default: /* refused at open */ break;
     }
 }
@@ -231,6 +276,18 @@ void cpu_matrix_row(const cpu_matrix *w, uint32_t r, float *out) {
                 out[b * MEMRA_Q8_0_BLOCK + i] = d * (float)((const int8_t *)(blk + 2))[i];
         }
         break;
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1:
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: {
+        uint32_t qk = memra_quant_block_elems(w->type), bytes = memra_quant_block_bytes(w->type);
+        for (uint32_t b = 0; b < w->cols / qk; b++)
+            memra_dequantize_block(w->type, row + (size_t)b * bytes, out + (size_t)b * qk);
+        break;
+    }
     default: break;
     }
 }

@@ -91,7 +91,20 @@ bool memra_tensor_type_block(uint32_t type, uint64_t *block_elems, uint64_t *blo
 }
 
 bool memra_tensor_type_supported(uint32_t type) {
-    return type == MEMRA_TYPE_F32 || type == MEMRA_TYPE_F16 || type == MEMRA_TYPE_BF16 || type == MEMRA_TYPE_Q8_0;
+    switch (type) {
+    case MEMRA_TYPE_F32:
+    case MEMRA_TYPE_F16:
+    case MEMRA_TYPE_BF16:
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1:
+    case MEMRA_TYPE_Q8_0:
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: return true;
+    default: return false;
+    }
 }
 
 memra_status memra_tensor_row_bytes(uint32_t type, uint64_t n, uint64_t *bytes, memra_error *err) {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "cpu_test_util.h"
+#include "memra/quant.h"
 
 #define REF_BOUND_U_FACTOR 100.0 /* the bound is REF_BOUND_U_FACTOR u (S + REF_BOUND_S_FLOOR) */
 #define REF_BOUND_S_FLOOR 10.0
@@ -60,6 +61,10 @@ static double ref_bfloat(uint16_t h) {
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* The quantized block ref_weight_at decoded last (reset for every model: a new model may sit at
+ * the same address). */
+static const uint8_t *ref_cached_block;
 
 static double ref_weight_at(const memra_weight *w, uint64_t r, uint64_t c) {
     const uint8_t *base = w->data;
@@ -88,7 +93,20 @@ static double ref_weight_at(const memra_weight *w, uint64_t r, uint64_t c) {
         memcpy(&q, block + 2 + c % 32, 1);
         return ref_half(d) * (double)q;
     }
-    default: cr_assert_fail("reference: tensor '%s' has an unexpected type %u", w->name, w->type); return 0;
+    default: {
+        /* Q4_0 ... Q6_K: decoded by the core's memra_dequantize_row, the one piece shared with the
+         * backend, and checked bit for bit against the gguf Python package (tests/quant). The
+         * last block decoded is kept: the loops here walk rows in order. */
+        static float block[256];
+        uint32_t qk = memra_quant_block_elems(w->type), bytes = memra_quant_block_bytes(w->type);
+        cr_assert(qk != 0, "reference: tensor '%s' has an unexpected type %u", w->name, w->type);
+        const uint8_t *blk = base + r * (w->cols / qk) * bytes + (c / qk) * bytes;
+        if (blk != ref_cached_block) {
+            cr_assert(memra_dequantize_row(w->type, blk, qk, block));
+            ref_cached_block = blk;
+        }
+        return block[c % qk];
+    }
     }
 }
 
@@ -215,8 +233,10 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
     free(x), free(xn), free(q), free(att), free(g), free(u), free(tmp), free(p);
 }
 
-static const uint32_t all_types[] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
-static const char *const type_names[] = {"f32", "f16", "bf16", "q8_0"};
+static const uint32_t all_types[] = {MEMRA_TYPE_F32,  MEMRA_TYPE_F16,  MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0,
+                                     MEMRA_TYPE_Q4_0, MEMRA_TYPE_Q4_1, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_1};
+static const char *const type_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"};
+#define N_ALL_TYPES (sizeof all_types / sizeof all_types[0])
 
 /* Changes a described model before the backend opens it (both sides then see the change). */
 typedef void (*model_tweak)(memra_model *m);
@@ -224,6 +244,7 @@ typedef void (*model_tweak)(memra_model *m);
 static void check_against_reference(const char *preset, uint32_t type, const char *type_name, model_tweak tweak) {
     ct_model cm;
     ct_model_build(preset, type, &cm);
+    ref_cached_block = NULL;
     if (tweak)
         tweak(cm.model);
     const memra_model *m = cm.model;
@@ -276,7 +297,7 @@ static void check_against_reference(const char *preset, uint32_t type, const cha
 
 #define REF_TEST(name, preset)                                                                                         \
     Test(cpu_reference, name) {                                                                                        \
-        for (int i = 0; i < 4; i++)                                                                                    \
+        for (size_t i = 0; i < N_ALL_TYPES; i++)                                                                       \
             check_against_reference(preset, all_types[i], type_names[i], NULL);                                        \
     }
 
@@ -298,6 +319,14 @@ static void strong_rope_factors(memra_model *m) {
 
 Test(cpu_reference, small_rope_factors, .timeout = 300) {
     check_against_reference("small", MEMRA_TYPE_Q8_0, "q8_0", strong_rope_factors);
+}
+
+/* The K-quants need rows of a multiple of 256: on tiny they fall back to Q8_0, small uses them
+ * (its rope factors as the preset writes them). */
+Test(cpu_reference, small_k_quants) {
+    check_against_reference("small", MEMRA_TYPE_Q4_K, "q4_k", NULL);
+    check_against_reference("small", MEMRA_TYPE_Q5_K, "q5_k", NULL);
+    check_against_reference("small", MEMRA_TYPE_Q6_K, "q6_k", NULL);
 }
 
 /* Linear RoPE scaling (rope.scaling.type linear, factor 4): positions are divided by 4. */

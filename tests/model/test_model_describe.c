@@ -252,14 +252,14 @@ Test(model_describe, rope_scaling) {
 Test(model_describe, unsupported_type_is_refused_on_use_not_at_describe) {
     mb_change c = mb_none();
     c.tensor = "blk.0.attn_q.weight";
-    c.tensor_type = MEMRA_TYPE_Q4_K;
+    c.tensor_type = MEMRA_TYPE_Q2_K;
     void *data;
     memra_gguf *g;
     memra_model *m = expect(&c, MEMRA_OK, NULL, &data, &g);
     memra_error err = {0};
-    cr_assert_eq(m->layers[0].wq.type, MEMRA_TYPE_Q4_K);
+    cr_assert_eq(m->layers[0].wq.type, MEMRA_TYPE_Q2_K);
     cr_assert_eq(memra_weight_check_type(&m->layers[0].wq, &err), MEMRA_E_UNSUPPORTED);
-    cr_assert_str_eq(err.msg, "tensor 'blk.0.attn_q.weight' has type Q4_K, which memra does not support yet");
+    cr_assert_str_eq(err.msg, "tensor 'blk.0.attn_q.weight' has type Q2_K, which memra does not support yet");
     /* The types memra computes with pass. */
     cr_assert_eq(memra_weight_check_type(&m->layers[0].wk, &err), MEMRA_OK);   /* F16 */
     cr_assert_eq(memra_weight_check_type(&m->layers[0].wo, &err), MEMRA_OK);   /* Q8_0 */

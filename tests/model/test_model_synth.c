@@ -276,8 +276,11 @@ Test(model_synth, presets_dtypes_and_errors) {
     cr_assert_eq(type, MEMRA_TYPE_Q8_0);
     cr_assert_eq(memra_synth_parse_dtype("bf16", &type, &err), MEMRA_OK);
     cr_assert_eq(type, MEMRA_TYPE_BF16);
-    cr_assert_eq(memra_synth_parse_dtype("q4_k", &type, &err), MEMRA_E_INVALID);
-    cr_assert_str_eq(err.msg, "unknown dtype 'q4_k': expected f32, f16, bf16 or q8_0");
+    cr_assert_eq(memra_synth_parse_dtype("Q4_K", &type, &err), MEMRA_OK);
+    cr_assert_eq(type, MEMRA_TYPE_Q4_K);
+    cr_assert_eq(memra_synth_parse_dtype("q2_k", &type, &err), MEMRA_E_INVALID);
+    cr_assert_str_eq(err.msg,
+                     "unknown dtype 'q2_k': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k");
     memra_synth_spec spec = {"huge", MEMRA_TYPE_F32, 1};
     void *data;
     size_t size;
@@ -285,9 +288,9 @@ Test(model_synth, presets_dtypes_and_errors) {
     cr_assert_str_eq(err.msg,
                      "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b");
     spec.preset = "tiny";
-    spec.type = MEMRA_TYPE_Q4_K;
+    spec.type = MEMRA_TYPE_Q2_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
-    cr_assert(strstr(err.msg, "Q4_K"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "Q2_K"), "%s", err.msg);
 }
 
 #else

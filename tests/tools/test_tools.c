@@ -151,8 +151,8 @@ Test(tools, bad_values_are_usage_errors) {
     r = run("run", "--preset", "huge", NULL);
     EXPECT(r, 2, err, "memra run: --preset 'huge': expected tiny");
     done(&r);
-    r = run("run", "--dtype", "q4_k", NULL);
-    EXPECT(r, 2, err, "--dtype 'q4_k'");
+    r = run("run", "--dtype", "q2_k", NULL);
+    EXPECT(r, 2, err, "--dtype 'q2_k'");
     done(&r);
     r = run("run", "--top-k", "5", NULL);
     EXPECT(r, 2, err, "--top-k samples: it needs --temp T");

@@ -20,13 +20,18 @@ extern "C" {
 
 typedef struct memra_synth_spec {
     const char *preset; /* one of the names above */
-    uint32_t type;      /* memra_tensor_type of the matrices: F32, F16, BF16 or Q8_0 (norms stay F32) */
+    uint32_t type;      /* memra_tensor_type of the matrices: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+                         * Q4_K, Q5_K or Q6_K (norms stay F32; a K-quant matrix whose rows are not a
+                         * multiple of 256 is written as Q8_0) */
     uint64_t seed;
 } memra_synth_spec;
 
 /* The preset names, NULL-terminated. */
 const char *const *memra_synth_presets(void);
-/* Parses "f32", "f16", "bf16", "q8_0" (any case). */
+/* The dtype words memra_synth_parse_dtype takes, as its error message lists them. */
+#define MEMRA_SYNTH_DTYPES "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+/* Parses one of MEMRA_SYNTH_DTYPES (any case). Quantized types are written by round-to-nearest
+ * per block (synth.c). */
 memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_error *err);
 
 /* Writes the model to path, streaming tensor data (memory stays small for every preset). Rows
