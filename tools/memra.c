@@ -1,10 +1,12 @@
-/* memra.c: the memra command: plugins, inspect, mkmodel, run, bench. Dispatches to the
+/* memra.c: the memra command: plugins, inspect, mkmodel, run, bench, tokenize. Dispatches to the
  * subcommands (cmd_*.c) and answers --help and --version. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "memra_commit.h"
+
+int cmd_tokenize(int argc, char **argv); /* cmd_tokenize.c */
 
 static const char usage_text[] =
     "usage: memra COMMAND [options]        (memra COMMAND --help for its options)\n"
@@ -15,6 +17,7 @@ static const char usage_text[] =
     "  mkmodel              write a synthetic model (deterministic pseudo-random weights)\n"
     "  run                  decode tokens with a backend and print them\n"
     "  bench                measure decode speed of a backend (tok/s, ms/token, GB/s)\n"
+    "  tokenize TEXT        the token ids and pieces of a text under a model file's tokenizer\n"
     "\n"
     "  --version            print the version and exit\n"
     "  --help               print this help and exit\n"
@@ -27,7 +30,7 @@ static const struct {
     int (*fn)(int argc, char **argv);
 } commands[] = {
     {"plugins", cmd_plugins}, {"inspect", cmd_inspect}, {"mkmodel", cmd_mkmodel},
-    {"run", cmd_run},         {"bench", cmd_bench},
+    {"run", cmd_run},         {"bench", cmd_bench},     {"tokenize", cmd_tokenize},
 };
 
 int main(int argc, char **argv) {
@@ -51,6 +54,7 @@ int main(int argc, char **argv) {
     if (cmd[0] == '-')
         fprintf(stderr, "memra: unknown option '%s' (expected a command first; see memra --help)\n", cmd);
     else
-        fprintf(stderr, "memra: unknown command '%s' (expected plugins, inspect, mkmodel, run or bench)\n", cmd);
+        fprintf(stderr, "memra: unknown command '%s' (expected plugins, inspect, mkmodel, run, bench or tokenize)\n",
+                cmd);
     return CLI_EXIT_USAGE;
 }
