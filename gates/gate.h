@@ -65,6 +65,8 @@ typedef struct gate_config {
     uint32_t prime, gen;
     bool prime_given;
     const char *prompt_ids_path;
+    const char *prompt_text; /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
+    uint32_t prompt_tokens;  /* with --prompt: how many tokens it has (P) */
 
     bool sampled; /* false: greedy */
     memra_sample_cfg sample;
@@ -235,8 +237,9 @@ memra_status gate_check_stop(const gate_ctx *ctx, memra_error *err);
 
 /* The exit code of a failed setup call: 2 for a usage error, else 3. */
 int gate_exit_for(memra_status st);
-/* The prompt's P ids: from --prompt-ids (which may set P) or the default formula; their digest
- * into ctx->prompt_sha. *exit_code on failure. */
+/* The prompt's P ids: from --prompt-ids (which may set P), from --prompt's text tokenized with the
+ * model file's tokenizer (which sets P; a --prime other than its token count is refused), or the
+ * default formula; their digest into ctx->prompt_sha. *exit_code on failure. */
 memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
                               memra_error *err);
 /* Checks both arm strings (syntax, window, and that the placement and collective they name are

@@ -165,6 +165,10 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
         return parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->gen, err);
     } else if (strcmp(opt, "--prompt-ids") == 0) {
         cfg->prompt_ids_path = v;
+    } else if (strcmp(opt, "--prompt") == 0) {
+        if (!*v)
+            return memra_fail(err, MEMRA_E_INVALID, "--prompt: empty text");
+        cfg->prompt_text = v;
     } else if (strcmp(opt, "--temp") == 0 || strcmp(opt, "--top-k") == 0 || strcmp(opt, "--top-p") == 0 ||
                strcmp(opt, "--seed") == 0) {
         return set_sampling(opt, v, cfg, g, err);
@@ -204,6 +208,11 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
 static memra_status check_config(gate_config *cfg, const given *g, memra_error *err) {
     if (cfg->model_path && cfg->preset)
         return memra_fail(err, MEMRA_E_INVALID, "--model and --preset exclude each other: give one");
+    if (cfg->prompt_text && cfg->prompt_ids_path)
+        return memra_fail(err, MEMRA_E_INVALID, "--prompt and --prompt-ids exclude each other: give one");
+    if (cfg->prompt_text && !cfg->model_path)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "--prompt needs --model FILE: its text is tokenized with the file's tokenizer");
     if (cfg->model_path && cfg->dtype_name)
         return memra_fail(err, MEMRA_E_INVALID, "--dtype applies to presets only (the file %s has its own types)",
                           cfg->model_path);
@@ -289,7 +298,7 @@ static const char help_text[] =
     "time them in an interleaved schedule.\n"
     "\n"
     "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
-    "                  [--prompt-ids FILE] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
+    "                  [--prompt-ids FILE | --prompt TEXT] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
     "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
@@ -316,6 +325,9 @@ static const char help_text[] =
     "  --gen N              generated steps (default 256)\n"
     "  --prompt-ids FILE    prompt token ids, separated by spaces, newlines or commas (at least P);\n"
     "                       default: id i = (100 + 7i mod 900) mod n_vocab\n"
+    "  --prompt TEXT        or a text prompt (needs --model): the prime steps are its tokens under\n"
+    "                       the file's tokenizer (bos as the file says), P their count (a --prime\n"
+    "                       other than that count is refused)\n"
     "  --greedy             argmax sampling (the default)\n"
     "  --temp T             sample at temperature T > 0 with position-keyed draws (T must stay a\n"
     "                       normal 32-bit float)\n"

@@ -282,7 +282,14 @@ void gate_rec_protocol(gate_ctx *ctx) {
     gj_i64(j, "eos_id", m->eos_id);
     gj_obj_end(j);
     gj_obj(j, "prompt");
-    gj_str(j, "source", cfg->prompt_ids_path ? cfg->prompt_ids_path : "default: (100 + 7i mod 900) mod n_vocab");
+    gj_str(j, "source",
+           cfg->prompt_text       ? "--prompt"
+           : cfg->prompt_ids_path ? cfg->prompt_ids_path
+                                  : "default: (100 + 7i mod 900) mod n_vocab");
+    if (cfg->prompt_text) {
+        gj_str(j, "text", cfg->prompt_text);
+        gj_u64(j, "n_tokens", cfg->prompt_tokens);
+    }
     gj_hex(j, "sha256", ctx->prompt_sha);
     gj_obj_end(j);
     gj_str(j, "step_order", "forward, collective check, commit, head, sample, readback");

@@ -7,6 +7,7 @@
 
 #include "gate.h"
 #include "memra/fileio.h"
+#include "memra/tokenizer.h"
 
 int gate_exit_for(memra_status st) { return st == MEMRA_E_INVALID ? GATE_EXIT_USAGE : GATE_EXIT_RUNTIME; }
 
@@ -106,12 +107,78 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
     return MEMRA_OK;
 }
 
+/* --prompt: the text's tokens under the model file's tokenizer (bos as the file says; special
+ * tokens written in the text stay plain text), each below n_vocab. */
+static memra_status text_prompt(const gate_config *cfg, uint32_t n_vocab, uint32_t **out, uint32_t *n_out,
+                                memra_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    memra_gguf *g = NULL;
+    memra_tokenizer *t = NULL;
+    memra_status st = memra_gguf_open(cfg->model_path, &g, err);
+    if (st == MEMRA_OK)
+        st = memra_tokenizer_new(g, &t, err);
+    memra_gguf_close(g);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "--prompt");
+        return st;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    st = memra_tokenizer_encode(t, cfg->prompt_text, strlen(cfg->prompt_text), MEMRA_TOKENIZE_ADD_BOS, &ids, &n, err);
+    memra_tokenizer_free(t);
+    if (st != MEMRA_OK)
+        return st;
+    if (n == 0 || n > GATE_MAX_STEPS) {
+        free(ids);
+        return memra_fail(err, MEMRA_E_INVALID, "--prompt: %zu tokens: the prompt must have 1 to %u", n,
+                          (unsigned)GATE_MAX_STEPS);
+    }
+    uint32_t *v = malloc(n * sizeof *v);
+    if (!v) {
+        free(ids);
+        return memra_fail(err, MEMRA_E_NOMEM, "out of memory for %zu prompt ids", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab) {
+            memra_fail(err, MEMRA_E_FORMAT, "--prompt: token %zu is id %d, not below the model's n_vocab %u", i,
+                       (int)ids[i], n_vocab);
+            free(ids);
+            free(v);
+            return MEMRA_E_FORMAT;
+        }
+        v[i] = (uint32_t)ids[i];
+    }
+    free(ids);
+    *out = v;
+    *n_out = (uint32_t)n;
+    return MEMRA_OK;
+}
+
 memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
                               memra_error *err) {
     uint32_t *ids = NULL, n = 0;
     memra_status st = MEMRA_OK;
     *prompt = NULL;
-    if (cfg->prompt_ids_path) {
+    if (cfg->prompt_text) {
+        if ((st = text_prompt(cfg, n_vocab, &ids, &n, err)) != MEMRA_OK) {
+            *exit_code = gate_exit_for(st);
+            return st;
+        }
+        cfg->prompt_tokens = n;
+        if (cfg->prime_given && cfg->prime != n)
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt has %u token%s, but --prime is %u: give no --prime, or %u",
+                            n, n == 1 ? "" : "s", cfg->prime, n);
+        else if ((uint64_t)n + cfg->gen > GATE_MAX_STEPS)
+            st = memra_fail(err, MEMRA_E_INVALID, "--prompt has %u tokens: plus --gen %u is more than %u steps", n,
+                            cfg->gen, GATE_MAX_STEPS);
+        cfg->prime = n;
+        if (st != MEMRA_OK) {
+            free(ids);
+            *exit_code = GATE_EXIT_USAGE;
+            return st;
+        }
+    } else if (cfg->prompt_ids_path) {
         if ((st = read_prompt(cfg->prompt_ids_path, n_vocab, &ids, &n, err)) != MEMRA_OK) {
             *exit_code = gate_exit_for(st);
             return st;

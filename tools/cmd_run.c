@@ -1,6 +1,7 @@
-/* cmd_run.c: `memra run`: feeds a prompt of token ids through an arm, generates tokens, prints
- * their ids, and on stderr the speed and the peak memory of the process. --dump-logits writes
- * every step's logits for other tools to compare. */
+/* cmd_run.c: `memra run`: feeds a prompt (token ids, or text through the file's tokenizer, or a
+ * chat message in the file's chat format) through an arm, generates tokens, prints their ids (or
+ * streams their text), and on stderr the speed and the peak memory of the process.
+ * --dump-logits writes every step's logits for other tools to compare. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -9,20 +10,31 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memra/chat.h"
+#include "memra/tokenizer.h"
 
 static const char help_text[] =
     "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
-    "                 [--tokens 1,2,3 | --prompt-ids FILE] [-n N]\n"
+    "                 [--tokens 1,2,3 | --prompt-ids FILE | --prompt TEXT | --chat MESSAGE] [-n N]\n"
     "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                 [--dump-logits FILE]\n"
     "\n"
     "Feeds the prompt tokens, then generates N tokens and prints their ids (space-separated) on\n"
     "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
+    "With --prompt or --chat the generated text is streamed to stdout instead, token by token,\n"
+    "and generation stops early at the model's end-of-generation tokens.\n"
     "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
     "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
     "                       or 0 when it names none)\n"
     "  --prompt-ids FILE    or the prompt token ids from a file (a regular file, at most 1000000\n"
     "                       ids, separated by white space or commas: memra-gate's format)\n"
+    "  --prompt TEXT        or a text prompt, tokenized with the file's tokenizer (bos added when\n"
+    "                       the file says add_bos_token; special tokens in TEXT are plain text)\n"
+    "  --chat MESSAGE       or one user message in the file's chat format (ChatML, Llama 3 or\n"
+    "                       Gemma: from tokenizer.chat_template, or the architecture when the file\n"
+    "                       has none), with the template's default system message if it has one\n"
+    "                       and the generation prompt\n"
+    "                       Exactly one of --tokens, --prompt-ids, --prompt, --chat may be given.\n"
     "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"
     "  --temp T             sample at temperature T (default: greedy, the argmax)\n"
     "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
@@ -233,7 +245,66 @@ typedef struct run_args {
     const char *dump_path;
     char *json_path;         /* dump_path + ".json" */
     const char *prompt_path; /* --prompt-ids */
+    const char *text;        /* --prompt or --chat: the text */
+    bool chat;               /* --chat */
+    memra_tokenizer *tok;    /* with text: the file's tokenizer */
 } run_args;
+
+/* Text prompts: builds the tokenizer of the session's file and encodes the prompt (--prompt) or
+ * the rendered chat message (--chat) into ra->prompt. */
+static int text_prompt(const char *cmd, cli_session *ss, run_args *ra) {
+    memra_error err = {0};
+    if (memra_tokenizer_new(ss->lm->gguf, &ra->tok, &err) != MEMRA_OK)
+        return cli_fail(cmd, &err);
+    char *rendered = NULL, *system = NULL;
+    const char *text = ra->text;
+    unsigned flags = MEMRA_TOKENIZE_ADD_BOS;
+    if (ra->chat) {
+        memra_chat_format fmt;
+        const char *source = NULL;
+        if (memra_chat_detect(ss->lm->gguf, ra->tok, &fmt, &source, &system, &err) != MEMRA_OK ||
+            memra_chat_render(fmt, ra->tok, system, ra->text, &rendered, &err) != MEMRA_OK) {
+            free(system);
+            return cli_fail(cmd, &err);
+        }
+        fprintf(stderr, "memra run: chat format %s, from %s%s\n", memra_chat_format_name(fmt), source,
+                system ? ", with its default system message" : "");
+        free(system);
+        text = rendered;
+        flags |= MEMRA_TOKENIZE_SPECIALS;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    memra_status st = memra_tokenizer_encode(ra->tok, text, strlen(text), flags, &ids, &n, &err);
+    free(rendered);
+    if (st != MEMRA_OK)
+        return cli_fail(cmd, &err);
+    if (n == 0 || n > RUN_MAX_TOKENS) {
+        cli_error(cmd, "%s: %zu tokens: the prompt must have 1 to %u", ra->chat ? "--chat" : "--prompt", n,
+                  RUN_MAX_TOKENS);
+        free(ids);
+        return CLI_EXIT_USAGE;
+    }
+    if (!(ra->prompt = malloc(n * sizeof *ra->prompt))) {
+        free(ids);
+        cli_error(cmd, "out of memory");
+        return CLI_EXIT_ERROR;
+    }
+    for (size_t i = 0; i < n; i++)
+        ra->prompt[i] = ids[i];
+    ra->n_prompt = (uint32_t)n;
+    free(ids);
+    return CLI_EXIT_OK;
+}
+
+/* Writes n bytes of generated text to stdout and flushes it (the text streams). */
+static bool stream_out(const char *cmd, const char *p, size_t n) {
+    if (n && fwrite(p, 1, n, stdout) != n) {
+        (void)cli_stdout_ok(cmd);
+        return false;
+    }
+    return cli_stdout_ok(cmd);
+}
 
 /* The decode loop proper: returns an exit code. */
 static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
@@ -253,8 +324,11 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     float *logits = ra->dump_path ? malloc((size_t)m->n_vocab * sizeof *logits) : NULL;
     cli_output dump = {.slot = -1}, meta = {.slot = -1};
     memra_arm_state *st = NULL;
+    memra_detok_stream *ds = NULL;
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
+    uint32_t n_out = ra->n_gen; /* tokens generated (fewer when an end-of-generation token came) */
+    bool stopped = false;       /* an end-of-generation token came */
     if (!seq || (ra->dump_path && !logits)) {
         cli_error(cmd, "out of memory");
         goto out;
@@ -265,7 +339,8 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     if (ra->dump_path && (rc = cli_output_open(cmd, "--dump-logits (its .json)", ra->json_path, &meta)) != CLI_EXIT_OK)
         goto out;
     rc = CLI_EXIT_ERROR;
-    if (memra_arm_state_new(ss->arm, steps + 1, &st, &err) != MEMRA_OK) {
+    if (memra_arm_state_new(ss->arm, steps + 1, &st, &err) != MEMRA_OK ||
+        (ra->tok && memra_detok_stream_new(ra->tok, false, &ds, &err) != MEMRA_OK)) {
         rc = cli_fail(cmd, &err);
         goto out;
     }
@@ -286,11 +361,36 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
             cli_error(cmd, "cannot write %s: %s", ra->dump_path, strerror(errno));
             goto out;
         }
+        if (sample && ds) { /* text: stream the token, or stop at the end of generation */
+            if (memra_tokenizer_is_eog(ra->tok, (int32_t)res.token)) {
+                n_out = k + 2 - ra->n_prompt; /* the end token counts as generated, is not printed */
+                stopped = true;
+                steps = k + 1;
+                break;
+            }
+            const char *piece;
+            size_t len;
+            if (memra_detok_stream_push(ds, (int32_t)res.token, &piece, &len, &err) != MEMRA_OK) {
+                rc = cli_fail(cmd, &err);
+                goto out;
+            }
+            if (!stream_out(cmd, piece, len))
+                goto out;
+        }
     }
     double t_end = cli_now();
-    for (uint32_t i = 0; i < ra->n_gen; i++)
-        printf("%s%lld", i ? " " : "", (long long)seq[ra->n_prompt + i]);
-    printf("\n");
+    if (ds) {
+        const char *piece;
+        size_t len;
+        memra_detok_stream_flush(ds, &piece, &len);
+        if (!stream_out(cmd, piece, len))
+            goto out;
+        printf("\n");
+    } else {
+        for (uint32_t i = 0; i < ra->n_gen; i++)
+            printf("%s%lld", i ? " " : "", (long long)seq[ra->n_prompt + i]);
+        printf("\n");
+    }
     /* The tokens must have reached stdout before the dump is put in place: a run whose output was
      * lost leaves no dump either. */
     if (!cli_stdout_ok(cmd))
@@ -319,6 +419,9 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     if (decode_steps > 0)
         fprintf(stderr, "; decode %u steps in %.2f ms: %.1f tok/s, %.3f ms/token", decode_steps, dt * 1e3,
                 decode_steps / dt, dt * 1e3 / decode_steps);
+    if (stopped)
+        fprintf(stderr, "; stopped by end-of-generation token %lld after %u token%s",
+                (long long)seq[ra->n_prompt + n_out - 1], n_out, n_out == 1 ? "" : "s");
     fprintf(stderr, "\nmemra run: peak RSS %s (model file %s + KV cache %s)\n",
             cli_bytes(cli_peak_rss(), b1, sizeof b1), cli_bytes(memra_gguf_file_size(ss->lm->gguf), b2, sizeof b2),
             cli_bytes(cache, b3, sizeof b3));
@@ -326,6 +429,7 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
 out:
     cli_output_abort(&dump);
     cli_output_abort(&meta);
+    memra_detok_stream_free(ds);
     memra_arm_state_free(st);
     free(seq);
     free(logits);
@@ -338,6 +442,8 @@ int cmd_run(int argc, char **argv) {
                       {"--backend", NULL, true, NULL},
                       {"--tokens", NULL, true, NULL},
                       {"--prompt-ids", NULL, true, NULL},
+                      {"--prompt", NULL, true, NULL},
+                      {"--chat", NULL, true, NULL},
                       {"--n-gen", "-n", true, NULL},
                       {"--temp", NULL, true, NULL},
                       {"--top-k", NULL, true, NULL},
@@ -357,6 +463,28 @@ int cmd_run(int argc, char **argv) {
         ra.arm = v;
     if ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 0, RUN_MAX_TOKENS, &ra.n_gen))
         return CLI_EXIT_USAGE;
+    {
+        const char *sources[] = {"--tokens", "--prompt-ids", "--prompt", "--chat"};
+        const char *first = NULL;
+        for (size_t i = 0; i < 4; i++) {
+            if (!cli_get(opts, n_opts, sources[i]))
+                continue;
+            if (first) {
+                cli_error(cmd, "%s and %s exclude each other: give one prompt source", first, sources[i]);
+                return CLI_EXIT_USAGE;
+            }
+            first = sources[i];
+        }
+    }
+    ra.text = cli_get(opts, n_opts, "--prompt");
+    if ((v = cli_get(opts, n_opts, "--chat"))) {
+        ra.text = v;
+        ra.chat = true;
+    }
+    if (ra.text && !*ra.text) {
+        cli_error(cmd, "%s: empty text", ra.chat ? "--chat" : "--prompt");
+        return CLI_EXIT_USAGE;
+    }
     if ((v = cli_get(opts, n_opts, "--tokens")) && !parse_tokens(cmd, v, &ra.prompt, &ra.n_prompt))
         return CLI_EXIT_USAGE;
     if (ra.n_prompt > RUN_MAX_TOKENS) {
@@ -401,7 +529,9 @@ int cmd_run(int argc, char **argv) {
     }
     cli_session ss;
     rc = cli_session_open(cmd, &ra.sel, ra.arm, &ss);
-    if (rc == CLI_EXIT_OK) {
+    if (rc == CLI_EXIT_OK && ra.text)
+        rc = text_prompt(cmd, &ss, &ra);
+    else if (rc == CLI_EXIT_OK) {
         if (!ra.prompt) { /* the default prompt: bos */
             ra.prompt = malloc(sizeof *ra.prompt);
             if (ra.prompt) {
@@ -409,9 +539,13 @@ int cmd_run(int argc, char **argv) {
                 ra.n_prompt = 1;
             }
         }
-        rc = ra.prompt ? run_decode(cmd, &ss, &ra) : CLI_EXIT_ERROR;
-        cli_session_close(&ss);
+        rc = ra.prompt ? CLI_EXIT_OK : CLI_EXIT_ERROR;
     }
+    if (rc == CLI_EXIT_OK)
+        rc = run_decode(cmd, &ss, &ra);
+    if (ss.lm || ss.arm || ss.reg)
+        cli_session_close(&ss);
+    memra_tokenizer_free(ra.tok);
     free(ra.prompt);
     free(ra.json_path);
     return rc;

@@ -1,0 +1,427 @@
+/* test_text.c: text in and out on synthetic files (always run): the chat formats of memra/chat.h
+ * (detection from the template or the architecture, refusal of any other, rendering), `memra run
+ * --chat/--prompt` on the tiny preset's weights under a small gpt2 vocabulary with a ChatML
+ * template (the rendered prompt's token ids, the streamed text against the generated ids, one
+ * prompt source), and `memra-gate --prompt`. Every expectation is written out by hand from the
+ * vocabulary below, not taken from the tokenizer under test. */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "memra/chat.h"
+#include "memra/gguf.h"
+#include "memra/synth.h"
+#include "memra/tokenizer.h"
+
+/* SmolLM2's template shape, with a shorter default system message. */
+static const char chatml_tpl[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a test.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+/* Mistral's: no format memra knows. */
+static const char other_tpl[] = "{{ bos_token }}{% for message in messages %}[INST] {{ message['content'] }} [/INST]"
+                                "{% endfor %}";
+
+#define N_VOCAB 512 /* the tiny preset's */
+#define ID_IM_START 256
+#define ID_IM_END 257
+#define ID_HI 258 /* the merge "h i" */
+
+/* GPT-2's byte-to-unicode map: byte b's character, UTF-8, into out (NUL-terminated). */
+static void byte_char(unsigned b, char out[4]) {
+    unsigned cp = b, n = 0;
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    if (!printable) {
+        for (unsigned c = 0; c < b; c++)
+            n += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255));
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xc0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        out[2] = 0;
+    }
+}
+
+/* The vocabulary: ids 0..255 the byte characters in byte order (id = byte), then <|im_start|>,
+ * <|im_end|> (control; bos and eos), "hi", and fillers "zz259".. no merge reaches. */
+static void set_vocab(memra_gguf_writer *w, const char *arch_tpl, bool chatml_tokens) {
+    memra_error err = {0};
+    static char store[N_VOCAB][16];
+    const char *toks[N_VOCAB];
+    int32_t types[N_VOCAB];
+    for (unsigned i = 0; i < N_VOCAB; i++) {
+        if (i < 256)
+            byte_char(i, store[i]);
+        else if (i == ID_IM_START)
+            snprintf(store[i], sizeof store[i], "%s", chatml_tokens ? "<|im_start|>" : "<|xx_a|>");
+        else if (i == ID_IM_END)
+            snprintf(store[i], sizeof store[i], "%s", chatml_tokens ? "<|im_end|>" : "<|xx_b|>");
+        else if (i == ID_HI)
+            snprintf(store[i], sizeof store[i], "hi");
+        else
+            snprintf(store[i], sizeof store[i], "zz%u", i);
+        toks[i] = store[i];
+        types[i] = (i == ID_IM_START || i == ID_IM_END) ? 3 : 1;
+    }
+    const char *merges[] = {"h i"};
+    cr_assert_eq(memra_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(memra_gguf_writer_set_str(w, "tokenizer.ggml.pre", "smollm", &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(memra_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, N_VOCAB, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, N_VOCAB, types, &err),
+                 MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", merges, 1, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", ID_IM_START, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", ID_IM_END, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false, &err), MEMRA_OK);
+    if (arch_tpl)
+        cr_assert_eq(memra_gguf_writer_set_str(w, "tokenizer.chat_template", arch_tpl, &err), MEMRA_OK);
+}
+
+/* The tiny preset's weights and metadata under the vocabulary above; tpl NULL: no template. */
+static void write_model(const char *path, const char *tpl) {
+    memra_error err = {0};
+    memra_synth_spec spec = {.preset = "tiny", .type = MEMRA_TYPE_F32, .seed = 1};
+    void *data = NULL;
+    size_t size = 0;
+    cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_OK, "%s", err.msg);
+    memra_gguf *g = NULL;
+    cr_assert_eq(memra_gguf_open_memory(data, size, "tiny", &g, &err), MEMRA_OK, "%s", err.msg);
+    memra_gguf_writer *w = NULL;
+    cr_assert_eq(memra_gguf_writer_new(3, 0, &w, &err), MEMRA_OK);
+    for (uint64_t i = 0; i < memra_gguf_kv_count(g); i++) {
+        const memra_gguf_kv *kv = memra_gguf_kv_at(g, i);
+        if (strncmp(kv->key, "tokenizer.", 10) == 0)
+            continue;
+        cr_assert_eq(memra_gguf_writer_set(w, kv->key, &kv->value, &err), MEMRA_OK, "%s", err.msg);
+    }
+    set_vocab(w, tpl, true);
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        cr_assert_eq(memra_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, &err), MEMRA_OK, "%s",
+                     err.msg);
+    }
+    cr_assert_eq(memra_gguf_writer_write_file(w, path, &err), MEMRA_OK, "%s", err.msg);
+    memra_gguf_writer_free(w);
+    memra_gguf_close(g);
+    free(data);
+}
+
+/* A tokenizer-only file in memory: architecture arch, template tpl (NULL: none). */
+typedef struct vocab_file {
+    void *data;
+    memra_gguf *g;
+    memra_tokenizer *t;
+} vocab_file;
+
+static vocab_file open_vocab(const char *arch, const char *tpl, bool chatml_tokens) {
+    memra_error err = {0};
+    memra_gguf_writer *w = NULL;
+    cr_assert_eq(memra_gguf_writer_new(3, 0, &w, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_str(w, "general.architecture", arch, &err), MEMRA_OK);
+    set_vocab(w, tpl, chatml_tokens);
+    vocab_file v = {0};
+    size_t size = 0;
+    cr_assert_eq(memra_gguf_writer_write_memory(w, &v.data, &size, &err), MEMRA_OK, "%s", err.msg);
+    memra_gguf_writer_free(w);
+    cr_assert_eq(memra_gguf_open_memory(v.data, size, "vocab.gguf", &v.g, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(memra_tokenizer_new(v.g, &v.t, &err), MEMRA_OK, "%s", err.msg);
+    return v;
+}
+
+static void close_vocab(vocab_file *v) {
+    memra_tokenizer_free(v->t);
+    memra_gguf_close(v->g);
+    free(v->data);
+}
+
+/* ---- memra/chat.h ------------------------------------------------------------------------- */
+
+Test(chat, chatml_from_template_with_default_system) {
+    vocab_file v = open_vocab("llama", chatml_tpl, true);
+    memra_error err = {0};
+    memra_chat_format fmt = 0;
+    const char *source = NULL;
+    char *system = NULL, *text = NULL;
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, &source, &system, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(fmt, MEMRA_CHAT_CHATML);
+    cr_assert(strstr(source, "template"), "%s", source);
+    cr_assert_str_eq(system, "You are a test.");
+    cr_assert_eq(memra_chat_render(fmt, v.t, system, "Hello?", &text, &err), MEMRA_OK);
+    cr_assert_str_eq(text, "<|im_start|>system\nYou are a test.<|im_end|>\n<|im_start|>user\nHello?<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(text);
+    free(system);
+    close_vocab(&v);
+}
+
+Test(chat, llama3_and_gemma_templates) {
+    vocab_file v = open_vocab("llama", "{{ '<|start_header_id|>' + message['role'] }}", true);
+    memra_error err = {0};
+    memra_chat_format fmt = 0;
+    char *system = NULL, *text = NULL;
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, NULL, &system, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(fmt, MEMRA_CHAT_LLAMA3);
+    cr_assert_null(system);
+    cr_assert_eq(memra_chat_render(fmt, v.t, NULL, "Hi", &text, &err), MEMRA_OK);
+    cr_assert_str_eq(text, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(text);
+    close_vocab(&v);
+    v = open_vocab("gemma3", "{{ '<start_of_turn>' + role }}", false);
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, NULL, NULL, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(fmt, MEMRA_CHAT_GEMMA);
+    cr_assert_eq(memra_chat_render(fmt, v.t, NULL, "Hi", &text, &err), MEMRA_OK);
+    cr_assert_str_eq(text, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    free(text);
+    close_vocab(&v);
+}
+
+Test(chat, from_the_architecture_without_template) {
+    memra_error err = {0};
+    memra_chat_format fmt = 0;
+    const char *source = NULL;
+    vocab_file v = open_vocab("gemma3", NULL, false);
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, &source, NULL, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(fmt, MEMRA_CHAT_GEMMA);
+    cr_assert(strstr(source, "no chat template"), "%s", source);
+    close_vocab(&v);
+    v = open_vocab("llama", NULL, true);
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, &source, NULL, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(fmt, MEMRA_CHAT_CHATML);
+    cr_assert(strstr(source, "ChatML tokens"), "%s", source);
+    close_vocab(&v);
+    /* Negative controls: llama without ChatML tokens, and an architecture with no format. */
+    v = open_vocab("llama", NULL, false);
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, &source, NULL, &err), MEMRA_E_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'llama'") && strstr(err.msg, "without ChatML tokens"), "%s", err.msg);
+    close_vocab(&v);
+    v = open_vocab("qwen3", NULL, true);
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, &source, NULL, &err), MEMRA_E_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'qwen3'") && strstr(err.msg, "no chat template"), "%s", err.msg);
+    close_vocab(&v);
+}
+
+Test(chat, unknown_template_refused_naming_it) {
+    vocab_file v = open_vocab("llama", other_tpl, true);
+    memra_error err = {0};
+    memra_chat_format fmt = 0;
+    cr_assert_eq(memra_chat_detect(v.g, v.t, &fmt, NULL, NULL, &err), MEMRA_E_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "chat template not supported") && strstr(err.msg, "[INST]") &&
+                  strstr(err.msg, "vocab.gguf"),
+              "%s", err.msg);
+    close_vocab(&v);
+}
+
+Test(chat, stream_holds_back_a_split_character) {
+    vocab_file v = open_vocab("llama", chatml_tpl, true);
+    memra_error err = {0};
+    memra_detok_stream *s = NULL;
+    cr_assert_eq(memra_detok_stream_new(v.t, false, &s, &err), MEMRA_OK, "%s", err.msg);
+    const char *p;
+    size_t len;
+    cr_assert_eq(memra_detok_stream_push(s, 'a', &p, &len, &err), MEMRA_OK);
+    cr_assert(len == 1 && p[0] == 'a');
+    cr_assert_eq(memra_detok_stream_push(s, 0xc3, &p, &len, &err), MEMRA_OK); /* first byte of é */
+    cr_assert_eq(len, 0, "half a character was let out");
+    cr_assert_eq(memra_detok_stream_push(s, 0xa9, &p, &len, &err), MEMRA_OK);
+    cr_assert(len == 2 && memcmp(p, "\xc3\xa9", 2) == 0);
+    /* Negative control: a control token gives no text without specials, and a cut character
+     * comes out at flush. */
+    cr_assert_eq(memra_detok_stream_push(s, ID_IM_END, &p, &len, &err), MEMRA_OK);
+    cr_assert_eq(len, 0);
+    cr_assert_eq(memra_detok_stream_push(s, 0xe2, &p, &len, &err), MEMRA_OK);
+    cr_assert_eq(len, 0);
+    memra_detok_stream_flush(s, &p, &len);
+    cr_assert(len == 1 && (unsigned char)p[0] == 0xe2);
+    memra_detok_stream_free(s);
+    close_vocab(&v);
+}
+
+/* ---- memra run ------------------------------------------------------------------------------ */
+
+/* The ids of the json written beside a --dump-logits file ("tokens": [...]). */
+static size_t read_dump_tokens(const char *json_path, long *ids, size_t cap) {
+    char *j = slurp_n(json_path, NULL);
+    char *p = strstr(j, "\"tokens\": [");
+    cr_assert_not_null(p, "%s", j);
+    p += strlen("\"tokens\": [");
+    size_t n = 0;
+    while (*p && *p != ']' && n < cap) {
+        char *end;
+        ids[n++] = strtol(p, &end, 10);
+        p = end;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    free(j);
+    return n;
+}
+
+static size_t push_bytes(long *ids, size_t n, const char *s) {
+    for (; *s; s++)
+        ids[n++] = (unsigned char)*s;
+    return n;
+}
+
+Test(run_text, chat_renders_the_expected_tokens) {
+    char model[512], dump[512], json[600];
+    tmp_path(model, sizeof model, "chatml.gguf");
+    tmp_path(dump, sizeof dump, "chat.logits");
+    snprintf(json, sizeof json, "%s.json", dump);
+    write_model(model, chatml_tpl);
+    result r = run_tool("memra", "run", "--model", model, "--chat", "hi", "-n", "0", "--dump-logits", dump, NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "chat format chatml") && strstr(r.err, "default system message"), "%s", r.err);
+    long got[256], want[256];
+    size_t n_got = read_dump_tokens(json, got, 256), n = 0;
+    /* <|im_start|>system\nYou are a test.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n */
+    want[n++] = ID_IM_START;
+    n = push_bytes(want, n, "system\nYou are a test.");
+    want[n++] = ID_IM_END;
+    want[n++] = '\n';
+    want[n++] = ID_IM_START;
+    n = push_bytes(want, n, "user\n");
+    want[n++] = ID_HI;
+    want[n++] = ID_IM_END;
+    want[n++] = '\n';
+    want[n++] = ID_IM_START;
+    n = push_bytes(want, n, "assistant\n");
+    cr_assert_eq(n_got, n, "%zu prompt tokens, expected %zu", n_got, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "token %zu: %ld, expected %ld", i, got[i], want[i]);
+    done(&r);
+    /* Negative control: --prompt with the same text keeps the specials as plain text. */
+    r = run_tool("memra", "run", "--model", model, "--prompt", "<|im_start|>hi", "-n", "0", "--dump-logits", dump,
+                 NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    n_got = read_dump_tokens(json, got, 256);
+    n = push_bytes(want, 0, "<|im_start|>");
+    want[n++] = ID_HI;
+    cr_assert_eq(n_got, n, "%zu prompt tokens, expected %zu", n_got, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "token %zu: %ld, expected %ld", i, got[i], want[i]);
+    done(&r);
+    unlink(dump);
+    unlink(json);
+    unlink(model);
+}
+
+/* The text of ids under the vocabulary above, by hand: bytes, "hi", fillers; control tokens none;
+ * stops at eos (<|im_end|>). */
+static size_t expected_text(const long *ids, size_t n, char *out) {
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == ID_IM_END)
+            break;
+        if (ids[i] < 256)
+            out[len++] = (char)ids[i];
+        else if (ids[i] == ID_HI)
+            len += (size_t)sprintf(out + len, "hi");
+        else if (ids[i] != ID_IM_START)
+            len += (size_t)sprintf(out + len, "zz%ld", ids[i]);
+    }
+    return len;
+}
+
+Test(run_text, prompt_streams_the_generated_text) {
+    char model[512];
+    tmp_path(model, sizeof model, "stream.gguf");
+    write_model(model, chatml_tpl);
+    /* The ids the text run must generate (greedy; --tokens gives the same prompt: "hi" is 258). */
+    result ids = run_tool("memra", "run", "--model", model, "--tokens", "258", "-n", "40", NULL);
+    cr_assert_eq(ids.code, 0, "%s", ids.err);
+    long gen[64];
+    size_t n = 0;
+    for (char *p = ids.out; *p && *p != '\n' && n < 64;) {
+        char *end;
+        gen[n++] = strtol(p, &end, 10);
+        p = end;
+    }
+    cr_assert_eq(n, 40);
+    char want[4096];
+    size_t want_len = expected_text(gen, n, want);
+    want[want_len++] = '\n';
+    result r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "40", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_eq(r.out_len, want_len, "stdout has %zu bytes, expected %zu", r.out_len, want_len);
+    cr_assert(memcmp(r.out, want, want_len) == 0, "the streamed text differs from the generated ids' text");
+    done(&r);
+    /* Negative control: -n 0 prints no text at all (the prompt is not echoed). */
+    r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "0", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_str_eq(r.out, "\n");
+    done(&r);
+    done(&ids);
+    unlink(model);
+}
+
+Test(run_text, one_prompt_source) {
+    const char *pairs[][4] = {{"--prompt", "x", "--tokens", "1"},
+                              {"--chat", "x", "--prompt", "y"},
+                              {"--tokens", "1", "--chat", "x"},
+                              {"--prompt-ids", "/nonexistent", "--prompt", "x"}};
+    for (size_t i = 0; i < 4; i++) {
+        result r = run_tool("memra", "run", pairs[i][0], pairs[i][1], pairs[i][2], pairs[i][3], NULL);
+        cr_assert_eq(r.code, 2, "%s %s: exit %d: %s", pairs[i][0], pairs[i][2], r.code, r.err);
+        cr_assert(strstr(r.err, "exclude each other") && strstr(r.err, pairs[i][0]) && strstr(r.err, pairs[i][2]), "%s",
+                  r.err);
+        done(&r);
+    }
+    result r = run_tool("memra", "run", "--prompt", "", NULL);
+    cr_assert_eq(r.code, 2, "%s", r.err);
+    done(&r);
+}
+
+Test(run_text, unknown_template_refused) {
+    char model[512];
+    tmp_path(model, sizeof model, "other.gguf");
+    write_model(model, other_tpl);
+    result r = run_tool("memra", "run", "--model", model, "--chat", "hi", "-n", "4", NULL);
+    cr_assert_eq(r.code, 3, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, "chat template not supported") && strstr(r.err, "[INST]"), "%s", r.err);
+    cr_assert_str_eq(r.out, "");
+    done(&r);
+    /* Negative control: --prompt on the same file needs no chat format. */
+    r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "4", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    done(&r);
+    unlink(model);
+}
+
+/* ---- memra-gate --prompt ------------------------------------------------------------------ */
+
+Test(gate_text, prompt_primes_from_text) {
+    char model[512], rec[512];
+    tmp_path(model, sizeof model, "gate.gguf");
+    tmp_path(rec, sizeof rec, "gate.jsonl");
+    write_model(model, chatml_tpl);
+    result r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=2", "--prompt", "hi \"there\"",
+                        "--gen", "4", "--rows", "0", "--jsonl", rec, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    char *j = slurp_n(rec, NULL);
+    /* "hi", " ", "\"", "there" ... by hand: hi, Ġ, ", t h e r e, " = 1 + 1 + 1 + 5 + 1 */
+    cr_assert(strstr(j, "\"prompt\":{\"source\":\"--prompt\",\"text\":\"hi \\\"there\\\"\",\"n_tokens\":9"), "%s", j);
+    cr_assert(strstr(j, "\"prime\":9"), "%s", j);
+    free(j);
+    done(&r);
+    /* Negative controls: a --prime other than the token count; --prompt with --prompt-ids; no model. */
+    r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt", "hi \"there\"", "--prime", "8",
+                 "--gen", "4", "--rows", "0", NULL);
+    cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, "--prompt has 9 tokens, but --prime is 8"), "%s", r.err);
+    done(&r);
+    r = run_tool("memra-gate", "--model", model, "--prompt", "hi", "--prompt-ids", model, NULL);
+    cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, "exclude each other"), "%s", r.err);
+    done(&r);
+    r = run_tool("memra-gate", "--prompt", "hi", NULL);
+    cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, "--prompt needs --model"), "%s", r.err);
+    done(&r);
+    unlink(rec);
+    unlink(model);
+}
