@@ -1,5 +1,9 @@
-/* cpu_backend.c: the `cpu` backend plugin, memra's reference: one-token decode of llama, qwen2
- * and qwen3 on the host, weights read in place from the mapped file.
+/* cpu_backend.c: the `cpu` backend plugin, memra's reference: one-token decode of llama, qwen2,
+ * qwen3 and gemma3 on the host, weights read in place from the mapped file. gemma3 adds: the
+ * embedding times sqrtf(n_embd), the post-attention and post-FFN RMS norms (applied to the
+ * all-reduced sum, before the residual add), GELU (tanh) in place of SiLU, the file's attention
+ * scale, and on its local layers a sliding window (the last sliding_window positions) with their
+ * own RoPE tables (base 10000, no position scaling).
  *
  * Stages run in order on virtual devices: each stage has its own activations and its own KV
  * cache for its layers, and hands the hidden state to the next stage by an exact copy, so any
@@ -86,8 +90,9 @@ static const memra_option_spec cpu_options[] = {
 typedef struct cpu_layer {
     cpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     const float *attn_norm, *ffn_norm;
-    const float *bq, *bk, *bv;    /* NULL when absent */
-    const float *q_norm, *k_norm; /* NULL when absent */
+    const float *bq, *bk, *bv;                   /* NULL when absent */
+    const float *q_norm, *k_norm;                /* NULL when absent */
+    const float *post_attn_norm, *post_ffn_norm; /* gemma3; NULL when absent */
 } cpu_layer;
 
 /* One rank of a stage: its slices of each of the stage's layers (views into the mapping) and
@@ -135,6 +140,8 @@ struct memra_backend {
     float *head_out;  /* logits before commit, n_vocab */
     float *rope_freq; /* head_dim / 2 */
     float *rope_cos, *rope_sin;
+    float *rope_freq_swa; /* the sliding-window layers' (gemma3); equal to rope_freq otherwise */
+    float *rope_cos_swa, *rope_sin_swa;
     uint32_t q_dim, kv_dim, v_dim, att_dim;
     uint64_t scratch_bytes;
     uint64_t live_cache_bytes, live_state_bytes;
@@ -322,7 +329,9 @@ static memra_status bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, 
         (st = bind_vector(&src->bk, kv_dim, true, &L->bk, err)) != MEMRA_OK ||
         (st = bind_vector(&src->bv, v_dim, true, &L->bv, err)) != MEMRA_OK ||
         (st = bind_vector(&src->q_norm, m->head_dim, true, &L->q_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->k_norm, m->head_dim, true, &L->k_norm, err)) != MEMRA_OK) {
+        (st = bind_vector(&src->k_norm, m->head_dim, true, &L->k_norm, err)) != MEMRA_OK ||
+        (st = bind_vector(&src->post_attn_norm, m->n_embd, true, &L->post_attn_norm, err)) != MEMRA_OK ||
+        (st = bind_vector(&src->post_ffn_norm, m->n_embd, true, &L->post_ffn_norm, err)) != MEMRA_OK) {
         memra_error_prefix(err, "layer %u", il);
         return st;
     }
@@ -330,7 +339,8 @@ static memra_status bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, 
 }
 
 static memra_status check_model(const memra_model *m, memra_error *err) {
-    if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3)
+    if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3 &&
+        m->arch != MEMRA_ARCH_GEMMA3)
         return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: architecture '%s' is not supported",
                           m->arch_name ? m->arch_name : "?");
     if (m->n_layer == 0 || m->n_embd == 0 || m->n_vocab == 0 || m->n_head == 0 || m->n_head_kv == 0 ||
@@ -341,6 +351,9 @@ static memra_status check_model(const memra_model *m, memra_error *err) {
                           m->n_head_kv);
     if (m->head_dim % 2 != 0)
         return memra_fail(err, MEMRA_E_FORMAT, "cpu: head_dim %u is odd; RoPE rotates pairs", m->head_dim);
+    if (m->arch == MEMRA_ARCH_GEMMA3 &&
+        (!(m->embd_scale > 0.0f) || !(m->attn_scale > 0.0f) || m->sliding_window == 0 || m->swa_period == 0))
+        return memra_fail(err, MEMRA_E_FORMAT, "cpu: gemma3 model without embedding scale, attention scale or window");
     if (!(m->rope_linear_factor > 0.0f))
         return memra_fail(err, MEMRA_E_FORMAT, "cpu: rope linear factor %g is not positive",
                           (double)m->rope_linear_factor);
@@ -446,6 +459,9 @@ static void cpu_close(memra_backend *b) {
     free(b->rope_freq);
     free(b->rope_cos);
     free(b->rope_sin);
+    free(b->rope_freq_swa);
+    free(b->rope_cos_swa);
+    free(b->rope_sin_swa);
     free(b);
 }
 
@@ -636,12 +652,19 @@ static memra_status cpu_open(const memra_host *host, const memra_model *m, const
     b->rope_freq = alloc_floats(b, half);
     b->rope_cos = alloc_floats(b, half);
     b->rope_sin = alloc_floats(b, half);
+    b->rope_freq_swa = alloc_floats(b, half);
+    b->rope_cos_swa = alloc_floats(b, half);
+    b->rope_sin_swa = alloc_floats(b, half);
     b->head_in = alloc_floats(b, m->n_embd);
     b->head_out = alloc_floats(b, m->n_vocab);
-    if (!b->rope_freq || !b->rope_cos || !b->rope_sin || !b->head_in || !b->head_out)
+    if (!b->rope_freq || !b->rope_cos || !b->rope_sin || !b->rope_freq_swa || !b->rope_cos_swa || !b->rope_sin_swa ||
+        !b->head_in || !b->head_out)
         goto fail_nomem;
     for (uint32_t i = 0; i < half; i++)
         b->rope_freq[i] = memra_model_rope_freq(m, i);
+    /* the local layers' frequencies: the first layer that is one (any: they are all alike) */
+    for (uint32_t i = 0; i < half; i++)
+        b->rope_freq_swa[i] = m->sliding_window ? memra_model_layer_rope_freq(m, 0, i) : b->rope_freq[i];
 
     b->n_stages = plan->n_stages;
     b->stages = calloc(plan->n_stages, sizeof *b->stages);
@@ -822,14 +845,16 @@ static void add_bias(float *y, const float *bias, uint32_t n) {
             y[i] += bias[i];
 }
 
-/* Per-head RMSNorm (qwen3) and RoPE of n_heads heads of q or k. */
-static void norm_and_rope(const memra_backend *b, float *x, uint32_t n_heads, const float *norm) {
+/* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k; swa: the tables of the
+ * sliding-window layers. */
+static void norm_and_rope(const memra_backend *b, float *x, uint32_t n_heads, const float *norm, bool swa) {
     const memra_model *m = b->m;
     for (uint32_t h = 0; h < n_heads; h++) {
         float *head = x + (size_t)h * m->head_dim;
         if (norm)
             cpu_rmsnorm(head, norm, m->head_dim, m->rms_eps, head);
-        cpu_rope_head(head, m->head_dim, m->rope_pairing == MEMRA_ROPE_NEOX, b->rope_cos, b->rope_sin);
+        cpu_rope_head(head, m->head_dim, m->rope_pairing == MEMRA_ROPE_NEOX, swa ? b->rope_cos_swa : b->rope_cos,
+                      swa ? b->rope_sin_swa : b->rope_sin);
     }
 }
 
@@ -847,22 +872,28 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
     add_bias(rk->q, L->bq, rk->q_dim);
     add_bias(rk->k, L->bk, rk->kv_dim);
     add_bias(rk->v, L->bv, rk->v_dim);
-    norm_and_rope(b, rk->q, rk->h1 - rk->h0, L->q_norm);
-    norm_and_rope(b, rk->k, rk->g1 - rk->g0, L->k_norm);
+    bool swa = memra_model_layer_is_swa(m, il);
+    norm_and_rope(b, rk->q, rk->h1 - rk->h0, L->q_norm, swa);
+    norm_and_rope(b, rk->k, rk->g1 - rk->g0, L->k_norm, swa);
     memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
     memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
 
+    /* A sliding-window layer attends to positions t with pos - t < sliding_window (llama.cpp's
+     * LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa). */
+    uint32_t t0 = swa && pos + 1 > m->sliding_window ? pos + 1 - m->sliding_window : 0;
     attention_task at = {.b = b,
                          .rk = rk,
                          .q = rk->q,
-                         .k_cache = k_cache,
-                         .v_cache = v_cache,
+                         .k_cache = k_cache + (size_t)t0 * rk->kv_dim,
+                         .v_cache = v_cache + (size_t)t0 * rk->v_dim,
                          .scores = s->scores,
                          .out = rk->att,
-                         .n_pos = pos + 1,
+                         .n_pos = pos + 1 - t0,
                          .capacity = s->capacity,
-                         .scale = 1.0f / sqrtf((float)m->head_dim)};
-    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1) * (m->head_dim + m->head_dim_v), attention_run, &at);
+                         /* a description from elsewhere may leave it 0: the usual scale then */
+                         .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
+    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
+                 &at);
     matvec(b, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
 }
 
@@ -873,9 +904,16 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
     const cpu_layer *L = &rk->layers[il - sg->layer_begin];
     cpu_rmsnorm(rk->x, L->ffn_norm, m->n_embd, m->rms_eps, rk->xn);
     matvec(b, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
-    for (uint32_t i = 0; i < rk->n_ff; i++) {
-        float g = rk->gate[i];
-        rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
+    if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
+        for (uint32_t i = 0; i < rk->n_ff; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * rk->up[i];
+        }
+    } else {
+        for (uint32_t i = 0; i < rk->n_ff; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
+        }
     }
     matvec(b, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
 }
@@ -897,8 +935,9 @@ static void reduce_run(void *ctx, uint32_t begin, uint32_t end) {
                                                   &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
 }
 
-/* Sums the ranks' partials (in rk->xn) through the collective, then adds them to every rank's
- * residual stream. A call that fails (not a refusal: that is a status word, read before the
+/* Sums the ranks' partials (in rk->xn) through the collective, then (gemma3) RMS-normalises the
+ * sum with the layer's post-attention or post-FFN norm and adds it to every rank's residual
+ * stream. A call that fails (not a refusal: that is a status word, read before the
  * commit) fails the step. */
 static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err) {
     const memra_model *m = b->m;
@@ -917,6 +956,10 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
     }
     for (uint32_t r = 0; r < sg->n_ranks; r++) {
         cpu_rank *rk = &sg->ranks[r];
+        const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+        const float *post = which ? L->post_ffn_norm : L->post_attn_norm;
+        if (post)
+            cpu_rmsnorm(rk->xn, post, m->n_embd, m->rms_eps, rk->xn);
         for (uint32_t i = 0; i < m->n_embd; i++)
             rk->x[i] += rk->xn[i];
     }
@@ -944,6 +987,14 @@ static void rope_tables(memra_backend *b, uint32_t pos) {
         b->rope_cos[i] = (float)cos(theta);
         b->rope_sin[i] = (float)sin(theta);
     }
+    if (!m->sliding_window)
+        return;
+    double p_swa = (double)pos / (double)memra_model_layer_rope_linear_factor(m, 0);
+    for (uint32_t i = 0; i < m->head_dim / 2; i++) {
+        double theta = p_swa * (double)b->rope_freq_swa[i];
+        b->rope_cos_swa[i] = (float)cos(theta);
+        b->rope_sin_swa[i] = (float)sin(theta);
+    }
 }
 
 /* Embedding, then every stage in order, each handing its hidden state to every rank of the next
@@ -959,6 +1010,9 @@ static memra_status forward(memra_backend *b, memra_state *s, uint32_t token, ui
             memset(sg->status, 0, (size_t)(sg->layer_end - sg->layer_begin) * 2 * sg->n_ranks * sizeof *sg->status);
     }
     cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
+    if (m->arch == MEMRA_ARCH_GEMMA3)
+        for (uint32_t i = 0; i < m->n_embd; i++)
+            b->stages[0].ranks[0].x[i] *= m->embd_scale;
     for (uint32_t i = 0; i < b->n_stages; i++) {
         cpu_stage *sg = &b->stages[i];
         const float *in = i > 0 ? b->stages[i - 1].ranks[0].x : b->stages[0].ranks[0].x;
@@ -1406,6 +1460,6 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .name = "cpu",
     .kind = MEMRA_PLUGIN_BACKEND,
     .version = "0.1.0",
-    .description = "reference decode of llama, qwen2 and qwen3 on the host; deterministic for any thread count",
+    .description = "reference decode of llama, qwen2, qwen3 and gemma3 on the host; deterministic for any thread count",
     .backend = &cpu_vtable,
 };

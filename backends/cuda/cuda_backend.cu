@@ -550,6 +550,11 @@ memra_status mc_device_count(const memra_host *host, const memra_options *opts, 
 memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
                      memra_backend **out, memra_error *err) {
     uint32_t n_dev = 0;
+    if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2 and "
+                          "qwen3; the cpu backend runs %s)",
+                          m->arch_name ? m->arch_name : "?", m->arch_name ? m->arch_name : "it");
     mc_config cfg;
     memra_status st = mc_read_options(opts, &cfg, err);
     if (st)

@@ -1,4 +1,4 @@
-/* model.c: the model description of a llama-family GGUF file (llama, qwen2, qwen3).
+/* model.c: the model description of a llama-family GGUF file (llama, qwen2, qwen3, gemma3).
  *
  * Reads the `<arch>.*` hyperparameters as llama.cpp names them, binds every tensor by name and
  * checks its shape, so that a backend can trust every memra_weight it is handed. A file with a
@@ -99,6 +99,7 @@ static memra_status read_arch(describe_ctx *c) {
         {"llama", MEMRA_ARCH_LLAMA, MEMRA_ROPE_NORMAL},
         {"qwen2", MEMRA_ARCH_QWEN2, MEMRA_ROPE_NEOX},
         {"qwen3", MEMRA_ARCH_QWEN3, MEMRA_ROPE_NEOX},
+        {"gemma3", MEMRA_ARCH_GEMMA3, MEMRA_ROPE_NEOX}, /* llama.cpp: LLAMA_ROPE_TYPE_NEOX */
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (str_is(arch, known[i].name)) {
@@ -110,8 +111,8 @@ static memra_status read_arch(describe_ctx *c) {
     }
     char buf[64];
     return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
-                      "%s: architecture '%s' (general.architecture) is not supported: memra runs llama, qwen2 "
-                      "and qwen3",
+                      "%s: architecture '%s' (general.architecture) is not supported: memra runs llama, qwen2, "
+                      "qwen3 and gemma3",
                       c->path, str_for_msg(arch, buf, sizeof buf));
 }
 
@@ -175,6 +176,32 @@ static memra_status read_rope_scaling(describe_ctx *c) {
     return MEMRA_OK;
 }
 
+/* gemma3, as llama.cpp's llm_load_hparams and build_gemma3 read it: the embedding is scaled by
+ * sqrtf(n_embd); 5 of every 6 layers (set_swa_pattern(6): il % 6 < 5) attend through a sliding
+ * window of attention.sliding_window positions with RoPE base 10000 (rope_freq_base_train_swa;
+ * rope.freq_base_swa when the file gives it), the others use rope.freq_base; the query is
+ * scaled by 1/sqrt(head_dim) (attention.scale when given; llama.cpp's 27B, 62 layers, uses
+ * 1/sqrt(n_embd/n_head), its query_pre_attn_scalar). Norm weights are stored with Gemma's +1
+ * already folded in by the converter (convert_hf_to_gguf.py adds 1 to every *norm.weight), so
+ * they are plain RMSNorm weights here. */
+static memra_status read_gemma3(describe_ctx *c) {
+    memra_model *m = c->m;
+    memra_status st;
+    if ((st = get_count(c, "attention.sliding_window", &m->sliding_window)) != MEMRA_OK ||
+        (st = get_positive_f32(c, "rope.freq_base_swa", false, 10000.0f, &m->rope_freq_base_swa)) != MEMRA_OK)
+        return st;
+    m->swa_period = 6;
+    m->embd_scale = sqrtf((float)m->n_embd);
+    m->ffn_act = MEMRA_FFN_GELU_TANH;
+    if (m->n_layer == 62) /* Gemma 3 27B: query_pre_attn_scalar = n_embd / n_head */
+        m->attn_scale = 1.0f / sqrtf((float)(m->n_embd / m->n_head));
+    float scale;
+    if ((st = get_positive_f32(c, "attention.scale", false, m->attn_scale, &scale)) != MEMRA_OK)
+        return st;
+    m->attn_scale = scale;
+    return MEMRA_OK;
+}
+
 static memra_status read_hparams(describe_ctx *c) {
     memra_model *m = c->m;
     memra_status st;
@@ -226,6 +253,12 @@ static memra_status read_hparams(describe_ctx *c) {
 
     if ((st = get_positive_f32(c, "rope.freq_base", false, 10000.0f, &m->rope_freq_base)) != MEMRA_OK ||
         (st = get_positive_f32(c, "attention.layer_norm_rms_epsilon", true, 0.0f, &m->rms_eps)) != MEMRA_OK)
+        return st;
+    m->embd_scale = 1.0f;
+    m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+    m->ffn_act = MEMRA_FFN_SILU;
+    m->rope_freq_base_swa = m->rope_freq_base;
+    if (m->arch == MEMRA_ARCH_GEMMA3 && (st = read_gemma3(c)) != MEMRA_OK)
         return st;
     return read_rope_scaling(c);
 }
@@ -362,7 +395,9 @@ typedef struct layer_part {
 } layer_part;
 
 #define ARCH_BIT(a) (1u << (a))
-#define ALL_ARCHS (ARCH_BIT(MEMRA_ARCH_LLAMA) | ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN3))
+#define ALL_ARCHS                                                                                                      \
+    (ARCH_BIT(MEMRA_ARCH_LLAMA) | ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN3) | ARCH_BIT(MEMRA_ARCH_GEMMA3))
+#define QK_NORM_ARCHS (ARCH_BIT(MEMRA_ARCH_QWEN3) | ARCH_BIT(MEMRA_ARCH_GEMMA3))
 #define LAYER_OFF(member) offsetof(memra_layer, member)
 
 static const layer_part layer_parts[] = {
@@ -377,15 +412,17 @@ static const layer_part layer_parts[] = {
      ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_LLAMA)},
     {"attn_v", "bias", SHAPE_V, true, LAYER_OFF(bv), ARCH_BIT(MEMRA_ARCH_QWEN2),
      ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_LLAMA)},
-    {"attn_q_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(q_norm), ARCH_BIT(MEMRA_ARCH_QWEN3),
-     ARCH_BIT(MEMRA_ARCH_QWEN3)},
-    {"attn_k_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(k_norm), ARCH_BIT(MEMRA_ARCH_QWEN3),
-     ARCH_BIT(MEMRA_ARCH_QWEN3)},
+    {"attn_q_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(q_norm), QK_NORM_ARCHS, QK_NORM_ARCHS},
+    {"attn_k_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(k_norm), QK_NORM_ARCHS, QK_NORM_ARCHS},
     {"attn_output", "weight", SHAPE_O, false, LAYER_OFF(wo), ALL_ARCHS, ALL_ARCHS},
+    {"post_attention_norm", "weight", SHAPE_NORM, true, LAYER_OFF(post_attn_norm), ARCH_BIT(MEMRA_ARCH_GEMMA3),
+     ARCH_BIT(MEMRA_ARCH_GEMMA3)},
     {"ffn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(ffn_norm), ALL_ARCHS, ALL_ARCHS},
     {"ffn_gate", "weight", SHAPE_UP, false, LAYER_OFF(w_gate), ALL_ARCHS, ALL_ARCHS},
     {"ffn_up", "weight", SHAPE_UP, false, LAYER_OFF(w_up), ALL_ARCHS, ALL_ARCHS},
     {"ffn_down", "weight", SHAPE_DOWN, false, LAYER_OFF(w_down), ALL_ARCHS, ALL_ARCHS},
+    {"post_ffw_norm", "weight", SHAPE_NORM, true, LAYER_OFF(post_ffn_norm), ARCH_BIT(MEMRA_ARCH_GEMMA3),
+     ARCH_BIT(MEMRA_ARCH_GEMMA3)},
 };
 #define N_LAYER_PARTS (sizeof layer_parts / sizeof layer_parts[0])
 
@@ -590,4 +627,18 @@ float memra_model_rope_freq(const memra_model *m, uint32_t i) {
     if (m->rope_freqs)
         f /= (double)m->rope_freqs[i];
     return (float)f;
+}
+
+bool memra_model_layer_is_swa(const memra_model *m, uint32_t il) {
+    return m->sliding_window > 0 && m->swa_period > 0 && il % m->swa_period != m->swa_period - 1;
+}
+
+float memra_model_layer_rope_freq(const memra_model *m, uint32_t il, uint32_t i) {
+    if (!memra_model_layer_is_swa(m, il))
+        return memra_model_rope_freq(m, i);
+    return (float)pow((double)m->rope_freq_base_swa, -2.0 * (double)i / (double)m->head_dim);
+}
+
+float memra_model_layer_rope_linear_factor(const memra_model *m, uint32_t il) {
+    return memra_model_layer_is_swa(m, il) ? 1.0f : m->rope_linear_factor;
 }

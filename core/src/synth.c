@@ -48,22 +48,28 @@ typedef struct synth_preset {
     /* Llama 3.1 rope factors (rope_freqs.weight) when factor > 0: factor, low and high frequency
      * factors, original context. */
     double llama3_factor, llama3_low, llama3_high, llama3_orig_ctx;
+    /* gemma3: attention.sliding_window (0: not gemma3). The file carries no rope.freq_base_swa,
+     * so the local layers use the default base 10000. */
+    uint32_t sliding_window;
 } synth_preset;
 
 static const synth_preset synth_presets[] = {
-    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0},
-    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192},
-    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0},
-    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0},
+    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0, 0},
+    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192, 0},
+    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0},
+    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0},
+    /* gemma3: 6 layers (5 local, layer 5 global), head size 32 != n_embd / n_head = 16, a window
+     * of 8 positions (the reference test runs 32) */
+    {"gemma3-tiny", "gemma3", 512, 64, 6, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 8},
     /* Llama-3.2-1B */
-    {"llama-1b", "llama", 128256, 2048, 16, 32, 8, 0, 8192, 131072, 500000.0f, true, false, false, 32, 1, 4, 8192},
+    {"llama-1b", "llama", 128256, 2048, 16, 32, 8, 0, 8192, 131072, 500000.0f, true, false, false, 32, 1, 4, 8192, 0},
     /* Llama-3.1-8B */
-    {"llama-8b", "llama", 128256, 4096, 32, 32, 8, 0, 14336, 131072, 500000.0f, false, false, false, 8, 1, 4, 8192},
+    {"llama-8b", "llama", 128256, 4096, 32, 32, 8, 0, 14336, 131072, 500000.0f, false, false, false, 8, 1, 4, 8192, 0},
 };
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
-static const char *const synth_preset_names[] = {"tiny",     "small",    "qwen3-tiny", "qwen2-tiny",
-                                                 "llama-1b", "llama-8b", NULL};
+static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny",
+                                                 "gemma3-tiny", "llama-1b", "llama-8b",   NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -114,7 +120,8 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
     }
     if (!*out)
         return memra_fail(err, MEMRA_E_INVALID,
-                          "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b",
+                          "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, llama-1b or "
+                          "llama-8b",
                           name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         memra_quant_block_elems(spec->type) == 0)
@@ -225,6 +232,10 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
      * element per layer): with a tied head, a large embedding would make every token predict
      * itself. Its rows are normalised before use, so the layers still see each token whole. */
     double emb_std = SYNTH_EMBD_GAIN * sqrt((double)p->n_layer / (double)embd);
+    /* gemma3 multiplies the embedding by sqrt(n_embd) on the way in: smaller rows keep it as
+     * small beside the layers (the output norm's gain below restores the logits' spread). */
+    if (p->sliding_window)
+        emb_std /= sqrt((double)embd);
     float a_embd = uniform_amp(1.0 / sqrt((double)embd));
     float a_qk = uniform_amp(SYNTH_QK_GAIN / sqrt((double)embd));
     float a_o = uniform_amp(1.0 / sqrt((double)q_dim));
@@ -271,10 +282,14 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
             LAYER("attn_k_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, sm->head_dim, 1, SYNTH_QK_GAIN);
         }
         LAYER("attn_output.weight", SYNTH_UNIFORM, mt, q_dim, embd, a_o);
+        if (p->sliding_window) /* gemma3: the attention output is normalised before the add */
+            LAYER("post_attention_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
         LAYER("ffn_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
         LAYER("ffn_gate.weight", SYNTH_UNIFORM, mt, embd, ff, a_embd);
         LAYER("ffn_up.weight", SYNTH_UNIFORM, mt, embd, ff, a_embd);
         LAYER("ffn_down.weight", SYNTH_UNIFORM, mt, ff, embd, a_ff);
+        if (p->sliding_window)
+            LAYER("post_ffw_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
 #undef LAYER
     }
     ADD("output_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, g_out);
@@ -714,6 +729,9 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
         return st;
     if ((st = memra_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), SYNTH_RMS_EPS, err)) != MEMRA_OK)
+        return st;
+    if (p->sliding_window &&
+        (st = memra_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->sliding_window, err)) != MEMRA_OK)
         return st;
 #undef KEY
     return set_tokenizer(w, p, err);

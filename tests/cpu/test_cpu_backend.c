@@ -74,6 +74,8 @@ Test(cpu_backend, thread_count_invariance) {
     check_variants("tiny", MEMRA_TYPE_Q8_0, variants, 3);
     check_variants("qwen3-tiny", MEMRA_TYPE_F16, variants, 3);
     check_variants("qwen2-tiny", MEMRA_TYPE_BF16, variants, 3);
+    static const char *const gemma_variants[] = {"threads=2,grain=0", "threads=7,grain=0", "stages=3,threads=3"};
+    check_variants("gemma3-tiny", MEMRA_TYPE_Q8_0, gemma_variants, 3);
 }
 
 /* With the default grain: `small` has matrices of 256 x 768 and a 4096-row head, big enough to

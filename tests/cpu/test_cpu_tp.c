@@ -128,6 +128,8 @@ Test(cpu_tp, tp2_any_thread_count_is_exact) {
     assert_exact_pair("qwen3-tiny", MEMRA_TYPE_F32, "cpu:tp=2", "cpu:tp=2,threads=1");
     assert_exact_pair("qwen3-tiny", MEMRA_TYPE_F16, "cpu:tp=2,threads=1", "cpu:tp=2,threads=3,grain=0");
     assert_exact_pair("qwen2-tiny", MEMRA_TYPE_BF16, "cpu:tp=2,threads=1", "cpu:tp=2,threads=2,grain=0");
+    /* gemma3: the post norms run on the all-reduced sums */
+    assert_exact_pair("gemma3-tiny", MEMRA_TYPE_F32, "cpu:tp=2,threads=1", "cpu:tp=2,stages=3,threads=3,grain=0");
 }
 
 Test(cpu_tp, tp4_any_stage_split_is_exact) {
@@ -162,6 +164,7 @@ static void nmse_pair(const char *preset) {
 Test(cpu_tp, plain_against_tp2_is_close_not_exact) {
     nmse_pair("tiny");
     nmse_pair("qwen3-tiny");
+    nmse_pair("gemma3-tiny");
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -89,6 +89,10 @@ static memra_status build_meta(memra_gguf_writer *w, const mb_change *c, const c
         st = memra_gguf_writer_set_str(w, K("rope.scaling.type"), c->rope_scaling, err);
     if (st == MEMRA_OK && c->rope_factor > 0)
         st = memra_gguf_writer_set_f32(w, K("rope.scaling.factor"), c->rope_factor, err);
+    if (st == MEMRA_OK && strcmp(arch, "gemma3") == 0)
+        st = set_u32(w, c, K("attention.sliding_window"), 128, err);
+    if (st == MEMRA_OK && c->attention_scale > 0)
+        st = memra_gguf_writer_set_f32(w, K("attention.scale"), c->attention_scale, err);
 #undef K
     if (st == MEMRA_OK && !c->no_tokens) {
         const char *toks[MB_VOCAB + 8];
@@ -109,7 +113,7 @@ static memra_status build_meta(memra_gguf_writer *w, const mb_change *c, const c
 
 bool mb_build(const mb_change *c, void **data, size_t *size, memra_error *err) {
     const char *arch = c->arch ? c->arch : "llama";
-    bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0;
+    bool qwen2 = strcmp(arch, "qwen2") == 0, qwen3 = strcmp(arch, "qwen3") == 0, gemma3 = strcmp(arch, "gemma3") == 0;
     uint32_t head_dim = c->key_length ? c->key_length : MB_HEAD_DIM;
     uint32_t n_kv = c->head_count_kv ? c->head_count_kv : MB_HEADS_KV;
     uint64_t q = (uint64_t)MB_HEADS * head_dim, kv = (uint64_t)n_kv * head_dim;
@@ -134,15 +138,19 @@ bool mb_build(const mb_change *c, void **data, size_t *size, memra_error *err) {
             T("attn_k.bias", MEMRA_TYPE_F32, kv, 0);
             T("attn_v.bias", MEMRA_TYPE_F32, kv, 0);
         }
-        if (qwen3) {
+        if (qwen3 || gemma3) {
             T("attn_q_norm.weight", MEMRA_TYPE_F32, head_dim, 0);
             T("attn_k_norm.weight", MEMRA_TYPE_F32, head_dim, 0);
         }
         T("attn_output.weight", MEMRA_TYPE_Q8_0, q, MB_EMBD);
+        if (gemma3)
+            T("post_attention_norm.weight", MEMRA_TYPE_F32, MB_EMBD, 0);
         T("ffn_norm.weight", MEMRA_TYPE_F32, MB_EMBD, 0);
         T("ffn_gate.weight", MEMRA_TYPE_BF16, MB_EMBD, MB_FF);
         T("ffn_up.weight", MEMRA_TYPE_BF16, MB_EMBD, MB_FF);
         T("ffn_down.weight", MEMRA_TYPE_BF16, MB_FF, MB_EMBD);
+        if (gemma3)
+            T("post_ffw_norm.weight", MEMRA_TYPE_F32, MB_EMBD, 0);
 #undef T
     }
     if (st == MEMRA_OK)

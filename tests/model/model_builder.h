@@ -1,4 +1,5 @@
-/* model_builder.h: builds small llama-family GGUF files in memory for the model tests, with one
+/* model_builder.h: builds small llama-family GGUF files (arch "gemma3" adds the sliding window
+ * key (128), q/k norms and the post-attention and post-FFN norms) in memory for the model tests, with one
  * thing changed at a time (a key left out or altered, a tensor missing, reshaped or retyped, a
  * stray tensor added), so each error of memra_model_describe can be provoked alone. */
 #ifndef MEMRA_TESTS_MODEL_BUILDER_H
@@ -40,6 +41,7 @@ typedef struct mb_change {
     uint32_t key_length;      /* <arch>.attention.key_length, when nonzero (head_dim follows) */
     uint32_t block_count;     /* when nonzero, the value written (layers built stay MB_LAYERS) */
     int64_t bos;              /* when >= 0 (use -1 for the default 1) */
+    float attention_scale;    /* gemma3: <arch>.attention.scale, when > 0 */
 } mb_change;
 
 /* A change that changes nothing. */

@@ -217,8 +217,8 @@ Test(model_describe, unknown_architecture) {
     mb_change c = mb_none();
     c.arch = "gpt2";
     expect_error(&c, MEMRA_E_UNSUPPORTED,
-                 "model.gguf: architecture 'gpt2' (general.architecture) is not supported: memra runs llama, qwen2 "
-                 "and qwen3");
+                 "model.gguf: architecture 'gpt2' (general.architecture) is not supported: memra runs llama, qwen2, "
+                 "qwen3 and gemma3");
 }
 
 Test(model_describe, rope_scaling) {
@@ -362,4 +362,56 @@ Test(model_describe, rope_freq_in_double_rounded_once) {
     c.tensor_ne[0] = 64;
     expect_error(&c, MEMRA_E_FORMAT,
                  "model.gguf: tensor 'rope_freqs.weight' has 64 elements, expected 32 (head_dim/2)");
+}
+
+/* gemma3: the hyperparameters llama.cpp derives (window, 1-in-6 global layers, local base
+ * 10000, embedding and attention scales, GELU), its tensors, and what is missing. */
+Test(model_describe, gemma3) {
+    mb_change c = mb_none();
+    c.arch = "gemma3";
+    c.key_length = 128; /* head size != n_embd / n_head = 64 */
+    c.tied = true;
+    void *data;
+    memra_gguf *g;
+    memra_model *m = expect(&c, MEMRA_OK, NULL, &data, &g);
+    cr_assert_eq(m->arch, MEMRA_ARCH_GEMMA3);
+    cr_assert_str_eq(m->arch_name, "gemma3");
+    cr_assert_eq(m->rope_pairing, MEMRA_ROPE_NEOX);
+    cr_assert_eq(m->head_dim, 128);
+    cr_assert_eq(m->sliding_window, 128);
+    cr_assert_eq(m->swa_period, 6);
+    cr_assert_float_eq(m->rope_freq_base, 10000.0f, 0);
+    cr_assert_float_eq(m->rope_freq_base_swa, 10000.0f, 0);
+    cr_assert_float_eq(m->embd_scale, 16.0f, 0); /* sqrtf(256) */
+    cr_assert_float_eq(m->attn_scale, 1.0f / sqrtf(128.0f), 0);
+    cr_assert_eq(m->ffn_act, MEMRA_FFN_GELU_TANH);
+    cr_assert(m->tied_output);
+    cr_assert_str_eq(m->layers[1].post_attn_norm.name, "blk.1.post_attention_norm.weight");
+    cr_assert_str_eq(m->layers[1].post_ffn_norm.name, "blk.1.post_ffw_norm.weight");
+    cr_assert_eq(m->layers[1].q_norm.cols, 128);
+    cr_assert(memra_model_layer_is_swa(m, 0) && memra_model_layer_is_swa(m, 4));
+    cr_assert(!memra_model_layer_is_swa(m, 5) && !memra_model_layer_is_swa(m, 11));
+    mb_close(data, g, m);
+
+    c.attention_scale = 0.125f; /* the file's scale wins */
+    m = expect(&c, MEMRA_OK, NULL, &data, &g);
+    cr_assert_float_eq(m->attn_scale, 0.125f, 0);
+    mb_close(data, g, m);
+    c.attention_scale = 0;
+
+    c.skip_key = "gemma3.attention.sliding_window";
+    expect_error(&c, MEMRA_E_FORMAT, NULL);
+    c.skip_key = NULL;
+    c.skip_tensor = "blk.1.post_ffw_norm.weight";
+    expect_error(&c, MEMRA_E_FORMAT,
+                 "model.gguf: missing tensor 'blk.1.post_ffw_norm.weight' (expected 256 elements: n_embd)");
+    c.skip_tensor = "blk.0.attn_k_norm.weight";
+    expect_error(&c, MEMRA_E_FORMAT,
+                 "model.gguf: missing tensor 'blk.0.attn_k_norm.weight' (expected 128 elements: head_dim)");
+    c.skip_tensor = NULL;
+
+    /* a llama file with gemma's post norms is refused: they are not part of a llama model */
+    mb_change l = mb_none();
+    l.extra_tensor = "blk.0.post_attention_norm.weight";
+    expect_error(&l, MEMRA_E_UNSUPPORTED, NULL);
 }

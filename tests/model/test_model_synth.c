@@ -15,7 +15,7 @@
 
 #define MAYBE_UNUSED __attribute__((unused)) /* the slow build uses only some helpers */
 
-MAYBE_UNUSED static const char *const small_presets[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny"};
+MAYBE_UNUSED static const char *const small_presets[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny", "gemma3-tiny"};
 MAYBE_UNUSED static const uint32_t dtypes[] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
 
 MAYBE_UNUSED static void *build(const char *preset, uint32_t type, uint64_t seed, size_t *size) {
@@ -131,6 +131,24 @@ MAYBE_UNUSED static void check_preset_shape(const memra_model *m, const char *pr
         cr_assert_eq(m->arch, MEMRA_ARCH_QWEN2);
         cr_assert_not_null(m->layers[0].bq.data);
         cr_assert_not_null(m->layers[3].bv.data);
+    } else if (strcmp(preset, "gemma3-tiny") == 0) {
+        cr_assert_eq(m->arch, MEMRA_ARCH_GEMMA3);
+        cr_assert_eq(m->n_layer, 6);
+        cr_assert_eq(m->head_dim, 32); /* != n_embd / n_head = 16 */
+        cr_assert_eq(m->sliding_window, 8);
+        cr_assert_eq(m->swa_period, 6);
+        cr_assert_float_eq(m->rope_freq_base, 1e6f, 0);
+        cr_assert_float_eq(m->rope_freq_base_swa, 1e4f, 0); /* the default: the file has no key */
+        cr_assert_float_eq(m->embd_scale, 8.0f, 0);
+        cr_assert_float_eq(m->attn_scale, 1.0f / sqrtf(32.0f), 0);
+        cr_assert_eq(m->ffn_act, MEMRA_FFN_GELU_TANH);
+        cr_assert(m->tied_output);
+        for (uint32_t l = 0; l < 6; l++) {
+            cr_assert_eq(memra_model_layer_is_swa(m, l), l != 5, "layer %u", l);
+            cr_assert_not_null(m->layers[l].post_attn_norm.data);
+            cr_assert_not_null(m->layers[l].post_ffn_norm.data);
+            cr_assert_not_null(m->layers[l].q_norm.data);
+        }
     }
     cr_assert_eq(m->bos_id, 1);
     cr_assert_eq(m->eos_id, 2);
@@ -266,10 +284,10 @@ Test(model_synth, dtypes_are_conversions_of_the_f32_values) {
 
 Test(model_synth, presets_dtypes_and_errors) {
     const char *const *names = memra_synth_presets();
-    const char *want[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny", "llama-1b", "llama-8b"};
-    for (size_t i = 0; i < 6; i++)
+    const char *want[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny", "gemma3-tiny", "llama-1b", "llama-8b"};
+    for (size_t i = 0; i < 7; i++)
         cr_assert_str_eq(names[i], want[i]);
-    cr_assert_null(names[6]);
+    cr_assert_null(names[7]);
     uint32_t type;
     memra_error err = {0};
     cr_assert_eq(memra_synth_parse_dtype("Q8_0", &type, &err), MEMRA_OK);
@@ -286,7 +304,8 @@ Test(model_synth, presets_dtypes_and_errors) {
     size_t size;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
     cr_assert_str_eq(err.msg,
-                     "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b");
+                     "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, llama-1b or "
+                     "llama-8b");
     spec.preset = "tiny";
     spec.type = MEMRA_TYPE_Q2_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);

@@ -1,7 +1,9 @@
 /* memra/model.h: the model description of a llama-family GGUF file.
  *
- * Architectures, as llama.cpp names them: "llama", "qwen2" (llama with q/k/v bias) and "qwen3"
- * (llama with per-head RMSNorm of q and k). memra_model_describe reads the `<arch>.*`
+ * Architectures, as llama.cpp names them: "llama", "qwen2" (llama with q/k/v bias), "qwen3"
+ * (llama with per-head RMSNorm of q and k) and "gemma3" (per-head q/k norms, RMS norms after
+ * attention and after the FFN, GELU-gated FFN, embedding scaled by sqrt(n_embd), sliding-window
+ * attention on 5 of every 6 layers with their own RoPE base, tied head). memra_model_describe reads the `<arch>.*`
  * hyperparameters and binds every tensor, checking each shape; a missing key or tensor, or a
  * wrong shape, is an error that names it and says what was expected. The description points
  * into the mapped file: weights are never copied here.
@@ -21,7 +23,16 @@
 extern "C" {
 #endif
 
-typedef enum memra_arch { MEMRA_ARCH_LLAMA = 0, MEMRA_ARCH_QWEN2 = 1, MEMRA_ARCH_QWEN3 = 2 } memra_arch;
+typedef enum memra_arch {
+    MEMRA_ARCH_LLAMA = 0,
+    MEMRA_ARCH_QWEN2 = 1,
+    MEMRA_ARCH_QWEN3 = 2,
+    MEMRA_ARCH_GEMMA3 = 3
+} memra_arch;
+
+/* The FFN's gate activation: SiLU (llama, qwen) or GELU with the tanh approximation (gemma3,
+ * as llama.cpp's ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+typedef enum memra_ffn_act { MEMRA_FFN_SILU = 0, MEMRA_FFN_GELU_TANH = 1 } memra_ffn_act;
 
 /* How the rotary embedding pairs dimensions. NORMAL (llama): (2i, 2i+1). NEOX (qwen2, qwen3):
  * (i, i + head_dim/2). */
@@ -42,16 +53,18 @@ typedef struct memra_layer {
     memra_weight attn_norm;      /* [n_embd] */
     memra_weight wq, wk, wv;     /* [n_head*head_dim, n_embd], [n_head_kv*head_dim, n_embd] x2 (rows, cols) */
     memra_weight bq, bk, bv;     /* qwen2: biases of q, k, v; absent otherwise */
-    memra_weight q_norm, k_norm; /* qwen3: [head_dim] each, shared by all heads; absent otherwise */
+    memra_weight q_norm, k_norm; /* qwen3, gemma3: [head_dim] each, shared by all heads; absent otherwise */
     memra_weight wo;             /* [n_embd, n_head*head_dim_v] */
+    memra_weight post_attn_norm; /* gemma3: [n_embd], applied to the attention output before the residual add */
     memra_weight ffn_norm;       /* [n_embd] */
     memra_weight w_gate, w_up;   /* [n_ff, n_embd] */
     memra_weight w_down;         /* [n_embd, n_ff] */
+    memra_weight post_ffn_norm;  /* gemma3: [n_embd], applied to the FFN output before the residual add */
 } memra_layer;
 
 typedef struct memra_model {
     memra_arch arch;
-    const char *arch_name; /* "llama", "qwen2", "qwen3" */
+    const char *arch_name; /* "llama", "qwen2", "qwen3", "gemma3" */
     const char *name;      /* general.name, or "" */
 
     uint32_t n_vocab;
@@ -72,6 +85,21 @@ typedef struct memra_model {
     /* Llama 3.1+: per-dimension frequency divisors, head_dim/2 floats (rope_freqs.weight, F32);
      * NULL when absent. The frequency of pair i is base^(-2i/head_dim) / rope_freqs[i]. */
     const float *rope_freqs;
+
+    /* gemma3 (1 and 0 elsewhere). The embedding row is multiplied by embd_scale (sqrtf(n_embd) in
+     * float, as llama.cpp does). The query is scaled by attn_scale before the dot products
+     * (1/sqrt(head_dim), or <arch>.attention.scale when the file gives one). A layer il with
+     * sliding_window > 0 and memra_model_layer_is_swa(m, il) lets a position attend only to the
+     * last sliding_window positions (itself included: p attends t when p - t < sliding_window),
+     * with rope base rope_freq_base_swa and no position scaling; global layers use rope_freq_base
+     * and rope_linear_factor. swa_period: every swa_period-th layer (il % swa_period ==
+     * swa_period - 1) is global, as llama.cpp's set_swa_pattern(6) for gemma3. */
+    float embd_scale;
+    float attn_scale;
+    uint32_t sliding_window;
+    uint32_t swa_period;
+    float rope_freq_base_swa;
+    memra_ffn_act ffn_act;
 
     memra_weight tok_embd;    /* [n_vocab, n_embd] */
     memra_weight output_norm; /* [n_embd] */
@@ -99,6 +127,14 @@ memra_status memra_weight_check_type(const memra_weight *w, memra_error *err);
  * position scaling is applied separately (pos / rope_linear_factor). Computed in double and
  * rounded once so every backend starts from the same float. */
 float memra_model_rope_freq(const memra_model *m, uint32_t i);
+
+/* True when layer il attends through the sliding window (gemma3's local layers). */
+bool memra_model_layer_is_swa(const memra_model *m, uint32_t il);
+/* memra_model_rope_freq for layer il: the local base on sliding-window layers (no rope_freqs
+ * factors there: gemma3 has none), the global one elsewhere. */
+float memra_model_layer_rope_freq(const memra_model *m, uint32_t il, uint32_t i);
+/* The position divisor of layer il: rope_linear_factor on global layers, 1 on local ones. */
+float memra_model_layer_rope_linear_factor(const memra_model *m, uint32_t il);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* memra/synth.h: synthetic llama-family models with deterministic pseudo-random weights.
  *
- * Presets: "tiny", "small", "qwen3-tiny", "qwen2-tiny" (q/k/v biases), "llama-1b" (shapes of
+ * Presets: "tiny", "small", "qwen3-tiny", "qwen2-tiny" (q/k/v biases), "gemma3-tiny" (6 layers, one
+ * of them global, head size 32 with n_embd 64 and 4 heads, a sliding window of 8), "llama-1b" (shapes of
  * Llama-3.2-1B), "llama-8b" (Llama-3.1-8B). Weights are scaled so activations stay of order one,
  * logits are not flat and greedy decoding of tiny does not loop within 256 tokens. The files carry
  * the tokenizer metadata other GGUF tools expect (tokenizer.ggml.model "llama", tokens including
