@@ -7,8 +7,11 @@
 
 #include "gate_harness.h"
 
-static void expect_cells(const char *const *args, int cells) {
-    gate_result r = gate_run(args, false);
+/* Each run gets most of its test's timeout: every cell of 4-rank arms at full length takes about
+ * two minutes on 2 cores, past the harness's default of 120 s. */
+static void expect_cells(const char *const *args, int cells, int timeout_s) {
+    gate_how how = {.timeout_s = timeout_s};
+    gate_result r = gate_run_ex(args, &how);
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert_eq(r.exit, 0, "exit %d, verdict %s\n%s", r.exit, v ? v : "(none)", r.err);
     free(v);
@@ -26,11 +29,11 @@ static void expect_cells(const char *const *args, int cells) {
 
 Test(gate_tp_slow, full_length_tp2_gate_with_its_cells, .timeout = 600) {
     const char *args[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,threads=1", "--rows", "4", "--quiet", NULL};
-    expect_cells(args, 12);
+    expect_cells(args, 12, 540);
 }
 
 Test(gate_tp_slow, full_length_every_cell_of_four_rank_arms, .timeout = 900) {
     const char *args[] = {"--preset", "small", "--a",    "cpu:tp=4", "--b",     "cpu:tp=4,stages=2",
                           "--cells",  "all",   "--rows", "2",        "--quiet", NULL};
-    expect_cells(args, 144);
+    expect_cells(args, 144, 840);
 }
