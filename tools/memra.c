@@ -1,12 +1,14 @@
-/* memra.c: the memra command: plugins, inspect, mkmodel, run, bench, tokenize. Dispatches to the
- * subcommands (cmd_*.c) and answers --help and --version. */
+/* memra.c: the memra command: plugins, inspect, mkmodel, run, bench, tokenize, report and
+ * bench-collective. Dispatches to the subcommands (cmd_*.c) and answers --help and --version. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "memra_commit.h"
 
-int cmd_tokenize(int argc, char **argv); /* cmd_tokenize.c */
+int cmd_tokenize(int argc, char **argv);         /* cmd_tokenize.c */
+int cmd_report(int argc, char **argv);           /* cmd_report.c */
+int cmd_bench_collective(int argc, char **argv); /* cmd_bench_collective.c */
 
 static const char usage_text[] =
     "usage: memra COMMAND [options]        (memra COMMAND --help for its options)\n"
@@ -31,6 +33,7 @@ static const struct {
 } commands[] = {
     {"plugins", cmd_plugins}, {"inspect", cmd_inspect}, {"mkmodel", cmd_mkmodel},
     {"run", cmd_run},         {"bench", cmd_bench},     {"tokenize", cmd_tokenize},
+    {"report", cmd_report},   {"bench-collective", cmd_bench_collective},
 };
 
 int main(int argc, char **argv) {
@@ -54,7 +57,7 @@ int main(int argc, char **argv) {
     if (cmd[0] == '-')
         fprintf(stderr, "memra: unknown option '%s' (expected a command first; see memra --help)\n", cmd);
     else
-        fprintf(stderr, "memra: unknown command '%s' (expected plugins, inspect, mkmodel, run, bench or tokenize)\n",
+        fprintf(stderr, "memra: unknown command '%s' (expected plugins, inspect, mkmodel, run, bench, tokenize, report or bench-collective)\n",
                 cmd);
     return CLI_EXIT_USAGE;
 }

@@ -296,7 +296,7 @@ static memra_status local_arm_refusal(memra_collective *c, uint32_t rank, uint32
     if (rank >= c->n_ranks)
         return memra_fail(err, MEMRA_E_RANGE, "local: arm_refusal: rank %u of a communicator of %u ranks", rank,
                           c->n_ranks);
-    if (word == 0 || word == MEMRA_COLLECTIVE_PENDING || word == MEMRA_COLLECTIVE_FAILED)
+    if (word == 0 || MEMRA_COLLECTIVE_RESERVED(word))
         return memra_fail(err, MEMRA_E_INVALID,
                           "local: arm_refusal: rank %u, block %u, position %u: word %d is reserved (0 or a "
                           "MEMRA_COLLECTIVE_ word)",

@@ -208,6 +208,19 @@ typedef struct memra_collective memra_collective;
  * 0 nor either of these. */
 #define MEMRA_COLLECTIVE_PENDING INT32_MIN
 #define MEMRA_COLLECTIVE_FAILED (INT32_MIN + 1)
+/* Device ranks: the communicator was aborted from the host (abort) before or while the operation
+ * ran; every rank that saw it reads this. */
+#define MEMRA_COLLECTIVE_ABORTED (INT32_MIN + 2)
+/* Fault injection (device collectives that spin, e.g. oneshot): armed with arm_refusal as the
+ * word, the rank's part of that operation is skipped: it never arrives, and its own status reads
+ * this word; its peers time out. A collective that cannot inject it refuses it at arm_refusal. */
+#define MEMRA_COLLECTIVE_ABSENT (INT32_MIN + 3)
+/* A rank waited timeout_ms for `peer` (0..MEMRA_MAX_RANKS-1), which never arrived. After a
+ * timeout the communicator is broken: every later operation of every rank completes at once
+ * with MEMRA_COLLECTIVE_FAILED, without waiting. */
+#define MEMRA_COLLECTIVE_TIMEOUT(peer) (INT32_MIN + 16 + (int32_t)(peer))
+/* Words a refusal may not carry (every MEMRA_COLLECTIVE_ word lies here), besides 0. */
+#define MEMRA_COLLECTIVE_RESERVED(word) ((word) >= INT32_MIN && (word) < INT32_MIN + 256)
 
 /* The size of a bootstrap id (as NCCL's ncclUniqueId): opaque bytes made once, by rank 0's
  * process, with bootstrap_id, and handed to every rank by the launcher's rendezvous. */
@@ -224,7 +237,28 @@ typedef struct memra_collective_bootstrap {
     uint8_t id[MEMRA_COLLECTIVE_ID_BYTES];
 } memra_collective_bootstrap;
 
-/* ABI rule for this vtable (as for every struct here): members are only appended, below the last
+/* Device ranks (a collective of GPUs driven from one process: nccl, oneshot). `stream` is the
+ * cudaStream_t of `rank`'s device on which the backend computes that rank; buf, *position_dev
+ * and *status_dev are device memory of that rank's device (status_dev may also be host-mapped).
+ * - One operation is the n calls of its ranks for one block, made from one host thread back to
+ *   back in rank order 0..n-1, with nothing enqueued on those ranks' streams between them (so a
+ *   collective may defer every rank's enqueue to the last call, as NCCL's grouped calls need).
+ * - Each rank's part runs in its stream's order: work enqueued on that stream after the call
+ *   sees the summed buf and the status. *position_dev is read when the part runs.
+ * - Every part writes its rank's status: 0, the refusal word, or a MEMRA_COLLECTIVE_ word. A
+ *   backend checks the statuses on the device before it commits (and reads them back).
+ * - The calls may be captured into one CUDA graph with the rest of the step; each replay is a
+ *   new operation: epochs, refusal cells and the collective's signals advance on the device, so
+ *   nothing is reset between replays.
+ * - epochs and arm_refusal are called with no operation of the communicator in flight (the
+ *   caller synchronises the ranks' streams first); a cell takes effect for operations that
+ *   run after arm_refusal returns, graph replays included.
+ * - abort may be called from any thread at any time, also while parts spin on the device: they
+ *   end with MEMRA_COLLECTIVE_ABORTED within about a millisecond.
+ * - A collective that spins bounds every wait (its option timeout_ms) and then writes
+ *   MEMRA_COLLECTIVE_TIMEOUT(peer); it never hangs the device.
+ *
+ * ABI rule for this vtable (as for every struct here): members are only appended, below the last
  * one, and MEMRA_ABI_VERSION stays 1 while they are. The registry's minimum size for a collective
  * vtable stays the end of `abort` (ABI 1's first shape), so a plugin built before a member was
  * appended still loads: it declares the smaller struct_size, and the core tests every appended
