@@ -330,6 +330,15 @@ out:
     return st;
 }
 
+static memra_status local_clear_refusals(memra_collective *c, memra_error *err) {
+    if (!c)
+        return memra_fail(err, MEMRA_E_INVALID, "local: clear_refusals: communicator is NULL");
+    pthread_mutex_lock(&c->lock);
+    c->n_cells = 0;
+    pthread_mutex_unlock(&c->lock);
+    return MEMRA_OK;
+}
+
 static void local_abort(memra_collective *c) {
     if (!c)
         return;
@@ -353,6 +362,7 @@ static const memra_collective_vtable local_vtable = {
     .abort = local_abort,
     .bootstrap_id = NULL, /* one process only */
     .create_rank = NULL,
+    .clear_refusals = local_clear_refusals,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {

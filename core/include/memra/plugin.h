@@ -321,6 +321,10 @@ typedef struct memra_collective_vtable {
      * only (use `create`). */
     memra_status (*create_rank)(const memra_host *host, const memra_collective_bootstrap *boot,
                                 const memra_options *opts, memra_collective **out, memra_error *err);
+    /* Disarms every refusal cell of every rank not yet fired (no operation in flight). May be
+     * NULL: cells then stay armed until they fire (a backend hands a collective only the cells of
+     * the step it is about to run). */
+    memra_status (*clear_refusals)(memra_collective *c, memra_error *err);
 } memra_collective_vtable;
 
 /* ------------------------------------------------------------------------------------------ */

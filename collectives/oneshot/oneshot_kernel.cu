@@ -1,0 +1,161 @@
+/* oneshot_kernel.cu: the one-shot all-reduce kernel of the `oneshot` collective.
+ *
+ * A fixed grid of G blocks per communicator; block b of every rank owns chunk b of the vector
+ * (the same split on every rank, the ranks' counts being equal) and its own region of each rank's
+ * peer-visible buffer, so blocks of one index talk only to each other. Per operation, block b of
+ * rank r:
+ *   1. takes the next sync epoch e of block b (device memory: replays advance it by themselves);
+ *   2. resolves its refusal cell (device memory, fired once: tagged with e);
+ *   3. copies its chunk of buf into data[r][e & 1][b] (double buffered by parity), and block 0
+ *      writes the rank's refusal word and count into every rank's words area;
+ *   4. fences (system scope) and stores e into start[p][b][r] on every rank p;
+ *   5. waits until start[r][b][p] >= e for every peer p (bounded: timeout_ns on %globaltimer, and
+ *      the host-mapped abort flag polled);
+ *   6. sums its chunk in rank order from rank 0's value in float32 (s = d0; s += d1; ... with
+ *      __fadd_rn, nothing to contract) into buf: every rank computes the same bits.
+ * Reuse is safe without an end barrier: a rank overwrites data[.][e & 1] at e + 2 only after
+ * passing the start barrier of e + 1, which every peer enters only after it finished reading e.
+ * The last block of the rank to finish (an integer counter) writes the status: a peer's timeout,
+ * else the first failed block's outcome (aborted, absent, broken), else FAILED when the ranks'
+ * counts differ (the buffers are then undefined), else the lowest refusing rank's word, else 0; a timeout also marks the communicator broken (every later operation of every rank
+ * then ends at once with MEMRA_COLLECTIVE_FAILED). No float atomics; no order depends on timing. */
+#include <cuda_runtime.h>
+
+#include "oneshot_kernel.h"
+
+static __device__ __forceinline__ unsigned long long os_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *buf, uint32_t count, uint32_t site,
+                                                        const int32_t *position_dev, int32_t *status_dev) {
+    __shared__ unsigned long long s_epoch;
+    __shared__ int32_t s_word, s_outcome;
+    __shared__ bool s_last;
+    const uint32_t b = blockIdx.x, n = v.n_ranks, r = v.rank;
+    const uint32_t per = (count + v.grid - 1) / v.grid;
+    const uint32_t lo = min(count, b * per), hi = min(count, lo + per);
+    if (threadIdx.x == 0) {
+        s_outcome = 0;
+        s_word = 0;
+        const unsigned long long e = v.epoch[b] + 1;
+        v.epoch[b] = e;
+        s_epoch = e;
+        if (b == 0 && site < OS_MAX_SITES)
+            v.census[site]++;
+        if (*(volatile int32_t *)(v.words[r] + 4 * n))
+            s_outcome = MEMRA_COLLECTIVE_FAILED; /* broken by an earlier timeout */
+        else {
+            const int32_t pos = position_dev ? *position_dev : -1;
+            for (uint32_t k = 0; k < OS_MAX_CELLS; k++) {
+                os_cell *c = &v.cells[k];
+                if (!c->armed || c->site != site || c->position != pos)
+                    continue;
+                unsigned long long prev = atomicCAS(&c->fired, 0ull, e);
+                if (prev == 0ull || prev == e) {
+                    s_word = c->word;
+                    break;
+                }
+            }
+            if (s_word == MEMRA_COLLECTIVE_ABSENT)
+                s_outcome = MEMRA_COLLECTIVE_ABSENT; /* injected: this rank never arrives */
+        }
+    }
+    __syncthreads();
+    const unsigned long long e = s_epoch;
+    const uint32_t par = (uint32_t)(e & 1);
+    if (s_outcome == 0) {
+        float *mine = v.data[r] + ((size_t)par * v.grid + b) * v.region;
+        for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+            mine[i - lo] = buf[i];
+        if (b == 0 && threadIdx.x < n) {
+            int32_t *w = v.words[threadIdx.x];
+            w[par * n + r] = s_word;
+            w[2 * n + par * n + r] = (int32_t)count;
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (uint32_t p = 0; p < n; p++)
+                *(volatile unsigned long long *)&v.start[p][b * n + r] = e;
+            const unsigned long long t0 = os_now();
+            volatile unsigned long long *flags = v.start[r] + b * n;
+            for (uint32_t p = 0; p < n && s_outcome == 0; p++) {
+                uint32_t spins = 0;
+                while (flags[p] < e) {
+                    if ((++spins & 255u) == 0) {
+                        if (v.ctl->abort) {
+                            s_outcome = MEMRA_COLLECTIVE_ABORTED;
+                            break;
+                        }
+                        if (*(volatile int32_t *)(v.words[r] + 4 * n)) {
+                            s_outcome = MEMRA_COLLECTIVE_FAILED;
+                            break;
+                        }
+                        if (os_now() - t0 > v.timeout_ns) {
+                            s_outcome = MEMRA_COLLECTIVE_TIMEOUT(p);
+                            for (uint32_t q = 0; q < n; q++) /* broken, on every rank */
+                                *(volatile int32_t *)(v.words[q] + 4 * n) = 1;
+                            __threadfence_system();
+                            break;
+                        }
+                    }
+                }
+            }
+            __threadfence_system();
+        }
+        __syncthreads();
+        if (s_outcome == 0) {
+            const size_t off = ((size_t)par * v.grid + b) * v.region;
+            for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+                float s = __ldcv(v.data[0] + off + (i - lo));
+                for (uint32_t p = 1; p < n; p++)
+                    s = __fadd_rn(s, __ldcv(v.data[p] + off + (i - lo)));
+                buf[i] = s;
+            }
+        }
+    }
+    /* The rank's status: written by the last block to finish. */
+    if (threadIdx.x == 0) {
+        v.outcome[b] = s_outcome;
+        __threadfence();
+        s_last = atomicAdd(v.done, 1u) == v.grid - 1;
+    }
+    __syncthreads();
+    if (!s_last || threadIdx.x != 0)
+        return;
+    __threadfence();
+    /* A peer's timeout names the cause; then abort, absence, failure; then counts; then refusals. */
+    int32_t st = 0;
+    for (uint32_t k = 0; k < v.grid; k++) {
+        const int32_t o = *(volatile int32_t *)&v.outcome[k];
+        if (o >= MEMRA_COLLECTIVE_TIMEOUT(0) && o < MEMRA_COLLECTIVE_TIMEOUT(MEMRA_MAX_RANKS)) {
+            st = o;
+            break;
+        }
+        if (st == 0)
+            st = o;
+    }
+    if (st == 0) { /* every block passed its barrier, block 0's included: the words are in */
+        const volatile int32_t *cnt = v.words[r] + 2 * n + par * n;
+        for (uint32_t p = 0; p < n; p++)
+            if ((uint32_t)cnt[p] != count)
+                st = MEMRA_COLLECTIVE_FAILED;
+    }
+    if (st == 0) {
+        const volatile int32_t *w = v.words[r] + par * n;
+        for (uint32_t p = 0; p < n && st == 0; p++)
+            st = w[p];
+    }
+    *v.done = 0;
+    if (status_dev)
+        *status_dev = st;
+}
+
+extern "C" int os_launch(const os_rank_view *v, float *buf, uint32_t count, uint32_t site, const int32_t *position_dev,
+                         int32_t *status_dev, void *stream) {
+    os_kernel<<<v->grid, OS_THREADS, 0, (cudaStream_t)stream>>>(*v, buf, count, site, position_dev, status_dev);
+    return (int)cudaGetLastError();
+}
