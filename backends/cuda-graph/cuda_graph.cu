@@ -265,6 +265,10 @@ memra_status cg_census(memra_backend *b, const memra_state *s, memra_census_row 
             if ((e = cudaGraphKernelNodeGetParams(nodes[i], &p)) != cudaSuccess)
                 break;
             const char *fam = b->ext->kernel_family(p.func);
+            const char *fname = NULL;
+            if (!fam && cudaFuncGetName(&fname, p.func) == cudaSuccess && fname &&
+                (strstr(fname, "nccl") || strstr(fname, "os_kernel")))
+                fam = "collective"; /* the collective plugins' kernels (nccl, oneshot) */
             snprintf(kind, sizeof kind, fam ? "kernel:%s" : "unexpected:kernel", fam);
             break;
         }
@@ -297,7 +301,54 @@ memra_status cg_dump_graphs(memra_backend *b, const memra_state *s, const char *
     return MEMRA_OK;
 }
 
-/* Every other extension is the cuda plugin's, on the inner backend. */
+/* The cuda plugin's memra.bench and memra.tp, called on the inner backend (their functions take
+ * the backend they were asked on: this plugin's, which they must not see). */
+static const memra_ext_bench_v1 *cg_inner_bench(memra_backend *b) {
+    return b->cv->extension ? (const memra_ext_bench_v1 *)b->cv->extension(b->inner, MEMRA_EXT_BENCH, 1) : NULL;
+}
+static const memra_ext_tp_v1 *cg_inner_tp(memra_backend *b) {
+    return b->cv->extension ? (const memra_ext_tp_v1 *)b->cv->extension(b->inner, MEMRA_EXT_TP, 1) : NULL;
+}
+static memra_status cg_device_name(memra_backend *b, char *buf, size_t size, memra_error *err) {
+    return cg_inner_bench(b)->device_name(b->inner, buf, size, err);
+}
+static memra_status cg_measure_ceiling(memra_backend *b, double *bps, char *how, size_t how_size, memra_error *err) {
+    const memra_ext_bench_v1 *x = cg_inner_bench(b);
+    if (!x->measure_ceiling)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda-graph: the cuda plugin measures no ceiling");
+    return x->measure_ceiling(b->inner, bps, how, how_size, err);
+}
+static memra_status cg_tp_collective(memra_backend *b, char *name, size_t name_size, bool *refusals, memra_error *err) {
+    return cg_inner_tp(b)->collective(b->inner, name, name_size, refusals, err);
+}
+static memra_status cg_tp_arm_refusal(memra_backend *b, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                                      uint32_t position, int32_t word, memra_error *err) {
+    return cg_inner_tp(b)->arm_refusal(b->inner, stage, rank, layer, which, position, word, err);
+}
+static memra_status cg_tp_clear_refusals(memra_backend *b, memra_error *err) {
+    return cg_inner_tp(b)->clear_refusals(b->inner, err);
+}
+static memra_status cg_tp_epochs(memra_backend *b, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                                 memra_error *err) {
+    return cg_inner_tp(b)->epochs(b->inner, stage, rank, out, n_blocks, err);
+}
+static const memra_ext_bench_v1 cg_bench_ext = {sizeof(memra_ext_bench_v1), cg_device_name, cg_measure_ceiling};
+static const memra_ext_tp_v1 cg_tp_ext = {sizeof(memra_ext_tp_v1), cg_tp_collective, cg_tp_arm_refusal,
+                                          cg_tp_clear_refusals, cg_tp_epochs};
+
+/* Every other extension of the cuda plugin, wrapped to reach the inner backend (an extension not
+ * wrapped here is not offered: its functions would be handed this plugin's backend). */
 const void *cg_inner_extension(memra_backend *b, const char *name, uint32_t version) {
-    return b->cv->extension ? b->cv->extension(b->inner, name, version) : NULL;
+    if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1) {
+        const memra_ext_bench_v1 *x = cg_inner_bench(b);
+        return MEMRA_HAS_MEMBER(x, memra_ext_bench_v1, device_name) && x->device_name ? &cg_bench_ext : NULL;
+    }
+    if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1) {
+        const memra_ext_tp_v1 *x = cg_inner_tp(b);
+        return MEMRA_HAS_MEMBER(x, memra_ext_tp_v1, epochs) && x->collective && x->arm_refusal && x->clear_refusals &&
+                       x->epochs
+                   ? &cg_tp_ext
+                   : NULL;
+    }
+    return NULL;
 }

@@ -34,6 +34,15 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
 memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_error *err);
 memra_status mc_measure_ceiling(memra_backend *b, double *bytes_per_s, char *how, size_t how_size, memra_error *err);
 
+/* "memra.tp" v1 (memra/ext.h) */
+memra_status mc_tp_collective(memra_backend *b, char *name, size_t name_size, bool *refusals, memra_error *err);
+memra_status mc_tp_arm_refusal(memra_backend *b, uint32_t stage, uint32_t rank, uint32_t layer, uint32_t which,
+                               uint32_t position, int32_t word, memra_error *err);
+memra_status mc_tp_clear_refusals(memra_backend *b, memra_error *err);
+memra_status mc_tp_epochs(memra_backend *b, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
+                          memra_error *err);
+bool mc_is_tp(memra_backend *b);
+
 /* "memra.cuda.graph" v1 (cuda_ext.h) */
 memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
 memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture, memra_error *err);

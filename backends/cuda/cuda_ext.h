@@ -46,6 +46,11 @@ extern "C" {
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \
             "it does not serve), tiled (the tiled cluster kernel where it fits) or unfused (rope/kv append, chunks, "  \
             "combine: three launches). Each path has its own bits"                                                     \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "collective", "oneshot",                                                                                       \
+            "with tp > 1: the collective plugin that sums the ranks' partials, NAME[:MODE]: oneshot (one-shot kernel " \
+            "over peer memory) or nccl (nccl:allgather: gather, then the rank-order sum). Not loaded with tp=1"       \
     }
 
 typedef struct memra_cuda_graph_ext_v1 {

@@ -25,12 +25,21 @@ static const memra_cuda_graph_ext_v1 mc_graph_ext = {
     .kernel_family = mc_kernel_family,
 };
 
+static const memra_ext_tp_v1 mc_tp_ext = {
+    .struct_size = sizeof(memra_ext_tp_v1),
+    .collective = mc_tp_collective,
+    .arm_refusal = mc_tp_arm_refusal,
+    .clear_refusals = mc_tp_clear_refusals,
+    .epochs = mc_tp_epochs,
+};
+
 static const void *mc_extension(memra_backend *b, const char *name, uint32_t version) {
-    (void)b;
     if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
         return &mc_bench_ext;
     if (strcmp(name, MEMRA_EXT_CUDA_GRAPH) == 0 && version == 1)
         return &mc_graph_ext;
+    if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1)
+        return b && mc_is_tp(b) ? &mc_tp_ext : NULL;
     return NULL;
 }
 
@@ -61,6 +70,6 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .kind = MEMRA_PLUGIN_BACKEND,
     .version = "0.1.0",
     .description = "eager CUDA decode: F32/F16/BF16/Q8_0 GEMVs, GQA attention, device sampler, stages on streams "
-                   "and devices",
+                   "and devices, tensor-parallel ranks through a collective (oneshot, nccl)",
     .backend = &mc_vtable,
 };

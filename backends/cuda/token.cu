@@ -42,6 +42,57 @@ cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
     return cudaGetLastError();
 }
 
+/* A tensor-parallel rank's commit: *pos += 1 only when every collective status of the step is 0
+ * and the previous stage's verdict (if any) is 0; the verdict goes to *verdict (device) and to
+ * ring[pos % MC_VERDICT_RING] (host-mapped) either way. */
+__global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev,
+                                        int32_t *verdict, mc_verdict *ring) {
+    const int32_t p = *pos;
+    mc_verdict v = {p, -1, 0, 0};
+    if (prev && *(const volatile int32_t *)prev != 0) {
+        v.index = -2; /* an earlier stage failed this step */
+        v.word = *(const volatile int32_t *)prev;
+    }
+    for (uint32_t i = 0; i < n && v.index == -1; i++)
+        if (status[i] != 0) {
+            v.index = (int32_t)i;
+            v.word = status[i];
+        }
+    if (v.index == -1)
+        *pos = p + 1;
+    *verdict = v.index == -1 ? 0 : (v.word ? v.word : -1);
+    volatile mc_verdict *slot = ring + ((uint32_t)p % MC_VERDICT_RING);
+    slot->index = v.index;
+    slot->word = v.word;
+    __threadfence_system();
+    slot->position = v.position;
+}
+
+cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev, int32_t *verdict,
+                              mc_verdict *ring, cudaStream_t st) {
+    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, prev, verdict, ring);
+    return cudaGetLastError();
+}
+
+/* A tensor-parallel step's outputs, published only when its verdict is 0: the hidden state and
+ * the logits a refused step computed stay out of the state's committed copies. */
+__global__ void tp_publish(const int32_t *verdict, const float *x, float *xc, uint32_t n_embd, const float *lg,
+                           float *logits, uint32_t n_vocab) {
+    if (*verdict != 0)
+        return;
+    const uint32_t stride = gridDim.x * blockDim.x;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n_vocab; i += stride)
+        logits[i] = lg[i];
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n_embd; i += stride)
+        xc[i] = x[i];
+}
+
+cudaError_t mc_tp_publish(const int32_t *verdict, const float *x, float *xc, uint32_t n_embd, const float *lg,
+                          float *logits, uint32_t n_vocab, cudaStream_t st) {
+    tp_publish<<<64, 256, 0, st>>>(verdict, x, xc, n_embd, lg, logits, n_vocab);
+    return cudaGetLastError();
+}
+
 cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st) {
     token_copy<<<1, 1, 0, st>>>(dst, src);
     return cudaGetLastError();
@@ -54,6 +105,8 @@ const char *mc_token_family(const void *f) {
     } table[] = {
         {(const void *)embed_row, "embed"},
         {(const void *)position_commit, "commit"},
+        {(const void *)position_commit_checked, "commit"},
+        {(const void *)tp_publish, "commit"},
         {(const void *)token_copy, "token"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -19,7 +19,8 @@ static const memra_option_spec placement_options[] = {
      .help = "explicit cuts c1,...,cN-1: the layer index where each later stage begins"},
     {.key = "devices",
      .default_value = "0",
-     .help = "device of each stage (or of each rank, stage-major, when tp > 1); default all 0"},
+     .help = "device of each stage (or of each rank, stage-major, when tp > 1); default: stages on 0, rank r on device "
+             "r (wrapping)"},
     {.key = "tp",
      .default_value = "1",
      .help = "tensor-parallel ranks per stage (n_head, n_head_kv and n_ff must be divisible)"},
@@ -120,7 +121,8 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
         sp->n_ranks = tp;
         for (uint32_t r = 0; r < tp; r++) {
             memra_rank_plan *rp = &sp->ranks[r];
-            uint32_t dev = 0;
+            /* absent: every stage on device 0, its ranks on devices 0, 1, ... (wrapping) */
+            uint32_t dev = n_devices ? r % n_devices : 0;
             if (n_dev_given == n_slots)
                 dev = devices[s * tp + r];
             else if (n_dev_given == n_stages)

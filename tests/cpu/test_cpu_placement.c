@@ -80,9 +80,13 @@ Test(cpu_placement, devices_and_ranks) {
             cr_assert_eq(rp->kv_head_end, 2 * r + 2);
             cr_assert_eq(rp->ff_begin, 256 * r);
             cr_assert_eq(rp->ff_end, 256 * r + 256);
-            cr_assert_eq(rp->device, 0);
+            cr_assert_eq(rp->device, (int32_t)r); /* absent devices=: rank r on device r */
         }
     }
+    /* With fewer devices than ranks the default wraps. */
+    cr_assert_eq(plan(&m, "tp=4", 3, &p, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(p.stages[0].ranks[3].device, 0);
+    cr_assert_eq(p.stages[0].ranks[2].device, 2);
     /* One device per rank, stage-major. */
     cr_assert_eq(plan(&m, "stages=2,tp=2,devices=0,1,2,3", 4, &p, &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(p.stages[0].ranks[1].device, 1);

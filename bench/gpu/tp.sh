@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tp.sh: tensor-parallel checks on the GPU(s), with binaries built on the development machine and
+# carried (bin, lib, plugins.d; default .carry-dev, or $CARRY). One H200 runs two ranks on one
+# device (oneshot; nccl must refuse that clearly); two H200s run them on two. Modes (in order):
+#   coll     the collectives through their vtables (memra_cuda_check_collective): oneshot at 2 ranks,
+#            nccl at 1 rank (one GPU) or 2 (two GPUs)
+#   gates    tiny and small (F32) and llama-1b (BF16): cuda:tp=2 against cuda-graph:tp=2 (exact, with
+#            every refusal cell), windows 1 and 3, stages=2,tp=2; cpu:tp=2 against cuda:tp=2 (nmse);
+#            cuda against cuda-graph at tp=1 (nothing regressed)
+#   refuse   what must be refused clearly (nccl with two ranks on one device)
+# A short table last; logs under $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
+B=${CARRY:-$PWD/.carry-dev}
+export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+G=$B/bin/memra-gate
+T="$OUT/table.txt"
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/machine.txt" 2>&1
+gate() { local name=$1; shift; local t0=$SECONDS
+  timeout 300 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-110)
+  local c=$(grep -o '"cells_passed":[0-9]*\|"cells":[0-9]*' "$OUT/$name.jsonl" 2>/dev/null | sort -u | tr '\n' ' ')
+  printf '%-30s rc=%s %3ss %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$c" | tee -a "$T"
+  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-240 | tee -a "$T"; }
+prog() { local name=$1; shift; local t0=$SECONDS
+  timeout 120 "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(tail -1 "$OUT/$name.log" | cut -c1-150)" | tee -a "$T"
+  [ $rc -eq 0 ] || grep -m3 'FAIL\|error' "$OUT/$name.log" | cut -c1-240 | tee -a "$T"; }
+D2=0,0; [ "$NGPU" -ge 2 ] && D2=0,1
+for mode in "${@:-coll gates refuse}"; do for m in $mode; do case $m in
+coll)
+  prog coll-oneshot-2 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 2 --devices $D2
+  if [ -e "$B/plugins.d/nccl.collective.manifest" ]; then
+    if [ "$NGPU" -ge 2 ]; then
+      prog coll-nccl-2 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 2 --devices 0,1
+      prog coll-nccl-ag-2 "$B/bin/memra_cuda_check_collective" --collective nccl:allgather --ranks 2 --devices 0,1
+    else
+      prog coll-nccl-1 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 1
+    fi
+  fi ;;
+gates)
+  S="--prime 32 --gen 32 --rows 0"
+  gate tiny-tp2-eager-graph --preset tiny --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $S --cells all
+  gate tiny-tp2-eager-graph-T1 --preset tiny --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $S --temp 1 --cells some
+  gate tiny-tp2-window3 --preset tiny --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,window=3 $S --cells none
+  gate tiny-st2-tp2 --preset tiny --a cuda:stages=2,tp=2 --b cuda-graph:stages=2,tp=2 $S --cells some
+  gate tiny-cpu-cuda-tp2 --preset tiny --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $S --compare nmse:1e-6 --cells none
+  gate tiny-tp1-eager-graph --preset tiny --a cuda --b cuda-graph $S
+  gate small-tp2-eager-graph --preset small --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $S --cells some
+  gate 1b-bf16-tp2 --preset llama-1b --dtype bf16 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 --prime 64 --gen 64 --rows 0 --cells some
+  gate 1b-q8-tp2-T1 --preset llama-1b --dtype q8_0 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 --prime 64 --gen 64 --rows 0 --temp 1 --cells none ;;
+refuse)
+  if [ -e "$B/plugins.d/nccl.collective.manifest" ] && [ "$NGPU" -lt 2 ]; then
+    gate refuse-nccl-one-device --preset tiny --a cuda:tp=2,collective=nccl --b cuda-graph:tp=2,collective=nccl --prime 4 --gen 4 --rows 0
+  fi ;;
+esac; done; done
+echo "== table =="; cat "$T"
