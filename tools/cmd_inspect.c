@@ -1,17 +1,29 @@
-/* cmd_inspect.c: `memra inspect FILE.gguf`: the header, the metadata (long arrays abbreviated),
- * the tensor table and the model description of a GGUF file, or why there is none. */
+/* cmd_inspect.c: `memra inspect FILE.gguf`: the header, what would stop `memra run` on the file
+ * (architecture, tensor types, model, tokenizer, chat format, backends), the metadata (long arrays
+ * abbreviated), the tensor table and the model description of a GGUF file, or why there is none. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "cli.h"
+#include "memra/chat.h"
+#include "memra/tokenizer.h"
 
 static const char help_text[] =
-    "usage: memra inspect FILE.gguf [--arrays N]\n"
+    "usage: memra inspect FILE.gguf [--arrays N] [--check]\n"
     "\n"
-    "Prints the GGUF header, every metadata key (arrays show their first N elements, default 8),\n"
-    "the tensors with their types, shapes, sizes and offsets, the total tensor bytes, and the\n"
-    "model description memra reads from the file (architecture and hyperparameters), or the\n"
-    "reason it cannot describe one. Exits 3 when the file cannot be read as GGUF.\n";
+    "Prints the GGUF header; then, under \"can it run?\", everything that would stop `memra run`\n"
+    "on the file, one concern a line: the architecture, the tensor types memra lacks (how many\n"
+    "tensors of each, the first names), the model description, the tokenizer kind and\n"
+    "pre-tokenizer (needed by --prompt and --chat), the chat format (needed by --chat: detected,\n"
+    "none, or a template memra refuses), and which backends could run it (no plugin is loaded).\n"
+    "Then every metadata key (arrays show their first N elements, default 8), the tensors with\n"
+    "their types, shapes, sizes and offsets, the total tensor bytes, and the model description\n"
+    "(architecture and hyperparameters), or the reason there is none.\n"
+    "\n"
+    "Exits 3 when the file cannot be read as GGUF, else 0: inspect reports, it does not refuse.\n"
+    "  --check    also exit 3, with one line on stderr naming the first reason, when the cpu\n"
+    "             backend could not run the file: an architecture, model or tensor type memra\n"
+    "             lacks, or a tokenizer it cannot build (the chat format is reported only)\n";
 
 #define STR_SHOW_MAX 80
 
@@ -137,37 +149,10 @@ static void print_tensors(const memra_gguf *g) {
     printf("  total tensor bytes: %" PRIu64 " (%s)\n", total, cli_bytes(total, buf, sizeof buf));
 }
 
-/* Every matrix of the model that memra cannot compute with, by the message memra gives on use. */
-static void print_type_support(const memra_model *m) {
-    memra_error err = {0};
-    uint32_t unsupported = 0;
-    const memra_weight *first = NULL;
-    const memra_weight *global[] = {&m->tok_embd, &m->output};
-    for (size_t i = 0; i < 2; i++)
-        if (memra_weight_check_type(global[i], &err) != MEMRA_OK && !unsupported++)
-            first = global[i];
-    for (uint32_t l = 0; l < m->n_layer; l++) {
-        const memra_layer *ly = &m->layers[l];
-        const memra_weight *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (memra_weight_check_type(ws[i], &err) != MEMRA_OK && !unsupported++)
-                first = ws[i];
-    }
-    if (!unsupported) {
-        printf("  weight types:     all supported (F32, F16, BF16, Q8_0)\n");
-        return;
-    }
-    memra_weight_check_type(first, &err);
-    printf("  weight types:     %u matri%s memra cannot compute with, e.g. %s\n", unsupported,
-           unsupported == 1 ? "x" : "ces", err.msg);
-}
-
-static void print_model(const memra_gguf *g) {
-    memra_error err = {0};
-    memra_model *m;
+static void print_model(const memra_model *m, const memra_error *err) {
     printf("\nmodel:\n");
-    if (memra_model_describe(g, &m, &err) != MEMRA_OK) {
-        printf("  no model description: %s\n", err.msg);
+    if (!m) {
+        printf("  no model description: %s\n", err->msg);
         return;
     }
     char buf[32];
@@ -192,17 +177,251 @@ static void print_model(const memra_gguf *g) {
     uint64_t kv_per_pos = 4ull * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v);
     printf("  f32 KV cache:     %" PRIu64 " bytes per position (%s at n_ctx_train)\n", kv_per_pos,
            cli_bytes(kv_per_pos * m->n_ctx_train, buf, sizeof buf));
-    print_type_support(m);
-    memra_model_free(m);
+}
+
+/* ---- can it run? ----
+ * What `memra run` would refuse, concern by concern, found by asking the library the questions a
+ * run asks (memra_model_describe, memra_tensor_type_supported, memra_tokenizer_new,
+ * memra_chat_detect), in the order a run asks them. No backend plugin is loaded: the backends'
+ * own rules are stated below from their code. */
+
+#define SHOW_NAMES 3      /* tensor names shown per type */
+#define MAX_TYPE_USES 64u /* distinct tensor types of one file: the reader knows fewer */
+
+/* The tensors of one type. */
+typedef struct type_use {
+    uint32_t type;
+    uint64_t count;
+    const char *names[SHOW_NAMES];
+} type_use;
+
+typedef struct run_check {
+    const memra_gguf *g;
+    const char *path;
+    type_use uses[MAX_TYPE_USES]; /* by type number */
+    size_t n_uses;
+    uint64_t n_tensors, n_unsupported;
+    const memra_gguf_tensor *first_unsupported; /* in file order */
+    memra_model *model;                         /* NULL when it cannot be described */
+    memra_error model_err;
+    bool arch_failed; /* the description failed on general.architecture */
+    memra_tokenizer *tok;
+    memra_error tok_err;
+    bool has_template; /* the file has tokenizer.chat_template */
+    memra_chat_format chat;
+    const char *chat_source;
+    memra_error chat_err;
+} run_check;
+
+/* The cuda backend's rules (backends/cuda/cuda_backend.cu: mc_type_ok, mc_open; cuda-graph opens
+ * it): matrices of F32, F16, BF16 or Q8_0, the llama, qwen2 and qwen3 architectures, an even
+ * head_dim of at most 1024 and n_head a multiple of n_head_kv. The cpu backend
+ * (backends/cpu/cpu_backend.c: bind_matrix, cpu_open) takes every architecture memra describes and
+ * every type memra_tensor_type_supported accepts. */
+static bool cuda_type_ok(uint32_t t) {
+    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0;
+}
+
+static bool cuda_arch_ok(memra_arch a) {
+    return a == MEMRA_ARCH_LLAMA || a == MEMRA_ARCH_QWEN2 || a == MEMRA_ARCH_QWEN3;
+}
+
+/* msg without the "PATH: " the library puts in front (the file: line above names it once). */
+static const char *no_path(const char *msg, const char *path) {
+    size_t n = strlen(path);
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        return msg + n + 2;
+    return msg;
+}
+
+static void count_types(const memra_gguf *g, run_check *rc) {
+    rc->n_tensors = memra_gguf_tensor_count(g);
+    for (uint64_t i = 0; i < rc->n_tensors; i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        size_t k = 0;
+        while (k < rc->n_uses && rc->uses[k].type < t->type)
+            k++;
+        if (k == rc->n_uses || rc->uses[k].type != t->type) {
+            if (rc->n_uses == MAX_TYPE_USES)
+                continue; /* never: the reader refuses types it does not know */
+            memmove(&rc->uses[k + 1], &rc->uses[k], (rc->n_uses - k) * sizeof rc->uses[0]);
+            memset(&rc->uses[k], 0, sizeof rc->uses[k]);
+            rc->uses[k].type = t->type;
+            rc->n_uses++;
+        }
+        type_use *u = &rc->uses[k];
+        if (u->count < SHOW_NAMES)
+            u->names[u->count] = t->name;
+        u->count++;
+        if (!memra_tensor_type_supported(t->type) && !rc->n_unsupported++)
+            rc->first_unsupported = t;
+    }
+}
+
+static void run_check_gather(const memra_gguf *g, run_check *rc) {
+    memset(rc, 0, sizeof *rc);
+    rc->g = g;
+    rc->path = memra_gguf_path(g);
+    count_types(g, rc);
+    if (memra_model_describe(g, &rc->model, &rc->model_err) != MEMRA_OK) {
+        rc->model = NULL;
+        const memra_gguf_value *a = memra_gguf_find(g, "general.architecture");
+        rc->arch_failed = !a || a->type != MEMRA_GGUF_STRING || strstr(rc->model_err.msg, "general.architecture");
+    }
+    if (memra_tokenizer_new(g, &rc->tok, &rc->tok_err) != MEMRA_OK)
+        rc->tok = NULL;
+    rc->has_template = memra_gguf_find(g, "tokenizer.chat_template") != NULL;
+    if (rc->tok && memra_chat_detect(g, rc->tok, &rc->chat, &rc->chat_source, NULL, &rc->chat_err) != MEMRA_OK)
+        rc->chat = 0;
+}
+
+static void run_check_free(run_check *rc) {
+    memra_model_free(rc->model);
+    memra_tokenizer_free(rc->tok);
+}
+
+/* Whether the cpu backend can open the file: described, and every tensor of a supported type. */
+static bool cpu_runs(const run_check *rc) { return rc->model && rc->n_unsupported == 0; }
+
+/* Why the cuda backend would refuse the file, into buf; false when it would not. */
+static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
+    if (!rc->model) {
+        snprintf(buf, size, "the file has no model memra can describe");
+        return true;
+    }
+    const memra_model *m = rc->model;
+    if (!cuda_arch_ok(m->arch)) {
+        snprintf(buf, size, "architecture %s (it runs llama, qwen2 and qwen3)", m->arch_name);
+        return true;
+    }
+    for (size_t k = 0; k < rc->n_uses; k++)
+        if (!cuda_type_ok(rc->uses[k].type)) {
+            snprintf(buf, size, "%" PRIu64 " tensor%s of type %s, e.g. %s (it computes with F32, F16, BF16 and Q8_0)",
+                     rc->uses[k].count, rc->uses[k].count == 1 ? "" : "s", memra_tensor_type_name(rc->uses[k].type),
+                     rc->uses[k].names[0]);
+            return true;
+        }
+    if (m->head_dim % 2 || m->head_dim > 1024 || m->n_head % m->n_head_kv) {
+        snprintf(buf, size, "head_dim %" PRIu32 " with %" PRIu32 " heads and %" PRIu32 " kv heads", m->head_dim,
+                 m->n_head, m->n_head_kv);
+        return true;
+    }
+    return false;
+}
+
+/* The first thing that stops a run on the cpu backend (a --prompt run included), into buf;
+ * false when nothing does. */
+static bool run_check_stop(const run_check *rc, char *buf, size_t size) {
+    if (!rc->model)
+        snprintf(buf, size, "memra run would stop: %s", no_path(rc->model_err.msg, rc->path));
+    else if (rc->first_unsupported)
+        snprintf(buf, size,
+                 "memra run would stop: tensor '%s' has type %s, which memra does not support (%" PRIu64 " of %" PRIu64
+                 " tensors have types memra lacks)",
+                 rc->first_unsupported->name, memra_tensor_type_name(rc->first_unsupported->type), rc->n_unsupported,
+                 rc->n_tensors);
+    else if (!rc->tok)
+        snprintf(buf, size, "memra run --prompt would stop: %s", no_path(rc->tok_err.msg, rc->path));
+    else
+        return false;
+    return true;
+}
+
+#define ROW "  %-18s"
+
+static void print_types(const run_check *rc) {
+    if (rc->n_unsupported == 0) {
+        printf(ROW "ok: %" PRIu64 " tensor%s:", "tensor types:", rc->n_tensors, rc->n_tensors == 1 ? "" : "s");
+        for (size_t k = 0; k < rc->n_uses; k++)
+            printf("%s %s %" PRIu64, k ? "," : "", memra_tensor_type_name(rc->uses[k].type), rc->uses[k].count);
+        putchar('\n');
+        return;
+    }
+    printf(ROW "STOP: %" PRIu64 " of %" PRIu64 " tensors have types memra lacks:\n", "tensor types:", rc->n_unsupported,
+           rc->n_tensors);
+    for (size_t k = 0; k < rc->n_uses; k++) {
+        const type_use *u = &rc->uses[k];
+        if (memra_tensor_type_supported(u->type))
+            continue;
+        printf(ROW "  %s: %" PRIu64 " tensor%s: ", "", memra_tensor_type_name(u->type), u->count,
+               u->count == 1 ? "" : "s");
+        uint64_t shown = u->count < SHOW_NAMES ? u->count : SHOW_NAMES;
+        for (uint64_t i = 0; i < shown; i++)
+            printf("%s%s", i ? ", " : "", u->names[i]);
+        if (u->count > shown)
+            printf(", ... %" PRIu64 " more", u->count - shown);
+        putchar('\n');
+    }
+}
+
+static void print_can_it_run(const run_check *rc) {
+    printf("\ncan it run? (what memra run would refuse; no backend is loaded)\n");
+    if (rc->model)
+        printf(ROW "ok: %s\n", "architecture:", rc->model->arch_name);
+    else if (rc->arch_failed)
+        printf(ROW "STOP: %s\n", "architecture:", no_path(rc->model_err.msg, rc->path));
+    else { /* a known name: the description failed on something else (model, below) */
+        const memra_gguf_value *a = memra_gguf_find(rc->g, "general.architecture");
+        printf(ROW "ok: %.*s\n", "architecture:", (int)(a->v.str.len > 64 ? 64 : a->v.str.len), a->v.str.ptr);
+    }
+    if (rc->model)
+        printf(ROW "ok: the hyperparameters read and every tensor bound in its shape\n", "model:");
+    else if (rc->arch_failed)
+        printf(ROW "not described (its architecture, above)\n", "model:");
+    else
+        printf(ROW "STOP: %s\n", "model:", no_path(rc->model_err.msg, rc->path));
+    print_types(rc);
+    if (rc->tok)
+        printf(ROW "ok: %s, pre-tokenizer %s, %" PRIu32 " tokens\n", "tokenizer:", memra_tokenizer_kind(rc->tok),
+               memra_tokenizer_pre(rc->tok), memra_tokenizer_n_tokens(rc->tok));
+    else
+        printf(ROW "STOP for --prompt and --chat (token ids still run): %s\n",
+               "tokenizer:", no_path(rc->tok_err.msg, rc->path));
+    if (!rc->tok)
+        printf(ROW "STOP for --chat: no tokenizer (above)\n", "chat format:");
+    else if (rc->chat)
+        printf(ROW "ok: %s, from %s\n", "chat format:", memra_chat_format_name(rc->chat), rc->chat_source);
+    else
+        printf(ROW "STOP for --chat (%s): %s\n", "chat format:", rc->has_template ? "refused" : "none",
+               no_path(rc->chat_err.msg, rc->path));
+    char why[512];
+    if (cpu_runs(rc))
+        printf(ROW "cpu: runs it\n", "backends:");
+    else
+        printf(ROW "cpu: cannot: %s\n", "backends:", rc->model ? "tensor types (above)" : "no model (above)");
+    if (cuda_refuses(rc, why, sizeof why))
+        printf(ROW "cuda, cuda-graph: cannot: %s\n", "", why);
+    else
+        printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU)\n", "");
+    if (!cpu_runs(rc)) {
+        printf(ROW "memra run stops:", "verdict:");
+        const char *sep = " ";
+        if (!rc->model) {
+            printf("%s%s", sep, rc->arch_failed ? "architecture" : "model");
+            sep = ", ";
+        }
+        if (rc->n_unsupported) {
+            printf("%stensor types", sep);
+            sep = ", ";
+        }
+        if (!rc->tok)
+            printf("%stokenizer", sep);
+        putchar('\n');
+    } else if (!rc->tok)
+        printf(ROW "runs on the cpu backend with token ids only (--tokens, --prompt-ids); --prompt and --chat stop\n",
+               "verdict:");
+    else
+        printf(ROW "runs on the cpu backend: token ids, --prompt%s\n",
+               "verdict:", rc->chat ? " and --chat" : " (not --chat)");
 }
 
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect";
-    cli_opt opts[] = {{"--arrays", NULL, true, NULL}};
+    cli_opt opts[] = {{"--arrays", NULL, true, NULL}, {"--check", NULL, false, NULL}};
     const char *pos[1];
     size_t n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, 1, pos, 1, &n_pos, help_text, &help);
+    int rc = cli_parse(cmd, argc, argv, 1, opts, 2, pos, 1, &n_pos, help_text, &help);
     if (rc != CLI_EXIT_OK || help)
         return rc;
     if (n_pos != 1) {
@@ -210,7 +429,7 @@ int cmd_inspect(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     uint32_t max_items = 8;
-    const char *arrays = cli_get(opts, 1, "--arrays");
+    const char *arrays = cli_get(opts, 2, "--arrays");
     if (arrays && !cli_u32(cmd, "--arrays", arrays, 0, 1000000, &max_items))
         return CLI_EXIT_USAGE;
     memra_error err = {0};
@@ -225,9 +444,20 @@ int cmd_inspect(int argc, char **argv) {
            "\n",
            memra_gguf_version(g), memra_gguf_alignment(g), cli_bytes(memra_gguf_file_size(g), buf, sizeof buf),
            memra_gguf_file_size(g), memra_gguf_data_offset(g));
+    run_check check;
+    run_check_gather(g, &check);
+    print_can_it_run(&check);
     print_metadata(g, max_items);
     print_tensors(g);
-    print_model(g);
+    print_model(check.model, &check.model_err);
+    rc = CLI_EXIT_OK;
+    char why[MEMRA_ERROR_MSG_MAX];
+    if (cli_get(opts, 2, "--check") && run_check_stop(&check, why, sizeof why)) {
+        fflush(stdout);
+        cli_error(cmd, "%s: %s", memra_gguf_path(g), why);
+        rc = CLI_EXIT_ERROR;
+    }
+    run_check_free(&check);
     memra_gguf_close(g);
-    return CLI_EXIT_OK;
+    return rc;
 }

@@ -107,9 +107,11 @@ memra_status memra_chat_detect(const memra_gguf *g, const memra_tokenizer *t, me
             head[k++] = (c >= 0x20 && c < 0x7f) ? (char)c : ' ';
         }
         head[k] = '\0';
-        return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "%s: chat template not supported (memra knows ChatML, Llama 3 and Gemma): \"%s\"%s", path,
-                          head, n > k ? "..." : "");
+        return memra_fail(
+            err, MEMRA_E_UNSUPPORTED,
+            "%s: chat template not supported (key tokenizer.chat_template; memra knows ChatML, Llama 3 and "
+            "Gemma): \"%s\"%s",
+            path, head, n > k ? "..." : "");
     }
     memra_gguf_str arch = {0};
     const memra_gguf_value *a = memra_gguf_find(g, "general.architecture");

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,35 +17,17 @@
 #include <criterion/criterion.h>
 
 #include "memra/fileio.h"
+#include "test_files.h"
 
 static char g_tmp[256];
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+static void tmp_setup(void) { tmp_dir_make(g_tmp, sizeof g_tmp, NULL, "fileio"); }
 
-static void tmp_setup(void) {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/memra-fileio-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
-}
-
-static void tmp_teardown(void) {
-    if (g_tmp[0])
-        nftw(g_tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void tmp_teardown(void) { tmp_dir_remove(g_tmp); }
 
 TestSuite(fileio, .init = tmp_setup, .fini = tmp_teardown);
 
-static char *tmp_path(const char *name) {
-    static char ring[16][PATH_MAX];
-    static unsigned next;
-    char *p = ring[next++ % 16];
-    snprintf(p, PATH_MAX, "%s/%s", g_tmp, name);
-    return p;
-}
+static char *tmp_path(const char *name) { return tmp_dir_path(g_tmp, name); }
 
 /* The whole file, NUL-terminated; *n its size. */
 static char *slurp(const char *path, size_t *n) {

@@ -14,6 +14,7 @@
 #include "gguf_bytes.h"
 #include "memra/gguf.h"
 #include "memra/synth.h"
+#include "test_files.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -26,20 +27,24 @@
 static const uint64_t ne_32x2[2] = {32, 2};
 
 /* Opens b (copied into an exactly sized buffer) and expects MEMRA_E_FORMAT with `want` in the
- * message, which starts with the name. */
-static void expect_reject(const gb_bytes *b, const char *want) {
+ * message, which starts with the name. `label` names the case in a failure. */
+static void expect_reject_as(const char *label, const gb_bytes *b, const char *want) {
     uint8_t *copy = malloc(b->n ? b->n : 1);
     if (b->n)
         memcpy(copy, b->p, b->n);
     memra_gguf *g = (memra_gguf *)1;
     memra_error e = {0};
     memra_status st = memra_gguf_open_memory(copy, b->n, "bad.gguf", &g, &e);
-    cr_assert_eq(st, MEMRA_E_FORMAT, "status %s, message '%s'", memra_status_name(st), e.msg);
-    cr_assert_null(g);
-    cr_assert(strncmp(e.msg, "bad.gguf: ", 10) == 0, "message '%s' does not start with the name", e.msg);
-    cr_assert(strstr(e.msg, want), "message '%s' lacks '%s'", e.msg, want);
+    cr_assert_eq(st, MEMRA_E_FORMAT, "%sstatus %s, message '%s'", label, memra_status_name(st), e.msg);
+    cr_assert_null(g, "%sa handle on failure", label);
+    cr_assert(strncmp(e.msg, "bad.gguf: ", 10) == 0, "%smessage '%s' does not start with the name", label, e.msg);
+    cr_assert(strstr(e.msg, want), "%smessage '%s' lacks '%s'", label, e.msg, want);
     free(copy);
 }
+
+static void expect_reject(const gb_bytes *b, const char *want) { expect_reject_as("", b, want); }
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Opens b and expects success. */
 static memra_gguf *expect_open(const gb_bytes *b) {
@@ -86,16 +91,36 @@ static void cap_memory(void) {
 
 /* ---- header ---- */
 
-Test(gguf_malformed, empty_file) {
-    gb_bytes b = {0};
-    expect_reject(&b, "truncated in the header (magic): need 4 bytes at offset 0, only 0 left");
-}
+/* The header of a file of `version` with no tensors and no keys, cut to `cut` bytes. */
+#define WHOLE SIZE_MAX
+static const struct header_case {
+    const char *name;
+    uint32_t version;
+    size_t cut; /* WHOLE: not cut */
+    const char *want;
+} header_cases[] = {
+    {"an empty file", 3, 0, "truncated in the header (magic): need 4 bytes at offset 0, only 0 left"},
+    {"a cut magic", 3, 2, "truncated in the header (magic)"},
+    {"a cut version", 3, 5, "truncated in the header (version): need 4 bytes at offset 4, only 1 left"},
+    {"a cut n_tensors", 3, 12, "truncated in the header (n_tensors): need 8 bytes at offset 8, only 4 left"},
+    {"a cut n_kv", 2, 20, "truncated in the header (n_kv): need 8 bytes at offset 16, only 4 left"},
+    {"version 1", 1, WHOLE, "GGUF version 1 (32-bit counts, 2023) is not supported, expected version 2 or 3"},
+    {"version 4", 4, WHOLE, "header at offset 4: GGUF version 4, expected 2 or 3"},
+    {"big-endian", 0x03000000u, WHOLE, "big-endian GGUF (version field 03000000) is not supported"},
+};
 
-Test(gguf_malformed, truncated_magic) {
-    gb_bytes b = {0};
-    gb_put(&b, "GG", 2);
-    expect_reject(&b, "truncated in the header (magic)");
-    gb_free(&b);
+Test(gguf_malformed, header_cut_or_of_a_version_refused) {
+    for (size_t i = 0; i < N_OF(header_cases); i++) {
+        const struct header_case *c = &header_cases[i];
+        char label[64];
+        snprintf(label, sizeof label, "%s: ", c->name);
+        gb_bytes b = {0};
+        gb_header(&b, c->version, 0, 0);
+        if (c->cut != WHOLE)
+            b.n = c->cut;
+        expect_reject_as(label, &b, c->want);
+        gb_free(&b);
+    }
 }
 
 Test(gguf_malformed, wrong_magic) {
@@ -105,54 +130,6 @@ Test(gguf_malformed, wrong_magic) {
     gb_u64(&b, 0);
     gb_u64(&b, 0);
     expect_reject(&b, "not a GGUF file: magic at offset 0 is 47 47 4d 4c, expected \"GGUF\"");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, truncated_version) {
-    gb_bytes b = {0};
-    gb_u32(&b, 0x46554747u);
-    gb_u8(&b, 3);
-    expect_reject(&b, "truncated in the header (version): need 4 bytes at offset 4, only 1 left");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, version_1_refused) {
-    gb_bytes b = {0};
-    gb_header(&b, 1, 0, 0);
-    expect_reject(&b, "GGUF version 1 (32-bit counts, 2023) is not supported, expected version 2 or 3");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, version_4_refused) {
-    gb_bytes b = {0};
-    gb_header(&b, 4, 0, 0);
-    expect_reject(&b, "header at offset 4: GGUF version 4, expected 2 or 3");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, big_endian_refused) {
-    gb_bytes b = {0};
-    gb_header(&b, 0x03000000u, 0, 0);
-    expect_reject(&b, "big-endian GGUF (version field 03000000) is not supported");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, truncated_n_tensors) {
-    gb_bytes b = {0};
-    gb_u32(&b, 0x46554747u);
-    gb_u32(&b, 3);
-    gb_u32(&b, 0);
-    expect_reject(&b, "truncated in the header (n_tensors): need 8 bytes at offset 8, only 4 left");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, truncated_n_kv) {
-    gb_bytes b = {0};
-    gb_u32(&b, 0x46554747u);
-    gb_u32(&b, 2);
-    gb_u64(&b, 0);
-    gb_u32(&b, 0);
-    expect_reject(&b, "truncated in the header (n_kv): need 8 bytes at offset 16, only 4 left");
     gb_free(&b);
 }
 
@@ -338,62 +315,41 @@ Test(gguf_malformed, truncated_value_type) {
     gb_free(&b);
 }
 
-Test(gguf_malformed, unknown_value_type) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "k", 13);
-    gb_u64(&b, 0);
-    expect_reject(&b, "metadata key 'k': unknown value type 13 at offset 33, expected 0..12");
-    gb_free(&b);
-}
+/* One key of `type` whose value is the n raw bytes given (a file of one key and no tensors). */
+static const struct value_case {
+    const char *key;
+    uint32_t type;
+    const char *bytes;
+    size_t n;
+    const char *want;
+} value_cases[] = {
+    {"k", 13, "\0\0\0\0\0\0\0\0", 8, "metadata key 'k': unknown value type 13 at offset 33, expected 0..12"},
+    /* the n_kv bound passes: 1 pair needs 14 bytes, and there are 9 + 4 + 3 = 16 */
+    {"k", MEMRA_GGUF_UINT64, "\1\2\3", 3,
+     "truncated in the uint64 value of 'k': need 8 bytes at offset 37, only 3 left"},
+    {"rope.freq_base", MEMRA_GGUF_FLOAT64, "\0\0\0\0", 4,
+     "truncated in the float64 value of 'rope.freq_base': need 8 bytes"},
+    /* length 2^40, then 3 bytes */
+    {"name", MEMRA_GGUF_STRING, "\0\0\0\0\0\1\0\0abc", 11,
+     "the string value of 'name': string length 1099511627776 at offset 40 runs past the end of the file (3 bytes "
+     "left)"},
+    {"name", MEMRA_GGUF_STRING, "\3\0\0\0", 4,
+     "truncated in the string value of 'name': need 8 bytes at offset 40, only 4 left"},
+    {"flag", MEMRA_GGUF_BOOL, "\2", 1, "bool value of 'flag' at offset 40 is 2, expected 0 or 1"},
+};
 
-Test(gguf_malformed, truncated_scalar_value) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "k", MEMRA_GGUF_UINT64);
-    gb_put(&b, "\1\2\3", 3);
-    gb_zeros(&b, 0);
-    /* n_kv check: 1 pair needs 14 bytes, and we have 9 + 4 + 3 = 16 */
-    expect_reject(&b, "truncated in the uint64 value of 'k': need 8 bytes at offset 37, only 3 left");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, truncated_float64_value) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "rope.freq_base", MEMRA_GGUF_FLOAT64);
-    gb_u32(&b, 0);
-    expect_reject(&b, "truncated in the float64 value of 'rope.freq_base': need 8 bytes");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, string_value_length_past_end) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "name", MEMRA_GGUF_STRING);
-    gb_u64(&b, 1ull << 40);
-    gb_put(&b, "abc", 3);
-    expect_reject(&b, "the string value of 'name': string length 1099511627776 at offset 40 runs past the end of the "
-                      "file (3 bytes left)");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, truncated_string_value_length) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "name", MEMRA_GGUF_STRING);
-    gb_u32(&b, 3);
-    expect_reject(&b, "truncated in the string value of 'name': need 8 bytes at offset 40, only 4 left");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, bool_not_0_or_1) {
-    gb_bytes b = {0};
-    gb_header(&b, 3, 0, 1);
-    gb_key(&b, "flag", MEMRA_GGUF_BOOL);
-    gb_u8(&b, 2);
-    expect_reject(&b, "bool value of 'flag' at offset 40 is 2, expected 0 or 1");
-    gb_free(&b);
+Test(gguf_malformed, value_of_an_unknown_type_cut_or_out_of_range) {
+    for (size_t i = 0; i < N_OF(value_cases); i++) {
+        const struct value_case *c = &value_cases[i];
+        char label[96];
+        snprintf(label, sizeof label, "key '%s' of type %u: ", c->key, c->type);
+        gb_bytes b = {0};
+        gb_header(&b, 3, 0, 1);
+        gb_key(&b, c->key, c->type);
+        gb_put(&b, c->bytes, c->n);
+        expect_reject_as(label, &b, c->want);
+        gb_free(&b);
+    }
 }
 
 /* ---- arrays ---- */
@@ -510,29 +466,36 @@ static void alignment_file(gb_bytes *b, uint32_t type, uint64_t value, size_t va
     gb_put(b, &value, value_bytes);
 }
 
-Test(gguf_malformed, alignment_wrong_type) {
+static const struct alignment_case {
+    const char *name;
+    uint32_t type;
+    uint64_t value;
+    size_t value_bytes;
+    const char *want;
+} alignment_cases[] = {
+    {"uint64", MEMRA_GGUF_UINT64, 32, 8, "metadata 'general.alignment' has type uint64, expected uint32"},
+    {"zero", MEMRA_GGUF_UINT32, 0, 4, "metadata 'general.alignment' is 0, expected a nonzero power of two"},
+    {"48", MEMRA_GGUF_UINT32, 48, 4, "metadata 'general.alignment' is 48, expected a nonzero power of two"},
+};
+
+Test(gguf_malformed, alignment_of_a_wrong_type_or_value) {
+    for (size_t i = 0; i < N_OF(alignment_cases); i++) {
+        const struct alignment_case *c = &alignment_cases[i];
+        char label[64];
+        snprintf(label, sizeof label, "alignment %s: ", c->name);
+        gb_bytes b = {0};
+        alignment_file(&b, c->type, c->value, c->value_bytes);
+        expect_reject_as(label, &b, c->want);
+        gb_free(&b);
+    }
+}
+
+Test(gguf_malformed, alignment_string) {
     gb_bytes b = {0};
-    alignment_file(&b, MEMRA_GGUF_UINT64, 32, 8);
-    expect_reject(&b, "metadata 'general.alignment' has type uint64, expected uint32");
-    gb_free(&b);
     gb_header(&b, 3, 0, 1);
     gb_key(&b, "general.alignment", MEMRA_GGUF_STRING);
     gb_str(&b, "32");
     expect_reject(&b, "metadata 'general.alignment' has type string, expected uint32");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, alignment_zero) {
-    gb_bytes b = {0};
-    alignment_file(&b, MEMRA_GGUF_UINT32, 0, 4);
-    expect_reject(&b, "metadata 'general.alignment' is 0, expected a nonzero power of two");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, alignment_not_power_of_two) {
-    gb_bytes b = {0};
-    alignment_file(&b, MEMRA_GGUF_UINT32, 48, 4);
-    expect_reject(&b, "metadata 'general.alignment' is 48, expected a nonzero power of two");
     gb_free(&b);
 }
 
@@ -567,21 +530,6 @@ Test(gguf_malformed, tensor_name_with_nul) {
     gb_free(&b);
 }
 
-Test(gguf_malformed, n_dims_zero) {
-    gb_bytes b = {0};
-    one_tensor(&b, 0, ne_32x2, MEMRA_TYPE_F32, 0, 256);
-    expect_reject(&b, "tensor 't': n_dims 0 at offset 33, expected 1..4");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, n_dims_five) {
-    gb_bytes b = {0};
-    uint64_t ne[5] = {32, 1, 1, 1, 1};
-    one_tensor(&b, 5, ne, MEMRA_TYPE_F32, 0, 128);
-    expect_reject(&b, "tensor 't': n_dims 5 at offset 33, expected 1..4");
-    gb_free(&b);
-}
-
 Test(gguf_malformed, truncated_in_dims) {
     gb_bytes b = {0};
     gb_header(&b, 3, 1, 0);
@@ -608,56 +556,63 @@ Test(gguf_malformed, truncated_in_type_and_offset) {
     gb_free(&b);
 }
 
-Test(gguf_malformed, zero_dimension) {
-    gb_bytes b = {0};
-    uint64_t ne[2] = {32, 0};
-    one_tensor(&b, 2, ne, MEMRA_TYPE_F32, 0, 0);
-    expect_reject(&b, "tensor 't': dimension 1 is 0 at offset 45, expected 1..2^63-1");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, dimension_above_int64) {
-    gb_bytes b = {0};
-    uint64_t ne[1] = {1ull << 63};
-    one_tensor(&b, 1, ne, MEMRA_TYPE_I8, 0, 0);
-    expect_reject(&b, "tensor 't': dimension 0 is 9223372036854775808 at offset 37, expected 1..2^63-1");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, dims_product_overflow) {
+/* One tensor info, then padding and `data` zero bytes (one_tensor). */
+static const struct tensor_case {
+    const char *name;
+    uint32_t n_dims;
+    uint64_t ne[5];
+    uint32_t type;
+    size_t data;
+    const char *want;
+} tensor_cases[] = {
+    {"n_dims 0", 0, {32, 2}, MEMRA_TYPE_F32, 256, "tensor 't': n_dims 0 at offset 33, expected 1..4"},
+    {"n_dims 5", 5, {32, 1, 1, 1, 1}, MEMRA_TYPE_F32, 128, "tensor 't': n_dims 5 at offset 33, expected 1..4"},
+    {"a zero dimension",
+     2,
+     {32, 0},
+     MEMRA_TYPE_F32,
+     0,
+     "tensor 't': dimension 1 is 0 at offset 45, expected 1..2^63-1"},
+    {"a dimension above int64",
+     1,
+     {1ull << 63},
+     MEMRA_TYPE_I8,
+     0,
+     "tensor 't': dimension 0 is 9223372036854775808 at offset 37, expected 1..2^63-1"},
     /* 2^32 * 2^32 = 2^64: a product that wraps to zero. */
-    gb_bytes b = {0};
-    uint64_t ne[2] = {1ull << 32, 1ull << 32};
-    one_tensor(&b, 2, ne, MEMRA_TYPE_I8, 0, 0);
-    expect_reject(&b, "tensor 't': the product of its dimensions overflows 64 bits (at dimension 1, offset 45)");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, byte_size_wraps_to_zero) {
+    {"dimensions whose product overflows",
+     2,
+     {1ull << 32, 1ull << 32},
+     MEMRA_TYPE_I8,
+     0,
+     "tensor 't': the product of its dimensions overflows 64 bits (at dimension 1, offset 45)"},
     /* 2^62 F32 elements: 2^64 bytes, which a naive n * 4 makes 0 (and so "fits" any file). */
-    gb_bytes b = {0};
-    uint64_t ne[1] = {1ull << 62};
-    one_tensor(&b, 1, ne, MEMRA_TYPE_F32, 0, 0);
-    expect_reject(&b, "tensor 't': its size in bytes (4611686018427387904 elements of F32) overflows 64 bits");
-    gb_free(&b);
-}
+    {"a byte size that wraps to zero",
+     1,
+     {1ull << 62},
+     MEMRA_TYPE_F32,
+     0,
+     "tensor 't': its size in bytes (4611686018427387904 elements of F32) overflows 64 bits"},
+    {"tensor type 4", 2, {32, 2}, 4, 256, "tensor 't': unknown tensor type 4 at offset 53"},
+    {"tensor type 0xdeadbeef", 2, {32, 2}, 0xdeadbeef, 256, "unknown tensor type 3735928559"},
+    {"columns not a multiple of the block",
+     2,
+     {33, 2},
+     MEMRA_TYPE_Q8_0,
+     256,
+     "tensor 't': 33 columns are not a multiple of the Q8_0 block of 32"},
+};
 
-Test(gguf_malformed, unknown_tensor_type) {
-    gb_bytes b = {0};
-    one_tensor(&b, 2, ne_32x2, 4, 0, 256);
-    expect_reject(&b, "tensor 't': unknown tensor type 4 at offset 53");
-    gb_free(&b);
-    one_tensor(&b, 2, ne_32x2, 0xdeadbeef, 0, 256);
-    expect_reject(&b, "unknown tensor type 3735928559");
-    gb_free(&b);
-}
-
-Test(gguf_malformed, columns_not_multiple_of_block) {
-    gb_bytes b = {0};
-    uint64_t ne[2] = {33, 2};
-    one_tensor(&b, 2, ne, MEMRA_TYPE_Q8_0, 0, 256);
-    expect_reject(&b, "tensor 't': 33 columns are not a multiple of the Q8_0 block of 32");
-    gb_free(&b);
+Test(gguf_malformed, tensor_info_of_a_bad_shape_or_type) {
+    for (size_t i = 0; i < N_OF(tensor_cases); i++) {
+        const struct tensor_case *c = &tensor_cases[i];
+        char label[64];
+        snprintf(label, sizeof label, "%s: ", c->name);
+        gb_bytes b = {0};
+        one_tensor(&b, c->n_dims, c->ne, c->type, 0, c->data);
+        expect_reject_as(label, &b, c->want);
+        gb_free(&b);
+    }
 }
 
 Test(gguf_malformed, duplicate_tensor_name) {
@@ -827,8 +782,8 @@ Test(gguf_malformed, nonzero_padding_between_tensors) {
 Test(gguf_malformed, truncated_file_on_disk) {
     gb_bytes b = {0};
     valid_one_tensor(&b);
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/memra-gguf-malformed-%ld.gguf", (long)getpid());
+    char path[4096];
+    tmp_file_path(path, sizeof path, "malformed.gguf");
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f);
     fwrite(b.p, 1, b.n - 100, f);
@@ -849,8 +804,8 @@ Test(gguf_malformed, missing_and_empty_files) {
     cr_assert(strstr(e.msg, "/nonexistent/model.gguf: cannot open: No such file or directory"), "%s", e.msg);
     cr_assert_eq(memra_gguf_open("/tmp", &g, &e), MEMRA_E_IO);
     cr_assert(strstr(e.msg, "/tmp: not a regular file"), "%s", e.msg);
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/memra-gguf-empty-%ld.gguf", (long)getpid());
+    char path[4096];
+    tmp_file_path(path, sizeof path, "empty.gguf");
     fclose(fopen(path, "wb"));
     cr_assert_eq(memra_gguf_open(path, &g, &e), MEMRA_E_FORMAT);
     cr_assert(strstr(e.msg, "truncated in the header (magic): the file is empty"), "%s", e.msg);
@@ -860,8 +815,8 @@ Test(gguf_malformed, missing_and_empty_files) {
 /* A FIFO is refused before anything blocks on it: opening one for reading waits for a writer
  * unless the reader asks not to, and no writer ever comes here (the test's timeout would fail). */
 Test(gguf_malformed, fifo_refused_without_blocking, .timeout = 10) {
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/memra-gguf-fifo-%ld", (long)getpid());
+    char path[4096];
+    tmp_file_path(path, sizeof path, "fifo");
     unlink(path);
     cr_assert_eq(mkfifo(path, 0600), 0);
     memra_gguf *g = NULL;
@@ -887,8 +842,8 @@ Test(gguf_malformed, truncated_after_open_stays_readable) {
         float v = (float)i;
         gb_put(&b, &v, 4);
     }
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/memra-gguf-shrink-%ld.gguf", (long)getpid());
+    char path[4096];
+    tmp_file_path(path, sizeof path, "shrink.gguf");
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f);
     cr_assert_eq(fwrite(b.p, 1, b.n, f), b.n);
@@ -1038,8 +993,8 @@ Test(gguf_malformed, preset_in_memory_beyond_available_memory) {
 /* A model file larger than what may still be allocated is refused before it is read, naming it. */
 Test(gguf_malformed, file_beyond_available_memory) {
 #ifndef UNDER_ASAN
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/memra-gguf-big-%ld.gguf", (long)getpid());
+    char path[4096];
+    tmp_file_path(path, sizeof path, "big.gguf");
     gb_bytes b = {0};
     valid_one_tensor(&b);
     FILE *f = fopen(path, "wb");

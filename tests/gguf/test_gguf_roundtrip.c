@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "memra/gguf.h"
+#include "test_files.h"
 
 #define OK(call)                                                                                                       \
     do {                                                                                                               \
@@ -293,23 +294,12 @@ Test(gguf_roundtrip, memory_v2) { roundtrip_memory(2, 0); }
 Test(gguf_roundtrip, memory_v3_alignment_64) { roundtrip_memory(3, 64); }
 Test(gguf_roundtrip, memory_v2_alignment_1) { roundtrip_memory(2, 1); }
 
+/* A file name of this test process in the build tree (malloc'd). */
 static char *temp_path(const char *name) {
-    const char *dir = getenv("MEMRA_BUILD_DIR");
     char *path = malloc(4096);
-    snprintf(path, 4096, "%s/gguf-test-%ld-%s", dir && dir[0] ? dir : "/tmp", (long)getpid(), name);
+    cr_assert_not_null(path);
+    tmp_file_path(path, 4096, name);
     return path;
-}
-
-static void *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(*size ? *size : 1);
-    cr_assert_eq(fread(p, 1, *size, f), *size);
-    fclose(f);
-    return p;
 }
 
 /* No temporary (path.tmp.XXXXXX, the writer's mkstemp name) is left beside path. */
@@ -339,7 +329,7 @@ static void roundtrip_file(uint32_t version, bool use_fill) {
     void *mem = NULL;
     size_t mem_size = 0, file_size = 0;
     OK(memra_gguf_writer_write_memory(w, &mem, &mem_size, err));
-    void *file = read_all(path, &file_size);
+    void *file = file_slurp(path, &file_size);
     cr_assert_eq(file_size, mem_size);
     cr_assert(memcmp(file, mem, mem_size) == 0);
     if (use_fill) {
@@ -395,7 +385,7 @@ static void streamed(bool to_file) {
     char *path = temp_path("big.gguf");
     if (to_file) {
         OK(memra_gguf_writer_write_file(w, path, err));
-        buf = read_all(path, &size);
+        buf = file_slurp(path, &size);
         unlink(path);
     } else {
         OK(memra_gguf_writer_write_memory(w, &buf, &size, err));

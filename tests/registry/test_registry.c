@@ -2,7 +2,6 @@
  * message, the host table, and the log sink. Each test writes manifests into its own temporary
  * folder, pointing at the test plugins built in REGTEST_PLUGIN_DIR. */
 #include <dlfcn.h>
-#include <ftw.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -17,6 +16,7 @@
 
 #include "memra/digest.h"
 #include "memra/registry.h"
+#include "test_files.h"
 
 /* Under AddressSanitizer each test ends with a leak check of its own: LeakSanitizer's report
  * at a Criterion worker's exit comes after the test has passed and fails nothing. */
@@ -35,21 +35,10 @@
 
 static char g_tmp[256];
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void tmp_setup(void) {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/memra-regtest-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
-}
+static void tmp_setup(void) { tmp_dir_make(g_tmp, sizeof g_tmp, NULL, "regtest"); }
 
 static void tmp_teardown(void) {
-    if (g_tmp[0])
-        nftw(g_tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_dir_remove(g_tmp);
     memra_set_log_sink(NULL, NULL);
 #ifdef REGTEST_LSAN
     /* An assertion in .fini does not fail the test; a crash does. */
@@ -65,10 +54,7 @@ TestSuite(registry, .init = tmp_setup, .fini = tmp_teardown);
 /* g_tmp/name, created as a folder when mkdir is true. The string lives in a ring of static
  * buffers, enough for any one test. */
 static char *tmp_path(const char *name, bool mkdir_it) {
-    static char ring[16][PATH_MAX];
-    static unsigned next;
-    char *p = ring[next++ % 16];
-    snprintf(p, PATH_MAX, "%s/%s", g_tmp, name);
+    char *p = tmp_dir_path(g_tmp, name);
     if (mkdir_it)
         cr_assert_eq(mkdir(p, 0755), 0, "mkdir %s", p);
     return p;

@@ -7,7 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "test_files.h"
+#include "tool_run.h"
 #include "memra/chat.h"
 #include "memra/gguf.h"
 #include "memra/synth.h"
@@ -245,7 +246,7 @@ Test(chat, stream_holds_back_a_split_character) {
 
 /* The ids of the json written beside a --dump-logits file ("tokens": [...]). */
 static size_t read_dump_tokens(const char *json_path, long *ids, size_t cap) {
-    char *j = slurp_n(json_path, NULL);
+    char *j = file_slurp(json_path, NULL);
     char *p = strstr(j, "\"tokens\": [");
     cr_assert_not_null(p, "%s", j);
     p += strlen("\"tokens\": [");
@@ -269,11 +270,11 @@ static size_t push_bytes(long *ids, size_t n, const char *s) {
 
 Test(run_text, chat_renders_the_expected_tokens) {
     char model[512], dump[512], json[600];
-    tmp_path(model, sizeof model, "chatml.gguf");
-    tmp_path(dump, sizeof dump, "chat.logits");
+    tmp_file_path(model, sizeof model, "chatml.gguf");
+    tmp_file_path(dump, sizeof dump, "chat.logits");
     snprintf(json, sizeof json, "%s.json", dump);
     write_model(model, chatml_tpl);
-    result r = run_tool("memra", "run", "--model", model, "--chat", "hi", "-n", "0", "--dump-logits", dump, NULL);
+    tool_result r = tool_run("memra", "run", "--model", model, "--chat", "hi", "-n", "0", "--dump-logits", dump, NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_assert(strstr(r.err, "chat format chatml") && strstr(r.err, "default system message"), "%s", r.err);
     long got[256], want[256];
@@ -293,9 +294,9 @@ Test(run_text, chat_renders_the_expected_tokens) {
     cr_assert_eq(n_got, n, "%zu prompt tokens, expected %zu", n_got, n);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(got[i], want[i], "token %zu: %ld, expected %ld", i, got[i], want[i]);
-    done(&r);
+    tool_result_free(&r);
     /* Negative control: --prompt with the same text keeps the specials as plain text. */
-    r = run_tool("memra", "run", "--model", model, "--prompt", "<|im_start|>hi", "-n", "0", "--dump-logits", dump,
+    r = tool_run("memra", "run", "--model", model, "--prompt", "<|im_start|>hi", "-n", "0", "--dump-logits", dump,
                  NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     n_got = read_dump_tokens(json, got, 256);
@@ -304,7 +305,7 @@ Test(run_text, chat_renders_the_expected_tokens) {
     cr_assert_eq(n_got, n, "%zu prompt tokens, expected %zu", n_got, n);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(got[i], want[i], "token %zu: %ld, expected %ld", i, got[i], want[i]);
-    done(&r);
+    tool_result_free(&r);
     unlink(dump);
     unlink(json);
     unlink(model);
@@ -329,10 +330,10 @@ static size_t expected_text(const long *ids, size_t n, char *out) {
 
 Test(run_text, prompt_streams_the_generated_text) {
     char model[512];
-    tmp_path(model, sizeof model, "stream.gguf");
+    tmp_file_path(model, sizeof model, "stream.gguf");
     write_model(model, chatml_tpl);
     /* The ids the text run must generate (greedy; --tokens gives the same prompt: "hi" is 258). */
-    result ids = run_tool("memra", "run", "--model", model, "--tokens", "258", "-n", "40", NULL);
+    tool_result ids = tool_run("memra", "run", "--model", model, "--tokens", "258", "-n", "40", NULL);
     cr_assert_eq(ids.code, 0, "%s", ids.err);
     long gen[64];
     size_t n = 0;
@@ -345,17 +346,17 @@ Test(run_text, prompt_streams_the_generated_text) {
     char want[4096];
     size_t want_len = expected_text(gen, n, want);
     want[want_len++] = '\n';
-    result r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "40", NULL);
+    tool_result r = tool_run("memra", "run", "--model", model, "--prompt", "hi", "-n", "40", NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_assert_eq(r.out_len, want_len, "stdout has %zu bytes, expected %zu", r.out_len, want_len);
     cr_assert(memcmp(r.out, want, want_len) == 0, "the streamed text differs from the generated ids' text");
-    done(&r);
+    tool_result_free(&r);
     /* Negative control: -n 0 prints no text at all (the prompt is not echoed). */
-    r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "0", NULL);
+    r = tool_run("memra", "run", "--model", model, "--prompt", "hi", "-n", "0", NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     cr_assert_str_eq(r.out, "\n");
-    done(&r);
-    done(&ids);
+    tool_result_free(&r);
+    tool_result_free(&ids);
     unlink(model);
 }
 
@@ -365,30 +366,30 @@ Test(run_text, one_prompt_source) {
                               {"--tokens", "1", "--chat", "x"},
                               {"--prompt-ids", "/nonexistent", "--prompt", "x"}};
     for (size_t i = 0; i < 4; i++) {
-        result r = run_tool("memra", "run", pairs[i][0], pairs[i][1], pairs[i][2], pairs[i][3], NULL);
+        tool_result r = tool_run("memra", "run", pairs[i][0], pairs[i][1], pairs[i][2], pairs[i][3], NULL);
         cr_assert_eq(r.code, 2, "%s %s: exit %d: %s", pairs[i][0], pairs[i][2], r.code, r.err);
         cr_assert(strstr(r.err, "exclude each other") && strstr(r.err, pairs[i][0]) && strstr(r.err, pairs[i][2]), "%s",
                   r.err);
-        done(&r);
+        tool_result_free(&r);
     }
-    result r = run_tool("memra", "run", "--prompt", "", NULL);
+    tool_result r = tool_run("memra", "run", "--prompt", "", NULL);
     cr_assert_eq(r.code, 2, "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(run_text, unknown_template_refused) {
     char model[512];
-    tmp_path(model, sizeof model, "other.gguf");
+    tmp_file_path(model, sizeof model, "other.gguf");
     write_model(model, other_tpl);
-    result r = run_tool("memra", "run", "--model", model, "--chat", "hi", "-n", "4", NULL);
+    tool_result r = tool_run("memra", "run", "--model", model, "--chat", "hi", "-n", "4", NULL);
     cr_assert_eq(r.code, 3, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "chat template not supported") && strstr(r.err, "[INST]"), "%s", r.err);
     cr_assert_str_eq(r.out, "");
-    done(&r);
+    tool_result_free(&r);
     /* Negative control: --prompt on the same file needs no chat format. */
-    r = run_tool("memra", "run", "--model", model, "--prompt", "hi", "-n", "4", NULL);
+    r = tool_run("memra", "run", "--model", model, "--prompt", "hi", "-n", "4", NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     unlink(model);
 }
 
@@ -396,32 +397,32 @@ Test(run_text, unknown_template_refused) {
 
 Test(gate_text, prompt_primes_from_text) {
     char model[512], rec[512];
-    tmp_path(model, sizeof model, "gate.gguf");
-    tmp_path(rec, sizeof rec, "gate.jsonl");
+    tmp_file_path(model, sizeof model, "gate.gguf");
+    tmp_file_path(rec, sizeof rec, "gate.jsonl");
     write_model(model, chatml_tpl);
-    result r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=2", "--prompt", "hi \"there\"",
-                        "--gen", "4", "--rows", "0", "--jsonl", rec, NULL);
+    tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=2", "--prompt",
+                             "hi \"there\"", "--gen", "4", "--rows", "0", "--jsonl", rec, NULL);
     cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
-    char *j = slurp_n(rec, NULL);
+    char *j = file_slurp(rec, NULL);
     /* "hi", " ", "\"", "there" ... by hand: hi, Ġ, ", t h e r e, " = 1 + 1 + 1 + 5 + 1 */
     cr_assert(strstr(j, "\"prompt\":{\"source\":\"--prompt\",\"text\":\"hi \\\"there\\\"\",\"n_tokens\":9"), "%s", j);
     cr_assert(strstr(j, "\"prime\":9"), "%s", j);
     free(j);
-    done(&r);
+    tool_result_free(&r);
     /* Negative controls: a --prime other than the token count; --prompt with --prompt-ids; no model. */
-    r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt", "hi \"there\"", "--prime", "8",
+    r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt", "hi \"there\"", "--prime", "8",
                  "--gen", "4", "--rows", "0", NULL);
     cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "--prompt has 9 tokens, but --prime is 8"), "%s", r.err);
-    done(&r);
-    r = run_tool("memra-gate", "--model", model, "--prompt", "hi", "--prompt-ids", model, NULL);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--model", model, "--prompt", "hi", "--prompt-ids", model, NULL);
     cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "exclude each other"), "%s", r.err);
-    done(&r);
-    r = run_tool("memra-gate", "--prompt", "hi", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--prompt", "hi", NULL);
     cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "--prompt needs --model"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     unlink(rec);
     unlink(model);
 }

@@ -1,63 +1,42 @@
 /* test_text_models.c: text in and out on SmolLM2-135M-Instruct (Q4_1), from the model cache
  * (~/.cache/memra/models, or $MEMRA_MODEL_CACHE; scripts/fetch-models.sh puts it there). When the
  * file is absent each test is skipped with the reason printed. */
-#include <sys/stat.h>
-
-#include "common.h"
-
-#define SMOLLM2 "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-/* The cached model's path into buf; skips the test (saying why) when it is not there. */
-static bool model_path(const char *file, char *buf, size_t size) {
-    const char *cache = getenv("MEMRA_MODEL_CACHE");
-    char dflt[4096];
-    if (!cache || !*cache) {
-        const char *home = getenv("HOME");
-        snprintf(dflt, sizeof dflt, "%s/.cache/memra/models", home ? home : "");
-        cache = dflt;
-    }
-    snprintf(buf, size, "%s/%s", cache, file);
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "SKIP: %s not found (run scripts/fetch-models.sh, or set MEMRA_MODEL_CACHE)\n", buf);
-        cr_skip_test("%s not found (run scripts/fetch-models.sh, or set MEMRA_MODEL_CACHE)", buf);
-        return false;
-    }
-    return true;
-}
+#include "model_cache.h"
+#include "tool_run.h"
 
 Test(smollm2, chat_answers_paris) {
     char model[4200];
-    if (!model_path(SMOLLM2, model, sizeof model))
+    if (!model_cache_require(MODEL_SMOLLM2, model, sizeof model))
         return;
-    result r = run_tool("memra", "run", "--model", model, "--chat", "What is the capital of France?", "-n", "48", NULL);
+    tool_result r =
+        tool_run("memra", "run", "--model", model, "--chat", "What is the capital of France?", "-n", "48", NULL);
     cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
     fprintf(stderr, "SmolLM2 --chat: %s", r.out);
     cr_assert(strstr(r.out, "Paris"), "no Paris in: %s", r.out);
     cr_assert(strstr(r.err, "chat format chatml") && strstr(r.err, "default system message"), "%s", r.err);
     cr_assert(strstr(r.err, "stopped by end-of-generation token 2"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     /* Negative control: with no generated tokens there is no Paris (the answer is the model's,
      * not an echo of the prompt). */
-    r = run_tool("memra", "run", "--model", model, "--chat", "What is the capital of France?", "-n", "0", NULL);
+    r = tool_run("memra", "run", "--model", model, "--chat", "What is the capital of France?", "-n", "0", NULL);
     cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
     cr_assert_str_eq(r.out, "\n");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(smollm2, gate_prompt_passes_exactly) {
     char model[4200];
-    if (!model_path(SMOLLM2, model, sizeof model))
+    if (!model_cache_require(MODEL_SMOLLM2, model, sizeof model))
         return;
-    result r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=3", "--prompt",
-                        "The capital of France is", "--gen", "16", "--rows", "2", NULL);
+    tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=3", "--prompt",
+                             "The capital of France is", "--gen", "16", "--rows", "2", NULL);
     cr_assert_eq(r.code, 0, "exit %d: %s%s", r.code, r.out, r.err);
     cr_assert(strstr(r.out, "\"n_tokens\":5") || strstr(r.err, "5 prime + 16 gen"), "%s%s", r.out, r.err);
-    done(&r);
+    tool_result_free(&r);
     /* Negative control: a --prime that is not the prompt's token count is refused. */
-    r = run_tool("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=3", "--prompt",
+    r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=3", "--prompt",
                  "The capital of France is", "--prime", "6", "--gen", "16", "--rows", "2", NULL);
     cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "--prompt has 5 tokens, but --prime is 6"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
 }

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "memra/tokenizer.h"
+#include "model_cache.h"
 
 typedef struct tok_fixture {
     const char *text;
@@ -24,31 +24,10 @@ typedef struct tok_fixture {
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-/* The cached model's path into buf, or false (and the reason in why) when it is not there. */
-static bool model_path(const char *file, char *buf, size_t size, char *why, size_t why_size) {
-    const char *cache = getenv("MEMRA_MODEL_CACHE");
-    char dflt[4096];
-    if (!cache || !*cache) {
-        const char *home = getenv("HOME");
-        snprintf(dflt, sizeof dflt, "%s/.cache/memra/models", home ? home : "");
-        cache = dflt;
-    }
-    snprintf(buf, size, "%s/%s", cache, file);
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(why, why_size, "%s not found (run scripts/fetch-models.sh, or set MEMRA_MODEL_CACHE)", buf);
-        return false;
-    }
-    return true;
-}
-
 static memra_tokenizer *open_model(const char *file) {
-    char path[4200], why[4400];
-    if (!model_path(file, path, sizeof path, why, sizeof why)) {
-        fprintf(stderr, "SKIP: %s\n", why); /* printed whether or not Criterion runs verbose */
-        cr_skip_test("%s", why);
+    char path[4200];
+    if (!model_cache_require(file, path, sizeof path))
         return NULL;
-    }
     memra_error err = {0};
     memra_gguf *g = NULL;
     cr_assert_eq(memra_gguf_open(path, &g, &err), MEMRA_OK, "%s", err.msg);
@@ -143,7 +122,7 @@ static void check_round_trips(memra_tokenizer *t, unsigned seed, bool raw) {
 }
 
 Test(tokenizer_models, smollm2) {
-    memra_tokenizer *t = open_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    memra_tokenizer *t = open_model(MODEL_SMOLLM2);
     cr_assert_str_eq(memra_tokenizer_kind(t), "gpt2");
     cr_assert_str_eq(memra_tokenizer_pre(t), "smollm");
     cr_assert_eq(memra_tokenizer_n_tokens(t), 49152);
@@ -165,7 +144,7 @@ Test(tokenizer_models, smollm2) {
 }
 
 Test(tokenizer_models, gemma3) {
-    memra_tokenizer *t = open_model("gemma-3-270m-q4_k_m.gguf");
+    memra_tokenizer *t = open_model(MODEL_GEMMA3);
     cr_assert_str_eq(memra_tokenizer_kind(t), "llama");
     cr_assert_eq(memra_tokenizer_n_tokens(t), 262144);
     cr_assert(memra_tokenizer_add_bos(t));

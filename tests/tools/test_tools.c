@@ -1,87 +1,17 @@
 /* test_tools.c: the memra command as a user meets it: exit codes (0 ok, 2 usage, 3 error), the
  * messages of usage errors, --help of every subcommand, --version, inspect of a generated file,
  * run's token stream and --dump-logits files, bench's JSON line, plugins' table. */
-#include <criterion/criterion.h>
-#include <fcntl.h>
-#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct result {
-    int code;
-    char *out;
-    char *err;
-} result;
+#include "test_files.h"
+#include "tool_run.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static const char *bin_dir(void) {
-    const char *d = getenv("MEMRA_BIN_DIR");
-    cr_assert(d && *d, "MEMRA_BIN_DIR is not set (run through ctest)");
-    return d;
-}
-
-static void tmp_path(char *buf, size_t size, const char *name) {
-    const char *dir = getenv("MEMRA_BUILD_DIR");
-    snprintf(buf, size, "%s/test_tools_%d_%s", dir && *dir ? dir : "/tmp", (int)getpid(), name);
-}
-
-/* Runs memra with the given arguments (NULL-terminated), capturing stdout, stderr and the exit
- * code. */
-static result run(const char *arg, ...) {
-    const char *argv[64];
-    char exe[1024];
-    snprintf(exe, sizeof exe, "%s/memra", bin_dir());
-    int n = 0;
-    argv[n++] = exe;
-    va_list ap;
-    va_start(ap, arg);
-    for (const char *a = arg; a && n < 63; a = va_arg(ap, const char *))
-        argv[n++] = a;
-    va_end(ap);
-    argv[n] = NULL;
-    char out_path[512], err_path[512];
-    tmp_path(out_path, sizeof out_path, "stdout");
-    tmp_path(err_path, sizeof err_path, "stderr");
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out_path), slurp(err_path)};
-    unlink(out_path);
-    unlink(err_path);
-    return r;
-}
-
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-static void expect_impl(const result *r, int code, const char *which, const char *text, const char *needle) {
+static void expect_impl(const tool_result *r, int code, const char *which, const char *text, const char *needle) {
     cr_assert_eq(r->code, code, "exit %d, expected %d; stderr: %s", r->code, code, r->err);
     if (needle)
         cr_assert_not_null(strstr(text, needle), "%s lacks '%s':\n%s", which, needle, text);
@@ -89,44 +19,38 @@ static void expect_impl(const result *r, int code, const char *which, const char
 #define EXPECT(r, want_code, stream, needle) expect_impl(&(r), (want_code), #stream, (r).stream, (needle))
 
 /* The cpu backend is always built in this tree: its absence is a failure, never a skip. */
-static void require_cpu_backend(void) {
-    const char *dir = getenv("MEMRA_BUILD_DIR");
-    cr_assert_not_null(dir, "MEMRA_BUILD_DIR is not set (ctest sets it): cannot find the build's plugins");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/plugins.d/cpu.backend.manifest", dir);
-    cr_assert_eq(access(path, R_OK), 0, "%s is missing: the cpu backend was not built", path);
-}
+static void require_cpu_backend(void) { tool_require_manifest("cpu.backend.manifest"); }
 
 Test(tools, no_command_is_usage) {
-    result r = run(NULL);
+    tool_result r = tool_run("memra", NULL);
     EXPECT(r, 2, err, "usage: memra COMMAND");
-    done(&r);
-    r = run("frobnicate", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "frobnicate", NULL);
     EXPECT(r, 2, err, "memra: unknown command 'frobnicate'");
-    done(&r);
-    r = run("--frobnicate", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "--frobnicate", NULL);
     EXPECT(r, 2, err, "unknown option '--frobnicate'");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(tools, help_and_version) {
-    result r = run("--help", NULL);
+    tool_result r = tool_run("memra", "--help", NULL);
     EXPECT(r, 0, out, "usage: memra COMMAND");
-    done(&r);
-    r = run("--version", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "--version", NULL);
     EXPECT(r, 0, out, "memra 0.1.0 (commit ");
-    done(&r);
+    tool_result_free(&r);
     const char *subs[] = {"plugins", "inspect", "mkmodel", "run", "bench"};
     for (size_t i = 0; i < 5; i++) {
         char want[64];
         snprintf(want, sizeof want, "usage: memra %s", subs[i]);
-        r = run(subs[i], "--help", NULL);
+        r = tool_run("memra", subs[i], "--help", NULL);
         EXPECT(r, 0, out, want);
         cr_assert_eq(r.err[0], '\0', "memra %s --help wrote to stderr: %s", subs[i], r.err);
-        done(&r);
-        r = run(subs[i], "-h", NULL);
+        tool_result_free(&r);
+        r = tool_run("memra", subs[i], "-h", NULL);
         EXPECT(r, 0, out, want);
-        done(&r);
+        tool_result_free(&r);
     }
 }
 
@@ -135,82 +59,83 @@ Test(tools, unknown_flags_are_usage_errors_naming_the_flag) {
     for (size_t i = 0; i < 5; i++) {
         char want[96];
         snprintf(want, sizeof want, "memra %s: unknown option '--no-such-flag'", subs[i]);
-        result r = run(subs[i], "--no-such-flag", NULL);
+        tool_result r = tool_run("memra", subs[i], "--no-such-flag", NULL);
         EXPECT(r, 2, err, want);
-        done(&r);
+        tool_result_free(&r);
     }
 }
 
 Test(tools, bad_values_are_usage_errors) {
-    result r = run("run", "--model", NULL);
+    tool_result r = tool_run("memra", "run", "--model", NULL);
     EXPECT(r, 2, err, "memra run: option '--model' needs a value");
-    done(&r);
-    r = run("run", "-n", "abc", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "-n", "abc", NULL);
     EXPECT(r, 2, err, "memra run: -n 'abc': expected an integer");
-    done(&r);
-    r = run("run", "--preset", "huge", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--preset", "huge", NULL);
     EXPECT(r, 2, err, "memra run: --preset 'huge': expected tiny");
-    done(&r);
-    r = run("run", "--dtype", "q2_k", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--dtype", "q2_k", NULL);
     EXPECT(r, 2, err, "--dtype 'q2_k'");
-    done(&r);
-    r = run("run", "--top-k", "5", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--top-k", "5", NULL);
     EXPECT(r, 2, err, "--top-k samples: it needs --temp T");
-    done(&r);
-    r = run("run", "--model", "x.gguf", "--preset", "tiny", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--model", "x.gguf", "--preset", "tiny", NULL);
     EXPECT(r, 2, err, "--model and --preset exclude each other");
-    done(&r);
-    r = run("run", "--tokens", "1,,2", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--tokens", "1,,2", NULL);
     EXPECT(r, 2, err, "--tokens '1,,2'");
-    done(&r);
-    r = run("run", "-n", "4", "-n", "5", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "-n", "4", "-n", "5", NULL);
     EXPECT(r, 2, err, "option '--n-gen' is given twice");
-    done(&r);
-    r = run("bench", "--reps", "0", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--reps", "0", NULL);
     EXPECT(r, 2, err, "memra bench: --reps '0'");
-    done(&r);
-    r = run("mkmodel", "--preset", "tiny", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "mkmodel", "--preset", "tiny", NULL);
     EXPECT(r, 2, err, "memra mkmodel: no output file");
-    done(&r);
-    r = run("mkmodel", "--preset", "huge", "-o", "/tmp/never-written.gguf", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "mkmodel", "--preset", "huge", "-o", "/tmp/never-written.gguf", NULL);
     EXPECT(r, 2, err, "unknown preset 'huge'");
-    done(&r);
-    r = run("inspect", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", NULL);
     EXPECT(r, 2, err, "memra inspect: no file given");
-    done(&r);
-    r = run("inspect", "a.gguf", "b.gguf", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", "a.gguf", "b.gguf", NULL);
     EXPECT(r, 2, err, "unexpected argument 'b.gguf'");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(tools, missing_files_are_errors) {
-    result r = run("inspect", "/nonexistent/model.gguf", NULL);
+    tool_result r = tool_run("memra", "inspect", "/nonexistent/model.gguf", NULL);
     EXPECT(r, 3, err, "/nonexistent/model.gguf");
-    done(&r);
-    r = run("run", "--model", "/nonexistent/model.gguf", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--model", "/nonexistent/model.gguf", NULL);
     EXPECT(r, 3, err, "/nonexistent/model.gguf");
-    done(&r);
+    tool_result_free(&r);
     char path[512];
-    tmp_path(path, sizeof path, "garbage.gguf");
+    tmp_file_path(path, sizeof path, "garbage.gguf");
     FILE *f = fopen(path, "wb");
     fputs("this is not a gguf file at all, not even close", f);
     fclose(f);
-    r = run("inspect", path, NULL);
+    r = tool_run("memra", "inspect", path, NULL);
     EXPECT(r, 3, err, path);
-    done(&r);
+    tool_result_free(&r);
     unlink(path);
-    r = run("mkmodel", "-o", "/nonexistent/dir/m.gguf", NULL);
+    r = tool_run("memra", "mkmodel", "-o", "/nonexistent/dir/m.gguf", NULL);
     EXPECT(r, 3, err, "/nonexistent/dir/m.gguf");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(tools, mkmodel_then_inspect) {
     char path[512];
-    tmp_path(path, sizeof path, "qwen3.gguf");
-    result r = run("mkmodel", "--preset", "qwen3-tiny", "--dtype", "q8_0", "--seed", "3", "-o", path, NULL);
+    tmp_file_path(path, sizeof path, "qwen3.gguf");
+    tool_result r =
+        tool_run("memra", "mkmodel", "--preset", "qwen3-tiny", "--dtype", "q8_0", "--seed", "3", "-o", path, NULL);
     EXPECT(r, 0, err, "memra mkmodel: wrote");
-    done(&r);
-    r = run("inspect", path, NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", path, NULL);
     EXPECT(r, 0, out, "general.architecture");
     const char *needles[] = {"\"qwen3\"",
                              "tokenizer.ggml.tokens",
@@ -225,23 +150,29 @@ Test(tools, mkmodel_then_inspect) {
                              "neox pairing",
                              "per-head q/k norm",
                              "tied to token_embd.weight",
-                             "all supported"};
+                             "can it run?",
+                             "architecture:     ok: qwen3",
+                             "tensor types:     ok: 46 tensors: F32 17, Q8_0 29",
+                             "tokenizer:        ok: llama, pre-tokenizer sentencepiece, 512 tokens",
+                             "chat format:      STOP for --chat (none): no chat template (tokenizer.chat_template)",
+                             "cpu: runs it",
+                             "verdict:          runs on the cpu backend: token ids, --prompt (not --chat)"};
     for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++)
         cr_assert_not_null(strstr(r.out, needles[i]), "inspect output lacks '%s':\n%s", needles[i], r.out);
-    done(&r);
-    r = run("inspect", "--arrays", "2", path, NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", "--arrays", "2", path, NULL);
     EXPECT(r, 0, out, "\"<unk>\", \"<s>\", ... 510 more");
-    done(&r);
+    tool_result_free(&r);
     unlink(path);
 }
 
 Test(tools, plugins_lists_the_cpu_backend) {
     require_cpu_backend();
-    result r = run("plugins", NULL);
+    tool_result r = tool_run("memra", "plugins", NULL);
     EXPECT(r, 0, out, "folders searched");
     cr_assert(strstr(r.out, "cpu ") && strstr(r.out, "backend"), "%s", r.out);
     cr_assert_not_null(strstr(r.out, "libmemra-backend-cpu.so"), "%s", r.out);
-    done(&r);
+    tool_result_free(&r);
 }
 
 /* Counts whitespace-separated words. */
@@ -258,9 +189,10 @@ static size_t count_words(const char *s) {
 Test(tools, run_prints_tokens_and_dumps_logits) {
     require_cpu_backend();
     char path[512], json_path[600];
-    tmp_path(path, sizeof path, "logits.f32");
+    tmp_file_path(path, sizeof path, "logits.f32");
     snprintf(json_path, sizeof json_path, "%s.json", path);
-    result r = run("run", "--preset", "tiny", "--tokens", "1,5,9", "-n", "8", "--dump-logits", path, NULL);
+    tool_result r =
+        tool_run("memra", "run", "--preset", "tiny", "--tokens", "1,5,9", "-n", "8", "--dump-logits", path, NULL);
     EXPECT(r, 0, err, "tok/s");
     cr_assert_not_null(strstr(r.err, "peak RSS"), "%s", r.err);
     cr_assert_eq(count_words(r.out), 8, "expected 8 token ids, got: %s", r.out);
@@ -268,7 +200,7 @@ Test(tools, run_prints_tokens_and_dumps_logits) {
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
     cr_assert_eq(st.st_size, 10 * 512 * 4, "logits file has %lld bytes", (long long)st.st_size);
-    char *json = slurp(json_path);
+    char *json = file_slurp(json_path, NULL);
     cr_assert_not_null(strstr(json, "\"n_vocab\": 512"), "%s", json);
     cr_assert_not_null(strstr(json, "\"steps\": 10"), "%s", json);
     /* The inputs: the prompt, then the first 7 generated tokens. */
@@ -284,57 +216,59 @@ Test(tools, run_prints_tokens_and_dumps_logits) {
     free(json);
 
     /* Greedy decoding: the same tokens again, and the same logits. */
-    char *logits = slurp(path);
-    result r2 = run("run", "--preset", "tiny", "--tokens", "1,5,9", "-n", "8", "--dump-logits", path, NULL);
+    char *logits = file_slurp(path, NULL);
+    tool_result r2 =
+        tool_run("memra", "run", "--preset", "tiny", "--tokens", "1,5,9", "-n", "8", "--dump-logits", path, NULL);
     EXPECT(r2, 0, err, NULL);
     cr_assert_str_eq(r2.out, r.out);
-    char *logits2 = slurp(path);
+    char *logits2 = file_slurp(path, NULL);
     cr_assert(memcmp(logits, logits2, 10 * 512 * 4) == 0, "two greedy runs dumped different logits");
     free(logits);
     free(logits2);
-    done(&r2);
-    done(&r);
+    tool_result_free(&r2);
+    tool_result_free(&r);
     unlink(path);
     unlink(json_path);
 }
 
 Test(tools, run_refuses_bad_tokens_and_arms) {
     require_cpu_backend();
-    result r = run("run", "--tokens", "512", NULL);
+    tool_result r = tool_run("memra", "run", "--tokens", "512", NULL);
     EXPECT(r, 2, err, "token 512 is not below n_vocab 512");
-    done(&r);
-    r = run("run", "--backend", "cpu:no_such_key=1", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--backend", "cpu:no_such_key=1", NULL);
     EXPECT(r, 2, err, "no_such_key");
-    done(&r);
-    r = run("run", "--backend", "nosuchbackend", NULL); /* a usage error naming it (issue 14) */
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--backend", "nosuchbackend", NULL); /* a usage error naming it (issue 14) */
     EXPECT(r, 2, err, "nosuchbackend");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(tools, run_samples_with_a_seed) {
     require_cpu_backend();
-    result a = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
-    result b = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
-    result c = run("run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "8", NULL);
+    tool_result a = tool_run("memra", "run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
+    tool_result b = tool_run("memra", "run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "7", NULL);
+    tool_result c = tool_run("memra", "run", "-n", "16", "--temp", "1", "--top-k", "40", "--seed", "8", NULL);
     EXPECT(a, 0, err, NULL);
     EXPECT(c, 0, err, NULL);
     cr_assert_str_eq(a.out, b.out, "the same seed sampled different tokens");
     cr_assert_str_neq(a.out, c.out, "seeds 7 and 8 sampled the same 16 tokens");
-    done(&a);
-    done(&b);
-    done(&c);
+    tool_result_free(&a);
+    tool_result_free(&b);
+    tool_result_free(&c);
 }
 
 Test(tools, bench_writes_a_json_line) {
     require_cpu_backend();
     char path[512];
-    tmp_path(path, sizeof path, "bench.jsonl");
+    tmp_file_path(path, sizeof path, "bench.jsonl");
     unlink(path);
-    result r = run("bench", "--preset", "tiny", "--prime", "16", "-n", "8", "--reps", "3", "--jsonl", path, NULL);
+    tool_result r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "16", "-n", "8", "--reps", "3", "--jsonl",
+                             path, NULL);
     EXPECT(r, 0, out, "tok/s");
     cr_assert_not_null(strstr(r.out, "GB/s"), "%s", r.out);
     cr_assert_not_null(strstr(r.out, "device:       cpu"), "%s", r.out);
-    char *line = slurp(path);
+    char *line = file_slurp(path, NULL);
     const char *needles[] = {"\"record\": \"bench\"", "\"commit\": \"",   "\"device\": \"cpu",
                              "\"arm\": \"cpu\"",      "\"prime\": 16",    "\"n\": 8",
                              "\"reps\": 3",           "\"tok_s_mean\": ", "\"gb_s\": ",
@@ -344,7 +278,7 @@ Test(tools, bench_writes_a_json_line) {
     cr_assert_eq(line[strlen(line) - 1], '\n');
     cr_assert_eq(strchr(line, '\n'), line + strlen(line) - 1, "one line expected: %s", line);
     free(line);
-    done(&r);
+    tool_result_free(&r);
     unlink(path);
 }
 
@@ -376,8 +310,9 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
         for (int i = 0; i < 256; i++) /* memra-gate's default prompt ids */
             k += snprintf(prompt + k, sizeof prompt - (size_t)k, "%s%ld", i ? "," : "", (100 + 7L * i % 900) % n_vocab);
         for (int with_prompt = 0; with_prompt < 2; with_prompt++) {
-            result r = with_prompt ? run("run", "--preset", presets[p], "--tokens", prompt, "-n", "256", NULL)
-                                   : run("run", "--preset", presets[p], "-n", "256", NULL);
+            tool_result r =
+                with_prompt ? tool_run("memra", "run", "--preset", presets[p], "--tokens", prompt, "-n", "256", NULL)
+                            : tool_run("memra", "run", "--preset", presets[p], "-n", "256", NULL);
             EXPECT(r, 0, err, NULL);
             long t[256];
             size_t n = 0;
@@ -396,7 +331,7 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
             for (size_t i = 0; i < n; i++)
                 cr_assert_neq(t[i], 2, "%s%s: EOS at generated token %zu", presets[p],
                               with_prompt ? " (gate prompt)" : "", i);
-            done(&r);
+            tool_result_free(&r);
         }
     }
 }
@@ -405,18 +340,17 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
  * token in the third repetition (the third restore), and bench must refuse the figures. */
 Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
     require_cpu_backend(); /* and the test-only faulty backend beside it (tests/gate/faulty) */
-    char manifest[1024];
-    snprintf(manifest, sizeof manifest, "%s/plugins.d/faulty.backend.manifest", getenv("MEMRA_BUILD_DIR"));
-    cr_assert_eq(access(manifest, R_OK), 0, "%s is missing: tests/gate/faulty was not built", manifest);
-    result r = run("bench", "--preset", "tiny", "--backend", "faulty:corrupt_row=2", "--prime", "16", "-n", "8",
-                   "--reps", "3", NULL);
+    tool_require_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
+    tool_result r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty:corrupt_row=2", "--prime", "16",
+                             "-n", "8", "--reps", "3", NULL);
     EXPECT(r, 3, err, "memra bench: repetition 3 generated token");
     cr_assert_not_null(strstr(r.err, "is not deterministic"), "%s", r.err);
     cr_assert_null(strstr(r.out, "tok/s"), "bench printed figures for a nondeterministic arm:\n%s", r.out);
-    done(&r);
-    r = run("bench", "--preset", "tiny", "--backend", "faulty", "--prime", "16", "-n", "8", "--reps", "3", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty", "--prime", "16", "-n", "8", "--reps", "3",
+                 NULL);
     EXPECT(r, 0, out, "tok/s");
-    done(&r);
+    tool_result_free(&r);
 }
 
 /* The cuda backend's arm options are checked before any device is asked for, so a bad value is a
@@ -431,13 +365,13 @@ Test(tools, cuda_arm_options_are_checked_before_the_device) {
         fprintf(stderr, "SKIP: %s is missing (configured without MEMRA_CUDA)\n", path);
         cr_skip_test("the cuda plugins are not built");
     }
-    result r = run("run", "--backend", "cuda:pdl=2", NULL);
+    tool_result r = tool_run("memra", "run", "--backend", "cuda:pdl=2", NULL);
     EXPECT(r, 2, err, "pdl=2: expected an integer from 0 to 1");
-    done(&r);
-    r = run("run", "--backend", "cuda-graph:pdl=x", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--backend", "cuda-graph:pdl=x", NULL);
     EXPECT(r, 2, err, "pdl=x: expected an integer from 0 to 1");
-    done(&r);
-    r = run("run", "--backend", "cuda:pdl0", NULL);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--backend", "cuda:pdl0", NULL);
     EXPECT(r, 2, err, "pdl0");
-    done(&r);
+    tool_result_free(&r);
 }

@@ -18,63 +18,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-enum out_mode { OUT_FILE, OUT_FULL, OUT_CLOSED };
+#include "test_files.h"
+#include "tool_run.h"
 
-typedef struct spawn_opts {
-    enum out_mode out;
-    long long fsize_limit; /* RLIMIT_FSIZE of the child in bytes; 0: none */
-    double timeout_s;      /* the child is killed past it and the result says so; 0: 60 s */
-} spawn_opts;
-
-typedef struct result {
-    int code;   /* exit status, or -1 when killed by a signal */
-    int signal; /* the signal that ended it, or 0 */
-    bool timed_out;
-    char *out;
-    char *err;
-} result;
-
-static const char *build_dir(void) {
-    const char *d = getenv("MEMRA_BUILD_DIR");
-    cr_assert(d && *d, "MEMRA_BUILD_DIR is not set (run through ctest)");
-    return d;
-}
-
-static char *slurp_n(const char *path, size_t *n_out) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (n_out)
-        *n_out = (size_t)n;
-    return buf;
-}
-
-/* A fresh folder of this test process under the build tree. */
+/* A fresh private folder of this test process under the build tree. */
 static void fresh_dir(char *buf, size_t size, const char *name) {
-    snprintf(buf, size, "%s/test_tools_io_%d_%s", build_dir(), (int)getpid(), name);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", buf);
-    cr_assert_eq(system(cmd), 0);
-    cr_assert_eq(mkdir(buf, 0755), 0, "mkdir %s: %s", buf, strerror(errno));
+    char tag[128];
+    snprintf(tag, sizeof tag, "tools_io-%s", name);
+    tmp_dir_make(buf, size, tool_build_dir(), tag);
 }
 
-static void remove_dir(const char *dir) {
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void remove_dir(const char *dir) { cr_assert_eq(tmp_dir_remove(dir), 0, "cannot remove %s", dir); }
 
 /* The names in dir (space-separated), for messages; the count in *n. */
 static void list_dir(const char *dir, char *buf, size_t size, int *n) {
@@ -94,98 +51,19 @@ static void list_dir(const char *dir, char *buf, size_t size, int *n) {
     closedir(d);
 }
 
-static pid_t spawn(const spawn_opts *o, const char *const *args, const char *out_path, const char *err_path) {
-    char exe[1024];
-    const char *bin = getenv("MEMRA_BIN_DIR");
-    cr_assert(bin && *bin, "MEMRA_BIN_DIR is not set (run through ctest)");
-    snprintf(exe, sizeof exe, "%s/memra", bin);
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = exe;
-    for (; args[n - 1] && n < 63; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        /* The child starts with the default dispositions a shell's foreground command has. */
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGXFSZ, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fo = o->out == OUT_FILE   ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644)
-                 : o->out == OUT_FULL ? open("/dev/full", O_WRONLY)
-                                      : -1;
-        if (fe < 0 || (o->out != OUT_CLOSED && fo < 0))
-            _exit(126);
-        dup2(fe, 2);
-        close(fe);
-        if (o->out == OUT_CLOSED) {
-            close(1); /* `memra ... >&-` */
-        } else {
-            dup2(fo, 1);
-            close(fo);
-        }
-        if (o->fsize_limit > 0) {
-            struct rlimit rl = {(rlim_t)o->fsize_limit, (rlim_t)o->fsize_limit};
-            setrlimit(RLIMIT_FSIZE, &rl);
-        }
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+/* memra with args as o says; a child that does not end within 60 s (o->timeout_s when given) is
+ * killed and the result says so. */
+static tool_result run_opts(const tool_opts *o, const char *const *args) {
+    tool_opts t = *o;
+    if (t.timeout_s <= 0)
+        t.timeout_s = 60;
+    return tool_run_opts("memra", &t, args);
 }
 
-/* Waits for pid up to timeout_s (killing it past that). */
-static void wait_child(pid_t pid, double timeout_s, result *r) {
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int status = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        cr_assert_neq(w, -1, "waitpid: %s", strerror(errno));
-        if (w == pid)
-            break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            r->timed_out = true;
-            break;
-        }
-        usleep(10000);
-    }
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-}
-
-static result run_opts(const spawn_opts *o, const char *const *args) {
-    char out_path[1024], err_path[1024];
-    snprintf(out_path, sizeof out_path, "%s/test_tools_io_%d.stdout", build_dir(), (int)getpid());
-    snprintf(err_path, sizeof err_path, "%s/test_tools_io_%d.stderr", build_dir(), (int)getpid());
-    result r = {0};
-    pid_t pid = spawn(o, args, out_path, err_path);
-    wait_child(pid, o->timeout_s > 0 ? o->timeout_s : 60, &r);
-    r.out = o->out == OUT_FILE ? slurp_n(out_path, NULL) : strdup("");
-    r.err = slurp_n(err_path, NULL);
-    unlink(out_path);
-    unlink(err_path);
-    return r;
-}
-
-#define RUN(...) run_opts(&(spawn_opts){0}, (const char *const[]){__VA_ARGS__, NULL})
+#define RUN(...) run_opts(&(tool_opts){0}, (const char *const[]){__VA_ARGS__, NULL})
 #define RUN_WITH(opts, ...) run_opts(&(opts), (const char *const[]){__VA_ARGS__, NULL})
 
-static void done(result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-static void expect(const result *r, int code, const char *needle) {
+static void expect(const tool_result *r, int code, const char *needle) {
     cr_assert(!r->timed_out, "the command did not end within its time limit (it blocked); stderr: %s", r->err);
     cr_assert_eq(r->signal, 0, "killed by signal %d; stderr: %s", r->signal, r->err);
     cr_assert_eq(r->code, code, "exit %d, expected %d; stderr: %s", r->code, code, r->err);
@@ -194,9 +72,9 @@ static void expect(const result *r, int code, const char *needle) {
 }
 
 static void make_model(const char *path) {
-    result r = RUN("mkmodel", "--preset", "tiny", "-o", path);
+    tool_result r = RUN("mkmodel", "--preset", "tiny", "-o", path);
     expect(&r, 0, NULL);
-    done(&r);
+    tool_result_free(&r);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -209,9 +87,9 @@ static void write_file(const char *path, const char *text) {
 /* ---- 1. write errors are errors -------------------------------------------------------------- */
 
 /* Every command that writes to stdout: help texts, tables, tokens. */
-static void stdout_cases(enum out_mode mode, const char *errno_text) {
+static void stdout_cases(tool_out mode, const char *errno_text) {
     char dir[1024], model[1100];
-    fresh_dir(dir, sizeof dir, mode == OUT_FULL ? "full" : "closed");
+    fresh_dir(dir, sizeof dir, mode == TOOL_OUT_FULL ? "full" : "closed");
     snprintf(model, sizeof model, "%s/m.gguf", dir);
     make_model(model);
     const char *const cases[][12] = {
@@ -227,21 +105,21 @@ static void stdout_cases(enum out_mode mode, const char *errno_text) {
         {"bench", "--prime", "4", "-n", "4", "--reps", "1", "--warmup", "0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        result r = run_opts(&(spawn_opts){.out = mode}, cases[i]);
+        tool_result r = run_opts(&(tool_opts){.out = mode}, cases[i]);
         cr_assert_eq(r.code, 3, "memra %s %s with stdout %s: exit %d, expected 3; stderr: %s", cases[i][0],
-                     cases[i][1] ? cases[i][1] : "", mode == OUT_FULL ? "on /dev/full" : "closed", r.code, r.err);
+                     cases[i][1] ? cases[i][1] : "", mode == TOOL_OUT_FULL ? "on /dev/full" : "closed", r.code, r.err);
         cr_assert_not_null(strstr(r.err, "stdout"), "memra %s: the message does not name stdout: %s", cases[i][0],
                            r.err);
         cr_assert_not_null(strstr(r.err, errno_text), "memra %s: the message lacks '%s': %s", cases[i][0], errno_text,
                            r.err);
-        done(&r);
+        tool_result_free(&r);
     }
     remove_dir(dir);
 }
 
-Test(tools_io, stdout_on_dev_full_is_an_error) { stdout_cases(OUT_FULL, "No space left on device"); }
+Test(tools_io, stdout_on_dev_full_is_an_error) { stdout_cases(TOOL_OUT_FULL, "No space left on device"); }
 
-Test(tools_io, closed_stdout_is_an_error) { stdout_cases(OUT_CLOSED, "Bad file descriptor"); }
+Test(tools_io, closed_stdout_is_an_error) { stdout_cases(TOOL_OUT_CLOSED, "Bad file descriptor"); }
 
 /* With stdout closed, a file the tool opens must not become stdout: the tokens would go into the
  * dump. The run fails (its output was lost) and leaves no dump. */
@@ -249,9 +127,10 @@ Test(tools_io, closed_stdout_never_lands_in_a_dump) {
     char dir[1024], dump[1100];
     fresh_dir(dir, sizeof dir, "closed_dump");
     snprintf(dump, sizeof dump, "%s/d.f32", dir);
-    result r = RUN_WITH(((spawn_opts){.out = OUT_CLOSED}), "run", "--tokens", "1,2", "-n", "3", "--dump-logits", dump);
+    tool_result r =
+        RUN_WITH(((tool_opts){.out = TOOL_OUT_CLOSED}), "run", "--tokens", "1,2", "-n", "3", "--dump-logits", dump);
     expect(&r, 3, "Bad file descriptor");
-    done(&r);
+    tool_result_free(&r);
     char names[2048];
     int n;
     list_dir(dir, names, sizeof names, &n);
@@ -266,18 +145,18 @@ Test(tools_io, file_size_limit_is_an_error_and_leaves_nothing) {
     fresh_dir(dir, sizeof dir, "fsize");
     snprintf(dump, sizeof dump, "%s/d.f32", dir);
     snprintf(model, sizeof model, "%s/s.gguf", dir);
-    spawn_opts lim = {.fsize_limit = 64 * 1024};
-    result r = RUN_WITH(lim, "run", "--preset", "small", "-n", "16", "--dump-logits", dump);
+    tool_opts lim = {.fsize_limit = 64 * 1024};
+    tool_result r = RUN_WITH(lim, "run", "--preset", "small", "-n", "16", "--dump-logits", dump);
     expect(&r, 3, "File too large");
     cr_assert_not_null(strstr(r.err, dump), "the message does not name %s: %s", dump, r.err);
-    done(&r);
+    tool_result_free(&r);
     list_dir(dir, names, sizeof names, &n);
     cr_assert_eq(n, 0, "a failed dump left files: %s", names);
 
     r = RUN_WITH(lim, "mkmodel", "--preset", "small", "-o", model);
     expect(&r, 3, "File too large");
     cr_assert_not_null(strstr(r.err, model), "the message does not name %s: %s", model, r.err);
-    done(&r);
+    tool_result_free(&r);
     list_dir(dir, names, sizeof names, &n);
     cr_assert_eq(n, 0, "a failed mkmodel left files: %s", names);
     remove_dir(dir);
@@ -298,15 +177,15 @@ Test(tools_io, bench_record_is_whole_or_not_at_all) {
         fprintf(f, "{\"record\": \"earlier\", \"i\": %2d, \"pad\": \"%055d\"}\n", i, 0);
     fclose(f);
     size_t before_n;
-    char *before = slurp_n(jsonl, &before_n);
+    char *before = file_slurp(jsonl, &before_n);
     cr_assert(before_n > 3500 && before_n < 4096, "%zu", before_n);
-    result r = RUN_WITH(((spawn_opts){.fsize_limit = 4096}), "bench", "--prime", "4", "-n", "4", "--reps", "1",
-                        "--warmup", "0", "--jsonl", jsonl);
+    tool_result r = RUN_WITH(((tool_opts){.fsize_limit = 4096}), "bench", "--prime", "4", "-n", "4", "--reps", "1",
+                             "--warmup", "0", "--jsonl", jsonl);
     expect(&r, 3, jsonl);
     cr_assert_not_null(strstr(r.err, "File too large"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     size_t after_n;
-    char *after = slurp_n(jsonl, &after_n);
+    char *after = file_slurp(jsonl, &after_n);
     cr_assert_eq(after_n, before_n, "a failed append left %zu bytes behind", after_n - before_n);
     cr_assert(memcmp(before, after, before_n) == 0);
     free(before);
@@ -315,7 +194,7 @@ Test(tools_io, bench_record_is_whole_or_not_at_all) {
     r = RUN("bench", "--prime", "4", "-n", "4", "--reps", "1", "--warmup", "0", "--jsonl", "/dev/full");
     expect(&r, 3, "/dev/full");
     cr_assert_not_null(strstr(r.err, "No space left on device"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     remove_dir(dir);
 }
 
@@ -352,15 +231,15 @@ static void interrupt_case(int sig, bool mkmodel) {
     char out_path[1200], err_path[1200];
     snprintf(out_path, sizeof out_path, "%s.stdout", dir);
     snprintf(err_path, sizeof err_path, "%s.stderr", dir);
-    spawn_opts o = {0};
-    pid_t pid = spawn(&o, mkmodel ? mk : rn, out_path, err_path);
+    tool_opts o = {0};
+    pid_t pid = tool_spawn("memra", &o, mkmodel ? mk : rn, out_path, err_path);
     /* Mid-write: some bytes are in the file or a private file beside it (the prefix matches both,
      * so a tool that writes the target itself is caught mid-write too). */
     bool mid = wait_for_private_file(dir, mkmodel ? "big.gguf" : "d.f32", 4096, 60);
     kill(pid, sig);
-    result r = {0};
-    wait_child(pid, 60, &r);
-    char *err = slurp_n(err_path, NULL);
+    tool_result r = {0};
+    tool_wait(pid, 60, &r);
+    char *err = file_slurp(err_path, NULL);
     unlink(out_path);
     unlink(err_path);
     cr_assert(mid, "no file with data appeared at or beside %s; stderr: %s", path, err);
@@ -386,20 +265,20 @@ Test(tools_io, fifo_inputs_are_refused_without_blocking, .timeout = 60) {
     fresh_dir(dir, sizeof dir, "fifo");
     snprintf(fifo, sizeof fifo, "%s/ids", dir);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
-    spawn_opts quick = {.timeout_s = 10};
-    result r = RUN_WITH(quick, "run", "--prompt-ids", fifo, "-n", "2");
+    tool_opts quick = {.timeout_s = 10};
+    tool_result r = RUN_WITH(quick, "run", "--prompt-ids", fifo, "-n", "2");
     expect(&r, 3, "FIFO");
     cr_assert_not_null(strstr(r.err, fifo), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     r = RUN_WITH(quick, "run", "--model", fifo, "-n", "2");
     expect(&r, 3, "FIFO");
-    done(&r);
+    tool_result_free(&r);
     r = RUN_WITH(quick, "inspect", fifo);
     expect(&r, 3, "FIFO");
-    done(&r);
+    tool_result_free(&r);
     r = RUN_WITH(quick, "run", "--prompt-ids", "/dev/zero", "-n", "2");
     expect(&r, 3, "/dev/zero");
-    done(&r);
+    tool_result_free(&r);
     remove_dir(dir);
 }
 
@@ -408,31 +287,31 @@ Test(tools_io, prompt_ids_file_is_read_and_bounded) {
     fresh_dir(dir, sizeof dir, "ids");
     snprintf(ids, sizeof ids, "%s/ids.txt", dir);
     write_file(ids, "1, 5\n9\n");
-    result a = RUN("run", "--prompt-ids", ids, "-n", "6");
-    result b = RUN("run", "--tokens", "1,5,9", "-n", "6");
+    tool_result a = RUN("run", "--prompt-ids", ids, "-n", "6");
+    tool_result b = RUN("run", "--tokens", "1,5,9", "-n", "6");
     expect(&a, 0, NULL);
     expect(&b, 0, NULL);
     cr_assert_str_eq(a.out, b.out, "--prompt-ids and --tokens of the same ids differ");
-    done(&a);
-    done(&b);
+    tool_result_free(&a);
+    tool_result_free(&b);
     /* 1000001 ids: over the bound, refused naming the file. */
     snprintf(many, sizeof many, "%s/many.txt", dir);
     FILE *f = fopen(many, "wb");
     for (int i = 0; i < 1000001; i++)
         fputs("0 ", f);
     fclose(f);
-    result r = RUN("run", "--prompt-ids", many, "-n", "1");
+    tool_result r = RUN("run", "--prompt-ids", many, "-n", "1");
     expect(&r, 2, "more than 1000000 ids");
     cr_assert_not_null(strstr(r.err, many), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     write_file(ids, "1 x 2");
     r = RUN("run", "--prompt-ids", ids, "-n", "1");
     expect(&r, 2, ids);
-    done(&r);
+    tool_result_free(&r);
     write_file(ids, "1 512");
     r = RUN("run", "--prompt-ids", ids, "-n", "1");
     expect(&r, 2, "not below n_vocab 512");
-    done(&r);
+    tool_result_free(&r);
     remove_dir(dir);
 }
 
@@ -448,25 +327,25 @@ Test(tools_io, an_output_that_is_an_input_is_refused) {
     cr_assert_eq(link(model, hard) == 0 ? 0 : errno, 0);
     write_file(ids, "1 2 3\n");
     size_t n0;
-    char *before = slurp_n(model, &n0);
+    char *before = file_slurp(model, &n0);
 
-    result r = RUN("run", "--model", model, "-n", "2", "--dump-logits", hard);
+    tool_result r = RUN("run", "--model", model, "-n", "2", "--dump-logits", hard);
     expect(&r, 2, "same file");
     cr_assert_not_null(strstr(r.err, "--dump-logits"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
     r = RUN("run", "--model", model, "-n", "2", "--dump-logits", alias);
     expect(&r, 2, "same file");
-    done(&r);
+    tool_result_free(&r);
     r = RUN("run", "--prompt-ids", ids, "-n", "2", "--dump-logits", ids);
     expect(&r, 2, "same file");
-    done(&r);
+    tool_result_free(&r);
     r = RUN("bench", "--model", model, "--prime", "4", "-n", "4", "--reps", "1", "--jsonl", jsonl_alias);
     expect(&r, 2, "same file");
     cr_assert_not_null(strstr(r.err, "--jsonl"), "%s", r.err);
-    done(&r);
+    tool_result_free(&r);
 
     size_t n1;
-    char *after = slurp_n(model, &n1);
+    char *after = file_slurp(model, &n1);
     cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the model was written over");
     free(before);
     free(after);
@@ -625,12 +504,12 @@ Test(tools_io, records_are_valid_json_and_utf8_whatever_the_path) {
     snprintf(model, sizeof model, "%s/m\x01\"q\\\xff\xc3-\xe2\x82.gguf", dir);
     snprintf(jsonl, sizeof jsonl, "%s/r.jsonl", dir);
     make_model(model);
-    result r =
+    tool_result r =
         RUN("bench", "--model", model, "--prime", "4", "-n", "4", "--reps", "2", "--warmup", "0", "--jsonl", jsonl);
     expect(&r, 0, NULL);
-    done(&r);
+    tool_result_free(&r);
     size_t n;
-    char *text = slurp_n(jsonl, &n);
+    char *text = file_slurp(jsonl, &n);
     cr_assert(n > 1 && text[n - 1] == '\n' && memchr(text, '\n', n) == text + n - 1, "one line expected: %s", text);
     assert_json_line(text, n - 1);
     cr_assert_not_null(strstr(text, "\\u0001\\\"q\\\\\\ufffd\\ufffd-\\ufffd"),
@@ -642,15 +521,15 @@ Test(tools_io, records_are_valid_json_and_utf8_whatever_the_path) {
 /* ---- 5. one exit-code rule -------------------------------------------------------------------- */
 
 Test(tools_io, unknown_plugins_are_usage_errors_naming_them) {
-    result r = RUN("run", "--backend", "nosuchbackend", "-n", "1");
+    tool_result r = RUN("run", "--backend", "nosuchbackend", "-n", "1");
     expect(&r, 2, "nosuchbackend");
-    done(&r);
+    tool_result_free(&r);
     r = RUN("bench", "--backend", "nosuchbackend", "--prime", "4", "-n", "4", "--reps", "1");
     expect(&r, 2, "nosuchbackend");
-    done(&r);
+    tool_result_free(&r);
     r = RUN("run", "--backend", "cpu:placement=nosuchplacement", "-n", "1");
     expect(&r, 2, "nosuchplacement");
-    done(&r);
+    tool_result_free(&r);
 }
 
 Test(tools_io, repeated_and_unknown_flags_are_refused_naming_them) {
@@ -669,8 +548,8 @@ Test(tools_io, repeated_and_unknown_flags_are_refused_naming_them) {
         {"mkmodel", "-x", NULL, NULL, NULL, NULL, "unknown option '-x'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        result r = run_opts(&(spawn_opts){0}, cases[i]);
+        tool_result r = run_opts(&(tool_opts){0}, cases[i]);
         expect(&r, 2, cases[i][6]);
-        done(&r);
+        tool_result_free(&r);
     }
 }
