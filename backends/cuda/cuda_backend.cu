@@ -735,12 +735,14 @@ static memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint
     if (!MEMRA_HAS_MEMBER(vt, memra_collective_vtable, abort) || !vt->create || !vt->destroy || !vt->all_reduce_sum_f32)
         return memra_fail(err, MEMRA_E_PLUGIN, "cuda: the collective '%.60s' has no usable all-reduce", b->coll_name);
     b->coll = vt;
-    /* Buffers sized for this model's vectors (the collective's own key, where it has it). */
+    /* Buffers sized for this model's vectors up front (the collective's own keys, where it has
+     * them: oneshot's max_count, nccl's prealloc_count), so nothing grows inside a capture. */
     for (uint32_t i = 0; i < vt->n_options; i++)
-        if (vt->options && strcmp(vt->options[i].key, "max_count") == 0) {
+        if (vt->options && (strcmp(vt->options[i].key, "max_count") == 0 ||
+                            strcmp(vt->options[i].key, "prealloc_count") == 0)) {
             char buf[24];
             snprintf(buf, sizeof buf, "%u", m->n_embd);
-            if ((st = memra_options_set(&b->coll_opts, "max_count", buf, err)))
+            if ((st = memra_options_set(&b->coll_opts, vt->options[i].key, buf, err)))
                 return st;
         }
     const size_t n = (size_t)b->plan.n_stages * MEMRA_MAX_RANKS * 2 * m->n_layer;

@@ -152,7 +152,7 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
     memset((void *)c->ctl, 0, sizeof *c->ctl);
     const uint32_t region = (max_count + grid - 1) / grid;
     const size_t data_b = os_align((size_t)2 * grid * region * sizeof(float));
-    const size_t start_b = os_align((size_t)grid * n_ranks * sizeof(unsigned long long));
+    const size_t start_b = os_align((size_t)2 * grid * n_ranks * sizeof(unsigned long long));
     const size_t words_b = os_align((size_t)(4 * n_ranks + 1) * sizeof(int32_t));
     const size_t epoch_b = os_align((size_t)grid * sizeof(unsigned long long));
     const size_t census_b = os_align((size_t)OS_MAX_SITES * sizeof(unsigned long long));

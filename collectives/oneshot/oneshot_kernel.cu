@@ -8,9 +8,12 @@
  *   2. resolves its refusal cell (device memory, fired once: tagged with e);
  *   3. copies its chunk of buf into data[r][e & 1][b] (double buffered by parity), and block 0
  *      writes the rank's refusal word and count into every rank's words area;
- *   4. fences (system scope) and stores e into start[p][b][r] on every rank p;
- *   5. waits until start[r][b][p] >= e for every peer p (bounded: timeout_ns on %globaltimer, and
- *      the host-mapped abort flag polled);
+ *   4. fences (system scope) and stores e into start[p][e & 1][b][r] on every rank p;
+ *   5. waits until start[r][e & 1][b][p] == e for every peer p (bounded: timeout_ns on
+ *      %globaltimer, and the host-mapped abort flag polled). The flags are double buffered by
+ *      parity as the data are: a peer one operation ahead writes the other slot, and a peer that
+ *      skipped this operation (absent) never writes e here, so its later operations cannot
+ *      release this one;
  *   6. sums its chunk in rank order from rank 0's value in float32 (s = d0; s += d1; ... with
  *      __fadd_rn, nothing to contract) into buf: every rank computes the same bits.
  * Reuse is safe without an end barrier: a rank overwrites data[.][e & 1] at e + 2 only after
@@ -78,13 +81,14 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
+            const size_t slot = ((size_t)par * v.grid + b) * n;
             for (uint32_t p = 0; p < n; p++)
-                *(volatile unsigned long long *)&v.start[p][b * n + r] = e;
+                *(volatile unsigned long long *)&v.start[p][slot + r] = e;
             const unsigned long long t0 = os_now();
-            volatile unsigned long long *flags = v.start[r] + b * n;
+            volatile unsigned long long *flags = v.start[r] + slot;
             for (uint32_t p = 0; p < n && s_outcome == 0; p++) {
                 uint32_t spins = 0;
-                while (flags[p] < e) {
+                while (flags[p] != e) {
                     if ((++spins & 255u) == 0) {
                         if (v.ctl->abort) {
                             s_outcome = MEMRA_COLLECTIVE_ABORTED;

@@ -35,7 +35,7 @@ typedef struct os_cell {
 typedef struct os_rank_view {
     uint32_t n_ranks, rank, grid, region;       /* region: floats per grid block per parity */
     float *data[MEMRA_MAX_RANKS];               /* [2][grid][region] on each rank's device */
-    unsigned long long *start[MEMRA_MAX_RANKS]; /* [grid][n_ranks] on each rank's device */
+    unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][grid][n_ranks] on each rank's device */
     int32_t *words[MEMRA_MAX_RANKS];            /* [2][n_ranks] words, [2][n_ranks] counts, then the broken flag */
     unsigned long long *epoch;                  /* [grid]: this rank's sync epochs */
     unsigned long long *census;                 /* [OS_MAX_SITES]: this rank's epochs per site */
