@@ -80,6 +80,7 @@ typedef struct gate_config {
 
     const char *jsonl_path; /* NULL: stdout */
     const char *dump_dir;   /* --dump-graphs; NULL: none */
+    const char *html_path;  /* --html: the report page of this run's records; NULL: none */
     bool profile;           /* --profile: profile windows instead of timing rows */
     int cells;              /* --cells: GATE_CELLS_NONE, _SOME (default) or _ALL */
     bool rows_given;
@@ -430,5 +431,29 @@ void gate_rec_refusal(gate_ctx *ctx, const gate_arm *arm, const gate_cell *cell)
 void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v);
 /* A run stopped by a signal: the last record, in place of the verdict. */
 void gate_rec_interrupted(gate_ctx *ctx, int sig, const gate_verdict *v);
+
+/* ---- gate_html.c: --html FILE ------------------------------------------------------------- */
+
+/* While on, the gate's record stream passes each line on to the real output (fd or f, named
+ * name) and keeps a copy of each line written, for the page. */
+typedef struct gate_html {
+    bool on;
+    FILE *stream; /* the record stream the gate writes while on */
+    int fd;       /* the real output: a --jsonl file (O_APPEND), or -1 */
+    FILE *f;      /* or stdout */
+    const char *name;
+    char *line, *all; /* the line being written; every line written */
+    size_t line_len, line_cap, all_len, all_cap;
+    bool oom;
+    char why[1024]; /* the last failed append's message */
+} gate_html;
+
+/* With --html: refuses (usage) a path that is not a regular file or is the --jsonl file, then
+ * puts the record stream in place. A no-op without --html. *exit_code on failure. */
+memra_status gate_html_begin(gate_ctx *ctx, gate_html *t, int *exit_code, memra_error *err);
+/* Puts the real record output back, then renders the page of the lines kept and writes it
+ * privately, renamed into place (signals blocked meanwhile). A page that could not be made or
+ * written is said on stderr and turns exit 0 or 1 into 3 (false). Frees what t holds. */
+bool gate_html_end(gate_ctx *ctx, gate_html *t, gate_verdict *v);
 
 #endif

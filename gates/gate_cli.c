@@ -119,7 +119,7 @@ static memra_status set_path(const char *opt, const char *v, const char **out, m
     *out = v;
     return *v ? MEMRA_OK
               : memra_fail(err, MEMRA_E_INVALID, "%s: empty %s name", opt,
-                           strcmp(opt, "--jsonl") == 0 ? "file" : "directory");
+                           strcmp(opt, "--dump-graphs") == 0 ? "directory" : "file");
 }
 
 /* The sampling options. */
@@ -189,6 +189,8 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
         return set_path(opt, v, &cfg->jsonl_path, err);
     } else if (strcmp(opt, "--dump-graphs") == 0) {
         return set_path(opt, v, &cfg->dump_dir, err);
+    } else if (strcmp(opt, "--html") == 0) {
+        return set_path(opt, v, &cfg->html_path, err);
     } else if (strcmp(opt, "--cells") == 0) {
         if (strcmp(v, "none") == 0)
             cfg->cells = GATE_CELLS_NONE;
@@ -300,7 +302,7 @@ static const char help_text[] =
     "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
     "                  [--prompt-ids FILE | --prompt TEXT] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
-    "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--quiet]\n"
+    "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--html FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
     "                              present, otherwise cpu against cpu:stages=2, on the embedded model)\n"
     "\n"
@@ -369,6 +371,11 @@ static const char help_text[] =
     "  --jsonl FILE         append the JSON-line records there (default: stdout): each line whole,\n"
     "                       under a lock, so gates sharing one file never interleave; never one of\n"
     "                       the inputs\n"
+    "  --html FILE          at the end, write the report of this run's records (as memra report\n"
+    "                       makes it) to FILE: one self-contained HTML page, written privately and\n"
+    "                       renamed into place; also for a failing run, and marked interrupted for\n"
+    "                       a run a signal stopped (none after a usage error). A page that cannot\n"
+    "                       be written is exit 3; never one of the inputs nor the --jsonl file\n"
     "  --quiet              no progress display and no summary table on stderr (why a run failed,\n"
     "                       and warnings about the plugins found, are still said)\n"
     "  --help, -h           this text\n"

@@ -146,8 +146,9 @@ static memra_status outputs_not_inputs(const gate_config *cfg, int argc, char **
             else if (strcmp(argv[i], name) == 0)
                 in_opt = name, in = i + 1 < argc ? argv[i + 1] : NULL;
         }
-        if (in_opt && (st = not_an_input("--jsonl", cfg->jsonl_path, in_opt, in, err)) == MEMRA_OK)
-            st = not_an_input("--dump-graphs", cfg->dump_dir, in_opt, in, err);
+        if (in_opt && (st = not_an_input("--jsonl", cfg->jsonl_path, in_opt, in, err)) == MEMRA_OK &&
+            (st = not_an_input("--dump-graphs", cfg->dump_dir, in_opt, in, err)) == MEMRA_OK)
+            st = not_an_input("--html", cfg->html_path, in_opt, in, err);
     }
     return st;
 }
@@ -316,6 +317,7 @@ int main(int argc, char **argv) {
     gate_ctx ctx = {.cfg = &cfg, .json = {.f = stdout, .fd = -1, .name = "stdout"}};
     gate_verdict v = {.exit = GATE_EXIT_PASS, .arms_identical = -1};
     gate_session s = {0};
+    gate_html html = {.fd = -1};
     memra_error err = {0};
     hold_closed_std_fds();
     install_signals();
@@ -334,6 +336,7 @@ int main(int argc, char **argv) {
         registry_warnings(s.reg);
         gate_cli_help(stdout, s.reg);
     } else if ((st = open_outputs(&ctx, argc, argv, &v.exit, &err)) == MEMRA_OK &&
+               (st = gate_html_begin(&ctx, &html, &v.exit, &err)) == MEMRA_OK &&
                (st = load(&ctx, &cfg, &s, &v.exit, &err)) == MEMRA_OK &&
                (st = gate_open_arms(&ctx, s.reg, &cfg, &v.exit, &err)) == MEMRA_OK &&
                (st = gate_check_stop(&ctx, &err)) == MEMRA_OK) {
@@ -360,6 +363,7 @@ int main(int argc, char **argv) {
         memra_model_unload(s.lm);
     if (s.reg)
         memra_registry_close(s.reg);
+    gate_html_end(&ctx, &html, &v); /* --html: the page of this run's records */
     close_outputs(&ctx, cfg.help || ctx.json.f == stdout, &v);
     gj_free(&ctx.json);
     return v.exit;

@@ -313,7 +313,7 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
  * false when nothing does. */
 static bool run_check_stop(const run_check *rc, char *buf, size_t size) {
     if (!rc->model)
-        snprintf(buf, size, "memra run would stop: %s", no_path(rc->model_err.msg, rc->path));
+        snprintf(buf, size, "memra run would stop: %.900s", no_path(rc->model_err.msg, rc->path));
     else if (rc->first_unsupported)
         snprintf(buf, size,
                  "memra run would stop: tensor '%s' has type %s, which memra does not support (%" PRIu64 " of %" PRIu64
@@ -321,7 +321,7 @@ static bool run_check_stop(const run_check *rc, char *buf, size_t size) {
                  rc->first_unsupported->name, memra_tensor_type_name(rc->first_unsupported->type), rc->n_unsupported,
                  rc->n_tensors);
     else if (!rc->tok)
-        snprintf(buf, size, "memra run --prompt would stop: %s", no_path(rc->tok_err.msg, rc->path));
+        snprintf(buf, size, "memra run --prompt would stop: %.900s", no_path(rc->tok_err.msg, rc->path));
     else
         return false;
     return true;
