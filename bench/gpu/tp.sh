@@ -7,6 +7,7 @@
 #   gates    tiny and small (F32) and llama-1b (BF16): cuda:tp=2 against cuda-graph:tp=2 (exact, with
 #            every refusal cell), windows 1 and 3, stages=2,tp=2; cpu:tp=2 against cuda:tp=2 (nmse);
 #            cuda against cuda-graph at tp=1 (nothing regressed)
+#   (neg-*   negative controls: rc=1 expected)
 #   refuse   what must be refused clearly (nccl with two ranks on one device)
 # A short table last; logs under $OUT.
 set -u
@@ -32,6 +33,7 @@ D2=0,0; [ "$NGPU" -ge 2 ] && D2=0,1
 for mode in "${@:-coll gates refuse}"; do for m in $mode; do case $m in
 coll)
   prog coll-oneshot-2 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 2 --devices $D2
+  prog tp-fault "$B/bin/memra_cuda_check_tp_fault" --arm cuda:tp=2,devices=$D2 cuda-graph:tp=2,devices=$D2
   if [ -e "$B/plugins.d/nccl.collective.manifest" ]; then
     if [ "$NGPU" -ge 2 ]; then
       prog coll-nccl-2 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 2 --devices 0,1
@@ -48,6 +50,8 @@ gates)
   gate tiny-st2-tp2 --preset tiny --a cuda:stages=2,tp=2 --b cuda-graph:stages=2,tp=2 $S --cells some
   gate tiny-cpu-cuda-tp2 --preset tiny --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $S --compare nmse:1e-6 --cells none
   gate tiny-tp1-eager-graph --preset tiny --a cuda --b cuda-graph $S
+  # negative control: tp=2 sums in another order than tp=1, so an exact gate of them must fail
+  gate neg-tiny-tp1-vs-tp2 --preset tiny --a cuda --b cuda:tp=2,devices=$D2 $S --cells none
   gate small-tp2-eager-graph --preset small --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $S --cells some
   gate 1b-bf16-tp2 --preset llama-1b --dtype bf16 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 --prime 64 --gen 64 --rows 0 --cells some
   gate 1b-q8-tp2-T1 --preset llama-1b --dtype q8_0 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 --prime 64 --gen 64 --rows 0 --temp 1 --cells none ;;
