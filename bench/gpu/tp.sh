@@ -9,6 +9,7 @@
 #            cuda against cuda-graph at tp=1 (nothing regressed)
 #   (neg-*   negative controls: rc=1 expected)
 #   refuse   what must be refused clearly (nccl with two ranks on one device)
+#   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
 # A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
@@ -41,6 +42,7 @@ coll)
     else
       prog coll-nccl-1 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 1
     fi
+    prog coll-nccl-device "$B/bin/nccl_device_check" "$B/plugins.d"
   fi ;;
 gates)
   S="--prime 32 --gen 32 --rows 0"
@@ -59,5 +61,12 @@ refuse)
   if [ -e "$B/plugins.d/nccl.collective.manifest" ] && [ "$NGPU" -lt 2 ]; then
     gate refuse-nccl-one-device --preset tiny --a cuda:tp=2,collective=nccl --b cuda-graph:tp=2,collective=nccl --prime 4 --gen 4 --rows 0
   fi ;;
+bench)
+  NR=1; [ "$NGPU" -ge 2 ] && NR=2
+  for c in "oneshot 2 $D2" "nccl $NR 0,1" "nccl:allgather $NR 0,1"; do set -- $c
+    [ "$2" = 1 ] && d=0 || d=$3
+    prog "bc-$1-$2" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --jsonl "$OUT/bench-collective.jsonl"
+    sed -n '1,40p' "$OUT/bc-$1-$2.log" | tee -a "$T"
+  done ;;
 esac; done; done
 echo "== table =="; cat "$T"
