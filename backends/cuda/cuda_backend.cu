@@ -616,10 +616,19 @@ static memra_status mc_collective_key(const memra_options *opts, char *name, siz
         return memra_fail(err, MEMRA_E_INVALID, "collective=%s: expected NAME or NAME:MODE", v);
     memcpy(name, v, n);
     name[n] = 0;
-    if (colon) {
+    if (colon) { /* NAME:WORD is mode=WORD; NAME:KEY=VALUE one of the collective's own keys */
         if (!colon[1])
             return memra_fail(err, MEMRA_E_INVALID, "collective=%s: nothing after ':' (expected a mode)", v);
-        return memra_options_set(copts, "mode", colon + 1, err);
+        const char *eq = strchr(colon + 1, '=');
+        if (!eq)
+            return memra_options_set(copts, "mode", colon + 1, err);
+        char key[MEMRA_OPT_KEY_MAX];
+        const size_t kn = (size_t)(eq - colon - 1);
+        if (kn == 0 || kn >= sizeof key || !eq[1])
+            return memra_fail(err, MEMRA_E_INVALID, "collective=%s: expected NAME:MODE or NAME:KEY=VALUE", v);
+        memcpy(key, colon + 1, kn);
+        key[kn] = 0;
+        return memra_options_set(copts, key, eq + 1, err);
     }
     return MEMRA_OK;
 }
@@ -738,8 +747,8 @@ static memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint
     /* Buffers sized for this model's vectors up front (the collective's own keys, where it has
      * them: oneshot's max_count, nccl's prealloc_count), so nothing grows inside a capture. */
     for (uint32_t i = 0; i < vt->n_options; i++)
-        if (vt->options && (strcmp(vt->options[i].key, "max_count") == 0 ||
-                            strcmp(vt->options[i].key, "prealloc_count") == 0)) {
+        if (vt->options &&
+            (strcmp(vt->options[i].key, "max_count") == 0 || strcmp(vt->options[i].key, "prealloc_count") == 0)) {
             char buf[24];
             snprintf(buf, sizeof buf, "%u", m->n_embd);
             if ((st = memra_options_set(&b->coll_opts, vt->options[i].key, buf, err)))
@@ -1391,28 +1400,46 @@ memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_ar
     return mc_finish(b, s, args, false, err);
 }
 
-/* What a collective status word says, for a message. */
-static void mc_word_text(int32_t word, char *buf, size_t n) {
+/* What a collective status word says on rank r, for a message. */
+static void mc_word_text(int32_t word, uint32_t r, char *buf, size_t n) {
     if (word == MEMRA_COLLECTIVE_PENDING)
-        snprintf(buf, n, "did not complete");
+        snprintf(buf, n, "did not complete on rank %u", r);
     else if (word == MEMRA_COLLECTIVE_FAILED)
-        snprintf(buf, n, "failed (the communicator is broken, or the ranks' counts differ)");
+        snprintf(buf, n, "failed on rank %u (the communicator is broken, or the ranks' counts differ)", r);
     else if (word == MEMRA_COLLECTIVE_ABORTED)
-        snprintf(buf, n, "was aborted");
+        snprintf(buf, n, "was aborted on rank %u", r);
     else if (word == MEMRA_COLLECTIVE_ABSENT)
-        snprintf(buf, n, "was skipped by an injected absence");
+        snprintf(buf, n, "never saw rank %u arrive (an injected absence: rank %u skipped it)", r, r);
     else if (word >= MEMRA_COLLECTIVE_TIMEOUT(0) && word < MEMRA_COLLECTIVE_TIMEOUT(MEMRA_MAX_RANKS))
-        snprintf(buf, n, "timed out waiting for rank %d", (int)(word - MEMRA_COLLECTIVE_TIMEOUT(0)));
+        snprintf(buf, n, "timed out waiting for rank %d on rank %u", (int)(word - MEMRA_COLLECTIVE_TIMEOUT(0)), r);
     else
-        snprintf(buf, n, "refused");
+        snprintf(buf, n, "refused on rank %u", r);
 }
 
-/* The collective check of a finished step: every tp rank's commit verdict for position p. The
- * refusing rank is the one whose handed cell fired there, else the first rank reading the word. */
+/* How much a word says about the cause (the ranks of one failed operation may read different
+ * words: the waiting rank a timeout, the missing one its absence, a third the broken state). */
+static int mc_word_rank(int32_t word) {
+    if (word >= MEMRA_COLLECTIVE_TIMEOUT(0) && word < MEMRA_COLLECTIVE_TIMEOUT(MEMRA_MAX_RANKS))
+        return 5;
+    if (word == MEMRA_COLLECTIVE_ABSENT)
+        return 4;
+    if (!MEMRA_COLLECTIVE_RESERVED(word))
+        return 3; /* a refusal: every rank reads it */
+    if (word == MEMRA_COLLECTIVE_ABORTED)
+        return 2;
+    return 1;
+}
+
+/* The collective check of a finished step: every tp rank's commit verdict for position p. Per
+ * stage, the first failed all-reduce of the step (the lowest site index over the ranks) is
+ * reported with the word that says most about it; a refusal names the rank whose handed cell
+ * fired there. */
 static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, memra_error *err) {
     for (uint32_t i = 0; i < s->n_stages; i++) {
         if (mc_ranks(s, i) < 2)
             continue;
+        int32_t best_index = -1, word = 0;
+        uint32_t who = 0;
         for (uint32_t r = 0; r < mc_ranks(s, i); r++) {
             const volatile mc_verdict *v = &s->st[i][r].ring[p % MC_VERDICT_RING];
             if (v->position != (int32_t)p)
@@ -1420,28 +1447,34 @@ static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t
                                   "cuda: rank %u of stage %u has no commit verdict for position %u (its step did not "
                                   "run to the end)",
                                   r, i, p);
-            if (v->index < 0) /* committed, or an earlier stage failed (reported there) */
+            const int32_t idx = v->index, w = v->word;
+            if (idx < 0) /* committed, or an earlier stage failed (reported there) */
                 continue;
-            const uint32_t layer = b->plan.stages[i].layer_begin + (uint32_t)v->index / 2, which = v->index % 2;
-            const int32_t word = v->word;
-            uint32_t who = r;
-            pthread_mutex_lock(&b->lock);
-            for (uint32_t k = 0; k < b->n_cells; k++) {
-                const mc_tp_cell *c = &b->cells[k];
-                if (c->handed && c->stage == i && c->layer == layer && c->which == which && c->position == p &&
-                    c->word == word)
-                    who = c->rank;
+            if (best_index < 0 || idx < best_index || (idx == best_index && mc_word_rank(w) > mc_word_rank(word))) {
+                best_index = idx;
+                word = w;
+                who = r;
             }
-            pthread_mutex_unlock(&b->lock);
-            char text[96];
-            mc_word_text(word, text, sizeof text);
-            const bool refused = !MEMRA_COLLECTIVE_RESERVED(word);
-            return memra_fail(err, refused ? MEMRA_E_REFUSED : MEMRA_E_DEVICE,
-                              "cuda: the all-reduce (%s) after %s of layer %u %s on rank %u at position %u (block %u, "
-                              "word %d = 0x%08x); nothing was committed",
-                              b->coll_name, which ? "ffn" : "attention", layer, text, who, p, layer * 2 + which,
-                              (int)word, (unsigned)word);
         }
+        if (best_index < 0)
+            continue;
+        const uint32_t layer = b->plan.stages[i].layer_begin + (uint32_t)best_index / 2, which = best_index % 2;
+        pthread_mutex_lock(&b->lock);
+        for (uint32_t k = 0; k < b->n_cells; k++) {
+            const mc_tp_cell *c = &b->cells[k];
+            if (c->handed && c->stage == i && c->layer == layer && c->which == which && c->position == p &&
+                c->word == word)
+                who = c->rank;
+        }
+        pthread_mutex_unlock(&b->lock);
+        char text[160];
+        mc_word_text(word, who, text, sizeof text);
+        const bool refused = !MEMRA_COLLECTIVE_RESERVED(word);
+        return memra_fail(err, refused ? MEMRA_E_REFUSED : MEMRA_E_DEVICE,
+                          "cuda: the all-reduce (%s) after %s of layer %u %s at position %u (stage %u, block %u, "
+                          "word %d = 0x%08x); nothing was committed",
+                          b->coll_name, which ? "ffn" : "attention", layer, text, p, i, layer * 2 + which, (int)word,
+                          (unsigned)word);
     }
     return MEMRA_OK;
 }

@@ -27,7 +27,7 @@ gate() { local name=$1; shift; local t0=$SECONDS
   printf '%-30s rc=%s %3ss %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$c" | tee -a "$T"
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-240 | tee -a "$T"; }
 prog() { local name=$1; shift; local t0=$SECONDS
-  timeout 120 "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  timeout ${PT:-120} "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(tail -1 "$OUT/$name.log" | cut -c1-150)" | tee -a "$T"
   [ $rc -eq 0 ] || grep -m3 'FAIL\|error' "$OUT/$name.log" | cut -c1-240 | tee -a "$T"; }
 D2=0,0; [ "$NGPU" -ge 2 ] && D2=0,1
@@ -63,10 +63,19 @@ refuse)
   fi ;;
 bench)
   NR=1; [ "$NGPU" -ge 2 ] && NR=2
-  for c in "oneshot 2 $D2" "nccl $NR 0,1" "nccl:allgather $NR 0,1"; do set -- $c
+  for c in "oneshot 2 $D2" "oneshot:blocks=4 2 $D2" "oneshot:blocks=1 2 $D2" "nccl $NR 0,1" "nccl:allgather $NR 0,1"; do set -- $c
     [ "$2" = 1 ] && d=0 || d=$3
-    prog "bc-$1-$2" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --jsonl "$OUT/bench-collective.jsonl"
-    sed -n '1,40p' "$OUT/bc-$1-$2.log" | tee -a "$T"
+    n=$(echo "bc-$1-$2" | tr ':=' '--')
+    prog "$n" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --max-bytes 4M --jsonl "$OUT/bench-collective.jsonl"
+    sed -n '1,12p' "$OUT/$n.log" | tee -a "$T"
+  done ;;
+speed)
+  # decode speed of the graph arm at tp=1 and tp=2 (with two ranks on one GPU this measures the
+  # collective's overhead in a real decode, not the speed-up of two GPUs)
+  k=0; for arm in cuda-graph cuda-graph:tp=2,devices=$D2 cuda-graph:tp=2,devices=$D2,collective=oneshot:blocks=4; do
+    k=$((k+1)); echo "speed-8b-$k: $arm" | tee -a "$T"
+    PT=300 prog "speed-8b-$k" "$B/bin/memra" bench --preset llama-8b --dtype bf16 --backend "$arm" --prime 512 -n 128
+    grep -i 'tok/s\|floor\|ceiling' "$OUT/speed-8b-$k.log" | head -4 | tee -a "$T"
   done ;;
 esac; done; done
 echo "== table =="; cat "$T"

@@ -78,9 +78,9 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
             w[par * n + r] = s_word;
             w[2 * n + par * n + r] = (int32_t)count;
         }
-        __threadfence_system();
-        __syncthreads();
+        __syncthreads(); /* the block's writes, then thread 0's fence: cumulative (as a grid sync) */
         if (threadIdx.x == 0) {
+            __threadfence_system();
             const size_t slot = ((size_t)par * v.grid + b) * n;
             for (uint32_t p = 0; p < n; p++)
                 *(volatile unsigned long long *)&v.start[p][slot + r] = e;
