@@ -281,11 +281,17 @@ static memra_status mc_put_vector(mc_bump *bump, const mc_src *srcs, uint32_t n,
     return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading a vector (cudaMemcpy)");
 }
 
+/* Rows [v0, v1) of the vocabulary that rank r of R holds of the head. */
+static void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1) {
+    *v0 = (uint32_t)((uint64_t)V * r / R);
+    *v1 = (uint32_t)((uint64_t)V * (r + 1) / R);
+}
+
 /* Lays out (or, with a real arena, uploads) one rank's weights of one stage: the heads
  * [head_begin, head_end) of q (rows of wq and its bias, columns of wo), kv heads [kv_head_begin,
  * kv_head_end) of k and v, ffn rows [ff_begin, ff_end) of gate and up (columns of down); norms
- * whole. Rank 0 of stage 0 holds the embedding; rank 0 of the last stage the final norm and the
- * head. With one rank every slice is whole. */
+ * whole. Rank 0 of stage 0 holds the embedding; every rank of the last stage the final norm and
+ * its rows of the head. With one rank every slice is whole. */
 static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan, uint32_t si, uint32_t ri,
                                     mc_bump *bump, mc_stage_weights *sw, memra_error *err) {
     const memra_stage_plan *sp = &plan->stages[si];
@@ -341,14 +347,19 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
     mc_src v1 = {&m->tok_embd, 0, 0};
     if (si == 0 && ri == 0 && (st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->embd, err)))
         return st;
-    if (si == plan->n_stages - 1 && ri == 0) {
+    /* The head: whole on rank 0 with one rank; with several, split by vocabulary (rank r holds
+     * rows [v0, v1); each computes its logits, and rank 0 gathers them). */
+    if (si == plan->n_stages - 1 && (ri == 0 || !whole)) {
+        uint32_t v0, v1r;
+        mc_vocab_range(m->n_vocab, whole ? 1 : sp->n_ranks, whole ? 0 : ri, &v0, &v1r);
         v1 = (mc_src){&m->output_norm, 0, 0};
         if ((st = mc_put_vector(bump, &v1, 1, &sw->out_norm, err)))
             return st;
-        if (m->tied_output && si == 0) {
-            sw->head = sw->embd; /* one upload serves both */
+        if (m->tied_output && si == 0 && ri == 0) {
+            sw->head = sw->embd; /* one upload serves both: rank 0's rows are its first */
+            sw->head.rows = v1r - v0;
         } else {
-            v1 = (mc_src){m->tied_output ? &m->tok_embd : &m->output, 0, 0};
+            v1 = (mc_src){m->tied_output ? &m->tok_embd : &m->output, v0, v1r - v0};
             if ((st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->head, err)))
                 return st;
         }
@@ -535,7 +546,10 @@ typedef struct mc_stage_state {
     int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
     int32_t *verdict;            /* tp: this rank's verdict of the step (0: committed) */
     int32_t *dpos;               /* the host's position, for the cache digest */
-    float *xc, *lg;              /* tp, last stage rank 0: the committed hidden; the step's logits before publishing */
+    float *xc, *lg;              /* tp, last stage: rank 0's committed hidden; the step's logits before publishing
+                     * (rank 0: all of them, gathered; rank r > 0: its rows of the vocabulary) */
+    uint32_t v0, v1;             /* the rank's rows of the vocabulary (of the head, on the last stage) */
+    cudaEvent_t head_ev;         /* tp, last stage, rank r > 0: its logits are in rank 0's lg */
     mc_verdict *ring;            /* tp: host-mapped verdicts of this rank's checked commits */
     unsigned long long *hashes;  /* digest scratch: [2][layers][n_kv][chunks] */
     uint32_t n_head, n_kv, n_ff; /* the rank's widths */
@@ -839,8 +853,8 @@ static void mc_state_destroy(memra_state *s) {
             cudaSetDevice(ss->device);
             if (ss->stream)
                 cudaStreamSynchronize(ss->stream);
-            cudaEvent_t evs[5] = {ss->done, ss->consumed, ss->ready, ss->fin, ss->sampled_ev};
-            for (int k = 0; k < 5; k++)
+            cudaEvent_t evs[6] = {ss->done, ss->consumed, ss->ready, ss->fin, ss->sampled_ev, ss->head_ev};
+            for (int k = 0; k < 6; k++)
                 if (evs[k])
                     cudaEventDestroy(evs[k]);
             if (ss->stream)
@@ -888,6 +902,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
         if (tp)
             ss->xin = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
     }
+    if (last && rank > 0 && tp)
+        ss->lg = (float *)mc_take(bp, (uint64_t)(ss->v1 - ss->v0) * 4);
     if (last && rank == 0) {
         ss->logits = (float *)mc_take(bp, (uint64_t)m->n_vocab * 4);
         if (tp) {
@@ -912,6 +928,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     ss->n_head = tp ? sp->ranks[r].head_end - sp->ranks[r].head_begin : m->n_head;
     ss->n_kv = tp ? sp->ranks[r].kv_head_end - sp->ranks[r].kv_head_begin : m->n_head_kv;
     ss->n_ff = tp ? sp->ranks[r].ff_end - sp->ranks[r].ff_begin : m->n_ff;
+    mc_vocab_range(m->n_vocab, tp ? sp->n_ranks : 1, tp ? r : 0, &ss->v0, &ss->v1);
     const uint32_t nl = sp->layer_end - sp->layer_begin;
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
@@ -952,6 +969,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     MC_RET(cudaEventCreateWithFlags(&ss->consumed, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->ready, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->fin, cudaEventDisableTiming), "cudaEventCreate");
+    MC_RET(cudaEventCreateWithFlags(&ss->head_ev, cudaEventDisableTiming), "cudaEventCreate");
     if (last && r == 0)
         MC_RET(cudaEventCreateWithFlags(&ss->sampled_ev, cudaEventDisableTiming), "cudaEventCreate");
     return MEMRA_OK;
@@ -1299,6 +1317,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 return st;
         }
     }
+    /* Commit; on the last stage the head (each rank its rows of the vocabulary with more than
+     * one rank, gathered into rank 0's buffer); then rank 0 samples and publishes. */
     for (uint32_t r = 0; r < R; r++) {
         mc_stage_state *ss = &s->st[i][r];
         cudaStream_t q = ss->stream;
@@ -1311,14 +1331,28 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                    "launch of the checked commit kernel");
         else
             MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
-        float *lg = tp ? ss->lg : ss->logits; /* tp: published below, when the step committed */
-        if (r == 0 && last) {
-            const mc_stage_weights *sw = &b->w->stages[i][0];
-            MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, lg, q),
-                   "launch of the head gemv (with the final norm)");
+        if (!last || (r > 0 && !tp))
+            continue;
+        const mc_stage_weights *sw = &b->w->stages[i][r];
+        float *out = tp ? ss->lg : ss->logits; /* tp: published below, when the step committed */
+        MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, out, q),
+               "launch of the head gemv (with the final norm)");
+        if (r > 0) { /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
+            MC_RET(cudaMemcpyAsync(r0->lg + ss->v0, ss->lg, (size_t)(ss->v1 - ss->v0) * 4, cudaMemcpyDefault, q),
+                   "cudaMemcpyAsync (logits gather)");
+            MC_RET(cudaEventRecord(ss->head_ev, q), "cudaEventRecord (logits gathered)");
         }
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        cudaStream_t q = ss->stream;
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        if (r == 0 && last && tp)
+            for (uint32_t k = 1; k < R; k++)
+                MC_RET(cudaStreamWaitEvent(q, s->st[i][k].head_ev, 0), "cudaStreamWaitEvent (logits gathered)");
         if (own_trigger)
             MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
+        float *lg = tp ? ss->lg : ss->logits;
         if (r == 0 && last && sample) {
             MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, ss->sampled, ss->result, q),
                    "launch of the device sampler");
