@@ -63,7 +63,7 @@ refuse)
   fi ;;
 bench)
   NR=1; [ "$NGPU" -ge 2 ] && NR=2
-  for c in "oneshot 2 $D2" "oneshot:blocks=4 2 $D2" "oneshot:blocks=1 2 $D2" "nccl $NR 0,1" "nccl:allgather $NR 0,1"; do set -- $c
+  for c in "oneshot 2 $D2" "oneshot:blocks=16,chunk=32 2 $D2" "oneshot:chunk=256 2 $D2" "oneshot:chunk=4096 2 $D2" "nccl $NR 0,1" "nccl:allgather $NR 0,1"; do set -- $c
     [ "$2" = 1 ] && d=0 || d=$3
     n=$(echo "bc-$1-$2" | tr ':=' '--')
     prog "$n" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --max-bytes 4M --jsonl "$OUT/bench-collective.jsonl"
@@ -72,7 +72,7 @@ bench)
 speed)
   # decode speed of the graph arm at tp=1 and tp=2 (with two ranks on one GPU this measures the
   # collective's overhead in a real decode, not the speed-up of two GPUs)
-  k=0; for arm in cuda-graph cuda-graph:tp=2,devices=$D2 cuda-graph:tp=2,devices=$D2,collective=oneshot:blocks=4; do
+  k=0; for arm in cuda-graph cuda-graph:tp=2,devices=$D2 cuda-graph:tp=2,devices=$D2,collective=oneshot:chunk=4096 cuda-graph:tp=2,devices=$D2,collective=oneshot:chunk=256; do
     k=$((k+1)); echo "speed-8b-$k: $arm" | tee -a "$T"
     PT=300 prog "speed-8b-$k" "$B/bin/memra" bench --preset llama-8b --dtype bf16 --backend "$arm" --prime 512 -n 128
     grep -i 'tok/s\|floor\|ceiling' "$OUT/speed-8b-$k.log" | head -4 | tee -a "$T"

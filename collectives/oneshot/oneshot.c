@@ -13,7 +13,8 @@
  *
  * Options: timeout_ms (default 1000: how long a rank waits for a peer before it gives up with
  * MEMRA_COLLECTIVE_TIMEOUT(peer) and marks the communicator broken), max_count (floats per
- * operation; default 16777216, 64 MiB), blocks (the fixed grid, default 16).
+ * operation; default 16777216, 64 MiB), blocks (the most blocks an operation launches, default 32)
+ * and chunk (floats per block it aims at, default 1024: 16 KB take 4 blocks).
  *
  * Refusal cells live in each rank's device memory: arm_refusal reads the table back, drops fired
  * cells, adds or replaces the cell and writes it again (no operation may be in flight: plugin.h).
@@ -33,7 +34,8 @@
 static const memra_option_spec os_options[] = {
     {"timeout_ms", "1000", "how long a rank waits for a peer before the operation fails naming it (1 to 600000)"},
     {"max_count", "16777216", "the most floats one operation reduces (buffers: 2 x this per rank)"},
-    {"blocks", "16", "thread blocks per rank and operation (1 to 128)"},
+    {"blocks", "32", "the most thread blocks per rank an operation launches (1 to 128)"},
+    {"chunk", "1024", "floats per block an operation aims at: it launches ceil(count / chunk) blocks, at most blocks"},
 };
 
 struct memra_collective {
@@ -71,19 +73,22 @@ static void os_destroy(memra_collective *c) {
 }
 
 static memra_status os_read_options(const memra_options *opts, uint32_t *timeout_ms, uint32_t *max_count,
-                                    uint32_t *blocks, memra_error *err) {
+                                    uint32_t *blocks, uint32_t *chunk, memra_error *err) {
     if (opts)
         for (uint32_t i = 0; i < opts->n && i < MEMRA_OPT_MAX; i++) {
             const char *k = opts->items[i].key;
-            if (strcmp(k, "timeout_ms") && strcmp(k, "max_count") && strcmp(k, "blocks"))
-                return memra_fail(err, MEMRA_E_INVALID,
-                                  "oneshot: unknown option '%.40s' (oneshot reads timeout_ms, max_count, blocks)", k);
+            if (strcmp(k, "timeout_ms") && strcmp(k, "max_count") && strcmp(k, "blocks") && strcmp(k, "chunk"))
+                return memra_fail(
+                    err, MEMRA_E_INVALID,
+                    "oneshot: unknown option '%.40s' (oneshot reads timeout_ms, max_count, blocks, chunk)", k);
         }
     memra_status st = memra_options_u32(opts, "timeout_ms", 1000, 1, 600000, timeout_ms, err);
     if (!st)
         st = memra_options_u32(opts, "max_count", 16777216u, 1, 1u << 28, max_count, err);
     if (!st)
-        st = memra_options_u32(opts, "blocks", 16, 1, 128, blocks, err);
+        st = memra_options_u32(opts, "blocks", 32, 1, 128, blocks, err);
+    if (!st)
+        st = memra_options_u32(opts, "chunk", 1024, 32, 1u << 24, chunk, err);
     if (st)
         memra_error_prefix(err, "oneshot");
     return st;
@@ -102,8 +107,8 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         return memra_fail(err, MEMRA_E_INVALID,
                           "oneshot: create: the ranks' devices are NULL (oneshot reduces "
                           "device memory: one device per rank)");
-    uint32_t timeout_ms, max_count, grid;
-    memra_status st = os_read_options(opts, &timeout_ms, &max_count, &grid, err);
+    uint32_t timeout_ms, max_count, grid, chunk;
+    memra_status st = os_read_options(opts, &timeout_ms, &max_count, &grid, &chunk, err);
     if (st)
         return st;
     int n_dev = 0;
@@ -150,11 +155,13 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         return os_cuda_fail(err, e, "cudaHostAlloc of the control flags");
     }
     memset((void *)c->ctl, 0, sizeof *c->ctl);
-    const uint32_t region = (max_count + grid - 1) / grid;
+    /* a block's chunk: about `chunk` floats while count <= grid * chunk, count / grid beyond */
+    const uint32_t spread = (max_count + grid - 1) / grid;
+    const uint32_t region = spread > chunk ? spread : chunk;
     const size_t data_b = os_align((size_t)2 * grid * region * sizeof(float));
     const size_t start_b = os_align((size_t)2 * grid * n_ranks * sizeof(unsigned long long));
     const size_t words_b = os_align((size_t)(4 * n_ranks + 1) * sizeof(int32_t));
-    const size_t epoch_b = os_align((size_t)grid * sizeof(unsigned long long));
+    const size_t epoch_b = os_align(sizeof(unsigned long long));
     const size_t census_b = os_align((size_t)OS_MAX_SITES * sizeof(unsigned long long));
     const size_t cells_b = os_align((size_t)OS_MAX_CELLS * sizeof(os_cell));
     const size_t outcome_b = os_align((size_t)grid * sizeof(int32_t));
@@ -177,7 +184,8 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         os_rank_view *v = &c->views[r];
         v->n_ranks = n_ranks;
         v->rank = r;
-        v->grid = grid;
+        v->max_grid = grid;
+        v->target = chunk;
         v->region = region;
         for (uint32_t p = 0; p < n_ranks; p++) {
             char *base = (char *)c->arena[p];
@@ -186,7 +194,7 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
             v->words[p] = (int32_t *)(base + data_b + start_b);
         }
         char *own = (char *)c->arena[r] + data_b + start_b + words_b;
-        v->epoch = (unsigned long long *)own;
+        v->seq = (unsigned long long *)own;
         v->census = (unsigned long long *)(own + epoch_b);
         v->cells = (os_cell *)(own + epoch_b + census_b);
         v->outcome = (int32_t *)(own + epoch_b + census_b + cells_b);

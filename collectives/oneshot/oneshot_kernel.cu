@@ -1,10 +1,12 @@
 /* oneshot_kernel.cu: the one-shot all-reduce kernel of the `oneshot` collective.
  *
- * A fixed grid of G blocks per communicator; block b of every rank owns chunk b of the vector
- * (the same split on every rank, the ranks' counts being equal) and its own region of each rank's
- * peer-visible buffer, so blocks of one index talk only to each other. Per operation, block b of
- * rank r:
- *   1. takes the next sync epoch e of block b (device memory: replays advance it by themselves);
+ * An operation launches G = ceil(count / target) blocks (at most max_grid; the same G on every
+ * rank, the ranks' counts being equal); block b of every rank owns chunk b of the vector and its
+ * own region of each rank's peer-visible buffer, so blocks of one index talk only to each other.
+ * Per operation, block b of rank r:
+ *   1. takes the operation's number e = seq + 1 (seq: the rank's operations so far, in device
+ *      memory, advanced by the operation's last block as it ends, so replays advance it by
+ *      themselves; the next operation's kernel starts only after this one ended);
  *   2. resolves its refusal cell (device memory, fired once: tagged with e);
  *   3. copies its chunk of buf into data[r][e & 1][b] (double buffered by parity), and block 0
  *      writes the rank's refusal word and count into every rank's words area;
@@ -17,7 +19,8 @@
  *   6. sums its chunk in rank order from rank 0's value in float32 (s = d0; s += d1; ... with
  *      __fadd_rn, nothing to contract) into buf: every rank computes the same bits.
  * Reuse is safe without an end barrier: a rank overwrites data[.][e & 1] at e + 2 only after
- * passing the start barrier of e + 1, which every peer enters only after it finished reading e.
+ * passing a start barrier of e + 1, which every peer enters only after its whole kernel of e
+ * ended (stream order), every read of e done.
  * The last block of the rank to finish (an integer counter) writes the status: a peer's timeout,
  * else the first failed block's outcome (aborted, absent, broken), else FAILED when the ranks'
  * counts differ (the buffers are then undefined), else the lowest refusing rank's word, else 0; a timeout also marks the communicator broken (every later operation of every rank
@@ -37,14 +40,13 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     __shared__ unsigned long long s_epoch;
     __shared__ int32_t s_word, s_outcome;
     __shared__ bool s_last;
-    const uint32_t b = blockIdx.x, n = v.n_ranks, r = v.rank;
-    const uint32_t per = (count + v.grid - 1) / v.grid;
+    const uint32_t b = blockIdx.x, g = gridDim.x, n = v.n_ranks, r = v.rank;
+    const uint32_t per = (count + g - 1) / g;
     const uint32_t lo = min(count, b * per), hi = min(count, lo + per);
     if (threadIdx.x == 0) {
         s_outcome = 0;
         s_word = 0;
-        const unsigned long long e = v.epoch[b] + 1;
-        v.epoch[b] = e;
+        const unsigned long long e = *(volatile unsigned long long *)v.seq + 1;
         s_epoch = e;
         if (b == 0 && site < OS_MAX_SITES)
             v.census[site]++;
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     const unsigned long long e = s_epoch;
     const uint32_t par = (uint32_t)(e & 1);
     if (s_outcome == 0) {
-        float *mine = v.data[r] + ((size_t)par * v.grid + b) * v.region;
+        float *mine = v.data[r] + ((size_t)par * v.max_grid + b) * v.region;
         for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
             mine[i - lo] = buf[i];
         if (b == 0 && threadIdx.x < n) {
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
         __syncthreads(); /* the block's writes, then thread 0's fence: cumulative (as a grid sync) */
         if (threadIdx.x == 0) {
             __threadfence_system();
-            const size_t slot = ((size_t)par * v.grid + b) * n;
+            const size_t slot = ((size_t)par * v.max_grid + b) * n;
             for (uint32_t p = 0; p < n; p++)
                 *(volatile unsigned long long *)&v.start[p][slot + r] = e;
             const unsigned long long t0 = os_now();
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
         }
         __syncthreads();
         if (s_outcome == 0) {
-            const size_t off = ((size_t)par * v.grid + b) * v.region;
+            const size_t off = ((size_t)par * v.max_grid + b) * v.region;
             for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
                 float s = __ldcv(v.data[0] + off + (i - lo));
                 for (uint32_t p = 1; p < n; p++)
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     if (threadIdx.x == 0) {
         v.outcome[b] = s_outcome;
         __threadfence();
-        s_last = atomicAdd(v.done, 1u) == v.grid - 1;
+        s_last = atomicAdd(v.done, 1u) == g - 1;
     }
     __syncthreads();
     if (!s_last || threadIdx.x != 0)
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     __threadfence();
     /* A peer's timeout names the cause; then abort, absence, failure; then counts; then refusals. */
     int32_t st = 0;
-    for (uint32_t k = 0; k < v.grid; k++) {
+    for (uint32_t k = 0; k < g; k++) {
         const int32_t o = *(volatile int32_t *)&v.outcome[k];
         if (o >= MEMRA_COLLECTIVE_TIMEOUT(0) && o < MEMRA_COLLECTIVE_TIMEOUT(MEMRA_MAX_RANKS)) {
             st = o;
@@ -156,10 +158,13 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     *v.done = 0;
     if (status_dev)
         *status_dev = st;
+    *v.seq = s_epoch; /* the operation is over: the next one is e + 1 */
 }
 
 extern "C" int os_launch(const os_rank_view *v, float *buf, uint32_t count, uint32_t site, const int32_t *position_dev,
                          int32_t *status_dev, void *stream) {
-    os_kernel<<<v->grid, OS_THREADS, 0, (cudaStream_t)stream>>>(*v, buf, count, site, position_dev, status_dev);
+    uint32_t g = (count + v->target - 1) / v->target;
+    g = g < 1 ? 1 : g > v->max_grid ? v->max_grid : g;
+    os_kernel<<<g, OS_THREADS, 0, (cudaStream_t)stream>>>(*v, buf, count, site, position_dev, status_dev);
     return (int)cudaGetLastError();
 }

@@ -33,14 +33,17 @@ typedef struct os_cell {
 
 /* One rank's view of the communicator: its own buffers and every rank's peer-visible ones. */
 typedef struct os_rank_view {
-    uint32_t n_ranks, rank, grid, region;       /* region: floats per grid block per parity */
-    float *data[MEMRA_MAX_RANKS];               /* [2][grid][region] on each rank's device */
-    unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][grid][n_ranks] on each rank's device */
+    uint32_t n_ranks, rank;
+    uint32_t max_grid;                          /* the most blocks an operation launches */
+    uint32_t target;                            /* floats per block aimed at: grid = ceil(count / target) */
+    uint32_t region;                            /* floats per block per parity in each data buffer */
+    float *data[MEMRA_MAX_RANKS];               /* [2][max_grid][region] on each rank's device */
+    unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][max_grid][n_ranks] on each rank's device */
     int32_t *words[MEMRA_MAX_RANKS];            /* [2][n_ranks] words, [2][n_ranks] counts, then the broken flag */
-    unsigned long long *epoch;                  /* [grid]: this rank's sync epochs */
+    unsigned long long *seq;                    /* this rank's operations so far (one counter) */
     unsigned long long *census;                 /* [OS_MAX_SITES]: this rank's epochs per site */
     os_cell *cells;                             /* [OS_MAX_CELLS] */
-    int32_t *outcome;                           /* [grid] */
+    int32_t *outcome;                           /* [max_grid] */
     unsigned int *done;                         /* 1 counter */
     os_ctl *ctl;                                /* host-mapped, shared */
     unsigned long long timeout_ns;
