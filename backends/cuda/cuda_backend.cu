@@ -10,7 +10,25 @@
  * every kernel depends only on its inputs and launch shape, never on timing, so one stream or
  * several, one device or several, pipelined or not, give the same bits. (A same-device
  * multi-stream pipeline flakes exactly when some buffer is shared between stages in flight, or a
- * wait is missing: neither can happen here.) */
+ * wait is missing: neither can happen here.)
+ *
+ * Tensor parallelism (a stage with ranks, tp=N): rank r of a stage holds, on its own device, its
+ * heads' rows of wq/wk/wv (and biases), their columns of wo, its ffn rows of gate/up and their
+ * columns of down, the norms whole, and on the last stage its rows of the head (split by
+ * vocabulary). Every rank holds the whole residual x. Per layer each rank computes its partial of
+ * the attention output and of the FFN output into x (rank 0 adds the residual, the others hold
+ * only their partial), and one in-place all-reduce of x through the arm's collective (one
+ * communicator per state and stage; the n calls back to back in rank order) leaves the new
+ * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
+ * layer*2+1. The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
+ * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
+ * transaction on the device: each rank's commit checks every collective status of the step (and
+ * the verdict of the stage before), advances its position only when all are 0, and writes its
+ * verdict to host-mapped memory, which step_end reads; the hidden and logits a step computed are
+ * published to the state's committed copies only then. So a refused step changes nothing a
+ * digest or a restore sees, and the state is quarantined. In cuda-graph the collectives are
+ * captured with the rest of the token and every replay is a new operation (the collectives keep
+ * their epochs and signals on the device). */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdarg.h>
