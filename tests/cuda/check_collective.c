@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "memra/options.h"
+#include "check_program.h"
 #include "memra/plugin.h"
 #include "memra/registry.h"
 
@@ -30,22 +31,6 @@ static int32_t devs[MAXR];
 static cudaStream_t streams[MAXR];
 static float *bufs[MAXR];
 static int32_t *stat_d[MAXR], *pos_d[MAXR];
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                                              \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-        }                                                                                                              \
-    } while (0)
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* An exact input: small integers times 2^-4, distinct per rank and element. */
 static float input(uint32_t r, size_t i) { return (float)((int)((i * 7 + r * 13) % 61) - 30) * 0.0625f; }
@@ -343,18 +328,18 @@ int main(int argc, char **argv) {
             fill(4096);
             set_pos(3);
             CHECK(V->arm_refusal(f, 1, 9, 3, MEMRA_COLLECTIVE_ABSENT, &err) == MEMRA_OK, "arm absent: %s", err.msg);
-            double t0 = now_s();
+            double t0 = check_now_s();
             op(f, 4096, 9, UINT32_MAX, &err);
             sync_all();
-            double dt = now_s() - t0;
+            double dt = check_now_s() - t0;
             CHECK(status_of(1) == MEMRA_COLLECTIVE_ABSENT, "absent rank's status %d", status_of(1));
             CHECK(status_of(0) == MEMRA_COLLECTIVE_TIMEOUT(1), "rank 0's status %d, expected TIMEOUT(1) = %d",
                   status_of(0), MEMRA_COLLECTIVE_TIMEOUT(1));
             CHECK(dt < 2.0, "the timeout took %.3f s (bound 0.2 s)", dt);
-            t0 = now_s();
+            t0 = check_now_s();
             op(f, 4096, 9, UINT32_MAX, &err);
             sync_all();
-            double dt2 = now_s() - t0;
+            double dt2 = check_now_s() - t0;
             for (uint32_t r = 0; r < N; r++)
                 CHECK(status_of(r) == MEMRA_COLLECTIVE_FAILED, "after a timeout rank %u reads %d (expected FAILED)", r,
                       status_of(r));
@@ -366,7 +351,7 @@ int main(int argc, char **argv) {
         f = make(&base, "20000");
         if (f) {
             fill(4096);
-            double t0 = now_s();
+            double t0 = check_now_s();
             op(f, 4096, 2, 1, &err); /* rank 1 never calls */
             struct timespec ts = {0, 100 * 1000 * 1000};
             nanosleep(&ts, NULL);
@@ -374,7 +359,7 @@ int main(int argc, char **argv) {
             CHECK(cudaStreamQuery(streams[0]) == cudaErrorNotReady, "rank 0 did not wait for its peer");
             V->abort(f);
             cudaStreamSynchronize(streams[0]);
-            double dt = now_s() - t0;
+            double dt = check_now_s() - t0;
             CHECK(status_of(0) == MEMRA_COLLECTIVE_ABORTED, "aborted rank 0 reads %d", status_of(0));
             CHECK(dt < 2.0, "abort took %.3f s to end the spin", dt);
             CHECK(V->all_reduce_sum_f32(f, 0, bufs[0], 16, streams[0], 2, pos_d[0], stat_d[0], &err) == MEMRA_E_REFUSED,

@@ -14,26 +14,12 @@
 #include <time.h>
 
 #include "memra/arm.h"
+#include "check_program.h"
 #include "memra/plugin.h"
 #include "memra/registry.h"
 #include "memra/runtime.h"
 
 static int failures;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                                              \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-        }                                                                                                              \
-    } while (0)
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 #define STEPS 8
 #define AT 5
@@ -76,12 +62,12 @@ static int check_arm(memra_registry *reg, const memra_model *m, const char *text
     uint8_t before[3][32], after[3][32];
     CHECK(memra_arm_digests(s, before[0], before[1], before[2], &err) == MEMRA_OK, "digests: %s", err.msg);
     CHECK(memra_arm_arm_refusal(a, 0, 1, 1, 0, AT, MEMRA_COLLECTIVE_ABSENT, &err) == MEMRA_OK, "arming: %s", err.msg);
-    double t0 = now_s();
+    double t0 = check_now_s();
     memra_step_args args = {sizeof args, in[AT], &greedy, false};
     memra_status st = memra_arm_step_begin(s, &args, &err);
     if (st == MEMRA_OK)
         st = memra_arm_step_end(s, NULL, NULL, &err);
-    double dt = now_s() - t0;
+    double dt = check_now_s() - t0;
     printf("  the step with an absent rank: %s after %.3f s: %s\n", st ? "failed" : "passed", dt, err.msg);
     CHECK(st == MEMRA_E_DEVICE, "status %d (expected MEMRA_E_DEVICE)", (int)st);
     /* the waiting rank's timeout names rank 1; should the missing rank's own later wait time out
