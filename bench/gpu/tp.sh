@@ -9,6 +9,9 @@
 #            cuda against cuda-graph at tp=1 (nothing regressed)
 #   (neg-*   negative controls: rc=1 expected)
 #   refuse   what must be refused clearly (nccl with two ranks on one device)
+#   full     the gates at full length on what is lent: 256 prime + 256 generated steps,
+#            greedy and sampled, 20 ABBA timing rows, refusal cells: cuda:tp=2 against
+#            cuda-graph:tp=2 on tiny, llama-1b and llama-8b (BF16); cpu:tp=2 against cuda:tp=2 (nmse)
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
 # A short table last; logs under $OUT.
 set -u
@@ -69,6 +72,14 @@ bench)
     prog "$n" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --max-bytes 4M --jsonl "$OUT/bench-collective.jsonl"
     sed -n '1,12p' "$OUT/$n.log" | tee -a "$T"
   done ;;
+full)
+  F="--prime 256 --gen 256"
+  for p in "tiny f32" "llama-1b bf16" "llama-8b bf16"; do set -- $p
+    gate "full-$1-greedy" --preset $1 --dtype $2 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $F --cells some
+    gate "full-$1-T1" --preset $1 --dtype $2 --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 $F --temp 1 --seed 7 --cells none
+    grep -o '"median_tok_s":[0-9.]*\|"ratio_b_over_a":[0-9.]*\|"ratio_ci95":\[[0-9.,]*\]' "$OUT/full-$1-greedy.jsonl" | tr '\n' ' ' | tee -a "$T"; echo | tee -a "$T"
+  done
+  gate full-tiny-cpu-cuda --preset tiny --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $F --compare nmse:1e-6 --rows 0 --cells none ;;
 speed)
   # decode speed of the graph arm at tp=1 and tp=2 (with two ranks on one GPU this measures the
   # collective's overhead in a real decode, not the speed-up of two GPUs)
