@@ -31,10 +31,12 @@
  * their epochs and signals on the device). */
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
@@ -542,9 +544,10 @@ struct memra_backend {
     char coll_name[MEMRA_OPT_VALUE_MAX]; /* the collective= key: plugin name */
     memra_options coll_opts;             /* the collective's own keys (mode, max_count) */
     const memra_collective_vtable *coll;
-    pthread_mutex_t lock; /* the list of live states, the cells, retired epochs */
-    memra_state *states;  /* live states */
-    uint64_t *retired;    /* [stage][rank][2 * n_layer]: epochs of freed states' communicators */
+    uint32_t step_timeout_ms; /* step_timeout_ms=: the watchdog of a step's wait (tp) */
+    pthread_mutex_t lock;     /* the list of live states, the cells, retired epochs */
+    memra_state *states;      /* live states */
+    uint64_t *retired;        /* [stage][rank][2 * n_layer]: epochs of freed states' communicators */
     mc_tp_cell *cells;
     uint32_t n_cells, cap_cells;
 };
@@ -627,6 +630,9 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         if (allowed)
             return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected one of %s", choices[i], v, allowed);
     }
+    uint32_t step_timeout = 0;
+    if ((st = memra_options_u32(opts, "step_timeout_ms", 30000, 100, 3600000, &step_timeout, err)))
+        return st;
     const char *coll = memra_options_get(opts, "collective");
     if (coll && (!coll[0] || coll[0] == ':'))
         return memra_fail(err, MEMRA_E_INVALID,
@@ -686,6 +692,9 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     const char *tp = memra_options_get(opts, "tp"); /* the collective is resolved where it is used */
     if (tp && strcmp(tp, "1") != 0 && !memra_options_get(opts, "collective") &&
         (st = memra_options_set(resolved, "collective", "oneshot", err)))
+        return st;
+    if (tp && strcmp(tp, "1") != 0 && !memra_options_get(opts, "step_timeout_ms") &&
+        (st = memra_options_set(resolved, "step_timeout_ms", "30000", err)))
         return st;
     return MEMRA_OK;
 }
@@ -766,6 +775,8 @@ static memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint
         return MEMRA_OK;
     memra_status st = mc_collective_key(opts, b->coll_name, sizeof b->coll_name, &b->coll_opts, err);
     if (st)
+        return st;
+    if ((st = memra_options_u32(opts, "step_timeout_ms", 30000, 100, 3600000, &b->step_timeout_ms, err)))
         return st;
     const memra_plugin *p = NULL;
     if ((st = b->host->find_plugin(b->coll_name, MEMRA_PLUGIN_COLLECTIVE, &p, err))) {
@@ -1531,6 +1542,49 @@ static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t
     return MEMRA_OK;
 }
 
+static double mc_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A tensor-parallel step's wait, bounded: past step_timeout_ms the state's communicators are
+ * aborted (a collective spinning for a rank that never arrives gives up at once; NCCL's kernels
+ * end with ncclCommAbort), the step fails naming the timeout and the state is quarantined. If the
+ * device still does not finish within a further 10 s the step fails all the same (the state must
+ * then not be used; freeing it waits for its streams). */
+static memra_status mc_wait_step(memra_backend *b, memra_state *s, mc_slot *slot, memra_error *err) {
+    const double t0 = mc_now_s(), limit = b->step_timeout_ms / 1000.0;
+    cudaError_t e;
+    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady) {
+        if (mc_now_s() - t0 > limit)
+            break;
+        sched_yield();
+    }
+    if (e == cudaSuccess)
+        return MEMRA_OK;
+    if (e != cudaErrorNotReady) {
+        memra_status st = mc_cuda_fail(err, e, "the step (cudaEventQuery)");
+        mc_quarantine_fail(s, err);
+        return st;
+    }
+    for (uint32_t i = 0; i < s->n_stages; i++)
+        if (s->comm[i] && b->coll->abort)
+            b->coll->abort(s->comm[i]);
+    const double t1 = mc_now_s();
+    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady && mc_now_s() - t1 < 10.0)
+        sched_yield();
+    memra_status st =
+        memra_fail(err, MEMRA_E_DEVICE,
+                   "cuda: the step at position %u did not finish within step_timeout_ms=%u (a collective of "
+                   "'%s' waited too long); the state's communicators were aborted%s",
+                   slot->position - 1, b->step_timeout_ms, b->coll_name,
+                   e == cudaSuccess ? "" : ", and the device had still not finished 10 s later");
+    mc_quarantine(b, s, err ? err->msg : "a step timed out");
+    s->position = slot->position - 1;
+    return st;
+}
+
 memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
     memra_status st = MEMRA_OK;
     if (s->inflight == 0)
@@ -1538,7 +1592,12 @@ memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_
     mc_slot *slot = &s->slots[s->head];
     s->head = (s->head + 1) % s->max_inflight;
     s->inflight--;
-    MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
+    if (b->tp) {
+        if ((st = mc_wait_step(b, s, slot, err)))
+            return st;
+    } else {
+        MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
+    }
     if (s->quarantined)
         return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
     if (b->tp && (st = mc_check_verdicts(b, s, slot->position - 1, err))) {

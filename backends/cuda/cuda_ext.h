@@ -50,7 +50,13 @@ extern "C" {
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \
             "with tp > 1: the collective plugin that sums the ranks' partials, NAME[:MODE]: oneshot (one-shot kernel " \
-            "over peer memory) or nccl (nccl:allgather: gather, then the rank-order sum). Not loaded with tp=1"       \
+            "over peer memory) or nccl (nccl:allgather: gather, then the rank-order sum); NAME:KEY=VALUE sets one of " \
+            "the collective's own keys (oneshot:timeout_ms=5000). Not loaded with tp=1"                                \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "step_timeout_ms", "30000",                                                                                    \
+            "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "      \
+            "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000)"               \
     }
 
 typedef struct memra_cuda_graph_ext_v1 {

@@ -37,7 +37,7 @@ D2=0,0; [ "$NGPU" -ge 2 ] && D2=0,1
 for mode in "${@:-coll gates refuse}"; do for m in $mode; do case $m in
 coll)
   prog coll-oneshot-2 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 2 --devices $D2
-  prog tp-fault "$B/bin/memra_cuda_check_tp_fault" --arm cuda:tp=2,devices=$D2 cuda-graph:tp=2,devices=$D2
+  prog tp-fault "$B/bin/memra_cuda_check_tp_fault" --devices $D2
   if [ -e "$B/plugins.d/nccl.collective.manifest" ]; then
     if [ "$NGPU" -ge 2 ]; then
       prog coll-nccl-2 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 2 --devices 0,1

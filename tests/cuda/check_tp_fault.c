@@ -5,7 +5,10 @@
  * and its committed position and digests are as before the step; the process lives on and a new
  * state of the same arm decodes the same tokens as before. For cuda and cuda-graph.
  *
- *   memra_cuda_check_tp_fault [--arm ARM]...   (default: cuda:tp=2 and cuda-graph:tp=2)
+ *   memra_cuda_check_tp_fault [--devices D0,D1]   (default: the placement's, rank r on device r)
+ *
+ * Also the backend's watchdog: with a collective that would wait ten minutes, step_timeout_ms
+ * aborts it and fails the step in time.
  *
  * Exit 0 pass, 1 a check failed, 3 could not run, 77 no CUDA device. */
 #include <cuda_runtime.h>
@@ -24,7 +27,9 @@ static int failures;
 #define STEPS 8
 #define AT 5
 
-static int check_arm(memra_registry *reg, const memra_model *m, const char *text) {
+/* expect: a phrase the failed step's message must hold (NULL: the collective's own timeout,
+ * naming rank 1); limit: the seconds the failed step may take. */
+static int check_arm(memra_registry *reg, const memra_model *m, const char *text, const char *expect, double limit) {
     memra_error err = {0};
     memra_arm *a = NULL;
     printf("arm %s\n", text);
@@ -72,9 +77,12 @@ static int check_arm(memra_registry *reg, const memra_model *m, const char *text
     CHECK(st == MEMRA_E_DEVICE, "status %d (expected MEMRA_E_DEVICE)", (int)st);
     /* the waiting rank's timeout names rank 1; should the missing rank's own later wait time out
      * first (breaking the communicator), its absence names it */
-    CHECK(strstr(err.msg, "timed out waiting for rank 1") != NULL || strstr(err.msg, "never saw rank 1 arrive"),
-          "the message does not name rank 1: %s", err.msg);
-    CHECK(dt < 3.0, "the failed step took %.3f s (timeout 1 s)", dt);
+    if (expect)
+        CHECK(strstr(err.msg, expect) != NULL, "the message does not say '%s': %s", expect, err.msg);
+    else
+        CHECK(strstr(err.msg, "timed out waiting for rank 1") != NULL || strstr(err.msg, "never saw rank 1 arrive"),
+              "the message does not name rank 1: %s", err.msg);
+    CHECK(dt < limit, "the failed step took %.3f s (at most %.1f s expected)", dt, limit);
     CHECK(memra_arm_state_quarantined(s), "the state is not quarantined");
     CHECK(memra_arm_state_position(s) == AT, "position %u after the failed step (expected %d)",
           memra_arm_state_position(s), AT);
@@ -114,14 +122,23 @@ int main(int argc, char **argv) {
         printf("could not load: %s\n", err.msg);
         return 3;
     }
-    const char *defaults[] = {"cuda:tp=2", "cuda-graph:tp=2"};
+    /* the collective's own timeout (oneshot: 1 s), eager and graph; then the backend's watchdog
+     * (step_timeout_ms) over a collective that would wait 10 minutes: the abort ends it */
+    static const struct {
+        const char *arm, *expect;
+        double limit;
+    } cases[] = {
+        {"cuda:tp=2", NULL, 3.0},
+        {"cuda-graph:tp=2", NULL, 3.0},
+        {"cuda:tp=2,collective=oneshot:timeout_ms=600000,step_timeout_ms=1500", "step_timeout_ms=1500", 6.0},
+        {"cuda-graph:tp=2,collective=oneshot:timeout_ms=600000,step_timeout_ms=1500", "step_timeout_ms=1500", 6.0},
+    };
     int rc = 0;
-    if (argc > 2 && strcmp(argv[1], "--arm") == 0) {
-        for (int i = 2; i < argc; i++)
-            rc |= check_arm(reg, lm->model, argv[i]);
-    } else {
-        for (int i = 0; i < 2; i++)
-            rc |= check_arm(reg, lm->model, defaults[i]);
+    char text[300];
+    const char *devices = argc > 2 && strcmp(argv[1], "--devices") == 0 ? argv[2] : NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s%s%s", cases[i].arm, devices ? ",devices=" : "", devices ? devices : "");
+        rc |= check_arm(reg, lm->model, text, cases[i].expect, cases[i].limit);
     }
     printf("%s: %d failure(s)\n", failures || rc ? "FAIL" : "PASS", failures);
     memra_registry_close(reg);

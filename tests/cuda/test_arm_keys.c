@@ -39,10 +39,15 @@ static memra_status resolve(const char *arm, char *out, size_t n) {
 
 Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
     const memra_backend_vtable *vt = cuda_vt();
-    static const char *const want[][2] = {{"pdl", "1"},   {"trigger", "115"},    {"gemv", "auto"},
-                                          {"q8", "auto"}, {"attention", "auto"}, {"collective", "oneshot"}};
-    cr_assert_eq(vt->n_options, 6);
-    for (int i = 0; i < 6; i++) {
+    static const char *const want[][2] = {{"pdl", "1"},
+                                          {"trigger", "115"},
+                                          {"gemv", "auto"},
+                                          {"q8", "auto"},
+                                          {"attention", "auto"},
+                                          {"collective", "oneshot"},
+                                          {"step_timeout_ms", "30000"}};
+    cr_assert_eq(vt->n_options, 7);
+    for (int i = 0; i < 7; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -58,9 +63,11 @@ Test(cuda_arm_keys, resolved_options_name_every_key) {
     cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,collective=oneshot");
+    cr_assert_str_eq(
+        buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,collective=oneshot,step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
+                          "step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -72,6 +79,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
+        {"cuda:step_timeout_ms=50", "step_timeout_ms=50: expected an integer from 100 to 3600000"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(resolve(bad[i][0], buf, sizeof buf), MEMRA_E_INVALID, "%s", bad[i][0]);
