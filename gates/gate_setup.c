@@ -257,8 +257,13 @@ static memra_status precheck_arm(const char *name, const char *text, memra_regis
         const char *key = opts.items[i].key, *value = opts.items[i].value;
         if (strcmp(key, MEMRA_ARM_KEY_PLACEMENT) == 0)
             st = known_plugin(r, name, text, value, MEMRA_PLUGIN_PLACEMENT, err);
-        else if (strcmp(key, "collective") == 0)
-            st = known_plugin(r, name, text, value, MEMRA_PLUGIN_COLLECTIVE, err);
+        else if (strcmp(key, "collective") == 0) {
+            char coll[MEMRA_OPT_VALUE_MAX]; /* NAME[:MODE | :KEY=VALUE]: the plugin is NAME */
+            if (!memra_collective_value_name(value, coll, sizeof coll))
+                st = memra_fail(err, MEMRA_E_INVALID, "--%s %s: collective=%s names no plugin", name, text, value);
+            else
+                st = known_plugin(r, name, text, coll, MEMRA_PLUGIN_COLLECTIVE, err);
+        }
         if (st != MEMRA_OK)
             return st;
     }

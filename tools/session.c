@@ -25,7 +25,9 @@ static bool arm_names_unknown_plugin(memra_registry *r, const char *arm_text) {
     if (placement && !registry_has(r, placement, MEMRA_PLUGIN_PLACEMENT))
         return true;
     const char *collective = memra_options_get(&opts, "collective");
-    return collective && !registry_has(r, collective, MEMRA_PLUGIN_COLLECTIVE);
+    char coll[MEMRA_OPT_VALUE_MAX]; /* NAME[:MODE | :KEY=VALUE]: the plugin is NAME */
+    return collective && (!memra_collective_value_name(collective, coll, sizeof coll) ||
+                          !registry_has(r, coll, MEMRA_PLUGIN_COLLECTIVE));
 }
 
 int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s) {

@@ -649,11 +649,8 @@ static memra_status mc_collective_key(const memra_options *opts, char *name, siz
         v = "oneshot";
     memset(copts, 0, sizeof *copts);
     const char *colon = strchr(v, ':');
-    size_t n = colon ? (size_t)(colon - v) : strlen(v);
-    if (n == 0 || n >= name_size)
+    if (!memra_collective_value_name(v, name, name_size))
         return memra_fail(err, MEMRA_E_INVALID, "collective=%s: expected NAME or NAME:MODE", v);
-    memcpy(name, v, n);
-    name[n] = 0;
     if (colon) { /* NAME:WORD is mode=WORD; NAME:KEY=VALUE one of the collective's own keys */
         if (!colon[1])
             return memra_fail(err, MEMRA_E_INVALID, "collective=%s: nothing after ':' (expected a mode)", v);

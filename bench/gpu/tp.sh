@@ -12,6 +12,8 @@
 #   full     the gates at full length on what is lent: 256 prime + 256 generated steps,
 #            greedy and sampled, 20 ABBA timing rows, refusal cells: cuda:tp=2 against
 #            cuda-graph:tp=2 on tiny, llama-1b and llama-8b (BF16); cpu:tp=2 against cuda:tp=2 (nmse)
+#   sync     oneshot's sync=acqrel (release/acquire flags) against sync=fence (the default): its
+#            collective check, gates of the two (the same bits, then ABBA timing), the bench
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
 # A short table last; logs under $OUT.
 set -u
@@ -71,6 +73,18 @@ bench)
     n=$(echo "bc-$1-$2" | tr ':=' '--')
     prog "$n" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --max-bytes 4M --jsonl "$OUT/bench-collective.jsonl"
     sed -n '1,12p' "$OUT/$n.log" | tee -a "$T"
+  done ;;
+sync)
+  prog coll-oneshot-acqrel "$B/bin/memra_cuda_check_collective" --collective oneshot:sync=acqrel --ranks 2 --devices $D2
+  gate sync-1b --preset llama-1b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:sync=acqrel --prime 64 --gen 128 --rows 8 --cells none
+  gate sync-8b --preset llama-8b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:sync=acqrel --prime 64 --gen 128 --rows 8 --cells none
+  for g in sync-1b sync-8b; do
+    grep -o '"median_tok_s":[0-9.]*\|"ratio_b_over_a":[0-9.]*\|"ratio_ci95":\[[0-9.,]*\]' "$OUT/$g.jsonl" | tr '\n' ' ' | tee -a "$T"; echo | tee -a "$T"
+  done
+  for c in "oneshot:sync=fence" "oneshot:sync=acqrel"; do
+    n=$(echo "bc-$c" | tr ':=' '--')
+    prog "$n" "$B/bin/memra" bench-collective --collective $c --ranks 2 --devices $D2 --max-bytes 256K
+    sed -n '4,12p' "$OUT/$n.log" | tee -a "$T"
   done ;;
 full)
   F="--prime 256 --gen 256"

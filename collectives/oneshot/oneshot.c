@@ -36,6 +36,9 @@ static const memra_option_spec os_options[] = {
     {"max_count", "16777216", "the most floats one operation reduces (buffers: 2 x this per rank)"},
     {"blocks", "32", "the most thread blocks per rank an operation launches (1 to 128)"},
     {"chunk", "1024", "floats per block an operation aims at: it launches ceil(count / chunk) blocks, at most blocks"},
+    {"sync", "fence",
+     "how a block publishes and awaits the ranks' flags: fence (system fences around plain accesses) or acqrel "
+     "(release stores and acquire loads at system scope). The bits do not depend on it"},
 };
 
 struct memra_collective {
@@ -77,10 +80,16 @@ static memra_status os_read_options(const memra_options *opts, uint32_t *timeout
     if (opts)
         for (uint32_t i = 0; i < opts->n && i < MEMRA_OPT_MAX; i++) {
             const char *k = opts->items[i].key;
-            if (strcmp(k, "timeout_ms") && strcmp(k, "max_count") && strcmp(k, "blocks") && strcmp(k, "chunk"))
+            if (strcmp(k, "timeout_ms") && strcmp(k, "max_count") && strcmp(k, "blocks") && strcmp(k, "chunk") &&
+                strcmp(k, "sync"))
                 return memra_fail(
                     err, MEMRA_E_INVALID,
-                    "oneshot: unknown option '%.40s' (oneshot reads timeout_ms, max_count, blocks, chunk)", k);
+                    "oneshot: unknown option '%.40s' (oneshot reads timeout_ms, max_count, blocks, chunk, "
+                    "sync)",
+                    k);
+            if (!strcmp(k, "sync") && strcmp(opts->items[i].value, "fence") && strcmp(opts->items[i].value, "acqrel"))
+                return memra_fail(err, MEMRA_E_INVALID, "oneshot: sync=%.40s: expected fence or acqrel",
+                                  opts->items[i].value);
         }
     memra_status st = memra_options_u32(opts, "timeout_ms", 1000, 1, 600000, timeout_ms, err);
     if (!st)
@@ -184,6 +193,8 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         os_rank_view *v = &c->views[r];
         v->n_ranks = n_ranks;
         v->rank = r;
+        const char *sync = opts ? memra_options_get(opts, "sync") : NULL;
+        v->acqrel = sync && strcmp(sync, "acqrel") == 0;
         v->max_grid = grid;
         v->target = chunk;
         v->region = region;

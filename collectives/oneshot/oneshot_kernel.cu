@@ -35,6 +35,18 @@ static __device__ __forceinline__ unsigned long long os_now(void) {
     return t;
 }
 
+/* sync=acqrel: the flag published with a release store and read with acquire loads at system
+ * scope (cumulative over the block's writes the barrier ordered before it), instead of full
+ * system fences around relaxed (volatile) accesses. */
+static __device__ __forceinline__ void os_st_release(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+static __device__ __forceinline__ unsigned long long os_ld_acquire(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *buf, uint32_t count, uint32_t site,
                                                         const int32_t *position_dev, int32_t *status_dev) {
     __shared__ unsigned long long s_epoch;
@@ -82,15 +94,20 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
         }
         __syncthreads(); /* the block's writes, then thread 0's fence: cumulative (as a grid sync) */
         if (threadIdx.x == 0) {
-            __threadfence_system();
             const size_t slot = ((size_t)par * v.max_grid + b) * n;
-            for (uint32_t p = 0; p < n; p++)
-                *(volatile unsigned long long *)&v.start[p][slot + r] = e;
+            if (v.acqrel) {
+                for (uint32_t p = 0; p < n; p++)
+                    os_st_release(&v.start[p][slot + r], e);
+            } else {
+                __threadfence_system();
+                for (uint32_t p = 0; p < n; p++)
+                    *(volatile unsigned long long *)&v.start[p][slot + r] = e;
+            }
             const unsigned long long t0 = os_now();
-            volatile unsigned long long *flags = v.start[r] + slot;
+            unsigned long long *flags = v.start[r] + slot;
             for (uint32_t p = 0; p < n && s_outcome == 0; p++) {
                 uint32_t spins = 0;
-                while (flags[p] != e) {
+                while ((v.acqrel ? os_ld_acquire(&flags[p]) : *(volatile unsigned long long *)&flags[p]) != e) {
                     if ((++spins & 255u) == 0) {
                         if (v.ctl->abort) {
                             s_outcome = MEMRA_COLLECTIVE_ABORTED;
@@ -110,7 +127,8 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
                     }
                 }
             }
-            __threadfence_system();
+            if (!v.acqrel)
+                __threadfence_system();
         }
         __syncthreads();
         if (s_outcome == 0) {

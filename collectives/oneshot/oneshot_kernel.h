@@ -37,6 +37,7 @@ typedef struct os_rank_view {
     uint32_t max_grid;                          /* the most blocks an operation launches */
     uint32_t target;                            /* floats per block aimed at: grid = ceil(count / target) */
     uint32_t region;                            /* floats per block per parity in each data buffer */
+    uint32_t acqrel;                            /* sync=acqrel: release/acquire flags; 0 (sync=fence): system fences */
     float *data[MEMRA_MAX_RANKS];               /* [2][max_grid][region] on each rank's device */
     unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][max_grid][n_ranks] on each rank's device */
     int32_t *words[MEMRA_MAX_RANKS];            /* [2][n_ranks] words, [2][n_ranks] counts, then the broken flag */

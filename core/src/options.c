@@ -191,3 +191,17 @@ void memra_arm_format(const char *backend, const memra_options *opts, char *buf,
         used += (size_t)snprintf(buf + used, size - used, "%c%s=%s", i ? ',' : ':', opts->items[i].key,
                                  opts->items[i].value);
 }
+
+bool memra_collective_value_name(const char *value, char *name, size_t size) {
+    if (!value || !name || size == 0)
+        return false;
+    const char *colon = strchr(value, ':');
+    const size_t n = colon ? (size_t)(colon - value) : strlen(value);
+    if (n == 0 || n >= size) {
+        name[0] = 0;
+        return false;
+    }
+    memcpy(name, value, n);
+    name[n] = 0;
+    return true;
+}

@@ -198,9 +198,15 @@ int main(int argc, char **argv) {
     memra_options base = {0};
     memra_error err = {0};
     char *colon = strchr(name, ':');
-    if (colon) {
+    if (colon) { /* NAME:WORD is mode=WORD; NAME:KEY=VALUE one of the collective's keys */
         *colon = 0;
-        memra_options_set(&base, "mode", colon + 1, &err);
+        char *eq = strchr(colon + 1, '=');
+        if (eq) {
+            *eq = 0;
+            memra_options_set(&base, colon + 1, eq + 1, &err);
+        } else {
+            memra_options_set(&base, "mode", colon + 1, &err);
+        }
     }
     memra_registry *reg = NULL;
     const memra_plugin *p = NULL;

@@ -39,6 +39,10 @@ memra_status memra_options_u32(const memra_options *opts, const char *key, uint3
 /* A comma-separated list of unsigned integers ("0,1,2"); *n is 0 when the key is absent. */
 memra_status memra_options_u32_list(const memra_options *opts, const char *key, uint32_t *out, uint32_t max_n,
                                     uint32_t *n, memra_error *err);
+/* The collective plugin's name in a collective= value: NAME, NAME:MODE or NAME:KEY=VALUE (the
+ * part after ':' is the collective's own option), into name. False when the name is empty or
+ * does not fit in size - 1 bytes. */
+bool memra_collective_value_name(const char *value, char *name, size_t size);
 /* Writes "backend:key=value,..." into buf. */
 void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
 
