@@ -219,3 +219,17 @@ Test(gate_tp, a_refusal_that_commits_is_caught, .timeout = 120) {
     cr_assert_eq(gate_count_records(r.jsonl, "measure"), 0, "nothing timed after a failed cell");
     gate_result_free(&r);
 }
+
+/* collective=NAME:KEY=VALUE hands the collective one of its own keys: memra-gate checks only NAME
+ * against the registry (it once refused such a value as an unknown plugin), the collective checks
+ * the key, and an unknown NAME is still a usage error naming it. */
+Test(gate_tp, a_collective_key_after_the_name_reaches_the_collective, .timeout = 120) {
+    const char *ok[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=local:order=rank", TP_SHORT, NULL};
+    gate_result r = run_expect(ok, 0, NULL);
+    gate_result_free(&r);
+    const char *bad_key[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=local:order=reverse", TP_SHORT, NULL};
+    r = run_expect(bad_key, 2, "order=reverse: expected order=rank");
+    gate_result_free(&r);
+    const char *bad_name[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=nope:order=rank", TP_SHORT, NULL};
+    gate_expect_usage(bad_name, "unknown collective 'nope'");
+}
