@@ -12,6 +12,9 @@
 #   full     the gates at full length on what is lent: 256 prime + 256 generated steps,
 #            greedy and sampled, 20 ABBA timing rows, refusal cells: cuda:tp=2 against
 #            cuda-graph:tp=2 on tiny, llama-1b and llama-8b (BF16); cpu:tp=2 against cuda:tp=2 (nmse)
+#   slices   every dtype's and architecture's slicing against the cpu backend's (nmse 1e-4):
+#            cpu:tp=2 vs cuda:tp=2 on tiny at f32, f16, bf16, q8_0, on qwen2-tiny (biases) and
+#            qwen3-tiny (q/k norms), small q8_0; and stages=2,tp=2 with window 3 (exact)
 #   sync     oneshot's sync=acqrel (release/acquire flags) against sync=fence (the default): its
 #            collective check, gates of the two (the same bits, then ABBA timing), the bench
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
@@ -74,6 +77,19 @@ bench)
     prog "$n" "$B/bin/memra" bench-collective --collective $1 --ranks $2 --devices $d --max-bytes 4M --jsonl "$OUT/bench-collective.jsonl"
     sed -n '1,12p' "$OUT/$n.log" | tee -a "$T"
   done ;;
+slices)
+  S="--prime 32 --gen 32 --rows 0 --cells none"
+  for d in f32 f16 bf16 q8_0; do
+    gate "slice-tiny-$d" --preset tiny --dtype $d --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $S --compare nmse:1e-4
+  done
+  for p in qwen2-tiny qwen3-tiny; do
+    gate "slice-$p" --preset $p --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $S --compare nmse:1e-4
+    gate "exact-$p" --preset $p --a cuda:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2 --prime 32 --gen 32 --rows 0 --cells some
+  done
+  gate slice-small-q8 --preset small --dtype q8_0 --a cpu:tp=2 --b cuda:tp=2,devices=$D2 $S --compare nmse:1e-4
+  gate st2tp2-window3 --preset small --a cuda:stages=2,tp=2 --b cuda:stages=2,tp=2,window=3 $S
+  gate st2tp2-graph-T1 --preset small --a cuda:stages=2,tp=2,window=3 --b cuda-graph:stages=2,tp=2 --prime 32 --gen 32 --rows 0 --temp 1 --cells some
+  grep -h -o '"max_nmse":[0-9.e-]*' "$OUT"/slice-*.jsonl | tr '\n' ' ' | tee -a "$T"; echo | tee -a "$T" ;;
 sync)
   prog coll-oneshot-acqrel "$B/bin/memra_cuda_check_collective" --collective oneshot:sync=acqrel --ranks 2 --devices $D2
   gate sync-1b --preset llama-1b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:sync=acqrel --prime 64 --gen 128 --rows 8 --cells none
