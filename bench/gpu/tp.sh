@@ -15,6 +15,9 @@
 #   slices   every dtype's and architecture's slicing against the cpu backend's (nmse 1e-4):
 #            cpu:tp=2 vs cuda:tp=2 on tiny at f32, f16, bf16, q8_0, on qwen2-tiny (biases) and
 #            qwen3-tiny (q/k norms), small q8_0; and stages=2,tp=2 with window 3 (exact)
+#   ranks    4 and 8 ranks (on as many GPUs as there are, wrapping): the collectives' checks, exact
+#            gates of cuda:tp=4 and tp=8 against cuda-graph, stages=2,tp=2 against tp=4 (nmse), and
+#            cpu against cuda at 4 and 8 ranks (nmse)
 #   sync     oneshot's sync=acqrel (release/acquire flags) against sync=fence (the default): its
 #            collective check, gates of the two (the same bits, then ABBA timing), the bench
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
@@ -90,6 +93,19 @@ slices)
   gate st2tp2-window3 --preset small --a cuda:stages=2,tp=2 --b cuda:stages=2,tp=2,window=3 $S
   gate st2tp2-graph-T1 --preset small --a cuda:stages=2,tp=2,window=3 --b cuda-graph:stages=2,tp=2 --prime 32 --gen 32 --rows 0 --temp 1 --cells some
   grep -h -o '"max_nmse":[0-9.e-]*' "$OUT"/slice-*.jsonl | tr '\n' ' ' | tee -a "$T"; echo | tee -a "$T" ;;
+ranks)
+  prog coll-oneshot-4 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 4
+  prog coll-oneshot-8 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 8
+  S="--prime 32 --gen 32 --rows 0"
+  gate small-tp4 --preset small --a cuda:tp=4 --b cuda-graph:tp=4 $S --cells some
+  gate small-st2tp2-vs-tp4 --preset small --a cuda-graph:tp=4 --b cuda-graph:stages=2,tp=2 $S --compare nmse:1e-4 --cells none
+  gate small-st2tp2-exact --preset small --a cuda:stages=2,tp=2 --b cuda-graph:stages=2,tp=2,window=3 $S --cells some
+  gate small-cpu-cuda-tp4 --preset small --a cpu:tp=4 --b cuda:tp=4 $S --compare nmse:1e-4 --cells none
+  gate 1b-tp8 --preset llama-1b --dtype bf16 --a cuda:tp=8 --b cuda-graph:tp=8 $S --cells some
+  gate 1b-tp8-T1 --preset llama-1b --dtype q8_0 --a cuda:tp=8 --b cuda-graph:tp=8 $S --temp 1 --cells none
+  gate 1b-cpu-cuda-tp8 --preset llama-1b --dtype bf16 --a cpu:tp=8 --b cuda:tp=8 --prime 16 --gen 16 --rows 0 --compare nmse:1e-4 --cells none
+  prog bc-oneshot-8 "$B/bin/memra" bench-collective --collective oneshot --ranks 8 --max-bytes 1M
+  sed -n '4,12p' "$OUT/bc-oneshot-8.log" | tee -a "$T" ;;
 sync)
   prog coll-oneshot-acqrel "$B/bin/memra_cuda_check_collective" --collective oneshot:sync=acqrel --ranks 2 --devices $D2
   gate sync-1b --preset llama-1b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:sync=acqrel --prime 64 --gen 128 --rows 8 --cells none
