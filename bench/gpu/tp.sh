@@ -18,6 +18,8 @@
 #   ranks    4 and 8 ranks (on as many GPUs as there are, wrapping): the collectives' checks, exact
 #            gates of cuda:tp=4 and tp=8 against cuda-graph, stages=2,tp=2 against tp=4 (nmse), and
 #            cpu against cuda at 4 and 8 ranks (nmse)
+#   pdl      oneshot's pdl=1 (its kernel launched to start while the kernel before drains) against
+#            pdl=0: its collective check, gates of the two (the same bits, then ABBA timing)
 #   sync     oneshot's sync=acqrel (release/acquire flags) against sync=fence (the default): its
 #            collective check, gates of the two (the same bits, then ABBA timing), the bench
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
@@ -106,6 +108,14 @@ ranks)
   gate 1b-cpu-cuda-tp8 --preset llama-1b --dtype bf16 --a cpu:tp=8 --b cuda:tp=8 --prime 16 --gen 16 --rows 0 --compare nmse:1e-4 --cells none
   prog bc-oneshot-8 "$B/bin/memra" bench-collective --collective oneshot --ranks 8 --max-bytes 1M
   sed -n '4,12p' "$OUT/bc-oneshot-8.log" | tee -a "$T" ;;
+pdl)
+  prog coll-oneshot-pdl "$B/bin/memra_cuda_check_collective" --collective oneshot:pdl=1 --ranks 2 --devices $D2
+  gate pdl-1b --preset llama-1b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:pdl=1 --prime 64 --gen 128 --rows 8 --cells some
+  gate pdl-8b --preset llama-8b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:pdl=1 --prime 64 --gen 128 --rows 8 --cells none
+  gate pdl-8b-eager --preset llama-8b --dtype bf16 --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,collective=oneshot:pdl=1 --prime 32 --gen 64 --rows 4 --cells none
+  for g in pdl-1b pdl-8b pdl-8b-eager; do
+    echo "$g: $(grep -o '"median_tok_s":[0-9.]*\|"ratio_b_over_a":[0-9.]*\|"ratio_ci95":\[[0-9.,]*\]' "$OUT/$g.jsonl" | tr '\n' ' ')" | tee -a "$T"
+  done ;;
 sync)
   prog coll-oneshot-acqrel "$B/bin/memra_cuda_check_collective" --collective oneshot:sync=acqrel --ranks 2 --devices $D2
   gate sync-1b --preset llama-1b --dtype bf16 --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,collective=oneshot:sync=acqrel --prime 64 --gen 128 --rows 8 --cells none

@@ -39,6 +39,9 @@ static const memra_option_spec os_options[] = {
     {"sync", "fence",
      "how a block publishes and awaits the ranks' flags: fence (system fences around plain accesses) or acqrel "
      "(release stores and acquire loads at system scope). The bits do not depend on it"},
+    {"pdl", "0",
+     "1 launches each operation's kernel with programmatic dependent launch: it starts while the kernel before it "
+     "drains and waits for it on the device. The bits do not depend on it"},
 };
 
 struct memra_collective {
@@ -81,11 +84,11 @@ static memra_status os_read_options(const memra_options *opts, uint32_t *timeout
         for (uint32_t i = 0; i < opts->n && i < MEMRA_OPT_MAX; i++) {
             const char *k = opts->items[i].key;
             if (strcmp(k, "timeout_ms") && strcmp(k, "max_count") && strcmp(k, "blocks") && strcmp(k, "chunk") &&
-                strcmp(k, "sync"))
+                strcmp(k, "sync") && strcmp(k, "pdl"))
                 return memra_fail(
                     err, MEMRA_E_INVALID,
                     "oneshot: unknown option '%.40s' (oneshot reads timeout_ms, max_count, blocks, chunk, "
-                    "sync)",
+                    "sync, pdl)",
                     k);
             if (!strcmp(k, "sync") && strcmp(opts->items[i].value, "fence") && strcmp(opts->items[i].value, "acqrel"))
                 return memra_fail(err, MEMRA_E_INVALID, "oneshot: sync=%.40s: expected fence or acqrel",
@@ -98,6 +101,9 @@ static memra_status os_read_options(const memra_options *opts, uint32_t *timeout
         st = memra_options_u32(opts, "blocks", 32, 1, 128, blocks, err);
     if (!st)
         st = memra_options_u32(opts, "chunk", 1024, 32, 1u << 24, chunk, err);
+    uint32_t pdl = 0;
+    if (!st)
+        st = memra_options_u32(opts, "pdl", 0, 0, 1, &pdl, err);
     if (st)
         memra_error_prefix(err, "oneshot");
     return st;
@@ -195,6 +201,7 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         v->rank = r;
         const char *sync = opts ? memra_options_get(opts, "sync") : NULL;
         v->acqrel = sync && strcmp(sync, "acqrel") == 0;
+        v->pdl = opts && memra_options_get(opts, "pdl") && strcmp(memra_options_get(opts, "pdl"), "1") == 0;
         v->max_grid = grid;
         v->target = chunk;
         v->region = region;

@@ -52,6 +52,8 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     __shared__ unsigned long long s_epoch;
     __shared__ int32_t s_word, s_outcome;
     __shared__ bool s_last;
+    if (v.pdl) /* everything below reads what the kernels before it wrote */
+        asm volatile("griddepcontrol.wait;" ::: "memory");
     const uint32_t b = blockIdx.x, g = gridDim.x, n = v.n_ranks, r = v.rank;
     const uint32_t per = (count + g - 1) / g;
     const uint32_t lo = min(count, b * per), hi = min(count, lo + per);
@@ -183,6 +185,19 @@ extern "C" int os_launch(const os_rank_view *v, float *buf, uint32_t count, uint
                          int32_t *status_dev, void *stream) {
     uint32_t g = (count + v->target - 1) / v->target;
     g = g < 1 ? 1 : g > v->max_grid ? v->max_grid : g;
-    os_kernel<<<g, OS_THREADS, 0, (cudaStream_t)stream>>>(*v, buf, count, site, position_dev, status_dev);
-    return (int)cudaGetLastError();
+    if (!v->pdl) {
+        os_kernel<<<g, OS_THREADS, 0, (cudaStream_t)stream>>>(*v, buf, count, site, position_dev, status_dev);
+        return (int)cudaGetLastError();
+    }
+    /* pdl=1: launched while the kernel before it drains; it waits for it (griddepcontrol.wait) first */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(g);
+    cfg.blockDim = dim3(OS_THREADS);
+    cfg.stream = (cudaStream_t)stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return (int)cudaLaunchKernelEx(&cfg, os_kernel, *v, buf, count, site, position_dev, status_dev);
 }

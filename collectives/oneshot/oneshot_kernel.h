@@ -34,11 +34,12 @@ typedef struct os_cell {
 /* One rank's view of the communicator: its own buffers and every rank's peer-visible ones. */
 typedef struct os_rank_view {
     uint32_t n_ranks, rank;
-    uint32_t max_grid;                          /* the most blocks an operation launches */
-    uint32_t target;                            /* floats per block aimed at: grid = ceil(count / target) */
-    uint32_t region;                            /* floats per block per parity in each data buffer */
-    uint32_t acqrel;                            /* sync=acqrel: release/acquire flags; 0 (sync=fence): system fences */
-    float *data[MEMRA_MAX_RANKS];               /* [2][max_grid][region] on each rank's device */
+    uint32_t max_grid;            /* the most blocks an operation launches */
+    uint32_t target;              /* floats per block aimed at: grid = ceil(count / target) */
+    uint32_t region;              /* floats per block per parity in each data buffer */
+    uint32_t acqrel;              /* sync=acqrel: release/acquire flags; 0 (sync=fence): system fences */
+    uint32_t pdl;                 /* pdl=1: programmatic dependent launch (starts while the kernel before drains) */
+    float *data[MEMRA_MAX_RANKS]; /* [2][max_grid][region] on each rank's device */
     unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][max_grid][n_ranks] on each rank's device */
     int32_t *words[MEMRA_MAX_RANKS];            /* [2][n_ranks] words, [2][n_ranks] counts, then the broken flag */
     unsigned long long *seq;                    /* this rank's operations so far (one counter) */

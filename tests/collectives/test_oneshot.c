@@ -29,9 +29,9 @@ static void teardown(void) { memra_registry_close(g_reg); }
 TestSuite(collective_oneshot, .init = setup, .fini = teardown, .timeout = 60);
 
 Test(collective_oneshot, keys_and_appended_members) {
-    const char *want[] = {"timeout_ms", "max_count", "blocks", "chunk", "sync"};
-    cr_assert_eq(g_vt->n_options, 5);
-    for (int i = 0; i < 5; i++)
+    const char *want[] = {"timeout_ms", "max_count", "blocks", "chunk", "sync", "pdl"};
+    cr_assert_eq(g_vt->n_options, 6);
+    for (int i = 0; i < 6; i++)
         cr_assert_str_eq(g_vt->options[i].key, want[i]);
     cr_assert(MEMRA_HAS_MEMBER(g_vt, memra_collective_vtable, clear_refusals));
     cr_assert_not_null(g_vt->clear_refusals);
@@ -54,6 +54,7 @@ Test(collective_oneshot, create_refuses_bad_arguments_before_any_device) {
         {"max_count", "0", "max_count=0"},
         {"chunk", "8", "chunk=8"},
         {"sync", "lock", "sync=lock: expected fence or acqrel"},
+        {"pdl", "2", "pdl=2"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memra_options o = {0};
