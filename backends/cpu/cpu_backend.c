@@ -579,11 +579,15 @@ static memra_status open_collective(memra_backend *b, const memra_plan *plan, co
         return MEMRA_OK;
     /* collective=NAME, NAME:MODE (mode=MODE) or NAME:KEY=VALUE (one of the collective's keys) */
     char name[MEMRA_OPT_VALUE_MAX];
-    if (!memra_collective_value_name(cfg->collective, name, sizeof name))
-        return memra_fail(err, MEMRA_E_INVALID, "cpu: collective=%s names no collective plugin", cfg->collective);
+    memra_options own = {0};
+    memra_status st = memra_collective_value_parse(cfg->collective, name, sizeof name, &own, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "cpu");
+        return st;
+    }
     snprintf(b->collective_name, sizeof b->collective_name, "%s", name);
     const memra_plugin *p = NULL;
-    memra_status st = b->host->find_plugin(name, MEMRA_PLUGIN_COLLECTIVE, &p, err);
+    st = b->host->find_plugin(name, MEMRA_PLUGIN_COLLECTIVE, &p, err);
     if (st != MEMRA_OK) {
         memra_error_prefix(err, "cpu: tensor parallelism (tp=%u) needs the collective '%.60s' (collective=)",
                            b->stages[0].n_ranks, cfg->collective);
@@ -592,27 +596,11 @@ static memra_status open_collective(memra_backend *b, const memra_plan *plan, co
     const memra_collective_vtable *vt = p ? p->collective : NULL;
     if (!MEMRA_HAS_MEMBER(vt, memra_collective_vtable, abort) || !vt->create || !vt->destroy || !vt->all_reduce_sum_f32)
         return memra_fail(err, MEMRA_E_PLUGIN, "cpu: the collective '%.60s' has no usable all-reduce", cfg->collective);
-    memra_options own = {0};
     for (uint32_t i = 0; opts && i < opts->n; i++)
         for (uint32_t k = 0; vt->options && k < vt->n_options; k++)
             if (strcmp(opts->items[i].key, vt->options[k].key) == 0 &&
                 (st = memra_options_set(&own, opts->items[i].key, opts->items[i].value, err)) != MEMRA_OK)
                 return st;
-    const char *colon = strchr(cfg->collective, ':');
-    if (colon) {
-        const char *eq = strchr(colon + 1, '=');
-        char key[MEMRA_OPT_KEY_MAX];
-        const size_t kn = eq ? (size_t)(eq - colon - 1) : 0;
-        if (!colon[1] || (eq && (kn == 0 || kn >= sizeof key || !eq[1])))
-            return memra_fail(err, MEMRA_E_INVALID, "cpu: collective=%s: expected NAME, NAME:MODE or NAME:KEY=VALUE",
-                              cfg->collective);
-        if (eq) {
-            memcpy(key, colon + 1, kn);
-            key[kn] = 0;
-        }
-        if ((st = memra_options_set(&own, eq ? key : "mode", eq ? eq + 1 : colon + 1, err)) != MEMRA_OK)
-            return st;
-    }
     b->coll = vt;
     for (uint32_t s = 0; s < b->n_stages; s++) {
         cpu_stage *sg = &b->stages[s];

@@ -205,3 +205,38 @@ bool memra_collective_value_name(const char *value, char *name, size_t size) {
     name[n] = 0;
     return true;
 }
+
+memra_status memra_collective_value_parse(const char *value, char *name, size_t size, memra_options *opts,
+                                          memra_error *err) {
+    if (!memra_collective_value_name(value, name, size))
+        return memra_fail(err, MEMRA_E_INVALID, "collective=%.100s: expected NAME, NAME:MODE or NAME:KEY=VALUE",
+                          value ? value : "(null)");
+    const char *p = strchr(value, ':');
+    if (!p)
+        return MEMRA_OK;
+    p++;
+    if (!*p)
+        return memra_fail(err, MEMRA_E_INVALID, "collective=%.100s: nothing after ':' (expected a mode or KEY=VALUE)",
+                          value);
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        const size_t klen = eq ? (size_t)(eq - p) : 4;
+        const size_t vlen = eq ? len - klen - 1 : len;
+        char key[MEMRA_OPT_KEY_MAX], val[MEMRA_OPT_VALUE_MAX];
+        if (len == 0 || klen == 0 || klen >= sizeof key || vlen == 0 || vlen >= sizeof val)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "collective=%.100s: expected NAME:ITEM[,ITEM...], each item KEY=VALUE or a mode", value);
+        memcpy(key, eq ? p : "mode", klen);
+        key[klen] = '\0';
+        memcpy(val, eq ? eq + 1 : p, vlen);
+        val[vlen] = '\0';
+        memra_status st = memra_options_set(opts, key, val, err);
+        if (st != MEMRA_OK)
+            return st;
+        if (!comma)
+            return MEMRA_OK;
+        p = comma + 1;
+    }
+}

@@ -554,3 +554,31 @@ Test(arm, optional_members_null) {
     memra_arm_state_free(s);
     memra_arm_close(a);
 }
+
+/* collective= values (memra/options.h): the plugin's name, and the items after ':' as the
+ * collective's own options; each malformed shape refused with MEMRA_E_INVALID. */
+Test(arm, collective_values_parse_into_a_name_and_options) {
+    char name[16];
+    memra_options o = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_collective_value_parse("oneshot", name, sizeof name, &o, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_str_eq(name, "oneshot");
+    cr_assert_eq(o.n, 0);
+    cr_assert_eq(memra_collective_value_parse("nccl:allgather", name, sizeof name, &o, &err), MEMRA_OK);
+    cr_assert_str_eq(name, "nccl");
+    cr_assert_str_eq(memra_options_get(&o, "mode"), "allgather");
+    memra_options o2 = {0};
+    cr_assert_eq(memra_collective_value_parse("oneshot:timeout_ms=5,pdl=1,fast", name, sizeof name, &o2, &err),
+                 MEMRA_OK);
+    cr_assert_eq(o2.n, 3);
+    cr_assert_str_eq(memra_options_get(&o2, "timeout_ms"), "5");
+    cr_assert_str_eq(memra_options_get(&o2, "pdl"), "1");
+    cr_assert_str_eq(memra_options_get(&o2, "mode"), "fast");
+    static const char *const bad[] = {"",        ":mode",   "nccl:",   "nccl:a,,b",
+                                      "nccl:=1", "nccl:k=", "nccl:a,", "averyveryverylongname"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memra_options ob = {0};
+        cr_assert_eq(memra_collective_value_parse(bad[i], name, sizeof name, &ob, &err), MEMRA_E_INVALID, "'%s'",
+                     bad[i]);
+    }
+}

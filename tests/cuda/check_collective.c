@@ -194,19 +194,11 @@ int main(int argc, char **argv) {
         }
     }
     char name[64];
-    snprintf(name, sizeof name, "%s", coll);
     memra_options base = {0};
     memra_error err = {0};
-    char *colon = strchr(name, ':');
-    if (colon) { /* NAME:WORD is mode=WORD; NAME:KEY=VALUE one of the collective's keys */
-        *colon = 0;
-        char *eq = strchr(colon + 1, '=');
-        if (eq) {
-            *eq = 0;
-            memra_options_set(&base, colon + 1, eq + 1, &err);
-        } else {
-            memra_options_set(&base, "mode", colon + 1, &err);
-        }
+    if (memra_collective_value_parse(coll, name, sizeof name, &base, &err) != MEMRA_OK) {
+        fprintf(stderr, "--collective: %s\n", err.msg);
+        return 2;
     }
     memra_registry *reg = NULL;
     const memra_plugin *p = NULL;

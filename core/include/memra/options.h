@@ -43,6 +43,11 @@ memra_status memra_options_u32_list(const memra_options *opts, const char *key, 
  * part after ':' is the collective's own option), into name. False when the name is empty or
  * does not fit in size - 1 bytes. */
 bool memra_collective_value_name(const char *value, char *name, size_t size);
+/* A whole collective value, NAME[:ITEM[,ITEM...]] where an ITEM is KEY=VALUE or a bare WORD
+ * (mode=WORD): the name into name, the items appended to opts (an arm holds one item; a command
+ * line may give several). MEMRA_E_INVALID naming the value when it is malformed. */
+memra_status memra_collective_value_parse(const char *value, char *name, size_t size, memra_options *opts,
+                                          memra_error *err);
 /* Writes "backend:key=value,..." into buf. */
 void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
 
