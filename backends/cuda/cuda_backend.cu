@@ -641,33 +641,6 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
     return MEMRA_OK;
 }
 
-/* collective=NAME[:MODE] into the plugin's name and its own options (mode=MODE). */
-static memra_status mc_collective_key(const memra_options *opts, char *name, size_t name_size, memra_options *copts,
-                                      memra_error *err) {
-    const char *v = memra_options_get(opts, "collective");
-    if (!v)
-        v = "oneshot";
-    memset(copts, 0, sizeof *copts);
-    const char *colon = strchr(v, ':');
-    if (!memra_collective_value_name(v, name, name_size))
-        return memra_fail(err, MEMRA_E_INVALID, "collective=%s: expected NAME or NAME:MODE", v);
-    if (colon) { /* NAME:WORD is mode=WORD; NAME:KEY=VALUE one of the collective's own keys */
-        if (!colon[1])
-            return memra_fail(err, MEMRA_E_INVALID, "collective=%s: nothing after ':' (expected a mode)", v);
-        const char *eq = strchr(colon + 1, '=');
-        if (!eq)
-            return memra_options_set(copts, "mode", colon + 1, err);
-        char key[MEMRA_OPT_KEY_MAX];
-        const size_t kn = (size_t)(eq - colon - 1);
-        if (kn == 0 || kn >= sizeof key || !eq[1])
-            return memra_fail(err, MEMRA_E_INVALID, "collective=%s: expected NAME:MODE or NAME:KEY=VALUE", v);
-        memcpy(key, colon + 1, kn);
-        key[kn] = 0;
-        return memra_options_set(copts, key, eq + 1, err);
-    }
-    return MEMRA_OK;
-}
-
 memra_status mc_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
                                 memra_error *err) {
     mc_config c;
@@ -686,13 +659,14 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
             return st;
-    const char *tp = memra_options_get(opts, "tp"); /* the collective is resolved where it is used */
-    if (tp && strcmp(tp, "1") != 0 && !memra_options_get(opts, "collective") &&
-        (st = memra_options_set(resolved, "collective", "oneshot", err)))
-        return st;
-    if (tp && strcmp(tp, "1") != 0 && !memra_options_get(opts, "step_timeout_ms") &&
-        (st = memra_options_set(resolved, "step_timeout_ms", "30000", err)))
-        return st;
+    const char *tp = memra_options_get(opts, "tp"); /* the tensor-parallel keys resolve where they are used */
+    if (tp && strcmp(tp, "1") != 0) {
+        if (!memra_options_get(opts, "collective") && (st = memra_options_set(resolved, "collective", "oneshot", err)))
+            return st;
+        if (!memra_options_get(opts, "step_timeout_ms") &&
+            (st = memra_options_set(resolved, "step_timeout_ms", "30000", err)))
+            return st;
+    }
     return MEMRA_OK;
 }
 
@@ -770,7 +744,9 @@ static memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint
     }
     if (!b->tp)
         return MEMRA_OK;
-    memra_status st = mc_collective_key(opts, b->coll_name, sizeof b->coll_name, &b->coll_opts, err);
+    const char *coll = memra_options_get(opts, "collective");
+    memra_status st =
+        memra_collective_value_parse(coll ? coll : "oneshot", b->coll_name, sizeof b->coll_name, &b->coll_opts, err);
     if (st)
         return st;
     if ((st = memra_options_u32(opts, "step_timeout_ms", 30000, 100, 3600000, &b->step_timeout_ms, err)))
