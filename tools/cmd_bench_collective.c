@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "bench_collective_cuda.h"
+#include "memra/collective.h"
 #include "cli.h"
 #include "memra_commit.h"
 
@@ -89,8 +90,7 @@ typedef struct bc_run {
     const char *cmd;
     const bc_args *a;
     bc_cuda cu;
-    const memra_collective_vtable *vt;
-    memra_collective *c;
+    memra_coll *c; /* the collective and its communicator (memra/collective.h) */
     bc_stream stream[MEMRA_MAX_RANKS];
     float *buf[MEMRA_MAX_RANKS];
     int32_t *pos[MEMRA_MAX_RANKS];
@@ -134,50 +134,20 @@ static bool parse_bytes(const char *cmd, const char *opt, const char *text, uint
     return true;
 }
 
-/* NAME[:item,...] where an item is key=value or a bare word (mode=word). */
+/* NAME[:item,...] where an item is key=value or a bare word (mode=word): memra/options.h. */
 static bool parse_collective(const char *cmd, const char *text, bc_args *a) {
     a->coll_text = text;
     memset(&a->coll_opts, 0, sizeof a->coll_opts);
-    const char *colon = strchr(text, ':');
-    size_t n = colon ? (size_t)(colon - text) : strlen(text);
-    if (n == 0 || n >= sizeof a->coll_name) {
-        cli_error(cmd, "--collective '%s': expected NAME[:mode|key=value,...]", text);
+    memra_error err = {0};
+    if (memra_collective_value_parse(text, a->coll_name, sizeof a->coll_name, &a->coll_opts, &err) != MEMRA_OK) {
+        /* the core says "collective=TEXT: why"; the flag is named as it was typed */
+        const char *why = err.msg;
+        const size_t lead = strlen("collective=") + strlen(text);
+        if (strncmp(why, "collective=", 11) == 0 && strlen(why) > lead + 1 &&
+            strncmp(why + 11, text, strlen(text)) == 0)
+            why += lead + 2;
+        cli_error(cmd, "--collective '%s': %s", text, why);
         return false;
-    }
-    memcpy(a->coll_name, text, n);
-    a->coll_name[n] = '\0';
-    if (!colon)
-        return true;
-    if (!colon[1]) {
-        cli_error(cmd, "--collective '%s': nothing after ':' (expected NAME[:mode|key=value,...])", text);
-        return false;
-    }
-    const char *p = colon + 1;
-    while (*p) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        size_t klen = eq ? (size_t)(eq - p) : 4;
-        const char *key = eq ? p : "mode";
-        const char *val = eq ? eq + 1 : p;
-        size_t vlen = eq ? len - klen - 1 : len;
-        if (len == 0 || klen == 0 || klen >= MEMRA_OPT_KEY_MAX || vlen >= MEMRA_OPT_VALUE_MAX ||
-            a->coll_opts.n >= MEMRA_OPT_MAX) {
-            cli_error(cmd, "--collective '%s': expected NAME[:mode|key=value,...]", text);
-            return false;
-        }
-        memra_option *o = &a->coll_opts.items[a->coll_opts.n++];
-        memcpy(o->key, key, klen);
-        o->key[klen] = '\0';
-        memcpy(o->value, val, vlen);
-        o->value[vlen] = '\0';
-        if (!comma)
-            break;
-        p = comma + 1;
-        if (!*p) {
-            cli_error(cmd, "--collective '%s': an empty option after ','", text);
-            return false;
-        }
     }
     return true;
 }
@@ -317,8 +287,7 @@ static bool sync_all(bc_run *b, const char *what) {
                 return false;
             }
             if ((cli_now() - start) * 1e3 > b->a->timeout_ms) {
-                if (b->vt->abort)
-                    b->vt->abort(b->c);
+                memra_coll_abort(b->c);
                 cli_error(b->cmd, "%s: rank %u's stream did not finish within %u ms; the collective was aborted", what,
                           r, b->a->timeout_ms);
                 return false;
@@ -334,8 +303,8 @@ static bool sync_all(bc_run *b, const char *what) {
 static bool one_op(bc_run *b, uint64_t count) {
     for (uint32_t r = 0; r < b->a->ranks; r++) {
         memra_error err = {0};
-        if (b->vt->all_reduce_sum_f32(b->c, r, b->buf[r], (size_t)count, b->stream[r], 0, b->pos[r], b->status[r],
-                                      &err) != MEMRA_OK) {
+        if (memra_coll_all_reduce(b->c, r, b->buf[r], (size_t)count, b->stream[r], 0, b->pos[r], b->status[r], &err) !=
+            MEMRA_OK) {
             cli_fail(b->cmd, &err);
             return false;
         }
@@ -770,12 +739,13 @@ static int run_sizes(bc_run *b, bool *any_wrong) {
 
 /* Every rank's epoch of block 0 must equal the operations made (graph replays included). */
 static void check_epochs(bc_run *b) {
-    if (!b->vt->epochs)
-        return;
     for (uint32_t r = 0; r < b->a->ranks; r++) {
         uint64_t e = 0;
         memra_error err = {0};
-        if (b->vt->epochs(b->c, r, &e, 1, &err) != MEMRA_OK) {
+        memra_status st = memra_coll_epochs(b->c, r, &e, 1, &err);
+        if (st == MEMRA_E_UNSUPPORTED)
+            return; /* a collective that counts no epochs */
+        if (st != MEMRA_OK) {
             cli_fail(b->cmd, &err);
             b->failed_check = true;
             return;
@@ -832,26 +802,24 @@ int cmd_bench_collective(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
     }
-    const memra_plugin *p = NULL;
-    if (memra_registry_load(reg, a.coll_name, MEMRA_PLUGIN_COLLECTIVE, &p, &err) != MEMRA_OK) {
+    if (memra_coll_open(reg, a.coll_name, &b.c, &err) != MEMRA_OK) {
         rc = cli_fail(cmd, &err);
         memra_registry_close(reg);
         return rc == CLI_EXIT_USAGE ? CLI_EXIT_ERROR : rc;
     }
-    b.vt = p->collective;
     memra_options opts = a.coll_opts;
-    if (a.timeout_given && !memra_options_get(&opts, "timeout_ms")) {
-        if (opts.n >= MEMRA_OPT_MAX) {
-            cli_error(cmd, "--collective: too many options");
-            memra_registry_close(reg);
-            return CLI_EXIT_USAGE;
-        }
-        memra_option *o = &opts.items[opts.n++];
-        snprintf(o->key, sizeof o->key, "timeout_ms");
-        snprintf(o->value, sizeof o->value, "%u", a.timeout_ms);
+    char timeout[16];
+    snprintf(timeout, sizeof timeout, "%u", a.timeout_ms);
+    if (a.timeout_given && !memra_options_get(&opts, "timeout_ms") &&
+        memra_options_set(&opts, "timeout_ms", timeout, &err) != MEMRA_OK) {
+        cli_error(cmd, "--collective: %s", err.msg);
+        memra_coll_close(b.c);
+        memra_registry_close(reg);
+        return CLI_EXIT_USAGE;
     }
-    if (b.vt->create(memra_registry_host(reg), a.ranks, a.devices, &opts, &b.c, &err) != MEMRA_OK) {
+    if (memra_coll_create(b.c, a.ranks, a.devices, &opts, &err) != MEMRA_OK) {
         rc = cli_fail(cmd, &err);
+        memra_coll_close(b.c);
         memra_registry_close(reg);
         return rc;
     }
@@ -873,7 +841,7 @@ int cmd_bench_collective(int argc, char **argv) {
         cli_error(cmd, "%s", any_wrong ? "some sums were wrong (#wrong > 0)" : "a status or an epoch was off");
         rc = 1;
     }
-    b.vt->destroy(b.c);
+    memra_coll_close(b.c);
     release(&b);
     bc_cuda_close(&b.cu);
     memra_registry_close(reg);
