@@ -78,8 +78,13 @@ static void os_destroy(memra_collective *c) {
     free(c);
 }
 
-static memra_status os_read_options(const memra_options *opts, uint32_t *timeout_ms, uint32_t *max_count,
-                                    uint32_t *blocks, uint32_t *chunk, memra_error *err) {
+/* The collective's keys, read once. */
+typedef struct os_cfg {
+    uint32_t timeout_ms, max_count, blocks, chunk, pdl;
+    bool acqrel;
+} os_cfg;
+
+static memra_status os_read_options(const memra_options *opts, os_cfg *cfg, memra_error *err) {
     if (opts)
         for (uint32_t i = 0; i < opts->n && i < MEMRA_OPT_MAX; i++) {
             const char *k = opts->items[i].key;
@@ -94,16 +99,17 @@ static memra_status os_read_options(const memra_options *opts, uint32_t *timeout
                 return memra_fail(err, MEMRA_E_INVALID, "oneshot: sync=%.40s: expected fence or acqrel",
                                   opts->items[i].value);
         }
-    memra_status st = memra_options_u32(opts, "timeout_ms", 1000, 1, 600000, timeout_ms, err);
+    const char *sync = opts ? memra_options_get(opts, "sync") : NULL;
+    cfg->acqrel = sync && strcmp(sync, "acqrel") == 0;
+    memra_status st = memra_options_u32(opts, "timeout_ms", 1000, 1, 600000, &cfg->timeout_ms, err);
     if (!st)
-        st = memra_options_u32(opts, "max_count", 16777216u, 1, 1u << 28, max_count, err);
+        st = memra_options_u32(opts, "max_count", 16777216u, 1, 1u << 28, &cfg->max_count, err);
     if (!st)
-        st = memra_options_u32(opts, "blocks", 32, 1, 128, blocks, err);
+        st = memra_options_u32(opts, "blocks", 32, 1, 128, &cfg->blocks, err);
     if (!st)
-        st = memra_options_u32(opts, "chunk", 1024, 32, 1u << 24, chunk, err);
-    uint32_t pdl = 0;
+        st = memra_options_u32(opts, "chunk", 1024, 32, 1u << 24, &cfg->chunk, err);
     if (!st)
-        st = memra_options_u32(opts, "pdl", 0, 0, 1, &pdl, err);
+        st = memra_options_u32(opts, "pdl", 0, 0, 1, &cfg->pdl, err);
     if (st)
         memra_error_prefix(err, "oneshot");
     return st;
@@ -122,8 +128,8 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         return memra_fail(err, MEMRA_E_INVALID,
                           "oneshot: create: the ranks' devices are NULL (oneshot reduces "
                           "device memory: one device per rank)");
-    uint32_t timeout_ms, max_count, grid, chunk;
-    memra_status st = os_read_options(opts, &timeout_ms, &max_count, &grid, &chunk, err);
+    os_cfg cfg;
+    memra_status st = os_read_options(opts, &cfg, err);
     if (st)
         return st;
     int n_dev = 0;
@@ -161,7 +167,7 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
     if (!c)
         return memra_fail(err, MEMRA_E_NOMEM, "oneshot: create: out of host memory");
     c->n_ranks = n_ranks;
-    c->max_count = max_count;
+    c->max_count = cfg.max_count;
     memcpy(c->devices, devices, n_ranks * sizeof *devices);
     e = cudaHostAlloc((void **)&c->ctl, sizeof *c->ctl, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e != cudaSuccess) {
@@ -171,8 +177,9 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
     }
     memset((void *)c->ctl, 0, sizeof *c->ctl);
     /* a block's chunk: about `chunk` floats while count <= grid * chunk, count / grid beyond */
-    const uint32_t spread = (max_count + grid - 1) / grid;
-    const uint32_t region = spread > chunk ? spread : chunk;
+    const uint32_t grid = cfg.blocks;
+    const uint32_t spread = (cfg.max_count + grid - 1) / grid;
+    const uint32_t region = spread > cfg.chunk ? spread : cfg.chunk;
     const size_t data_b = os_align((size_t)2 * grid * region * sizeof(float));
     const size_t start_b = os_align((size_t)2 * grid * n_ranks * sizeof(unsigned long long));
     const size_t words_b = os_align((size_t)(4 * n_ranks + 1) * sizeof(int32_t));
@@ -199,11 +206,10 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         os_rank_view *v = &c->views[r];
         v->n_ranks = n_ranks;
         v->rank = r;
-        const char *sync = opts ? memra_options_get(opts, "sync") : NULL;
-        v->acqrel = sync && strcmp(sync, "acqrel") == 0;
-        v->pdl = opts && memra_options_get(opts, "pdl") && strcmp(memra_options_get(opts, "pdl"), "1") == 0;
+        v->acqrel = cfg.acqrel;
+        v->pdl = cfg.pdl;
         v->max_grid = grid;
-        v->target = chunk;
+        v->target = cfg.chunk;
         v->region = region;
         for (uint32_t p = 0; p < n_ranks; p++) {
             char *base = (char *)c->arena[p];
@@ -218,7 +224,7 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
         v->outcome = (int32_t *)(own + epoch_b + census_b + cells_b);
         v->done = (unsigned int *)(own + epoch_b + census_b + cells_b + outcome_b);
         v->ctl = c->ctl; /* portable mapped memory: the same address on every device (UVA) */
-        v->timeout_ns = (unsigned long long)timeout_ms * 1000000ull;
+        v->timeout_ns = (unsigned long long)cfg.timeout_ms * 1000000ull;
     }
     *out = c;
     return MEMRA_OK;
