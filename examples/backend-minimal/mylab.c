@@ -141,9 +141,25 @@ static uint32_t mylab_state_position(memra_backend *b, const memra_state *s) {
     return b->cpu->state_position(b->inner, s->inner);
 }
 
+/* Every key of the arm as this backend will use it, defaults computed (threads=(auto) -> the
+ * number it picks): what the gate's protocol record shows. Optional (NULL: the core lists the
+ * keys given and the specs' defaults). */
+static memra_status mylab_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                          memra_error *err) {
+    const memra_backend_vtable *cpu = NULL;
+    memra_status st = find_cpu(host, &cpu, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (!cpu->resolve_options) {
+        *resolved = *opts;
+        return MEMRA_OK;
+    }
+    return cpu->resolve_options(host, opts, resolved, err);
+}
+
 /* The vtable: struct_size first, members only appended (plugin.h, "Rules of evolution"). The
- * members left out here (state_stats, memory, extension, resolve_options) are optional: NULL
- * means "not offered". Not const: init copies the cpu's keys into mylab_keys. */
+ * members left out here (state_stats, memory, extension) are optional: NULL means "not
+ * offered". Not const: init copies the cpu's keys into mylab_keys. */
 static memra_backend_vtable mylab_vtable = {
     .struct_size = sizeof(memra_backend_vtable),
     .options = mylab_keys,
@@ -158,6 +174,7 @@ static memra_backend_vtable mylab_vtable = {
     .digest = mylab_digest,
     .state_restore = mylab_state_restore,
     .state_position = mylab_state_position,
+    .resolve_options = mylab_resolve_options,
 };
 
 /* Called once after the plugin is loaded, before any vtable call (may be NULL). */

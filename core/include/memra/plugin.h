@@ -6,9 +6,9 @@
  * its vtable before it calls anything, and refuses a plugin with a message naming the file and
  * both versions.
  *
- * Rules of evolution (STYLE.md: NCCL plugins, SQLite's VFS): every struct starts with its size;
- * members are only ever appended; a member past the struct_size a plugin declared, or a NULL
- * member, means "not supported" and the core refuses or falls back, never calls through it.
+ * Rules of evolution (as NCCL's plugins and SQLite's VFS have them): every struct starts with its
+ * size; members are only ever appended; a member past the struct_size a plugin declared, or a
+ * NULL member, means "not supported" and the core refuses or falls back, never calls through it.
  *
  * Four kinds of vtable, one per kind of plugin (each member's contract is the comment above it;
  * `grep -n "typedef struct memra_backend_vtable" plugin.h` finds one):
