@@ -25,7 +25,9 @@ static const char help_text[] =
     "\n"
     "Warnings (on stderr, and listed first): an empty, relative or missing folder in\n"
     "$MEMRA_PLUGIN_PATH, and each plugin there that hides one of memra's own (same name and kind).\n"
-    "Exit status: 0, or 3 when the listing could not be written (a full disk, a closed stdout).\n";
+    "Exit status: 0 when every plugin found loaded (or is shadowed by one that did); 3 when one\n"
+    "failed to load (each is named on stderr too, so a CI step can run `memra plugins`), or when\n"
+    "the listing could not be written (a full disk, a closed stdout).\n";
 
 static const char *state_word(const memra_registry_entry *e) {
     switch (e->state) {
@@ -128,7 +130,16 @@ int cmd_plugins(int argc, char **argv) {
     if (n == 0)
         printf("(no plugins found)\n");
     printf("\n%u plugin%s, %u failed to load\n", n, n == 1 ? "" : "s", failed);
+    /* A plugin that failed to load is an error (exit 3), named on stderr, so a CI step that runs
+     * `memra plugins` after installing one fails where the plugin would not be usable. */
+    for (uint32_t i = 0; i < n; i++) {
+        const memra_registry_entry *e = memra_registry_entry_at(r, i);
+        if (e->state == MEMRA_ENTRY_FAILED)
+            fprintf(stderr, "memra %s: %s plugin '%s' failed to load: %s\n", cmd, memra_plugin_kind_name(e->kind),
+                    e->name && *e->name ? e->name : (e->manifest ? e->manifest : "?"),
+                    e->message && *e->message ? e->message : memra_status_name(e->status));
+    }
     memra_registry_close(r);
     /* stdout is checked and closed by main (cli_finish): a write that failed is exit 3 there. */
-    return CLI_EXIT_OK;
+    return failed ? CLI_EXIT_ERROR : CLI_EXIT_OK;
 }

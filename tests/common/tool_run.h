@@ -169,6 +169,16 @@ static inline void tool_require_manifest(const char *manifest) {
     cr_assert_eq(access(path, R_OK), 0, "%s is missing: the plugin was not built", path);
 }
 
+/* A test-only plugin (tests/gate: faulty, faultycoll...), by its manifest's name: built into the
+ * build's test plugin folder ($MEMRA_TEST_PLUGIN_DIR), never into plugins.d. */
+static inline void tool_require_test_manifest(const char *manifest) {
+    const char *dir = getenv("MEMRA_TEST_PLUGIN_DIR");
+    cr_assert(dir && *dir, "MEMRA_TEST_PLUGIN_DIR is not set (ctest sets it)");
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, manifest);
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing: the test plugin was not built", path);
+}
+
 static inline void tool_result_free(tool_result *r) {
     free(r->out);
     free(r->err);

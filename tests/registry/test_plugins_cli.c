@@ -104,3 +104,72 @@ Test(plugins_cli, control_a_writable_stdout_is_exit_0) {
     cr_assert_eq(r.code, 0, "%s", r.err);
     tool_result_free(&r);
 }
+
+/* Issue 31: a plugin that fails to load makes `memra plugins` exit 3 (a CI step can run it), and
+ * stderr names the plugin and why; the listing is still printed whole. */
+Test(plugins_cli, a_plugin_that_fails_to_load_is_exit_3_naming_it) {
+    char env[PATH_MAX], manifest[PATH_MAX + 32], so[PATH_MAX + 32];
+    snprintf(env, sizeof env, "%s/env", g_tmp);
+    cr_assert_eq(mkdir(env, 0755), 0);
+    snprintf(manifest, sizeof manifest, "%s/broken.manifest", env);
+    snprintf(so, sizeof so, "%s/libbroken.so", env);
+    FILE *m = fopen(manifest, "w");
+    cr_assert_not_null(m);
+    fprintf(m, "name = broken\nkind = backend\nfile = libbroken.so\n");
+    cr_assert_eq(fclose(m), 0);
+    FILE *f = fopen(so, "w"); /* not an ELF file: dlopen refuses it */
+    cr_assert_not_null(f);
+    fprintf(f, "not a shared object\n");
+    cr_assert_eq(fclose(f), 0);
+
+    tool_result r = run_plugins(env, TOOL_OUT_FILE);
+    cr_assert_eq(r.code, 3, "exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.err);
+    cr_assert_not_null(strstr(r.err, "backend plugin 'broken' failed to load"), "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "1 failed to load"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "libmemra-backend-cpu.so"), "the listing is whole: %s", r.out);
+    tool_result_free(&r);
+
+    /* The control: the same folder without the broken plugin is exit 0. */
+    cr_assert_eq(unlink(manifest), 0);
+    r = run_plugins(env, TOOL_OUT_FILE);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, " 0 failed to load"), "%s", r.out);
+    tool_result_free(&r);
+}
+
+/* Issue 31: the test-only plugins (tests/gate: faulty, faultycoll...) are never in the build
+ * tree's plugins.d, so neither `memra plugins` nor a "plugins found:" message names them; they
+ * are found only through their own folder ($MEMRA_TEST_PLUGIN_DIR), which the control proves
+ * holds them (built: this test depends on them). */
+Test(plugins_cli, test_plugins_are_never_listed_nor_found) {
+    const char *test_dir = getenv("MEMRA_TEST_PLUGIN_DIR");
+    cr_assert(test_dir && *test_dir, "MEMRA_TEST_PLUGIN_DIR is not set (ctest sets it)");
+    const char *hidden[] = {"faulty", "faultycoll", "faultycoll_order", "faultycoll_epoch", "faultycoll_commit"};
+
+    tool_result r = run_plugins("", TOOL_OUT_FILE);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n%s ", hidden[i]);
+        cr_assert_null(strstr(r.out, line), "memra plugins lists the test-only plugin %s:\n%s", hidden[i], r.out);
+    }
+    cr_assert_null(strstr(r.out, "faulty"), "%s", r.out);
+    tool_result_free(&r);
+
+    /* A backend that does not exist: the message lists the backends found, and no test plugin. */
+    r = tool_run("memra", "run", "--preset", "tiny", "--backend", "nosuch", "-n", "1", NULL);
+    cr_assert_neq(r.code, 0);
+    cr_assert_not_null(strstr(r.err, "backend plugins found: cpu"), "%s", r.err);
+    cr_assert_null(strstr(r.err, "faulty"), "%s", r.err);
+    tool_result_free(&r);
+
+    /* The control: through their own folder they are there, and load. */
+    r = run_plugins(test_dir, TOOL_OUT_FILE);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n%s ", hidden[i]);
+        cr_assert_not_null(strstr(r.out, line), "%s is not in %s:\n%s", hidden[i], test_dir, r.out);
+    }
+    tool_result_free(&r);
+}

@@ -340,7 +340,7 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
  * token in the third repetition (the third restore), and bench must refuse the figures. */
 Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
     require_cpu_backend(); /* and the test-only faulty backend beside it (tests/gate/faulty) */
-    tool_require_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
+    tool_require_test_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
     tool_result r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty:corrupt_row=2", "--prime", "16",
                              "-n", "8", "--reps", "3", NULL);
     EXPECT(r, 3, err, "memra bench: repetition 3 generated token");

@@ -6,15 +6,29 @@
  * its vtable before it calls anything, and refuses a plugin with a message naming the file and
  * both versions.
  *
- * Rules of evolution (STYLE.md: NCCL plugins, SQLite's VFS): every struct starts with its size;
- * members are only ever appended; a member past the struct_size a plugin declared, or a NULL
- * member, means "not supported" and the core refuses or falls back, never calls through it.
+ * Rules of evolution (as NCCL's plugins and SQLite's VFS have them): every struct starts with its
+ * size; members are only ever appended; a member past the struct_size a plugin declared, or a
+ * NULL member, means "not supported" and the core refuses or falls back, never calls through it.
  *
- * Four kinds of vtable:
- *   placement   model + arm options + devices -> plan (stages, devices, ranks, weight slices)
- *   backend     uploads a rank's weights; states; one step as a transaction; digests; snapshots
- *   collective  in-place sum all-reduce over ranks on device buffers, epochs, refusals, abort
- *   sampler     logits + position + config -> token
+ * Four kinds of vtable, one per kind of plugin (each member's contract is the comment above it;
+ * `grep -n "typedef struct memra_backend_vtable" plugin.h` finds one):
+ *   placement   memra_placement_vtable: model + arm options + devices -> plan (stages, devices,
+ *               ranks, weight slices)
+ *   backend     memra_backend_vtable: uploads a rank's weights; states; one step as a
+ *               transaction; digests; snapshots
+ *   collective  memra_collective_vtable: in-place sum all-reduce over ranks on device buffers,
+ *               epochs, refusals, abort
+ *   sampler     memra_sampler_vtable: logits + position + config -> token
+ * The descriptor that names the one vtable of a plugin is `struct memra_plugin` (at the end).
+ * A backend to copy, built and loaded by the tests: examples/backend-minimal (README: "Shipping
+ * a backend as a plugin").
+ *
+ * What every vtable shares: `struct_size` first, set to sizeof the struct the plugin was built
+ * with; `options`/`n_options`, where a kind has them, list the arm keys the plugin reads (key,
+ * default as typed, one line of help: `memra plugins` and --help print them, and an arm with a
+ * key that none of its plugins (backend, placement) nor the core takes is refused before any
+ * call); "Never NULL" on a member means the registry refuses a plugin that leaves it NULL, "May
+ * be NULL" that the core checks and does without.
  *
  * Every function returns memra_status and writes a message into its memra_error on failure.
  * Plugins never exit, abort or print; they log through the host table. */
@@ -163,8 +177,8 @@ typedef struct memra_plugin memra_plugin;
 typedef struct memra_sha256_ctx memra_sha256_ctx;
 
 typedef struct memra_host {
-    uint32_t abi_version;
-    uint32_t struct_size;
+    uint32_t abi_version; /* MEMRA_ABI_VERSION of the core */
+    uint32_t struct_size; /* sizeof(memra_host) of the core: test a member with MEMRA_HAS_MEMBER */
     /* Logs one line through the application's sink (silent unless the application set one). */
     void (*log)(memra_log_level level, const char *plugin, const char *fmt, ...);
     /* Looks up (and loads, if need be) a plugin by name and kind: how one plugin builds on
@@ -183,7 +197,7 @@ typedef struct memra_host {
 /* Placement                                                                                   */
 
 typedef struct memra_placement_vtable {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(memra_placement_vtable) the plugin was built with */
     /* Keys this placement reads from the arm's options (stages, splits, devices, tp, ...). */
     const memra_option_spec *options;
     uint32_t n_options;
@@ -268,13 +282,16 @@ typedef struct memra_collective_bootstrap {
  * A communicator is one stage's ranks: a pipeline creates one per stage, and their blocks and
  * epochs are counted apart. */
 typedef struct memra_collective_vtable {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(memra_collective_vtable) the plugin was built with */
+    /* Keys this collective reads (`collective=NAME:key=value`, e.g. oneshot's timeout_ms). */
     const memra_option_spec *options;
     uint32_t n_options;
     /* Creates a communicator over n_ranks ranks on devices[0..n_ranks-1] (a collective of host
-     * ranks ignores devices, which may then be NULL), all driven from this process. */
+     * ranks ignores devices, which may then be NULL), all driven from this process. Never NULL. */
     memra_status (*create)(const memra_host *host, uint32_t n_ranks, const int32_t *devices, const memra_options *opts,
                            memra_collective **out, memra_error *err);
+    /* Frees a communicator made by create or create_rank, after every operation of it has
+     * completed or the communicator was aborted. Never NULL. */
     void (*destroy)(memra_collective *c);
     /* In-place sum of count floats at buf (device memory of `rank`), enqueued on `stream` (the
      * backend's stream for that rank; NULL for host threads). Every rank reduces in rank order
@@ -286,7 +303,7 @@ typedef struct memra_collective_vtable {
      * caller orders (a join) before it reads them. `block` names the reduction
      * site (layer*2 + 0 attention, + 1 ffn) and `position` the token, for refusal cells. The
      * status of the operation is published to `status_dev` (device int32, 0 = ok, else the
-     * refusal word), which the backend checks before it commits. */
+     * refusal word), which the backend checks before it commits. Never NULL. */
     memra_status (*all_reduce_sum_f32)(memra_collective *c, uint32_t rank, float *buf, size_t count, void *stream,
                                        uint32_t block, const int32_t *position_dev, int32_t *status_dev,
                                        memra_error *err);
@@ -378,7 +395,7 @@ typedef struct memra_backend_memory {
 } memra_backend_memory;
 
 typedef struct memra_backend_vtable {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(memra_backend_vtable) the plugin was built with */
 
     /* Keys this backend reads from the arm, besides the placement's (e.g. threads). */
     const memra_option_spec *options;
@@ -393,12 +410,14 @@ typedef struct memra_backend_vtable {
      * family may be shared. Never NULL. */
     memra_status (*open)(const memra_host *host, const memra_model *m, const memra_plan *plan,
                          const memra_options *opts, memra_backend **out, memra_error *err);
+    /* Frees what open made; every state of b is freed first (state_free). Never NULL. */
     void (*close)(memra_backend *b);
 
     /* A state with room for `capacity` positions and up to `max_inflight` steps begun and not
      * yet ended (1 for a serial caller; W for a window of W). Never NULL. */
     memra_status (*state_new)(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
                               memra_error *err);
+    /* Frees a state (no step of it in flight; a quarantined one too). Never NULL. */
     void (*state_free)(memra_backend *b, memra_state *s);
 
     /* Begins one step at the state's position: forward through every stage, collective check,
@@ -439,7 +458,7 @@ typedef struct memra_backend_vtable {
 /* Sampler                                                                                     */
 
 typedef struct memra_sampler_vtable {
-    uint32_t struct_size;
+    uint32_t struct_size; /* sizeof(memra_sampler_vtable) the plugin was built with */
     /* Bytes of scratch `sample` needs for n_vocab logits. Never NULL. */
     size_t (*scratch_bytes)(uint32_t n_vocab);
     /* logits (host, n_vocab floats) + position + config -> token. NaN or infinite logits are
@@ -457,7 +476,7 @@ struct memra_plugin {
     const char *name;     /* matches the manifest's name */
     uint32_t kind;        /* memra_plugin_kind; matches the manifest's kind */
     const char *version;  /* the plugin's own version string */
-    const char *description;
+    const char *description; /* one line, for listings; may be NULL */
     /* Called once after loading, before any vtable call. May be NULL. */
     memra_status (*init)(const memra_host *host, memra_error *err);
     /* Called once before unloading. May be NULL. */
