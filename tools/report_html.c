@@ -1421,9 +1421,9 @@ static report_status read_records(doc *d, rj_arena *arena, const char *data, siz
         line++;
         d->lines = line;
         char why[300];
-        bool oom = false;
+        bool oom = false, cut = false;
         rj_val v;
-        bool ok = rj_parse(arena, data + at, n, &v, why, sizeof why, &oom);
+        bool ok = rj_parse_ex(arena, data + at, n, &v, why, sizeof why, &oom, &cut);
         if (oom)
             return REPORT_NOMEM;
         const rj_val *kind = ok ? rj_get(&v, "record") : NULL;
@@ -1434,7 +1434,7 @@ static report_status read_records(doc *d, rj_arena *arena, const char *data, siz
             ok = false;
             snprintf(why, sizeof why, "a record needs a non-empty string member \"record\" naming its kind");
         }
-        if (!ok && !nl) {
+        if (!ok && !nl && cut) { /* only a line that stops too soon is cut short: any other is an error */
             diag->truncated = true;
             diag->truncated_line = line;
             snprintf(diag->truncated_why, sizeof diag->truncated_why, "no newline at its end and %s", why);
