@@ -205,8 +205,57 @@ static void json_text(FILE *f, const rj_val *v) {
     }
 }
 
+/* A value in words, for a cell: a scalar as itself; null as nothing; an object whose member "ran"
+ * is false as "not run" (and why); any other object as its members "name value" and an array as its
+ * items, separated by commas (never JSON text: that is for the records of an unknown kind). */
+static void words_text(FILE *f, const rj_val *v) {
+    switch (v->type) {
+    case RJ_NULL: fputs("\xe2\x80\x94", f); break;
+    case RJ_BOOL: fputs(v->b ? "true" : "false", f); break;
+    case RJ_NUM: fputs(v->s, f); break;
+    case RJ_STR: fwrite(v->s, 1, v->len, f); break;
+    case RJ_ARR:
+        if (!v->len)
+            fputs("none", f);
+        for (size_t i = 0; i < v->len; i++) {
+            if (i)
+                fputs(", ", f);
+            bool nest = v->items[i].type == RJ_ARR || v->items[i].type == RJ_OBJ;
+            fputs(nest ? "(" : "", f);
+            words_text(f, &v->items[i]);
+            fputs(nest ? ")" : "", f);
+        }
+        break;
+    case RJ_OBJ: {
+        const rj_val *ran = rj_get(v, "ran");
+        if (rj_is(ran, RJ_BOOL) && !ran->b) {
+            const char *why = rj_str(rj_get(v, "reason"));
+            fputs("not run", f);
+            if (why)
+                fprintf(f, ": %s", why);
+            break;
+        }
+        if (!v->len)
+            fputs("\xe2\x80\x94", f);
+        bool first = true;
+        for (size_t i = 0; i < v->len; i++) {
+            if (v->items[i].type == RJ_NULL || (rj_is(ran, RJ_BOOL) && &v->items[i] == ran))
+                continue; /* nothing to say; "ran": true is said by the values that follow */
+            fputs(first ? "" : ", ", f);
+            first = false;
+            fputs(v->keys[i], f);
+            bool nest = v->items[i].type == RJ_ARR || v->items[i].type == RJ_OBJ;
+            fputs(nest ? " (" : " ", f);
+            words_text(f, &v->items[i]);
+            fputs(nest ? ")" : "", f);
+        }
+        break;
+    }
+    }
+}
+
 static void val(doc *d, const rj_val *v, size_t max) {
-    if (!v) {
+    if (!v || v->type == RJ_NULL) {
         raw(d, "<span class=\"na\">\xe2\x80\x94</span>");
         return;
     }
@@ -218,6 +267,21 @@ static void val(doc *d, const rj_val *v, size_t max) {
         esc(d, v->s);
         return;
     }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) {
+        raw(d, "(out of memory)");
+        return;
+    }
+    words_text(m, v);
+    if (fclose(m) == 0 && buf)
+        esc_n(d, buf, len, max);
+    free(buf);
+}
+
+/* A value as the JSON text it was written as (the records of an unknown kind). */
+static void val_json(doc *d, const rj_val *v, size_t max) {
     char *buf = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&buf, &len);
@@ -240,11 +304,16 @@ static void kv(doc *d, const char *key, const rj_val *v) {
     raw(d, "</td></tr>\n");
 }
 
+/* A number for the page in fmt ("%.2f"), or in 6 significant digits where fmt would write a long
+ * run of digits (beyond 1e9) or lose it (below 1e-4); never "inf" or "nan": a value that is not a
+ * finite number (an overflow of arithmetic on huge record values) is "out of range". */
 static const char *num_text(double x, char *buf, size_t size, const char *fmt) {
     if (!isfinite(x))
-        snprintf(buf, size, "%s", "non-finite");
+        snprintf(buf, size, "%s", "out of range");
+    else if (fabs(x) >= 1e9 || (x != 0 && fabs(x) < 1e-4))
+        snprintf(buf, size, "%.6g", x);
     else
-        snprintf(buf, size, fmt, x);
+        snprintf(buf, size, fmt, x + 0.0); /* + 0.0: -0 is 0 */
     return buf;
 }
 
@@ -280,7 +349,10 @@ static const char style[] =
     "svg{background:#fff;max-width:100%;height:auto}svg text{font-size:11px;fill:#333}\n"
     ".legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:11px;height:11px;"
     "vertical-align:-1px;margin-right:4px;border:1px solid #0003}\n"
-    "nav a{margin-right:10px}\n"
+    "nav a{margin-right:10px}nav{overflow-x:auto}\n"
+    "td.arm,th.arm{white-space:nowrap;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
+    "font-size:12px}\n"
+    "table.answer{font-size:15px;margin:8px 0 14px}table.answer th{width:70px}.big{font-size:20px;font-weight:700}\n"
     "@media print{body{background:#fff;font-size:11px}main{max-width:none;padding:0}nav{display:none}"
     "section.gate{border:none;padding:0;break-before:page}section.gate:first-of-type{break-before:auto}"
     "table,svg,.banner{break-inside:avoid}"
@@ -351,6 +423,94 @@ static void banner(doc *d, const gate *g) {
     else
         raw(d, "no verdict: the records end before it (the run is still going, was killed, or the file was cut)");
     raw(d, "</small></div>\n");
+}
+
+/* ---- the answer: speed in words and each arm's tok/s, first ------------------------------------ */
+
+/* The summary's ratio b/a and its 95% interval (have_ci false when it has none). */
+static bool ratio_of(const rj_val *sm, double *r, double *c0, double *c1, bool *have_ci) {
+    const rj_val *ci = rj_get(sm, "ratio_ci95");
+    *have_ci = rj_is(ci, RJ_ARR) && ci->len == 2 && rj_num(&ci->items[0], c0) && rj_num(&ci->items[1], c1);
+    return getnum(sm, "ratio_b_over_a", r);
+}
+
+/* "b is 2.3% slower than a" and whether the interval says it is significant. */
+static void speed_words(doc *d, double r, double c0, double c1, bool have_ci) {
+    char b1[32];
+    double pct = (r - 1) * 100;
+    if (!(r > 0) || !isfinite(pct))
+        raw(d, "b / a is not a positive ratio");
+    else if (fabs(pct) < 0.05)
+        raw(d, "b and a are as fast");
+    else
+        out(d, "b is %s%% %s than a", num_text(fabs(pct), b1, sizeof b1, "%.1f"), pct > 0 ? "faster" : "slower");
+    if (!have_ci)
+        raw(d, " (no interval: too few timing rows for one)");
+    else if (c0 > 1 || c1 < 1)
+        raw(d, ": <b>significant</b> (the 95% interval excludes 1)");
+    else
+        raw(d, ": <b>no significant difference</b> (the 95% interval holds 1)");
+}
+
+static void arm_speed(doc *d, const rj_val *sm, const rj_val *p, char arm) {
+    char path[48], b1[32], b2[32];
+    double med, lo, hi, n;
+    out(d, "<tr><th>arm %c</th><td class=\"arm\">", arm);
+    snprintf(path, sizeof path, "arms.%c.text", arm);
+    valp(d, p, path);
+    raw(d, "</td><td>");
+    snprintf(path, sizeof path, "arms.%c.median_tok_s", arm);
+    if (getnum(sm, path, &med)) {
+        out(d, "<b>%s tok/s</b> <span class=\"note\">median", num_text(med, b1, sizeof b1, "%.2f"));
+        snprintf(path, sizeof path, "arms.%c.eligible_rows", arm);
+        if (getnum(sm, path, &n))
+            out(d, " of %s row(s)", num_text(n, b1, sizeof b1, "%.0f"));
+        char plo[48], phi[48];
+        snprintf(plo, sizeof plo, "arms.%c.min_tok_s", arm);
+        snprintf(phi, sizeof phi, "arms.%c.max_tok_s", arm);
+        if (getnum(sm, plo, &lo) && getnum(sm, phi, &hi))
+            out(d, ", range (min .. max) %s .. %s", num_text(lo, b1, sizeof b1, "%.2f"),
+                num_text(hi, b2, sizeof b2, "%.2f"));
+        raw(d, "</span>");
+    } else
+        raw(d, "<span class=\"na\">no eligible timing row</span>");
+    raw(d, "</td></tr>\n");
+}
+
+/* Right under the verdict: the speed of b against a in words with its interval, and each arm's
+ * tok/s; the protocol and the detail follow. */
+static void answer(doc *d, const gate *g) {
+    const rj_val *sm = g->summary ? &g->summary->v : NULL, *p = g->protocol ? &g->protocol->v : NULL;
+    if (!p)
+        return;
+    raw(d, "<table class=\"answer\">\n<tr><th>speed</th><td colspan=\"2\">");
+    double r, c0, c1;
+    bool have_ci;
+    char b1[32], b2[32], b3[32];
+    if (sm && ratio_of(sm, &r, &c0, &c1, &have_ci)) {
+        out(d, "<span class=\"big\">b / a = %s</span>", num_text(r, b1, sizeof b1, "%.4f"));
+        if (have_ci)
+            out(d, " <span class=\"big\">[%s, %s]</span> 95%% interval", num_text(c0, b2, sizeof b2, "%.4f"),
+                num_text(c1, b3, sizeof b3, "%.4f"));
+        raw(d, "<br>");
+        speed_words(d, r, c0, c1, have_ci);
+    } else {
+        double rows = -1;
+        raw(d, "<span class=\"na\">not timed: ");
+        if (getnum(p, "rows", &rows) && rows == 0)
+            raw(d, "no timing rows were asked for (--rows 0 or --profile)");
+        else if (!sm)
+            raw(d, "the run ended before its summary");
+        else if (!rj_true(rj_get(sm, "timing_done")))
+            raw(d, "nothing is timed after a failed correctness phase");
+        else
+            raw(d, "an arm has no eligible row");
+        raw(d, "</span>");
+    }
+    raw(d, "</td></tr>\n");
+    arm_speed(d, sm, p, 'a');
+    arm_speed(d, sm, p, 'b');
+    raw(d, "</table>\n");
 }
 
 /* ---- protocol --------------------------------------------------------------------------------- */
@@ -441,6 +601,59 @@ static void plugins_table(doc *d, const rj_val *p) {
     }
 }
 
+/* The sampler in words: greedy, or its temperature, top-k, top-p and seed. */
+static void sampling_row(doc *d, const rj_val *sm) {
+    raw(d, "<tr><th>sampling</th><td>");
+    const char *mode = getstr(sm, "mode");
+    if (streq(mode, "greedy"))
+        raw(d, "greedy (the most likely token at each step)");
+    else if (streq(mode, "sampled")) {
+        double t, k, pp;
+        char b1[32];
+        raw(d, "sampled: temperature ");
+        raw(d, getnum(sm, "temperature", &t) ? num_text(t, b1, sizeof b1, "%g") : "?");
+        raw(d, ", top-k ");
+        if (getnum(sm, "top_k", &k) && k == 0)
+            raw(d, "all");
+        else
+            valp(d, sm, "top_k");
+        raw(d, ", top-p ");
+        if (getnum(sm, "top_p", &pp) && pp >= 1)
+            raw(d, "1 (no cut)");
+        else
+            valp(d, sm, "top_p");
+        raw(d, ", seed ");
+        valp(d, sm, "seed");
+    } else
+        val(d, sm, 600);
+    raw(d, "</td></tr>\n");
+}
+
+/* The prompt: its text's first line (and how much more there is) for a text prompt, else where
+ * the ids came from. */
+static void prompt_row(doc *d, const rj_val *pr) {
+    const rj_val *text = rj_get(pr, "text");
+    raw(d, "<tr><th>prompt</th><td>");
+    if (rj_is(text, RJ_STR)) {
+        const char *nl = memchr(text->s, '\n', text->len);
+        size_t first = nl ? (size_t)(nl - text->s) : text->len, lines = 1;
+        for (size_t i = 0; i < text->len; i++)
+            lines += text->s[i] == '\n' && i + 1 < text->len;
+        raw(d, "<q>");
+        esc_n(d, text->s, first, 300);
+        raw(d, "</q>");
+        if (lines > 1)
+            out(d, " <span class=\"note\">(the first of %zu lines)</span>", lines);
+        if (rj_get(pr, "n_tokens")) {
+            raw(d, " <span class=\"note\">");
+            valp(d, pr, "n_tokens");
+            raw(d, " tokens</span>");
+        }
+    } else
+        valp(d, pr, "source");
+    raw(d, "</td></tr>\n");
+}
+
 static void protocol_section(doc *d, const gate *g) {
     if (!g->protocol) {
         raw(d, "<p class=\"note\">No protocol record: the run stopped before its arms opened (a usage or setup "
@@ -479,13 +692,16 @@ static void protocol_section(doc *d, const gate *g) {
     raw(d, " (");
     valp(d, p, "blocks");
     raw(d, ")</td></tr>\n");
-    kv(d, "sampling", rj_get(p, "sampling"));
-    kv(d, "prompt", rj_path(p, "prompt.source"));
+    sampling_row(d, rj_get(p, "sampling"));
+    prompt_row(d, rj_get(p, "prompt"));
     kv(d, "prompt sha256", rj_path(p, "prompt.sha256"));
     kv(d, "refusal cells", rj_get(p, "cells"));
     kv(d, "memra version", rj_get(p, "memra_version"));
-    raw(d, "<tr><th>commit</th><td><span class=\"na\">not in the gate's records (memra_version above; the plugin "
-           "files' sha256 below)</span></td></tr>\n");
+    if (getstr(p, "commit"))
+        kv(d, "commit", rj_get(p, "commit"));
+    else
+        raw(d, "<tr><th>commit</th><td><span class=\"na\">not recorded (a memra-gate older than the commit in "
+               "its protocol record; memra_version above, the plugin files' sha256 below)</span></td></tr>\n");
     raw(d, "<tr><th>machine</th><td>");
     for (int k = 0; k < 2; k++) {
         const rj_val *arm = rj_path(p, k ? "arms.b" : "arms.a");
@@ -573,11 +789,20 @@ typedef struct frame {
     bool ylog; /* y values are log10 already; ticks are labelled 1e{k} */
 } frame;
 
+/* What a chart draws: a finite value within +-1e300, so that the axis around it (its span, padding
+ * and ticks) stays finite. Anything else is "not drawn" (the tables show it as written). */
+#define AXIS_MAX 1e300
+static bool drawable(double x) { return isfinite(x) && fabs(x) <= AXIS_MAX; }
+
+/* A coordinate in the SVG: finite always (the charts draw only drawable values within finite
+ * frames; this keeps a slip from ever writing "nan" or "inf" into the page). */
+static double coord(double c) { return isfinite(c) ? fmax(-1e6, fmin(1e6, c)) : 0; }
+
 static double fx(const frame *f, double x) {
-    return f->x0 + (f->xhi > f->xlo ? (x - f->xlo) / (f->xhi - f->xlo) : 0.5) * f->w;
+    return coord(f->x0 + (f->xhi > f->xlo ? (x - f->xlo) / (f->xhi - f->xlo) : 0.5) * f->w);
 }
 static double fy(const frame *f, double y) {
-    return f->y0 + f->h - (f->yhi > f->ylo ? (y - f->ylo) / (f->yhi - f->ylo) : 0.5) * f->h;
+    return coord(f->y0 + f->h - (f->yhi > f->ylo ? (y - f->ylo) / (f->yhi - f->ylo) : 0.5) * f->h);
 }
 
 static void svg_open(doc *d, double w, double h, const char *label) {
@@ -590,12 +815,14 @@ static void svg_open(doc *d, double w, double h, const char *label) {
 static void axes(doc *d, const frame *f, const char *ytitle, const char *xtitle) {
     out(d, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#bbb\"/>\n", f->x0, f->y0,
         f->w, f->h);
+    /* tick labels: + 0.0 turns -0 into 0 (ceil(-0.5) is -0), so no label reads "-0" */
     double st = f->ylog ? 1 : tick_step(f->yhi - f->ylo, 5);
-    for (double t = ceil(f->ylo / st) * st; t <= f->yhi + st * 1e-9; t += st) {
+    int ticks = 0;
+    for (double t = ceil(f->ylo / st) * st; t <= f->yhi + st * 1e-9 && ticks < 64; t += st, ticks++) {
         double y = fy(f, t);
         out(d, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", f->x0, y, f->x0 + f->w, y);
         if (f->ylog)
-            out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">1e%.0f</text>\n", f->x0 - 4, y + 4, t);
+            out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">1e%.0f</text>\n", f->x0 - 4, y + 4, t + 0.0);
         else
             out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", f->x0 - 4, y + 4,
                 fabs(t) < st * 1e-6 ? 0.0 : t);
@@ -603,8 +830,10 @@ static void axes(doc *d, const frame *f, const char *ytitle, const char *xtitle)
     double xs = tick_step(f->xhi - f->xlo, 10);
     if (xs < 1)
         xs = 1;
-    for (double t = ceil(f->xlo / xs) * xs; t <= f->xhi + 1e-9; t += xs)
-        out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", fx(f, t), f->y0 + f->h + 14, t);
+    ticks = 0;
+    for (double t = ceil(f->xlo / xs) * xs; t <= f->xhi + 1e-9 && ticks < 64; t += xs, ticks++)
+        out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", fx(f, t), f->y0 + f->h + 14,
+            t + 0.0);
     out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", f->x0 + f->w / 2, f->y0 + f->h + 30);
     esc(d, xtitle);
     out(d, "</text>\n<text x=\"12\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 12 %.1f)\">",
@@ -624,7 +853,7 @@ static void timing_section(doc *d, const gate *g) {
         if (strcmp(r->kind, "measure") != 0)
             continue;
         n++;
-        if (getnum(&r->v, "tok_s", &t)) {
+        if (getnum(&r->v, "tok_s", &t) && drawable(t)) {
             lo = fmin(lo, t);
             hi = fmax(hi, t);
         }
@@ -647,20 +876,26 @@ static void timing_section(doc *d, const gate *g) {
     getnum(s, "arms.a.median_tok_s", &med[0]);
     getnum(s, "arms.b.median_tok_s", &med[1]);
     for (int k = 0; k < 2; k++)
-        if (isfinite(med[k]))
+        if (drawable(med[k]))
             lo = fmin(lo, med[k]), hi = fmax(hi, med[k]);
     if (!(lo <= hi))
         lo = 0, hi = 1;
-    double pad = (hi - lo) * 0.15 + hi * 0.01 + 1e-9;
+    /* a clamped axis: the span finite (values within +-1e300), never empty (all rows equal, or 0) */
+    double pad = (hi - lo) * 0.15 + fabs(hi) * 0.01;
+    if (!(pad > 0))
+        pad = hi != 0 ? fabs(hi) * 0.1 : 1;
     frame f = {60, 14, 640, 200, -0.5, (double)n - 0.5, fmax(0, lo - pad), hi + pad, false};
     svg_open(d, 720, 260, "tok/s of each timing row in schedule order");
     axes(d, &f, "tok/s", "timing row (schedule order)");
+    char nb[32];
     for (int k = 0; k < 2; k++)
-        if (isfinite(med[k]))
+        if (drawable(med[k]))
             out(d,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"5 4\">"
-                "<title>median of arm %c: %.2f tok/s</title></line>\n",
-                f.x0, fy(&f, med[k]), f.x0 + f.w, fy(&f, med[k]), k ? COL_B : COL_A, k ? 'b' : 'a', med[k]);
+                "<title>median of arm %c: %s tok/s</title></line>\n",
+                f.x0, fy(&f, med[k]), f.x0 + f.w, fy(&f, med[k]), k ? COL_B : COL_A, k ? 'b' : 'a',
+                num_text(med[k], nb, sizeof nb, "%.2f"));
+    size_t not_drawn = 0;
     size_t row = 0;
     for (size_t i = 0; i < g->n; i++) {
         const rec *r = &d->recs[g->idx[i]];
@@ -670,8 +905,10 @@ static void timing_section(doc *d, const gate *g) {
         const char *arm = getstr(&r->v, "arm");
         bool b = streq(arm, "b"), ok = rj_true(rj_get(&r->v, "verified")) && rj_true(rj_get(&r->v, "eligible"));
         double x = fx(&f, (double)row);
-        if (!getnum(&r->v, "tok_s", &t)) {
-            out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#c62828\">?</text>\n", x, f.y0 + 12);
+        if (!getnum(&r->v, "tok_s", &t) || !drawable(t)) {
+            out(d, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#c62828\">?<title>row %zu: no tok/s "
+                "that the chart can draw: not drawn</title></text>\n", x, f.y0 + 12, row);
+            not_drawn++;
             row++;
             continue;
         }
@@ -684,7 +921,7 @@ static void timing_section(doc *d, const gate *g) {
         else
             out(d, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\">", x, y,
                 ok ? col : "#fff", col);
-        out(d, "<title>row %zu, arm %s: %.2f tok/s", row, b ? "b" : "a", t);
+        out(d, "<title>row %zu, arm %s: %s tok/s", row, b ? "b" : "a", num_text(t, nb, sizeof nb, "%.2f"));
         if (!ok) {
             raw(d, " \xe2\x80\x94 not counted: ");
             val(d, rj_get(&r->v, "reason"), 300);
@@ -698,6 +935,9 @@ static void timing_section(doc *d, const gate *g) {
            "</span>arm a</span><span><span class=\"sw\" style=\"background:var(--b)\"></span>arm b</span>"
            "<span>hollow and \xc3\x97: not counted (failed or ineligible)</span><span>dashed: median of the "
            "eligible rows</span></p>\n");
+    if (not_drawn)
+        out(d, "<p class=\"note\">%zu row(s) not drawn (?): no tok/s, or one beyond what the chart can show; the table "
+            "below has them.</p>\n", not_drawn);
     /* ratio and its interval */
     double ratio, c0, c1;
     const rj_val *ci = rj_get(s, "ratio_ci95");
@@ -716,7 +956,9 @@ static void timing_section(doc *d, const gate *g) {
         }
         out(d, "; median a %s tok/s, median b %s tok/s</p>\n", num_text(med[0], b2, sizeof b2, "%.2f"),
             num_text(med[1], b3, sizeof b3, "%.2f"));
-        if (have_ci) {
+        if (have_ci && !(drawable(ratio) && drawable(c0) && drawable(c1)))
+            raw(d, "<p class=\"note\">The interval's chart is not drawn: its values are beyond what it can show.</p>\n");
+        else if (have_ci) {
             double l = fmin(fmin(c0, ratio), 1.0), h = fmax(fmax(c1, ratio), 1.0), p2 = (h - l) * 0.2 + 1e-3;
             frame r = {60, 8, 640, 24, l - p2, h + p2, 0, 1, false};
             svg_open(d, 720, 52, "the ratio b/a with its 95% bootstrap interval; the line at 1 is equal speed");
@@ -1198,7 +1440,7 @@ static void unknown_list(doc *d, const size_t *idx, size_t n, bool in_gate) {
         out(d, "<tr><td>%" PRIu64 "</td><td>", r->line);
         esc(d, r->kind);
         raw(d, "</td><td class=\"mono\">");
-        val(d, &r->v, 3000);
+        val_json(d, &r->v, 3000);
         raw(d, "</td></tr>\n");
     }
     if (any)
@@ -1222,6 +1464,7 @@ static void gate_section(doc *d, size_t gi, const gate *g) {
     out(d, "<section class=\"gate\">\n");
     gate_title(d, gi, g);
     banner(d, g);
+    answer(d, g);
     protocol_section(d, g);
     summary_section(d, g);
     timing_section(d, g);
@@ -1263,14 +1506,18 @@ static void bench_section(doc *d) {
         const rj_val *v = &d->recs[d->bench[i]].v;
         const rj_val *t = rj_get(v, "tok_s");
         for (size_t k = 0; rj_is(t, RJ_ARR) && k < t->len; k++)
-            if (rj_num(&t->items[k], &x))
+            if (rj_num(&t->items[k], &x) && drawable(x))
                 hi = fmax(hi, x);
-        double c, bpt;
-        if (getnum(v, "ceiling_gb_s", &c) && getnum(v, "bytes_per_token", &bpt) && bpt > 0)
+        double c, bpt, mean;
+        if (getnum(v, "tok_s_mean", &mean) && drawable(mean))
+            hi = fmax(hi, mean);
+        if (getnum(v, "ceiling_gb_s", &c) && getnum(v, "bytes_per_token", &bpt) && bpt > 0 && drawable(c * 1e9 / bpt))
             hi = fmax(hi, c * 1e9 / bpt);
     }
     if (!(hi > 0))
-        hi = 1;
+        hi = 1; /* nothing above 0: an axis from 0 to 1 */
+    size_t not_drawn = 0;
+    char nb[32], nb2[32];
     double n = (double)d->n_bench;
     frame f = {60, 14, 640, 200, -0.5, n - 0.5, 0, hi * 1.1, false};
     svg_open(d, 720, 260, "bench records: tok/s against the tok/s at the floor");
@@ -1279,24 +1526,41 @@ static void bench_section(doc *d) {
         const rec *r = &d->recs[d->bench[i]];
         const rj_val *v = &r->v, *t = rj_get(v, "tok_s");
         double cx = fx(&f, (double)i), c, bpt, mean;
-        for (size_t k = 0; rj_is(t, RJ_ARR) && k < t->len; k++)
-            if (rj_num(&t->items[k], &x))
-                out(d,
-                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"" COL_A "\" opacity=\"0.7\"><title>line %" PRIu64
-                    ", rep %zu: %.2f tok/s</title></circle>\n",
-                    cx - 6 + 12.0 * (double)k / (double)(t->len > 1 ? t->len - 1 : 1), fy(&f, x), r->line, k, x);
-        if (getnum(v, "tok_s_mean", &mean))
+        for (size_t k = 0; rj_is(t, RJ_ARR) && k < t->len; k++) {
+            if (!rj_num(&t->items[k], &x) || !drawable(x)) {
+                not_drawn += t->items[k].type == RJ_NUM;
+                continue;
+            }
+            out(d,
+                "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"" COL_A "\" opacity=\"0.7\"><title>line %" PRIu64
+                ", rep %zu: %s tok/s</title></circle>\n",
+                coord(cx - 6 + 12.0 * (double)k / (double)(t->len > 1 ? t->len - 1 : 1)), fy(&f, x), r->line, k,
+                num_text(x, nb, sizeof nb, "%.2f"));
+        }
+        if (getnum(v, "tok_s_mean", &mean) && drawable(mean))
             out(d,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" stroke-width=\"2\">"
-                "<title>mean %.2f tok/s</title></line>\n",
-                cx - 12, fy(&f, mean), cx + 12, fy(&f, mean), mean);
-        if (getnum(v, "ceiling_gb_s", &c) && getnum(v, "bytes_per_token", &bpt) && bpt > 0)
+                "<title>mean %s tok/s</title></line>\n",
+                cx - 12, fy(&f, mean), cx + 12, fy(&f, mean), num_text(mean, nb, sizeof nb, "%.2f"));
+        else if (rj_is(rj_get(v, "tok_s_mean"), RJ_NUM))
+            not_drawn++;
+        if (getnum(v, "ceiling_gb_s", &c) && getnum(v, "bytes_per_token", &bpt) && bpt > 0) {
+            double floor_tps = c * 1e9 / bpt;
+            if (!drawable(floor_tps)) {
+                not_drawn++;
+                continue;
+            }
             out(d,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c62828\" stroke-width=\"3\">"
-                "<title>tok/s at the floor (measured ceiling %.2f GB/s): %.1f</title></line>\n",
-                cx - 14, fy(&f, c * 1e9 / bpt), cx + 14, fy(&f, c * 1e9 / bpt), c, c * 1e9 / bpt);
+                "<title>tok/s at the floor (measured ceiling %s GB/s): %s</title></line>\n",
+                cx - 14, fy(&f, floor_tps), cx + 14, fy(&f, floor_tps), num_text(c, nb, sizeof nb, "%.2f"),
+                num_text(floor_tps, nb2, sizeof nb2, "%.1f"));
+        }
     }
     raw(d, "</svg>\n");
+    if (not_drawn)
+        out(d, "<p class=\"note\">%zu value(s) not drawn: beyond what the chart can show (the table has them).</p>\n",
+            not_drawn);
     raw(d, "<table><tr><th>line</th><th>commit</th><th>version</th><th>device</th><th>arm</th><th>model</th>"
            "<th>tok/s mean \xc2\xb1 sd</th><th>ms/token</th><th>GB/s</th><th>ceiling GB/s</th><th>% of ceiling</th>"
            "<th>floor ms/token</th><th>tok/s at the floor</th></tr>\n");
@@ -1351,7 +1615,7 @@ static void overview(doc *d) {
     if (d->n_gates < 2)
         return;
     raw(d, "<nav><table><tr><th>gate</th><th>lines</th><th>verdict</th><th>model</th><th>arm a</th><th>arm b</th>"
-           "<th>mode</th><th>b / a</th><th>95% interval</th></tr>\n");
+           "<th>mode</th><th>tok/s a</th><th>tok/s b</th><th>b / a</th><th>95% interval</th></tr>\n");
     for (size_t i = 0; i < d->n_gates; i++) {
         const gate *g = &d->gates[i];
         status_text s = gate_status(g);
@@ -1363,22 +1627,25 @@ static void overview(doc *d) {
             "6px;white-space:nowrap\">%s</span></td><td>",
             s.cls, s.word);
         valp(d, p, "model.label");
-        raw(d, "</td><td>");
+        raw(d, "</td><td class=\"arm\">");
         valp(d, p, "arms.a.text");
-        raw(d, "</td><td>");
+        raw(d, "</td><td class=\"arm\">");
         valp(d, p, "arms.b.text");
-        raw(d, "</td><td>");
+        raw(d, "</td><td class=\"arm\">");
         valp(d, p, "compare");
-        raw(d, "</td><td>");
-        double ratio, c0, c1;
+        double ratio, c0, c1, ta, tb;
+        bool have_ci = false;
         char b1[32], b2[32];
-        const rj_val *ci = rj_get(sm, "ratio_ci95");
-        if (getnum(sm, "ratio_b_over_a", &ratio))
+        out(d, "</td><td>%s</td>",
+            getnum(sm, "arms.a.median_tok_s", &ta) ? num_text(ta, b1, sizeof b1, "%.2f") : "\xe2\x80\x94");
+        out(d, "<td>%s</td><td>",
+            getnum(sm, "arms.b.median_tok_s", &tb) ? num_text(tb, b1, sizeof b1, "%.2f") : "\xe2\x80\x94");
+        if (sm && ratio_of(sm, &ratio, &c0, &c1, &have_ci))
             raw(d, num_text(ratio, b1, sizeof b1, "%.4f"));
         else
             raw(d, "<span class=\"na\">\xe2\x80\x94</span>");
-        raw(d, "</td><td>");
-        if (rj_is(ci, RJ_ARR) && ci->len == 2 && rj_num(&ci->items[0], &c0) && rj_num(&ci->items[1], &c1))
+        raw(d, "</td><td style=\"white-space:nowrap\">");
+        if (have_ci)
             out(d, "[%s, %s]", num_text(c0, b1, sizeof b1, "%.4f"), num_text(c1, b2, sizeof b2, "%.4f"));
         else
             raw(d, "<span class=\"na\">\xe2\x80\x94</span>");
