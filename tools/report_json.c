@@ -251,8 +251,7 @@ bool rj_parse_ex(rj_arena *a, const char *text, size_t n, rj_val *out, char *why
             snprintf(why, why_size, "out of memory");
             return false;
         }
-        snprintf(why, why_size, "column %d: %s", e.position > 0 ? e.position : 1,
-                 e.text[0] ? e.text : "not JSON");
+        snprintf(why, why_size, "column %d: %s", e.position > 0 ? e.position : 1, e.text[0] ? e.text : "not JSON");
         if (cut)
             *cut = cut_short(&e, text, n);
         return false;

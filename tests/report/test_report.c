@@ -363,8 +363,14 @@ Test(report, large_inputs_take_time_proportional_to_size, .timeout = 60) {
 Test(report, complete_last_line_that_is_not_a_record_is_an_error) {
     const char *head = "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\"}\n";
     /* complete lines without their newline that are no record: errors naming line 2, as in the middle */
-    const char *bad[] = {"[1]", "{\"kind\":\"step\"}", "{\"record\":\"step\"} x", "{\"record\":\"step\",\"a\":NaN}",
-                         "{\"record\":\"step\",\"a\":1,\"a\":2}", "{\"record\":\"step\",}", "{\"a\":1 2", "42"};
+    const char *bad[] = {"[1]",
+                         "{\"kind\":\"step\"}",
+                         "{\"record\":\"step\"} x",
+                         "{\"record\":\"step\",\"a\":NaN}",
+                         "{\"record\":\"step\",\"a\":1,\"a\":2}",
+                         "{\"record\":\"step\",}",
+                         "{\"a\":1 2",
+                         "42"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512], *page = NULL;
         report_diag d;
@@ -375,8 +381,12 @@ Test(report, complete_last_line_that_is_not_a_record_is_an_error) {
         free(page);
     }
     /* lines that stop too soon: cut short, said, not fatal */
-    const char *cut[] = {"{\"record\":\"st", "{\"record\":\"step\",\"ok\":tr", "{\"record\":\"step\",\"n\":1.",
-                         "{\"record\":\"step\",\"n\":-", "{\"record\":\"step\",\"t\":\"\xc3", "{\"record\":\"step\",",
+    const char *cut[] = {"{\"record\":\"st",
+                         "{\"record\":\"step\",\"ok\":tr",
+                         "{\"record\":\"step\",\"n\":1.",
+                         "{\"record\":\"step\",\"n\":-",
+                         "{\"record\":\"step\",\"t\":\"\xc3",
+                         "{\"record\":\"step\",",
                          "{\"record\":\"step\",\"n\":12"};
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
         char text[512], *page = NULL;
@@ -394,28 +404,29 @@ Test(report, huge_tiny_and_zero_values_never_write_a_non_finite_number) {
     char *proto = file_slurp(fixture("pass.jsonl"), NULL);
     *strchr(proto, '\n') = '\0'; /* its protocol record */
     char text[16384];
-    snprintf(text, sizeof text,
-             "%s\n"
-             "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":1e300,\"verified\":true,\"eligible\":true,"
-             "\"wall_ns\":1e300}\n"
-             "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":1e-300,\"verified\":true,\"eligible\":true}\n"
-             "{\"record\":\"measure\",\"row\":2,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
-             "{\"record\":\"measure\",\"row\":3,\"arm\":\"a\",\"tok_s\":1.7e308,\"verified\":true,\"eligible\":true}\n"
-             "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":1.7e308},\"b\":{\"median_tok_s\":0}},"
-             "\"ratio_b_over_a\":1.7e308,\"ratio_ci95\":[-1.7e308,1.7e308],\"timing_done\":true}\n"
-             "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\",\"mode\":\"exact\"}\n"
-             "{\"record\":\"bench\",\"tok_s\":[1.7e308,1e-300,0],\"tok_s_mean\":1.7e308,\"ceiling_gb_s\":1e300,"
-             "\"bytes_per_token\":1e-300}\n"
-             "{\"record\":\"bench\",\"tok_s\":[0,0],\"tok_s_mean\":0,\"ceiling_gb_s\":1e-300,\"bytes_per_token\":1e300}\n"
-             "{\"record\":\"protocol\",\"compare\":\"nmse:1e-3\",\"nmse_tolerance\":1e-300}\n"
-             "{\"record\":\"step\",\"step\":0,\"ok\":true,\"nmse\":1e-320}\n"
-             "{\"record\":\"step\",\"step\":1,\"ok\":false,\"nmse\":1.7e308}\n"
-             "{\"record\":\"step\",\"step\":2,\"ok\":true,\"nmse\":0}\n"
-             "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
-             "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
-             "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":0},\"b\":{\"median_tok_s\":0}},"
-             "\"ratio_b_over_a\":1e-300,\"ratio_ci95\":[0,1e-300],\"timing_done\":true}\n",
-             proto);
+    snprintf(
+        text, sizeof text,
+        "%s\n"
+        "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":1e300,\"verified\":true,\"eligible\":true,"
+        "\"wall_ns\":1e300}\n"
+        "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":1e-300,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":2,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":3,\"arm\":\"a\",\"tok_s\":1.7e308,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":1.7e308},\"b\":{\"median_tok_s\":0}},"
+        "\"ratio_b_over_a\":1.7e308,\"ratio_ci95\":[-1.7e308,1.7e308],\"timing_done\":true}\n"
+        "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\",\"mode\":\"exact\"}\n"
+        "{\"record\":\"bench\",\"tok_s\":[1.7e308,1e-300,0],\"tok_s_mean\":1.7e308,\"ceiling_gb_s\":1e300,"
+        "\"bytes_per_token\":1e-300}\n"
+        "{\"record\":\"bench\",\"tok_s\":[0,0],\"tok_s_mean\":0,\"ceiling_gb_s\":1e-300,\"bytes_per_token\":1e300}\n"
+        "{\"record\":\"protocol\",\"compare\":\"nmse:1e-3\",\"nmse_tolerance\":1e-300}\n"
+        "{\"record\":\"step\",\"step\":0,\"ok\":true,\"nmse\":1e-320}\n"
+        "{\"record\":\"step\",\"step\":1,\"ok\":false,\"nmse\":1.7e308}\n"
+        "{\"record\":\"step\",\"step\":2,\"ok\":true,\"nmse\":0}\n"
+        "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":0},\"b\":{\"median_tok_s\":0}},"
+        "\"ratio_b_over_a\":1e-300,\"ratio_ci95\":[0,1e-300],\"timing_done\":true}\n",
+        proto);
     free(proto);
     char *page = NULL;
     report_diag d;
@@ -423,7 +434,7 @@ Test(report, huge_tiny_and_zero_values_never_write_a_non_finite_number) {
     cr_assert_eq(d.gates, 2);
     /* no inf or nan as a word of its own anywhere (coordinates, labels, titles, cells) */
     for (const char *p = page; *p; p++) {
-        bool start = p == page || !(p[-1] >= 'a' && p[-1] <= 'z') ;
+        bool start = p == page || !(p[-1] >= 'a' && p[-1] <= 'z');
         if (start && (strncasecmp(p, "nan", 3) == 0 || strncasecmp(p, "inf", 3) == 0)) {
             char ctx[81];
             snprintf(ctx, sizeof ctx, "%.80s", p > page + 40 ? p - 40 : page);
