@@ -111,6 +111,7 @@ static const char style[] =
     ".legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:11px;height:11px;"
     "vertical-align:-1px;margin-right:4px;border:1px solid #0003}\n"
     "nav a{margin-right:10px}nav{overflow-x:auto}\n"
+    "td.num,th.num{white-space:nowrap;word-break:normal}\n"
     "td.arm,th.arm{white-space:nowrap;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
     "font-size:12px}\n"
     "table.answer{font-size:15px;margin:8px 0 14px}table.answer th{width:70px}.big{font-size:20px;font-weight:700}\n"
@@ -289,14 +290,17 @@ static void overview(doc *d) {
     }
     if (d->n_gates < 2)
         return;
-    rh_raw(d, "<nav><table><tr><th>gate</th><th>lines</th><th>verdict</th><th>model</th><th>arm a</th><th>arm b</th>"
-              "<th>mode</th><th>tok/s a</th><th>tok/s b</th><th>b / a</th><th>95% interval</th></tr>\n");
+    rh_raw(d, "<nav><table><tr><th>gate</th><th class=\"num\">lines</th><th>verdict</th><th>model</th><th "
+              "class=\"num\">arm a</th>"
+              "<th class=\"num\">arm b</th>"
+              "<th>mode</th><th class=\"num\">tok/s a</th><th class=\"num\">tok/s b</th><th class=\"num\">b / a</th>"
+              "<th class=\"num\">95% interval</th></tr>\n");
     for (size_t i = 0; i < d->n_gates; i++) {
         const gate *g = &d->gates[i];
         status_text s = rh_gate_status(g);
         const rj_val *p = g->protocol ? &g->protocol->v : NULL, *sm = g->summary ? &g->summary->v : NULL;
-        rh_out(d, "<tr><td><a href=\"#gate-%zu\">%zu</a></td><td>%" PRIu64 "\xe2\x80\x93%" PRIu64 "</td>", i + 1, i + 1,
-               first_line(d, g), last_line(d, g));
+        rh_out(d, "<tr><td><a href=\"#gate-%zu\">%zu</a></td><td class=\"num\">%" PRIu64 "\xe2\x80\x93%" PRIu64 "</td>",
+               i + 1, i + 1, first_line(d, g), last_line(d, g));
         rh_out(d,
                "<td><span class=\"banner %s\" style=\"font-size:12px;padding:1px "
                "6px;white-space:nowrap\">%s</span></td><td>",
@@ -311,15 +315,15 @@ static void overview(doc *d) {
         double ratio, c0, c1, ta, tb;
         bool have_ci = false;
         char b1[32], b2[32];
-        rh_out(d, "</td><td>%s</td>",
+        rh_out(d, "</td><td class=\"num\">%s</td>",
                rh_getnum(sm, "arms.a.median_tok_s", &ta) ? rh_num_text(ta, b1, sizeof b1, "%.2f") : "\xe2\x80\x94");
-        rh_out(d, "<td>%s</td><td>",
+        rh_out(d, "<td class=\"num\">%s</td><td class=\"num\">",
                rh_getnum(sm, "arms.b.median_tok_s", &tb) ? rh_num_text(tb, b1, sizeof b1, "%.2f") : "\xe2\x80\x94");
         if (sm && rh_ratio_of(sm, &ratio, &c0, &c1, &have_ci))
             rh_raw(d, rh_num_text(ratio, b1, sizeof b1, "%.4f"));
         else
             rh_raw(d, "<span class=\"na\">\xe2\x80\x94</span>");
-        rh_raw(d, "</td><td style=\"white-space:nowrap\">");
+        rh_raw(d, "</td><td class=\"num\">");
         if (have_ci)
             rh_out(d, "[%s, %s]", rh_num_text(c0, b1, sizeof b1, "%.4f"), rh_num_text(c1, b2, sizeof b2, "%.4f"));
         else

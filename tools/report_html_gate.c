@@ -283,8 +283,10 @@ void rh_protocol_section(doc *d, const gate *g) {
     if (rh_getstr(p, "commit"))
         rh_kv(d, "commit", rj_get(p, "commit"));
     else
-        rh_raw(d, "<tr><th>commit</th><td><span class=\"na\">not recorded (a memra-gate older than the commit in "
-                  "its protocol record; memra_version above, the plugin files' sha256 below)</span></td></tr>\n");
+        rh_raw(
+            d,
+            "<tr><th>commit</th><td><span class=\"na\">not recorded (records of a memra-gate from before "
+            "the protocol carried its commit; memra_version above, the plugin files' sha256 below)</span></td></tr>\n");
     rh_raw(d, "<tr><th>machine</th><td>");
     for (int k = 0; k < 2; k++) {
         const rj_val *arm = rj_path(p, k ? "arms.b" : "arms.a");

@@ -515,8 +515,10 @@ Test(report, many_gates_table_has_speed_columns) {
     cr_assert_eq(render(all, &page, &d), REPORT_OK, "%s", d.error);
     free(all);
     const char *nav = at(page, "<nav>"), *end = at(page, "</nav>");
-    cr_assert(at(nav, "<th>tok/s a</th><th>tok/s b</th><th>b / a</th>") < end, "speed columns");
-    cr_assert(at(nav, "<td>16907.25</td><td>25439.67</td><td>1.5047") < end, "the pass gate's speeds");
+    cr_assert(at(nav, "<th class=\"num\">tok/s a</th><th class=\"num\">tok/s b</th><th class=\"num\">b / a</th>") < end,
+              "speed columns");
+    cr_assert(at(nav, "<td class=\"num\">16907.25</td><td class=\"num\">25439.67</td><td class=\"num\">1.5047") < end,
+              "the pass gate's speeds");
     cr_assert(at(nav, "<td class=\"arm\">cpu:stages=2</td>") < end, "arm strings in an unwrapped cell");
     cr_assert(strstr(page, "td.arm,th.arm{white-space:nowrap"), "which does not wrap");
     free(page);
