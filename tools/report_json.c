@@ -201,6 +201,11 @@ static bool ends_in_partial_utf8(const unsigned char *t, size_t n) {
 /* Whether jansson's error means the text stops too soon (it is the beginning of some JSON text). */
 static bool cut_short(const json_error_t *e, const char *text, size_t n) {
     enum json_error_code code = json_error_code(e);
+    size_t blank = 0;
+    while (blank < n && (text[blank] == ' ' || text[blank] == '\t' || text[blank] == '\r' || text[blank] == '\n'))
+        blank++;
+    if (blank == n)
+        return false; /* a blank line is no value cut short */
     if (code == json_error_premature_end_of_input)
         return true;
     if (code == json_error_invalid_utf8)

@@ -370,7 +370,8 @@ Test(report, complete_last_line_that_is_not_a_record_is_an_error) {
                          "{\"record\":\"step\",\"a\":1,\"a\":2}",
                          "{\"record\":\"step\",}",
                          "{\"a\":1 2",
-                         "42"};
+                         "42",
+                         " \t "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512], *page = NULL;
         report_diag d;
