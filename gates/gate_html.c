@@ -185,6 +185,8 @@ bool gate_html_end(gate_ctx *ctx, gate_html *t, gate_verdict *v) {
     free(html);
     if (ms != MEMRA_OK)
         ok = page_failed(v, path, e.msg);
+    else
+        fprintf(stderr, "memra-gate: wrote %s\n", path); /* as memra report says it (even with --quiet) */
 done:
     free(t->all);
     free(t->line);

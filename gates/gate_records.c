@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "memra_commit.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* protocol                                                                                    */
@@ -245,6 +246,7 @@ void gate_rec_protocol(gate_ctx *ctx) {
     gj_begin(j, "protocol");
     gj_str(j, "tool", "memra-gate");
     gj_str(j, "memra_version", memra_version());
+    gj_str(j, "commit", MEMRA_GIT_COMMIT); /* as memra bench's records carry it */
     gj_u64(j, "prime", cfg->prime);
     gj_u64(j, "gen", cfg->gen);
     gj_u64(j, "rows", cfg->rows);

@@ -12,6 +12,7 @@ static const char help_text[] =
     "\n"
     "Writes one self-contained HTML page from the JSON-line records of memra-gate (--jsonl) and\n"
     "memra bench (--jsonl): for each gate (a protocol record to its verdict) the PASS/FAIL banner,\n"
+    "the speed of b against a in words (b/a, its 95% interval, each arm's tok/s), then\n"
     "the protocol (model, arms as resolved, plugins with versions and sha256), the timing rows in\n"
     "schedule order with medians and the ratio's bootstrap interval, the step map of the\n"
     "correctness passes with the first mismatch (and the per-step NMSE against the tolerance in\n"
@@ -25,8 +26,9 @@ static const char help_text[] =
     "                       renamed into place when complete\n"
     "\n"
     "Unknown record kinds are listed in the page, not dropped. A line that is not a JSON object with\n"
-    "a string member \"record\" is an error naming the line (exit 3), except a last line cut short\n"
-    "(no newline, does not parse), which is left out and said in the page and on stderr.\n"
+    "a string member \"record\" is an error naming the line (exit 3), the last line too, except a\n"
+    "last line cut short (no newline, and it stops in the middle of a value), which is left out and\n"
+    "said in the page and on stderr. The records are read with jansson.\n"
     "Exit codes: 0 the page was written (whatever the gates' verdicts), 2 usage, 3 error.\n";
 
 /* The whole input file in memory (a regular file only: a FIFO or device is refused before it is

@@ -9,7 +9,9 @@
  * `bench` records (memra bench --jsonl) are shown together. Unknown record kinds are listed with
  * their line, never dropped. Every line must be a JSON object with a string member "record": any
  * other line is malformed (REPORT_MALFORMED, naming the line), except a last line without its
- * newline that does not parse, which is a truncated line: said in the page and in diag. */
+ * newline that stops too soon (in the middle of a value: the beginning of some JSON text), which
+ * is a truncated line: said in the page and in diag. A complete last line that is no record is
+ * malformed like any other. */
 #ifndef MEMRA_TOOLS_REPORT_H
 #define MEMRA_TOOLS_REPORT_H
 

@@ -8,14 +8,23 @@
  * is checked by check_html.py: the tags balance, every SVG is well-formed XML, no script and no
  * external URL, and the texts expected (PASS or FAIL, the first mismatch's step). Every check has a
  * negative control that makes it fail. Where a headless browser is installed, a screenshot of a
- * page must not be blank (and one of an empty page must be). */
+ * page must not be blank (and one of an empty page must be).
+ *
+ * Issue 23 (items 6, 7): the records read by jansson in time proportional to their size (a record
+ * of 200,000 members, 10 MB of records), a complete last line that is no record is an error, and
+ * huge, tiny or zero values never put a non-finite number into the page. Issue 31 (item 5): the
+ * answer (verdict, b/a with its interval in words, each arm's tok/s) before the protocol, values in
+ * words, the prompt's first line, the commit, the multi-gate table's speed columns, and
+ * memra-gate --html saying where it wrote the page. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gate_harness.h"
@@ -166,30 +175,32 @@ Test(report, parser_refuses_what_json_does_not_allow) {
     const struct {
         const char *text, *why;
     } bad[] = {
-        {"", "end of the line"},
-        {"{\"a\":1,}", "member name"},
-        {"[1,]", "expected a value"},
-        {"{\"a\":01}", "leading zero"},
-        {"{\"a\":1.}", "decimal point"},
-        {"{\"a\":NaN}", "expected a value"},
-        {"{\"a\":Infinity}", "expected a value"},
-        {"{'a':1}", "member name"},
-        {"{\"a\":1} x", "text after the value"},
-        {"{\"a\":1}{}", "text after the value"},
-        {"{\"a\":\"x\ty\"}", "control byte"},
-        {"{\"a\":\"\\x\"}", "unknown escape"},
-        {"{\"a\":\"\\ud800\"}", "high surrogate"},
-        {"{\"a\":\"\\udc00\"}", "low surrogate"},
-        {"{\"a\":\"\xff\"}", "not valid UTF-8"},
-        {"{\"a\":\"\xc0\xaf\"}", "not valid UTF-8"},         /* overlong */
-        {"{\"a\":\"\xed\xa0\x80\"}", "not valid UTF-8"},     /* a surrogate in UTF-8 */
-        {"{\"a\":\"\xf4\x90\x80\x80\"}", "not valid UTF-8"}, /* beyond U+10FFFF */
-        {"{\"a\":\"cut", "not closed"},
-        {"{\"a\":1,\"a\":2}", "given twice"},
-        {"{\"a\" 1}", "expected ':'"},
-        {"[1 2]", "expected ','"},
-        {"tru", "expected a value"},
-        {"// comment\n{}", "expected a value"},
+        {"", "end of file"},
+        {"{\"a\":1,}", "string or '}' expected"},
+        {"[1,]", "unexpected token"},
+        {"{\"a\":01}", "invalid token near '0'"}, /* a leading zero */
+        {"{\"a\":1.}", "invalid token near '1.'"},
+        {"{\"a\":NaN}", "invalid token near 'NaN'"},
+        {"{\"a\":Infinity}", "invalid token near 'Infinity'"},
+        {"{'a':1}", "string or '}' expected"},
+        {"{\"a\":1} x", "end of file expected"},
+        {"{\"a\":1}{}", "end of file expected"},
+        {"{\"a\":\"x\ty\"}", "control character"},
+        {"{\"a\":\"\\x\"}", "invalid escape"},
+        {"{\"a\":\"\\ud800\"}", "invalid Unicode"},
+        {"{\"a\":\"\\udc00\"}", "invalid Unicode"},
+        {"{\"a\":\"\xff\"}", "unable to decode byte"},
+        {"{\"a\":\"\xc0\xaf\"}", "unable to decode byte"},         /* overlong */
+        {"{\"a\":\"\xed\xa0\x80\"}", "unable to decode byte"},     /* a surrogate in UTF-8 */
+        {"{\"a\":\"\xf4\x90\x80\x80\"}", "unable to decode byte"}, /* beyond U+10FFFF */
+        {"{\"a\":\"cut", "premature end of input"},
+        {"{\"a\":1,\"a\":2}", "duplicate object key"},
+        {"{\"\\u0000\":1}", "NUL byte in object key"},
+        {"{\"a\" 1}", "':' expected"},
+        {"[1 2]", "']' expected"},
+        {"tru", "invalid token"},
+        {"// comment\n{}", "invalid token"},
+        {"{\"a\":1e400}", "real number overflow"},
         {deep, "nested more than"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -295,6 +306,232 @@ Test(report, gates_are_split_at_protocol_and_verdict) {
     free(page);
 }
 
+/* ---- issue 23, item 6: jansson, in time proportional to the input ------------------------------ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A record of 200,000 members (the report's own parser took 26 s for 160,000: a scan of the
+ * members read so far for a duplicate, quadratic) and a file of 10 MB of records each parse and
+ * render in a few seconds; a duplicate member at the very end of the wide record is still found. */
+Test(report, large_inputs_take_time_proportional_to_size, .timeout = 60) {
+    const size_t members = 200000;
+    size_t cap = members * 24 + 64, n = 0;
+    char *wide = malloc(cap);
+    cr_assert_not_null(wide);
+    n += (size_t)snprintf(wide + n, cap - n, "{\"record\":\"widget\"");
+    for (size_t i = 0; i < members; i++)
+        n += (size_t)snprintf(wide + n, cap - n, ",\"m%zu\":%zu", i, i);
+    n += (size_t)snprintf(wide + n, cap - n, "}\n");
+    char *page = NULL;
+    report_diag d;
+    double t0 = now_s();
+    cr_assert_eq(render(wide, &page, &d), REPORT_OK, "%s", d.error);
+    double wide_s = now_s() - t0;
+    cr_assert_eq(d.unknown, 1);
+    free(page);
+    cr_expect(wide_s < 5, "a record of %zu members took %.1f s", members, wide_s);
+    /* the same record with its first member again at the end */
+    n -= 2;
+    n += (size_t)snprintf(wide + n, cap - n, ",\"m0\":1}\n");
+    page = NULL;
+    t0 = now_s();
+    cr_assert_eq(render(wide, &page, &d), REPORT_MALFORMED);
+    cr_assert(strstr(d.error, "duplicate object key"), "%s", d.error);
+    cr_expect(now_s() - t0 < 5, "the duplicate took %.1f s to find", now_s() - t0);
+    free(page);
+    free(wide);
+    /* 10 MB of records: the committed gates again and again, through memra report */
+    char *one = file_slurp(fixture("pass.jsonl"), NULL), *other = file_slurp(fixture("nmse.jsonl"), NULL);
+    const char *in = tmp_dir_path(dir, "big.jsonl");
+    FILE *f = fopen(in, "wb");
+    cr_assert_not_null(f);
+    size_t total = 0;
+    while (total < (size_t)10 << 20) {
+        total += fwrite(one, 1, strlen(one), f);
+        total += fwrite(other, 1, strlen(other), f);
+    }
+    cr_assert_eq(fclose(f), 0);
+    free(one);
+    free(other);
+    t0 = now_s();
+    tool_result r = tool_run("memra", "report", in, "-o", tmp_dir_path(dir, "big.html"), NULL);
+    double big_s = now_s() - t0;
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    tool_result_free(&r);
+    cr_expect(big_s < 8, "10 MB of records took %.1f s", big_s);
+}
+
+/* ---- issue 23, item 7: the last line, and numbers a chart cannot draw ------------------------------ */
+
+Test(report, complete_last_line_that_is_not_a_record_is_an_error) {
+    const char *head = "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\"}\n";
+    /* complete lines without their newline that are no record: errors naming line 2, as in the middle */
+    const char *bad[] = {"[1]",
+                         "{\"kind\":\"step\"}",
+                         "{\"record\":\"step\"} x",
+                         "{\"record\":\"step\",\"a\":NaN}",
+                         "{\"record\":\"step\",\"a\":1,\"a\":2}",
+                         "{\"record\":\"step\",}",
+                         "{\"a\":1 2",
+                         "42",
+                         " \t "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512], *page = NULL;
+        report_diag d;
+        snprintf(text, sizeof text, "%s%s", head, bad[i]);
+        cr_expect_eq(render(text, &page, &d), REPORT_MALFORMED, "%s: taken for a cut line (%s)", bad[i],
+                     d.truncated_why);
+        cr_expect_eq(d.error_line, 2, "%s", bad[i]);
+        free(page);
+    }
+    /* lines that stop too soon: cut short, said, not fatal */
+    const char *cut[] = {"{\"record\":\"st",
+                         "{\"record\":\"step\",\"ok\":tr",
+                         "{\"record\":\"step\",\"n\":1.",
+                         "{\"record\":\"step\",\"n\":-",
+                         "{\"record\":\"step\",\"t\":\"\xc3",
+                         "{\"record\":\"step\",",
+                         "{\"record\":\"step\",\"n\":12"};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        char text[512], *page = NULL;
+        report_diag d;
+        snprintf(text, sizeof text, "%s%s", head, cut[i]);
+        cr_expect_eq(render(text, &page, &d), REPORT_OK, "%s: %s", cut[i], d.error);
+        cr_expect(d.truncated && d.truncated_line == 2, "%s is cut short", cut[i]);
+        free(page);
+    }
+}
+
+/* Records whose numbers are huge, tiny or zero: every chart's coordinates and every number in the
+ * page's text are finite ("inf" and "nan" appear nowhere), the charts say what they did not draw. */
+Test(report, huge_tiny_and_zero_values_never_write_a_non_finite_number) {
+    char *proto = file_slurp(fixture("pass.jsonl"), NULL);
+    *strchr(proto, '\n') = '\0'; /* its protocol record */
+    char text[16384];
+    snprintf(
+        text, sizeof text,
+        "%s\n"
+        "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":1e300,\"verified\":true,\"eligible\":true,"
+        "\"wall_ns\":1e300}\n"
+        "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":1e-300,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":2,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":3,\"arm\":\"a\",\"tok_s\":1.7e308,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":1.7e308},\"b\":{\"median_tok_s\":0}},"
+        "\"ratio_b_over_a\":1.7e308,\"ratio_ci95\":[-1.7e308,1.7e308],\"timing_done\":true}\n"
+        "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\",\"mode\":\"exact\"}\n"
+        "{\"record\":\"bench\",\"tok_s\":[1.7e308,1e-300,0],\"tok_s_mean\":1.7e308,\"ceiling_gb_s\":1e300,"
+        "\"bytes_per_token\":1e-300}\n"
+        "{\"record\":\"bench\",\"tok_s\":[0,0],\"tok_s_mean\":0,\"ceiling_gb_s\":1e-300,\"bytes_per_token\":1e300}\n"
+        "{\"record\":\"protocol\",\"compare\":\"nmse:1e-3\",\"nmse_tolerance\":1e-300}\n"
+        "{\"record\":\"step\",\"step\":0,\"ok\":true,\"nmse\":1e-320}\n"
+        "{\"record\":\"step\",\"step\":1,\"ok\":false,\"nmse\":1.7e308}\n"
+        "{\"record\":\"step\",\"step\":2,\"ok\":true,\"nmse\":0}\n"
+        "{\"record\":\"measure\",\"row\":0,\"arm\":\"a\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"measure\",\"row\":1,\"arm\":\"b\",\"tok_s\":0,\"verified\":true,\"eligible\":true}\n"
+        "{\"record\":\"summary\",\"arms\":{\"a\":{\"median_tok_s\":0},\"b\":{\"median_tok_s\":0}},"
+        "\"ratio_b_over_a\":1e-300,\"ratio_ci95\":[0,1e-300],\"timing_done\":true}\n",
+        proto);
+    free(proto);
+    char *page = NULL;
+    report_diag d;
+    cr_assert_eq(render(text, &page, &d), REPORT_OK, "%s", d.error);
+    cr_assert_eq(d.gates, 2);
+    /* no inf or nan as a word of its own anywhere (coordinates, labels, titles, cells) */
+    for (const char *p = page; *p; p++) {
+        bool start = p == page || !(p[-1] >= 'a' && p[-1] <= 'z');
+        if (start && (strncasecmp(p, "nan", 3) == 0 || strncasecmp(p, "inf", 3) == 0)) {
+            char ctx[81];
+            snprintf(ctx, sizeof ctx, "%.80s", p > page + 40 ? p - 40 : page);
+            bool word = !((p[3] >= 'a' && p[3] <= 'z') || (p[3] >= 'A' && p[3] <= 'Z'));
+            cr_assert(!word, "a non-finite number in the page: ...%s...", ctx);
+        }
+    }
+    cr_assert(strstr(page, "not drawn"), "what a chart leaves out is said");
+    if (have_python()) {
+        const char *path = tmp_dir_path(dir, "extreme.html");
+        write_file(path, page);
+        expect_good_page(path, "--min-svg 4 --expect 'not drawn'");
+    }
+    free(page);
+}
+
+/* ---- issue 31, item 5: the page leads with the answer ------------------------------------------- */
+
+static const char *at(const char *page, const char *what) {
+    const char *p = strstr(page, what);
+    cr_assert_not_null(p, "the page lacks '%s'", what);
+    return p;
+}
+
+/* The first screen: verdict, then b/a with its interval and each arm's tok/s, then the protocol. No
+ * cell holds raw JSON or a literal null; sampling and "not run" in words; tick labels never -0. */
+Test(report, the_answer_comes_first_in_words) {
+    char *text = file_slurp(fixture("pass.jsonl"), NULL), *page = NULL;
+    report_diag d;
+    cr_assert_eq(render(text, &page, &d), REPORT_OK, "%s", d.error);
+    free(text);
+    const char *protocol = at(page, "<h3>Protocol</h3>");
+    cr_assert(at(page, ">PASS<") < protocol);
+    cr_assert(at(page, "b / a = 1.5047") < protocol, "the ratio comes before the protocol");
+    cr_assert(at(page, "[1.4316, 1.5798]") < protocol, "with its interval");
+    cr_assert(at(page, "b is 50.5% faster than a") < protocol, "in words");
+    cr_assert(at(page, "<b>significant</b>") < protocol);
+    cr_assert(at(page, "16907.25 tok/s") < protocol, "arm a's tok/s");
+    cr_assert(at(page, "25439.67 tok/s") < protocol, "arm b's tok/s");
+    cr_assert_null(strstr(page, ">null<"), "no literal null in a cell");
+    cr_assert_null(strstr(page, "{&quot;"), "no JSON object in a cell");
+    cr_assert_null(strstr(page, "[&quot;"), "no JSON array in a cell");
+    cr_assert(strstr(page, "<th>carry check</th><td>not run: the timing rows take"), "{\"ran\":false} in words");
+    cr_assert(strstr(page, "<th>sampling</th><td>greedy"), "sampling in words");
+    cr_assert_null(strstr(page, ">-0<"), "an axis label reads -0");
+    cr_assert_null(strstr(page, ">1e-0<"), "an axis label reads 1e-0");
+    free(page);
+    /* a text prompt is shown by its first line, sampling by its parameters, the gate's commit */
+    const char *rec = "{\"record\":\"protocol\",\"commit\":\"abc1234-dirty\",\"arms\":{\"a\":{\"text\":\"cpu\"},"
+                      "\"b\":{\"text\":\"cpu:stages=2\"}},\"sampling\":{\"mode\":\"sampled\",\"temperature\":0.8,"
+                      "\"top_k\":40,\"top_p\":1,\"seed\":7},\"prompt\":{\"source\":\"--prompt\",\"text\":"
+                      "\"Why is the sky <blue>?\\nAnswer briefly.\",\"n_tokens\":12}}\n"
+                      "{\"record\":\"verdict\",\"pass\":true,\"exit\":0,\"reason\":\"ok\",\"mode\":\"exact\"}\n";
+    cr_assert_eq(render(rec, &page, &d), REPORT_OK, "%s", d.error);
+    cr_assert(strstr(page, "<q>Why is the sky &lt;blue&gt;?</q>"), "the prompt's first line");
+    cr_assert(strstr(page, "the first of 2 lines"));
+    cr_assert_null(strstr(page, ">--prompt<"), "the prompt, not the flag");
+    cr_assert(strstr(page, "sampled: temperature 0.8, top-k 40, top-p 1 (no cut), seed 7"));
+    cr_assert(strstr(page, "<th>commit</th><td>abc1234-dirty"), "the gate's commit");
+    cr_assert(strstr(page, "not timed"), "a gate without timing says so in the answer");
+    free(page);
+}
+
+/* Several gates: the table at the top has each gate's tok/s and ratio, arm strings unwrapped. */
+Test(report, many_gates_table_has_speed_columns) {
+    const char *names[] = {"pass.jsonl", "cache.jsonl", "nmse.jsonl"};
+    size_t len = 0;
+    char *all = NULL;
+    FILE *m = open_memstream(&all, &len);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *t = file_slurp(fixture(names[i]), NULL);
+        fputs(t, m);
+        free(t);
+    }
+    cr_assert_eq(fclose(m), 0);
+    char *page = NULL;
+    report_diag d;
+    cr_assert_eq(render(all, &page, &d), REPORT_OK, "%s", d.error);
+    free(all);
+    const char *nav = at(page, "<nav>"), *end = at(page, "</nav>");
+    cr_assert(at(nav, "<th class=\"num\">tok/s a</th><th class=\"num\">tok/s b</th><th class=\"num\">b / a</th>") < end,
+              "speed columns");
+    cr_assert(at(nav, "<td class=\"num\">16907.25</td><td class=\"num\">25439.67</td><td class=\"num\">1.5047") < end,
+              "the pass gate's speeds");
+    cr_assert(at(nav, "<td class=\"arm\">cpu:stages=2</td>") < end, "arm strings in an unwrapped cell");
+    cr_assert(strstr(page, "td.arm,th.arm{white-space:nowrap"), "which does not wrap");
+    free(page);
+}
+
 /* ---- the checker's negative controls ------------------------------------------------------------ */
 
 Test(report, page_checker_fails_each_broken_page) {
@@ -352,7 +589,7 @@ Test(report, failing_gate_first_mismatch) {
     const char *page = report_of(fixture("fail.jsonl"), "fail");
     expect_good_page(page, "--min-svg 1 --expect 'FAIL (exit 1)' --expect 'first mismatch at step 5' "
                            "--expect 'First mismatch (line 7)' --expect 0x410319aa --expect 0x410319ab "
-                           "--expect '8.1937656402587891' --expect '1 at index 7' --expect 'No timing rows' "
+                           "--expect '8.193765640258789' --expect '1 at index 7' --expect 'No timing rows' "
                            "--expect 'logits differ'");
     char *html = file_slurp(page, NULL);
     cr_assert_null(strstr(html, ">PASS<"));
@@ -458,7 +695,7 @@ Test(report, cli_malformed_line_exit_3_and_nothing_written) {
                    "{\"record\":\"verdict\"}\n");
     tool_result r = tool_run("memra", "report", in, NULL);
     cr_assert_eq(r.code, 3, "%s", r.err);
-    cr_assert(strstr(r.err, "line 3: column 18: expected ',' or '}'"), "%s", r.err);
+    cr_assert(strstr(r.err, "line 3: column 23: '}' expected near '\"step\"'"), "%s", r.err);
     cr_assert_neq(access(out, F_OK), 0, "no page for a malformed file");
     tool_result_free(&r);
 }
@@ -493,6 +730,14 @@ Test(report, gate_html_of_a_passing_gate) {
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     expect_good_page(page, "--min-svg 3 --expect PASS --expect 'memra-gate records' --expect 'Timing rows'");
+    char said[1300];
+    snprintf(said, sizeof said, "memra-gate: wrote %s", page);
+    cr_assert(strstr(r.err, said), "memra-gate --html says where the page went, as memra report does:\n%s", r.err);
+    char *html = file_slurp(page, NULL);
+    const char *commit = strstr(html, "<tr><th>commit</th><td>");
+    cr_assert(commit && strncmp(commit + strlen("<tr><th>commit</th><td>"), "<span", 5) != 0,
+              "the gate page shows the commit the records carry");
+    free(html);
     gate_result_free(&r);
 }
 
