@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "memra/sampling.h"
 
 static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
                               memra_error *err) {
@@ -22,7 +23,7 @@ static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint
 
 static memra_status parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max, uint32_t *out,
                               memra_error *err) {
-    uint64_t v;
+    uint64_t v = 0;
     memra_status st = parse_u64(opt, s, min, max, &v, err);
     if (st == MEMRA_OK)
         *out = (uint32_t)v;
@@ -40,27 +41,6 @@ static memra_status parse_double(const char *opt, const char *s, double min, boo
         return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected a number %s %g and <= %g", opt, s ? s : "(none)",
                           open_min ? ">" : ">=", min, max);
     *out = v;
-    return MEMRA_OK;
-}
-
-/* A positive value d as the 32-bit float the sampler gets: it must stay a normal positive float
- * (--temp 1e-46 would become 0, which samples greedily while the records say sampled), and
- * where below_max > 0, a value given below it must stay below it (--top-p 0.99999999 would
- * become 1, which turns the nucleus cut off). */
-static memra_status check_float(const char *opt, const char *s, double d, double below_max, float *out,
-                                memra_error *err) {
-    float f = (float)d;
-    if (!(f >= FLT_MIN))
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger "
-                          "value",
-                          opt, s, (double)f, (double)FLT_MIN);
-    if (below_max > 0 && d < below_max && !((double)f < below_max))
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "%s %s: rounds to %g as a 32-bit float, which the sampler would take as %g itself: give "
-                          "%g, or a value below %.9g",
-                          opt, s, (double)f, below_max, below_max, (double)nextafterf((float)below_max, 0.0f));
-    *out = f;
     return MEMRA_OK;
 }
 
@@ -122,26 +102,17 @@ static memra_status set_path(const char *opt, const char *v, const char **out, m
                            strcmp(opt, "--dump-graphs") == 0 ? "directory" : "file");
 }
 
-/* The sampling options. */
+/* The sampling options: the core's one rule for every tool (memra/sampling.h). */
 static memra_status set_sampling(const char *opt, const char *v, gate_config *cfg, given *g, memra_error *err) {
-    double d = 0;
-    memra_status st;
-    if (strcmp(opt, "--temp") == 0) {
+    if (strcmp(opt, "--temp") == 0)
         g->temp = true;
-        st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
-        return st == MEMRA_OK ? check_float(opt, v, d, 0.0, &cfg->sample.temperature, err) : st;
-    }
-    if (strcmp(opt, "--top-p") == 0) {
+    else if (strcmp(opt, "--top-p") == 0)
         g->topp = true;
-        st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
-        return st == MEMRA_OK ? check_float(opt, v, d, 1.0, &cfg->sample.top_p, err) : st;
-    }
-    if (strcmp(opt, "--top-k") == 0) {
+    else if (strcmp(opt, "--top-k") == 0)
         g->topk = true;
-        return parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
-    }
-    g->seed = true;
-    return parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
+    else
+        g->seed = true;
+    return memra_sample_option(opt, v, &cfg->sample, err);
 }
 
 /* One option that takes a value. */

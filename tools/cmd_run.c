@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "memra/chat.h"
+#include "memra/sampling.h"
 #include "memra/tokenizer.h"
 
 static const char help_text[] =
@@ -47,9 +48,9 @@ static const char help_text[] =
     "                       N together must fit the model's context length (<arch>.context_length)\n"
     "  --allow-past-context run past the model's context length anyway (positions it was not\n"
     "                       trained for: the output is the model's, its quality is not)\n"
-    "  --temp T             sample at temperature T, 0 to 1000 (default: greedy, the argmax)\n"
+    "  --temp T             sample at temperature T, 0 < T <= 1000 (default: greedy, the argmax)\n"
     "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
-    "  --top-p P            with --temp: nucleus cut (1: none)\n"
+    "  --top-p P            with --temp: nucleus cut, 0 < P <= 1 (1: none)\n"
     "  --seed S             with --temp: the sampling seed (default 1); draws are keyed by\n"
     "                       (seed, position). The weights' seed of a preset is --model-seed.\n"
     "  --dump-logits FILE   write every step's logits: little-endian float32, steps x n_vocab,\n"
@@ -209,14 +210,15 @@ static bool parse_sampling(const char *cmd, const cli_opt *opts, size_t n_opts, 
         cli_error(cmd, "%s samples: it needs --temp T", top_k ? "--top-k" : top_p ? "--top-p" : "--seed");
         return false;
     }
-    if (temp && !cli_float(cmd, "--temp", temp, 0.0, 1000.0, &cfg->temperature))
-        return false;
-    if (top_k && !cli_u32(cmd, "--top-k", top_k, 0, UINT32_MAX, &cfg->top_k))
-        return false;
-    if (top_p && !cli_float(cmd, "--top-p", top_p, 0.0, 1.0, &cfg->top_p))
-        return false;
-    if (seed && !cli_u64(cmd, "--seed", seed, &cfg->seed))
-        return false;
+    /* memra-gate's ranges: one rule in the core (memra/sampling.h). */
+    const char *names[] = {"--temp", "--top-k", "--top-p", "--seed"}, *values[] = {temp, top_k, top_p, seed};
+    for (size_t i = 0; i < 4; i++) {
+        memra_error err = {0};
+        if (values[i] && memra_sample_option(names[i], values[i], cfg, &err) != MEMRA_OK) {
+            cli_fail(cmd, &err);
+            return false;
+        }
+    }
     return true;
 }
 

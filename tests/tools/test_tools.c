@@ -258,6 +258,34 @@ Test(tools, run_samples_with_a_seed) {
     tool_result_free(&c);
 }
 
+/* Issue 23 item 9: run and the gate take the same sampling ranges (one rule in the core): what
+ * one refuses the other refuses, with exit 2; what one takes the other takes. */
+Test(tools, run_and_gate_share_sampling_ranges) {
+    require_cpu_backend();
+    const char *bad[][4] = {{"--temp", "0", NULL, NULL},          {"--temp", "1001", NULL, NULL},
+                            {"--temp", "1e-46", NULL, NULL},      {"--temp", "1", "--top-p", "0"},
+                            {"--temp", "1", "--top-p", "1.5"},    {"--temp", "1", "--top-p", "0.99999999"},
+                            {"--temp", "1", "--top-k", "-1"},     {"--temp", "1", "--seed", "x"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tool_result r = tool_run("memra", "run", "-n", "2", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL);
+        cr_assert_eq(r.code, 2, "run %s %s %s %s: exit %d: %s", bad[i][0], bad[i][1], bad[i][2] ? bad[i][2] : "",
+                     bad[i][3] ? bad[i][3] : "", r.code, r.err);
+        tool_result g = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2", "--rows", "0",
+                                 bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL);
+        cr_assert_eq(g.code, 2, "gate %s %s: exit %d: %s", bad[i][0], bad[i][1], g.code, g.err);
+        tool_result_free(&r);
+        tool_result_free(&g);
+    }
+    /* negative control: values inside the ranges run in both */
+    tool_result r = tool_run("memra", "run", "-n", "2", "--temp", "0.5", "--top-p", "0.9", "--top-k", "5", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    tool_result g = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2", "--rows", "0",
+                             "--temp", "0.5", "--top-p", "0.9", "--top-k", "5", "--quiet", NULL);
+    cr_assert_eq(g.code, 0, "%s", g.err);
+    tool_result_free(&r);
+    tool_result_free(&g);
+}
+
 Test(tools, bench_writes_a_json_line) {
     require_cpu_backend();
     char path[512];
