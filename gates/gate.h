@@ -66,7 +66,10 @@ typedef struct gate_config {
     bool prime_given;
     const char *prompt_ids_path;
     const char *prompt_text; /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
-    uint32_t prompt_tokens;  /* with --prompt: how many tokens it has (P) */
+    const char *prompt_file; /* --prompt-file: the same, from a file's text */
+    uint64_t prompt_file_bytes; /* with --prompt-file: the text's length (final newline dropped) */
+    uint32_t prompt_tokens;  /* with --prompt or --prompt-file: how many tokens it has (P) */
+    bool past_context;       /* --allow-past-context: P + N may exceed the model's context length */
 
     bool sampled; /* false: greedy */
     memra_sample_cfg sample;
@@ -241,7 +244,7 @@ int gate_exit_for(memra_status st);
 /* The prompt's P ids: from --prompt-ids (which may set P), from --prompt's text tokenized with the
  * model file's tokenizer (which sets P; a --prime other than its token count is refused), or the
  * default formula; their digest into ctx->prompt_sha. *exit_code on failure. */
-memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
+memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32], int *exit_code,
                               memra_error *err);
 /* Checks both arm strings (syntax, window, and that the placement and collective they name are
  * plugins the registry found) before a model is loaded. */

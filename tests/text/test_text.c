@@ -552,3 +552,108 @@ Test(gate_text, prompt_primes_from_text) {
     unlink(rec);
     unlink(model);
 }
+
+/* Issue 23 item 2: memra-gate --prompt builds its tokenizer from the model it loaded and hashed:
+ * the file is opened once (a second open was a second copy in memory, and a window in which a
+ * file swapped on disk primed the run with another tokenizer). A preloaded library counts the
+ * opens of the model's path. */
+Test(gate_text, prompt_reads_the_model_once) {
+#if defined(__SANITIZE_ADDRESS__)
+    cr_skip_test("AddressSanitizer must be the first library loaded: no LD_PRELOAD here");
+#endif
+    char model[512], log[512], rec[512];
+    tmp_file_path(model, sizeof model, "once.gguf");
+    tmp_file_path(log, sizeof log, "once.log");
+    tmp_file_path(rec, sizeof rec, "once.jsonl");
+    write_model(model, chatml_tpl);
+    unlink(log);
+    setenv("LD_PRELOAD", OPEN_COUNT_PATH, 1);
+    setenv("MEMRA_TEST_OPEN_WATCH", model, 1);
+    setenv("MEMRA_TEST_OPEN_LOG", log, 1);
+    tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu:stages=2", "--prompt", "hi",
+                             "--gen", "2", "--rows", "0", "--jsonl", rec, NULL);
+    unsetenv("LD_PRELOAD");
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    size_t len = 0;
+    char *opens = file_slurp(log, &len);
+    size_t count = 0;
+    for (size_t i = 0; i < len; i++)
+        count += opens[i] == '\n';
+    cr_assert_eq(count, 1, "the model file was opened %zu times (once expected)", count);
+    free(opens);
+    tool_result_free(&r);
+    unlink(log);
+    unlink(rec);
+    unlink(model);
+}
+
+/* Issue 23 item 9: memra-gate --prompt-file primes with the ids --prompt gives (the protocol's
+ * prompt digest), names the file in the record; a FIFO is refused. */
+Test(gate_text, prompt_file_primes_as_prompt) {
+    char model[512], rec[512], txt[512];
+    tmp_file_path(model, sizeof model, "gpf.gguf");
+    tmp_file_path(rec, sizeof rec, "gpf.jsonl");
+    tmp_file_path(txt, sizeof txt, "gpf.txt");
+    write_model(model, chatml_tpl);
+    FILE *f = fopen(txt, "w");
+    cr_assert_not_null(f);
+    fputs("hi \"there\"\n", f);
+    fclose(f);
+    tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt-file", txt, "--gen",
+                             "2", "--rows", "0", "--quiet", "--jsonl", rec, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt", "hi \"there\"", "--gen", "2",
+                 "--rows", "0", "--quiet", "--jsonl", rec, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    tool_result_free(&r);
+    char *j = file_slurp(rec, NULL);
+    char *a = strstr(j, "\"source\":\"--prompt-file\""), *b = strstr(j, "\"source\":\"--prompt\"");
+    cr_assert(a && b, "%s", j);
+    cr_assert(strstr(a, "\"file\":") && strstr(a, "\"n_tokens\":9"), "%s", a);
+    char *sa = strstr(a, "\"sha256\":\""), *sb = strstr(b, "\"sha256\":\"");
+    cr_assert(sa && sb && strncmp(sa, sb, 75) == 0, "--prompt-file and --prompt primed differently");
+    free(j);
+    char fifo[512];
+    tmp_file_path(fifo, sizeof fifo, "gpf.fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prompt-file", fifo, "--gen", "2",
+                 "--rows", "0", NULL);
+    cr_assert(r.code == 3 && strstr(r.err, fifo), "exit %d: %s", r.code, r.err);
+    tool_result_free(&r);
+    unlink(fifo);
+    unlink(txt);
+    unlink(rec);
+    unlink(model);
+}
+
+/* Issue 23 item 4: the gate refuses --prime + --gen beyond the context length (2048 in the tiny
+ * preset) with both numbers, before the arms open; --allow-past-context runs it and the protocol
+ * record says so. */
+Test(gate_text, context_length_is_a_limit) {
+    char rec[512];
+    tmp_file_path(rec, sizeof rec, "gctx.jsonl");
+    tool_result r = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2040", "--gen", "10", "--rows", "0",
+                             NULL);
+    cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, "2050") && strstr(r.err, "2048") && strstr(r.err, "--allow-past-context"), "%s", r.err);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2040", "--gen", "10", "--rows", "0", "--quiet",
+                 "--allow-past-context", "--jsonl", rec, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    char *j = file_slurp(rec, NULL);
+    cr_assert(strstr(j, "\"context_length\":2048") && strstr(j, "\"past_context\":true") &&
+                  strstr(j, "\"allow_past_context\":true"),
+              "%s", j);
+    free(j);
+    tool_result_free(&r);
+    /* negative control: within the limit the record says no past context */
+    r = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", "--quiet",
+                 "--jsonl", rec, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    j = file_slurp(rec, NULL);
+    cr_assert(strstr(j, "\"past_context\":false,\"allow_past_context\":false"), "%s", j);
+    free(j);
+    tool_result_free(&r);
+    unlink(rec);
+}
