@@ -50,12 +50,18 @@ static void byte_char(unsigned b, char out[4]) {
 
 /* The vocabulary: ids 0..255 the byte characters in byte order (id = byte), then <|im_start|>,
  * <|im_end|> (control; bos and eos), "hi", and fillers "zz259".. no merge reaches. */
+/* Crafted mismatches (issue 23 item 3): the token list's length, and an eot id to write (-1: none). */
+static unsigned g_n_tokens = N_VOCAB;
+static long g_eot_id = -1;
+
 static void set_vocab(memra_gguf_writer *w, const char *arch_tpl, bool chatml_tokens) {
     memra_error err = {0};
-    static char store[N_VOCAB][16];
-    const char *toks[N_VOCAB];
-    int32_t types[N_VOCAB];
-    for (unsigned i = 0; i < N_VOCAB; i++) {
+    static char store[N_VOCAB + 16][16];
+    const char *toks[N_VOCAB + 16];
+    int32_t types[N_VOCAB + 16];
+    const unsigned n_tok = g_n_tokens;
+    cr_assert(n_tok <= N_VOCAB + 16);
+    for (unsigned i = 0; i < n_tok; i++) {
         if (i < 256)
             byte_char(i, store[i]);
         else if (i == ID_IM_START)
@@ -72,9 +78,11 @@ static void set_vocab(memra_gguf_writer *w, const char *arch_tpl, bool chatml_to
     const char *merges[] = {"h i"};
     cr_assert_eq(memra_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(memra_gguf_writer_set_str(w, "tokenizer.ggml.pre", "smollm", &err), MEMRA_OK, "%s", err.msg);
-    cr_assert_eq(memra_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, N_VOCAB, &err), MEMRA_OK);
-    cr_assert_eq(memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, N_VOCAB, types, &err),
+    cr_assert_eq(memra_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, n_tok, &err), MEMRA_OK);
+    cr_assert_eq(memra_gguf_writer_set_array(w, "tokenizer.ggml.token_type", MEMRA_GGUF_INT32, n_tok, types, &err),
                  MEMRA_OK);
+    if (g_eot_id >= 0)
+        cr_assert_eq(memra_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)g_eot_id, &err), MEMRA_OK);
     cr_assert_eq(memra_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", merges, 1, &err), MEMRA_OK);
     cr_assert_eq(memra_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", ID_IM_START, &err), MEMRA_OK);
     cr_assert_eq(memra_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", ID_IM_END, &err), MEMRA_OK);
@@ -656,4 +664,55 @@ Test(gate_text, context_length_is_a_limit) {
     free(j);
     tool_result_free(&r);
     unlink(rec);
+}
+
+/* Issue 23 item 3: a tokenizer that disagrees with the model is refused at load (memra run, with
+ * token ids too, and memra-gate) and by memra inspect --check: exit 3, naming the file, the key and
+ * both numbers. The tiny preset's weights have 512 rows (vocab_size 512). */
+static void expect_refused(const char *model, const char *key, const char *n1, const char *n2) {
+    tool_result r = tool_run("memra", "run", "--model", model, "--tokens", "1", "-n", "1", NULL);
+    cr_assert_eq(r.code, 3, "run: exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, model) && strstr(r.err, key) && strstr(r.err, n1) && (!n2 || strstr(r.err, n2)), "%s",
+              r.err);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", "--check", model, NULL);
+    cr_assert_eq(r.code, 3, "inspect --check: exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, model) && strstr(r.err, key) && strstr(r.err, n1) && (!n2 || strstr(r.err, n2)), "%s",
+              r.err);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2", "--rows",
+                 "0", "--quiet", NULL);
+    cr_assert_eq(r.code, 3, "gate: exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.err, key), "%s", r.err);
+    tool_result_free(&r);
+}
+
+static const char llama3_tpl[] = "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                                 "{{ m['content'] }}<|eot_id|>{% endfor %}";
+
+Test(vocab_agrees, refused_when_the_tokenizer_does_not_match) {
+    char model[512];
+    tmp_file_path(model, sizeof model, "mismatch.gguf");
+    g_n_tokens = N_VOCAB + 1; /* a token list longer than the embedding */
+    write_model(model, chatml_tpl);
+    expect_refused(model, "tokenizer.ggml.tokens", "513", "512");
+    g_n_tokens = N_VOCAB - 1; /* shorter */
+    write_model(model, chatml_tpl);
+    expect_refused(model, "tokenizer.ggml.tokens", "511", "512");
+    g_n_tokens = N_VOCAB;
+    g_eot_id = 600; /* a special id outside the vocabulary */
+    write_model(model, chatml_tpl);
+    expect_refused(model, "tokenizer.ggml.eot_token_id", "600", "512");
+    g_eot_id = -1;
+    write_model(model, llama3_tpl); /* a template whose markers the vocabulary lacks */
+    expect_refused(model, "tokenizer.chat_template", "<|start_header_id|>", NULL);
+    /* negative control: the agreeing file runs and passes the check */
+    write_model(model, chatml_tpl);
+    tool_result r = tool_run("memra", "inspect", "--check", model, NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    tool_result_free(&r);
+    r = tool_run("memra", "run", "--model", model, "--tokens", "1", "-n", "1", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    tool_result_free(&r);
+    unlink(model);
 }
