@@ -227,7 +227,7 @@ static void interrupt_with(int sig, const char *name, const char *when) {
      * is not waited for long) */
     const char *steps = when ? "800" : "3000";
     const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", steps, "--gen",
-                          steps, "--rows", "0",   "--quiet",      NULL};
+                          steps, "--rows", "0",   "--quiet",      "--allow-past-context", NULL};
     gate_how how = {.signal = sig, .signal_when = when, .timeout_s = 100};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(how.exit_signal, 0, "killed by signal %d: no interrupted record", how.exit_signal);
