@@ -225,6 +225,7 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
     ctx->prompt = s->prompt;
     if (st != MEMRA_OK)
         return st;
+    gate_eog_set(ctx, s->lm);
     /* P + N positions must fit the model's context length, unless the user asked to go past it. */
     const memra_model *m = s->lm->model;
     uint64_t positions = (uint64_t)cfg->prime + cfg->gen;

@@ -281,6 +281,10 @@ void gate_rec_protocol(gate_ctx *ctx) {
     gj_u64(j, "n_embd", m->n_embd);
     gj_i64(j, "eos_id", m->eos_id);
     gj_u64(j, "context_length", m->n_ctx_train);
+    gj_arr(j, "eog_ids");
+    for (uint32_t i = 0; i < ctx->n_eog; i++)
+        gj_i64(j, NULL, ctx->eog[i]);
+    gj_arr_end(j);
     gj_obj_end(j);
     gj_bool(j, "past_context", (uint64_t)cfg->prime + cfg->gen > m->n_ctx_train);
     gj_bool(j, "allow_past_context", cfg->past_context);

@@ -178,6 +178,20 @@ static memra_status text_prompt(gate_config *cfg, const memra_loaded_model *lm, 
     return MEMRA_OK;
 }
 
+void gate_eog_set(gate_ctx *ctx, const memra_loaded_model *lm) {
+    ctx->n_eog = 0;
+    memra_tokenizer *t = NULL;
+    if (memra_gguf_find(lm->gguf, "tokenizer.ggml.model") && memra_tokenizer_new(lm->gguf, &t, NULL) == MEMRA_OK) {
+        const int32_t *ids = NULL;
+        uint32_t n = memra_tokenizer_eog(t, &ids);
+        for (uint32_t i = 0; i < n && ctx->n_eog < sizeof ctx->eog / sizeof ctx->eog[0]; i++)
+            ctx->eog[ctx->n_eog++] = ids[i];
+        memra_tokenizer_free(t);
+    } else if (lm->model->eos_id >= 0) {
+        ctx->eog[ctx->n_eog++] = (int32_t)lm->model->eos_id;
+    }
+}
+
 memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32],
                               int *exit_code, memra_error *err) {
     uint32_t n_vocab = lm->model->n_vocab;
