@@ -243,8 +243,13 @@ typedef struct cursor {
      * the metadata costs more in memory than in the file (an array of short strings: 8 bytes a
      * string in the file, a parsed value of several times that in memory). */
     uint64_t budget, spent;
+    bool budget_known; /* asked once the metadata passes GGUF_BUDGET_FREE: small files never ask */
     char budget_how[160];
 } cursor;
+
+/* Metadata allocations below this need no look at the memory available (a fuzzer parses millions
+ * of small files; /proc is read once a file's metadata grows past it). */
+#define GGUF_BUDGET_FREE (16ull << 20)
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -309,7 +314,16 @@ static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
 /* Counts `bytes` the parse is about to allocate for `what`; refuses (MEMRA_E_NOMEM, naming the
  * need and what is available) before the allocation when they do not fit. */
 static bool cur_spend(cursor *c, uint64_t bytes, const char *what) {
-    if (c->budget == UINT64_MAX || (bytes <= c->budget && c->spent <= c->budget - bytes)) {
+    if (!c->budget_known && (bytes > GGUF_BUDGET_FREE || c->spent > GGUF_BUDGET_FREE - bytes)) {
+        /* The file's bytes are in memory already: the metadata's own allocations must fit in what
+         * is left. */
+        c->budget_known = true;
+        if (memra_memory_available(&c->budget, c->budget_how, sizeof c->budget_how, NULL) != MEMRA_OK)
+            c->budget = UINT64_MAX;
+        else /* what is spent so far is in use already, so no longer counted as available */
+            c->budget = c->budget > UINT64_MAX - c->spent ? UINT64_MAX - 1 : c->budget + c->spent;
+    }
+    if (!c->budget_known || c->budget == UINT64_MAX || (bytes <= c->budget && c->spent <= c->budget - bytes)) {
         c->spent += bytes;
         return true;
     }
@@ -773,10 +787,6 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
 
 static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
     cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err, .budget = UINT64_MAX};
-    /* The file's bytes are in memory already: the metadata's own allocations must fit in what is
-     * left. */
-    if (memra_memory_available(&c.budget, c.budget_how, sizeof c.budget_how, NULL) != MEMRA_OK)
-        c.budget = UINT64_MAX;
     memra_status st = parse_header(&c, g);
     if (st != MEMRA_OK)
         return st;

@@ -590,6 +590,19 @@ Test(gate_text, prompt_reads_the_model_once) {
     cr_assert_eq(count, 1, "the model file was opened %zu times (once expected)", count);
     free(opens);
     tool_result_free(&r);
+    /* memra run --chat: the tokenizer and the chat format from its one load too */
+    unlink(log);
+    setenv("LD_PRELOAD", OPEN_COUNT_PATH, 1);
+    r = tool_run("memra", "run", "--model", model, "--chat", "hi", "-n", "2", NULL);
+    unsetenv("LD_PRELOAD");
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    opens = file_slurp(log, &len);
+    count = 0;
+    for (size_t i = 0; i < len; i++)
+        count += opens[i] == '\n';
+    cr_assert_eq(count, 1, "memra run opened the model file %zu times (once expected)", count);
+    free(opens);
+    tool_result_free(&r);
     unlink(log);
     unlink(rec);
     unlink(model);

@@ -286,6 +286,37 @@ Test(tools, run_and_gate_share_sampling_ranges) {
     tool_result_free(&g);
 }
 
+/* Issue 23 item 4: bench refuses --prime + -n beyond the model's context length (the tiny preset's
+ * 2048) with both numbers; --allow-past-context runs it and the record says so. */
+Test(tools, bench_context_length_is_a_limit) {
+    require_cpu_backend();
+    char path[512];
+    tmp_file_path(path, sizeof path, "bench_ctx.jsonl");
+    unlink(path);
+    tool_result r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "2040", "-n", "10", "--reps", "1",
+                             "--warmup", "0", "--jsonl", path, NULL);
+    EXPECT(r, 2, err, "2050");
+    cr_assert(strstr(r.err, "2048") && strstr(r.err, "--allow-past-context"), "%s", r.err);
+    cr_assert_eq(access(path, F_OK), -1, "a refused run wrote a record");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "2040", "-n", "10", "--reps", "1", "--warmup", "0",
+                 "--allow-past-context", "--jsonl", path, NULL);
+    EXPECT(r, 0, out, "tok/s");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "16", "-n", "8", "--reps", "1", "--warmup", "0",
+                 "--jsonl", path, NULL); /* negative control: within the limit */
+    EXPECT(r, 0, out, "tok/s");
+    tool_result_free(&r);
+    char *lines = file_slurp(path, NULL);
+    char *second = strchr(lines, '\n');
+    cr_assert(second, "%s", lines);
+    *second++ = '\0';
+    cr_assert(strstr(lines, "\"context_length\": 2048, \"past_context\": true"), "%s", lines);
+    cr_assert(strstr(second, "\"context_length\": 2048, \"past_context\": false"), "%s", second);
+    free(lines);
+    unlink(path);
+}
+
 Test(tools, bench_writes_a_json_line) {
     require_cpu_backend();
     char path[512];
