@@ -19,7 +19,8 @@
  * a control token when the file types it otherwise, so text never produces it unasked. */
 static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>",         "<end_of_turn>",
                                         "<|endoftext|>", "<|eom_id|>", "<|end_of_text|>", "<EOT>",
-                                        "_<EOT>",        "<|return|>", "<|call|>",        "<end_of_utterance>"};
+                                        "_<EOT>",        "<|return|>", "<|call|>",        "<end_of_utterance>",
+                                        "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>" /* DeepSeek */};
 
 enum { KIND_GPT2, KIND_LLAMA };
 enum { PRE_NONE, PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
