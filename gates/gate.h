@@ -65,11 +65,11 @@ typedef struct gate_config {
     uint32_t prime, gen;
     bool prime_given;
     const char *prompt_ids_path;
-    const char *prompt_text; /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
-    const char *prompt_file; /* --prompt-file: the same, from a file's text */
+    const char *prompt_text;    /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
+    const char *prompt_file;    /* --prompt-file: the same, from a file's text */
     uint64_t prompt_file_bytes; /* with --prompt-file: the text's length (final newline dropped) */
-    uint32_t prompt_tokens;  /* with --prompt or --prompt-file: how many tokens it has (P) */
-    bool past_context;       /* --allow-past-context: P + N may exceed the model's context length */
+    uint32_t prompt_tokens;     /* with --prompt or --prompt-file: how many tokens it has (P) */
+    bool past_context;          /* --allow-past-context: P + N may exceed the model's context length */
 
     bool sampled; /* false: greedy */
     memra_sample_cfg sample;
@@ -250,8 +250,8 @@ int gate_exit_for(memra_status st);
  * default formula; their digest into ctx->prompt_sha. *exit_code on failure. */
 /* Fills ctx->eog from the loaded model's tokenizer (or its eos id alone). */
 void gate_eog_set(gate_ctx *ctx, const memra_loaded_model *lm);
-memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32], int *exit_code,
-                              memra_error *err);
+memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32],
+                              int *exit_code, memra_error *err);
 /* Checks both arm strings (syntax, window, and that the placement and collective they name are
  * plugins the registry found) before a model is loaded. */
 memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err);

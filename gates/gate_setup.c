@@ -124,7 +124,8 @@ static memra_status text_prompt(gate_config *cfg, const memra_loaded_model *lm, 
     const char *text = cfg->prompt_text;
     memra_status st = MEMRA_OK;
     if (!text) {
-        st = memra_read_text_input(cfg->prompt_file, "--prompt-file", GATE_PROMPT_TEXT_MAX_BYTES, &file_text, &len, err);
+        st =
+            memra_read_text_input(cfg->prompt_file, "--prompt-file", GATE_PROMPT_TEXT_MAX_BYTES, &file_text, &len, err);
         if (st != MEMRA_OK)
             return st;
         if (len && file_text[len - 1] == '\n') /* the file's last newline */
@@ -206,8 +207,8 @@ memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, ui
         }
         cfg->prompt_tokens = n;
         if (cfg->prime_given && cfg->prime != n)
-            st = memra_fail(err, MEMRA_E_INVALID, "%s has %u token%s, but --prime is %u: give no --prime, or %u",
-                            flag, n, n == 1 ? "" : "s", cfg->prime, n);
+            st = memra_fail(err, MEMRA_E_INVALID, "%s has %u token%s, but --prime is %u: give no --prime, or %u", flag,
+                            n, n == 1 ? "" : "s", cfg->prime, n);
         else if ((uint64_t)n + cfg->gen > GATE_MAX_STEPS)
             st = memra_fail(err, MEMRA_E_INVALID, "%s has %u tokens: plus --gen %u is more than %u steps", flag, n,
                             cfg->gen, GATE_MAX_STEPS);

@@ -262,12 +262,12 @@ typedef struct run_args {
     const char *prompt_path; /* --prompt-ids */
     const char *text;        /* --prompt, --prompt-file or --chat: the text */
     size_t text_len;
-    const char *text_flag;   /* which of them */
-    char *text_owned;        /* --prompt-file: the file's text */
-    bool chat;               /* --chat */
-    bool parse_specials;     /* --parse-specials */
-    bool past_context;       /* --allow-past-context */
-    memra_tokenizer *tok;    /* with text: the file's tokenizer */
+    const char *text_flag; /* which of them */
+    char *text_owned;      /* --prompt-file: the file's text */
+    bool chat;             /* --chat */
+    bool parse_specials;   /* --parse-specials */
+    bool past_context;     /* --allow-past-context */
+    memra_tokenizer *tok;  /* with text: the file's tokenizer */
 } run_args;
 
 /* Text prompts: builds the tokenizer of the session's file and encodes the prompt (--prompt) or
@@ -299,8 +299,7 @@ static int text_prompt(const char *cmd, cli_session *ss, run_args *ra) {
     if (st != MEMRA_OK)
         return cli_fail(cmd, &err);
     if (n == 0 || n > RUN_MAX_TOKENS) {
-        cli_error(cmd, "%s: %zu tokens: the prompt must have 1 to %u", ra->text_flag, n,
-                  RUN_MAX_TOKENS);
+        cli_error(cmd, "%s: %zu tokens: the prompt must have 1 to %u", ra->text_flag, n, RUN_MAX_TOKENS);
         free(ids);
         return CLI_EXIT_USAGE;
     }
@@ -348,7 +347,8 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
         return CLI_EXIT_USAGE;
     }
     if (m->n_ctx_train && positions > m->n_ctx_train)
-        fprintf(stderr, "memra run: warning: %llu positions, past the model's context length %u (--allow-past-context)\n",
+        fprintf(stderr,
+                "memra run: warning: %llu positions, past the model's context length %u (--allow-past-context)\n",
                 (unsigned long long)positions, m->n_ctx_train);
     uint32_t steps = ra->n_prompt + (ra->n_gen ? ra->n_gen - 1 : 0); /* the last token is not fed back */
     int64_t *seq = malloc(((size_t)ra->n_prompt + ra->n_gen) * sizeof *seq);
@@ -573,8 +573,8 @@ int cmd_run(int argc, char **argv) {
         rc = read_prompt_file(cmd, ra.prompt_path, &ra.prompt, &ra.n_prompt);
     if (rc == CLI_EXIT_OK && text_path) {
         memra_error err = {0};
-        memra_status st = memra_read_text_input(text_path, "--prompt-file", RUN_MAX_TEXT_BYTES, &ra.text_owned,
-                                                &ra.text_len, &err);
+        memra_status st =
+            memra_read_text_input(text_path, "--prompt-file", RUN_MAX_TEXT_BYTES, &ra.text_owned, &ra.text_len, &err);
         if (st != MEMRA_OK) {
             rc = cli_fail(cmd, &err);
         } else {

@@ -317,16 +317,18 @@ static memra_status check_tokenizer(describe_ctx *c) {
     const memra_gguf_value *tokens = memra_gguf_find(c->g, "tokenizer.ggml.tokens");
     if (tokens) {
         if (tokens->type != MEMRA_GGUF_ARRAY || tokens->v.arr.elem_type != MEMRA_GGUF_STRING)
-            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key 'tokenizer.ggml.tokens' has type %s, expected an array "
-                              "of string", c->path, memra_gguf_type_name(tokens->type));
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: key 'tokenizer.ggml.tokens' has type %s, expected an array "
+                              "of string",
+                              c->path, memra_gguf_type_name(tokens->type));
         if (tokens->v.arr.count != m->n_vocab)
             return memra_fail(c->err, MEMRA_E_FORMAT,
                               "%s: key 'tokenizer.ggml.tokens' has %" PRIu64 " tokens, but the model's vocabulary has "
                               "%" PRIu32 " (the rows of token_embd.weight%s): the tokenizer does not match the model",
                               c->path, tokens->v.arr.count, m->n_vocab, m->tied_output ? "" : " and output.weight");
     }
-    static const char *const ids[] = {"tokenizer.ggml.eot_token_id",     "tokenizer.ggml.eom_token_id",
-                                      "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
+    static const char *const ids[] = {"tokenizer.ggml.eot_token_id",       "tokenizer.ggml.eom_token_id",
+                                      "tokenizer.ggml.unknown_token_id",   "tokenizer.ggml.padding_token_id",
                                       "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.cls_token_id",
                                       "tokenizer.ggml.mask_token_id"};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
@@ -339,10 +341,10 @@ static memra_status check_tokenizer(describe_ctx *c) {
     if (!tokens || !tpl || tpl->type != MEMRA_GGUF_STRING)
         return MEMRA_OK;
     /* The formats memra renders (memra/chat.h), in the order it detects them, with their markers. */
-    static const char *const formats[][4] = {{"<|im_start|>", "<|im_start|>", "<|im_end|>", NULL},
-                                             {"<|start_header_id|>", "<|start_header_id|>", "<|end_header_id|>",
-                                              "<|eot_id|>"},
-                                             {"<start_of_turn>", "<start_of_turn>", "<end_of_turn>", NULL}};
+    static const char *const formats[][4] = {
+        {"<|im_start|>", "<|im_start|>", "<|im_end|>", NULL},
+        {"<|start_header_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+        {"<start_of_turn>", "<start_of_turn>", "<end_of_turn>", NULL}};
     memra_gguf_str t = tpl->v.str;
     for (size_t f = 0; f < 3; f++) {
         size_t k = strlen(formats[f][0]);

@@ -148,9 +148,10 @@ memra_status memra_sample_option(const char *opt, const char *text, memra_sample
      * become 1, which turns the cut off). */
     float f = (float)d;
     if (!(f >= FLT_MIN))
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger value",
-                          opt, s, (double)f, (double)FLT_MIN);
+        return memra_fail(
+            err, MEMRA_E_INVALID,
+            "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger value", opt, s,
+            (double)f, (double)FLT_MIN);
     if (is_top_p && d < 1.0 && !((double)f < 1.0))
         return memra_fail(err, MEMRA_E_INVALID,
                           "%s %s: rounds to %g as a 32-bit float, which the sampler would take as 1 itself: give 1, or "

@@ -12,15 +12,27 @@
 #define TOK_MAX_TOKENS (1u << 24)  /* more tokens than any published vocabulary: refused */
 #define TOK_MAX_TEXT (1u << 16)    /* bytes of one token's text */
 #define TOK_CP_INVALID 0xffffffffu /* a byte that starts no valid UTF-8 sequence */
-#define TOK_MAX_EOG 32              /* end-of-generation ids kept (the texts below and 3 keys) */
+#define TOK_MAX_EOG 32             /* end-of-generation ids kept (the texts below and 3 keys) */
 
 /* Tokens that end generation wherever a vocabulary has them, as llama.cpp decides its EOG set
  * (by text: the converters do not always name them): a turn's or a text's end. Each is also made
  * a control token when the file types it otherwise, so text never produces it unasked. */
-static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>", "<|end|>",         "<end_of_turn>",
-                                        "<|endoftext|>", "<|eom_id|>", "<|end_of_text|>", "<EOT>",
-                                        "_<EOT>",        "<|return|>", "<|call|>",        "<end_of_utterance>",
-                                        "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>" /* DeepSeek */};
+static const char *const eog_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|eom_id|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<end_of_utterance>",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81"
+                                        "of\xe2\x96\x81"
+                                        "sentence\xef\xbd\x9c>" /* DeepSeek */};
 
 enum { KIND_GPT2, KIND_LLAMA };
 enum { PRE_NONE, PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
@@ -1256,8 +1268,9 @@ memra_status memra_tokenizer_new(const memra_gguf *g, memra_tokenizer **out, mem
         uint32_t id;
         st = memra_gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &id, err);
         if (st == MEMRA_OK && id >= t->n)
-            st = memra_fail(err, MEMRA_E_FORMAT, "%s: tokenizer.ggml.eom_token_id is %u, outside the vocabulary of %u tokens",
-                            path, id, t->n);
+            st = memra_fail(err, MEMRA_E_FORMAT,
+                            "%s: tokenizer.ggml.eom_token_id is %u, outside the vocabulary of %u tokens", path, id,
+                            t->n);
         if (st != MEMRA_OK) {
             memra_tokenizer_free(t);
             return st;

@@ -39,27 +39,27 @@ static void note(const char *path) {
     }
 
 #define WRAP_OPEN(name)                                                                                                \
-    EXPORT int name(const char *path, int flags, ...) {                                                                       \
+    EXPORT int name(const char *path, int flags, ...) {                                                                \
         MODE_ARG(flags)                                                                                                \
         note(path);                                                                                                    \
         int (*real)(const char *, int, ...) = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, #name);                \
         return real(path, flags, mode);                                                                                \
     }
 #define WRAP_OPENAT(name)                                                                                              \
-    EXPORT int name(int dir, const char *path, int flags, ...) {                                                              \
+    EXPORT int name(int dir, const char *path, int flags, ...) {                                                       \
         MODE_ARG(flags)                                                                                                \
         note(path);                                                                                                    \
         int (*real)(int, const char *, int, ...) = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, #name);      \
         return real(dir, path, flags, mode);                                                                           \
     }
 #define WRAP_FORTIFIED(name, target)                                                                                   \
-    EXPORT int name(const char *path, int flags) {                                                                            \
+    EXPORT int name(const char *path, int flags) {                                                                     \
         note(path);                                                                                                    \
         int (*real)(const char *, int) = (int (*)(const char *, int))dlsym(RTLD_NEXT, #name);                          \
         return real(path, flags);                                                                                      \
     }
 #define WRAP_FOPEN(name)                                                                                               \
-    EXPORT FILE *name(const char *path, const char *how) {                                                                    \
+    EXPORT FILE *name(const char *path, const char *how) {                                                             \
         note(path);                                                                                                    \
         FILE *(*real)(const char *, const char *) = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, #name);  \
         return real(path, how);                                                                                        \

@@ -405,8 +405,7 @@ Test(run_text, prompt_file_reads_a_text_prompt) {
     const char *bad[] = {fifo, "/nonexistent/prompt.txt"};
     for (size_t i = 0; i < 2; i++) {
         r = tool_run("memra", "run", "--model", model, "--prompt-file", bad[i], "-n", "0", NULL);
-        cr_assert(r.code == 3 && strstr(r.err, "--prompt-file") && strstr(r.err, bad[i]), "exit %d: %s", r.code,
-                  r.err);
+        cr_assert(r.code == 3 && strstr(r.err, "--prompt-file") && strstr(r.err, bad[i]), "exit %d: %s", r.code, r.err);
         tool_result_free(&r);
     }
     f = fopen(txt, "w");
@@ -654,8 +653,8 @@ Test(gate_text, prompt_file_primes_as_prompt) {
 Test(gate_text, context_length_is_a_limit) {
     char rec[512];
     tmp_file_path(rec, sizeof rec, "gctx.jsonl");
-    tool_result r = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2040", "--gen", "10", "--rows", "0",
-                             NULL);
+    tool_result r =
+        tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2040", "--gen", "10", "--rows", "0", NULL);
     cr_assert_eq(r.code, 2, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.err, "2050") && strstr(r.err, "2048") && strstr(r.err, "--allow-past-context"), "%s", r.err);
     tool_result_free(&r);

@@ -652,9 +652,9 @@ Test(tokenizer_unit, encode_parts_keeps_user_markers_text) {
     abc_vocab(&v, NULL);
     add_merge(&v, "a b");
     int ctl = add_tok(&v, "<|c|>", MEMRA_TOKEN_CONTROL, 0); /* 7 */
-    add_tok(&v, "<", 1, 0);                                  /* 8 */
-    add_tok(&v, ">", 1, 0);                                  /* 9 */
-    add_tok(&v, "|", 1, 0);                                  /* 10 */
+    add_tok(&v, "<", 1, 0);                                 /* 8 */
+    add_tok(&v, ">", 1, 0);                                 /* 9 */
+    add_tok(&v, "|", 1, 0);                                 /* 10 */
     memra_tokenizer *t = build(&v);
     memra_text_part parts[] = {{"<|c|>a", 6, true}, {"b<|c|>", 6, false}, {"<|c|>", 5, true}};
     int32_t *ids = NULL;

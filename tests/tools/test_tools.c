@@ -262,10 +262,10 @@ Test(tools, run_samples_with_a_seed) {
  * one refuses the other refuses, with exit 2; what one takes the other takes. */
 Test(tools, run_and_gate_share_sampling_ranges) {
     require_cpu_backend();
-    const char *bad[][4] = {{"--temp", "0", NULL, NULL},          {"--temp", "1001", NULL, NULL},
-                            {"--temp", "1e-46", NULL, NULL},      {"--temp", "1", "--top-p", "0"},
-                            {"--temp", "1", "--top-p", "1.5"},    {"--temp", "1", "--top-p", "0.99999999"},
-                            {"--temp", "1", "--top-k", "-1"},     {"--temp", "1", "--seed", "x"}};
+    const char *bad[][4] = {{"--temp", "0", NULL, NULL},       {"--temp", "1001", NULL, NULL},
+                            {"--temp", "1e-46", NULL, NULL},   {"--temp", "1", "--top-p", "0"},
+                            {"--temp", "1", "--top-p", "1.5"}, {"--temp", "1", "--top-p", "0.99999999"},
+                            {"--temp", "1", "--top-k", "-1"},  {"--temp", "1", "--seed", "x"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tool_result r = tool_run("memra", "run", "-n", "2", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL);
         cr_assert_eq(r.code, 2, "run %s %s %s %s: exit %d: %s", bad[i][0], bad[i][1], bad[i][2] ? bad[i][2] : "",

@@ -308,10 +308,11 @@ Test(faults, no_chat_format) {
      * the tokenizer: refused at load (issue 23 item 3); the ChatML detection itself is test_text's. */
     const key_change chatml[] = {{"tokenizer.chat_template", "{{'<|im_start|>' + message['role'] }}"}};
     path = craft_tiny("chatml.gguf", chatml, 1);
-    free(expect_inspect(path,
-                        NEEDLES("chat format:      ok: chatml, from the file's chat template",
-                                "model:            STOP: key 'tokenizer.chat_template' writes the marker <|im_start|>"),
-                        NEEDLES("memra run would stop: key 'tokenizer.chat_template'", "not a token of the vocabulary")));
+    free(expect_inspect(
+        path,
+        NEEDLES("chat format:      ok: chatml, from the file's chat template",
+                "model:            STOP: key 'tokenizer.chat_template' writes the marker <|im_start|>"),
+        NEEDLES("memra run would stop: key 'tokenizer.chat_template'", "not a token of the vocabulary")));
 }
 
 /* Not one of issue 17's faults, but the same rule: a file whose model cannot be described. */
