@@ -65,8 +65,11 @@ typedef struct gate_config {
     uint32_t prime, gen;
     bool prime_given;
     const char *prompt_ids_path;
-    const char *prompt_text; /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
-    uint32_t prompt_tokens;  /* with --prompt: how many tokens it has (P) */
+    const char *prompt_text;    /* --prompt: the prime steps are its tokens (the model file's tokenizer) */
+    const char *prompt_file;    /* --prompt-file: the same, from a file's text */
+    uint64_t prompt_file_bytes; /* with --prompt-file: the text's length (final newline dropped) */
+    uint32_t prompt_tokens;     /* with --prompt or --prompt-file: how many tokens it has (P) */
+    bool past_context;          /* --allow-past-context: P + N may exceed the model's context length */
 
     bool sampled; /* false: greedy */
     memra_sample_cfg sample;
@@ -214,6 +217,10 @@ typedef struct gate_ctx {
     gate_arm a, b;
     const uint32_t *prompt; /* prime ids */
     uint8_t model_sha[32], prompt_sha[32];
+    /* The end-of-generation ids (the tokenizer's set, as llama.cpp's: eos, eot, <|endoftext|> ...;
+     * the model's eos alone when the file has no tokenizer memra builds), ascending. */
+    int32_t eog[32];
+    uint32_t n_eog;
     gate_json json;
     bool progress; /* stderr is a terminal and not --quiet */
     gate_trace ref, rep;
@@ -241,8 +248,10 @@ int gate_exit_for(memra_status st);
 /* The prompt's P ids: from --prompt-ids (which may set P), from --prompt's text tokenized with the
  * model file's tokenizer (which sets P; a --prime other than its token count is refused), or the
  * default formula; their digest into ctx->prompt_sha. *exit_code on failure. */
-memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
-                              memra_error *err);
+/* Fills ctx->eog from the loaded model's tokenizer (or its eos id alone). */
+void gate_eog_set(gate_ctx *ctx, const memra_loaded_model *lm);
+memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32],
+                              int *exit_code, memra_error *err);
 /* Checks both arm strings (syntax, window, and that the placement and collective they name are
  * plugins the registry found) before a model is loaded. */
 memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gate.h"
+#include "memra/sampling.h"
 
 static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
                               memra_error *err) {
@@ -22,7 +23,7 @@ static memra_status parse_u64(const char *opt, const char *s, uint64_t min, uint
 
 static memra_status parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max, uint32_t *out,
                               memra_error *err) {
-    uint64_t v;
+    uint64_t v = 0;
     memra_status st = parse_u64(opt, s, min, max, &v, err);
     if (st == MEMRA_OK)
         *out = (uint32_t)v;
@@ -40,27 +41,6 @@ static memra_status parse_double(const char *opt, const char *s, double min, boo
         return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected a number %s %g and <= %g", opt, s ? s : "(none)",
                           open_min ? ">" : ">=", min, max);
     *out = v;
-    return MEMRA_OK;
-}
-
-/* A positive value d as the 32-bit float the sampler gets: it must stay a normal positive float
- * (--temp 1e-46 would become 0, which samples greedily while the records say sampled), and
- * where below_max > 0, a value given below it must stay below it (--top-p 0.99999999 would
- * become 1, which turns the nucleus cut off). */
-static memra_status check_float(const char *opt, const char *s, double d, double below_max, float *out,
-                                memra_error *err) {
-    float f = (float)d;
-    if (!(f >= FLT_MIN))
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger "
-                          "value",
-                          opt, s, (double)f, (double)FLT_MIN);
-    if (below_max > 0 && d < below_max && !((double)f < below_max))
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "%s %s: rounds to %g as a 32-bit float, which the sampler would take as %g itself: give "
-                          "%g, or a value below %.9g",
-                          opt, s, (double)f, below_max, below_max, (double)nextafterf((float)below_max, 0.0f));
-    *out = f;
     return MEMRA_OK;
 }
 
@@ -99,7 +79,7 @@ typedef struct given {
 
 static bool is_flag(const char *opt) {
     return strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
-           strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0;
+           strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0 || strcmp(opt, "--allow-past-context") == 0;
 }
 
 static memra_status set_flag(const char *opt, gate_config *cfg, given *g) {
@@ -109,6 +89,8 @@ static memra_status set_flag(const char *opt, gate_config *cfg, given *g) {
         cfg->quiet = true;
     else if (strcmp(opt, "--greedy") == 0)
         g->greedy = true;
+    else if (strcmp(opt, "--allow-past-context") == 0)
+        cfg->past_context = true;
     else
         cfg->profile = true;
     return MEMRA_OK;
@@ -122,26 +104,17 @@ static memra_status set_path(const char *opt, const char *v, const char **out, m
                            strcmp(opt, "--dump-graphs") == 0 ? "directory" : "file");
 }
 
-/* The sampling options. */
+/* The sampling options: the core's one rule for every tool (memra/sampling.h). */
 static memra_status set_sampling(const char *opt, const char *v, gate_config *cfg, given *g, memra_error *err) {
-    double d = 0;
-    memra_status st;
-    if (strcmp(opt, "--temp") == 0) {
+    if (strcmp(opt, "--temp") == 0)
         g->temp = true;
-        st = parse_double(opt, v, 0.0, true, 1000.0, &d, err);
-        return st == MEMRA_OK ? check_float(opt, v, d, 0.0, &cfg->sample.temperature, err) : st;
-    }
-    if (strcmp(opt, "--top-p") == 0) {
+    else if (strcmp(opt, "--top-p") == 0)
         g->topp = true;
-        st = parse_double(opt, v, 0.0, true, 1.0, &d, err);
-        return st == MEMRA_OK ? check_float(opt, v, d, 1.0, &cfg->sample.top_p, err) : st;
-    }
-    if (strcmp(opt, "--top-k") == 0) {
+    else if (strcmp(opt, "--top-k") == 0)
         g->topk = true;
-        return parse_u32(opt, v, 0, UINT32_MAX, &cfg->sample.top_k, err);
-    }
-    g->seed = true;
-    return parse_u64(opt, v, 0, UINT64_MAX, &cfg->sample.seed, err);
+    else
+        g->seed = true;
+    return memra_sample_option(opt, v, &cfg->sample, err);
 }
 
 /* One option that takes a value. */
@@ -169,6 +142,10 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
         if (!*v)
             return memra_fail(err, MEMRA_E_INVALID, "--prompt: empty text");
         cfg->prompt_text = v;
+    } else if (strcmp(opt, "--prompt-file") == 0) {
+        if (!*v)
+            return memra_fail(err, MEMRA_E_INVALID, "--prompt-file: empty file name");
+        cfg->prompt_file = v;
     } else if (strcmp(opt, "--temp") == 0 || strcmp(opt, "--top-k") == 0 || strcmp(opt, "--top-p") == 0 ||
                strcmp(opt, "--seed") == 0) {
         return set_sampling(opt, v, cfg, g, err);
@@ -212,9 +189,13 @@ static memra_status check_config(gate_config *cfg, const given *g, memra_error *
         return memra_fail(err, MEMRA_E_INVALID, "--model and --preset exclude each other: give one");
     if (cfg->prompt_text && cfg->prompt_ids_path)
         return memra_fail(err, MEMRA_E_INVALID, "--prompt and --prompt-ids exclude each other: give one");
-    if (cfg->prompt_text && !cfg->model_path)
+    if (cfg->prompt_file && (cfg->prompt_text || cfg->prompt_ids_path))
+        return memra_fail(err, MEMRA_E_INVALID, "--prompt-file and %s exclude each other: give one",
+                          cfg->prompt_text ? "--prompt" : "--prompt-ids");
+    if ((cfg->prompt_text || cfg->prompt_file) && !cfg->model_path)
         return memra_fail(err, MEMRA_E_INVALID,
-                          "--prompt needs --model FILE: its text is tokenized with the file's tokenizer");
+                          "%s needs --model FILE: its text is tokenized with the file's tokenizer",
+                          cfg->prompt_text ? "--prompt" : "--prompt-file");
     if (cfg->model_path && cfg->dtype_name)
         return memra_fail(err, MEMRA_E_INVALID, "--dtype applies to presets only (the file %s has its own types)",
                           cfg->model_path);
@@ -300,7 +281,8 @@ static const char help_text[] =
     "time them in an interleaved schedule.\n"
     "\n"
     "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
-    "                  [--prompt-ids FILE | --prompt TEXT] [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
+    "                  [--prompt-ids FILE | --prompt TEXT | --prompt-file FILE] [--allow-past-context]\n"
+    "                  [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
     "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--html FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
@@ -330,9 +312,13 @@ static const char help_text[] =
     "  --prompt TEXT        or a text prompt (needs --model): the prime steps are its tokens under\n"
     "                       the file's tokenizer (bos as the file says), P their count (a --prime\n"
     "                       other than that count is refused)\n"
+    "  --prompt-file FILE   or the text prompt of a file (a regular file, at most 64 MiB, no NUL\n"
+    "                       byte; one final newline dropped), tokenized as --prompt\n"
+    "  --allow-past-context let P + N go past the model's context length (<arch>.context_length),\n"
+    "                       refused otherwise (exit 2); the protocol record says past_context\n"
     "  --greedy             argmax sampling (the default)\n"
-    "  --temp T             sample at temperature T > 0 with position-keyed draws (T must stay a\n"
-    "                       normal 32-bit float)\n"
+    "  --temp T             sample at temperature 0 < T <= 1000 with position-keyed draws (T must\n"
+    "                       stay a normal 32-bit float; memra run takes the same ranges)\n"
     "  --top-k K            keep the K most likely tokens (0: all; default 0)\n"
     "  --top-p P            nucleus cut, 0 < P <= 1 (default 1: none); a P below 1 must stay\n"
     "                       below 1 as a 32-bit float (0.99999994 at most)\n"

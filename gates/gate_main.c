@@ -133,13 +133,13 @@ static memra_status not_an_input(const char *opt, const char *out, const char *i
 }
 
 /* The outputs against the inputs of the command line as given (also after a usage error, where
- * the config may be incomplete: every --model and --prompt-ids of argv is checked). */
+ * the config may be incomplete: every --model, --prompt-ids and --prompt-file of argv is checked). */
 static memra_status outputs_not_inputs(const gate_config *cfg, int argc, char **argv, memra_error *err) {
     memra_status st = MEMRA_OK;
     for (int i = 1; i < argc && st == MEMRA_OK; i++) {
         const char *in_opt = NULL, *in = NULL;
-        for (int k = 0; k < 2 && !in_opt; k++) {
-            const char *name = k ? "--prompt-ids" : "--model";
+        for (int k = 0; k < 3 && !in_opt; k++) {
+            const char *name = k == 0 ? "--model" : k == 1 ? "--prompt-ids" : "--prompt-file";
             size_t n = strlen(name);
             if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
                 in_opt = name, in = argv[i] + n + 1;
@@ -220,9 +220,23 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
     if ((st = gate_check_stop(ctx, err)) != MEMRA_OK ||
         (st = memra_model_digest(s->lm, ctx->model_sha, err)) != MEMRA_OK)
         return st;
-    st = gate_load_prompt(cfg, s->lm->model->n_vocab, &s->prompt, ctx->prompt_sha, exit_code, err);
+    /* The prompt's tokenizer is built from this load: the bytes hashed above, never the file again. */
+    st = gate_load_prompt(cfg, s->lm, &s->prompt, ctx->prompt_sha, exit_code, err);
     ctx->prompt = s->prompt;
-    return st == MEMRA_OK ? gate_check_stop(ctx, err) : st;
+    if (st != MEMRA_OK)
+        return st;
+    gate_eog_set(ctx, s->lm);
+    /* P + N positions must fit the model's context length, unless the user asked to go past it. */
+    const memra_model *m = s->lm->model;
+    uint64_t positions = (uint64_t)cfg->prime + cfg->gen;
+    if (m->n_ctx_train && positions > m->n_ctx_train && !cfg->past_context) {
+        *exit_code = GATE_EXIT_USAGE;
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "--prime %u and --gen %u make %llu positions, beyond the model's context length %u "
+                          "(%s.context_length): lower them, or pass --allow-past-context",
+                          cfg->prime, cfg->gen, (unsigned long long)positions, m->n_ctx_train, m->arch_name);
+    }
+    return gate_check_stop(ctx, err);
 }
 
 /* stderr could not be written (the progress display, a warning, the summary table): the run

@@ -282,14 +282,27 @@ void gate_rec_protocol(gate_ctx *ctx) {
     gj_u64(j, "n_layer", m->n_layer);
     gj_u64(j, "n_embd", m->n_embd);
     gj_i64(j, "eos_id", m->eos_id);
+    gj_u64(j, "context_length", m->n_ctx_train);
+    gj_arr(j, "eog_ids");
+    for (uint32_t i = 0; i < ctx->n_eog; i++)
+        gj_i64(j, NULL, ctx->eog[i]);
+    gj_arr_end(j);
     gj_obj_end(j);
+    gj_bool(j, "past_context", (uint64_t)cfg->prime + cfg->gen > m->n_ctx_train);
+    gj_bool(j, "allow_past_context", cfg->past_context);
     gj_obj(j, "prompt");
     gj_str(j, "source",
            cfg->prompt_text       ? "--prompt"
+           : cfg->prompt_file     ? "--prompt-file"
            : cfg->prompt_ids_path ? cfg->prompt_ids_path
                                   : "default: (100 + 7i mod 900) mod n_vocab");
     if (cfg->prompt_text) {
         gj_str(j, "text", cfg->prompt_text);
+        gj_u64(j, "n_tokens", cfg->prompt_tokens);
+    }
+    if (cfg->prompt_file) {
+        gj_str(j, "file", cfg->prompt_file);
+        gj_u64(j, "text_bytes", cfg->prompt_file_bytes);
         gj_u64(j, "n_tokens", cfg->prompt_tokens);
     }
     gj_hex(j, "sha256", ctx->prompt_sha);

@@ -346,21 +346,29 @@ static int cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* Whether id is one of the model's end-of-generation tokens. */
+static bool gate_is_eog(const gate_ctx *ctx, int64_t id) {
+    for (uint32_t i = 0; i < ctx->n_eog; i++)
+        if (ctx->eog[i] == id)
+            return true;
+    return false;
+}
+
 static void row_eligibility(gate_ctx *ctx, const uint32_t *tokens, int64_t first, gate_timing_row *row) {
     const uint32_t N = ctx->cfg->gen;
-    int64_t eos = ctx->lm->model->eos_id;
     uint32_t period = gate_stream_period(tokens, N);
     row->eligible = true;
-    if (eos >= 0 && first == eos) {
+    if (gate_is_eog(ctx, first)) {
         row->eligible = false;
         snprintf(row->reason, sizeof row->reason,
-                 "early EOS: the first generated token (from the prefix) is EOS %" PRId64, eos);
+                 "early EOS: the first generated token (from the prefix) is end-of-generation token %" PRId64, first);
         return;
     }
-    for (uint32_t i = 0; eos >= 0 && i + 1 < N; i++)
-        if ((int64_t)tokens[i] == eos) {
+    for (uint32_t i = 0; i + 1 < N; i++)
+        if (gate_is_eog(ctx, tokens[i])) {
             row->eligible = false;
-            snprintf(row->reason, sizeof row->reason, "early EOS at generated token %u of %u", i + 1, N);
+            snprintf(row->reason, sizeof row->reason, "early EOS (token %u) at generated token %u of %u", tokens[i],
+                     i + 1, N);
             return;
         }
     if (period) {

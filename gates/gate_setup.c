@@ -107,31 +107,55 @@ static memra_status read_prompt(const char *path, uint32_t n_vocab, uint32_t **i
     return MEMRA_OK;
 }
 
-/* --prompt: the text's tokens under the model file's tokenizer (bos as the file says; special
- * tokens written in the text stay plain text), each below n_vocab. */
-static memra_status text_prompt(const gate_config *cfg, uint32_t n_vocab, uint32_t **out, uint32_t *n_out,
+/* A text prompt file: far beyond any context length, short of what a tokenizer could not hold. */
+#define GATE_PROMPT_TEXT_MAX_BYTES ((size_t)64 << 20)
+
+/* --prompt or --prompt-file: the text's tokens under the tokenizer of the loaded model (the copy
+ * that was read and hashed once: the file is not opened again), bos as the file says, special
+ * tokens written in the text plain text; each below n_vocab. */
+static memra_status text_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **out, uint32_t *n_out,
                                 memra_error *err) {
     *out = NULL;
     *n_out = 0;
-    memra_gguf *g = NULL;
+    const char *flag = cfg->prompt_text ? "--prompt" : "--prompt-file";
+    uint32_t n_vocab = lm->model->n_vocab;
+    char *file_text = NULL;
+    size_t len = 0;
+    const char *text = cfg->prompt_text;
+    memra_status st = MEMRA_OK;
+    if (!text) {
+        st =
+            memra_read_text_input(cfg->prompt_file, "--prompt-file", GATE_PROMPT_TEXT_MAX_BYTES, &file_text, &len, err);
+        if (st != MEMRA_OK)
+            return st;
+        if (len && file_text[len - 1] == '\n') /* the file's last newline */
+            file_text[--len] = '\0';
+        cfg->prompt_file_bytes = len;
+        text = file_text;
+        if (len == 0) {
+            free(file_text);
+            return memra_fail(err, MEMRA_E_INVALID, "--prompt-file %s: empty text", cfg->prompt_file);
+        }
+    } else {
+        len = strlen(text);
+    }
     memra_tokenizer *t = NULL;
-    memra_status st = memra_gguf_open(cfg->model_path, &g, err);
-    if (st == MEMRA_OK)
-        st = memra_tokenizer_new(g, &t, err);
-    memra_gguf_close(g);
+    st = memra_tokenizer_new(lm->gguf, &t, err);
     if (st != MEMRA_OK) {
-        memra_error_prefix(err, "--prompt");
+        free(file_text);
+        memra_error_prefix(err, "%s", flag);
         return st;
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    st = memra_tokenizer_encode(t, cfg->prompt_text, strlen(cfg->prompt_text), MEMRA_TOKENIZE_ADD_BOS, &ids, &n, err);
+    st = memra_tokenizer_encode(t, text, len, MEMRA_TOKENIZE_ADD_BOS, &ids, &n, err);
     memra_tokenizer_free(t);
+    free(file_text);
     if (st != MEMRA_OK)
         return st;
     if (n == 0 || n > GATE_MAX_STEPS) {
         free(ids);
-        return memra_fail(err, MEMRA_E_INVALID, "--prompt: %zu tokens: the prompt must have 1 to %u", n,
+        return memra_fail(err, MEMRA_E_INVALID, "%s: %zu tokens: the prompt must have 1 to %u", flag, n,
                           (unsigned)GATE_MAX_STEPS);
     }
     uint32_t *v = malloc(n * sizeof *v);
@@ -141,7 +165,7 @@ static memra_status text_prompt(const gate_config *cfg, uint32_t n_vocab, uint32
     }
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab) {
-            memra_fail(err, MEMRA_E_FORMAT, "--prompt: token %zu is id %d, not below the model's n_vocab %u", i,
+            memra_fail(err, MEMRA_E_FORMAT, "%s: token %zu is id %d, not below the model's n_vocab %u", flag, i,
                        (int)ids[i], n_vocab);
             free(ids);
             free(v);
@@ -155,22 +179,38 @@ static memra_status text_prompt(const gate_config *cfg, uint32_t n_vocab, uint32
     return MEMRA_OK;
 }
 
-memra_status gate_load_prompt(gate_config *cfg, uint32_t n_vocab, uint32_t **prompt, uint8_t sha[32], int *exit_code,
-                              memra_error *err) {
+void gate_eog_set(gate_ctx *ctx, const memra_loaded_model *lm) {
+    ctx->n_eog = 0;
+    memra_tokenizer *t = NULL;
+    if (memra_gguf_find(lm->gguf, "tokenizer.ggml.model") && memra_tokenizer_new(lm->gguf, &t, NULL) == MEMRA_OK) {
+        const int32_t *ids = NULL;
+        uint32_t n = memra_tokenizer_eog(t, &ids);
+        for (uint32_t i = 0; i < n && ctx->n_eog < sizeof ctx->eog / sizeof ctx->eog[0]; i++)
+            ctx->eog[ctx->n_eog++] = ids[i];
+        memra_tokenizer_free(t);
+    } else if (lm->model->eos_id >= 0) {
+        ctx->eog[ctx->n_eog++] = (int32_t)lm->model->eos_id;
+    }
+}
+
+memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32],
+                              int *exit_code, memra_error *err) {
+    uint32_t n_vocab = lm->model->n_vocab;
     uint32_t *ids = NULL, n = 0;
     memra_status st = MEMRA_OK;
     *prompt = NULL;
-    if (cfg->prompt_text) {
-        if ((st = text_prompt(cfg, n_vocab, &ids, &n, err)) != MEMRA_OK) {
+    if (cfg->prompt_text || cfg->prompt_file) {
+        const char *flag = cfg->prompt_text ? "--prompt" : "--prompt-file";
+        if ((st = text_prompt(cfg, lm, &ids, &n, err)) != MEMRA_OK) {
             *exit_code = gate_exit_for(st);
             return st;
         }
         cfg->prompt_tokens = n;
         if (cfg->prime_given && cfg->prime != n)
-            st = memra_fail(err, MEMRA_E_INVALID, "--prompt has %u token%s, but --prime is %u: give no --prime, or %u",
+            st = memra_fail(err, MEMRA_E_INVALID, "%s has %u token%s, but --prime is %u: give no --prime, or %u", flag,
                             n, n == 1 ? "" : "s", cfg->prime, n);
         else if ((uint64_t)n + cfg->gen > GATE_MAX_STEPS)
-            st = memra_fail(err, MEMRA_E_INVALID, "--prompt has %u tokens: plus --gen %u is more than %u steps", n,
+            st = memra_fail(err, MEMRA_E_INVALID, "%s has %u tokens: plus --gen %u is more than %u steps", flag, n,
                             cfg->gen, GATE_MAX_STEPS);
         cfg->prime = n;
         if (st != MEMRA_OK) {

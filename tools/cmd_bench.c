@@ -19,6 +19,7 @@
 static const char help_text[] =
     "usage: memra bench [--backend ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
     "                   [--prime P] [-n N] [--reps R] [--warmup W] [--jsonl FILE]\n"
+    "                   [--allow-past-context]\n"
     "\n"
     "Primes a prefix of P tokens once, then runs W warm-up and R timed repetitions, each restoring\n"
     "the prefix and generating N tokens greedily. Prints tok/s (mean and standard deviation),\n"
@@ -29,6 +30,8 @@ static const char help_text[] =
     "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
     "  --reps R             timed repetitions (default 5)\n"
     "  --warmup W           untimed repetitions first (default 1)\n"
+    "  --allow-past-context let P + N go past the model's context length (<arch>.context_length),\n"
+    "                       refused otherwise; the record then says \"past_context\": true\n"
     "  --jsonl FILE         append one JSON line with the figures, commit, device and options:\n"
     "                       whole or not at all, under a lock against other writers of FILE;\n"
     "                       FILE must not be the model. A failed append is an error (exit 3).\n";
@@ -37,6 +40,7 @@ typedef struct bench_args {
     cli_model_sel sel;
     const char *arm;
     uint32_t prime, n_gen, reps, warmup;
+    bool past_context; /* --allow-past-context */
     const char *jsonl;
 } bench_args;
 
@@ -227,6 +231,8 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
     cli_json_str(f, ss->lm->label);
     fprintf(f, ", \"weight_bytes\": %" PRIu64 ", \"prime\": %u, \"n\": %u, \"reps\": %u, \"warmup\": %u",
             ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup);
+    fprintf(f, ", \"context_length\": %u, \"past_context\": %s", ss->lm->model->n_ctx_train,
+            (uint64_t)ba->prime + ba->n_gen > ss->lm->model->n_ctx_train ? "true" : "false");
     fprintf(f, ", \"tok_s\": [");
     for (uint32_t i = 0; i < ba->reps; i++) {
         fprintf(f, "%s", i ? ", " : "");
@@ -289,7 +295,8 @@ int cmd_bench(int argc, char **argv) {
                       {"--n-gen", "-n", true, NULL},
                       {"--reps", NULL, true, NULL},
                       {"--warmup", NULL, true, NULL},
-                      {"--jsonl", NULL, true, NULL}};
+                      {"--jsonl", NULL, true, NULL},
+                      {"--allow-past-context", NULL, false, NULL}};
     size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
     bool help;
     int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, help_text, &help);
@@ -306,6 +313,7 @@ int cmd_bench(int argc, char **argv) {
         ((v = cli_get(opts, n_opts, "--reps")) && !cli_u32(cmd, "--reps", v, 1, 100000, &ba.reps)) ||
         ((v = cli_get(opts, n_opts, "--warmup")) && !cli_u32(cmd, "--warmup", v, 0, 100000, &ba.warmup)))
         return CLI_EXIT_USAGE;
+    ba.past_context = cli_get(opts, n_opts, "--allow-past-context") != NULL;
     ba.jsonl = cli_get(opts, n_opts, "--jsonl");
     if (ba.jsonl && !*ba.jsonl) {
         cli_error(cmd, "--jsonl: empty file name");
@@ -323,7 +331,17 @@ int cmd_bench(int argc, char **argv) {
     cli_session ss;
     rc = cli_session_open(cmd, &ba.sel, ba.arm, &ss);
     if (rc == CLI_EXIT_OK) {
-        rc = bench_measure(cmd, &ss, &ba, &br);
+        const memra_model *m = ss.lm->model;
+        uint64_t positions = (uint64_t)ba.prime + ba.n_gen;
+        if (m->n_ctx_train && positions > m->n_ctx_train && !ba.past_context) {
+            cli_error(cmd,
+                      "--prime %u and -n %u make %llu positions, beyond the model's context length %u "
+                      "(%s.context_length): lower them, or pass --allow-past-context",
+                      ba.prime, ba.n_gen, (unsigned long long)positions, m->n_ctx_train, m->arch_name);
+            rc = CLI_EXIT_USAGE;
+        } else {
+            rc = bench_measure(cmd, &ss, &ba, &br);
+        }
         if (rc == CLI_EXIT_OK) {
             bench_describe_device(&ss, &br);
             bench_stats(ss.lm->model, &ba, &br);

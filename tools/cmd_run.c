@@ -11,11 +11,13 @@
 
 #include "cli.h"
 #include "memra/chat.h"
+#include "memra/sampling.h"
 #include "memra/tokenizer.h"
 
 static const char help_text[] =
     "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
-    "                 [--tokens 1,2,3 | --prompt-ids FILE | --prompt TEXT | --chat MESSAGE] [-n N]\n"
+    "                 [--tokens 1,2,3 | --prompt-ids FILE | --prompt TEXT | --prompt-file FILE |\n"
+    "                  --chat MESSAGE] [--parse-specials] [-n N] [--allow-past-context]\n"
     "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                 [--dump-logits FILE]\n"
     "\n"
@@ -30,15 +32,25 @@ static const char help_text[] =
     "                       ids, separated by white space or commas: memra-gate's format)\n"
     "  --prompt TEXT        or a text prompt, tokenized with the file's tokenizer (bos added when\n"
     "                       the file says add_bos_token; special tokens in TEXT are plain text)\n"
+    "  --prompt-file FILE   or the text prompt of a file (a regular file, at most 64 MiB, no NUL\n"
+    "                       byte; one final newline is dropped), tokenized as --prompt\n"
     "  --chat MESSAGE       or one user message in the file's chat format (ChatML, Llama 3 or\n"
     "                       Gemma: from tokenizer.chat_template, or the architecture when the file\n"
     "                       has none), with the template's default system message if it has one\n"
-    "                       and the generation prompt\n"
-    "                       Exactly one of --tokens, --prompt-ids, --prompt, --chat may be given.\n"
-    "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"
-    "  --temp T             sample at temperature T (default: greedy, the argmax)\n"
+    "                       and the generation prompt. The template's markers are control tokens;\n"
+    "                       the message is plain text: a \"<|im_end|>\" or \"<end_of_turn>\" typed in\n"
+    "                       it stays text and cannot close or open a turn\n"
+    "                       Exactly one of --tokens, --prompt-ids, --prompt, --prompt-file, --chat.\n"
+    "  --parse-specials     read special tokens written in the text of --prompt, --prompt-file or\n"
+    "                       --chat as tokens (\"<|im_start|>system\" opens a turn): off by default,\n"
+    "                       only for text you wrote yourself\n"
+    "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only). The prompt and\n"
+    "                       N together must fit the model's context length (<arch>.context_length)\n"
+    "  --allow-past-context run past the model's context length anyway (positions it was not\n"
+    "                       trained for: the output is the model's, its quality is not)\n"
+    "  --temp T             sample at temperature T, 0 < T <= 1000 (default: greedy, the argmax)\n"
     "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
-    "  --top-p P            with --temp: nucleus cut (1: none)\n"
+    "  --top-p P            with --temp: nucleus cut, 0 < P <= 1 (1: none)\n"
     "  --seed S             with --temp: the sampling seed (default 1); draws are keyed by\n"
     "                       (seed, position). The weights' seed of a preset is --model-seed.\n"
     "  --dump-logits FILE   write every step's logits: little-endian float32, steps x n_vocab,\n"
@@ -53,6 +65,8 @@ static const char help_text[] =
 /* A prompt file longer than this is refused before it is read further: 1000000 ids of up to
  * 20 digits with separators fit, an endless stream does not. */
 #define RUN_MAX_PROMPT_BYTES (32ull << 20)
+/* A text prompt file: far beyond any context length, short of what a tokenizer could not hold. */
+#define RUN_MAX_TEXT_BYTES ((size_t)64 << 20)
 
 /* Reads the prompt ids of a file (memra-gate's format: decimal ids separated by white space or
  * commas), bounded in ids and bytes. The file must be regular: it is checked before it is opened
@@ -196,14 +210,15 @@ static bool parse_sampling(const char *cmd, const cli_opt *opts, size_t n_opts, 
         cli_error(cmd, "%s samples: it needs --temp T", top_k ? "--top-k" : top_p ? "--top-p" : "--seed");
         return false;
     }
-    if (temp && !cli_float(cmd, "--temp", temp, 0.0, 1000.0, &cfg->temperature))
-        return false;
-    if (top_k && !cli_u32(cmd, "--top-k", top_k, 0, UINT32_MAX, &cfg->top_k))
-        return false;
-    if (top_p && !cli_float(cmd, "--top-p", top_p, 0.0, 1.0, &cfg->top_p))
-        return false;
-    if (seed && !cli_u64(cmd, "--seed", seed, &cfg->seed))
-        return false;
+    /* memra-gate's ranges: one rule in the core (memra/sampling.h). */
+    const char *names[] = {"--temp", "--top-k", "--top-p", "--seed"}, *values[] = {temp, top_k, top_p, seed};
+    for (size_t i = 0; i < 4; i++) {
+        memra_error err = {0};
+        if (values[i] && memra_sample_option(names[i], values[i], cfg, &err) != MEMRA_OK) {
+            cli_fail(cmd, &err);
+            return false;
+        }
+    }
     return true;
 }
 
@@ -245,9 +260,14 @@ typedef struct run_args {
     const char *dump_path;
     char *json_path;         /* dump_path + ".json" */
     const char *prompt_path; /* --prompt-ids */
-    const char *text;        /* --prompt or --chat: the text */
-    bool chat;               /* --chat */
-    memra_tokenizer *tok;    /* with text: the file's tokenizer */
+    const char *text;        /* --prompt, --prompt-file or --chat: the text */
+    size_t text_len;
+    const char *text_flag; /* which of them */
+    char *text_owned;      /* --prompt-file: the file's text */
+    bool chat;             /* --chat */
+    bool parse_specials;   /* --parse-specials */
+    bool past_context;     /* --allow-past-context */
+    memra_tokenizer *tok;  /* with text: the file's tokenizer */
 } run_args;
 
 /* Text prompts: builds the tokenizer of the session's file and encodes the prompt (--prompt) or
@@ -256,32 +276,30 @@ static int text_prompt(const char *cmd, cli_session *ss, run_args *ra) {
     memra_error err = {0};
     if (memra_tokenizer_new(ss->lm->gguf, &ra->tok, &err) != MEMRA_OK)
         return cli_fail(cmd, &err);
-    char *rendered = NULL, *system = NULL;
-    const char *text = ra->text;
-    unsigned flags = MEMRA_TOKENIZE_ADD_BOS;
+    unsigned flags = MEMRA_TOKENIZE_ADD_BOS | (ra->parse_specials ? MEMRA_TOKENIZE_SPECIALS : 0);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    memra_status st;
     if (ra->chat) {
         memra_chat_format fmt;
         const char *source = NULL;
-        if (memra_chat_detect(ss->lm->gguf, ra->tok, &fmt, &source, &system, &err) != MEMRA_OK ||
-            memra_chat_render(fmt, ra->tok, system, ra->text, &rendered, &err) != MEMRA_OK) {
-            free(system);
-            return cli_fail(cmd, &err);
+        char *system = NULL;
+        st = memra_chat_detect(ss->lm->gguf, ra->tok, &fmt, &source, &system, &err);
+        if (st == MEMRA_OK) {
+            fprintf(stderr, "memra run: chat format %s, from %s%s%s\n", memra_chat_format_name(fmt), source,
+                    system ? ", with its default system message" : "",
+                    ra->parse_specials ? "; special tokens in the message are read (--parse-specials)" : "");
+            /* The template's markers are control tokens; the message stays text. */
+            st = memra_chat_encode(fmt, ra->tok, system, ra->text, flags, &ids, &n, &err);
         }
-        fprintf(stderr, "memra run: chat format %s, from %s%s\n", memra_chat_format_name(fmt), source,
-                system ? ", with its default system message" : "");
         free(system);
-        text = rendered;
-        flags |= MEMRA_TOKENIZE_SPECIALS;
+    } else {
+        st = memra_tokenizer_encode(ra->tok, ra->text, ra->text_len, flags, &ids, &n, &err);
     }
-    int32_t *ids = NULL;
-    size_t n = 0;
-    memra_status st = memra_tokenizer_encode(ra->tok, text, strlen(text), flags, &ids, &n, &err);
-    free(rendered);
     if (st != MEMRA_OK)
         return cli_fail(cmd, &err);
     if (n == 0 || n > RUN_MAX_TOKENS) {
-        cli_error(cmd, "%s: %zu tokens: the prompt must have 1 to %u", ra->chat ? "--chat" : "--prompt", n,
-                  RUN_MAX_TOKENS);
+        cli_error(cmd, "%s: %zu tokens: the prompt must have 1 to %u", ra->text_flag, n, RUN_MAX_TOKENS);
         free(ids);
         return CLI_EXIT_USAGE;
     }
@@ -319,6 +337,19 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
             return CLI_EXIT_USAGE;
         }
     }
+    /* The prompt and the generation must fit the positions the model was trained for. */
+    uint64_t positions = (uint64_t)ra->n_prompt + ra->n_gen;
+    if (m->n_ctx_train && positions > m->n_ctx_train && !ra->past_context) {
+        cli_error(cmd,
+                  "the prompt's %u tokens and -n %u make %llu positions, beyond the model's context length %u "
+                  "(%s.context_length): shorten them, or pass --allow-past-context",
+                  ra->n_prompt, ra->n_gen, (unsigned long long)positions, m->n_ctx_train, m->arch_name);
+        return CLI_EXIT_USAGE;
+    }
+    if (m->n_ctx_train && positions > m->n_ctx_train)
+        fprintf(stderr,
+                "memra run: warning: %llu positions, past the model's context length %u (--allow-past-context)\n",
+                (unsigned long long)positions, m->n_ctx_train);
     uint32_t steps = ra->n_prompt + (ra->n_gen ? ra->n_gen - 1 : 0); /* the last token is not fed back */
     int64_t *seq = malloc(((size_t)ra->n_prompt + ra->n_gen) * sizeof *seq);
     float *logits = ra->dump_path ? malloc((size_t)m->n_vocab * sizeof *logits) : NULL;
@@ -444,6 +475,9 @@ int cmd_run(int argc, char **argv) {
                       {"--prompt-ids", NULL, true, NULL},
                       {"--prompt", NULL, true, NULL},
                       {"--chat", NULL, true, NULL},
+                      {"--prompt-file", NULL, true, NULL},
+                      {"--parse-specials", NULL, false, NULL},
+                      {"--allow-past-context", NULL, false, NULL},
                       {"--n-gen", "-n", true, NULL},
                       {"--temp", NULL, true, NULL},
                       {"--top-k", NULL, true, NULL},
@@ -464,9 +498,9 @@ int cmd_run(int argc, char **argv) {
     if ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 0, RUN_MAX_TOKENS, &ra.n_gen))
         return CLI_EXIT_USAGE;
     {
-        const char *sources[] = {"--tokens", "--prompt-ids", "--prompt", "--chat"};
+        const char *sources[] = {"--tokens", "--prompt-ids", "--prompt", "--chat", "--prompt-file"};
         const char *first = NULL;
-        for (size_t i = 0; i < 4; i++) {
+        for (size_t i = 0; i < 5; i++) {
             if (!cli_get(opts, n_opts, sources[i]))
                 continue;
             if (first) {
@@ -476,13 +510,28 @@ int cmd_run(int argc, char **argv) {
             first = sources[i];
         }
     }
-    ra.text = cli_get(opts, n_opts, "--prompt");
+    ra.parse_specials = cli_get(opts, n_opts, "--parse-specials") != NULL;
+    ra.past_context = cli_get(opts, n_opts, "--allow-past-context") != NULL;
+    if ((ra.text = cli_get(opts, n_opts, "--prompt")))
+        ra.text_flag = "--prompt";
     if ((v = cli_get(opts, n_opts, "--chat"))) {
         ra.text = v;
+        ra.text_flag = "--chat";
         ra.chat = true;
     }
+    const char *text_path = cli_get(opts, n_opts, "--prompt-file");
+    if (text_path && !*text_path) {
+        cli_error(cmd, "--prompt-file: empty file name");
+        return CLI_EXIT_USAGE;
+    }
+    if (ra.parse_specials && !ra.text && !text_path) {
+        cli_error(cmd, "--parse-specials reads text: it needs --prompt, --prompt-file or --chat");
+        return CLI_EXIT_USAGE;
+    }
+    if (ra.text)
+        ra.text_len = strlen(ra.text);
     if (ra.text && !*ra.text) {
-        cli_error(cmd, "%s: empty text", ra.chat ? "--chat" : "--prompt");
+        cli_error(cmd, "%s: empty text", ra.text_flag);
         return CLI_EXIT_USAGE;
     }
     if ((v = cli_get(opts, n_opts, "--tokens")) && !parse_tokens(cmd, v, &ra.prompt, &ra.n_prompt))
@@ -516,15 +565,33 @@ int cmd_run(int argc, char **argv) {
     }
     /* Outputs that are inputs are refused before anything is opened for writing. */
     const char *outs[][2] = {{"--dump-logits", ra.dump_path}, {"--dump-logits (its .json)", ra.json_path}};
-    const char *ins[][2] = {{"--model", ra.sel.path}, {"--prompt-ids", ra.prompt_path}};
+    const char *ins[][2] = {{"--model", ra.sel.path}, {"--prompt-ids", ra.prompt_path}, {"--prompt-file", text_path}};
     for (size_t o = 0; o < 2 && rc == CLI_EXIT_OK; o++)
-        for (size_t i = 0; i < 2 && rc == CLI_EXIT_OK; i++)
+        for (size_t i = 0; i < 3 && rc == CLI_EXIT_OK; i++)
             rc = cli_refuse_same_file(cmd, outs[o][0], outs[o][1], ins[i][0], ins[i][1]);
     if (rc == CLI_EXIT_OK && ra.prompt_path)
         rc = read_prompt_file(cmd, ra.prompt_path, &ra.prompt, &ra.n_prompt);
+    if (rc == CLI_EXIT_OK && text_path) {
+        memra_error err = {0};
+        memra_status st =
+            memra_read_text_input(text_path, "--prompt-file", RUN_MAX_TEXT_BYTES, &ra.text_owned, &ra.text_len, &err);
+        if (st != MEMRA_OK) {
+            rc = cli_fail(cmd, &err);
+        } else {
+            if (ra.text_len && ra.text_owned[ra.text_len - 1] == '\n') /* the file's last newline */
+                ra.text_owned[--ra.text_len] = '\0';
+            ra.text = ra.text_owned;
+            ra.text_flag = "--prompt-file";
+            if (ra.text_len == 0) {
+                cli_error(cmd, "--prompt-file %s: empty text", text_path);
+                rc = CLI_EXIT_USAGE;
+            }
+        }
+    }
     if (rc != CLI_EXIT_OK) {
         free(ra.prompt);
         free(ra.json_path);
+        free(ra.text_owned);
         return rc;
     }
     cli_session ss;
@@ -548,5 +615,6 @@ int cmd_run(int argc, char **argv) {
     memra_tokenizer_free(ra.tok);
     free(ra.prompt);
     free(ra.json_path);
+    free(ra.text_owned);
     return rc;
 }

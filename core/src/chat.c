@@ -147,30 +147,47 @@ const char *memra_chat_format_name(memra_chat_format fmt) {
     return "unknown";
 }
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} buf;
-
-static void put(buf *b, const char *s) {
-    size_t n = strlen(s);
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
+/* The parts of one conversation turn in format fmt: the template's own text (markers matched as
+ * control tokens) and the messages (specials matched only when the caller asks). Up to 9 parts. */
+static size_t chat_parts(memra_chat_format fmt, const char *system, const char *user, bool user_specials,
+                         memra_text_part *p) {
+    size_t n = 0;
+#define TPL(s) (p[n++] = (memra_text_part){s, strlen(s), true})
+#define MSG(s) (p[n++] = (memra_text_part){s, strlen(s), user_specials})
+    switch (fmt) {
+    case MEMRA_CHAT_CHATML:
+        if (system) {
+            TPL("<|im_start|>system\n");
+            MSG(system);
+            TPL("<|im_end|>\n");
         }
-        b->p = q;
-        b->cap = cap;
+        TPL("<|im_start|>user\n");
+        MSG(user);
+        TPL("<|im_end|>\n<|im_start|>assistant\n");
+        break;
+    case MEMRA_CHAT_LLAMA3:
+        if (system) {
+            TPL("<|start_header_id|>system<|end_header_id|>\n\n");
+            MSG(system);
+            TPL("<|eot_id|>");
+        }
+        TPL("<|start_header_id|>user<|end_header_id|>\n\n");
+        MSG(user);
+        TPL("<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case MEMRA_CHAT_GEMMA:
+        TPL("<start_of_turn>user\n");
+        if (system) {
+            MSG(system);
+            TPL("\n\n");
+        }
+        MSG(user);
+        TPL("<end_of_turn>\n<start_of_turn>model\n");
+        break;
     }
-    memcpy(b->p + b->len, s, n + 1);
-    b->len += n;
+#undef TPL
+#undef MSG
+    return n;
 }
 
 memra_status memra_chat_render(memra_chat_format fmt, const memra_tokenizer *t, const char *system, const char *user,
@@ -179,43 +196,39 @@ memra_status memra_chat_render(memra_chat_format fmt, const memra_tokenizer *t, 
     if (!out || !user)
         return memra_fail(err, MEMRA_E_INVALID, "memra_chat_render: no message or no output");
     *out = NULL;
-    buf b = {0};
-    switch (fmt) {
-    case MEMRA_CHAT_CHATML:
-        if (system) {
-            put(&b, "<|im_start|>system\n");
-            put(&b, system);
-            put(&b, "<|im_end|>\n");
-        }
-        put(&b, "<|im_start|>user\n");
-        put(&b, user);
-        put(&b, "<|im_end|>\n<|im_start|>assistant\n");
-        break;
-    case MEMRA_CHAT_LLAMA3:
-        if (system) {
-            put(&b, "<|start_header_id|>system<|end_header_id|>\n\n");
-            put(&b, system);
-            put(&b, "<|eot_id|>");
-        }
-        put(&b, "<|start_header_id|>user<|end_header_id|>\n\n");
-        put(&b, user);
-        put(&b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case MEMRA_CHAT_GEMMA:
-        put(&b, "<start_of_turn>user\n");
-        if (system) {
-            put(&b, system);
-            put(&b, "\n\n");
-        }
-        put(&b, user);
-        put(&b, "<end_of_turn>\n<start_of_turn>model\n");
-        break;
-    default: return memra_fail(err, MEMRA_E_INVALID, "memra_chat_render: unknown chat format %d", (int)fmt);
-    }
-    if (b.oom) {
-        free(b.p);
+    memra_text_part parts[9];
+    size_t n = chat_parts(fmt, system, user, false, parts);
+    if (n == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_chat_render: unknown chat format %d", (int)fmt);
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += parts[i].len;
+    char *s = malloc(len + 1);
+    if (!s)
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory rendering the chat message");
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(s + at, parts[i].text, parts[i].len);
+        at += parts[i].len;
     }
-    *out = b.p;
+    s[len] = '\0';
+    *out = s;
     return MEMRA_OK;
+}
+
+memra_status memra_chat_encode(memra_chat_format fmt, const memra_tokenizer *t, const char *system, const char *user,
+                               unsigned flags, int32_t **ids, size_t *n_ids, memra_error *err) {
+    if (ids)
+        *ids = NULL;
+    if (n_ids)
+        *n_ids = 0;
+    if (!t || !user || !ids || !n_ids)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_chat_encode: a NULL argument");
+    if (flags & ~(MEMRA_TOKENIZE_ADD_BOS | MEMRA_TOKENIZE_SPECIALS))
+        return memra_fail(err, MEMRA_E_INVALID, "memra_chat_encode: unknown flags 0x%x", flags);
+    memra_text_part parts[9];
+    size_t n = chat_parts(fmt, system, user, (flags & MEMRA_TOKENIZE_SPECIALS) != 0, parts);
+    if (n == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_chat_encode: unknown chat format %d", (int)fmt);
+    return memra_tokenizer_encode_parts(t, parts, n, flags & MEMRA_TOKENIZE_ADD_BOS, ids, n_ids, err);
 }

@@ -272,6 +272,68 @@ memra_status memra_check_regular_input(const char *path, const char *what, memra
     return MEMRA_OK;
 }
 
+memra_status memra_read_text_input(const char *path, const char *what, size_t max_bytes, char **out, size_t *len,
+                                   memra_error *err) {
+    const char *w = what ? what : "input";
+    if (out)
+        *out = NULL;
+    if (len)
+        *len = 0;
+    if (!out || !len)
+        return memra_fail(err, MEMRA_E_INVALID, "%s: no output", w);
+    memra_status st = memra_check_regular_input(path, w, err);
+    if (st != MEMRA_OK)
+        return st;
+    /* O_NONBLOCK: a FIFO swapped in since the check is refused below, not waited on. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return memra_fail(err, MEMRA_E_IO, "%s %s: cannot open: %s", w, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return memra_fail(err, MEMRA_E_IO, "%s %s: not a regular file", w, path);
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        close(fd);
+        return memra_fail(err, MEMRA_E_INVALID, "%s %s: %lld bytes, more than the %zu a text input may have", w, path,
+                          (long long)sb.st_size, max_bytes);
+    }
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        close(fd);
+        return memra_fail(err, MEMRA_E_NOMEM, "%s %s: out of memory for %zu bytes", w, path, cap);
+    }
+    for (;;) { /* up to one byte past the size seen: a file that grew meanwhile is refused */
+        ssize_t k = read(fd, buf + n, cap - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            st = memra_fail(err, MEMRA_E_IO, "%s %s: read failed: %s", w, path, strerror(errno));
+            break;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+        if (n == cap) {
+            st = memra_fail(err, MEMRA_E_IO, "%s %s: the file grew while it was read", w, path);
+            break;
+        }
+    }
+    close(fd);
+    if (st == MEMRA_OK && memchr(buf, '\0', n))
+        st = memra_fail(err, MEMRA_E_INVALID, "%s %s: holds a NUL byte at offset %zu: not a text", w, path,
+                        (size_t)((char *)memchr(buf, '\0', n) - buf));
+    if (st != MEMRA_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return MEMRA_OK;
+}
+
 memra_status memra_same_file(const char *a, const char *b, bool *same, memra_error *err) {
     if (!same || !a || !b)
         return memra_fail(err, MEMRA_E_INVALID, "same file: invalid arguments");

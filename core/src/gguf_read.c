@@ -239,7 +239,17 @@ typedef struct cursor {
     const char *path;
     memra_error *err;
     memra_status status; /* of the last failure, for callers that pass no memra_error */
+    /* What the parse allocates, counted against what memory allows (UINT64_MAX: no bound known):
+     * the metadata costs more in memory than in the file (an array of short strings: 8 bytes a
+     * string in the file, a parsed value of several times that in memory). */
+    uint64_t budget, spent;
+    bool budget_known; /* asked once the metadata passes GGUF_BUDGET_FREE: small files never ask */
+    char budget_how[160];
 } cursor;
+
+/* Metadata allocations below this need no look at the memory available (a fuzzer parses millions
+ * of small files; /proc is read once a file's metadata grows past it). */
+#define GGUF_BUDGET_FREE (16ull << 20)
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -301,6 +311,31 @@ static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
     return true;
 }
 
+/* Counts `bytes` the parse is about to allocate for `what`; refuses (MEMRA_E_NOMEM, naming the
+ * need and what is available) before the allocation when they do not fit. */
+static bool cur_spend(cursor *c, uint64_t bytes, const char *what) {
+    if (!c->budget_known && (bytes > GGUF_BUDGET_FREE || c->spent > GGUF_BUDGET_FREE - bytes)) {
+        /* The file's bytes are in memory already: the metadata's own allocations must fit in what
+         * is left. */
+        c->budget_known = true;
+        if (memra_memory_available(&c->budget, c->budget_how, sizeof c->budget_how, NULL) != MEMRA_OK)
+            c->budget = UINT64_MAX;
+        else /* what is spent so far is in use already, so no longer counted as available */
+            c->budget = c->budget > UINT64_MAX - c->spent ? UINT64_MAX - 1 : c->budget + c->spent;
+    }
+    if (!c->budget_known || c->budget == UINT64_MAX || (bytes <= c->budget && c->spent <= c->budget - bytes)) {
+        c->spent += bytes;
+        return true;
+    }
+    uint64_t need = c->spent + bytes < c->spent ? UINT64_MAX : c->spent + bytes;
+    cur_fail(c, MEMRA_E_NOMEM,
+             "%s: the file needs more memory than is available: its metadata takes %.2f MiB in memory (%s: %.2f "
+             "MiB), on top of the %.2f MiB of the file itself, more than the %.2f MiB available (%s)",
+             c->path, need / 1048576.0, what, bytes / 1048576.0, c->size / 1048576.0, c->budget / 1048576.0,
+             c->budget_how);
+    return false;
+}
+
 /* A key or tensor name: nonempty, no NUL or other control byte inside, copied NUL-terminated. */
 static char *cur_name(cursor *c, const char *what) {
     uint64_t at = c->pos;
@@ -326,6 +361,8 @@ static char *cur_name(cursor *c, const char *what) {
             return NULL;
         }
     }
+    if (!cur_spend(c, s.len + 1, what))
+        return NULL;
     char *copy = malloc(s.len + 1);
     if (!copy) {
         cur_fail(c, MEMRA_E_NOMEM, "%s: %s: out of memory for %" PRIu64 " bytes", c->path, what, s.len + 1);
@@ -450,6 +487,11 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
     }
     if (count == 0)
         return true;
+    char need_what[200];
+    snprintf(need_what, sizeof need_what, "the %" PRIu64 " %s elements of '%.60s', %zu bytes each", count,
+             memra_gguf_type_name(elem_type), key, sizeof(memra_gguf_value));
+    if (!cur_spend(c, count * (uint64_t)sizeof(memra_gguf_value), need_what)) /* count is bounded by the file */
+        return false;
     memra_gguf_value *items = calloc(count, sizeof *items);
     if (!items) {
         cur_fail(c, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " elements of '%s'", c->path, count, key);
@@ -529,6 +571,8 @@ static memra_status parse_kvs(cursor *c, memra_gguf *g) {
     g->n_kv = 0; /* counts the pairs read so far, for close() */
     if (n == 0)
         return MEMRA_OK;
+    if (!cur_spend(c, n * (uint64_t)(sizeof *g->kvs + 4 * sizeof(uint64_t)), "the key-value pairs"))
+        return c->status;
     g->kvs = calloc(n, sizeof *g->kvs);
     if (!g->kvs || !name_table_init(&g->kv_index, n))
         return memra_fail(c->err, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " key-value pairs", c->path, n);
@@ -742,7 +786,7 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
 }
 
 static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
-    cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err};
+    cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err, .budget = UINT64_MAX};
     memra_status st = parse_header(&c, g);
     if (st != MEMRA_OK)
         return st;
@@ -759,6 +803,8 @@ static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
                               "%s: header at offset 8: n_tensors %" PRIu64 " tensor infos cannot fit in the %" PRIu64
                               " bytes left at offset %" PRIu64 " (at least %u bytes each)",
                               g->path, n_tensors, cur_left(&c), c.pos, GGUF_MIN_TENSOR_BYTES);
+        if (!cur_spend(&c, n_tensors * (uint64_t)(sizeof *g->tensors + 5 * sizeof(uint64_t)), "the tensor infos"))
+            return c.status;
         g->tensors = calloc(n_tensors, sizeof *g->tensors);
         if (!g->tensors || !name_table_init(&g->tensor_index, n_tensors))
             return memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu64 " tensor infos", g->path, n_tensors);

@@ -263,13 +263,19 @@ static memra_status read_hparams(describe_ctx *c) {
     return read_rope_scaling(c);
 }
 
-/* Vocabulary size: <arch>.vocab_size, else the token list's length, else the embedding's rows. */
+/* Vocabulary size: <arch>.vocab_size, else the embedding's rows, else the token list's length. The
+ * tokenizer must then agree with it (check_tokenizer, after the tensors are bound). */
 static memra_status read_vocab(describe_ctx *c) {
     memra_model *m = c->m;
     bool present;
     memra_status st = get_count_opt(c, "vocab_size", &m->n_vocab, &present);
     if (st != MEMRA_OK || present)
         return st;
+    const memra_gguf_tensor *t = memra_gguf_find_tensor(c->g, "token_embd.weight");
+    if (t && t->n_dims == 2 && t->ne[1] > 0 && t->ne[1] <= UINT32_MAX) {
+        m->n_vocab = (uint32_t)t->ne[1];
+        return MEMRA_OK;
+    }
     const memra_gguf_value *tokens = memra_gguf_find(c->g, "tokenizer.ggml.tokens");
     if (tokens) {
         if (tokens->type != MEMRA_GGUF_ARRAY || tokens->v.arr.count == 0 || tokens->v.arr.count > UINT32_MAX)
@@ -279,7 +285,6 @@ static memra_status read_vocab(describe_ctx *c) {
         m->n_vocab = (uint32_t)tokens->v.arr.count;
         return MEMRA_OK;
     }
-    const memra_gguf_tensor *t = memra_gguf_find_tensor(c->g, "token_embd.weight");
     if (!t)
         return memra_fail(c->err, MEMRA_E_FORMAT, "%s: missing tensor 'token_embd.weight'", c->path);
     if (t->ne[1] == 0 || t->ne[1] > UINT32_MAX)
@@ -287,6 +292,76 @@ static memra_status read_vocab(describe_ctx *c) {
                           "%s: tensor 'token_embd.weight' has %" PRIu64 " rows, expected 1 to %" PRIu32 " tokens",
                           c->path, t->ne[1], UINT32_MAX);
     m->n_vocab = (uint32_t)t->ne[1];
+    return MEMRA_OK;
+}
+
+static memra_status read_special_id(describe_ctx *c, const char *key, int64_t *out);
+
+/* Whether the token list holds a token of exactly this text. */
+static bool tokens_have(const memra_gguf_value *tokens, const char *text) {
+    size_t n = strlen(text);
+    for (uint64_t i = 0; i < tokens->v.arr.count; i++) {
+        const memra_gguf_value *v = &tokens->v.arr.items[i];
+        if (v->type == MEMRA_GGUF_STRING && v->v.str.len == n && memcmp(v->v.str.ptr, text, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The tokenizer agrees with the model, or the file is refused here, at load (never mid-decode):
+ * the token list has one token per row of the embedding and the head (n_vocab, checked against
+ * both when they were bound), every special id the file names lies inside it, and the markers of
+ * the chat format its template uses are tokens of it. */
+static memra_status check_tokenizer(describe_ctx *c) {
+    const memra_model *m = c->m;
+    const memra_gguf_value *tokens = memra_gguf_find(c->g, "tokenizer.ggml.tokens");
+    if (tokens) {
+        if (tokens->type != MEMRA_GGUF_ARRAY || tokens->v.arr.elem_type != MEMRA_GGUF_STRING)
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: key 'tokenizer.ggml.tokens' has type %s, expected an array "
+                              "of string",
+                              c->path, memra_gguf_type_name(tokens->type));
+        if (tokens->v.arr.count != m->n_vocab)
+            return memra_fail(c->err, MEMRA_E_FORMAT,
+                              "%s: key 'tokenizer.ggml.tokens' has %" PRIu64 " tokens, but the model's vocabulary has "
+                              "%" PRIu32 " (the rows of token_embd.weight%s): the tokenizer does not match the model",
+                              c->path, tokens->v.arr.count, m->n_vocab, m->tied_output ? "" : " and output.weight");
+    }
+    static const char *const ids[] = {"tokenizer.ggml.eot_token_id",       "tokenizer.ggml.eom_token_id",
+                                      "tokenizer.ggml.unknown_token_id",   "tokenizer.ggml.padding_token_id",
+                                      "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.cls_token_id",
+                                      "tokenizer.ggml.mask_token_id"};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        int64_t id;
+        memra_status st = read_special_id(c, ids[i], &id);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    const memra_gguf_value *tpl = memra_gguf_find(c->g, "tokenizer.chat_template");
+    if (!tokens || !tpl || tpl->type != MEMRA_GGUF_STRING)
+        return MEMRA_OK;
+    /* The formats memra renders (memra/chat.h), in the order it detects them, with their markers. */
+    static const char *const formats[][4] = {
+        {"<|im_start|>", "<|im_start|>", "<|im_end|>", NULL},
+        {"<|start_header_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+        {"<start_of_turn>", "<start_of_turn>", "<end_of_turn>", NULL}};
+    memra_gguf_str t = tpl->v.str;
+    for (size_t f = 0; f < 3; f++) {
+        size_t k = strlen(formats[f][0]);
+        bool used = false;
+        for (uint64_t i = 0; !used && k <= t.len && i + k <= t.len; i++)
+            used = memcmp(t.ptr + i, formats[f][0], k) == 0;
+        if (!used)
+            continue;
+        for (size_t j = 1; j < 4 && formats[f][j]; j++)
+            if (!tokens_have(tokens, formats[f][j]))
+                return memra_fail(c->err, MEMRA_E_FORMAT,
+                                  "%s: key 'tokenizer.chat_template' writes the marker %s, which is not a token of the "
+                                  "vocabulary (tokenizer.ggml.tokens, %" PRIu32 " tokens): the template does not match "
+                                  "the tokenizer",
+                                  c->path, formats[f][j], m->n_vocab);
+        break;
+    }
     return MEMRA_OK;
 }
 
@@ -596,8 +671,8 @@ memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_
     }
     if ((st = read_special_id(&c, "tokenizer.ggml.bos_token_id", &m->bos_id)) != MEMRA_OK ||
         (st = read_special_id(&c, "tokenizer.ggml.eos_token_id", &m->eos_id)) != MEMRA_OK ||
-        (st = bind_globals(&c)) != MEMRA_OK || (st = bind_layers(&c)) != MEMRA_OK ||
-        (st = check_no_stray_tensors(&c)) != MEMRA_OK)
+        (st = bind_globals(&c)) != MEMRA_OK || (st = check_tokenizer(&c)) != MEMRA_OK ||
+        (st = bind_layers(&c)) != MEMRA_OK || (st = check_no_stray_tensors(&c)) != MEMRA_OK)
         goto err_free_model;
     *out = m;
     return MEMRA_OK;

@@ -1,9 +1,12 @@
 /* sampling.c: the sampling algorithm of memra/sampling.h on the host, step by step (the step
  * numbers in the comments are the header's). The `cpu` sampler plugin and the cpu backend call
  * it; the device samplers are checked against it. */
+#include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "memra/numeric.h"
 #include "memra/sampling.h"
@@ -106,5 +109,57 @@ memra_status memra_sample(const float *z, uint32_t n_vocab, uint64_t position, c
             break;
         }
     *token = pick;
+    return MEMRA_OK;
+}
+
+/* ---- the sampling options of every tool ------------------------------------------------------ */
+
+memra_status memra_sample_option(const char *opt, const char *text, memra_sample_cfg *cfg, memra_error *err) {
+    if (!opt || !cfg)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_sample_option: a NULL argument");
+    const char *s = text ? text : "";
+    bool is_temp = strcmp(opt, "--temp") == 0, is_top_p = strcmp(opt, "--top-p") == 0;
+    if (strcmp(opt, "--top-k") == 0 || strcmp(opt, "--seed") == 0) {
+        bool top_k = opt[2] == 't';
+        uint64_t max = top_k ? UINT32_MAX : UINT64_MAX;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = (*s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+        if (!end || errno || *end || v > max)
+            return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected an integer from 0 to %llu", opt, s,
+                              (unsigned long long)max);
+        if (top_k)
+            cfg->top_k = (uint32_t)v;
+        else
+            cfg->seed = v;
+        return MEMRA_OK;
+    }
+    if (!is_temp && !is_top_p)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_sample_option: unknown option %s", opt);
+    double max = is_temp ? MEMRA_SAMPLE_MAX_TEMP : 1.0;
+    char *end = NULL;
+    errno = 0;
+    double d = *s ? strtod(s, &end) : NAN;
+    if (!end || *end || errno || !isfinite(d) || !(d > 0.0) || d > max)
+        return memra_fail(err, MEMRA_E_INVALID, "%s %s: expected a number > 0 and <= %g%s", opt, s, max,
+                          is_temp ? " (greedy: give no --temp)" : "");
+    /* As the 32-bit float the sampler gets: a normal positive float (--temp 1e-46 would become 0,
+     * greedy, while the records say sampled), and a top-p below 1 stays below 1 (0.99999999 would
+     * become 1, which turns the cut off). */
+    float f = (float)d;
+    if (!(f >= FLT_MIN))
+        return memra_fail(
+            err, MEMRA_E_INVALID,
+            "%s %s: becomes %g as a 32-bit float, below the smallest normal float %g: give a larger value", opt, s,
+            (double)f, (double)FLT_MIN);
+    if (is_top_p && d < 1.0 && !((double)f < 1.0))
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "%s %s: rounds to %g as a 32-bit float, which the sampler would take as 1 itself: give 1, or "
+                          "a value below %.9g",
+                          opt, s, (double)f, (double)nextafterf(1.0f, 0.0f));
+    if (is_temp)
+        cfg->temperature = f;
+    else
+        cfg->top_p = f;
     return MEMRA_OK;
 }

@@ -12,6 +12,27 @@
 #define TOK_MAX_TOKENS (1u << 24)  /* more tokens than any published vocabulary: refused */
 #define TOK_MAX_TEXT (1u << 16)    /* bytes of one token's text */
 #define TOK_CP_INVALID 0xffffffffu /* a byte that starts no valid UTF-8 sequence */
+#define TOK_MAX_EOG 32             /* end-of-generation ids kept (the texts below and 3 keys) */
+
+/* Tokens that end generation wherever a vocabulary has them, as llama.cpp decides its EOG set
+ * (by text: the converters do not always name them): a turn's or a text's end. Each is also made
+ * a control token when the file types it otherwise, so text never produces it unasked. */
+static const char *const eog_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|eom_id|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<end_of_utterance>",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81"
+                                        "of\xe2\x96\x81"
+                                        "sentence\xef\xbd\x9c>" /* DeepSeek */};
 
 enum { KIND_GPT2, KIND_LLAMA };
 enum { PRE_NONE, PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
@@ -37,7 +58,8 @@ struct memra_tokenizer {
     uint32_t n_merges;
     str_table merges; /* "a b" -> rank */
     int32_t special[MEMRA_SPECIAL_COUNT];
-    int32_t end_of_turn;
+    int32_t eog[TOK_MAX_EOG]; /* the end-of-generation ids, ascending */
+    uint32_t n_eog;
     bool add_bos, add_space_prefix, ignore_merges;
     int32_t *partition; /* control, user-defined and unknown ids, longest text first */
     uint32_t n_partition;
@@ -638,29 +660,17 @@ static bool encode_spm(const memra_tokenizer *t, merge_ctx *m, const char *text,
     return ok;
 }
 
-memra_status memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len, unsigned flags,
-                                    int32_t **ids, size_t *n, memra_error *err) {
-    if (ids)
-        *ids = NULL;
-    if (n)
-        *n = 0;
-    if (!t || !ids || !n || (!text && len))
-        return memra_fail(err, MEMRA_E_INVALID, "tokenizer encode: a NULL argument");
-    if (flags & ~(MEMRA_TOKENIZE_ADD_BOS | MEMRA_TOKENIZE_SPECIALS))
-        return memra_fail(err, MEMRA_E_INVALID, "tokenizer encode: unknown flags 0x%x", flags);
-    if (len > SIZE_MAX / 64 || len > (size_t)INT32_MAX)
-        return memra_fail(err, MEMRA_E_RANGE, "tokenizer encode: a text of %zu bytes is too long", len);
+/* Encodes text already split into fragments (tokens, and text ranges of `text`). */
+static memra_status encode_frags(const memra_tokenizer *t, const char *text, size_t len, const fvec *frags,
+                                 unsigned flags, int32_t **ids, size_t *n, memra_error *err) {
     ivec out = {0};
-    fvec frags = {0};
     merge_ctx m = {.t = t};
     bool ok = true;
     if ((flags & MEMRA_TOKENIZE_ADD_BOS) && t->add_bos && t->special[MEMRA_SPECIAL_BOS] >= 0)
         ok = ivec_push(&out, t->special[MEMRA_SPECIAL_BOS]);
-    if (ok)
-        ok = partition(t, text ? text : "", len, (flags & MEMRA_TOKENIZE_SPECIALS) != 0, &frags);
     bool prev_special = true;
-    for (size_t f = 0; ok && f < frags.n; f++) {
-        frag fr = frags.p[f];
+    for (size_t f = 0; ok && f < frags->n; f++) {
+        frag fr = frags->p[f];
         if (fr.id >= 0) {
             ok = ivec_push(&out, fr.id);
             prev_special = true;
@@ -671,7 +681,6 @@ memra_status memra_tokenizer_encode(const memra_tokenizer *t, const char *text, 
             prev_special = false;
         }
     }
-    free(frags.p);
     free(m.syms);
     free(m.h.p);
     free(m.scratch.p);
@@ -686,6 +695,76 @@ memra_status memra_tokenizer_encode(const memra_tokenizer *t, const char *text, 
     *ids = out.p;
     *n = out.n;
     return MEMRA_OK;
+}
+
+memra_status memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len, unsigned flags,
+                                    int32_t **ids, size_t *n, memra_error *err) {
+    memra_text_part part = {text, len, (flags & MEMRA_TOKENIZE_SPECIALS) != 0};
+    return memra_tokenizer_encode_parts(t, &part, 1, flags & ~MEMRA_TOKENIZE_SPECIALS, ids, n, err);
+}
+
+memra_status memra_tokenizer_encode_parts(const memra_tokenizer *t, const memra_text_part *parts, size_t n_parts,
+                                          unsigned flags, int32_t **ids, size_t *n, memra_error *err) {
+    if (ids)
+        *ids = NULL;
+    if (n)
+        *n = 0;
+    if (!t || !ids || !n || (!parts && n_parts))
+        return memra_fail(err, MEMRA_E_INVALID, "tokenizer encode: a NULL argument");
+    if (flags & ~MEMRA_TOKENIZE_ADD_BOS)
+        return memra_fail(err, MEMRA_E_INVALID, "tokenizer encode: unknown flags 0x%x", flags);
+    size_t len = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        if (!parts[i].text && parts[i].len)
+            return memra_fail(err, MEMRA_E_INVALID, "tokenizer encode: part %zu has no text", i);
+        if (parts[i].len > SIZE_MAX / 64 - len)
+            return memra_fail(err, MEMRA_E_RANGE, "tokenizer encode: the text is too long");
+        len += parts[i].len;
+    }
+    if (len > SIZE_MAX / 64 || len > (size_t)INT32_MAX)
+        return memra_fail(err, MEMRA_E_RANGE, "tokenizer encode: a text of %zu bytes is too long", len);
+    /* One text; each part partitioned by its own rule (a part without specials matches no control
+     * token, whatever it holds), and text fragments that meet across parts joined, so a message
+     * spliced into a template tokenizes as the whole text would, its markers aside. */
+    const char *text = n_parts == 1 && parts[0].text ? parts[0].text : "";
+    char *joined = NULL;
+    if (n_parts > 1) {
+        if (!(joined = malloc(len + 1)))
+            return memra_fail(err, MEMRA_E_NOMEM, "tokenizer encode: out of memory (%zu bytes of text)", len);
+        size_t at = 0;
+        for (size_t i = 0; i < n_parts; i++) {
+            if (parts[i].len)
+                memcpy(joined + at, parts[i].text, parts[i].len);
+            at += parts[i].len;
+        }
+        joined[len] = '\0';
+        text = joined;
+    }
+    fvec all = {0};
+    bool ok = true;
+    size_t at = 0;
+    for (size_t i = 0; ok && i < n_parts; i++) {
+        fvec one = {0};
+        ok = partition(t, text + at, parts[i].len, parts[i].specials, &one);
+        for (size_t f = 0; ok && f < one.n; f++) {
+            frag fr = one.p[f];
+            if (fr.id < 0 && fr.len == 0)
+                continue;
+            fr.start += at;
+            frag *last = all.n ? &all.p[all.n - 1] : NULL;
+            if (fr.id < 0 && last && last->id < 0 && last->start + last->len == fr.start)
+                last->len += fr.len;
+            else
+                ok = fvec_push(&all, fr);
+        }
+        free(one.p);
+        at += parts[i].len;
+    }
+    memra_status st = ok ? encode_frags(t, text, len, &all, flags, ids, n, err)
+                         : memra_fail(err, MEMRA_E_NOMEM, "tokenizer encode: out of memory (%zu bytes of text)", len);
+    free(all.p);
+    free(joined);
+    return st;
 }
 
 /* ---- decoding ----------------------------------------------------------------------------- */
@@ -892,8 +971,29 @@ memra_token_type memra_tokenizer_type(const memra_tokenizer *t, int32_t id) {
 }
 
 bool memra_tokenizer_is_eog(const memra_tokenizer *t, int32_t id) {
-    return id >= 0 &&
-           (id == t->special[MEMRA_SPECIAL_EOS] || id == t->special[MEMRA_SPECIAL_EOT] || id == t->end_of_turn);
+    for (uint32_t i = 0; id >= 0 && i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return true;
+    return false;
+}
+
+uint32_t memra_tokenizer_eog(const memra_tokenizer *t, const int32_t **ids) {
+    if (ids)
+        *ids = t->eog;
+    return t->n_eog;
+}
+
+static void eog_add(memra_tokenizer *t, int32_t id) {
+    if (id < 0 || t->n_eog == TOK_MAX_EOG)
+        return;
+    uint32_t i = 0;
+    while (i < t->n_eog && t->eog[i] < id)
+        i++;
+    if (i < t->n_eog && t->eog[i] == id)
+        return;
+    memmove(t->eog + i + 1, t->eog + i, (t->n_eog - i) * sizeof t->eog[0]);
+    t->eog[i] = id;
+    t->n_eog++;
 }
 
 void memra_tokenizer_free(memra_tokenizer *t) {
@@ -1161,7 +1261,30 @@ memra_status memra_tokenizer_new(const memra_gguf *g, memra_tokenizer **out, mem
         memra_tokenizer_free(t);
         return st;
     }
-    t->end_of_turn = vocab_find(t, "<end_of_turn>", 13);
+    /* The end-of-generation set: eos, eot, eom, and the tokens of eog_texts the vocabulary has. */
+    eog_add(t, t->special[MEMRA_SPECIAL_EOS]);
+    eog_add(t, t->special[MEMRA_SPECIAL_EOT]);
+    if (memra_gguf_find(g, "tokenizer.ggml.eom_token_id")) {
+        uint32_t id;
+        st = memra_gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &id, err);
+        if (st == MEMRA_OK && id >= t->n)
+            st = memra_fail(err, MEMRA_E_FORMAT,
+                            "%s: tokenizer.ggml.eom_token_id is %u, outside the vocabulary of %u tokens", path, id,
+                            t->n);
+        if (st != MEMRA_OK) {
+            memra_tokenizer_free(t);
+            return st;
+        }
+        eog_add(t, (int32_t)id);
+    }
+    for (size_t i = 0; i < sizeof eog_texts / sizeof eog_texts[0]; i++) {
+        int32_t id = vocab_find(t, eog_texts[i], strlen(eog_texts[i]));
+        if (id < 0)
+            continue;
+        eog_add(t, id);
+        if (t->types[id] == MEMRA_TOKEN_NORMAL || t->types[id] == MEMRA_TOKEN_USER_DEFINED)
+            t->types[id] = MEMRA_TOKEN_CONTROL;
+    }
     /* the tokens matched in text before the rest is tokenized */
     plen *pl = malloc((size_t)t->n * sizeof *pl);
     t->partition = malloc((size_t)t->n * sizeof(int32_t));

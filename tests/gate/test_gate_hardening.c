@@ -226,8 +226,8 @@ static void interrupt_with(int sig, const char *name, const char *when) {
     /* long enough that the signal comes before the end (inside the replay: shorter, so the reference
      * is not waited for long) */
     const char *steps = when ? "800" : "3000";
-    const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", steps, "--gen",
-                          steps, "--rows", "0",   "--quiet",      NULL};
+    const char *args[] = {"--a",    "cpu", "--b",     "cpu:stages=2",         "--prime", steps, "--gen", steps,
+                          "--rows", "0",   "--quiet", "--allow-past-context", NULL};
     gate_how how = {.signal = sig, .signal_when = when, .timeout_s = 100};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(how.exit_signal, 0, "killed by signal %d: no interrupted record", how.exit_signal);
@@ -367,7 +367,8 @@ Test(gate_hardening, a_trace_larger_than_memory_is_refused_up_front, .timeout = 
 #endif
     /* 1M steps x 512 logits: 2 GiB of reference trace, under a 1.5 GiB address space limit */
     const char *args[] = {"--a",   "cpu",    "--b",    "cpu", "--prime", "500000",
-                          "--gen", "500000", "--rows", "0",   "--quiet", NULL};
+                          "--gen", "500000", "--rows", "0",   "--quiet", "--allow-past-context",
+                          NULL};
     gate_how how = {.rlimit_as = 1536ll << 20};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(how.exit_signal, 0, "killed by signal %d", how.exit_signal);

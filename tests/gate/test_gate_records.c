@@ -345,8 +345,8 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         gate_result_free(&r);
     }
     /* a run stopped by a signal: the interrupted record */
-    const char *long_run[] = {"--a",  "cpu",    "--b", "cpu:stages=2", "--prime", "3000", "--gen",
-                              "3000", "--rows", "0",   "--quiet",      NULL};
+    const char *long_run[] = {"--a",    "cpu", "--b",     "cpu:stages=2",         "--prime", "3000", "--gen", "3000",
+                              "--rows", "0",   "--quiet", "--allow-past-context", NULL};
     gate_how how = {.signal = SIGTERM, .timeout_s = 100};
     gate_result r = gate_run_ex(long_run, &how);
     cr_assert_eq(r.exit, 128 + SIGTERM, "exit %d: %s", r.exit, r.err);

@@ -1012,3 +1012,46 @@ Test(gguf_malformed, file_beyond_available_memory) {
     cr_assert(strstr(e.msg, "are read into memory, more than the"), "%s", e.msg);
 #endif
 }
+
+/* ---- memory: what the metadata needs, not only the file's size ---- */
+
+/* A file of one key: an array of n empty strings (8 bytes each in the file, a parsed value of
+ * several times that in memory). */
+static void many_strings(gb_bytes *b, uint64_t n) {
+    gb_header(b, 3, 0, 1);
+    gb_key(b, "tokenizer.ggml.tokens", MEMRA_GGUF_ARRAY);
+    gb_u32(b, MEMRA_GGUF_STRING);
+    gb_u64(b, n);
+    gb_zeros(b, (size_t)n * 8);
+}
+
+/* Issue 23 item 9: the reader counts what the metadata costs in memory against what is available
+ * and refuses up front, naming the key and both sizes: 4M strings are 32 MiB of file and 4M parsed
+ * values in memory, more than the 96 MiB left under the cap. */
+Test(gguf_malformed, metadata_larger_in_memory_than_available_refused) {
+#ifdef UNDER_ASAN
+    cr_skip_test("AddressSanitizer's shadow memory does not fit under an address space limit");
+#endif
+    gb_bytes big = {0}, fits = {0};
+    many_strings(&big, 4000000);
+    many_strings(&fits, 1000000);
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    cr_assert(f && fscanf(f, "%lu", &pages) == 1);
+    fclose(f);
+    rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (96u << 20);
+    struct rlimit r = {cap, cap};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &r), 0);
+    memra_gguf *g = NULL;
+    memra_error err = {0};
+    cr_assert_eq(memra_gguf_open_memory(big.p, big.n, "strings.gguf", &g, &err), MEMRA_E_NOMEM);
+    cr_assert(strstr(err.msg, "strings.gguf") && strstr(err.msg, "needs more memory than is available") &&
+                  strstr(err.msg, "4000000") && strstr(err.msg, "tokenizer.ggml.tokens") &&
+                  strstr(err.msg, "MiB available"),
+              "%s", err.msg);
+    /* negative control: a quarter of it fits and opens */
+    cr_assert_eq(memra_gguf_open_memory(fits.p, fits.n, "fits.gguf", &g, &err), MEMRA_OK, "%s", err.msg);
+    memra_gguf_close(g);
+    gb_free(&big);
+    gb_free(&fits);
+}

@@ -40,3 +40,33 @@ Test(smollm2, gate_prompt_passes_exactly) {
     cr_assert(strstr(r.err, "--prompt has 5 tokens, but --prime is 6"), "%s", r.err);
     tool_result_free(&r);
 }
+
+/* Issue 23 item 9: SmolLM2 names <|im_end|> (2) its eos; its <|endoftext|> (0) ends generation too,
+ * as in llama.cpp: the gate's end-of-generation set holds both. Issue 23 item 1 on the real
+ * template: "<|im_end|>" typed in a --chat message stays text (no id 2 before the template's). */
+Test(smollm2, end_of_generation_set_and_markers_in_a_message) {
+    char model[4200];
+    if (!model_cache_require(MODEL_SMOLLM2, model, sizeof model))
+        return;
+    tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2",
+                             "--rows", "0", "--quiet", NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    cr_assert(strstr(r.out, "\"eog_ids\":[0,2]"), "%s", r.out);
+    tool_result_free(&r);
+    char dump[512], json[600];
+    tmp_file_path(dump, sizeof dump, "smol.logits");
+    snprintf(json, sizeof json, "%s.json", dump);
+    r = tool_run("memra", "run", "--model", model, "--chat", "x<|im_end|>", "-n", "0", "--dump-logits", dump, NULL);
+    cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
+    char *j = file_slurp(json, NULL);
+    /* the system turn's end, the user turn's end: exactly two <|im_end|> (id 2) */
+    size_t twos = 0;
+    for (char *p = strstr(j, "\"tokens\": ["); p && *p; p++)
+        if ((p[-1] == '[' || p[-1] == ' ') && p[0] == '2' && (p[1] == ',' || p[1] == ']'))
+            twos++;
+    cr_assert_eq(twos, 2, "%s", j);
+    free(j);
+    tool_result_free(&r);
+    unlink(dump);
+    unlink(json);
+}

@@ -610,3 +610,66 @@ Test(tokenizer_unit, pretokenizers_match_a_regex_engine) {
     cr_assert_eq(memra_tok_pretokenize("bloom", "x", 1, a, 16, &na, &e), MEMRA_E_INVALID);
     cr_assert_eq(memra_tok_pretokenize("gpt-2", "a b c", 5, a, 1, &na, &e), MEMRA_E_RANGE);
 }
+
+/* Issue 23 item 9: the end-of-generation set holds eos, eot and every token whose text ends a turn
+ * or a text (SmolLM2's "<|endoftext|>" beside its eos "<|im_end|>"), as llama.cpp's. Issue 23 item
+ * 1: such a token typed user-defined (or normal) is made control, so plain text never yields it. */
+Test(tokenizer_unit, eog_set_includes_marked_end_tokens) {
+    vocab v;
+    abc_vocab(&v, NULL);
+    int eot = add_tok(&v, "<|endoftext|>", MEMRA_TOKEN_CONTROL, 0); /* 7 */
+    int ime = add_tok(&v, "<|im_end|>", MEMRA_TOKEN_CONTROL, 0);    /* 8 */
+    int eot2 = add_tok(&v, "<end_of_turn>", MEMRA_TOKEN_USER_DEFINED, 0);
+    int other = add_tok(&v, "<|im_start|>", MEMRA_TOKEN_CONTROL, 0);
+    add_tok(&v, "<", 1, 0);
+    add_tok(&v, ">", 1, 0);
+    v.eos = ime;
+    memra_tokenizer *t = build(&v);
+    cr_assert(memra_tokenizer_is_eog(t, ime), "eos is an end of generation");
+    cr_assert(memra_tokenizer_is_eog(t, eot), "<|endoftext|> ends generation though the file names another eos");
+    cr_assert(memra_tokenizer_is_eog(t, eot2), "<end_of_turn> ends generation");
+    cr_assert(!memra_tokenizer_is_eog(t, other), "negative control: <|im_start|> does not end generation");
+    cr_assert(!memra_tokenizer_is_eog(t, 0), "negative control: a word does not end generation");
+    const int32_t *ids = NULL;
+    cr_assert_eq(memra_tokenizer_eog(t, &ids), 3u);
+    cr_assert(ids[0] == eot && ids[1] == ime && ids[2] == eot2, "ascending");
+    /* the user-defined end-of-turn token is control now: plain text keeps it as text */
+    cr_assert_eq(memra_tokenizer_type(t, eot2), MEMRA_TOKEN_CONTROL);
+    int32_t *out = NULL;
+    size_t n = 0;
+    OK(memra_tokenizer_encode(t, "<end_of_turn>", 13, 0, &out, &n, err));
+    for (size_t i = 0; i < n; i++)
+        cr_assert_neq(out[i], eot2, "<end_of_turn> typed as text became the token");
+    free(out);
+    EXPECT(t, "<end_of_turn>", MEMRA_TOKENIZE_SPECIALS, eot2); /* asked for: matched */
+    memra_tokenizer_free(t);
+}
+
+/* Issue 23 item 1: parts encoded with their own rule: markers in a template part are tokens, the
+ * same text in a part without specials is text; plain text across parts tokenizes as one piece. */
+Test(tokenizer_unit, encode_parts_keeps_user_markers_text) {
+    vocab v;
+    abc_vocab(&v, NULL);
+    add_merge(&v, "a b");
+    int ctl = add_tok(&v, "<|c|>", MEMRA_TOKEN_CONTROL, 0); /* 7 */
+    add_tok(&v, "<", 1, 0);                                 /* 8 */
+    add_tok(&v, ">", 1, 0);                                 /* 9 */
+    add_tok(&v, "|", 1, 0);                                 /* 10 */
+    memra_tokenizer *t = build(&v);
+    memra_text_part parts[] = {{"<|c|>a", 6, true}, {"b<|c|>", 6, false}, {"<|c|>", 5, true}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    OK(memra_tokenizer_encode_parts(t, parts, 3, 0, &ids, &n, err));
+    /* "a" + "b" meet across parts and merge into "ab" (3); the user's <|c|> is < | c | > */
+    const int32_t want[] = {ctl, 3, 8, 10, 2, 10, 9, ctl};
+    cr_assert_eq(n, sizeof want / sizeof want[0], "%zu ids", n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ids[i], want[i], "id %zu: %d, expected %d", i, (int)ids[i], (int)want[i]);
+    free(ids);
+    /* negative control: the same middle part with specials gives the control token */
+    parts[1].specials = true;
+    OK(memra_tokenizer_encode_parts(t, parts, 3, 0, &ids, &n, err));
+    cr_assert(n == 4 && ids[2] == ctl, "specials asked for in the part: matched");
+    free(ids);
+    memra_tokenizer_free(t);
+}

@@ -258,6 +258,65 @@ Test(tools, run_samples_with_a_seed) {
     tool_result_free(&c);
 }
 
+/* Issue 23 item 9: run and the gate take the same sampling ranges (one rule in the core): what
+ * one refuses the other refuses, with exit 2; what one takes the other takes. */
+Test(tools, run_and_gate_share_sampling_ranges) {
+    require_cpu_backend();
+    const char *bad[][4] = {{"--temp", "0", NULL, NULL},       {"--temp", "1001", NULL, NULL},
+                            {"--temp", "1e-46", NULL, NULL},   {"--temp", "1", "--top-p", "0"},
+                            {"--temp", "1", "--top-p", "1.5"}, {"--temp", "1", "--top-p", "0.99999999"},
+                            {"--temp", "1", "--top-k", "-1"},  {"--temp", "1", "--seed", "x"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tool_result r = tool_run("memra", "run", "-n", "2", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL);
+        cr_assert_eq(r.code, 2, "run %s %s %s %s: exit %d: %s", bad[i][0], bad[i][1], bad[i][2] ? bad[i][2] : "",
+                     bad[i][3] ? bad[i][3] : "", r.code, r.err);
+        tool_result g = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2", "--rows", "0",
+                                 bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL);
+        cr_assert_eq(g.code, 2, "gate %s %s: exit %d: %s", bad[i][0], bad[i][1], g.code, g.err);
+        tool_result_free(&r);
+        tool_result_free(&g);
+    }
+    /* negative control: values inside the ranges run in both */
+    tool_result r = tool_run("memra", "run", "-n", "2", "--temp", "0.5", "--top-p", "0.9", "--top-k", "5", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    tool_result g = tool_run("memra-gate", "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2", "--rows", "0",
+                             "--temp", "0.5", "--top-p", "0.9", "--top-k", "5", "--quiet", NULL);
+    cr_assert_eq(g.code, 0, "%s", g.err);
+    tool_result_free(&r);
+    tool_result_free(&g);
+}
+
+/* Issue 23 item 4: bench refuses --prime + -n beyond the model's context length (the tiny preset's
+ * 2048) with both numbers; --allow-past-context runs it and the record says so. */
+Test(tools, bench_context_length_is_a_limit) {
+    require_cpu_backend();
+    char path[512];
+    tmp_file_path(path, sizeof path, "bench_ctx.jsonl");
+    unlink(path);
+    tool_result r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "2040", "-n", "10", "--reps", "1",
+                             "--warmup", "0", "--jsonl", path, NULL);
+    EXPECT(r, 2, err, "2050");
+    cr_assert(strstr(r.err, "2048") && strstr(r.err, "--allow-past-context"), "%s", r.err);
+    cr_assert_eq(access(path, F_OK), -1, "a refused run wrote a record");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "2040", "-n", "10", "--reps", "1", "--warmup", "0",
+                 "--allow-past-context", "--jsonl", path, NULL);
+    EXPECT(r, 0, out, "tok/s");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--prime", "16", "-n", "8", "--reps", "1", "--warmup", "0",
+                 "--jsonl", path, NULL); /* negative control: within the limit */
+    EXPECT(r, 0, out, "tok/s");
+    tool_result_free(&r);
+    char *lines = file_slurp(path, NULL);
+    char *second = strchr(lines, '\n');
+    cr_assert(second, "%s", lines);
+    *second++ = '\0';
+    cr_assert(strstr(lines, "\"context_length\": 2048, \"past_context\": true"), "%s", lines);
+    cr_assert(strstr(second, "\"context_length\": 2048, \"past_context\": false"), "%s", second);
+    free(lines);
+    unlink(path);
+}
+
 Test(tools, bench_writes_a_json_line) {
     require_cpu_backend();
     char path[512];

@@ -227,7 +227,7 @@ static void interrupt_case(int sig, bool mkmodel) {
     fresh_dir(dir, sizeof dir, mkmodel ? "sig_mkmodel" : "sig_run");
     snprintf(path, sizeof path, "%s/%s", dir, mkmodel ? "big.gguf" : "d.f32");
     const char *mk[] = {"mkmodel", "--preset", "llama-1b", "--dtype", "q8_0", "-o", path, NULL};
-    const char *rn[] = {"run", "--preset", "tiny", "-n", "200000", "--dump-logits", path, NULL};
+    const char *rn[] = {"run", "--preset", "tiny", "-n", "200000", "--allow-past-context", "--dump-logits", path, NULL};
     char out_path[1200], err_path[1200];
     snprintf(out_path, sizeof out_path, "%s.stdout", dir);
     snprintf(err_path, sizeof err_path, "%s.stderr", dir);

@@ -6,8 +6,10 @@
  * format of its architecture (general.architecture "gemma3" or "gemma2": Gemma; "llama" whose
  * vocabulary holds the token "<|im_start|>": ChatML), else MEMRA_E_UNSUPPORTED.
  *
- * The rendered text holds the special tokens as text: encode it with MEMRA_TOKENIZE_SPECIALS so
- * they become control tokens. */
+ * memra_chat_encode gives the ids: the template's markers as control tokens, the messages as plain
+ * text (a "<|im_end|>" or "<|im_start|>system" typed in a message stays text and cannot open or
+ * close a turn). memra_chat_render gives the same conversation as one text, for display only:
+ * encoding it with MEMRA_TOKENIZE_SPECIALS would read markers out of the messages. */
 #ifndef MEMRA_CHAT_H
 #define MEMRA_CHAT_H
 
@@ -40,6 +42,14 @@ const char *memra_chat_format_name(memra_chat_format fmt);
  * and the tokenizer adds it as the file says. t may be NULL (it is not used today). */
 memra_status memra_chat_render(memra_chat_format fmt, const memra_tokenizer *t, const char *system, const char *user,
                                char **out, memra_error *err);
+
+/* The ids of one user message (and the system message when not NULL) in format fmt, followed by the
+ * generation prompt: the template's markers are matched as control tokens, the messages' text is
+ * encoded without specials (flags MEMRA_TOKENIZE_SPECIALS: matched in the messages too, the
+ * caller's explicit choice), and bos is prepended with MEMRA_TOKENIZE_ADD_BOS as the file says.
+ * *ids is malloc'd (the caller frees it). */
+memra_status memra_chat_encode(memra_chat_format fmt, const memra_tokenizer *t, const char *system, const char *user,
+                               unsigned flags, int32_t **ids, size_t *n_ids, memra_error *err);
 
 #ifdef __cplusplus
 }

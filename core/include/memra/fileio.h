@@ -51,6 +51,13 @@ memra_status memra_close_stream(FILE *f, const char *name, memra_error *err);
  * "cannot open: No such file or directory". `what` is e.g. "prompt ids file". */
 memra_status memra_check_regular_input(const char *path, const char *what, memra_error *err);
 
+/* A whole text file (a prompt): checked to be a regular file as above, at most max_bytes (a larger
+ * one, or one that grows while read, is refused naming it), no NUL byte. *out is malloc'd and
+ * NUL-terminated, *len its length without the NUL. Usage faults are MEMRA_E_INVALID, I/O ones
+ * MEMRA_E_IO. */
+memra_status memra_read_text_input(const char *path, const char *what, size_t max_bytes, char **out, size_t *len,
+                                   memra_error *err);
+
 /* What a stat's st_mode names, for messages: "a regular file", "a directory", "a FIFO", "a
  * character device", "a block device", "a socket", or "not a regular file". */
 const char *memra_file_type_name(uint32_t st_mode);

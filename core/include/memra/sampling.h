@@ -69,6 +69,16 @@ size_t memra_sample_scratch_bytes(uint32_t n_vocab);
 memra_status memra_sample(const float *logits, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
                           void *scratch, uint32_t *token, memra_error *err);
 
+/* The sampling options every tool takes, one rule for all (memra run, memra-gate):
+ *   --temp T   0 < T <= MEMRA_SAMPLE_MAX_TEMP, a normal float as a float32 (greedy: no --temp)
+ *   --top-k K  0 (all) to 2^32-1
+ *   --top-p P  0 < P <= 1; a P below 1 must stay below 1 as a float32
+ *   --seed S   0 to 2^64-1
+ * Sets the field of cfg the option names; MEMRA_E_INVALID with a message naming the option and
+ * the value otherwise. */
+#define MEMRA_SAMPLE_MAX_TEMP 1000.0
+memra_status memra_sample_option(const char *opt, const char *text, memra_sample_cfg *cfg, memra_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -62,9 +62,14 @@ bool memra_tokenizer_add_bos(const memra_tokenizer *t);
  * for an id out of range. */
 const char *memra_tokenizer_text(const memra_tokenizer *t, int32_t id, size_t *len);
 memra_token_type memra_tokenizer_type(const memra_tokenizer *t, int32_t id);
-/* True for the ids that end generation: eos, eot, and the token "<end_of_turn>" when the
- * vocabulary has one (Gemma). */
+/* True for the ids that end generation: eos, eot and eom as the file names them, and every token of
+ * the vocabulary whose text marks the end of a turn or of a text, as llama.cpp decides them
+ * ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>",
+ * "<|end|>", "<EOT>", ...). Such a token is a control token whatever type the file gives it, so
+ * text encoded without MEMRA_TOKENIZE_SPECIALS never produces it. */
 bool memra_tokenizer_is_eog(const memra_tokenizer *t, int32_t id);
+/* The end-of-generation ids, ascending: their count, and *ids (may be NULL) points at them. */
+uint32_t memra_tokenizer_eog(const memra_tokenizer *t, const int32_t **ids);
 
 #define MEMRA_TOKENIZE_ADD_BOS 1u  /* prepend bos when the file says add_bos_token (and names a bos) */
 #define MEMRA_TOKENIZE_SPECIALS 2u /* match control tokens written in the text (user-defined: always) */
@@ -73,6 +78,21 @@ bool memra_tokenizer_is_eog(const memra_tokenizer *t, int32_t id);
  * *n is 0). */
 memra_status memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len, unsigned flags,
                                     int32_t **ids, size_t *n, memra_error *err);
+
+/* One piece of a text to encode: its bytes, and whether control tokens written in it are matched
+ * (a template's markers) or stay plain text (what a user typed). */
+typedef struct memra_text_part {
+    const char *text;
+    size_t len;
+    bool specials;
+} memra_text_part;
+
+/* Encodes the parts as one text (flags: MEMRA_TOKENIZE_ADD_BOS only): each part's control tokens
+ * are matched only when its `specials` is set, and plain text that runs across parts is tokenized
+ * as one piece, so the ids are those of the whole text except that no marker is ever read out of
+ * a part without specials. */
+memra_status memra_tokenizer_encode_parts(const memra_tokenizer *t, const memra_text_part *parts, size_t n_parts,
+                                          unsigned flags, int32_t **ids, size_t *n, memra_error *err);
 
 /* The bytes token `id` stands for, into buf (cap bytes); *len is the number of bytes it needs,
  * and MEMRA_E_RANGE is returned when cap is smaller. Control and unknown tokens give their text
