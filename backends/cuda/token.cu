@@ -42,14 +42,19 @@ cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
     return cudaGetLastError();
 }
 
-/* A tensor-parallel rank's commit: *pos += 1 only when every collective status of the step is 0
- * and the previous stage's verdict (if any) is 0; the verdict goes to *verdict (device) and to
- * ring[pos % MC_VERDICT_RING] (host-mapped) either way. */
+/* A checked commit (cuda_kernels.h): *pos += 1 only when the state is not poisoned, the previous
+ * stage's verdict handed over with the hidden (if any) is 0 and every collective status of the
+ * step is 0; the verdict goes to *verdict and, if ring, to ring[pos % MC_VERDICT_RING]
+ * (host-mapped) either way; a failed one poisons the state. */
 __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev,
-                                        int32_t *verdict, mc_verdict *ring) {
+                                        int32_t *verdict, int32_t *poison, mc_verdict *ring) {
     const int32_t p = *pos;
     mc_verdict v = {p, -1, 0, 0};
-    if (prev && *(const volatile int32_t *)prev != 0) {
+    const int32_t poisoned = *(volatile int32_t *)poison;
+    if (poisoned != 0) {
+        v.index = -3; /* an earlier step of this state failed */
+        v.word = poisoned;
+    } else if (prev && *(const volatile int32_t *)prev != 0) {
         v.index = -2; /* an earlier stage failed this step */
         v.word = *(const volatile int32_t *)prev;
     }
@@ -60,7 +65,14 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
         }
     if (v.index == -1)
         *pos = p + 1;
-    *verdict = v.index == -1 ? 0 : (v.word ? v.word : -1);
+    const int32_t word = v.index == -1 ? 0 : (v.word ? v.word : -1);
+    *verdict = word;
+    if (word != 0 && poisoned == 0)
+        *(volatile int32_t *)poison = word;
+    /* A poisoned step leaves the ring alone: it runs at the refused step's position (which did
+     * not advance), whose verdict the host has yet to read there. */
+    if (!ring || poisoned != 0)
+        return;
     volatile mc_verdict *slot = ring + ((uint32_t)p % MC_VERDICT_RING);
     slot->index = v.index;
     slot->word = v.word;
@@ -69,8 +81,8 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
 }
 
 cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev, int32_t *verdict,
-                              mc_verdict *ring, cudaStream_t st) {
-    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, prev, verdict, ring);
+                              int32_t *poison, mc_verdict *ring, cudaStream_t st) {
+    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, prev, verdict, poison, ring);
     return cudaGetLastError();
 }
 
