@@ -257,9 +257,10 @@ static void cell_reason(gate_cell *c, const char *fmt, const char *detail) {
  * window can reach it). A step that fails is the cell's failure (c->reason), not a runtime error. */
 static memra_status cell_before(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, memra_arm_state *snap,
                                 gate_cell *c, memra_error *err) {
-    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
+    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen, W = arm->window ? arm->window : 1;
     memra_arm_state *ref = NULL;
-    memra_status st = gate_new_state(arm, P + N, &ref, err);
+    /* the work state's capacity: a backend's cache digest may depend on it (cuda's does) */
+    memra_status st = gate_new_state(arm, P + N + W, &ref, err);
     if (st == MEMRA_OK)
         st = memra_arm_state_restore(ref, snap, err);
     if (st != MEMRA_OK) {

@@ -787,6 +787,16 @@ static memra_status run_op(memra_collective *c, memra_error *err) {
         st = memra_fail(err, MEMRA_E_DEVICE, "nccl: block %u: %s of rank %u: %s (NCCL result %d)", block,
                         gather ? "ncclAllGather" : "ncclAllReduce",
                         first != ncclSuccess ? first_rank : c->ranks[0].rank, nccl_text(c, r), (int)r);
+        /* The ranks whose part was enqueued would wait for the one that failed until a caller's
+         * watchdog aborts them (30 s): abort now. Not under capture, where nothing runs and a
+         * captured operation holds the communicator (the abort would wait for the graph): the
+         * request alone makes every later call fail. */
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(c->ranks[0].stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+            abort_comms(c);
+        else
+            atomic_store(&c->abort_requested, true);
+        (void)cudaGetLastError();
         drop_pending(c, n, MEMRA_COLLECTIVE_FAILED);
         goto out;
     }

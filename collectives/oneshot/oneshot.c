@@ -66,13 +66,15 @@ static void os_destroy(memra_collective *c) {
         return;
     if (c->ctl)
         c->ctl->abort = 1; /* anything still spinning ends */
-    for (uint32_t r = 0; r < c->n_ranks; r++) {
-        if (!c->arena[r])
-            continue;
-        if (cudaSetDevice(c->devices[r]) == cudaSuccess)
+    /* Every rank's device first, then any memory: a peer's kernel still running on another
+     * device reads and writes this rank's buffers (freeing rank 0's after syncing only its own
+     * device let rank 1's kernel touch freed memory). */
+    for (uint32_t r = 0; r < c->n_ranks; r++)
+        if (c->arena[r] && cudaSetDevice(c->devices[r]) == cudaSuccess)
             cudaDeviceSynchronize();
-        cudaFree(c->arena[r]);
-    }
+    for (uint32_t r = 0; r < c->n_ranks; r++)
+        if (c->arena[r] && cudaSetDevice(c->devices[r]) == cudaSuccess)
+            cudaFree(c->arena[r]);
     if (c->ctl)
         cudaFreeHost(c->ctl);
     free(c);
