@@ -131,6 +131,11 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
             }
             if (!v.acqrel)
                 __threadfence_system();
+            /* A peer that timed out waiting for this rank marked the communicator broken before
+             * this rank arrived: its step fails, so this one must not succeed either (re-checked
+             * after the wait; the flag lives in this rank's own memory). */
+            if (s_outcome == 0 && *(volatile int32_t *)(v.words[r] + 4 * n))
+                s_outcome = MEMRA_COLLECTIVE_FAILED;
         }
         __syncthreads();
         if (s_outcome == 0) {
