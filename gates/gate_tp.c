@@ -83,7 +83,7 @@ void gate_tp_close(gate_arm *arm) {
 static memra_status read_epochs(gate_arm *arm, uint64_t *out, memra_error *err) {
     gate_tp *t = &arm->tp;
     for (uint32_t s = 0; s < t->n_stages; s++)
-        for (uint32_t r = 0; r < t->ranks[s] && r < MEMRA_MAX_RANKS; r++) {
+        for (uint32_t r = 0; r < t->ranks[s] && t->ranks[s] > 1 && r < MEMRA_MAX_RANKS; r++) {
             memra_status st = memra_arm_epochs(arm->arm, s, r, out + tp_index(t, s, r, 0), t->n_blocks, err);
             if (st != MEMRA_OK) {
                 memra_error_prefix(err, "epoch census: stage %u rank %u", s, r);
@@ -132,7 +132,7 @@ memra_status gate_tp_epochs_step(gate_ctx *ctx, gate_arm *arm, uint32_t step, bo
     gate_outcome *o = &ctx->out;
     for (uint32_t s = 0; s < t->n_stages; s++) {
         const memra_stage_plan *sp = &plan->stages[s];
-        for (uint32_t r = 0; r < t->ranks[s] && r < MEMRA_MAX_RANKS; r++)
+        for (uint32_t r = 0; r < t->ranks[s] && t->ranks[s] > 1 && r < MEMRA_MAX_RANKS; r++) /* plain: no epochs */
             for (uint32_t b = 0; b < t->n_blocks; b++) {
                 const size_t i = tp_index(t, s, r, b);
                 const uint32_t layer = b / 2;
@@ -167,7 +167,19 @@ void gate_tp_epochs_end(gate_arm *arm) { arm->tp.counting = false; }
 static uint32_t make_cells(const gate_ctx *ctx, const gate_arm *arm, gate_cell *cells, uint32_t max) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen, L = arm->tp.n_layer;
     const memra_plan *plan = memra_arm_plan(arm->arm);
+    /* the first, middle and last layer of those on stages with ranks (a plain stage of a mixed
+     * plan has no collective, so no cell) */
+    uint32_t T = 0;
+    for (uint32_t l = 0; l < L; l++)
+        T += plan->stages[stage_of(plan, l)].n_ranks > 1;
+    const uint32_t want[3] = {0, T / 2, T ? T - 1 : 0};
     uint32_t layers[3] = {0, L / 2, L - 1}, positions[3] = {P, P + (N - 1) / 2, P + N - 1};
+    for (uint32_t i = 0, k = 0, l = 0; l < L && i < 3; l++)
+        if (plan->stages[stage_of(plan, l)].n_ranks > 1) {
+            while (i < 3 && want[i] == k)
+                layers[i++] = l;
+            k++;
+        }
     uint32_t n_layers = 0, n_pos = 0;
     for (uint32_t i = 0; i < 3; i++) { /* distinct, in order (a model of 1 or 2 layers, N of 1 or 2) */
         if (!n_layers || layers[i] != layers[n_layers - 1])
