@@ -22,11 +22,15 @@
  * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
  * layer*2+1. The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
  * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
- * transaction on the device: each rank's commit checks every collective status of the step (and
- * the verdict of the stage before), advances its position only when all are 0, and writes its
- * verdict to host-mapped memory, which step_end reads; the hidden and logits a step computed are
- * published to the state's committed copies only then. So a refused step changes nothing a
- * digest or a restore sees, and the state is quarantined. In cuda-graph the collectives are
+ * transaction on the device: in an arm with ranks anywhere, each rank of every stage (plain ones
+ * too) commits checked: every collective status of its step, every other rank's status of the
+ * step's last all-reduce, the verdict of the stage before (copied with the hidden, before
+ * `consumed`, so the next step cannot overwrite it first) and the state's poison word (set by
+ * any failed verdict, so a step already queued behind a refused one commits nothing; cleared only
+ * by a restore); it advances its position only when all are 0 and writes its verdict to
+ * host-mapped memory, which step_end reads; the hidden and logits a step computed are published
+ * to the state's committed copies only then. So a refused step changes nothing a digest or a
+ * restore sees, and the state is quarantined. In cuda-graph the collectives are
  * captured with the rest of the token and every replay is a new operation (the collectives keep
  * their epochs and signals on the device). */
 #include <cuda_runtime.h>
@@ -569,6 +573,9 @@ typedef struct mc_stage_state {
     int32_t *vin;                /* checked, stage > 0: the previous stage's verdict of this step, copied with
                                   * the hidden (a live read could see the next step's) */
     int32_t *poison;             /* checked: the first failed verdict of the state; 0 until then (restore clears) */
+    int32_t *peer_last;          /* tp: [rank] the other ranks' statuses of the step's last all-reduce, copied
+                                  * after it: a commit needs every rank's success, not only its own */
+    cudaEvent_t lastop;          /* tp: this rank's last all-reduce of the step is done (its status written) */
     int32_t *dpos;               /* the host's position, for the cache digest */
     float *xc, *lg;              /* tp, last stage: rank 0's committed hidden; the step's logits before publishing
                      * (rank 0: all of them, gathered; rank r > 0: its rows of the vocabulary) */
@@ -906,8 +913,9 @@ static void mc_state_destroy(memra_state *s) {
             cudaSetDevice(ss->device);
             if (ss->stream)
                 cudaStreamSynchronize(ss->stream);
-            cudaEvent_t evs[7] = {ss->done, ss->consumed, ss->ready, ss->fin, ss->sampled_ev, ss->head_ev, ss->pub_ev};
-            for (int k = 0; k < 7; k++)
+            cudaEvent_t evs[8] = {ss->done,       ss->consumed, ss->ready,  ss->fin,
+                                  ss->sampled_ev, ss->head_ev,  ss->pub_ev, ss->lastop};
+            for (int k = 0; k < 8; k++)
                 if (evs[k])
                     cudaEventDestroy(evs[k]);
             if (ss->stream)
@@ -941,8 +949,10 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->pos = (int32_t *)mc_take(bp, 16);
     uint64_t chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
     ss->hashes = (unsigned long long *)mc_take(bp, 2ull * nl * ss->n_kv * chunks * 8);
-    if (tp)
+    if (tp) {
         ss->status = (int32_t *)mc_take(bp, 2ull * nl * 4);
+        ss->peer_last = (int32_t *)mc_take(bp, MEMRA_MAX_RANKS * 4);
+    }
     if (checked) {
         ss->verdict = (int32_t *)mc_take(bp, 16);
         ss->vin = (int32_t *)mc_take(bp, 16);
@@ -1027,6 +1037,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     MC_RET(cudaEventCreateWithFlags(&ss->fin, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->head_ev, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->pub_ev, cudaEventDisableTiming), "cudaEventCreate");
+    MC_RET(cudaEventCreateWithFlags(&ss->lastop, cudaEventDisableTiming), "cudaEventCreate");
     if (last && r == 0)
         MC_RET(cudaEventCreateWithFlags(&ss->sampled_ev, cudaEventDisableTiming), "cudaEventCreate");
     return MEMRA_OK;
@@ -1383,6 +1394,26 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 return st;
         }
     }
+    /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
+     * before its commit: after a timeout or an abort the ranks of one operation may read different
+     * words, and one must not commit what another refuses (a failed operation before the last
+     * breaks the communicator, so the last one fails on every rank too). */
+    for (uint32_t r = 0; tp && r < R; r++) {
+        MC_RET(cudaSetDevice(s->st[i][r].device), "cudaSetDevice");
+        MC_RET(cudaEventRecord(s->st[i][r].lastop, s->st[i][r].stream), "cudaEventRecord (last all-reduce done)");
+    }
+    for (uint32_t r = 0; tp && r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        for (uint32_t q = 0; q < R; q++) {
+            if (q == r)
+                continue;
+            const mc_stage_state *sq = &s->st[i][q];
+            MC_RET(cudaStreamWaitEvent(ss->stream, sq->lastop, 0), "cudaStreamWaitEvent (a peer's last all-reduce)");
+            MC_RET(cudaMemcpyAsync(ss->peer_last + q, sq->status + (2 * nl - 1), 4, cudaMemcpyDefault, ss->stream),
+                   "cudaMemcpyAsync (a peer's status)");
+        }
+    }
     /* Commit; on the last stage the head (each rank its rows of the vocabulary with more than
      * one rank, gathered into rank 0's buffer); then rank 0 samples and publishes. */
     for (uint32_t r = 0; r < R; r++) {
@@ -1393,8 +1424,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
          * succeeded, the stage before it committed this step (its verdict, handed over with the
          * hidden) and no earlier step of the state failed (the poison). */
         if (b->tp)
-            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, i > 0 ? ss->vin : NULL,
-                                     ss->verdict, ss->poison, ss->ring, q),
+            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL, tp ? R : 0,
+                                     r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
                    "launch of the checked commit kernel");
         else
             MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");

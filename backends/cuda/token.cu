@@ -46,8 +46,9 @@ cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
  * stage's verdict handed over with the hidden (if any) is 0 and every collective status of the
  * step is 0; the verdict goes to *verdict and, if ring, to ring[pos % MC_VERDICT_RING]
  * (host-mapped) either way; a failed one poisons the state. */
-__global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev,
-                                        int32_t *verdict, int32_t *poison, mc_verdict *ring) {
+__global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *peers,
+                                        uint32_t n_peers, uint32_t self, const int32_t *prev, int32_t *verdict,
+                                        int32_t *poison, mc_verdict *ring) {
     const int32_t p = *pos;
     mc_verdict v = {p, -1, 0, 0};
     const int32_t poisoned = *(volatile int32_t *)poison;
@@ -62,6 +63,11 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
         if (status[i] != 0) {
             v.index = (int32_t)i;
             v.word = status[i];
+        }
+    for (uint32_t q = 0; q < n_peers && v.index == -1; q++) /* another rank's last all-reduce failed */
+        if (q != self && peers[q] != 0) {
+            v.index = (int32_t)n - 1;
+            v.word = peers[q];
         }
     if (v.index == -1)
         *pos = p + 1;
@@ -80,9 +86,10 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
     slot->position = v.position;
 }
 
-cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev, int32_t *verdict,
-                              int32_t *poison, mc_verdict *ring, cudaStream_t st) {
-    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, prev, verdict, poison, ring);
+cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *peers, uint32_t n_peers,
+                              uint32_t self, const int32_t *prev, int32_t *verdict, int32_t *poison, mc_verdict *ring,
+                              cudaStream_t st) {
+    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, peers, n_peers, self, prev, verdict, poison, ring);
     return cudaGetLastError();
 }
 
