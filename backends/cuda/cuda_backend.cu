@@ -1204,8 +1204,7 @@ static memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t pos
     if (any && (st = mc_sync_all(s, err)) == MEMRA_OK) { /* no operation in flight while arming */
         for (uint32_t k = 0; k < b->n_cells && !st; k++) {
             mc_tp_cell *c = &b->cells[k];
-            if (c->handed || c->position < position || c->position - position >= s->max_inflight ||
-                !s->comm[c->stage])
+            if (c->handed || c->position < position || c->position - position >= s->max_inflight || !s->comm[c->stage])
                 continue;
             st = b->coll->arm_refusal(s->comm[c->stage], c->rank, c->layer * 2 + c->which, c->position, c->word, err);
             if (st)
@@ -1329,7 +1328,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         /* The previous stage's verdict of this step travels with its hidden: once `consumed` is
          * recorded that stage may run (and judge) the next step. */
         if (i > 0 && b->tp)
-            MC_RET(cudaMemcpyAsync(ss->vin, src->verdict, 4, cudaMemcpyDefault, q), "cudaMemcpyAsync (verdict hand-off)");
+            MC_RET(cudaMemcpyAsync(ss->vin, src->verdict, 4, cudaMemcpyDefault, q),
+                   "cudaMemcpyAsync (verdict hand-off)");
         MC_RET(cudaEventRecord(ss->consumed, q), "cudaEventRecord (hidden consumed)");
     }
     const mc_stage_weights *sw0 = &b->w->stages[i][0];
@@ -1424,8 +1424,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
          * succeeded, the stage before it committed this step (its verdict, handed over with the
          * hidden) and no earlier step of the state failed (the poison). */
         if (b->tp)
-            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL, tp ? R : 0,
-                                     r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
+            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL,
+                                     tp ? R : 0, r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
                    "launch of the checked commit kernel");
         else
             MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");

@@ -55,8 +55,8 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "step_timeout_ms", "30000",                                                                                    \
-            "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "      \
-            "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000; refused with " \
+            "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "       \
+            "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000; refused with "  \
             "tp=1)"                                                                                                    \
     }
 

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
             /* every peer's block b reduced as many floats: otherwise nothing is written (plugin.h:
              * FAILED leaves the buffers untouched) */
             for (uint32_t p = 0; p < n && s_outcome == 0; p++)
-                if ((uint32_t)*(volatile unsigned long long *)&v.cnt[r][slot + p] != count)
+                if ((uint32_t) * (volatile unsigned long long *)&v.cnt[r][slot + p] != count)
                     s_outcome = MEMRA_COLLECTIVE_FAILED;
         }
         __syncthreads();

@@ -357,8 +357,8 @@ int main(int argc, char **argv) {
             double t0 = check_now_s();
             for (uint32_t r = 0; r < N; r++) {
                 cudaSetDevice(devs[r]);
-                memra_status st = V->all_reduce_sum_f32(f, r, bufs[r], r == 0 ? 64 : big, streams[r], 11, pos_d[r],
-                                                        stat_d[r], &err);
+                memra_status st =
+                    V->all_reduce_sum_f32(f, r, bufs[r], r == 0 ? 64 : big, streams[r], 11, pos_d[r], stat_d[r], &err);
                 CHECK(st == MEMRA_OK, "counts differ: the call of rank %u: %s", r, err.msg);
             }
             sync_all();

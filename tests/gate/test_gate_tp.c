@@ -249,8 +249,8 @@ Test(gate_tp, a_collective_at_tp1_is_checked_then_refused_as_without_effect, .ti
     const char *idle_key[] = {"--a", "cpu:stages=2", "--b", "cpu:collective=local:order=rank", TP_SHORT, NULL};
     r = run_expect(idle_key, 2, "has no effect");
     gate_result_free(&r);
-    const char *with_ranks[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=local", TP_SHORT, "--cells", "none",
-                                NULL};
+    const char *with_ranks[] = {"--a",    "cpu:tp=2", "--b",  "cpu:tp=2,collective=local",
+                                TP_SHORT, "--cells",  "none", NULL};
     r = run_expect(with_ranks, 0, NULL);
     gate_result_free(&r);
 }
@@ -274,13 +274,15 @@ Test(gate_tp, every_cell_with_the_window_full_passes_on_cpu, .timeout = 300) {
  * with the window full, and both arms pass on cpu. (That a plain stage of the cuda backends
  * committed a step refused on the other stage is shown on the GPU: bench/RESULTS.md.) */
 Test(gate_tp, a_plan_mixing_a_stage_with_ranks_and_a_plain_one, .timeout = 300) {
-    const char *first[] = {"--a", "cpu:placement=mixedtp", "--b", "cpu:placement=mixedtp,window=3", "--cells", "all",
-                           TP_SHORT, NULL};
+    const char *first[] = {
+        "--a", "cpu:placement=mixedtp", "--b", "cpu:placement=mixedtp,window=3", "--cells", "all", TP_SHORT, NULL};
     gate_result r = run_expect(first, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 48, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
     gate_result_free(&r);
-    const char *second[] = {"--a", "cpu:placement=mixedtp,tp_stage=1,window=2", "--b", "cpu:placement=mixedtp,tp_stage=1",
-                            "--cells", "all", TP_SHORT, NULL};
+    const char *second[] = {"--a",     "cpu:placement=mixedtp,tp_stage=1,window=2",
+                            "--b",     "cpu:placement=mixedtp,tp_stage=1",
+                            "--cells", "all",
+                            TP_SHORT,  NULL};
     r = run_expect(second, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 48, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
     gate_result_free(&r);
