@@ -7,7 +7,9 @@
  *   the refusal cells after the correctness passes: a refusal armed at (rank, layer, block,
  *                     position) on a work state restored from the arm's prefix must fail exactly
  *                     that step with MEMRA_E_REFUSED and a message naming the cell, leave position
- *                     and every digest as they were before it, and quarantine the state;
+ *                     and every digest as they were before it, and quarantine the state; the step
+ *                     runs with the arm's window full: up to window - 1 steps issued before it
+ *                     and window - 1 behind it, none of which may commit after it;
  *   differ by design  arms whose layers are split over other rank counts (or that run on other
  *                     device families) sum in another order: an exact comparison is expected to
  *                     fail, and the gate says so.
@@ -81,7 +83,7 @@ void gate_tp_close(gate_arm *arm) {
 static memra_status read_epochs(gate_arm *arm, uint64_t *out, memra_error *err) {
     gate_tp *t = &arm->tp;
     for (uint32_t s = 0; s < t->n_stages; s++)
-        for (uint32_t r = 0; r < t->ranks[s] && r < MEMRA_MAX_RANKS; r++) {
+        for (uint32_t r = 0; r < t->ranks[s] && t->ranks[s] > 1 && r < MEMRA_MAX_RANKS; r++) {
             memra_status st = memra_arm_epochs(arm->arm, s, r, out + tp_index(t, s, r, 0), t->n_blocks, err);
             if (st != MEMRA_OK) {
                 memra_error_prefix(err, "epoch census: stage %u rank %u", s, r);
@@ -130,7 +132,7 @@ memra_status gate_tp_epochs_step(gate_ctx *ctx, gate_arm *arm, uint32_t step, bo
     gate_outcome *o = &ctx->out;
     for (uint32_t s = 0; s < t->n_stages; s++) {
         const memra_stage_plan *sp = &plan->stages[s];
-        for (uint32_t r = 0; r < t->ranks[s] && r < MEMRA_MAX_RANKS; r++)
+        for (uint32_t r = 0; r < t->ranks[s] && t->ranks[s] > 1 && r < MEMRA_MAX_RANKS; r++) /* plain: no epochs */
             for (uint32_t b = 0; b < t->n_blocks; b++) {
                 const size_t i = tp_index(t, s, r, b);
                 const uint32_t layer = b / 2;
@@ -165,7 +167,19 @@ void gate_tp_epochs_end(gate_arm *arm) { arm->tp.counting = false; }
 static uint32_t make_cells(const gate_ctx *ctx, const gate_arm *arm, gate_cell *cells, uint32_t max) {
     const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen, L = arm->tp.n_layer;
     const memra_plan *plan = memra_arm_plan(arm->arm);
+    /* the first, middle and last layer of those on stages with ranks (a plain stage of a mixed
+     * plan has no collective, so no cell) */
+    uint32_t T = 0;
+    for (uint32_t l = 0; l < L; l++)
+        T += plan->stages[stage_of(plan, l)].n_ranks > 1;
+    const uint32_t want[3] = {0, T / 2, T ? T - 1 : 0};
     uint32_t layers[3] = {0, L / 2, L - 1}, positions[3] = {P, P + (N - 1) / 2, P + N - 1};
+    for (uint32_t i = 0, k = 0, l = 0; l < L && i < 3; l++)
+        if (plan->stages[stage_of(plan, l)].n_ranks > 1) {
+            while (i < 3 && want[i] == k)
+                layers[i++] = l;
+            k++;
+        }
     uint32_t n_layers = 0, n_pos = 0;
     for (uint32_t i = 0; i < 3; i++) { /* distinct, in order (a model of 1 or 2 layers, N of 1 or 2) */
         if (!n_layers || layers[i] != layers[n_layers - 1])
@@ -249,46 +263,96 @@ static void cell_reason(gate_cell *c, const char *fmt, const char *detail) {
         snprintf(c->reason, sizeof c->reason, fmt, detail);
 }
 
-/* One cell on a fresh work state restored from snap. A runtime error (arming, restoring, a
- * signal) is returned; a cell that misbehaves is c->pass false with c->reason. */
+/* The digests (logits, cache, hidden) and position of the arm's state after the steps before
+ * the cell's position, on a state of their own restored from snap, drained: what the refused
+ * step must leave. Taken before the cell is armed (a backend may hand a cell to the state whose
+ * window can reach it). A step that fails is the cell's failure (c->reason), not a runtime error. */
+static memra_status cell_before(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, memra_arm_state *snap,
+                                gate_cell *c, memra_error *err) {
+    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen, W = arm->window ? arm->window : 1;
+    memra_arm_state *ref = NULL;
+    /* the work state's capacity: a backend's cache digest may depend on it (cuda's does) */
+    memra_status st = gate_new_state(arm, P + N + W, &ref, err);
+    if (st == MEMRA_OK)
+        st = memra_arm_state_restore(ref, snap, err);
+    if (st != MEMRA_OK) {
+        memra_arm_state_free(ref);
+        return st;
+    }
+    c->start_position = memra_arm_state_position(ref);
+    memra_error e = {0};
+    memra_status pre = c->position > c->start_position
+                           ? memra_arm_run(ref, trace->inputs, c->start_position, c->position - c->start_position,
+                                           &ctx->cfg->sample, NULL, stop_cb, ctx, &e)
+                           : MEMRA_OK;
+    if ((st = gate_check_stop(ctx, err)) == MEMRA_OK) {
+        if (pre != MEMRA_OK) {
+            c->status = pre;
+            snprintf(c->message, sizeof c->message, "%s", e.msg);
+            cell_reason(c, "a step before the cell's position failed: %.400s", e.msg);
+        } else {
+            c->position_before = memra_arm_state_position(ref);
+            c->have_before = memra_arm_digests(ref, c->before[0], c->before[1], c->before[2], &e) == MEMRA_OK;
+            if (!c->have_before)
+                cell_reason(c, "the digests before the cell's step could not be taken: %.400s", e.msg);
+        }
+    }
+    memra_arm_state_free(ref);
+    return st;
+}
+
+/* One cell on a fresh work state restored from snap, with the arm's window full around the
+ * refused step: up to window - 1 steps issued before it (still in flight when it runs, so a
+ * stage may be busy with the step before while the next judges it) and window - 1 issued
+ * behind it, which must commit nothing either (the state is poisoned by the refusal). A runtime
+ * error (arming, restoring, a signal) is returned; a cell that misbehaves is c->pass false with
+ * c->reason. */
 static memra_status run_cell(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, memra_arm_state *snap, gate_cell *c,
                              memra_error *err) {
-    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen;
+    const uint32_t P = ctx->cfg->prime, N = ctx->cfg->gen, W = arm->window ? arm->window : 1;
     const memra_sample_cfg *sample = &ctx->cfg->sample;
+    memra_status st = cell_before(ctx, arm, trace, snap, c, err);
+    if (st != MEMRA_OK)
+        return st;
+    if (c->reason[0])
+        return MEMRA_OK; /* a step before the cell failed: c->pass stays false */
+    /* The inputs, with room for the steps behind the last position (any token: they must not
+     * commit). */
+    int64_t *inputs = malloc(((size_t)P + N + W) * sizeof *inputs);
+    if (!inputs)
+        return memra_fail(err, MEMRA_E_NOMEM, "refusal cell %u: out of memory", c->index);
+    memcpy(inputs, trace->inputs, ((size_t)P + N) * sizeof *inputs);
+    for (uint32_t i = P + N; i < P + N + W; i++)
+        inputs[i] = trace->inputs[P + N - 1];
     memra_arm_state *work = NULL;
-    memra_status st = gate_new_state(arm, P + N, &work, err);
+    st = gate_new_state(arm, P + N + W, &work, err);
     if (st == MEMRA_OK)
         st = memra_arm_state_restore(work, snap, err);
-    if (st == MEMRA_OK) {
-        c->start_position = memra_arm_state_position(work);
+    const uint32_t S = c->start_position;
+    const uint32_t before = c->position - S < W - 1 ? c->position - S : W - 1; /* issued before the cell's step */
+    memra_error e = {0};
+    memra_status pre = MEMRA_OK;
+    if (st == MEMRA_OK && c->position - before > S)
+        pre = memra_arm_run(work, inputs, S, c->position - before - S, sample, NULL, stop_cb, ctx, &e);
+    if (st == MEMRA_OK && (st = gate_check_stop(ctx, err)) == MEMRA_OK && pre == MEMRA_OK) {
         st = memra_arm_arm_refusal(arm->arm, c->stage, c->rank, c->layer, c->which, c->position, c->word, err);
         if (st != MEMRA_OK)
             memra_error_prefix(err, "refusal cell %u: arming", c->index);
     }
     if (st != MEMRA_OK) {
         memra_arm_state_free(work);
+        free(inputs);
         return st;
     }
-    memra_error e = {0};
-    /* the steps before the cell's position: none of them may fail */
-    memra_status pre = c->position > c->start_position
-                           ? memra_arm_run(work, trace->inputs, c->start_position, c->position - c->start_position,
-                                           sample, NULL, stop_cb, ctx, &e)
-                           : MEMRA_OK;
-    if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
-        goto out;
     if (pre != MEMRA_OK) {
         c->status = pre;
         snprintf(c->message, sizeof c->message, "%s", e.msg);
         cell_reason(c, "a step before the cell's position failed: %.400s", e.msg);
         goto probe;
     }
-    c->position_before = memra_arm_state_position(work);
-    c->have_before = memra_arm_digests(work, c->before[0], c->before[1], c->before[2], &e) == MEMRA_OK;
-    if (!c->have_before)
-        cell_reason(c, "the digests before the cell's step could not be taken: %.400s", e.msg);
     memra_error_clear(&e);
-    c->status = memra_arm_run(work, trace->inputs, c->position, 1, sample, NULL, stop_cb, ctx, &e);
+    /* one run: `before` steps, the cell's, and W - 1 behind it, W in flight at a time */
+    c->status = memra_arm_run(work, inputs, c->position - before, before + W, sample, NULL, stop_cb, ctx, &e);
     snprintf(c->message, sizeof c->message, "%s", c->status == MEMRA_OK ? "" : e.msg);
     if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
         goto out;
@@ -309,12 +373,13 @@ probe:
     memra_error_clear(&e);
     c->have_after = memra_arm_digests(work, c->after[0], c->after[1], c->after[2], &e) == MEMRA_OK;
     c->digests_unchanged = c->have_before && c->have_after && memcmp(c->before, c->after, sizeof c->before) == 0;
+    char behind[96];
+    snprintf(behind, sizeof behind, "the refused step (or one of the %u step(s) issued behind it)", W - 1);
     if (c->status != MEMRA_OK && c->position_after != c->position_before)
-        cell_reason(c, "%s", "the refused step moved the position");
+        cell_reason(c, "%s moved the position", behind);
     else if (c->status != MEMRA_OK && c->have_before && !c->digests_unchanged)
-        cell_reason(c, "%s",
-                    c->have_after ? "a digest changed across the refused step (something was committed)"
-                                  : "the digests after the refused step could not be taken");
+        cell_reason(c, c->have_after ? "a digest changed across %s: something was committed" : "%s",
+                    c->have_after ? behind : "the digests after the refused step could not be taken");
     c->quarantined = memra_arm_state_quarantined(work);
     if (c->status != MEMRA_OK) {
         /* no retry may run, no restore may clean the state */
@@ -335,6 +400,7 @@ probe:
     c->pass = !c->reason[0];
 out:
     memra_arm_state_free(work);
+    free(inputs);
     memra_error ce = {0};
     memra_status cst = memra_arm_clear_refusals(arm->arm, &ce);
     if (st == MEMRA_OK && cst != MEMRA_OK) {

@@ -41,7 +41,8 @@
  * order (a partial per rank, summed in rank order by the collective).
  *
  * The collective (`collective=`, default local) is loaded only when a stage has more than one
- * rank; one communicator per such stage; the position and the status words it publishes are in
+ * rank (with none, a given collective= is checked, plugin and keys, then refused: it would change
+ * nothing); one communicator per such stage; the position and the status words it publishes are in
  * host memory (one word per rank per block of the stage, cleared at the start of each step).
  * Transaction: every layer runs; then every status word of the step is read, before the head and
  * before anything is committed; a nonzero one fails the step (MEMRA_E_REFUSED for a refusal
@@ -83,7 +84,7 @@ static const memra_option_spec cpu_options[] = {
      .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
     {.key = "collective",
      .default_value = "local",
-     .help = "collective plugin that sums the ranks' partials when tp > 1 (not loaded with tp=1)"},
+     .help = "collective plugin that sums the ranks' partials when tp > 1 (refused with tp=1, where it has no effect)"},
 };
 
 /* The weights of one layer as the kernels read them. */
@@ -575,8 +576,6 @@ static memra_status open_collective(memra_backend *b, const memra_plan *plan, co
     bool any = false;
     for (uint32_t s = 0; s < b->n_stages; s++)
         any = any || b->stages[s].n_ranks > 1;
-    if (!any)
-        return MEMRA_OK;
     /* collective=NAME, NAME:MODE (mode=MODE) or NAME:KEY=VALUE (one of the collective's keys) */
     char name[MEMRA_OPT_VALUE_MAX];
     memra_options own = {0};
@@ -584,6 +583,31 @@ static memra_status open_collective(memra_backend *b, const memra_plan *plan, co
     if (st != MEMRA_OK) {
         memra_error_prefix(err, "cpu");
         return st;
+    }
+    const char *given = memra_options_get(opts, "collective");
+    if (!any && !given)
+        return MEMRA_OK;
+    if (!any) {
+        /* tp=1: the value is checked as it would be with ranks (the plugin, its keys), then
+         * refused, since it changes nothing: two arms that differ only by it compute alike. */
+        const memra_plugin *p = NULL;
+        if ((st = b->host->find_plugin(name, MEMRA_PLUGIN_COLLECTIVE, &p, err)) != MEMRA_OK) {
+            memra_error_prefix(err, "cpu: collective=%.100s", given);
+            return st;
+        }
+        const memra_collective_vtable *vt = p ? p->collective : NULL;
+        if (vt && own.n) {
+            const memra_option_spec *lists[1] = {vt->options};
+            const uint32_t counts[1] = {vt->options ? vt->n_options : 0};
+            if ((st = memra_options_check(&own, lists, counts, 1, given, err)) != MEMRA_OK) {
+                memra_error_prefix(err, "cpu: collective=%.100s: the collective '%.60s'", given, name);
+                return st;
+            }
+        }
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cpu: collective=%.100s has no effect: no stage of this arm has more than one rank (tp=1); "
+                          "drop it, or give tp=N",
+                          given);
     }
     snprintf(b->collective_name, sizeof b->collective_name, "%s", name);
     const memra_plugin *p = NULL;

@@ -110,6 +110,11 @@ static void cg_drop_graph(memra_state *s) {
     s->graph = NULL;
 }
 
+/* Before the cuda plugin's watchdog aborts the state's communicators: the graph goes first (a
+ * captured NCCL operation keeps its communicator until the graph is destroyed, and NCCL's abort
+ * waits for that; an exec still running is freed when it ends, which the abort then brings). */
+static void cg_before_abort(void *arg) { cg_drop_graph((memra_state *)arg); }
+
 memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
                           memra_error *err) {
     memra_state *s = (memra_state *)calloc(1, sizeof *s);
@@ -120,15 +125,22 @@ memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
         free(s);
         return st;
     }
+    if (MEMRA_HAS_MEMBER(b->ext, memra_cuda_graph_ext_v1, on_abort) && b->ext->on_abort)
+        b->ext->on_abort(b->inner, s->inner, cg_before_abort, s);
     *out = s;
     return MEMRA_OK;
 }
 
+/* The graph is destroyed before the inner state (whose communicators a captured NCCL operation
+ * holds until then: NCCL's finalize would wait its timeout out, then its abort forever), after
+ * stage 0's stream, where every replay runs, has finished. */
 void cg_state_free(memra_backend *b, memra_state *s) {
     if (!s)
         return;
-    b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
+    if (s->exec && cudaSetDevice(b->ext->device(b->inner, s->inner)) == cudaSuccess)
+        cudaStreamSynchronize((cudaStream_t)b->ext->stream(b->inner, s->inner));
     cg_drop_graph(s);
+    b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
     free(s);
 }
 

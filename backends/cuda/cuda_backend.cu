@@ -22,11 +22,15 @@
  * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
  * layer*2+1. The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
  * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
- * transaction on the device: each rank's commit checks every collective status of the step (and
- * the verdict of the stage before), advances its position only when all are 0, and writes its
- * verdict to host-mapped memory, which step_end reads; the hidden and logits a step computed are
- * published to the state's committed copies only then. So a refused step changes nothing a
- * digest or a restore sees, and the state is quarantined. In cuda-graph the collectives are
+ * transaction on the device: in an arm with ranks anywhere, each rank of every stage (plain ones
+ * too) commits checked: every collective status of its step, every other rank's status of the
+ * step's last all-reduce, the verdict of the stage before (copied with the hidden, before
+ * `consumed`, so the next step cannot overwrite it first) and the state's poison word (set by
+ * any failed verdict, so a step already queued behind a refused one commits nothing; cleared only
+ * by a restore); it advances its position only when all are 0 and writes its verdict to
+ * host-mapped memory, which step_end reads; the hidden and logits a step computed are published
+ * to the state's committed copies only then. So a refused step changes nothing a digest or a
+ * restore sees, and the state is quarantined. In cuda-graph the collectives are
  * captured with the rest of the token and every replay is a new operation (the collectives keep
  * their epochs and signals on the device). */
 #include <cuda_runtime.h>
@@ -565,12 +569,20 @@ typedef struct mc_stage_state {
     float *k_cache, *v_cache;                    /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
     int32_t *pos;
     int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
-    int32_t *verdict;            /* tp: this rank's verdict of the step (0: committed) */
+    int32_t *verdict;            /* checked: this rank's verdict of the step (0: committed) */
+    int32_t *vin;                /* checked, stage > 0: the previous stage's verdict of this step, copied with
+                                  * the hidden (a live read could see the next step's) */
+    int32_t *poison;             /* checked: the first failed verdict of the state; 0 until then (restore clears) */
+    int32_t *peer_last;          /* tp: [rank] the other ranks' statuses of the step's last all-reduce, copied
+                                  * after it: a commit needs every rank's success, not only its own */
+    cudaEvent_t lastop;          /* tp: this rank's last all-reduce of the step is done (its status written) */
     int32_t *dpos;               /* the host's position, for the cache digest */
     float *xc, *lg;              /* tp, last stage: rank 0's committed hidden; the step's logits before publishing
                      * (rank 0: all of them, gathered; rank r > 0: its rows of the vocabulary) */
     uint32_t v0, v1;             /* the rank's rows of the vocabulary (of the head, on the last stage) */
     cudaEvent_t head_ev;         /* tp, last stage, rank r > 0: its logits are in rank 0's lg */
+    cudaEvent_t pub_ev;          /* tp, last stage, rank 0: lg read (sampled, published); ranks r > 0 wait
+                                  * for it before gathering the next step's rows into lg */
     mc_verdict *ring;            /* tp: host-mapped verdicts of this rank's checked commits */
     unsigned long long *hashes;  /* digest scratch: [2][layers][n_kv][chunks] */
     uint32_t n_head, n_kv, n_ff; /* the rank's widths */
@@ -608,6 +620,8 @@ struct memra_state {
     uint32_t n_ranks[MEMRA_MAX_STAGES];
     memra_collective *comm[MEMRA_MAX_STAGES]; /* tp: one communicator per stage with ranks */
     void *rings;                              /* tp: host-mapped verdict rings */
+    void (*on_abort)(void *);                 /* called before the watchdog aborts the communicators */
+    void *on_abort_arg;
     memra_state *next;                        /* the backend's live states */
     mc_slot slots[MC_MAX_INFLIGHT];
     void *pinned;
@@ -777,6 +791,48 @@ static memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint
     return MEMRA_OK;
 }
 
+/* With no stage of more than one rank, the tensor-parallel keys change nothing: a collective=
+ * given is checked as it would be with ranks (its value, the plugin, the plugin's own keys),
+ * then refused, as step_timeout_ms= is, so two arms that differ only by such a key never look
+ * like two configurations. */
+static memra_status mc_check_idle_tp_keys(const memra_host *host, const memra_plan *plan, const memra_options *opts,
+                                          memra_error *err) {
+    for (uint32_t s = 0; s < plan->n_stages; s++)
+        if (plan->stages[s].n_ranks > 1)
+            return MEMRA_OK;
+    const char *coll = memra_options_get(opts, "collective");
+    if (coll) {
+        char name[MEMRA_OPT_VALUE_MAX];
+        memra_options own = {};
+        memra_status st = memra_collective_value_parse(coll, name, sizeof name, &own, err);
+        if (st) {
+            memra_error_prefix(err, "cuda");
+            return st;
+        }
+        const memra_plugin *p = NULL;
+        if ((st = host->find_plugin(name, MEMRA_PLUGIN_COLLECTIVE, &p, err))) {
+            memra_error_prefix(err, "cuda: collective=%.100s", coll);
+            return st;
+        }
+        const memra_collective_vtable *vt = p ? p->collective : NULL;
+        if (vt && own.n) {
+            const memra_option_spec *lists[1] = {vt->options};
+            const uint32_t counts[1] = {vt->options ? vt->n_options : 0};
+            if ((st = memra_options_check(&own, lists, counts, 1, coll, err))) {
+                memra_error_prefix(err, "cuda: collective=%.100s: the collective '%.60s'", coll, name);
+                return st;
+            }
+        }
+    }
+    const char *key = coll ? "collective" : memra_options_get(opts, "step_timeout_ms") ? "step_timeout_ms" : NULL;
+    if (!key)
+        return MEMRA_OK;
+    return memra_fail(err, MEMRA_E_INVALID,
+                      "cuda: %s=%.100s has no effect: no stage of this arm has more than one rank (tp=1); drop it, or "
+                      "give tp=N",
+                      key, memra_options_get(opts, key));
+}
+
 memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
                      memra_backend **out, memra_error *err) {
     uint32_t n_dev = 0;
@@ -788,6 +844,8 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     mc_config cfg;
     memra_status st = mc_read_options(opts, &cfg, err);
     if (st)
+        return st;
+    if ((st = mc_check_idle_tp_keys(host, plan, opts, err)))
         return st;
     if ((st = mc_device_count(host, opts, &n_dev, err)))
         return st;
@@ -855,8 +913,9 @@ static void mc_state_destroy(memra_state *s) {
             cudaSetDevice(ss->device);
             if (ss->stream)
                 cudaStreamSynchronize(ss->stream);
-            cudaEvent_t evs[6] = {ss->done, ss->consumed, ss->ready, ss->fin, ss->sampled_ev, ss->head_ev};
-            for (int k = 0; k < 6; k++)
+            cudaEvent_t evs[8] = {ss->done,       ss->consumed, ss->ready,  ss->fin,
+                                  ss->sampled_ev, ss->head_ev,  ss->pub_ev, ss->lastop};
+            for (int k = 0; k < 8; k++)
                 if (evs[k])
                     cudaEventDestroy(evs[k]);
             if (ss->stream)
@@ -879,7 +938,7 @@ static void mc_state_destroy(memra_state *s) {
 
 /* Carves a rank's buffers (a sizing pass with base NULL counts bytes). */
 static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t rank, bool tp,
-                           uint32_t capacity, mc_bump *bp, mc_stage_state *ss, uint64_t *cache_bytes) {
+                           bool checked, uint32_t capacity, mc_bump *bp, mc_stage_state *ss, uint64_t *cache_bytes) {
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const uint64_t qkv = (uint64_t)ss->n_head * hd + (uint64_t)ss->n_kv * (hd + hdv);
     ss->x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
@@ -892,7 +951,12 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->hashes = (unsigned long long *)mc_take(bp, 2ull * nl * ss->n_kv * chunks * 8);
     if (tp) {
         ss->status = (int32_t *)mc_take(bp, 2ull * nl * 4);
+        ss->peer_last = (int32_t *)mc_take(bp, MEMRA_MAX_RANKS * 4);
+    }
+    if (checked) {
         ss->verdict = (int32_t *)mc_take(bp, 16);
+        ss->vin = (int32_t *)mc_take(bp, 16);
+        ss->poison = (int32_t *)mc_take(bp, 16);
     }
     ss->dpos = (int32_t *)mc_take(bp, 16);
     uint64_t before = bp->used;
@@ -908,7 +972,7 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
         ss->lg = (float *)mc_take(bp, (uint64_t)(ss->v1 - ss->v0) * 4);
     if (last && rank == 0) {
         ss->logits = (float *)mc_take(bp, (uint64_t)m->n_vocab * 4);
-        if (tp) {
+        if (checked) {
             ss->lg = (float *)mc_take(bp, (uint64_t)m->n_vocab * 4);
             ss->xc = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
         }
@@ -935,7 +999,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
     uint64_t cache = 0;
-    mc_stage_carve(m, nl, first, last, r, tp, s->capacity, &size, ss, &cache);
+    mc_stage_carve(m, nl, first, last, r, tp, b->tp, s->capacity, &size, ss, &cache);
     MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
     size_t free_b = 0, total_b = 0;
     MC_RET(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -951,7 +1015,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     {
         mc_bump real = {(char *)ss->arena, 0, size.used};
         cache = 0;
-        mc_stage_carve(m, nl, first, last, r, tp, s->capacity, &real, ss, &cache);
+        mc_stage_carve(m, nl, first, last, r, tp, b->tp, s->capacity, &real, ss, &cache);
     }
     s->cache_bytes += cache;
     s->scratch_bytes += size.used - cache;
@@ -972,6 +1036,8 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     MC_RET(cudaEventCreateWithFlags(&ss->ready, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->fin, cudaEventDisableTiming), "cudaEventCreate");
     MC_RET(cudaEventCreateWithFlags(&ss->head_ev, cudaEventDisableTiming), "cudaEventCreate");
+    MC_RET(cudaEventCreateWithFlags(&ss->pub_ev, cudaEventDisableTiming), "cudaEventCreate");
+    MC_RET(cudaEventCreateWithFlags(&ss->lastop, cudaEventDisableTiming), "cudaEventCreate");
     if (last && r == 0)
         MC_RET(cudaEventCreateWithFlags(&ss->sampled_ev, cudaEventDisableTiming), "cudaEventCreate");
     return MEMRA_OK;
@@ -1124,22 +1190,26 @@ static memra_status mc_quarantine_fail(memra_state *s, memra_error *err) {
 
 static memra_status mc_sync_all(memra_state *s, memra_error *err);
 
-/* Hands the state's communicators the refusal cells armed for the step at `position`. */
+/* Hands the state's communicators the refusal cells armed for the steps at positions
+ * [position, position + max_inflight): handed before the first step of a window that can reach
+ * them (arming needs no operation in flight), so the steps before a cell's may still be in flight
+ * when it fires. A cell fires only at its position. */
 static memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, memra_error *err) {
     memra_status st = MEMRA_OK;
     pthread_mutex_lock(&b->lock);
     bool any = false;
     for (uint32_t k = 0; k < b->n_cells; k++)
-        any = any || (!b->cells[k].handed && b->cells[k].position == position);
+        any = any || (!b->cells[k].handed && b->cells[k].position >= position &&
+                      b->cells[k].position - position < s->max_inflight);
     if (any && (st = mc_sync_all(s, err)) == MEMRA_OK) { /* no operation in flight while arming */
         for (uint32_t k = 0; k < b->n_cells && !st; k++) {
             mc_tp_cell *c = &b->cells[k];
-            if (c->handed || c->position != position || !s->comm[c->stage])
+            if (c->handed || c->position < position || c->position - position >= s->max_inflight || !s->comm[c->stage])
                 continue;
-            st = b->coll->arm_refusal(s->comm[c->stage], c->rank, c->layer * 2 + c->which, position, c->word, err);
+            st = b->coll->arm_refusal(s->comm[c->stage], c->rank, c->layer * 2 + c->which, c->position, c->word, err);
             if (st)
                 memra_error_prefix(err, "cuda: arming the refusal cell of layer %u (%s) on rank %u at position %u",
-                                   c->layer, c->which ? "ffn" : "attention", c->rank, position);
+                                   c->layer, c->which ? "ffn" : "attention", c->rank, c->position);
             c->handed = true;
         }
     }
@@ -1255,6 +1325,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
          * (cudaMemcpyPeerAsync cannot be captured into a graph). */
         MC_RET(cudaMemcpyAsync(ss->x, i == 0 ? src->xin : src->x, (size_t)m->n_embd * 4, cudaMemcpyDefault, q),
                "cudaMemcpyAsync (hidden hand-off)");
+        /* The previous stage's verdict of this step travels with its hidden: once `consumed` is
+         * recorded that stage may run (and judge) the next step. */
+        if (i > 0 && b->tp)
+            MC_RET(cudaMemcpyAsync(ss->vin, src->verdict, 4, cudaMemcpyDefault, q),
+                   "cudaMemcpyAsync (verdict hand-off)");
         MC_RET(cudaEventRecord(ss->consumed, q), "cudaEventRecord (hidden consumed)");
     }
     const mc_stage_weights *sw0 = &b->w->stages[i][0];
@@ -1319,27 +1394,50 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 return st;
         }
     }
+    /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
+     * before its commit: after a timeout or an abort the ranks of one operation may read different
+     * words, and one must not commit what another refuses (a failed operation before the last
+     * breaks the communicator, so the last one fails on every rank too). */
+    for (uint32_t r = 0; tp && r < R; r++) {
+        MC_RET(cudaSetDevice(s->st[i][r].device), "cudaSetDevice");
+        MC_RET(cudaEventRecord(s->st[i][r].lastop, s->st[i][r].stream), "cudaEventRecord (last all-reduce done)");
+    }
+    for (uint32_t r = 0; tp && r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        for (uint32_t q = 0; q < R; q++) {
+            if (q == r)
+                continue;
+            const mc_stage_state *sq = &s->st[i][q];
+            MC_RET(cudaStreamWaitEvent(ss->stream, sq->lastop, 0), "cudaStreamWaitEvent (a peer's last all-reduce)");
+            MC_RET(cudaMemcpyAsync(ss->peer_last + q, sq->status + (2 * nl - 1), 4, cudaMemcpyDefault, ss->stream),
+                   "cudaMemcpyAsync (a peer's status)");
+        }
+    }
     /* Commit; on the last stage the head (each rank its rows of the vocabulary with more than
      * one rank, gathered into rank 0's buffer); then rank 0 samples and publishes. */
     for (uint32_t r = 0; r < R; r++) {
         mc_stage_state *ss = &s->st[i][r];
         cudaStream_t q = ss->stream;
         MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-        /* With ranks a stage commits only when every all-reduce of the step, and the stage before
-         * it, succeeded (its verdict is read across devices: the hand-off ordered it). */
-        if (tp)
-            MC_RET(mc_commit_checked(ss->pos, ss->status, 2 * nl, i > 0 ? s->st[i - 1][0].verdict : NULL, ss->verdict,
-                                     ss->ring, q),
+        /* In an arm with ranks anywhere every stage commits only when every all-reduce of its step
+         * succeeded, the stage before it committed this step (its verdict, handed over with the
+         * hidden) and no earlier step of the state failed (the poison). */
+        if (b->tp)
+            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL,
+                                     tp ? R : 0, r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
                    "launch of the checked commit kernel");
         else
             MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
         if (!last || (r > 0 && !tp))
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
-        float *out = tp ? ss->lg : ss->logits; /* tp: published below, when the step committed */
+        float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
         MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, out, q),
                "launch of the head gemv (with the final norm)");
         if (r > 0) { /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
+            if (!capture) /* rank 0 has read the previous step's (in a graph: the replay before) */
+                MC_RET(cudaStreamWaitEvent(q, r0->pub_ev, 0), "cudaStreamWaitEvent (logits published)");
             MC_RET(cudaMemcpyAsync(r0->lg + ss->v0, ss->lg, (size_t)(ss->v1 - ss->v0) * 4, cudaMemcpyDefault, q),
                    "cudaMemcpyAsync (logits gather)");
             MC_RET(cudaEventRecord(ss->head_ev, q), "cudaEventRecord (logits gathered)");
@@ -1354,15 +1452,17 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 MC_RET(cudaStreamWaitEvent(q, s->st[i][k].head_ev, 0), "cudaStreamWaitEvent (logits gathered)");
         if (own_trigger)
             MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
-        float *lg = tp ? ss->lg : ss->logits;
+        float *lg = b->tp ? ss->lg : ss->logits;
         if (r == 0 && last && sample) {
             MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, ss->sampled, ss->result, q),
                    "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }
-        if (r == 0 && last && tp)
+        if (r == 0 && last && b->tp)
             MC_RET(mc_tp_publish(ss->verdict, ss->x, ss->xc, m->n_embd, ss->lg, ss->logits, m->n_vocab, q),
                    "launch of the publish kernel");
+        if (r == 0 && last && tp && !capture)
+            MC_RET(cudaEventRecord(ss->pub_ev, q), "cudaEventRecord (logits published)");
         if (r == 0 && !last)
             MC_RET(cudaEventRecord(ss->done, q), "cudaEventRecord (hidden ready)");
         if (r > 0 || (capture && last))
@@ -1471,6 +1571,8 @@ static int mc_word_rank(int32_t word) {
  * reported with the word that says most about it; a refusal names the rank whose handed cell
  * fired there. */
 static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, memra_error *err) {
+    bool uncommitted = false; /* some rank did not commit because an earlier stage failed */
+    uint32_t u_stage = 0, u_rank = 0;
     for (uint32_t i = 0; i < s->n_stages; i++) {
         if (mc_ranks(s, i) < 2)
             continue;
@@ -1484,6 +1586,11 @@ static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t
                                   "run to the end)",
                                   r, i, p);
             const int32_t idx = v->index, w = v->word;
+            if (idx < -1 && !uncommitted) { /* an earlier stage failed: it must say so below */
+                uncommitted = true;
+                u_stage = i;
+                u_rank = r;
+            }
             if (idx < 0) /* committed, or an earlier stage failed (reported there) */
                 continue;
             if (best_index < 0 || idx < best_index || (idx == best_index && mc_word_rank(w) > mc_word_rank(word))) {
@@ -1512,6 +1619,12 @@ static memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t
                           b->coll_name, which ? "ffn" : "attention", layer, text, p, i, layer * 2 + which, (int)word,
                           (unsigned)word);
     }
+    /* Never a success that some rank did not commit. */
+    if (uncommitted)
+        return memra_fail(err, MEMRA_E_DEVICE,
+                          "cuda: rank %u of stage %u did not commit the step at position %u (its verdict says an "
+                          "earlier stage failed it), but no stage reports a failed all-reduce; nothing is trusted",
+                          u_rank, u_stage, p);
     return MEMRA_OK;
 }
 
@@ -1541,6 +1654,8 @@ static memra_status mc_wait_step(memra_backend *b, memra_state *s, mc_slot *slot
         mc_quarantine_fail(s, err);
         return st;
     }
+    if (s->on_abort) /* cuda-graph: its graph destroyed first (it may hold the communicators) */
+        s->on_abort(s->on_abort_arg);
     for (uint32_t i = 0; i < s->n_stages; i++)
         if (s->comm[i] && b->coll->abort)
             b->coll->abort(s->comm[i]);
@@ -1732,6 +1847,8 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
             MC_TRY(cudaSetDevice(d->device), "cudaSetDevice");
             MC_TRY(cudaMemcpyAsync(d->pos, a->pos, 4, cudaMemcpyDeviceToDevice, q), "restore: position");
             MC_TRY(cudaMemcpyAsync(d->x, a->x, (size_t)m->n_embd * 4, cudaMemcpyDeviceToDevice, q), "restore: hidden");
+            if (d->poison)
+                MC_TRY(cudaMemsetAsync(d->poison, 0, 4, q), "restore: clearing the poison");
             if (src->position > 0) {
                 MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * m->head_dim * 4, a->k_cache,
                                          (size_t)src->capacity * m->head_dim * 4,
@@ -1952,5 +2069,10 @@ fail:
     return st;
 }
 
+void mc_on_abort(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg) {
+    (void)b;
+    s->on_abort = fn;
+    s->on_abort_arg = arg;
+}
 void *mc_ext_stream(memra_backend *b, memra_state *s) { return (void *)s->st[0][0].stream; }
 int32_t mc_ext_device(memra_backend *b, memra_state *s) { return s->st[0][0].device; }

@@ -52,6 +52,7 @@ void *mc_ext_stream(memra_backend *b, memra_state *s);
 int32_t mc_ext_device(memra_backend *b, memra_state *s);
 void mc_quarantine(memra_backend *b, memra_state *s, const char *why);
 const char *mc_kernel_family(const void *func);
+void mc_on_abort(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg);
 
 #ifdef __cplusplus
 }

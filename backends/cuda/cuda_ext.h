@@ -51,12 +51,13 @@ extern "C" {
         "collective", "oneshot",                                                                                       \
             "with tp > 1: the collective plugin that sums the ranks' partials, NAME[:MODE]: oneshot (one-shot kernel " \
             "over peer memory) or nccl (nccl:allgather: gather, then the rank-order sum); NAME:KEY=VALUE sets one of " \
-            "the collective's own keys (oneshot:timeout_ms=5000). Not loaded with tp=1"                                \
+            "the collective's own keys (oneshot:timeout_ms=5000). Refused with tp=1 (no effect)"                       \
     },                                                                                                                 \
     {                                                                                                                  \
         "step_timeout_ms", "30000",                                                                                    \
-            "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "      \
-            "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000)"               \
+            "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "       \
+            "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000; refused with "  \
+            "tp=1)"                                                                                                    \
     }
 
 typedef struct memra_cuda_graph_ext_v1 {
@@ -79,6 +80,11 @@ typedef struct memra_cuda_graph_ext_v1 {
     void (*quarantine)(memra_backend *b, memra_state *s, const char *why);
     /* The kernel family of a kernel node's function ("gemv", "attention", ...), NULL if not ours. */
     const char *(*kernel_family)(const void *func);
+    /* Appended (test with MEMRA_HAS_MEMBER): fn(arg) is called before anything aborts the state's
+     * communicators (the tp step watchdog), from the thread that waits. cuda-graph destroys its
+     * graph there: a captured NCCL operation holds its communicator until the graph that captured
+     * it is destroyed, and NCCL's abort waits for that. NULL fn: none. */
+    void (*on_abort)(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg);
 } memra_cuda_graph_ext_v1;
 
 #ifdef __cplusplus

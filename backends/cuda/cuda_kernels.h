@@ -138,17 +138,25 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
 
 /* *pos += 1 (the commit of a stage's step). */
 cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
-/* Tensor parallelism: the commit of one rank, checked: *pos advances only when the n statuses and
- * *prev (the previous stage's rank 0 verdict; NULL for stage 0) are all 0. The verdict goes to
- * *verdict (0 or the failing word) and to ring[p % MC_VERDICT_RING] (host-mapped memory) for the
- * step at position p: index -1 when committed, -2 when an earlier stage failed, else the first
- * nonzero status's index, with its word; position is written last, after a system fence. */
+/* Tensor parallelism (every stage of an arm with ranks anywhere): the commit of one rank,
+ * checked: *pos advances only when *poison is 0 (no earlier step of the state failed), *prev is 0
+ * (the verdict of the previous stage's rank 0 for this step, handed over with the hidden state;
+ * NULL on stage 0), the n statuses are 0 and so are peers[q] for every q < n_peers but self (the
+ * other ranks' statuses of the step's last all-reduce, index n - 1). The verdict goes to *verdict (0 or the failing
+ * word) and, when ring is not NULL, to ring[p % MC_VERDICT_RING] (host-mapped memory) for the
+ * step at position p: index -1 when committed, -2 when an earlier stage failed this step, else
+ * the first nonzero status's index, with its word; position is written last, after a system
+ * fence. A failed verdict sets *poison (if clear), so every later step of the state already
+ * queued commits and publishes nothing; a poisoned step's verdict is the poison word and it
+ * leaves the ring alone (it runs at the failed step's position, whose entry the host has yet
+ * to read). Only a restore clears the poison. */
 #define MC_VERDICT_RING 32u
 typedef struct mc_verdict {
     int32_t position, index, word, pad;
 } mc_verdict;
-cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev, int32_t *verdict,
-                              mc_verdict *ring, cudaStream_t st);
+cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *peers, uint32_t n_peers,
+                              uint32_t self, const int32_t *prev, int32_t *verdict, int32_t *poison, mc_verdict *ring,
+                              cudaStream_t st);
 /* When *verdict is 0: xc = x (n_embd) and logits = lg (n_vocab): a step's outputs published. */
 cudaError_t mc_tp_publish(const int32_t *verdict, const float *x, float *xc, uint32_t n_embd, const float *lg,
                           float *logits, uint32_t n_vocab, cudaStream_t st);

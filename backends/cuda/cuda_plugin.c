@@ -23,6 +23,7 @@ static const memra_cuda_graph_ext_v1 mc_graph_ext = {
     .device = mc_ext_device,
     .quarantine = mc_quarantine,
     .kernel_family = mc_kernel_family,
+    .on_abort = mc_on_abort,
 };
 
 static const memra_ext_tp_v1 mc_tp_ext = {

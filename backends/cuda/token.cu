@@ -42,14 +42,20 @@ cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
     return cudaGetLastError();
 }
 
-/* A tensor-parallel rank's commit: *pos += 1 only when every collective status of the step is 0
- * and the previous stage's verdict (if any) is 0; the verdict goes to *verdict (device) and to
- * ring[pos % MC_VERDICT_RING] (host-mapped) either way. */
-__global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev,
-                                        int32_t *verdict, mc_verdict *ring) {
+/* A checked commit (cuda_kernels.h): *pos += 1 only when the state is not poisoned, the previous
+ * stage's verdict handed over with the hidden (if any) is 0 and every collective status of the
+ * step is 0; the verdict goes to *verdict and, if ring, to ring[pos % MC_VERDICT_RING]
+ * (host-mapped) either way; a failed one poisons the state. */
+__global__ void position_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *peers,
+                                        uint32_t n_peers, uint32_t self, const int32_t *prev, int32_t *verdict,
+                                        int32_t *poison, mc_verdict *ring) {
     const int32_t p = *pos;
     mc_verdict v = {p, -1, 0, 0};
-    if (prev && *(const volatile int32_t *)prev != 0) {
+    const int32_t poisoned = *(volatile int32_t *)poison;
+    if (poisoned != 0) {
+        v.index = -3; /* an earlier step of this state failed */
+        v.word = poisoned;
+    } else if (prev && *(const volatile int32_t *)prev != 0) {
         v.index = -2; /* an earlier stage failed this step */
         v.word = *(const volatile int32_t *)prev;
     }
@@ -58,9 +64,21 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
             v.index = (int32_t)i;
             v.word = status[i];
         }
+    for (uint32_t q = 0; q < n_peers && v.index == -1; q++) /* another rank's last all-reduce failed */
+        if (q != self && peers[q] != 0) {
+            v.index = (int32_t)n - 1;
+            v.word = peers[q];
+        }
     if (v.index == -1)
         *pos = p + 1;
-    *verdict = v.index == -1 ? 0 : (v.word ? v.word : -1);
+    const int32_t word = v.index == -1 ? 0 : (v.word ? v.word : -1);
+    *verdict = word;
+    if (word != 0 && poisoned == 0)
+        *(volatile int32_t *)poison = word;
+    /* A poisoned step leaves the ring alone: it runs at the refused step's position (which did
+     * not advance), whose verdict the host has yet to read there. */
+    if (!ring || poisoned != 0)
+        return;
     volatile mc_verdict *slot = ring + ((uint32_t)p % MC_VERDICT_RING);
     slot->index = v.index;
     slot->word = v.word;
@@ -68,9 +86,10 @@ __global__ void position_commit_checked(int32_t *pos, const int32_t *status, uin
     slot->position = v.position;
 }
 
-cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *prev, int32_t *verdict,
-                              mc_verdict *ring, cudaStream_t st) {
-    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, prev, verdict, ring);
+cudaError_t mc_commit_checked(int32_t *pos, const int32_t *status, uint32_t n, const int32_t *peers, uint32_t n_peers,
+                              uint32_t self, const int32_t *prev, int32_t *verdict, int32_t *poison, mc_verdict *ring,
+                              cudaStream_t st) {
+    position_commit_checked<<<1, 1, 0, st>>>(pos, status, n, peers, n_peers, self, prev, verdict, poison, ring);
     return cudaGetLastError();
 }
 

@@ -8,7 +8,17 @@
 #            every refusal cell), windows 1 and 3, stages=2,tp=2; cpu:tp=2 against cuda:tp=2 (nmse);
 #            cuda against cuda-graph at tp=1 (nothing regressed)
 #   (neg-*   negative controls: rc=1 expected)
-#   refuse   what must be refused clearly (nccl with two ranks on one device)
+#   refuse   what must be refused clearly (nccl with two ranks on one device; at tp=1 a
+#            collective= with an unknown key of its own, and one that has no effect: rc=2)
+#   window   every refusal cell with the arm's window full (issue 24.9): cuda and cuda-graph at
+#            tp=2 with window 3, stages=2,tp=2 with windows 3 and 4
+#   neg-window  the same cells against the plugins before issue 24's fixes ($B/old-plugins.d,
+#            where carried): rc=1 expected (a step queued behind a refused one committed)
+#   mixed    plans with one stage of ranks and one plain (the test placement mixedtp, issue
+#            24.3), every cell with the window full; neg-mixed: the same with $B/old-plugins.d
+#   race     staged arms with windows 3 and 4, every cell, three times each, against
+#            $B/race-plugins.d where carried (a cuda plugin whose commit reads the previous
+#            stage's verdict live, as before issue 24.2): whether one GPU shows that race
 #   full     the issue's gates at full length on what is lent: 256 prime + 256 generated steps,
 #            greedy and sampled, 20 ABBA timing rows, refusal cells: cuda:tp=2 against
 #            cuda-graph:tp=2 on tiny, llama-1b and llama-8b (BF16); cpu:tp=2 against cuda:tp=2 (nmse)
@@ -73,6 +83,35 @@ gates)
 refuse)
   if [ -e "$B/plugins.d/nccl.collective.manifest" ] && [ "$NGPU" -lt 2 ]; then
     gate refuse-nccl-one-device --preset tiny --a cuda:tp=2,collective=nccl --b cuda-graph:tp=2,collective=nccl --prime 4 --gen 4 --rows 0
+  fi
+  gate refuse-tp1-coll-key --preset tiny --a cuda --b cuda:collective=oneshot:nosuchkey=1 --prime 4 --gen 4 --rows 0
+  gate refuse-tp1-coll --preset tiny --a cuda --b cuda-graph:collective=nccl --prime 4 --gen 4 --rows 0
+  gate refuse-tp1-step-timeout --preset tiny --a cuda:step_timeout_ms=500 --b cuda-graph --prime 4 --gen 4 --rows 0 ;;
+window)
+  S="--prime 32 --gen 32 --rows 0 --cells all"
+  gate win-tp2-eager --preset tiny --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,window=3 $S
+  gate win-tp2-graph --preset tiny --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,window=3 $S
+  gate win-st2tp2 --preset tiny --a cuda:stages=2,tp=2,window=3 --b cuda-graph:stages=2,tp=2,window=4 $S
+  gate win-small-st2tp2 --preset small --a cuda:stages=2,tp=2,window=4 --b cuda:stages=2,tp=2 --prime 32 --gen 32 --rows 0 --cells some ;;
+neg-window)
+  if [ -d "$B/old-plugins.d" ]; then
+    S="--prime 32 --gen 32 --rows 0 --cells all"
+    MEMRA_PLUGIN_PATH=$B/old-plugins.d gate neg-win-tp2-eager --preset tiny --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,window=3 $S
+    MEMRA_PLUGIN_PATH=$B/old-plugins.d gate neg-win-tp2-graph --preset tiny --a cuda-graph:tp=2,devices=$D2 --b cuda-graph:tp=2,devices=$D2,window=3 $S
+    MEMRA_PLUGIN_PATH=$B/old-plugins.d gate neg-win-st2tp2 --preset tiny --a cuda:stages=2,tp=2,window=3 --b cuda-graph:stages=2,tp=2,window=4 $S
+  fi ;;
+mixed|neg-mixed)
+  S="--prime 32 --gen 32 --rows 0 --cells all"; P=$MEMRA_PLUGIN_PATH; pre=""
+  if [ $m = neg-mixed ]; then [ -d "$B/old-plugins.d" ] || continue; P=$B/old-plugins.d; pre=neg-; fi
+  MEMRA_PLUGIN_PATH=$P gate ${pre}mixed-st0 --preset tiny --a cuda:placement=mixedtp --b cuda-graph:placement=mixedtp,window=3 $S
+  MEMRA_PLUGIN_PATH=$P gate ${pre}mixed-st1 --preset tiny --a cuda:placement=mixedtp,tp_stage=1,window=3 --b cuda-graph:placement=mixedtp,tp_stage=1 $S
+  MEMRA_PLUGIN_PATH=$P gate ${pre}mixed-small --preset small --a cuda:placement=mixedtp,window=4 --b cuda-graph:placement=mixedtp,tp_stage=1,window=4 --prime 32 --gen 32 --rows 0 --cells some --compare nmse:1e-4 ;;
+race)
+  if [ -d "$B/race-plugins.d" ]; then
+    for k in 1 2 3; do
+      MEMRA_PLUGIN_PATH=$B/race-plugins.d gate race-tiny-$k --preset tiny --a cuda:stages=2,tp=2,window=3 --b cuda-graph:stages=2,tp=2,window=4 --prime 32 --gen 32 --rows 0 --cells all
+      MEMRA_PLUGIN_PATH=$B/race-plugins.d gate race-small-$k --preset small --a cuda:stages=2,tp=2,window=4 --b cuda:stages=4,tp=2,window=4 --prime 32 --gen 32 --rows 0 --cells all --compare nmse:1e-4
+    done
   fi ;;
 bench)
   NR=1; [ "$NGPU" -ge 2 ] && NR=2

@@ -453,6 +453,8 @@ static void nccl_destroy(memra_collective *c) {
     free_handle(c);
 }
 
+static memra_status warm_up(memra_collective *c, memra_error *err);
+
 /* The part of create and create_rank after their arguments were checked: n_local ranks of an
  * n_global communicator, global ranks `global[i]` on `devices[i]`; id NULL: make one. */
 static memra_status create_common(const memra_host *host, const nccl_cfg *cfg, uint32_t n_global, uint32_t n_local,
@@ -607,6 +609,8 @@ static memra_status create_common(const memra_host *host, const nccl_cfg *cfg, u
     }
     if ((st = wait_comms(c, now_ms(), "creating the communicator", err)) != MEMRA_OK)
         goto fail;
+    if ((st = warm_up(c, err)) != MEMRA_OK)
+        goto fail;
     (void)cudaSetDevice(saved);
     *out = c;
     return MEMRA_OK;
@@ -615,6 +619,74 @@ fail:
         abort_comms(c);
     (void)cudaSetDevice(saved);
     free_handle(c);
+    return st;
+}
+
+/* One small all-reduce on every communicator of the handle, at create, outside any capture: NCCL
+ * sets up its connections at a communicator's first operation, which would otherwise fall inside
+ * the caller's first step (or its graph capture) and count against the collective's time. Every
+ * process of a communicator does this one operation at create (create_common). Bounded by
+ * timeout_ms; on expiry the communicators are aborted and create fails. */
+static memra_status warm_up(memra_collective *c, memra_error *err) {
+    enum { WARM_FLOATS = 64 };
+    cudaStream_t streams[MEMRA_MAX_RANKS] = {0};
+    float *bufs[MEMRA_MAX_RANKS] = {0};
+    memra_status st = MEMRA_OK;
+    cudaError_t e = cudaSuccess;
+    for (uint32_t i = 0; i < c->n_local && e == cudaSuccess; i++) {
+        if ((e = cudaSetDevice(c->ranks[i].device)) == cudaSuccess &&
+            (e = cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking)) == cudaSuccess &&
+            (e = cudaMalloc((void **)&bufs[i], WARM_FLOATS * sizeof(float))) == cudaSuccess)
+            e = cudaMemsetAsync(bufs[i], 0, WARM_FLOATS * sizeof(float), streams[i]);
+    }
+    if (e != cudaSuccess) {
+        st = cuda_fail(err, "the warm-up operation at create", e);
+        goto out;
+    }
+    ncclResult_t first = ncclSuccess;
+    c->api.GroupStart();
+    for (uint32_t i = 0; i < c->n_local; i++) {
+        ncclResult_t r =
+            c->api.AllReduce(bufs[i], bufs[i], WARM_FLOATS, ncclFloat32, ncclSum, c->ranks[i].comm, streams[i]);
+        if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess)
+            first = r;
+    }
+    ncclResult_t ge = c->api.GroupEnd();
+    if (first == ncclSuccess && ge != ncclSuccess && ge != ncclInProgress)
+        first = ge;
+    if (first != ncclSuccess) {
+        st = memra_fail(err, MEMRA_E_DEVICE, "nccl: the warm-up all-reduce at create: %s (NCCL result %d)",
+                        nccl_text(c, first), (int)first);
+        abort_comms(c);
+        goto out;
+    }
+    const double t0 = now_ms();
+    if (ge == ncclInProgress && (st = wait_comms(c, t0, "the warm-up all-reduce at create", err)) != MEMRA_OK)
+        goto out;
+    for (uint32_t i = 0; i < c->n_local && st == MEMRA_OK; i++) {
+        (void)cudaSetDevice(c->ranks[i].device);
+        while ((e = cudaStreamQuery(streams[i])) == cudaErrorNotReady && now_ms() - t0 <= (double)c->cfg.timeout_ms)
+            sched_yield();
+        if (e != cudaSuccess) {
+            st = e == cudaErrorNotReady
+                     ? memra_fail(err, MEMRA_E_DEVICE,
+                                  "nccl: the warm-up all-reduce at create did not finish within timeout_ms=%u",
+                                  c->cfg.timeout_ms)
+                     : cuda_fail(err, "the warm-up all-reduce at create", e);
+            abort_comms(c);
+        }
+    }
+out:
+    for (uint32_t i = 0; i < c->n_local; i++) {
+        (void)cudaSetDevice(c->ranks[i].device);
+        if (streams[i] && !c->comms_aborted)
+            (void)cudaStreamSynchronize(streams[i]);
+        if (bufs[i])
+            (void)cudaFree(bufs[i]);
+        if (streams[i])
+            (void)cudaStreamDestroy(streams[i]);
+    }
+    (void)cudaGetLastError();
     return st;
 }
 
@@ -787,6 +859,16 @@ static memra_status run_op(memra_collective *c, memra_error *err) {
         st = memra_fail(err, MEMRA_E_DEVICE, "nccl: block %u: %s of rank %u: %s (NCCL result %d)", block,
                         gather ? "ncclAllGather" : "ncclAllReduce",
                         first != ncclSuccess ? first_rank : c->ranks[0].rank, nccl_text(c, r), (int)r);
+        /* The ranks whose part was enqueued would wait for the one that failed until a caller's
+         * watchdog aborts them (30 s): abort now. Not under capture, where nothing runs and a
+         * captured operation holds the communicator (the abort would wait for the graph): the
+         * request alone makes every later call fail. */
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(c->ranks[0].stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+            abort_comms(c);
+        else
+            atomic_store(&c->abort_requested, true);
+        (void)cudaGetLastError();
         drop_pending(c, n, MEMRA_COLLECTIVE_FAILED);
         goto out;
     }

@@ -66,13 +66,15 @@ static void os_destroy(memra_collective *c) {
         return;
     if (c->ctl)
         c->ctl->abort = 1; /* anything still spinning ends */
-    for (uint32_t r = 0; r < c->n_ranks; r++) {
-        if (!c->arena[r])
-            continue;
-        if (cudaSetDevice(c->devices[r]) == cudaSuccess)
+    /* Every rank's device first, then any memory: a peer's kernel still running on another
+     * device reads and writes this rank's buffers (freeing rank 0's after syncing only its own
+     * device let rank 1's kernel touch freed memory). */
+    for (uint32_t r = 0; r < c->n_ranks; r++)
+        if (c->arena[r] && cudaSetDevice(c->devices[r]) == cudaSuccess)
             cudaDeviceSynchronize();
-        cudaFree(c->arena[r]);
-    }
+    for (uint32_t r = 0; r < c->n_ranks; r++)
+        if (c->arena[r] && cudaSetDevice(c->devices[r]) == cudaSuccess)
+            cudaFree(c->arena[r]);
     if (c->ctl)
         cudaFreeHost(c->ctl);
     free(c);
@@ -183,11 +185,12 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
     const size_t data_b = os_align((size_t)2 * grid * region * sizeof(float));
     const size_t start_b = os_align((size_t)2 * grid * n_ranks * sizeof(unsigned long long));
     const size_t words_b = os_align((size_t)(4 * n_ranks + 1) * sizeof(int32_t));
+    const size_t cnt_b = os_align((size_t)2 * grid * n_ranks * sizeof(unsigned long long));
     const size_t epoch_b = os_align(sizeof(unsigned long long));
     const size_t census_b = os_align((size_t)OS_MAX_SITES * sizeof(unsigned long long));
     const size_t cells_b = os_align((size_t)OS_MAX_CELLS * sizeof(os_cell));
     const size_t outcome_b = os_align((size_t)grid * sizeof(int32_t));
-    const size_t total = data_b + start_b + words_b + epoch_b + census_b + cells_b + outcome_b + 256;
+    const size_t total = data_b + start_b + words_b + cnt_b + epoch_b + census_b + cells_b + outcome_b + 256;
     for (uint32_t r = 0; r < n_ranks; r++) {
         if ((e = cudaSetDevice(devices[r])) == cudaSuccess)
             e = cudaMalloc(&c->arena[r], total);
@@ -216,8 +219,9 @@ static memra_status os_create(const memra_host *host, uint32_t n_ranks, const in
             v->data[p] = (float *)base;
             v->start[p] = (unsigned long long *)(base + data_b);
             v->words[p] = (int32_t *)(base + data_b + start_b);
+            v->cnt[p] = (unsigned long long *)(base + data_b + start_b + words_b);
         }
-        char *own = (char *)c->arena[r] + data_b + start_b + words_b;
+        char *own = (char *)c->arena[r] + data_b + start_b + words_b + cnt_b;
         v->seq = (unsigned long long *)own;
         v->census = (unsigned long long *)(own + epoch_b);
         v->cells = (os_cell *)(own + epoch_b + census_b);

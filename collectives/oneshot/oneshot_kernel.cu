@@ -21,10 +21,16 @@
  * Reuse is safe without an end barrier: a rank overwrites data[.][e & 1] at e + 2 only after
  * passing a start barrier of e + 1, which every peer enters only after its whole kernel of e
  * ended (stream order), every read of e done.
+ * Each block writes its count, tagged with e, next to its flag on every rank; after the wait it
+ * compares every peer's count of its chunk with its own and writes nothing on a difference
+ * (FAILED: the buffers stay untouched), and while waiting it reads the peer's block 0 count
+ * (every grid has a block 0), so a block that has no partner on a rank of a smaller count (a
+ * smaller grid) ends FAILED instead of timing out.
  * The last block of the rank to finish (an integer counter) writes the status: a peer's timeout,
- * else the first failed block's outcome (aborted, absent, broken), else FAILED when the ranks'
- * counts differ (the buffers are then undefined), else the lowest refusing rank's word, else 0; a timeout also marks the communicator broken (every later operation of every rank
- * then ends at once with MEMRA_COLLECTIVE_FAILED). No float atomics; no order depends on timing. */
+ * else the first failed block's outcome (aborted, absent, broken, counts), else FAILED when the
+ * ranks' counts differ, else the lowest refusing rank's word, else 0; a timeout also marks the
+ * communicator broken (every later operation of every rank then ends at once with
+ * MEMRA_COLLECTIVE_FAILED). No float atomics; no order depends on timing. */
 #include <cuda_runtime.h>
 
 #include "oneshot_kernel.h"
@@ -97,6 +103,11 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
         __syncthreads(); /* the block's writes, then thread 0's fence: cumulative (as a grid sync) */
         if (threadIdx.x == 0) {
             const size_t slot = ((size_t)par * v.max_grid + b) * n;
+            /* this block's count, tagged with the operation, next to its flag on every rank
+             * (before the fence or the release that publishes the flag) */
+            const unsigned long long tagged = ((e & 0xffffffffull) << 32) | count;
+            for (uint32_t p = 0; p < n; p++)
+                *(volatile unsigned long long *)&v.cnt[p][slot + r] = tagged;
             if (v.acqrel) {
                 for (uint32_t p = 0; p < n; p++)
                     os_st_release(&v.start[p][slot + r], e);
@@ -119,6 +130,14 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
                             s_outcome = MEMRA_COLLECTIVE_FAILED;
                             break;
                         }
+                        /* the peer's block 0 (which every grid has) says its count for this
+                         * operation: another count may mean this block has no partner there */
+                        const unsigned long long c0 =
+                            *(volatile unsigned long long *)&v.cnt[r][(size_t)par * v.max_grid * n + p];
+                        if ((c0 >> 32) == (e & 0xffffffffull) && (uint32_t)c0 != count) {
+                            s_outcome = MEMRA_COLLECTIVE_FAILED;
+                            break;
+                        }
                         if (os_now() - t0 > v.timeout_ns) {
                             s_outcome = MEMRA_COLLECTIVE_TIMEOUT(p);
                             for (uint32_t q = 0; q < n; q++) /* broken, on every rank */
@@ -131,6 +150,16 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
             }
             if (!v.acqrel)
                 __threadfence_system();
+            /* A peer that timed out waiting for this rank marked the communicator broken before
+             * this rank arrived: its step fails, so this one must not succeed either (re-checked
+             * after the wait; the flag lives in this rank's own memory). */
+            if (s_outcome == 0 && *(volatile int32_t *)(v.words[r] + 4 * n))
+                s_outcome = MEMRA_COLLECTIVE_FAILED;
+            /* every peer's block b reduced as many floats: otherwise nothing is written (plugin.h:
+             * FAILED leaves the buffers untouched) */
+            for (uint32_t p = 0; p < n && s_outcome == 0; p++)
+                if ((uint32_t) * (volatile unsigned long long *)&v.cnt[r][slot + p] != count)
+                    s_outcome = MEMRA_COLLECTIVE_FAILED;
         }
         __syncthreads();
         if (s_outcome == 0) {

@@ -42,6 +42,7 @@ typedef struct os_rank_view {
     float *data[MEMRA_MAX_RANKS]; /* [2][max_grid][region] on each rank's device */
     unsigned long long *start[MEMRA_MAX_RANKS]; /* [2][max_grid][n_ranks] on each rank's device */
     int32_t *words[MEMRA_MAX_RANKS];            /* [2][n_ranks] words, [2][n_ranks] counts, then the broken flag */
+    unsigned long long *cnt[MEMRA_MAX_RANKS];   /* [2][max_grid][n_ranks]: (e mod 2^32) << 32 | count, by block */
     unsigned long long *seq;                    /* this rank's operations so far (one counter) */
     unsigned long long *census;                 /* [OS_MAX_SITES]: this rank's epochs per site */
     os_cell *cells;                             /* [OS_MAX_CELLS] */

@@ -345,6 +345,50 @@ int main(int argc, char **argv) {
             printf("  absent rank: timeout after %.3f s, next op failed in %.4f s\n", dt, dt2);
             V->destroy(f);
         }
+        /* 5b. Ranks that pass different counts (issue 24, item 6): grids of 1 and 8 blocks. Every
+         * rank reads FAILED at once (before: the extra blocks waited out the timeout, TIMEOUT and a
+         * broken communicator), the buffers untouched (before: block 0's sum was written), and the
+         * communicator stays usable. */
+        f = make(&base, "2000");
+        if (f) {
+            const size_t big = 8192;
+            fill(big);
+            set_pos(4);
+            double t0 = check_now_s();
+            for (uint32_t r = 0; r < N; r++) {
+                cudaSetDevice(devs[r]);
+                memra_status st =
+                    V->all_reduce_sum_f32(f, r, bufs[r], r == 0 ? 64 : big, streams[r], 11, pos_d[r], stat_d[r], &err);
+                CHECK(st == MEMRA_OK, "counts differ: the call of rank %u: %s", r, err.msg);
+            }
+            sync_all();
+            double dt = check_now_s() - t0;
+            for (uint32_t r = 0; r < N; r++)
+                CHECK(status_of(r) == MEMRA_COLLECTIVE_FAILED, "counts differ: rank %u reads %d (expected FAILED)", r,
+                      status_of(r));
+            CHECK(dt < 0.5, "counts differ: the operation took %.3f s (timeout_ms=2000: a block waited it out)", dt);
+            float *h = malloc(big * sizeof *h);
+            size_t touched = 0;
+            for (uint32_t r = 0; r < N; r++) {
+                cudaSetDevice(devs[r]);
+                cudaMemcpy(h, bufs[r], big * sizeof *h, cudaMemcpyDeviceToHost);
+                for (size_t i = 0; i < big; i++) {
+                    float want = input(r, i);
+                    touched += memcmp(&want, &h[i], 4) != 0;
+                }
+            }
+            free(h);
+            CHECK(touched == 0, "counts differ: %zu floats of the buffers were written", touched);
+            fill(4096);
+            op(f, 4096, 11, UINT32_MAX, &err);
+            sync_all();
+            for (uint32_t r = 0; r < N; r++)
+                CHECK(status_of(r) == 0, "after counts that differed rank %u reads %d (the communicator broke)", r,
+                      status_of(r));
+            CHECK(wrong(4096, 1.0f) == 0, "after counts that differed: the next sum is wrong");
+            printf("  counts that differ: the operation ended after %.4f s\n", dt);
+            V->destroy(f);
+        }
         /* 6. Abort from the host ends a rank spinning for a peer that never calls. */
         f = make(&base, "20000");
         if (f) {

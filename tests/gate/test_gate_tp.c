@@ -233,3 +233,57 @@ Test(gate_tp, a_collective_key_after_the_name_reaches_the_collective, .timeout =
     const char *bad_name[] = {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=nope:order=rank", TP_SHORT, NULL};
     gate_expect_usage(bad_name, "unknown collective 'nope'");
 }
+
+/* Issue 23, item 5: with tp=1 a collective= is checked like any other key (its plugin, then its
+ * own keys: an unknown one is a usage error naming it), and one that is fine is refused all the
+ * same, saying it has no effect, instead of making `cpu` and `cpu:collective=local` look like
+ * two configurations. Before, the cpu backend never looked at the value with one rank: every
+ * one of these ran (exit 0). */
+Test(gate_tp, a_collective_at_tp1_is_checked_then_refused_as_without_effect, .timeout = 120) {
+    const char *bad_key[] = {"--a", "cpu", "--b", "cpu:collective=local:nosuchkey=1", TP_SHORT, NULL};
+    gate_result r = run_expect(bad_key, 2, "unknown key 'nosuchkey'");
+    gate_result_free(&r);
+    const char *idle[] = {"--a", "cpu", "--b", "cpu:collective=local", TP_SHORT, NULL};
+    r = run_expect(idle, 2, "collective=local has no effect: no stage of this arm has more than one rank (tp=1)");
+    gate_result_free(&r);
+    const char *idle_key[] = {"--a", "cpu:stages=2", "--b", "cpu:collective=local:order=rank", TP_SHORT, NULL};
+    r = run_expect(idle_key, 2, "has no effect");
+    gate_result_free(&r);
+    const char *with_ranks[] = {"--a",    "cpu:tp=2", "--b",  "cpu:tp=2,collective=local",
+                                TP_SHORT, "--cells",  "none", NULL};
+    r = run_expect(with_ranks, 0, NULL);
+    gate_result_free(&r);
+}
+
+/* Issue 24, item 9: every cell runs with the arm's window full (window - 1 steps issued before the
+ * refused one and window - 1 behind it): a windowed arm's cells, all of them, pass on the cpu
+ * backend, whose steps complete inside step_begin (nothing commits behind a refusal there). That
+ * a backend whose queued steps commit after a refused one fails them is shown on the GPU
+ * (bench/RESULTS.md: cuda:tp=2,window=3 before the poison word). */
+Test(gate_tp, every_cell_with_the_window_full_passes_on_cpu, .timeout = 300) {
+    const char *args[] = {"--a", "cpu:tp=2,window=3", "--b", "cpu:tp=2,stages=2,window=4", "--cells", "all", TP_SHORT,
+                          NULL};
+    gate_result r = run_expect(args, 0, NULL);
+    cr_assert(refusals_pass(&r) > 0, "cells ran and passed");
+    gate_result_free(&r);
+}
+
+/* Issue 24, item 3: a plan that mixes a stage with ranks and a plain one (the test placement
+ * mixedtp). The gate once read epochs of the plain stage (exit 3: "the stage has one rank and no
+ * collective") and would have put cells there; now it runs the cells of the stage with ranks,
+ * with the window full, and both arms pass on cpu. (That a plain stage of the cuda backends
+ * committed a step refused on the other stage is shown on the GPU: bench/RESULTS.md.) */
+Test(gate_tp, a_plan_mixing_a_stage_with_ranks_and_a_plain_one, .timeout = 300) {
+    const char *first[] = {
+        "--a", "cpu:placement=mixedtp", "--b", "cpu:placement=mixedtp,window=3", "--cells", "all", TP_SHORT, NULL};
+    gate_result r = run_expect(first, 0, NULL);
+    cr_assert_eq(refusals_pass(&r), 48, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
+    gate_result_free(&r);
+    const char *second[] = {"--a",     "cpu:placement=mixedtp,tp_stage=1,window=2",
+                            "--b",     "cpu:placement=mixedtp,tp_stage=1",
+                            "--cells", "all",
+                            TP_SHORT,  NULL};
+    r = run_expect(second, 0, NULL);
+    cr_assert_eq(refusals_pass(&r), 48, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
+    gate_result_free(&r);
+}
