@@ -164,7 +164,7 @@ static memra_status open_jsonl(gate_ctx *ctx, const char *path, memra_error *err
     return MEMRA_OK;
 }
 
-/* Where the records go (stdout or --jsonl), the progress display, and what must fail before a
+/* Where the records go (--jsonl FILE, --jsonl - for stdout, or nowhere), the progress display, and what must fail before a
  * model is loaded: an output that is an input, a dump directory that cannot be written. */
 static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit_code, memra_error *err) {
     const gate_config *cfg = ctx->cfg;
@@ -174,7 +174,10 @@ static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit
         ctx->json.f = NULL; /* the output is an input: nothing is written to it */
         return st;
     }
-    if (cfg->jsonl_path && (st = open_jsonl(ctx, cfg->jsonl_path, err)) != MEMRA_OK) {
+    if (cfg->jsonl_path && strcmp(cfg->jsonl_path, "-") == 0) {
+        ctx->json.f = stdout; /* --jsonl -: the records on stdout, asked for */
+        ctx->json.name = "stdout";
+    } else if (cfg->jsonl_path && (st = open_jsonl(ctx, cfg->jsonl_path, err)) != MEMRA_OK) {
         *exit_code = GATE_EXIT_RUNTIME;
         return st;
     }
@@ -268,7 +271,10 @@ static void stopped(gate_ctx *ctx, gate_verdict *v, memra_status st, const memra
     if (v->exit == GATE_EXIT_USAGE)
         fprintf(stderr, "memra-gate: see memra-gate --help\n");
     check_stderr(v, NULL);
-    gate_rec_verdict(&ctx->json, ctx->cfg, v);
+    /* A usage error is no run: it writes no record anywhere (a lone verdict in a shared record
+     * file would read as a failed gate). */
+    if (v->exit != GATE_EXIT_USAGE)
+        gate_rec_verdict(&ctx->json, ctx->cfg, v);
 }
 
 /* A run stopped by a signal: the interrupted record (the last), exit 128 + the signal. */
@@ -314,7 +320,7 @@ static void hold_closed_std_fds(void) {
 
 int main(int argc, char **argv) {
     gate_config cfg;
-    gate_ctx ctx = {.cfg = &cfg, .json = {.f = stdout, .fd = -1, .name = "stdout"}};
+    gate_ctx ctx = {.cfg = &cfg, .json = {.f = NULL, .fd = -1, .name = "(none)"}};
     gate_verdict v = {.exit = GATE_EXIT_PASS, .arms_identical = -1};
     gate_session s = {0};
     gate_html html = {.fd = -1};
@@ -324,12 +330,7 @@ int main(int argc, char **argv) {
     bool finished = false;
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);
     if (st != MEMRA_OK) {
-        v.exit = GATE_EXIT_USAGE;
-        memra_error ignored = {0};
-        if (cfg.jsonl_path && outputs_not_inputs(&cfg, argc, argv, &ignored) != MEMRA_OK)
-            ctx.json.f = NULL; /* the verdict goes where asked, unless that is an input */
-        else if (cfg.jsonl_path && open_jsonl(&ctx, cfg.jsonl_path, &ignored) != MEMRA_OK)
-            fprintf(stderr, "memra-gate: %s\n", ignored.msg);
+        v.exit = GATE_EXIT_USAGE; /* nothing is opened: a usage error writes no record */
     } else if (cfg.help) {
         if (memra_registry_open(&s.reg, &err) != MEMRA_OK)
             s.reg = NULL; /* the help then lists no plugin keys */
