@@ -86,6 +86,7 @@ typedef struct gate_config {
     bool rows_given;
     bool quiet;
     bool help;
+    bool version; /* --version */
 } gate_config;
 
 /* Parses argv into cfg (defaults first). MEMRA_E_INVALID with a message on any usage error. */

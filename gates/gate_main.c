@@ -11,6 +11,7 @@
 
 #include "gate.h"
 #include "memra/fileio.h"
+#include "memra_commit.h"
 
 /* SIGINT, SIGTERM or SIGHUP received: the handler sets it and does nothing else; the step loops
  * check it between steps (gate_check_stop) and main writes the interrupted record. */
@@ -331,6 +332,9 @@ int main(int argc, char **argv) {
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);
     if (st != MEMRA_OK) {
         v.exit = GATE_EXIT_USAGE; /* nothing is opened: a usage error writes no record */
+    } else if (cfg.version) {
+        printf("memra-gate %s (commit %s, library %s, plugin ABI %u)\n", MEMRA_VERSION_STRING, MEMRA_GIT_COMMIT,
+               memra_version(), (unsigned)MEMRA_ABI_VERSION);
     } else if (cfg.help) {
         if (memra_registry_open(&s.reg, &err) != MEMRA_OK)
             s.reg = NULL; /* the help then lists no plugin keys */
@@ -347,7 +351,7 @@ int main(int argc, char **argv) {
             finished = true;
         }
     }
-    if (gate_signal && !cfg.help && !finished)
+    if (gate_signal && !cfg.help && !cfg.version && !finished)
         interrupted(&ctx, &v);
     else if (st != MEMRA_OK) {
         if (ctx.json.failed && v.exit != GATE_EXIT_USAGE)
@@ -365,7 +369,7 @@ int main(int argc, char **argv) {
     if (s.reg)
         memra_registry_close(s.reg);
     gate_html_end(&ctx, &html, &v); /* --html: the page of this run's records */
-    close_outputs(&ctx, cfg.help || ctx.json.f == stdout, &v);
+    close_outputs(&ctx, cfg.help || cfg.version || ctx.json.f == stdout, &v);
     gj_free(&ctx.json);
     return v.exit;
 }

@@ -18,8 +18,8 @@
 #define CLI_EXIT_USAGE 2
 #define CLI_EXIT_ERROR 3
 
-/* One option a subcommand accepts. `name` is the long form ("--model"), `alt` a second spelling
- * ("-o") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
+/* One option a subcommand accepts. `name` is the long form ("--model"), `alt` other spellings
+ * ("-o", or several separated by '|': "-n|--gen") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
  * "" for a flag) when the option was on the command line, else NULL. An option given twice is a
  * usage error. */
 typedef struct cli_opt {
@@ -28,6 +28,10 @@ typedef struct cli_opt {
     bool value;
     const char *given;
 } cli_opt;
+
+/* The closest of `names` (n of them, NULLs skipped) to `typed` by edit distance, when close enough
+ * to be a typo (at most 2 edits, or a third of its length); NULL otherwise. For "did you mean". */
+const char *cli_closest(const char *typed, const char *const *names, size_t n);
 
 /* Parses argv[first..argc): options of `opts` ("--name value", "--name=value", "-n value") and up
  * to max_pos positional arguments (into pos). "--help" and "-h" are always accepted: they set
@@ -155,5 +159,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+
+/* The version line every tool prints for --version: version, commit, plugin ABI. */
+void cli_print_version(FILE *f, const char *tool, const char *commit);
 
 #endif

@@ -17,7 +17,7 @@
 #include "memra_commit.h"
 
 static const char help_text[] =
-    "usage: memra bench [--backend ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
+    "usage: memra bench [--arm ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
     "                   [--prime P] [-n N] [--reps R] [--warmup W] [--jsonl FILE]\n"
     "\n"
     "Primes a prefix of P tokens once, then runs W warm-up and R timed repetitions, each restoring\n"
@@ -26,7 +26,7 @@ static const char help_text[] =
     "the share of it when the backend offers one, the device, and memory in use.\n"
     "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu)\n"
     "  --prime P            prefix tokens (default 512): bos, then fixed pseudo-random ids\n"
-    "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
+    "  -n, --gen N          tokens generated per repetition (default 128)\n"
     "  --reps R             timed repetitions (default 5)\n"
     "  --warmup W           untimed repetitions first (default 1)\n"
     "  --jsonl FILE         append one JSON line with the figures, commit, device and options:\n"
@@ -284,9 +284,9 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_opt opts[] = {CLI_MODEL_OPTS,
-                      {"--backend", NULL, true, NULL},
+                      {"--arm", "--backend", true, NULL},
                       {"--prime", NULL, true, NULL},
-                      {"--n-gen", "-n", true, NULL},
+                      {"--n-gen", "-n|--gen", true, NULL},
                       {"--reps", NULL, true, NULL},
                       {"--warmup", NULL, true, NULL},
                       {"--jsonl", NULL, true, NULL}};
@@ -299,7 +299,7 @@ int cmd_bench(int argc, char **argv) {
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ba.sel))
         return CLI_EXIT_USAGE;
     const char *v;
-    if ((v = cli_get(opts, n_opts, "--backend")))
+    if ((v = cli_get(opts, n_opts, "--arm")))
         ba.arm = v;
     if (((v = cli_get(opts, n_opts, "--prime")) && !cli_u32(cmd, "--prime", v, 1, 1000000, &ba.prime)) ||
         ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 1, 1000000, &ba.n_gen)) ||

@@ -14,7 +14,7 @@
 #include "memra/tokenizer.h"
 
 static const char help_text[] =
-    "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
+    "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--arm ARM]\n"
     "                 [--tokens 1,2,3 | --prompt-ids FILE | --prompt TEXT | --chat MESSAGE] [-n N]\n"
     "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                 [--dump-logits FILE]\n"
@@ -23,7 +23,8 @@ static const char help_text[] =
     "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
     "With --prompt or --chat the generated text is streamed to stdout instead, token by token,\n"
     "and generation stops early at the model's end-of-generation tokens.\n"
-    "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "\n" CLI_MODEL_HELP "  --arm ARM            the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "                       (--backend ARM: the same)\n"
     "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
     "                       or 0 when it names none)\n"
     "  --prompt-ids FILE    or the prompt token ids from a file (a regular file, at most 1000000\n"
@@ -35,7 +36,7 @@ static const char help_text[] =
     "                       has none), with the template's default system message if it has one\n"
     "                       and the generation prompt\n"
     "                       Exactly one of --tokens, --prompt-ids, --prompt, --chat may be given.\n"
-    "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only)\n"
+    "  -n, --gen N          tokens to generate (default 64; 0 runs the prompt only; --n-gen too)\n"
     "  --temp T             sample at temperature T (default: greedy, the argmax)\n"
     "  --top-k K            with --temp: keep the K most likely tokens (0: all)\n"
     "  --top-p P            with --temp: nucleus cut (1: none)\n"
@@ -439,12 +440,12 @@ out:
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run";
     cli_opt opts[] = {CLI_MODEL_OPTS,
-                      {"--backend", NULL, true, NULL},
+                      {"--arm", "--backend", true, NULL},
                       {"--tokens", NULL, true, NULL},
                       {"--prompt-ids", NULL, true, NULL},
                       {"--prompt", NULL, true, NULL},
                       {"--chat", NULL, true, NULL},
-                      {"--n-gen", "-n", true, NULL},
+                      {"--n-gen", "-n|--gen", true, NULL},
                       {"--temp", NULL, true, NULL},
                       {"--top-k", NULL, true, NULL},
                       {"--top-p", NULL, true, NULL},
@@ -459,7 +460,7 @@ int cmd_run(int argc, char **argv) {
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ra.sel) || !parse_sampling(cmd, opts, n_opts, &ra.sample))
         return CLI_EXIT_USAGE;
     const char *v;
-    if ((v = cli_get(opts, n_opts, "--backend")))
+    if ((v = cli_get(opts, n_opts, "--arm")))
         ra.arm = v;
     if ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 0, RUN_MAX_TOKENS, &ra.n_gen))
         return CLI_EXIT_USAGE;
