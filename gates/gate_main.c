@@ -75,6 +75,7 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
     gate_rec_protocol(ctx);
     if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
         return st;
+    gate_announce(ctx);
     ctx->phase = "reference";
     if ((st = gate_reference(ctx, err)) != MEMRA_OK)
         return st;
@@ -183,6 +184,7 @@ static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit
         return st;
     }
     ctx->progress = !cfg->quiet && isatty(STDERR_FILENO);
+    ctx->progress_log = !cfg->quiet && !ctx->progress;
     st = cfg->dump_dir ? gate_dump_prepare(cfg->dump_dir, err) : MEMRA_OK;
     if (st != MEMRA_OK) {
         *exit_code = gate_exit_for(st);
