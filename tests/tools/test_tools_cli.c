@@ -138,3 +138,47 @@ Test(tools_cli, gate_help_lists_every_record) {
         expect(&r, 0, r.out, want[i]);
     tool_result_free(&r);
 }
+
+/* ---- item 9: tokenize from stdin, inspect's summary ---------------------------------------- */
+
+static void make_model(char *path, size_t size) {
+    tmp_file_path(path, size, "cli31.gguf");
+    tool_result r = tool_run("memra", "mkmodel", "--preset", "qwen3-tiny", "-o", path, NULL);
+    expect(&r, 0, r.err, NULL);
+    tool_result_free(&r);
+}
+
+Test(tools_cli, tokenize_reads_stdin_for_dash) {
+    char model[512], out[600], cmdline[2400];
+    make_model(model, sizeof model);
+    snprintf(out, sizeof out, "%s.out", model);
+    tool_result arg = tool_run("memra", "tokenize", "--model", model, "--ids", "hello world", NULL);
+    expect(&arg, 0, arg.out, NULL);
+    snprintf(cmdline, sizeof cmdline, "printf 'hello world' | '%s/memra' tokenize --model '%s' --ids - > '%s'",
+             tool_bin_dir(), model, out);
+    int rc = system(cmdline);
+    cr_assert_eq(rc, 0, "exit status %d of: %s", rc, cmdline);
+    size_t n = 0;
+    char *got = file_slurp(out, &n);
+    cr_assert(got && arg.out[0] && strcmp(got, arg.out) == 0, "stdin gave:\n%s\nthe argument gave:\n%s", got, arg.out);
+    free(got);
+    tool_result_free(&arg);
+    unlink(out);
+    unlink(model);
+}
+
+Test(tools_cli, inspect_shows_a_summary_and_tensors_on_request) {
+    char model[512];
+    make_model(model, sizeof model);
+    tool_result r = tool_run("memra", "inspect", model, NULL);
+    expect(&r, 0, r.out, "can it run?");
+    expect(&r, 0, r.out, "tensors (46): total tensor bytes:");
+    expect(&r, 0, r.out, "--tensors lists them");
+    cr_assert(!strstr(r.out, "blk.3.attn_k_norm.weight"), "the default lists no tensor:\n%s", r.out);
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", "--tensors", model, NULL);
+    expect(&r, 0, r.out, "blk.3.attn_k_norm.weight");
+    expect(&r, 0, r.out, "total tensor bytes");
+    tool_result_free(&r);
+    unlink(model);
+}
