@@ -145,6 +145,12 @@ typedef struct cli_session {
 /* Loads the model and opens the arm; prints the failure and returns its exit code. */
 int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s);
 void cli_session_close(cli_session *s);
+/* Closes the session's arm and opens arm_text on the same model and registry (memra bench's grid
+ * of arms on one load); prints the failure and returns its exit code (s->arm is then NULL). */
+int cli_session_rearm(const char *cmd, cli_session *s, const char *arm_text);
+/* Whether the arm names a backend, placement or collective of which the registry found no
+ * manifest (a usage error: a typo). */
+bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text);
 /* One serial step through the arm layer: begin then end. token may be MEMRA_TOKEN_FROM_DEVICE;
  * sample NULL: none; logits NULL: not copied out. */
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,

@@ -182,3 +182,46 @@ Test(tools_cli, inspect_shows_a_summary_and_tensors_on_request) {
     tool_result_free(&r);
     unlink(model);
 }
+
+/* ---- item 4: bench like llama-bench ------------------------------------------------------- */
+
+static int count(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+Test(tools_cli, bench_runs_a_grid_in_one_table) {
+    char jsonl[512];
+    tmp_file_path(jsonl, sizeof jsonl, "grid.jsonl");
+    unlink(jsonl);
+    tool_result r = tool_run("memra", "bench", "--arm", "cpu:stages=2,splits=1,cpu:threads=1", "--prime", "8,16", "-n",
+                             "4", "--reps", "1", "--warmup", "0", "--jsonl", jsonl, NULL);
+    expect(&r, 0, r.out, "| arm ");
+    cr_assert_eq(count(r.out, "| arm "), 1, "one table, one header:\n%s", r.out);
+    cr_assert_eq(count(r.out, "| cpu:stages=2,splits=1 "), 2, "the list splits at backend names:\n%s", r.out);
+    cr_assert_eq(count(r.out, "| cpu:threads=1 "), 2, "%s", r.out);
+    cr_assert(strstr(r.out, "|      8 |      4 |") && strstr(r.out, "|     16 |      4 |"), "%s", r.out);
+    char *lines = file_slurp(jsonl, NULL);
+    cr_assert(lines, "no record file");
+    cr_assert_eq(count(lines, "\"record\": \"bench\""), 4, "one record a cell:\n%s", lines);
+    cr_assert_eq(count(lines, "\"arm\": \"cpu:stages=2,splits=1\""), 2, "%s", lines);
+    cr_assert_eq(count(lines, "\"prime\": 16"), 2, "%s", lines);
+    free(lines);
+    unlink(jsonl);
+    tool_result_free(&r);
+}
+
+Test(tools_cli, bench_refuses_a_bad_grid_before_running) {
+    tool_result r = tool_run("memra", "bench", "--prime", "8,x", NULL);
+    expect(&r, 2, r.err, "--prime 'x'");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--arm", "cpu,nosuch", "--prime", "8", "-n", "4", "--reps", "1", NULL);
+    expect(&r, 2, r.err, "'nosuch'");
+    cr_assert(!strstr(r.out, "tok/s"), "a cell ran before the refusal:\n%s", r.out);
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--arm", "cpu,cpu", NULL);
+    expect(&r, 2, r.err, "given twice");
+    tool_result_free(&r);
+}
