@@ -787,7 +787,7 @@ int cmd_bench_collective(int argc, char **argv) {
     int n_dev = 0;
     bc_cuda_err e = b.cu.GetDeviceCount(&n_dev);
     if (e != BC_CUDA_SUCCESS || n_dev < 1) {
-        cli_error(cmd, "no NVIDIA GPU found (or its driver is not loaded): cudaGetDeviceCount: %s",
+        cli_error(cmd, "no CUDA device: cudaGetDeviceCount: %s",
                   e != BC_CUDA_SUCCESS ? bc_cuda_text(&b.cu, e) : "0 devices");
         memra_registry_close(reg);
         return CLI_EXIT_ERROR;
