@@ -240,10 +240,9 @@ static size_t edit_distance(const char *a, const char *b) {
 
 /* The options --help lists, for "did you mean". */
 static const char *const known_options[] = {
-    "--a",      "--b",        "--model",    "--preset",      "--dtype", "--prime",   "--gen",   "--n-gen",
-    "--prompt", "--prompt-ids", "--greedy", "--temp",        "--top-k", "--top-p",   "--seed",  "--rows",
-    "--schedule", "--compare", "--cells",   "--dump-graphs", "--jsonl", "--html",    "--quiet", "--profile",
-    "--help",   "--version"};
+    "--a",          "--b",           "--model", "--preset", "--dtype", "--prime",   "--gen",  "--n-gen",    "--prompt",
+    "--prompt-ids", "--greedy",      "--temp",  "--top-k",  "--top-p", "--seed",    "--rows", "--schedule", "--compare",
+    "--cells",      "--dump-graphs", "--jsonl", "--html",   "--quiet", "--profile", "--help", "--version"};
 
 /* An unknown option: MEMRA_E_INVALID naming it, with the closest option the gate takes. */
 static memra_status unknown_option(const char *opt, memra_error *err) {

@@ -94,7 +94,8 @@ memra_status gate_html_begin(gate_ctx *ctx, gate_html *t, int *exit_code, memra_
                           cfg->html_path, memra_file_type_name((uint32_t)sb.st_mode));
     bool same = false;
     memra_error e = {0};
-    if (cfg->jsonl_path && strcmp(cfg->jsonl_path, "-") != 0 && memra_same_file(cfg->html_path, cfg->jsonl_path, &same, &e) == MEMRA_OK && same)
+    if (cfg->jsonl_path && strcmp(cfg->jsonl_path, "-") != 0 &&
+        memra_same_file(cfg->html_path, cfg->jsonl_path, &same, &e) == MEMRA_OK && same)
         return memra_fail(err, MEMRA_E_INVALID, "--html %s is the same file as --jsonl %s: it would be overwritten",
                           cfg->html_path, cfg->jsonl_path);
     *exit_code = GATE_EXIT_RUNTIME;

@@ -85,7 +85,8 @@ void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t tota
     double now = gate_now(), elapsed = now - ctx->t_start;
     uint64_t wd = work_done(ctx, done);
     if (wd > 0 && ctx->work_total > wd && elapsed > 0.5)
-        snprintf(eta, sizeof eta, ", ETA %s", duration(elapsed / (double)wd * (double)(ctx->work_total - wd), el, sizeof el));
+        snprintf(eta, sizeof eta, ", ETA %s",
+                 duration(elapsed / (double)wd * (double)(ctx->work_total - wd), el, sizeof el));
     if (ctx->progress_log) { /* a log: one line a minute */
         if (now - ctx->last_log < GATE_PROGRESS_LOG_S)
             return;
@@ -101,8 +102,8 @@ void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t tota
         return;
     const int width = 30;
     int fill = (int)((uint64_t)done * width / total);
-    fprintf(stderr, "\r  %-28s [%.*s%*s] %u/%u%-16s", what, fill, "##############################", width - fill, "", done,
-            total, eta);
+    fprintf(stderr, "\r  %-28s [%.*s%*s] %u/%u%-16s", what, fill, "##############################", width - fill, "",
+            done, total, eta);
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);

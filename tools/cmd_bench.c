@@ -40,7 +40,7 @@ static const char help_text[] =
     "                       options: whole or not at all, under a lock against other writers of\n"
     "                       FILE; FILE must not be the model. A failed append is an error (exit 3).\n";
 
-#define BENCH_MAX_LIST 64u   /* items of one list (--arm, --prime, -n) */
+#define BENCH_MAX_LIST 64u    /* items of one list (--arm, --prime, -n) */
 #define BENCH_MAX_CELLS 4096u /* cells of the grid */
 
 typedef struct bench_args {
@@ -285,9 +285,9 @@ static bool split_arms(const char *cmd, const char *text, char *buf, size_t size
         if (next) {
             const char *colon = strchr(next, ':'), *comma = strchr(next, ',');
             size_t head = colon && (!comma || colon < comma) ? (size_t)(colon - next)
-                                                              : (comma ? (size_t)(comma - next) : strlen(next));
-            new_arm = ((next[0] >= 'a' && next[0] <= 'z') || (next[0] >= 'A' && next[0] <= 'Z')) &&
-                      !memchr(next, '=', head);
+                                                             : (comma ? (size_t)(comma - next) : strlen(next));
+            new_arm =
+                ((next[0] >= 'a' && next[0] <= 'z') || (next[0] >= 'A' && next[0] <= 'Z')) && !memchr(next, '=', head);
         }
         if (!next || new_arm) {
             if (*n == BENCH_MAX_LIST) {
@@ -336,8 +336,8 @@ static bool parse_list(const char *cmd, const char *opt, const char *text, uint3
 /* The table's header, once, before its first row. */
 static void table_header(const char *model) {
     printf("model: %s\n\n", model);
-    printf("| %-28s | %6s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "n", "tok/s", "sd",
-           "ms/token", "GB/s", "% ceiling");
+    printf("| %-28s | %6s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "n", "tok/s", "sd", "ms/token",
+           "GB/s", "% ceiling");
     printf("| %.28s | -----: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
            "----------------------------");
 }

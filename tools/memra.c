@@ -37,8 +37,9 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } commands[] = {
-    {"plugins", cmd_plugins}, {"inspect", cmd_inspect}, {"mkmodel", cmd_mkmodel},
-    {"run", cmd_run},         {"bench", cmd_bench},     {"tokenize", cmd_tokenize},
+    {"plugins", cmd_plugins}, {"inspect", cmd_inspect},
+    {"mkmodel", cmd_mkmodel}, {"run", cmd_run},
+    {"bench", cmd_bench},     {"tokenize", cmd_tokenize},
     {"report", cmd_report},   {"bench-collective", cmd_bench_collective},
 };
 

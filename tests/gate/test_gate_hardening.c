@@ -484,7 +484,8 @@ Test(gate_hardening, records_are_valid_utf8_whatever_the_model_and_path_hold) {
 
 Test(gate_hardening, an_error_quoting_invalid_bytes_is_valid_utf8) {
     /* A usage error writes no record (issue 31.1): a runtime error's verdict quotes the bytes. */
-    const char *args[] = {"--a", "cpu", "--b", "cpu", "--model", "/nonexistent/\xff\xfe\x7f.gguf", SHORT, "--quiet", NULL};
+    const char *args[] = {"--a", "cpu",     "--b", "cpu", "--model", "/nonexistent/\xff\xfe\x7f.gguf",
+                          SHORT, "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     all_lines_strict(r.jsonl, strlen(r.jsonl), "the records");

@@ -215,8 +215,8 @@ Test(gate_pairs, records_go_nowhere_without_jsonl) {
 }
 
 Test(gate_pairs, records_go_to_stdout_with_jsonl_dash) {
-    const char *args[] = {"--a",    "cpu", "--b",     "cpu",     "--prime", "4", "--gen", "4",
-                          "--rows", "0",   "--quiet", "--jsonl", "-",       NULL};
+    const char *args[] = {"--a", "cpu",    "--b", "cpu",     "--prime", "4", "--gen",
+                          "4",   "--rows", "0",   "--quiet", "--jsonl", "-", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert(strncmp(r.out, "{\"record\":\"protocol\"", 20) == 0, "%.200s", r.out);
@@ -235,7 +235,8 @@ Test(gate_pairs, a_usage_error_writes_no_record) {
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.out, "", "%s", r.out);
     gate_result_free(&r);
-    const char *after[] = {"--a", "cpu", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", "--rowz", "2", NULL};
+    const char *after[] = {"--a", "cpu",    "--b", "cpu",    "--prime", "4", "--gen",
+                           "4",   "--rows", "0",   "--rowz", "2",       NULL};
     r = gate_run(after, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);

@@ -69,8 +69,8 @@ Test(gate_terminal, arms_that_differ_by_design_suggest_a_tolerance) {
     cr_assert(strstr(r.err, "verdict      FAIL") && strstr(r.err, "--compare nmse:1e-4"), "%s", r.err);
     gate_result_free(&r);
     /* and the suggestion works: the same pair at that tolerance passes */
-    const char *nmse[] = {"--a",   "cpu", "--b",    "cpu:tp=2", "--compare", "nmse:1e-4", "--prime",
-                          "4",     "--gen", "4",    "--rows",   "0",         "--quiet",   NULL};
+    const char *nmse[] = {"--a", "cpu",   "--b", "cpu:tp=2", "--compare", "nmse:1e-4", "--prime",
+                          "4",   "--gen", "4",   "--rows",   "0",         "--quiet",   NULL};
     r = run(nmse);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     gate_result_free(&r);

@@ -22,8 +22,8 @@ static void expect(const tool_result *r, int code, const char *text, const char 
 
 Test(tools_cli, help_lists_every_command_and_points_to_the_gate) {
     tool_result r = tool_run("memra", "--help", NULL);
-    const char *want[] = {"plugins", "inspect", "mkmodel", "run", "bench", "tokenize", "report", "bench-collective",
-                          "memra-gate", "help COMMAND", "--version"};
+    const char *want[] = {"plugins", "inspect",          "mkmodel",    "run",          "bench",    "tokenize",
+                          "report",  "bench-collective", "memra-gate", "help COMMAND", "--version"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         expect(&r, 0, r.out, want[i]);
     tool_result_free(&r);
@@ -44,9 +44,11 @@ Test(tools_cli, help_command_is_command_help) {
 }
 
 Test(tools_cli, version_names_commit_and_plugin_abi) {
-    const char *how[][3] = {{"memra", "--version", NULL}, {"memra", "run", "--version"}, {"memra-gate", "--version", NULL}};
+    const char *how[][3] = {
+        {"memra", "--version", NULL}, {"memra", "run", "--version"}, {"memra-gate", "--version", NULL}};
     for (size_t i = 0; i < 3; i++) {
-        tool_result r = how[i][2] ? tool_run(how[i][0], how[i][1], how[i][2], NULL) : tool_run(how[i][0], how[i][1], NULL);
+        tool_result r =
+            how[i][2] ? tool_run(how[i][0], how[i][1], how[i][2], NULL) : tool_run(how[i][0], how[i][1], NULL);
         expect(&r, 0, r.out, "(commit ");
         expect(&r, 0, r.out, "plugin ABI 1)");
         tool_result_free(&r);
@@ -60,7 +62,8 @@ Test(tools_cli, arm_and_backend_are_one_option) {
     expect(&a, 0, a.out, NULL);
     expect(&b, 0, b.out, NULL);
     expect(&c, 0, c.out, NULL);
-    cr_assert(a.out[0] && strcmp(a.out, b.out) == 0 && strcmp(a.out, c.out) == 0, "'%s' '%s' '%s'", a.out, b.out, c.out);
+    cr_assert(a.out[0] && strcmp(a.out, b.out) == 0 && strcmp(a.out, c.out) == 0, "'%s' '%s' '%s'", a.out, b.out,
+              c.out);
     tool_result_free(&a);
     tool_result_free(&b);
     tool_result_free(&c);
@@ -96,7 +99,8 @@ Test(tools_cli, a_flag_at_the_end_needs_a_value) {
 }
 
 Test(tools_cli, the_gate_takes_n_and_gen_alike) {
-    const char *base[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "4", "--rows", "0", "--quiet", "--jsonl", "-"};
+    const char *base[] = {"--a",    "cpu", "--b",     "cpu:stages=2", "--prime", "4",
+                          "--rows", "0",   "--quiet", "--jsonl",      "-"};
     const char *spell[] = {"-n", "--gen", "--n-gen"};
     for (size_t s = 0; s < 3; s++) {
         const char *args[16];
@@ -132,8 +136,9 @@ Test(tools_cli, the_gate_says_did_you_mean_and_needs_a_value) {
 
 Test(tools_cli, gate_help_lists_every_record) {
     tool_result r = tool_run("memra-gate", "--help", NULL);
-    const char *want[] = {"protocol", "step", "mismatch", "census", "refusal", "measure", "carry_check", "profile",
-                          "summary", "verdict", "interrupted", "-n, --gen N", "--version", "--jsonl FILE", "- for stdout"};
+    const char *want[] = {"protocol",    "step",        "mismatch",  "census",       "refusal",
+                          "measure",     "carry_check", "profile",   "summary",      "verdict",
+                          "interrupted", "-n, --gen N", "--version", "--jsonl FILE", "- for stdout"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         expect(&r, 0, r.out, want[i]);
     tool_result_free(&r);
