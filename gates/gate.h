@@ -283,8 +283,8 @@ memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
  * failed dump is an error naming the directory. */
 memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, memra_error *err);
 
-/* Progress on stderr, with an ETA over the whole run: a bar on a terminal, a line a minute
- * otherwise (a log); nothing with --quiet. */
+/* Progress on stderr, with an ETA over the whole run: a bar on a terminal, otherwise (a log) a
+ * line a minute and, in a long run, one at the end of each phase; nothing with --quiet. */
 void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
 /* Before the first step: the work the run will do (steps x rows), said on stderr for a long run
  * (GATE_ANNOUNCE_STEPS steps or more) unless --quiet; starts the clock of the ETA. */

@@ -71,7 +71,7 @@ void gate_announce(gate_ctx *ctx) {
                 "an ETA%s\n",
                 (unsigned long long)ctx->work_total, (unsigned long long)(P + N), (unsigned long long)P,
                 (unsigned long long)N, (unsigned long long)R, (unsigned long long)N, (unsigned long long)P,
-                ctx->progress ? "" : " once a minute");
+                ctx->progress ? "" : " at the end of each phase and once a minute");
     else
         fprintf(stderr, "memra-gate: %llu steps to run: 2 x %llu correctness steps (%llu prime + %llu gen)%s\n",
                 (unsigned long long)ctx->work_total, (unsigned long long)(P + N), (unsigned long long)P,
@@ -87,8 +87,9 @@ void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t tota
     if (wd > 0 && ctx->work_total > wd && elapsed > 0.5)
         snprintf(eta, sizeof eta, ", ETA %s",
                  duration(elapsed / (double)wd * (double)(ctx->work_total - wd), el, sizeof el));
-    if (ctx->progress_log) { /* a log: one line a minute */
-        if (now - ctx->last_log < GATE_PROGRESS_LOG_S)
+    if (ctx->progress_log) { /* a log: one line a minute, and one at the end of each phase of a long run */
+        bool phase_end = done == total && ctx->work_total >= GATE_ANNOUNCE_STEPS;
+        if (now - ctx->last_log < GATE_PROGRESS_LOG_S && !phase_end)
             return;
         ctx->last_log = now;
         char e2[32];

@@ -51,6 +51,9 @@ Test(gate_terminal, a_long_run_states_its_work_up_front) {
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert(strstr(r.err, "memra-gate: 2560 steps to run: 2 x 512 correctness steps"), "%s", r.err);
     cr_assert(strstr(r.err, "4 timing rows x 256 steps"), "%s", r.err);
+    /* stderr is not a terminal: the end of the reference pass is a line with its ETA */
+    cr_assert(strstr(r.err, "memra-gate: reference (arm a) 512/512, elapsed "), "%s", r.err);
+    cr_assert(!strchr(r.err, '\r'), "a log gets lines, not a terminal's bar: %s", r.err);
     gate_result_free(&r);
     const char *quiet[] = {"--a", "cpu", "--b", "cpu:stages=2", "--rows", "4", "--gen", "256", "--quiet", NULL};
     r = run(quiet);
