@@ -52,6 +52,8 @@ static int read_stdin(const char *cmd, char **out, size_t *len) {
         }
         size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
         n += got;
+        if (n > TOKENIZE_STDIN_MAX)
+            break; /* refused below, without reading the rest */
         if (got == 0) {
             if (ferror(stdin)) {
                 cli_error(cmd, "stdin: read failed: %s", strerror(errno));
