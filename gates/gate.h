@@ -89,6 +89,7 @@ typedef struct gate_config {
     bool rows_given;
     bool quiet;
     bool help;
+    bool version; /* --version */
 } gate_config;
 
 /* Parses argv into cfg (defaults first). MEMRA_E_INVALID with a message on any usage error. */
@@ -222,7 +223,10 @@ typedef struct gate_ctx {
     int32_t eog[32];
     uint32_t n_eog;
     gate_json json;
-    bool progress; /* stderr is a terminal and not --quiet */
+    bool progress;            /* stderr is a terminal and not --quiet */
+    bool progress_log;        /* stderr is not a terminal and not --quiet: a progress line a minute */
+    double t_start, last_log; /* when the phases began, when the last progress line was written */
+    uint64_t work_total;      /* steps the phases run (correctness, prefixes, rows), for the ETA */
     gate_trace ref, rep;
     gate_outcome out;
     bool arms_identical; /* both arms resolve to the same configuration (ignoring window) */
@@ -288,8 +292,14 @@ memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
  * failed dump is an error naming the directory. */
 memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, memra_error *err);
 
-/* Progress on stderr (a terminal only). */
+/* Progress on stderr, with an ETA over the whole run: a bar on a terminal, otherwise (a log) a
+ * line a minute and, in a long run, one at the end of each phase; nothing with --quiet. */
 void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
+/* Before the first step: the work the run will do (steps x rows), said on stderr for a long run
+ * (GATE_ANNOUNCE_STEPS steps or more) unless --quiet; starts the clock of the ETA. */
+void gate_announce(gate_ctx *ctx);
+#define GATE_ANNOUNCE_STEPS 1000u
+#define GATE_PROGRESS_LOG_S 60.0 /* seconds between two progress lines in a log */
 /* "prime" or "gen", and the index within it. */
 const char *gate_phase_name(const gate_config *cfg, uint32_t step);
 uint32_t gate_phase_index(const gate_config *cfg, uint32_t step);
@@ -415,6 +425,9 @@ void gate_judge(const gate_ctx *ctx, gate_verdict *v);
 /* The readable summary on stderr; when it cannot be written, why (naming stderr's errno) in
  * error. */
 void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v, char *error, size_t error_size);
+/* The speed verdict in one sentence ("b is 2.3% slower than a ..., 95% CI [...]: significant",
+ * "no significant difference ...", "too few rows for an interval ..."), into buf. */
+const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size);
 /* "logits, cache digest" etc.: what differed at a mismatch. */
 void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size);
 

@@ -52,12 +52,18 @@ static memra_status take_value(int argc, char **argv, int *i, const char *eq, co
         return MEMRA_OK;
     }
     if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "%s needs a value (see --help)", opt);
+        return memra_fail(err, MEMRA_E_INVALID, "%s needs a value%s (see --help)", opt,
+                          *i + 1 >= argc ? ", and it is the last argument" : "");
     *out = argv[++*i];
     return MEMRA_OK;
 }
 
 static memra_status parse_compare(const char *s, gate_config *cfg, memra_error *err) {
+    if (strcmp(s, "nmse") == 0 || strcmp(s, "nmse:") == 0)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "--compare %s needs a tolerance: nmse:X, e.g. --compare nmse:1e-4 (the tolerance the "
+                          "project uses for cpu against cuda)",
+                          s);
     if (strcmp(s, "exact") == 0) {
         cfg->nmse = false;
     } else if (strncmp(s, "nmse:", 5) == 0) {
@@ -79,12 +85,15 @@ typedef struct given {
 
 static bool is_flag(const char *opt) {
     return strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0 || strcmp(opt, "--quiet") == 0 ||
-           strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0 || strcmp(opt, "--allow-past-context") == 0;
+           strcmp(opt, "--greedy") == 0 || strcmp(opt, "--profile") == 0 || strcmp(opt, "--version") == 0 ||
+           strcmp(opt, "--allow-past-context") == 0;
 }
 
 static memra_status set_flag(const char *opt, gate_config *cfg, given *g) {
     if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0)
         cfg->help = true;
+    else if (strcmp(opt, "--version") == 0)
+        cfg->version = true;
     else if (strcmp(opt, "--quiet") == 0)
         cfg->quiet = true;
     else if (strcmp(opt, "--greedy") == 0)
@@ -183,6 +192,66 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
     return MEMRA_OK;
 }
 
+/* Levenshtein distance of two short strings (longer ones are never close). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The options --help lists, for "did you mean". */
+static const char *const known_options[] = {
+    "--a",        "--b",       "--model",  "--preset",      "--dtype",       "--prime",
+    "--gen",      "--n-gen",   "--prompt", "--prompt-ids",  "--prompt-file", "--allow-past-context",
+    "--greedy",   "--temp",    "--top-k",  "--top-p",       "--seed",        "--rows",
+    "--schedule", "--compare", "--cells",  "--dump-graphs", "--jsonl",       "--html",
+    "--quiet",    "--profile", "--help",   "--version"};
+
+/* An unknown option: MEMRA_E_INVALID naming it, with the closest option the gate takes. */
+static memra_status unknown_option(const char *opt, memra_error *err) {
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, len = strlen(opt), limit = len / 3 > 2 ? len / 3 : 2;
+    for (size_t i = 0; i < sizeof known_options / sizeof known_options[0]; i++) {
+        size_t d = edit_distance(opt, known_options[i]);
+        if (d < best_d)
+            best_d = d, best = known_options[i];
+    }
+    if (best && best_d <= limit)
+        return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s': did you mean %s? (see --help)", opt, best);
+    return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
+}
+
+/* Whether set_option knows opt (asked on a scratch configuration, so an option added there is
+ * known here without a second list). */
+static bool known_value_option(const char *opt) {
+    gate_config scratch = {0};
+    given g = {0};
+    memra_error e = {0};
+    return set_option(opt, "", &scratch, &g, &e) == MEMRA_OK || strncmp(e.msg, "unknown option", 14) != 0;
+}
+
+/* One spelling of each option: -n and --n-gen (memra run's and bench's) are --gen. */
+static const char *canonical_option(const char *opt) {
+    return strcmp(opt, "-n") == 0 || strcmp(opt, "--n-gen") == 0 ? "--gen" : opt;
+}
+
 /* The options' combinations, once all are read. */
 static memra_status check_config(gate_config *cfg, const given *g, memra_error *err) {
     if (cfg->model_path && cfg->preset)
@@ -252,13 +321,17 @@ memra_status gate_cli_parse(int argc, char **argv, gate_config *cfg, memra_error
                               arg);
         memcpy(opt, arg, olen);
         opt[olen] = '\0';
+        if (canonical_option(opt) != opt)
+            snprintf(opt, sizeof opt, "%s", canonical_option(opt));
         if (is_flag(opt))
             st = eq ? memra_fail(err, MEMRA_E_INVALID, "%s takes no value", opt) : set_flag(opt, cfg, &g);
+        else if (!known_value_option(opt))
+            st = unknown_option(opt, err); /* before its value: an unknown option never "needs a value" */
         else if ((st = take_value(argc, argv, &i, eq, opt, &v, err)) == MEMRA_OK &&
                  (st = once(opt, seen, &n_seen, err)) == MEMRA_OK)
             st = set_option(opt, v, cfg, &g, err);
     }
-    if (st != MEMRA_OK || cfg->help)
+    if (st != MEMRA_OK || cfg->help || cfg->version)
         return st;
     return check_config(cfg, &g, err);
 }
@@ -280,10 +353,10 @@ static const char help_text[] =
     "memra-gate: prove that two arms of one model load produce the same bits at every step, then\n"
     "time them in an interleaved schedule.\n"
     "\n"
-    "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [--gen N]\n"
+    "usage: memra-gate --a ARM --b ARM [--model F.gguf | --preset NAME [--dtype D]] [--prime P] [-n N]\n"
     "                  [--prompt-ids FILE | --prompt TEXT | --prompt-file FILE] [--allow-past-context]\n"
     "                  [--greedy | --temp T [--top-k K] [--top-p P] [--seed S]]\n"
-    "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X]\n"
+    "                  [--rows R | --profile] [--schedule ABBA|BAAB] [--compare exact|nmse:X] [--version]\n"
     "                  [--cells none|some|all] [--dump-graphs DIR] [--jsonl FILE] [--html FILE] [--quiet]\n"
     "       memra-gate            (no arms: cuda against cuda-graph where a GPU and both plugins are\n"
     "                              present, otherwise cpu against cpu:stages=2, on the embedded model)\n"
@@ -306,7 +379,7 @@ static const char help_text[] =
     "  --dtype D            tensor type of a preset: f32 (default), f16, bf16, q8_0\n"
     "  --prime P            prompt steps (default 256; the prompt file's length when --prompt-ids\n"
     "                       is given without --prime)\n"
-    "  --gen N              generated steps (default 256)\n"
+    "  -n, --gen N          generated steps (default 256; --n-gen too, as memra run and bench)\n"
     "  --prompt-ids FILE    prompt token ids, separated by spaces, newlines or commas (at least P);\n"
     "                       default: id i = (100 + 7i mod 900) mod n_vocab\n"
     "  --prompt TEXT        or a text prompt (needs --model): the prime steps are its tokens under\n"
@@ -354,9 +427,10 @@ static const char help_text[] =
     "                       into DIR/a-correctness and DIR/b-correctness, the scored timing state\n"
     "                       (after the rows) into DIR/a-timing and DIR/b-timing; the census record\n"
     "                       lists the files (\"dumped\"). An arm without graphs is said on stderr\n"
-    "  --jsonl FILE         append the JSON-line records there (default: stdout): each line whole,\n"
-    "                       under a lock, so gates sharing one file never interleave; never one of\n"
-    "                       the inputs\n"
+    "  --jsonl FILE         append the JSON-line records there (- for stdout; without --jsonl no\n"
+    "                       record is written: the terminal gets progress and the summary): each\n"
+    "                       line whole, under a lock, so gates sharing one file never interleave;\n"
+    "                       never one of the inputs. A usage error writes no record\n"
     "  --html FILE          at the end, write the report of this run's records (as memra report\n"
     "                       makes it) to FILE: one self-contained HTML page, written privately and\n"
     "                       renamed into place; also for a failing run, and marked interrupted for\n"
@@ -365,12 +439,14 @@ static const char help_text[] =
     "  --quiet              no progress display and no summary table on stderr (why a run failed,\n"
     "                       and warnings about the plugins found, are still said)\n"
     "  --help, -h           this text\n"
+    "  --version            the version, commit and plugin ABI\n"
     "\n"
     "A tensor-parallel arm's epochs are checked after every step of the correctness passes (each\n"
     "block of every rank advanced by exactly one per step; a pipelined arm where it drains), or exit 1.\n"
-    "records (one JSON object a line, field \"record\"): protocol, step, mismatch, census, refusal, measure\n"
-    "(timing rows), carry_check (--rows 0), profile (--profile windows), summary, verdict; every\n"
-    "field is documented in gates/RECORDS.md. Arms that\n"
+    "records (one JSON object a line, field \"record\"; only with --jsonl): protocol, step, mismatch,\n"
+    "census, refusal, measure (timing rows), carry_check (--rows 0), profile (--profile windows),\n"
+    "summary, verdict, and interrupted (last, in place of the verdict, when a signal stopped the run);\n"
+    "every field is documented in gates/RECORDS.md. Arms that\n"
     "resolve to the same configuration (window aside) are flagged \"arms_identical\" and warned of:\n"
     "their comparison proves determinism only.\n"
     "exit codes: 0 pass, 1 mismatch (a step, a timing row, the carry check or a profile window) or\n"

@@ -94,7 +94,8 @@ memra_status gate_html_begin(gate_ctx *ctx, gate_html *t, int *exit_code, memra_
                           cfg->html_path, memra_file_type_name((uint32_t)sb.st_mode));
     bool same = false;
     memra_error e = {0};
-    if (cfg->jsonl_path && memra_same_file(cfg->html_path, cfg->jsonl_path, &same, &e) == MEMRA_OK && same)
+    if (cfg->jsonl_path && strcmp(cfg->jsonl_path, "-") != 0 &&
+        memra_same_file(cfg->html_path, cfg->jsonl_path, &same, &e) == MEMRA_OK && same)
         return memra_fail(err, MEMRA_E_INVALID, "--html %s is the same file as --jsonl %s: it would be overwritten",
                           cfg->html_path, cfg->jsonl_path);
     *exit_code = GATE_EXIT_RUNTIME;
@@ -104,8 +105,7 @@ memra_status gate_html_begin(gate_ctx *ctx, gate_html *t, int *exit_code, memra_
     if (memra_atomic_open(cfg->html_path, &probe, &pf, &e) != MEMRA_OK)
         return memra_fail(err, MEMRA_E_IO, "--html: %s", e.msg);
     memra_atomic_abort(probe);
-    if (!gj_open(&ctx->json))
-        return MEMRA_OK; /* the records go nowhere: nothing to show */
+    /* Without --jsonl the records go nowhere but into the page. */
     t->fd = ctx->json.fd;
     t->f = ctx->json.f;
     t->name = ctx->json.name;
@@ -154,7 +154,10 @@ bool gate_html_end(gate_ctx *ctx, gate_html *t, gate_verdict *v) {
     FILE *m = open_memstream(&html, &html_len);
     report_diag diag;
     char source[1100];
-    snprintf(source, sizeof source, "memra-gate records (%s)", t->name ? t->name : "stdout");
+    if (t->fd < 0 && !t->f)
+        snprintf(source, sizeof source, "memra-gate records (this run's, kept for the page only: no --jsonl)");
+    else
+        snprintf(source, sizeof source, "memra-gate records (%s)", t->name ? t->name : "stdout");
     report_status st = m ? report_render(m, source, t->all ? t->all : "", t->all_len, &diag) : REPORT_NOMEM;
     if (m && fclose(m) != 0 && st == REPORT_OK)
         st = REPORT_NOMEM;

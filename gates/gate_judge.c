@@ -99,7 +99,10 @@ void gate_judge(const gate_ctx *ctx, gate_verdict *v) {
     } else if (o->bad_steps) {
         judge_bad_steps(ctx, v);
         if (ctx->by_design[0] && !cfg->nmse)
-            add(v, " (expected: %s; compare them with --compare nmse:X)", ctx->by_design);
+            add(v,
+                " (expected: %s: these arms differ by design; compare them with --compare nmse:1e-4, the "
+                "tolerance the project uses for cpu against cuda)",
+                ctx->by_design);
     } else if (o->epoch_failures) {
         add(v, "%u epoch census failure(s); first: %s", o->epoch_failures, o->epoch_failure);
     } else if (o->cells_failed) {
@@ -144,6 +147,22 @@ static void table_first_bad(FILE *f, const gate_ctx *ctx) {
         fprintf(f, "               sampled token ref %" PRId64 " got %" PRId64 "\n", m->token_ref, m->token_got);
 }
 
+/* The schedule of the rows run, as they ran: "ABBA" (or "BAAB") only where the rows make it
+ * (a multiple of 4), else the letters themselves ("AB" for 2 rows). */
+static const char *schedule_label(const gate_config *cfg, char *buf, size_t size) {
+    if (cfg->rows >= 4 && cfg->rows % 4 == 0) {
+        snprintf(buf, size, "%s", cfg->baab ? "BAAB" : "ABBA");
+        return buf;
+    }
+    size_t n = 0;
+    for (uint32_t r = 0; r < cfg->rows && n + 4 < size; r++)
+        buf[n++] = gate_schedule_arm(r, cfg->rows, cfg->baab) ? 'B' : 'A';
+    if (n < cfg->rows)
+        buf[n++] = '.', buf[n++] = '.', buf[n++] = '.';
+    buf[n] = '\0';
+    return buf;
+}
+
 static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
@@ -161,13 +180,16 @@ static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
     fprintf(f, "  tokens       %u/%u generated tokens agree; max NMSE %.3g\n", o->token_agree, o->token_total,
             o->max_nmse);
     if (o->timing_done) {
+        char sched[80];
         fprintf(f, "  rows         %u run (%s), %u failed verification, %u ineligible\n", o->n_rows,
-                cfg->baab ? "BAAB" : "ABBA", o->row_failures, o->rows_ineligible);
+                schedule_label(cfg, sched, sizeof sched), o->row_failures, o->rows_ineligible);
         for (int i = 0; i < 2; i++)
-            fprintf(f, "  tok/s %s      %.1f median (%.1f .. %.1f), %u eligible row(s)\n", i ? "b" : "a", o->median[i],
-                    o->min[i], o->max[i], o->eligible[i]);
+            fprintf(f, "  tok/s %s      %.1f median (min %.1f .. max %.1f), %u eligible row(s)\n", i ? "b" : "a",
+                    o->median[i], o->min[i], o->max[i], o->eligible[i]);
         if (o->have_ratio)
             fprintf(f, "  ratio b/a    %.4f (95%% CI %.4f .. %.4f)\n", o->ratio, o->ratio_lo, o->ratio_hi);
+        else
+            fprintf(f, "  ratio b/a    %.4f (no interval: too few rows)\n", o->ratio);
     } else if (cfg->rows) {
         fprintf(f, "  timing       not run (correctness failed first)\n");
     }
@@ -189,7 +211,37 @@ static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
         fprintf(f, "  by design    %s\n", ctx->by_design);
     if (cfg->dump_dir)
         fprintf(f, "  graphs       %u file(s) dumped under %s\n", o->dumped_files, cfg->dump_dir);
-    fprintf(f, "  verdict      %s (exit %d): %s\n\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
+    fprintf(f, "  verdict      %s (exit %d): %s\n", v->exit == 0 ? "PASS" : "FAIL", v->exit, v->reason);
+    char speed[400];
+    fprintf(f, "  speed        %s\n\n", gate_speed_sentence(ctx, speed, sizeof speed));
+}
+
+const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size) {
+    const gate_outcome *o = &ctx->out;
+    const gate_config *cfg = ctx->cfg;
+    if (!cfg->rows)
+        snprintf(buf, size, "not timed (%s)", cfg->profile ? "--profile" : "--rows 0");
+    else if (!o->timing_done)
+        snprintf(buf, size, "not timed (correctness failed first)");
+    else if (!o->eligible[0] || !o->eligible[1])
+        snprintf(buf, size, "no comparison: an arm has no eligible timing row");
+    else if (!o->have_ratio)
+        snprintf(buf, size,
+                 "too few rows for an interval (%u and %u eligible row(s) on a and b; at least 2 each, --rows 8 "
+                 "or more, give one): b/a %.4f, no verdict on speed",
+                 o->eligible[0], o->eligible[1], o->ratio);
+    else {
+        double pct = (o->ratio - 1.0) * 100.0, lo = (o->ratio_lo - 1.0) * 100.0, hi = (o->ratio_hi - 1.0) * 100.0;
+        bool significant = o->ratio_lo > 1.0 || o->ratio_hi < 1.0;
+        if (significant)
+            snprintf(buf, size, "b is %.1f%% %s than a (median tok/s), 95%% CI [%+.1f%%, %+.1f%%]: significant",
+                     pct >= 0 ? pct : -pct, pct >= 0 ? "faster" : "slower", lo, hi);
+        else
+            snprintf(buf, size,
+                     "no significant difference: b/a %+.1f%% (median tok/s), 95%% CI [%+.1f%%, %+.1f%%] includes 0",
+                     pct, lo, hi);
+    }
+    return buf;
 }
 
 /* Built in memory and written with write(2), so a failure keeps its errno. */

@@ -11,6 +11,7 @@
 
 #include "gate.h"
 #include "memra/fileio.h"
+#include "memra_commit.h"
 
 /* SIGINT, SIGTERM or SIGHUP received: the handler sets it and does nothing else; the step loops
  * check it between steps (gate_check_stop) and main writes the interrupted record. */
@@ -74,6 +75,7 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
     gate_rec_protocol(ctx);
     if ((st = gate_check_stop(ctx, err)) != MEMRA_OK)
         return st;
+    gate_announce(ctx);
     ctx->phase = "reference";
     if ((st = gate_reference(ctx, err)) != MEMRA_OK)
         return st;
@@ -164,7 +166,7 @@ static memra_status open_jsonl(gate_ctx *ctx, const char *path, memra_error *err
     return MEMRA_OK;
 }
 
-/* Where the records go (stdout or --jsonl), the progress display, and what must fail before a
+/* Where the records go (--jsonl FILE, --jsonl - for stdout, or nowhere), the progress display, and what must fail before a
  * model is loaded: an output that is an input, a dump directory that cannot be written. */
 static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit_code, memra_error *err) {
     const gate_config *cfg = ctx->cfg;
@@ -174,11 +176,15 @@ static memra_status open_outputs(gate_ctx *ctx, int argc, char **argv, int *exit
         ctx->json.f = NULL; /* the output is an input: nothing is written to it */
         return st;
     }
-    if (cfg->jsonl_path && (st = open_jsonl(ctx, cfg->jsonl_path, err)) != MEMRA_OK) {
+    if (cfg->jsonl_path && strcmp(cfg->jsonl_path, "-") == 0) {
+        ctx->json.f = stdout; /* --jsonl -: the records on stdout, asked for */
+        ctx->json.name = "stdout";
+    } else if (cfg->jsonl_path && (st = open_jsonl(ctx, cfg->jsonl_path, err)) != MEMRA_OK) {
         *exit_code = GATE_EXIT_RUNTIME;
         return st;
     }
     ctx->progress = !cfg->quiet && isatty(STDERR_FILENO);
+    ctx->progress_log = !cfg->quiet && !ctx->progress;
     st = cfg->dump_dir ? gate_dump_prepare(cfg->dump_dir, err) : MEMRA_OK;
     if (st != MEMRA_OK) {
         *exit_code = gate_exit_for(st);
@@ -282,7 +288,10 @@ static void stopped(gate_ctx *ctx, gate_verdict *v, memra_status st, const memra
     if (v->exit == GATE_EXIT_USAGE)
         fprintf(stderr, "memra-gate: see memra-gate --help\n");
     check_stderr(v, NULL);
-    gate_rec_verdict(&ctx->json, ctx->cfg, v);
+    /* A usage error is no run: it writes no record anywhere (a lone verdict in a shared record
+     * file would read as a failed gate). */
+    if (v->exit != GATE_EXIT_USAGE)
+        gate_rec_verdict(&ctx->json, ctx->cfg, v);
 }
 
 /* A run stopped by a signal: the interrupted record (the last), exit 128 + the signal. */
@@ -328,7 +337,7 @@ static void hold_closed_std_fds(void) {
 
 int main(int argc, char **argv) {
     gate_config cfg;
-    gate_ctx ctx = {.cfg = &cfg, .json = {.f = stdout, .fd = -1, .name = "stdout"}};
+    gate_ctx ctx = {.cfg = &cfg, .json = {.f = NULL, .fd = -1, .name = "(none)"}};
     gate_verdict v = {.exit = GATE_EXIT_PASS, .arms_identical = -1};
     gate_session s = {0};
     gate_html html = {.fd = -1};
@@ -338,12 +347,10 @@ int main(int argc, char **argv) {
     bool finished = false;
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);
     if (st != MEMRA_OK) {
-        v.exit = GATE_EXIT_USAGE;
-        memra_error ignored = {0};
-        if (cfg.jsonl_path && outputs_not_inputs(&cfg, argc, argv, &ignored) != MEMRA_OK)
-            ctx.json.f = NULL; /* the verdict goes where asked, unless that is an input */
-        else if (cfg.jsonl_path && open_jsonl(&ctx, cfg.jsonl_path, &ignored) != MEMRA_OK)
-            fprintf(stderr, "memra-gate: %s\n", ignored.msg);
+        v.exit = GATE_EXIT_USAGE; /* nothing is opened: a usage error writes no record */
+    } else if (cfg.version) {
+        printf("memra-gate %s (commit %s, library %s, plugin ABI %u)\n", MEMRA_VERSION_STRING, MEMRA_GIT_COMMIT,
+               memra_version(), (unsigned)MEMRA_ABI_VERSION);
     } else if (cfg.help) {
         if (memra_registry_open(&s.reg, &err) != MEMRA_OK)
             s.reg = NULL; /* the help then lists no plugin keys */
@@ -360,7 +367,7 @@ int main(int argc, char **argv) {
             finished = true;
         }
     }
-    if (gate_signal && !cfg.help && !finished)
+    if (gate_signal && !cfg.help && !cfg.version && !finished)
         interrupted(&ctx, &v);
     else if (st != MEMRA_OK) {
         if (ctx.json.failed && v.exit != GATE_EXIT_USAGE)
@@ -378,7 +385,7 @@ int main(int argc, char **argv) {
     if (s.reg)
         memra_registry_close(s.reg);
     gate_html_end(&ctx, &html, &v); /* --html: the page of this run's records */
-    close_outputs(&ctx, cfg.help || ctx.json.f == stdout, &v);
+    close_outputs(&ctx, cfg.help || cfg.version || ctx.json.f == stdout, &v);
     gj_free(&ctx.json);
     return v.exit;
 }

@@ -412,7 +412,7 @@ memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, 
     if (ctx->by_design[0] && !cfg->nmse && !cfg->quiet)
         fprintf(stderr,
                 "memra-gate: warning: %s, so an exact comparison is expected to fail: compare them with --compare "
-                "nmse:X\n",
+                "nmse:1e-4 (the tolerance the project uses for cpu against cuda)\n",
                 ctx->by_design);
     return MEMRA_OK;
 }

@@ -29,11 +29,95 @@ int cli_fail(const char *cmd, const memra_error *err) {
     return err->status == MEMRA_E_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_ERROR;
 }
 
+/* Whether name is one of the '|'-separated spellings of alts. */
+static bool alt_has(const char *alts, const char *name) {
+    size_t len = strlen(name);
+    for (const char *p = alts; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncmp(p, name, n) == 0)
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
 static cli_opt *find_opt(cli_opt *opts, size_t n, const char *name) {
     for (size_t i = 0; i < n; i++)
-        if (strcmp(opts[i].name, name) == 0 || (opts[i].alt && strcmp(opts[i].alt, name) == 0))
+        if (strcmp(opts[i].name, name) == 0 || alt_has(opts[i].alt, name))
             return &opts[i];
     return NULL;
+}
+
+/* Levenshtein distance of two short strings (longer ones are never close). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *cli_closest(const char *typed, const char *const *names, size_t n) {
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, len = strlen(typed);
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i])
+            continue;
+        size_t d = edit_distance(typed, names[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = names[i];
+        }
+    }
+    return best_d <= limit ? best : NULL;
+}
+
+/* "unknown option '--x'", with the closest spelling the command takes. */
+static void unknown_option(const char *cmd, const char *name, const cli_opt *opts, size_t n) {
+    const char *names[128];
+    char alts[64][64];
+    size_t k = 0, n_alts = 0;
+    for (size_t i = 0; i < n && k + 2 < sizeof names / sizeof names[0]; i++) {
+        names[k++] = opts[i].name;
+        for (const char *p = opts[i].alt; p && *p && n_alts < 64 && k + 2 < sizeof names / sizeof names[0];) {
+            const char *bar = strchr(p, '|');
+            size_t len = bar ? (size_t)(bar - p) : strlen(p);
+            if (len > 2) { /* a long spelling ("--backend"); a letter ("-n") is never a typo's target */
+                snprintf(alts[n_alts], sizeof alts[n_alts], "%.*s", (int)len, p);
+                names[k++] = alts[n_alts++];
+            }
+            p = bar ? bar + 1 : NULL;
+        }
+    }
+    names[k++] = "--help";
+    const char *near = cli_closest(name, names, k);
+    if (near)
+        cli_error(cmd, "unknown option '%s': did you mean %s? (see memra %s --help)", name, near, cmd);
+    else
+        cli_error(cmd, "unknown option '%s' (see memra %s --help)", name, cmd);
+}
+
+void cli_print_version(FILE *f, const char *tool, const char *commit) {
+    fprintf(f, "%s %s (commit %s, library %s, plugin ABI %u)\n", tool, MEMRA_VERSION_STRING, commit, memra_version(),
+            (unsigned)MEMRA_ABI_VERSION);
 }
 
 int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, size_t n_opts, const char **pos,
@@ -70,7 +154,7 @@ int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opt *opts, 
         }
         cli_opt *o = find_opt(opts, n_opts, name);
         if (!o) {
-            cli_error(cmd, "unknown option '%s' (see memra %s --help)", name, cmd);
+            unknown_option(cmd, name, opts, n_opts);
             return CLI_EXIT_USAGE;
         }
         if (o->given) {

@@ -18,8 +18,8 @@
 #define CLI_EXIT_USAGE 2
 #define CLI_EXIT_ERROR 3
 
-/* One option a subcommand accepts. `name` is the long form ("--model"), `alt` a second spelling
- * ("-o") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
+/* One option a subcommand accepts. `name` is the long form ("--model"), `alt` other spellings
+ * ("-o", or several separated by '|': "-n|--gen") or NULL; `value` says whether it takes one. After parsing, `given` holds the value (or
  * "" for a flag) when the option was on the command line, else NULL. An option given twice is a
  * usage error. */
 typedef struct cli_opt {
@@ -28,6 +28,10 @@ typedef struct cli_opt {
     bool value;
     const char *given;
 } cli_opt;
+
+/* The closest of `names` (n of them, NULLs skipped) to `typed` by edit distance, when close enough
+ * to be a typo (at most 2 edits, or a third of its length); NULL otherwise. For "did you mean". */
+const char *cli_closest(const char *typed, const char *const *names, size_t n);
 
 /* Parses argv[first..argc): options of `opts` ("--name value", "--name=value", "-n value") and up
  * to max_pos positional arguments (into pos). "--help" and "-h" are always accepted: they set
@@ -141,6 +145,12 @@ typedef struct cli_session {
 /* Loads the model and opens the arm; prints the failure and returns its exit code. */
 int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s);
 void cli_session_close(cli_session *s);
+/* Closes the session's arm and opens arm_text on the same model and registry (memra bench's grid
+ * of arms on one load); prints the failure and returns its exit code (s->arm is then NULL). */
+int cli_session_rearm(const char *cmd, cli_session *s, const char *arm_text);
+/* Whether the arm names a backend, placement or collective of which the registry found no
+ * manifest (a usage error: a typo). */
+bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text);
 /* One serial step through the arm layer: begin then end. token may be MEMRA_TOKEN_FROM_DEVICE;
  * sample NULL: none; logits NULL: not copied out. */
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
@@ -155,5 +165,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+
+/* The version line every tool prints for --version: version, commit, plugin ABI. */
+void cli_print_version(FILE *f, const char *tool, const char *commit);
 
 #endif

@@ -1,10 +1,13 @@
-/* cmd_bench.c: `memra bench`: decode speed of one arm. A prefix state is primed once with
- * --prime tokens; each repetition restores it and generates -n tokens greedily (the token stays
- * on the device: MEMRA_TOKEN_FROM_DEVICE). Reports tok/s (mean and standard deviation over
- * repetitions, warm-up excluded), ms/token, GB/s of bytes read per token (weights plus the f32 KV
- * cache up to the position), the backend's measured ceiling when it offers one, and memory.
- * Every repetition must generate the same tokens: a backend that does not is an error, not a
- * figure. */
+/* cmd_bench.c: `memra bench`: decode speed of one arm or a grid of them, as llama-bench does: for
+ * every arm of --arm A,B,..., every prefix of --prime P1,P2,... and every length of -n N1,N2,...
+ * (arms outermost), on one load of the model. A prefix state is primed once per cell with P
+ * tokens; each repetition restores it and generates N tokens greedily (the token stays on the
+ * device: MEMRA_TOKEN_FROM_DEVICE). One markdown table, a row a cell as it is measured: tok/s
+ * (mean and standard deviation over repetitions, warm-up excluded), ms/token, GB/s of bytes read
+ * per token (weights plus the f32 KV cache up to the position) and the share of the backend's
+ * measured ceiling when it offers one; then each arm's device, ceiling and memory. With --jsonl,
+ * one record a cell. Every repetition must generate the same tokens: a backend that does not is
+ * an error, not a figure. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,24 +20,31 @@
 #include "memra_commit.h"
 
 static const char help_text[] =
-    "usage: memra bench [--backend ARM] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
-    "                   [--prime P] [-n N] [--reps R] [--warmup W] [--jsonl FILE]\n"
+    "usage: memra bench [--arm ARM[,ARM...]] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
+    "                   [--prime P[,P...]] [-n N[,N...]] [--reps R] [--warmup W] [--jsonl FILE]\n"
     "                   [--allow-past-context]\n"
     "\n"
-    "Primes a prefix of P tokens once, then runs W warm-up and R timed repetitions, each restoring\n"
-    "the prefix and generating N tokens greedily. Prints tok/s (mean and standard deviation),\n"
-    "ms/token, GB/s (weights + f32 KV cache read per token), the backend's measured ceiling and\n"
-    "the share of it when the backend offers one, the device, and memory in use.\n"
-    "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu)\n"
-    "  --prime P            prefix tokens (default 512): bos, then fixed pseudo-random ids\n"
-    "  -n, --n-gen N        tokens generated per repetition (default 128)\n"
+    "For every arm, prefix length P and generated length N given (a grid, arms outermost, on one\n"
+    "load of the model): primes a prefix of P tokens, then runs W warm-up and R timed repetitions,\n"
+    "each restoring the prefix and generating N tokens greedily. Prints one markdown table, a row a\n"
+    "cell: tok/s (mean and standard deviation), ms/token, GB/s (weights + f32 KV cache read per\n"
+    "token) and the share of the backend's measured ceiling where it offers one; then each arm's\n"
+    "device, ceiling and memory in use.\n"
+    "\n" CLI_MODEL_HELP "  --arm ARM[,ARM...]   the arms: BACKEND[:key=value,...] (default cpu); in a list, a new arm\n"
+    "                       starts at each item that is a backend name (with or without :keys),\n"
+    "                       so --arm cpu:stages=2,splits=1,cuda is two arms (--backend: the same)\n"
+    "  --prime P[,P...]     prefix tokens (default 512): bos, then fixed pseudo-random ids\n"
+    "  -n, --gen N[,N...]   tokens generated per repetition (default 128; --n-gen too)\n"
     "  --reps R             timed repetitions (default 5)\n"
     "  --warmup W           untimed repetitions first (default 1)\n"
     "  --allow-past-context let P + N go past the model's context length (<arch>.context_length),\n"
     "                       refused otherwise; the record then says \"past_context\": true\n"
-    "  --jsonl FILE         append one JSON line with the figures, commit, device and options:\n"
-    "                       whole or not at all, under a lock against other writers of FILE;\n"
-    "                       FILE must not be the model. A failed append is an error (exit 3).\n";
+    "  --jsonl FILE         append one JSON line a cell with the figures, commit, device and\n"
+    "                       options: whole or not at all, under a lock against other writers of\n"
+    "                       FILE; FILE must not be the model. A failed append is an error (exit 3).\n";
+
+#define BENCH_MAX_LIST 64u    /* items of one list (--arm, --prime, -n) */
+#define BENCH_MAX_CELLS 4096u /* cells of the grid */
 
 typedef struct bench_args {
     cli_model_sel sel;
@@ -175,31 +185,6 @@ static void bench_stats(const memra_model *m, const bench_args *ba, bench_result
     br->gb_s = br->bytes_per_token * br->mean / 1e9;
 }
 
-static void bench_print(cli_session *ss, const bench_args *ba, const bench_result *br) {
-    char b1[32], b2[32], b3[32], b4[32];
-    printf("model:        %s\n", ss->lm->label);
-    printf("arm:          %s\n", memra_arm_text(ss->arm));
-    printf("device:       %s\n", br->device);
-    printf("shape:        prime %u, generate %u, %u repetitions (+%u warm-up)\n", ba->prime, ba->n_gen, ba->reps,
-           ba->warmup);
-    printf("decode:       %.2f tok/s +- %.2f (sd), %.3f ms/token\n", br->mean, br->sd, br->ms_per_token);
-    printf("bandwidth:    %.2f GB/s (%s read per token: weights + f32 KV cache)\n", br->gb_s,
-           cli_bytes((uint64_t)br->bytes_per_token, b1, sizeof b1));
-    if (br->ceiling > 0)
-        printf("ceiling:      %.2f GB/s measured (%s): %.1f%% of it\n", br->ceiling / 1e9, br->ceiling_how,
-               100.0 * br->gb_s * 1e9 / br->ceiling);
-    else
-        printf("ceiling:      %s\n", br->ceiling_how[0] ? br->ceiling_how : "not offered by this backend");
-    if (br->have_mem)
-        printf("memory:       weights %s, KV caches %s (prefix + working state), scratch %s, device in use %s\n",
-               cli_bytes(br->mem.weight_bytes, b1, sizeof b1), cli_bytes(br->mem.cache_bytes, b2, sizeof b2),
-               cli_bytes(br->mem.scratch_bytes, b3, sizeof b3),
-               br->mem.device_in_use ? cli_bytes(br->mem.device_in_use, b4, sizeof b4) : "n/a");
-    else
-        printf("memory:       not reported by this backend\n");
-    printf("peak RSS:     %s\n", cli_bytes(cli_peak_rss(), b1, sizeof b1));
-}
-
 /* The record is built in memory, then appended whole or not at all (memra_append_line: under an
  * exclusive lock of the file, a failed write truncated back), so two benches appending to one
  * file never interleave and a full disk never leaves half a line. */
@@ -287,12 +272,149 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
     return rc;
 }
 
+/* Splits an --arm list into arms: a new arm starts at each comma-separated item whose part
+ * before its first ':' has no '=' and starts with a letter (a backend name); every other item
+ * (key=value, or a list value's element such as the 1 of devices=0,1) continues the arm before
+ * it. arms[] point into buf (a copy of text). */
+static bool split_arms(const char *cmd, const char *text, char *buf, size_t size, const char **arms, uint32_t *n) {
+    *n = 0;
+    if (snprintf(buf, size, "%s", text) >= (int)size) {
+        cli_error(cmd, "--arm: the list is too long");
+        return false;
+    }
+    char *start = buf;
+    for (char *p = buf;; p++) {
+        if (*p != ',' && *p != '\0')
+            continue;
+        char *next = *p ? p + 1 : NULL;
+        bool new_arm = false;
+        if (next) {
+            const char *colon = strchr(next, ':'), *comma = strchr(next, ',');
+            size_t head = colon && (!comma || colon < comma) ? (size_t)(colon - next)
+                                                             : (comma ? (size_t)(comma - next) : strlen(next));
+            new_arm =
+                ((next[0] >= 'a' && next[0] <= 'z') || (next[0] >= 'A' && next[0] <= 'Z')) && !memchr(next, '=', head);
+        }
+        if (!next || new_arm) {
+            if (*n == BENCH_MAX_LIST) {
+                cli_error(cmd, "--arm: more than %u arms", BENCH_MAX_LIST);
+                return false;
+            }
+            if (next)
+                *p = '\0';
+            if (!*start) {
+                cli_error(cmd, "--arm '%s': an empty arm", text);
+                return false;
+            }
+            arms[(*n)++] = start;
+            if (!next)
+                break;
+            start = next;
+        }
+    }
+    return true;
+}
+
+/* A comma list of integers in [min, max]. */
+static bool parse_list(const char *cmd, const char *opt, const char *text, uint32_t min, uint32_t max, uint32_t *out,
+                       uint32_t *n) {
+    *n = 0;
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (*n == BENCH_MAX_LIST || len >= sizeof item) {
+            cli_error(cmd, "%s '%s': %s", opt, text,
+                      *n == BENCH_MAX_LIST ? "more than 64 values" : "expected integers separated by commas");
+            return false;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (!cli_u32(cmd, opt, item, min, max, &out[*n]))
+            return false;
+        (*n)++;
+        if (!comma)
+            return true;
+        p = comma + 1;
+    }
+}
+
+/* The table's header, once, before its first row. */
+static void table_header(const char *model) {
+    printf("model: %s\n\n", model);
+    printf("| %-28s | %6s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "n", "tok/s", "sd", "ms/token",
+           "GB/s", "% ceiling");
+    printf("| %.28s | -----: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
+           "----------------------------");
+}
+
+static void table_row(const char *arm, const bench_args *ba, const bench_result *br) {
+    char pct[32] = "n/a";
+    if (br->ceiling > 0)
+        snprintf(pct, sizeof pct, "%.1f", 100.0 * br->gb_s * 1e9 / br->ceiling);
+    printf("| %-28s | %6u | %6u | %12.2f | %10.2f | %9.3f | %8.2f | %10s |\n", arm, ba->prime, ba->n_gen, br->mean,
+           br->sd, br->ms_per_token, br->gb_s, pct);
+    fflush(stdout);
+}
+
+/* What the table leaves out, per arm: device, ceiling, memory (of its last cell). */
+typedef struct bench_arm_note {
+    char arm[256], device[128], ceiling_how[256];
+    double ceiling;
+    memra_backend_memory mem;
+    bool have_mem;
+} bench_arm_note;
+
+static void print_notes(const bench_arm_note *notes, uint32_t n, const bench_args *ba) {
+    char b1[32], b2[32], b3[32], b4[32];
+    printf("\n%u repetitions (+%u warm-up) a cell; GB/s: weights + f32 KV cache read per token\n", ba->reps,
+           ba->warmup);
+    for (uint32_t i = 0; i < n; i++) {
+        const bench_arm_note *a = &notes[i];
+        if (n > 1)
+            printf("arm %s:\n", a->arm);
+        printf("device:       %s\n", a->device);
+        if (a->ceiling > 0)
+            printf("ceiling:      %.2f GB/s measured (%s)\n", a->ceiling / 1e9, a->ceiling_how);
+        else
+            printf("ceiling:      %s\n", a->ceiling_how[0] ? a->ceiling_how : "not offered by this backend");
+        if (a->have_mem)
+            printf("memory:       weights %s, KV caches %s (prefix + working state), scratch %s, device in use %s\n",
+                   cli_bytes(a->mem.weight_bytes, b1, sizeof b1), cli_bytes(a->mem.cache_bytes, b2, sizeof b2),
+                   cli_bytes(a->mem.scratch_bytes, b3, sizeof b3),
+                   a->mem.device_in_use ? cli_bytes(a->mem.device_in_use, b4, sizeof b4) : "n/a");
+        else
+            printf("memory:       not reported by this backend\n");
+    }
+    printf("peak RSS:     %s\n", cli_bytes(cli_peak_rss(), b1, sizeof b1));
+}
+
+/* Every arm's syntax, before the model is loaded or anything is measured: a typo in the last arm
+ * of a grid is a usage error at once, not after the first arms ran. */
+static bool precheck_arms(const char *cmd, const char *const *arms, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        char backend[MEMRA_BACKEND_NAME_MAX];
+        memra_options o;
+        memra_error err = {0};
+        if (memra_arm_parse(arms[i], backend, &o, &err) != MEMRA_OK) {
+            cli_fail(cmd, &err);
+            return false;
+        }
+        for (uint32_t k = 0; k < i; k++)
+            if (strcmp(arms[k], arms[i]) == 0) {
+                cli_error(cmd, "--arm: '%s' is given twice", arms[i]);
+                return false;
+            }
+    }
+    return true;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_opt opts[] = {CLI_MODEL_OPTS,
-                      {"--backend", NULL, true, NULL},
+                      {"--arm", "--backend", true, NULL},
                       {"--prime", NULL, true, NULL},
-                      {"--n-gen", "-n", true, NULL},
+                      {"--n-gen", "-n|--gen", true, NULL},
                       {"--reps", NULL, true, NULL},
                       {"--warmup", NULL, true, NULL},
                       {"--jsonl", NULL, true, NULL},
@@ -305,15 +427,26 @@ int cmd_bench(int argc, char **argv) {
     bench_args ba = {.arm = "cpu", .prime = 512, .n_gen = 128, .reps = 5, .warmup = 1};
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ba.sel))
         return CLI_EXIT_USAGE;
+    static char arm_buf[8192];
+    const char *arms[BENCH_MAX_LIST];
+    uint32_t primes[BENCH_MAX_LIST] = {512}, gens[BENCH_MAX_LIST] = {128}, n_arms = 1, n_primes = 1, n_gens = 1;
+    arms[0] = "cpu";
     const char *v;
-    if ((v = cli_get(opts, n_opts, "--backend")))
-        ba.arm = v;
-    if (((v = cli_get(opts, n_opts, "--prime")) && !cli_u32(cmd, "--prime", v, 1, 1000000, &ba.prime)) ||
-        ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 1, 1000000, &ba.n_gen)) ||
+    if ((v = cli_get(opts, n_opts, "--arm")) && !split_arms(cmd, v, arm_buf, sizeof arm_buf, arms, &n_arms))
+        return CLI_EXIT_USAGE;
+    if (((v = cli_get(opts, n_opts, "--prime")) && !parse_list(cmd, "--prime", v, 1, 1000000, primes, &n_primes)) ||
+        ((v = cli_get(opts, n_opts, "--n-gen")) && !parse_list(cmd, "-n", v, 1, 1000000, gens, &n_gens)) ||
         ((v = cli_get(opts, n_opts, "--reps")) && !cli_u32(cmd, "--reps", v, 1, 100000, &ba.reps)) ||
         ((v = cli_get(opts, n_opts, "--warmup")) && !cli_u32(cmd, "--warmup", v, 0, 100000, &ba.warmup)))
         return CLI_EXIT_USAGE;
     ba.past_context = cli_get(opts, n_opts, "--allow-past-context") != NULL;
+    if ((uint64_t)n_arms * n_primes * n_gens > BENCH_MAX_CELLS) {
+        cli_error(cmd, "%u arms x %u prefixes x %u lengths is more than %u cells", n_arms, n_primes, n_gens,
+                  BENCH_MAX_CELLS);
+        return CLI_EXIT_USAGE;
+    }
+    if (!precheck_arms(cmd, arms, n_arms))
+        return CLI_EXIT_USAGE;
     ba.jsonl = cli_get(opts, n_opts, "--jsonl");
     if (ba.jsonl && !*ba.jsonl) {
         cli_error(cmd, "--jsonl: empty file name");
@@ -323,37 +456,80 @@ int cmd_bench(int argc, char **argv) {
     if ((rc = cli_refuse_same_file(cmd, "--jsonl", ba.jsonl, "--model", ba.sel.path)) != CLI_EXIT_OK)
         return rc;
     bench_result br = {0};
+    bench_arm_note *notes = calloc(n_arms, sizeof *notes);
     br.tok_s = calloc(ba.reps, sizeof *br.tok_s);
-    if (!br.tok_s) {
+    if (!br.tok_s || !notes) {
         cli_error(cmd, "out of memory");
+        free(br.tok_s);
+        free(notes);
         return CLI_EXIT_ERROR;
     }
     cli_session ss;
-    rc = cli_session_open(cmd, &ba.sel, ba.arm, &ss);
+    rc = cli_session_open(cmd, &ba.sel, arms[0], &ss);
+    /* A plugin no manifest declares, in any arm of the grid: a usage error before anything runs. */
+    for (uint32_t a = 1; a < n_arms && rc == CLI_EXIT_OK; a++)
+        if (cli_arm_names_unknown_plugin(ss.reg, arms[a]))
+            rc = cli_session_rearm(cmd, &ss, arms[a]); /* fails, saying which plugin and what was found */
     if (rc == CLI_EXIT_OK) {
+        /* Every cell of the grid within the model's context length, before anything runs. */
         const memra_model *m = ss.lm->model;
-        uint64_t positions = (uint64_t)ba.prime + ba.n_gen;
+        uint32_t max_p = 0, max_g = 0;
+        for (uint32_t p = 0; p < n_primes; p++)
+            max_p = primes[p] > max_p ? primes[p] : max_p;
+        for (uint32_t g = 0; g < n_gens; g++)
+            max_g = gens[g] > max_g ? gens[g] : max_g;
+        uint64_t positions = (uint64_t)max_p + max_g;
         if (m->n_ctx_train && positions > m->n_ctx_train && !ba.past_context) {
             cli_error(cmd,
                       "--prime %u and -n %u make %llu positions, beyond the model's context length %u "
                       "(%s.context_length): lower them, or pass --allow-past-context",
-                      ba.prime, ba.n_gen, (unsigned long long)positions, m->n_ctx_train, m->arch_name);
+                      max_p, max_g, (unsigned long long)positions, m->n_ctx_train, m->arch_name);
             rc = CLI_EXIT_USAGE;
-        } else {
-            rc = bench_measure(cmd, &ss, &ba, &br);
         }
-        if (rc == CLI_EXIT_OK) {
-            bench_describe_device(&ss, &br);
-            bench_stats(ss.lm->model, &ba, &br);
-            bench_print(&ss, &ba, &br);
-            /* The table must have reached stdout before the record says the run happened. */
-            if (!cli_stdout_ok(cmd))
-                rc = CLI_EXIT_ERROR;
-            else if (ba.jsonl)
-                rc = bench_jsonl(cmd, &ss, &ba, &br);
-        }
-        cli_session_close(&ss);
     }
+    bool header = false;
+    uint32_t noted = 0;
+    for (uint32_t a = 0; a < n_arms && rc == CLI_EXIT_OK; a++) {
+        if (a > 0 && (rc = cli_session_rearm(cmd, &ss, arms[a])) != CLI_EXIT_OK)
+            break;
+        ba.arm = arms[a];
+        bench_arm_note *note = &notes[noted++];
+        snprintf(note->arm, sizeof note->arm, "%s", memra_arm_text(ss.arm));
+        for (uint32_t p = 0; p < n_primes && rc == CLI_EXIT_OK; p++)
+            for (uint32_t g = 0; g < n_gens && rc == CLI_EXIT_OK; g++) {
+                ba.prime = primes[p];
+                ba.n_gen = gens[g];
+                memset(br.tok_s, 0, ba.reps * sizeof *br.tok_s);
+                if ((rc = bench_measure(cmd, &ss, &ba, &br)) != CLI_EXIT_OK)
+                    break;
+                if (p == 0 && g == 0) /* the device and its ceiling: once an arm */
+                    bench_describe_device(&ss, &br);
+                bench_stats(ss.lm->model, &ba, &br);
+                if (!header) {
+                    table_header(ss.lm->label);
+                    header = true;
+                }
+                table_row(memra_arm_text(ss.arm), &ba, &br);
+                snprintf(note->device, sizeof note->device, "%s", br.device);
+                snprintf(note->ceiling_how, sizeof note->ceiling_how, "%s", br.ceiling_how);
+                note->ceiling = br.ceiling;
+                note->mem = br.mem;
+                note->have_mem = br.have_mem;
+                /* The row must have reached stdout before the record says the run happened. */
+                if (!cli_stdout_ok(cmd))
+                    rc = CLI_EXIT_ERROR;
+                else if (ba.jsonl)
+                    rc = bench_jsonl(cmd, &ss, &ba, &br);
+            }
+    }
+    if (rc == CLI_EXIT_OK) {
+        print_notes(notes, noted, &ba);
+        if (!cli_stdout_ok(cmd))
+            rc = CLI_EXIT_ERROR;
+    }
+    if (ss.lm)
+        cli_session_close(&ss);
     free(br.tok_s);
+    free(notes);
     return rc;
 }

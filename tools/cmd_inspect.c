@@ -9,18 +9,20 @@
 #include "memra/tokenizer.h"
 
 static const char help_text[] =
-    "usage: memra inspect FILE.gguf [--arrays N] [--check]\n"
+    "usage: memra inspect FILE.gguf [--tensors] [--arrays N] [--check]\n"
     "\n"
     "Prints the GGUF header; then, under \"can it run?\", everything that would stop `memra run`\n"
     "on the file, one concern a line: the architecture, the tensor types memra lacks (how many\n"
     "tensors of each, the first names), the model description, the tokenizer kind and\n"
     "pre-tokenizer (needed by --prompt and --chat), the chat format (needed by --chat: detected,\n"
     "none, or a template memra refuses), and which backends could run it (no plugin is loaded).\n"
-    "Then every metadata key (arrays show their first N elements, default 8), the tensors with\n"
-    "their types, shapes, sizes and offsets, the total tensor bytes, and the model description\n"
-    "(architecture and hyperparameters), or the reason there is none.\n"
+    "Then every metadata key (arrays show their first N elements, default 8), the tensor count\n"
+    "and total tensor bytes (with --tensors: every tensor with its type, shape, size and offset),\n"
+    "and the model description (architecture and hyperparameters), or the reason there is none.\n"
     "\n"
     "Exits 3 when the file cannot be read as GGUF, else 0: inspect reports, it does not refuse.\n"
+    "  --tensors  list every tensor (the default is a summary: their count and total bytes)\n"
+    "  --arrays N show the first N elements of an array (default 8)\n"
     "  --check    also exit 3, with one line on stderr naming the first reason, when the cpu\n"
     "             backend could not run the file: an architecture, model or tensor type memra\n"
     "             lacks, or a tokenizer it cannot build (the chat format is reported only)\n";
@@ -129,8 +131,16 @@ static void print_metadata(const memra_gguf *g, uint64_t max_items) {
     }
 }
 
-static void print_tensors(const memra_gguf *g) {
+static void print_tensors(const memra_gguf *g, bool list) {
     uint64_t n = memra_gguf_tensor_count(g), total = 0;
+    if (!list) {
+        for (uint64_t i = 0; i < n; i++)
+            total += memra_gguf_tensor_at(g, i)->n_bytes;
+        char b[32];
+        printf("\ntensors (%" PRIu64 "): total tensor bytes: %" PRIu64 " (%s); --tensors lists them\n", n, total,
+               cli_bytes(total, b, sizeof b));
+        return;
+    }
     printf("\ntensors (%" PRIu64 "):\n", n);
     printf("  %-5s %-32s %-6s %-22s %12s %14s\n", "#", "NAME", "TYPE", "SHAPE", "BYTES", "OFFSET");
     for (uint64_t i = 0; i < n; i++) {
@@ -417,11 +427,11 @@ static void print_can_it_run(const run_check *rc) {
 
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect";
-    cli_opt opts[] = {{"--arrays", NULL, true, NULL}, {"--check", NULL, false, NULL}};
+    cli_opt opts[] = {{"--arrays", NULL, true, NULL}, {"--check", NULL, false, NULL}, {"--tensors", NULL, false, NULL}};
     const char *pos[1];
     size_t n_pos;
     bool help;
-    int rc = cli_parse(cmd, argc, argv, 1, opts, 2, pos, 1, &n_pos, help_text, &help);
+    int rc = cli_parse(cmd, argc, argv, 1, opts, 3, pos, 1, &n_pos, help_text, &help);
     if (rc != CLI_EXIT_OK || help)
         return rc;
     if (n_pos != 1) {
@@ -448,7 +458,7 @@ int cmd_inspect(int argc, char **argv) {
     run_check_gather(g, &check);
     print_can_it_run(&check);
     print_metadata(g, max_items);
-    print_tensors(g);
+    print_tensors(g, cli_get(opts, 3, "--tensors") != NULL);
     print_model(check.model, &check.model_err);
     rc = CLI_EXIT_OK;
     char why[MEMRA_ERROR_MSG_MAX];

@@ -15,7 +15,7 @@
 #include "memra/tokenizer.h"
 
 static const char help_text[] =
-    "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--backend ARM]\n"
+    "usage: memra run [--model F.gguf | --preset P [--dtype D] [--model-seed S]] [--arm ARM]\n"
     "                 [--tokens 1,2,3 | --prompt-ids FILE | --prompt TEXT | --prompt-file FILE |\n"
     "                  --chat MESSAGE] [--parse-specials] [-n N] [--allow-past-context]\n"
     "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
@@ -25,7 +25,8 @@ static const char help_text[] =
     "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
     "With --prompt or --chat the generated text is streamed to stdout instead, token by token,\n"
     "and generation stops early at the model's end-of-generation tokens.\n"
-    "\n" CLI_MODEL_HELP "  --backend ARM        the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "\n" CLI_MODEL_HELP "  --arm ARM            the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
+    "                       (--backend ARM: the same)\n"
     "  --tokens LIST        prompt token ids, comma-separated (default: the model's bos token,\n"
     "                       or 0 when it names none)\n"
     "  --prompt-ids FILE    or the prompt token ids from a file (a regular file, at most 1000000\n"
@@ -44,8 +45,9 @@ static const char help_text[] =
     "  --parse-specials     read special tokens written in the text of --prompt, --prompt-file or\n"
     "                       --chat as tokens (\"<|im_start|>system\" opens a turn): off by default,\n"
     "                       only for text you wrote yourself\n"
-    "  -n, --n-gen N        tokens to generate (default 64; 0 runs the prompt only). The prompt and\n"
-    "                       N together must fit the model's context length (<arch>.context_length)\n"
+    "  -n, --gen N          tokens to generate (default 64; 0 runs the prompt only; --n-gen too). The\n"
+    "                       prompt and N together must fit the model's context length\n"
+    "                       (<arch>.context_length)\n"
     "  --allow-past-context run past the model's context length anyway (positions it was not\n"
     "                       trained for: the output is the model's, its quality is not)\n"
     "  --temp T             sample at temperature T, 0 < T <= 1000 (default: greedy, the argmax)\n"
@@ -470,7 +472,7 @@ out:
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run";
     cli_opt opts[] = {CLI_MODEL_OPTS,
-                      {"--backend", NULL, true, NULL},
+                      {"--arm", "--backend", true, NULL},
                       {"--tokens", NULL, true, NULL},
                       {"--prompt-ids", NULL, true, NULL},
                       {"--prompt", NULL, true, NULL},
@@ -478,7 +480,7 @@ int cmd_run(int argc, char **argv) {
                       {"--prompt-file", NULL, true, NULL},
                       {"--parse-specials", NULL, false, NULL},
                       {"--allow-past-context", NULL, false, NULL},
-                      {"--n-gen", "-n", true, NULL},
+                      {"--n-gen", "-n|--gen", true, NULL},
                       {"--temp", NULL, true, NULL},
                       {"--top-k", NULL, true, NULL},
                       {"--top-p", NULL, true, NULL},
@@ -493,7 +495,7 @@ int cmd_run(int argc, char **argv) {
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ra.sel) || !parse_sampling(cmd, opts, n_opts, &ra.sample))
         return CLI_EXIT_USAGE;
     const char *v;
-    if ((v = cli_get(opts, n_opts, "--backend")))
+    if ((v = cli_get(opts, n_opts, "--arm")))
         ra.arm = v;
     if ((v = cli_get(opts, n_opts, "--n-gen")) && !cli_u32(cmd, "-n", v, 0, RUN_MAX_TOKENS, &ra.n_gen))
         return CLI_EXIT_USAGE;

@@ -1,5 +1,6 @@
 /* cmd_tokenize.c: `memra tokenize --model F [--specials] [--ids] [--no-bos] TEXT`: the token ids of
  * a text under the tokenizer the GGUF file describes, one per line with the piece each stands for. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 int cmd_tokenize(int argc, char **argv);
 
 static const char help_text[] =
-    "usage: memra tokenize --model F.gguf [--specials] [--ids] [--no-bos] TEXT\n"
+    "usage: memra tokenize --model F.gguf [--specials] [--ids] [--no-bos] TEXT|-\n"
     "\n"
     "Tokenizes TEXT with the tokenizer of the model file (tokenizer.ggml.*: gpt2 byte-level BPE or\n"
     "llama SentencePiece-style) and prints one line per token: the id, a tab, and the bytes the\n"
@@ -21,7 +22,57 @@ static const char help_text[] =
     "                    tokens are always matched\n"
     "  --ids             print the ids only, one per line\n"
     "  --no-bos          do not prepend the bos token the file asks for (add_bos_token)\n"
+    "TEXT '-' reads the text from stdin: every byte of it, a final newline included (at most\n"
+    "64 MiB).\n"
     "Exit codes: 0 ok, 2 usage, 3 a file that cannot be read or whose tokenizer memra lacks.\n";
+
+#define TOKENIZE_STDIN_MAX (64u << 20)
+
+/* All of stdin into *out (NUL-terminated, *len bytes without it); CLI_EXIT_ERROR after saying why. */
+static int read_stdin(const char *cmd, char **out, size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            cli_error(cmd, "stdin: out of memory");
+            return CLI_EXIT_ERROR;
+        }
+        if (n + 1 >= cap) {
+            if (cap > TOKENIZE_STDIN_MAX) {
+                cli_error(cmd, "stdin: more than %u MiB of text: give a shorter text", TOKENIZE_STDIN_MAX >> 20);
+                free(buf);
+                return CLI_EXIT_ERROR;
+            }
+            char *grown = realloc(buf, cap * 2);
+            if (!grown)
+                free(buf);
+            buf = grown;
+            cap *= 2;
+            continue;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
+        n += got;
+        if (n > TOKENIZE_STDIN_MAX)
+            break; /* refused below, without reading the rest */
+        if (got == 0) {
+            if (ferror(stdin)) {
+                cli_error(cmd, "stdin: read failed: %s", strerror(errno));
+                free(buf);
+                return CLI_EXIT_ERROR;
+            }
+            break;
+        }
+    }
+    if (n > TOKENIZE_STDIN_MAX) {
+        cli_error(cmd, "stdin: more than %u MiB of text: give a shorter text", TOKENIZE_STDIN_MAX >> 20);
+        free(buf);
+        return CLI_EXIT_ERROR;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return CLI_EXIT_OK;
+}
 
 static void print_piece(const char *s, size_t n) {
     putchar('"');
@@ -90,8 +141,15 @@ int cmd_tokenize(int argc, char **argv) {
     if (st != MEMRA_OK)
         return cli_fail(cmd, &err);
     int32_t *ids = NULL;
-    size_t n = 0;
-    if (memra_tokenizer_encode(t, pos[0], strlen(pos[0]), flags, &ids, &n, &err) != MEMRA_OK) {
+    size_t n = 0, text_len = strlen(pos[0]);
+    char *text_in = NULL; /* TEXT '-': stdin's bytes */
+    if (strcmp(pos[0], "-") == 0 && (rc = read_stdin(cmd, &text_in, &text_len)) != CLI_EXIT_OK) {
+        memra_tokenizer_free(t);
+        return rc;
+    }
+    st = memra_tokenizer_encode(t, text_in ? text_in : pos[0], text_len, flags, &ids, &n, &err);
+    free(text_in);
+    if (st != MEMRA_OK) {
         memra_tokenizer_free(t);
         return cli_fail(cmd, &err);
     }

@@ -14,7 +14,7 @@ static bool registry_has(memra_registry *r, const char *name, memra_plugin_kind 
 }
 
 /* Whether the arm names a backend, placement or collective plugin of which no manifest was found. */
-static bool arm_names_unknown_plugin(memra_registry *r, const char *arm_text) {
+bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text) {
     char backend[MEMRA_BACKEND_NAME_MAX];
     memra_options opts;
     if (memra_arm_parse(arm_text, backend, &opts, NULL) != MEMRA_OK)
@@ -41,12 +41,7 @@ int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_
         goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
-    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK) {
-        rc = cli_fail(cmd, &err);
-        /* A plugin the arm names that no manifest declares is a usage error (a typo in --backend,
-         * placement= or collective=); one that exists but fails to load stays a runtime error. */
-        if (err.status == MEMRA_E_PLUGIN && arm_names_unknown_plugin(s->reg, arm_text))
-            rc = CLI_EXIT_USAGE;
+    if ((rc = cli_session_rearm(cmd, s, arm_text)) != CLI_EXIT_OK) {
         cli_session_close(s);
         return rc;
     }
@@ -55,6 +50,22 @@ fail:
     rc = cli_fail(cmd, &err);
     cli_session_close(s);
     return rc;
+}
+
+int cli_session_rearm(const char *cmd, cli_session *s, const char *arm_text) {
+    memra_error err = {0};
+    memra_arm_close(s->arm);
+    s->arm = NULL;
+    if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK) {
+        s->arm = NULL;
+        int rc = cli_fail(cmd, &err);
+        /* A plugin the arm names that no manifest declares is a usage error (a typo in --arm,
+         * placement= or collective=); one that exists but fails to load stays a runtime error. */
+        if (err.status == MEMRA_E_PLUGIN && cli_arm_names_unknown_plugin(s->reg, arm_text))
+            rc = CLI_EXIT_USAGE;
+        return rc;
+    }
+    return CLI_EXIT_OK;
 }
 
 void cli_session_close(cli_session *s) {

@@ -692,9 +692,12 @@ memra_status mc_device_count(const memra_host *host, const memra_options *opts, 
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess)
-        return memra_fail(err, MEMRA_E_DEVICE, "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return memra_fail(err, MEMRA_E_DEVICE,
+                          "no NVIDIA GPU found (or its driver is not loaded): cudaGetDeviceCount: %s",
+                          cudaGetErrorString(e));
     if (n <= 0)
-        return memra_fail(err, MEMRA_E_DEVICE, "no CUDA device: cudaGetDeviceCount found none");
+        return memra_fail(err, MEMRA_E_DEVICE,
+                          "no NVIDIA GPU found (or its driver is not loaded): cudaGetDeviceCount found none");
     *out = (uint32_t)n;
     return MEMRA_OK;
 }

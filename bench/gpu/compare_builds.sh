@@ -51,7 +51,7 @@ speed() {
       timeout 300 "$B/bin/memra" bench --backend cuda-graph --model "$f" --prime 512 -n 128 \
         --jsonl "$OUT/bench_$bld.jsonl" > "$OUT/bench_${n}_${i}_$bld.log" 2>&1
       printf 'speed %-14s %-4s rc=%s %s\n' "$n" "$bld" "$?" \
-        "$(grep -i 'tok/s' "$OUT/bench_${n}_${i}_$bld.log" | head -1 | tr -s ' ' | cut -c1-110)" | tee -a "$T"
+        "$(grep '^| [a-z]' "$OUT/bench_${n}_${i}_$bld.log" | grep -v '^| arm ' | head -1 | tr -s ' ' | cut -c1-110)" | tee -a "$T"
     done
   done; }
 

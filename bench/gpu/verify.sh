@@ -37,7 +37,7 @@ gate() { local name=$1; shift; local t0=$SECONDS
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
 bench() { local name=$1; shift; local t0=$SECONDS
   timeout 200 "$B/bin/memra" bench "$@" --jsonl "$OUT/bench.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-28s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep -i 'tok/s' "$OUT/$name.log" | head -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-150)" | tee -a "$T"; }
+  printf '%-28s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-150)" | tee -a "$T"; }
 S="--prime 256 --gen 256"
 # the device sampler against the cpu sampler (memra_cuda_check_sampler), one table row
 sampler_check() { $B/bin/memra_cuda_check_sampler > "$OUT/$1.log" 2>&1

@@ -117,3 +117,21 @@ Test(cuda_arm_keys, attention_path_follows_the_key) {
     c.attention = MC_ATT_UNFUSED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_UNFUSED);
 }
+
+/* Issue 31.7: on a machine without a GPU (or whose driver is not loaded), asking the cuda backend
+ * for its devices says so first, before CUDA's own error text. Where a device is present, the
+ * count is positive and there is nothing to check. */
+Test(cuda_arm_keys, no_gpu_is_said_in_words) {
+    const memra_backend_vtable *vt = cuda_vt();
+    cr_assert(vt->device_count);
+    memra_options o = {0};
+    memra_error err = {0};
+    uint32_t n = 0;
+    memra_status st = vt->device_count(NULL, &o, &n, &err);
+    if (st == MEMRA_OK) {
+        cr_assert_gt(n, 0);
+        cr_skip_test("a CUDA device is present: the no-GPU message cannot be seen here");
+    }
+    cr_assert_eq(st, MEMRA_E_DEVICE, "%s", err.msg);
+    cr_assert(strncmp(err.msg, "no NVIDIA GPU found (or its driver is not loaded): ", 51) == 0, "%s", err.msg);
+}

@@ -407,9 +407,8 @@ void gate_expect_usage(const char *const *args, const char *message) {
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 2, "exit %d (expected 2), stderr: %s", r.exit, r.err);
     cr_assert(strstr(r.err, message), "stderr lacks '%s':\n%s", message, r.err);
-    char *v = gate_record(r.jsonl, "verdict", 0);
-    if (v) /* the record says why too, when the output was open */
-        cr_assert(strstr(v, "\"exit\":2"), "%s", v);
-    free(v);
+    /* A usage error is no run: no record anywhere (issue 31.1), nor on stdout. */
+    cr_assert_str_eq(r.jsonl, "", "a usage error wrote records: %s", r.jsonl);
+    cr_assert_str_eq(r.out, "", "a usage error wrote to stdout: %s", r.out);
     gate_result_free(&r);
 }

@@ -44,8 +44,8 @@ bool gate_field_num(const char *line, const char *key, double *out);
 bool gate_field_str(const char *line, const char *key, char *buf, size_t size);
 bool gate_field_bool(const char *line, const char *key, bool *out);
 
-/* Asserts that memra-gate with args exits 2 (usage) with `message` on stderr, and that the
- * verdict record, when the output was open, says exit 2 too. */
+/* Asserts that memra-gate with args exits 2 (usage) with `message` on stderr, and that it wrote
+ * no record (a usage error is no run) and nothing on stdout. */
 void gate_expect_usage(const char *const *args, const char *message);
 
 /* A test of suite `suite` that expects a usage error `message` from the given arguments (plus a

@@ -98,7 +98,7 @@ Test(gate_hardening, help_to_a_closed_stdout_is_exit_3) {
 }
 
 Test(gate_hardening, records_to_a_closed_stdout_are_exit_3) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", SHORT, "--quiet", NULL};
+    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", SHORT, "--quiet", "--jsonl", "-", NULL};
     gate_how how = {.no_jsonl = true, .stdout_to = ""};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
@@ -109,7 +109,7 @@ Test(gate_hardening, records_to_a_closed_stdout_are_exit_3) {
 Test(gate_hardening, records_to_a_full_stdout_are_exit_3) {
     if (access("/dev/full", W_OK) != 0)
         cr_skip_test("no /dev/full");
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", SHORT, "--quiet", NULL};
+    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", SHORT, "--quiet", "--jsonl", "-", NULL};
     gate_how how = {.no_jsonl = true, .stdout_to = "/dev/full"};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
@@ -483,10 +483,12 @@ Test(gate_hardening, records_are_valid_utf8_whatever_the_model_and_path_hold) {
     gate_result_free(&r);
 }
 
-Test(gate_hardening, a_usage_error_quoting_invalid_bytes_is_valid_utf8) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:\xff\xfe=1\x7f", SHORT, "--quiet", NULL};
+Test(gate_hardening, an_error_quoting_invalid_bytes_is_valid_utf8) {
+    /* A usage error writes no record (issue 31.1): a runtime error's verdict quotes the bytes. */
+    const char *args[] = {"--a", "cpu",     "--b", "cpu", "--model", "/nonexistent/\xff\xfe\x7f.gguf",
+                          SHORT, "--quiet", NULL};
     gate_result r = gate_run(args, false);
-    cr_assert_eq(r.exit, 2, "exit %d: %s", r.exit, r.err);
+    cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     all_lines_strict(r.jsonl, strlen(r.jsonl), "the records");
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert(v && strstr(v, "\xef\xbf\xbd\xef\xbf\xbd"), "%s", v ? v : "(none)");

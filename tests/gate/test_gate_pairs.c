@@ -202,8 +202,21 @@ Test(gate_pairs, no_arguments_picks_a_pair_and_says_which) {
     gate_result_free(&r);
 }
 
-Test(gate_pairs, records_go_to_stdout_without_jsonl) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", "--quiet", NULL};
+/* Issue 31.1: without --jsonl no record is written anywhere (the terminal gets the summary);
+ * --jsonl - sends them to stdout, asked for. */
+Test(gate_pairs, records_go_nowhere_without_jsonl) {
+    const char *args[] = {"--a", "cpu", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    gate_result r = gate_run(args, true);
+    cr_assert_eq(r.exit, 0, "%s", r.err);
+    cr_assert_str_eq(r.out, "", "no record on stdout without --jsonl: %.300s", r.out);
+    cr_assert(strstr(r.err, "memra-gate summary") && strstr(r.err, "verdict      PASS"), "%s", r.err);
+    cr_assert(!strstr(r.err, "{\"record\""), "no record on stderr either: %s", r.err);
+    gate_result_free(&r);
+}
+
+Test(gate_pairs, records_go_to_stdout_with_jsonl_dash) {
+    const char *args[] = {"--a", "cpu",    "--b", "cpu",     "--prime", "4", "--gen",
+                          "4",   "--rows", "0",   "--quiet", "--jsonl", "-", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert(strncmp(r.out, "{\"record\":\"protocol\"", 20) == 0, "%.200s", r.out);
@@ -211,6 +224,27 @@ Test(gate_pairs, records_go_to_stdout_without_jsonl) {
     char *v = gate_record(r.out, "verdict", 0);
     cr_assert(v);
     free(v);
+    gate_result_free(&r);
+}
+
+/* A usage error writes no record: not to stdout (the typo before --jsonl), not to the record file
+ * (the typo after it, which used to append a lone FAIL verdict to a shared file). */
+Test(gate_pairs, a_usage_error_writes_no_record) {
+    const char *before[] = {"--a", "cpu", "--b", "cpu", "--rowz", "2", "--jsonl", "-", NULL};
+    gate_result r = gate_run(before, true);
+    cr_assert_eq(r.exit, 2, "%s", r.err);
+    cr_assert_str_eq(r.out, "", "%s", r.out);
+    gate_result_free(&r);
+    const char *after[] = {"--a", "cpu",    "--b", "cpu",    "--prime", "4", "--gen",
+                           "4",   "--rows", "0",   "--rowz", "2",       NULL};
+    r = gate_run(after, false);
+    cr_assert_eq(r.exit, 2, "%s", r.err);
+    cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);
+    gate_result_free(&r);
+    const char *arm[] = {"--a", "cpu:bogus=1", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    r = gate_run(arm, false);
+    cr_assert_eq(r.exit, 2, "%s", r.err);
+    cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);
     gate_result_free(&r);
 }
 

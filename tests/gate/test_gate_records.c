@@ -334,8 +334,8 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         /* an epoch census failure */
         {"--a", "cpu:tp=2", "--b", "cpu:tp=2,collective=faultycoll_epoch", "--prime", "4", "--gen", "4", "--rows", "0",
          "--quiet", NULL},
-        /* a usage error: the verdict alone */
-        {"--a", "cpu", "--b", "cpu:bogus=1", "--quiet", NULL},
+        /* a runtime error before the arms open: the verdict alone (a usage error writes none) */
+        {"--a", "cpu", "--b", "cpu", "--model", "/nonexistent/model.gguf", "--quiet", NULL},
     };
     char seen[512] = "";
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {

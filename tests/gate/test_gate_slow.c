@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gate_harness.h"
@@ -73,5 +74,27 @@ Test(gate_slow, small_preset_full_length_profile_with_dumps, .timeout = 300) {
     snprintf(path, sizeof path, "%s/b-correctness", dir);
     rmdir(path);
     rmdir(dir);
+    gate_result_free(&r);
+}
+
+/* Issue 31.2: a run that lasts over a minute, with stderr not a terminal (a log), writes a
+ * progress line once a minute with the elapsed time and an ETA, after saying up front how many
+ * steps it will run. A machine fast enough to finish in under a minute cannot show the line:
+ * then the test skips, saying so. */
+Test(gate_slow, a_log_gets_a_progress_line_a_minute, .timeout = 600) {
+    const char *args[] = {"--a", "cpu",   "--b",  "cpu:stages=2", "--preset", "small", "--prime",
+                          "256", "--gen", "1024", "--rows",       "40",       NULL};
+    gate_how how = {.timeout_s = 550};
+    time_t t0 = time(NULL);
+    gate_result r = gate_run_ex(args, &how);
+    double took = difftime(time(NULL), t0);
+    cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
+    cr_assert(strstr(r.err, "memra-gate: 44032 steps to run:"), "%s", r.err);
+    if (took < 75) { /* the first line, at a minute, then falls before the end: it has an ETA */
+        gate_result_free(&r);
+        cr_skip_test("the run took %.0f s: too short for a progress line a minute", took);
+    }
+    cr_assert(strstr(r.err, ", elapsed 1m") && strstr(r.err, ", ETA "), "no progress line in the log:\n%s", r.err);
+    cr_assert(!strchr(r.err, '\r'), "a log gets lines, not a terminal's bar");
     gate_result_free(&r);
 }

@@ -22,7 +22,9 @@ static gate_result run_expect(const char *const *args, int code, const char *why
     gate_result r = gate_run(args, false);
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert_eq(r.exit, code, "exit %d (want %d), verdict %s\nstderr:\n%s", r.exit, code, v ? v : "(none)", r.err);
-    if (why)
+    if (why && code == 2) /* a usage error: said on stderr, no record (issue 31.1) */
+        cr_assert(!v && strstr(r.err, why), "stderr does not say '%s' (or a record was written): %s", why, r.err);
+    else if (why)
         cr_assert(v && strstr(v, why), "verdict does not say '%s': %s", why, v ? v : "(none)");
     free(v);
     return r;

@@ -746,7 +746,7 @@ Test(report, gate_html_of_a_failing_gate_to_stdout_records) {
     const char *page = html_path("gate_fail.html");
     const char *args[] = {
         "--a",    "cpu", "--b", "faulty:flip_logit_step=5", "--prime", "8", "--gen", "8", "--rows", "4", "--quiet",
-        "--html", page,  NULL};
+        "--html", page,  "--jsonl", "-", NULL};
     gate_how how = {.no_jsonl = true};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 1, "%s", r.err);

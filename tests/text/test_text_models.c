@@ -49,7 +49,7 @@ Test(smollm2, end_of_generation_set_and_markers_in_a_message) {
     if (!model_cache_require(MODEL_SMOLLM2, model, sizeof model))
         return;
     tool_result r = tool_run("memra-gate", "--model", model, "--a", "cpu", "--b", "cpu", "--prime", "2", "--gen", "2",
-                             "--rows", "0", "--quiet", NULL);
+                             "--rows", "0", "--quiet", "--jsonl", "-", NULL);
     cr_assert_eq(r.code, 0, "exit %d: %s", r.code, r.err);
     cr_assert(strstr(r.out, "\"eog_ids\":[0,2]"), "%s", r.out);
     tool_result_free(&r);

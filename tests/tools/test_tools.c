@@ -135,7 +135,7 @@ Test(tools, mkmodel_then_inspect) {
         tool_run("memra", "mkmodel", "--preset", "qwen3-tiny", "--dtype", "q8_0", "--seed", "3", "-o", path, NULL);
     EXPECT(r, 0, err, "memra mkmodel: wrote");
     tool_result_free(&r);
-    r = tool_run("memra", "inspect", path, NULL);
+    r = tool_run("memra", "inspect", "--tensors", path, NULL); /* the list: --tensors (issue 31.9) */
     EXPECT(r, 0, out, "general.architecture");
     const char *needles[] = {"\"qwen3\"",
                              "tokenizer.ggml.tokens",

@@ -536,7 +536,7 @@ Test(tools_io, repeated_and_unknown_flags_are_refused_naming_them) {
     const char *const cases[][8] = {
         {"run", "--prompt-ids", "a", "--prompt-ids", "b", NULL, "'--prompt-ids' is given twice"},
         {"run", "--dump-logits", "a", "--dump-logits", "b", NULL, "'--dump-logits' is given twice"},
-        {"run", "--backend", "cpu", "--backend", "cpu", NULL, "'--backend' is given twice"},
+        {"run", "--backend", "cpu", "--backend", "cpu", NULL, "'--arm' is given twice"}, /* --backend: --arm's alias */
         {"run", "-n", "1", "--n-gen=2", NULL, NULL, "'--n-gen' is given twice"},
         {"bench", "--jsonl", "a", "--jsonl", "b", NULL, "'--jsonl' is given twice"},
         {"bench", "--model", "a", "--model=b", NULL, NULL, "'--model' is given twice"},
