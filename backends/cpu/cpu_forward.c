@@ -1,4 +1,4 @@
-/* cpu_backend.c: the `cpu` backend plugin, memra's reference: one-token decode of llama, qwen2,
+/* cpu_forward.c: the `cpu` backend plugin, memra's reference: one-token decode of llama, qwen2,
  * qwen3 and gemma3 on the host, weights read in place from the mapped file. gemma3 adds: the
  * embedding times sqrtf(n_embd), the post-attention and post-FFN RMS norms (applied to the
  * all-reduced sum, before the residual add), GELU (tanh) in place of SiLU, the file's attention
