@@ -226,7 +226,7 @@ typedef struct run_check {
 /* The cuda backend's rules (backends/cuda/cuda_backend.cu: mc_type_ok, mc_open; cuda-graph opens
  * it): matrices of F32, F16, BF16 or Q8_0, the llama, qwen2 and qwen3 architectures, an even
  * head_dim of at most 1024 and n_head a multiple of n_head_kv. The cpu backend
- * (backends/cpu/cpu_backend.c: bind_matrix, cpu_open) takes every architecture memra describes and
+ * (backends/cpu/cpu_open.c: bind_matrix, cpu_open) takes every architecture memra describes and
  * every type memra_tensor_type_supported accepts. */
 static bool cuda_type_ok(uint32_t t) {
     return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0;

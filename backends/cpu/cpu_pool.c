@@ -37,7 +37,7 @@ static void *worker_main(void *arg) {
     cpu_worker *w = arg;
     cpu_pool *p = w->pool;
     uint64_t seen = 0;
-    fesetenv(FE_DFL_ENV); /* the environment every step computes in (cpu_backend.c, step_begin) */
+    fesetenv(FE_DFL_ENV); /* the environment every step computes in (cpu_step.c, cpu_step_begin) */
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stop && p->generation == seen)

@@ -1,0 +1,158 @@
+/* cpu_backend.h: what the files of the cpu backend share, inside the plugin only: the backend
+ * and state structs, the stages and ranks of the plan, and the functions one file calls in
+ * another. cpu_plugin.c is the plugin (descriptor, options, vtable); cpu_open.c binds the weights
+ * and opens the backend; cpu_stages.c checks the plan's stages and ranks and slices the layers;
+ * cpu_forward.c is the maths of one token; cpu_tp.c the collective of tensor parallelism;
+ * cpu_state.c the states (allocation, digests, restore); cpu_step.c the step's transaction. */
+#ifndef MEMRA_CPU_BACKEND_H
+#define MEMRA_CPU_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpu_kernels.h"
+#include "cpu_pool.h"
+#include "memra/ext.h"
+#include "memra/options.h"
+#include "memra/plugin.h"
+
+/* The weights of one layer as the kernels read them. */
+typedef struct cpu_layer {
+    cpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float *attn_norm, *ffn_norm;
+    const float *bq, *bk, *bv;                   /* NULL when absent */
+    const float *q_norm, *k_norm;                /* NULL when absent */
+    const float *post_attn_norm, *post_ffn_norm; /* gemma3; NULL when absent */
+} cpu_layer;
+
+/* One rank of a stage: its slices of each of the stage's layers (views into the mapping) and
+ * its own activations. */
+typedef struct cpu_rank {
+    uint32_t h0, h1, g0, g1, f0, f1;              /* heads, kv heads, ffn rows */
+    uint32_t q_dim, kv_dim, v_dim, att_dim, n_ff; /* the rank's widths */
+    cpu_layer *layers;                            /* the stage's layers, sliced */
+    float *x;                                     /* residual stream, n_embd (whole, on every rank) */
+    float *xn;                                    /* normed input, then the partial sum, n_embd */
+    float *q;                                     /* q_dim */
+    float *k, *v;                                 /* the new position's K and V rows of its kv heads */
+    float *att;                                   /* att_dim */
+    float *gate, *up;                             /* n_ff */
+} cpu_rank;
+
+/* One stage's ranks and, with more than one, its communicator and status words. */
+typedef struct cpu_stage {
+    uint32_t layer_begin, layer_end;
+    int32_t device;
+    uint32_t n_ranks;
+    cpu_rank ranks[MEMRA_MAX_RANKS];
+    memra_collective *comm; /* NULL with one rank */
+    int32_t *status;        /* [(layer - layer_begin) * 2 + which][rank] */
+} cpu_stage;
+
+/* A refusal cell armed through memra.tp and not yet handed to the collective. */
+typedef struct cpu_cell {
+    uint32_t stage, rank, layer, which, position;
+    int32_t word;
+    bool handed; /* handed to the collective for the step in progress */
+} cpu_cell;
+
+struct memra_backend {
+    const memra_host *host;
+    const memra_model *m;
+    uint32_t n_threads, n_vdevices, grain;
+    cpu_pool *pool;
+    cpu_layer *layers;
+    cpu_matrix tok_embd, output;
+    const float *output_norm;
+    uint32_t n_stages;
+    cpu_stage *stages;
+    float *head_in;   /* normed final hidden, n_embd */
+    float *head_out;  /* logits before commit, n_vocab */
+    float *rope_freq; /* head_dim / 2 */
+    float *rope_cos, *rope_sin;
+    float *rope_freq_swa; /* the sliding-window layers' (gemma3); equal to rope_freq otherwise */
+    float *rope_cos_swa, *rope_sin_swa;
+    uint32_t q_dim, kv_dim, v_dim, att_dim;
+    uint64_t scratch_bytes;
+    uint64_t live_cache_bytes, live_state_bytes;
+    /* Tensor parallelism: the collective (NULL when every stage has one rank). */
+    char collective_name[MEMRA_OPT_VALUE_MAX];
+    const memra_collective_vtable *coll;
+    int32_t position_word; /* the step's position, as the collective reads it */
+    cpu_cell *cells;       /* armed and not yet fired (handed over ones only during a step) */
+    uint32_t n_cells, cap_cells;
+};
+
+typedef struct cpu_slot {
+    float *logits;
+    int64_t token;
+    uint32_t position;
+} cpu_slot;
+
+struct memra_state {
+    uint32_t capacity, max_inflight;
+    uint32_t position;
+    /* per layer and rank (il * MEMRA_MAX_RANKS + r): capacity rows of the rank's kv_dim / v_dim */
+    float **k_cache, **v_cache;
+    float **stage_cache; /* per stage and rank (s * MEMRA_MAX_RANKS + r): the block its caches live in */
+    float *hidden, *logits;
+    float *scores; /* n_head * capacity */
+    void *sample_scratch;
+    int64_t carried_token; /* -1 when the previous step did not sample */
+    bool quarantined;
+    char quarantine_reason[256];
+    cpu_slot *ring;
+    uint32_t ring_head, ring_count;
+    memra_state_stats stats;
+    uint64_t cache_bytes, other_bytes;
+};
+
+/* The arm's options, read and checked (cpu_plugin.c). */
+typedef struct cpu_config {
+    uint32_t threads, vdevices, grain;
+    const char *collective;
+} cpu_config;
+
+memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_error *err);
+
+/* cpu_open.c: the backend's lifecycle. */
+memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
+                      memra_backend **out, memra_error *err);
+void cpu_close(memra_backend *b);
+/* n zeroed floats, counted in the backend's scratch bytes. */
+void *cpu_alloc_floats(memra_backend *b, size_t n);
+
+/* cpu_stages.c: the plan's stages and their ranks. */
+memra_status cpu_check_plan(const memra_model *m, const memra_plan *plan, uint32_t n_vdevices, memra_error *err);
+memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_stage *sg, memra_error *err);
+
+/* cpu_forward.c: one token through every layer, then the final norm and the head. */
+memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err);
+void cpu_head_forward(memra_backend *b);
+static inline const float *cpu_last_hidden(const memra_backend *b) { return b->stages[b->n_stages - 1].ranks[0].x; }
+
+/* cpu_tp.c: the collective of tensor parallelism. */
+memra_status cpu_open_collective(memra_backend *b, const memra_plan *plan, const cpu_config *cfg,
+                                 const memra_options *opts, memra_error *err);
+void cpu_collective_step_begin(memra_backend *b, uint32_t pos);
+memra_status cpu_all_reduce(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err);
+memra_status cpu_hand_cells(memra_backend *b, uint32_t pos, memra_error *err);
+void cpu_drop_handed_cells(memra_backend *b);
+memra_status cpu_check_statuses(memra_backend *b, uint32_t pos, memra_error *err);
+extern const memra_ext_tp_v1 cpu_tp_ext;
+
+/* cpu_state.c: states. */
+memra_status cpu_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
+                           memra_error *err);
+void cpu_state_free(memra_backend *b, memra_state *s);
+memra_status cpu_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err);
+memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err);
+uint32_t cpu_state_position(memra_backend *b, const memra_state *s);
+memra_status cpu_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err);
+
+/* cpu_step.c: the step's transaction. */
+memra_status cpu_check_not_quarantined(const memra_state *s, const char *what, memra_error *err);
+memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
+memra_status cpu_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err);
+
+#endif

@@ -1,0 +1,261 @@
+/* cpu_forward.c: the maths of the `cpu` backend plugin, memra's reference: one token through the
+ * layers of llama, qwen2, qwen3 and gemma3 on the host, weights read in place from the mapped
+ * file. gemma3 adds: the embedding times sqrtf(n_embd), the post-attention and post-FFN RMS
+ * norms (applied to the all-reduced sum, before the residual add), GELU (tanh) in place of SiLU,
+ * the file's attention scale, and on its local layers a sliding window (the last sliding_window
+ * positions) with their own RoPE tables (base 10000, no position scaling).
+ *
+ * Stages run in order on virtual devices: each stage has its own activations and its own KV
+ * cache for its layers, and hands the hidden state to the next stage by an exact copy, so any
+ * split gives the same bits as one stage. Work is split over output rows (attention: over heads)
+ * by a persistent thread pool; each output element is computed by one thread in a fixed order
+ * (cpu_kernels.h), so any thread count gives the same bits.
+ *
+ * Per token the backend reads every weight matrix once (the mapped file's weight bytes, the
+ * embedding row only), and per layer reads K and V rows [0, pos] and writes one K and one V row.
+ *
+ * RoPE angles: theta_i = (pos / linear_factor) * freq_i computed in double from the float
+ * freq_i of memra_model_rope_freq; cos and sin are taken in double (libm) and rounded once to
+ * float. The rotation itself is float.
+ *
+ * Tensor parallelism (tp=N): each stage has the plan's ranks (memra_rank_plan); with one rank the
+ * slices are whole and the step is exactly the one-rank computation above. Rank r holds views of
+ * its slices only, read in place from the mapping: the rows of wq/wk/wv (and the bq/bk/bv entries)
+ * of its heads and kv heads, the rows of w_gate/w_up of its ffn rows (column-parallel), the
+ * columns of wo of its heads and of w_down of its ffn rows (row-parallel; the models memra reads
+ * have no bias on these, so nothing is added once per stage); its own KV cache of its kv heads
+ * and its own activations, the whole hidden state included (every rank holds the same bits of
+ * it). Per layer: each rank's attention partial (n_embd floats), one in-place sum all-reduce of
+ * the partials through the stage's communicator (block layer*2), the residual added on every
+ * rank; the same for the FFN (block layer*2+1). Norms run on every rank's whole vector; the
+ * embedding is copied to every rank of stage 0; the final norm and the head run once, on rank 0
+ * of the last stage. Each rank's compute runs in rank order on the calling thread, its rows split
+ * over the pool as above; the n calls of one all-reduce run as one pool task of n items (one per
+ * rank, on whichever thread; threads=1 makes all n in turn), joined before any status or buffer is
+ * read. So the result does not depend on the thread count; it does differ from tp=1 in summation
+ * order (a partial per rank, summed in rank order by the collective).
+ *
+ * The collective, its status words and the refusal cells are cpu_tp.c's; the step's
+ * transaction is cpu_step.c's; the plumbing of the plugin is cpu_plugin.c's. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+#include "memra/gguf.h"
+
+/* Up to three matrix-vector products sharing one input, run as one task over their rows. */
+typedef struct matvec_task {
+    const cpu_matrix *w[3];
+    float *y[3];
+    const float *x;
+    uint32_t n;
+} matvec_task;
+
+static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
+    const matvec_task *t = ctx;
+    uint32_t base = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t rows = t->w[i]->rows;
+        uint32_t lo = begin > base ? begin - base : 0;
+        uint32_t hi = end - base < rows ? end - base : rows;
+        if (end > base && lo < hi)
+            cpu_matvec_rows(t->w[i], t->x, t->y[i], lo, hi);
+        base += rows;
+    }
+}
+
+static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matrix *w0, float *y0, const cpu_matrix *w1,
+                   float *y1, const cpu_matrix *w2, float *y2) {
+    matvec_task t = {.w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .n = n};
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < n; i++)
+        rows += t.w[i]->rows;
+    cpu_pool_run(b->pool, rows, w0->cols, matvec_run, &t);
+}
+
+typedef struct attention_task {
+    const memra_backend *b;
+    const cpu_rank *rk;
+    const float *q, *k_cache, *v_cache;
+    float *scores, *out;
+    uint32_t n_pos, capacity;
+    float scale;
+} attention_task;
+
+/* Heads [begin, end) of the rank (local indices); its kv heads are local too. */
+static void attention_run(void *ctx, uint32_t begin, uint32_t end) {
+    const attention_task *t = ctx;
+    const memra_model *m = t->b->m;
+    const cpu_rank *rk = t->rk;
+    uint32_t group = m->n_head / m->n_head_kv;
+    for (uint32_t hl = begin; hl < end; hl++) {
+        uint32_t h = rk->h0 + hl, gl = h / group - rk->g0;
+        cpu_attention_head(t->q + (size_t)hl * m->head_dim, t->k_cache + (size_t)gl * m->head_dim, rk->kv_dim,
+                           t->v_cache + (size_t)gl * m->head_dim_v, rk->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
+                           t->scale, t->scores + (size_t)h * t->capacity, t->out + (size_t)hl * m->head_dim_v);
+    }
+}
+
+static void add_bias(float *y, const float *bias, uint32_t n) {
+    if (bias)
+        for (uint32_t i = 0; i < n; i++)
+            y[i] += bias[i];
+}
+
+/* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k; swa: the tables of the
+ * sliding-window layers. */
+static void norm_and_rope(const memra_backend *b, float *x, uint32_t n_heads, const float *norm, bool swa) {
+    const memra_model *m = b->m;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *head = x + (size_t)h * m->head_dim;
+        if (norm)
+            cpu_rmsnorm(head, norm, m->head_dim, m->rms_eps, head);
+        cpu_rope_head(head, m->head_dim, m->rope_pairing == MEMRA_ROPE_NEOX, swa ? b->rope_cos_swa : b->rope_cos,
+                      swa ? b->rope_sin_swa : b->rope_sin);
+    }
+}
+
+/* Rank r's attention partial of layer il at position pos into rk->xn (n_embd): reads its slices
+ * once and its K/V rows [0, pos], writes its K and V rows of pos (past the committed prefix until
+ * the step commits). With one rank this is the whole attention output. */
+static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    float *k_cache = s->k_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    cpu_rmsnorm(rk->x, L->attn_norm, m->n_embd, m->rms_eps, rk->xn);
+    matvec(b, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
+    add_bias(rk->q, L->bq, rk->q_dim);
+    add_bias(rk->k, L->bk, rk->kv_dim);
+    add_bias(rk->v, L->bv, rk->v_dim);
+    bool swa = memra_model_layer_is_swa(m, il);
+    norm_and_rope(b, rk->q, rk->h1 - rk->h0, L->q_norm, swa);
+    norm_and_rope(b, rk->k, rk->g1 - rk->g0, L->k_norm, swa);
+    memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
+    memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
+
+    /* A sliding-window layer attends to positions t with pos - t < sliding_window (llama.cpp's
+     * LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa). */
+    uint32_t t0 = swa && pos + 1 > m->sliding_window ? pos + 1 - m->sliding_window : 0;
+    attention_task at = {.b = b,
+                         .rk = rk,
+                         .q = rk->q,
+                         .k_cache = k_cache + (size_t)t0 * rk->kv_dim,
+                         .v_cache = v_cache + (size_t)t0 * rk->v_dim,
+                         .scores = s->scores,
+                         .out = rk->att,
+                         .n_pos = pos + 1 - t0,
+                         .capacity = s->capacity,
+                         /* a description from elsewhere may leave it 0: the usual scale then */
+                         .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
+    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
+                 &at);
+    matvec(b, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
+}
+
+/* Rank r's FFN partial of layer il into rk->xn. */
+static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    cpu_rmsnorm(rk->x, L->ffn_norm, m->n_embd, m->rms_eps, rk->xn);
+    matvec(b, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
+    if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
+        for (uint32_t i = 0; i < rk->n_ff; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * rk->up[i];
+        }
+    } else {
+        for (uint32_t i = 0; i < rk->n_ff; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
+        }
+    }
+    matvec(b, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
+}
+
+/* Sums the ranks' partials (in rk->xn) through the collective (cpu_all_reduce), then (gemma3)
+ * RMS-normalises the sum with the layer's post-attention or post-FFN norm and adds it to every
+ * rank's residual stream. */
+static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err) {
+    const memra_model *m = b->m;
+    if (sg->n_ranks > 1) {
+        memra_status st = cpu_all_reduce(b, sg, il, which, err);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    for (uint32_t r = 0; r < sg->n_ranks; r++) {
+        cpu_rank *rk = &sg->ranks[r];
+        const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+        const float *post = which ? L->post_ffn_norm : L->post_attn_norm;
+        if (post)
+            cpu_rmsnorm(rk->xn, post, m->n_embd, m->rms_eps, rk->xn);
+        for (uint32_t i = 0; i < m->n_embd; i++)
+            rk->x[i] += rk->xn[i];
+    }
+    return MEMRA_OK;
+}
+
+/* One layer at position pos on every rank of the stage. */
+static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint32_t il, uint32_t pos,
+                                  memra_error *err) {
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_attention(b, sg, r, s, il, pos);
+    memra_status st = reduce_and_add(b, sg, il, 0, err);
+    if (st != MEMRA_OK)
+        return st;
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_ffn(b, sg, r, il);
+    return reduce_and_add(b, sg, il, 1, err);
+}
+
+static void rope_tables(memra_backend *b, uint32_t pos) {
+    const memra_model *m = b->m;
+    double p = (double)pos / (double)m->rope_linear_factor;
+    for (uint32_t i = 0; i < m->head_dim / 2; i++) {
+        double theta = p * (double)b->rope_freq[i];
+        b->rope_cos[i] = (float)cos(theta);
+        b->rope_sin[i] = (float)sin(theta);
+    }
+    if (!m->sliding_window)
+        return;
+    double p_swa = (double)pos / (double)memra_model_layer_rope_linear_factor(m, 0);
+    for (uint32_t i = 0; i < m->head_dim / 2; i++) {
+        double theta = p_swa * (double)b->rope_freq_swa[i];
+        b->rope_cos_swa[i] = (float)cos(theta);
+        b->rope_sin_swa[i] = (float)sin(theta);
+    }
+}
+
+/* Embedding, then every stage in order, each handing its hidden state to every rank of the next
+ * by a copy. The final norm and the head are separate (cpu_head_forward): they run after the
+ * collective check. */
+memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err) {
+    const memra_model *m = b->m;
+    rope_tables(b, pos);
+    cpu_collective_step_begin(b, pos);
+    cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
+    if (m->arch == MEMRA_ARCH_GEMMA3)
+        for (uint32_t i = 0; i < m->n_embd; i++)
+            b->stages[0].ranks[0].x[i] *= m->embd_scale;
+    for (uint32_t i = 0; i < b->n_stages; i++) {
+        cpu_stage *sg = &b->stages[i];
+        const float *in = i > 0 ? b->stages[i - 1].ranks[0].x : b->stages[0].ranks[0].x;
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            if (sg->ranks[r].x != in)
+                memcpy(sg->ranks[r].x, in, (size_t)m->n_embd * sizeof(float));
+        for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
+            memra_status st = layer_forward(b, sg, s, il, pos, err);
+            if (st != MEMRA_OK)
+                return st;
+        }
+    }
+    return MEMRA_OK;
+}
+
+void cpu_head_forward(memra_backend *b) {
+    const memra_model *m = b->m;
+    cpu_rmsnorm(cpu_last_hidden(b), b->output_norm, m->n_embd, m->rms_eps, b->head_in);
+    matvec(b, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+}

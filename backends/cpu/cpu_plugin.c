@@ -1,0 +1,147 @@
+/* cpu_plugin.c: the `cpu` backend as a plugin: its descriptor, its arm keys (threads, vdevices,
+ * grain, collective) and how they are read and resolved, its vtable and extensions (memra.bench,
+ * memra.tp), and the memory it reports. The maths of a token is in cpu_forward.c. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_backend.h"
+
+#define CPU_DEFAULT_VDEVICES 8u
+#define CPU_MAX_VDEVICES 64u
+#define CPU_MAX_THREADS 256u
+#define CPU_DEFAULT_GRAIN 32768u
+
+static const memra_option_spec cpu_options[] = {
+    {.key = "threads",
+     .default_value = "",
+     .help = "worker threads (default: the online CPUs); results do not depend on it"},
+    {.key = "vdevices",
+     .default_value = "8",
+     .help = "virtual devices offered to the placement (stages may sit on any of them)"},
+    {.key = "grain",
+     .default_value = "32768",
+     .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
+    {.key = "collective",
+     .default_value = "local",
+     .help = "collective plugin that sums the ranks' partials when tp > 1 (refused with tp=1, where it has no effect)"},
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Options                                                                                      */
+
+static uint32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        return 1;
+    return n > (long)CPU_MAX_THREADS ? CPU_MAX_THREADS : (uint32_t)n;
+}
+
+memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_error *err) {
+    cfg->collective = memra_options_get(opts, "collective");
+    if (!cfg->collective)
+        cfg->collective = "local";
+    if (!cfg->collective[0])
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: collective= is empty: expected a collective plugin's name");
+    memra_status st = memra_options_u32(opts, "threads", online_cpus(), 1, CPU_MAX_THREADS, &cfg->threads, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = memra_options_u32(opts, "vdevices", CPU_DEFAULT_VDEVICES, 1, CPU_MAX_VDEVICES, &cfg->vdevices, err);
+    if (st != MEMRA_OK)
+        return st;
+    return memra_options_u32(opts, "grain", CPU_DEFAULT_GRAIN, 0, UINT32_MAX, &cfg->grain, err);
+}
+
+static memra_status cpu_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
+                                     memra_error *err) {
+    (void)host;
+    cpu_config cfg;
+    memra_status st = cpu_read_options(opts, &cfg, err);
+    if (st != MEMRA_OK)
+        return st;
+    *out = cfg.vdevices;
+    return MEMRA_OK;
+}
+
+static memra_status cpu_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
+                                        memra_error *err) {
+    (void)host;
+    cpu_config cfg;
+    memra_status st = cpu_read_options(opts, &cfg, err);
+    if (st != MEMRA_OK)
+        return st;
+    *resolved = *opts;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%u", cfg.threads);
+    if ((st = memra_options_set(resolved, "threads", buf, err)) != MEMRA_OK)
+        return st;
+    snprintf(buf, sizeof buf, "%u", cfg.vdevices);
+    if ((st = memra_options_set(resolved, "vdevices", buf, err)) != MEMRA_OK)
+        return st;
+    snprintf(buf, sizeof buf, "%u", cfg.grain);
+    if ((st = memra_options_set(resolved, "grain", buf, err)) != MEMRA_OK)
+        return st;
+    return memra_options_set(resolved, "collective", cfg.collective, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Counters and extensions                                                                      */
+
+static memra_status cpu_memory(memra_backend *b, memra_backend_memory *out, memra_error *err) {
+    (void)err;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    out->weight_bytes = b->m->weight_bytes; /* read in place from the mapping */
+    out->cache_bytes = b->live_cache_bytes;
+    out->scratch_bytes = b->scratch_bytes + b->live_state_bytes;
+    return MEMRA_OK;
+}
+
+static memra_status cpu_device_name(memra_backend *b, char *buf, size_t size, memra_error *err) {
+    (void)err;
+    snprintf(buf, size, "cpu (%u thread%s)", b->n_threads, b->n_threads == 1 ? "" : "s");
+    return MEMRA_OK;
+}
+
+static const memra_ext_bench_v1 cpu_bench_ext = {
+    .struct_size = sizeof(memra_ext_bench_v1),
+    .device_name = cpu_device_name,
+};
+
+static const void *cpu_extension(memra_backend *b, const char *name, uint32_t version) {
+    if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
+        return &cpu_bench_ext;
+    if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1 && b && b->coll)
+        return &cpu_tp_ext;
+    return NULL;
+}
+
+static const memra_backend_vtable cpu_vtable = {
+    .struct_size = sizeof(memra_backend_vtable),
+    .options = cpu_options,
+    .n_options = sizeof cpu_options / sizeof cpu_options[0],
+    .device_count = cpu_device_count,
+    .open = cpu_open,
+    .close = cpu_close,
+    .state_new = cpu_state_new,
+    .state_free = cpu_state_free,
+    .step_begin = cpu_step_begin,
+    .step_end = cpu_step_end,
+    .digest = cpu_digest,
+    .state_restore = cpu_state_restore,
+    .state_position = cpu_state_position,
+    .state_stats = cpu_state_stats,
+    .memory = cpu_memory,
+    .extension = cpu_extension,
+    .resolve_options = cpu_resolve_options,
+};
+
+MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
+    .abi_version = MEMRA_ABI_VERSION,
+    .struct_size = sizeof(memra_plugin),
+    .name = "cpu",
+    .kind = MEMRA_PLUGIN_BACKEND,
+    .version = "0.1.0",
+    .description = "reference decode of llama, qwen2, qwen3 and gemma3 on the host; deterministic for any thread count",
+    .backend = &cpu_vtable,
+};
