@@ -38,8 +38,9 @@
 #            ($B/bin/fakenccl_graph_check, $B/fakenccl/libfakenccl-graph.so) where carried
 #   stall    issue 24.2: stages=2,tp=2,window=3 with stall_us=3000 (stage 1 held after it took the
 #            hidden), every cell; neg-stall: the same against $B/race-plugins.d: rc=1 expected
-#   ncclcost issue 24.8: nccl at one rank, nonblocking and blocking=1, oneshot (and the old one),
-#            nccl-tests' all_reduce_perf -g 1 with and without -G where carried ($B/nccl-tests)
+#   ncclcost issue 24.8: nccl at one rank (two with two GPUs), nonblocking and blocking=1, oneshot
+#            (and the old one), nccl-tests' all_reduce_perf -g N with and without -G where carried
+#            ($B/nccl-tests: built with MPI=0 against the system NCCL)
 # A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
@@ -91,9 +92,10 @@ ncclcost)
   # issue 24.8: what a memra nccl arm pays per all-reduce beyond NCCL itself, at one rank:
   # bench-collective with nonblocking (default) and blocking communicators, and nccl-tests'
   # all_reduce_perf (carried in $B/nccl-tests, built against the system NCCL) with and without -G
+  NR=1; DN=0; [ "$NGPU" -ge 2 ] && NR=2 && DN=0,1
   for c in nccl nccl:blocking=1; do
     n=$(echo "bc-$c" | tr ':=' '--')
-    prog "$n" "$B/bin/memra" bench-collective --collective $c --ranks 1 --devices 0 --max-bytes 4M
+    prog "$n" "$B/bin/memra" bench-collective --collective $c --ranks $NR --devices $DN --max-bytes 4M
     sed -n '1,14p' "$OUT/$n.log" | tee -a "$T"
   done
   for P in "$MEMRA_PLUGIN_PATH" "$B/old-plugins.d"; do
@@ -103,9 +105,9 @@ ncclcost)
   done
   if [ -x "$B/nccl-tests/all_reduce_perf" ]; then
     ldd "$B/nccl-tests/all_reduce_perf" | grep -i nccl | tee -a "$T"
-    prog nt-eager "$B/nccl-tests/all_reduce_perf" -g 1 -b 4K -e 4M -f 2 -w 5 -n 20
+    prog nt-eager "$B/nccl-tests/all_reduce_perf" -g $NR -b 4K -e 4M -f 2 -w 5 -n 20
     grep -v '^#\s*$' "$OUT/nt-eager.log" | tail -16 | tee -a "$T"
-    prog nt-graph "$B/nccl-tests/all_reduce_perf" -g 1 -b 4K -e 4M -f 2 -w 5 -n 20 -G 10
+    prog nt-graph "$B/nccl-tests/all_reduce_perf" -g $NR -b 4K -e 4M -f 2 -w 5 -n 20 -G 10
     grep -v '^#\s*$' "$OUT/nt-graph.log" | tail -16 | tee -a "$T"
   fi ;;
 gates)
@@ -127,7 +129,8 @@ refuse)
   fi
   gate refuse-tp1-coll-key --preset tiny --a cuda --b cuda:collective=oneshot:nosuchkey=1 --prime 4 --gen 4 --rows 0
   gate refuse-tp1-coll --preset tiny --a cuda --b cuda-graph:collective=nccl --prime 4 --gen 4 --rows 0
-  gate refuse-tp1-step-timeout --preset tiny --a cuda:step_timeout_ms=500 --b cuda-graph --prime 4 --gen 4 --rows 0 ;;
+  gate refuse-tp1-step-timeout --preset tiny --a cuda:step_timeout_ms=500 --b cuda-graph --prime 4 --gen 4 --rows 0
+  gate refuse-stall-one-stage --preset tiny --a cuda:tp=2,stall_us=1000 --b cuda:tp=2 --prime 4 --gen 4 --rows 0 ;;
 window)
   S="--prime 32 --gen 32 --rows 0 --cells all"
   gate win-tp2-eager --preset tiny --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,window=3 $S
