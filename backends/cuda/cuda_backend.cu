@@ -549,6 +549,7 @@ struct memra_backend {
     memra_options coll_opts;             /* the collective's own keys (mode, max_count) */
     const memra_collective_vtable *coll;
     uint32_t step_timeout_ms; /* step_timeout_ms=: the watchdog of a step's wait (tp) */
+    uint32_t stall_us;        /* stall_us=: fault injection, stages > 0 sleep after taking the hidden */
     pthread_mutex_t lock;     /* the list of live states, the cells, retired epochs */
     memra_state *states;      /* live states */
     uint64_t *retired;        /* [stage][rank][2 * n_layer]: epochs of freed states' communicators */
@@ -644,8 +645,10 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         if (allowed)
             return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected one of %s", choices[i], v, allowed);
     }
-    uint32_t step_timeout = 0;
+    uint32_t step_timeout = 0, stall = 0;
     if ((st = memra_options_u32(opts, "step_timeout_ms", 30000, 100, 3600000, &step_timeout, err)))
+        return st;
+    if ((st = memra_options_u32(opts, "stall_us", 0, 0, 1000000, &stall, err)))
         return st;
     const char *coll = memra_options_get(opts, "collective");
     if (coll && (!coll[0] || coll[0] == ':'))
@@ -850,6 +853,14 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
         return st;
     if ((st = mc_check_idle_tp_keys(host, plan, opts, err)))
         return st;
+    uint32_t stall_us = 0;
+    if ((st = memra_options_u32(opts, "stall_us", 0, 0, 1000000, &stall_us, err)))
+        return st;
+    if (memra_options_get(opts, "stall_us") && plan->n_stages < 2)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cuda: stall_us=%.20s has no effect: this arm has one stage (it delays the stages after the "
+                          "first); drop it, or give stages=N",
+                          memra_options_get(opts, "stall_us"));
     if ((st = mc_device_count(host, opts, &n_dev, err)))
         return st;
     if (plan->n_stages == 0 || plan->n_stages > MEMRA_MAX_STAGES)
@@ -873,6 +884,7 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     b->m = m;
     b->plan = *plan;
     b->cfg = cfg;
+    b->stall_us = stall_us;
     pthread_mutex_init(&b->lock, NULL);
     if ((st = mc_open_tp(b, opts, n_dev, err)))
         goto fail;
@@ -1334,6 +1346,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             MC_RET(cudaMemcpyAsync(ss->vin, src->verdict, 4, cudaMemcpyDefault, q),
                    "cudaMemcpyAsync (verdict hand-off)");
         MC_RET(cudaEventRecord(ss->consumed, q), "cudaEventRecord (hidden consumed)");
+        if (i > 0 && b->stall_us) /* fault injection (stall_us=): the stage before runs ahead */
+            MC_RET(mc_stall(b->stall_us, q), "launch of the stall kernel (stall_us=)");
     }
     const mc_stage_weights *sw0 = &b->w->stages[i][0];
     const uint32_t nl = sw0->layer_end - sw0->layer_begin;

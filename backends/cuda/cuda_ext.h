@@ -58,6 +58,12 @@ extern "C" {
             "with tp > 1: the longest a step may take before its collective is aborted and the step fails (the "       \
             "state quarantined), so a rank that never arrives cannot hang the process (100 to 3600000; refused with "  \
             "tp=1)"                                                                                                    \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "stall_us", "0",                                                                                               \
+            "fault injection, for tests: every stage after the first sleeps this many microseconds on each of its "    \
+            "ranks' streams once it has taken a step's hidden state, so the stage before runs ahead by up to the "     \
+            "window (0 to 1000000; timing only, never the bits; refused in an arm of one stage)"                       \
     }
 
 typedef struct memra_cuda_graph_ext_v1 {

@@ -138,6 +138,8 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
 
 /* *pos += 1 (the commit of a stage's step). */
 cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
+/* One thread that sleeps `us` microseconds on the stream (the stall_us= fault injection). */
+cudaError_t mc_stall(uint32_t us, cudaStream_t st);
 /* Tensor parallelism (every stage of an arm with ranks anywhere): the commit of one rank,
  * checked: *pos advances only when *poison is 0 (no earlier step of the state failed), *prev is 0
  * (the verdict of the previous stage's rank 0 for this step, handed over with the hidden state;

@@ -42,6 +42,20 @@ cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
     return cudaGetLastError();
 }
 
+__global__ void stall_kernel(uint32_t us) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < (unsigned long long)us * 1000ull);
+}
+
+cudaError_t mc_stall(uint32_t us, cudaStream_t st) {
+    stall_kernel<<<1, 1, 0, st>>>(us);
+    return cudaGetLastError();
+}
+
 /* A checked commit (cuda_kernels.h): *pos += 1 only when the state is not poisoned, the previous
  * stage's verdict handed over with the hidden (if any) is 0 and every collective status of the
  * step is 0; the verdict goes to *verdict and, if ring, to ring[pos % MC_VERDICT_RING]

@@ -33,6 +33,14 @@
 #   sync     oneshot's sync=acqrel (release/acquire flags) against sync=fence (the default): its
 #            collective check, gates of the two (the same bits, then ABBA timing), the bench
 #   bench    memra bench-collective, 4 KB to 64 MB: oneshot at 2 ranks, nccl at 2 (two GPUs) or 1
+#   neg-coll the collective checks against $B/old-plugins.d (oneshot and nccl before issue 24.5 and
+#            24.7's fixes, where carried): rc=1 expected; coll also runs the stand-in NCCL's check
+#            ($B/bin/fakenccl_graph_check, $B/fakenccl/libfakenccl-graph.so) where carried
+#   stall    issue 24.2: stages=2,tp=2,window=3 with stall_us=3000 (stage 1 held after it took the
+#            hidden), every cell; neg-stall: the same against $B/race-plugins.d: rc=1 expected
+#   ncclcost issue 24.8: nccl at one rank (two with two GPUs), nonblocking and blocking=1, oneshot
+#            (and the old one), nccl-tests' all_reduce_perf -g N with and without -G where carried
+#            ($B/nccl-tests: built with MPI=0 against the system NCCL)
 # A short table last; logs under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
@@ -66,6 +74,41 @@ coll)
       prog coll-nccl-1 "$B/bin/memra_cuda_check_collective" --collective nccl --ranks 1
     fi
     prog coll-nccl-device "$B/bin/nccl_device_check" "$B/plugins.d"
+  fi
+  [ -x "$B/bin/fakenccl_graph_check" ] && prog coll-nccl-standin "$B/bin/fakenccl_graph_check" "$B/plugins.d" "$B/fakenccl/libfakenccl-graph.so" ;;
+neg-coll)
+  if [ -d "$B/old-plugins.d" ]; then
+    MEMRA_PLUGIN_PATH=$B/old-plugins.d prog neg-coll-oneshot-2 "$B/bin/memra_cuda_check_collective" --collective oneshot --ranks 2 --devices $D2
+    [ -x "$B/bin/fakenccl_graph_check" ] && prog neg-coll-nccl-standin "$B/bin/fakenccl_graph_check" "$B/old-plugins.d" "$B/fakenccl/libfakenccl-graph.so"
+  fi ;;
+stall|neg-stall)
+  # issue 24.2: stall_us= holds stage 1 after it took a step's hidden, so stage 0 runs the next
+  # step (and judges it) first; every refusal cell with the window full. neg-stall: against
+  # $B/race-plugins.d (a cuda plugin whose commit reads the previous stage's verdict live)
+  S="--prime 32 --gen 32 --rows 0 --cells all"; P=$MEMRA_PLUGIN_PATH; pre=""
+  if [ $m = neg-stall ]; then [ -d "$B/race-plugins.d" ] || continue; P=$B/race-plugins.d; pre=neg-; fi
+  MEMRA_PLUGIN_PATH=$P gate ${pre}stall-st2tp2 --preset tiny --a cuda:stages=2,tp=2,window=3,stall_us=3000 --b cuda-graph:stages=2,tp=2,window=3 $S ;;
+ncclcost)
+  # issue 24.8: what a memra nccl arm pays per all-reduce beyond NCCL itself, at one rank:
+  # bench-collective with nonblocking (default) and blocking communicators, and nccl-tests'
+  # all_reduce_perf (carried in $B/nccl-tests, built against the system NCCL) with and without -G
+  NR=1; DN=0; [ "$NGPU" -ge 2 ] && NR=2 && DN=0,1
+  for c in nccl nccl:blocking=1; do
+    n=$(echo "bc-$c" | tr ':=' '--')
+    prog "$n" "$B/bin/memra" bench-collective --collective $c --ranks $NR --devices $DN --max-bytes 4M
+    sed -n '1,14p' "$OUT/$n.log" | tee -a "$T"
+  done
+  for P in "$MEMRA_PLUGIN_PATH" "$B/old-plugins.d"; do
+    [ -d "$P" ] || continue; n=bc-oneshot-$(basename "$P")
+    MEMRA_PLUGIN_PATH=$P prog "$n" "$B/bin/memra" bench-collective --collective oneshot --ranks 2 --devices $D2 --max-bytes 4M
+    sed -n '1,14p' "$OUT/$n.log" | tee -a "$T"
+  done
+  if [ -x "$B/nccl-tests/all_reduce_perf" ]; then
+    ldd "$B/nccl-tests/all_reduce_perf" | grep -i nccl | tee -a "$T"
+    prog nt-eager "$B/nccl-tests/all_reduce_perf" -g $NR -b 4K -e 4M -f 2 -w 5 -n 20
+    grep -v '^#\s*$' "$OUT/nt-eager.log" | tail -16 | tee -a "$T"
+    prog nt-graph "$B/nccl-tests/all_reduce_perf" -g $NR -b 4K -e 4M -f 2 -w 5 -n 20 -G 10
+    grep -v '^#\s*$' "$OUT/nt-graph.log" | tail -16 | tee -a "$T"
   fi ;;
 gates)
   S="--prime 32 --gen 32 --rows 0"
@@ -86,7 +129,8 @@ refuse)
   fi
   gate refuse-tp1-coll-key --preset tiny --a cuda --b cuda:collective=oneshot:nosuchkey=1 --prime 4 --gen 4 --rows 0
   gate refuse-tp1-coll --preset tiny --a cuda --b cuda-graph:collective=nccl --prime 4 --gen 4 --rows 0
-  gate refuse-tp1-step-timeout --preset tiny --a cuda:step_timeout_ms=500 --b cuda-graph --prime 4 --gen 4 --rows 0 ;;
+  gate refuse-tp1-step-timeout --preset tiny --a cuda:step_timeout_ms=500 --b cuda-graph --prime 4 --gen 4 --rows 0
+  gate refuse-stall-one-stage --preset tiny --a cuda:tp=2,stall_us=1000 --b cuda:tp=2 --prime 4 --gen 4 --rows 0 ;;
 window)
   S="--prime 32 --gen 32 --rows 0 --cells all"
   gate win-tp2-eager --preset tiny --a cuda:tp=2,devices=$D2 --b cuda:tp=2,devices=$D2,window=3 $S

@@ -28,7 +28,9 @@
  * kept until destroy, so graphs captured against them stay valid.
  *
  * Every host-side wait on NCCL (init, a nonblocking group's completion, finalize) is bounded by
- * timeout_ms; on expiry every communicator is aborted (ncclCommAbort) and the call fails. */
+ * timeout_ms; on expiry every communicator is aborted (ncclCommAbort) and the call fails. With
+ * blocking=1 the communicators are blocking: NCCL's calls return when done (no helper thread, no
+ * poll: cheaper per operation), and a hung call then blocks its caller beyond timeout_ms. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -55,6 +57,7 @@ typedef struct nccl_cfg {
     uint32_t timeout_ms;
     uint32_t max_blocks;
     uint64_t prealloc_count;
+    bool blocking;
 } nccl_cfg;
 
 /* One rank this handle drives. */
@@ -112,6 +115,10 @@ static const memra_option_spec nccl_options[] = {
     {"max_blocks", "4096", "block ids 0..N-1 the communicator serves (one epoch counter each per rank)"},
     {"prealloc_count", "0",
      "floats per rank of staging buffers allocated at create (larger counts grow them at an eager call)"},
+    {"blocking", "0",
+     "1: blocking communicators (ncclGroupEnd returns once the work is enqueued, no helper thread and no host "
+     "poll; faster per call, but a hung NCCL call then blocks the caller and timeout_ms cannot bound it); 0: "
+     "nonblocking, every host-side wait bounded by timeout_ms"},
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -208,10 +215,14 @@ static memra_status parse_options(const memra_options *opts, nccl_cfg *cfg, memr
                 return memra_fail(err, MEMRA_E_INVALID, "nccl: option prealloc_count=%.60s: expected 0..4294967296",
                                   o->value);
             cfg->prealloc_count = v;
+        } else if (strcmp(o->key, "blocking") == 0) {
+            if (strcmp(o->value, "0") && strcmp(o->value, "1"))
+                return memra_fail(err, MEMRA_E_INVALID, "nccl: option blocking=%.60s: expected 0 or 1", o->value);
+            cfg->blocking = o->value[0] == '1';
         } else {
             return memra_fail(err, MEMRA_E_INVALID,
                               "nccl: unknown option '%.40s' (nccl reads mode, library, timeout_ms, max_blocks, "
-                              "prealloc_count)",
+                              "prealloc_count, blocking)",
                               o->key);
         }
     }
@@ -560,7 +571,8 @@ static memra_status create_common(const memra_host *host, const nccl_cfg *cfg, u
             goto fail;
         }
     }
-    /* Every rank's communicator in one group, nonblocking; then a bounded wait for all. */
+    /* Every rank's communicator in one group, nonblocking (unless blocking=1); then a bounded wait
+     * for all (a blocking init has returned complete: the wait finds nothing in progress). */
     ncclResult_t first = ncclSuccess;
     uint32_t first_rank = 0;
     c->api.GroupStart();
@@ -570,7 +582,7 @@ static memra_status create_common(const memra_host *host, const nccl_cfg *cfg, u
             .size = sizeof(ncclConfig_t),
             .magic = NCCL_CONFIG_MAGIC,
             .version = NCCL_CONFIG_VERSION,
-            .blocking = 0,
+            .blocking = cfg->blocking ? 1 : 0,
             .cgaClusterSize = NCCL_CONFIG_UNDEF_INT,
             .minCTAs = NCCL_CONFIG_UNDEF_INT,
             .maxCTAs = NCCL_CONFIG_UNDEF_INT,

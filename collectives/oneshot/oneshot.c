@@ -19,9 +19,9 @@
  * Refusal cells live in each rank's device memory: arm_refusal reads the table back, drops fired
  * cells, adds or replaces the cell and writes it again (no operation may be in flight: plugin.h).
  * MEMRA_COLLECTIVE_ABSENT is accepted as a word: the rank then skips that operation. abort sets
- * the shared host-mapped flag, which waiting blocks poll; later calls fail on the host (a graph
- * replayed after abort still launches the kernels: they wait for nothing and end ABORTED or
- * FAILED). A timeout writes the broken flag into every rank's words area. */
+ * the shared host-mapped flag, which block 0 reads as its kernel starts and waiting blocks poll;
+ * later calls fail on the host (a graph replayed after abort still launches the kernels: they
+ * end ABORTED). A timeout writes the broken flag into every rank's words area. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,9 @@
  *   1. takes the operation's number e = seq + 1 (seq: the rank's operations so far, in device
  *      memory, advanced by the operation's last block as it ends, so replays advance it by
  *      themselves; the next operation's kernel starts only after this one ended);
- *   2. resolves its refusal cell (device memory, fired once: tagged with e);
+ *   2. ends at once when the communicator is broken (FAILED); else resolves its refusal cell
+ *      (device memory, fired once: tagged with e); block 0 also reads the host-mapped abort flag
+ *      (used in 4: when it is up, block 0 publishes nothing and ends ABORTED, so every rank does);
  *   3. copies its chunk of buf into data[r][e & 1][b] (double buffered by parity), and block 0
  *      writes the rank's refusal word and count into every rank's words area;
  *   4. fences (system scope) and stores e into start[p][e & 1][b][r] on every rank p;
@@ -63,6 +65,16 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
     const uint32_t b = blockIdx.x, g = gridDim.x, n = v.n_ranks, r = v.rank;
     const uint32_t per = (count + g - 1) / g;
     const uint32_t lo = min(count, b * per), hi = min(count, lo + per);
+    /* Aborted before this kernel started (issue 24.5): block 0 does not publish its flag and ends
+     * ABORTED, so no peer's block 0 passes its wait and every rank reads ABORTED (a waiting peer
+     * sees the same flag in its poll). Without it a rank launched before the abort but started
+     * after it found its peers' flags set, summed and reported success while they reported
+     * ABORTED. One thread of block 0 reads the host-mapped flag, the load issued here and used
+     * only before the flag is published, so its trip over the bus overlaps the copy (a read by
+     * every block cost about 2 us a block: the reads of one host word are served one by one). */
+    int32_t aborted = 0;
+    if (b == 0 && threadIdx.x == 0)
+        aborted = v.ctl->abort;
     if (threadIdx.x == 0) {
         s_outcome = 0;
         s_word = 0;
@@ -106,9 +118,12 @@ __global__ void __launch_bounds__(OS_THREADS) os_kernel(os_rank_view v, float *b
             /* this block's count, tagged with the operation, next to its flag on every rank
              * (before the fence or the release that publishes the flag) */
             const unsigned long long tagged = ((e & 0xffffffffull) << 32) | count;
-            for (uint32_t p = 0; p < n; p++)
+            if (aborted) /* read as the kernel started: publish nothing (block 0 only) */
+                s_outcome = MEMRA_COLLECTIVE_ABORTED;
+            for (uint32_t p = 0; p < n && !aborted; p++)
                 *(volatile unsigned long long *)&v.cnt[p][slot + r] = tagged;
-            if (v.acqrel) {
+            if (aborted) {
+            } else if (v.acqrel) {
                 for (uint32_t p = 0; p < n; p++)
                     os_st_release(&v.start[p][slot + r], e);
             } else {

@@ -15,8 +15,8 @@ extern "C" {
 #define OS_MAX_CELLS 32u   /* refusal cells armed at once, per rank */
 #define OS_MAX_SITES 4096u /* collective blocks (layer * 2 + which) a communicator counts epochs for */
 
-/* Shared by every rank, in host-mapped pinned memory (portable): set by the host (abort); polled
- * only while a block waits, so an operation that needs no wait never crosses the bus for it. */
+/* Shared by every rank, in host-mapped pinned memory (portable): set by the host (abort); read
+ * once by block 0 as the kernel starts, and polled while a block waits. */
 typedef struct os_ctl {
     volatile int32_t abort;
 } os_ctl;

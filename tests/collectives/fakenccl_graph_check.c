@@ -8,6 +8,10 @@
  *   the order it had (the state, and with it the communicator, freed before the graph): the
  *     model must show the fault: finalize waits out timeout_ms and the abort blocks (the stand-in
  *     gives up after 3 s where NCCL never would). This is the negative control of the model.
+ *   ncclGroupEnd failing with the rank's part enqueued (the stand-in leaves it waiting for a
+ *     peer until an abort): the collective aborts the communicator at once, so the stream drains
+ *     within 2 s (before issue 24.7 it waited for the caller's watchdog), the status reads FAILED
+ *     and the next call is refused.
  * (cuda-graph itself cannot run the nccl collective on one GPU: two ranks on one device are
  * refused; with two GPUs, cuda-graph:tp=2,collective=nccl:library=FAKE is the same check
  * through the backend, once the stand-in reduces two ranks.) */
@@ -167,6 +171,48 @@ int main(int argc, char **argv) {
         CUDA(cudaGraphExecDestroy(x));
         CUDA(cudaGraphDestroy(g));
         CUDA(cudaDeviceSynchronize());
+    }
+
+    printf("-- ncclGroupEnd fails with a part enqueued (issue 24.7): the communicator aborted at once\n");
+    {
+        atomic_int *fail_ge = dlsym(lib, "fakenccl_fail_group_end"), *expired = dlsym(lib, "fakenccl_wait_expired");
+        CHECK(fail_ge && expired, "the stand-in cannot fail ncclGroupEnd");
+        memra_options o;
+        memset(&o, 0, sizeof o);
+        snprintf(o.items[0].key, sizeof o.items[0].key, "library");
+        snprintf(o.items[0].value, sizeof o.items[0].value, "%s", r.fake);
+        snprintf(o.items[1].key, sizeof o.items[1].key, "prealloc_count");
+        snprintf(o.items[1].value, sizeof o.items[1].value, "1024");
+        o.n = 2;
+        int32_t dev0 = 0;
+        c = NULL;
+        if (fail_ge && expired && r.vt->create(memra_registry_host(r.reg), 1, &dev0, &o, &c, &err) != MEMRA_OK)
+            CHECK(0, "create with the stand-in: %s", err.msg);
+        if (c) {
+            const int exp0 = atomic_load(expired);
+            atomic_store(fail_ge, 1);
+            memra_status st = r.vt->all_reduce_sum_f32(c, 0, buf, 1024, s, 0, NULL, status, &err);
+            CHECK(st == MEMRA_E_DEVICE, "the failed group's call returned %d, expected MEMRA_E_DEVICE (%s)", (int)st,
+                  err.msg);
+            /* the enqueued part holds the stream until an abort; the stand-in gives up after 5 s */
+            const double t0 = now_s();
+            cudaError_t q;
+            while ((q = cudaStreamQuery(s)) == cudaErrorNotReady && now_s() - t0 < 2.0)
+                ;
+            const double dt = now_s() - t0;
+            printf("   the rank's stream drained after %.3f s\n", dt);
+            CHECK(q == cudaSuccess, "the rank's stream still waits after %.3f s: the communicator was not aborted", dt);
+            CUDA(cudaStreamSynchronize(s));
+            int32_t w = -1;
+            CUDA(cudaMemcpy(&w, status, sizeof w, cudaMemcpyDeviceToHost));
+            CHECK(w == MEMRA_COLLECTIVE_FAILED, "the failed operation's status: %d (expected FAILED)", w);
+            st = r.vt->all_reduce_sum_f32(c, 0, buf, 1024, s, 0, NULL, status, &err);
+            CHECK(st == MEMRA_E_REFUSED, "a call after the failed group returned %d, expected MEMRA_E_REFUSED",
+                  (int)st);
+            CHECK(atomic_load(expired) == exp0, "a part waited out the stand-in's bound");
+            CUDA(cudaStreamSynchronize(s));
+            r.vt->destroy(c);
+        }
     }
     memra_registry_close(r.reg);
     printf("%s: %d check(s) failed\n", g_failed ? "FAIL" : "PASS", g_failed);

@@ -98,8 +98,8 @@ Test(collective_nccl, loads_and_lists_its_keys) {
     const memra_option_spec *specs = NULL;
     uint32_t n = memra_plugin_option_specs(g_plugin, &specs);
     cr_assert_geq(n, 3);
-    const char *want[][2] = {{"mode", "sum"}, {"library", "libnccl.so.2"}, {"timeout_ms", "10000"}};
-    for (size_t w = 0; w < 3; w++) {
+    const char *want[][2] = {{"mode", "sum"}, {"library", "libnccl.so.2"}, {"timeout_ms", "10000"}, {"blocking", "0"}};
+    for (size_t w = 0; w < 4; w++) {
         bool found = false;
         for (uint32_t i = 0; i < n; i++)
             if (strcmp(specs[i].key, want[w][0]) == 0) {
@@ -156,6 +156,10 @@ Test(collective_nccl, options_are_checked_before_the_library) {
     expect_create_fails(1, dev, &o, MEMRA_E_INVALID, "max_blocks=0");
     o = opts_of(1, "library", "");
     expect_create_fails(1, dev, &o, MEMRA_E_INVALID, "library=");
+    o = opts_of(2, "library", "/nonexistent/libnccl.so.2", "blocking", "2");
+    expect_create_fails(1, dev, &o, MEMRA_E_INVALID, "blocking=2");
+    o = opts_of(2, "library", "/nonexistent/libnccl.so.2", "blocking", "1");
+    expect_create_fails(1, dev, &o, MEMRA_E_UNSUPPORTED, "/nonexistent/libnccl.so.2"); /* accepted: the library next */
 }
 
 /* Catches: 0 or more than MEMRA_MAX_RANKS ranks reaching NCCL (or an array overrun), NULL

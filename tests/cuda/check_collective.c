@@ -2,8 +2,9 @@
  * the GPUs of this machine: exact sums bit for bit at several sizes, eagerly and replayed from a
  * CUDA graph (epochs advance on the device), refusal cells (once, every rank reads the word, the
  * buffers summed), and, for collectives that spin, an injected absent rank (a timeout naming it
- * within the bound, the communicator then broken, the process alive) and an abort from the host
- * that ends a spinning rank.
+ * within the bound, the communicator then broken, the process alive), an abort from the host
+ * that ends a spinning rank, and an abort between a rank's launch and its kernel's start (every
+ * rank reports ABORTED).
  *
  *   memra_cuda_check_collective [--collective NAME[:MODE]] [--ranks N] [--devices 0,0]
  *
@@ -11,6 +12,7 @@
  * default to device r mod the device count (two ranks on one GPU for oneshot). */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,15 @@ static int32_t devs[MAXR];
 static cudaStream_t streams[MAXR];
 static float *bufs[MAXR];
 static int32_t *stat_d[MAXR], *pos_d[MAXR];
+
+/* A host function on a stream that holds it until the check opens the gate (at most 10 s). */
+static atomic_int gate_open;
+static void CUDART_CB hold_gate(void *unused) {
+    (void)unused;
+    struct timespec nap = {0, 1000 * 1000};
+    for (int k = 0; k < 10000 && !atomic_load(&gate_open); k++)
+        nanosleep(&nap, NULL);
+}
 
 /* An exact input: small integers times 2^-4, distinct per rank and element. */
 static float input(uint32_t r, size_t i) { return (float)((int)((i * 7 + r * 13) % 61) - 30) * 0.0625f; }
@@ -407,6 +418,38 @@ int main(int argc, char **argv) {
             CHECK(V->all_reduce_sum_f32(f, 0, bufs[0], 16, streams[0], 2, pos_d[0], stat_d[0], &err) == MEMRA_E_REFUSED,
                   "a call after abort was accepted");
             printf("  abort: the spinning rank ended after %.3f s\n", dt);
+            V->destroy(f);
+        }
+        /* 7. Abort between a rank's launch and its kernel's start (issue 24.5): rank 0 waits, the
+         * host aborts, rank 1's kernel (held behind a host gate on its stream, enqueued after rank
+         * 0's launch: streams may share a hardware queue) starts only then. Every rank must
+         * report the same outcome, ABORTED. Before the kernel read the abort flag at its start,
+         * rank 1 found rank 0's flags set, summed and reported 0 (success) while rank 0 reported
+         * ABORTED. (ABORTED promises nothing about the buffers: not checked.) */
+        f = make(&base, "20000");
+        if (f) {
+            fill(4096);
+            atomic_store(&gate_open, 0);
+            cudaSetDevice(devs[0]);
+            memra_status st = V->all_reduce_sum_f32(f, 0, bufs[0], 4096, streams[0], 2, pos_d[0], stat_d[0], &err);
+            CHECK(st == MEMRA_OK, "abort before start: rank 0's call: %s", err.msg);
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL); /* rank 0's kernel is running, waiting for rank 1 */
+            cudaSetDevice(devs[1]);
+            CHECK(cudaLaunchHostFunc(streams[1], hold_gate, NULL) == cudaSuccess, "the host gate on rank 1's stream");
+            st = V->all_reduce_sum_f32(f, 1, bufs[1], 4096, streams[1], 2, pos_d[1], stat_d[1], &err);
+            CHECK(st == MEMRA_OK, "abort before start: rank 1's call: %s", err.msg);
+            nanosleep(&ts, NULL);
+            cudaSetDevice(devs[0]);
+            CHECK(cudaStreamQuery(streams[0]) == cudaErrorNotReady, "rank 0 did not wait for its gated peer");
+            V->abort(f);
+            cudaStreamSynchronize(streams[0]);
+            atomic_store(&gate_open, 1);
+            sync_all();
+            const int32_t s0 = status_of(0), s1 = status_of(1);
+            CHECK(s0 == MEMRA_COLLECTIVE_ABORTED, "abort before start: rank 0 reads %d (expected ABORTED)", s0);
+            CHECK(s1 == s0, "abort before start: ranks disagree: rank 0 reads %d, rank 1 %d (0: it committed)", s0, s1);
+            printf("  abort before a rank's kernel started: ranks read %d and %d\n", s0, s1);
             V->destroy(f);
         }
     }

@@ -45,9 +45,10 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"q8", "auto"},
                                           {"attention", "auto"},
                                           {"collective", "oneshot"},
-                                          {"step_timeout_ms", "30000"}};
-    cr_assert_eq(vt->n_options, 7);
-    for (int i = 0; i < 7; i++) {
+                                          {"step_timeout_ms", "30000"},
+                                          {"stall_us", "0"}};
+    cr_assert_eq(vt->n_options, 8);
+    for (int i = 0; i < 8; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -80,6 +81,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
         {"cuda:step_timeout_ms=50", "step_timeout_ms=50: expected an integer from 100 to 3600000"},
+        {"cuda:stall_us=2000000", "stall_us=2000000: expected an integer from 0 to 1000000"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(resolve(bad[i][0], buf, sizeof buf), MEMRA_E_INVALID, "%s", bad[i][0]);
