@@ -12,19 +12,12 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "test_files.h"
 
+/* A whole file, or "" when there is none. */
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
+    char *s = file_slurp_maybe(path, NULL);
+    return s ? s : strdup("");
 }
 
 gate_result gate_run(const char *const *args, bool no_jsonl) {
@@ -56,11 +49,10 @@ static bool has_record(const char *path, const char *kind) {
 gate_result gate_run_ex(const char *const *args, gate_how *how) {
     gate_result r = {.exit = -1};
     const char *bin_dir = getenv("MEMRA_BIN_DIR");
-    char bin[4096], dir[] = "/tmp/memra-gate-test-XXXXXX";
+    char bin[4096], dir[256];
     snprintf(bin, sizeof bin, "%s/memra-gate", bin_dir ? bin_dir : ".");
-    if (!mkdtemp(dir))
-        return r;
-    char jsonl[256], out[256], err[256];
+    tmp_dir_make(dir, sizeof dir, NULL, "gate-test");
+    char jsonl[300], out[300], err[300];
     snprintf(jsonl, sizeof jsonl, "%s/records.jsonl", dir);
     snprintf(out, sizeof out, "%s/stdout", dir);
     snprintf(err, sizeof err, "%s/stderr", dir);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "test_files.h"
 
 #ifndef GATES_DIR
 #error "GATES_DIR (the gates/ source directory) must be defined"
@@ -36,23 +37,10 @@ typedef struct doc {
     int n;
 } doc;
 
-static char *slurp_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert(s && fread(s, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Sections "## `kind`"; in each, table rows "| `path` | ...". */
 static void read_doc(doc *d) {
     memset(d, 0, sizeof *d);
-    char *text = slurp_file(GATES_DIR "/RECORDS.md");
+    char *text = file_slurp(GATES_DIR "/RECORDS.md", NULL);
     doc_kind *cur = NULL;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char name[128];
@@ -248,7 +236,7 @@ static void check_records(const doc *d, const char *jsonl, char *seen, size_t se
 
 /* The record kinds a file writes: each gj_begin(j, "kind") in it, into kinds ('|'-separated). */
 static int kinds_written(const char *path, char *kinds, size_t size) {
-    char *text = slurp_file(path);
+    char *text = file_slurp(path, NULL);
     int n = 0;
     for (const char *p = text; (p = strstr(p, "gj_begin(")) != NULL; p++) {
         const char *q = strchr(p, '"');
@@ -297,16 +285,11 @@ Test(gate_records, no_other_file_writes_a_record) {
     closedir(dir);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
     doc d;
     read_doc(&d);
-    char dump[] = "/tmp/memra-gate-records-XXXXXX";
-    cr_assert(mkdtemp(dump));
+    char dump[1024];
+    tmp_dir_make(dump, sizeof dump, NULL, "gate-records");
     char bad_dump[1100];
     snprintf(bad_dump, sizeof bad_dump, "%s/fail", dump);
     /* Together these write every kind, every mismatch shape and the optional fields. */
@@ -362,7 +345,7 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         snprintf(bounded, sizeof bounded, "|%s", seen);
         cr_assert(strstr(bounded, tag), "no run wrote '%s' (seen %s)", want[i], seen);
     }
-    nftw(dump, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    cr_assert_eq(tmp_dir_remove(dump), 0);
     free_doc(&d);
 }
 
