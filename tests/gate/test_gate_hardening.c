@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
-#include "test_files.h"
+#include "tool_run.h"
 #include "memra/memra.h"
 
 #define SHORT "--prime", "4", "--gen", "4", "--rows", "0"
@@ -163,23 +163,16 @@ Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
 
 Test(gate_hardening, two_gates_share_one_record_file, .timeout = 120) {
     char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "shared.jsonl");
-    char *bin = path_join(getenv("MEMRA_BIN_DIR") ? getenv("MEMRA_BIN_DIR") : ".", "memra-gate");
+    const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", "64", "--gen",
+                          "64",  "--rows", "0",   "--quiet",      "--jsonl", path, NULL};
+    tool_opts o = {.out = TOOL_OUT_FILE};
     pid_t pids[2];
+    for (int i = 0; i < 2; i++)
+        pids[i] = tool_spawn("memra-gate", &o, args, "/dev/null", "/dev/null");
     for (int i = 0; i < 2; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0) {
-            int null = open("/dev/null", O_WRONLY);
-            dup2(null, 1);
-            dup2(null, 2);
-            execl(bin, bin, "--a", "cpu", "--b", "cpu:stages=2", "--prime", "64", "--gen", "64", "--rows", "0",
-                  "--quiet", "--jsonl", path, (char *)NULL);
-            _exit(127);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        int status = 0;
-        waitpid(pids[i], &status, 0);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gate %d: status %d", i, status);
+        tool_result r = {0};
+        tool_wait(pids[i], 0, &r);
+        cr_assert(r.code == 0, "gate %d: exit %d, signal %d", i, r.code, r.signal);
     }
     size_t size;
     char *text = file_slurp(path, &size);
@@ -193,7 +186,6 @@ Test(gate_hardening, two_gates_share_one_record_file, .timeout = 120) {
     rmdir(dir);
     free(path);
     free(dir);
-    free(bin);
 }
 
 static void interrupt_with(int sig, const char *name, const char *when) {
