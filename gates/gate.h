@@ -217,6 +217,9 @@ typedef struct gate_outcome {
     bool cells_done;
     uint32_t cells_run, cells_failed;
     char cell_failure[600];
+    /* the speed verdict in one sentence (gate_speed_sentence), set by main before the summary
+     * record says it */
+    char speed[400];
 } gate_outcome;
 
 /* What the phases share. */
@@ -434,15 +437,15 @@ void gate_judge(const gate_ctx *ctx, gate_verdict *v);
 /* The readable summary on stderr; when it cannot be written, why (naming stderr's errno) in
  * error. */
 void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v, char *error, size_t error_size);
+/* The speed verdict in one sentence ("b is 2.3% slower than a ..., 95% CI [...]: significant",
+ * "no significant difference ...", "too few rows for an interval ..."), into buf. */
+const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size);
 /* "logits, cache digest" etc.: what differed at a mismatch. */
 void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size);
 
 /* ---- gate_records.c: every record (RECORDS.md) --------------------------------------------- */
 
 void gate_rec_protocol(gate_ctx *ctx);
-/* The speed verdict in one sentence ("b is 2.3% slower than a ..., 95% CI [...]: significant",
- * "no significant difference ...", "too few rows for an interval ..."), into buf. */
-const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size);
 void gate_rec_step(gate_ctx *ctx, uint32_t step, const gate_logit_diff *d, bool ok, bool digests_compared);
 void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m);
 /* census: rows (NULL when the backend has no census; error: the census call's message), the

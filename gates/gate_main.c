@@ -13,7 +13,6 @@
 #include "memra/fileio.h"
 #include "memra_commit.h"
 
-
 /* The phases after the arms are open: correctness, then (only on a clean correctness phase)
  * the profile windows, the carry check or the timing rows. *exit_code on failure. */
 static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) {
@@ -227,6 +226,7 @@ static void check_records(gate_ctx *ctx, gate_verdict *v) {
 /* The summary record, the verdict, the summary table, and the verdict's record last (so it says
  * whether the table could be written). --quiet never hides why a run failed. */
 static void finish(gate_ctx *ctx, gate_verdict *v) {
+    gate_speed_sentence(ctx, ctx->out.speed, sizeof ctx->out.speed);
     gate_rec_summary(ctx);
     gate_judge(ctx, v);
     check_records(ctx, v);

@@ -18,7 +18,6 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
-
 static void range_push(const char *name) {
 #ifdef MEMRA_HAVE_NVTX
     nvtxRangePushA(name);

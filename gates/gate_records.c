@@ -765,34 +765,6 @@ static void timing_summary_json(gate_ctx *ctx) {
     first_capture_json(ctx);
 }
 
-const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size) {
-    const gate_outcome *o = &ctx->out;
-    const gate_config *cfg = ctx->cfg;
-    if (!cfg->rows)
-        snprintf(buf, size, "not timed (%s)", cfg->profile ? "--profile" : "--rows 0");
-    else if (!o->timing_done)
-        snprintf(buf, size, "not timed (correctness failed first)");
-    else if (!o->eligible[0] || !o->eligible[1])
-        snprintf(buf, size, "no comparison: an arm has no eligible timing row");
-    else if (!o->have_ratio)
-        snprintf(buf, size,
-                 "too few rows for an interval (%u and %u eligible row(s) on a and b; at least 2 each, --rows 8 "
-                 "or more, give one): b/a %.4f, no verdict on speed",
-                 o->eligible[0], o->eligible[1], o->ratio);
-    else {
-        double pct = (o->ratio - 1.0) * 100.0, lo = (o->ratio_lo - 1.0) * 100.0, hi = (o->ratio_hi - 1.0) * 100.0;
-        bool significant = o->ratio_lo > 1.0 || o->ratio_hi < 1.0;
-        if (significant)
-            snprintf(buf, size, "b is %.1f%% %s than a (median tok/s), 95%% CI [%+.1f%%, %+.1f%%]: significant",
-                     pct >= 0 ? pct : -pct, pct >= 0 ? "faster" : "slower", lo, hi);
-        else
-            snprintf(buf, size,
-                     "no significant difference: b/a %+.1f%% (median tok/s), 95%% CI [%+.1f%%, %+.1f%%] includes 0",
-                     pct, lo, hi);
-    }
-    return buf;
-}
-
 void gate_rec_summary(gate_ctx *ctx) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
@@ -816,8 +788,7 @@ void gate_rec_summary(gate_ctx *ctx) {
     gj_u64(j, "tokens_compared", o->token_total);
     gj_f64(j, "token_agreement", o->token_total ? (double)o->token_agree / o->token_total : 1.0);
     gj_bool(j, "timing_done", o->timing_done);
-    char speed[400];
-    gj_str(j, "speed", gate_speed_sentence(ctx, speed, sizeof speed));
+    gj_str(j, "speed", o->speed);
     gj_u64(j, "rows", o->n_rows);
     gj_u64(j, "row_failures", o->row_failures);
     gj_u64(j, "rows_ineligible", o->rows_ineligible);

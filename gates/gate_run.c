@@ -18,7 +18,6 @@
 #include "gate.h"
 #include "memra/fileio.h"
 
-
 /* Bytes of a cpu-style host state of `capacity` positions: K and V caches of every layer, and the
  * attention scores (an estimate of what a host backend allocates for one state). */
 static uint64_t host_state_bytes(const memra_model *m, uint64_t capacity) {
