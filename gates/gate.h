@@ -16,7 +16,15 @@
  *   gate_tp.c       tensor-parallel arms: the epoch census of the correctness passes, the
  *                   refusal cells, and the arms-differ-by-design check
  *   gate_stats.c    comparisons, loop rule, schedule, bootstrap
- *   gate_json.c     the JSON-line writer (a record is written whole or not at all) */
+ *   gate_stop.c     the stop state (signals, the check between steps), progress, phase names
+ *   gate_json.c     the JSON-line writer (a record is written whole or not at all)
+ *
+ * Layers, top to bottom; a file calls only files of a lower layer (or of its own layer that never
+ * call it back), never up; what they share travels in gate_ctx, or lives in the bottom layer:
+ *   0 main (the phases)  1 cli, setup, html  2 the passes: run (reference, replay, timing, carry,
+ *   census), profile, tp (epochs, refusal cells)  3 pass (from a prefix), dump  4 judge
+ *   5 records  6 stop, stats, json (the bottom: they call no other gate file).
+ * gates/layers.sh checks it on the object files (test_gate_layers). */
 #ifndef MEMRA_GATE_H
 #define MEMRA_GATE_H
 
@@ -209,6 +217,9 @@ typedef struct gate_outcome {
     bool cells_done;
     uint32_t cells_run, cells_failed;
     char cell_failure[600];
+    /* the speed verdict in one sentence (gate_speed_sentence), set by main before the summary
+     * record says it */
+    char speed[400];
 } gate_outcome;
 
 /* What the phases share. */
@@ -235,15 +246,30 @@ typedef struct gate_ctx {
     char by_design[400]; /* why the arms differ by design (an exact comparison is expected to fail), "" */
 } gate_ctx;
 
-/* ---- gate_main.c -------------------------------------------------------------------------- */
+/* ---- gate_stop.c: the bottom, callable from every layer ------------------------------------ */
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked the run to stop, 0 while none did: set by the
  * handler only. */
 extern volatile sig_atomic_t gate_signal;
+/* Installs the handler of those signals (and ignores SIGXFSZ and SIGPIPE: a failed write says why). */
+void gate_stop_install(void);
 const char *gate_signal_name(int sig);
 /* Checked between steps: MEMRA_E_IO when a signal asked the run to stop, or when a record could
  * not be written (a run that cannot keep its records stops). */
 memra_status gate_check_stop(const gate_ctx *ctx, memra_error *err);
+/* Progress on stderr, with an ETA over the whole run: a bar on a terminal, otherwise (a log) a
+ * line a minute and, in a long run, one at the end of each phase; nothing with --quiet. */
+void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
+/* Before the first step: the work the run will do (steps x rows), said on stderr for a long run
+ * (GATE_ANNOUNCE_STEPS steps or more) unless --quiet; starts the clock of the ETA. */
+void gate_announce(gate_ctx *ctx);
+#define GATE_ANNOUNCE_STEPS 1000u
+#define GATE_PROGRESS_LOG_S 60.0 /* seconds between two progress lines in a log */
+/* "prime" or "gen", and the index within it. */
+const char *gate_phase_name(const gate_config *cfg, uint32_t step);
+uint32_t gate_phase_index(const gate_config *cfg, uint32_t step);
+/* Whether this build emits NVTX ranges. */
+bool gate_have_nvtx(void);
 
 /* ---- gate_setup.c ------------------------------------------------------------------------- */
 
@@ -292,20 +318,6 @@ memra_status gate_carry_check(gate_ctx *ctx, memra_error *err);
  * failed dump is an error naming the directory. */
 memra_status gate_census(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const char *scope, memra_error *err);
 
-/* Progress on stderr, with an ETA over the whole run: a bar on a terminal, otherwise (a log) a
- * line a minute and, in a long run, one at the end of each phase; nothing with --quiet. */
-void gate_progress(gate_ctx *ctx, const char *what, uint32_t done, uint32_t total);
-/* Before the first step: the work the run will do (steps x rows), said on stderr for a long run
- * (GATE_ANNOUNCE_STEPS steps or more) unless --quiet; starts the clock of the ETA. */
-void gate_announce(gate_ctx *ctx);
-#define GATE_ANNOUNCE_STEPS 1000u
-#define GATE_PROGRESS_LOG_S 60.0 /* seconds between two progress lines in a log */
-/* "prime" or "gen", and the index within it. */
-const char *gate_phase_name(const gate_config *cfg, uint32_t step);
-uint32_t gate_phase_index(const gate_config *cfg, uint32_t step);
-/* A state of `capacity` positions on an arm. */
-memra_status gate_new_state(gate_arm *arm, uint32_t capacity, memra_arm_state **out, memra_error *err);
-
 /* ---- gate_pass.c: the pass from a prefix --------------------------------------------------- */
 
 /* An arm's prefix: its snapshot after the P prime steps (the last one sampled the first
@@ -343,6 +355,8 @@ typedef struct gate_pass {
     gate_mismatch miss; /* when not verified: what differs first (where, arm, row: the caller's) */
 } gate_pass;
 memra_status gate_pass_run(gate_ctx *ctx, gate_prefix *p, gate_pass *pass, memra_error *err);
+/* A state of `capacity` positions on an arm. */
+memra_status gate_new_state(gate_arm *arm, uint32_t capacity, memra_arm_state **out, memra_error *err);
 
 /* ---- gate_tp.c: tensor-parallel arms ------------------------------------------------------ */
 
@@ -391,8 +405,6 @@ typedef struct gate_cell {
  * a graph capture falls outside the window), then a pass of GATE_PROFILE_STEPS steps inside
  * NVTX ranges (where the build has NVTX). Profile records; ctx->out's profile members. */
 memra_status gate_profile(gate_ctx *ctx, memra_error *err);
-/* Whether this build emits NVTX ranges. */
-bool gate_have_nvtx(void);
 
 /* ---- gate_dump.c -------------------------------------------------------------------------- */
 

@@ -13,48 +13,6 @@
 #include "memra/fileio.h"
 #include "memra_commit.h"
 
-/* SIGINT, SIGTERM or SIGHUP received: the handler sets it and does nothing else; the step loops
- * check it between steps (gate_check_stop) and main writes the interrupted record. */
-volatile sig_atomic_t gate_signal = 0;
-
-static void on_signal(int sig) {
-    if (!gate_signal)
-        gate_signal = sig;
-}
-
-/* SA_RESETHAND: a second signal of the same kind takes its default action, so a run stuck inside
- * one step can still be stopped at once. A file size limit is an error of the write, not a
- * signal that kills the gate before it can say so. */
-static void install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        sigaction(sigs[i], &sa, NULL);
-    signal(SIGXFSZ, SIG_IGN);
-    signal(SIGPIPE, SIG_IGN); /* a closed pipe is EPIPE on the write: exit 3 naming it */
-}
-
-const char *gate_signal_name(int sig) {
-    switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-    }
-}
-
-memra_status gate_check_stop(const gate_ctx *ctx, memra_error *err) {
-    if (gate_signal)
-        return memra_fail(err, MEMRA_E_IO, "interrupted by %s", gate_signal_name(gate_signal));
-    if (ctx->json.failed)
-        return memra_fail(err, MEMRA_E_IO, "records: %s", ctx->json.failure);
-    return MEMRA_OK;
-}
-
 /* The phases after the arms are open: correctness, then (only on a clean correctness phase)
  * the profile windows, the carry check or the timing rows. *exit_code on failure. */
 static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) {
@@ -268,6 +226,7 @@ static void check_records(gate_ctx *ctx, gate_verdict *v) {
 /* The summary record, the verdict, the summary table, and the verdict's record last (so it says
  * whether the table could be written). --quiet never hides why a run failed. */
 static void finish(gate_ctx *ctx, gate_verdict *v) {
+    gate_speed_sentence(ctx, ctx->out.speed, sizeof ctx->out.speed);
     gate_rec_summary(ctx);
     gate_judge(ctx, v);
     check_records(ctx, v);
@@ -343,7 +302,7 @@ int main(int argc, char **argv) {
     gate_html html = {.fd = -1};
     memra_error err = {0};
     hold_closed_std_fds();
-    install_signals();
+    gate_stop_install();
     bool finished = false;
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);
     if (st != MEMRA_OK) {

@@ -17,6 +17,10 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+memra_status gate_new_state(gate_arm *arm, uint32_t capacity, memra_arm_state **out, memra_error *err) {
+    return memra_arm_state_new(arm->arm, capacity, out, err);
+}
+
 /* The steps of a pass: generated tokens land in tokens[step - P]; the last prime step's token
  * in prefix_token. */
 typedef struct pass_steps {

@@ -18,14 +18,6 @@
 #include <nvtx3/nvToolsExt.h>
 #endif
 
-bool gate_have_nvtx(void) {
-#ifdef MEMRA_HAVE_NVTX
-    return true;
-#else
-    return false;
-#endif
-}
-
 static void range_push(const char *name) {
 #ifdef MEMRA_HAVE_NVTX
     nvtxRangePushA(name);

@@ -788,8 +788,7 @@ void gate_rec_summary(gate_ctx *ctx) {
     gj_u64(j, "tokens_compared", o->token_total);
     gj_f64(j, "token_agreement", o->token_total ? (double)o->token_agree / o->token_total : 1.0);
     gj_bool(j, "timing_done", o->timing_done);
-    char speed[400];
-    gj_str(j, "speed", gate_speed_sentence(ctx, speed, sizeof speed));
+    gj_str(j, "speed", o->speed);
     gj_u64(j, "rows", o->n_rows);
     gj_u64(j, "row_failures", o->row_failures);
     gj_u64(j, "rows_ineligible", o->rows_ineligible);

@@ -35,6 +35,24 @@ static inline int tmp_dir_remove(const char *dir) {
     return nftw(dir, tmp_dir_remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A fresh folder /tmp/memra-TAG-XXXXXX, its path malloc'd (free it after tmp_dir_remove). */
+static inline char *tmp_dir_new(const char *tag) {
+    char buf[4096];
+    tmp_dir_make(buf, sizeof buf, NULL, tag);
+    char *d = strdup(buf);
+    cr_assert_not_null(d);
+    return d;
+}
+
+/* DIR/NAME, malloc'd. */
+static inline char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 /* DIR/NAME in one of 16 rotating buffers (enough for the paths one check holds at once). */
 static inline char *tmp_dir_path(const char *dir, const char *name) {
     static char ring[16][4096];
@@ -50,6 +68,25 @@ static inline void tmp_file_path(char *buf, size_t size, const char *name) {
     const char *dir = getenv("MEMRA_BUILD_DIR");
     int k = snprintf(buf, size, "%s/memra-test_%d_%s", dir && *dir ? dir : "/tmp", (int)getpid(), name);
     cr_assert(k > 0 && (size_t)k < size, "path too long for %s", name);
+}
+
+/* A whole file, NUL-terminated, malloc'd, or NULL when it cannot be opened; its length in *len
+ * (may be NULL). */
+static inline char *file_slurp_maybe(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
+    cr_assert_not_null(buf);
+    size_t got = n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
+    buf[got] = '\0';
+    fclose(f);
+    if (len)
+        *len = got;
+    return buf;
 }
 
 /* A whole file, NUL-terminated, malloc'd; its length in *len (may be NULL). */

@@ -25,8 +25,11 @@ typedef enum tool_out { TOOL_OUT_FILE, TOOL_OUT_FULL, TOOL_OUT_CLOSED } tool_out
 
 typedef struct tool_opts {
     tool_out out;
-    long long fsize_limit; /* RLIMIT_FSIZE of the child in bytes; 0: none */
-    double timeout_s;      /* the child is killed past it and the result says so; 0: no limit */
+    long long fsize_limit;   /* RLIMIT_FSIZE of the child in bytes; 0: none */
+    double timeout_s;        /* the child is killed past it and the result says so; 0: no limit */
+    bool err_closed;         /* stderr closed (`2>&-`) instead of written to the error file */
+    long long as_limit;      /* RLIMIT_AS of the child in bytes; 0: none */
+    const char *plugin_path; /* MEMRA_PLUGIN_PATH of the child; NULL: as the test's */
 } tool_opts;
 
 typedef struct tool_result {
@@ -52,7 +55,7 @@ static inline const char *tool_build_dir(void) {
 }
 
 /* Starts bin/TOOL with args (NULL-terminated, without the program name), its stdout into
- * out_path (as o->out says) and its stderr into err_path; the child's pid. */
+ * out_path (as o->out says) and its stderr into err_path (unless o->err_closed); the child's pid. */
 static inline pid_t tool_spawn(const char *tool, const tool_opts *o, const char *const *args, const char *out_path,
                                const char *err_path) {
     char exe[1024];
@@ -76,14 +79,18 @@ static inline pid_t tool_spawn(const char *tool, const tool_opts *o, const char 
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = o->err_closed ? -1 : open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int fo = o->out == TOOL_OUT_FILE   ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644)
                  : o->out == TOOL_OUT_FULL ? open("/dev/full", O_WRONLY)
                                            : -1;
-        if (fe < 0 || (o->out != TOOL_OUT_CLOSED && fo < 0))
+        if ((!o->err_closed && fe < 0) || (o->out != TOOL_OUT_CLOSED && fo < 0))
             _exit(126);
-        dup2(fe, 2);
-        close(fe);
+        if (o->err_closed) {
+            close(2); /* `... 2>&-` */
+        } else {
+            dup2(fe, 2);
+            close(fe);
+        }
         if (o->out == TOOL_OUT_CLOSED) {
             close(1); /* `memra ... >&-` */
         } else {
@@ -94,6 +101,12 @@ static inline pid_t tool_spawn(const char *tool, const tool_opts *o, const char 
             struct rlimit rl = {(rlim_t)o->fsize_limit, (rlim_t)o->fsize_limit};
             setrlimit(RLIMIT_FSIZE, &rl);
         }
+        if (o->as_limit > 0) {
+            struct rlimit rl = {(rlim_t)o->as_limit, (rlim_t)o->as_limit};
+            setrlimit(RLIMIT_AS, &rl);
+        }
+        if (o->plugin_path)
+            setenv("MEMRA_PLUGIN_PATH", o->plugin_path, 1);
         execv(exe, (char *const *)argv);
         _exit(127);
     }

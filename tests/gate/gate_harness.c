@@ -12,36 +12,17 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "tool_run.h"
 
+/* A whole file, or "" when there is none. */
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
+    char *s = file_slurp_maybe(path, NULL);
+    return s ? s : strdup("");
 }
 
 gate_result gate_run(const char *const *args, bool no_jsonl) {
     gate_how how = {.no_jsonl = no_jsonl};
     return gate_run_ex(args, &how);
-}
-
-/* fd to a file (`to`, or the captured one); "" leaves it for closed_after. */
-static int redirect(const char *to, const char *captured, int fd) {
-    if (to && !*to)
-        return 0;
-    int f = open(to ? to : captured, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (f < 0 || dup2(f, fd) < 0)
-        return -1;
-    if (f != fd)
-        close(f);
-    return 0;
 }
 
 /* Whether the file at path holds a record of this kind yet. */
@@ -55,18 +36,14 @@ static bool has_record(const char *path, const char *kind) {
 
 gate_result gate_run_ex(const char *const *args, gate_how *how) {
     gate_result r = {.exit = -1};
-    const char *bin_dir = getenv("MEMRA_BIN_DIR");
-    char bin[4096], dir[] = "/tmp/memra-gate-test-XXXXXX";
-    snprintf(bin, sizeof bin, "%s/memra-gate", bin_dir ? bin_dir : ".");
-    if (!mkdtemp(dir))
-        return r;
-    char jsonl[256], out[256], err[256];
+    char dir[256];
+    tmp_dir_make(dir, sizeof dir, NULL, "gate-test");
+    char jsonl[300], out[300], err[300];
     snprintf(jsonl, sizeof jsonl, "%s/records.jsonl", dir);
     snprintf(out, sizeof out, "%s/stdout", dir);
     snprintf(err, sizeof err, "%s/stderr", dir);
     const char *argv[128];
     int n = 0;
-    argv[n++] = bin;
     for (int i = 0; args[i] && n < 120; i++)
         argv[n++] = args[i];
     if (!how->no_jsonl) {
@@ -74,27 +51,14 @@ gate_result gate_run_ex(const char *const *args, gate_how *how) {
         argv[n++] = jsonl;
     }
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (redirect(how->stdout_to, out, 1) < 0 || redirect(how->stderr_to, err, 2) < 0)
-            _exit(126);
-        if (how->stdout_to && !*how->stdout_to)
-            close(1);
-        if (how->stderr_to && !*how->stderr_to)
-            close(2);
-        if (how->rlimit_as) {
-            struct rlimit rl = {(rlim_t)how->rlimit_as, (rlim_t)how->rlimit_as};
-            setrlimit(RLIMIT_AS, &rl);
-        }
-        if (how->rlimit_fsize) {
-            struct rlimit rl = {(rlim_t)how->rlimit_fsize, (rlim_t)how->rlimit_fsize};
-            setrlimit(RLIMIT_FSIZE, &rl);
-        }
-        if (how->plugin_path)
-            setenv("MEMRA_PLUGIN_PATH", how->plugin_path, 1);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
+    /* stdout and stderr: captured (NULL), closed ("") or into the path given */
+    tool_opts o = {.out = how->stdout_to && !*how->stdout_to ? TOOL_OUT_CLOSED : TOOL_OUT_FILE,
+                   .fsize_limit = how->rlimit_fsize,
+                   .err_closed = how->stderr_to && !*how->stderr_to,
+                   .as_limit = how->rlimit_as,
+                   .plugin_path = how->plugin_path};
+    pid_t pid = tool_spawn("memra-gate", &o, argv, how->stdout_to ? how->stdout_to : out,
+                           how->stderr_to ? how->stderr_to : err);
     int status = 0, waited = 0;
     const int limit_ms = (how->timeout_s ? how->timeout_s : 120) * 1000;
     bool signalled = false, killed = false;

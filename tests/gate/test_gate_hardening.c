@@ -19,24 +19,10 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "tool_run.h"
 #include "memra/memra.h"
 
 #define SHORT "--prime", "4", "--gen", "4", "--rows", "0"
-
-static char *slurp_path(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (size)
-        *size = (size_t)n;
-    return buf;
-}
 
 /* Every line of text (n bytes) is a strict JSON object in valid UTF-8, and the text ends with a
  * newline; returns the number of lines. */
@@ -53,18 +39,6 @@ static int all_lines_strict(const char *text, size_t n, const char *what) {
         at += len + 1;
     }
     return lines;
-}
-
-static char *tmpdir(void) {
-    char *dir = strdup("/tmp/memra-gate-hard-XXXXXX");
-    cr_assert(mkdtemp(dir));
-    return dir;
-}
-
-static char *join(const char *dir, const char *name) {
-    char *p = malloc(strlen(dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", dir, name);
-    return p;
 }
 
 /* The tiny preset written to path with the core's GGUF writer. */
@@ -135,7 +109,7 @@ Test(gate_hardening, a_file_size_limit_is_exit_3_with_whole_lines) {
     /* Enough records to pass 6000 bytes: the limit falls inside a line. */
     const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", "16", "--gen",
                           "16",  "--rows", "0",   "--quiet",      NULL};
-    char *dir = tmpdir(), *path = join(dir, "records.jsonl");
+    char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "records.jsonl");
     const char *full[16];
     int n = 0;
     for (; args[n]; n++)
@@ -150,7 +124,7 @@ Test(gate_hardening, a_file_size_limit_is_exit_3_with_whole_lines) {
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, path) && strstr(r.err, strerror(EFBIG)), "the message names the file and why: %s", r.err);
     size_t size;
-    char *text = slurp_path(path, &size);
+    char *text = file_slurp(path, &size);
     cr_assert(size <= 6000 && size > 0, "%zu bytes", size);
     int lines = all_lines_strict(text, size, "the record file");
     cr_assert(lines >= 2, "%d lines", lines);
@@ -167,7 +141,7 @@ Test(gate_hardening, a_file_size_limit_is_exit_3_with_whole_lines) {
 /* 2. Record files stay whole                                                                  */
 
 Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
-    char *dir = tmpdir(), *path = join(dir, "records.jsonl");
+    char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "records.jsonl");
     FILE *f = fopen(path, "w");
     fputs("{\"record\":\"earlier\",\"n\":1}\n", f);
     fclose(f);
@@ -175,7 +149,7 @@ Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     size_t size;
-    char *text = slurp_path(path, &size);
+    char *text = file_slurp(path, &size);
     cr_assert(strncmp(text, "{\"record\":\"earlier\"", 19) == 0, "the earlier line is kept: %.200s", text);
     all_lines_strict(text, size, "the record file");
     cr_assert_eq(gate_count_records(text, "verdict"), 1);
@@ -188,27 +162,20 @@ Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
 }
 
 Test(gate_hardening, two_gates_share_one_record_file, .timeout = 120) {
-    char *dir = tmpdir(), *path = join(dir, "shared.jsonl");
-    char *bin = join(getenv("MEMRA_BIN_DIR") ? getenv("MEMRA_BIN_DIR") : ".", "memra-gate");
+    char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "shared.jsonl");
+    const char *args[] = {"--a", "cpu",    "--b", "cpu:stages=2", "--prime", "64", "--gen",
+                          "64",  "--rows", "0",   "--quiet",      "--jsonl", path, NULL};
+    tool_opts o = {.out = TOOL_OUT_FILE};
     pid_t pids[2];
+    for (int i = 0; i < 2; i++)
+        pids[i] = tool_spawn("memra-gate", &o, args, "/dev/null", "/dev/null");
     for (int i = 0; i < 2; i++) {
-        pids[i] = fork();
-        if (pids[i] == 0) {
-            int null = open("/dev/null", O_WRONLY);
-            dup2(null, 1);
-            dup2(null, 2);
-            execl(bin, bin, "--a", "cpu", "--b", "cpu:stages=2", "--prime", "64", "--gen", "64", "--rows", "0",
-                  "--quiet", "--jsonl", path, (char *)NULL);
-            _exit(127);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        int status = 0;
-        waitpid(pids[i], &status, 0);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gate %d: status %d", i, status);
+        tool_result r = {0};
+        tool_wait(pids[i], 0, &r);
+        cr_assert(r.code == 0, "gate %d: exit %d, signal %d", i, r.code, r.signal);
     }
     size_t size;
-    char *text = slurp_path(path, &size);
+    char *text = file_slurp(path, &size);
     int lines = all_lines_strict(text, size, "the shared record file");
     cr_assert_eq(gate_count_records(text, "protocol"), 2);
     cr_assert_eq(gate_count_records(text, "verdict"), 2);
@@ -219,7 +186,6 @@ Test(gate_hardening, two_gates_share_one_record_file, .timeout = 120) {
     rmdir(dir);
     free(path);
     free(dir);
-    free(bin);
 }
 
 static void interrupt_with(int sig, const char *name, const char *when) {
@@ -265,7 +231,7 @@ Test(gate_hardening, sigterm_inside_the_replay_stops_between_steps, .timeout = 1
 /* 3. Inputs that lie                                                                          */
 
 Test(gate_hardening, a_fifo_as_prompt_ids_is_refused_without_blocking, .timeout = 60) {
-    char *dir = tmpdir(), *fifo = join(dir, "ids.fifo");
+    char *dir = tmp_dir_new("gate-hard"), *fifo = path_join(dir, "ids.fifo");
     cr_assert_eq(mkfifo(fifo, 0600), 0);
     const char *args[] = {"--prompt-ids", fifo, "--gen", "4", "--rows", "0", "--quiet", NULL};
     gate_how how = {.timeout_s = 20};
@@ -281,7 +247,7 @@ Test(gate_hardening, a_fifo_as_prompt_ids_is_refused_without_blocking, .timeout 
 }
 
 Test(gate_hardening, an_endless_prompt_file_is_bounded, .timeout = 60) {
-    char *dir = tmpdir(), *path = join(dir, "ids.txt");
+    char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "ids.txt");
     FILE *f = fopen(path, "w");
     static char spaces[1 << 20];
     memset(spaces, '\n', sizeof spaces);
@@ -303,7 +269,7 @@ Test(gate_hardening, an_endless_prompt_file_is_bounded, .timeout = 60) {
 /* An output naming an input (as given, or spelled another way) is refused, and the input is
  * unchanged. */
 static void output_is_input(const char *out_opt, bool prompt, bool usage_error_first) {
-    char *dir = tmpdir(), *model = join(dir, "m.gguf"), *ids = join(dir, "ids.txt");
+    char *dir = tmp_dir_new("gate-hard"), *model = path_join(dir, "m.gguf"), *ids = path_join(dir, "ids.txt");
     write_model(model);
     FILE *f = fopen(ids, "w");
     fputs("1 2 3 4 5 6 7 8\n", f);
@@ -312,7 +278,7 @@ static void output_is_input(const char *out_opt, bool prompt, bool usage_error_f
     char other[4200]; /* the same file spelled another way */
     snprintf(other, sizeof other, "%s/./%s", dir, prompt ? "ids.txt" : "m.gguf");
     size_t before_size;
-    char *before = slurp_path(input, &before_size);
+    char *before = file_slurp(input, &before_size);
     const char *args[24];
     int n = 0;
     if (usage_error_first) {
@@ -339,7 +305,7 @@ static void output_is_input(const char *out_opt, bool prompt, bool usage_error_f
     if (!usage_error_first)
         cr_assert(strstr(r.err, "same file"), "%s", r.err);
     size_t after_size;
-    char *after = slurp_path(input, &after_size);
+    char *after = file_slurp(input, &after_size);
     cr_assert(after_size == before_size && memcmp(before, after, before_size) == 0,
               "%s was changed (%zu bytes, was %zu)", input, after_size, before_size);
     free(before);
@@ -388,7 +354,7 @@ Test(gate_hardening, a_trace_larger_than_memory_is_refused_up_front, .timeout = 
 
 static void hex_of_file(const char *path, char hex[MEMRA_SHA256_HEX]) {
     size_t size;
-    char *data = slurp_path(path, &size);
+    char *data = file_slurp(path, &size);
     uint8_t d[32];
     memra_sha256(data, size, d);
     memra_sha256_hex(d, hex);
@@ -449,7 +415,7 @@ Test(gate_hardening, registry_warnings_are_said_even_with_quiet) {
 static void patch(const char *path, const char *from, const char *to) {
     size_t size, n = strlen(from);
     cr_assert_eq(strlen(to), n);
-    char *data = slurp_path(path, &size);
+    char *data = file_slurp(path, &size);
     char *at = memmem(data, size, from, n);
     cr_assert(at, "'%s' not in %s", from, path);
     memcpy(at, to, n);
@@ -461,9 +427,9 @@ static void patch(const char *path, const char *from, const char *to) {
 }
 
 Test(gate_hardening, records_are_valid_utf8_whatever_the_model_and_path_hold) {
-    char *dir = tmpdir();
+    char *dir = tmp_dir_new("gate-hard");
     /* a path with a byte that begins no sequence and one cut short */
-    char *model = join(dir, "m\xff\x01x\xe2\x82.gguf");
+    char *model = path_join(dir, "m\xff\x01x\xe2\x82.gguf");
     write_model(model);
     /* general.name: a lone continuation byte, an overlong '/', a surrogate and a cut sequence */
     patch(model, "memra synthetic tiny", "m\x80mra\xc0\xafsyn\xed\xa0\x80ic tin\xf0");

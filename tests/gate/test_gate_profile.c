@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "test_files.h"
 
 static double num(const char *line, const char *key) {
     double v = -12345;
@@ -26,39 +27,11 @@ static bool flag(const char *line, const char *key) {
     return v;
 }
 
-static int rm_one(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
-/* A fresh temporary folder (removed by rm_tree). */
-static char *temp_dir(void) {
-    char *d = strdup("/tmp/memra-gate-dump-XXXXXX");
-    cr_assert(mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-static void rm_tree(char *d) {
-    nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(d);
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *buf = calloc(1, 4096);
-    size_t n = fread(buf, 1, 4095, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* --dump-graphs                                                                               */
 
 Test(gate_profile, dump_graphs_on_a_cpu_pair_has_nothing_to_dump_and_goes_on) {
-    char *d = temp_dir();
+    char *d = tmp_dir_new("gate-dump");
     char dir[512];
     snprintf(dir, sizeof dir, "%s/new/graphs", d); /* missing parents are created */
     const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--dump-graphs", dir, GATE_SMALL, NULL};
@@ -79,7 +52,8 @@ Test(gate_profile, dump_graphs_on_a_cpu_pair_has_nothing_to_dump_and_goes_on) {
     free(p);
     free(s);
     gate_result_free(&r);
-    rm_tree(d);
+    cr_assert_eq(tmp_dir_remove(d), 0);
+    free(d);
 }
 
 /* The census record of (arm, scope) lists one DOT file in DIR/<arm>-<scope>/ that exists. */
@@ -99,14 +73,14 @@ static void expect_dumped(const char *jsonl, const char *dir, const char *arm, c
     snprintf(listed, sizeof listed, "\"dumped\":[\"%s\"]", path);
     cr_assert(strstr(c, listed), "expected %s in %s", listed, c);
     cr_assert_eq(num(c, "dumped_count"), 1, "%s", c);
-    char *dot = read_file(path);
+    char *dot = file_slurp_maybe(path, NULL);
     cr_assert(dot && strncmp(dot, "digraph", 7) == 0, "%s: %s", path, dot ? dot : "(missing)");
     free(dot);
     free(c);
 }
 
 Test(gate_profile, dump_graphs_writes_each_state_of_each_offering_arm) {
-    char *d = temp_dir();
+    char *d = tmp_dir_new("gate-dump");
     const char *args[] = {"--a", "faulty:census=1", "--b", "faulty:census=1,window=3", "--dump-graphs",
                           d,     GATE_SMALL,        NULL};
     gate_result r = gate_run(args, false);
@@ -127,11 +101,12 @@ Test(gate_profile, dump_graphs_writes_each_state_of_each_offering_arm) {
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     expect_dumped(r.jsonl, d, "b", "timing", 32);
     gate_result_free(&r);
-    rm_tree(d);
+    cr_assert_eq(tmp_dir_remove(d), 0);
+    free(d);
 }
 
 Test(gate_profile, dump_graphs_census_without_dump_is_said_and_goes_on) {
-    char *d = temp_dir();
+    char *d = tmp_dir_new("gate-dump");
     const char *args[] = {"--a", "cpu", "--b", "faulty:census=2", "--dump-graphs", d, GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
@@ -140,11 +115,12 @@ Test(gate_profile, dump_graphs_census_without_dump_is_said_and_goes_on) {
     cr_assert_eq(gate_count_records(r.jsonl, "census"), 2, "the census itself is still recorded");
     cr_assert_null(strstr(r.jsonl, "\"dumped\""), "%s", r.jsonl);
     gate_result_free(&r);
-    rm_tree(d);
+    cr_assert_eq(tmp_dir_remove(d), 0);
+    free(d);
 }
 
 Test(gate_profile, dump_graphs_into_a_file_is_an_error_naming_it) {
-    char *d = temp_dir();
+    char *d = tmp_dir_new("gate-dump");
     char file[512], under[600];
     snprintf(file, sizeof file, "%s/plain-file", d);
     FILE *f = fopen(file, "w");
@@ -166,11 +142,12 @@ Test(gate_profile, dump_graphs_into_a_file_is_an_error_naming_it) {
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, under) && strstr(r.err, "cannot create"), "%s", r.err);
     gate_result_free(&r);
-    rm_tree(d);
+    cr_assert_eq(tmp_dir_remove(d), 0);
+    free(d);
 }
 
 Test(gate_profile, dump_graphs_backend_failure_is_an_error_naming_the_directory) {
-    char *d = temp_dir();
+    char *d = tmp_dir_new("gate-dump");
     const char *args[] = {"--a", "cpu", "--b", "faulty:census=1,dump_fail=1", "--dump-graphs", d, GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
@@ -179,7 +156,8 @@ Test(gate_profile, dump_graphs_backend_failure_is_an_error_naming_the_directory)
     cr_assert(c && strstr(c, "\"dump_error\":"), "%s", c ? c : "(none)");
     free(c);
     gate_result_free(&r);
-    rm_tree(d);
+    cr_assert_eq(tmp_dir_remove(d), 0);
+    free(d);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "test_files.h"
 
 static void expect_exit(const char *const *args, int code) {
     gate_result r = gate_run(args, false);
@@ -51,8 +52,8 @@ Test(gate_slow, tiny_sampled_full_length_nmse, .timeout = 300) {
 Test(gate_slow, small_preset_full_length_profile_with_dumps, .timeout = 300) {
     /* P = N = 256: the profile windows sit at 256..288 of a 4-stage pipelined arm, inside the
      * generated phase, checked against the correctness run over all 32 tokens. */
-    char dir[] = "/tmp/memra-gate-slow-dump-XXXXXX";
-    cr_assert(mkdtemp(dir));
+    char dir[64];
+    tmp_dir_make(dir, sizeof dir, NULL, "gate-slow-dump");
     const char *args[] = {"--preset",  "small",         "--a", "cpu",     "--b", "faulty:census=1,stages=4,window=3",
                           "--profile", "--dump-graphs", dir,   "--quiet", NULL};
     gate_result r = gate_run(args, false);

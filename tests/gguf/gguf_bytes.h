@@ -1,10 +1,17 @@
-/* gguf_bytes.h: a byte builder for hand-assembling GGUF files (valid or not) in tests. */
+/* gguf_bytes.h: a byte builder for hand-assembling GGUF files (valid or not) in tests, and what the
+ * gguf tests share: a valid one-tensor file, and a cap on the address space. */
 #ifndef MEMRA_TEST_GGUF_BYTES_H
 #define MEMRA_TEST_GGUF_BYTES_H
 
+#include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "memra/gguf.h"
 
 typedef struct gb_bytes {
     uint8_t *p;
@@ -59,6 +66,43 @@ static inline void gb_free(gb_bytes *b) {
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
+}
+
+/* ---- shared by the gguf tests ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/* A valid file with one tensor 't' F32 [32, 2] at offset 0 and one kv 'k' uint32 = 7. */
+static inline void valid_one_tensor(gb_bytes *b) {
+    gb_header(b, 3, 1, 1);
+    gb_key(b, "k", MEMRA_GGUF_UINT32);
+    gb_u32(b, 7);
+    gb_tensor_info(b, "t", 2, (const uint64_t[2]){32, 2}, MEMRA_TYPE_F32, 0);
+    gb_pad(b, 32);
+    gb_zeros(b, 32 * 2 * 4);
+}
+
+/* Caps the address space near its current size, so an allocation by an unbounded count fails
+ * (returns NOMEM instead of the FORMAT expected). ASan reserves terabytes of shadow up front,
+ * so there the cap is skipped; ASan's allocator then aborts on absurd sizes instead. */
+static inline void cap_memory(void) {
+#ifndef UNDER_ASAN
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    cr_assert(f && fscanf(f, "%lu", &pages) == 1);
+    fclose(f);
+    rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256u << 20);
+    struct rlimit r = {cap, cap};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &r), 0);
+    void *volatile probe = malloc(512u << 20); /* the cap works: half a gigabyte is refused */
+    cr_assert_null(probe);
+#endif
 }
 
 #endif

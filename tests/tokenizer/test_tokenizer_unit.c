@@ -9,14 +9,7 @@
 
 #include "memra/gguf.h"
 #include "memra/tokenizer.h"
-
-#define OK(call)                                                                                                       \
-    do {                                                                                                               \
-        memra_error e_ = {0};                                                                                          \
-        memra_error *err = &e_;                                                                                        \
-        memra_status s_ = (call);                                                                                      \
-        cr_assert_eq(s_, MEMRA_OK, "%s failed: %s", #call, e_.msg);                                                    \
-    } while (0)
+#include "test_status.h"
 
 #define MAX_TOK 64
 
