@@ -86,7 +86,6 @@ void host_log(memra_log_level level, const char *plugin, const char *fmt, ...) {
     va_end(ap);
 }
 
-
 /* ------------------------------------------------------------------------------------------ */
 /* Slots: one host table per open registry                                                     */
 
@@ -563,4 +562,3 @@ const char *memra_registry_warning_at(const memra_registry *r, uint32_t i) {
 const memra_host *memra_registry_host(memra_registry *r) {
     return (r && r->slot < REGISTRY_SLOTS) ? &g_slot_host[r->slot] : NULL;
 }
-

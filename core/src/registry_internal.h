@@ -74,7 +74,7 @@ struct memra_registry {
 
 /* registry.c */
 REG_INTERNAL __attribute__((format(printf, 3, 4))) void host_log(memra_log_level level, const char *plugin,
-                                                                  const char *fmt, ...);
+                                                                 const char *fmt, ...);
 #define registry_log(level, ...) host_log((level), "registry", __VA_ARGS__)
 REG_INTERNAL char *str_dup(const char *s);
 REG_INTERNAL char *path_join(const char *dir, const char *name);
@@ -94,7 +94,5 @@ REG_INTERNAL bool entry_named(const reg_entry *e, const char *name, uint32_t kin
 REG_INTERNAL memra_status scan_dir(memra_registry *r, uint32_t dir_index, memra_error *err);
 REG_INTERNAL void mark_duplicates(memra_registry *r);
 REG_INTERNAL void search_warnings(memra_registry *r);
-
-/* registry_load.c */
 
 #endif

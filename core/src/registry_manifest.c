@@ -397,4 +397,3 @@ void search_warnings(memra_registry *r) {
         }
     }
 }
-

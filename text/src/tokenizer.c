@@ -506,4 +506,3 @@ memra_status memra_tokenizer_encode_parts(const memra_tokenizer *t, const memra_
     free(joined);
     return st;
 }
-

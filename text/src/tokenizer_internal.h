@@ -38,7 +38,7 @@ memra_status memra_tok_pretokenize(const char *pre, const char *text, size_t len
 #define TOK_MAX_TOKENS (1u << 24)  /* more tokens than any published vocabulary: refused */
 #define TOK_MAX_TEXT (1u << 16)    /* bytes of one token's text */
 #define TOK_CP_INVALID 0xffffffffu /* a byte that starts no valid UTF-8 sequence */
-#define TOK_MAX_EOG 32             /* end-of-generation ids kept (the texts below and 3 keys) */
+#define TOK_MAX_EOG 32             /* end-of-generation ids kept (eog_texts of tokenizer_build.c, 3 keys) */
 
 enum { KIND_GPT2, KIND_LLAMA };
 enum { PRE_NONE, PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };

@@ -110,7 +110,7 @@ typedef struct memra_model {
     int64_t eos_id; /* -1 when the file names none */
 
     const memra_gguf *gguf; /* the file it was described from (memra/gguf.h, libmemra-model) */
-    uint64_t weight_bytes; /* all bound tensors, tied output counted once */
+    uint64_t weight_bytes;  /* all bound tensors, tied output counted once */
 } memra_model;
 
 /* MEMRA_E_UNSUPPORTED naming the tensor and its type unless the type is one memra computes with:
