@@ -36,7 +36,11 @@
 
 #include "gate_json.h"
 #include "gate_stats.h"
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 enum { GATE_EXIT_PASS = 0, GATE_EXIT_FAIL = 1, GATE_EXIT_USAGE = 2, GATE_EXIT_RUNTIME = 3 };
 enum { GATE_CELLS_NONE = 0, GATE_CELLS_SOME = 1, GATE_CELLS_ALL = 2 };

@@ -12,7 +12,11 @@
 #include <stdio.h>
 
 #include "memra/fileio.h"
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_USAGE 2

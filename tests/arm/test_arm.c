@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "memra/arm.h"
+#include "memra/gguf.h"
+#include "memra/model.h"
 #include "memra/registry.h"
 #include "memra/synth.h"
 

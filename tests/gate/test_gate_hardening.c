@@ -20,7 +20,11 @@
 
 #include "gate_harness.h"
 #include "tool_run.h"
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 #define SHORT "--prime", "4", "--gen", "4", "--rows", "0"
 

@@ -8,7 +8,11 @@
 #include <unistd.h>
 
 #include "gate_harness.h"
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 /* Runs the gate and checks a clean pass: exit 0, a passing verdict, every step compared and
  * ok, every timing row verified. */

@@ -9,7 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 /* The model: n_embd 256 (a multiple of the Q4_K block, so a matrix can be retyped), 2 layers,
  * 4 heads of 64, 2 kv heads, n_ff 256, 32 tokens. */

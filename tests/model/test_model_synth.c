@@ -11,7 +11,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "memra/gguf.h"
 #include "memra/memra.h"
+#include "memra/model.h"
+#include "memra/runtime.h"
+#include "memra/synth.h"
 
 #define MAYBE_UNUSED __attribute__((unused)) /* the slow build uses only some helpers */
 

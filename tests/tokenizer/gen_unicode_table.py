@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes core/src/tokenizer_unicode.c: ranges of code points whose general category is a letter
+"""Writes text/src/tokenizer_unicode.c: ranges of code points whose general category is a letter
 (L*) or a number (N*), from Python's unicodedata (the Unicode version is printed into the file).
-Usage: python3 tests/tokenizer/gen_unicode_table.py > core/src/tokenizer_unicode.c"""
+Usage: python3 tests/tokenizer/gen_unicode_table.py > text/src/tokenizer_unicode.c"""
 import sys
 import unicodedata
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "memra/ext.h"
-#include "memra/model.h"
+#include "memra/model_types.h"
 #include "memra/options.h"
 #include "memra/plugin.h"
 #include "memra/registry.h"

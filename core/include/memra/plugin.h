@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memra/model.h"
+#include "memra/model_types.h"
 #include "memra/status.h"
 
 #ifdef __cplusplus

@@ -282,7 +282,7 @@ MEMRA_HD int memra_dequantize_block(uint32_t type, const void *blk, float *y) {
     }
 }
 
-/* Row dequantization (core/src/quant.c): n elements of type at src into dst. type is F32, F16,
+/* Row dequantization (model/src/quant.c): n elements of type at src into dst. type is F32, F16,
  * BF16 or one of the quantized types above, n a multiple of its block; returns 0 (dst untouched)
  * for another type or a partial block, 1 otherwise. */
 int memra_dequantize_row(uint32_t type, const void *src, uint64_t n, float *dst);

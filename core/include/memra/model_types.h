@@ -1,27 +1,25 @@
-/* memra/model.h: the model description of a llama-family GGUF file.
- *
- * Architectures, as llama.cpp names them: "llama", "qwen2" (llama with q/k/v bias), "qwen3"
- * (llama with per-head RMSNorm of q and k) and "gemma3" (per-head q/k norms, RMS norms after
- * attention and after the FFN, GELU-gated FFN, embedding scaled by sqrt(n_embd), sliding-window
- * attention on 5 of every 6 layers with their own RoPE base, tied head). memra_model_describe reads the `<arch>.*`
- * hyperparameters and binds every tensor, checking each shape; a missing key or tensor, or a
- * wrong shape, is an error that names it and says what was expected. The description points
- * into the mapped file: weights are never copied here.
+/* memra/model_types.h: the model description's types (memra_model, memra_weight, memra_layer,
+ * their enums) and the helpers a plugin computes with. They are part of the plugin ABI (the
+ * placement and backend vtables take a memra_model), so they are core's; building a description
+ * from a GGUF file (memra_model_describe) is memra/model.h, in libmemra-model.
  *
  * Matrix convention: a weight of GGUF shape ne = [cols, rows] is `rows` output rows of `cols`
  * input elements each, row-major, so y[r] = sum_c W[r][c] * x[c]. */
-#ifndef MEMRA_MODEL_H
-#define MEMRA_MODEL_H
+#ifndef MEMRA_MODEL_TYPES_H
+#define MEMRA_MODEL_TYPES_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "memra/gguf.h"
 #include "memra/status.h"
+#include "memra/tensor_type.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The GGUF handle a description points into (opaque here; memra/gguf.h reads it). */
+typedef struct memra_gguf memra_gguf;
 
 typedef enum memra_arch {
     MEMRA_ARCH_LLAMA = 0,
@@ -111,13 +109,9 @@ typedef struct memra_model {
     int64_t bos_id; /* -1 when the file names none */
     int64_t eos_id; /* -1 when the file names none */
 
-    const memra_gguf *gguf;
-    uint64_t weight_bytes; /* all bound tensors, tied output counted once */
+    const memra_gguf *gguf; /* the file it was described from (memra/gguf.h, libmemra-model) */
+    uint64_t weight_bytes;  /* all bound tensors, tied output counted once */
 } memra_model;
-
-/* Describes the model in g (which must outlive the model). */
-memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_error *err);
-void memra_model_free(memra_model *m);
 
 /* MEMRA_E_UNSUPPORTED naming the tensor and its type unless the type is one memra computes with:
  * "tensor 'blk.0.attn_q.weight' has type Q4_K, which memra does not support yet". */
