@@ -124,7 +124,7 @@ GATE_USAGE(gate_ops, an_unknown_gemv_type_names_it, "unknown op kind 'gemv.q9_9'
            "cpu:op.gemv.q9_9=faultyop")
 GATE_USAGE(gate_ops, a_plugin_that_does_not_serve_the_op_names_both,
            "op.rope=faultyop: the op plugin 'faultyop' does not serve rope on cpu (it serves: cpu rmsnorm, cpu "
-           "gemv.f32, cpu topk)",
+           "gemv.f32, cpu topk",
            "--a", "cpu", "--b", "cpu:op.rope=faultyop")
 GATE_USAGE(gate_ops, a_plugin_that_does_not_serve_the_type_names_both,
            "the op plugin 'faultyop' does not serve gemv.f16 on cpu", "--a", "cpu", "--b", "cpu:op.gemv.f16=faultyop")

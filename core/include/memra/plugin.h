@@ -575,7 +575,12 @@ typedef struct memra_op_vtable {
      * out may equal x. */
     memra_status (*cuda_rmsnorm)(memra_op *op, const memra_op_ctx *ctx, const float *x, const float *w, uint32_t n,
                                  uint32_t rows, float eps, float *out, void *stream, memra_error *err);
-    /* y[r] = W[r] . x for every row r < rows (layout as cpu_gemv). */
+    /* y[r] = W[r] . x for every row r < rows: rows of `cols` elements, row_bytes apart (rows
+     * padded to 16 bytes), in the GGUF encoding of F32, F16 or BF16 (the only types the cuda
+     * backend hands over: cuda_gemv_types names no other). The cuda backend stacks some products:
+     * site "q" is the q, k and v rows in that order (qwen2's biases added after), site "ffn_gate"
+     * the gate and up rows interleaved (2p gate, 2p+1 up; SwiGLU applied after); the residual
+     * adds of attn_out and ffn_down come after too. */
     memra_status (*cuda_gemv)(memra_op *op, const memra_op_ctx *ctx, uint32_t type, const void *w, size_t row_bytes,
                               uint32_t rows, uint32_t cols, const float *x, float *y, void *stream, memra_error *err);
 

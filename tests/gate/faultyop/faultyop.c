@@ -10,20 +10,23 @@
  * bit: a change of a quarter to a half of the value, never a NaN). Without `site` it flips
  * nothing and gives the built-in's bits. The gate's negative control for op plugins: a gate of
  * `cpu` against `cpu:op.rmsnorm=faultyop:...` must fail at that position's step and no earlier;
+ * on cuda (faultyop_cuda.cu, built where the build has CUDA) the same for rmsnorm and gemv.f32,
+ * the position read in device memory, so a cuda-graph replay flips at the same step;
  * the bisect (issue 30) must name that site and layer. Never installed. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "faultyop.h"
 #include "memra/options.h"
 #include "memra/plugin.h"
 
 struct memra_op {
-    bool armed;
-    char site[32];
-    uint32_t layer, pos, index, bit;
+    faultyop_cfg c;
 };
+
+const faultyop_cfg *faultyop_config(const memra_op *op) { return &op->c; }
 
 static const memra_option_spec faultyop_keys[] = {
     {.key = "site", .default_value = "none", .help = "the site whose output it corrupts (none: it corrupts nothing)"},
@@ -39,26 +42,27 @@ static memra_status faultyop_create(const memra_host *host, const char *family, 
     memra_op *op = calloc(1, sizeof *op);
     if (!op)
         return host->fail(err, MEMRA_E_NOMEM, "faultyop: out of memory");
-    op->bit = 22;
+    faultyop_cfg *c = &op->c;
+    c->bit = 22;
     memra_status st = MEMRA_OK;
     const char *site = memra_options_get(opts, "site");
     const char *layer = memra_options_get(opts, "layer");
-    if (site && strlen(site) >= sizeof op->site)
+    if (site && strlen(site) >= sizeof c->site)
         st = host->fail(err, MEMRA_E_INVALID, "faultyop: site=%.40s is too long", site);
     if (st == MEMRA_OK && site && strcmp(site, "none") != 0) {
-        op->armed = true;
-        strcpy(op->site, site);
+        c->armed = true;
+        strcpy(c->site, site);
     }
     if (st == MEMRA_OK && layer && strcmp(layer, "head") == 0)
-        op->layer = MEMRA_OP_LAYER_HEAD;
+        c->layer = MEMRA_OP_LAYER_HEAD;
     else if (st == MEMRA_OK)
-        st = memra_options_u32(opts, "layer", 0, 0, UINT32_MAX - 1, &op->layer, err);
+        st = memra_options_u32(opts, "layer", 0, 0, UINT32_MAX - 1, &c->layer, err);
     if (st == MEMRA_OK)
-        st = memra_options_u32(opts, "pos", 0, 0, UINT32_MAX, &op->pos, err);
+        st = memra_options_u32(opts, "pos", 0, 0, UINT32_MAX, &c->pos, err);
     if (st == MEMRA_OK)
-        st = memra_options_u32(opts, "index", 0, 0, UINT32_MAX, &op->index, err);
+        st = memra_options_u32(opts, "index", 0, 0, UINT32_MAX, &c->index, err);
     if (st == MEMRA_OK)
-        st = memra_options_u32(opts, "bit", 22, 0, 31, &op->bit, err);
+        st = memra_options_u32(opts, "bit", 22, 0, 31, &c->bit, err);
     if (st != MEMRA_OK) {
         free(op);
         return st;
@@ -69,15 +73,15 @@ static memra_status faultyop_create(const memra_host *host, const char *family, 
 
 static void faultyop_destroy(memra_op *op) { free(op); }
 
-/* Whether this call is the one to corrupt. */
+/* Whether this call is the one to corrupt (cpu: the host knows the position). */
 static bool hit(const memra_op *op, const memra_op_ctx *ctx) {
-    return op->armed && ctx->layer == op->layer && ctx->position == op->pos && strcmp(ctx->site, op->site) == 0;
+    return faultyop_site_hit(&op->c, ctx) && ctx->position == op->c.pos;
 }
 
 static void flip(const memra_op *op, float *y) {
     uint32_t bits;
     memcpy(&bits, y, sizeof bits);
-    bits ^= 1u << op->bit;
+    bits ^= 1u << op->c.bit;
     memcpy(y, &bits, sizeof bits);
 }
 
@@ -99,8 +103,8 @@ static void faultyop_cpu_rmsnorm(memra_op *op, const memra_op_ctx *ctx, const fl
     float scale = 1.0f / sqrtf(dot_f32(x, x, n) / (float)n + eps);
     for (uint32_t i = 0; i < n; i++)
         out[i] = (x[i] * scale) * w[i];
-    if (hit(op, ctx) && op->index < n)
-        flip(op, &out[op->index]);
+    if (hit(op, ctx) && op->c.index < n)
+        flip(op, &out[op->c.index]);
 }
 
 static void faultyop_cpu_gemv(memra_op *op, const memra_op_ctx *ctx, uint32_t type, const uint8_t *w, size_t row_bytes,
@@ -108,8 +112,8 @@ static void faultyop_cpu_gemv(memra_op *op, const memra_op_ctx *ctx, uint32_t ty
     (void)type; /* F32 only (cpu_gemv_types) */
     for (uint32_t r = r0; r < r1; r++)
         y[r] = dot_f32((const float *)(const void *)(w + (size_t)r * row_bytes), x, cols);
-    if (hit(op, ctx) && op->index >= r0 && op->index < r1)
-        flip(op, &y[op->index]);
+    if (hit(op, ctx) && op->c.index >= r0 && op->c.index < r1)
+        flip(op, &y[op->c.index]);
 }
 
 /* Step 2's order of memra/sampling.h: z descending, ties by index ascending. */
@@ -131,10 +135,10 @@ static void faultyop_cpu_topk(memra_op *op, const memra_op_ctx *ctx, const float
         seq[i] = i;
     sort_z = logits;
     qsort(seq, n_vocab, sizeof *seq, order);
-    if (hit(op, ctx) && op->index + 1 < n_vocab) {
-        uint32_t t = seq[op->index];
-        seq[op->index] = seq[op->index + 1];
-        seq[op->index + 1] = t;
+    if (hit(op, ctx) && op->c.index + 1 < n_vocab) {
+        uint32_t t = seq[op->c.index];
+        seq[op->c.index] = seq[op->c.index + 1];
+        seq[op->c.index + 1] = t;
     }
 }
 
@@ -148,6 +152,11 @@ static const memra_op_vtable faultyop_vtable = {
     .cpu_rmsnorm = faultyop_cpu_rmsnorm,
     .cpu_gemv = faultyop_cpu_gemv,
     .cpu_topk = faultyop_cpu_topk,
+#ifdef FAULTYOP_HAVE_CUDA
+    .cuda_gemv_types = (uint64_t)1 << 0, /* MEMRA_TYPE_F32 */
+    .cuda_rmsnorm = faultyop_cuda_rmsnorm,
+    .cuda_gemv = faultyop_cuda_gemv,
+#endif
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
