@@ -62,8 +62,9 @@ Test(gate_ops, an_op_plugin_in_the_builtins_order_is_exact) {
 /* The sort swaps the two largest at the step of position 20: with top-k 1 that step samples the
  * second largest logit, and the gate says so there (the sampled token differs, its logits not). */
 Test(gate_ops, a_swapped_pair_in_the_samplers_sort_fails_at_that_step) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:op.topk=faultyop:site=topk:layer=head:pos=20:index=0", "--temp",
-                          "0.8", "--top-k", "1", GATE_SMALL, NULL};
+    const char *args[] = {"--a",      "cpu", "--b",     "cpu:op.topk=faultyop:site=topk:layer=head:pos=20:index=0",
+                          "--temp",   "0.8", "--top-k", "1",
+                          GATE_SMALL, NULL};
     expect_fail_at(args, 20);
     gate_result r = gate_run(args, false);
     char *m = gate_record(r.jsonl, "mismatch", 0);
@@ -136,3 +137,24 @@ GATE_USAGE(gate_ops, an_item_without_a_key_is_refused, "expected NAME[:KEY=VALUE
            "cpu:op.rmsnorm=faultyop:red")
 GATE_USAGE(gate_ops, a_missing_op_plugin_is_named, "unknown op 'nosuch' (found: faultyop)", "--a", "cpu", "--b",
            "cpu:op.rmsnorm=nosuch")
+
+/* Where the build has the cuda plugin: its op kinds are checked before any device is asked for, so
+ * these need no GPU. */
+static bool have_cuda_plugin(void) {
+    const char *dir = getenv("MEMRA_BUILD_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/plugins.d/cuda.backend.manifest", dir ? dir : ".");
+    return access(path, R_OK) == 0;
+}
+
+Test(gate_ops, cuda_takes_rmsnorm_and_the_float_gemvs_only) {
+    if (!have_cuda_plugin())
+        cr_skip_test("this build has no cuda plugin");
+    const char *rope[] = {"--a",    "cpu", "--b", "cuda:op.rope=faultyop", "--prime", "4", "--gen", "4",
+                          "--rows", "0",   NULL};
+    gate_expect_usage(rope,
+                      "unsupported op kind 'rope'; the cuda backend takes: rmsnorm, gemv.f32, gemv.f16, gemv.bf16");
+    const char *q8[] = {"--a",    "cpu", "--b", "cuda-graph:op.gemv.q8_0=faultyop", "--prime", "4", "--gen", "4",
+                        "--rows", "0",   NULL};
+    gate_expect_usage(q8, "unsupported op kind 'gemv.q8_0'; the cuda-graph backend takes: rmsnorm");
+}
