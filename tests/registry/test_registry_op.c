@@ -96,3 +96,16 @@ Test(registry, op_keys_and_values_parse) {
         cr_assert(strstr(err.msg, "op.rope="), "%s", err.msg);
     }
 }
+
+Test(registry, an_op_vtable_of_the_first_shape_loads_without_its_appended_members) {
+    char *dir = tmp_path("d", true);
+    manifest(dir, "opfirst", "op", "opfirst");
+    memra_registry *r = open_one(dir);
+    const memra_plugin *p = NULL;
+    memra_error err;
+    cr_assert_eq(memra_registry_load(r, "opfirst", MEMRA_PLUGIN_OP, &p, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert(memra_op_serves(p->op, "cpu", MEMRA_OP_RMSNORM, 0));
+    /* cpu_topk lies past the struct_size it declared: not its own, never called */
+    cr_assert(!memra_op_serves(p->op, "cpu", MEMRA_OP_TOPK, 0));
+    memra_registry_close(r);
+}

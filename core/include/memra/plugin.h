@@ -20,7 +20,8 @@
  *               epochs, refusals, abort
  *   sampler     memra_sampler_vtable: logits + position + config -> token
  *   op          memra_op_vtable: one operation (rmsnorm, rope, attention, the GEMV of one weight
- *               type) for one or more backend families, selected on the arm (`cpu:op.rmsnorm=NAME`)
+ *               type, the sampler's top-k) for one or more backend families, selected on the arm
+ *               (`cpu:op.rmsnorm=NAME`; memra/op.h binds them for a backend)
  * The descriptor that names the one vtable of a plugin is `struct memra_plugin` (at the end).
  * A backend to copy, built and loaded by the tests: examples/backend-minimal (README: "Shipping
  * a backend as a plugin").

@@ -1,7 +1,9 @@
 /* test_op_plugin.c: the registry's op plugins, one per build variant: REGTEST_OPGOOD (serves cpu
  * rmsnorm and cpu gemv.f32, one key), REGTEST_OPSMALL (an op vtable of 8 bytes), REGTEST_OPTYPES
  * (gemv weight types without a gemv entry point), REGTEST_OPNOCREATE (create NULL),
- * REGTEST_OPOLD (kind op, but a descriptor of ABI 1's first shape, which ends before `op`). */
+ * REGTEST_OPOLD (kind op, but a descriptor of ABI 1's first shape, which ends before `op`),
+ * REGTEST_OPFIRST (an op vtable of the first shape, ending at cuda_gemv, built before cpu_topk was
+ * appended: its bytes past that size are not its own, here a cpu_topk the core must not see). */
 #include <stdlib.h>
 
 #include "memra/plugin.h"
@@ -37,9 +39,18 @@ __attribute__((unused)) static void op_gemv(memra_op *op, const memra_op_ctx *ct
 
 static const memra_option_spec op_keys[] = {{.key = "block", .default_value = "256", .help = "a key"}};
 
+__attribute__((unused)) static void op_topk(memra_op *op, const memra_op_ctx *ctx, const float *logits,
+                                            uint32_t n_vocab, uint32_t k, uint32_t *seq) {
+    (void)op, (void)ctx, (void)logits, (void)n_vocab;
+    for (uint32_t i = 0; i < k; i++)
+        seq[i] = i;
+}
+
 static const memra_op_vtable op_vtable = {
 #if defined(REGTEST_OPSMALL)
     .struct_size = 8,
+#elif defined(REGTEST_OPFIRST)
+    .struct_size = MEMRA_STRUCT_END(memra_op_vtable, cuda_gemv),
 #else
     .struct_size = sizeof(memra_op_vtable),
 #endif
@@ -53,6 +64,9 @@ static const memra_op_vtable op_vtable = {
     .cpu_rmsnorm = op_rmsnorm,
 #if !defined(REGTEST_OPTYPES)
     .cpu_gemv = op_gemv,
+#endif
+#if defined(REGTEST_OPFIRST)
+    .cpu_topk = op_topk,
 #endif
 };
 
