@@ -47,6 +47,8 @@ export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
 B=${CARRY:-$PWD/.carry-dev}
 export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+# the test-only plugins (mixedtp, faulty: build/tests/plugins.d), carried as test-plugins.d
+[ -d "$B/test-plugins.d" ] && MEMRA_PLUGIN_PATH=$MEMRA_PLUGIN_PATH:$B/test-plugins.d
 G=$B/bin/memra-gate
 T="$OUT/table.txt"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -1,8 +1,10 @@
 /* test_plugins_cli.c: `memra plugins` shows the registry's warnings (on stderr and in its
  * listing) and the SHA-256 of every loaded plugin's file, and a listing that cannot be written
  * (a full disk, a closed stdout) is exit 3 naming stdout and the errno. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,7 +146,8 @@ Test(plugins_cli, a_plugin_that_fails_to_load_is_exit_3_naming_it) {
 Test(plugins_cli, test_plugins_are_never_listed_nor_found) {
     const char *test_dir = getenv("MEMRA_TEST_PLUGIN_DIR");
     cr_assert(test_dir && *test_dir, "MEMRA_TEST_PLUGIN_DIR is not set (ctest sets it)");
-    const char *hidden[] = {"faulty", "faultycoll", "faultycoll_order", "faultycoll_epoch", "faultycoll_commit"};
+    const char *hidden[] = {"faulty",           "faultycoll",        "faultycoll_order",
+                            "faultycoll_epoch", "faultycoll_commit", "mixedtp"};
 
     tool_result r = run_plugins("", TOOL_OUT_FILE);
     cr_assert_eq(r.code, 0, "%s", r.err);
@@ -162,6 +165,31 @@ Test(plugins_cli, test_plugins_are_never_listed_nor_found) {
     cr_assert_not_null(strstr(r.err, "backend plugins found: cpu"), "%s", r.err);
     cr_assert_null(strstr(r.err, "faulty"), "%s", r.err);
     tool_result_free(&r);
+
+    /* Whatever a later change adds: every manifest in the build tree's plugins.d names a plugin
+     * memra ships (a new shipped plugin is added here; a test-only one goes to tests/plugins.d). */
+    const char *build_dir = getenv("MEMRA_BUILD_DIR");
+    cr_assert(build_dir && *build_dir, "MEMRA_BUILD_DIR is not set (ctest sets it)");
+    const char *shipped[] = {"cpu.backend",       "cpu.sampler",      "cuda.backend",    "cuda-graph.backend",
+                             "default.placement", "local.collective", "nccl.collective", "oneshot.collective"};
+    char pd[4096];
+    snprintf(pd, sizeof pd, "%s/plugins.d", build_dir);
+    DIR *dir = opendir(pd);
+    cr_assert_not_null(dir, "%s: %s", pd, strerror(errno));
+    size_t n_manifests = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+        size_t len = strlen(e->d_name), suffix = strlen(".manifest");
+        if (len <= suffix || strcmp(e->d_name + len - suffix, ".manifest") != 0)
+            continue;
+        n_manifests++;
+        bool known = false;
+        for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++)
+            known |= strlen(shipped[i]) == len - suffix && strncmp(e->d_name, shipped[i], len - suffix) == 0;
+        cr_expect(known, "%s/%s is not a plugin memra ships: a test-only plugin belongs in tests/plugins.d", pd,
+                  e->d_name);
+    }
+    closedir(dir);
+    cr_assert_gt(n_manifests, 0, "%s holds no manifest", pd);
 
     /* The control: through their own folder they are there, and load. */
     r = run_plugins(test_dir, TOOL_OUT_FILE);
