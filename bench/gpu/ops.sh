@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ops.sh: op plugins on the GPU (issue 30, items 2 and 3): the example op plugin and the test-only
 # faultyop on cuda and cuda-graph, with binaries built on the development machine and carried
-# (bin, lib, plugins.d; default .carry-dev, or $CARRY) plus the op plugins in $B/op-plugins.d.
+# (bin, lib, plugins.d; default .carry-dev, or $CARRY), the test-only plugins (faultyop among them:
+# build/tests/plugins.d) as test-plugins.d, as tp.sh has them, and the example in op-plugins.d.
 # Prepare the carry on the development machine (CUDA found, default preset):
 #   cmake --preset default && cmake --build --preset default -j2
 #   cmake -S examples/op-rmsnorm -B build/example-op -DCMAKE_PREFIX_PATH=$PWD/build && cmake --build build/example-op
-#   mkdir -p .carry-dev/op-plugins.d
-#   cp build/tests/plugins.d/*faultyop* build/example-op/plugins.d/* .carry-dev/op-plugins.d/
+#   mkdir -p .carry-dev/op-plugins.d .carry-dev/test-plugins.d
+#   cp build/example-op/plugins.d/* .carry-dev/op-plugins.d/
+#   cp build/tests/plugins.d/* .carry-dev/test-plugins.d/
 #   (and bin, lib, plugins.d as for tp.sh)
 # Then on the GPU machine: CARRY=$PWD/.carry-dev bash bench/gpu/ops.sh "example faulty"
 # Modes (in order):
@@ -26,7 +28,7 @@ set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
 B=${CARRY:-$PWD/.carry-dev}
-export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/op-plugins.d:$B/plugins.d
+export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/op-plugins.d:$B/test-plugins.d:$B/plugins.d
 G=$B/bin/memra-gate
 T="$OUT/table.txt"
 S="--prime 32 --gen 32 --rows 4"
