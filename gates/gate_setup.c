@@ -7,6 +7,7 @@
 
 #include "gate.h"
 #include "memra/fileio.h"
+#include "memra/op.h"
 #include "memra/tokenizer.h"
 
 int gate_exit_for(memra_status st) { return st == MEMRA_E_INVALID ? GATE_EXIT_USAGE : GATE_EXIT_RUNTIME; }
@@ -264,7 +265,7 @@ static bool registry_has(memra_registry *r, const char *name, memra_plugin_kind 
     return false;
 }
 
-/* The plugins an arm string names: its backend, and the placement and collective of its keys, each
+/* The plugins an arm string names: its backend, and the placement, collective and op plugins of its keys, each
  * one the registry found (an unknown name is a usage error naming the flag, the name and the
  * names there are). */
 static memra_status known_plugin(memra_registry *r, const char *flag, const char *text, const char *name,
@@ -303,6 +304,14 @@ static memra_status precheck_arm(const char *name, const char *text, memra_regis
                 st = memra_fail(err, MEMRA_E_INVALID, "--%s %s: collective=%s names no plugin", name, text, value);
             else
                 st = known_plugin(r, name, text, coll, MEMRA_PLUGIN_COLLECTIVE, err);
+        } else if (strncmp(key, MEMRA_OP_KEY_PREFIX, strlen(MEMRA_OP_KEY_PREFIX)) == 0) {
+            char op[MEMRA_OP_NAME_MAX]; /* op.KIND=NAME[:KEY=VALUE...]: the plugin is NAME */
+            size_t n = strcspn(value, ":,");
+            if (n > 0 && n < sizeof op && strcmp(value, MEMRA_OP_BUILTIN) != 0) {
+                memcpy(op, value, n);
+                op[n] = '\0';
+                st = known_plugin(r, name, text, op, MEMRA_PLUGIN_OP, err);
+            } /* else the backend says what is malformed */
         }
         if (st != MEMRA_OK)
             return st;

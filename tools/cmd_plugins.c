@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "memra/digest.h"
+#include "memra/op.h"
 
 #include "cli.h"
 
@@ -18,6 +19,9 @@ static const char help_text[] =
     "from the machine). A backend also takes the placement's keys (plugin 'default'): for example\n"
     "`cpu:stages=2,threads=4`; and every arm takes the core's own keys, placement= (the placement\n"
     "plugin, default 'default') and window= (steps kept in flight, default 1).\n"
+    "An op plugin (kind op) says which backend families and op kinds it serves (`serves: cpu\n"
+    "rmsnorm, cuda gemv.q8_0`); an arm selects it with op.KIND=NAME[:KEY=VALUE...], e.g.\n"
+    "`cpu:op.rmsnorm=example`, its own keys (listed under it) after the name.\n"
     "\n"
     "The folders searched, in order: $MEMRA_PLUGIN_PATH (colon-separated absolute paths), then\n"
     "the installed plugins beside this memra's libmemra, or, for a memra run from a build tree,\n"
@@ -74,6 +78,11 @@ static void plugin_details(memra_registry *r, const memra_registry_entry *e) {
         printf("    sha256: %s\n", hex);
         if (lp->from_env)
             printf("    from $MEMRA_PLUGIN_PATH%s\n", lp->shadows ? ", hiding memra's own" : "");
+    }
+    if (p->kind == MEMRA_PLUGIN_OP && MEMRA_HAS_MEMBER(p, memra_plugin, op)) {
+        char served[512];
+        memra_op_served(p->op, served, sizeof served);
+        printf("    serves: %s\n", served);
     }
     const memra_option_spec *specs = NULL;
     uint32_t n = memra_plugin_option_specs(p, &specs);

@@ -13,6 +13,7 @@
 #include "cpu_kernels.h"
 #include "cpu_pool.h"
 #include "memra/ext.h"
+#include "memra/op.h"
 #include "memra/options.h"
 #include "memra/plugin.h"
 
@@ -81,6 +82,12 @@ struct memra_backend {
     int32_t position_word; /* the step's position, as the collective reads it */
     cpu_cell *cells;       /* armed and not yet fired (handed over ones only during a step) */
     uint32_t n_cells, cap_cells;
+    /* Op plugins the arm selects (op.KIND=NAME): each call site runs the bound plugin's entry
+     * point instead of the built-in kernel; NULL: the built-in. */
+    memra_op_set ops;
+    const memra_op_binding *op_rmsnorm, *op_rope, *op_attention, *op_topk;
+    const memra_op_binding *op_gemv[64]; /* by weight type */
+    uint32_t op_position;                /* the step's position, for the ops' context */
 };
 
 typedef struct cpu_slot {
@@ -129,6 +136,8 @@ memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_st
 /* cpu_forward.c: one token through every layer, then the final norm and the head. */
 memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err);
 void cpu_head_forward(memra_backend *b);
+/* The sampler's sort through the arm's op.topk plugin (memra_sample_sort_fn; user is the backend). */
+void cpu_op_topk(void *user, const float *logits, uint32_t n_vocab, uint32_t k, uint32_t *seq);
 static inline const float *cpu_last_hidden(const memra_backend *b) { return b->stages[b->n_stages - 1].ranks[0].x; }
 
 /* cpu_tp.c: the collective of tensor parallelism. */

@@ -35,6 +35,11 @@
  * read. So the result does not depend on the thread count; it does differ from tp=1 in summation
  * order (a partial per rank, summed in rank order by the collective).
  *
+ * Op plugins (memra/op.h): where the arm binds one (op.rmsnorm=NAME, op.gemv.q8_0=NAME, ...), each
+ * call of that op runs the plugin's cpu entry point in place of the built-in kernel, with a
+ * context naming its site, layer, head, position, stage and rank (the sites of OPS.md), from the
+ * same threads and over the same rows as the built-in.
+ *
  * The collective, its status words and the refusal cells are cpu_tp.c's; the step's
  * transaction is cpu_step.c's; the plumbing of the plugin is cpu_plugin.c's. */
 #include <math.h>
@@ -43,10 +48,33 @@
 #include "cpu_backend.h"
 #include "memra/gguf.h"
 
+/* The context of one op call: its site (OPS.md), layer, stage and rank, at the step's position. */
+static memra_op_ctx op_ctx(const memra_backend *b, const cpu_stage *sg, uint32_t r, uint32_t il, const char *site) {
+    return (memra_op_ctx){.struct_size = sizeof(memra_op_ctx),
+                          .site = site,
+                          .tensor = site,
+                          .layer = il,
+                          .position = b->op_position,
+                          .rank = r,
+                          .stage = sg ? (uint32_t)(sg - b->stages) : b->n_stages - 1};
+}
+
+/* RMSNorm through the arm's op plugin, or the built-in. */
+static void rmsnorm(const memra_backend *b, const memra_op_ctx *c, const float *x, const float *w, uint32_t n,
+                    float *out) {
+    const memra_op_binding *op = b->op_rmsnorm;
+    if (op)
+        op->vt->cpu_rmsnorm(op->op, c, x, w, n, b->m->rms_eps, out);
+    else
+        cpu_rmsnorm(x, w, n, b->m->rms_eps, out);
+}
+
 /* Up to three matrix-vector products sharing one input, run as one task over their rows. */
 typedef struct matvec_task {
+    const memra_backend *b;
     const cpu_matrix *w[3];
     float *y[3];
+    memra_op_ctx ctx[3];
     const float *x;
     uint32_t n;
 } matvec_task;
@@ -55,18 +83,25 @@ static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
     const matvec_task *t = ctx;
     uint32_t base = 0;
     for (uint32_t i = 0; i < t->n; i++) {
-        uint32_t rows = t->w[i]->rows;
+        const cpu_matrix *w = t->w[i];
+        uint32_t rows = w->rows;
         uint32_t lo = begin > base ? begin - base : 0;
         uint32_t hi = end - base < rows ? end - base : rows;
-        if (end > base && lo < hi)
-            cpu_matvec_rows(t->w[i], t->x, t->y[i], lo, hi);
+        const memra_op_binding *op = w->type < 64 ? t->b->op_gemv[w->type] : NULL;
+        if (end > base && lo < hi && op)
+            op->vt->cpu_gemv(op->op, &t->ctx[i], w->type, w->data, w->row_bytes, w->cols, t->x, t->y[i], lo, hi);
+        else if (end > base && lo < hi)
+            cpu_matvec_rows(w, t->x, t->y[i], lo, hi);
         base += rows;
     }
 }
 
-static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matrix *w0, float *y0, const cpu_matrix *w1,
-                   float *y1, const cpu_matrix *w2, float *y2) {
-    matvec_task t = {.w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .n = n};
+/* c: the context of each product (its site); n of them. */
+static void matvec(memra_backend *b, const memra_op_ctx *c, const float *x, uint32_t n, const cpu_matrix *w0, float *y0,
+                   const cpu_matrix *w1, float *y1, const cpu_matrix *w2, float *y2) {
+    matvec_task t = {.b = b, .w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .n = n};
+    for (uint32_t i = 0; i < n; i++)
+        t.ctx[i] = c[i];
     uint32_t rows = 0;
     for (uint32_t i = 0; i < n; i++)
         rows += t.w[i]->rows;
@@ -76,6 +111,7 @@ static void matvec(memra_backend *b, const float *x, uint32_t n, const cpu_matri
 typedef struct attention_task {
     const memra_backend *b;
     const cpu_rank *rk;
+    memra_op_ctx ctx;
     const float *q, *k_cache, *v_cache;
     float *scores, *out;
     uint32_t n_pos, capacity;
@@ -90,9 +126,19 @@ static void attention_run(void *ctx, uint32_t begin, uint32_t end) {
     uint32_t group = m->n_head / m->n_head_kv;
     for (uint32_t hl = begin; hl < end; hl++) {
         uint32_t h = rk->h0 + hl, gl = h / group - rk->g0;
-        cpu_attention_head(t->q + (size_t)hl * m->head_dim, t->k_cache + (size_t)gl * m->head_dim, rk->kv_dim,
-                           t->v_cache + (size_t)gl * m->head_dim_v, rk->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
-                           t->scale, t->scores + (size_t)h * t->capacity, t->out + (size_t)hl * m->head_dim_v);
+        const float *q = t->q + (size_t)hl * m->head_dim, *k = t->k_cache + (size_t)gl * m->head_dim;
+        const float *v = t->v_cache + (size_t)gl * m->head_dim_v;
+        float *scores = t->scores + (size_t)h * t->capacity, *out = t->out + (size_t)hl * m->head_dim_v;
+        const memra_op_binding *op = t->b->op_attention;
+        if (op) {
+            memra_op_ctx c = t->ctx;
+            c.head = h;
+            op->vt->cpu_attention(op->op, &c, q, k, rk->kv_dim, v, rk->v_dim, m->head_dim, m->head_dim_v, t->n_pos,
+                                  t->scale, scores, out);
+        } else {
+            cpu_attention_head(q, k, rk->kv_dim, v, rk->v_dim, m->head_dim, m->head_dim_v, t->n_pos, t->scale, scores,
+                               out);
+        }
     }
 }
 
@@ -102,16 +148,25 @@ static void add_bias(float *y, const float *bias, uint32_t n) {
             y[i] += bias[i];
 }
 
-/* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k; swa: the tables of the
- * sliding-window layers. */
-static void norm_and_rope(const memra_backend *b, float *x, uint32_t n_heads, const float *norm, bool swa) {
+/* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k, the first being head h0
+ * of the model (c: the call's context, tensor "q" or "k"); swa: the tables of the sliding-window
+ * layers. */
+static void norm_and_rope(const memra_backend *b, memra_op_ctx c, float *x, uint32_t h0, uint32_t n_heads,
+                          const float *norm, bool swa) {
     const memra_model *m = b->m;
+    const int neox = m->rope_pairing == MEMRA_ROPE_NEOX;
+    const float *cos_t = swa ? b->rope_cos_swa : b->rope_cos, *sin_t = swa ? b->rope_sin_swa : b->rope_sin;
     for (uint32_t h = 0; h < n_heads; h++) {
         float *head = x + (size_t)h * m->head_dim;
+        c.head = h0 + h;
+        c.site = "qk_norm";
         if (norm)
-            cpu_rmsnorm(head, norm, m->head_dim, m->rms_eps, head);
-        cpu_rope_head(head, m->head_dim, m->rope_pairing == MEMRA_ROPE_NEOX, swa ? b->rope_cos_swa : b->rope_cos,
-                      swa ? b->rope_sin_swa : b->rope_sin);
+            rmsnorm(b, &c, head, norm, m->head_dim, head);
+        c.site = "rope";
+        if (b->op_rope)
+            b->op_rope->vt->cpu_rope(b->op_rope->op, &c, head, m->head_dim, neox, cos_t, sin_t);
+        else
+            cpu_rope_head(head, m->head_dim, neox, cos_t, sin_t);
     }
 }
 
@@ -124,14 +179,19 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
     const cpu_layer *L = &rk->layers[il - sg->layer_begin];
     float *k_cache = s->k_cache[(size_t)il * MEMRA_MAX_RANKS + r];
     float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
-    cpu_rmsnorm(rk->x, L->attn_norm, m->n_embd, m->rms_eps, rk->xn);
-    matvec(b, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
+    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "attn_norm");
+    rmsnorm(b, &norm_c, rk->x, L->attn_norm, m->n_embd, rk->xn);
+    const memra_op_ctx qkv_c[3] = {op_ctx(b, sg, r, il, "q"), op_ctx(b, sg, r, il, "k"), op_ctx(b, sg, r, il, "v")};
+    matvec(b, qkv_c, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
     add_bias(rk->q, L->bq, rk->q_dim);
     add_bias(rk->k, L->bk, rk->kv_dim);
     add_bias(rk->v, L->bv, rk->v_dim);
     bool swa = memra_model_layer_is_swa(m, il);
-    norm_and_rope(b, rk->q, rk->h1 - rk->h0, L->q_norm, swa);
-    norm_and_rope(b, rk->k, rk->g1 - rk->g0, L->k_norm, swa);
+    memra_op_ctx head_c = op_ctx(b, sg, r, il, "rope");
+    head_c.tensor = "q";
+    norm_and_rope(b, head_c, rk->q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa);
+    head_c.tensor = "k";
+    norm_and_rope(b, head_c, rk->k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa);
     memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
     memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
 
@@ -140,6 +200,7 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
     uint32_t t0 = swa && pos + 1 > m->sliding_window ? pos + 1 - m->sliding_window : 0;
     attention_task at = {.b = b,
                          .rk = rk,
+                         .ctx = op_ctx(b, sg, r, il, "attention"),
                          .q = rk->q,
                          .k_cache = k_cache + (size_t)t0 * rk->kv_dim,
                          .v_cache = v_cache + (size_t)t0 * rk->v_dim,
@@ -151,7 +212,8 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
                          .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
     cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
                  &at);
-    matvec(b, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
+    const memra_op_ctx out_c = op_ctx(b, sg, r, il, "attn_out");
+    matvec(b, &out_c, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
 }
 
 /* Rank r's FFN partial of layer il into rk->xn. */
@@ -159,8 +221,10 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
     const memra_model *m = b->m;
     cpu_rank *rk = &sg->ranks[r];
     const cpu_layer *L = &rk->layers[il - sg->layer_begin];
-    cpu_rmsnorm(rk->x, L->ffn_norm, m->n_embd, m->rms_eps, rk->xn);
-    matvec(b, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
+    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "ffn_norm");
+    rmsnorm(b, &norm_c, rk->x, L->ffn_norm, m->n_embd, rk->xn);
+    const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
+    matvec(b, gate_up_c, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
     if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
         for (uint32_t i = 0; i < rk->n_ff; i++) {
             float g = rk->gate[i];
@@ -172,7 +236,8 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
             rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
         }
     }
-    matvec(b, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
+    const memra_op_ctx down_c = op_ctx(b, sg, r, il, "ffn_down");
+    matvec(b, &down_c, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
 }
 
 /* Sums the ranks' partials (in rk->xn) through the collective (cpu_all_reduce), then (gemma3)
@@ -189,8 +254,10 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         cpu_rank *rk = &sg->ranks[r];
         const cpu_layer *L = &rk->layers[il - sg->layer_begin];
         const float *post = which ? L->post_ffn_norm : L->post_attn_norm;
-        if (post)
-            cpu_rmsnorm(rk->xn, post, m->n_embd, m->rms_eps, rk->xn);
+        if (post) {
+            const memra_op_ctx c = op_ctx(b, sg, r, il, which ? "post_ffn_norm" : "post_attn_norm");
+            rmsnorm(b, &c, rk->xn, post, m->n_embd, rk->xn);
+        }
         for (uint32_t i = 0; i < m->n_embd; i++)
             rk->x[i] += rk->xn[i];
     }
@@ -234,6 +301,7 @@ static void rope_tables(memra_backend *b, uint32_t pos) {
 memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err) {
     const memra_model *m = b->m;
     rope_tables(b, pos);
+    b->op_position = pos;
     cpu_collective_step_begin(b, pos);
     cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
     if (m->arch == MEMRA_ARCH_GEMMA3)
@@ -256,6 +324,14 @@ memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint3
 
 void cpu_head_forward(memra_backend *b) {
     const memra_model *m = b->m;
-    cpu_rmsnorm(cpu_last_hidden(b), b->output_norm, m->n_embd, m->rms_eps, b->head_in);
-    matvec(b, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+    memra_op_ctx c = op_ctx(b, NULL, 0, MEMRA_OP_LAYER_HEAD, "output_norm");
+    rmsnorm(b, &c, cpu_last_hidden(b), b->output_norm, m->n_embd, b->head_in);
+    c.site = c.tensor = "logits";
+    matvec(b, &c, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+}
+
+void cpu_op_topk(void *user, const float *logits, uint32_t n_vocab, uint32_t k, uint32_t *seq) {
+    const memra_backend *b = user;
+    const memra_op_ctx c = op_ctx(b, NULL, 0, MEMRA_OP_LAYER_HEAD, "topk");
+    b->op_topk->vt->cpu_topk(b->op_topk->op, &c, logits, n_vocab, k, seq);
 }

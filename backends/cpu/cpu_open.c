@@ -141,6 +141,7 @@ void cpu_close(memra_backend *b) {
     if (!b)
         return;
     cpu_pool_free(b->pool);
+    memra_op_set_close(&b->ops);
     for (uint32_t s = 0; b->stages && s < b->n_stages; s++) {
         cpu_stage *sg = &b->stages[s];
         if (sg->comm && b->coll)
@@ -242,6 +243,16 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
         goto fail;
     if ((st = cpu_pool_new(b->n_threads, b->grain, &b->pool, err)) != MEMRA_OK)
         goto fail;
+    if ((st = memra_op_set_open(host, "cpu", opts, &b->ops, err)) != MEMRA_OK) {
+        memra_error_prefix(err, "cpu");
+        goto fail;
+    }
+    b->op_rmsnorm = memra_op_set_find(&b->ops, MEMRA_OP_RMSNORM, 0);
+    b->op_rope = memra_op_set_find(&b->ops, MEMRA_OP_ROPE, 0);
+    b->op_attention = memra_op_set_find(&b->ops, MEMRA_OP_ATTENTION, 0);
+    b->op_topk = memra_op_set_find(&b->ops, MEMRA_OP_TOPK, 0);
+    for (uint32_t t = 0; t < 64; t++)
+        b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
     *out = b;
     return MEMRA_OK;
 

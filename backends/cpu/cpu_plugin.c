@@ -25,6 +25,24 @@ static const memra_option_spec cpu_options[] = {
     {.key = "collective",
      .default_value = "local",
      .help = "collective plugin that sums the ranks' partials when tp > 1 (refused with tp=1, where it has no effect)"},
+    /* Op plugins (memra/op.h): NAME[:KEY=VALUE...]; the default, builtin, is the built-in kernel. */
+    {.key = "op.rmsnorm",
+     .default_value = MEMRA_OP_BUILTIN,
+     .help = "op plugin (NAME[:KEY=VALUE...]) for RMSNorm: every norm"},
+    {.key = "op.rope", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for RoPE of q and k"},
+    {.key = "op.attention", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for one head's attention"},
+    {.key = "op.gemv.f32", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of F32 weights"},
+    {.key = "op.gemv.f16", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of F16 weights"},
+    {.key = "op.gemv.bf16", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of BF16 weights"},
+    {.key = "op.gemv.q8_0", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q8_0 weights"},
+    {.key = "op.gemv.q4_0", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q4_0 weights"},
+    {.key = "op.gemv.q4_1", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q4_1 weights"},
+    {.key = "op.gemv.q5_0", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q5_0 weights"},
+    {.key = "op.gemv.q5_1", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q5_1 weights"},
+    {.key = "op.gemv.q4_k", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q4_K weights"},
+    {.key = "op.gemv.q5_k", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q5_K weights"},
+    {.key = "op.gemv.q6_k", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the GEMV of Q6_K weights"},
+    {.key = "op.topk", .default_value = MEMRA_OP_BUILTIN, .help = "op plugin for the sampler's top-k sort"},
 };
 
 /* ------------------------------------------------------------------------------------------ */

@@ -79,7 +79,10 @@ memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra_step_a
 
     int64_t sampled = -1;
     uint32_t t = 0;
-    if (args->sample)
+    if (args->sample && b->op_topk) /* the arm's op plugin sorts (op.topk) */
+        st = memra_sample_sorted_by(b->head_out, m->n_vocab, (uint64_t)pos + 1, args->sample, s->sample_scratch,
+                                    cpu_op_topk, b, &t, err);
+    else if (args->sample)
         st = memra_sample(b->head_out, m->n_vocab, (uint64_t)pos + 1, args->sample, s->sample_scratch, &t, err);
     fesetenv(&caller_env);
     if (args->sample) {

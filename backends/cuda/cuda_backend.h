@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "memra/op.h"
 #include "memra/plugin.h"
 
 #ifdef __cplusplus
@@ -194,6 +195,12 @@ struct memra_backend {
     uint64_t *retired;        /* [stage][rank][2 * n_layer]: epochs of freed states' communicators */
     mc_tp_cell *cells;
     uint32_t n_cells, cap_cells;
+    /* Op plugins the arm selects (op.rmsnorm=NAME, op.gemv.TYPE=NAME; memra/op.h): the GEMVs
+     * they touch run unfused (cuda_forward.cu, mc_gemv_site). NULL: the built-in. */
+    memra_op_set ops;
+    const memra_op_binding *op_rmsnorm;
+    const memra_op_binding *op_gemv[64]; /* by weight type */
+    bool any_op;
 };
 
 typedef struct mc_stage_state {
@@ -205,8 +212,9 @@ typedef struct mc_stage_state {
     cudaEvent_t fin;      /* this rank's part of the step, to its end (the joins) */
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
-    float *xin;                                  /* tp, stage 0 rank 0: the embedding, copied by every rank */
-    float *k_cache, *v_cache;                    /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
+    float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
+    float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
+    float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
     int32_t *pos;
     int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
     int32_t *verdict;            /* checked: this rank's verdict of the step (0: committed) */

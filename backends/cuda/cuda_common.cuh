@@ -120,6 +120,7 @@ const char *mc_attention_unfused_family(const void *func);
 const char *mc_sampler_family(const void *func);
 const char *mc_digest_family(const void *func);
 const char *mc_token_family(const void *func);
+const char *mc_op_glue_family(const void *func);
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);

@@ -64,6 +64,18 @@ extern "C" {
             "fault injection, for tests: every stage after the first sleeps this many microseconds on each of its "    \
             "ranks' streams once it has taken a step's hidden state, so the stage before runs ahead by up to the "     \
             "window (0 to 1000000; timing only, never the bits; refused in an arm of one stage)"                       \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "op.rmsnorm", "builtin",                                                                                       \
+            "op plugin (NAME[:KEY=VALUE...], memra/op.h) for RMSNorm: attn_norm, ffn_norm, output_norm. The "          \
+            "built-in fuses each norm into the next GEMV; a plugin's norm runs before it (other bits)"                 \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "op.gemv.f32", "builtin", "op plugin for the GEMV of F32 weights (bias, residual and SwiGLU after it)"         \
+    },                                                                                                                 \
+    {"op.gemv.f16", "builtin", "op plugin for the GEMV of F16 weights"},                                               \
+    {                                                                                                                  \
+        "op.gemv.bf16", "builtin", "op plugin for the GEMV of BF16 weights"                                            \
     }
 
 typedef struct memra_cuda_graph_ext_v1 {

@@ -69,6 +69,75 @@ fail:
     return st;
 }
 
+/* ---- op plugins (memra/op.h) at the GEMV sites ---------------------------------------------- */
+
+/* Where a GEMV of the body sits, for the op plugins' context. */
+typedef struct mc_site {
+    const char *norm; /* the site of the norm it fuses (attn_norm, ffn_norm, output_norm), or NULL */
+    const char *gemv; /* its own site (q for the fused qkv, ffn_gate for gate/up, attn_out, ...) */
+    uint32_t layer, stage, rank, position;
+} mc_site;
+
+/* One GEMV of the body. Without op plugins for it: the built-in fused kernel (the norm folded into
+ * its loads; bias, residual or SwiGLU applied as it stores). With an op.rmsnorm plugin (for a
+ * GEMV that fuses a norm) or an op.gemv plugin for its weight type: the norm first (the plugin's,
+ * or op_glue's kernel), into op_x; the GEMV (the plugin's into op_y, or the built-in without a
+ * norm); then op_glue's store (bias, residual; or SwiGLU). The plugins' launches go on the
+ * rank's stream, so cuda-graph captures them with the rest of the token; their context carries
+ * the position in device memory (pos). The unfused sequence rounds otherwise than the fused
+ * kernel: an arm with such a plugin is compared with the built-in in nmse mode. */
+static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_site *at, const mc_matrix *w,
+                                 const float *x, const float *norm_w, const float *bias, const float *residual,
+                                 float *y, bool swiglu, cudaStream_t q, memra_error *err) {
+    const mc_config *c = &b->cfg;
+    const float eps = b->m->rms_eps;
+    const memra_op_binding *gop = w->type < 64 ? b->op_gemv[w->type] : NULL;
+    const memra_op_binding *nop = norm_w ? b->op_rmsnorm : NULL;
+    if (!gop && !nop) {
+        if (swiglu)
+            MC_RET(mc_gemv_swiglu(c, w, x, norm_w, eps, y, q), "launch of the gate/up gemv (with the ffn norm)");
+        else
+            MC_RET(mc_gemv(c, w, x, norm_w, eps, bias, residual, y, q), "launch of a gemv");
+        return MEMRA_OK;
+    }
+    memra_op_ctx ctx = {sizeof(memra_op_ctx), at->norm, at->norm,  at->layer, 0,
+                        at->position,         at->rank, at->stage, ss->pos};
+    const float *in = x;
+    if (norm_w) {
+        if (nop) {
+            memra_status st =
+                nop->vt->cuda_rmsnorm(nop->op, &ctx, x, norm_w, w->cols, 1, eps, ss->op_x, (void *)q, err);
+            if (st) {
+                memra_error_prefix(err, "cuda: op.rmsnorm=%s at %s", nop->name, at->norm);
+                return st;
+            }
+        } else {
+            MC_RET(mc_op_rmsnorm(x, norm_w, w->cols, eps, ss->op_x, q), "launch of the op glue's rmsnorm");
+        }
+        in = ss->op_x;
+    }
+    if (!gop) {
+        if (swiglu)
+            MC_RET(mc_gemv_swiglu(c, w, in, NULL, 0.0f, y, q), "launch of the gate/up gemv");
+        else
+            MC_RET(mc_gemv(c, w, in, NULL, 0.0f, bias, residual, y, q), "launch of a gemv");
+        return MEMRA_OK;
+    }
+    ctx.site = ctx.tensor = at->gemv;
+    const size_t row_bytes = (size_t)w->stride * mc_type_elem_bytes(w->type);
+    memra_status st =
+        gop->vt->cuda_gemv(gop->op, &ctx, w->type, w->data, row_bytes, w->rows, w->cols, in, ss->op_y, (void *)q, err);
+    if (st) {
+        memra_error_prefix(err, "cuda: %s=%s at %s", gop->key, gop->name, at->gemv);
+        return st;
+    }
+    if (swiglu)
+        MC_RET(mc_op_swiglu(ss->op_y, w->rows, y, q), "launch of the op glue's swiglu");
+    else
+        MC_RET(mc_op_store(ss->op_y, w->rows, bias, residual, y, q), "launch of the op glue's store");
+    return MEMRA_OK;
+}
+
 /* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
  * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. */
 static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, const memra_sample_cfg *sample,
@@ -107,8 +176,12 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                m->rms_eps};
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-            MC_RET(mc_gemv(c, &L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
-                   "launch of the qkv gemv (with the attention norm)");
+            const uint32_t layer = sw0->layer_begin + l;
+            const mc_site qkv_at = {"attn_norm", "q", layer, i, r, s->position};
+            memra_status st =
+                mc_gemv_site(b, ss, &qkv_at, &L->wqkv, ss->x, L->attn_norm, L->bqkv, NULL, ss->qkv, false, q, err);
+            if (st)
+                return st;
             if (fused) {
                 MC_RET(mc_attention_fused(c, &ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
                        "launch of attention (fused q/k norm, rope, kv append)");
@@ -120,8 +193,10 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             }
             /* Rank 0 adds its partial to the residual; the others hold only theirs; the
              * all-reduce then leaves the new residual on every rank. */
-            MC_RET(mc_gemv(c, &L->wo, ss->att_out, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
-                   "launch of the output-projection gemv");
+            const mc_site wo_at = {NULL, "attn_out", layer, i, r, s->position};
+            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false,
+                                   q, err)))
+                return st;
         }
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 0, err);
@@ -134,10 +209,16 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             cudaStream_t q = ss->stream;
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-            MC_RET(mc_gemv_swiglu(c, &L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),
-                   "launch of the gate/up gemv (with the ffn norm)");
-            MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
-                   "launch of the down gemv");
+            const uint32_t layer = b->w->stages[i][r].layer_begin + l;
+            const mc_site gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
+            const mc_site down_at = {NULL, "ffn_down", layer, i, r, s->position};
+            memra_status st =
+                mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, true, q, err);
+            if (!st)
+                st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false,
+                                  q, err);
+            if (st)
+                return st;
         }
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 1, err);
@@ -184,9 +265,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
-        MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, out, q),
-               "launch of the head gemv (with the final norm)");
-        if (r > 0) { /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
+        const mc_site head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position};
+        memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, false, q, err);
+        if (st)
+            return st;
+        if (r > 0) {      /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
             if (!capture) /* rank 0 has read the previous step's (in a graph: the replay before) */
                 MC_RET(cudaStreamWaitEvent(q, r0->pub_ev, 0), "cudaStreamWaitEvent (logits published)");
             MC_RET(cudaMemcpyAsync(r0->lg + ss->v0, ss->lg, (size_t)(ss->v1 - ss->v0) * 4, cudaMemcpyDefault, q),

@@ -196,6 +196,13 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
 cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
                              const int32_t *pos, unsigned long long *hashes, cudaStream_t st);
 
+/* Around op plugins (op_glue.cu): a standalone RMSNorm of n floats (one block, a fixed tree), and
+ * the stores the fused GEMVs do (y = residual + (t + bias); SwiGLU of interleaved gate/up rows). */
+cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *out, cudaStream_t st);
+cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
+                        cudaStream_t st);
+cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t st);
+
 /* The kernel family of a kernel's host function pointer (for graph census), or NULL when the
  * function is none of ours. */
 const char *mc_kernel_family(const void *func);

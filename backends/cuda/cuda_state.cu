@@ -170,11 +170,20 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                 goto fail;
         }
     }
+    if ((st = memra_op_set_open(host, "cuda", opts, &b->ops, err))) {
+        memra_error_prefix(err, "cuda");
+        goto fail;
+    }
+    b->op_rmsnorm = memra_op_set_find(&b->ops, MEMRA_OP_RMSNORM, 0);
+    for (uint32_t t = 0; t < 64; t++)
+        b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
+    b->any_op = b->ops.n > 0;
     if ((st = mc_weights_acquire(m, plan, &b->w, err)))
         goto fail;
     *out = b;
     return MEMRA_OK;
 fail:
+    memra_op_set_close(&b->ops);
     free(b->retired);
     pthread_mutex_destroy(&b->lock);
     free(b);
@@ -185,6 +194,7 @@ void mc_close(memra_backend *b) {
     if (!b)
         return;
     mc_weights_release(b->w);
+    memra_op_set_close(&b->ops);
     free(b->retired);
     free(b->cells);
     pthread_mutex_destroy(&b->lock);
@@ -223,7 +233,8 @@ static void mc_state_destroy(memra_state *s) {
 
 /* Carves a rank's buffers (a sizing pass with base NULL counts bytes). */
 static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t rank, bool tp,
-                           bool checked, uint32_t capacity, mc_bump *bp, mc_stage_state *ss, uint64_t *cache_bytes) {
+                           bool checked, bool ops, uint32_t capacity, mc_bump *bp, mc_stage_state *ss,
+                           uint64_t *cache_bytes) {
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const uint64_t qkv = (uint64_t)ss->n_head * hd + (uint64_t)ss->n_kv * (hd + hdv);
     ss->x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
@@ -231,6 +242,13 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->att_partial = (float *)mc_take(bp, mc_att_partial_floats(ss->n_head, hdv, capacity) * 4);
     ss->att_out = (float *)mc_take(bp, (uint64_t)ss->n_head * hdv * 4);
     ss->gu = (float *)mc_take(bp, (uint64_t)ss->n_ff * 4);
+    if (ops) { /* op plugins: a normed input, and any GEMV's rows before their store */
+        uint64_t rows = qkv > 2ull * ss->n_ff ? qkv : 2ull * ss->n_ff;
+        rows = rows > m->n_embd ? rows : m->n_embd;
+        rows = last && rows < m->n_vocab ? m->n_vocab : rows;
+        ss->op_x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
+        ss->op_y = (float *)mc_take(bp, rows * 4);
+    }
     ss->pos = (int32_t *)mc_take(bp, 16);
     uint64_t chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
     ss->hashes = (unsigned long long *)mc_take(bp, 2ull * nl * ss->n_kv * chunks * 8);
@@ -284,7 +302,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
     uint64_t cache = 0;
-    mc_stage_carve(m, nl, first, last, r, tp, b->tp, s->capacity, &size, ss, &cache);
+    mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, &size, ss, &cache);
     MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
     size_t free_b = 0, total_b = 0;
     MC_RET(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -300,7 +318,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     {
         mc_bump real = {(char *)ss->arena, 0, size.used};
         cache = 0;
-        mc_stage_carve(m, nl, first, last, r, tp, b->tp, s->capacity, &real, ss, &cache);
+        mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, &real, ss, &cache);
     }
     s->cache_bytes += cache;
     s->scratch_bytes += size.used - cache;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "memra/arm.h"
+#include "memra/op.h"
 
 const memra_option_spec memra_core_arm_keys[] = {
     {MEMRA_ARM_KEY_PLACEMENT, "default", "placement plugin that plans stages, devices and ranks"},
@@ -140,7 +141,9 @@ static memra_status plan_keys(memra_arm *a, memra_error *err) {
 }
 
 /* Given values win; every other known key gets its spec's default; the backend's
- * resolve_options, when it has one, says what it will use. */
+ * resolve_options, when it has one, says what it will use. An op.KIND key not given is left out:
+ * its default is the built-in op (a backend offers one such key per op kind and weight type, more
+ * than an options list holds beside the others), and the record lists only the op plugins used. */
 static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *err) {
     const memra_backend_vtable *vt = a->vt;
     memra_options from_backend = {0};
@@ -154,6 +157,8 @@ static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *e
     a->resolved = (memra_options){0};
     for (uint32_t k = 0; k < a->n_keys; k++) {
         const char *key = a->keys[k].key;
+        if (strncmp(key, MEMRA_OP_KEY_PREFIX, strlen(MEMRA_OP_KEY_PREFIX)) == 0 && !memra_options_get(&a->opts, key))
+            continue;
         const char *v = have_backend ? memra_options_get(&from_backend, key) : NULL;
         if (!v)
             v = memra_options_get(&a->opts, key);
@@ -178,6 +183,36 @@ static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *e
             if (st != MEMRA_OK)
                 return st;
         }
+    return MEMRA_OK;
+}
+
+/* An op.KIND key the backend does not take: an unknown op kind, or one this backend does not let
+ * a plugin replace. Said with the op kind, the plugin and the op kinds the backend does take
+ * (memra_options_check would only say "unknown key"). */
+static memra_status check_op_keys(const memra_arm *a, const char *arm_text, memra_error *err) {
+    for (uint32_t i = 0; i < a->opts.n; i++) {
+        const memra_option *o = &a->opts.items[i];
+        if (strncmp(o->key, MEMRA_OP_KEY_PREFIX, strlen(MEMRA_OP_KEY_PREFIX)) != 0)
+            continue;
+        bool known = false;
+        char list[384] = "";
+        size_t used = 0;
+        for (uint32_t k = 0; k < a->n_keys; k++) {
+            if (strncmp(a->keys[k].key, MEMRA_OP_KEY_PREFIX, strlen(MEMRA_OP_KEY_PREFIX)) != 0)
+                continue;
+            known = known || strcmp(a->keys[k].key, o->key) == 0;
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "",
+                                         a->keys[k].key + strlen(MEMRA_OP_KEY_PREFIX));
+        }
+        if (known)
+            continue;
+        const char *op_kind = o->key + strlen(MEMRA_OP_KEY_PREFIX);
+        return memra_fail(err, MEMRA_E_INVALID, "arm '%s': %s=%.60s: %s op kind '%s'; the %s backend takes: %s",
+                          arm_text, o->key, o->value,
+                          memra_op_key_parse(o->key, NULL, NULL) ? "unsupported" : "unknown", op_kind, a->backend_name,
+                          list[0] ? list : "no op plugins");
+    }
     return MEMRA_OK;
 }
 
@@ -226,6 +261,9 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     add_keys(a, caller_keys, n_caller_keys);
     const memra_option_spec *lists[1] = {a->keys};
     uint32_t counts[1] = {a->n_keys};
+    st = check_op_keys(a, arm_text, err);
+    if (st != MEMRA_OK)
+        goto fail;
     st = memra_options_check(&a->opts, lists, counts, 1, arm_text, err);
     if (st != MEMRA_OK)
         goto fail;

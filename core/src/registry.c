@@ -34,13 +34,14 @@ const char *memra_plugin_kind_name(uint32_t kind) {
     case MEMRA_PLUGIN_BACKEND: return "backend";
     case MEMRA_PLUGIN_COLLECTIVE: return "collective";
     case MEMRA_PLUGIN_SAMPLER: return "sampler";
+    case MEMRA_PLUGIN_OP: return "op";
     }
     return "unknown";
 }
 
 bool memra_plugin_kind_parse(const char *word, memra_plugin_kind *out) {
     static const memra_plugin_kind kinds[] = {MEMRA_PLUGIN_PLACEMENT, MEMRA_PLUGIN_BACKEND, MEMRA_PLUGIN_COLLECTIVE,
-                                              MEMRA_PLUGIN_SAMPLER};
+                                              MEMRA_PLUGIN_SAMPLER, MEMRA_PLUGIN_OP};
     if (!word)
         return false;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {

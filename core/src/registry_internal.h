@@ -34,6 +34,7 @@
 #define BACKEND_V1_SIZE MEMRA_STRUCT_END(memra_backend_vtable, resolve_options)
 #define COLLECTIVE_V1_SIZE MEMRA_STRUCT_END(memra_collective_vtable, abort)
 #define SAMPLER_V1_SIZE MEMRA_STRUCT_END(memra_sampler_vtable, sample)
+#define OP_V1_SIZE MEMRA_STRUCT_END(memra_op_vtable, cuda_gemv)
 
 typedef struct reg_entry {
     memra_registry_entry pub; /* its strings point at the members below */

@@ -52,8 +52,10 @@ static memra_status vtable_too_small(const char *who, const reg_entry *e, const 
  * vtables of other kinds absent. */
 static memra_status check_vtables(const char *who, const reg_entry *e, const memra_plugin *p, memra_error *err) {
     const char *kind = memra_plugin_kind_name(p->kind);
-    const void *tables[] = {p->placement, p->backend, p->collective, p->sampler};
-    for (uint32_t k = MEMRA_PLUGIN_PLACEMENT; k <= MEMRA_PLUGIN_SAMPLER; k++) {
+    /* `op` was appended to the descriptor: one that ends before it has no op vtable. */
+    const memra_op_vtable *op = MEMRA_HAS_MEMBER(p, memra_plugin, op) ? p->op : NULL;
+    const void *tables[] = {p->placement, p->backend, p->collective, p->sampler, op};
+    for (uint32_t k = MEMRA_PLUGIN_PLACEMENT; k <= MEMRA_PLUGIN_OP; k++) {
         bool own = k == p->kind;
         if (own && !tables[k - 1])
             return memra_fail(err, MEMRA_E_PLUGIN, "%s: %s has no %s vtable (its descriptor's kind is %s)", who,
@@ -102,6 +104,19 @@ static memra_status check_vtables(const char *who, const reg_entry *e, const mem
         REQUIRE_MEMBER(vt, scratch_bytes);
         REQUIRE_MEMBER(vt, sample);
         return MEMRA_OK;
+    }
+    case MEMRA_PLUGIN_OP: {
+        const memra_op_vtable *vt = op;
+        if (!MEMRA_HAS_MEMBER(vt, memra_op_vtable, cuda_gemv))
+            return vtable_too_small(who, e, kind, vt->struct_size, OP_V1_SIZE, err);
+        REQUIRE_MEMBER(vt, create);
+        REQUIRE_MEMBER(vt, destroy);
+        if ((vt->cpu_gemv_types != 0) != (vt->cpu_gemv != NULL) ||
+            (vt->cuda_gemv_types != 0) != (vt->cuda_gemv != NULL))
+            return memra_fail(err, MEMRA_E_PLUGIN,
+                              "%s: %s's op vtable: a gemv entry point and its weight types must be set together", who,
+                              e->file);
+        return check_options(who, e, kind, vt->options, vt->n_options, err);
     }
     }
     return memra_fail(err, MEMRA_E_INTERNAL, "%s: unchecked kind %u", who, p->kind);
@@ -383,7 +398,7 @@ memra_status memra_registry_load(memra_registry *r, const char *name, memra_plug
                           !r      ? "registry"
                           : !name ? "name"
                                   : "out");
-    if (kind < MEMRA_PLUGIN_PLACEMENT || kind > MEMRA_PLUGIN_SAMPLER)
+    if (kind < MEMRA_PLUGIN_PLACEMENT || kind > MEMRA_PLUGIN_OP)
         return memra_fail(err, MEMRA_E_INVALID, "memra_registry_load('%.64s'): unknown plugin kind %u", name,
                           (unsigned)kind);
     pthread_mutex_lock(&r->lock);
@@ -423,6 +438,10 @@ uint32_t memra_plugin_option_specs(const memra_plugin *p, const memra_option_spe
                MEMRA_HAS_MEMBER(p->collective, memra_collective_vtable, n_options)) {
         o = p->collective->options;
         n = p->collective->n_options;
+    } else if (p && p->kind == MEMRA_PLUGIN_OP && MEMRA_HAS_MEMBER(p, memra_plugin, op) &&
+               MEMRA_HAS_MEMBER(p->op, memra_op_vtable, n_options)) {
+        o = p->op->options;
+        n = p->op->n_options;
     }
     if (!o)
         n = 0;

@@ -157,7 +157,7 @@ static memra_status manifest_line(const char *path, unsigned line_no, char *line
                           path, line_no, value, PLUGIN_NAME_MAX);
     if (slot == &f->kind_word && !memra_plugin_kind_parse(value, NULL))
         return memra_fail(err, MEMRA_E_FORMAT,
-                          "%s:%u: unknown kind '%.40s' (expected placement, backend, collective or sampler)", path,
+                          "%s:%u: unknown kind '%.40s' (expected placement, backend, collective, sampler or op)", path,
                           line_no, value);
     *slot = value;
     *where = line_no;

@@ -40,6 +40,12 @@ static uint32_t greedy(const float *z, uint32_t n) {
 
 memra_status memra_sample(const float *z, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
                           void *scratch, uint32_t *token, memra_error *err) {
+    return memra_sample_sorted_by(z, n_vocab, position, cfg, scratch, NULL, NULL, token, err);
+}
+
+memra_status memra_sample_sorted_by(const float *z, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
+                                    void *scratch, memra_sample_sort_fn sort, void *user, uint32_t *token,
+                                    memra_error *err) {
     if (!z || !cfg || !token)
         return memra_fail(err, MEMRA_E_INVALID, "sampling: %s is NULL", !z ? "logits" : !cfg ? "cfg" : "token");
     if (n_vocab == 0)
@@ -63,7 +69,10 @@ memra_status memra_sample(const float *z, uint32_t n_vocab, uint64_t position, c
         seq[i] = i;
     bool cut_k = cfg->top_k != 0 && cfg->top_k < n_vocab;
     bool cut_p = cfg->top_p < 1.0f;
-    if (cut_k || cut_p) {
+    if ((cut_k || cut_p) && sort) {
+        n = cut_k ? cfg->top_k : n_vocab;
+        sort(user, z, n_vocab, n, seq);
+    } else if (cut_k || cut_p) {
         sort_logits = z;
         qsort(seq, n_vocab, sizeof *seq, compare_desc);
         if (cut_k)

@@ -46,9 +46,14 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"attention", "auto"},
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
-                                          {"stall_us", "0"}};
-    cr_assert_eq(vt->n_options, 8);
-    for (int i = 0; i < 8; i++) {
+                                          {"stall_us", "0"},
+                                          /* op plugins (issue 30) */
+                                          {"op.rmsnorm", "builtin"},
+                                          {"op.gemv.f32", "builtin"},
+                                          {"op.gemv.f16", "builtin"},
+                                          {"op.gemv.bf16", "builtin"}};
+    cr_assert_eq(vt->n_options, 12);
+    for (int i = 0; i < 12; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);

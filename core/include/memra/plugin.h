@@ -10,7 +10,7 @@
  * size; members are only ever appended; a member past the struct_size a plugin declared, or a
  * NULL member, means "not supported" and the core refuses or falls back, never calls through it.
  *
- * Four kinds of vtable, one per kind of plugin (each member's contract is the comment above it;
+ * Five kinds of vtable, one per kind of plugin (each member's contract is the comment above it;
  * `grep -n "typedef struct memra_backend_vtable" plugin.h` finds one):
  *   placement   memra_placement_vtable: model + arm options + devices -> plan (stages, devices,
  *               ranks, weight slices)
@@ -19,6 +19,9 @@
  *   collective  memra_collective_vtable: in-place sum all-reduce over ranks on device buffers,
  *               epochs, refusals, abort
  *   sampler     memra_sampler_vtable: logits + position + config -> token
+ *   op          memra_op_vtable: one operation (rmsnorm, rope, attention, the GEMV of one weight
+ *               type, the sampler's top-k) for one or more backend families, selected on the arm
+ *               (`cpu:op.rmsnorm=NAME`; memra/op.h binds them for a backend)
  * The descriptor that names the one vtable of a plugin is `struct memra_plugin` (at the end).
  * A backend to copy, built and loaded by the tests: examples/backend-minimal (README: "Shipping
  * a backend as a plugin").
@@ -82,10 +85,11 @@ typedef enum memra_plugin_kind {
     MEMRA_PLUGIN_PLACEMENT = 1,
     MEMRA_PLUGIN_BACKEND = 2,
     MEMRA_PLUGIN_COLLECTIVE = 3,
-    MEMRA_PLUGIN_SAMPLER = 4
+    MEMRA_PLUGIN_SAMPLER = 4,
+    MEMRA_PLUGIN_OP = 5 /* appended: a descriptor of this kind sets `op` (below) */
 } memra_plugin_kind;
 
-/* "placement", "backend", "collective", "sampler"; "unknown" otherwise. */
+/* "placement", "backend", "collective", "sampler", "op"; "unknown" otherwise. */
 const char *memra_plugin_kind_name(uint32_t kind);
 /* Parses one of the words above; false when it is none of them. */
 bool memra_plugin_kind_parse(const char *word, memra_plugin_kind *out);
@@ -468,24 +472,152 @@ typedef struct memra_sampler_vtable {
 } memra_sampler_vtable;
 
 /* ------------------------------------------------------------------------------------------ */
+/* Op: one operation of a backend, from a plugin                                               */
+
+/* What an op plugin supplies: the arm key `op.KIND=NAME[:KEY=VALUE...]` names the plugin NAME for
+ * KIND (below, as written in the key), e.g. `cpu:op.rmsnorm=mylab`, `cuda:op.gemv.q8_0=mylab`,
+ * `cpu:op.rmsnorm=faultyop:site=ffn_norm:layer=1`; the items after NAME are the plugin's own keys
+ * (its `options`), separated by ':' (or ','). With no such key the backend runs its built-in op.
+ * The vocabulary of op kinds and sites is shared with the bisect (issue 30). */
+typedef enum memra_op_kind {
+    MEMRA_OP_RMSNORM = 1,   /* "rmsnorm": attn_norm, ffn_norm, output_norm, qk_norm, post norms */
+    MEMRA_OP_ROPE = 2,      /* "rope": q and k of each head */
+    MEMRA_OP_ATTENTION = 3, /* "attention": one head's attention over the cached positions */
+    MEMRA_OP_GEMV = 4,      /* "gemv.TYPE" (gemv.f32, gemv.q8_0, ...): the GEMV of one weight type */
+    MEMRA_OP_TOPK = 5       /* "topk": the sampler's sort (step 2 of memra/sampling.h) */
+} memra_op_kind;
+
+/* The layer of a call at the output head (output_norm, logits). */
+#define MEMRA_OP_LAYER_HEAD UINT32_MAX
+
+/* Where a call of an op sits, handed to every call (read-only, valid for the call only). The
+ * site names are the bisect's: attn_norm, q, k, v, qk_norm, rope, attention, attn_out, ffn_norm,
+ * ffn_gate, ffn_up, ffn_down, output_norm, logits (and post_attn_norm, post_ffn_norm for
+ * gemma3's norms of the reduced sums). Test members with MEMRA_HAS_MEMBER (appended ones may be
+ * missing from a core older than the plugin). */
+typedef struct memra_op_ctx {
+    uint32_t struct_size;
+    const char *site;   /* the site, as above */
+    const char *tensor; /* "q" or "k" at qk_norm and rope; the site's name elsewhere */
+    uint32_t layer;     /* the model's layer index, or MEMRA_OP_LAYER_HEAD */
+    uint32_t head;      /* the (model-wide) head index of a per-head call; 0 otherwise */
+    uint32_t position;  /* the token's position as the host knows it when it issues the call */
+    uint32_t rank;      /* the rank of its stage (0 without tensor parallelism) */
+    uint32_t stage;
+    /* cuda: the position in device memory (int32), what a kernel must read to act on the
+     * position: a captured graph replays the launches with the capture's `position`, while this
+     * word holds the replayed token's. NULL on cpu. */
+    const int32_t *position_dev;
+} memra_op_ctx;
+
+typedef struct memra_op memra_op; /* one instance of an op plugin, bound to one backend's arm */
+
+/* An op plugin's vtable: one entry point per (backend family, op kind), typed for that family:
+ * cpu members take host pointers and run on the calling thread; cuda members take device
+ * pointers and enqueue on `stream` (a cudaStream_t passed as void *), kernels only, no
+ * synchronisation, no allocation, nothing a CUDA graph capture forbids: cuda-graph captures the
+ * launches with the rest of the token and replays them. A NULL entry point means "not supported":
+ * a backend whose arm names this plugin for that (family, kind) refuses the arm with a usage error
+ * naming both. A backend family is `cpu` or `cuda` (cuda-graph runs cuda's ops).
+ *
+ * Exactness: a backend's built-in op fixes an order of operations (cpu_kernels.h, the cuda
+ * kernels' comments); a plugin that keeps that order gives the built-in's bits, so the gate of
+ * the arm with and without it passes exact; one that changes it is compared with --compare nmse.
+ * Every member must give the same bits on every call with the same inputs (no order that depends
+ * on timing or on the thread that runs it).
+ *
+ * ABI rule: members are only appended (new op kinds, new families); the registry's minimum size
+ * is the end of `cuda_gemv` (the first shape). A member past the plugin's struct_size is NULL. */
+typedef struct memra_op_vtable {
+    uint32_t struct_size; /* sizeof(memra_op_vtable) the plugin was built with */
+    /* The plugin's own keys, given after its name (`op.rmsnorm=NAME:KEY=VALUE`). A key not
+     * listed is refused by the backend before create. */
+    const memra_option_spec *options;
+    uint32_t n_options;
+    /* The weight types `cpu_gemv` / `cuda_gemv` serve: bit (1 << memra_tensor_type) for each
+     * (MEMRA_TYPE_F32 = bit 0, MEMRA_TYPE_Q8_0 = bit 8, MEMRA_TYPE_BF16 = bit 30). 0 with NULL. */
+    uint64_t cpu_gemv_types;
+    uint64_t cuda_gemv_types;
+
+    /* An instance for one backend arm, one (family, kind) (`type` the weight type for
+     * MEMRA_OP_GEMV, else 0): opts holds the plugin's own keys of the arm, already checked
+     * against `options`. A bad value is MEMRA_E_INVALID naming the key. The backend calls the
+     * entry points of this family and kind on the instance until destroy. Never NULL. */
+    memra_status (*create)(const memra_host *host, const char *family, memra_op_kind kind, uint32_t type,
+                           const memra_options *opts, memra_op **out, memra_error *err);
+    /* Frees an instance (no call of it in flight). Never NULL. */
+    void (*destroy)(memra_op *op);
+
+    /* ---- cpu: host pointers; may be called from several threads at once (the backend's pool)
+     *      for disjoint outputs; they cannot fail (check in create what can be checked) ---- */
+
+    /* out[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i], i < n. out may equal x. */
+    void (*cpu_rmsnorm)(memra_op *op, const memra_op_ctx *ctx, const float *x, const float *w, uint32_t n, float eps,
+                        float *out);
+    /* Rotates one head (ctx->head) of head_dim floats in place: pair i is (2i, 2i+1), or
+     * (i, i + head_dim/2) when neox, by the angle whose cosine and sine are cos_t[i], sin_t[i]. */
+    void (*cpu_rope)(memra_op *op, const memra_op_ctx *ctx, float *x, uint32_t head_dim, int neox, const float *cos_t,
+                     const float *sin_t);
+    /* One head (ctx->head) over n_pos cached positions: q (head_dim), k rows k_stride floats
+     * apart, v rows v_stride apart; softmax(q . k_t * scale) weights the v rows into out
+     * (head_dim_v). scores: n_pos floats of scratch. */
+    void (*cpu_attention)(memra_op *op, const memra_op_ctx *ctx, const float *q, const float *k, size_t k_stride,
+                          const float *v, size_t v_stride, uint32_t head_dim, uint32_t head_dim_v, uint32_t n_pos,
+                          float scale, float *scores, float *out);
+    /* y[r] = W[r] . x for rows r in [r0, r1) of W (rows of `cols` elements of weight `type`,
+     * row_bytes apart, as the GGUF file stores them; w points at row 0). Calls for disjoint row
+     * ranges of one product may run at once. */
+    void (*cpu_gemv)(memra_op *op, const memra_op_ctx *ctx, uint32_t type, const uint8_t *w, size_t row_bytes,
+                     uint32_t cols, const float *x, float *y, uint32_t r0, uint32_t r1);
+
+    /* ---- cuda: device pointers, enqueued on stream; MEMRA_E_DEVICE when a launch fails ---- */
+
+    /* rows rows of n floats: out[j*n + i] = x[j*n + i] * (1 / sqrt(mean(x_j^2) + eps)) * w[i].
+     * out may equal x. */
+    memra_status (*cuda_rmsnorm)(memra_op *op, const memra_op_ctx *ctx, const float *x, const float *w, uint32_t n,
+                                 uint32_t rows, float eps, float *out, void *stream, memra_error *err);
+    /* y[r] = W[r] . x for every row r < rows: rows of `cols` elements, row_bytes apart (rows
+     * padded to 16 bytes), in the GGUF encoding of F32, F16 or BF16 (the only types the cuda
+     * backend hands over: cuda_gemv_types names no other). The cuda backend stacks some products:
+     * site "q" is the q, k and v rows in that order (qwen2's biases added after), site "ffn_gate"
+     * the gate and up rows interleaved (2p gate, 2p+1 up; SwiGLU applied after); the residual
+     * adds of attn_out and ffn_down come after too. */
+    memra_status (*cuda_gemv)(memra_op *op, const memra_op_ctx *ctx, uint32_t type, const void *w, size_t row_bytes,
+                              uint32_t rows, uint32_t cols, const float *x, float *y, void *stream, memra_error *err);
+
+    /* ---- appended after the first shape (which ends at `cuda_gemv`): test with
+     *      MEMRA_HAS_MEMBER ---- */
+
+    /* The sampler's step 2 (memra/sampling.h) on the host, for a sampled draw that cuts by top-k or
+     * top-p: seq[0..k) = the first k indices of logits[0..n_vocab) in the order z descending, ties
+     * by index ascending (k = top_k, or n_vocab when top-p needs the whole order). seq has room
+     * for n_vocab indices; those past k are scratch. ctx: site "topk", layer MEMRA_OP_LAYER_HEAD,
+     * the step's position. */
+    void (*cpu_topk)(memra_op *op, const memra_op_ctx *ctx, const float *logits, uint32_t n_vocab, uint32_t k,
+                     uint32_t *seq);
+} memra_op_vtable;
+
+/* ------------------------------------------------------------------------------------------ */
 /* The descriptor                                                                              */
 
 struct memra_plugin {
-    uint32_t abi_version; /* MEMRA_ABI_VERSION the plugin was built against */
-    uint32_t struct_size; /* sizeof(memra_plugin) the plugin was built with */
-    const char *name;     /* matches the manifest's name */
-    uint32_t kind;        /* memra_plugin_kind; matches the manifest's kind */
-    const char *version;  /* the plugin's own version string */
+    uint32_t abi_version;    /* MEMRA_ABI_VERSION the plugin was built against */
+    uint32_t struct_size;    /* sizeof(memra_plugin) the plugin was built with */
+    const char *name;        /* matches the manifest's name */
+    uint32_t kind;           /* memra_plugin_kind; matches the manifest's kind */
+    const char *version;     /* the plugin's own version string */
     const char *description; /* one line, for listings; may be NULL */
     /* Called once after loading, before any vtable call. May be NULL. */
     memra_status (*init)(const memra_host *host, memra_error *err);
     /* Called once before unloading. May be NULL. */
     void (*fini)(void);
-    /* Exactly the one matching `kind` is non-NULL. */
+    /* Exactly the one matching `kind` is non-NULL (`op` counts only where struct_size holds it). */
     const memra_placement_vtable *placement;
     const memra_backend_vtable *backend;
     const memra_collective_vtable *collective;
     const memra_sampler_vtable *sampler;
+    /* ---- appended after ABI 1's first shape (which ends at `sampler`) ---- */
+    const memra_op_vtable *op; /* kind MEMRA_PLUGIN_OP; a descriptor that ends before it has none */
 };
 
 #ifdef __cplusplus

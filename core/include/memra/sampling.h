@@ -68,6 +68,14 @@ size_t memra_sample_scratch_bytes(uint32_t n_vocab);
  * MEMRA_E_RANGE naming its index. Thread-safe; allocates nothing. */
 memra_status memra_sample(const float *logits, uint32_t n_vocab, uint64_t position, const memra_sample_cfg *cfg,
                           void *scratch, uint32_t *token, memra_error *err);
+/* Step 2's sort done by the caller (an op plugin's top-k, memra_op_vtable's cpu_topk): writes
+ * seq[0..k), the first k indices of step 2's order; seq has room for n_vocab. */
+typedef void (*memra_sample_sort_fn)(void *user, const float *logits, uint32_t n_vocab, uint32_t k, uint32_t *seq);
+/* memra_sample with step 2's sort (when a cut needs one) done by sort(user, ...); sort NULL is
+ * memra_sample. */
+memra_status memra_sample_sorted_by(const float *logits, uint32_t n_vocab, uint64_t position,
+                                    const memra_sample_cfg *cfg, void *scratch, memra_sample_sort_fn sort, void *user,
+                                    uint32_t *token, memra_error *err);
 
 /* The sampling options every tool takes, one rule for all (memra run, memra-gate):
  *   --temp T   0 < T <= MEMRA_SAMPLE_MAX_TEMP, a normal float as a float32 (greedy: no --temp)

@@ -1,0 +1,80 @@
+/* op_glue.cu: the kernels the cuda backend runs around an op plugin (memra/op.h) where its own
+ * fused kernels cannot take the plugin in: the RMSNorm a GEMV otherwise fuses, as a kernel of its
+ * own (when an op.gemv plugin needs a normed input and no op.rmsnorm plugin gives it), and the
+ * epilogues the fused GEMVs apply as they store (bias and residual; SwiGLU of interleaved gate/up
+ * rows), with the same formulas as mc_rows_store. Not used by an arm without op plugins.
+ *
+ * Per call: mc_op_rmsnorm reads n floats of x and of w and writes n; the epilogues read and write
+ * their rows once. */
+#include <cuda_runtime.h>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+/* One block of 256 threads: thread t sums x[i]^2 over i = t (mod 256) in increasing i; the 256
+ * partial sums are added by a fixed tree in shared memory (pairs at distance 128, 64, ..., 1);
+ * out[i] = (x[i] * scale) * w[i], scale = 1 / sqrtf(sum / n + eps). Every multiply and add
+ * rounded on its own (no fused multiply-add): the same bits on every run. */
+__global__ void op_rmsnorm_kernel(const float *x, const float *w, uint32_t n, float eps, float *out) {
+    __shared__ float part[256];
+    const uint32_t t = threadIdx.x;
+    float acc = 0.0f;
+    for (uint32_t i = t; i < n; i += 256)
+        acc = __fadd_rn(acc, __fmul_rn(x[i], x[i]));
+    part[t] = acc;
+    __syncthreads();
+    for (uint32_t s = 128; s > 0; s >>= 1) {
+        if (t < s)
+            part[t] = __fadd_rn(part[t], part[t + s]);
+        __syncthreads();
+    }
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(part[0], (float)n), eps)));
+    for (uint32_t i = t; i < n; i += 256)
+        out[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+}
+
+cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *out, cudaStream_t st) {
+    op_rmsnorm_kernel<<<1, 256, 0, st>>>(x, w, n, eps, out);
+    return cudaGetLastError();
+}
+
+/* y[r] = residual[r] + (t[r] + bias[r]) (bias, residual may be NULL; residual may be y). */
+__global__ void op_store_kernel(const float *t, uint32_t rows, const float *bias, const float *residual, float *y) {
+    const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    float v = t[r];
+    if (bias)
+        v = __fadd_rn(v, bias[r]);
+    if (residual)
+        v = __fadd_rn(residual[r], v);
+    y[r] = v;
+}
+
+cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
+                        cudaStream_t st) {
+    op_store_kernel<<<(rows + 255) / 256, 256, 0, st>>>(t, rows, bias, residual, y);
+    return cudaGetLastError();
+}
+
+/* y[p] = silu(t[2p]) * t[2p + 1], p < rows / 2 (gate and up interleaved, as mc_gemv_swiglu). */
+__global__ void op_swiglu_kernel(const float *t, uint32_t rows, float *y) {
+    const uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * p + 1 >= rows)
+        return;
+    const float g = t[2 * p];
+    y[p] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), t[2 * p + 1]);
+}
+
+cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t st) {
+    op_swiglu_kernel<<<(rows / 2 + 255) / 256, 256, 0, st>>>(t, rows, y);
+    return cudaGetLastError();
+}
+
+const char *mc_op_glue_family(const void *f) {
+    if (f == (const void *)op_rmsnorm_kernel)
+        return "op_norm";
+    if (f == (const void *)op_store_kernel || f == (const void *)op_swiglu_kernel)
+        return "op_store";
+    return NULL;
+}
