@@ -223,7 +223,7 @@ typedef struct run_check {
     memra_error chat_err;
 } run_check;
 
-/* The cuda backend's rules (backends/cuda/cuda_backend.cu: mc_type_ok, mc_open; cuda-graph opens
+/* The cuda backend's rules (backends/cuda/cuda_weights.cu: mc_type_ok; cuda_state.cu: mc_open; cuda-graph opens
  * it): matrices of F32, F16, BF16 or Q8_0, the llama, qwen2 and qwen3 architectures, an even
  * head_dim of at most 1024 and n_head a multiple of n_head_kv. The cpu backend
  * (backends/cpu/cpu_open.c: bind_matrix, cpu_open) takes every architecture memra describes and

@@ -1,5 +1,7 @@
-/* cuda_backend.h: the entry points of the cuda backend (cuda_backend.cu), which cuda_plugin.c
- * puts into the plugin's vtable, extension tables and descriptor (internal). */
+/* cuda_backend.h: the entry points of the cuda backend, which cuda_plugin.c puts into the plugin's
+ * vtable, extension tables and descriptor (internal); and, for its CUDA files only (cuda_state.cu,
+ * cuda_weights.cu, cuda_forward.cu, cuda_stages.cu, cuda_tp.cu, cuda_ext.cu), the design, the
+ * weights, backend and state they share and the functions one of them calls in another. */
 #ifndef MEMRA_CUDA_BACKEND_H
 #define MEMRA_CUDA_BACKEND_H
 
@@ -57,4 +59,240 @@ void mc_on_abort(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- internal: what the backend's CUDA files share (not seen by cuda_plugin.c) ---------------- */
+#ifdef __CUDACC__
+
+/* The design. The `cuda` backend plugin (eager): weights uploaded once per (model, plan) and
+ * shared by every cuda-family backend on that load; states with per-stage streams, buffers and
+ * KV caches; a step enqueued as prepare / body / finish (cuda_ext.h), so cuda-graph can capture
+ * the body once and replay it.
+ *
+ * Exactness across placements: every stage owns every buffer it writes (hidden, norms, qkv,
+ * attention partials, gate/up, KV cache, position), so no two stages in flight ever share
+ * scratch; the hidden state crosses stages by an exact device copy ordered by events; a stage
+ * overwrites its hidden only after the next stage has copied the previous token's. The math of
+ * every kernel depends only on its inputs and launch shape, never on timing, so one stream or
+ * several, one device or several, pipelined or not, give the same bits. (A same-device
+ * multi-stream pipeline flakes exactly when some buffer is shared between stages in flight, or a
+ * wait is missing: neither can happen here.)
+ *
+ * Tensor parallelism (a stage with ranks, tp=N): rank r of a stage holds, on its own device, its
+ * heads' rows of wq/wk/wv (and biases), their columns of wo, its ffn rows of gate/up and their
+ * columns of down, the norms whole, and on the last stage its rows of the head (split by
+ * vocabulary). Every rank holds the whole residual x. Per layer each rank computes its partial of
+ * the attention output and of the FFN output into x (rank 0 adds the residual, the others hold
+ * only their partial), and one in-place all-reduce of x through the arm's collective (one
+ * communicator per state and stage; the n calls back to back in rank order) leaves the new
+ * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
+ * layer*2+1. The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
+ * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
+ * transaction on the device: in an arm with ranks anywhere, each rank of every stage (plain ones
+ * too) commits checked: every collective status of its step, every other rank's status of the
+ * step's last all-reduce, the verdict of the stage before (copied with the hidden, before
+ * `consumed`, so the next step cannot overwrite it first) and the state's poison word (set by
+ * any failed verdict, so a step already queued behind a refused one commits nothing; cleared only
+ * by a restore); it advances its position only when all are 0 and writes its verdict to
+ * host-mapped memory, which step_end reads; the hidden and logits a step computed are published
+ * to the state's committed copies only then. So a refused step changes nothing a digest or a
+ * restore sees, and the state is quarantined. In cuda-graph the collectives are
+ * captured with the rest of the token and every replay is a new operation (the collectives keep
+ * their epochs and signals on the device). */
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "cuda_kernels.h"
+#include "memra/model.h"
+#include "memra/plugin.h"
+
+#define MC_MAX_INFLIGHT 16u
+
+#define MC_TRY(call, what)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            st = mc_cuda_fail(err, e_, what);                                                                          \
+            goto fail;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+#define MC_RET(call, what)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess)                                                                                         \
+            return mc_cuda_fail(err, e_, what);                                                                        \
+    } while (0)
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+typedef struct mc_layer {
+    float *attn_norm, *ffn_norm, *bqkv, *q_norm, *k_norm;
+    mc_matrix wqkv, wo, wgu, wdown;
+} mc_layer;
+
+/* One rank's weights of one stage (with one rank: the stage's). */
+typedef struct mc_stage_weights {
+    int32_t device;
+    uint32_t layer_begin, layer_end;
+    mc_layer *layers; /* layer_end - layer_begin */
+    mc_matrix embd;   /* stage 0 */
+    float *out_norm;  /* last stage */
+    mc_matrix head;   /* last stage */
+    float *freqs;     /* head_dim/2 rope frequencies */
+    void *arena;
+    uint64_t bytes;
+} mc_stage_weights;
+
+typedef struct mc_weights {
+    const memra_model *model;
+    memra_plan plan;
+    uint32_t refs;
+    uint64_t bytes;
+    mc_stage_weights stages[MEMRA_MAX_STAGES][MEMRA_MAX_RANKS];
+    struct mc_weights *next;
+} mc_weights;
+
+/* A bump allocator over one device arena (sizes rounded to 256 bytes). */
+typedef struct mc_bump {
+    char *base;
+    uint64_t used, size;
+} mc_bump;
+
+static inline void *mc_take(mc_bump *b, uint64_t bytes) {
+    void *p = b->base ? b->base + b->used : NULL;
+    b->used += (bytes + 255) & ~(uint64_t)255;
+    return p;
+}
+
+/* ---- backend and states ------------------------------------------------------------------- */
+
+/* A refusal cell armed through memra.tp, handed to a state's communicator just before the step
+ * that reaches its position (so it fires in the state that runs that step, and in no other). */
+typedef struct mc_tp_cell {
+    uint32_t stage, rank, layer, which, position;
+    int32_t word;
+    bool handed;
+} mc_tp_cell;
+
+struct memra_backend {
+    const memra_host *host;
+    const memra_model *m;
+    memra_plan plan;
+    mc_weights *w;
+    uint64_t cache_bytes, scratch_bytes; /* of live states */
+    mc_config cfg;                       /* the arm's keys: kernel choices and launch settings */
+    /* Tensor parallelism (some stage has more than one rank): the collective, whose communicators
+     * are per state and stage (operations of two states never interleave on one communicator). */
+    bool tp;
+    char coll_name[MEMRA_OPT_VALUE_MAX]; /* the collective= key: plugin name */
+    memra_options coll_opts;             /* the collective's own keys (mode, max_count) */
+    const memra_collective_vtable *coll;
+    uint32_t step_timeout_ms; /* step_timeout_ms=: the watchdog of a step's wait (tp) */
+    uint32_t stall_us;        /* stall_us=: fault injection, stages > 0 sleep after taking the hidden */
+    pthread_mutex_t lock;     /* the list of live states, the cells, retired epochs */
+    memra_state *states;      /* live states */
+    uint64_t *retired;        /* [stage][rank][2 * n_layer]: epochs of freed states' communicators */
+    mc_tp_cell *cells;
+    uint32_t n_cells, cap_cells;
+};
+
+typedef struct mc_stage_state {
+    int32_t device;
+    cudaStream_t stream;
+    cudaEvent_t done;     /* rank 0: this stage's hidden for the current step is ready */
+    cudaEvent_t consumed; /* this rank has copied its input hidden for the current step */
+    cudaEvent_t ready;    /* tp, stage 0 rank 0: the embedded token (xin) is ready */
+    cudaEvent_t fin;      /* this rank's part of the step, to its end (the joins) */
+    void *arena;
+    float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
+    float *xin;                                  /* tp, stage 0 rank 0: the embedding, copied by every rank */
+    float *k_cache, *v_cache;                    /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
+    int32_t *pos;
+    int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
+    int32_t *verdict;            /* checked: this rank's verdict of the step (0: committed) */
+    int32_t *vin;                /* checked, stage > 0: the previous stage's verdict of this step, copied with
+                                  * the hidden (a live read could see the next step's) */
+    int32_t *poison;             /* checked: the first failed verdict of the state; 0 until then (restore clears) */
+    int32_t *peer_last;          /* tp: [rank] the other ranks' statuses of the step's last all-reduce, copied
+                                  * after it: a commit needs every rank's success, not only its own */
+    cudaEvent_t lastop;          /* tp: this rank's last all-reduce of the step is done (its status written) */
+    int32_t *dpos;               /* the host's position, for the cache digest */
+    float *xc, *lg;              /* tp, last stage: rank 0's committed hidden; the step's logits before publishing
+                     * (rank 0: all of them, gathered; rank r > 0: its rows of the vocabulary) */
+    uint32_t v0, v1;             /* the rank's rows of the vocabulary (of the head, on the last stage) */
+    cudaEvent_t head_ev;         /* tp, last stage, rank r > 0: its logits are in rank 0's lg */
+    cudaEvent_t pub_ev;          /* tp, last stage, rank 0: lg read (sampled, published); ranks r > 0 wait
+                                  * for it before gathering the next step's rows into lg */
+    mc_verdict *ring;            /* tp: host-mapped verdicts of this rank's checked commits */
+    unsigned long long *hashes;  /* digest scratch: [2][layers][n_kv][chunks] */
+    uint32_t n_head, n_kv, n_ff; /* the rank's widths */
+    /* stage 0, rank 0 */
+    int32_t *in_token;
+    /* last stage, rank 0 */
+    float *logits;
+    int32_t *sampled;
+    mc_sample_result *result;
+    mc_sampler_scratch sampler;
+    cudaEvent_t sampled_ev;
+} mc_stage_state;
+
+typedef struct mc_slot {
+    cudaEvent_t ev;             /* on the last stage's device: recorded after an eager step */
+    cudaEvent_t ev_first;       /* on stage 0's device: recorded after a graph launch (stage 0's stream) */
+    cudaEvent_t pending;        /* the one recorded for the step in this slot */
+    float *host_logits;         /* pinned, n_vocab */
+    mc_sample_result *host_res; /* pinned */
+    int32_t *host_token;        /* pinned */
+    bool want_logits, sampled;
+    uint32_t position;
+} mc_slot;
+
+struct memra_state {
+    uint32_t capacity, max_inflight, n_stages;
+    uint32_t position;       /* host mirror: positions of steps begun */
+    uint32_t inflight, head; /* slots begun and not ended; the oldest's index */
+    bool has_device_token;   /* a previous step sampled (the token lives on the device) */
+    bool sampled_ev_live;    /* the last stage's sampled_ev was last recorded eagerly (not in a capture) */
+    bool quarantined;
+    char why[MEMRA_ERROR_MSG_MAX];
+    memra_state_stats stats;
+    uint64_t cache_bytes, scratch_bytes;
+    uint32_t n_ranks[MEMRA_MAX_STAGES];
+    memra_collective *comm[MEMRA_MAX_STAGES]; /* tp: one communicator per stage with ranks */
+    void *rings;                              /* tp: host-mapped verdict rings */
+    void (*on_abort)(void *);                 /* called before the watchdog aborts the communicators */
+    void *on_abort_arg;
+    memra_state *next;                        /* the backend's live states */
+    mc_slot slots[MC_MAX_INFLIGHT];
+    void *pinned;
+    mc_stage_state st[MEMRA_MAX_STAGES][MEMRA_MAX_RANKS]; /* [stage][rank] */
+};
+
+static inline uint32_t mc_ranks(const memra_state *s, uint32_t i) { return s->n_ranks[i]; }
+
+/* cuda_state.cu */
+memra_status mc_cuda_fail(memra_error *err, cudaError_t e, const char *what);
+memra_status mc_quarantine_fail(memra_state *s, memra_error *err);
+memra_status mc_sync_all(memra_state *s, memra_error *err);
+
+/* cuda_weights.cu */
+void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1);
+const char *mc_device_label(int32_t dev, char *buf, size_t n);
+memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc_weights **out, memra_error *err);
+void mc_weights_release(mc_weights *w);
+
+/* cuda_stages.cu */
+memra_status mc_enable_peer(int to, int from, memra_error *err);
+memra_status mc_stage_input(memra_backend *b, memra_state *s, uint32_t i, bool capture, memra_error *err);
+
+/* cuda_tp.cu */
+memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint32_t n_dev, memra_error *err);
+memra_status mc_check_idle_tp_keys(const memra_host *host, const memra_plan *plan, const memra_options *opts,
+                                   memra_error *err);
+memra_status mc_state_tp(memra_backend *b, memra_state *s, memra_error *err);
+memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, memra_error *err);
+memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, memra_error *err);
+memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, memra_error *err);
+
+#endif /* __CUDACC__ */
 #endif

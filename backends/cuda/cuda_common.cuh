@@ -116,6 +116,7 @@ static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute 
 const char *mc_gemv_family(const void *func);
 const char *mc_gemv_q8_family(const void *func);
 const char *mc_attention_family(const void *func);
+const char *mc_attention_unfused_family(const void *func);
 const char *mc_sampler_family(const void *func);
 const char *mc_digest_family(const void *func);
 const char *mc_token_family(const void *func);

@@ -1,5 +1,5 @@
 /* cuda_plugin.c: the `cuda` backend plugin's descriptor, vtable and extension tables, each filled
- * by member name (the entry points are cuda_backend.cu's, declared in cuda_backend.h). */
+ * by member name (the entry points are declared in cuda_backend.h). */
 #include <string.h>
 
 #include "cuda_backend.h"

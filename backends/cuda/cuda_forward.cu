@@ -1,0 +1,374 @@
+/* cuda_forward.cu: one token's step of the `cuda` backend, enqueued as prepare / body / finish
+ * (cuda_ext.h, so cuda-graph can capture the body): per stage the input hidden (cuda_stages.cu:
+ * the embedding, or the hand-off from the stage before), the layers (two all-reduces per layer
+ * with ranks), the commit, the head and the sampler; the joins; and step_end's bounded wait (the
+ * watchdog) and readback. */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_ext.h"
+#include "cuda_kernels.h"
+#include "cuda_backend.h"
+#include "memra/ext.h"
+#include "memra/gguf.h"
+#include "memra/model.h"
+#include "memra/numeric.h"
+#include "memra/options.h"
+#include "memra/plugin.h"
+#include "memra/status.h"
+
+/* ---- a step: prepare, body, finish -------------------------------------------------------- */
+
+memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+    memra_status st = MEMRA_OK;
+    if (s->quarantined)
+        return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
+    if (s->position >= s->capacity)
+        return memra_fail(err, MEMRA_E_RANGE, "cuda: the state is full (%u positions)", s->capacity);
+    if (s->inflight >= s->max_inflight)
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: %u steps already in flight (max_inflight %u)", s->inflight,
+                          s->max_inflight);
+    mc_stage_state *s0 = &s->st[0][0], *sl = &s->st[s->n_stages - 1][0];
+    mc_slot *slot = &s->slots[(s->head + s->inflight) % s->max_inflight];
+    if (args->token != MEMRA_TOKEN_FROM_DEVICE && (args->token < 0 || args->token >= (int64_t)b->m->n_vocab))
+        return memra_fail(err, MEMRA_E_RANGE, "cuda: token %lld out of range [0, %u)", (long long)args->token,
+                          b->m->n_vocab);
+    if (args->token == MEMRA_TOKEN_FROM_DEVICE && !s->has_device_token)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cuda: token from device, but no earlier step of this state sampled one");
+    if (b->tp && b->n_cells && (st = mc_hand_cells(b, s, s->position, err)))
+        return mc_quarantine_fail(s, err);
+    if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
+        MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
+        /* After an eager step, wait for the last stage's sampler. After a graph step the event was
+         * recorded inside the capture (only an internal edge; waiting on it outside the capture is
+         * an error), and no wait is needed: the whole graph ran on stage 0's stream, before this. */
+        if (s->n_stages > 1 && s->sampled_ev_live)
+            MC_TRY(cudaStreamWaitEvent(s0->stream, sl->sampled_ev, 0), "cudaStreamWaitEvent (sampled token)");
+        if (s0->device == sl->device) {
+            MC_TRY(mc_copy_token(s0->in_token, sl->sampled, s0->stream), "launch of the token hand-over kernel");
+        } else {
+            MC_TRY(cudaMemcpyPeerAsync(s0->in_token, s0->device, sl->sampled, sl->device, 4, s0->stream),
+                   "cudaMemcpyPeerAsync (sampled token)");
+        }
+        return MEMRA_OK;
+    }
+    *slot->host_token = (int32_t)args->token;
+    MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
+    MC_TRY(cudaMemcpyAsync(s0->in_token, slot->host_token, 4, cudaMemcpyHostToDevice, s0->stream),
+           "cudaMemcpyAsync (input token)");
+    return MEMRA_OK;
+fail:
+    mc_quarantine_fail(s, err);
+    return st;
+}
+
+/* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
+ * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. */
+static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, const memra_sample_cfg *sample,
+                                  bool capture, memra_error *err) {
+    const memra_model *m = b->m;
+    const uint32_t R = mc_ranks(s, i);
+    const bool last = i == s->n_stages - 1, tp = R > 1;
+    const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
+    const bool own_trigger = b->cfg.trigger != MC_TRIGGER_DEFAULT;
+    const mc_config *c = &b->cfg;
+    mc_stage_state *r0 = &s->st[i][0];
+    memra_status st0 = mc_stage_input(b, s, i, capture, err);
+    if (st0)
+        return st0;
+    const mc_stage_weights *sw0 = &b->w->stages[i][0];
+    const uint32_t nl = sw0->layer_end - sw0->layer_begin;
+    const bool fused = mc_attention_path(c, r0->n_head, r0->n_kv, hd, hdv) != MC_ATT_PATH_UNFUSED;
+    for (uint32_t l = 0; l < nl; l++) {
+        for (uint32_t r = 0; r < R; r++) {
+            mc_stage_state *ss = &s->st[i][r];
+            const mc_stage_weights *sw = &b->w->stages[i][r];
+            const mc_layer *L = &sw->layers[l];
+            cudaStream_t q = ss->stream;
+            const uint32_t kv_plane = ss->n_kv * s->capacity;
+            float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
+            mc_rope_args ra = {ss->n_head,
+                               ss->n_kv,
+                               hd,
+                               hdv,
+                               s->capacity,
+                               m->rope_pairing == MEMRA_ROPE_NEOX,
+                               1.0f / m->rope_linear_factor,
+                               sw->freqs,
+                               L->q_norm,
+                               L->k_norm,
+                               m->rms_eps};
+            if (tp)
+                MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+            MC_RET(mc_gemv(c, &L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
+                   "launch of the qkv gemv (with the attention norm)");
+            if (fused) {
+                MC_RET(mc_attention_fused(c, &ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
+                       "launch of attention (fused q/k norm, rope, kv append)");
+            } else {
+                MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
+                MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, ss->n_head, ss->n_kv, hd, hdv,
+                                    s->capacity, ss->pos, q),
+                       "launch of attention");
+            }
+            /* Rank 0 adds its partial to the residual; the others hold only theirs; the
+             * all-reduce then leaves the new residual on every rank. */
+            MC_RET(mc_gemv(c, &L->wo, ss->att_out, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
+                   "launch of the output-projection gemv");
+        }
+        if (tp) {
+            memra_status st = mc_all_reduce(b, s, i, l, 0, err);
+            if (st)
+                return st;
+        }
+        for (uint32_t r = 0; r < R; r++) {
+            mc_stage_state *ss = &s->st[i][r];
+            const mc_layer *L = &b->w->stages[i][r].layers[l];
+            cudaStream_t q = ss->stream;
+            if (tp)
+                MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+            MC_RET(mc_gemv_swiglu(c, &L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),
+                   "launch of the gate/up gemv (with the ffn norm)");
+            MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
+                   "launch of the down gemv");
+        }
+        if (tp) {
+            memra_status st = mc_all_reduce(b, s, i, l, 1, err);
+            if (st)
+                return st;
+        }
+    }
+    /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
+     * before its commit: after a timeout or an abort the ranks of one operation may read different
+     * words, and one must not commit what another refuses (a failed operation before the last
+     * breaks the communicator, so the last one fails on every rank too). */
+    for (uint32_t r = 0; tp && r < R; r++) {
+        MC_RET(cudaSetDevice(s->st[i][r].device), "cudaSetDevice");
+        MC_RET(cudaEventRecord(s->st[i][r].lastop, s->st[i][r].stream), "cudaEventRecord (last all-reduce done)");
+    }
+    for (uint32_t r = 0; tp && r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        for (uint32_t q = 0; q < R; q++) {
+            if (q == r)
+                continue;
+            const mc_stage_state *sq = &s->st[i][q];
+            MC_RET(cudaStreamWaitEvent(ss->stream, sq->lastop, 0), "cudaStreamWaitEvent (a peer's last all-reduce)");
+            MC_RET(cudaMemcpyAsync(ss->peer_last + q, sq->status + (2 * nl - 1), 4, cudaMemcpyDefault, ss->stream),
+                   "cudaMemcpyAsync (a peer's status)");
+        }
+    }
+    /* Commit; on the last stage the head (each rank its rows of the vocabulary with more than
+     * one rank, gathered into rank 0's buffer); then rank 0 samples and publishes. */
+    for (uint32_t r = 0; r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        cudaStream_t q = ss->stream;
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        /* In an arm with ranks anywhere every stage commits only when every all-reduce of its step
+         * succeeded, the stage before it committed this step (its verdict, handed over with the
+         * hidden) and no earlier step of the state failed (the poison). */
+        if (b->tp)
+            MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL,
+                                     tp ? R : 0, r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
+                   "launch of the checked commit kernel");
+        else
+            MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
+        if (!last || (r > 0 && !tp))
+            continue;
+        const mc_stage_weights *sw = &b->w->stages[i][r];
+        float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
+        MC_RET(mc_gemv(c, &sw->head, ss->x, sw->out_norm, m->rms_eps, NULL, NULL, out, q),
+               "launch of the head gemv (with the final norm)");
+        if (r > 0) { /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
+            if (!capture) /* rank 0 has read the previous step's (in a graph: the replay before) */
+                MC_RET(cudaStreamWaitEvent(q, r0->pub_ev, 0), "cudaStreamWaitEvent (logits published)");
+            MC_RET(cudaMemcpyAsync(r0->lg + ss->v0, ss->lg, (size_t)(ss->v1 - ss->v0) * 4, cudaMemcpyDefault, q),
+                   "cudaMemcpyAsync (logits gather)");
+            MC_RET(cudaEventRecord(ss->head_ev, q), "cudaEventRecord (logits gathered)");
+        }
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        cudaStream_t q = ss->stream;
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        if (r == 0 && last && tp)
+            for (uint32_t k = 1; k < R; k++)
+                MC_RET(cudaStreamWaitEvent(q, s->st[i][k].head_ev, 0), "cudaStreamWaitEvent (logits gathered)");
+        if (own_trigger)
+            MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
+        float *lg = b->tp ? ss->lg : ss->logits;
+        if (r == 0 && last && sample) {
+            MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, ss->sampled, ss->result, q),
+                   "launch of the device sampler");
+            MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
+        }
+        if (r == 0 && last && b->tp)
+            MC_RET(mc_tp_publish(ss->verdict, ss->x, ss->xc, m->n_embd, ss->lg, ss->logits, m->n_vocab, q),
+                   "launch of the publish kernel");
+        if (r == 0 && last && tp && !capture)
+            MC_RET(cudaEventRecord(ss->pub_ev, q), "cudaEventRecord (logits published)");
+        if (r == 0 && !last)
+            MC_RET(cudaEventRecord(ss->done, q), "cudaEventRecord (hidden ready)");
+        if (r > 0 || (capture && last))
+            MC_RET(cudaEventRecord(ss->fin, q), "cudaEventRecord (rank done)");
+    }
+    return MEMRA_OK;
+}
+
+memra_status mc_body(memra_backend *b, memra_state *s, const memra_sample_cfg *sample, bool capture, memra_error *err) {
+    memra_status st = MEMRA_OK;
+    for (uint32_t i = 0; i < s->n_stages; i++)
+        if ((st = mc_stage_body(b, s, i, sample, capture, err)))
+            return mc_quarantine_fail(s, err);
+    /* Joins: in a capture every other stream back into stage 0's (rank 0); eagerly, with ranks,
+     * every other rank into the last stage's rank 0, where the step's completion is recorded. */
+    mc_stage_state *into = capture ? &s->st[0][0] : &s->st[s->n_stages - 1][0];
+    if (!capture && !b->tp)
+        return MEMRA_OK;
+    MC_TRY(cudaSetDevice(into->device), "cudaSetDevice");
+    for (uint32_t i = 0; i < s->n_stages; i++)
+        for (uint32_t r = 0; r < mc_ranks(s, i); r++) {
+            mc_stage_state *ss = &s->st[i][r];
+            /* rank 0 of an earlier stage is joined through the hand-offs to the last stage's */
+            if (ss == into || (r == 0 && !(capture && i == s->n_stages - 1)))
+                continue;
+            MC_TRY(cudaStreamWaitEvent(into->stream, ss->fin, 0), "cudaStreamWaitEvent (join)");
+        }
+    return MEMRA_OK;
+fail:
+    mc_quarantine_fail(s, err);
+    return st;
+}
+
+memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *args, bool after_graph,
+                       memra_error *err) {
+    memra_status st = MEMRA_OK;
+    mc_stage_state *sl = &s->st[s->n_stages - 1][0];
+    cudaStream_t q = after_graph ? s->st[0][0].stream : sl->stream;
+    int32_t dev = after_graph ? s->st[0][0].device : sl->device;
+    mc_slot *slot = &s->slots[(s->head + s->inflight) % s->max_inflight];
+    MC_TRY(cudaSetDevice(dev), "cudaSetDevice");
+    if (args->want_logits)
+        MC_TRY(cudaMemcpyAsync(slot->host_logits, sl->logits, (size_t)b->m->n_vocab * 4, cudaMemcpyDeviceToHost, q),
+               "cudaMemcpyAsync (logits readback)");
+    if (args->sample)
+        MC_TRY(cudaMemcpyAsync(slot->host_res, sl->result, sizeof(mc_sample_result), cudaMemcpyDeviceToHost, q),
+               "cudaMemcpyAsync (sample readback)");
+    slot->pending = after_graph ? slot->ev_first : slot->ev;
+    MC_TRY(cudaEventRecord(slot->pending, q), "cudaEventRecord (step done)");
+    slot->want_logits = args->want_logits;
+    slot->sampled = args->sample != NULL;
+    s->position++;
+    slot->position = s->position;
+    s->inflight++;
+    s->has_device_token = args->sample != NULL;
+    s->sampled_ev_live = args->sample != NULL && !after_graph;
+    return MEMRA_OK;
+fail:
+    mc_quarantine_fail(s, err);
+    return st;
+}
+
+memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err) {
+    if (!MEMRA_HAS_MEMBER(args, memra_step_args, want_logits))
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: step args missing or too small");
+    memra_status st = mc_prepare(b, s, args, err);
+    if (st)
+        return st;
+    if ((st = mc_body(b, s, args->sample, false, err)))
+        return st;
+    return mc_finish(b, s, args, false, err);
+}
+
+static double mc_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A tensor-parallel step's wait, bounded: past step_timeout_ms the state's communicators are
+ * aborted (a collective spinning for a rank that never arrives gives up at once; NCCL's kernels
+ * end with ncclCommAbort), the step fails naming the timeout and the state is quarantined. If the
+ * device still does not finish within a further 10 s the step fails all the same (the state must
+ * then not be used; freeing it waits for its streams). */
+static memra_status mc_wait_step(memra_backend *b, memra_state *s, mc_slot *slot, memra_error *err) {
+    const double t0 = mc_now_s(), limit = b->step_timeout_ms / 1000.0;
+    cudaError_t e;
+    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady) {
+        if (mc_now_s() - t0 > limit)
+            break;
+        sched_yield();
+    }
+    if (e == cudaSuccess)
+        return MEMRA_OK;
+    if (e != cudaErrorNotReady) {
+        memra_status st = mc_cuda_fail(err, e, "the step (cudaEventQuery)");
+        mc_quarantine_fail(s, err);
+        return st;
+    }
+    if (s->on_abort) /* cuda-graph: its graph destroyed first (it may hold the communicators) */
+        s->on_abort(s->on_abort_arg);
+    for (uint32_t i = 0; i < s->n_stages; i++)
+        if (s->comm[i] && b->coll->abort)
+            b->coll->abort(s->comm[i]);
+    const double t1 = mc_now_s();
+    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady && mc_now_s() - t1 < 10.0)
+        sched_yield();
+    memra_status st =
+        memra_fail(err, MEMRA_E_DEVICE,
+                   "cuda: the step at position %u did not finish within step_timeout_ms=%u (a collective of "
+                   "'%s' waited too long); the state's communicators were aborted%s",
+                   slot->position - 1, b->step_timeout_ms, b->coll_name,
+                   e == cudaSuccess ? "" : ", and the device had still not finished 10 s later");
+    mc_quarantine(b, s, err ? err->msg : "a step timed out");
+    s->position = slot->position - 1;
+    return st;
+}
+
+memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
+    memra_status st = MEMRA_OK;
+    if (s->inflight == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: step_end with no step in flight");
+    mc_slot *slot = &s->slots[s->head];
+    s->head = (s->head + 1) % s->max_inflight;
+    s->inflight--;
+    if (b->tp) {
+        if ((st = mc_wait_step(b, s, slot, err)))
+            return st;
+    } else {
+        MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
+    }
+    if (s->quarantined)
+        return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
+    if (b->tp && (st = mc_check_verdicts(b, s, slot->position - 1, err))) {
+        mc_quarantine(b, s, err ? err->msg : "a collective failed");
+        s->position = slot->position - 1; /* the step did not commit; later ones are void */
+        return st;
+    }
+    if (slot->sampled && slot->host_res->bad_index >= 0) {
+        float f;
+        memcpy(&f, &slot->host_res->bad_bits, 4);
+        st = memra_fail(err, MEMRA_E_RANGE, "cuda: logit %d is %s", slot->host_res->bad_index,
+                        f != f ? "nan" : (f > 0 ? "+inf" : "-inf"));
+        mc_quarantine(b, s, err ? err->msg : "non-finite logits");
+        return st;
+    }
+    if (logits && slot->want_logits)
+        memcpy(logits, slot->host_logits, (size_t)b->m->n_vocab * 4);
+    if (out) {
+        out->token = slot->sampled ? slot->host_res->token : -1;
+        out->position = slot->position;
+    }
+    s->stats.steps++;
+    return MEMRA_OK;
+fail:
+    mc_quarantine_fail(s, err);
+    return st;
+}

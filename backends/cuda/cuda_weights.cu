@@ -1,0 +1,428 @@
+/* cuda_weights.cu: the `cuda` backend's weights: checked, laid out per stage and rank (a rank's
+ * rows of wq/wk/wv, columns of wo, rows of gate/up, columns of down, its vocabulary rows of the
+ * head), uploaded once per (model, plan) into one device arena per stage and rank, and shared by
+ * every cuda-family backend on that load (counted references). */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_ext.h"
+#include "cuda_kernels.h"
+#include "cuda_backend.h"
+#include "memra/ext.h"
+#include "memra/gguf.h"
+#include "memra/model.h"
+#include "memra/numeric.h"
+#include "memra/options.h"
+#include "memra/plugin.h"
+#include "memra/status.h"
+
+static pthread_mutex_t mc_weights_lock = PTHREAD_MUTEX_INITIALIZER;
+static mc_weights *mc_weights_list;
+
+static bool mc_type_ok(uint32_t t) {
+    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0;
+}
+
+static memra_status mc_check_matrix(const memra_weight *w, memra_error *err) {
+    if (!w->data)
+        return memra_fail(err, MEMRA_E_FORMAT, "cuda: a required tensor is missing");
+    if (!mc_type_ok(w->type))
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: tensor '%s' has type %s, for which the cuda backend has no kernel (F32, F16, BF16, "
+                          "Q8_0 only)",
+                          w->name ? w->name : "?", memra_tensor_type_name(w->type));
+    if (w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK != 0)
+        return memra_fail(err, MEMRA_E_FORMAT, "cuda: tensor '%s' is Q8_0 with %llu columns, not a multiple of 32",
+                          w->name ? w->name : "?", (unsigned long long)w->cols);
+    if (w->rows > 0xffffffffull / 2 || w->cols > 0x7fffffffull)
+        return memra_fail(err, MEMRA_E_RANGE, "cuda: tensor '%s' is too large (%llu x %llu)", w->name ? w->name : "?",
+                          (unsigned long long)w->rows, (unsigned long long)w->cols);
+    return MEMRA_OK;
+}
+
+/* One element of a host weight, decoded (vectors: norms and biases). */
+static float mc_host_elem(const memra_weight *w, uint64_t i) {
+    const uint8_t *p = (const uint8_t *)w->data;
+    uint16_t h;
+    switch (w->type) {
+    case MEMRA_TYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    case MEMRA_TYPE_F16: memcpy(&h, p + 2 * i, 2); return memra_f16_to_f32(h);
+    case MEMRA_TYPE_BF16: memcpy(&h, p + 2 * i, 2); return memra_bf16_to_f32(h);
+    default: {
+        const uint8_t *blk = p + (i / 32) * MEMRA_Q8_0_BLOCK_BYTES;
+        memcpy(&h, blk, 2);
+        return (float)(int8_t)blk[2 + i % 32] * memra_f16_to_f32(h);
+    }
+    }
+}
+
+/* A source of an upload: rows [r0, r0 + nr) of a weight (nr 0: every row). */
+typedef struct mc_src {
+    const memra_weight *w;
+    uint64_t r0, nr;
+} mc_src;
+
+/* Lays out the rows of `n` sources stacked (in order; interleave: rows alternate between the two
+ * sources), columns [c0, c0 + nc) of each (nc 0: every column; a tensor-parallel rank's slice), in
+ * the upload layout, and copies them to the device. With a sizing bump (base NULL) only counts. */
+static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n, uint64_t c0, uint64_t nc,
+                                  bool interleave, mc_matrix *out, memra_error *err) {
+    const memra_weight *src[3];
+    uint64_t r0[3], nr[3];
+    if (n > 3)
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: %u matrices fused", n);
+    for (uint32_t i = 0; i < n; i++) {
+        src[i] = srcs[i].w;
+        memra_status st = mc_check_matrix(src[i], err);
+        if (st)
+            return st;
+        r0[i] = srcs[i].r0;
+        nr[i] = srcs[i].nr ? srcs[i].nr : src[i]->rows - r0[i];
+        if (r0[i] > src[i]->rows || nr[i] > src[i]->rows - r0[i])
+            return memra_fail(err, MEMRA_E_INTERNAL, "cuda: rows [%llu, +%llu) of '%s' out of range",
+                              (unsigned long long)r0[i], (unsigned long long)nr[i], src[i]->name);
+    }
+    uint32_t type = src[0]->type;
+    const uint64_t full_cols = src[0]->cols;
+    if (nc == 0)
+        nc = full_cols - c0;
+    if (c0 > full_cols || nc > full_cols - c0)
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: columns [%llu, +%llu) of '%s' out of range",
+                          (unsigned long long)c0, (unsigned long long)nc, src[0]->name);
+    if (type == MEMRA_TYPE_Q8_0 && (c0 % 32 || nc % 32))
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: '%s' is Q8_0 and a rank's columns [%llu, %llu) do not fall on blocks of 32; choose a "
+                          "tp that does",
+                          src[0]->name, (unsigned long long)c0, (unsigned long long)(c0 + nc));
+    const uint64_t cols = nc;
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (src[i]->type != type || src[i]->cols != full_cols)
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cuda: tensors '%s' and '%s' are fused on upload but differ in type or columns",
+                              src[0]->name, src[i]->name);
+        rows += nr[i];
+    }
+    if (interleave && (n != 2 || nr[0] != nr[1]))
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: gate/up interleave needs two equal matrices");
+    const uint32_t eb = mc_type_elem_bytes(type);
+    const uint64_t stride = mc_matrix_bytes(type, 1, cols) - (type == MEMRA_TYPE_Q8_0 ? cols / 32 * 2 : 0);
+    const uint64_t stride_elems = stride / eb;
+    const uint64_t q_bytes = rows * stride, s_bytes = type == MEMRA_TYPE_Q8_0 ? rows * (cols / 32) * 2 : 0;
+    out->type = type;
+    out->rows = (uint32_t)rows;
+    out->cols = (uint32_t)cols;
+    out->stride = (uint32_t)stride_elems;
+    out->data = mc_take(bump, q_bytes);
+    out->scales = s_bytes ? (uint16_t *)mc_take(bump, s_bytes) : NULL;
+    if (!bump->base)
+        return MEMRA_OK;
+
+    uint8_t *host = (uint8_t *)calloc(1, q_bytes + s_bytes);
+    if (!host)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory to stage %llu bytes of '%s'",
+                          (unsigned long long)(q_bytes + s_bytes), src[0]->name);
+    uint8_t *hs = host + q_bytes;
+    uint64_t r = 0;
+    const uint64_t src_row_bytes = type == MEMRA_TYPE_Q8_0 ? full_cols / 32 * MEMRA_Q8_0_BLOCK_BYTES : full_cols * eb;
+    const uint64_t col_off = type == MEMRA_TYPE_Q8_0 ? c0 / 32 * MEMRA_Q8_0_BLOCK_BYTES : c0 * eb;
+    for (uint64_t i = 0; i < rows; i++, r++) {
+        const memra_weight *w;
+        uint64_t sr;
+        if (interleave) {
+            w = src[i & 1];
+            sr = r0[i & 1] + i / 2;
+        } else {
+            uint32_t k = 0;
+            sr = i;
+            while (sr >= nr[k])
+                sr -= nr[k++];
+            w = src[k];
+            sr += r0[k];
+        }
+        const uint8_t *sp = (const uint8_t *)w->data + sr * src_row_bytes + col_off;
+        uint8_t *dp = host + r * stride;
+        if (type != MEMRA_TYPE_Q8_0) {
+            memcpy(dp, sp, cols * eb);
+            continue;
+        }
+        for (uint64_t bk = 0; bk < cols / 32; bk++) {
+            const uint8_t *blk = sp + bk * MEMRA_Q8_0_BLOCK_BYTES;
+            memcpy(hs + (r * (cols / 32) + bk) * 2, blk, 2);
+            memcpy(dp + bk * 32, blk + 2, 32);
+        }
+    }
+    cudaError_t e = cudaMemcpy(out->data, host, q_bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && s_bytes)
+        e = cudaMemcpy(out->scales, hs, s_bytes, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess)
+        return mc_cuda_fail(err, e, "uploading a weight matrix (cudaMemcpy)");
+    return MEMRA_OK;
+}
+
+/* Decodes vectors (norms, biases) to f32, stacked, and copies them to the device: elements
+ * [r0, r0 + nr) of each (nr 0: all). NULL entries are skipped; all NULL gives NULL. */
+static memra_status mc_put_vector(mc_bump *bump, const mc_src *srcs, uint32_t n, float **out, memra_error *err) {
+    uint64_t len = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (srcs[i].w && srcs[i].w->data) {
+            const memra_weight *w = srcs[i].w;
+            if (!mc_type_ok(w->type))
+                return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda: tensor '%s' has type %s, which has no kernel",
+                                  w->name, memra_tensor_type_name(w->type));
+            const uint64_t all = w->rows * w->cols, k = srcs[i].nr ? srcs[i].nr : all - srcs[i].r0;
+            if (srcs[i].r0 > all || k > all - srcs[i].r0)
+                return memra_fail(err, MEMRA_E_INTERNAL, "cuda: elements of '%s' out of range", w->name);
+            len += k;
+        }
+    *out = NULL;
+    if (len == 0)
+        return MEMRA_OK;
+    *out = (float *)mc_take(bump, len * 4);
+    if (!bump->base)
+        return MEMRA_OK;
+    float *host = (float *)malloc(len * 4);
+    if (!host)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory for a vector");
+    uint64_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (srcs[i].w && srcs[i].w->data) {
+            const uint64_t all = srcs[i].w->rows * srcs[i].w->cols;
+            const uint64_t end = srcs[i].nr ? srcs[i].r0 + srcs[i].nr : all;
+            for (uint64_t j = srcs[i].r0; j < end; j++)
+                host[k++] = mc_host_elem(srcs[i].w, j);
+        }
+    cudaError_t e = cudaMemcpy(*out, host, len * 4, cudaMemcpyHostToDevice);
+    free(host);
+    return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading a vector (cudaMemcpy)");
+}
+
+/* Rows [v0, v1) of the vocabulary that rank r of R holds of the head. */
+void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1) {
+    *v0 = (uint32_t)((uint64_t)V * r / R);
+    *v1 = (uint32_t)((uint64_t)V * (r + 1) / R);
+}
+
+/* Lays out (or, with a real arena, uploads) one rank's weights of one stage: the heads
+ * [head_begin, head_end) of q (rows of wq and its bias, columns of wo), kv heads [kv_head_begin,
+ * kv_head_end) of k and v, ffn rows [ff_begin, ff_end) of gate and up (columns of down); norms
+ * whole. Rank 0 of stage 0 holds the embedding; every rank of the last stage the final norm and
+ * its rows of the head. With one rank every slice is whole. */
+static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan, uint32_t si, uint32_t ri,
+                                    mc_bump *bump, mc_stage_weights *sw, memra_error *err) {
+    const memra_stage_plan *sp = &plan->stages[si];
+    const memra_rank_plan *rp = &sp->ranks[ri];
+    const bool whole = sp->n_ranks <= 1;
+    const uint64_t hd = m->head_dim, hdv = m->head_dim_v;
+    const uint64_t hb = whole ? 0 : rp->head_begin, he = whole ? m->n_head : rp->head_end;
+    const uint64_t kb = whole ? 0 : rp->kv_head_begin, ke = whole ? m->n_head_kv : rp->kv_head_end;
+    const uint64_t fb = whole ? 0 : rp->ff_begin, fe = whole ? m->n_ff : rp->ff_end;
+    memra_status st;
+    const uint32_t nl = sp->layer_end - sp->layer_begin;
+    for (uint32_t i = 0; i < nl; i++) {
+        const memra_layer *L = &m->layers[sp->layer_begin + i];
+        mc_layer *dl = &sw->layers[i];
+        const mc_src qkv[3] = {
+            {&L->wq, hb * hd, (he - hb) * hd}, {&L->wk, kb * hd, (ke - kb) * hd}, {&L->wv, kb * hdv, (ke - kb) * hdv}};
+        const mc_src bias[3] = {
+            {&L->bq, hb * hd, (he - hb) * hd}, {&L->bk, kb * hd, (ke - kb) * hd}, {&L->bv, kb * hdv, (ke - kb) * hdv}};
+        const mc_src gu[2] = {{&L->w_gate, fb, fe - fb}, {&L->w_up, fb, fe - fb}};
+        if ((st = mc_put_matrix(bump, qkv, 3, 0, 0, false, &dl->wqkv, err)))
+            return st;
+        const bool any_bias = L->bq.data || L->bk.data || L->bv.data;
+        for (int k = 0; k < 3 && any_bias; k++)
+            if (!bias[k].w->data || bias[k].w->rows * bias[k].w->cols != qkv[k].w->rows)
+                return memra_fail(err, MEMRA_E_FORMAT,
+                                  "cuda: layer %u: q, k and v biases must be all present with one value per row "
+                                  "('%s' is %s)",
+                                  sp->layer_begin + i, qkv[k].w->name ? qkv[k].w->name : "?",
+                                  bias[k].w->data ? "of the wrong length" : "missing its bias");
+        if ((st = mc_put_vector(bump, bias, 3, &dl->bqkv, err)))
+            return st;
+        mc_src v1 = {&L->wo, 0, 0};
+        if ((st = mc_put_matrix(bump, &v1, 1, hb * hdv, (he - hb) * hdv, false, &dl->wo, err)))
+            return st;
+        if ((st = mc_put_matrix(bump, gu, 2, 0, 0, true, &dl->wgu, err)))
+            return st;
+        v1 = (mc_src){&L->w_down, 0, 0};
+        if ((st = mc_put_matrix(bump, &v1, 1, fb, fe - fb, false, &dl->wdown, err)))
+            return st;
+        v1 = (mc_src){&L->attn_norm, 0, 0};
+        if ((st = mc_put_vector(bump, &v1, 1, &dl->attn_norm, err)))
+            return st;
+        v1 = (mc_src){&L->ffn_norm, 0, 0};
+        if ((st = mc_put_vector(bump, &v1, 1, &dl->ffn_norm, err)))
+            return st;
+        v1 = (mc_src){&L->q_norm, 0, 0};
+        if ((st = mc_put_vector(bump, &v1, 1, &dl->q_norm, err)))
+            return st;
+        v1 = (mc_src){&L->k_norm, 0, 0};
+        if ((st = mc_put_vector(bump, &v1, 1, &dl->k_norm, err)))
+            return st;
+    }
+    mc_src v1 = {&m->tok_embd, 0, 0};
+    if (si == 0 && ri == 0 && (st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->embd, err)))
+        return st;
+    /* The head: whole on rank 0 with one rank; with several, split by vocabulary (rank r holds
+     * rows [v0, v1); each computes its logits, and rank 0 gathers them). */
+    if (si == plan->n_stages - 1 && (ri == 0 || !whole)) {
+        uint32_t v0, v1r;
+        mc_vocab_range(m->n_vocab, whole ? 1 : sp->n_ranks, whole ? 0 : ri, &v0, &v1r);
+        v1 = (mc_src){&m->output_norm, 0, 0};
+        if ((st = mc_put_vector(bump, &v1, 1, &sw->out_norm, err)))
+            return st;
+        if (m->tied_output && si == 0 && ri == 0) {
+            sw->head = sw->embd; /* one upload serves both: rank 0's rows are its first */
+            sw->head.rows = v1r - v0;
+        } else {
+            v1 = (mc_src){m->tied_output ? &m->tok_embd : &m->output, v0, v1r - v0};
+            if ((st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->head, err)))
+                return st;
+        }
+    }
+    uint32_t half = m->head_dim / 2;
+    sw->freqs = (float *)mc_take(bump, (uint64_t)half * 4);
+    if (bump->base) {
+        float *f = (float *)malloc((size_t)half * 4 + 4);
+        if (!f)
+            return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory for rope frequencies");
+        for (uint32_t i = 0; i < half; i++)
+            f[i] = memra_model_rope_freq(m, i);
+        cudaError_t e = cudaMemcpy(sw->freqs, f, (size_t)half * 4, cudaMemcpyHostToDevice);
+        free(f);
+        if (e != cudaSuccess)
+            return mc_cuda_fail(err, e, "uploading rope frequencies");
+    }
+    return MEMRA_OK;
+}
+
+static void mc_weights_free(mc_weights *w) {
+    for (uint32_t s = 0; s < w->plan.n_stages; s++)
+        for (uint32_t r = 0; r < MEMRA_MAX_RANKS; r++) {
+            mc_stage_weights *sw = &w->stages[s][r];
+            if (sw->arena) {
+                cudaSetDevice(sw->device);
+                cudaFree(sw->arena);
+            }
+            free(sw->layers);
+        }
+    free(w);
+}
+
+const char *mc_device_label(int32_t dev, char *buf, size_t n) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) == cudaSuccess)
+        snprintf(buf, n, "device %d (%s)", dev, p.name);
+    else
+        snprintf(buf, n, "device %d", dev);
+    return buf;
+}
+
+/* The weights of (model, plan): shared when another backend of this family already uploaded
+ * them, else sized, checked against free device memory, and uploaded stage by stage. */
+memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc_weights **out, memra_error *err) {
+    memra_status st = MEMRA_OK;
+    pthread_mutex_lock(&mc_weights_lock);
+    for (mc_weights *w = mc_weights_list; w; w = w->next)
+        if (w->model == m && memcmp(&w->plan, plan, sizeof *plan) == 0) {
+            w->refs++;
+            *out = w;
+            pthread_mutex_unlock(&mc_weights_lock);
+            return MEMRA_OK;
+        }
+    mc_weights *w = (mc_weights *)calloc(1, sizeof *w);
+    if (!w) {
+        pthread_mutex_unlock(&mc_weights_lock);
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory");
+    }
+    w->model = m;
+    w->plan = *plan;
+    w->refs = 1;
+    for (uint32_t si = 0; si < plan->n_stages * MEMRA_MAX_RANKS && !st; si++) {
+        const uint32_t s = si / MEMRA_MAX_RANKS, r = si % MEMRA_MAX_RANKS;
+        const memra_stage_plan *sp = &plan->stages[s];
+        if (r >= (sp->n_ranks ? sp->n_ranks : 1))
+            continue;
+        mc_stage_weights *sw = &w->stages[s][r];
+        sw->device = sp->n_ranks > 1 ? sp->ranks[r].device : sp->device;
+        sw->layer_begin = sp->layer_begin;
+        sw->layer_end = sp->layer_end;
+        sw->layers = (mc_layer *)calloc(sp->layer_end - sp->layer_begin + 1, sizeof(mc_layer));
+        if (!sw->layers) {
+            st = memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory");
+            break;
+        }
+        mc_bump size = {NULL, 0, 0};
+        if ((st = mc_stage_layout(m, plan, s, r, &size, sw, err)))
+            break;
+        cudaError_t e = cudaSetDevice(sw->device);
+        size_t free_b = 0, total_b = 0;
+        if (e == cudaSuccess)
+            e = cudaMemGetInfo(&free_b, &total_b);
+        if (e != cudaSuccess) {
+            st = mc_cuda_fail(err, e, "cudaSetDevice/cudaMemGetInfo before the weight upload");
+            break;
+        }
+        char label[300];
+        if (size.used > free_b) {
+            st = memra_fail(err, MEMRA_E_NOMEM,
+                            "cuda: stage %u rank %u's weights need %.1f MiB on %s, but only %.1f MiB of %.1f MiB are "
+                            "free",
+                            s, r, size.used / 1048576.0, mc_device_label(sw->device, label, sizeof label),
+                            free_b / 1048576.0, total_b / 1048576.0);
+            break;
+        }
+        if ((e = cudaMalloc(&sw->arena, size.used)) != cudaSuccess) {
+            st = memra_fail(err, MEMRA_E_NOMEM, "cuda: cudaMalloc of %.1f MiB for stage %u's weights on %s: %s",
+                            size.used / 1048576.0, s, mc_device_label(sw->device, label, sizeof label),
+                            cudaGetErrorString(e));
+            sw->arena = NULL;
+            break;
+        }
+        mc_bump real = {(char *)sw->arena, 0, size.used};
+        if ((st = mc_stage_layout(m, plan, s, r, &real, sw, err)))
+            break;
+        /* cudaMemcpy from pageable memory may return before its DMA lands, and the states'
+         * non-blocking streams do not wait for the legacy stream: finish the upload here. */
+        if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+            st = mc_cuda_fail(err, e, "cudaDeviceSynchronize after the weight upload");
+            break;
+        }
+        sw->bytes = size.used;
+        w->bytes += size.used;
+    }
+    if (st) {
+        mc_weights_free(w);
+        pthread_mutex_unlock(&mc_weights_lock);
+        return st;
+    }
+    w->next = mc_weights_list;
+    mc_weights_list = w;
+    *out = w;
+    pthread_mutex_unlock(&mc_weights_lock);
+    return MEMRA_OK;
+}
+
+void mc_weights_release(mc_weights *w) {
+    pthread_mutex_lock(&mc_weights_lock);
+    if (--w->refs == 0) {
+        for (mc_weights **pp = &mc_weights_list; *pp; pp = &(*pp)->next)
+            if (*pp == w) {
+                *pp = w->next;
+                break;
+            }
+        mc_weights_free(w);
+    }
+    pthread_mutex_unlock(&mc_weights_lock);
+}
