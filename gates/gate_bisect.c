@@ -6,7 +6,8 @@
  * sampled: sampling changes no state but the carried token, which an explicit input replaces),
  * then step S with taps on (memra_arm_step_tapped, the backend's memra.ops): the logical tensor
  * after every op of every layer and of the head, in the op vocabulary's order. Arm a's tensors
- * are kept; arm b's are compared with them as they come, by bits (--compare exact) or by NMSE
+ * are kept; arm b's are compared with them as they come (only the sites both arms hand over: a
+ * backend that fuses a norm into a GEMV has no tensor between them), by bits (--compare exact) or by NMSE
  * over the tolerance (--compare nmse:X). The first site that differs is named: layer, site,
  * tensor, the first differing element, both values, their ulp distance, the tensor's NMSE, and
  * on each arm the stage and the rank that hold that element. Each arm's tapped logits are checked
@@ -35,7 +36,11 @@ typedef struct bisect_taps {
     gate_bisect *out;
     kept_site *sites; /* arm a's */
     uint32_t n, cap;
-    uint32_t seen; /* arm b: sites handed over so far */
+    uint32_t seen;      /* arm b: sites handed over so far */
+    uint32_t cursor;    /* arm b: the next of a's sites to match */
+    uint32_t compared;  /* sites both arms have, compared */
+    int32_t last_layer; /* the last site that agreed */
+    char last_site[24];
     bool b_side;
     bool stop_compare; /* b: the first difference is found (or the arms' sites part) */
     uint8_t logits_sha[32];
@@ -88,12 +93,18 @@ static memra_status keep_a(bisect_taps *t, const memra_op_site *s, const float *
     return MEMRA_OK;
 }
 
-/* Why the arms part at this site, where the gate can tell: a sum across ranks in another order. */
+/* Why the arms part at this site, where the gate can tell: a sum across ranks in another order.
+ * The site follows an all-reduce when it is one (attn_out, ffn_down), or when it is the residual
+ * just after one (attn_res, ffn_res) and that reduce's own site was not compared (a backend that
+ * adds the residual inside the reduced GEMV hands over no attn_out). */
 static void cause(bisect_taps *t, const kept_site *a, const memra_op_site *b) {
     gate_bisect *o = t->out;
     o->cause[0] = '\0';
-    bool after_reduce = strcmp(a->site, "attn_out") == 0 || strcmp(a->site, "ffn_down") == 0;
-    if (after_reduce && a->info.n_ranks != b->n_ranks)
+    bool reduce = strcmp(a->site, "attn_out") == 0 || strcmp(a->site, "ffn_down") == 0;
+    bool res = strcmp(a->site, "attn_res") == 0 || strcmp(a->site, "ffn_res") == 0;
+    const char *own = strcmp(a->site, "attn_res") == 0 ? "attn_out" : "ffn_down";
+    bool folded = res && !(t->last_layer == a->layer && strcmp(t->last_site, own) == 0);
+    if ((reduce || folded) && a->info.n_ranks != b->n_ranks)
         snprintf(o->cause, sizeof o->cause,
                  "sums across ranks in another order: the first differing site follows an all-reduce, and the arms "
                  "sum it over %u and %u rank(s) (a partial per rank, added in rank order)",
@@ -102,29 +113,38 @@ static void cause(bisect_taps *t, const kept_site *a, const memra_op_site *b) {
         snprintf(o->cause, sizeof o->cause, "the arms differ by design: %.250s", t->ctx->by_design);
 }
 
+/* Arm a's site of the same layer, site and tensor, from the cursor on (sites an arm does not hand
+ * over, e.g. a norm fused into a GEMV, are passed over: only sites both arms have are compared). */
+static const kept_site *find_a(bisect_taps *t, const memra_op_site *s) {
+    for (uint32_t j = t->cursor; j < t->n; j++) {
+        const kept_site *a = &t->sites[j];
+        if (a->layer == s->layer && strcmp(a->site, s->site ? s->site : "") == 0 &&
+            strcmp(a->tensor, s->tensor ? s->tensor : "") == 0) {
+            t->cursor = j + 1;
+            return a;
+        }
+    }
+    return NULL;
+}
+
 static memra_status compare_b(bisect_taps *t, const memra_op_site *s, const float *data, memra_error *err) {
     (void)err;
     gate_bisect *o = t->out;
-    uint32_t i = t->seen++;
+    t->seen++;
     if (t->stop_compare)
         return MEMRA_OK;
-    if (i >= t->n) {
-        snprintf(o->note, sizeof o->note, "arm b hands over more sites than arm a (%u): the arms' ops differ", t->n);
-        t->stop_compare = true;
-        return MEMRA_OK;
-    }
-    const kept_site *a = &t->sites[i];
-    if (a->layer != s->layer || strcmp(a->site, s->site ? s->site : "") != 0 ||
-        strcmp(a->tensor, s->tensor ? s->tensor : "") != 0 || a->info.n != s->n) {
-        char an[64], bn[64];
+    const kept_site *a = find_a(t, s);
+    if (!a)
+        return MEMRA_OK; /* arm a has no such site (or not after the last one compared) */
+    if (a->info.n != s->n) {
+        char an[64];
         site_name(an, sizeof an, a->layer, a->site, a->tensor);
-        site_name(bn, sizeof bn, s->layer, s->site ? s->site : "?", s->tensor ? s->tensor : "?");
-        snprintf(o->note, sizeof o->note,
-                 "the arms' sites part at site %u: a hands over %s (%u elements), b %s (%u): their ops differ", i, an,
-                 a->info.n, bn, s->n);
+        snprintf(o->note, sizeof o->note, "the arms' tensors of %s differ in size (a %u, b %u elements)", an, a->info.n,
+                 s->n);
         t->stop_compare = true;
         return MEMRA_OK;
     }
+    t->compared++;
     gate_logit_diff d;
     gate_compare_logits(a->data, data, s->n, &d);
     bool differs =
@@ -132,6 +152,8 @@ static memra_status compare_b(bisect_taps *t, const memra_op_site *s, const floa
     if (!differs) {
         o->agreed++;
         site_name(o->prev, sizeof o->prev, a->layer, a->site, a->tensor);
+        t->last_layer = a->layer;
+        snprintf(t->last_site, sizeof t->last_site, "%s", a->site);
         return MEMRA_OK;
     }
     t->stop_compare = true;
@@ -203,7 +225,7 @@ memra_status gate_bisect_run(gate_ctx *ctx, memra_error *err) {
         gate_rec_bisect(ctx, o);
         return gate_check_stop(ctx, err);
     }
-    bisect_taps t = {.ctx = ctx, .out = o};
+    bisect_taps t = {.ctx = ctx, .out = o, .last_layer = -2};
     memra_error e = {0};
     memra_status st = tap_arm(&t, &ctx->a, (uint32_t)m->step, &e);
     if (st == MEMRA_OK) {
@@ -212,9 +234,8 @@ memra_status gate_bisect_run(gate_ctx *ctx, memra_error *err) {
     }
     if (st == MEMRA_OK) {
         o->done = true;
-        if (!o->found && !t.stop_compare && t.seen < t.n)
-            snprintf(o->note, sizeof o->note, "arm b hands over fewer sites (%u) than arm a (%u): the arms' ops differ",
-                     t.seen, t.n);
+        if (!o->found && !t.stop_compare && t.compared == 0)
+            snprintf(o->note, sizeof o->note, "the arms have no site in common (a %u, b %u sites)", t.n, t.seen);
         else if (!o->found && !o->note[0])
             snprintf(o->note, sizeof o->note,
                      "no site differs: every op's tensor of step %lld agrees on both arms (%u sites); the difference "
