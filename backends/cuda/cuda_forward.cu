@@ -2,7 +2,8 @@
  * (cuda_ext.h, so cuda-graph can capture the body): per stage the input hidden (cuda_stages.cu:
  * the embedding, or the hand-off from the stage before), the layers (two all-reduces per layer
  * with ranks), the commit, the head and the sampler; the joins; and step_end's bounded wait (the
- * watchdog) and readback. */
+ * watchdog) and readback. With taps on (memra.ops, cuda_taps.cu) each op's output is handed over
+ * after it: `if (b->taps)`, a host branch, is all an ordinary step pays. */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -109,6 +110,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             MC_RET(mc_gemv(c, &L->wqkv, ss->x, L->attn_norm, m->rms_eps, L->bqkv, NULL, ss->qkv, q),
                    "launch of the qkv gemv (with the attention norm)");
+            if (b->taps)
+                mc_tap_qkv(b, s, i, r, (int32_t)(sw0->layer_begin + l));
             if (fused) {
                 MC_RET(mc_attention_fused(c, &ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
                        "launch of attention (fused q/k norm, rope, kv append)");
@@ -118,16 +121,22 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                     s->capacity, ss->pos, q),
                        "launch of attention");
             }
+            if (b->taps)
+                mc_tap_attention(b, s, i, r, (int32_t)(sw0->layer_begin + l));
             /* Rank 0 adds its partial to the residual; the others hold only theirs; the
              * all-reduce then leaves the new residual on every rank. */
             MC_RET(mc_gemv(c, &L->wo, ss->att_out, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
                    "launch of the output-projection gemv");
         }
+        if (b->taps)
+            mc_tap_flush(b);
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 0, err);
             if (st)
                 return st;
         }
+        if (b->taps)
+            mc_tap_residual(b, s, i, MC_SITE_ATTN_RES, (int32_t)(sw0->layer_begin + l));
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_layer *L = &b->w->stages[i][r].layers[l];
@@ -136,14 +145,20 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             MC_RET(mc_gemv_swiglu(c, &L->wgu, ss->x, L->ffn_norm, m->rms_eps, ss->gu, q),
                    "launch of the gate/up gemv (with the ffn norm)");
+            if (b->taps)
+                mc_tap_ffn_act(b, s, i, r, (int32_t)(sw0->layer_begin + l));
             MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, r == 0 ? ss->x : NULL, ss->x, q),
                    "launch of the down gemv");
         }
+        if (b->taps)
+            mc_tap_flush(b);
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 1, err);
             if (st)
                 return st;
         }
+        if (b->taps)
+            mc_tap_residual(b, s, i, MC_SITE_FFN_RES, (int32_t)(sw0->layer_begin + l));
     }
     /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
      * before its commit: after a timeout or an abort the ranks of one operation may read different
