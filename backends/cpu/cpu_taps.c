@@ -5,11 +5,10 @@
  * op's output as it is made: a rank's share of a sharded tensor (q, k, v, qk_norm, rope, attention,
  * ffn_gate, ffn_up, ffn_act) is copied into the site's gather buffer at its logical offset, and
  * the buffers are handed over in site order once every rank of the stage has run its part (the
- * ranks run one after another, so a rank's buffers would otherwise be overwritten). A norm every
- * rank computes whole (attn_norm, ffn_norm) is copied from each rank in turn, so the last rank's
- * copy is handed over (every rank computes the same bits); the all-reduced sums and the residual
- * stream are rank 0's (the same bits on every rank by construction). Taps only read: the step's
- * bits are the untapped step's. */
+ * ranks run one after another, so a rank's buffers would otherwise be overwritten). A tensor every
+ * rank holds whole is rank 0's: the norms (every rank computes the same bits), the all-reduced sums
+ * and the residual stream (the same bits on every rank by construction). Taps only read: the
+ * step's bits are the untapped step's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,7 +107,8 @@ void cpu_tap_rank(memra_backend *b, const cpu_stage *sg, uint32_t r, cpu_site si
     }
     t->info[site].begin[r] = shard_begin;
     t->info[site].end[r] = shard_end;
-    if (at <= total && n <= total - at)
+    bool whole = shard_begin == 0 && shard_end == total;
+    if ((!whole || r == 0) && at <= total && n <= total - at) /* a tensor every rank holds: rank 0's */
         memcpy(t->buf[site] + at, x, (size_t)n * sizeof(float));
 }
 
