@@ -123,3 +123,23 @@ Test(gate_bisect, failing_or_absent_taps_leave_the_verdict) {
     free(b);
     gate_result_free(&r);
 }
+
+/* A backend that fuses ops hands over fewer sites (faulty:taps=3, the cuda backend's set): only the
+ * sites both arms have are compared, and a residual that is an all-reduce's output (cuda adds the
+ * residual inside the reduced GEMV) is named on rank-sum grounds. */
+Test(gate_bisect, fused_sites_compare_the_common_ones) {
+    const char *args[] = {
+        "--a", "cpu",     "--b", "faulty:tp=2,taps=3", "--compare", "exact", "--prime", "4", "--gen", "4", "--rows",
+        "0",   "--quiet", NULL};
+    gate_result r = expect_exit(args, 1);
+    char *b = gate_record(r.jsonl, "bisect", 0);
+    cr_assert(b && strstr(b, "\"found\":true"), "%s", r.jsonl);
+    char site[32] = "", last[64] = "", cause[400] = "";
+    cr_assert_eq(num(b, "layer"), 0, "%s", b);
+    cr_assert(gate_field_str(b, "site", site, sizeof site) && strcmp(site, "attn_res") == 0, "%s", b);
+    cr_assert(gate_field_str(b, "last_agreed", last, sizeof last) && strcmp(last, "layer 0 attention") == 0, "%s", b);
+    cr_assert(gate_field_str(b, "cause", cause, sizeof cause) && strstr(cause, "sums across ranks"), "%s", b);
+    cr_assert_eq(num(b, "agreed"), 4, "q, k, v, attention: %s", b);
+    free(b);
+    gate_result_free(&r);
+}

@@ -54,7 +54,9 @@
  *   taps=0|1|2          memra.ops: 0 (default) offers the cpu's tapped step with the logit faults
  *                       above applied to the logits site; 1 offers no taps (a bisect says it
  *                       cannot run); 2 offers them and every tapped step fails (a bisect that
- *                       stops part way must leave the verdict alone).
+ *                       stops part way must leave the verdict alone); 3 hands over only the
+ *                       sites the cuda backend taps (q, k, v, attention, attn_res, ffn_act,
+ *                       ffn_res, logits), as a backend that fuses ops would.
  *   fake_capture=1      the state's counters read as a graph backend's would: one capture at the
  *                       state's first step, one replay per step (restores copy no counters).
  *
@@ -116,7 +118,7 @@ static const memra_option_spec faulty_options[] = {
     {.key = "taps",
      .default_value = "0",
      .help = "TEST: 0 offers memra.ops (the cpu's taps, logit faults applied); 1 offers none; 2 offers it and "
-             "every tapped step fails"},
+             "every tapped step fails; 3 hands over only the sites the cuda backend has"},
 };
 #define FAULTY_N_OWN (sizeof faulty_options / sizeof faulty_options[0])
 #define FAULTY_MAX_KEYS 64
@@ -511,6 +513,14 @@ typedef struct faulty_taps {
 static memra_status faulty_tap(void *user, const memra_op_site *site, const float *data, memra_error *err) {
     faulty_taps *t = user;
     memra_backend *b = t->b;
+    if (b->cfg.taps == 3 && site && site->site) {
+        static const char *const fused[] = {"q", "k", "v", "attention", "attn_res", "ffn_act", "ffn_res", "logits"};
+        bool kept = false;
+        for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++)
+            kept = kept || (strcmp(site->site, fused[i]) == 0 && strcmp(site->tensor, fused[i]) == 0);
+        if (!kept)
+            return MEMRA_OK;
+    }
     bool logits = site && site->layer < 0 && site->site && strcmp(site->site, "logits") == 0;
     if (!logits || (!t->flip && !t->nan) || b->cfg.flip_index >= site->n)
         return t->fn(t->user, site, data, err);
