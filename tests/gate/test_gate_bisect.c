@@ -181,6 +181,7 @@ static void expect_named(const char *arm_b, const char *arm_a, double step, cons
     cr_assert_str_eq(got_site, site, "%s", b);
     cr_assert_eq(num(b, "index"), index, "%s", b);
     cr_assert(strstr(b, "\"cause\":null"), "a fault is no design difference: %s", b);
+    cr_assert_eq(num(b, "differing"), ranks, "one flipped element per rank's call: %s", b);
     char *bb = member_obj(b, "b");
     cr_assert_eq(num(bb, "ranks"), ranks, "%s", bb);
     if (rank >= 0)
@@ -200,9 +201,9 @@ Test(gate_bisect, fault_op_head_names_output_norm) {
     expect_named("cpu:op.rmsnorm=faultyop:site=output_norm:layer=head:pos=9:index=0", "cpu", 9, "head", "output_norm",
                  0, 0, 1);
 }
-/* tp=2: the q GEMV of rank 1 flipped at its row 70 (rank 1's heads start at 128 of q: element 198);
- * every rank runs its own q GEMV with index counted in its own rows, so rank 0's row 70 flips
- * too and is the first; the fault named is the layer and site, the rank holding element 70 is 0. */
+/* tp=2: each rank runs its own q GEMV (tiny: 4 heads of 16, so 32 rows a rank), and faultyop flips
+ * row 5 of every call at that site, layer and position: logical elements 5 (rank 0's shard) and
+ * 37 (rank 1's). The first is named, on rank 0 of 2; both show in the gathered tensor. */
 Test(gate_bisect, fault_op_tp2_names_the_rank) {
-    expect_named("cpu:tp=2,op.gemv.f32=faultyop:site=q:layer=1:pos=3:index=70", "cpu:tp=2", 3, "1", "q", 70, 0, 2);
+    expect_named("cpu:tp=2,op.gemv.f32=faultyop:site=q:layer=1:pos=3:index=5", "cpu:tp=2", 3, "1", "q", 5, 0, 2);
 }
