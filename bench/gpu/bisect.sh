@@ -16,9 +16,11 @@
 #   neg      cuda against cuda-graph (exact, passes: rc=0), and tp=2 against tp=2 graph: no bisect
 #            record may appear (printed: "bisect: none").
 #   fault    a fault at one (layer, op, step), given as $FAULT_A / $FAULT_B arm strings (h11's test
-#            fault op plugin, once merged: e.g. FAULT_B='cuda:op.gemv.f32=faulty:site=ffn_up,layer=1,
-#            position=5' with FAULT_A=cuda): must print step 5, layer 1, site ffn_act (cuda's first
-#            site after the gate/up GEMV) or the site named where cuda taps it, and with tp=2 the rank.
+#            op plugin faultyop, once merged and once it has cuda entry points: e.g.
+#            FAULT_B='cuda:op.gemv.f32=faultyop:site=q:layer=1:pos=5:index=3' with FAULT_A=cuda):
+#            must print step 5, layer 1, site q, index 3; with tp=2 on both arms, b's rank 0 (every
+#            rank's call flips its own row 3: logical 3 and the second shard's row 3); a fault in
+#            ffn_gate or ffn_up shows at ffn_act (cuda fuses the SwiGLU into the gate/up GEMV).
 # A short table last; logs and records under $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
