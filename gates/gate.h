@@ -15,6 +15,8 @@
  *   gate_records.c  every JSON-line record (documented in gates/RECORDS.md)
  *   gate_tp.c       tensor-parallel arms: the epoch census of the correctness passes, the
  *                   refusal cells, and the arms-differ-by-design check
+ *   gate_bisect.c   after a replay mismatch: the failing step again on both arms with taps after
+ *                   every op (memra.ops), and the first site where they part
  *   gate_stats.c    comparisons, loop rule, schedule, bootstrap
  *   gate_stop.c     the stop state (signals, the check between steps), progress, phase names
  *   gate_json.c     the JSON-line writer (a record is written whole or not at all)
@@ -22,7 +24,7 @@
  * Layers, top to bottom; a file calls only files of a lower layer (or of its own layer that never
  * call it back), never up; what they share travels in gate_ctx, or lives in the bottom layer:
  *   0 main (the phases)  1 cli, setup, html  2 the passes: run (reference, replay, timing, carry,
- *   census), profile, tp (epochs, refusal cells)  3 pass (from a prefix), dump  4 judge
+ *   census), profile, tp (epochs, refusal cells), bisect  3 pass (from a prefix), dump  4 judge
  *   5 records  6 stop, stats, json (the bottom: they call no other gate file).
  * gates/layers.sh checks it on the object files (test_gate_layers). */
 #ifndef MEMRA_GATE_H
@@ -181,6 +183,33 @@ typedef struct gate_timing_row {
     char reason[256]; /* why not verified or not eligible */
 } gate_timing_row;
 
+/* The bisect of a replay mismatch (gate_bisect.c): where the arms first part inside the step. */
+typedef struct gate_bisect_arm {
+    bool reproduced;  /* its tapped logits are the bits its correctness run had at the step */
+    uint32_t sites;   /* sites it handed over */
+    uint32_t stage;   /* the stage holding the first differing site */
+    uint32_t n_ranks; /* that stage's ranks */
+    int32_t rank;     /* the rank holding the first differing element; -1: every rank holds it */
+    uint8_t sha[32];  /* the digest of the first differing site's tensor */
+} gate_bisect_arm;
+typedef struct gate_bisect {
+    bool ran;            /* a bisect was tried (a replay mismatch named a step) */
+    bool available;      /* both arms offer taps (memra.ops) */
+    int64_t step, input; /* the failing step and its input token */
+    bool done;           /* the tapped steps ran to the end on both arms */
+    bool found;          /* a site differs */
+    uint32_t agreed;     /* sites that agreed before it */
+    int32_t layer;       /* -1: the head */
+    char site[24], tensor[16];
+    char prev[48];          /* the last site that agreed ("layer 0 attn_norm"), "" when none */
+    uint32_t n;             /* elements of the tensor */
+    gate_logit_diff diff;   /* the tensor's comparison (a against b) */
+    uint64_t ulp;           /* ulp distance of the first differing element */
+    gate_bisect_arm arm[2]; /* a, b */
+    char cause[300];        /* why they part, where the gate can say ("" when it cannot) */
+    char note[400];         /* why no site was named, or the error that stopped the bisect */
+} gate_bisect;
+
 /* Everything a gate run found. */
 typedef struct gate_outcome {
     uint32_t steps_compared, bad_steps;
@@ -221,6 +250,8 @@ typedef struct gate_outcome {
     bool cells_done;
     uint32_t cells_run, cells_failed;
     char cell_failure[600];
+    /* the bisect of the first replay mismatch */
+    gate_bisect bisect;
     /* the speed verdict in one sentence (gate_speed_sentence), set by main before the summary
      * record says it */
     char speed[400];
@@ -403,6 +434,16 @@ typedef struct gate_cell {
     char reason[512]; /* why not */
 } gate_cell;
 
+/* ---- gate_bisect.c ------------------------------------------------------------------------ */
+
+/* After a replay mismatch at step S (ctx->out.first): on each arm a fresh state fed the
+ * reference's inputs 0..S-1 (the stream both arms verified up to S), then step S with taps on
+ * (memra_arm_step_tapped), each site's tensor kept for a and compared as b hands it over, by bits
+ * (exact) or by NMSE over the tolerance (nmse). Fills ctx->out.bisect and writes the bisect record.
+ * Never changes the verdict: a bisect that cannot run (no taps, out of memory, a failing step)
+ * says why in its record. Only a signal or a record that cannot be written stops the run. */
+memra_status gate_bisect_run(gate_ctx *ctx, memra_error *err);
+
 /* ---- gate_profile.c ----------------------------------------------------------------------- */
 
 /* The profile windows (--profile): on each arm, from its prefix, a warm-up pass of one step (so
@@ -444,6 +485,9 @@ void gate_summary_table(const gate_ctx *ctx, const gate_verdict *v, char *error,
 /* The speed verdict in one sentence ("b is 2.3% slower than a ..., 95% CI [...]: significant",
  * "no significant difference ...", "too few rows for an interval ..."), into buf. */
 const char *gate_speed_sentence(const gate_ctx *ctx, char *buf, size_t size);
+/* The bisect in words, for the summary table and the record ("layer 0 attn_out[3]: a 0.1 (0x...)
+ * b 0.1000001 (0x...), 1 ulp, NMSE 1e-14; a: stage 0, every rank; b: stage 0, every rank"). */
+void gate_bisect_sentence(const gate_bisect *b, char *buf, size_t size);
 /* "logits, cache digest" etc.: what differed at a mismatch. */
 void gate_mismatch_what(const gate_mismatch *m, char *buf, size_t size);
 
@@ -465,6 +509,7 @@ void gate_rec_profile(gate_ctx *ctx, const gate_arm *arm, const gate_pass *warmu
                       const char *range, bool tokens_same, bool digests_same, bool identical, bool verified);
 void gate_rec_summary(gate_ctx *ctx);
 void gate_rec_refusal(gate_ctx *ctx, const gate_arm *arm, const gate_cell *cell);
+void gate_rec_bisect(gate_ctx *ctx, const gate_bisect *b);
 /* Written with no output open is a no-op; written even after a failed record (the final one). */
 void gate_rec_verdict(gate_json *j, const gate_config *cfg, const gate_verdict *v);
 /* A run stopped by a signal: the last record, in place of the verdict. */

@@ -163,6 +163,43 @@ static const char *schedule_label(const gate_config *cfg, char *buf, size_t size
     return buf;
 }
 
+static void holder_words(char *buf, size_t size, const gate_bisect_arm *a) {
+    if (a->n_ranks <= 1)
+        snprintf(buf, size, "stage %u", a->stage);
+    else if (a->rank < 0)
+        snprintf(buf, size, "stage %u, every rank of %u", a->stage, a->n_ranks);
+    else
+        snprintf(buf, size, "stage %u, rank %d of %u", a->stage, (int)a->rank, a->n_ranks);
+}
+
+void gate_bisect_sentence(const gate_bisect *b, char *buf, size_t size) {
+    if (!b->ran) {
+        snprintf(buf, size, "not run");
+        return;
+    }
+    if (!b->found) {
+        snprintf(buf, size, "step %lld: %s", (long long)b->step, b->note[0] ? b->note : "no site named");
+        return;
+    }
+    char layer[24], ha[64], hb[64], idx[32] = "";
+    if (b->layer < 0)
+        snprintf(layer, sizeof layer, "head");
+    else
+        snprintf(layer, sizeof layer, "layer %d", (int)b->layer);
+    holder_words(ha, sizeof ha, &b->arm[0]);
+    holder_words(hb, sizeof hb, &b->arm[1]);
+    if (b->diff.first_index >= 0)
+        snprintf(idx, sizeof idx, "[%lld]", (long long)b->diff.first_index);
+    bool one = strcmp(b->site, b->tensor) == 0;
+    snprintf(buf, size,
+             "step %lld, %s %s%s%s%s: a %.9g (0x%08x) b %.9g (0x%08x), %llu ulp; %u of %u elements differ, NMSE %.3g; "
+             "a: %s; b: %s%s%s",
+             (long long)b->step, layer, b->site, one ? "" : " tensor ", one ? "" : b->tensor, idx,
+             (double)b->diff.first_ref, memra_f32_to_bits(b->diff.first_ref), (double)b->diff.first_got,
+             memra_f32_to_bits(b->diff.first_got), (unsigned long long)b->ulp, b->diff.n_diff, b->n, b->diff.nmse, ha,
+             hb, b->cause[0] ? "; " : "", b->cause);
+}
+
 static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
@@ -177,6 +214,11 @@ static void table(FILE *f, const gate_ctx *ctx, const gate_verdict *v) {
             o->bad_steps);
     if (o->have_first)
         table_first_bad(f, ctx);
+    if (o->bisect.ran) {
+        char words[1200];
+        gate_bisect_sentence(&o->bisect, words, sizeof words);
+        fprintf(f, "  bisect       %s\n", words);
+    }
     fprintf(f, "  tokens       %u/%u generated tokens agree; max NMSE %.3g\n", o->token_agree, o->token_total,
             o->max_nmse);
     if (o->timing_done) {

@@ -42,8 +42,12 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
         return st;
     /* Time only what was verified: no timing after a mismatch, and in nmse mode only when both
      * arms produce the same stream (otherwise the rows would time different work). */
-    if (o->bad_steps || o->epoch_failures)
-        return MEMRA_OK;
+    if (o->bad_steps || o->epoch_failures) {
+        /* A replay mismatch: where inside the failing step the arms part (the verdict is FAIL
+         * already; the bisect only explains it). */
+        ctx->phase = "bisect";
+        return gate_bisect_run(ctx, err);
+    }
     /* The refusal cells of tensor-parallel arms, before anything is timed. */
     ctx->phase = "refusal_cells";
     if ((st = gate_tp_cells(ctx, err)) != MEMRA_OK || (st = gate_check_stop(ctx, err)) != MEMRA_OK)

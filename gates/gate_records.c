@@ -446,6 +446,70 @@ void gate_rec_mismatch(gate_ctx *ctx, const gate_mismatch *m) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* bisect                                                                                      */
+
+static void bisect_arm_json(gate_json *j, const char *key, const gate_bisect *b, int i) {
+    const gate_bisect_arm *a = &b->arm[i];
+    gj_obj(j, key);
+    gj_bool(j, "reproduced", a->reproduced);
+    gj_u64(j, "sites", a->sites);
+    if (b->found) {
+        float v = i ? b->diff.first_got : b->diff.first_ref;
+        json_float(j, "value", v);
+        gj_u64(j, "stage", a->stage);
+        gj_u64(j, "ranks", a->n_ranks);
+        if (a->rank >= 0)
+            gj_i64(j, "rank", a->rank);
+        else
+            gj_null(j, "rank");
+        gj_hex(j, "tensor_sha256", a->sha);
+    } else {
+        gj_null(j, "value");
+        gj_null(j, "stage");
+        gj_null(j, "ranks");
+        gj_null(j, "rank");
+        gj_null(j, "tensor_sha256");
+    }
+    gj_obj_end(j);
+}
+
+void gate_rec_bisect(gate_ctx *ctx, const gate_bisect *b) {
+    gate_json *j = &ctx->json;
+    gj_begin(j, "bisect");
+    opt_i64(j, "step", b->step);
+    opt_i64(j, "input", b->input);
+    gj_str(j, "from", "fresh states of both arms fed the reference's inputs 0..step-1, then the step with taps on");
+    gj_str(j, "criterion", ctx->cfg->nmse ? "nmse" : "exact");
+    gj_bool(j, "available", b->available);
+    gj_bool(j, "done", b->done);
+    gj_bool(j, "found", b->found);
+    gj_u64(j, "agreed", b->agreed);
+    gj_str(j, "last_agreed", b->prev[0] ? b->prev : NULL);
+    if (b->found) {
+        if (b->layer >= 0)
+            gj_i64(j, "layer", b->layer);
+        else
+            gj_str(j, "layer", "head");
+        gj_str(j, "site", b->site);
+        gj_str(j, "tensor", b->tensor);
+        gj_u64(j, "elements", b->n);
+        gj_u64(j, "differing", b->diff.n_diff);
+        opt_i64(j, "index", b->diff.first_index);
+        gj_u64(j, "ulp", b->ulp);
+        gj_f64(j, "nmse", b->diff.nmse);
+    } else {
+        const char *absent[] = {"layer", "site", "tensor", "elements", "differing", "index", "ulp", "nmse"};
+        for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+            gj_null(j, absent[i]);
+    }
+    bisect_arm_json(j, "a", b, 0);
+    bisect_arm_json(j, "b", b, 1);
+    gj_str(j, "cause", b->cause[0] ? b->cause : NULL);
+    gj_str(j, "note", b->note[0] ? b->note : NULL);
+    gj_end(j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* census                                                                                      */
 
 /* The epoch census of a tensor-parallel arm's correctness pass: per (stage, rank) the epochs at the

@@ -11,7 +11,7 @@ layer() {
     case "$1" in
     gate_main) echo 0 ;;
     gate_cli | gate_setup | gate_html) echo 1 ;;
-    gate_run | gate_profile | gate_tp) echo 2 ;;
+    gate_run | gate_profile | gate_tp | gate_bisect) echo 2 ;;
     gate_pass | gate_dump) echo 3 ;;
     gate_judge) echo 4 ;;
     gate_records) echo 5 ;;

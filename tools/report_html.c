@@ -9,8 +9,8 @@
 
 /* ---- records and gates ---------------------------------------------------------------------- */
 
-static const char *const gate_kinds[] = {"protocol",    "census",  "refusal", "step",    "mismatch",   "profile",
-                                         "carry_check", "measure", "summary", "verdict", "interrupted"};
+static const char *const gate_kinds[] = {"protocol", "census",      "refusal", "step",    "mismatch", "bisect",
+                                         "profile",  "carry_check", "measure", "summary", "verdict",  "interrupted"};
 
 bool rh_known_gate_kind(const char *k) {
     for (size_t i = 0; i < sizeof gate_kinds / sizeof gate_kinds[0]; i++)
@@ -253,6 +253,7 @@ static void gate_section(doc *d, size_t gi, const gate *g) {
     rh_answer(d, g);
     rh_protocol_section(d, g);
     rh_summary_section(d, g);
+    rh_bisect_section(d, g);
     rh_timing_section(d, g);
     rh_step_map(d, g);
     rh_census_section(d, g);

@@ -1,6 +1,6 @@
 /* report_html.h: what the parts of the report page share (report_html.c: the records, the page
  * and each gate's frame; report_html_out.c: text, values and chart primitives; report_html_gate.c:
- * the answer, protocol, summary, census and refusal tables; report_html_charts.c: the timing rows,
+ * the answer, protocol, summary, bisect, census and refusal tables; report_html_charts.c: the timing rows,
  * the step map and the bench records). Internal to memra_report: the public interface is report.h. */
 #ifndef MEMRA_TOOLS_REPORT_HTML_H
 #define MEMRA_TOOLS_REPORT_HTML_H
@@ -92,6 +92,7 @@ void rh_protocol_section(doc *d, const gate *g);
 void rh_summary_section(doc *d, const gate *g);
 void rh_census_section(doc *d, const gate *g);
 void rh_refusal_section(doc *d, const gate *g);
+void rh_bisect_section(doc *d, const gate *g);
 
 /* report_html_charts.c */
 void rh_timing_section(doc *d, const gate *g);

@@ -1,5 +1,5 @@
 /* report_html_gate.c: a gate's answer (speed in words, each arm's tok/s), protocol, summary,
- * census and refusal tables. */
+ * bisect, census and refusal tables. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -485,4 +485,78 @@ void rh_refusal_section(doc *d, const gate *g) {
     }
     if (any)
         rh_raw(d, "</table>\n");
+}
+
+/* The bisect of a failing gate: the first site where the arms part, both values, and on each arm
+ * the stage and rank that hold the element. */
+void rh_bisect_section(doc *d, const gate *g) {
+    for (size_t i = 0; i < g->n; i++) {
+        const rec *r = &d->recs[g->idx[i]];
+        if (strcmp(r->kind, "bisect") != 0)
+            continue;
+        const rj_val *v = &r->v;
+        bool found = rj_true(rj_get(v, "found"));
+        rh_raw(d, "<h3>Bisect: the first op where the arms part</h3>\n<table class=\"kv\">\n");
+        rh_out(d, "<tr%s><th>first differing site</th><td>", found ? " class=\"bad\"" : "");
+        if (found) {
+            rh_raw(d, "<b>layer ");
+            rh_valp(d, v, "layer");
+            rh_raw(d, " ");
+            rh_valp(d, v, "site");
+            rh_raw(d, "</b> (tensor ");
+            rh_valp(d, v, "tensor");
+            rh_raw(d, ") at step ");
+            rh_valp(d, v, "step");
+        } else {
+            rh_raw(d, "none named: ");
+            rh_valp(d, v, "note");
+        }
+        rh_raw(d, "</td></tr>\n");
+        if (found) {
+            rh_out(d, "<tr><th>first differing element</th><td>[");
+            rh_valp(d, v, "index");
+            rh_raw(d, "]: a ");
+            rh_valp(d, v, "a.value.value");
+            rh_raw(d, " (");
+            rh_valp(d, v, "a.value.bits");
+            rh_raw(d, "), b ");
+            rh_valp(d, v, "b.value.value");
+            rh_raw(d, " (");
+            rh_valp(d, v, "b.value.bits");
+            rh_raw(d, "), ");
+            rh_valp(d, v, "ulp");
+            rh_raw(d, " ulp</td></tr>\n<tr><th>tensor</th><td>");
+            rh_valp(d, v, "differing");
+            rh_raw(d, " of ");
+            rh_valp(d, v, "elements");
+            rh_raw(d, " elements differ; NMSE ");
+            rh_valp(d, v, "nmse");
+            rh_raw(d, "</td></tr>\n");
+            static const char *const arms[2] = {"a", "b"};
+            for (int k = 0; k < 2; k++) {
+                char path[32];
+                rh_out(d, "<tr><th>held on arm %s</th><td>stage ", arms[k]);
+                snprintf(path, sizeof path, "%s.stage", arms[k]);
+                rh_valp(d, v, path);
+                snprintf(path, sizeof path, "%s.rank", arms[k]);
+                const rj_val *rank = rj_get(v, arms[k]) ? rj_get(rj_get(v, arms[k]), "rank") : NULL;
+                if (rj_is(rank, RJ_NUM)) {
+                    rh_raw(d, ", rank ");
+                    rh_valp(d, v, path);
+                } else
+                    rh_raw(d, ", every rank");
+                rh_raw(d, " of ");
+                snprintf(path, sizeof path, "%s.ranks", arms[k]);
+                rh_valp(d, v, path);
+                rh_raw(d, "</td></tr>\n");
+            }
+            rh_kv(d, "cause", rj_get(v, "cause"));
+        }
+        rh_kv(d, "last site that agreed", rj_get(v, "last_agreed"));
+        rh_kv(d, "sites agreed", rj_get(v, "agreed"));
+        rh_kv(d, "reproduced on a", rj_get(rj_get(v, "a"), "reproduced"));
+        rh_kv(d, "reproduced on b", rj_get(rj_get(v, "b"), "reproduced"));
+        rh_kv(d, "how", rj_get(v, "from"));
+        rh_raw(d, "</table>\n");
+    }
 }

@@ -51,6 +51,31 @@ typedef struct cpu_stage {
 } cpu_stage;
 
 /* A refusal cell armed through memra.tp and not yet handed to the collective. */
+/* The sites of memra.ops, in the order a layer hands them over (cpu_taps.c). */
+typedef enum cpu_site {
+    CPU_SITE_ATTN_NORM,
+    CPU_SITE_Q,
+    CPU_SITE_K,
+    CPU_SITE_V,
+    CPU_SITE_QK_NORM_Q,
+    CPU_SITE_QK_NORM_K,
+    CPU_SITE_ROPE_Q,
+    CPU_SITE_ROPE_K,
+    CPU_SITE_ATTENTION,
+    CPU_SITE_ATTN_OUT,
+    CPU_SITE_ATTN_RES,
+    CPU_SITE_FFN_NORM,
+    CPU_SITE_FFN_GATE,
+    CPU_SITE_FFN_UP,
+    CPU_SITE_FFN_ACT,
+    CPU_SITE_FFN_DOWN,
+    CPU_SITE_FFN_RES,
+    CPU_SITE_OUTPUT_NORM,
+    CPU_SITE_LOGITS,
+    CPU_SITE_COUNT
+} cpu_site;
+typedef struct cpu_taps cpu_taps;
+
 typedef struct cpu_cell {
     uint32_t stage, rank, layer, which, position;
     int32_t word;
@@ -82,6 +107,7 @@ struct memra_backend {
     int32_t position_word; /* the step's position, as the collective reads it */
     cpu_cell *cells;       /* armed and not yet fired (handed over ones only during a step) */
     uint32_t n_cells, cap_cells;
+    cpu_taps *taps; /* non-NULL during a tapped step only (memra.ops): the one branch per op */
     /* Op plugins the arm selects (op.KIND=NAME): each call site runs the bound plugin's entry
      * point instead of the built-in kernel; NULL: the built-in. */
     memra_op_set ops;
@@ -158,6 +184,18 @@ memra_status cpu_digest(memra_backend *b, memra_state *s, memra_digest_kind kind
 memra_status cpu_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err);
 uint32_t cpu_state_position(memra_backend *b, const memra_state *s);
 memra_status cpu_state_stats(memra_backend *b, const memra_state *s, memra_state_stats *out, memra_error *err);
+
+/* cpu_taps.c: the per-op taps (memra.ops). Called only while b->taps is set. A rank's piece of a
+ * site: n floats at logical offset `at`; the rank holds [shard_begin, shard_end) of the tensor. */
+void cpu_tap_rank(memra_backend *b, const cpu_stage *sg, uint32_t r, cpu_site site, uint32_t il, const float *x,
+                  uint32_t n, uint32_t at, uint32_t shard_begin, uint32_t shard_end);
+/* Hands over the gathered sites, in site order, once every rank of the stage ran its part. */
+void cpu_tap_flush(memra_backend *b);
+/* A tensor every rank of the stage holds whole (one_rank: rank 0 alone), handed over at once. */
+void cpu_tap_whole(memra_backend *b, const cpu_stage *sg, cpu_site site, int32_t layer, const float *x, uint32_t n,
+                   bool one_rank);
+memra_status cpu_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
+                             void *user, memra_error *err);
 
 /* cpu_step.c: the step's transaction. */
 memra_status cpu_check_not_quarantined(const memra_state *s, const char *what, memra_error *err);

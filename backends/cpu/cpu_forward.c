@@ -35,6 +35,8 @@
  * read. So the result does not depend on the thread count; it does differ from tp=1 in summation
  * order (a partial per rank, summed in rank order by the collective).
  *
+ * Taps (memra.ops, cpu_taps.c): after each op, `if (b->taps)` hands its output to the taps; NULL
+ * (every step but a bisect's) costs that branch alone.
  * Op plugins (memra/op.h): where the arm binds one (op.rmsnorm=NAME, op.gemv.q8_0=NAME, ...), each
  * call of that op runs the plugin's cpu entry point in place of the built-in kernel, with a
  * context naming its site, layer, head, position, stage and rank (the sites of OPS.md), from the
@@ -148,11 +150,23 @@ static void add_bias(float *y, const float *bias, uint32_t n) {
             y[i] += bias[i];
 }
 
+/* Where a rank's heads of q or k sit in the logical tensor, for the taps (memra.ops). */
+typedef struct head_tap {
+    cpu_stage *sg;
+    uint32_t r, il, h0, h1; /* the rank's first and end head */
+    cpu_site norm_site, rope_site;
+} head_tap;
+
+static void tap_head(memra_backend *b, const head_tap *t, cpu_site site, uint32_t h, const float *head) {
+    uint32_t d = b->m->head_dim;
+    cpu_tap_rank(b, t->sg, t->r, site, t->il, head, d, (t->h0 + h) * d, t->h0 * d, t->h1 * d);
+}
+
 /* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k, the first being head h0
  * of the model (c: the call's context, tensor "q" or "k"); swa: the tables of the sliding-window
- * layers. */
-static void norm_and_rope(const memra_backend *b, memra_op_ctx c, float *x, uint32_t h0, uint32_t n_heads,
-                          const float *norm, bool swa) {
+ * layers; tap: where the heads sit, for the taps. */
+static void norm_and_rope(memra_backend *b, memra_op_ctx c, float *x, uint32_t h0, uint32_t n_heads,
+                          const float *norm, bool swa, const head_tap *tap) {
     const memra_model *m = b->m;
     const int neox = m->rope_pairing == MEMRA_ROPE_NEOX;
     const float *cos_t = swa ? b->rope_cos_swa : b->rope_cos, *sin_t = swa ? b->rope_sin_swa : b->rope_sin;
@@ -162,11 +176,15 @@ static void norm_and_rope(const memra_backend *b, memra_op_ctx c, float *x, uint
         c.site = "qk_norm";
         if (norm)
             rmsnorm(b, &c, head, norm, m->head_dim, head);
+        if (norm && b->taps)
+            tap_head(b, tap, tap->norm_site, h, head);
         c.site = "rope";
         if (b->op_rope)
             b->op_rope->vt->cpu_rope(b->op_rope->op, &c, head, m->head_dim, neox, cos_t, sin_t);
         else
             cpu_rope_head(head, m->head_dim, neox, cos_t, sin_t);
+        if (b->taps)
+            tap_head(b, tap, tap->rope_site, h, head);
     }
 }
 
@@ -181,17 +199,27 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
     float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
     const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "attn_norm");
     rmsnorm(b, &norm_c, rk->x, L->attn_norm, m->n_embd, rk->xn);
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_ATTN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
     const memra_op_ctx qkv_c[3] = {op_ctx(b, sg, r, il, "q"), op_ctx(b, sg, r, il, "k"), op_ctx(b, sg, r, il, "v")};
     matvec(b, qkv_c, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
     add_bias(rk->q, L->bq, rk->q_dim);
     add_bias(rk->k, L->bk, rk->kv_dim);
     add_bias(rk->v, L->bv, rk->v_dim);
+    if (b->taps) {
+        uint32_t hd = m->head_dim, hv = m->head_dim_v;
+        cpu_tap_rank(b, sg, r, CPU_SITE_Q, il, rk->q, rk->q_dim, rk->h0 * hd, rk->h0 * hd, rk->h1 * hd);
+        cpu_tap_rank(b, sg, r, CPU_SITE_K, il, rk->k, rk->kv_dim, rk->g0 * hd, rk->g0 * hd, rk->g1 * hd);
+        cpu_tap_rank(b, sg, r, CPU_SITE_V, il, rk->v, rk->v_dim, rk->g0 * hv, rk->g0 * hv, rk->g1 * hv);
+    }
     bool swa = memra_model_layer_is_swa(m, il);
+    head_tap tq = {sg, r, il, rk->h0, rk->h1, CPU_SITE_QK_NORM_Q, CPU_SITE_ROPE_Q};
+    head_tap tk = {sg, r, il, rk->g0, rk->g1, CPU_SITE_QK_NORM_K, CPU_SITE_ROPE_K};
     memra_op_ctx head_c = op_ctx(b, sg, r, il, "rope");
     head_c.tensor = "q";
-    norm_and_rope(b, head_c, rk->q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa);
+    norm_and_rope(b, head_c, rk->q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa, &tq);
     head_c.tensor = "k";
-    norm_and_rope(b, head_c, rk->k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa);
+    norm_and_rope(b, head_c, rk->k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa, &tk);
     memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
     memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
 
@@ -212,6 +240,9 @@ static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_st
                          .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
     cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
                  &at);
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_ATTENTION, il, rk->att, rk->att_dim, rk->h0 * m->head_dim_v,
+                     rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v);
     const memra_op_ctx out_c = op_ctx(b, sg, r, il, "attn_out");
     matvec(b, &out_c, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
 }
@@ -223,8 +254,14 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
     const cpu_layer *L = &rk->layers[il - sg->layer_begin];
     const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "ffn_norm");
     rmsnorm(b, &norm_c, rk->x, L->ffn_norm, m->n_embd, rk->xn);
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
     const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
     matvec(b, gate_up_c, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
+    if (b->taps) {
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_GATE, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_UP, il, rk->up, rk->n_ff, rk->f0, rk->f0, rk->f1);
+    }
     if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
         for (uint32_t i = 0; i < rk->n_ff; i++) {
             float g = rk->gate[i];
@@ -236,6 +273,8 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
             rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
         }
     }
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_ACT, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
     const memra_op_ctx down_c = op_ctx(b, sg, r, il, "ffn_down");
     matvec(b, &down_c, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
 }
@@ -250,6 +289,9 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         if (st != MEMRA_OK)
             return st;
     }
+    if (b->taps)
+        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_DOWN : CPU_SITE_ATTN_OUT, (int32_t)il, sg->ranks[0].xn, m->n_embd,
+                      false);
     for (uint32_t r = 0; r < sg->n_ranks; r++) {
         cpu_rank *rk = &sg->ranks[r];
         const cpu_layer *L = &rk->layers[il - sg->layer_begin];
@@ -261,6 +303,9 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         for (uint32_t i = 0; i < m->n_embd; i++)
             rk->x[i] += rk->xn[i];
     }
+    if (b->taps)
+        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_RES : CPU_SITE_ATTN_RES, (int32_t)il, sg->ranks[0].x, m->n_embd,
+                      false);
     return MEMRA_OK;
 }
 
@@ -269,11 +314,15 @@ static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *
                                   memra_error *err) {
     for (uint32_t r = 0; r < sg->n_ranks; r++)
         rank_attention(b, sg, r, s, il, pos);
+    if (b->taps)
+        cpu_tap_flush(b);
     memra_status st = reduce_and_add(b, sg, il, 0, err);
     if (st != MEMRA_OK)
         return st;
     for (uint32_t r = 0; r < sg->n_ranks; r++)
         rank_ffn(b, sg, r, il);
+    if (b->taps)
+        cpu_tap_flush(b);
     return reduce_and_add(b, sg, il, 1, err);
 }
 
@@ -324,10 +373,15 @@ memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint3
 
 void cpu_head_forward(memra_backend *b) {
     const memra_model *m = b->m;
+    const cpu_stage *last = &b->stages[b->n_stages - 1];
     memra_op_ctx c = op_ctx(b, NULL, 0, MEMRA_OP_LAYER_HEAD, "output_norm");
     rmsnorm(b, &c, cpu_last_hidden(b), b->output_norm, m->n_embd, b->head_in);
+    if (b->taps)
+        cpu_tap_whole(b, last, CPU_SITE_OUTPUT_NORM, -1, b->head_in, m->n_embd, true);
     c.site = c.tensor = "logits";
     matvec(b, &c, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+    if (b->taps)
+        cpu_tap_whole(b, last, CPU_SITE_LOGITS, -1, b->head_out, m->n_vocab, true);
 }
 
 void cpu_op_topk(void *user, const float *logits, uint32_t n_vocab, uint32_t k, uint32_t *seq) {

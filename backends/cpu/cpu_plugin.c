@@ -1,6 +1,6 @@
 /* cpu_plugin.c: the `cpu` backend as a plugin: its descriptor, its arm keys (threads, vdevices,
  * grain, collective) and how they are read and resolved, its vtable and extensions (memra.bench,
- * memra.tp), and the memory it reports. The maths of a token is in cpu_forward.c. */
+ * memra.tp, memra.ops), and the memory it reports. The maths of a token is in cpu_forward.c. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -126,11 +126,18 @@ static const memra_ext_bench_v1 cpu_bench_ext = {
     .device_name = cpu_device_name,
 };
 
+static const memra_ext_ops_v1 cpu_ops_ext = {
+    .struct_size = sizeof(memra_ext_ops_v1),
+    .step_tapped = cpu_step_tapped,
+};
+
 static const void *cpu_extension(memra_backend *b, const char *name, uint32_t version) {
     if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
         return &cpu_bench_ext;
     if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1 && b && b->coll)
         return &cpu_tp_ext;
+    if (strcmp(name, MEMRA_EXT_OPS) == 0 && version == 1)
+        return &cpu_ops_ext;
     return NULL;
 }
 

@@ -344,6 +344,16 @@ static memra_status cg_tp_epochs(memra_backend *b, uint32_t stage, uint32_t rank
                                  memra_error *err) {
     return cg_inner_tp(b)->epochs(b->inner, stage, rank, out, n_blocks, err);
 }
+/* memra.ops: an uncaptured run of the same token on the inner cuda backend (the graph's body is
+ * that backend's eager body, captured: the same kernels, the same bits), with its taps. */
+static const memra_ext_ops_v1 *cg_inner_ops(memra_backend *b) {
+    return b->cv->extension ? (const memra_ext_ops_v1 *)b->cv->extension(b->inner, MEMRA_EXT_OPS, 1) : NULL;
+}
+static memra_status cg_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
+                                   void *user, memra_error *err) {
+    return cg_inner_ops(b)->step_tapped(b->inner, s->inner, args, fn, user, err);
+}
+static const memra_ext_ops_v1 cg_ops_ext = {sizeof(memra_ext_ops_v1), cg_step_tapped};
 static const memra_ext_bench_v1 cg_bench_ext = {sizeof(memra_ext_bench_v1), cg_device_name, cg_measure_ceiling};
 static const memra_ext_tp_v1 cg_tp_ext = {sizeof(memra_ext_tp_v1), cg_tp_collective, cg_tp_arm_refusal,
                                           cg_tp_clear_refusals, cg_tp_epochs};
@@ -361,6 +371,10 @@ const void *cg_inner_extension(memra_backend *b, const char *name, uint32_t vers
                        x->epochs
                    ? &cg_tp_ext
                    : NULL;
+    }
+    if (strcmp(name, MEMRA_EXT_OPS) == 0 && version == 1) {
+        const memra_ext_ops_v1 *x = cg_inner_ops(b);
+        return MEMRA_HAS_MEMBER(x, memra_ext_ops_v1, step_tapped) && x->step_tapped ? &cg_ops_ext : NULL;
     }
     return NULL;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "memra/op.h"
+#include "memra/ext.h"
 #include "memra/plugin.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,10 @@ int32_t mc_ext_device(memra_backend *b, memra_state *s);
 void mc_quarantine(memra_backend *b, memra_state *s, const char *why);
 const char *mc_kernel_family(const void *func);
 void mc_on_abort(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg);
+
+/* "memra.ops" v1 (memra/ext.h; cuda_taps.cu) */
+memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
+                            void *user, memra_error *err);
 
 #ifdef __cplusplus
 }
@@ -167,6 +172,20 @@ static inline void *mc_take(mc_bump *b, uint64_t bytes) {
 
 /* ---- backend and states ------------------------------------------------------------------- */
 
+/* The sites the cuda backend taps (memra.ops, cuda_taps.cu), in the order a layer hands them over. */
+typedef enum mc_site {
+    MC_SITE_Q,
+    MC_SITE_K,
+    MC_SITE_V,
+    MC_SITE_ATTENTION,
+    MC_SITE_ATTN_RES,
+    MC_SITE_FFN_ACT,
+    MC_SITE_FFN_RES,
+    MC_SITE_LOGITS,
+    MC_SITE_COUNT
+} mc_site;
+typedef struct mc_taps mc_taps;
+
 /* A refusal cell armed through memra.tp, handed to a state's communicator just before the step
  * that reaches its position (so it fires in the state that runs that step, and in no other). */
 typedef struct mc_tp_cell {
@@ -201,6 +220,7 @@ struct memra_backend {
     const memra_op_binding *op_rmsnorm;
     const memra_op_binding *op_gemv[64]; /* by weight type */
     bool any_op;
+    mc_taps *taps; /* non-NULL during a tapped step only (memra.ops): one host branch per op */
 };
 
 typedef struct mc_stage_state {
@@ -282,6 +302,15 @@ static inline uint32_t mc_ranks(const memra_state *s, uint32_t i) { return s->n_
 memra_status mc_cuda_fail(memra_error *err, cudaError_t e, const char *what);
 memra_status mc_quarantine_fail(memra_state *s, memra_error *err);
 memra_status mc_sync_all(memra_state *s, memra_error *err);
+
+/* cuda_taps.cu: the per-op taps of a tapped step (memra.ops), called only while b->taps is set:
+ * rank r's q, k, v (after the qkv GEMV), attention output, ffn activation; the stage's gathered
+ * sites in order; the residual after an all-reduce (or the residual-adding GEMV). */
+void mc_tap_qkv(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
+void mc_tap_attention(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
+void mc_tap_ffn_act(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
+void mc_tap_flush(memra_backend *b);
+void mc_tap_residual(memra_backend *b, memra_state *s, uint32_t i, mc_site site, int32_t layer);
 
 /* cuda_weights.cu */
 void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1);

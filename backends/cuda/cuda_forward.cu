@@ -2,7 +2,8 @@
  * (cuda_ext.h, so cuda-graph can capture the body): per stage the input hidden (cuda_stages.cu:
  * the embedding, or the hand-off from the stage before), the layers (two all-reduces per layer
  * with ranks), the commit, the head and the sampler; the joins; and step_end's bounded wait (the
- * watchdog) and readback. */
+ * watchdog) and readback. With taps on (memra.ops, cuda_taps.cu) each op's output is handed over
+ * after it: `if (b->taps)`, a host branch, is all an ordinary step pays. */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -72,11 +73,11 @@ fail:
 /* ---- op plugins (memra/op.h) at the GEMV sites ---------------------------------------------- */
 
 /* Where a GEMV of the body sits, for the op plugins' context. */
-typedef struct mc_site {
+typedef struct mc_op_at {
     const char *norm; /* the site of the norm it fuses (attn_norm, ffn_norm, output_norm), or NULL */
     const char *gemv; /* its own site (q for the fused qkv, ffn_gate for gate/up, attn_out, ...) */
     uint32_t layer, stage, rank, position;
-} mc_site;
+} mc_op_at;
 
 /* One GEMV of the body. Without op plugins for it: the built-in fused kernel (the norm folded into
  * its loads; bias, residual or SwiGLU applied as it stores). With an op.rmsnorm plugin (for a
@@ -86,7 +87,7 @@ typedef struct mc_site {
  * rank's stream, so cuda-graph captures them with the rest of the token; their context carries
  * the position in device memory (pos). The unfused sequence rounds otherwise than the fused
  * kernel: an arm with such a plugin is compared with the built-in in nmse mode. */
-static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_site *at, const mc_matrix *w,
+static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_matrix *w,
                                  const float *x, const float *norm_w, const float *bias, const float *residual,
                                  float *y, bool swiglu, cudaStream_t q, memra_error *err) {
     const mc_config *c = &b->cfg;
@@ -177,11 +178,13 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const uint32_t layer = sw0->layer_begin + l;
-            const mc_site qkv_at = {"attn_norm", "q", layer, i, r, s->position};
+            const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
             memra_status st =
                 mc_gemv_site(b, ss, &qkv_at, &L->wqkv, ss->x, L->attn_norm, L->bqkv, NULL, ss->qkv, false, q, err);
             if (st)
                 return st;
+            if (b->taps)
+                mc_tap_qkv(b, s, i, r, (int32_t)layer);
             if (fused) {
                 MC_RET(mc_attention_fused(c, &ra, ss->qkv, kc, vc, ss->att_out, ss->pos, q),
                        "launch of attention (fused q/k norm, rope, kv append)");
@@ -191,18 +194,24 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                     s->capacity, ss->pos, q),
                        "launch of attention");
             }
+            if (b->taps)
+                mc_tap_attention(b, s, i, r, (int32_t)(sw0->layer_begin + l));
             /* Rank 0 adds its partial to the residual; the others hold only theirs; the
              * all-reduce then leaves the new residual on every rank. */
-            const mc_site wo_at = {NULL, "attn_out", layer, i, r, s->position};
+            const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
             if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false,
                                    q, err)))
                 return st;
         }
+        if (b->taps)
+            mc_tap_flush(b);
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 0, err);
             if (st)
                 return st;
         }
+        if (b->taps)
+            mc_tap_residual(b, s, i, MC_SITE_ATTN_RES, (int32_t)(sw0->layer_begin + l));
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_layer *L = &b->w->stages[i][r].layers[l];
@@ -210,21 +219,28 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const uint32_t layer = b->w->stages[i][r].layer_begin + l;
-            const mc_site gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
-            const mc_site down_at = {NULL, "ffn_down", layer, i, r, s->position};
+            const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
+            const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
             memra_status st =
                 mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, true, q, err);
-            if (!st)
-                st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false,
-                                  q, err);
+            if (st)
+                return st;
+            if (b->taps)
+                mc_tap_ffn_act(b, s, i, r, (int32_t)layer);
+            st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false, q,
+                              err);
             if (st)
                 return st;
         }
+        if (b->taps)
+            mc_tap_flush(b);
         if (tp) {
             memra_status st = mc_all_reduce(b, s, i, l, 1, err);
             if (st)
                 return st;
         }
+        if (b->taps)
+            mc_tap_residual(b, s, i, MC_SITE_FFN_RES, (int32_t)(sw0->layer_begin + l));
     }
     /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
      * before its commit: after a timeout or an abort the ranks of one operation may read different
@@ -265,7 +281,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
-        const mc_site head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position};
+        const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position};
         memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, false, q, err);
         if (st)
             return st;

@@ -34,6 +34,11 @@ static const memra_ext_tp_v1 mc_tp_ext = {
     .epochs = mc_tp_epochs,
 };
 
+static const memra_ext_ops_v1 mc_ops_ext = {
+    .struct_size = sizeof(memra_ext_ops_v1),
+    .step_tapped = mc_step_tapped,
+};
+
 static const void *mc_extension(memra_backend *b, const char *name, uint32_t version) {
     if (strcmp(name, MEMRA_EXT_BENCH) == 0 && version == 1)
         return &mc_bench_ext;
@@ -41,6 +46,8 @@ static const void *mc_extension(memra_backend *b, const char *name, uint32_t ver
         return &mc_graph_ext;
     if (strcmp(name, MEMRA_EXT_TP) == 0 && version == 1)
         return b && mc_is_tp(b) ? &mc_tp_ext : NULL;
+    if (strcmp(name, MEMRA_EXT_OPS) == 0 && version == 1)
+        return &mc_ops_ext;
     return NULL;
 }
 

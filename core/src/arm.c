@@ -783,3 +783,49 @@ memra_status memra_arm_epochs(memra_arm *a, uint32_t stage, uint32_t rank, uint6
         st = ext->epochs(a->backend, stage, rank, out, n_blocks, err);
     return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Per-op taps (the backend's memra.ops extension)                                             */
+
+static const memra_ext_ops_v1 *ops_ext(memra_arm *a) {
+    return memra_arm_extension(a, MEMRA_EXT_OPS, 1, MEMRA_STRUCT_END(memra_ext_ops_v1, step_tapped));
+}
+
+bool memra_arm_has_taps(memra_arm *a) {
+    const memra_ext_ops_v1 *ext = ops_ext(a);
+    return ext && ext->step_tapped;
+}
+
+memra_status memra_arm_step_tapped(memra_arm_state *s, int64_t token, memra_op_tap_fn fn, void *user,
+                                   memra_error *err) {
+    if (!s || !fn)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_step_tapped: the state or the tap is NULL");
+    memra_error local;
+    if (!err)
+        err = &local;
+    memra_arm *a = s->arm;
+    const memra_ext_ops_v1 *ext = ops_ext(a);
+    if (!ext || !ext->step_tapped)
+        return arm_fail(a, err, MEMRA_E_UNSUPPORTED, "the backend offers no per-op taps (%s v1)", MEMRA_EXT_OPS);
+    memra_status st = check_usable(s, "tapped step on", err);
+    if (st == MEMRA_OK && s->in_flight)
+        st = memra_fail(err, MEMRA_E_INVALID, "tapped step with %u steps in flight", s->in_flight);
+    if (st == MEMRA_OK && (uint64_t)s->next_pos >= s->capacity)
+        st = memra_fail(err, MEMRA_E_RANGE, "position %u is past the state's capacity of %u positions", s->next_pos,
+                        s->capacity);
+    if (st == MEMRA_OK && (token < 0 || token >= (int64_t)a->model->n_vocab))
+        st = memra_fail(err, MEMRA_E_RANGE, "token %" PRId64 " at position %u is outside the vocabulary [0, %u)", token,
+                        s->next_pos, a->model->n_vocab);
+    if (st != MEMRA_OK)
+        return arm_prefix(a, st, err, NULL);
+    memra_step_args args = {.struct_size = sizeof args, .token = token, .sample = NULL, .want_logits = true};
+    st = ext->step_tapped(a->backend, s->st, &args, fn, user, err);
+    if (st != MEMRA_OK) {
+        memra_error_prefix(err, "tapped step at position %u", s->next_pos);
+        quarantine(s, "a tapped step failed", err);
+        return arm_prefix(a, st, err, NULL);
+    }
+    s->next_pos++;
+    s->carry = false;
+    return MEMRA_OK;
+}

@@ -756,6 +756,28 @@ Test(report, gate_html_of_a_failing_gate_to_stdout_records) {
     gate_result_free(&r);
 }
 
+/* Issue 30: a failing gate's page shows its bisect (the first op where the arms part, the rank). */
+Test(report, gate_html_of_a_bisect) {
+    need_python();
+    const char *page = html_path("gate_bisect.html");
+    const char *args[] = {"--a",   "cpu", "--b",    "cpu:tp=2", "--compare", "exact",  "--prime", "8",
+                          "--gen", "8",   "--rows", "0",        "--quiet",   "--html", page,      NULL};
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 1, "%s", r.err);
+    expect_good_page(page, "--expect 'Bisect: the first op where the arms part' --expect 'layer 0 attn_out' "
+                           "--expect 'every rank of 2' --expect 'sums across ranks in another order'");
+    /* the negative control: a passing gate's page has no bisect section */
+    char why[4096];
+    const char *pass = html_path("gate_nobisect.html");
+    const char *ok[] = {"--a", "cpu", "--b", "cpu:stages=2", "--prime", "8", "--gen", "8", "--rows", "0",
+                        "--quiet", "--html", pass, NULL};
+    gate_result_free(&r);
+    r = gate_run(ok, false);
+    cr_assert_eq(r.exit, 0, "%s", r.err);
+    cr_assert_neq(check_page(pass, "--expect 'Bisect: the first op'", why, sizeof why), 0, "%s", why);
+    gate_result_free(&r);
+}
+
 Test(report, gate_html_of_an_nmse_gate) {
     need_python();
     const char *page = html_path("gate_nmse.html");

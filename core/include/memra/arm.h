@@ -158,6 +158,16 @@ memra_status memra_arm_clear_refusals(memra_arm *a, memra_error *err);
 memra_status memra_arm_epochs(memra_arm *a, uint32_t stage, uint32_t rank, uint64_t *out, uint32_t n_blocks,
                               memra_error *err);
 
+/* ---- Per-op taps (the backend's memra.ops extension) -------------------------------------- */
+
+/* Whether the arm's backend offers memra.ops. */
+bool memra_arm_has_taps(memra_arm *a);
+/* One step of `token` (not sampled) at the state's position with taps on: fn sees the logical
+ * tensor after every op (memra_ext_ops_v1), then the step is committed as a step_begin and
+ * step_end would commit it. The state must have no step in flight. MEMRA_E_UNSUPPORTED when the
+ * backend does not offer memra.ops; a failure of the backend (or of fn) quarantines the state. */
+memra_status memra_arm_step_tapped(memra_arm_state *s, int64_t token, memra_op_tap_fn fn, void *user, memra_error *err);
+
 #ifdef __cplusplus
 }
 #endif

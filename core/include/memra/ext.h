@@ -66,6 +66,41 @@ typedef struct memra_ext_tp_v1 {
                            memra_error *err);
 } memra_ext_tp_v1;
 
+/* "memra.ops", version 1: one step run with taps on, handing back the logical tensor after each op
+ * of every layer and of the head (the sites of the op vocabulary: README, "Reading a bisect"), for
+ * the gate's bisect. Sites come in the model's order: per layer attn_norm, q, k, v, qk_norm (tensors
+ * q then k), rope (q then k), attention, attn_out, attn_res, ffn_norm, ffn_gate, ffn_up, ffn_act,
+ * ffn_down, ffn_res; then the head's output_norm and logits. A site an architecture lacks is
+ * absent. With tp > 1 a site's tensor is the LOGICAL full tensor: the ranks' shards gathered in rank
+ * order (heads, ffn rows), so a tp=1 and a tp=2 arm compare element by element; attn_out and
+ * ffn_down are taken after the all-reduce; partial sums are not a site. */
+#define MEMRA_EXT_OPS "memra.ops"
+typedef struct memra_op_site {
+    uint32_t struct_size;
+    int32_t layer;      /* the model's layer index; -1 for the head */
+    const char *site;   /* "attn_norm", ..., "ffn_res", "output_norm", "logits" */
+    const char *tensor; /* "q" or "k" for qk_norm and rope; the site's name otherwise */
+    uint32_t n;         /* elements of the logical tensor */
+    uint32_t stage;     /* the stage that computed it */
+    uint32_t n_ranks;   /* ranks of that stage */
+    /* Rank r holds elements [begin[r], end[r]) of the tensor: [0, n) on every rank for a tensor
+     * each rank computes whole (norms, residuals, all-reduced sums), [0, n) on one rank and empty
+     * on the others for one computed once (the head), its shard for a sharded one. */
+    uint32_t begin[MEMRA_MAX_RANKS], end[MEMRA_MAX_RANKS];
+} memra_op_site;
+/* Called once per site, in order, with the tensor's n floats in host memory (valid only during
+ * the call). A non-OK return stops the step (which then fails and quarantines the state). */
+typedef memra_status (*memra_op_tap_fn)(void *user, const memra_op_site *site, const float *data, memra_error *err);
+typedef struct memra_ext_ops_v1 {
+    uint32_t struct_size;
+    /* One step of args->token at the state's position, as step_begin then step_end would run it
+     * (committed the same way, nothing left in flight; the state must have none in flight), with
+     * taps on: fn sees every site. Its logits (the last site) are the step's logits. Taps cost the
+     * ordinary step nothing beyond a branch on a flag. */
+    memra_status (*step_tapped)(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
+                                void *user, memra_error *err);
+} memra_ext_ops_v1;
+
 #ifdef __cplusplus
 }
 #endif

@@ -72,6 +72,9 @@ extern "C" {
  *   "memra.tp" v1           memra_ext_tp_v1 (memra/ext.h): a tensor-parallel backend's collective
  *                           sites: refusal cells and epochs. Offered by cpu when a stage has more
  *                           than one rank; used by memra-gate through memra/arm.h.
+ *   "memra.ops" v1          memra_ext_ops_v1 (memra/ext.h): one step with taps after every op,
+ *                           handing back each site's logical tensor. Offered by cpu (and the test
+ *                           backend faulty); used by memra-gate's bisect through memra/arm.h.
  * A new extension is added to this list with its version, its table's header, who offers it and
  * who uses it; a changed table gets a new version (a _v2 struct), never new meanings. */
 

@@ -5,7 +5,9 @@
  *
  *   flip_logit_step=K   the step at position K hands back its logits with the lowest bit of one
  *                       logit flipped (index flip_logit_index, default 0). Its LOGITS digest is
- *                       altered too, as a backend whose readback was corrupted would show it.
+ *                       altered too, as a backend whose readback was corrupted would show it,
+ *                       and so is the logits site of its tapped step (memra.ops, wrapped from the
+ *                       cpu's): the bisect names the head's last op.
  *   nan_logit_step=K    the step at position K hands back a NaN at logit index flip_logit_index
  *                       (the gate must call any NaN or infinity a failure of its own).
  *   corrupt_cache_step=K  one element of the KV cache slot written at position K is corrupted.
@@ -49,6 +51,12 @@
  *                       upload and scratch), or by 2 MiB only with fake_share=1 when an earlier
  *                       fake_device backend is open (a shared upload): the gate's shared-upload
  *                       evidence is tested without a GPU.
+ *   taps=0|1|2          memra.ops: 0 (default) offers the cpu's tapped step with the logit faults
+ *                       above applied to the logits site; 1 offers no taps (a bisect says it
+ *                       cannot run); 2 offers them and every tapped step fails (a bisect that
+ *                       stops part way must leave the verdict alone); 3 hands over only the
+ *                       sites the cuda backend taps (q, k, v, attention, attn_res, ffn_act,
+ *                       ffn_res, logits), as a backend that fuses ops would.
  *   fake_capture=1      the state's counters read as a graph backend's would: one capture at the
  *                       state's first step, one replay per step (restores copy no counters).
  *
@@ -107,6 +115,10 @@ static const memra_option_spec faulty_options[] = {
     {.key = "fake_share",
      .default_value = "0",
      .help = "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
+    {.key = "taps",
+     .default_value = "0",
+     .help = "TEST: 0 offers memra.ops (the cpu's taps, logit faults applied); 1 offers none; 2 offers it and "
+             "every tapped step fails; 3 hands over only the sites the cuda backend has"},
 };
 #define FAULTY_N_OWN (sizeof faulty_options / sizeof faulty_options[0])
 #define FAULTY_MAX_KEYS 64
@@ -117,7 +129,7 @@ static memra_option_spec faulty_keys[FAULTY_MAX_KEYS];
 
 typedef struct faulty_cfg {
     uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census, dump_fail;
-    uint32_t fake_mib, fake_share, fake_capture, carry_off, digest_fail_step;
+    uint32_t fake_mib, fake_share, fake_capture, carry_off, digest_fail_step, taps;
 } faulty_cfg;
 
 struct memra_backend {
@@ -218,6 +230,8 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
         st = opt_u32(host, opts, "carry_off", 0, &c->carry_off, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "digest_fail_step", FAULTY_NONE, &c->digest_fail_step, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "taps", 0, &c->taps, err);
     return st;
 }
 
@@ -487,10 +501,76 @@ static const memra_ext_census_v1 faulty_census_only_ext = {
     .dump_graphs = NULL,
 };
 
-/* The cpu's own extension tables take the cpu's backend pointer: they are not forwarded. */
+/* memra.ops: the cpu's tapped step, with this backend's logit faults applied to the logits site
+ * (the head's last op), as they are to the logits it hands back: a bisect names the head. */
+typedef struct faulty_taps {
+    memra_backend *b;
+    memra_op_tap_fn fn;
+    void *user;
+    bool flip, nan;
+} faulty_taps;
+
+static memra_status faulty_tap(void *user, const memra_op_site *site, const float *data, memra_error *err) {
+    faulty_taps *t = user;
+    memra_backend *b = t->b;
+    if (b->cfg.taps == 3 && site && site->site) {
+        static const char *const fused[] = {"q", "k", "v", "attention", "attn_res", "ffn_act", "ffn_res", "logits"};
+        bool kept = false;
+        for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++)
+            kept = kept || (strcmp(site->site, fused[i]) == 0 && strcmp(site->tensor, fused[i]) == 0);
+        if (!kept)
+            return MEMRA_OK;
+    }
+    bool logits = site && site->layer < 0 && site->site && strcmp(site->site, "logits") == 0;
+    if (!logits || (!t->flip && !t->nan) || b->cfg.flip_index >= site->n)
+        return t->fn(t->user, site, data, err);
+    float *copy = malloc((size_t)site->n * sizeof *copy);
+    if (!copy)
+        return b->host->fail(err, MEMRA_E_NOMEM, "faulty: out of memory for a tapped logits copy");
+    memcpy(copy, data, (size_t)site->n * sizeof *copy);
+    if (t->flip) {
+        uint32_t bits;
+        memcpy(&bits, &copy[b->cfg.flip_index], sizeof bits);
+        bits ^= 1u;
+        memcpy(&copy[b->cfg.flip_index], &bits, sizeof bits);
+    }
+    if (t->nan)
+        copy[b->cfg.flip_index] = NAN;
+    memra_status st = t->fn(t->user, site, copy, err);
+    free(copy);
+    return st;
+}
+
+static memra_status faulty_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args,
+                                       memra_op_tap_fn fn, void *user, memra_error *err) {
+    const memra_ext_ops_v1 *ops = b->cpu->extension ? b->cpu->extension(b->inner, MEMRA_EXT_OPS, 1) : NULL;
+    if (!ops || !ops->step_tapped)
+        return b->host->fail(err, MEMRA_E_UNSUPPORTED, "faulty: the cpu backend offers no memra.ops");
+    if (b->cfg.taps == 2)
+        return b->host->fail(err, MEMRA_E_INTERNAL, "faulty: taps=2: the tapped step fails");
+    uint32_t pos = s->next_pos;
+    faulty_taps t = {.b = b, .fn = fn, .user = user, .flip = pos == b->cfg.flip_step, .nan = pos == b->cfg.nan_step};
+    memra_status st = ops->step_tapped(b->inner, s->inner, args, faulty_tap, &t, err);
+    if (st != MEMRA_OK)
+        return st;
+    s->next_pos++;
+    s->last_flipped = t.flip;
+    s->carried = -1;
+    return MEMRA_OK;
+}
+
+static const memra_ext_ops_v1 faulty_ops_ext = {
+    .struct_size = sizeof(memra_ext_ops_v1),
+    .step_tapped = faulty_step_tapped,
+};
+
+/* The cpu's own extension tables take the cpu's backend pointer: they are not forwarded (memra.ops
+ * is wrapped). */
 static const void *faulty_extension(memra_backend *b, const char *name, uint32_t version) {
     if (b->cfg.census && strcmp(name, MEMRA_EXT_CENSUS) == 0 && version == 1)
         return b->cfg.census == 2 ? &faulty_census_only_ext : &faulty_census_ext;
+    if (b->cfg.taps != 1 && strcmp(name, MEMRA_EXT_OPS) == 0 && version == 1)
+        return &faulty_ops_ext;
     return NULL;
 }
 
