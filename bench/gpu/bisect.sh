@@ -17,7 +17,9 @@
 #            record may appear (printed: "bisect: none").
 #   fault    a fault at one (layer, op, step), given as $FAULT_A / $FAULT_B arm strings (h11's test
 #            op plugin faultyop, once merged and once it has cuda entry points: e.g.
-#            FAULT_B='cuda:op.gemv.f32=faultyop:site=q:layer=1:pos=5:index=3' with FAULT_A=cuda):
+#            FAULT_B='cuda:op.gemv.f32=faultyop:site=q:layer=1:pos=5:index=3' with
+#            FAULT_A='cuda:op.gemv.f32=faultyop', unarmed: a GEMV site an op plugin serves runs
+#            unfused on cuda, so the built-in cuda arm is no exact twin of it):
 #            must print step 5, layer 1, site q, index 3; with tp=2 on both arms, b's rank 0 (every
 #            rank's call flips its own row 3: logical 3 and the second shard's row 3); a fault in
 #            ffn_gate or ffn_up shows at ffn_act (cuda fuses the SwiGLU into the gate/up GEMV).
@@ -27,6 +29,8 @@ export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
 OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
 B=${CARRY:-$PWD/.carry-dev}
 export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+# the test-only plugins (faultyop for the fault mode: build/tests/plugins.d), carried as test-plugins.d
+[ -d "$B/test-plugins.d" ] && MEMRA_PLUGIN_PATH=$MEMRA_PLUGIN_PATH:$B/test-plugins.d
 G=$B/bin/memra-gate
 T="$OUT/table.txt"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
