@@ -215,7 +215,8 @@ struct memra_backend {
     mc_tp_cell *cells;
     uint32_t n_cells, cap_cells;
     /* Op plugins the arm selects (op.rmsnorm=NAME, op.gemv.TYPE=NAME; memra/op.h): the GEMVs
-     * they touch run unfused (cuda_forward.cu, mc_gemv_site). NULL: the built-in. */
+     * they touch run unfused (cuda_forward.cu, mc_gemv_site). NULL: the built-in. any_op: an op
+     * plugin or norm=unfused (the stages carve op_x and op_y). */
     memra_op_set ops;
     const memra_op_binding *op_rmsnorm;
     const memra_op_binding *op_gemv[64]; /* by weight type */

@@ -24,8 +24,8 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger and gemv never change the bits (a gate of
- * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8 and
- * attention choose other arithmetic (other bits, same model). */
+ * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8,
+ * attention and norm choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
      "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "              \
@@ -48,6 +48,12 @@ extern "C" {
             "combine: three launches). Each path has its own bits"                                                     \
     },                                                                                                                 \
     {                                                                                                                  \
+        "norm", "fused",                                                                                               \
+            "RMSNorm sites (attn_norm, ffn_norm, output_norm): fused (folded into the next GEMV, 1/rms applied after " \
+            "the dot product) or unfused (a standalone rmsnorm, then the GEMV without one: exactly the path of an "    \
+            "op.rmsnorm plugin, which implies it; other bits than fused). q/k norms stay inside attention"             \
+    },                                                                                                                 \
+    {                                                                                                                  \
         "collective", "oneshot",                                                                                       \
             "with tp > 1: the collective plugin that sums the ranks' partials, NAME[:MODE]: oneshot (one-shot kernel " \
             "over peer memory) or nccl (nccl:allgather: gather, then the rank-order sum); NAME:KEY=VALUE sets one of " \
@@ -68,7 +74,7 @@ extern "C" {
     {                                                                                                                  \
         "op.rmsnorm", "builtin",                                                                                       \
             "op plugin (NAME[:KEY=VALUE...], memra/op.h) for RMSNorm: attn_norm, ffn_norm, output_norm. The "          \
-            "built-in fuses each norm into the next GEMV; a plugin's norm runs before it (other bits)"                 \
+            "plugin's norm runs before the GEMV: it implies norm=unfused, the built-in it is compared with exactly"    \
     },                                                                                                                 \
     {                                                                                                                  \
         "op.gemv.f32", "builtin", "op plugin for the GEMV of F32 weights (bias, residual and SwiGLU after it)"         \

@@ -81,12 +81,14 @@ typedef struct mc_op_at {
 
 /* One GEMV of the body. Without op plugins for it: the built-in fused kernel (the norm folded into
  * its loads; bias, residual or SwiGLU applied as it stores). With an op.rmsnorm plugin (for a
- * GEMV that fuses a norm) or an op.gemv plugin for its weight type: the norm first (the plugin's,
- * or op_glue's kernel), into op_x; the GEMV (the plugin's into op_y, or the built-in without a
+ * GEMV that fuses a norm), with norm=unfused (the same path with op_glue's norm: the built-in op
+ * a plugin's norm is compared with exactly), or an op.gemv plugin for its weight type: the norm
+ * first (the plugin's, or op_glue's kernel), into op_x; the GEMV (the plugin's into op_y, or the built-in without a
  * norm); then op_glue's store (bias, residual; or SwiGLU). The plugins' launches go on the
  * rank's stream, so cuda-graph captures them with the rest of the token; their context carries
  * the position in device memory (pos). The unfused sequence rounds otherwise than the fused
- * kernel: an arm with such a plugin is compared with the built-in in nmse mode. */
+ * kernel: such an arm is compared with the built-in fused one in nmse mode, with norm=unfused
+ * exactly. */
 static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_matrix *w,
                                  const float *x, const float *norm_w, const float *bias, const float *residual,
                                  float *y, bool swiglu, cudaStream_t q, memra_error *err) {
@@ -94,7 +96,9 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
     const float eps = b->m->rms_eps;
     const memra_op_binding *gop = w->type < 64 ? b->op_gemv[w->type] : NULL;
     const memra_op_binding *nop = norm_w ? b->op_rmsnorm : NULL;
-    if (!gop && !nop) {
+    /* norm=unfused (implied by an op.rmsnorm plugin): the norm on its own, as a plugin's runs */
+    const bool unfused_norm = norm_w && (nop || c->norm == MC_NORM_UNFUSED);
+    if (!gop && !unfused_norm) {
         if (swiglu)
             MC_RET(mc_gemv_swiglu(c, w, x, norm_w, eps, y, q), "launch of the gate/up gemv (with the ffn norm)");
         else

@@ -49,15 +49,18 @@ uint32_t mc_type_elem_bytes(uint32_t type);
 enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
 enum { MC_Q8_AUTO, MC_Q8_FLOAT };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED };
+enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
     uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO (integer dots where rows >= cols / 2) or MC_Q8_FLOAT */
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED */
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
+    uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
+                         * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
 } mc_config;
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

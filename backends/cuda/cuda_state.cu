@@ -40,12 +40,24 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "trigger", MC_TRIGGER_DEFAULT, 0, MC_TRIGGER_ALL, &c->trigger, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
         if (allowed)
             return memra_fail(err, MEMRA_E_INVALID, "%s=%s: expected one of %s", choices[i], v, allowed);
+    }
+    /* An op.rmsnorm plugin runs every norm site unfused (its norm, then the GEMV without one):
+     * it implies norm=unfused, and an explicit norm=fused beside it is a contradiction. */
+    const char *opn = memra_options_get(opts, "op.rmsnorm");
+    if (opn && strcmp(opn, MEMRA_OP_BUILTIN) != 0) {
+        const char *nv = memra_options_get(opts, "norm");
+        if (nv && c->norm == MC_NORM_FUSED)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "norm=%s: op.rmsnorm=%.100s runs every norm site unfused (the plugin's norm, then the "
+                              "GEMV without one), which implies norm=unfused; drop norm=%s or set norm=unfused",
+                              nv, opn, nv);
+        c->norm = MC_NORM_UNFUSED;
     }
     uint32_t step_timeout = 0, stall = 0;
     if ((st = memra_options_u32(opts, "step_timeout_ms", 30000, 100, 3600000, &step_timeout, err)))
@@ -74,7 +86,7 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     snprintf(buf, sizeof buf, "%u", c.trigger);
     if ((st = memra_options_set(resolved, "trigger", buf, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
             return st;
@@ -177,7 +189,7 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     b->op_rmsnorm = memra_op_set_find(&b->ops, MEMRA_OP_RMSNORM, 0);
     for (uint32_t t = 0; t < 64; t++)
         b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
-    b->any_op = b->ops.n > 0;
+    b->any_op = b->ops.n > 0 || cfg.norm == MC_NORM_UNFUSED; /* op_x and op_y are carved */
     if ((st = mc_weights_acquire(m, plan, &b->w, err)))
         goto fail;
     *out = b;

@@ -2,7 +2,7 @@
  * their names), the per-arm trigger mask, and the census of kernel families. */
 #include "cuda_common.cuh"
 
-const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT};
+const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED};
 
 static const struct {
     const char *key;
@@ -13,6 +13,7 @@ static const struct {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", NULL}, "auto, rowgroup, persistent"},
     {"q8", offsetof(mc_config, q8), {"auto", "float", NULL, NULL}, "auto, float"},
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", NULL}, "auto, tiled, unfused"},
+    {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

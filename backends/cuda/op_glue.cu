@@ -2,7 +2,9 @@
  * fused kernels cannot take the plugin in: the RMSNorm a GEMV otherwise fuses, as a kernel of its
  * own (when an op.gemv plugin needs a normed input and no op.rmsnorm plugin gives it), and the
  * epilogues the fused GEMVs apply as they store (bias and residual; SwiGLU of interleaved gate/up
- * rows), with the same formulas as mc_rows_store. Not used by an arm without op plugins.
+ * rows), with the same formulas as mc_rows_store. With norm=unfused its rmsnorm is the built-in
+ * op at every norm site (the one an op.rmsnorm plugin is gated against exactly: the example's
+ * cuda flavour keeps its order). Not used by an arm without op plugins and with norm=fused.
  *
  * Per call: mc_op_rmsnorm reads n floats of x and of w and writes n; the epilogues read and write
  * their rows once. */

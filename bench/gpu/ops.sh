@@ -10,7 +10,7 @@
 #   cp build/example-op/plugins.d/* .carry-dev/op-plugins.d/
 #   cp build/tests/plugins.d/* .carry-dev/test-plugins.d/
 #   (and bin, lib, plugins.d as for tp.sh)
-# Then on the GPU machine: CARRY=$PWD/.carry-dev bash bench/gpu/ops.sh "example faulty"
+# Then on the GPU machine: CARRY=$PWD/.carry-dev bash bench/gpu/ops.sh "example faulty unfused"
 # Modes (in order):
 #   example  the example (RMSNorm in a fixed tree): cuda:op.rmsnorm=example against
 #            cuda-graph:op.rmsnorm=example exact (the graph captures the plugin's launches), greedy
@@ -19,6 +19,11 @@
 #            against cpu with the example (nmse 1e-4); the protocol record names the plugin
 #            with its file's sha256 (checked against sha256sum)
 #   neg-example  the same pair against the built-in in exact mode: rc=1 expected (the fusion)
+#   unfused  the exact gate of one op: cuda:norm=unfused (the built-in standalone RMSNorm, op_glue's)
+#            against cuda:norm=unfused,op.rmsnorm=example, and the same on cuda-graph, on tiny and
+#            llama-1b (BF16), greedy and sampled; the protocol record names the example with its
+#            file's sha256; cuda against cuda:norm=unfused is an nmse pair (1e-6), and must fail
+#            exact (rc=1: the negative control, the fused and unfused norms round otherwise)
 #   faulty   faultyop unarmed exact cuda vs cuda-graph (rmsnorm, gemv.f32; tp=2 too); armed (one
 #            bit of ffn_norm layer 1 at position 5; of attn_out layer 0 at position 9; of the
 #            output norm at position 12): rc=1 with the first bad step 5, 9 and 12, eager and
@@ -52,7 +57,7 @@ provenance() { local name=$1 plugin=$2
   local want=$([ -n "$path" ] && sha256sum "$path" | cut -d' ' -f1)
   local ok=UNEXPECTED; [ -n "$sha" ] && [ "$sha" = "$want" ] && ok=OK
   printf '%-34s %s path=%s sha256=%s %s\n' "provenance-$plugin" "$ok" "${path:--}" "${sha:0:16}" "" | tee -a "$T"; }
-for mode in "${@:-example faulty}"; do for m in $mode; do case $m in
+for mode in "${@:-example faulty unfused}"; do for m in $mode; do case $m in
 example)
   gate ex-eager-graph 0 - -- --preset tiny --a cuda:op.rmsnorm=example --b cuda-graph:op.rmsnorm=example $S
   provenance ex-eager-graph example
@@ -75,6 +80,17 @@ faulty)
   gate fo-gemv-graph 1 9 -- --preset tiny --a cuda:op.gemv.f32=faultyop --b cuda-graph:op.gemv.f32=faultyop:site=attn_out:layer=0:pos=9:index=7 $S
   gate fo-head-graph 1 12 -- --preset tiny --a cuda:op.rmsnorm=faultyop --b cuda-graph:op.rmsnorm=faultyop:site=output_norm:layer=head:pos=12:index=0 $S
   gate fo-norm-tp2-graph 1 5 -- --preset tiny --a cuda:tp=2,op.rmsnorm=faultyop --b cuda-graph:tp=2,op.rmsnorm=faultyop:site=ffn_norm:layer=1:pos=5:index=3 $S ;;
-*) echo "ops.sh: unknown mode '$m' (example, neg-example, faulty)" >&2; exit 2 ;;
+unfused)
+  for p in "tiny f32" "tiny bf16" "llama-1b bf16"; do set -- $p; P="--preset $1 --dtype $2"; n=un-$1-$2
+    for be in cuda cuda-graph; do
+      gate $n-$be-exact 0 - -- $P --a $be:norm=unfused --b $be:norm=unfused,op.rmsnorm=example $S --compare exact
+      provenance $n-$be-exact example
+      gate $n-$be-exact-T1 0 - -- $P --a $be:norm=unfused --b $be:norm=unfused,op.rmsnorm=example $S --temp 1 --compare exact
+    done
+    gate $n-implied-exact 0 - -- $P --a cuda:norm=unfused --b cuda-graph:op.rmsnorm=example $S --compare exact
+    gate $n-fused-nmse 0 - -- $P --a cuda --b cuda:norm=unfused $S --compare nmse:1e-6
+    gate $n-fused-exact 1 - -- $P --a cuda --b cuda:norm=unfused $S --compare exact
+  done ;;
+*) echo "ops.sh: unknown mode '$m' (example, neg-example, faulty, unfused)" >&2; exit 2 ;;
 esac; done; done
 echo; cat "$T"

@@ -3,10 +3,13 @@
  * backend's stream. One block of 256 threads per row: thread t sums x[i]^2 over i = t (mod 256)
  * in increasing i, the partial sums are added by a fixed tree (distance 128, 64, ..., 1), then
  * out[i] = (x[i] * scale) * w[i], scale = 1 / sqrtf(sum / n + eps), each operation rounded on its
- * own: the same bits on every run and in a CUDA graph replay. The cuda backend's built-in fuses
- * the norm into the next GEMV (the scale applied after the dot product), so this plugin gives
- * other bits than the built-in there: gate it with --compare nmse:1e-6 against `cuda`, and
- * exactly between `cuda:op.rmsnorm=example` and `cuda-graph:op.rmsnorm=example`. */
+ * own: the same bits on every run and in a CUDA graph replay. This is, operation for operation,
+ * the order of the cuda backend's built-in unfused norm (backends/cuda/op_glue.cu,
+ * mc_op_rmsnorm: 256 threads, strided partial sums in increasing i, the same fixed tree, the
+ * same __fadd_rn/__fmul_rn/__fdiv_rn/__fsqrt_rn; keep the two in step): `cuda:norm=unfused`
+ * against `cuda:norm=unfused,op.rmsnorm=example` (and cuda-graph) is exact. The default
+ * `cuda` (norm=fused) folds the norm into the next GEMV (the scale applied after the dot
+ * product), other bits: gate it against `cuda` with --compare nmse:1e-6. */
 #include <cuda_runtime.h>
 
 #include "memra/plugin.h"

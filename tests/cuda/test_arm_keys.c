@@ -44,6 +44,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"gemv", "auto"},
                                           {"q8", "auto"},
                                           {"attention", "auto"},
+                                          {"norm", "fused"}, /* issue 30: the built-in op, unfused */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -52,8 +53,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 12);
-    for (int i = 0; i < 12; i++) {
+    cr_assert_eq(vt->n_options, 13);
+    for (int i = 0; i < 13; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -63,17 +64,17 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(
-        buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,collective=oneshot,step_timeout_ms=30000");
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,collective=oneshot,"
+                          "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "step_timeout_ms=30000");
+                          "norm=fused,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -82,6 +83,8 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent"},
         {"cuda:q8=int", "q8=int: expected one of auto, float"},
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused"},
+        {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
+        {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
@@ -101,6 +104,11 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_eq(c.gemv, MC_GEMV_AUTO);
     cr_assert_eq(c.q8, MC_Q8_AUTO);
     cr_assert_eq(c.attention, MC_ATT_AUTO);
+    cr_assert_eq(c.norm, MC_NORM_FUSED);
+    cr_assert_null(mc_config_choice(&c, "norm", "unfused"));
+    cr_assert_eq(c.norm, MC_NORM_UNFUSED);
+    cr_assert_str_eq(mc_config_choice_name(&c, "norm"), "unfused");
+    cr_assert_str_eq(mc_config_choice(&c, "norm", "x"), "fused, unfused");
     cr_assert_null(mc_config_choice(&c, "gemv", "persistent"));
     cr_assert_eq(c.gemv, MC_GEMV_PERSISTENT);
     cr_assert_null(mc_config_choice(&c, "attention", "tiled"));
@@ -111,6 +119,27 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
     cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
+}
+
+/* Issue 30: norm=unfused (the built-in standalone RMSNorm, the path an op.rmsnorm plugin takes)
+ * is taken and resolved; an op.rmsnorm plugin implies it, and the record says so; the built-in
+ * by name (op.rmsnorm=builtin) leaves the default. */
+Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused");
+    cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
+                          "attention=auto");
+    cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused");
+    /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
+    cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "norm=fused"), "%s", buf);
 }
 
 /* The attention path is a function of the shapes and the key alone. */
