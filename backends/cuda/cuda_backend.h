@@ -234,6 +234,7 @@ typedef struct mc_stage_state {
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
     float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
+    int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
     float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
     int32_t *pos;

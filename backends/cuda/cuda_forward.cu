@@ -77,6 +77,7 @@ typedef struct mc_op_at {
     const char *norm; /* the site of the norm it fuses (attn_norm, ffn_norm, output_norm), or NULL */
     const char *gemv; /* its own site (q for the fused qkv, ffn_gate for gate/up, attn_out, ...) */
     uint32_t layer, stage, rank, position;
+    bool after_commit; /* the head: it runs after the step's commit has advanced the position word */
 } mc_op_at;
 
 /* One GEMV of the body. Without op plugins for it: the built-in fused kernel (the norm folded into
@@ -107,6 +108,10 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
     }
     memra_op_ctx ctx = {sizeof(memra_op_ctx), at->norm, at->norm,  at->layer, 0,
                         at->position,         at->rank, at->stage, ss->pos};
+    if (at->after_commit) { /* the token's position, not the next one's (the commit advanced ss->pos) */
+        MC_RET(mc_op_position_before(ss->pos, ss->op_pos, q), "launch of the op glue's position copy");
+        ctx.position_dev = ss->op_pos;
+    }
     const float *in = x;
     if (norm_w) {
         if (nop) {
@@ -285,7 +290,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
-        const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position};
+        const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position, true};
         memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, false, q, err);
         if (st)
             return st;

@@ -205,6 +205,8 @@ cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps,
 cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
                         cudaStream_t st);
 cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t st);
+/* out[0] = pos[0] - 1: the position of the token whose step has committed, for an op context. */
+cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t st);
 
 /* The kernel family of a kernel's host function pointer (for graph census), or NULL when the
  * function is none of ours. */

@@ -260,6 +260,7 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
         rows = last && rows < m->n_vocab ? m->n_vocab : rows;
         ss->op_x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
         ss->op_y = (float *)mc_take(bp, rows * 4);
+        ss->op_pos = (int32_t *)mc_take(bp, 16);
     }
     ss->pos = (int32_t *)mc_take(bp, 16);
     uint64_t chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;

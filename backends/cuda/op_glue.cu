@@ -73,6 +73,16 @@ cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t s
     return cudaGetLastError();
 }
 
+/* The head runs after its step's commit advanced the position word: the ops there read this copy. */
+__global__ void op_position_before_kernel(const int32_t *pos, int32_t *out) {
+    out[0] = pos[0] - 1;
+}
+
+cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t st) {
+    op_position_before_kernel<<<1, 1, 0, st>>>(pos, out);
+    return cudaGetLastError();
+}
+
 const char *mc_op_glue_family(const void *f) {
     if (f == (const void *)op_rmsnorm_kernel)
         return "op_norm";

@@ -509,7 +509,8 @@ typedef struct memra_op_ctx {
     uint32_t stage;
     /* cuda: the position in device memory (int32), what a kernel must read to act on the
      * position: a captured graph replays the launches with the capture's `position`, while this
-     * word holds the replayed token's. NULL on cpu. */
+     * word holds the replayed token's (at the head too, which runs after the step's commit has
+     * advanced the state's own position word: the backend hands a copy). NULL on cpu. */
     const int32_t *position_dev;
 } memra_op_ctx;
 
