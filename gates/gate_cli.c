@@ -192,30 +192,6 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
     return MEMRA_OK;
 }
 
-/* Levenshtein distance of two short strings (longer ones are never close). */
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return SIZE_MAX;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* The options --help lists, for "did you mean". */
 static const char *const known_options[] = {
     "--a",        "--b",       "--model",  "--preset",      "--dtype",       "--prime",
@@ -226,14 +202,8 @@ static const char *const known_options[] = {
 
 /* An unknown option: MEMRA_E_INVALID naming it, with the closest option the gate takes. */
 static memra_status unknown_option(const char *opt, memra_error *err) {
-    const char *best = NULL;
-    size_t best_d = SIZE_MAX, len = strlen(opt), limit = len / 3 > 2 ? len / 3 : 2;
-    for (size_t i = 0; i < sizeof known_options / sizeof known_options[0]; i++) {
-        size_t d = edit_distance(opt, known_options[i]);
-        if (d < best_d)
-            best_d = d, best = known_options[i];
-    }
-    if (best && best_d <= limit)
+    const char *best = memra_closest_name(opt, known_options, sizeof known_options / sizeof known_options[0]);
+    if (best)
         return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s': did you mean %s? (see --help)", opt, best);
     return memra_fail(err, MEMRA_E_INVALID, "unknown option '%s' (see --help)", opt);
 }

@@ -1,6 +1,7 @@
 /* options.c: parsing arm strings (BACKEND[:key=value,...]) and reading their options. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,4 +240,45 @@ memra_status memra_collective_value_parse(const char *value, char *name, size_t 
             return MEMRA_OK;
         p = comma + 1;
     }
+}
+
+/* Levenshtein distance of two short strings (longer ones are never close). */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *memra_closest_name(const char *typed, const char *const *names, size_t n) {
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, len = strlen(typed);
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    for (size_t i = 0; i < n; i++) {
+        if (!names[i])
+            continue;
+        size_t d = edit_distance(typed, names[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = names[i];
+        }
+    }
+    return best_d <= limit ? best : NULL;
 }

@@ -51,6 +51,10 @@ memra_status memra_collective_value_parse(const char *value, char *name, size_t 
 /* Writes "backend:key=value,..." into buf. */
 void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
 
+/* The name of names[0..n) closest to typed by edit distance, for a "did you mean" (NULL entries
+ * skipped), or NULL when none is within a third of typed's length (at least 2 edits). */
+const char *memra_closest_name(const char *typed, const char *const *names, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
