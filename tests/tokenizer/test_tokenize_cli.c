@@ -15,17 +15,8 @@ static void write_model(const char *path, const char *kind) {
     memra_error err = {0};
     memra_gguf_writer *w;
     cr_assert_eq(memra_gguf_writer_new(3, 0, &w, &err), MEMRA_OK);
-    const char *toks[] = {"a",
-                          "b",
-                          "ab",
-                          "\xc4\xa0",
-                          "\xc4\xa0"
-                          "b",
-                          "\xc4\x8a",
-                          "<|c|>",
-                          "<",
-                          "|",
-                          ">",
+    const char *toks[] = {"a",        "b",     "ab", "\xc4\xa0", "\xc4\xa0\x62", /* "\u0120b" (0x62 is 'b') */
+                          "\xc4\x8a", "<|c|>", "<",  "|",        ">",
                           "c"};
     int32_t types[] = {1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1};
     const char *merges[] = {"a b", "\xc4\xa0 b"};
