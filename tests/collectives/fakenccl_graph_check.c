@@ -24,29 +24,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check_program.h"
 #include "memra/plugin.h"
 #include "memra/registry.h"
 
-static int g_failed;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-            g_failed++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
-
-#define CUDA(call)                                                                                                     \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+static int failures;
 
 static double now_s(void) {
     struct timespec t;
@@ -81,17 +63,17 @@ static memra_collective *capture(const run *r, cudaStream_t s, float *buf, int32
         return NULL;
     }
     const int before = atomic_load(r->captured);
-    CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     memra_status st = r->vt->all_reduce_sum_f32(c, 0, buf, 1024, s, 0, NULL, status, &err);
-    CUDA(cudaStreamEndCapture(s, g));
+    CHECK_CUDA(cudaStreamEndCapture(s, g));
     CHECK(st == MEMRA_OK, "captured all-reduce: %s", err.msg);
     CHECK(atomic_load(r->captured) == before + 1, "the stand-in saw no captured operation");
-    CUDA(cudaGraphInstantiate(x, *g, 0));
-    CUDA(cudaGraphLaunch(*x, s));
-    CUDA(cudaGraphLaunch(*x, s));
-    CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaGraphInstantiate(x, *g, 0));
+    CHECK_CUDA(cudaGraphLaunch(*x, s));
+    CHECK_CUDA(cudaGraphLaunch(*x, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
     int32_t w = -1;
-    CUDA(cudaMemcpy(&w, status, sizeof w, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&w, status, sizeof w, cudaMemcpyDeviceToHost));
     CHECK(w == 0, "status after the replays: %d", w);
     CHECK(atomic_load(r->live) == 1, "references held after capture: %d (want 1)", atomic_load(r->live));
     return c;
@@ -132,20 +114,20 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     float *buf;
     int32_t *status;
-    CUDA(cudaSetDevice(0));
-    CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CUDA(cudaMalloc((void **)&buf, 1024 * sizeof(float)));
-    CUDA(cudaMalloc((void **)&status, sizeof(int32_t)));
-    CUDA(cudaMemset(buf, 0, 1024 * sizeof(float)));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc((void **)&buf, 1024 * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&status, sizeof(int32_t)));
+    CHECK_CUDA(cudaMemset(buf, 0, 1024 * sizeof(float)));
 
     printf("-- the graph first, then the communicator (the order cuda-graph keeps)\n");
     cudaGraph_t g;
     cudaGraphExec_t x;
     memra_collective *c = capture(&r, s, buf, status, &g, &x);
     if (c) {
-        CUDA(cudaGraphExecDestroy(x));
-        CUDA(cudaGraphDestroy(g));
-        CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaGraphExecDestroy(x));
+        CHECK_CUDA(cudaGraphDestroy(g));
+        CHECK_CUDA(cudaDeviceSynchronize());
         for (double t0 = now_s(); atomic_load(r.live) > 0 && now_s() - t0 < 2.0;) /* destructors run asynchronously */
             ;
         CHECK(atomic_load(r.live) == 0, "the graph's reference outlived it: %d", atomic_load(r.live));
@@ -168,9 +150,9 @@ int main(int argc, char **argv) {
         printf("   destroy took %.3f s, aborts that blocked: %d\n", dt, atomic_load(r.blocked) - blocked);
         CHECK(dt >= 0.45, "destroy took only %.3f s: finalize did not wait for the graph's reference", dt);
         CHECK(atomic_load(r.blocked) == blocked + 1, "the abort did not block on the graph's reference");
-        CUDA(cudaGraphExecDestroy(x));
-        CUDA(cudaGraphDestroy(g));
-        CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaGraphExecDestroy(x));
+        CHECK_CUDA(cudaGraphDestroy(g));
+        CHECK_CUDA(cudaDeviceSynchronize());
     }
 
     printf("-- ncclGroupEnd fails with a part enqueued (issue 24.7): the communicator aborted at once\n");
@@ -202,19 +184,19 @@ int main(int argc, char **argv) {
             const double dt = now_s() - t0;
             printf("   the rank's stream drained after %.3f s\n", dt);
             CHECK(q == cudaSuccess, "the rank's stream still waits after %.3f s: the communicator was not aborted", dt);
-            CUDA(cudaStreamSynchronize(s));
+            CHECK_CUDA(cudaStreamSynchronize(s));
             int32_t w = -1;
-            CUDA(cudaMemcpy(&w, status, sizeof w, cudaMemcpyDeviceToHost));
+            CHECK_CUDA(cudaMemcpy(&w, status, sizeof w, cudaMemcpyDeviceToHost));
             CHECK(w == MEMRA_COLLECTIVE_FAILED, "the failed operation's status: %d (expected FAILED)", w);
             st = r.vt->all_reduce_sum_f32(c, 0, buf, 1024, s, 0, NULL, status, &err);
             CHECK(st == MEMRA_E_REFUSED, "a call after the failed group returned %d, expected MEMRA_E_REFUSED",
                   (int)st);
             CHECK(atomic_load(expired) == exp0, "a part waited out the stand-in's bound");
-            CUDA(cudaStreamSynchronize(s));
+            CHECK_CUDA(cudaStreamSynchronize(s));
             r.vt->destroy(c);
         }
     }
     memra_registry_close(r.reg);
-    printf("%s: %d check(s) failed\n", g_failed ? "FAIL" : "PASS", g_failed);
-    return g_failed ? 1 : 0;
+    printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
 }

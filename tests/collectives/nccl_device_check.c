@@ -14,31 +14,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "check_program.h"
 #include "memra/plugin.h"
 #include "memra/registry.h"
 
-static int g_failed;
+static int failures;
 static const memra_collective_vtable *g_vt;
 static memra_registry *g_reg;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-            g_failed++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
-
-#define CUDA(call)                                                                                                     \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 typedef struct dev {
     float *buf;
@@ -59,8 +41,8 @@ static memra_options opts1(const char *k, const char *v) {
 
 static int32_t read_status(const dev *d) {
     int32_t s = 0;
-    CUDA(cudaStreamSynchronize(d->s));
-    CUDA(cudaMemcpy(&s, d->status, sizeof s, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaStreamSynchronize(d->s));
+    CHECK_CUDA(cudaMemcpy(&s, d->status, sizeof s, cudaMemcpyDeviceToHost));
     return s;
 }
 
@@ -76,7 +58,7 @@ static memra_status op(memra_collective *c, const dev *d, size_t count, uint32_t
     return g_vt->all_reduce_sum_f32(c, 0, d->buf, count, d->s, block, with_pos ? d->pos : NULL, d->status, err);
 }
 
-static void set_pos(const dev *d, int32_t p) { CUDA(cudaMemcpy(d->pos, &p, sizeof p, cudaMemcpyHostToDevice)); }
+static void set_pos(const dev *d, int32_t p) { CHECK_CUDA(cudaMemcpy(d->pos, &p, sizeof p, cudaMemcpyHostToDevice)); }
 
 static void one_rank(const char *mode) {
     printf("-- one rank, mode=%s\n", mode);
@@ -90,23 +72,23 @@ static void one_rank(const char *mode) {
     }
     const size_t count = 4099;
     dev d;
-    CUDA(cudaSetDevice(0));
-    CUDA(cudaStreamCreateWithFlags(&d.s, cudaStreamNonBlocking));
-    CUDA(cudaMalloc((void **)&d.buf, count * sizeof(float)));
-    CUDA(cudaMalloc((void **)&d.pos, sizeof(int32_t)));
-    CUDA(cudaMalloc((void **)&d.status, sizeof(int32_t)));
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&d.s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc((void **)&d.buf, count * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&d.pos, sizeof(int32_t)));
+    CHECK_CUDA(cudaMalloc((void **)&d.status, sizeof(int32_t)));
     float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
     for (size_t i = 0; i < count; i++)
         in[i] = ldexpf((float)((int)(i % 37) - 18), (int)(i % 7) - 3) + (i == 5 ? 1e-30f : 0.0f);
-    CUDA(cudaMemcpy(d.buf, in, count * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d.buf, in, count * sizeof(float), cudaMemcpyHostToDevice));
     set_pos(&d, 5);
     int32_t junk = 999;
-    CUDA(cudaMemcpy(d.status, &junk, sizeof junk, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d.status, &junk, sizeof junk, cudaMemcpyHostToDevice));
 
     /* Plain op: identity for one rank, status 0, epoch 1. */
     CHECK(op(c, &d, count, 3, true, &err) == MEMRA_OK, "op: %s", err.msg);
     CHECK(read_status(&d) == 0, "status after a plain op: %d", read_status(&d));
-    CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(in, out, count * sizeof(float)) == 0, "one rank's sum is not its own bits");
     CHECK(epoch(c, 3) == 1 && epoch(c, 2) == 0, "epochs after one op of block 3: %llu, block 2: %llu",
           (unsigned long long)epoch(c, 3), (unsigned long long)epoch(c, 2));
@@ -123,7 +105,7 @@ static void one_rank(const char *mode) {
     CHECK(read_status(&d) == 0, "a cell fired with a NULL position");
     CHECK(op(c, &d, count, 3, true, &err) == MEMRA_OK, "op: %s", err.msg);
     CHECK(read_status(&d) == word, "refused status %d, expected %d", read_status(&d), word);
-    CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(in, out, count * sizeof(float)) == 0, "a refused op did not leave the sum");
     CHECK(op(c, &d, count, 3, true, &err) == MEMRA_OK, "op: %s", err.msg);
     CHECK(read_status(&d) == 0, "the cell did not disarm: %d", read_status(&d));
@@ -142,46 +124,46 @@ static void one_rank(const char *mode) {
     /* Graph: two ops captured; replays advance epochs and see a cell armed after capture. */
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
-    CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
     memra_status s1 = op(c, &d, count, 3, true, &err);
     memra_status s2 = op(c, &d, count, 3, true, &err);
-    CUDA(cudaStreamEndCapture(d.s, &g));
+    CHECK_CUDA(cudaStreamEndCapture(d.s, &g));
     CHECK(s1 == MEMRA_OK && s2 == MEMRA_OK, "captured ops: %s", err.msg);
-    CUDA(cudaGraphInstantiateWithFlags(&x, g, 0));
-    CUDA(cudaGraphLaunch(x, d.s));
+    CHECK_CUDA(cudaGraphInstantiateWithFlags(&x, g, 0));
+    CHECK_CUDA(cudaGraphLaunch(x, d.s));
     CHECK(read_status(&d) == 0, "replay status %d", read_status(&d));
     CHECK(epoch(c, 3) == e0 + 2, "epoch after one replay of 2 ops: %llu, want %llu", (unsigned long long)epoch(c, 3),
           (unsigned long long)(e0 + 2));
     set_pos(&d, 9);
     CHECK(g_vt->arm_refusal(c, 0, 3, 9, 4242, &err) == MEMRA_OK, "arm: %s", err.msg);
-    CUDA(cudaGraphLaunch(x, d.s));
+    CHECK_CUDA(cudaGraphLaunch(x, d.s));
     /* The first op of the replay fires (and disarms) the cell; the second reads 0 again. */
     CHECK(read_status(&d) == 0, "second op of the replay: status %d", read_status(&d));
-    CUDA(cudaGraphLaunch(x, d.s));
-    CUDA(cudaStreamSynchronize(d.s)); /* epochs is called with nothing in flight */
+    CHECK_CUDA(cudaGraphLaunch(x, d.s));
+    CHECK_CUDA(cudaStreamSynchronize(d.s)); /* epochs is called with nothing in flight */
     CHECK(epoch(c, 3) == e0 + 6, "epoch after three replays: %llu, want %llu", (unsigned long long)epoch(c, 3),
           (unsigned long long)(e0 + 6));
     /* One op a replay, to see the word itself. */
     cudaGraph_t g1 = NULL;
     cudaGraphExec_t x1 = NULL;
-    CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
     s1 = op(c, &d, count, 3, true, &err);
-    CUDA(cudaStreamEndCapture(d.s, &g1));
+    CHECK_CUDA(cudaStreamEndCapture(d.s, &g1));
     CHECK(s1 == MEMRA_OK, "captured op: %s", err.msg);
-    CUDA(cudaGraphInstantiateWithFlags(&x1, g1, 0));
+    CHECK_CUDA(cudaGraphInstantiateWithFlags(&x1, g1, 0));
     CHECK(g_vt->arm_refusal(c, 0, 3, 9, 5151, &err) == MEMRA_OK, "arm: %s", err.msg);
-    CUDA(cudaGraphLaunch(x1, d.s));
+    CHECK_CUDA(cudaGraphLaunch(x1, d.s));
     CHECK(read_status(&d) == 5151, "a cell armed after capture: replay status %d, want 5151", read_status(&d));
-    CUDA(cudaGraphLaunch(x1, d.s));
+    CHECK_CUDA(cudaGraphLaunch(x1, d.s));
     CHECK(read_status(&d) == 0, "the replayed cell did not disarm");
-    CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(out, d.buf, count * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(in, out, count * sizeof(float)) == 0, "replays changed one rank's bits");
 
     /* Growth under capture is refused with a message saying how to avoid it. */
     float *big = NULL;
-    CUDA(cudaMalloc((void **)&big, (size_t)1 << 24));
+    CHECK_CUDA(cudaMalloc((void **)&big, (size_t)1 << 24));
     cudaGraph_t g2 = NULL;
-    CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaStreamBeginCapture(d.s, cudaStreamCaptureModeThreadLocal));
     memra_status sg = g_vt->all_reduce_sum_f32(c, 0, big, ((size_t)1 << 24) / 4, d.s, 3, d.pos, d.status, &err);
     (void)cudaStreamEndCapture(d.s, &g2);
     (void)cudaGetLastError();
@@ -237,18 +219,18 @@ static void bootstrap(void) {
         return;
     }
     dev d;
-    CUDA(cudaStreamCreateWithFlags(&d.s, cudaStreamNonBlocking));
-    CUDA(cudaMalloc((void **)&d.buf, 64 * sizeof(float)));
-    CUDA(cudaMalloc((void **)&d.pos, sizeof(int32_t)));
-    CUDA(cudaMalloc((void **)&d.status, sizeof(int32_t)));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&d.s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMalloc((void **)&d.buf, 64 * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&d.pos, sizeof(int32_t)));
+    CHECK_CUDA(cudaMalloc((void **)&d.status, sizeof(int32_t)));
     float in[64], out[64];
     for (int i = 0; i < 64; i++)
         in[i] = (float)i - 20.5f;
-    CUDA(cudaMemcpy(d.buf, in, sizeof in, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d.buf, in, sizeof in, cudaMemcpyHostToDevice));
     set_pos(&d, 0);
     CHECK(op(c, &d, 64, 0, true, &err) == MEMRA_OK, "op: %s", err.msg);
     CHECK(read_status(&d) == 0, "status");
-    CUDA(cudaMemcpy(out, d.buf, sizeof out, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(out, d.buf, sizeof out, cudaMemcpyDeviceToHost));
     CHECK(memcmp(in, out, sizeof in) == 0, "create_rank's op changed one rank's bits");
     g_vt->destroy(c);
     cudaFree(d.buf);
@@ -295,6 +277,6 @@ int main(int argc, char **argv) {
     one_rank("allgather");
     bootstrap();
     memra_registry_close(g_reg);
-    printf("%s: %d check(s) failed\n", g_failed ? "FAIL" : "PASS", g_failed);
-    return g_failed ? 1 : 0;
+    printf("%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
 }
