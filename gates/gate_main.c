@@ -306,6 +306,11 @@ int main(int argc, char **argv) {
     gate_html html = {.fd = -1};
     memra_error err = {0};
     hold_closed_std_fds();
+    /* stdout fully buffered with room for the whole --help (17 KB and growing with the plugins'
+     * keys): a failed write then happens at the final flush, where its errno is still known, and
+     * the error names it (ENOSPC, EBADF) rather than "an earlier write failed". */
+    static char stdout_buf[1 << 16];
+    setvbuf(stdout, stdout_buf, _IOFBF, sizeof stdout_buf);
     gate_stop_install();
     bool finished = false;
     memra_status st = gate_cli_parse(argc, argv, &cfg, &err);

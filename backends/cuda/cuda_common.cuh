@@ -64,9 +64,22 @@ __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-/* Writes a finished row group (rows r0 .. r0+3, scaled): with SWIGLU y[p] = silu(row 2p) * row
- * 2p+1 (gate and up interleaved), else y[row] = residual[row] + (d + bias[row]); rows past the
- * end are skipped. Called by the one lane that holds the group's sums. */
+/* The gated activations of an FFN whose gate and up rows are interleaved (the GLU template
+ * parameter of the GEMV kernels and mc_rows_store): none (a plain GEMV), SiLU (llama, qwen) or
+ * GELU with the tanh approximation (gemma3), each as the cpu backend computes it. */
+#define MC_GLU_NONE 0
+#define MC_GLU_SILU 1
+#define MC_GLU_GELU 2
+template <int GLU> __device__ __forceinline__ float mc_glu(float g, float u) {
+    if (GLU == MC_GLU_GELU)
+        return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* Writes a finished row group (rows r0 .. r0+3, scaled): with a GLU (SWIGLU nonzero: MC_GLU_SILU
+ * or MC_GLU_GELU) y[p] = act(row 2p) * row 2p+1 (gate and up interleaved), else y[row] =
+ * residual[row] + (d + bias[row]); rows past the end are skipped. Called by the one lane that
+ * holds the group's sums. */
 template <int SWIGLU>
 __device__ __forceinline__ void mc_rows_store(const float (&d)[MC_GEMV_ROWS], uint32_t r0, uint32_t rows,
                                               const float *bias, const float *residual, float *y) {
@@ -74,7 +87,7 @@ __device__ __forceinline__ void mc_rows_store(const float (&d)[MC_GEMV_ROWS], ui
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
             if (r0 + r + 1 < rows)
-                y[(r0 + r) / 2] = d[r] / (1.0f + expf(-d[r])) * d[r + 1];
+                y[(r0 + r) / 2] = mc_glu<SWIGLU>(d[r], d[r + 1]);
     } else {
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {

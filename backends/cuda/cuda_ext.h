@@ -41,6 +41,9 @@ extern "C" {
         {"q8", "auto",                                                                                                 \
          "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits where rows >= cols / 2, float elsewhere) or "        \
          "float (float dots everywhere: other bits)"},                                                                 \
+        {"qdot", "auto",                                                                                               \
+         "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: auto (integer dots on quantized x where the type's kernel "  \
+         "has them) or float (dequantized weights, float dots: other bits)"},                                          \
     {                                                                                                                  \
         "attention", "auto",                                                                                           \
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \

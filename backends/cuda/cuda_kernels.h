@@ -50,6 +50,7 @@ enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
 enum { MC_Q8_AUTO, MC_Q8_FLOAT };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
+enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
@@ -58,9 +59,11 @@ typedef struct mc_config {
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
+    uint32_t qdot;      /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: MC_QDOT_AUTO (integer dots on quantized x
+                         * where the type's kernel has them) or MC_QDOT_FLOAT (dequantized weights, float dots) */
 } mc_config;
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

@@ -40,7 +40,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "trigger", MC_TRIGGER_DEFAULT, 0, MC_TRIGGER_ALL, &c->trigger, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -86,7 +86,7 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     snprintf(buf, sizeof buf, "%u", c.trigger);
     if ((st = memra_options_set(resolved, "trigger", buf, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
             return st;

@@ -2,7 +2,7 @@
  * their names), the per-arm trigger mask, and the census of kernel families. */
 #include "cuda_common.cuh"
 
-const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED};
+const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO};
 
 static const struct {
     const char *key;
@@ -14,6 +14,7 @@ static const struct {
     {"q8", offsetof(mc_config, q8), {"auto", "float", NULL, NULL}, "auto, float"},
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", NULL}, "auto, tiled, unfused"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
+    {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -43,6 +43,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"trigger", "115"},
                                           {"gemv", "auto"},
                                           {"q8", "auto"},
+                                          {"qdot", "auto"}, /* issue 26: the quantized GEMVs */
                                           {"attention", "auto"},
                                           {"norm", "fused"}, /* issue 30: the built-in op, unfused */
                                           {"collective", "oneshot"},
@@ -53,8 +54,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 13);
-    for (int i = 0; i < 13; i++) {
+    cr_assert_eq(vt->n_options, 14);
+    for (int i = 0; i < 14; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -64,17 +65,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,collective=oneshot,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
+                          "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -127,16 +129,16 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused");
+    cr_assert_str_eq(buf, "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto");
+                          "attention=auto,qdot=auto");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused");
+    cr_assert_str_eq(buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
