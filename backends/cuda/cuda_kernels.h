@@ -28,11 +28,13 @@ extern "C" {
  * starts aligned for 16-byte loads. Q8_0 is repacked into int8 quants [rows][stride] and f16
  * scales [rows][cols/32]; the other types keep their element encoding. */
 typedef struct mc_matrix {
-    uint32_t type; /* memra_tensor_type: F32, F16, BF16, Q8_0 */
+    uint32_t type; /* memra_tensor_type: F32, F16, BF16, Q8_0, and Q4_0 ... Q6_K (gemv_quant.h) */
     uint32_t rows, cols;
-    uint32_t stride;  /* elements per stored row (cols rounded up to 16 bytes) */
+    uint32_t stride;  /* elements per stored row (cols rounded up to 16 bytes); Q4_0 ... Q6_K: bytes per row of data */
     void *data;       /* rows * stride elements (int8 for Q8_0) */
     uint16_t *scales; /* Q8_0: rows * cols/32 f16 scales; NULL otherwise */
+    void *aux;        /* Q4_0 ... Q6_K (gemv_quant.h): rows * aux_stride bytes of a split layout, or NULL */
+    uint32_t aux_stride;
 } mc_matrix;
 
 /* Bytes a matrix occupies on the device in its upload layout. */
