@@ -42,6 +42,7 @@
 
 #include "cpu_test_util.h"
 #include "memra/quant.h"
+#include "memra/synth.h"
 #include "memra/tokenizer.h"
 
 #define REF_BOUND_U_FACTOR 100.0 /* the bound is REF_BOUND_U_FACTOR u (S + REF_BOUND_S_FLOOR) */
@@ -424,6 +425,16 @@ Test(cpu_reference, small_k_quants) {
     check_against_reference("small", MEMRA_TYPE_Q4_K, "q4_k", NULL);
     check_against_reference("small", MEMRA_TYPE_Q5_K, "q5_k", NULL);
     check_against_reference("small", MEMRA_TYPE_Q6_K, "q6_k", NULL);
+}
+
+/* llama.cpp's mixes (synth.c, mix_type): Q4_K or Q5_K with Q6_K on small (tied: token_embd Q6_K);
+ * Q5_0 or Q5_1 with Q8_0, the fallbacks, on tiny and gemma3-tiny. Each file holds several types
+ * at once, as published files do. */
+Test(cpu_reference, k_quant_mixes, .timeout = 300) {
+    check_against_reference("small", MEMRA_SYNTH_Q4_K_M, "q4_k_m", NULL);
+    check_against_reference("small", MEMRA_SYNTH_Q5_K_M, "q5_k_m", NULL);
+    check_against_reference("tiny", MEMRA_SYNTH_Q4_K_M, "q4_k_m", NULL);
+    check_against_reference("gemma3-tiny", MEMRA_SYNTH_Q5_K_M, "q5_k_m", NULL);
 }
 
 /* Linear RoPE scaling (rope.scaling.type linear, factor 4): positions are divided by 4. */

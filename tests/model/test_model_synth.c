@@ -288,10 +288,11 @@ Test(model_synth, dtypes_are_conversions_of_the_f32_values) {
 
 Test(model_synth, presets_dtypes_and_errors) {
     const char *const *names = memra_synth_presets();
-    const char *want[] = {"tiny", "small", "qwen3-tiny", "qwen2-tiny", "gemma3-tiny", "llama-1b", "llama-8b"};
-    for (size_t i = 0; i < 7; i++)
+    const char *want[] = {"tiny",        "small",       "qwen3-tiny", "qwen2-tiny",
+                          "gemma3-tiny", "gemma3-270m", "llama-1b",   "llama-8b"};
+    for (size_t i = 0; i < 8; i++)
         cr_assert_str_eq(names[i], want[i]);
-    cr_assert_null(names[7]);
+    cr_assert_null(names[8]);
     uint32_t type;
     memra_error err = {0};
     cr_assert_eq(memra_synth_parse_dtype("Q8_0", &type, &err), MEMRA_OK);
@@ -300,20 +301,256 @@ Test(model_synth, presets_dtypes_and_errors) {
     cr_assert_eq(type, MEMRA_TYPE_BF16);
     cr_assert_eq(memra_synth_parse_dtype("Q4_K", &type, &err), MEMRA_OK);
     cr_assert_eq(type, MEMRA_TYPE_Q4_K);
+    cr_assert_eq(memra_synth_parse_dtype("Q4_K_M", &type, &err), MEMRA_OK);
+    cr_assert_eq(type, MEMRA_SYNTH_Q4_K_M);
+    cr_assert_str_eq(memra_synth_dtype_name(type), "Q4_K_M");
+    cr_assert_eq(memra_synth_parse_dtype("q5_k_m", &type, &err), MEMRA_OK);
+    cr_assert_eq(type, MEMRA_SYNTH_Q5_K_M);
+    cr_assert_str_eq(memra_synth_dtype_name(type), "Q5_K_M");
+    cr_assert_str_eq(memra_synth_dtype_name(MEMRA_TYPE_Q6_K), "Q6_K");
     cr_assert_eq(memra_synth_parse_dtype("q2_k", &type, &err), MEMRA_E_INVALID);
     cr_assert_str_eq(err.msg,
-                     "unknown dtype 'q2_k': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k");
+                     "unknown dtype 'q2_k': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
+                     "q6_k, q4_k_m or q5_k_m");
     memra_synth_spec spec = {"huge", MEMRA_TYPE_F32, 1};
     void *data;
     size_t size;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
     cr_assert_str_eq(err.msg,
-                     "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, llama-1b or "
-                     "llama-8b");
+                     "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
+                     "llama-1b or llama-8b");
     spec.preset = "tiny";
     spec.type = MEMRA_TYPE_Q2_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
     cr_assert(strstr(err.msg, "Q2_K"), "%s", err.msg);
+    spec.type = MEMRA_SYNTH_MIX + 18; /* not a mix synth knows */
+    cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
+}
+
+/* ---- llama.cpp's Q4_K_M and Q5_K_M mixes ----
+ *
+ * The expected types, derived by hand from llama.cpp's rule (src/llama-quant.cpp,
+ * llama_tensor_get_type; synth.c's comment above mix_type states it) for each preset's shapes:
+ * the base type Q4_K or Q5_K; Q6_K for output.weight and a tied token_embd (Q8_0 when the columns
+ * are not a multiple of 256); Q6_K for attn_v and ffn_down on the use_more_bits layers (i < n/8,
+ * i >= 7n/8, (i - n/8) % 3 == 2: the lists below are worked out by hand, not by the function);
+ * then the fallback for columns that are not a multiple of 256: Q4_K -> Q5_0, Q5_K -> Q5_1,
+ * Q6_K -> Q8_0. */
+#define NONE 0xFFFFFFFFu /* no such tensor (a tied head) */
+typedef struct mix_expect {
+    const char *preset;
+    uint32_t mix;
+    uint32_t embd, output;
+    uint32_t in_proj;  /* attn_q, attn_k, ffn_gate, ffn_up: n_embd columns */
+    uint32_t attn_out; /* attn_output: n_head * head_dim columns */
+    uint32_t v_more, v_base, down_more, down_base;
+    const char *more; /* the layers where use_more_bits holds */
+} mix_expect;
+
+static const mix_expect mix_table[] = {
+    /* Llama-3.1-8B: 32 layers, untied: more = 0..3, 28..31, and 4 + 2 + 3k = 6, 9, ..., 27 */
+    {"llama-8b", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q4_K,
+     MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, "0,1,2,3,6,9,12,15,18,21,24,27,28,29,30,31"},
+    {"llama-8b", MEMRA_SYNTH_Q5_K_M, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q5_K,
+     MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q5_K, "0,1,2,3,6,9,12,15,18,21,24,27,28,29,30,31"},
+    /* Llama-3.2-1B: 16 layers, tied (token_embd takes the head's Q6_K): 0, 1, 14, 15, 4, 7, 10, 13 */
+    {"llama-1b", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q6_K, NONE, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K,
+     MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, "0,1,4,7,10,13,14,15"},
+    /* Gemma 3 270M: 18 layers (n/8 = 2, 7n/8 = 15), tied, n_embd 640 (not a multiple of 256: the
+     * fallbacks), attn_output 1024 and ffn_down 2048 columns (K-quants): as the real file */
+    {"gemma3-270m", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q8_0, NONE, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q8_0,
+     MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, "0,1,4,7,10,13,15,16,17"},
+    {"gemma3-270m", MEMRA_SYNTH_Q5_K_M, MEMRA_TYPE_Q8_0, NONE, MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q8_0,
+     MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q5_K, "0,1,4,7,10,13,15,16,17"},
+    /* small: 6 layers (n/8 = 0, 7n/8 = 5), tied, 256 columns */
+    {"small", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q6_K, NONE, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K,
+     MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q4_K, "2,5"},
+    {"small", MEMRA_SYNTH_Q5_K_M, MEMRA_TYPE_Q6_K, NONE, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K,
+     MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K, MEMRA_TYPE_Q5_K, "2,5"},
+    /* tiny: 4 layers (7n/8 = 3), untied, every matrix 64 or 192 columns: all fallbacks */
+    {"tiny", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0,
+     MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, "2,3"},
+    {"tiny", MEMRA_SYNTH_Q5_K_M, MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q8_0,
+     MEMRA_TYPE_Q5_1, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_1, "2,3"},
+    /* qwen2-tiny (biases stay F32) and gemma3-tiny (6 layers: 2, 5; tied, 64 columns) */
+    {"qwen2-tiny", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_0,
+     MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, "2,3"},
+    {"gemma3-tiny", MEMRA_SYNTH_Q4_K_M, MEMRA_TYPE_Q8_0, NONE, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0,
+     MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q5_0, "2,5"},
+};
+
+static bool in_list(const char *list, uint32_t layer) {
+    for (const char *at = list; *at;) {
+        char *end;
+        unsigned long v = strtoul(at, &end, 10);
+        if (v == layer)
+            return true;
+        at = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
+/* The type e expects for the tensor `name`; F32 for a vector. */
+static uint32_t expected_type(const mix_expect *e, const memra_synth_tensor_info *t) {
+    if (t->rows == 1)
+        return MEMRA_TYPE_F32;
+    if (!strcmp(t->name, "token_embd.weight"))
+        return e->embd;
+    if (!strcmp(t->name, "output.weight"))
+        return e->output;
+    unsigned layer;
+    char part[64];
+    if (sscanf(t->name, "blk.%u.%63s", &layer, part) != 2)
+        return NONE;
+    bool more = in_list(e->more, layer);
+    if (!strcmp(part, "attn_v.weight"))
+        return more ? e->v_more : e->v_base;
+    if (!strcmp(part, "ffn_down.weight"))
+        return more ? e->down_more : e->down_base;
+    if (!strcmp(part, "attn_output.weight"))
+        return e->attn_out;
+    if (!strcmp(part, "attn_q.weight") || !strcmp(part, "attn_k.weight") || !strcmp(part, "ffn_gate.weight") ||
+        !strcmp(part, "ffn_up.weight"))
+        return e->in_proj;
+    return NONE;
+}
+
+/* How many of the preset's tensors differ from e (the first one named in why); an output.weight
+ * that e says is absent, or one e expects that is not there, counts too. */
+static uint32_t mix_mismatches(const mix_expect *e, char *why, size_t why_size) {
+    memra_synth_spec spec = {e->preset, e->mix, 1};
+    memra_synth_tensor_info *ts;
+    uint32_t n, bad = 0;
+    memra_error err = {0};
+    cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+    bool has_output = false;
+    why[0] = '\0';
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t want = expected_type(e, &ts[i]);
+        has_output |= !strcmp(ts[i].name, "output.weight");
+        if (ts[i].type != want && bad++ == 0)
+            snprintf(why, why_size, "%s %s: %s is %s, expected %s", e->preset, memra_synth_dtype_name(e->mix),
+                     ts[i].name, memra_tensor_type_name(ts[i].type),
+                     want == NONE ? "no tensor" : memra_tensor_type_name(want));
+    }
+    if (has_output != (e->output != NONE) && bad++ == 0)
+        snprintf(why, why_size, "%s: output.weight %s", e->preset, has_output ? "present" : "absent");
+    free(ts);
+    return bad;
+}
+
+Test(model_synth, mixes_follow_llama_cpp_rule) {
+    char why[256];
+    for (size_t i = 0; i < sizeof mix_table / sizeof mix_table[0]; i++)
+        cr_assert_eq(mix_mismatches(&mix_table[i], why, sizeof why), 0, "%s", why);
+    /* Negative controls: one entry of the rule flipped in the table, and the check fails. */
+    mix_expect e = mix_table[0];
+    e.more = "0,1,2,3,6,9,12,15,18,21,24,28,29,30,31"; /* use_more_bits without layer 27 */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "a layer left out of use_more_bits went unseen");
+    e = mix_table[0];
+    e.more = "0,1,2,3,5,8,11,14,17,20,23,26,28,29,30,31"; /* the period's phase off by one */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "use_more_bits off by one went unseen");
+    e = mix_table[2];
+    e.embd = MEMRA_TYPE_Q4_K; /* a tied token_embd taken as the base type, not the head's */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "a tied token_embd in the base type went unseen");
+    e = mix_table[3];
+    e.v_more = MEMRA_TYPE_Q6_K; /* no fallback for 640 columns */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "a Q6_K without its fallback went unseen");
+    e = mix_table[4];
+    e.in_proj = MEMRA_TYPE_Q8_0; /* Q5_K's fallback taken as the plain dtypes' Q8_0 */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "Q5_K falling back to Q8_0 went unseen");
+    e = mix_table[0];
+    e.output = NONE; /* llama-8b's head is its own tensor */
+    cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "a missing head went unseen");
+}
+
+/* Gemma 3 270M's shapes: 18 layers, n_embd 640, 4 query heads and 1 KV head of 256, n_ff 2048,
+ * 262144 tokens, q/k norms and post norms, a tied head; with q4_k_m the real file's counts of
+ * each type (F32 109, Q5_0 81, Q8_0 10, Q4_K 27, Q6_K 9; tests/tools/test_tools_models.c
+ * compares tensor for tensor with the file itself when it is in the cache). */
+Test(model_synth, gemma3_270m_shapes_and_counts) {
+    memra_synth_spec spec = {"gemma3-270m", MEMRA_SYNTH_Q4_K_M, 1};
+    memra_synth_tensor_info *ts;
+    uint32_t n;
+    memra_error err = {0};
+    cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(n, 236);
+    uint32_t count[32] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_lt(ts[i].type, 32);
+        count[ts[i].type]++;
+        unsigned layer = 0;
+        char part[64] = "";
+        if (sscanf(ts[i].name, "blk.%u.%63s", &layer, part) == 2)
+            cr_assert_lt(layer, 18, "%s", ts[i].name);
+        static const struct {
+            const char *name;
+            uint64_t cols, rows;
+        } shapes[] = {
+            {"token_embd.weight", 640, 262144},     {"output_norm.weight", 640, 1}, {"attn_norm.weight", 640, 1},
+            {"attn_q.weight", 640, 1024},           {"attn_k.weight", 640, 256},    {"attn_v.weight", 640, 256},
+            {"attn_q_norm.weight", 256, 1},         {"attn_k_norm.weight", 256, 1}, {"attn_output.weight", 1024, 640},
+            {"post_attention_norm.weight", 640, 1}, {"ffn_norm.weight", 640, 1},    {"ffn_gate.weight", 640, 2048},
+            {"ffn_up.weight", 640, 2048},           {"ffn_down.weight", 2048, 640}, {"post_ffw_norm.weight", 640, 1}};
+        const char *role = part[0] ? part : ts[i].name;
+        bool found = false;
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !found; k++) {
+            if (strcmp(role, shapes[k].name) == 0) {
+                found = true;
+                cr_assert(ts[i].cols == shapes[k].cols && ts[i].rows == shapes[k].rows,
+                          "%s is [%llu, %llu], expected [%llu, %llu]", ts[i].name, (unsigned long long)ts[i].cols,
+                          (unsigned long long)ts[i].rows, (unsigned long long)shapes[k].cols,
+                          (unsigned long long)shapes[k].rows);
+            }
+        }
+        cr_assert(found, "unexpected tensor %s", ts[i].name);
+    }
+    cr_assert_eq(count[MEMRA_TYPE_F32], 109);
+    cr_assert_eq(count[MEMRA_TYPE_Q5_0], 81);
+    cr_assert_eq(count[MEMRA_TYPE_Q8_0], 10);
+    cr_assert_eq(count[MEMRA_TYPE_Q4_K], 27);
+    cr_assert_eq(count[MEMRA_TYPE_Q6_K], 9);
+    free(ts);
+}
+
+/* The files: every tensor written in the type the list gives, general.file_type 15 or 17, a
+ * model the describer accepts; the float64 reference runs them (tests/cpu/test_cpu_reference.c). */
+Test(model_synth, mixed_files_carry_the_mix) {
+    static const struct {
+        const char *preset;
+        uint32_t mix, file_type;
+    } cases[] = {{"small", MEMRA_SYNTH_Q4_K_M, 15},
+                 {"small", MEMRA_SYNTH_Q5_K_M, 17},
+                 {"tiny", MEMRA_SYNTH_Q4_K_M, 15},
+                 {"gemma3-tiny", MEMRA_SYNTH_Q5_K_M, 17}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memra_synth_spec spec = {cases[c].preset, cases[c].mix, 1};
+        memra_synth_tensor_info *ts;
+        uint32_t n;
+        memra_error err = {0};
+        cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+        size_t size;
+        void *data = build(cases[c].preset, cases[c].mix, 1, &size);
+        memra_gguf *g;
+        cr_assert_eq(memra_gguf_open_memory(data, size, "m", &g, &err), MEMRA_OK, "%s", err.msg);
+        cr_assert_eq(memra_gguf_tensor_count(g), n);
+        for (uint32_t i = 0; i < n; i++) {
+            const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+            cr_assert_str_eq(t->name, ts[i].name);
+            cr_assert_eq(t->type, ts[i].type, "%s %s: %s", cases[c].preset, memra_synth_dtype_name(cases[c].mix),
+                         t->name);
+        }
+        const memra_gguf_value *ft = memra_gguf_find(g, "general.file_type");
+        cr_assert_not_null(ft);
+        cr_assert_eq(ft->v.u64, cases[c].file_type);
+        memra_model *m;
+        cr_assert_eq(memra_model_describe(g, &m, &err), MEMRA_OK, "%s", err.msg);
+        check_preset_shape(m, cases[c].preset);
+        memra_model_free(m);
+        memra_gguf_close(g);
+        free(data);
+        free(ts);
+    }
 }
 
 #else
