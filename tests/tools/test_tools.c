@@ -166,6 +166,38 @@ Test(tools, mkmodel_then_inspect) {
     unlink(path);
 }
 
+/* llama.cpp's Q4_K_M mix on small (6 layers, tied, 256 columns): Q6_K for the tied token_embd and
+ * for attn_v and ffn_down on layers 2 and 5 (use_more_bits), Q4_K elsewhere: 1 + 2 + 2 Q6_K and
+ * 30 + 4 + 4 Q4_K, as worked out by hand from the rule; file type 15 (MOSTLY_Q4_K_M). inspect
+ * shows the mix, and the cpu backend runs it: a short gate, cpu against cpu:stages=2. */
+Test(tools, mkmodel_q4_k_m_mix_inspect_and_gate) {
+    require_cpu_backend();
+    char path[512];
+    tmp_file_path(path, sizeof path, "small-q4km.gguf");
+    tool_result r = tool_run("memra", "mkmodel", "--preset", "small", "--dtype", "q4_k_m", "-o", path, NULL);
+    EXPECT(r, 0, err, "preset small, Q4_K_M, seed 1");
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", "--tensors", path, NULL);
+    const char *needles[] = {"tensor types:     ok: 57 tensors: F32 14, Q4_K 38, Q6_K 5",
+                             "general.file_type                            uint32         15",
+                             "token_embd.weight                Q6_K",
+                             "blk.1.attn_v.weight              Q4_K",
+                             "blk.2.attn_v.weight              Q6_K",
+                             "blk.2.ffn_down.weight            Q6_K",
+                             "blk.4.ffn_down.weight            Q4_K",
+                             "blk.5.ffn_down.weight            Q6_K",
+                             "blk.5.attn_q.weight              Q4_K"};
+    EXPECT(r, 0, out, NULL);
+    for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++)
+        cr_assert_not_null(strstr(r.out, needles[i]), "inspect output lacks '%s':\n%s", needles[i], r.out);
+    tool_result_free(&r);
+    r = tool_run("memra-gate", "--model", path, "--a", "cpu", "--b", "cpu:stages=2", "--prime", "8", "-n", "8",
+                 "--rows", "0", NULL);
+    EXPECT(r, 0, err, "PASS (exit 0)");
+    tool_result_free(&r);
+    unlink(path);
+}
+
 Test(tools, plugins_lists_the_cpu_backend) {
     require_cpu_backend();
     tool_result r = tool_run("memra", "plugins", NULL);

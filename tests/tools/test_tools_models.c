@@ -1,9 +1,12 @@
 /* test_tools_models.c: `memra inspect --check` on the two real models of issue 17 (SmolLM2-135M-
  * Instruct Q4_1, Gemma 3 270M Q4_K_M) from the model cache: nothing stops a run on the cpu backend,
  * and the "can it run?" section names what each file holds and why the cuda backend would refuse
- * it. When a file is absent its test is skipped with the reason printed. */
+ * it; the gemma3-270m preset with --dtype q4_k_m has the real file's tensors, type for type and
+ * shape for shape. When a file is absent its test is skipped with the reason printed. */
 #include <string.h>
 
+#include "memra/gguf.h"
+#include "memra/synth.h"
 #include "model_cache.h"
 #include "tool_run.h"
 
@@ -42,4 +45,35 @@ Test(inspect_models, gemma3) {
                               "chat format:      ok: gemma, from the architecture gemma", "cpu: runs it\n",
                               "cuda, cuda-graph: cannot: architecture gemma3",
                               "verdict:          runs on the cpu backend: token ids, --prompt and --chat\n", NULL});
+}
+
+/* `memra mkmodel --preset gemma3-270m --dtype q4_k_m` lists the real file's 236 tensors by name,
+ * each in the real file's type and shape (llama.cpp's Q4_K_M rule, synth.c's mix_type, gives
+ * every one: the fallbacks for 640 columns, use_more_bits on attn_v and ffn_down, a tied
+ * token_embd in Q8_0). Only the order in the file differs (llama.cpp sorts by name within a layer). */
+Test(inspect_models, gemma3_270m_preset_has_the_real_files_types) {
+    char path[4200];
+    if (!model_cache_require(MODEL_GEMMA3, path, sizeof path))
+        return;
+    memra_error err = {0};
+    memra_gguf *g;
+    cr_assert_eq(memra_gguf_open(path, &g, &err), MEMRA_OK, "%s", err.msg);
+    memra_synth_spec spec = {"gemma3-270m", MEMRA_SYNTH_Q4_K_M, 1};
+    memra_synth_tensor_info *ts;
+    uint32_t n;
+    cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(n, memra_gguf_tensor_count(g), "the preset has %u tensors, the file %llu", n,
+                 (unsigned long long)memra_gguf_tensor_count(g));
+    for (uint32_t i = 0; i < n; i++) {
+        const memra_gguf_tensor *t = memra_gguf_find_tensor(g, ts[i].name);
+        cr_assert_not_null(t, "the real file has no %s", ts[i].name);
+        cr_assert_eq(t->type, ts[i].type, "%s: the preset writes %s, the real file has %s", ts[i].name,
+                     memra_tensor_type_name(ts[i].type), memra_tensor_type_name(t->type));
+        uint64_t rows = t->n_dims == 1 ? 1 : t->ne[1];
+        cr_assert(t->ne[0] == ts[i].cols && rows == ts[i].rows, "%s: the preset is [%llu, %llu], the file [%llu, %llu]",
+                  ts[i].name, (unsigned long long)ts[i].cols, (unsigned long long)ts[i].rows,
+                  (unsigned long long)t->ne[0], (unsigned long long)rows);
+    }
+    free(ts);
+    memra_gguf_close(g);
 }
