@@ -153,6 +153,32 @@ MAYBE_UNUSED static void check_preset_shape(const memra_model *m, const char *pr
             cr_assert_not_null(m->layers[l].post_ffn_norm.data);
             cr_assert_not_null(m->layers[l].q_norm.data);
         }
+    } else if (strcmp(preset, "gemma3-270m") == 0) { /* Gemma 3 270M, as its published file says */
+        cr_assert_eq(m->arch, MEMRA_ARCH_GEMMA3);
+        cr_assert_eq(m->n_vocab, 262144);
+        cr_assert_eq(m->n_embd, 640);
+        cr_assert_eq(m->n_layer, 18);
+        cr_assert_eq(m->n_head, 4);
+        cr_assert_eq(m->n_head_kv, 1);
+        cr_assert_eq(m->head_dim, 256);
+        cr_assert_eq(m->n_ff, 2048);
+        cr_assert_eq(m->n_ctx_train, 32768);
+        cr_assert_eq(m->sliding_window, 512);
+        cr_assert_eq(m->swa_period, 6);
+        cr_assert_float_eq(m->rope_freq_base, 1e6f, 0);
+        cr_assert_float_eq(m->rope_freq_base_swa, 1e4f, 0);
+        cr_assert_float_eq(m->embd_scale, sqrtf(640.0f), 0);
+        cr_assert_float_eq(m->attn_scale, 1.0f / 16.0f, 0);
+        cr_assert_eq(m->ffn_act, MEMRA_FFN_GELU_TANH);
+        cr_assert(m->tied_output);
+        for (uint32_t l = 0; l < 18; l++) {
+            cr_assert_eq(memra_model_layer_is_swa(m, l), l % 6 != 5, "layer %u", l);
+            cr_assert_not_null(m->layers[l].post_attn_norm.data);
+            cr_assert_not_null(m->layers[l].post_ffn_norm.data);
+            cr_assert_not_null(m->layers[l].k_norm.data);
+        }
+        cr_assert_float_eq(m->rms_eps, 1e-6f, 0);
+        return;
     }
     cr_assert_eq(m->bos_id, 1);
     cr_assert_eq(m->eos_id, 2);
@@ -553,6 +579,25 @@ Test(model_synth, mixed_files_carry_the_mix) {
     }
 }
 
+/* gemma3-270m written whole (250 MB in memory, about 2 s): the hyperparameters the describer reads from it
+ * are Gemma 3 270M's (check_preset_shape) and the file type is MOSTLY_Q4_K_M. */
+Test(model_synth, gemma3_270m_hyperparameters, .timeout = 120) {
+    size_t size;
+    void *data = build("gemma3-270m", MEMRA_SYNTH_Q4_K_M, 1, &size);
+    memra_gguf *g;
+    memra_error err = {0};
+    cr_assert_eq(memra_gguf_open_memory(data, size, "gemma3-270m", &g, &err), MEMRA_OK, "%s", err.msg);
+    uint32_t file_type;
+    cr_assert_eq(memra_gguf_get_u32(g, "general.file_type", &file_type, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(file_type, 15);
+    memra_model *m;
+    cr_assert_eq(memra_model_describe(g, &m, &err), MEMRA_OK, "%s", err.msg);
+    check_preset_shape(m, "gemma3-270m");
+    check_tokenizer(g, m);
+    memra_model_free(m);
+    memra_gguf_close(g);
+    free(data);
+}
 #else
 /* llama-1b: the shapes of Llama-3.2-1B, Llama 3.1 rope factors, streamed with little memory. */
 Test(model_synth_slow, llama_1b_streams_with_small_memory, .timeout = 1200) {
