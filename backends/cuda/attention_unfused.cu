@@ -213,14 +213,14 @@ cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_ca
     const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
     dim3 grid(n_kv, mc);
     if (hd == 128)
-        attention_decode_chunk<128>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
+        attention_decode_chunk<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                             capacity, mc, pos, window, scale);
     else if (hd == 64)
-        attention_decode_chunk<64>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
+        attention_decode_chunk<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                            capacity, mc, pos, window, scale);
     else
-        attention_decode_chunk<0>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
+        attention_decode_chunk<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                           capacity, mc, pos, window, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;

@@ -253,8 +253,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
              * all-reduce then leaves the new residual on every rank. With a post norm every
              * rank's partial goes to po, without the residual. */
             const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
-            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
-                                   post_a || r > 0 ? NULL : ss->x, post_a ? ss->po : ss->x, MC_GLU_NONE, q, err)))
+            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, post_a || r > 0 ? NULL : ss->x,
+                                   post_a ? ss->po : ss->x, MC_GLU_NONE, q, err)))
                 return st;
         }
         if (b->taps)
@@ -281,8 +281,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
             const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
-            memra_status st =
-                mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, glu, q, err);
+            memra_status st = mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, glu, q, err);
             if (st)
                 return st;
             if (b->taps)

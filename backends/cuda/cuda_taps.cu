@@ -35,8 +35,8 @@ struct mc_taps {
     memra_op_site info[MC_SITE_COUNT];
 };
 
-static const char *const mc_site_names[MC_SITE_COUNT] = {"q",        "k",        "v",       "attention", "attn_out",
-                                                         "attn_res", "ffn_act", "ffn_down", "ffn_res", "logits"};
+static const char *const mc_site_names[MC_SITE_COUNT] = {"q",        "k",       "v",        "attention", "attn_out",
+                                                         "attn_res", "ffn_act", "ffn_down", "ffn_res",   "logits"};
 
 static uint32_t site_total(const memra_model *m, mc_site site) {
     switch (site) {

@@ -560,8 +560,9 @@ cudaError_t mc_gemv_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_t
 
 #define MC_GEMV_EACH_KS(F, T, S, N) F(T, S, N, 1) F(T, S, N, 2) F(T, S, N, 4)
 #define MC_GEMV_EACH_SN(F, T)                                                                                          \
-    MC_GEMV_EACH_KS(F, T, 0, 0) MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) MC_GEMV_EACH_KS(F, T, 1, 1)    \
-        MC_GEMV_EACH_KS(F, T, 2, 0) MC_GEMV_EACH_KS(F, T, 2, 1)
+    MC_GEMV_EACH_KS(F, T, 0, 0)                                                                                        \
+    MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) MC_GEMV_EACH_KS(F, T, 1, 1) MC_GEMV_EACH_KS(F, T, 2, 0)    \
+        MC_GEMV_EACH_KS(F, T, 2, 1)
 /* The census family of a GEMV by its GLU (MC_GLU_*). */
 #define MC_GLU_FAMILY(S) ((S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv")
 

@@ -284,8 +284,8 @@ static cudaError_t mc_q8x_any(const mc_config *c, const mc_matrix *w, const floa
     }
 }
 
-cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
-                       float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                       const float *bias, const float *residual, float *y, cudaStream_t st) {
     if (glu == MC_GLU_GELU)
         return norm_w ? mc_q8x_any<MC_GLU_GELU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
                       : mc_q8x_any<MC_GLU_GELU, 0>(c, w, x, norm_w, eps, bias, residual, y, st);

@@ -237,7 +237,9 @@ int main(int argc, char **argv) {
                 switch (r) {
                 case 0: KB_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
                 case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
-                case 2: KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, st)); break;
+                case 2:
+                    KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, st));
+                    break;
                 case 3: KB_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
                 case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
                 case 5: KB_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
