@@ -233,7 +233,7 @@ static bool cuda_type_ok(uint32_t t) {
 }
 
 static bool cuda_arch_ok(memra_arch a) {
-    return a == MEMRA_ARCH_LLAMA || a == MEMRA_ARCH_QWEN2 || a == MEMRA_ARCH_QWEN3;
+    return a == MEMRA_ARCH_LLAMA || a == MEMRA_ARCH_QWEN2 || a == MEMRA_ARCH_QWEN3 || a == MEMRA_ARCH_GEMMA3;
 }
 
 /* msg without the "PATH: " the library puts in front (the file: line above names it once). */
@@ -301,7 +301,7 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
     }
     const memra_model *m = rc->model;
     if (!cuda_arch_ok(m->arch)) {
-        snprintf(buf, size, "architecture %s (it runs llama, qwen2 and qwen3)", m->arch_name);
+        snprintf(buf, size, "architecture %s (it runs llama, qwen2, qwen3 and gemma3)", m->arch_name);
         return true;
     }
     for (size_t k = 0; k < rc->n_uses; k++)

@@ -14,8 +14,9 @@
 
 /* ---- attention_decode_cluster_tiled: q/k norm, RoPE, KV append, attention, merge ---------- */
 
-/* One cluster of MC_ATT_SPLIT blocks per kv head g. The positions [0, *pos] are split into
- * MC_ATT_SPLIT contiguous ranges (a function of *pos alone); block r walks its range in tiles of
+/* One cluster of MC_ATT_SPLIT blocks per kv head g. The positions [w0, *pos] (w0 = 0, or on a
+ * sliding-window layer the window's start, mc_att_window_start) are split into MC_ATT_SPLIT
+ * contiguous ranges (a function of *pos and the window alone); block r walks its range in tiles of
  * MC_ATT_TILE positions with an online softmax (tiles in order), then the cluster merges the
  * blocks' (max, sum, out) through distributed shared memory in rank order: every output element
  * has one fixed formula, whichever thread computes it. Each block ropes (and norms) the G q heads
@@ -24,7 +25,7 @@
  * (all written by earlier steps) stream in by cp.async, the first before the wait on the qkv
  * GEMV. Threads own positions (one per (head, position) of a tile for the scores, one per
  * dimension for the output). Per layer and token: reads qkv (one token), freqs, norms, *pos,
- * this layer's K and V rows [0, *pos); writes the K and V rows at *pos and out[n_head][hdv].
+ * this layer's K and V rows [w0, *pos); writes the K and V rows at *pos and out[n_head][hdv].
  * Serves the shapes attention_decode_cluster does not (16-byte rows, <= 200 KB of shared
  * memory). */
 #define MC_ATT_SPLIT 8u
@@ -99,6 +100,13 @@ __device__ __forceinline__ void mc_att_load_tile(float *ks, float *vs, const flo
     mc_cp_async_commit();
 }
 
+/* The first position a query at npos - 1 attends to: npos - window on a sliding-window layer
+ * whose window it has passed (a.window > 0), else 0. The split of [w0, npos) over the cluster's
+ * blocks is a function of *pos and the window alone. */
+__device__ __forceinline__ uint32_t mc_att_window_start(const mc_rope_args &a, uint32_t npos) {
+    return a.window && npos > a.window ? npos - a.window : 0;
+}
+
 /* In place: RMSNorm (when norm) of n_vec vectors of hd floats, warp w taking vectors w, w+nw.. */
 __device__ void mc_att_norm(float *v, uint32_t n_vec, uint32_t hd, const float *norm, float eps) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -141,8 +149,9 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
     float *ms = st, *ls = st + G, *als = st + 2 * G;
     const uint32_t r = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31;
     const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
-    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
-    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const uint32_t npos = (uint32_t)p + 1, w0 = mc_att_window_start(a, npos);
+    const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
     const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
     const float *kb = k_cache + (size_t)g * a.capacity * hd, *vb = v_cache + (size_t)g * a.capacity * hdv;
     const uint32_t n_tiles = (p1 - p0 + MC_ATT_TILE - 1) / MC_ATT_TILE;
@@ -186,7 +195,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
         for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
             vd[i] = vn[i];
     }
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)hd);
     for (uint32_t j = 0; j < n_tiles; j++) {
         const uint32_t t0 = p0 + j * MC_ATT_TILE, nt = min(MC_ATT_TILE, p1 - t0), b = j % L.nb;
         float *ks = sm + L.ks + b * MC_ATT_TILE * L.kst, *vs = sm + L.vs + b * MC_ATT_TILE * hdv;
@@ -311,8 +320,9 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * (qwen3) and roped in registers by every group alike, the RoPE angles computed before the wait;
  * the block whose range holds *pos computes the new k and v row (warp 0), appends it to the cache
  * and uses it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2,
- * 4, 8}. Per layer and token: reads qkv (one token), freqs, norms, *pos, this layer's K and V rows
- * [0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
+ * 4, 8}. Positions [w0, *pos] as above (a sliding window). Per layer and token: reads qkv (one
+ * token), freqs, norms, *pos, this layer's K and V rows [w0, *pos); writes the K and V rows at *pos
+ * and out[n_head][hd]. */
 #define MC_ATC_WARPS 8u
 #define MC_ATC_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
 
@@ -486,8 +496,9 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
     const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
-    const uint32_t npos = (uint32_t)p + 1, per = (npos + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
-    const uint32_t p0 = min(r * per, npos), p1 = min(p0 + per, npos);
+    const uint32_t npos = (uint32_t)p + 1, w0 = mc_att_window_start(a, npos);
+    const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
+    const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
     const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
     const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
     const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
@@ -529,7 +540,7 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         for (uint32_t i = 0; i < DPL; i++)
             o[h][i] = 0.0f;
     }
-    const float scale = 1.0f / sqrtf((float)HD);
+    const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
     for (uint32_t j = 0; j < n_tiles; j++) {
         const uint32_t t0 = p0 + j * T, nt = min(T, p1 - t0), b = j & 1;
         mc_cp_async_wait(j == 0 && n_tiles > 1 ? 1 : 0); /* tile j landed (tile j + 1 may be in flight) */

@@ -84,36 +84,38 @@ uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity)
     return (uint64_t)n_head * mc_att_max_chunks(capacity) * (hdv + 2);
 }
 
-/* Block (kv head g, chunk c) over positions [32c, min(32c+32, *pos+1)), for the G = n_head/n_kv
- * q heads that share kv head g, so each K and V row is read once per chunk. Reads the G q
- * vectors and that range of k and v; writes per q head the partial (max, sum, out[hdv]) (per
- * layer and token: the K and V rows [0, *pos], the partials of every chunk).
+/* Block (kv head g, chunk c) over positions [32c, min(32c+32, *pos+1)) from the window's start
+ * w0 on (w0 = max(0, *pos + 1 - window) with a window, else 0), for the G = n_head/n_kv q heads
+ * that share kv head g, so each K and V row is read once per chunk. Chunks wholly before w0 do
+ * nothing (the combine starts at w0's chunk). Reads the G q vectors and that range of k and v;
+ * writes per q head the partial (max, sum, out[hdv]) (per layer and token: the K and V rows
+ * [w0, *pos], the partials of their chunks).
  * Scores: one thread per (q head, position), the dot in dimension order; softmax sums in
  * position order; out: one thread per dimension, positions in order. */
 template <uint32_t HD> /* head_dim when 64 or 128 (loops unrolled), 0: given at run time */
 __global__ void __launch_bounds__(128)
     attention_decode_chunk(const float *q, const float *k_cache, const float *v_cache, float *partial, uint32_t n_head,
                            uint32_t n_kv, uint32_t hd_rt, uint32_t hdv, uint32_t capacity, uint32_t max_chunks,
-                           const int32_t *pos) {
+                           const int32_t *pos, uint32_t window, float scale_arg) {
     const uint32_t hd = HD ? HD : hd_rt;
     extern __shared__ float sm[]; /* q[G][hd], p[G][MC_ATT_CHUNK], m[G], l[G] */
     const uint32_t G = n_head / n_kv;
     float *qs = sm, *ps = sm + G * hd, *ms = ps + G * MC_ATT_CHUNK;
-    const uint32_t npos = (uint32_t)*pos + 1;
+    const uint32_t npos = (uint32_t)*pos + 1, w0 = window && npos > window ? npos - window : 0;
     const uint32_t g = blockIdx.x, c = blockIdx.y, t0 = c * MC_ATT_CHUNK;
-    if (t0 >= npos)
+    if (t0 >= npos || t0 + MC_ATT_CHUNK <= w0)
         return;
-    const uint32_t nt = min(t0 + MC_ATT_CHUNK, npos) - t0;
+    const uint32_t nt = min(t0 + MC_ATT_CHUNK, npos) - t0, ts = w0 > t0 ? w0 - t0 : 0; /* valid: [ts, nt) */
     const float *kb = k_cache + ((size_t)g * capacity + t0) * hd;
     const float *vb = v_cache + ((size_t)g * capacity + t0) * hdv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = scale_arg > 0.0f ? scale_arg : 1.0f / sqrtf((float)hd);
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = q[(size_t)g * G * hd + i];
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x) {
         const uint32_t hq = i / MC_ATT_CHUNK, t = i % MC_ATT_CHUNK;
         float acc = -INFINITY;
-        if (t < nt) {
+        if (t >= ts && t < nt) {
             const float *k = kb + (size_t)t * hd, *qq = qs + (size_t)hq * hd;
             acc = 0.0f;
             if ((hd & 3) == 0) {
@@ -136,19 +138,19 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if (threadIdx.x < G) {
         const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
-        float m = p[0];
-        for (uint32_t t = 1; t < nt; t++)
+        float m = p[ts];
+        for (uint32_t t = ts + 1; t < nt; t++)
             m = fmaxf(m, p[t]);
         ms[threadIdx.x] = m;
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < G * MC_ATT_CHUNK; i += blockDim.x)
-        ps[i] = i % MC_ATT_CHUNK < nt ? expf(ps[i] - ms[i / MC_ATT_CHUNK]) : 0.0f;
+        ps[i] = i % MC_ATT_CHUNK < nt && i % MC_ATT_CHUNK >= ts ? expf(ps[i] - ms[i / MC_ATT_CHUNK]) : 0.0f;
     __syncthreads();
     if (threadIdx.x < G) {
         const float *p = ps + threadIdx.x * MC_ATT_CHUNK;
         float l = 0.0f;
-        for (uint32_t t = 0; t < nt; t++)
+        for (uint32_t t = ts; t < nt; t++)
             l += p[t];
         float *out = partial + ((size_t)(g * G + threadIdx.x) * max_chunks + c) * (hdv + 2);
         out[0] = ms[threadIdx.x];
@@ -159,36 +161,37 @@ __global__ void __launch_bounds__(128)
         const float *p = ps + hq * MC_ATT_CHUNK;
         float o = 0.0f;
 #pragma unroll 8
-        for (uint32_t t = 0; t < nt; t++)
+        for (uint32_t t = ts; t < nt; t++)
             o = fmaf(p[t], vb[(size_t)t * hdv + d], o);
         partial[((size_t)(g * G + hq) * max_chunks + c) * (hdv + 2) + 2 + d] = o;
     }
 }
 
-/* One block per q head: merges the chunks in index order. The chunk maxima and sums are first
- * loaded in parallel into shared memory (a serial loop over global loads would pay one memory
- * latency per chunk). Reads the partials; writes out[hdv]. */
+/* One block per q head: merges the chunks in index order, from the window start's chunk. The
+ * chunk maxima and sums are first loaded in parallel into shared memory (a serial loop over
+ * global loads would pay one memory latency per chunk). Reads the partials; writes out[hdv]. */
 __global__ void __launch_bounds__(128)
-    attention_decode_combine(const float *partial, float *out, uint32_t hdv, uint32_t max_chunks, const int32_t *pos) {
+    attention_decode_combine(const float *partial, float *out, uint32_t hdv, uint32_t max_chunks, const int32_t *pos,
+                             uint32_t window) {
     extern __shared__ float cs[]; /* m[max_chunks], l[max_chunks], w[max_chunks], [3*max_chunks] = 1/L */
     float *ms = cs, *ls = cs + max_chunks, *wts = cs + 2 * max_chunks;
-    const uint32_t npos = (uint32_t)*pos + 1;
-    const uint32_t nc = (npos + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK;
+    const uint32_t npos = (uint32_t)*pos + 1, w0 = window && npos > window ? npos - window : 0;
+    const uint32_t nc = (npos + MC_ATT_CHUNK - 1) / MC_ATT_CHUNK, c0 = w0 / MC_ATT_CHUNK;
     const float *ph = partial + (size_t)blockIdx.x * max_chunks * (hdv + 2);
-    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x) {
+    for (uint32_t c = c0 + threadIdx.x; c < nc; c += blockDim.x) {
         ms[c] = ph[(size_t)c * (hdv + 2)];
         ls[c] = ph[(size_t)c * (hdv + 2) + 1];
     }
     __syncthreads();
-    float m = ms[0];
-    for (uint32_t c = 1; c < nc; c++)
+    float m = ms[c0];
+    for (uint32_t c = c0 + 1; c < nc; c++)
         m = fmaxf(m, ms[c]);
-    for (uint32_t c = threadIdx.x; c < nc; c += blockDim.x)
+    for (uint32_t c = c0 + threadIdx.x; c < nc; c += blockDim.x)
         wts[c] = expf(ms[c] - m);
     __syncthreads();
     if (threadIdx.x == 0) {
         float l = 0.0f;
-        for (uint32_t c = 0; c < nc; c++)
+        for (uint32_t c = c0; c < nc; c++)
             l = fmaf(ls[c], wts[c], l);
         cs[3 * max_chunks] = 1.0f / l;
     }
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(128)
     for (uint32_t d = threadIdx.x; d < hdv; d += blockDim.x) {
         float o = 0.0f;
 #pragma unroll 8
-        for (uint32_t c = 0; c < nc; c++)
+        for (uint32_t c = c0; c < nc; c++)
             o = fmaf(ph[(size_t)c * (hdv + 2) + 2 + d], wts[c], o);
         out[(size_t)blockIdx.x * hdv + d] = o * inv;
     }
@@ -205,23 +208,23 @@ __global__ void __launch_bounds__(128)
 
 cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
                          uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
-                         const int32_t *pos, cudaStream_t st) {
+                         const int32_t *pos, uint32_t window, float scale, cudaStream_t st) {
     const uint32_t mc = mc_att_max_chunks(capacity), G = n_head / n_kv;
     const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
     dim3 grid(n_kv, mc);
     if (hd == 128)
-        attention_decode_chunk<128>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
+        attention_decode_chunk<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                             capacity, mc, pos, window, scale);
     else if (hd == 64)
-        attention_decode_chunk<64>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
+        attention_decode_chunk<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                            capacity, mc, pos, window, scale);
     else
-        attention_decode_chunk<0>
-            <<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, mc, pos);
+        attention_decode_chunk<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
+                                                           capacity, mc, pos, window, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    attention_decode_combine<<<n_head, 128, (3 * mc + 1) * sizeof(float), st>>>(partial, out, hdv, mc, pos);
+    attention_decode_combine<<<n_head, 128, (3 * mc + 1) * sizeof(float), st>>>(partial, out, hdv, mc, pos, window);
     return cudaGetLastError();
 }
 

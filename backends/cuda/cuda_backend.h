@@ -91,7 +91,9 @@ memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_a
  * only their partial), and one in-place all-reduce of x through the arm's collective (one
  * communicator per state and stage; the n calls back to back in rank order) leaves the new
  * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
- * layer*2+1. The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
+ * layer*2+1. gemma3's post norms need the whole sum before the residual add: there every rank
+ * computes its partial into po (no residual), the all-reduce sums po, and every rank then adds
+ * RMSNorm(po) * post_norm to its x (mc_op_rmsnorm_add: the same bits on every rank). The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
  * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
  * transaction on the device: in an arm with ranks anywhere, each rank of every stage (plain ones
  * too) commits checked: every collective status of its step, every other rank's status of the
@@ -133,6 +135,7 @@ memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_a
 
 typedef struct mc_layer {
     float *attn_norm, *ffn_norm, *bqkv, *q_norm, *k_norm;
+    float *post_attn_norm, *post_ffn_norm; /* gemma3 (NULL elsewhere): RMSNorm of wo's, down's sums */
     mc_matrix wqkv, wo, wgu, wdown;
 } mc_layer;
 
@@ -145,6 +148,7 @@ typedef struct mc_stage_weights {
     float *out_norm;  /* last stage */
     mc_matrix head;   /* last stage */
     float *freqs;     /* head_dim/2 rope frequencies */
+    float *freqs_swa; /* gemma3: those of the sliding-window layers (their own base); else freqs */
     void *arena;
     uint64_t bytes;
 } mc_stage_weights;
@@ -178,8 +182,10 @@ typedef enum mc_site {
     MC_SITE_K,
     MC_SITE_V,
     MC_SITE_ATTENTION,
+    MC_SITE_ATTN_OUT, /* gemma3 (post norms): wo's sum before its norm (after the all-reduce) */
     MC_SITE_ATTN_RES,
     MC_SITE_FFN_ACT,
+    MC_SITE_FFN_DOWN, /* gemma3: down's sum before its norm */
     MC_SITE_FFN_RES,
     MC_SITE_LOGITS,
     MC_SITE_COUNT
@@ -234,6 +240,8 @@ typedef struct mc_stage_state {
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
     float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
+    float *po;                /* gemma3 (post norms): wo's or down's sum (n_embd; all-reduced with ranks) before
+                               * its norm and the residual add */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
     float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
@@ -307,7 +315,8 @@ memra_status mc_sync_all(memra_state *s, memra_error *err);
 
 /* cuda_taps.cu: the per-op taps of a tapped step (memra.ops), called only while b->taps is set:
  * rank r's q, k, v (after the qkv GEMV), attention output, ffn activation; the stage's gathered
- * sites in order; the residual after an all-reduce (or the residual-adding GEMV). */
+ * sites in order; the residual after an all-reduce (or the residual-adding GEMV); with gemma3's
+ * post norms (site MC_SITE_ATTN_OUT, MC_SITE_FFN_DOWN) the sum before the norm, rank 0's po. */
 void mc_tap_qkv(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
 void mc_tap_attention(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
 void mc_tap_ffn_act(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, int32_t layer);
@@ -330,7 +339,9 @@ memra_status mc_check_idle_tp_keys(const memra_host *host, const memra_plan *pla
                                    memra_error *err);
 memra_status mc_state_tp(memra_backend *b, memra_state *s, memra_error *err);
 memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, memra_error *err);
-memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, memra_error *err);
+/* The in-place all-reduce of every rank's x, or with post (gemma3's post norms) of its po. */
+memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, bool post,
+                           memra_error *err);
 memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, memra_error *err);
 
 #endif /* __CUDACC__ */

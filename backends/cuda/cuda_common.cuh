@@ -67,9 +67,7 @@ __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
 /* The gated activations of an FFN whose gate and up rows are interleaved (the GLU template
  * parameter of the GEMV kernels and mc_rows_store): none (a plain GEMV), SiLU (llama, qwen) or
  * GELU with the tanh approximation (gemma3), each as the cpu backend computes it. */
-#define MC_GLU_NONE 0
-#define MC_GLU_SILU 1
-#define MC_GLU_GELU 2
+/* MC_GLU_NONE, MC_GLU_SILU, MC_GLU_GELU: cuda_kernels.h (the launchers take them) */
 template <int GLU> __device__ __forceinline__ float mc_glu(float g, float u) {
     if (GLU == MC_GLU_GELU)
         return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
@@ -141,7 +139,7 @@ cudaError_t mc_attention_trigger_addr(void **p);
 /* The integer Q8_0 GEMV (gemv_q8.cu): whether it serves w under c, its launch, and its
  * shared-memory limit (once per device). */
 int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
-cudaError_t mc_gemv_q8(const mc_config *c, int swiglu, const mc_matrix *w, const float *x, const float *norm_w,
+cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);
 

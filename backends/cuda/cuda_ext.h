@@ -54,7 +54,8 @@ extern "C" {
         "norm", "fused",                                                                                               \
             "RMSNorm sites (attn_norm, ffn_norm, output_norm): fused (folded into the next GEMV, 1/rms applied after " \
             "the dot product) or unfused (a standalone rmsnorm, then the GEMV without one: exactly the path of an "    \
-            "op.rmsnorm plugin, which implies it; other bits than fused). q/k norms stay inside attention"             \
+            "op.rmsnorm plugin, which implies it; other bits than fused). q/k norms stay inside attention; gemma3's "   \
+            "post norms always run standalone (op_glue's norm, with the residual add)"                                 \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \
@@ -76,7 +77,8 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "op.rmsnorm", "builtin",                                                                                       \
-            "op plugin (NAME[:KEY=VALUE...], memra/op.h) for RMSNorm: attn_norm, ffn_norm, output_norm. The "          \
+            "op plugin (NAME[:KEY=VALUE...], memra/op.h) for RMSNorm: attn_norm, ffn_norm, output_norm (and gemma3's " \
+            "post_attn_norm, post_ffn_norm). The "                                                                     \
             "plugin's norm runs before the GEMV: it implies norm=unfused, the built-in it is compared with exactly"    \
     },                                                                                                                 \
     {                                                                                                                  \

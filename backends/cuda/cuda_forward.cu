@@ -81,18 +81,19 @@ typedef struct mc_op_at {
 } mc_op_at;
 
 /* One GEMV of the body. Without op plugins for it: the built-in fused kernel (the norm folded into
- * its loads; bias, residual or SwiGLU applied as it stores). With an op.rmsnorm plugin (for a
+ * its loads; bias, residual or the gated activation glu (MC_GLU_SILU, MC_GLU_GELU; gate/up) applied
+ * as it stores). With an op.rmsnorm plugin (for a
  * GEMV that fuses a norm), with norm=unfused (the same path with op_glue's norm: the built-in op
  * a plugin's norm is compared with exactly), or an op.gemv plugin for its weight type: the norm
  * first (the plugin's, or op_glue's kernel), into op_x; the GEMV (the plugin's into op_y, or the built-in without a
- * norm); then op_glue's store (bias, residual; or SwiGLU). The plugins' launches go on the
+ * norm); then op_glue's store (bias, residual; or SwiGLU, GELU-gated). The plugins' launches go on the
  * rank's stream, so cuda-graph captures them with the rest of the token; their context carries
  * the position in device memory (pos). The unfused sequence rounds otherwise than the fused
  * kernel: such an arm is compared with the built-in fused one in nmse mode, with norm=unfused
  * exactly. */
 static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_matrix *w,
                                  const float *x, const float *norm_w, const float *bias, const float *residual,
-                                 float *y, bool swiglu, cudaStream_t q, memra_error *err) {
+                                 float *y, int glu, cudaStream_t q, memra_error *err) {
     const mc_config *c = &b->cfg;
     const float eps = b->m->rms_eps;
     const memra_op_binding *gop = w->type < 64 ? b->op_gemv[w->type] : NULL;
@@ -100,8 +101,8 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
     /* norm=unfused (implied by an op.rmsnorm plugin): the norm on its own, as a plugin's runs */
     const bool unfused_norm = norm_w && (nop || c->norm == MC_NORM_UNFUSED);
     if (!gop && !unfused_norm) {
-        if (swiglu)
-            MC_RET(mc_gemv_swiglu(c, w, x, norm_w, eps, y, q), "launch of the gate/up gemv (with the ffn norm)");
+        if (glu)
+            MC_RET(mc_gemv_glu(c, w, x, norm_w, eps, glu, y, q), "launch of the gate/up gemv (with the ffn norm)");
         else
             MC_RET(mc_gemv(c, w, x, norm_w, eps, bias, residual, y, q), "launch of a gemv");
         return MEMRA_OK;
@@ -127,8 +128,8 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
         in = ss->op_x;
     }
     if (!gop) {
-        if (swiglu)
-            MC_RET(mc_gemv_swiglu(c, w, in, NULL, 0.0f, y, q), "launch of the gate/up gemv");
+        if (glu)
+            MC_RET(mc_gemv_glu(c, w, in, NULL, 0.0f, glu, y, q), "launch of the gate/up gemv");
         else
             MC_RET(mc_gemv(c, w, in, NULL, 0.0f, bias, residual, y, q), "launch of a gemv");
         return MEMRA_OK;
@@ -141,15 +142,53 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
         memra_error_prefix(err, "cuda: %s=%s at %s", gop->key, gop->name, at->gemv);
         return st;
     }
-    if (swiglu)
+    if (glu == MC_GLU_GELU)
+        MC_RET(mc_op_geglu(ss->op_y, w->rows, y, q), "launch of the op glue's geglu");
+    else if (glu)
         MC_RET(mc_op_swiglu(ss->op_y, w->rows, y, q), "launch of the op glue's swiglu");
     else
         MC_RET(mc_op_store(ss->op_y, w->rows, bias, residual, y, q), "launch of the op glue's store");
     return MEMRA_OK;
 }
 
+/* gemma3's post norm of layer l (which: 0 attention, 1 FFN) on every rank of stage i, after the
+ * all-reduce of po: x += RMSNorm(po) * post_norm (mc_op_rmsnorm_add), or with an op.rmsnorm
+ * plugin its norm into op_x, then op_glue's store adds it to x (the same bits as the built-in when
+ * the plugin's norm is mc_op_rmsnorm's). */
+static memra_status mc_post_norm(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which,
+                                 memra_error *err) {
+    const uint32_t R = mc_ranks(s, i), n = b->m->n_embd;
+    const float eps = b->m->rms_eps;
+    const memra_op_binding *nop = b->op_rmsnorm;
+    for (uint32_t r = 0; r < R; r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        const mc_stage_weights *sw = &b->w->stages[i][r];
+        const mc_layer *L = &sw->layers[l];
+        const float *w = which ? L->post_ffn_norm : L->post_attn_norm;
+        cudaStream_t q = ss->stream;
+        if (R > 1)
+            MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        if (!nop) {
+            MC_RET(mc_op_rmsnorm_add(ss->po, w, n, eps, ss->x, q), "launch of a post norm (and residual add)");
+            continue;
+        }
+        const char *site = which ? "post_ffn_norm" : "post_attn_norm";
+        memra_op_ctx ctx = {sizeof(memra_op_ctx), site, site, sw->layer_begin + l, 0, s->position, r, i, ss->pos};
+        memra_status st = nop->vt->cuda_rmsnorm(nop->op, &ctx, ss->po, w, n, 1, eps, ss->op_x, (void *)q, err);
+        if (st) {
+            memra_error_prefix(err, "cuda: op.rmsnorm=%s at %s", nop->name, site);
+            return st;
+        }
+        MC_RET(mc_op_store(ss->op_x, n, NULL, ss->x, ss->x, q), "launch of the op glue's store (post norm)");
+    }
+    return MEMRA_OK;
+}
+
 /* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
- * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. */
+ * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. gemma3 adds
+ * per layer: the sliding window and its RoPE frequencies on its local layers, the file's attention
+ * scale, GELU in place of SiLU, and the post norms (the output and down GEMVs write their sums to
+ * po without the residual; all-reduced with ranks; then mc_post_norm). */
 static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, const memra_sample_cfg *sample,
                                   bool capture, memra_error *err) {
     const memra_model *m = b->m;
@@ -165,7 +204,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     const mc_stage_weights *sw0 = &b->w->stages[i][0];
     const uint32_t nl = sw0->layer_end - sw0->layer_begin;
     const bool fused = mc_attention_path(c, r0->n_head, r0->n_kv, hd, hdv) != MC_ATT_PATH_UNFUSED;
+    const int glu = m->ffn_act == MEMRA_FFN_GELU_TANH ? MC_GLU_GELU : MC_GLU_SILU;
     for (uint32_t l = 0; l < nl; l++) {
+        const uint32_t layer = sw0->layer_begin + l;
+        const bool swa = memra_model_layer_is_swa(m, layer);
+        const bool post_a = sw0->layers[l].post_attn_norm != NULL, post_f = sw0->layers[l].post_ffn_norm != NULL;
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_stage_weights *sw = &b->w->stages[i][r];
@@ -179,17 +222,18 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                hdv,
                                s->capacity,
                                m->rope_pairing == MEMRA_ROPE_NEOX,
-                               1.0f / m->rope_linear_factor,
-                               sw->freqs,
+                               1.0f / memra_model_layer_rope_linear_factor(m, layer),
+                               swa ? sw->freqs_swa : sw->freqs,
                                L->q_norm,
                                L->k_norm,
-                               m->rms_eps};
+                               m->rms_eps,
+                               swa ? m->sliding_window : 0,
+                               m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f};
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-            const uint32_t layer = sw0->layer_begin + l;
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
-            memra_status st =
-                mc_gemv_site(b, ss, &qkv_at, &L->wqkv, ss->x, L->attn_norm, L->bqkv, NULL, ss->qkv, false, q, err);
+            memra_status st = mc_gemv_site(b, ss, &qkv_at, &L->wqkv, ss->x, L->attn_norm, L->bqkv, NULL, ss->qkv,
+                                           MC_GLU_NONE, q, err);
             if (st)
                 return st;
             if (b->taps)
@@ -200,56 +244,69 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             } else {
                 MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
                 MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, ss->n_head, ss->n_kv, hd, hdv,
-                                    s->capacity, ss->pos, q),
+                                    s->capacity, ss->pos, ra.window, ra.scale, q),
                        "launch of attention");
             }
             if (b->taps)
-                mc_tap_attention(b, s, i, r, (int32_t)(sw0->layer_begin + l));
+                mc_tap_attention(b, s, i, r, (int32_t)layer);
             /* Rank 0 adds its partial to the residual; the others hold only theirs; the
-             * all-reduce then leaves the new residual on every rank. */
+             * all-reduce then leaves the new residual on every rank. With a post norm every
+             * rank's partial goes to po, without the residual. */
             const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
-            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false,
-                                   q, err)))
+            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, post_a || r > 0 ? NULL : ss->x,
+                                   post_a ? ss->po : ss->x, MC_GLU_NONE, q, err)))
                 return st;
         }
         if (b->taps)
             mc_tap_flush(b);
         if (tp) {
-            memra_status st = mc_all_reduce(b, s, i, l, 0, err);
+            memra_status st = mc_all_reduce(b, s, i, l, 0, post_a, err);
+            if (st)
+                return st;
+        }
+        if (post_a) {
+            if (b->taps)
+                mc_tap_residual(b, s, i, MC_SITE_ATTN_OUT, (int32_t)layer);
+            memra_status st = mc_post_norm(b, s, i, l, 0, err);
             if (st)
                 return st;
         }
         if (b->taps)
-            mc_tap_residual(b, s, i, MC_SITE_ATTN_RES, (int32_t)(sw0->layer_begin + l));
+            mc_tap_residual(b, s, i, MC_SITE_ATTN_RES, (int32_t)layer);
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_layer *L = &b->w->stages[i][r].layers[l];
             cudaStream_t q = ss->stream;
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-            const uint32_t layer = b->w->stages[i][r].layer_begin + l;
             const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
             const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
-            memra_status st =
-                mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, true, q, err);
+            memra_status st = mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, glu, q, err);
             if (st)
                 return st;
             if (b->taps)
                 mc_tap_ffn_act(b, s, i, r, (int32_t)layer);
-            st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, r == 0 ? ss->x : NULL, ss->x, false, q,
-                              err);
+            st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, post_f || r > 0 ? NULL : ss->x,
+                              post_f ? ss->po : ss->x, MC_GLU_NONE, q, err);
             if (st)
                 return st;
         }
         if (b->taps)
             mc_tap_flush(b);
         if (tp) {
-            memra_status st = mc_all_reduce(b, s, i, l, 1, err);
+            memra_status st = mc_all_reduce(b, s, i, l, 1, post_f, err);
+            if (st)
+                return st;
+        }
+        if (post_f) {
+            if (b->taps)
+                mc_tap_residual(b, s, i, MC_SITE_FFN_DOWN, (int32_t)layer);
+            memra_status st = mc_post_norm(b, s, i, l, 1, err);
             if (st)
                 return st;
         }
         if (b->taps)
-            mc_tap_residual(b, s, i, MC_SITE_FFN_RES, (int32_t)(sw0->layer_begin + l));
+            mc_tap_residual(b, s, i, MC_SITE_FFN_RES, (int32_t)layer);
     }
     /* Every rank's status of the step's last all-reduce, once written, reaches every other rank
      * before its commit: after a timeout or an abort the ranks of one operation may read different
@@ -291,7 +348,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
         const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position, true};
-        memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, false, q, err);
+        memra_status st =
+            mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, MC_GLU_NONE, q, err);
         if (st)
             return st;
         if (r > 0) {      /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */

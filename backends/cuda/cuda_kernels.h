@@ -89,6 +89,16 @@ cudaError_t mc_gemv_prepare(void);
 /* Interleaved gate/up rows (2r gate, 2r+1 up): y[r] = silu(g_r) * u_r, r < rows/2; x' as above. */
 cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                            float *y, cudaStream_t st);
+/* The gated activations of an FFN whose gate and up rows are interleaved: none (a plain GEMV),
+ * SiLU (llama, qwen) or GELU with the tanh approximation (gemma3), each as the cpu backend
+ * computes it (the GLU template parameter of the GEMV kernels and mc_rows_store). */
+#define MC_GLU_NONE 0
+#define MC_GLU_SILU 1
+#define MC_GLU_GELU 2
+/* As mc_gemv_swiglu with the activation `glu` (MC_GLU_SILU: the same kernels and bits;
+ * MC_GLU_GELU: y[r] = gelu_tanh(g_r) * u_r). */
+cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps, int glu,
+                        float *y, cudaStream_t st);
 
 /* Enqueues on st the device-to-device copies (capturable) that make the kernels launched after
  * them on this device read `mask` as their trigger mask; every kernel reads MC_TRIGGER_DEFAULT
@@ -98,9 +108,10 @@ cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *
 cudaError_t mc_trigger_prepare(void);
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st);
 
-/* x = row `*token` of the embedding matrix, decoded to f32; a token out of range gives row 0
+/* x = row `*token` of the embedding matrix, decoded to f32, times scale (one rounding, as the
+ * cpu backend: gemma3's sqrt(n_embd); 1 leaves the row's bits); a token out of range gives row 0
  * (host tokens are checked before; a device token is always a sampled index). */
-cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaStream_t st);
+cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st);
 
 /* Per-head q/k norm (qwen3, optional), RoPE at *pos, and the KV append of k and v at *pos.
  * qkv: [n_head*hd | n_kv*hd | n_kv*hdv]; q is rotated in place; k_cache/v_cache are this layer's
@@ -110,21 +121,28 @@ typedef struct mc_rope_args {
     uint32_t neox;                /* pairing: 0 (2i, 2i+1), 1 (i, i+hd/2) */
     float pos_scale;              /* 1 / rope_linear_factor */
     const float *freqs;           /* hd/2 frequencies */
-    const float *q_norm, *k_norm; /* NULL unless qwen3 */
+    const float *q_norm, *k_norm; /* NULL unless qwen3 or gemma3 */
     float eps;
+    /* Appended for gemma3 (a positional initializer that stops before them gets 0, 0: llama's):
+     * window > 0 (a sliding-window layer): position p attends to t with p - t < window, i.e.
+     * [max(0, p + 1 - window), p]; 0: [0, p]. scale > 0: the scores' factor (the file's attention
+     * scale); 0: 1/sqrtf(hd), computed on the device as before. */
+    uint32_t window;
+    float scale;
 } mc_rope_args;
 cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
                        cudaStream_t st);
 
-/* Grouped-query decode attention over positions [0, *pos] (the new token included) of one layer.
- * Fixed split of positions into chunks of MC_ATT_CHUNK; each (kv head, chunk) block serves the q
- * heads of its group (K and V read once) and writes their partials (max, sum, out); the combine
- * kernel merges the chunks in index order. */
+/* Grouped-query decode attention over positions [0, *pos] (the new token included) of one layer,
+ * or with window > 0 over [max(0, *pos + 1 - window), *pos] (scale: as mc_rope_args's).
+ * Fixed split of positions into chunks of MC_ATT_CHUNK at absolute positions; each (kv head,
+ * chunk) block serves the q heads of its group (K and V read once) and writes their partials
+ * (max, sum, out); the combine kernel merges the chunks that meet the window in index order. */
 #define MC_ATT_CHUNK 32u
 uint32_t mc_att_max_chunks(uint32_t capacity);
 cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
                          uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
-                         const int32_t *pos, cudaStream_t st);
+                         const int32_t *pos, uint32_t window, float scale, cudaStream_t st);
 /* Floats of the partials buffer mc_attention needs. */
 uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
 
@@ -210,6 +228,12 @@ cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps,
 cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
                         cudaStream_t st);
 cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t st);
+/* y[p] = gelu_tanh(t[2p]) * t[2p + 1] (gemma3's gate, as mc_gemv_glu with MC_GLU_GELU). */
+cudaError_t mc_op_geglu(const float *t, uint32_t rows, float *y, cudaStream_t st);
+/* gemma3's post-attention and post-FFN norms: x[i] = x[i] + RMSNorm(t)[i] * w[i], the norm
+ * exactly mc_op_rmsnorm's (so an op.rmsnorm plugin's norm then mc_op_store with the residual gives
+ * the same bits as this one launch). Reads t, w and x (n floats each), writes x. */
+cudaError_t mc_op_rmsnorm_add(const float *t, const float *w, uint32_t n, float eps, float *x, cudaStream_t st);
 /* out[0] = pos[0] - 1: the position of the token whose step has committed, for an op context. */
 cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t st);
 

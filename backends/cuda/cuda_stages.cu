@@ -1,6 +1,7 @@
 /* cuda_stages.cu: the pipeline between the `cuda` backend's stages: peer access between the
  * devices of consecutive stages (and of a stage's ranks), and each rank's input hidden of a step:
- * stage 0 embeds the token (with ranks: once, on rank 0, copied by every rank); a later stage waits
+ * stage 0 embeds the token (times the model's embedding scale: gemma3's sqrt(n_embd), 1 elsewhere;
+ * with ranks: once, on rank 0, copied by every rank); a later stage waits
  * for the stage before, copies its hidden (and, in a checked arm, its verdict) and records
  * `consumed`, after which the stage before may overwrite its hidden with the next step's. */
 #include <cuda_runtime.h>
@@ -61,7 +62,8 @@ memra_status mc_stage_input(memra_backend *b, memra_state *s, uint32_t i, bool c
                     MC_RET(cudaStreamWaitEvent(q, s->st[0][k].consumed, 0), "cudaStreamWaitEvent (embedding consumed)");
             if (own_trigger)
                 MC_RET(mc_trigger_enqueue(b->cfg.trigger, q), "enqueueing the arm's trigger mask");
-            MC_RET(mc_embed(&b->w->stages[0][0].embd, ss->in_token, tp ? ss->xin : ss->x, q),
+            const float scale = m->arch == MEMRA_ARCH_GEMMA3 ? m->embd_scale : 1.0f; /* as the cpu backend */
+            MC_RET(mc_embed(&b->w->stages[0][0].embd, ss->in_token, scale, tp ? ss->xin : ss->x, q),
                    "launch of the embedding kernel");
             if (tp) {
                 MC_RET(cudaEventRecord(ss->ready, q), "cudaEventRecord (embedding ready)");

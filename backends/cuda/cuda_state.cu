@@ -119,6 +119,23 @@ memra_status mc_device_count(const memra_host *host, const memra_options *opts, 
     return MEMRA_OK;
 }
 
+/* gemma3: what its step needs from the description (model.c reads it; a description made
+ * elsewhere may lack it): the embedding and attention scales, the window and its period, GELU,
+ * and both post norms on every layer (the partial sums go through them: cuda_forward.cu). */
+static memra_status mc_check_gemma3(const memra_model *m, memra_error *err) {
+    if (m->arch != MEMRA_ARCH_GEMMA3)
+        return MEMRA_OK;
+    if (!(m->embd_scale > 0.0f) || !(m->attn_scale > 0.0f) || m->sliding_window == 0 || m->swa_period == 0 ||
+        m->ffn_act != MEMRA_FFN_GELU_TANH)
+        return memra_fail(err, MEMRA_E_FORMAT,
+                          "cuda: gemma3 model without embedding scale, attention scale, sliding window or GELU");
+    for (uint32_t il = 0; il < m->n_layer; il++)
+        if (!m->layers[il].post_attn_norm.data || !m->layers[il].post_ffn_norm.data)
+            return memra_fail(err, MEMRA_E_FORMAT, "cuda: gemma3 layer %u has no blk.%u.%s.weight", il, il,
+                              m->layers[il].post_attn_norm.data ? "post_ffw_norm" : "post_attention_norm");
+    return MEMRA_OK;
+}
+
 static int32_t mc_rank_device(const memra_stage_plan *sp, uint32_t r) {
     return sp->n_ranks > 1 ? sp->ranks[r].device : sp->device;
 }
@@ -126,14 +143,17 @@ static int32_t mc_rank_device(const memra_stage_plan *sp, uint32_t r) {
 memra_status mc_open(const memra_host *host, const memra_model *m, const memra_plan *plan, const memra_options *opts,
                      memra_backend **out, memra_error *err) {
     uint32_t n_dev = 0;
-    if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3)
+    if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3 &&
+        m->arch != MEMRA_ARCH_GEMMA3)
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2 and "
-                          "qwen3; the cpu backend runs %s)",
+                          "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2, qwen3 "
+                          "and gemma3; the cpu backend runs %s)",
                           m->arch_name ? m->arch_name : "?", m->arch_name ? m->arch_name : "it");
-    mc_config cfg;
-    memra_status st = mc_read_options(opts, &cfg, err);
+    memra_status st = mc_check_gemma3(m, err);
     if (st)
+        return st;
+    mc_config cfg;
+    if ((st = mc_read_options(opts, &cfg, err)))
         return st;
     if ((st = mc_check_idle_tp_keys(host, plan, opts, err)))
         return st;
@@ -254,6 +274,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->att_partial = (float *)mc_take(bp, mc_att_partial_floats(ss->n_head, hdv, capacity) * 4);
     ss->att_out = (float *)mc_take(bp, (uint64_t)ss->n_head * hdv * 4);
     ss->gu = (float *)mc_take(bp, (uint64_t)ss->n_ff * 4);
+    if (m->arch == MEMRA_ARCH_GEMMA3) /* the sum before a post norm */
+        ss->po = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
     if (ops) { /* op plugins: a normed input, and any GEMV's rows before their store */
         uint64_t rows = qkv > 2ull * ss->n_ff ? qkv : 2ull * ss->n_ff;
         rows = rows > m->n_embd ? rows : m->n_embd;

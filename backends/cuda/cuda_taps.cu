@@ -6,7 +6,10 @@
  * gate/up GEMV, and the residual add inside the output and down GEMVs (rank 0 adds it; the
  * all-reduce then leaves the new residual on every rank). Its sites, per layer: q, k, v (the qkv
  * GEMV's output, biases included), attention, attn_res, ffn_act, ffn_res; then the head's logits.
- * The gate compares only the sites both arms hand over.
+ * gemma3 adds attn_out and ffn_down (the output and down GEMVs' sums after the all-reduce, before
+ * the post norms, which it materialises); its q/k norms and RoPE stay inside attention (no
+ * qk_norm or rope site), its post norms inside the residual add (their effect shows at attn_res,
+ * ffn_res). The gate compares only the sites both arms hand over.
  *
  * Off (b->taps NULL) a step pays one host-side branch per op. On (a tapped step, never captured),
  * after an op the rank's stream is synchronised and the op's output copied to the host: a rank's
@@ -32,8 +35,8 @@ struct mc_taps {
     memra_op_site info[MC_SITE_COUNT];
 };
 
-static const char *const mc_site_names[MC_SITE_COUNT] = {"q",        "k",       "v",       "attention",
-                                                         "attn_res", "ffn_act", "ffn_res", "logits"};
+static const char *const mc_site_names[MC_SITE_COUNT] = {"q",        "k",       "v",        "attention", "attn_out",
+                                                         "attn_res", "ffn_act", "ffn_down", "ffn_res",   "logits"};
 
 static uint32_t site_total(const memra_model *m, mc_site site) {
     switch (site) {
@@ -144,8 +147,9 @@ void mc_tap_flush(memra_backend *b) {
         }
 }
 
-/* The residual stream of stage i after an all-reduce (or the residual-adding GEMV with one rank):
- * every rank holds it whole; rank 0's is handed over once every rank's stream is done. */
+/* The residual stream of stage i after an all-reduce (or the residual-adding GEMV with one rank),
+ * or at attn_out and ffn_down (gemma3) the sum before the post norm (po): every rank holds it
+ * whole; rank 0's is handed over once every rank's stream is done. */
 void mc_tap_residual(memra_backend *b, memra_state *s, uint32_t i, mc_site site, int32_t layer) {
     mc_taps *t = b->taps;
     if (t->st != MEMRA_OK)
@@ -160,7 +164,8 @@ void mc_tap_residual(memra_backend *b, memra_state *s, uint32_t i, mc_site site,
     if (e == cudaSuccess)
         e = cudaSetDevice(s->st[i][0].device);
     if (e == cudaSuccess)
-        e = cudaMemcpy(buf, s->st[i][0].x, (size_t)b->m->n_embd * sizeof(float), cudaMemcpyDeviceToHost);
+        e = cudaMemcpy(buf, site == MC_SITE_ATTN_OUT || site == MC_SITE_FFN_DOWN ? s->st[i][0].po : s->st[i][0].x,
+                       (size_t)b->m->n_embd * sizeof(float), cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
         tap_fail(t, e, "a tap's copy of the residual (memra.ops)");
         return;

@@ -202,12 +202,14 @@ memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, 
 }
 
 /* One all-reduce of a stage's ranks: the n calls back to back, in rank order (plugin.h). */
-memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, memra_error *err) {
+memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, bool post,
+                           memra_error *err) {
     const uint32_t layer = b->plan.stages[i].layer_begin + l;
     for (uint32_t r = 0; r < mc_ranks(s, i); r++) {
         mc_stage_state *ss = &s->st[i][r];
         MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-        memra_status st = b->coll->all_reduce_sum_f32(s->comm[i], r, ss->x, b->m->n_embd, (void *)ss->stream,
+        float *buf = post ? ss->po : ss->x; /* gemma3: the partials before the post norm */
+        memra_status st = b->coll->all_reduce_sum_f32(s->comm[i], r, buf, b->m->n_embd, (void *)ss->stream,
                                                       layer * 2 + which, ss->pos, &ss->status[l * 2 + which], err);
         if (st) {
             memra_error_prefix(err, "cuda: the all-reduce after %s of layer %u on rank %u", which ? "ffn" : "attention",

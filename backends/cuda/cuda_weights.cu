@@ -208,6 +208,38 @@ static memra_status mc_put_vector(mc_bump *bump, const mc_src *srcs, uint32_t n,
     return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading a vector (cudaMemcpy)");
 }
 
+/* gemma3's post-attention and post-FFN norms of one layer, whole on every rank (NULL where the
+ * model has none: llama, qwen; gemma3 files need both, model.c checks it). */
+static memra_status mc_put_post_norms(mc_bump *bump, const memra_layer *L, mc_layer *dl, memra_error *err) {
+    mc_src v = {&L->post_attn_norm, 0, 0};
+    memra_status st = mc_put_vector(bump, &v, 1, &dl->post_attn_norm, err);
+    if (st)
+        return st;
+    v = (mc_src){&L->post_ffn_norm, 0, 0};
+    return mc_put_vector(bump, &v, 1, &dl->post_ffn_norm, err);
+}
+
+/* The head_dim/2 RoPE frequencies of the global layers (swa false: memra_model_rope_freq) or of
+ * the sliding-window ones (gemma3: memra_model_layer_rope_freq of the first such layer, any:
+ * they are all alike), as the cpu backend takes them. */
+static memra_status mc_put_freqs(mc_bump *bump, const memra_model *m, bool swa, float **out, memra_error *err) {
+    const uint32_t half = m->head_dim / 2;
+    *out = (float *)mc_take(bump, (uint64_t)half * 4);
+    if (!bump->base)
+        return MEMRA_OK;
+    float *f = (float *)malloc((size_t)half * 4 + 4);
+    if (!f)
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory for rope frequencies");
+    uint32_t il = 0;
+    while (swa && il < m->n_layer && !memra_model_layer_is_swa(m, il))
+        il++;
+    for (uint32_t i = 0; i < half; i++)
+        f[i] = swa ? memra_model_layer_rope_freq(m, il, i) : memra_model_rope_freq(m, i);
+    cudaError_t e = cudaMemcpy(*out, f, (size_t)half * 4, cudaMemcpyHostToDevice);
+    free(f);
+    return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading rope frequencies");
+}
+
 /* Rows [v0, v1) of the vocabulary that rank r of R holds of the head. */
 void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1) {
     *v0 = (uint32_t)((uint64_t)V * r / R);
@@ -270,6 +302,8 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
         v1 = (mc_src){&L->k_norm, 0, 0};
         if ((st = mc_put_vector(bump, &v1, 1, &dl->k_norm, err)))
             return st;
+        if ((st = mc_put_post_norms(bump, L, dl, err)))
+            return st;
     }
     mc_src v1 = {&m->tok_embd, 0, 0};
     if (si == 0 && ri == 0 && (st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->embd, err)))
@@ -291,19 +325,11 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
                 return st;
         }
     }
-    uint32_t half = m->head_dim / 2;
-    sw->freqs = (float *)mc_take(bump, (uint64_t)half * 4);
-    if (bump->base) {
-        float *f = (float *)malloc((size_t)half * 4 + 4);
-        if (!f)
-            return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory for rope frequencies");
-        for (uint32_t i = 0; i < half; i++)
-            f[i] = memra_model_rope_freq(m, i);
-        cudaError_t e = cudaMemcpy(sw->freqs, f, (size_t)half * 4, cudaMemcpyHostToDevice);
-        free(f);
-        if (e != cudaSuccess)
-            return mc_cuda_fail(err, e, "uploading rope frequencies");
-    }
+    if ((st = mc_put_freqs(bump, m, false, &sw->freqs, err)))
+        return st;
+    sw->freqs_swa = sw->freqs;
+    if (m->sliding_window && (st = mc_put_freqs(bump, m, true, &sw->freqs_swa, err)))
+        return st;
     return MEMRA_OK;
 }
 

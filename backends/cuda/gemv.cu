@@ -523,9 +523,18 @@ cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, cons
 
 cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                            float *y, cudaStream_t st) {
+    return mc_gemv_glu(c, w, x, norm_w, eps, MC_GLU_SILU, y, st);
+}
+
+cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps, int glu,
+                        float *y, cudaStream_t st) {
     if (w->rows % 2)
         return cudaErrorInvalidValue;
-    return mc_gemv_any<1>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+    if (glu == MC_GLU_SILU)
+        return mc_gemv_any<MC_GLU_SILU>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+    if (glu == MC_GLU_GELU)
+        return mc_gemv_any<MC_GLU_GELU>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+    return cudaErrorInvalidValue;
 }
 
 cudaError_t mc_gemv_prepare(void) {
@@ -551,15 +560,19 @@ cudaError_t mc_gemv_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_t
 
 #define MC_GEMV_EACH_KS(F, T, S, N) F(T, S, N, 1) F(T, S, N, 2) F(T, S, N, 4)
 #define MC_GEMV_EACH_SN(F, T)                                                                                          \
-    MC_GEMV_EACH_KS(F, T, 0, 0) MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) MC_GEMV_EACH_KS(F, T, 1, 1)
+    MC_GEMV_EACH_KS(F, T, 0, 0)                                                                                        \
+    MC_GEMV_EACH_KS(F, T, 0, 1) MC_GEMV_EACH_KS(F, T, 1, 0) MC_GEMV_EACH_KS(F, T, 1, 1) MC_GEMV_EACH_KS(F, T, 2, 0)    \
+        MC_GEMV_EACH_KS(F, T, 2, 1)
+/* The census family of a GEMV by its GLU (MC_GLU_*). */
+#define MC_GLU_FAMILY(S) ((S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv")
 
 const char *mc_gemv_family(const void *f) {
     static const struct {
         const void *func;
         const char *family;
     } table[] = {
-#define MC_ROW_R(T, S, N, K) {(const void *)gemv_rowgroup<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
-#define MC_ROW_P(T, S, N, K) {(const void *)gemv_persistent<T, S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+#define MC_ROW_R(T, S, N, K) {(const void *)gemv_rowgroup<T, S, N, K>, MC_GLU_FAMILY(S)},
+#define MC_ROW_P(T, S, N, K) {(const void *)gemv_persistent<T, S, N, K>, MC_GLU_FAMILY(S)},
         MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F16)
             MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_BF16) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_Q8_0)
                 MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_F16)

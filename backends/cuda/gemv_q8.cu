@@ -22,7 +22,7 @@
  *
  * Per call (one matrix a token): reads rows x cols weight bytes and their f16 block scales
  * (streamed), x and norm_w (cols floats, once per block), bias and residual (rows floats);
- * writes y (rows floats; rows/2 for swiglu). */
+ * writes y (rows floats; rows/2 with a GLU: SwiGLU or GELU-gated). */
 #define MC_Q8X_WARPS 8u
 #define MC_Q8X_UNROLL 2
 
@@ -227,7 +227,8 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w) {
 // clang-format off
 #define MC_Q8X_EACH(F) \
     F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) \
-    F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1) F(1, 1, 2) F(1, 1, 4)
+    F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1) F(1, 1, 2) F(1, 1, 4) \
+    F(2, 0, 1) F(2, 0, 2) F(2, 0, 4) F(2, 1, 1) F(2, 1, 2) F(2, 1, 4)
 // clang-format on
 
 cudaError_t mc_gemv_q8_prepare(void) {
@@ -283,9 +284,12 @@ static cudaError_t mc_q8x_any(const mc_config *c, const mc_matrix *w, const floa
     }
 }
 
-cudaError_t mc_gemv_q8(const mc_config *c, int swiglu, const mc_matrix *w, const float *x, const float *norm_w,
-                       float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
-    if (swiglu)
+cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                       const float *bias, const float *residual, float *y, cudaStream_t st) {
+    if (glu == MC_GLU_GELU)
+        return norm_w ? mc_q8x_any<MC_GLU_GELU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+                      : mc_q8x_any<MC_GLU_GELU, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+    if (glu)
         return norm_w ? mc_q8x_any<1, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
                       : mc_q8x_any<1, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
     return norm_w ? mc_q8x_any<0, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
@@ -299,7 +303,8 @@ const char *mc_gemv_q8_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-#define MC_Q8X_ROW(S, N, K) {(const void *)gemv_q8_0_int<S, N, K>, (S) ? "gemv_swiglu" : "gemv"},
+#define MC_Q8X_ROW(S, N, K)                                                                                            \
+    {(const void *)gemv_q8_0_int<S, N, K>, (S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv"},
         MC_Q8X_EACH(MC_Q8X_ROW)
 #undef MC_Q8X_ROW
     };

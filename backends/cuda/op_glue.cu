@@ -2,9 +2,11 @@
  * fused kernels cannot take the plugin in: the RMSNorm a GEMV otherwise fuses, as a kernel of its
  * own (when an op.gemv plugin needs a normed input and no op.rmsnorm plugin gives it), and the
  * epilogues the fused GEMVs apply as they store (bias and residual; SwiGLU of interleaved gate/up
- * rows), with the same formulas as mc_rows_store. With norm=unfused its rmsnorm is the built-in
+ * rows; GELU-gated for gemma3), with the same formulas as mc_rows_store; and gemma3's post norms
+ * with their residual add (mc_op_rmsnorm_add, used by every arm that runs gemma3: its norm is
+ * mc_op_rmsnorm's, so a plugin's post norm compares exactly). With norm=unfused its rmsnorm is the built-in
  * op at every norm site (the one an op.rmsnorm plugin is gated against exactly: the example's
- * cuda flavour keeps its order). Not used by an arm without op plugins and with norm=fused.
+ * cuda flavour keeps its order). Otherwise not used by an arm without op plugins and with norm=fused.
  *
  * Per call: mc_op_rmsnorm reads n floats of x and of w and writes n; the epilogues read and write
  * their rows once. */
@@ -17,6 +19,7 @@
  * partial sums are added by a fixed tree in shared memory (pairs at distance 128, 64, ..., 1);
  * out[i] = (x[i] * scale) * w[i], scale = 1 / sqrtf(sum / n + eps). Every multiply and add
  * rounded on its own (no fused multiply-add): the same bits on every run. */
+template <int ADD> /* 1: out[i] = out[i] + the normed value (gemma3's post norms and their residual add) */
 __global__ void op_rmsnorm_kernel(const float *x, const float *w, uint32_t n, float eps, float *out) {
     __shared__ float part[256];
     const uint32_t t = threadIdx.x;
@@ -31,12 +34,20 @@ __global__ void op_rmsnorm_kernel(const float *x, const float *w, uint32_t n, fl
         __syncthreads();
     }
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(part[0], (float)n), eps)));
-    for (uint32_t i = t; i < n; i += 256)
-        out[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+    for (uint32_t i = t; i < n; i += 256) {
+        const float v = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+        out[i] = ADD ? __fadd_rn(out[i], v) : v;
+    }
 }
 
 cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *out, cudaStream_t st) {
-    op_rmsnorm_kernel<<<1, 256, 0, st>>>(x, w, n, eps, out);
+    op_rmsnorm_kernel<0><<<1, 256, 0, st>>>(x, w, n, eps, out);
+    return cudaGetLastError();
+}
+
+/* x = x + RMSNorm(t) * w (one block, as mc_op_rmsnorm). */
+cudaError_t mc_op_rmsnorm_add(const float *t, const float *w, uint32_t n, float eps, float *x, cudaStream_t st) {
+    op_rmsnorm_kernel<1><<<1, 256, 0, st>>>(t, w, n, eps, x);
     return cudaGetLastError();
 }
 
@@ -73,6 +84,19 @@ cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t s
     return cudaGetLastError();
 }
 
+/* y[p] = gelu_tanh(t[2p]) * t[2p + 1]: mc_glu's formula, the one the fused GEMVs store with. */
+__global__ void op_geglu_kernel(const float *t, uint32_t rows, float *y) {
+    const uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * p + 1 >= rows)
+        return;
+    y[p] = mc_glu<MC_GLU_GELU>(t[2 * p], t[2 * p + 1]);
+}
+
+cudaError_t mc_op_geglu(const float *t, uint32_t rows, float *y, cudaStream_t st) {
+    op_geglu_kernel<<<(rows / 2 + 255) / 256, 256, 0, st>>>(t, rows, y);
+    return cudaGetLastError();
+}
+
 /* The head runs after its step's commit advanced the position word: the ops there read this copy. */
 __global__ void op_position_before_kernel(const int32_t *pos, int32_t *out) {
     out[0] = pos[0] - 1;
@@ -84,9 +108,11 @@ cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t
 }
 
 const char *mc_op_glue_family(const void *f) {
-    if (f == (const void *)op_rmsnorm_kernel)
+    if (f == (const void *)op_rmsnorm_kernel<0>)
         return "op_norm";
-    if (f == (const void *)op_store_kernel || f == (const void *)op_swiglu_kernel)
+    if (f == (const void *)op_rmsnorm_kernel<1>)
+        return "post_norm";
+    if (f == (const void *)op_store_kernel || f == (const void *)op_swiglu_kernel || f == (const void *)op_geglu_kernel)
         return "op_store";
     return NULL;
 }

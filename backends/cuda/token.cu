@@ -4,8 +4,9 @@
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_token)
 
-/* Per token: reads *token and one embedding row (cols elements); writes x (cols floats). */
-__global__ void embed_row(const mc_matrix emb, const int32_t *token, float *x) {
+/* Per token: reads *token and one embedding row (cols elements); writes x (cols floats): the row
+ * times scale (gemma3's sqrt(n_embd); 1 elsewhere, which leaves every value's bits). */
+__global__ void embed_row(const mc_matrix emb, const int32_t *token, float scale, float *x) {
     int32_t t = *token;
     if (t < 0 || (uint32_t)t >= emb.rows)
         t = 0;
@@ -22,13 +23,13 @@ __global__ void embed_row(const mc_matrix emb, const int32_t *token, float *x) {
             v = (float)((const int8_t *)row)[c] * __half2float(__ushort_as_half(sc[c / MEMRA_Q8_0_BLOCK]));
         }
         }
-        x[c] = v;
+        x[c] = v * scale;
     }
 }
 
-cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaStream_t st) {
+cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
     uint32_t blocks = (emb->cols + 255) / 256;
-    embed_row<<<blocks, 256, 0, st>>>(*emb, token, x);
+    embed_row<<<blocks, 256, 0, st>>>(*emb, token, scale, x);
     return cudaGetLastError();
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_checks.h"
+#include "memra/tensor_type.h"
 
 static void need_device(void) {
     int n = 0;
@@ -82,4 +83,45 @@ Test(cuda, perturbed_token_is_caught) {
     check_arms_result r;
     cr_assert_eq(memra_cuda_check_arms(&c, &r), 1, "the negative control passed: %s", r.msg);
     cr_assert_eq(r.first_bad, 40u, "%s", r.msg);
+}
+
+/* gemma3 (issue 26): gemma3-tiny's layers 0-4 attend through a window of 8 positions with their
+ * own RoPE base, layer 5 to every position; 16 prime and 48 generated steps run far past the
+ * window and across the unfused path's 32-position chunks. */
+static check_arms_cfg gemma3(const char *a, const char *b) {
+    check_arms_cfg c = arms(a, b, "gemma3-tiny");
+    c.prime = 16;
+    c.gen = 48;
+    return c;
+}
+
+/* Every attention path (cluster, tiled, unfused) against the cpu reference, at F32, BF16, Q8_0. */
+Test(cuda, gemma3_cpu_vs_cuda_within_nmse) {
+    need_device();
+    static const char *const arm_b[] = {"cuda", "cuda:attention=tiled", "cuda:attention=unfused"};
+    static const uint32_t types[] = {MEMRA_TYPE_F32, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
+    for (int t = 0; t < 3; t++)
+        for (int k = 0; k < 3; k++) {
+            check_arms_cfg c = gemma3("cpu", arm_b[k]);
+            c.exact = false;
+            c.nmse_tol = 1e-5;
+            c.dtype = types[t];
+            check_arms_result r;
+            cr_assert_eq(memra_cuda_check_arms(&c, &r), 0, "%s, type %u: %s", arm_b[k], types[t], r.msg);
+            cr_assert_eq(r.token_agree, r.steps, "%s, type %u: %s", arm_b[k], types[t], r.msg);
+        }
+}
+
+Test(cuda, gemma3_cuda_vs_cuda_graph_exact) {
+    need_device();
+    static const char *const arm[][2] = {{"cuda", "cuda-graph"},
+                                         {"cuda:attention=tiled", "cuda-graph:attention=tiled"},
+                                         {"cuda:attention=unfused", "cuda-graph:attention=unfused"}};
+    for (int k = 0; k < 3; k++) {
+        check_arms_cfg c = gemma3(arm[k][0], arm[k][1]);
+        c.sampled = k != 1;
+        c.dtype = k == 2 ? MEMRA_TYPE_Q8_0 : MEMRA_TYPE_F32;
+        check_arms_result r;
+        cr_assert_eq(memra_cuda_check_arms(&c, &r), 0, "%s: %s", arm[k][0], r.msg);
+    }
 }

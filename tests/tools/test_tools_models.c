@@ -43,7 +43,7 @@ Test(inspect_models, gemma3) {
                               "tensor types:     ok: 236 tensors: F32 109, Q5_0 81, Q8_0 10, Q4_K 27, Q6_K 9\n",
                               "tokenizer:        ok: llama, pre-tokenizer sentencepiece, 262144 tokens\n",
                               "chat format:      ok: gemma, from the architecture gemma", "cpu: runs it\n",
-                              "cuda, cuda-graph: cannot: architecture gemma3",
+                              "cuda, cuda-graph: cannot: 81 tensors of type Q5_0",
                               "verdict:          runs on the cpu backend: token ids, --prompt and --chat\n", NULL});
 }
 
