@@ -13,6 +13,10 @@
  * not run). */
 int memra_cuda_check_sampler(FILE *out, int *n_checked);
 
+/* The quantized GEMVs beyond Q8_0 and their embedding lookups against a host reference
+ * (check_quant_gemv.c); returns the number of failures (negative: could not run). */
+int memra_cuda_check_quant_gemv(FILE *out, int *n_checked);
+
 typedef struct check_arms_cfg {
     const char *a, *b, *model, *preset;
     uint32_t dtype, prime, gen;
