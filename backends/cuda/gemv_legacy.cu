@@ -19,7 +19,15 @@
  *     zero point (o = 8 for Q4_0, 16 for Q5_0, 0 for the _1 types) is exact in int32 (dp4a over
  *     the unpacked nibbles, minus o times the plane's sum), the planes joined in float as
  *     gemv_q8_0_int joins them and scaled once by d s; the _1 types add the block's sum of x
- *     (joined the same way) times m s. NMSE against the float path: check_quant_gemv.c.
+ *     (joined the same way) times m s. Measured on the H200: against a float64 reference on
+ *     random data (check_quant_gemv.c) the worst error is 1.4e-7 (float) and 1.1e-7 (auto) of
+ *     the row's absolute mass; the gate's NMSE of auto against float on tiny Q4_0 is 2.2e-8.
+ * Speed (memra_cuda_kernel_bench 8b q4_0 576, H200): 55.8% of the ceiling over a token's kernels
+ * (gate/up 82%, head 96%, down 49%, qkv 48%, wo 29%); qdot=float 33.8% (bound by the float
+ * dequantization: about three float operations a weight). What limits auto is the structure
+ * more than the arithmetic: with the dots removed (loads, the staging of x and the sums kept)
+ * the same kernels reach 62.7%, with two x planes instead of three 57.3%; the short GEMVs pay
+ * their ramp, the staging of x and the tail (wo 7.8 us for 9.4 MB).
  * Each lane's sum, then the fixed warp tree, then the parts in order: the bits depend on the
  * shapes and qdot alone (not on the grid, pdl or trigger).
  *

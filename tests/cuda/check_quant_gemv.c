@@ -131,8 +131,11 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
     for (uint32_t r = 0; r < R; r++)
         qg_row(t, C, wq + r * src_row, &s);
     for (uint32_t r = 0; r < R; r++)
-        for (uint32_t b = 0; b < C / 32; b++)
-            memra_dequantize_block(t, wq + r * src_row + b * memra_quant_block_bytes(t), W + (size_t)r * C + 32 * b);
+        for (uint32_t b = 0; b < C / 32; b++) {
+            float blk[MEMRA_QK_K];
+            memra_dequantize_block(t, wq + r * src_row + b * memra_quant_block_bytes(t), blk);
+            memcpy(W + (size_t)r * C + 32 * b, blk, 32 * sizeof(float));
+        }
     for (uint32_t c = 0; c < C; c++) {
         hx[c] = qg_normal(&s);
         hn[c] = 0.5f + qg_unit(&s);
@@ -253,8 +256,11 @@ static int qg_embed(FILE *out, uint32_t t, int corrupt) {
         return -1;
     for (uint32_t r = 0; r < R; r++)
         qg_row(t, C, wq + r * src_row, &s);
-    for (uint32_t b = 0; b < C / 32; b++)
-        memra_dequantize_block(t, wq + tok * src_row + b * memra_quant_block_bytes(t), ref + 32 * b);
+    for (uint32_t b = 0; b < C / 32; b++) {
+        float blk[MEMRA_QK_K]; /* room for any type's block: the call is typed at run time */
+        memra_dequantize_block(t, wq + tok * src_row + b * memra_quant_block_bytes(t), blk);
+        memcpy(ref + 32 * b, blk, 32 * sizeof(float));
+    }
     const int32_t htok = (int32_t)tok;
     if (qg_upload(t, R, C, wq, &w) != cudaSuccess || cudaMalloc((void **)&dt, 4) != cudaSuccess ||
         cudaMalloc((void **)&dx, C * 4) != cudaSuccess)

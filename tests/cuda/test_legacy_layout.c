@@ -46,7 +46,7 @@ static void row_random(uint32_t t, uint8_t *dst, uint32_t nb, uint64_t *s) {
 static int row_mismatches(uint32_t t, const uint8_t *src, uint64_t cols, const uint8_t *data, const uint8_t *aux) {
     int bad = 0;
     for (uint64_t b = 0; b < cols / 32; b++) {
-        float want[32];
+        float want[MEMRA_QK_K]; /* room for any type's block: the call is typed at run time */
         cr_assert(memra_dequantize_block(t, src + b * memra_quant_block_bytes(t), want));
         for (uint32_t e = 0; e < 32; e++) {
             const float got = mc_ll_elem(t, data, aux, cols, 32 * b + e);
