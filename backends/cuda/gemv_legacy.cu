@@ -131,7 +131,9 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 2)
     /* stage x' (and sum the squares of x): two neighbouring lanes a block of 32, 16 columns each */
     float ss = 0.0f;
     for (uint32_t c2 = tid; c2 < 2 * nb; c2 += blockDim.x) {
-        const uint32_t c = c2 >> 1, half = c2 & 1, pair = __activemask(); /* whole pairs: 2 nb, blockDim even */
+        /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and blockDim are even) */
+        const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
+        const uint32_t c = c2 >> 1, half = c2 & 1;
         const float *xc = x + (size_t)c * 32 + 16 * half;
         float v[16];
 #pragma unroll
