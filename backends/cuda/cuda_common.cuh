@@ -36,7 +36,8 @@ __device__ __forceinline__ float mc_warp_sum(float v) {
  * its first weights (which depend on nothing) before it waits for that kernel's results. The
  * wait is followed by the trigger when the kernel's family bit is set in the trigger mask (the
  * arm's trigger key; bench/gpu/NOTES.md has the measurements behind the default, 115): 1 the
- * F32/F16/BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots, 4
+ * F32/F16/BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots (and
+ * the Q4_0 .. Q5_1 GEMVs, gemv_legacy.cu, on either path), 4
  * attention, 8 the row-group GEMVs with a norm, 16 attention whose output has 4096 floats or
  * more, 32 the F32/F16/BF16 row-group GEMVs without a norm (the down projection), 64 the Q8_0
  * row-group GEMV without a norm (Q8_0 down). Once every block of this grid has passed its wait
@@ -135,6 +136,7 @@ const char *mc_op_glue_family(const void *func);
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);
+cudaError_t mc_gemv_legacy_trigger_addr(void **p);
 
 /* The integer Q8_0 GEMV (gemv_q8.cu): whether it serves w under c, its launch, and its
  * shared-memory limit (once per device). */
@@ -142,5 +144,7 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);
+/* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
+cudaError_t mc_gemv_legacy_prepare(void);
 
 #endif

@@ -11,6 +11,7 @@
 #   gemma      the gemma3-270m preset: cuda against cuda-graph (greedy and sampled, 20 rows, 600
 #              prime steps: past the 512 window), cpu against cuda nmse
 #   tp         cuda:tp=2 against cuda-graph:tp=2 on llama-8b q4_k_m (one GPU, two ranks)
+#   t8b T      per type of T: exact8b, speed (for the types in $S8) and tp (q4_k_m), then rm
 #   speed T    memra bench --prime 512 -n 128, graph and eager, llama-8b in the types T
 #   real F     a real file F (under /tmp): cuda against cuda-graph from a --prompt, cpu against
 #              cuda nmse, memra run --chat on cuda-graph, memra bench of both arms
@@ -61,6 +62,17 @@ exact8b)
 speed)
   for d in ${1//,/ }; do mk llama-8b $d
     bench "b8b_${d}" --arm cuda-graph,cuda --model $W/llama-8b-$d.gguf --prime 512 -n 128
+  done; shift ;;
+t8b)
+  # per type: the file, the exact gates, the speed (bench) where asked (S8 lists the types), then
+  # the file is removed (the disk holds a few 8B files at most)
+  for d in ${1//,/ }; do mk llama-8b $d
+    gate "e8b_${d}_greedy" --a cuda --b cuda-graph --model $W/llama-8b-$d.gguf $S --rows 20
+    gate "e8b_${d}_temp" --a cuda --b cuda-graph --model $W/llama-8b-$d.gguf $S --rows 20 --temp 1 --seed 20261201 --schedule BAAB
+    case ",${S8:-q4_k,q4_k_m,q5_k,q4_0,q6_k}," in *,$d,*)
+      bench "b8b_${d}" --arm cuda-graph,cuda --model $W/llama-8b-$d.gguf --prime 512 -n 128 ;; esac
+    [ $d = q4_k_m ] && gate tp2_8b_q4km --a cuda:tp=2 --b cuda-graph:tp=2 --model $W/llama-8b-q4_k_m.gguf $S --rows 4
+    rm -f $W/llama-8b-$d.gguf
   done; shift ;;
 rm8b) rm -f $W/llama-8b-*.gguf ;;
 gemma)
