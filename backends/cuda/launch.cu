@@ -1,6 +1,7 @@
 /* launch.cu: the launch helpers of the cuda kernels: an arm's configuration (its choice keys and
  * their names), the per-arm trigger mask, and the census of kernel families. */
 #include "cuda_common.cuh"
+#include "gemv_quant.h"
 
 const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO};
 
@@ -52,7 +53,8 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-static void *mc_trigger_addrs[MC_MAX_DEVICES][4];
+static void *mc_trigger_addrs[MC_MAX_DEVICES][5];
+cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
 
 cudaError_t mc_trigger_prepare(void) {
     int dev = 0;
@@ -62,12 +64,13 @@ cudaError_t mc_trigger_prepare(void) {
     if (dev < 0 || dev >= MC_MAX_DEVICES)
         return cudaErrorInvalidDevice;
     void **a = mc_trigger_addrs[dev];
-    if (a[3])
+    if (a[4])
         return cudaSuccess;
     if ((e = cudaGetSymbolAddress(&a[0], mc_trigger_values)) != cudaSuccess ||
-        (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess)
+        (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess ||
+        (e = mc_attention_trigger_addr(&a[3])) != cudaSuccess)
         return e;
-    return mc_attention_trigger_addr(&a[3]);
+    return mc_gemv_kquant_trigger_addr(&a[4]);
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
@@ -81,7 +84,7 @@ cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
         return e;
     void *const *a = mc_trigger_addrs[dev];
     const unsigned *src = (const unsigned *)a[0] + mask;
-    for (int k = 1; k < 4; k++)
+    for (int k = 1; k < 5; k++)
         if ((e = cudaMemcpyAsync(a[k], src, sizeof(unsigned), cudaMemcpyDeviceToDevice, st)) != cudaSuccess)
             return e;
     return cudaSuccess;
@@ -90,7 +93,7 @@ cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
 const char *mc_kernel_family(const void *f) {
     const char *(*const files[])(const void *) = {
         mc_gemv_family,    mc_gemv_q8_family, mc_attention_family, mc_attention_unfused_family,
-        mc_sampler_family, mc_digest_family,  mc_token_family,     mc_op_glue_family};
+        mc_sampler_family, mc_digest_family,  mc_token_family,     mc_op_glue_family, mc_gemv_kquant_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)
