@@ -223,13 +223,45 @@ typedef struct run_check {
     memra_error chat_err;
 } run_check;
 
-/* The cuda backend's rules (backends/cuda/cuda_weights.cu: mc_type_ok; cuda_state.cu: mc_open; cuda-graph opens
- * it): matrices of F32, F16, BF16 or Q8_0, the llama, qwen2 and qwen3 architectures, an even
- * head_dim of at most 1024 and n_head a multiple of n_head_kv. The cpu backend
+/* The cuda backend's rules (backends/cuda/cuda_weights.cu: mc_type_ok, mc_check_matrix;
+ * cuda_state.cu: mc_open; cuda-graph opens it): tensors of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q4_K, Q5_K or Q6_K, a quantized one with whole blocks a row (32 columns; 256 for the
+ * K-quants) and a legacy one (Q4_0 .. Q5_1) with at most CUDA_LEGACY_COLS_MAX columns
+ * (backends/cuda/legacy_layout.h: MC_LL_COLS_MAX), the llama, qwen2 and qwen3 architectures, an
+ * even head_dim of at most 1024 and n_head a multiple of n_head_kv. The cpu backend
  * (backends/cpu/cpu_open.c: bind_matrix, cpu_open) takes every architecture memra describes and
  * every type memra_tensor_type_supported accepts. */
+#define CUDA_LEGACY_COLS_MAX 51200u
+static bool cuda_type_legacy(uint32_t t) {
+    return t == MEMRA_TYPE_Q4_0 || t == MEMRA_TYPE_Q4_1 || t == MEMRA_TYPE_Q5_0 || t == MEMRA_TYPE_Q5_1;
+}
+static bool cuda_type_kquant(uint32_t t) {
+    return t == MEMRA_TYPE_Q4_K || t == MEMRA_TYPE_Q5_K || t == MEMRA_TYPE_Q6_K;
+}
 static bool cuda_type_ok(uint32_t t) {
-    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0;
+    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0 ||
+           cuda_type_legacy(t) || cuda_type_kquant(t);
+}
+
+/* A tensor of a type the cuda backend runs whose row it cannot lay out: into buf, true. */
+static bool cuda_shape_refuses(const memra_gguf *g, char *buf, size_t size) {
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        const uint64_t block = t->type == MEMRA_TYPE_Q8_0 || cuda_type_legacy(t->type) ? 32
+                               : cuda_type_kquant(t->type)                            ? 256
+                                                                                      : 0;
+        if (block && t->ne[0] % block != 0) {
+            snprintf(buf, size, "tensor %s is %s with %" PRIu64 " columns, not a multiple of %" PRIu64, t->name,
+                     memra_tensor_type_name(t->type), t->ne[0], block);
+            return true;
+        }
+        if (cuda_type_legacy(t->type) && t->ne[0] > CUDA_LEGACY_COLS_MAX) {
+            snprintf(buf, size, "tensor %s is %s with %" PRIu64 " columns (its GEMV takes at most %u)", t->name,
+                     memra_tensor_type_name(t->type), t->ne[0], CUDA_LEGACY_COLS_MAX);
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool cuda_arch_ok(memra_arch a) {
@@ -306,11 +338,15 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
     }
     for (size_t k = 0; k < rc->n_uses; k++)
         if (!cuda_type_ok(rc->uses[k].type)) {
-            snprintf(buf, size, "%" PRIu64 " tensor%s of type %s, e.g. %s (it computes with F32, F16, BF16 and Q8_0)",
+            snprintf(buf, size,
+                     "%" PRIu64 " tensor%s of type %s, e.g. %s (it computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                     "Q5_0, Q5_1, Q4_K, Q5_K and Q6_K)",
                      rc->uses[k].count, rc->uses[k].count == 1 ? "" : "s", memra_tensor_type_name(rc->uses[k].type),
                      rc->uses[k].names[0]);
             return true;
         }
+    if (cuda_shape_refuses(rc->g, buf, size))
+        return true;
     if (m->head_dim % 2 || m->head_dim > 1024 || m->n_head % m->n_head_kv) {
         snprintf(buf, size, "head_dim %" PRIu32 " with %" PRIu32 " heads and %" PRIu32 " kv heads", m->head_dim,
                  m->n_head, m->n_head_kv);

@@ -131,9 +131,18 @@ memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_a
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
+/* wqkv and wgu are fused uploads (q, k, v stacked; gate and up interleaved) when their parts share
+ * a type. A file may mix types there (Q4_K_M: v in Q6_K, q and k in Q4_K): then qkv_parts > 0 and
+ * qkv_part[0 .. qkv_parts) are the runs of equal type, in q, k, v order (one GEMV each, into
+ * consecutive rows of the output), and gu_split is set, with gate and up in wg and wu (two GEMVs
+ * into a scratch, then the GLU). */
 typedef struct mc_layer {
     float *attn_norm, *ffn_norm, *bqkv, *q_norm, *k_norm;
     mc_matrix wqkv, wo, wgu, wdown;
+    mc_matrix qkv_part[3];
+    uint32_t qkv_parts;
+    bool gu_split;
+    mc_matrix wg, wu;
 } mc_layer;
 
 /* One rank's weights of one stage (with one rank: the stage's). */
@@ -234,6 +243,7 @@ typedef struct mc_stage_state {
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
     float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
+    float *gu_pair;           /* gate rows then up rows (2 n_ff) where a layer's gate and up differ in type */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
     float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] (the rank's kv heads) */

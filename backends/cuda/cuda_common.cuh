@@ -137,6 +137,7 @@ const char *mc_op_glue_family(const void *func);
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);
+cudaError_t mc_gemv_legacy_trigger_addr(void **p);
 
 /* The integer Q8_0 GEMV (gemv_q8.cu): whether it serves w under c, its launch, and its
  * shared-memory limit (once per device). */
@@ -144,5 +145,7 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_q8(const mc_config *c, int swiglu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);
+/* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
+cudaError_t mc_gemv_legacy_prepare(void);
 
 #endif

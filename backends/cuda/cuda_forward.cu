@@ -148,6 +148,39 @@ static memra_status mc_gemv_site(memra_backend *b, mc_stage_state *ss, const mc_
     return MEMRA_OK;
 }
 
+/* The q/k/v GEMV: one fused launch, or one per run of equal type (mc_layer) into consecutive rows
+ * of qkv (each with its rows of the bias). */
+static memra_status mc_qkv_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_layer *L,
+                                const float *x, float *qkv, cudaStream_t q, memra_error *err) {
+    if (L->qkv_parts == 0)
+        return mc_gemv_site(b, ss, at, &L->wqkv, x, L->attn_norm, L->bqkv, NULL, qkv, false, q, err);
+    uint32_t off = 0;
+    for (uint32_t p = 0; p < L->qkv_parts; p++) {
+        memra_status st = mc_gemv_site(b, ss, at, &L->qkv_part[p], x, L->attn_norm, L->bqkv ? L->bqkv + off : NULL,
+                                       NULL, qkv + off, false, q, err);
+        if (st)
+            return st;
+        off += L->qkv_part[p].rows;
+    }
+    return MEMRA_OK;
+}
+
+/* The gate/up GEMV and its GLU: one launch over interleaved rows, or (gate and up of different
+ * types) gate and up into gu_pair, then the GLU. */
+static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_layer *L,
+                               const float *x, float *y, cudaStream_t q, memra_error *err) {
+    if (!L->gu_split)
+        return mc_gemv_site(b, ss, at, &L->wgu, x, L->ffn_norm, NULL, NULL, y, true, q, err);
+    const uint32_t n = L->wg.rows;
+    memra_status st = mc_gemv_site(b, ss, at, &L->wg, x, L->ffn_norm, NULL, NULL, ss->gu_pair, false, q, err);
+    if (!st)
+        st = mc_gemv_site(b, ss, at, &L->wu, x, L->ffn_norm, NULL, NULL, ss->gu_pair + n, false, q, err);
+    if (st)
+        return st;
+    MC_RET(mc_glu_pair(ss->gu_pair, ss->gu_pair + n, n, MC_GLU_SILU, y, q), "launch of the gate/up glu");
+    return MEMRA_OK;
+}
+
 /* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
  * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. */
 static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, const memra_sample_cfg *sample,
@@ -188,8 +221,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const uint32_t layer = sw0->layer_begin + l;
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
-            memra_status st =
-                mc_gemv_site(b, ss, &qkv_at, &L->wqkv, ss->x, L->attn_norm, L->bqkv, NULL, ss->qkv, false, q, err);
+            memra_status st = mc_qkv_site(b, ss, &qkv_at, L, ss->x, ss->qkv, q, err);
             if (st)
                 return st;
             if (b->taps)
@@ -230,8 +262,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             const uint32_t layer = b->w->stages[i][r].layer_begin + l;
             const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
             const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
-            memra_status st =
-                mc_gemv_site(b, ss, &gu_at, &L->wgu, ss->x, L->ffn_norm, NULL, NULL, ss->gu, true, q, err);
+            memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, q, err);
             if (st)
                 return st;
             if (b->taps)

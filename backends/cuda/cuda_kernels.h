@@ -210,6 +210,13 @@ cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps,
 cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
                         cudaStream_t st);
 cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t st);
+#define MC_GLU_NONE 0 /* the GLU kinds (cuda_common.cuh defines them the same, for the kernels) */
+#define MC_GLU_SILU 1
+#define MC_GLU_GELU 2
+/* y[i] = act(g[i]) * u[i], i < n, act by glu (MC_GLU_SILU, MC_GLU_GELU: cuda_common.cuh), with the
+ * formula of the fused GEMVs' store: the GLU of a layer whose gate and up differ in type (two
+ * GEMVs, not one interleaved). */
+cudaError_t mc_glu_pair(const float *g, const float *u, uint32_t n, int glu, float *y, cudaStream_t st);
 /* out[0] = pos[0] - 1: the position of the token whose step has committed, for an op context. */
 cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t st);
 

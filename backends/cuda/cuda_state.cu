@@ -254,6 +254,7 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->att_partial = (float *)mc_take(bp, mc_att_partial_floats(ss->n_head, hdv, capacity) * 4);
     ss->att_out = (float *)mc_take(bp, (uint64_t)ss->n_head * hdv * 4);
     ss->gu = (float *)mc_take(bp, (uint64_t)ss->n_ff * 4);
+    ss->gu_pair = (float *)mc_take(bp, 2ull * ss->n_ff * 4);
     if (ops) { /* op plugins: a normed input, and any GEMV's rows before their store */
         uint64_t rows = qkv > 2ull * ss->n_ff ? qkv : 2ull * ss->n_ff;
         rows = rows > m->n_embd ? rows : m->n_embd;

@@ -14,19 +14,34 @@
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
 #include "cuda_backend.h"
+#include "gemv_quant.h"
+#include "legacy_layout.h"
 #include "memra/ext.h"
 #include "memra/gguf.h"
 #include "memra/model.h"
 #include "memra/numeric.h"
 #include "memra/options.h"
 #include "memra/plugin.h"
+#include "memra/quant.h"
 #include "memra/status.h"
 
 static pthread_mutex_t mc_weights_lock = PTHREAD_MUTEX_INITIALIZER;
 static mc_weights *mc_weights_list;
 
+/* The quantized types beyond Q8_0 (gemv_quant.h's families: blocks of 32 or 256). */
+static bool mc_type_family(uint32_t t) {
+    return t == MEMRA_TYPE_Q4_0 || t == MEMRA_TYPE_Q4_1 || t == MEMRA_TYPE_Q5_0 || t == MEMRA_TYPE_Q5_1 ||
+           t == MEMRA_TYPE_Q4_K || t == MEMRA_TYPE_Q5_K || t == MEMRA_TYPE_Q6_K;
+}
+
 static bool mc_type_ok(uint32_t t) {
-    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0;
+    return t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0 ||
+           mc_type_family(t);
+}
+
+/* Bytes per stored row of data and aux of a family type (false: the family cannot lay it out). */
+static bool mc_qlayout(uint32_t t, uint64_t cols, uint64_t *data_row, uint64_t *aux_row) {
+    return mc_qlayout_legacy(t, cols, data_row, aux_row) || mc_qlayout_kquant(t, cols, data_row, aux_row);
 }
 
 static memra_status mc_check_matrix(const memra_weight *w, memra_error *err) {
@@ -35,18 +50,36 @@ static memra_status mc_check_matrix(const memra_weight *w, memra_error *err) {
     if (!mc_type_ok(w->type))
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
                           "cuda: tensor '%s' has type %s, for which the cuda backend has no kernel (F32, F16, BF16, "
-                          "Q8_0 only)",
+                          "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K only)",
                           w->name ? w->name : "?", memra_tensor_type_name(w->type));
     if (w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK != 0)
         return memra_fail(err, MEMRA_E_FORMAT, "cuda: tensor '%s' is Q8_0 with %llu columns, not a multiple of 32",
                           w->name ? w->name : "?", (unsigned long long)w->cols);
+    if (mc_type_family(w->type)) {
+        const uint32_t blk = memra_quant_block_elems(w->type);
+        uint64_t dr, ar;
+        if (w->cols == 0 || w->cols % blk != 0)
+            return memra_fail(err, MEMRA_E_FORMAT, "cuda: tensor '%s' is %s with %llu columns, not a multiple of %u",
+                              w->name ? w->name : "?", memra_tensor_type_name(w->type), (unsigned long long)w->cols,
+                              blk);
+        if (mc_ll_is(w->type) && w->cols > MC_LL_COLS_MAX)
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cuda: tensor '%s' is %s with %llu columns; its GEMV takes at most %u",
+                              w->name ? w->name : "?", memra_tensor_type_name(w->type), (unsigned long long)w->cols,
+                              MC_LL_COLS_MAX);
+        if (!mc_qlayout(w->type, w->cols, &dr, &ar))
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cuda: tensor '%s' has type %s, for which this build of the cuda backend has no kernel",
+                              w->name ? w->name : "?", memra_tensor_type_name(w->type));
+    }
     if (w->rows > 0xffffffffull / 2 || w->cols > 0x7fffffffull)
         return memra_fail(err, MEMRA_E_RANGE, "cuda: tensor '%s' is too large (%llu x %llu)", w->name ? w->name : "?",
                           (unsigned long long)w->rows, (unsigned long long)w->cols);
     return MEMRA_OK;
 }
 
-/* One element of a host weight, decoded (vectors: norms and biases). */
+/* One element of a host weight, decoded (vectors: norms and biases; a quantized one block by
+ * block as memra/quant.h decodes it). */
 static float mc_host_elem(const memra_weight *w, uint64_t i) {
     const uint8_t *p = (const uint8_t *)w->data;
     uint16_t h;
@@ -59,9 +92,11 @@ static float mc_host_elem(const memra_weight *w, uint64_t i) {
     case MEMRA_TYPE_F16: memcpy(&h, p + 2 * i, 2); return memra_f16_to_f32(h);
     case MEMRA_TYPE_BF16: memcpy(&h, p + 2 * i, 2); return memra_bf16_to_f32(h);
     default: {
-        const uint8_t *blk = p + (i / 32) * MEMRA_Q8_0_BLOCK_BYTES;
-        memcpy(&h, blk, 2);
-        return (float)(int8_t)blk[2 + i % 32] * memra_f16_to_f32(h);
+        float blk[MEMRA_QK_K];
+        const uint32_t be = memra_quant_block_elems(w->type), bb = memra_quant_block_bytes(w->type);
+        if (!be || !memra_dequantize_block(w->type, p + (i / be) * bb, blk))
+            return 0.0f; /* unreachable: mc_put_vector admits these types only */
+        return blk[i % be];
     }
     }
 }
@@ -99,11 +134,13 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
     if (c0 > full_cols || nc > full_cols - c0)
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: columns [%llu, +%llu) of '%s' out of range",
                           (unsigned long long)c0, (unsigned long long)nc, src[0]->name);
-    if (type == MEMRA_TYPE_Q8_0 && (c0 % 32 || nc % 32))
+    const uint32_t blk = memra_quant_block_elems(type); /* 0 for F32, F16, BF16 */
+    if (blk && (c0 % blk || nc % blk))
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "cuda: '%s' is Q8_0 and a rank's columns [%llu, %llu) do not fall on blocks of 32; choose a "
+                          "cuda: '%s' is %s and a rank's columns [%llu, %llu) do not fall on blocks of %u; choose a "
                           "tp that does",
-                          src[0]->name, (unsigned long long)c0, (unsigned long long)(c0 + nc));
+                          src[0]->name, memra_tensor_type_name(type), (unsigned long long)c0,
+                          (unsigned long long)(c0 + nc), blk);
     const uint64_t cols = nc;
     uint64_t rows = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -115,16 +152,31 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
     }
     if (interleave && (n != 2 || nr[0] != nr[1]))
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: gate/up interleave needs two equal matrices");
-    const uint32_t eb = mc_type_elem_bytes(type);
-    const uint64_t stride = mc_matrix_bytes(type, 1, cols) - (type == MEMRA_TYPE_Q8_0 ? cols / 32 * 2 : 0);
+    /* A family type (gemv_quant.h): its data and aux planes, `stride` in bytes. */
+    const bool fam = mc_type_family(type);
+    uint64_t data_row = 0, aux_row = 0;
+    if (fam && !mc_qlayout(type, cols, &data_row, &aux_row))
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: no layout for '%s' (%s, %llu columns)", src[0]->name,
+                          memra_tensor_type_name(type), (unsigned long long)cols);
+    const uint32_t eb = fam ? 1 : mc_type_elem_bytes(type);
+    const uint64_t stride =
+        fam ? data_row : mc_matrix_bytes(type, 1, cols) - (type == MEMRA_TYPE_Q8_0 ? cols / 32 * 2 : 0);
     const uint64_t stride_elems = stride / eb;
-    const uint64_t q_bytes = rows * stride, s_bytes = type == MEMRA_TYPE_Q8_0 ? rows * (cols / 32) * 2 : 0;
+    const uint64_t q_bytes = rows * stride,
+                   s_bytes = type == MEMRA_TYPE_Q8_0 ? rows * (cols / 32) * 2 : fam ? rows * aux_row : 0;
     out->type = type;
     out->rows = (uint32_t)rows;
     out->cols = (uint32_t)cols;
     out->stride = (uint32_t)stride_elems;
     out->data = mc_take(bump, q_bytes);
-    out->scales = s_bytes ? (uint16_t *)mc_take(bump, s_bytes) : NULL;
+    out->scales = NULL;
+    out->aux = NULL;
+    out->aux_stride = fam ? (uint32_t)aux_row : 0;
+    if (type == MEMRA_TYPE_Q8_0)
+        out->scales = (uint16_t *)mc_take(bump, s_bytes);
+    else if (fam && s_bytes)
+        out->aux = mc_take(bump, s_bytes);
+    void *const s_dev = type == MEMRA_TYPE_Q8_0 ? (void *)out->scales : out->aux;
     if (!bump->base)
         return MEMRA_OK;
 
@@ -134,8 +186,9 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
                           (unsigned long long)(q_bytes + s_bytes), src[0]->name);
     uint8_t *hs = host + q_bytes;
     uint64_t r = 0;
-    const uint64_t src_row_bytes = type == MEMRA_TYPE_Q8_0 ? full_cols / 32 * MEMRA_Q8_0_BLOCK_BYTES : full_cols * eb;
-    const uint64_t col_off = type == MEMRA_TYPE_Q8_0 ? c0 / 32 * MEMRA_Q8_0_BLOCK_BYTES : c0 * eb;
+    const uint64_t bb = blk ? memra_quant_block_bytes(type) : 0;
+    const uint64_t src_row_bytes = blk ? full_cols / blk * bb : full_cols * eb;
+    const uint64_t col_off = blk ? c0 / blk * bb : c0 * eb;
     for (uint64_t i = 0; i < rows; i++, r++) {
         const memra_weight *w;
         uint64_t sr;
@@ -152,6 +205,13 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
         }
         const uint8_t *sp = (const uint8_t *)w->data + sr * src_row_bytes + col_off;
         uint8_t *dp = host + r * stride;
+        if (fam) {
+            if (mc_ll_is(type))
+                mc_qrepack_legacy(type, sp, cols, dp, hs + r * aux_row);
+            else
+                mc_qrepack_kquant(type, sp, cols, dp, aux_row ? hs + r * aux_row : NULL);
+            continue;
+        }
         if (type != MEMRA_TYPE_Q8_0) {
             memcpy(dp, sp, cols * eb);
             continue;
@@ -164,10 +224,33 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
     }
     cudaError_t e = cudaMemcpy(out->data, host, q_bytes, cudaMemcpyHostToDevice);
     if (e == cudaSuccess && s_bytes)
-        e = cudaMemcpy(out->scales, hs, s_bytes, cudaMemcpyHostToDevice);
+        e = cudaMemcpy(s_dev, hs, s_bytes, cudaMemcpyHostToDevice);
     free(host);
     if (e != cudaSuccess)
         return mc_cuda_fail(err, e, "uploading a weight matrix (cudaMemcpy)");
+    return MEMRA_OK;
+}
+
+/* Matrices fused on upload (q, k, v stacked; gate and up interleaved): one upload when they share
+ * a type, else one per run of equal type (q and k in Q4_K, v in Q6_K: two; gate and up differing:
+ * two, not interleaved). */
+static memra_status mc_put_fused(mc_bump *bump, const mc_src *srcs, uint32_t n, bool interleave, mc_matrix *parts,
+                                 uint32_t *n_parts, memra_error *err) {
+    uint32_t np = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t j = i + 1;
+        while (j < n && srcs[j].w->type == srcs[i].w->type)
+            j++;
+        if (i == 0 && j == n) {
+            *n_parts = 1;
+            return mc_put_matrix(bump, srcs, n, 0, 0, interleave, &parts[0], err);
+        }
+        memra_status st = mc_put_matrix(bump, srcs + i, j - i, 0, 0, false, &parts[np++], err);
+        if (st)
+            return st;
+        i = j;
+    }
+    *n_parts = np;
     return MEMRA_OK;
 }
 
@@ -181,6 +264,10 @@ static memra_status mc_put_vector(mc_bump *bump, const mc_src *srcs, uint32_t n,
             if (!mc_type_ok(w->type))
                 return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda: tensor '%s' has type %s, which has no kernel",
                                   w->name, memra_tensor_type_name(w->type));
+            const uint32_t be = memra_quant_block_elems(w->type);
+            if (be && (w->rows * w->cols) % be != 0)
+                return memra_fail(err, MEMRA_E_FORMAT, "cuda: vector '%s' is %s with %llu elements, not whole blocks",
+                                  w->name, memra_tensor_type_name(w->type), (unsigned long long)(w->rows * w->cols));
             const uint64_t all = w->rows * w->cols, k = srcs[i].nr ? srcs[i].nr : all - srcs[i].r0;
             if (srcs[i].r0 > all || k > all - srcs[i].r0)
                 return memra_fail(err, MEMRA_E_INTERNAL, "cuda: elements of '%s' out of range", w->name);
@@ -238,8 +325,11 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
         const mc_src bias[3] = {
             {&L->bq, hb * hd, (he - hb) * hd}, {&L->bk, kb * hd, (ke - kb) * hd}, {&L->bv, kb * hdv, (ke - kb) * hdv}};
         const mc_src gu[2] = {{&L->w_gate, fb, fe - fb}, {&L->w_up, fb, fe - fb}};
-        if ((st = mc_put_matrix(bump, qkv, 3, 0, 0, false, &dl->wqkv, err)))
+        if ((st = mc_put_fused(bump, qkv, 3, false, dl->qkv_part, &dl->qkv_parts, err)))
             return st;
+        dl->wqkv = dl->qkv_part[0];
+        if (dl->qkv_parts == 1)
+            dl->qkv_parts = 0;
         const bool any_bias = L->bq.data || L->bk.data || L->bv.data;
         for (int k = 0; k < 3 && any_bias; k++)
             if (!bias[k].w->data || bias[k].w->rows * bias[k].w->cols != qkv[k].w->rows)
@@ -253,8 +343,16 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
         mc_src v1 = {&L->wo, 0, 0};
         if ((st = mc_put_matrix(bump, &v1, 1, hb * hdv, (he - hb) * hdv, false, &dl->wo, err)))
             return st;
-        if ((st = mc_put_matrix(bump, gu, 2, 0, 0, true, &dl->wgu, err)))
+        mc_matrix gu_parts[3];
+        uint32_t n_gu = 0;
+        if ((st = mc_put_fused(bump, gu, 2, true, gu_parts, &n_gu, err)))
             return st;
+        dl->gu_split = n_gu > 1;
+        dl->wgu = gu_parts[0];
+        if (dl->gu_split) {
+            dl->wg = gu_parts[0];
+            dl->wu = gu_parts[1];
+        }
         v1 = (mc_src){&L->w_down, 0, 0};
         if ((st = mc_put_matrix(bump, &v1, 1, fb, fe - fb, false, &dl->wdown, err)))
             return st;

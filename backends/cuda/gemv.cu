@@ -12,6 +12,7 @@
  * gemv_persistent (a grid of at most 4 blocks per multiprocessor whose warps stream row group
  * after row group, for short rows). Measurements: bench/gpu/NOTES.md. */
 #include "cuda_common.cuh"
+#include "gemv_quant.h"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv)
 
@@ -36,6 +37,9 @@ static uint64_t mc_stride_of(uint32_t type, uint64_t cols) {
 }
 
 uint64_t mc_matrix_bytes(uint32_t type, uint64_t rows, uint64_t cols) {
+    uint64_t data_row = 0, aux_row = 0;
+    if (mc_qlayout_legacy(type, cols, &data_row, &aux_row) || mc_qlayout_kquant(type, cols, &data_row, &aux_row))
+        return rows * (data_row + aux_row);
     uint64_t eb = mc_type_elem_bytes(type);
     if (eb == 0)
         return 0;
@@ -510,6 +514,16 @@ static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const f
 template <int SWIGLU>
 static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (w->type) { /* the quantized families beyond Q8_0 (gemv_quant.h) */
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1: return mc_gemv_legacy(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: return mc_gemv_kquant(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
+    default: break;
+    }
     if (mc_gemv_q8_serves(c, w))
         return mc_gemv_q8(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
     return norm_w ? mc_gemv_typed<SWIGLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
@@ -539,7 +553,7 @@ cudaError_t mc_gemv_prepare(void) {
         return cudaSuccess;
     if ((e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return e;
-    if ((e = mc_gemv_q8_prepare()) != cudaSuccess)
+    if ((e = mc_gemv_q8_prepare()) != cudaSuccess || (e = mc_gemv_legacy_prepare()) != cudaSuccess)
         return e;
     mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
     return cudaSuccess;

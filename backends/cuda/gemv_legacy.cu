@@ -1,13 +1,480 @@
-/* gemv_legacy.cu: the Q4_0, Q4_1, Q5_0, Q5_1 GEMVs and embedding lookups (gemv_quant.h). Placeholder until the
- * kernels land: no type is served, so the weights refuse these types by name. */
+/* gemv_legacy.cu: the Q4_0, Q4_1, Q5_0, Q5_1 GEMVs and embedding lookups (gemv_quant.h), on the
+ * split layout of legacy_layout.h (a 16-byte plane of quant nibbles per block, and an aux plane of
+ * the f16 scales d, the f16 minimums m of the _1 types and the rearranged fifth bits of Q5).
+ *
+ * gemv_legacy: persistent blocks of 8 warps (two a multiprocessor); a grid of at most two blocks
+ * per multiprocessor takes contiguous, balanced ranges of row groups (4 rows, gate/up interleaved
+ * for a GLU), each warp slot streaming its row groups back to back with the loads flattened over
+ * them (the next group's first blocks load while the current one's last are summed). Matrices of
+ * few rows split their columns over KS = 2 or 4 warps (parts added in order; KS a function of the
+ * row count). First every block stages x' = x * norm_w (the RMSNorm's 1/rms applied to the
+ * finished dots) in shared memory and sums the squares of x (thread order, warp tree, warps in
+ * order). Lane l of a row group's part p takes blocks 32 p + l, then every 32 KS-th after it,
+ * two at a time:
+ *   qdot=float (QD 0): each weight dequantized exactly as memra/quant.h does ((q - 8) * d,
+ *     q * d + m, ...), the dot a chain of fmaf over the block's 32 elements in element order;
+ *   qdot=auto (QD 1): x' quantized per block of 32 to 23 bits as the integer Q8_0 GEMV does
+ *     (q8x_quant.h: q = rint(x' * QMAX / amax), three int8 planes q = 2^16 hi + 2^8 mid + lo),
+ *     with each plane's sum over the block; per plane the block's dot with the quants less the
+ *     zero point (o = 8 for Q4_0, 16 for Q5_0, 0 for the _1 types) is exact in int32 (dp4a over
+ *     the unpacked nibbles, minus o times the plane's sum), the planes joined in float as
+ *     gemv_q8_0_int joins them and scaled once by d s; the _1 types add the block's sum of x
+ *     (joined the same way) times m s. NMSE against the float path: check_quant_gemv.c.
+ * Each lane's sum, then the fixed warp tree, then the parts in order: the bits depend on the
+ * shapes and qdot alone (not on the grid, pdl or trigger).
+ *
+ * Per call (one matrix a token): reads rows x cols/32 blocks (16 bytes of nibbles, and 2 bytes of
+ * d, 2 of m for Q4_1/Q5_1, 4 of fifth bits for Q5: 18, 20, 22, 24 bytes a block, the file's
+ * bytes), x and norm_w (cols floats, once per block of the grid, from L2), bias and residual (rows
+ * floats); writes y (rows floats; rows/2 with a GLU). embed_legacy reads one row (its blocks) and
+ * writes cols floats. */
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
+#include "legacy_layout.h"
+#include "q8x_quant.h"
 
-bool mc_qlayout_legacy(uint32_t, uint64_t, uint64_t *, uint64_t *) { return false; }
-void mc_qrepack_legacy(uint32_t, const uint8_t *, uint64_t, uint8_t *, uint8_t *) {}
-cudaError_t mc_gemv_legacy(const mc_config *, int, const mc_matrix *, const float *, const float *, float, const float *,
-                           const float *, float *, cudaStream_t) {
-    return cudaErrorNotSupported;
+#define MC_LL_WARPS 8u
+#define MC_LL_U 2u
+#define MC_LL_SMEM_MAX (200u * 1024u)
+
+bool mc_qlayout_legacy(uint32_t type, uint64_t cols, uint64_t *data_row, uint64_t *aux_row) {
+    return mc_ll_layout(type, cols, data_row, aux_row);
 }
-cudaError_t mc_embed_legacy(const mc_matrix *, const int32_t *, float, float *, cudaStream_t) { return cudaErrorNotSupported; }
-const char *mc_gemv_legacy_family(const void *) { return NULL; }
+
+void mc_qrepack_legacy(uint32_t type, const uint8_t *src, uint64_t cols, uint8_t *dst_data, uint8_t *dst_aux) {
+    mc_ll_repack(type, src, cols, dst_data, dst_aux);
+}
+
+/* Shared bytes of a block's staged x: QD 1: per block of 32 columns 7 uint4 (the hi, mid and lo
+ * planes, two uint4 each, then the planes' sums and the scale); QD 0: cols floats. */
+__host__ __device__ static inline uint32_t mc_ll_smem(uint32_t cols, int qd) {
+    return qd ? cols / 32 * 112 : cols * 4;
+}
+
+/* int8 byte i of u (0 .. 255 as unsigned) to float without the integer conversion: 2^23 + byte,
+ * less `bias` (2^23 + the quant's offset): exact. */
+__device__ __forceinline__ float mc_ll_byte(uint32_t u, uint32_t i, float bias) {
+    return __int_as_float(__byte_perm(u, 0x4B000000u, 0x7650u | i)) - bias;
+}
+
+/* The 4 words of low-nibble quants (elements 4k .. 4k+3) and high (16 + 4k ..) of a block, fifth
+ * bits merged for Q5. */
+template <uint32_t T>
+__device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (uint32_t k = 0; k < 4; k++) {
+        lo[k] = w[k] & 0x0F0F0F0Fu;
+        hi[k] = (w[k] >> 4) & 0x0F0F0F0Fu;
+        if (T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1) {
+            lo[k] |= ((qh >> k) & 0x01010101u) << 4;
+            hi[k] |= ((qh >> (k + 4)) & 0x01010101u) << 4;
+        }
+    }
+}
+
+template <uint32_t T, int GLU, int NORM, int KS, int QD>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 2)
+    gemv_legacy(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                const float *residual, float *y, uint32_t n_groups) {
+    extern __shared__ __align__(16) unsigned char llsm[];
+    __shared__ float red[2][MC_LL_WARPS][MC_GEMV_ROWS];
+    __shared__ float bred[MC_LL_WARPS];
+    constexpr bool HM = T == MEMRA_TYPE_Q4_1 || T == MEMRA_TYPE_Q5_1, HH = T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1;
+    constexpr uint32_t SLOTS = MC_LL_WARPS / KS, U = T == MEMRA_TYPE_Q4_0 ? MC_LL_U : 1, PER_IT = 32 * KS * U;
+    const uint32_t nb = w.cols / 32;
+    uint4 *xq = (uint4 *)llsm;   /* QD 1: block b at xq[7b ..]: hi, hi, mid, mid, lo, lo, {sums, scale} */
+    float *xf = (float *)llsm; /* QD 0 */
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nb + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+    const uint32_t d_off = (uint32_t)mc_ll_d_off(T, nb), m_off = (uint32_t)mc_ll_m_off(T, nb);
+
+    uint4 wv[U][MC_GEMV_ROWS];
+    uint16_t dv[U][MC_GEMV_ROWS], mv[U][MC_GEMV_ROWS];
+    uint32_t hv[U][MC_GEMV_ROWS];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nb) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    const char *ar = (const char *)w.aux + (size_t)row * w.aux_stride;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride) + idx);
+                    dv[u][r] = __ldcs((const unsigned short *)(ar + d_off) + idx);
+                    if (HM)
+                        mv[u][r] = __ldcs((const unsigned short *)(ar + m_off) + idx);
+                    if (HH)
+                        hv[u][r] = __ldcs((const unsigned int *)ar + idx);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+
+    /* stage x' (and sum the squares of x): two neighbouring lanes a block of 32, 16 columns each */
+    float ss = 0.0f;
+    for (uint32_t c2 = tid; c2 < 2 * nb; c2 += blockDim.x) {
+        const uint32_t c = c2 >> 1, half = c2 & 1, pair = __activemask(); /* whole pairs: 2 nb, blockDim even */
+        const float *xc = x + (size_t)c * 32 + 16 * half;
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)xc + i);
+            v[4 * i] = a.x;
+            v[4 * i + 1] = a.y;
+            v[4 * i + 2] = a.z;
+            v[4 * i + 3] = a.w;
+        }
+        if (NORM) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= g.x;
+                v[4 * i + 1] *= g.y;
+                v[4 * i + 2] *= g.z;
+                v[4 * i + 3] *= g.w;
+            }
+        }
+        if (!QD) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+                ((float4 *)(xf + (size_t)c * 32 + 16 * half))[i] =
+                    make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+            continue;
+        }
+        float amax = 0.0f;
+        int fin = 1;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            fin &= isfinite(v[i]) ? 1 : 0;
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
+        fin &= __shfl_xor_sync(pair, fin, 1);
+        const bool finite = fin != 0;
+        const float inv = mc_q8x_inv(amax, finite);
+        uint32_t ph[4], pm[4], pl[4];
+        int sh = 0, sm = 0, sl = 0;
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            uint32_t h = 0, md = 0, l = 0;
+#pragma unroll
+            for (uint32_t j = 0; j < 4; j++) {
+                int qh, qm, ql;
+                mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
+                sh += qh;
+                sm += qm;
+                sl += ql;
+                h |= (uint32_t)(qh & 0xff) << (8 * j);
+                md |= (uint32_t)(qm & 0xff) << (8 * j);
+                l |= (uint32_t)(ql & 0xff) << (8 * j);
+            }
+            ph[i] = h;
+            pm[i] = md;
+            pl[i] = l;
+        }
+        sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
+        sm += __shfl_xor_sync(pair, sm, 1);
+        sl += __shfl_xor_sync(pair, sl, 1);
+        uint4 *o = xq + 7 * (size_t)c;
+        o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
+        o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
+        o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+        if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
+            o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+    }
+    if (NORM) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* the staged x and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (NORM) { /* the warps in order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_LL_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    /* offsets: 2^23 plus the quant's zero point */
+    constexpr float BIAS = HM ? 8388608.0f : HH ? 8388624.0f : 8388616.0f;
+    constexpr int OFF = HM ? 0 : HH ? 16 : 8;
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+        uint16_t cd[U][MC_GEMV_ROWS], cm[U][MC_GEMV_ROWS];
+        uint32_t ch[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                cur[u][r] = wv[u][r];
+                cd[u][r] = dv[u][r];
+                cm[u][r] = HM ? mv[u][r] : 0;
+                ch[u][r] = HH ? hv[u][r] : 0;
+            }
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx >= nb)
+                continue;
+            if (QD) {
+                const uint4 *xb = xq + 7 * (size_t)idx;
+                uint32_t P[3][8];
+#pragma unroll
+                for (uint32_t p = 0; p < 3; p++) {
+                    const uint4 a = xb[2 * p], b = xb[2 * p + 1];
+                    P[p][0] = a.x, P[p][1] = a.y, P[p][2] = a.z, P[p][3] = a.w;
+                    P[p][4] = b.x, P[p][5] = b.y, P[p][6] = b.z, P[p][7] = b.w;
+                }
+                const uint4 meta = xb[6];
+                const float sx = __uint_as_float(meta.w);
+                float sumx = 0.0f;
+                if (HM)
+                    sumx = fmaf((float)(int)meta.x, 65536.0f, (float)((int)meta.y * 256 + (int)meta.z));
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    uint32_t lo[4], hi[4];
+                    mc_ll_unpack<T>(cur[u][r], ch[u][r], lo, hi);
+                    int dp[3];
+#pragma unroll
+                    for (uint32_t p = 0; p < 3; p++) {
+                        int a = 0;
+#pragma unroll
+                        for (uint32_t q = 0; q < 4; q++) {
+                            a = __dp4a((int)lo[q], (int)P[p][q], a);
+                            a = __dp4a((int)hi[q], (int)P[p][4 + q], a);
+                        }
+                        dp[p] = a;
+                    }
+                    if (OFF) {
+                        dp[0] -= OFF * (int)meta.x;
+                        dp[1] -= OFF * (int)meta.y;
+                        dp[2] -= OFF * (int)meta.z;
+                    }
+                    const float dot = fmaf((float)dp[0], 65536.0f, (float)(dp[1] * 256 + dp[2]));
+                    const float d = __half2float(__ushort_as_half(cd[u][r]));
+                    acc[r] = fmaf(dot, d * sx, acc[r]);
+                    if (HM)
+                        acc[r] = fmaf(sumx, __half2float(__ushort_as_half(cm[u][r])) * sx, acc[r]);
+                }
+            } else {
+                float4 xv[8];
+#pragma unroll
+                for (uint32_t q = 0; q < 8; q++)
+                    xv[q] = ((const float4 *)(xf + (size_t)idx * 32))[q];
+                const float *xe = (const float *)xv;
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    uint32_t lo[4], hi[4];
+                    mc_ll_unpack<T>(cur[u][r], ch[u][r], lo, hi);
+                    const float d = __half2float(__ushort_as_half(cd[u][r]));
+                    const float m = HM ? __half2float(__ushort_as_half(cm[u][r])) : 0.0f;
+                    float a = acc[r];
+#pragma unroll
+                    for (uint32_t e = 0; e < 32; e++) { /* element order */
+                        const uint32_t word = e < 16 ? lo[(e & 15) / 4] : hi[(e & 15) / 4];
+                        const float q = mc_ll_byte(word, e % 4, BIAS);
+                        const float wt = HM ? __fadd_rn(__fmul_rn(q, d), m) : __fmul_rn(q, d);
+                        a = fmaf(wt, xe[e], a);
+                    }
+                    acc[r] = a;
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: sum, add the parts in order, write */
+        float dsum[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            dsum[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = dsum[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    dsum[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            dsum[r] *= rscale;
+        mc_rows_store<GLU>(dsum, r0, w.rows, bias, residual, y);
+    }
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+// clang-format off
+#define MC_LL_EACH_KQ(F, T, G, N) F(T, G, N, 1, 0) F(T, G, N, 2, 0) F(T, G, N, 4, 0) \
+                                  F(T, G, N, 1, 1) F(T, G, N, 2, 1) F(T, G, N, 4, 1)
+#define MC_LL_EACH_GN(F, T) MC_LL_EACH_KQ(F, T, 0, 0) MC_LL_EACH_KQ(F, T, 0, 1) MC_LL_EACH_KQ(F, T, 1, 0) \
+                            MC_LL_EACH_KQ(F, T, 1, 1) MC_LL_EACH_KQ(F, T, 2, 0) MC_LL_EACH_KQ(F, T, 2, 1)
+#define MC_LL_EACH(F) MC_LL_EACH_GN(F, MEMRA_TYPE_Q4_0) MC_LL_EACH_GN(F, MEMRA_TYPE_Q4_1) \
+                      MC_LL_EACH_GN(F, MEMRA_TYPE_Q5_0) MC_LL_EACH_GN(F, MEMRA_TYPE_Q5_1)
+// clang-format on
+
+/* The shared-memory limit of every instance: once per device, from mc_gemv_prepare (outside any
+ * capture). */
+cudaError_t mc_gemv_legacy_prepare(void) {
+    cudaError_t e = cudaSuccess;
+#define MC_LL_SET(T, G, N, K, Q)                                                                                       \
+    if ((e = cudaFuncSetAttribute(gemv_legacy<T, G, N, K, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,            \
+                                  (int)MC_LL_SMEM_MAX)) != cudaSuccess)                                                \
+        return e;
+    MC_LL_EACH(MC_LL_SET)
+#undef MC_LL_SET
+    return e;
+}
+
+/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on
+ * each of 132 multiprocessors); a function of the row count alone. */
+static uint32_t mc_ll_ksplit(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+template <uint32_t T, int GLU, int NORM, int KS, int QD>
+static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                                const float *bias, const float *residual, float *y, cudaStream_t st) {
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = 2 * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_LL_WARPS);
+    cfg.dynamicSmemBytes = mc_ll_smem(w->cols, QD);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_legacy<T, GLU, NORM, KS, QD>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+template <uint32_t T, int GLU, int NORM, int QD>
+static cudaError_t mc_ll_ks(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                            const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (mc_ll_ksplit(w->rows)) {
+    case 1: return mc_ll_launch<T, GLU, NORM, 1, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_ll_launch<T, GLU, NORM, 2, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_ll_launch<T, GLU, NORM, 4, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+template <uint32_t T, int GLU>
+static cudaError_t mc_ll_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                               const float *bias, const float *residual, float *y, cudaStream_t st) {
+    const bool qd = c->qdot == MC_QDOT_AUTO;
+    if (norm_w)
+        return qd ? mc_ll_ks<T, GLU, 1, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+                  : mc_ll_ks<T, GLU, 1, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+    return qd ? mc_ll_ks<T, GLU, 0, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
+              : mc_ll_ks<T, GLU, 0, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+template <int GLU>
+static cudaError_t mc_ll_glu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                             const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_0: return mc_ll_typed<MEMRA_TYPE_Q4_0, GLU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q4_1: return mc_ll_typed<MEMRA_TYPE_Q4_1, GLU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q5_0: return mc_ll_typed<MEMRA_TYPE_Q5_0, GLU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q5_1: return mc_ll_typed<MEMRA_TYPE_Q5_1, GLU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
+                           float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux)
+        return cudaErrorInvalidValue;
+    switch (glu) {
+    case MC_GLU_NONE: return mc_ll_glu<MC_GLU_NONE>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case MC_GLU_SILU:
+        return w->rows % 2 ? cudaErrorInvalidValue : mc_ll_glu<MC_GLU_SILU>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+    case MC_GLU_GELU:
+        return w->rows % 2 ? cudaErrorInvalidValue : mc_ll_glu<MC_GLU_GELU>(c, w, x, norm_w, eps, NULL, NULL, y, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+/* Per token: reads *token and one row's blocks; writes x (cols floats): each element decoded as
+ * memra/quant.h does, times scale (one rounding) unless scale is 1. */
+__global__ void embed_legacy(const mc_matrix emb, const int32_t *token, float scale, float *x) {
+    int32_t t = *token;
+    if (t < 0 || (uint32_t)t >= emb.rows)
+        t = 0;
+    const uint8_t *data = (const uint8_t *)emb.data + (size_t)t * emb.stride;
+    const uint8_t *aux = (const uint8_t *)emb.aux + (size_t)t * emb.aux_stride;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
+        const float v = mc_ll_elem(emb.type, data, aux, emb.cols, c);
+        x[c] = scale == 1.0f ? v : __fmul_rn(v, scale);
+    }
+}
+
+cudaError_t mc_embed_legacy(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
+    if (!mc_ll_is(emb->type) || emb->cols % 32 || !emb->aux)
+        return cudaErrorInvalidValue;
+    embed_legacy<<<(emb->cols + 255) / 256, 256, 0, st>>>(*emb, token, scale, x);
+    return cudaGetLastError();
+}
+
+cudaError_t mc_gemv_legacy_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+const char *mc_gemv_legacy_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+#define MC_LL_ROW(T, G, N, K, Q) {(const void *)gemv_legacy<T, G, N, K, Q>, (G) ? "gemv_swiglu" : "gemv"},
+        MC_LL_EACH(MC_LL_ROW)
+#undef MC_LL_ROW
+            {(const void *)embed_legacy, "embed"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}

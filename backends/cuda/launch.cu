@@ -53,7 +53,8 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-static void *mc_trigger_addrs[MC_MAX_DEVICES][5];
+#define MC_TRIGGER_COPIES 6 /* mc_trigger_values, then the kernel files' masks */
+static void *mc_trigger_addrs[MC_MAX_DEVICES][MC_TRIGGER_COPIES];
 cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
 
 cudaError_t mc_trigger_prepare(void) {
@@ -64,13 +65,15 @@ cudaError_t mc_trigger_prepare(void) {
     if (dev < 0 || dev >= MC_MAX_DEVICES)
         return cudaErrorInvalidDevice;
     void **a = mc_trigger_addrs[dev];
-    if (a[4])
+    if (a[MC_TRIGGER_COPIES - 1])
         return cudaSuccess;
     if ((e = cudaGetSymbolAddress(&a[0], mc_trigger_values)) != cudaSuccess ||
         (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess ||
         (e = mc_attention_trigger_addr(&a[3])) != cudaSuccess)
         return e;
-    return mc_gemv_kquant_trigger_addr(&a[4]);
+    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess)
+        return e;
+    return mc_gemv_kquant_trigger_addr(&a[5]); /* the last: its address marks the table resolved */
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
@@ -84,7 +87,7 @@ cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
         return e;
     void *const *a = mc_trigger_addrs[dev];
     const unsigned *src = (const unsigned *)a[0] + mask;
-    for (int k = 1; k < 5; k++)
+    for (int k = 1; k < MC_TRIGGER_COPIES; k++)
         if ((e = cudaMemcpyAsync(a[k], src, sizeof(unsigned), cudaMemcpyDeviceToDevice, st)) != cudaSuccess)
             return e;
     return cudaSuccess;
@@ -93,7 +96,8 @@ cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
 const char *mc_kernel_family(const void *f) {
     const char *(*const files[])(const void *) = {
         mc_gemv_family,    mc_gemv_q8_family, mc_attention_family, mc_attention_unfused_family,
-        mc_sampler_family, mc_digest_family,  mc_token_family,     mc_op_glue_family, mc_gemv_kquant_family};
+        mc_sampler_family, mc_digest_family,  mc_token_family,     mc_op_glue_family,
+        mc_gemv_legacy_family, mc_gemv_kquant_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)

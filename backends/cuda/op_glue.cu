@@ -73,6 +73,22 @@ cudaError_t mc_op_swiglu(const float *t, uint32_t rows, float *y, cudaStream_t s
     return cudaGetLastError();
 }
 
+template <int GLU> __global__ void glu_pair_kernel(const float *g, const float *u, uint32_t n, float *y) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = mc_glu<GLU>(g[i], u[i]);
+}
+
+cudaError_t mc_glu_pair(const float *g, const float *u, uint32_t n, int glu, float *y, cudaStream_t st) {
+    if (glu == MC_GLU_SILU)
+        glu_pair_kernel<MC_GLU_SILU><<<(n + 255) / 256, 256, 0, st>>>(g, u, n, y);
+    else if (glu == MC_GLU_GELU)
+        glu_pair_kernel<MC_GLU_GELU><<<(n + 255) / 256, 256, 0, st>>>(g, u, n, y);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
 /* The head runs after its step's commit advanced the position word: the ops there read this copy. */
 __global__ void op_position_before_kernel(const int32_t *pos, int32_t *out) {
     out[0] = pos[0] - 1;
@@ -86,7 +102,8 @@ cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t
 const char *mc_op_glue_family(const void *f) {
     if (f == (const void *)op_rmsnorm_kernel)
         return "op_norm";
-    if (f == (const void *)op_store_kernel || f == (const void *)op_swiglu_kernel)
+    if (f == (const void *)op_store_kernel || f == (const void *)op_swiglu_kernel ||
+        f == (const void *)glu_pair_kernel<MC_GLU_SILU> || f == (const void *)glu_pair_kernel<MC_GLU_GELU>)
         return "op_store";
     return NULL;
 }

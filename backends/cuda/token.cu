@@ -1,6 +1,7 @@
 /* token.cu: the small kernels of a step: the embedding of the input token, the commit of the
  * position, and the token hand-over between steps. */
 #include "cuda_common.cuh"
+#include "gemv_quant.h"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_token)
 
@@ -27,6 +28,16 @@ __global__ void embed_row(const mc_matrix emb, const int32_t *token, float *x) {
 }
 
 cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float *x, cudaStream_t st) {
+    switch (emb->type) { /* the quantized families beyond Q8_0 (gemv_quant.h) */
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1: return mc_embed_legacy(emb, token, 1.0f, x, st);
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: return mc_embed_kquant(emb, token, 1.0f, x, st);
+    default: break;
+    }
     uint32_t blocks = (emb->cols + 255) / 256;
     embed_row<<<blocks, 256, 0, st>>>(*emb, token, x);
     return cudaGetLastError();

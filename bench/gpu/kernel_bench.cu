@@ -3,7 +3,8 @@
  * a token's time goes. Weights are random (never zeros) and rotated over enough copies that no
  * matrix is served from L2. Prints one row per kernel and the per-token sum.
  *
- *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32] [position] [key=value ...]
+ *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [position]
+ *                           [key=value ...]
  *
  * The keys are the cuda backend's arm keys that choose kernels or launches (pdl, trigger, gemv,
  * q8, attention; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`. */
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "gemv_quant.h"
 #include "memra/gguf.h"
 
 #define KB_CHECK(x)                                                                                                    \
@@ -63,12 +65,28 @@ static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols, int
         m->type = type;
         m->rows = rows;
         m->cols = cols;
+        m->scales = NULL;
+        m->aux = NULL;
+        m->aux_stride = 0;
+        uint64_t dr = 0, ar = 0;
+        if (mc_qlayout_legacy(type, cols, &dr, &ar) || mc_qlayout_kquant(type, cols, &dr, &ar)) {
+            /* gemv_quant.h's families: random bits, the aux plane's f16 scales (and any other
+             * fields) drawn small and finite */
+            m->stride = (uint32_t)dr;
+            m->aux_stride = (uint32_t)ar;
+            KB_CHECK(cudaMalloc(&m->data, (size_t)rows * dr));
+            fill(m->data, (size_t)rows * dr, 17 + i, 0xffffffffu, 0);
+            if (ar) {
+                KB_CHECK(cudaMalloc(&m->aux, (size_t)rows * ar));
+                fill(m->aux, (size_t)rows * ar, 99 + i, 0x03ff03ffu, 0x20002000u);
+            }
+            continue;
+        }
         uint32_t eb = mc_type_elem_bytes(type);
         m->stride = (uint32_t)((cols * eb + 15) / 16 * 16 / eb);
         size_t qb = (size_t)rows * m->stride * eb;
         KB_CHECK(cudaMalloc(&m->data, qb));
         fill_type(m->data, qb, type, 17 + i);
-        m->scales = NULL;
         if (type == MEMRA_TYPE_Q8_0) {
             size_t sb = (size_t)rows * (cols / 32) * 2;
             KB_CHECK(cudaMalloc((void **)&m->scales, (sb + 3) / 4 * 4));
@@ -117,7 +135,7 @@ static void kb_config(int argc, char **argv, int first, mc_config *c) {
             if (*allowed)
                 fprintf(stderr, "kernel_bench: %s=%s: expected one of %s\n", key, v, allowed);
             else
-                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention)\n", key);
+                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention, norm, qdot)\n", key);
             exit(2);
         }
     }
@@ -130,10 +148,16 @@ int main(int argc, char **argv) {
     mc_config cfg;
     kb_config(argc, argv, 4, &cfg);
     const mc_config *c = &cfg;
-    uint32_t type = !strcmp(dt, "q8_0")  ? MEMRA_TYPE_Q8_0
-                    : !strcmp(dt, "f16") ? MEMRA_TYPE_F16
-                    : !strcmp(dt, "f32") ? MEMRA_TYPE_F32
-                                         : MEMRA_TYPE_BF16;
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } dts[] = {{"q8_0", MEMRA_TYPE_Q8_0}, {"f16", MEMRA_TYPE_F16}, {"f32", MEMRA_TYPE_F32}, {"q4_0", MEMRA_TYPE_Q4_0},
+               {"q4_1", MEMRA_TYPE_Q4_1}, {"q5_0", MEMRA_TYPE_Q5_0}, {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K},
+               {"q5_k", MEMRA_TYPE_Q5_K}, {"q6_k", MEMRA_TYPE_Q6_K}};
+    uint32_t type = MEMRA_TYPE_BF16;
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+        if (!strcmp(dt, dts[i].name))
+            type = dts[i].type;
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
     if (!strcmp(which, "1b"))
         n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;

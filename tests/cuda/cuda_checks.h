@@ -13,6 +13,14 @@
  * not run). */
 int memra_cuda_check_sampler(FILE *out, int *n_checked);
 
+/* The quantized GEMVs beyond Q8_0 and their embedding lookups against a host reference
+ * (check_quant_gemv.c); returns the number of failures (negative: could not run). */
+int memra_cuda_check_quant_gemv(FILE *out, int *n_checked);
+
+/* Writes PRESET in `type` with every attn_v and ffn_up decoded to F32 (fused matrices of mixed
+ * types, mixed_gguf.c) to path; 0 on success, else the reason in msg. */
+int memra_check_write_mixed(const char *preset, uint32_t type, const char *path, char *msg, size_t size);
+
 typedef struct check_arms_cfg {
     const char *a, *b, *model, *preset;
     uint32_t dtype, prime, gen;

@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_checks.h"
+#include "memra/tensor_type.h"
 
 static void need_device(void) {
     int n = 0;
@@ -82,4 +84,61 @@ Test(cuda, perturbed_token_is_caught) {
     check_arms_result r;
     cr_assert_eq(memra_cuda_check_arms(&c, &r), 1, "the negative control passed: %s", r.msg);
     cr_assert_eq(r.first_bad, 40u, "%s", r.msg);
+}
+
+Test(cuda, quant_gemv_matches_host_reference) {
+    need_device();
+    int checked = 0;
+    int bad = memra_cuda_check_quant_gemv(stderr, &checked);
+    cr_assert_eq(bad, 0, "%d failures in %d quantized GEMV and embedding cases", bad, checked);
+    cr_assert_gt(checked, 50);
+}
+
+/* The legacy quantized types end to end: cpu against cuda (greedy tokens agree, NMSE within the
+ * project's 1e-4) and cuda against cuda-graph bit for bit, on both qdot paths. */
+Test(cuda, legacy_quant_types_cpu_vs_cuda_and_graph) {
+    need_device();
+    static const uint32_t types[] = {MEMRA_TYPE_Q4_0, MEMRA_TYPE_Q4_1, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_1};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_arms_cfg c = arms("cpu", "cuda", "tiny");
+        c.dtype = types[i];
+        c.exact = false;
+        c.nmse_tol = 1e-4;
+        c.prime = 1;
+        c.gen = 63;
+        check_arms_result r;
+        cr_assert_eq(memra_cuda_check_arms(&c, &r), 0, "%s", r.msg);
+        const char *graph[2] = {"cuda-graph:qdot=auto", "cuda-graph:qdot=float"};
+        const char *eager[2] = {"cuda:qdot=auto", "cuda:qdot=float"};
+        for (int k = 0; k < 2; k++) {
+            check_arms_cfg g = arms(eager[k], graph[k], "tiny");
+            g.dtype = types[i];
+            g.sampled = true;
+            cr_assert_eq(memra_cuda_check_arms(&g, &r), 0, "%s", r.msg);
+        }
+    }
+}
+
+/* Fused matrices of mixed types (attn_v and ffn_up in F32 beside Q4_0 q, k and gate, as Q4_K_M
+ * files mix Q6_K into Q4_K): q and k run fused and v apart, gate and up apart with the GLU after.
+ * Before issue 26 the weights refused the file ("fused on upload but differ in type"). */
+Test(cuda, mixed_types_in_fused_matrices) {
+    need_device();
+    char path[512], msg[1200];
+    snprintf(path, sizeof path, "/tmp/memra-test_%d_mixed.gguf", (int)getpid());
+    cr_assert_eq(memra_check_write_mixed("tiny", MEMRA_TYPE_Q4_0, path, msg, sizeof msg), 0, "%s", msg);
+    check_arms_cfg c = arms("cpu", "cuda", NULL);
+    c.model = path;
+    c.exact = false;
+    c.nmse_tol = 1e-4;
+    check_arms_result r;
+    const int nm = memra_cuda_check_arms(&c, &r);
+    check_arms_cfg g = arms("cuda", "cuda-graph", NULL);
+    g.model = path;
+    g.sampled = true;
+    check_arms_result rg;
+    const int ex = memra_cuda_check_arms(&g, &rg);
+    remove(path);
+    cr_assert_eq(nm, 0, "%s", r.msg);
+    cr_assert_eq(ex, 0, "%s", rg.msg);
 }

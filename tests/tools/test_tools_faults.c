@@ -205,6 +205,21 @@ Test(faults, tensor_types_memra_lacks) {
     free(expect_inspect(good, NEEDLES("tensor types:     ok: 57 tensors: F32 14, Q8_0 43", "cpu: runs it"), NULL));
 }
 
+/* The quantized types the cuda backend runs (issue 26): a Q4_0 file and a Q4_K file with Q6_K
+ * attn_v (a Q4_K_M-like mix) run there. Before the cuda backend took these types, inspect said
+ * "cannot: 43 tensors of type Q4_0". (A K-quant row of a partial block, which inspect refuses as
+ * the cuda weights do, is no GGUF file: the writer and reader refuse it.) */
+Test(faults, quantized_types_the_gpu_runs) {
+    tool_require_manifest("cpu.backend.manifest");
+    char *q4 = craft("q4_0.gguf", "small", MEMRA_TYPE_Q4_0, NULL, 0, NULL, 0);
+    free(expect_inspect(q4, NEEDLES("tensor types:     ok: 57 tensors: F32 14, Q4_0 43", "cpu: runs it",
+                                    "cuda, cuda-graph: runs it"),
+                        NULL));
+    const type_change v6[] = {{"*attn_v.weight", MEMRA_TYPE_Q6_K}};
+    char *km = craft("q4_k_m.gguf", "small", MEMRA_TYPE_Q4_K, NULL, 0, v6, 1);
+    free(expect_inspect(km, NEEDLES("cpu: runs it", "cuda, cuda-graph: runs it"), NULL));
+}
+
 /* A type number no reader knows: the file is not readable GGUF, for run and inspect alike. */
 Test(faults, tensor_type_number_unknown_to_gguf) {
     char *path = craft_tiny("type99.gguf", NULL, 0);

@@ -1,0 +1,355 @@
+/* check_quant_gemv.c: the quantized GEMVs beyond Q8_0 (backends/cuda/gemv_quant.h) against a host
+ * float64 reference on random blocks, through the launchers the backend calls (mc_gemv,
+ * mc_gemv_swiglu; mc_gemv_legacy for GELU) with the RMSNorm of x, a bias, a residual and the GLUs
+ * (SiLU, GELU) of interleaved gate/up rows, for qdot=float and qdot=auto, on shapes that take
+ * every column split (KS 1, 2, 4), odd row counts, one block a row and wide rows; and the embedding
+ * lookup, bit for bit against memra/quant.h's decoding (scale 1 and 2.5).
+ *
+ * Tolerances (stated, per output): |y - ref| <= tol * mass, mass = sum_c |W[r][c] x'[c]| + |bias|
+ * + |residual| (for a GLU the mass of act(g) * u in the same first-order way), tol 2^-16 for both
+ * paths (float sums of a few hundred terms per lane; the integer path's 23-bit x adds ~2^-23); and
+ * every launch run twice gives the same bits. Negative controls: one nibble of one weight flipped
+ * on the device must fail the bound, and a wrong d in the embedding row must fail the bits.
+ *
+ * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
+ * Criterion test with MEMRA_CHECK_NO_MAIN. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_checks.h"
+#include "gemv_quant.h"
+#include "memra/numeric.h"
+#include "memra/quant.h"
+#include "memra/tensor_type.h"
+
+#define QG_TOL (1.0 / 65536.0)
+
+static uint64_t qg_next(uint64_t *s) {
+    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+static float qg_unit(uint64_t *s) { return (float)(qg_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
+static float qg_normal(uint64_t *s) {
+    float a = 0.0f;
+    for (int i = 0; i < 4; i++)
+        a += qg_unit(s);
+    return (a - 2.0f) * 1.7f;
+}
+
+/* A random row of `cols` columns of type t in the file's encoding. */
+static void qg_row(uint32_t t, uint32_t cols, uint8_t *dst, uint64_t *s) {
+    const uint32_t bb = memra_quant_block_bytes(t), nb = cols / memra_quant_block_elems(t);
+    for (uint32_t b = 0; b < nb; b++) {
+        uint8_t *blk = dst + (size_t)b * bb;
+        for (uint32_t i = 0; i < bb; i++)
+            blk[i] = (uint8_t)qg_next(s);
+        const uint16_t d = memra_f32_to_f16((qg_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.01f + 0.04f * qg_unit(s)));
+        const uint16_t m = memra_f32_to_f16(0.2f * (qg_unit(s) - 0.5f));
+        memcpy(blk, &d, 2);
+        if (t == MEMRA_QTYPE_Q4_1 || t == MEMRA_QTYPE_Q5_1)
+            memcpy(blk + 2, &m, 2);
+    }
+}
+
+typedef struct qg_shape {
+    uint32_t rows, cols;
+    int norm, bias, res, glu;
+} qg_shape;
+
+static double qg_act(int glu, double g) {
+    if (glu == MC_GLU_GELU)
+        return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    return g / (1.0 + exp(-g));
+}
+
+/* The device matrix of rows of the file's encoding at host (rows x row_bytes). */
+static cudaError_t qg_upload(uint32_t t, uint32_t rows, uint32_t cols, const uint8_t *host, mc_matrix *w) {
+    uint64_t dr = 0, ar = 0;
+    memset(w, 0, sizeof *w);
+    if (!mc_qlayout_legacy(t, cols, &dr, &ar))
+        return cudaErrorInvalidValue;
+    const size_t src_row = (size_t)cols / 32 * memra_quant_block_bytes(t);
+    uint8_t *d = (uint8_t *)calloc((size_t)rows, dr), *a = (uint8_t *)calloc((size_t)rows, ar);
+    cudaError_t e = cudaErrorMemoryAllocation;
+    if (d && a) {
+        for (uint32_t r = 0; r < rows; r++)
+            mc_qrepack_legacy(t, host + r * src_row, cols, d + r * dr, a + r * ar);
+        w->type = t;
+        w->rows = rows;
+        w->cols = cols;
+        w->stride = (uint32_t)dr;
+        w->aux_stride = (uint32_t)ar;
+        e = cudaMalloc(&w->data, (size_t)rows * dr);
+        if (e == cudaSuccess)
+            e = cudaMalloc(&w->aux, (size_t)rows * ar);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(w->data, d, (size_t)rows * dr, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(w->aux, a, (size_t)rows * ar, cudaMemcpyHostToDevice);
+    }
+    free(d);
+    free(a);
+    return e;
+}
+
+static void qg_free(mc_matrix *w) {
+    cudaFree(w->data);
+    cudaFree(w->aux);
+    w->data = w->aux = NULL;
+}
+
+static cudaError_t qg_launch(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *nw,
+                             const float *bias, const float *res, float *y) {
+    if (glu == MC_GLU_SILU)
+        return mc_gemv_swiglu(c, w, x, nw, 1e-5f, y, 0);
+    if (glu == MC_GLU_GELU)
+        return mc_gemv_legacy(c, MC_GLU_GELU, w, x, nw, 1e-5f, NULL, NULL, y, 0);
+    return mc_gemv(c, w, x, nw, 1e-5f, bias, res, y, 0);
+}
+
+/* One type, shape and qdot: 0 pass, else the number of failed outputs (or -1: could not run).
+ * flip: flip one nibble of row 0 on the device first (the negative control). *worst gets the
+ * largest error / mass. */
+static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip, uint64_t seed, double *worst) {
+    const uint32_t R = sh->rows, C = sh->cols, Y = sh->glu ? R / 2 : R;
+    const size_t src_row = (size_t)C / 32 * memra_quant_block_bytes(t);
+    uint64_t s = seed;
+    uint8_t *wq = (uint8_t *)malloc((size_t)R * src_row);
+    float *W = (float *)malloc((size_t)R * C * sizeof(float));
+    float *hx = (float *)malloc((size_t)C * 4), *hn = (float *)malloc((size_t)C * 4);
+    float *hb = (float *)malloc((size_t)R * 4), *hr = (float *)malloc((size_t)R * 4);
+    float *y1 = (float *)malloc((size_t)Y * 4), *y2 = (float *)malloc((size_t)Y * 4);
+    double *xp = (double *)malloc((size_t)C * sizeof(double));
+    float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL, *dy = NULL;
+    mc_matrix w;
+    memset(&w, 0, sizeof w);
+    int bad = -1;
+    if (!wq || !W || !hx || !hn || !hb || !hr || !y1 || !y2 || !xp)
+        goto done;
+    for (uint32_t r = 0; r < R; r++)
+        qg_row(t, C, wq + r * src_row, &s);
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t b = 0; b < C / 32; b++)
+            memra_dequantize_block(t, wq + r * src_row + b * memra_quant_block_bytes(t), W + (size_t)r * C + 32 * b);
+    for (uint32_t c = 0; c < C; c++) {
+        hx[c] = qg_normal(&s);
+        hn[c] = 0.5f + qg_unit(&s);
+    }
+    hx[0] = 3.0f; /* the flipped weight meets a large x */
+    for (uint32_t r = 0; r < R; r++) {
+        hb[r] = qg_normal(&s);
+        hr[r] = qg_normal(&s);
+    }
+    double ssq = 0.0;
+    for (uint32_t c = 0; c < C; c++)
+        ssq += (double)hx[c] * hx[c];
+    const double rs = sh->norm ? 1.0 / sqrt(ssq / C + 1e-5) : 1.0;
+    for (uint32_t c = 0; c < C; c++)
+        xp[c] = sh->norm ? (double)hx[c] * hn[c] * rs : hx[c];
+    if (qg_upload(t, R, C, wq, &w) != cudaSuccess || cudaMalloc((void **)&dx, (size_t)C * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dn, (size_t)C * 4) != cudaSuccess ||
+        cudaMalloc((void **)&db, (size_t)R * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dr, (size_t)R * 4) != cudaSuccess || cudaMalloc((void **)&dy, (size_t)Y * 4) != cudaSuccess)
+        goto done;
+    cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dn, hn, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, hb, (size_t)R * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dr, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
+    if (flip) { /* row 0, block 0, element 0: low nibble's top bit */
+        uint8_t byte;
+        cudaMemcpy(&byte, w.data, 1, cudaMemcpyDeviceToHost);
+        byte ^= 0x08;
+        cudaMemcpy(w.data, &byte, 1, cudaMemcpyHostToDevice);
+    }
+    mc_config cfg = mc_config_default;
+    cfg.qdot = qdot ? MC_QDOT_AUTO : MC_QDOT_FLOAT;
+    const float *nw = sh->norm ? dn : NULL, *bias = sh->bias ? db : NULL, *res = sh->res ? dr : NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        cudaMemset(dy, 0xff, (size_t)Y * 4);
+        cudaError_t e = qg_launch(&cfg, sh->glu, &w, dx, nw, bias, res, dy);
+        if (e == cudaSuccess)
+            e = cudaDeviceSynchronize();
+        if (e == cudaSuccess)
+            e = cudaMemcpy(rep ? y2 : y1, dy, (size_t)Y * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            if (out)
+                fprintf(out, "%s %ux%u: launch failed: %s\n", memra_tensor_type_name(t), R, C, cudaGetErrorString(e));
+            goto done;
+        }
+    }
+    bad = 0;
+    if (memcmp(y1, y2, (size_t)Y * 4) != 0) {
+        if (out)
+            fprintf(out, "%s %ux%u qdot=%s: two runs differ in bits\n", memra_tensor_type_name(t), R, C,
+                    qdot ? "auto" : "float");
+        bad++;
+    }
+    for (uint32_t i = 0; i < Y; i++) {
+        double ref, mass;
+        if (sh->glu) {
+            double g = 0, u = 0, mg = 0, mu = 0;
+            for (uint32_t c = 0; c < C; c++) {
+                g += (double)W[(size_t)(2 * i) * C + c] * xp[c];
+                u += (double)W[(size_t)(2 * i + 1) * C + c] * xp[c];
+                mg += fabs((double)W[(size_t)(2 * i) * C + c] * xp[c]);
+                mu += fabs((double)W[(size_t)(2 * i + 1) * C + c] * xp[c]);
+            }
+            ref = qg_act(sh->glu, g) * u;
+            mass = fabs(qg_act(sh->glu, g)) * mu + 1.2 * mg * fabs(u) + 1e-30; /* |act'| <= 1.2 */
+        } else {
+            double d = 0, m = 0;
+            for (uint32_t c = 0; c < C; c++) {
+                d += (double)W[(size_t)i * C + c] * xp[c];
+                m += fabs((double)W[(size_t)i * C + c] * xp[c]);
+            }
+            ref = d + (sh->bias ? hb[i] : 0.0) + (sh->res ? hr[i] : 0.0);
+            mass = m + (sh->bias ? fabs(hb[i]) : 0.0) + (sh->res ? fabs(hr[i]) : 0.0);
+        }
+        const double err = fabs((double)y1[i] - ref) / mass;
+        if (!(err <= QG_TOL)) {
+            if (out && bad < 3 && !flip)
+                fprintf(out, "%s %ux%u qdot=%s row %u: %.9g, reference %.9g (error %.3g of the mass)\n",
+                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", i, y1[i], ref, err);
+            bad++;
+        }
+        if (worst && err > *worst)
+            *worst = err;
+    }
+done:
+    qg_free(&w);
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(db);
+    cudaFree(dr);
+    cudaFree(dy);
+    free(wq);
+    free(W);
+    free(hx);
+    free(hn);
+    free(hb);
+    free(hr);
+    free(y1);
+    free(y2);
+    free(xp);
+    return bad;
+}
+
+/* The embedding of row `tok` against memra/quant.h, bit for bit (scale 1 and 2.5). corrupt: a
+ * wrong d on the device first (the negative control). Returns the number of mismatches. */
+static int qg_embed(FILE *out, uint32_t t, int corrupt) {
+    const uint32_t R = 5, C = 320, tok = 3;
+    const size_t src_row = (size_t)C / 32 * memra_quant_block_bytes(t);
+    uint64_t s = 77 + t;
+    uint8_t *wq = (uint8_t *)malloc(R * src_row);
+    float ref[320], got[320];
+    int32_t *dt = NULL;
+    float *dx = NULL;
+    mc_matrix w;
+    memset(&w, 0, sizeof w);
+    int bad = -1;
+    if (!wq)
+        return -1;
+    for (uint32_t r = 0; r < R; r++)
+        qg_row(t, C, wq + r * src_row, &s);
+    for (uint32_t b = 0; b < C / 32; b++)
+        memra_dequantize_block(t, wq + tok * src_row + b * memra_quant_block_bytes(t), ref + 32 * b);
+    const int32_t htok = (int32_t)tok;
+    if (qg_upload(t, R, C, wq, &w) != cudaSuccess || cudaMalloc((void **)&dt, 4) != cudaSuccess ||
+        cudaMalloc((void **)&dx, C * 4) != cudaSuccess)
+        goto done;
+    cudaMemcpy(dt, &htok, 4, cudaMemcpyHostToDevice);
+    if (corrupt) { /* block 1's d of the token's row */
+        uint64_t dr = 0, ar = 0;
+        mc_qlayout_legacy(t, C, &dr, &ar);
+        const size_t at = (size_t)tok * ar + (t == MEMRA_QTYPE_Q5_0 || t == MEMRA_QTYPE_Q5_1 ? 4 * (C / 32) : 0) + 2;
+        uint8_t byte;
+        cudaMemcpy(&byte, (uint8_t *)w.aux + at, 1, cudaMemcpyDeviceToHost);
+        byte ^= 0x01;
+        cudaMemcpy((uint8_t *)w.aux + at, &byte, 1, cudaMemcpyHostToDevice);
+    }
+    bad = 0;
+    for (int k = 0; k < 2; k++) {
+        const float scale = k ? 2.5f : 1.0f;
+        if (mc_embed_legacy(&w, dt, scale, dx, 0) != cudaSuccess ||
+            cudaMemcpy(got, dx, C * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            bad = -1;
+            goto done;
+        }
+        for (uint32_t c = 0; c < C; c++) {
+            const float want = k ? ref[c] * scale : ref[c];
+            if (memcmp(&want, &got[c], 4) != 0) {
+                if (out && bad == 0 && !corrupt)
+                    fprintf(out, "%s embedding scale %g element %u: %.9g, want %.9g\n", memra_tensor_type_name(t),
+                            scale, c, got[c], want);
+                bad++;
+            }
+        }
+    }
+done:
+    qg_free(&w);
+    cudaFree(dt);
+    cudaFree(dx);
+    free(wq);
+    return bad;
+}
+
+int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
+    static const uint32_t types[] = {MEMRA_QTYPE_Q4_0, MEMRA_QTYPE_Q4_1, MEMRA_QTYPE_Q5_0, MEMRA_QTYPE_Q5_1};
+    static const qg_shape shapes[] = {
+        {37, 96, 1, 1, 1, MC_GLU_NONE},     /* odd rows, KS 4 */
+        {512, 4096, 1, 1, 0, MC_GLU_NONE},  /* KS 4 */
+        {64, 14336, 0, 0, 1, MC_GLU_NONE},  /* wide: KS 4, many blocks a lane */
+        {4000, 64, 0, 1, 1, MC_GLU_NONE},   /* KS 2 */
+        {9002, 160, 1, 0, 0, MC_GLU_NONE},  /* KS 1, several row groups a warp */
+        {256, 1024, 1, 0, 0, MC_GLU_SILU},  /* gate/up interleaved */
+        {9000, 32, 1, 0, 0, MC_GLU_GELU},   /* one block a row, KS 1 */
+    };
+    int bad = 0, checked = 0;
+    double worst[2] = {0, 0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int qd = 0; qd < 2; qd++) {
+                const int b = qg_case(out, types[ti], &shapes[si], qd, 0, 1000 * ti + 10 * si + qd, &worst[qd]);
+                if (b < 0)
+                    return -1;
+                bad += b;
+                checked++;
+            }
+        const int e = qg_embed(out, types[ti], 0);
+        if (e < 0)
+            return -1;
+        bad += e;
+        checked++;
+        /* negative controls: both must fail */
+        const int nf = qg_case(NULL, types[ti], &shapes[0], 0, 1, 5, NULL);
+        const int ne = qg_embed(NULL, types[ti], 1);
+        if (nf <= 0 || ne <= 0) {
+            if (out)
+                fprintf(out, "%s: negative control not caught (flipped weight: %d failures, wrong d: %d)\n",
+                        memra_tensor_type_name(types[ti]), nf, ne);
+            bad++;
+        }
+    }
+    if (out)
+        fprintf(out, "check_quant_gemv: worst error / mass: qdot=float %.3g, qdot=auto %.3g (tolerance %.3g)\n",
+                worst[0], worst[1], QG_TOL);
+    if (n_checked)
+        *n_checked = checked;
+    return bad;
+}
+
+#ifndef MEMRA_CHECK_NO_MAIN
+int main(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("check_quant_gemv: SKIP (no CUDA device)\n");
+        return 77;
+    }
+    int checked = 0;
+    int bad = memra_cuda_check_quant_gemv(stdout, &checked);
+    printf("check_quant_gemv: %s (%d cases, %d failures)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
+    return bad == 0 ? 0 : 1;
+}
+#endif
