@@ -22,11 +22,6 @@
 #include "gemv_quant.h"
 #include "memra/quant.h"
 
-/* The GLU values of cuda_common.cuh (device code, not includable from C). */
-#define MC_GLU_NONE 0
-#define MC_GLU_SILU 1
-#define MC_GLU_GELU 2
-
 static int failures;
 static uint64_t rng = 0x1234567887654321ull;
 
