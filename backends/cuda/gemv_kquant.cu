@@ -2,7 +2,7 @@
  * layout of kquant_layout.h (the file's bytes, split so every load is an aligned vector).
  *
  * Decode at batch 1 reads each weight once, at ~4.5 to ~6.6 bits: the kernel must sustain ~3 TB/s
- * of weight bytes, so what counts is the instructions per weight. Each block (8 warps) first
+ * of weight bytes, so what counts is the instructions per weight. Each block (16 warps) first
  * stages x' = x * norm_w (the RMSNorm's 1/rms applied to the finished dots, as gemv.cu does; its
  * sum of squares a block sum of fixed shape) in shared memory, per 16-column chunk:
  *  - qdot=auto: x' quantized as gemv_q8.cu does (q8x_quant.h: 23 bits relative to the chunk's
@@ -32,7 +32,9 @@
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
 
-#define MC_KQ_WARPS 8u
+/* 16 warps a block, one block a multiprocessor (all its registers at 128 a thread): the x
+ * prologue, paid once per block, costs half of what two blocks of 8 paid. */
+#define MC_KQ_WARPS 16u
 /* Shared bytes a 16-column chunk of x' takes: three int8 planes and (scale, sum, two Q6_K
  * offsets), or 16 floats. */
 #define MC_KQ_CHUNK_SMEM 64u
@@ -109,7 +111,7 @@ __device__ __forceinline__ void mc_kq_scales_k4(const uint4 &a, uint32_t c, uint
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
 template <uint32_t T, int QF, int GLU, int KS>
-__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 2)
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                 const float *residual, float *y, uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char kqsm[];
@@ -399,7 +401,7 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     const uint32_t smem = mc_kq_smem(w->cols);
     if (smem > (uint32_t)mc_kq_prepared[dev])
         return cudaErrorInvalidValue;
-    const uint32_t per_sm = smem <= 100u * 1024u ? 2 : 1;
+    const uint32_t per_sm = 1;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / KS;
     const uint32_t need = (n_groups + slots - 1) / slots, cap = per_sm * mc_sm_count[dev];
     cudaLaunchConfig_t cfg;
@@ -416,7 +418,7 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     return cudaGetLastError();
 }
 
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on each
+/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps in one block on each
  * of 132 multiprocessors); a function of the row count alone. */
 static uint32_t mc_kq_ksplit(uint32_t rows) {
     const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
