@@ -1,13 +1,509 @@
-/* gemv_kquant.cu: the Q4_K, Q5_K, Q6_K GEMVs and embedding lookups (gemv_quant.h). Placeholder until the
- * kernels land: no type is served, so the weights refuse these types by name. */
+/* gemv_kquant.cu: the Q4_K, Q5_K and Q6_K GEMVs and embedding lookups (gemv_quant.h), on the
+ * layout of kquant_layout.h (the file's bytes, split so every load is an aligned vector).
+ *
+ * Decode at batch 1 reads each weight once, at ~4.5 to ~6.6 bits: the kernel must sustain ~3 TB/s
+ * of weight bytes, so what counts is the instructions per weight. Each block (16 warps) first
+ * stages x' = x * norm_w (the RMSNorm's 1/rms applied to the finished dots, as gemv.cu does; its
+ * sum of squares a block sum of fixed shape) in shared memory, per 16-column chunk:
+ *  - qdot=auto: x' quantized as gemv_q8.cu does (q8x_quant.h: 23 bits relative to the chunk's
+ *    largest element, three int8 planes), with the chunk's scale, the float sum of its x' (for
+ *    the mins of Q4_K and Q5_K) and the plane sums times 32 (for Q6_K's offset of 32). A unit of 16
+ *    quant bytes (32 weights: two half sub-blocks of 16) then costs per row 24 dp4a on the
+ *    unpacked nibbles, exact in integers, and a few float operations for its scales:
+ *    Q4_K/Q5_K: acc += d (sc_lo D_lo s_lo + sc_hi D_hi s_hi) - dmin (m_lo S_lo + m_hi S_hi),
+ *    Q6_K: acc += d (sc_lo D_lo s_lo + sc_hi D_hi s_hi), D the chunk's integer dot as a float,
+ *    s its scale, S its sum. NMSE against the float path: stated in bench/gpu/NOTES.md.
+ *  - qdot=float: x' as floats; every weight dequantized exactly as memra/quant.h does (d * sc
+ *    then times q minus dmin * m; Q6_K: d * sc then times q - 32), each product rounded once,
+ *    and dotted with one fmaf per weight in element order within the unit.
+ * A warp takes 4 rows over column part `part` of KS (units 32 part + lane, then every 32 KS-th;
+ * a warp's units are one coalesced 512-byte line), the parts of a row group added in order, each
+ * block a contiguous, balanced range of row groups, its warps' loads flattened over row groups so
+ * the next row group's first units stream while the current one's last are summed (gemv_q8.cu's
+ * structure). The bits depend on the shapes and qdot alone (not on the grid or the device).
+ *
+ * Per call (one matrix a token): reads rows x the row's data and aux bytes (the file's bytes of
+ * the matrix; streamed), x and norm_w (cols floats, once per block), bias and residual (rows
+ * floats); writes y (rows floats; rows/2 with a GLU). */
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
+#include "kquant_layout.h"
+#include "q8x_quant.h"
 
-bool mc_qlayout_kquant(uint32_t, uint64_t, uint64_t *, uint64_t *) { return false; }
-void mc_qrepack_kquant(uint32_t, const uint8_t *, uint64_t, uint8_t *, uint8_t *) {}
-cudaError_t mc_gemv_kquant(const mc_config *, int, const mc_matrix *, const float *, const float *, float, const float *,
-                           const float *, float *, cudaStream_t) {
-    return cudaErrorNotSupported;
+MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
+
+/* 16 warps a block, one block a multiprocessor (all its registers at 128 a thread): the x
+ * prologue, paid once per block, costs half of what two blocks of 8 paid. */
+#define MC_KQ_WARPS 16u
+/* Shared bytes a 16-column chunk of x' takes: three int8 planes and (scale, sum, two Q6_K
+ * offsets), or 16 floats. */
+#define MC_KQ_CHUNK_SMEM 64u
+
+__host__ __device__ inline uint32_t mc_kq_smem(uint32_t cols) { return cols / 16 * MC_KQ_CHUNK_SMEM; }
+
+__device__ __forceinline__ uint32_t mc_kq_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
 }
-cudaError_t mc_embed_kquant(const mc_matrix *, const int32_t *, float, float *, cudaStream_t) { return cudaErrorNotSupported; }
-const char *mc_gemv_kquant_family(const void *) { return NULL; }
+
+/* A byte of w (0..255) as a float, exactly, without the integer conversion: 2^23 + b - 2^23 - off. */
+__device__ __forceinline__ float mc_kq_byte(uint32_t w, uint32_t i, float off) {
+    return __fsub_rn(__int_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | i)), 8388608.0f + off);
+}
+
+/* One unit's loads for one row. */
+struct mc_kq_unit {
+    uint4 q;     /* 16 bytes of 4-bit quants */
+    uint4 a;     /* Q4_K/Q5_K: d | dmin << 16, scales[0..3], [4..7], [8..11]; Q6_K: .x = the unit's two
+                  * scales, .y = d */
+    uint2 h;     /* Q5_K: .x the fifth bits; Q6_K: A, B (the top two bits) */
+};
+
+template <uint32_t T>
+__device__ __forceinline__ void mc_kq_load(mc_kq_unit &u, const mc_matrix &w, uint32_t row, uint32_t n, uint32_t nb) {
+    const char *d = (const char *)w.data + (size_t)row * w.stride;
+    const char *a = (const char *)w.aux + (size_t)row * w.aux_stride;
+    u.q = __ldcs((const uint4 *)d + n);
+    if (T == MEMRA_TYPE_Q6_K) {
+        u.h = __ldcs((const uint2 *)(d + (size_t)nb * 128) + n);
+        u.a.x = __ldcs((const unsigned short *)a + n);
+        u.a.y = __ldg((const unsigned short *)(a + (size_t)nb * 16) + n / 8);
+    } else {
+        u.a = __ldg((const uint4 *)a + n / 8);
+        if (T == MEMRA_TYPE_Q5_K)
+            u.h.x = __ldcs((const uint32_t *)(d + (size_t)nb * 128) + n);
+    }
+}
+
+/* The 8 quant words of a unit (4 low-nibble words, then 4 high-nibble words), 5th / 5th-6th bits
+ * merged in (Q6_K without its offset of 32). */
+template <uint32_t T> __device__ __forceinline__ void mc_kq_words(const mc_kq_unit &u, uint32_t (&q)[8]) {
+    const uint32_t w[4] = {u.q.x, u.q.y, u.q.z, u.q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        q[k] = w[k] & 0x0F0F0F0Fu;
+        q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
+        if (T == MEMRA_TYPE_Q5_K) {
+            q[k] |= (u.h.x << (4 - k)) & 0x10101010u;
+            q[4 + k] |= (u.h.x >> k) & 0x10101010u;
+        } else if (T == MEMRA_TYPE_Q6_K) {
+            const uint32_t A = k <= 2 ? u.h.x << (4 - 2 * k) : u.h.x >> 2;
+            const uint32_t B = k <= 2 ? u.h.y << (4 - 2 * k) : u.h.y >> 2;
+            q[k] |= A & 0x30303030u;
+            q[4 + k] |= B & 0x30303030u;
+        }
+    }
+}
+
+/* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks (2c: low nibbles, 2c + 1: high
+ * ones), memra_quant_scale_min_k4's decoding two at a time: byte t of sc and m is sub-block 2c + t. */
+__device__ __forceinline__ void mc_kq_scales_k4(const uint4 &a, uint32_t c, uint32_t &sc, uint32_t &m) {
+    const uint32_t sh = 16 * (c & 1);
+    const uint32_t A = a.y >> sh, B = a.z >> sh, E = a.w >> sh;
+    if (c < 2) {
+        sc = A & 0x3F3Fu;
+        m = B & 0x3F3Fu;
+    } else {
+        sc = (E & 0x0F0Fu) | ((A >> 2) & 0x3030u);
+        m = ((E >> 4) & 0x0F0Fu) | ((B >> 2) & 0x3030u);
+    }
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------- */
+
+template <uint32_t T, int QF, int GLU, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                const float *residual, float *y, uint32_t n_groups) {
+    extern __shared__ __align__(16) unsigned char kqsm[];
+    __shared__ float red[2][MC_KQ_WARPS][MC_GEMV_ROWS];
+    __shared__ float bred[MC_KQ_WARPS];
+    constexpr uint32_t SLOTS = MC_KQ_WARPS / KS, PER_IT = 32 * KS;
+    const uint32_t nch = w.cols / 16, nunits = w.cols / 32, nb = w.cols / MEMRA_QK_K;
+    uint4 *xh = (uint4 *)kqsm, *xm = xh + nch, *xl = xm + nch; /* qdot=auto: the planes, then meta */
+    int4 *meta = (int4 *)(xl + nch);
+    float *xf = (float *)kqsm; /* qdot=float: x' */
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nunits + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+
+    mc_kq_unit nx[MC_GEMV_ROWS];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, n = first + PER_IT * i;
+        if (n < nunits) {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                mc_kq_load<T>(nx[r], w, r0 + r < w.rows ? r0 + r : r0, n, nb);
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    float ss = 0.0f;
+    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+        if (norm_w) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
+            }
+        }
+        if (QF) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+                ((float4 *)xf)[4 * c + i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+            continue;
+        }
+        float amax = 0.0f, sum = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            finite = finite && isfinite(v[i]);
+            sum += v[i];
+        }
+        const float inv = mc_q8x_inv(amax, finite);
+        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
+            sh += hi[i], sm += mid[i], sl += lo[i];
+        }
+        xh[c] = make_uint4(mc_kq_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kq_pack4(hi[4], hi[5], hi[6], hi[7]),
+                           mc_kq_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kq_pack4(hi[12], hi[13], hi[14], hi[15]));
+        xm[c] = make_uint4(mc_kq_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kq_pack4(mid[4], mid[5], mid[6], mid[7]),
+                           mc_kq_pack4(mid[8], mid[9], mid[10], mid[11]),
+                           mc_kq_pack4(mid[12], mid[13], mid[14], mid[15]));
+        xl[c] = make_uint4(mc_kq_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kq_pack4(lo[4], lo[5], lo[6], lo[7]),
+                           mc_kq_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kq_pack4(lo[12], lo[13], lo[14], lo[15]));
+        /* the scale (NaN for a non-finite chunk: it stays visible), the sum of x' (the mins), and
+         * 32 times the plane sums (Q6_K's q - 32 = q, less 32 times the sum of x) */
+        meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh,
+                            32 * (256 * sm + sl));
+    }
+    if (norm_w) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* x' and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (norm_w) { /* the block sum: the warps in order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_KQ_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        mc_kq_unit cur[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            cur[r] = nx[r];
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+        const uint32_t n = first + PER_IT * i;
+        if (n < nunits) {
+            /* the x chunks of the unit's low and high nibbles */
+            const uint32_t clo = T == MEMRA_TYPE_Q6_K ? 2 * n - (n & 3) : 2 * n - (n & 1);
+            const uint32_t chi = clo + (T == MEMRA_TYPE_Q6_K ? 4 : 2);
+            const uint32_t c4 = (n >> 1) & 3; /* Q4_K/Q5_K: the unit's 64-element chunk in its block */
+            if (QF) {
+                float xv[2][16];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float4 va = ((const float4 *)xf)[4 * clo + q], vb = ((const float4 *)xf)[4 * chi + q];
+                    xv[0][4 * q] = va.x, xv[0][4 * q + 1] = va.y, xv[0][4 * q + 2] = va.z, xv[0][4 * q + 3] = va.w;
+                    xv[1][4 * q] = vb.x, xv[1][4 * q + 1] = vb.y, xv[1][4 * q + 2] = vb.z, xv[1][4 * q + 3] = vb.w;
+                }
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    uint32_t q[8];
+                    mc_kq_words<T>(cur[r], q);
+                    float d1, m1 = 0.0f, d2, m2 = 0.0f, off = 0.0f;
+                    if (T == MEMRA_TYPE_Q6_K) {
+                        const float d = __half2float(__ushort_as_half((unsigned short)cur[r].a.y));
+                        d1 = __fmul_rn(d, (float)(int8_t)(cur[r].a.x & 0xFF));
+                        d2 = __fmul_rn(d, (float)(int8_t)(cur[r].a.x >> 8));
+                        off = 32.0f;
+                    } else {
+                        const float d = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x & 0xFFFF)));
+                        const float dmin = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x >> 16)));
+                        uint32_t sc, m;
+                        mc_kq_scales_k4(cur[r].a, c4, sc, m);
+                        d1 = __fmul_rn(d, (float)(sc & 0xFF)), m1 = __fmul_rn(dmin, (float)(m & 0xFF));
+                        d2 = __fmul_rn(d, (float)(sc >> 8)), m2 = __fmul_rn(dmin, (float)(m >> 8));
+                    }
+                    float a = acc[r];
+#pragma unroll
+                    for (int t = 0; t < 2; t++)
+#pragma unroll
+                        for (int e = 0; e < 16; e++) {
+                            const float qv = mc_kq_byte(q[4 * t + e / 4], e % 4, off);
+                            const float wv = T == MEMRA_TYPE_Q6_K ? __fmul_rn(t ? d2 : d1, qv)
+                                                                  : __fsub_rn(__fmul_rn(t ? d2 : d1, qv), t ? m2 : m1);
+                            a = fmaf(wv, xv[t][e], a);
+                        }
+                    acc[r] = a;
+                }
+            } else {
+                const uint4 h0 = xh[clo], m0 = xm[clo], l0 = xl[clo], h1 = xh[chi], m1 = xm[chi], l1 = xl[chi];
+                const int4 ma = meta[clo], mb = meta[chi];
+                const float sa = __int_as_float(ma.x), sb = __int_as_float(mb.x);
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    uint32_t q[8];
+                    mc_kq_words<T>(cur[r], q);
+                    int dh0 = 0, dm0 = 0, dl0 = 0, dh1 = 0, dm1 = 0, dl1 = 0;
+                    const uint32_t H0[4] = {h0.x, h0.y, h0.z, h0.w}, M0[4] = {m0.x, m0.y, m0.z, m0.w};
+                    const uint32_t L0[4] = {l0.x, l0.y, l0.z, l0.w}, H1[4] = {h1.x, h1.y, h1.z, h1.w};
+                    const uint32_t M1[4] = {m1.x, m1.y, m1.z, m1.w}, L1[4] = {l1.x, l1.y, l1.z, l1.w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        dh0 = __dp4a((int)q[e], (int)H0[e], dh0);
+                        dm0 = __dp4a((int)q[e], (int)M0[e], dm0);
+                        dl0 = __dp4a((int)q[e], (int)L0[e], dl0);
+                        dh1 = __dp4a((int)q[4 + e], (int)H1[e], dh1);
+                        dm1 = __dp4a((int)q[4 + e], (int)M1[e], dm1);
+                        dl1 = __dp4a((int)q[4 + e], (int)L1[e], dl1);
+                    }
+                    if (T == MEMRA_TYPE_Q6_K) { /* q - 32 */
+                        dh0 -= ma.z, dh1 -= mb.z;
+                        dl0 -= ma.w, dl1 -= mb.w;
+                    }
+                    const float D0 = fmaf((float)dh0, 65536.0f, (float)(dm0 * 256 + dl0)) * sa;
+                    const float D1 = fmaf((float)dh1, 65536.0f, (float)(dm1 * 256 + dl1)) * sb;
+                    if (T == MEMRA_TYPE_Q6_K) {
+                        const float d = __half2float(__ushort_as_half((unsigned short)cur[r].a.y));
+                        const float u = fmaf((float)(int8_t)(cur[r].a.x >> 8), D1,
+                                             (float)(int8_t)(cur[r].a.x & 0xFF) * D0);
+                        acc[r] = fmaf(d, u, acc[r]);
+                    } else {
+                        const float d = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x & 0xFFFF)));
+                        const float dmin = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x >> 16)));
+                        uint32_t sc, m;
+                        mc_kq_scales_k4(cur[r].a, c4, sc, m);
+                        const float u = fmaf((float)(sc >> 8), D1, (float)(sc & 0xFF) * D0);
+                        const float v = fmaf((float)(m >> 8), __int_as_float(mb.y),
+                                             (float)(m & 0xFF) * __int_as_float(ma.y));
+                        acc[r] = fmaf(-dmin, v, fmaf(d, u, acc[r]));
+                    }
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: sum, add the parts in order, write */
+        float d[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= rscale;
+        mc_rows_store<GLU>(d, r0, w.rows, bias, residual, y);
+    }
+}
+
+/* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
+ * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
+__global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
+    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= emb.cols)
+        return;
+    int32_t t = *token;
+    if (t < 0 || (uint32_t)t >= emb.rows)
+        t = 0;
+    const uint8_t *d = (const uint8_t *)emb.data + (size_t)t * emb.stride;
+    const uint8_t *a = (const uint8_t *)emb.aux + (size_t)t * emb.aux_stride;
+    x[c] = __fmul_rn(mc_kq_elem(emb.type, d, a, emb.cols / MEMRA_QK_K, c), scale);
+}
+
+/* ---- launch -------------------------------------------------------------------------------- */
+
+/* The shared-memory limit: x' of up to 58368 columns (one block per multiprocessor past 96 KB). */
+#define MC_KQ_SMEM_MAX (228u * 1024u)
+
+// clang-format off
+#define MC_KQ_EACH_K(F, T, Q, G) F(T, Q, G, 1) F(T, Q, G, 2) F(T, Q, G, 4)
+#define MC_KQ_EACH_G(F, T, Q) MC_KQ_EACH_K(F, T, Q, 0) MC_KQ_EACH_K(F, T, Q, 1) MC_KQ_EACH_K(F, T, Q, 2)
+#define MC_KQ_EACH(F) \
+    MC_KQ_EACH_G(F, MEMRA_TYPE_Q4_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q4_K, 1) \
+    MC_KQ_EACH_G(F, MEMRA_TYPE_Q5_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q5_K, 1) \
+    MC_KQ_EACH_G(F, MEMRA_TYPE_Q6_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q6_K, 1)
+// clang-format on
+
+static int mc_kq_prepared[MC_MAX_DEVICES];
+
+static cudaError_t mc_kq_prepare(int dev) {
+    if (mc_kq_prepared[dev])
+        return cudaSuccess;
+    int optin = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess)
+        return e;
+    const int lim = optin - 2 * 1024 < (int)MC_KQ_SMEM_MAX ? optin - 2 * 1024 : (int)MC_KQ_SMEM_MAX;
+#define MC_KQ_SET(T, Q, G, K)                                                                                             \
+    if ((e = cudaFuncSetAttribute(gemv_kquant<T, Q, G, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim)) !=        \
+        cudaSuccess)                                                                                                   \
+        return e;
+    MC_KQ_EACH(MC_KQ_SET)
+#undef MC_KQ_SET
+    mc_kq_prepared[dev] = lim;
+    return cudaSuccess;
+}
+
+template <uint32_t T, int QF, int GLU, int KS>
+static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                           float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
+        return e;
+    const uint32_t smem = mc_kq_smem(w->cols);
+    if (smem > (uint32_t)mc_kq_prepared[dev])
+        return cudaErrorInvalidValue;
+    const uint32_t per_sm = 1;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = per_sm * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(need < cap ? need : cap);
+    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_kquant<T, QF, GLU, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps in one block on each
+ * of 132 multiprocessors); a function of the row count alone. */
+static uint32_t mc_kq_ksplit(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+template <uint32_t T, int QF, int GLU>
+static cudaError_t mc_kq_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                             float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (mc_kq_ksplit(w->rows)) {
+    case 1: return mc_kq_t<T, QF, GLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 2: return mc_kq_t<T, QF, GLU, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_kq_t<T, QF, GLU, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+template <uint32_t T, int QF>
+static cudaError_t mc_kq_qf(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
+                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    switch (glu) {
+    case MC_GLU_SILU: return mc_kq_any<T, QF, MC_GLU_SILU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case MC_GLU_GELU: return mc_kq_any<T, QF, MC_GLU_GELU>(c, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_kq_any<T, QF, MC_GLU_NONE>(c, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+template <uint32_t T>
+static cudaError_t mc_kq_type(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
+                              float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    return c->qdot == MC_QDOT_FLOAT ? mc_kq_qf<T, 1>(c, glu, w, x, norm_w, eps, bias, residual, y, st)
+                                    : mc_kq_qf<T, 0>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+/* This file's copy of the trigger mask (launch.cu's table). */
+cudaError_t mc_gemv_kquant_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+extern "C" {
+
+bool mc_qlayout_kquant(uint32_t type, uint64_t cols, uint64_t *data_row, uint64_t *aux_row) {
+    return mc_kq_layout(type, cols, data_row, aux_row) != 0;
+}
+
+void mc_qrepack_kquant(uint32_t type, const uint8_t *src, uint64_t cols, uint8_t *dst_data, uint8_t *dst_aux) {
+    uint64_t dr, ar;
+    if (mc_kq_layout(type, cols, &dr, &ar))
+        mc_kq_repack(type, src, cols, dst_data, dst_aux);
+}
+
+cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
+                           float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+    uint64_t dr, ar;
+    if (!mc_kq_layout(w->type, w->cols, &dr, &ar) || w->stride != dr || w->aux_stride != ar || !w->aux ||
+        (glu != MC_GLU_NONE && glu != MC_GLU_SILU && glu != MC_GLU_GELU) || (glu && w->rows % 2))
+        return cudaErrorInvalidValue;
+    if (w->rows == 0)
+        return cudaSuccess;
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K: return mc_kq_type<MEMRA_TYPE_Q4_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
+    case MEMRA_TYPE_Q5_K: return mc_kq_type<MEMRA_TYPE_Q5_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
+    default: return mc_kq_type<MEMRA_TYPE_Q6_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
+    }
+}
+
+cudaError_t mc_embed_kquant(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
+    uint64_t dr, ar;
+    if (!mc_kq_layout(emb->type, emb->cols, &dr, &ar) || emb->stride != dr || emb->aux_stride != ar || !emb->aux ||
+        emb->rows == 0)
+        return cudaErrorInvalidValue;
+    embed_kquant<<<(emb->cols + 255) / 256, 256, 0, st>>>(*emb, token, scale, x);
+    return cudaGetLastError();
+}
+
+const char *mc_gemv_kquant_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+#define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
+        MC_KQ_EACH(MC_KQ_ROW)
+#undef MC_KQ_ROW
+        {(const void *)embed_kquant, "embed"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}
+}

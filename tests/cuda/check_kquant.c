@@ -1,0 +1,281 @@
+/* check_kquant.c: the Q4_K, Q5_K and Q6_K GEMVs and embedding lookups of the cuda backend
+ * (gemv_kquant.cu) against a host reference, a plain program for the device machine (no Criterion
+ * there); exits 77 with the reason printed where there is no CUDA device.
+ *
+ * Random file blocks (sane f16 scales) are repacked with mc_qrepack_kquant and uploaded. For each
+ * type, shape (row counts that take each column split, rows not a multiple of 4) and qdot (auto,
+ * float): plain; RMSNorm + bias + residual in place (residual == y); GLU SiLU and GELU with the norm.
+ * The reference dequantizes with memra/quant.h and sums in double; a row passes when
+ * |y - ref| <= tol * sum |w x'| (tol 1e-5: float rounding over a few thousand terms; the integer
+ * path's 23-bit x keeps it there too). Every call runs twice: the same bits. The NMSE of qdot=auto
+ * against qdot=float is printed. Negative control: one block's d doubled in the device copy must
+ * fail the comparison. Embedding: the row of a device token times a scale, bit for bit against
+ * quant.h's dequantization times the scale (a token out of range gives row 0). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_program.h"
+#include "gemv_quant.h"
+#include "memra/quant.h"
+
+static int failures;
+static uint64_t rng = 0x1234567887654321ull;
+
+static uint64_t next64(void) {
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float uni(void) { return (float)(next64() >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; } /* [-1, 1) */
+
+/* A random f16 of magnitude in [2^-9, 2^-5), positive. */
+static uint16_t rand_scale(void) { return (uint16_t)((6u + next64() % 4) << 10 | (next64() & 0x3ffu)); }
+
+static void rand_blocks(uint32_t type, uint8_t *p, uint64_t nblocks) {
+    const uint32_t bb = memra_quant_block_bytes(type);
+    for (uint64_t b = 0; b < nblocks; b++) {
+        uint8_t *blk = p + b * bb;
+        for (uint32_t i = 0; i < bb; i++)
+            blk[i] = (uint8_t)next64();
+        uint16_t d = rand_scale(), dm = rand_scale();
+        if (type == MEMRA_QTYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dm, 2);
+        }
+    }
+}
+
+typedef struct kq_mat {
+    mc_matrix m;
+    uint8_t *file; /* rows * cols/256 blocks */
+    float *deq;    /* rows * cols */
+} kq_mat;
+
+static void mat_make(kq_mat *k, uint32_t type, uint32_t rows, uint32_t cols) {
+    uint64_t dr = 0, ar = 0;
+    CHECK(mc_qlayout_kquant(type, cols, &dr, &ar), "layout of type %u cols %u", type, cols);
+    const uint64_t nb = cols / 256, bb = memra_quant_block_bytes(type);
+    k->file = malloc(rows * nb * bb);
+    k->deq = malloc((size_t)rows * cols * 4);
+    uint8_t *hd = calloc(rows, dr), *ha = calloc(rows, ar);
+    if (!k->file || !k->deq || !hd || !ha) {
+        printf("  FAIL out of host memory\n");
+        exit(1);
+    }
+    rand_blocks(type, k->file, rows * nb);
+    for (uint32_t r = 0; r < rows; r++) {
+        mc_qrepack_kquant(type, k->file + r * nb * bb, cols, hd + r * dr, ha + r * ar);
+        for (uint64_t b = 0; b < nb; b++)
+            memra_dequantize_block(type, k->file + (r * nb + b) * bb, k->deq + (size_t)r * cols + b * 256);
+    }
+    memset(&k->m, 0, sizeof k->m);
+    k->m.type = type, k->m.rows = rows, k->m.cols = cols;
+    k->m.stride = (uint32_t)dr, k->m.aux_stride = (uint32_t)ar;
+    CHECK_CUDA(cudaMalloc(&k->m.data, rows * dr));
+    CHECK_CUDA(cudaMalloc(&k->m.aux, rows * ar));
+    CHECK_CUDA(cudaMemcpy(k->m.data, hd, rows * dr, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(k->m.aux, ha, rows * ar, cudaMemcpyHostToDevice));
+    free(hd);
+    free(ha);
+}
+
+static void mat_free(kq_mat *k) {
+    cudaFree(k->m.data);
+    cudaFree(k->m.aux);
+    free(k->file);
+    free(k->deq);
+}
+
+static double glu_ref(int glu, double g, double u) {
+    if (glu == MC_GLU_GELU)
+        return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    return g / (1.0 + exp(-g)) * u;
+}
+
+/* Host reference of one call: out (rows, or rows/2 with a GLU) and the bound per output. */
+static void reference(const kq_mat *k, int glu, const float *x, const float *nw, float eps, const float *bias,
+                      const float *res, double *out, double *bound) {
+    const uint32_t rows = k->m.rows, cols = k->m.cols;
+    double ss = 0, rs = 1;
+    for (uint32_t c = 0; c < cols; c++)
+        ss += (double)x[c] * x[c];
+    if (nw)
+        rs = 1.0 / sqrt(ss / cols + eps);
+    double *dot = malloc(rows * sizeof *dot), *mag = malloc(rows * sizeof *mag);
+    for (uint32_t r = 0; r < rows; r++) {
+        double s = 0, a = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            const double xp = nw ? (double)x[c] * nw[c] : x[c], t = (double)k->deq[(size_t)r * cols + c] * xp;
+            s += t;
+            a += fabs(t);
+        }
+        dot[r] = s * rs;
+        mag[r] = a * rs;
+    }
+    const double tol = 1e-5;
+    if (glu) {
+        for (uint32_t p = 0; p < rows / 2; p++) {
+            const double g = dot[2 * p], u = dot[2 * p + 1];
+            out[p] = glu_ref(glu, g, u);
+            bound[p] = 2.0 * tol * ((mag[2 * p] + fabs(g)) * (fabs(u) + mag[2 * p + 1]) + mag[2 * p + 1]) + 1e-30;
+        }
+    } else {
+        for (uint32_t r = 0; r < rows; r++) {
+            out[r] = dot[r] + (bias ? bias[r] : 0.0) + (res ? res[r] : 0.0);
+            bound[r] = tol * (mag[r] + fabs(bias ? bias[r] : 0.0) + fabs(res ? res[r] : 0.0)) + 1e-30;
+        }
+    }
+    free(dot);
+    free(mag);
+}
+
+typedef struct bufs {
+    float *x, *nw, *bias, *y;
+} bufs;
+
+/* One call on the device (twice: the same bits), read back into out. */
+static void run(const mc_config *c, const kq_mat *k, int glu, int norm, int bias_res, const bufs *d, const float *res,
+                float *out, const char *what) {
+    const uint32_t n_out = glu ? k->m.rows / 2 : k->m.rows;
+    float *again = malloc(n_out * 4);
+    for (int rep = 0; rep < 2; rep++) {
+        if (bias_res) /* the residual is y itself */
+            CHECK_CUDA(cudaMemcpy(d->y, res, n_out * 4, cudaMemcpyHostToDevice));
+        else
+            CHECK_CUDA(cudaMemset(d->y, 0xff, n_out * 4));
+        CHECK_CUDA(mc_gemv_kquant(c, glu, &k->m, d->x, norm ? d->nw : NULL, 1e-5f, bias_res ? d->bias : NULL,
+                                  bias_res ? d->y : NULL, d->y, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(rep ? again : out, d->y, n_out * 4, cudaMemcpyDeviceToHost));
+    }
+    CHECK(!memcmp(out, again, n_out * 4), "%s: different bits on repeat", what);
+    free(again);
+}
+
+/* Worst |y - ref| / bound over the outputs (> 1 fails). */
+static double worst(const float *y, const double *ref, const double *bound, uint32_t n) {
+    double w = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const double e = fabs((double)y[i] - ref[i]) / bound[i];
+        if (!(e <= w)) /* NaN too */
+            w = isnan(e) ? INFINITY : e;
+    }
+    return w;
+}
+
+static const char *tname(uint32_t t) { return t == MEMRA_QTYPE_Q4_K ? "q4_k" : t == MEMRA_QTYPE_Q5_K ? "q5_k" : "q6_k"; }
+
+int main(void) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("check_kquant: skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    const uint32_t types[3] = {MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K, MEMRA_QTYPE_Q6_K};
+    /* row counts take the column splits 4 (<= 2112 rows), 2 and 1 (> 4224); not multiples of 4 */
+    const uint32_t shapes[][2] = {{38, 512}, {2114, 768}, {4230, 256}, {6, 2048}, {1000, 4096}};
+    const uint32_t max_rows = 4230, max_cols = 4096;
+    bufs d;
+    CHECK_CUDA(cudaMalloc((void **)&d.x, max_cols * 4));
+    CHECK_CUDA(cudaMalloc((void **)&d.nw, max_cols * 4));
+    CHECK_CUDA(cudaMalloc((void **)&d.bias, max_rows * 4));
+    CHECK_CUDA(cudaMalloc((void **)&d.y, max_rows * 4));
+    float *x = malloc(max_cols * 4), *nw = malloc(max_cols * 4), *bias = malloc(max_rows * 4);
+    float *res = malloc(max_rows * 4), *y = malloc(max_rows * 4), *yf = malloc(max_rows * 4);
+    double *ref = malloc(max_rows * 8), *bound = malloc(max_rows * 8);
+    for (uint32_t i = 0; i < max_cols; i++)
+        x[i] = uni() * 2.0f, nw[i] = 0.5f + uni() * 0.25f;
+    x[7] = 9.0f; /* an outlier: the integer path's per-chunk scale */
+    for (uint32_t i = 0; i < max_rows; i++)
+        bias[i] = uni() * 0.1f, res[i] = uni();
+    CHECK_CUDA(cudaMemcpy(d.x, x, max_cols * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d.nw, nw, max_cols * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d.bias, bias, max_rows * 4, cudaMemcpyHostToDevice));
+    mc_config cf = mc_config_default, ci = mc_config_default;
+    cf.qdot = MC_QDOT_FLOAT;
+    ci.qdot = MC_QDOT_AUTO;
+
+    printf("%-5s %6s %5s %-14s %10s %10s %10s\n", "type", "rows", "cols", "variant", "err/tol f", "err/tol a",
+           "nmse a~f");
+    for (int t = 0; t < 3; t++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            kq_mat k;
+            mat_make(&k, types[t], shapes[s][0], shapes[s][1]);
+            static const struct {
+                const char *name;
+                int glu, norm, bias_res;
+            } vars[] = {{"plain", 0, 0, 0}, {"norm+bias+res", 0, 1, 1}, {"silu+norm", 1, 1, 0}, {"gelu+norm", 2, 1, 0}};
+            for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++) {
+                const uint32_t n_out = vars[v].glu ? k.m.rows / 2 : k.m.rows;
+                char what[96];
+                snprintf(what, sizeof what, "%s %ux%u %s", tname(types[t]), k.m.rows, k.m.cols, vars[v].name);
+                reference(&k, vars[v].glu, x, vars[v].norm ? nw : NULL, 1e-5f, vars[v].bias_res ? bias : NULL,
+                          vars[v].bias_res ? res : NULL, ref, bound);
+                run(&cf, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, yf, what);
+                run(&ci, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y, what);
+                const double wf = worst(yf, ref, bound, n_out), wa = worst(y, ref, bound, n_out);
+                double num = 0, den = 0;
+                for (uint32_t i = 0; i < n_out; i++) {
+                    const double df = (double)y[i] - yf[i];
+                    num += df * df;
+                    den += (double)yf[i] * yf[i];
+                }
+                printf("%-5s %6u %5u %-14s %10.3g %10.3g %10.3g\n", tname(types[t]), k.m.rows, k.m.cols, vars[v].name,
+                       wf, wa, den > 0 ? num / den : 0.0);
+                CHECK(wf <= 1.0, "%s qdot=float: error %.3g of the bound", what, wf);
+                CHECK(wa <= 1.0, "%s qdot=auto: error %.3g of the bound", what, wa);
+            }
+            if (s == 0) { /* negative control: one block's d doubled on the device must be caught */
+                const uint32_t off = types[t] == MEMRA_QTYPE_Q6_K ? 16 * (k.m.cols / 256) + 1 : 1;
+                uint8_t byte;
+                CHECK_CUDA(cudaMemcpy(&byte, (uint8_t *)k.m.aux + 3 * k.m.aux_stride + off, 1, cudaMemcpyDeviceToHost));
+                byte = (uint8_t)(byte + 4); /* f16 exponent + 1: d doubled */
+                CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + 3 * k.m.aux_stride + off, &byte, 1, cudaMemcpyHostToDevice));
+                reference(&k, 0, x, NULL, 1e-5f, NULL, NULL, ref, bound);
+                run(&cf, &k, 0, 0, 0, &d, res, yf, "negative control");
+                run(&ci, &k, 0, 0, 0, &d, res, y, "negative control");
+                const double wf = worst(yf, ref, bound, k.m.rows), wa = worst(y, ref, bound, k.m.rows);
+                printf("%-5s negative control (d of one block doubled): err/tol %.3g (float), %.3g (auto): %s\n",
+                       tname(types[t]), wf, wa, wf > 1.0 && wa > 1.0 ? "caught" : "MISSED");
+                CHECK(wf > 1.0 && wa > 1.0, "%s: the negative control was not caught", tname(types[t]));
+            }
+            if (s == 1) { /* embedding: token 5 times 1 and 2.5, and an out-of-range token */
+                int32_t *dt;
+                float *dx, *hx = malloc(k.m.cols * 4), *want = malloc(k.m.cols * 4);
+                CHECK_CUDA(cudaMalloc((void **)&dt, 4));
+                CHECK_CUDA(cudaMalloc((void **)&dx, k.m.cols * 4));
+                const int32_t toks[3] = {5, 5, (int32_t)k.m.rows};
+                const float scales[3] = {1.0f, 2.5f, 1.0f};
+                for (int q = 0; q < 3; q++) {
+                    CHECK_CUDA(cudaMemcpy(dt, &toks[q], 4, cudaMemcpyHostToDevice));
+                    CHECK_CUDA(mc_embed_kquant(&k.m, dt, scales[q], dx, 0));
+                    CHECK_CUDA(cudaMemcpy(hx, dx, k.m.cols * 4, cudaMemcpyDeviceToHost));
+                    const uint32_t row = (uint32_t)toks[q] < k.m.rows ? (uint32_t)toks[q] : 0;
+                    for (uint32_t c = 0; c < k.m.cols; c++)
+                        want[c] = k.deq[(size_t)row * k.m.cols + c] * scales[q];
+                    CHECK(!memcmp(hx, want, k.m.cols * 4), "%s embed token %d scale %g: not quant.h's bits",
+                          tname(types[t]), toks[q], scales[q]);
+                }
+                cudaFree(dt);
+                cudaFree(dx);
+                free(hx);
+                free(want);
+            }
+            mat_free(&k);
+        }
+        /* a column count that is not a multiple of 256 is refused */
+        mc_matrix bad = {types[t], 4, 320, 0, d.x, NULL, d.x, 0};
+        CHECK(mc_gemv_kquant(&ci, 0, &bad, d.x, NULL, 0.0f, NULL, NULL, d.y, 0) == cudaErrorInvalidValue,
+              "%s: 320 columns not refused", tname(types[t]));
+    }
+    printf("check_kquant: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
+    return failures ? 1 : 0;
+}
