@@ -152,6 +152,7 @@ typedef struct gate_trace {
     uint8_t (*logits_sha)[32]; /* SHA-256 of each step's logits as read back */
     uint8_t (*digest_logits)[32], (*digest_cache)[32], (*digest_hidden)[32]; /* the backend's */
     bool *has_digest;
+    bool *has_logits; /* the step's logits were read back (a prefill chunk's inner steps have none) */
 } gate_trace;
 
 /* A mismatch, wherever the gate found it: one shape for the mismatch record (RECORDS.md). */
@@ -213,6 +214,7 @@ typedef struct gate_bisect {
 /* Everything a gate run found. */
 typedef struct gate_outcome {
     uint32_t steps_compared, bad_steps;
+    uint32_t logit_steps; /* of those, steps whose logits both arms read back (all but chunked primes') */
     bool have_first;
     gate_mismatch first;
     double max_nmse;
@@ -333,6 +335,13 @@ void gate_close_arms(gate_ctx *ctx);
  * with the need, what is available and what to lower when it does not fit. */
 memra_status gate_memory_check(const gate_ctx *ctx, memra_error *err);
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
+/* The prime steps 0..P-1 of `inputs` on state s, as the arm primes: with prefill=1 one step at a
+ * time (fn after each); with prefill=M the steps 0..P-2 in chunks of M (fn after each chunk, with
+ * its last step, the logits of its last position and token -1), then step P-1 as a single step
+ * that samples (so the first generated input is sampled as with prefill=1). */
+memra_status gate_prime(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const int64_t *inputs,
+                        const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
+                        memra_error *err);
 void gate_trace_free(gate_trace *t);
 
 /* Runs the reference on A into ctx->ref. */

@@ -71,6 +71,12 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
             "the prime and generated phases)",
             o->steps_compared, cfg->prime, cfg->gen, o->digest_steps, both ? "either arm's" : "its", who);
     }
+    const uint32_t pa = memra_arm_prefill(a->arm), pb = memra_arm_prefill(b->arm);
+    if ((pa > 1 || pb > 1) && cfg->prime > 1)
+        add(v,
+            "; primed in chunks (prefill a=%u, b=%u): of the %u prime steps, the logits compared at the %u that "
+            "both arms read back (the chunk boundaries and the last prime step), digests there",
+            pa, pb, cfg->prime, o->logit_steps > cfg->gen ? o->logit_steps - cfg->gen : 0);
     if (cfg->nmse)
         add(v, " (max %.3g <= %g; tokens agree %u/%u)", o->max_nmse, cfg->nmse_tol, o->token_agree, o->token_total);
     if (cfg->profile)

@@ -33,7 +33,7 @@ memra_status gate_memory_check(const gate_ctx *ctx, memra_error *err) {
     const memra_model *m = ctx->lm->model;
     const uint64_t steps = (uint64_t)cfg->prime + cfg->gen, V = m->n_vocab;
     /* a trace's per-step members: inputs, tokens, four digests, has_digest */
-    const uint64_t per_step = 2 * sizeof(int64_t) + 4 * 32 + sizeof(bool);
+    const uint64_t per_step = 2 * sizeof(int64_t) + 4 * 32 + 2 * sizeof(bool);
     uint64_t need = steps * V * sizeof(float) /* the reference's logits */
                     + 2 * steps * per_step    /* both traces */
                     + 4 * V * sizeof(float)   /* logits read back, the comparison's copy */
@@ -83,8 +83,9 @@ memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, b
     t->digest_cache = calloc(steps, sizeof *t->digest_cache);
     t->digest_hidden = calloc(steps, sizeof *t->digest_hidden);
     t->has_digest = calloc(steps, sizeof *t->has_digest);
+    t->has_logits = calloc(steps, sizeof *t->has_logits);
     if ((keep_logits && !t->logits) || !t->inputs || !t->tokens || !t->logits_sha || !t->digest_logits ||
-        !t->digest_cache || !t->digest_hidden || !t->has_digest) {
+        !t->digest_cache || !t->digest_hidden || !t->has_digest || !t->has_logits) {
         gate_trace_free(t);
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory for a trace of %u steps x %u logits", steps, n_vocab);
     }
@@ -100,7 +101,55 @@ void gate_trace_free(gate_trace *t) {
     free(t->digest_cache);
     free(t->digest_hidden);
     free(t->has_digest);
+    free(t->has_logits);
     memset(t, 0, sizeof *t);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Priming                                                                                     */
+
+typedef struct prime_chunks {
+    gate_ctx *ctx;
+    gate_arm *arm;
+    gate_trace *trace; /* the trace whose inner steps get token -1; NULL: none */
+    memra_arm_step_fn fn;
+    void *user;
+    uint32_t next; /* the first step of the chunk in progress */
+} prime_chunks;
+
+/* After a chunk: its inner steps counted for the epoch census (each chunk position runs every
+ * all-reduce once, as a step does), then the caller's callback for its last step. */
+static memra_status prime_boundary(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                                   bool drained, memra_error *err) {
+    prime_chunks *p = user;
+    for (uint32_t k = p->next; k < step; k++) {
+        if (p->trace)
+            p->trace->tokens[k] = -1;
+        memra_status st = gate_tp_epochs_step(p->ctx, p->arm, k, false, err);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    p->next = step + 1;
+    return p->fn ? p->fn(p->user, step, logits, res, drained, err) : MEMRA_OK;
+}
+
+static memra_status prime_traced(gate_ctx *ctx, gate_arm *arm, gate_trace *trace, memra_arm_state *s,
+                                 const int64_t *inputs, const memra_sample_cfg *sample, float *logits,
+                                 memra_arm_step_fn fn, void *user, memra_error *err) {
+    const uint32_t P = ctx->cfg->prime;
+    if (memra_arm_prefill(arm->arm) <= 1 || P < 2)
+        return memra_arm_run(s, inputs, 0, P, sample, logits, fn, user, err);
+    prime_chunks pc = {.ctx = ctx, .arm = arm, .trace = trace, .fn = fn, .user = user};
+    memra_status st = memra_arm_prefill_run(s, inputs, 0, P - 1, logits, prime_boundary, &pc, err);
+    if (st == MEMRA_OK)
+        st = memra_arm_run(s, inputs, P - 1, 1, sample, logits, fn, user, err);
+    return st;
+}
+
+memra_status gate_prime(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const int64_t *inputs,
+                        const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
+                        memra_error *err) {
+    return prime_traced(ctx, arm, NULL, s, inputs, sample, logits, fn, user, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -117,6 +166,7 @@ static memra_status reference_step(void *user, uint32_t step, const float *logit
     gate_trace *t = &run->ctx->ref;
     memcpy(t->logits + (size_t)step * t->n_vocab, logits, (size_t)t->n_vocab * sizeof(float));
     memra_sha256(logits, (size_t)t->n_vocab * sizeof(float), t->logits_sha[step]);
+    t->has_logits[step] = true;
     t->tokens[step] = res->token;
     if (drained) {
         memra_status st =
@@ -146,8 +196,8 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
         t->inputs[i] = ctx->prompt[i];
     if ((st = gate_tp_epochs_begin(ctx, &ctx->a, err)) != MEMRA_OK)
         goto out;
-    /* The prime inputs are known: they may be pipelined. */
-    st = memra_arm_run(run.s, t->inputs, 0, P, sample, logits, reference_step, &run, err);
+    /* The prime inputs are known: they may be pipelined, or run in the arm's prefill chunks. */
+    st = prime_traced(ctx, &ctx->a, t, run.s, t->inputs, sample, logits, reference_step, &run, err);
     /* Each generated input is the token the previous step sampled: one step at a time. */
     for (uint32_t g = 0; g < N && st == MEMRA_OK; g++) {
         t->inputs[P + g] = t->tokens[P + g - 1];
@@ -178,12 +228,18 @@ static void compare_step(gate_ctx *ctx, uint32_t step, const float *logits, gate
                          .have_diff = true,
                          .token_ref = ref->tokens[step],
                          .token_got = rep->tokens[step]};
-    gate_compare_logits(ref->logits + (size_t)step * ref->n_vocab, logits, ref->n_vocab, &m->diff);
+    /* Where arm a primed in chunks, its inner prime steps have no logits: only the steps both
+     * arms read back are compared (every chunk boundary of b that is one of a's too). */
+    if (ref->has_logits[step])
+        gate_compare_logits(ref->logits + (size_t)step * ref->n_vocab, logits, ref->n_vocab, &m->diff);
     m->nonfinite = m->diff.n_nonfinite_got || m->diff.n_nonfinite_ref;
     *digests = !nmse && ref->has_digest[step] && rep->has_digest[step];
+    /* a chunk samples nothing: a prime step's token is compared where both arms sampled it (the
+     * last prime step always is, and every generated one) */
+    const bool tokens = step + 1 >= ctx->cfg->prime || (m->token_ref >= 0 && m->token_got >= 0);
     if (!nmse) {
         m->logits = m->diff.n_diff > 0;
-        m->token = m->token_ref != m->token_got;
+        m->token = tokens && m->token_ref != m->token_got;
     } else {
         m->nmse_over = !(m->diff.nmse <= ctx->cfg->nmse_tol);
     }
@@ -209,6 +265,7 @@ static memra_status replay_step(void *user, uint32_t step, const float *logits, 
     gate_outcome *o = &ctx->out;
     rep->tokens[step] = res->token;
     memra_sha256(logits, (size_t)rep->n_vocab * sizeof(float), rep->logits_sha[step]);
+    rep->has_logits[step] = true;
     if (drained) {
         memra_status st =
             memra_arm_digests(run->s, rep->digest_logits[step], rep->digest_cache[step], rep->digest_hidden[step], err);
@@ -224,7 +281,8 @@ static memra_status replay_step(void *user, uint32_t step, const float *logits, 
     bool digests;
     compare_step(ctx, step, logits, &m, &digests);
     bool bad = m.logits || m.nmse_over || m.nonfinite || m.token || m.cache || m.hidden || m.digest_logits;
-    o->steps_compared++;
+    o->steps_compared += ctx->ref.has_logits[step] || digests; /* a chunked a's inner steps: nothing to compare */
+    o->logit_steps += ctx->ref.has_logits[step];
     o->digest_steps += digests;
     if (isfinite(m.diff.nmse) && m.diff.nmse > o->max_nmse)
         o->max_nmse = m.diff.nmse;
@@ -268,7 +326,7 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
         memcpy(rep->inputs, ctx->ref.inputs, (size_t)rep->steps * sizeof *rep->inputs);
         st = gate_tp_epochs_begin(ctx, &ctx->b, err);
         if (st == MEMRA_OK)
-            st = memra_arm_run(run.s, rep->inputs, 0, P, sample, logits, replay_step, &run, err);
+            st = prime_traced(ctx, &ctx->b, rep, run.s, rep->inputs, sample, logits, replay_step, &run, err);
         if (st == MEMRA_OK)
             st = memra_arm_run(run.s, rep->inputs, P, N, sample, logits, replay_step, &run, err);
         gate_tp_epochs_end(&ctx->b);

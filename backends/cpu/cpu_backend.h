@@ -114,6 +114,10 @@ struct memra_backend {
     const memra_op_binding *op_rmsnorm, *op_rope, *op_attention, *op_topk;
     const memra_op_binding *op_gemv[64]; /* by weight type */
     uint32_t op_position;                /* the step's position, for the ops' context */
+    /* Prefill: rows the activations hold (the arm's `prefill`, CPU_DEFAULT_PREFILL for auto), and
+     * the row of the last position of the step or chunk in progress (its hidden state). */
+    uint32_t chunk, last_row;
+    uint32_t rope_pos; /* the position rope_cos/rope_sin hold */
 };
 
 typedef struct cpu_slot {
@@ -143,6 +147,7 @@ struct memra_state {
 /* The arm's options, read and checked (cpu_plugin.c). */
 typedef struct cpu_config {
     uint32_t threads, vdevices, grain;
+    uint32_t prefill; /* the core key `prefill` as the activations are sized: auto is CPU_DEFAULT_PREFILL */
     const char *collective;
 } cpu_config;
 
@@ -161,16 +166,23 @@ memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_st
 
 /* cpu_forward.c: one token through every layer, then the final norm and the head. */
 memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err);
+/* A prefill chunk: nr (<= b->chunk) rows, tokens[j] at position pos0 + j (cpu_step_chunk). */
+memra_status cpu_forward_rows(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t nr, uint32_t pos0,
+                              memra_error *err);
 void cpu_head_forward(memra_backend *b);
 /* The sampler's sort through the arm's op.topk plugin (memra_sample_sort_fn; user is the backend). */
 void cpu_op_topk(void *user, const float *logits, uint32_t n_vocab, uint32_t k, uint32_t *seq);
-static inline const float *cpu_last_hidden(const memra_backend *b) { return b->stages[b->n_stages - 1].ranks[0].x; }
+static inline const float *cpu_last_hidden(const memra_backend *b) {
+    return b->stages[b->n_stages - 1].ranks[0].x + (size_t)b->last_row * b->m->n_embd;
+}
 
 /* cpu_tp.c: the collective of tensor parallelism. */
 memra_status cpu_open_collective(memra_backend *b, const memra_plan *plan, const cpu_config *cfg,
                                  const memra_options *opts, memra_error *err);
 void cpu_collective_step_begin(memra_backend *b, uint32_t pos);
-memra_status cpu_all_reduce(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err);
+/* row: which row of the ranks' xn (a prefill chunk's; 0 for a step). */
+memra_status cpu_all_reduce(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, uint32_t row,
+                            memra_error *err);
 memra_status cpu_hand_cells(memra_backend *b, uint32_t pos, memra_error *err);
 void cpu_drop_handed_cells(memra_backend *b);
 memra_status cpu_check_statuses(memra_backend *b, uint32_t pos, memra_error *err);
@@ -201,5 +213,11 @@ memra_status cpu_step_tapped(memra_backend *b, memra_state *s, const memra_step_
 memra_status cpu_check_not_quarantined(const memra_state *s, const char *what, memra_error *err);
 memra_status cpu_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
 memra_status cpu_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err);
+/* The backend's step_chunk (plugin.h): count positions as one transaction. */
+memra_status cpu_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                            memra_error *err);
+/* The chunk the cpu runs best (prefill=auto), and how the backend reads the key. */
+#define CPU_DEFAULT_PREFILL 64u
+uint32_t cpu_prefill_chunk(const memra_host *host, const memra_options *opts);
 
 #endif

@@ -14,6 +14,17 @@
  * Per token the backend reads every weight matrix once (the mapped file's weight bytes, the
  * embedding row only), and per layer reads K and V rows [0, pos] and writes one K and one V row.
  *
+ * A prefill chunk (step_chunk, cpu_step.c) runs nr consecutive positions through the same code
+ * with nr rows of activations (the rank's buffers hold b->chunk rows): each matrix-vector product
+ * walks its weight rows in tiles of about 16 KiB and dots each tile's rows with all nr inputs
+ * while the tile is hot in cache, so a chunk reads its weights once, not nr times. Every output
+ * element is still one call of the single-token kernel on the same row and the same input
+ * (cpu_matvec_rows over a row range: the same dot, in the same order), norms and activations are
+ * per row, RoPE uses the row's own position's tables, and attention runs row by row in position
+ * order, each row writing its K/V rows and then attending over [0, its position] (causal in the
+ * chunk). The all-reduces run per row, at the row's position, with the statuses checked after
+ * each. So a chunk gives exactly the bits of nr single steps (chunk invariance, plugin.h).
+ *
  * RoPE angles: theta_i = (pos / linear_factor) * freq_i computed in double from the float
  * freq_i of memra_model_rope_freq; cos and sin are taken in double (libm) and rounded once to
  * float. The rotation itself is float.
@@ -71,14 +82,21 @@ static void rmsnorm(const memra_backend *b, const memra_op_ctx *c, const float *
         cpu_rmsnorm(x, w, n, b->m->rms_eps, out);
 }
 
-/* Up to three matrix-vector products sharing one input, run as one task over their rows. */
+/* Weight bytes a tile of rows may span while it is dotted with every input of a chunk. */
+#define MATVEC_TILE_BYTES 16384u
+
+/* Up to three matrix-vector products sharing one input, run as one task over their rows; with
+ * nr > 1 inputs (a chunk: x holds nr rows of x_stride floats, y[i] nr rows of y_stride[i]), the
+ * rows of each tile of weights are dotted with every input before the next tile. */
 typedef struct matvec_task {
     const memra_backend *b;
     const cpu_matrix *w[3];
     float *y[3];
+    size_t y_stride[3];
     memra_op_ctx ctx[3];
     const float *x;
-    uint32_t n;
+    size_t x_stride;
+    uint32_t n, nr;
 } matvec_task;
 
 static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
@@ -90,24 +108,46 @@ static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
         uint32_t lo = begin > base ? begin - base : 0;
         uint32_t hi = end - base < rows ? end - base : rows;
         const memra_op_binding *op = w->type < 64 ? t->b->op_gemv[w->type] : NULL;
-        if (end > base && lo < hi && op)
-            op->vt->cpu_gemv(op->op, &t->ctx[i], w->type, w->data, w->row_bytes, w->cols, t->x, t->y[i], lo, hi);
-        else if (end > base && lo < hi)
-            cpu_matvec_rows(w, t->x, t->y[i], lo, hi);
+        uint32_t tile = t->nr == 1 ? rows : (uint32_t)(MATVEC_TILE_BYTES / (w->row_bytes ? w->row_bytes : 1));
+        if (tile == 0)
+            tile = 1;
+        for (uint32_t r0 = lo; end > base && r0 < hi; r0 += tile) {
+            uint32_t r1 = hi - r0 < tile ? hi : r0 + tile;
+            for (uint32_t j = 0; j < t->nr; j++) {
+                const float *x = t->x + j * t->x_stride;
+                float *y = t->y[i] + j * t->y_stride[i];
+                if (op) {
+                    memra_op_ctx c = t->ctx[i];
+                    c.position += j; /* the row's own position */
+                    op->vt->cpu_gemv(op->op, &c, w->type, w->data, w->row_bytes, w->cols, x, y, r0, r1);
+                } else {
+                    cpu_matvec_rows(w, x, y, r0, r1);
+                }
+            }
+        }
         base += rows;
     }
 }
 
-/* c: the context of each product (its site); n of them. */
-static void matvec(memra_backend *b, const memra_op_ctx *c, const float *x, uint32_t n, const cpu_matrix *w0, float *y0,
-                   const cpu_matrix *w1, float *y1, const cpu_matrix *w2, float *y2) {
-    matvec_task t = {.b = b, .w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .n = n};
-    for (uint32_t i = 0; i < n; i++)
+/* c: the context of each product (its site); n of them, over nr rows of input (x: x_stride
+ * floats apart; y_i: the product's output width apart). */
+static void matvec_nr(memra_backend *b, const memra_op_ctx *c, const float *x, size_t x_stride, uint32_t nr, uint32_t n,
+                      const cpu_matrix *w0, float *y0, const cpu_matrix *w1, float *y1, const cpu_matrix *w2,
+                      float *y2) {
+    matvec_task t = {.b = b, .w = {w0, w1, w2}, .y = {y0, y1, y2}, .x = x, .x_stride = x_stride, .n = n, .nr = nr};
+    for (uint32_t i = 0; i < n; i++) {
         t.ctx[i] = c[i];
+        t.y_stride[i] = t.w[i]->rows;
+    }
     uint32_t rows = 0;
     for (uint32_t i = 0; i < n; i++)
         rows += t.w[i]->rows;
-    cpu_pool_run(b->pool, rows, w0->cols, matvec_run, &t);
+    cpu_pool_run(b->pool, rows, (uint64_t)w0->cols * nr, matvec_run, &t);
+}
+
+static void matvec(memra_backend *b, const memra_op_ctx *c, const float *x, uint32_t n, const cpu_matrix *w0, float *y0,
+                   const cpu_matrix *w1, float *y1, const cpu_matrix *w2, float *y2) {
+    matvec_nr(b, c, x, 0, 1, n, w0, y0, w1, y1, w2, y2);
 }
 
 typedef struct attention_task {
@@ -188,146 +228,9 @@ static void norm_and_rope(memra_backend *b, memra_op_ctx c, float *x, uint32_t h
     }
 }
 
-/* Rank r's attention partial of layer il at position pos into rk->xn (n_embd): reads its slices
- * once and its K/V rows [0, pos], writes its K and V rows of pos (past the committed prefix until
- * the step commits). With one rank this is the whole attention output. */
-static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos) {
-    const memra_model *m = b->m;
-    cpu_rank *rk = &sg->ranks[r];
-    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
-    float *k_cache = s->k_cache[(size_t)il * MEMRA_MAX_RANKS + r];
-    float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
-    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "attn_norm");
-    rmsnorm(b, &norm_c, rk->x, L->attn_norm, m->n_embd, rk->xn);
-    if (b->taps)
-        cpu_tap_rank(b, sg, r, CPU_SITE_ATTN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
-    const memra_op_ctx qkv_c[3] = {op_ctx(b, sg, r, il, "q"), op_ctx(b, sg, r, il, "k"), op_ctx(b, sg, r, il, "v")};
-    matvec(b, qkv_c, rk->xn, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
-    add_bias(rk->q, L->bq, rk->q_dim);
-    add_bias(rk->k, L->bk, rk->kv_dim);
-    add_bias(rk->v, L->bv, rk->v_dim);
-    if (b->taps) {
-        uint32_t hd = m->head_dim, hv = m->head_dim_v;
-        cpu_tap_rank(b, sg, r, CPU_SITE_Q, il, rk->q, rk->q_dim, rk->h0 * hd, rk->h0 * hd, rk->h1 * hd);
-        cpu_tap_rank(b, sg, r, CPU_SITE_K, il, rk->k, rk->kv_dim, rk->g0 * hd, rk->g0 * hd, rk->g1 * hd);
-        cpu_tap_rank(b, sg, r, CPU_SITE_V, il, rk->v, rk->v_dim, rk->g0 * hv, rk->g0 * hv, rk->g1 * hv);
-    }
-    bool swa = memra_model_layer_is_swa(m, il);
-    head_tap tq = {sg, r, il, rk->h0, rk->h1, CPU_SITE_QK_NORM_Q, CPU_SITE_ROPE_Q};
-    head_tap tk = {sg, r, il, rk->g0, rk->g1, CPU_SITE_QK_NORM_K, CPU_SITE_ROPE_K};
-    memra_op_ctx head_c = op_ctx(b, sg, r, il, "rope");
-    head_c.tensor = "q";
-    norm_and_rope(b, head_c, rk->q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa, &tq);
-    head_c.tensor = "k";
-    norm_and_rope(b, head_c, rk->k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa, &tk);
-    memcpy(k_cache + (size_t)pos * rk->kv_dim, rk->k, (size_t)rk->kv_dim * sizeof(float));
-    memcpy(v_cache + (size_t)pos * rk->v_dim, rk->v, (size_t)rk->v_dim * sizeof(float));
-
-    /* A sliding-window layer attends to positions t with pos - t < sliding_window (llama.cpp's
-     * LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa). */
-    uint32_t t0 = swa && pos + 1 > m->sliding_window ? pos + 1 - m->sliding_window : 0;
-    attention_task at = {.b = b,
-                         .rk = rk,
-                         .ctx = op_ctx(b, sg, r, il, "attention"),
-                         .q = rk->q,
-                         .k_cache = k_cache + (size_t)t0 * rk->kv_dim,
-                         .v_cache = v_cache + (size_t)t0 * rk->v_dim,
-                         .scores = s->scores,
-                         .out = rk->att,
-                         .n_pos = pos + 1 - t0,
-                         .capacity = s->capacity,
-                         /* a description from elsewhere may leave it 0: the usual scale then */
-                         .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
-    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
-                 &at);
-    if (b->taps)
-        cpu_tap_rank(b, sg, r, CPU_SITE_ATTENTION, il, rk->att, rk->att_dim, rk->h0 * m->head_dim_v,
-                     rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v);
-    const memra_op_ctx out_c = op_ctx(b, sg, r, il, "attn_out");
-    matvec(b, &out_c, rk->att, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
-}
-
-/* Rank r's FFN partial of layer il into rk->xn. */
-static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
-    const memra_model *m = b->m;
-    cpu_rank *rk = &sg->ranks[r];
-    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
-    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "ffn_norm");
-    rmsnorm(b, &norm_c, rk->x, L->ffn_norm, m->n_embd, rk->xn);
-    if (b->taps)
-        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
-    const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
-    matvec(b, gate_up_c, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
-    if (b->taps) {
-        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_GATE, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
-        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_UP, il, rk->up, rk->n_ff, rk->f0, rk->f0, rk->f1);
-    }
-    if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
-        for (uint32_t i = 0; i < rk->n_ff; i++) {
-            float g = rk->gate[i];
-            rk->gate[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * rk->up[i];
-        }
-    } else {
-        for (uint32_t i = 0; i < rk->n_ff; i++) {
-            float g = rk->gate[i];
-            rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
-        }
-    }
-    if (b->taps)
-        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_ACT, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
-    const memra_op_ctx down_c = op_ctx(b, sg, r, il, "ffn_down");
-    matvec(b, &down_c, rk->gate, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
-}
-
-/* Sums the ranks' partials (in rk->xn) through the collective (cpu_all_reduce), then (gemma3)
- * RMS-normalises the sum with the layer's post-attention or post-FFN norm and adds it to every
- * rank's residual stream. */
-static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, memra_error *err) {
-    const memra_model *m = b->m;
-    if (sg->n_ranks > 1) {
-        memra_status st = cpu_all_reduce(b, sg, il, which, err);
-        if (st != MEMRA_OK)
-            return st;
-    }
-    if (b->taps)
-        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_DOWN : CPU_SITE_ATTN_OUT, (int32_t)il, sg->ranks[0].xn, m->n_embd,
-                      false);
-    for (uint32_t r = 0; r < sg->n_ranks; r++) {
-        cpu_rank *rk = &sg->ranks[r];
-        const cpu_layer *L = &rk->layers[il - sg->layer_begin];
-        const float *post = which ? L->post_ffn_norm : L->post_attn_norm;
-        if (post) {
-            const memra_op_ctx c = op_ctx(b, sg, r, il, which ? "post_ffn_norm" : "post_attn_norm");
-            rmsnorm(b, &c, rk->xn, post, m->n_embd, rk->xn);
-        }
-        for (uint32_t i = 0; i < m->n_embd; i++)
-            rk->x[i] += rk->xn[i];
-    }
-    if (b->taps)
-        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_RES : CPU_SITE_ATTN_RES, (int32_t)il, sg->ranks[0].x, m->n_embd,
-                      false);
-    return MEMRA_OK;
-}
-
-/* One layer at position pos on every rank of the stage. */
-static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint32_t il, uint32_t pos,
-                                  memra_error *err) {
-    for (uint32_t r = 0; r < sg->n_ranks; r++)
-        rank_attention(b, sg, r, s, il, pos);
-    if (b->taps)
-        cpu_tap_flush(b);
-    memra_status st = reduce_and_add(b, sg, il, 0, err);
-    if (st != MEMRA_OK)
-        return st;
-    for (uint32_t r = 0; r < sg->n_ranks; r++)
-        rank_ffn(b, sg, r, il);
-    if (b->taps)
-        cpu_tap_flush(b);
-    return reduce_and_add(b, sg, il, 1, err);
-}
-
 static void rope_tables(memra_backend *b, uint32_t pos) {
     const memra_model *m = b->m;
+    b->rope_pos = pos;
     double p = (double)pos / (double)m->rope_linear_factor;
     for (uint32_t i = 0; i < m->head_dim / 2; i++) {
         double theta = p * (double)b->rope_freq[i];
@@ -344,26 +247,220 @@ static void rope_tables(memra_backend *b, uint32_t pos) {
     }
 }
 
+static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos,
+                          uint32_t j, float *k_cache, float *v_cache);
+
+/* Rank r's attention partial of layer il at positions pos0 .. pos0+nr-1 (row j of each buffer:
+ * position pos0+j) into rk->xn (n_embd a row): reads its slices once and its K/V rows
+ * [0, position], writes its K and V rows of each position (past the committed prefix until the
+ * step commits). With one rank this is the whole attention output. */
+static void rank_attention(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos0,
+                           uint32_t nr) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    float *k_cache = s->k_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    float *v_cache = s->v_cache[(size_t)il * MEMRA_MAX_RANKS + r];
+    const size_t E = m->n_embd;
+    b->op_position = pos0;
+    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "attn_norm");
+    for (uint32_t j = 0; j < nr; j++) {
+        memra_op_ctx c = norm_c;
+        c.position = pos0 + j;
+        rmsnorm(b, &c, rk->x + j * E, L->attn_norm, m->n_embd, rk->xn + j * E);
+    }
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_ATTN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
+    const memra_op_ctx qkv_c[3] = {op_ctx(b, sg, r, il, "q"), op_ctx(b, sg, r, il, "k"), op_ctx(b, sg, r, il, "v")};
+    matvec_nr(b, qkv_c, rk->xn, E, nr, 3, &L->wq, rk->q, &L->wk, rk->k, &L->wv, rk->v);
+    for (uint32_t j = 0; j < nr; j++)
+        attention_row(b, sg, r, s, il, pos0 + j, j, k_cache, v_cache);
+    b->op_position = pos0;
+    const memra_op_ctx out_c = op_ctx(b, sg, r, il, "attn_out");
+    matvec_nr(b, &out_c, rk->att, rk->att_dim, nr, 1, &L->wo, rk->xn, NULL, NULL, NULL, NULL);
+}
+
+/* Row j of a chunk (position pos) of rank r's attention, from its q, k and v rows to its att row:
+ * biases, q/k norms, RoPE at pos, the K/V rows of pos written, then attention over [0, pos]. */
+static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos,
+                          uint32_t j, float *k_cache, float *v_cache) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    float *q = rk->q + (size_t)j * rk->q_dim, *k = rk->k + (size_t)j * rk->kv_dim, *v = rk->v + (size_t)j * rk->v_dim;
+    float *att = rk->att + (size_t)j * rk->att_dim;
+    if (b->rope_pos != pos) /* a chunk's row: its own position's tables */
+        rope_tables(b, pos);
+    b->op_position = pos;
+    add_bias(q, L->bq, rk->q_dim);
+    add_bias(k, L->bk, rk->kv_dim);
+    add_bias(v, L->bv, rk->v_dim);
+    if (b->taps) {
+        uint32_t hd = m->head_dim, hv = m->head_dim_v;
+        cpu_tap_rank(b, sg, r, CPU_SITE_Q, il, rk->q, rk->q_dim, rk->h0 * hd, rk->h0 * hd, rk->h1 * hd);
+        cpu_tap_rank(b, sg, r, CPU_SITE_K, il, rk->k, rk->kv_dim, rk->g0 * hd, rk->g0 * hd, rk->g1 * hd);
+        cpu_tap_rank(b, sg, r, CPU_SITE_V, il, rk->v, rk->v_dim, rk->g0 * hv, rk->g0 * hv, rk->g1 * hv);
+    }
+    bool swa = memra_model_layer_is_swa(m, il);
+    head_tap tq = {sg, r, il, rk->h0, rk->h1, CPU_SITE_QK_NORM_Q, CPU_SITE_ROPE_Q};
+    head_tap tk = {sg, r, il, rk->g0, rk->g1, CPU_SITE_QK_NORM_K, CPU_SITE_ROPE_K};
+    memra_op_ctx head_c = op_ctx(b, sg, r, il, "rope");
+    head_c.tensor = "q";
+    norm_and_rope(b, head_c, q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa, &tq);
+    head_c.tensor = "k";
+    norm_and_rope(b, head_c, k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa, &tk);
+    memcpy(k_cache + (size_t)pos * rk->kv_dim, k, (size_t)rk->kv_dim * sizeof(float));
+    memcpy(v_cache + (size_t)pos * rk->v_dim, v, (size_t)rk->v_dim * sizeof(float));
+
+    /* A sliding-window layer attends to positions t with pos - t < sliding_window (llama.cpp's
+     * LLAMA_SWA_TYPE_STANDARD masks p1 - p0 >= n_swa). */
+    uint32_t t0 = swa && pos + 1 > m->sliding_window ? pos + 1 - m->sliding_window : 0;
+    attention_task at = {.b = b,
+                         .rk = rk,
+                         .ctx = op_ctx(b, sg, r, il, "attention"),
+                         .q = q,
+                         .k_cache = k_cache + (size_t)t0 * rk->kv_dim,
+                         .v_cache = v_cache + (size_t)t0 * rk->v_dim,
+                         .scores = s->scores,
+                         .out = att,
+                         .n_pos = pos + 1 - t0,
+                         .capacity = s->capacity,
+                         /* a description from elsewhere may leave it 0: the usual scale then */
+                         .scale = m->attn_scale > 0.0f ? m->attn_scale : 1.0f / sqrtf((float)m->head_dim)};
+    cpu_pool_run(b->pool, rk->h1 - rk->h0, (uint64_t)(pos + 1 - t0) * (m->head_dim + m->head_dim_v), attention_run,
+                 &at);
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_ATTENTION, il, rk->att, rk->att_dim, rk->h0 * m->head_dim_v,
+                     rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v);
+}
+
+/* Rank r's FFN partial of layer il into rk->xn, for nr rows (positions pos0 ..). */
+static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il, uint32_t pos0, uint32_t nr) {
+    const memra_model *m = b->m;
+    cpu_rank *rk = &sg->ranks[r];
+    const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+    const size_t E = m->n_embd;
+    b->op_position = pos0;
+    const memra_op_ctx norm_c = op_ctx(b, sg, r, il, "ffn_norm");
+    for (uint32_t j = 0; j < nr; j++) {
+        memra_op_ctx c = norm_c;
+        c.position = pos0 + j;
+        rmsnorm(b, &c, rk->x + j * E, L->ffn_norm, m->n_embd, rk->xn + j * E);
+    }
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
+    const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
+    matvec_nr(b, gate_up_c, rk->xn, E, nr, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
+    if (b->taps) {
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_GATE, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_UP, il, rk->up, rk->n_ff, rk->f0, rk->f0, rk->f1);
+    }
+    const size_t n_act = (size_t)rk->n_ff * nr; /* every row's: gate and up hold nr rows of n_ff */
+    if (m->ffn_act == MEMRA_FFN_GELU_TANH) {
+        for (size_t i = 0; i < n_act; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * rk->up[i];
+        }
+    } else {
+        for (size_t i = 0; i < n_act; i++) {
+            float g = rk->gate[i];
+            rk->gate[i] = g / (1.0f + expf(-g)) * rk->up[i];
+        }
+    }
+    if (b->taps)
+        cpu_tap_rank(b, sg, r, CPU_SITE_FFN_ACT, il, rk->gate, rk->n_ff, rk->f0, rk->f0, rk->f1);
+    const memra_op_ctx down_c = op_ctx(b, sg, r, il, "ffn_down");
+    matvec_nr(b, &down_c, rk->gate, rk->n_ff, nr, 1, &L->w_down, rk->xn, NULL, NULL, NULL, NULL);
+}
+
+/* Sums the ranks' partials (in rk->xn) through the collective (cpu_all_reduce), then (gemma3)
+ * RMS-normalises the sum with the layer's post-attention or post-FFN norm and adds it to every
+ * rank's residual stream. */
+static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t which, uint32_t pos0,
+                                   uint32_t nr, memra_error *err) {
+    const memra_model *m = b->m;
+    const size_t E = m->n_embd;
+    for (uint32_t j = 0; sg->n_ranks > 1 && j < nr; j++) {
+        /* one all-reduce a row, at the row's position (epochs and refusal cells as single
+         * steps have them); in a chunk each is checked at once, since the next overwrites its
+         * status words */
+        b->position_word = (int32_t)(pos0 + j);
+        memra_status st = cpu_all_reduce(b, sg, il, which, j, err);
+        if (st == MEMRA_OK && nr > 1)
+            st = cpu_check_statuses(b, pos0 + j, err);
+        if (st != MEMRA_OK)
+            return st;
+    }
+    if (b->taps)
+        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_DOWN : CPU_SITE_ATTN_OUT, (int32_t)il, sg->ranks[0].xn, m->n_embd,
+                      false);
+    for (uint32_t r = 0; r < sg->n_ranks; r++) {
+        cpu_rank *rk = &sg->ranks[r];
+        const cpu_layer *L = &rk->layers[il - sg->layer_begin];
+        const float *post = which ? L->post_ffn_norm : L->post_attn_norm;
+        for (uint32_t j = 0; post && j < nr; j++) {
+            memra_op_ctx c = op_ctx(b, sg, r, il, which ? "post_ffn_norm" : "post_attn_norm");
+            c.position = pos0 + j;
+            rmsnorm(b, &c, rk->xn + j * E, post, m->n_embd, rk->xn + j * E);
+        }
+        for (size_t i = 0; i < E * nr; i++)
+            rk->x[i] += rk->xn[i];
+    }
+    if (b->taps)
+        cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_RES : CPU_SITE_ATTN_RES, (int32_t)il, sg->ranks[0].x, m->n_embd,
+                      false);
+    return MEMRA_OK;
+}
+
+/* One layer at positions pos0 .. pos0+nr-1 on every rank of the stage. */
+static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *s, uint32_t il, uint32_t pos0,
+                                  uint32_t nr, memra_error *err) {
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_attention(b, sg, r, s, il, pos0, nr);
+    if (b->taps)
+        cpu_tap_flush(b);
+    memra_status st = reduce_and_add(b, sg, il, 0, pos0, nr, err);
+    if (st != MEMRA_OK)
+        return st;
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        rank_ffn(b, sg, r, il, pos0, nr);
+    if (b->taps)
+        cpu_tap_flush(b);
+    return reduce_and_add(b, sg, il, 1, pos0, nr, err);
+}
+
 /* Embedding, then every stage in order, each handing its hidden state to every rank of the next
  * by a copy. The final norm and the head are separate (cpu_head_forward): they run after the
  * collective check. */
 memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint32_t pos, memra_error *err) {
+    const int64_t t = token;
+    return cpu_forward_rows(b, s, &t, 1, pos, err);
+}
+
+/* The chunk's rows (1 <= nr <= b->chunk), row j the token tokens[j] at position pos0 + j. */
+memra_status cpu_forward_rows(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t nr, uint32_t pos0,
+                              memra_error *err) {
     const memra_model *m = b->m;
-    rope_tables(b, pos);
-    b->op_position = pos;
-    cpu_collective_step_begin(b, pos);
-    cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
-    if (m->arch == MEMRA_ARCH_GEMMA3)
-        for (uint32_t i = 0; i < m->n_embd; i++)
-            b->stages[0].ranks[0].x[i] *= m->embd_scale;
+    const size_t E = m->n_embd;
+    rope_tables(b, pos0);
+    b->op_position = pos0;
+    b->last_row = nr - 1;
+    cpu_collective_step_begin(b, pos0);
+    float *x0 = b->stages[0].ranks[0].x;
+    for (uint32_t j = 0; j < nr; j++) {
+        cpu_matrix_row(&b->tok_embd, (uint32_t)tokens[j], x0 + j * E);
+        if (m->arch == MEMRA_ARCH_GEMMA3)
+            for (uint32_t i = 0; i < m->n_embd; i++)
+                x0[j * E + i] *= m->embd_scale;
+    }
     for (uint32_t i = 0; i < b->n_stages; i++) {
         cpu_stage *sg = &b->stages[i];
         const float *in = i > 0 ? b->stages[i - 1].ranks[0].x : b->stages[0].ranks[0].x;
         for (uint32_t r = 0; r < sg->n_ranks; r++)
             if (sg->ranks[r].x != in)
-                memcpy(sg->ranks[r].x, in, (size_t)m->n_embd * sizeof(float));
+                memcpy(sg->ranks[r].x, in, E * nr * sizeof(float));
         for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
-            memra_status st = layer_forward(b, sg, s, il, pos, err);
+            memra_status st = layer_forward(b, sg, s, il, pos0, nr, err);
             if (st != MEMRA_OK)
                 return st;
         }

@@ -67,7 +67,24 @@ memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_
     st = memra_options_u32(opts, "vdevices", CPU_DEFAULT_VDEVICES, 1, CPU_MAX_VDEVICES, &cfg->vdevices, err);
     if (st != MEMRA_OK)
         return st;
-    return memra_options_u32(opts, "grain", CPU_DEFAULT_GRAIN, 0, UINT32_MAX, &cfg->grain, err);
+    st = memra_options_u32(opts, "grain", CPU_DEFAULT_GRAIN, 0, UINT32_MAX, &cfg->grain, err);
+    if (st != MEMRA_OK)
+        return st;
+    cfg->prefill = cpu_prefill_chunk(NULL, opts);
+    const char *p = memra_options_get(opts, "prefill");
+    if (p && strcmp(p, "auto") != 0) /* the core checked it; checked again for a direct caller */
+        st = memra_options_u32(opts, "prefill", CPU_DEFAULT_PREFILL, 1, 4096, &cfg->prefill, err);
+    return st;
+}
+
+/* 64 rows: a tile of weights (16 KiB, cpu_forward.c) dotted with 64 inputs is read from memory
+ * once per 64 tokens, which already makes a chunk compute-bound on the cores (the weights' bytes
+ * per token fall 64-fold; more rows gain little and cost activations: 64 rows of llama-1b's are
+ * about 7 MiB), while the attention of a row stays the single step's. */
+uint32_t cpu_prefill_chunk(const memra_host *host, const memra_options *opts) {
+    (void)host;
+    (void)opts;
+    return CPU_DEFAULT_PREFILL;
 }
 
 static memra_status cpu_device_count(const memra_host *host, const memra_options *opts, uint32_t *out,
@@ -159,6 +176,8 @@ static const memra_backend_vtable cpu_vtable = {
     .memory = cpu_memory,
     .extension = cpu_extension,
     .resolve_options = cpu_resolve_options,
+    .prefill_chunk = cpu_prefill_chunk,
+    .step_chunk = cpu_step_chunk,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {

@@ -150,14 +150,15 @@ memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_st
         rk->att_dim = (rk->h1 - rk->h0) * m->head_dim_v;
         rk->n_ff = rk->f1 - rk->f0;
         rk->layers = calloc(n_layers, sizeof *rk->layers);
-        rk->x = cpu_alloc_floats(b, m->n_embd);
-        rk->xn = cpu_alloc_floats(b, m->n_embd);
-        rk->q = cpu_alloc_floats(b, rk->q_dim);
-        rk->k = cpu_alloc_floats(b, rk->kv_dim);
-        rk->v = cpu_alloc_floats(b, rk->v_dim);
-        rk->att = cpu_alloc_floats(b, rk->att_dim);
-        rk->gate = cpu_alloc_floats(b, rk->n_ff);
-        rk->up = cpu_alloc_floats(b, rk->n_ff);
+        const size_t rows = b->chunk; /* a prefill chunk's rows (cpu_forward.c) */
+        rk->x = cpu_alloc_floats(b, rows * m->n_embd);
+        rk->xn = cpu_alloc_floats(b, rows * m->n_embd);
+        rk->q = cpu_alloc_floats(b, rows * rk->q_dim);
+        rk->k = cpu_alloc_floats(b, rows * rk->kv_dim);
+        rk->v = cpu_alloc_floats(b, rows * rk->v_dim);
+        rk->att = cpu_alloc_floats(b, rows * rk->att_dim);
+        rk->gate = cpu_alloc_floats(b, rows * rk->n_ff);
+        rk->up = cpu_alloc_floats(b, rows * rk->n_ff);
         if (!rk->layers || !rk->x || !rk->xn || !rk->q || !rk->k || !rk->v || !rk->att || !rk->gate || !rk->up)
             return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for the model's activations");
         for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {

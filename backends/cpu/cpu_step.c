@@ -125,3 +125,58 @@ memra_status cpu_step_end(memra_backend *b, memra_state *s, float *logits, memra
     s->ring_count--;
     return MEMRA_OK;
 }
+
+/* A prefill chunk (plugin.h's step_chunk): count positions through cpu_forward_rows, then the
+ * head on the last row, committed at once. Refusal cells armed at any of its positions are
+ * handed over first; the all-reduces of each row run at that row's position and are checked at
+ * once (cpu_forward.c), so a refusal anywhere fails the chunk and nothing is committed. */
+memra_status cpu_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                            memra_error *err) {
+    const memra_model *m = b->m;
+    memra_status st = cpu_check_not_quarantined(s, "prefill chunk", err);
+    if (st != MEMRA_OK)
+        return st;
+    if (s->ring_count != 0)
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: a prefill chunk with %u steps in flight", s->ring_count);
+    if (!tokens || count == 0 || count > b->chunk)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cpu: a prefill chunk of %u positions: expected 1 to %u (the arm's prefill), with tokens",
+                          count, b->chunk);
+    const uint32_t pos = s->position;
+    if ((uint64_t)pos + count > s->capacity)
+        return memra_fail(err, MEMRA_E_RANGE, "cpu: positions %u..%u are past the state's capacity of %u", pos,
+                          pos + count - 1, s->capacity);
+    for (uint32_t j = 0; j < count; j++)
+        if (tokens[j] < 0 || tokens[j] >= (int64_t)m->n_vocab)
+            return memra_fail(err, MEMRA_E_RANGE, "cpu: token %lld at position %u is out of range (n_vocab %u)",
+                              (long long)tokens[j], pos + j, m->n_vocab);
+    for (uint32_t j = 0; b->n_cells && j < count && st == MEMRA_OK; j++)
+        st = cpu_hand_cells(b, pos + j, err);
+    if (st != MEMRA_OK) {
+        cpu_drop_handed_cells(b);
+        return quarantine(s, st, err);
+    }
+    fenv_t caller_env;
+    fegetenv(&caller_env);
+    fesetenv(FE_DFL_ENV);
+    st = cpu_forward_rows(b, s, tokens, count, pos, err);
+    if (st == MEMRA_OK)
+        st = cpu_check_statuses(b, pos + count - 1, err);
+    cpu_drop_handed_cells(b);
+    if (st != MEMRA_OK) {
+        fesetenv(&caller_env);
+        memra_error_prefix(err, "cpu: prefill chunk at positions %u..%u", pos, pos + count - 1);
+        return quarantine(s, st, err);
+    }
+    b->op_position = pos + count - 1; /* the head's, for the ops' context */
+    cpu_head_forward(b);
+    fesetenv(&caller_env);
+    s->position = pos + count;
+    memcpy(s->hidden, cpu_last_hidden(b), (size_t)m->n_embd * sizeof(float));
+    memcpy(s->logits, b->head_out, (size_t)m->n_vocab * sizeof(float));
+    s->carried_token = -1;
+    s->stats.steps += count;
+    if (logits)
+        memcpy(logits, b->head_out, (size_t)m->n_vocab * sizeof(float));
+    return MEMRA_OK;
+}

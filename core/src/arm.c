@@ -17,6 +17,9 @@ const memra_option_spec memra_core_arm_keys[] = {
     {MEMRA_ARM_KEY_WINDOW, "1",
      "steps kept in flight (1 = serial; at most 64): a pipelined arm begins up to "
      "this many steps before it ends the oldest"},
+    {MEMRA_ARM_KEY_PREFILL, "auto",
+     "prompt positions per step when priming (1 = token by token; auto = the backend's best chunk, cpu 64; at "
+     "most 4096): every value gives the bits of 1"},
 };
 const uint32_t memra_core_arm_key_count = sizeof memra_core_arm_keys / sizeof memra_core_arm_keys[0];
 
@@ -41,6 +44,7 @@ struct memra_arm {
     memra_option_spec keys[ARM_KEYS_MAX];
     uint32_t n_keys;
     uint32_t window;
+    uint32_t prefill; /* the resolved `prefill` key: positions per step_chunk call */
 };
 
 struct memra_arm_state {
@@ -172,10 +176,13 @@ static memra_status resolve(memra_arm *a, const memra_host *host, memra_error *e
     memra_status st = plan_keys(a, err);
     if (st != MEMRA_OK)
         return st;
-    /* The window in force, as the layer reads it. */
+    /* The window and the prefill chunk in force, as the layer reads them. */
     char window[16];
     snprintf(window, sizeof window, "%u", a->window);
     if ((st = memra_options_set(&a->resolved, MEMRA_ARM_KEY_WINDOW, window, err)) != MEMRA_OK)
+        return st;
+    snprintf(window, sizeof window, "%u", a->prefill);
+    if ((st = memra_options_set(&a->resolved, MEMRA_ARM_KEY_PREFILL, window, err)) != MEMRA_OK)
         return st;
     for (uint32_t i = 0; have_backend && i < from_backend.n; i++) /* keys only the backend knows */
         if (!memra_options_get(&a->resolved, from_backend.items[i].key)) {
@@ -213,6 +220,19 @@ static memra_status check_op_keys(const memra_arm *a, const char *arm_text, memr
                           memra_op_key_parse(o->key, NULL, NULL) ? "unsupported" : "unknown", op_kind, a->backend_name,
                           list[0] ? list : "no op plugins");
     }
+    return MEMRA_OK;
+}
+
+/* The `prefill` key: a count, or "auto" (or absent) for the backend's best chunk (1 when the
+ * backend does not say). */
+static memra_status read_prefill(memra_arm *a, const memra_host *host, memra_error *err) {
+    const char *v = memra_options_get(&a->opts, MEMRA_ARM_KEY_PREFILL);
+    if (v && strcmp(v, "auto") != 0)
+        return memra_options_u32(&a->opts, MEMRA_ARM_KEY_PREFILL, 1, 1, MEMRA_ARM_MAX_PREFILL, &a->prefill, err);
+    uint32_t best = 1;
+    if (MEMRA_HAS_MEMBER(a->vt, memra_backend_vtable, prefill_chunk) && a->vt->prefill_chunk)
+        best = a->vt->prefill_chunk(host, &a->opts);
+    a->prefill = best < 1 ? 1 : best > MEMRA_ARM_MAX_PREFILL ? MEMRA_ARM_MAX_PREFILL : best;
     return MEMRA_OK;
 }
 
@@ -270,6 +290,9 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     st = memra_options_u32(&a->opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &a->window, err);
     if (st != MEMRA_OK)
         goto fail;
+    st = read_prefill(a, host, err);
+    if (st != MEMRA_OK)
+        goto fail;
 
     uint32_t n_devices = 0;
     st = a->vt->device_count(host, &a->opts, &n_devices, err);
@@ -312,6 +335,10 @@ const memra_model *memra_arm_model(const memra_arm *a) { return a->model; }
 const memra_options *memra_arm_options(const memra_arm *a) { return &a->opts; }
 const memra_options *memra_arm_resolved(const memra_arm *a) { return &a->resolved; }
 uint32_t memra_arm_window(const memra_arm *a) { return a->window; }
+uint32_t memra_arm_prefill(const memra_arm *a) { return a->prefill; }
+bool memra_arm_prefill_native(const memra_arm *a) {
+    return MEMRA_HAS_MEMBER(a->vt, memra_backend_vtable, step_chunk) && a->vt->step_chunk != NULL;
+}
 
 uint32_t memra_arm_known_keys(const memra_arm *a, const memra_option_spec **out, uint32_t max) {
     uint32_t n = a->n_keys < max ? a->n_keys : max;
@@ -590,6 +617,80 @@ memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t f
         memra_error ignored;
         if (end_raw(s, NULL, &res, &sampled, &ignored) != MEMRA_OK)
             quarantine(s, "a step end failed while a failed run drained", &ignored);
+    }
+    return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
+}
+
+/* One chunk through the backend's step_chunk, with the layer's checks first. */
+static memra_status chunk_raw(memra_arm_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                              memra_error *err) {
+    memra_arm *a = s->arm;
+    memra_status st = check_usable(s, "prefill on", err);
+    if (st != MEMRA_OK)
+        return st;
+    if ((uint64_t)s->next_pos + count > s->capacity)
+        return memra_fail(err, MEMRA_E_RANGE, "positions %u..%u are past the state's capacity of %u positions",
+                          s->next_pos, s->next_pos + count - 1, s->capacity);
+    for (uint32_t i = 0; i < count; i++)
+        if (tokens[i] < 0 || tokens[i] >= (int64_t)a->model->n_vocab)
+            return memra_fail(err, MEMRA_E_RANGE,
+                              "token %" PRId64 " at position %u is outside the vocabulary [0, %u)", tokens[i],
+                              s->next_pos + i, a->model->n_vocab);
+    st = a->vt->step_chunk(a->backend, s->st, tokens, count, logits, err);
+    if (st != MEMRA_OK) {
+        quarantine(s, "a prefill chunk failed", err);
+        return st;
+    }
+    uint32_t pos = a->vt->state_position(a->backend, s->st);
+    if (pos != s->next_pos + count) {
+        memra_fail(err, MEMRA_E_INTERNAL, "a chunk of %u positions from %u left the state at position %u", count,
+                   s->next_pos, pos);
+        quarantine(s, "a prefill chunk committed the wrong position", err);
+        return MEMRA_E_INTERNAL;
+    }
+    s->next_pos += count;
+    s->carry = false;
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_prefill_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,
+                                   float *logits, memra_arm_step_fn fn, void *user, memra_error *err) {
+    if (!s || !inputs)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_prefill_run: the state or the inputs are NULL");
+    memra_error local;
+    if (!err)
+        err = &local;
+    memra_arm *a = s->arm;
+    if (s->in_flight != 0)
+        return arm_fail(a, err, MEMRA_E_INVALID, "a prefill of steps %u..%u begun with %u steps already in flight",
+                        first, first + count - 1, s->in_flight);
+    const uint32_t M = a->prefill;
+    if (M <= 1) /* token by token: exactly memra_arm_run, every step's logits and callback */
+        return memra_arm_run(s, inputs, first, count, NULL, logits, fn, user, err);
+    const bool native = memra_arm_prefill_native(a);
+    memra_status st = MEMRA_OK;
+    char where[96] = "";
+    for (uint32_t done = 0; done < count && st == MEMRA_OK;) {
+        uint32_t n = count - done < M ? count - done : M;
+        uint32_t at = s->next_pos;
+        if (native) {
+            st = chunk_raw(s, inputs + first + done, n, logits, err);
+            if (st != MEMRA_OK)
+                snprintf(where, sizeof where, "prefill chunk of steps %u..%u (positions %u..)", first + done,
+                         first + done + n - 1, at);
+        } else {
+            /* The core's fallback: the chunk as n single steps (the bits of prefill=1). */
+            st = memra_arm_run(s, inputs, first + done, n, NULL, logits, NULL, NULL, err);
+            if (st != MEMRA_OK)
+                return st; /* memra_arm_run named the arm and the step */
+        }
+        done += n;
+        if (st == MEMRA_OK && fn) {
+            memra_step_result res = {.struct_size = sizeof res, .token = -1, .position = s->next_pos};
+            st = fn(user, first + done - 1, logits, &res, true, err);
+            if (st != MEMRA_OK)
+                snprintf(where, sizeof where, "step %u (after its chunk ended)", first + done - 1);
+        }
     }
     return st == MEMRA_OK ? st : arm_prefix(a, st, err, where);
 }

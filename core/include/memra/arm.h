@@ -32,8 +32,11 @@ extern "C" {
 #define MEMRA_ARM_KEY_PLACEMENT "placement" /* placement plugin name; default "default" */
 #define MEMRA_ARM_KEY_WINDOW "window"       /* steps kept in flight; default 1 (serial) */
 #define MEMRA_ARM_MAX_WINDOW 64u
+#define MEMRA_ARM_KEY_PREFILL "prefill" /* prompt positions per step; default auto (the backend's) */
+#define MEMRA_ARM_MAX_PREFILL 4096u
 
-/* The keys the core itself reads from every arm (placement, window), for --help and key checks. */
+/* The keys the core itself reads from every arm (placement, window, prefill), for --help and key
+ * checks. */
 extern const memra_option_spec memra_core_arm_keys[];
 extern const uint32_t memra_core_arm_key_count;
 
@@ -70,6 +73,12 @@ const memra_options *memra_arm_resolved(const memra_arm *a);
 uint32_t memra_arm_known_keys(const memra_arm *a, const memra_option_spec **out, uint32_t max);
 /* The arm's window (the resolved `window` key, 1 to MEMRA_ARM_MAX_WINDOW). */
 uint32_t memra_arm_window(const memra_arm *a);
+/* The arm's prefill chunk (the resolved `prefill` key, 1 to MEMRA_ARM_MAX_PREFILL): "auto" is the
+ * backend's prefill_chunk, or 1 when it has none. */
+uint32_t memra_arm_prefill(const memra_arm *a);
+/* Whether the backend runs a chunk itself (its step_chunk); if not, the core runs each chunk as
+ * single steps. */
+bool memra_arm_prefill_native(const memra_arm *a);
 
 /* Memory the backend holds (all zero and MEMRA_OK with *have = false when it does not say). */
 memra_status memra_arm_memory(memra_arm *a, memra_backend_memory *out, bool *have, memra_error *err);
@@ -124,6 +133,17 @@ typedef memra_status (*memra_arm_step_fn)(void *user, uint32_t step, const float
 memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,
                            const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
                            memra_error *err);
+
+/* A prefill pass: steps first .. first+count-1 of known inputs (inputs[step]), not sampled, in
+ * chunks of the arm's `prefill` (the last one shorter): each chunk through the backend's
+ * step_chunk, or (a backend without it) as that many single steps. fn is called once per chunk,
+ * after it, with the chunk's last step, the logits of its last position (read into `logits`:
+ * n_vocab floats, or NULL), res->token -1, and drained = true (digests may be taken). With
+ * prefill=1 this is memra_arm_run without sampling: fn after every step. A failed chunk commits
+ * nothing and quarantines the state; the message names the chunk. No carried token remains: the
+ * step after a prefill takes an explicit token. */
+memra_status memra_arm_prefill_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,
+                                   float *logits, memra_arm_step_fn fn, void *user, memra_error *err);
 
 /* SHA-256 identity of a state (no step in flight); see memra_digest_kind. */
 memra_status memra_arm_digest(memra_arm_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err);

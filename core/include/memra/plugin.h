@@ -459,6 +459,38 @@ typedef struct memra_backend_vtable {
      * and the specs' defaults. */
     memra_status (*resolve_options)(const memra_host *host, const memra_options *opts, memra_options *resolved,
                                     memra_error *err);
+
+    /* ---- appended after ABI 1's first shape (which ends at `resolve_options`) ----
+     * The registry's minimum size stays the end of resolve_options, so a backend built before
+     * these members loads as before; the core tests each with MEMRA_HAS_MEMBER and for NULL. */
+
+    /* Prefill: the chunk of prompt positions this backend runs best per step_chunk call, for the
+     * arm's options (the core key `prefill` defaults to it; 0 reads as 1). Called before open,
+     * so it may depend on the arm's other keys alone. May be NULL: the default is then 1. */
+    uint32_t (*prefill_chunk)(const memra_host *host, const memra_options *opts);
+    /* Runs `count` consecutive positions of the state at once, tokens[0..count-1] known on the
+     * host (a prompt chunk): one transaction, like `count` steps of step_begin + step_end made
+     * without sampling. The core calls it with no step in flight, 1 <= count <= the arm's
+     * resolved `prefill` value (read from the arm's options at open, so scratch and captured
+     * graphs can be sized there: a cuda-graph backend captures one graph per chunk size it
+     * replays, the full chunk and the tail), every token in [0, n_vocab), and position + count
+     * <= capacity. On success it commits: the KV rows of every position, position += count,
+     * the hidden state and logits of the last position (digests read them as after a step),
+     * no carried token (a following MEMRA_TOKEN_FROM_DEVICE step is refused), steps += count in
+     * the state's counters; `logits` (n_vocab floats, may be NULL) gets the last position's
+     * logits. On any failure (a refused collective at any position of the chunk included) it
+     * commits nothing (position and cache digest as before) and quarantines the state.
+     * The backend must guarantee CHUNK INVARIANCE: the KV cache and hidden state after any
+     * prefix, and the logits at the last position of each call, are bit-identical to `count`
+     * single steps, for every count and wherever a chunk starts: no output element's reduction
+     * order may depend on count or on the token's row in the chunk (a GEMM runs each element's
+     * K loop as the decode GEMV does; attention attends each row causally over positions
+     * [0, its own], split at fixed absolute positions as decode splits them). memra-gate proves
+     * it: `--a B:prefill=1 --b B:prefill=M` is an exact pair, compared at every chunk boundary.
+     * May be NULL: the core runs the chunk as `count` single steps (the same bits by
+     * definition). */
+    memra_status (*step_chunk)(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                               memra_error *err);
 } memra_backend_vtable;
 
 /* ------------------------------------------------------------------------------------------ */
