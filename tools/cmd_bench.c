@@ -56,6 +56,9 @@ typedef struct bench_args {
 
 typedef struct bench_result {
     double *tok_s; /* per timed repetition */
+    double *pp_s;  /* prompt tokens per second, per timed repetition */
+    double pp_mean, pp_sd;
+    uint32_t prefill; /* the arm's prefill chunk */
     double mean, sd, ms_per_token, bytes_per_token, gb_s;
     char device[128];
     double ceiling; /* bytes/s; 0 when not offered */
@@ -81,34 +84,69 @@ static int64_t prime_token(const memra_model *m, uint32_t i) {
     return (int64_t)(memra_mix64(0x6d656d7261ull + i) % m->n_vocab);
 }
 
+/* The prompt's P tokens into a state at position 0, as a gate primes: 0..P-2 in the arm's
+ * prefill chunks (memra_arm_prefill_run), then the last as one greedy step, whose token the
+ * generated steps carry on the device. */
+static memra_status prime(memra_arm_state *s, const int64_t *prompt, uint32_t P, memra_error *err) {
+    const memra_sample_cfg greedy = {0};
+    memra_status st = P > 1 ? memra_arm_prefill_run(s, prompt, 0, P - 1, NULL, NULL, NULL, err) : MEMRA_OK;
+    if (st != MEMRA_OK)
+        return st;
+    memra_step_result res;
+    st = cli_step(s, prompt[P - 1], &greedy, NULL, &res, err);
+    if (st != MEMRA_OK)
+        memra_error_prefix(err, "priming, step %u", P - 1);
+    return st;
+}
+
 static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba, bench_result *br) {
     const memra_model *m = ss->lm->model;
     const memra_sample_cfg greedy = {0};
     bool tty = isatty(STDERR_FILENO);
     uint32_t capacity = ba->prime + ba->n_gen;
     uint32_t total_reps = ba->warmup + ba->reps;
-    memra_arm_state *prefix = NULL, *work = NULL;
+    memra_arm_state *prefix = NULL, *work = NULL, *empty = NULL;
     int64_t *first = malloc(ba->n_gen * sizeof *first);
+    int64_t *prompt = malloc(ba->prime * sizeof *prompt);
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
-    if (!first) {
+    if (!first || !prompt) {
+        free(first);
+        free(prompt);
         cli_error(cmd, "out of memory");
         return rc;
     }
+    for (uint32_t i = 0; i < ba->prime; i++)
+        prompt[i] = prime_token(m, i);
+    br->prefill = memra_arm_prefill(ss->arm);
     if (memra_arm_state_new(ss->arm, capacity, &prefix, &err) != MEMRA_OK ||
-        memra_arm_state_new(ss->arm, capacity, &work, &err) != MEMRA_OK)
+        memra_arm_state_new(ss->arm, capacity, &work, &err) != MEMRA_OK ||
+        memra_arm_state_new(ss->arm, 1, &empty, &err) != MEMRA_OK)
         goto fail;
-    for (uint32_t i = 0; i < ba->prime; i++) {
-        memra_step_result res;
-        bool last = i + 1 == ba->prime;
-        if (cli_step(prefix, prime_token(m, i), last ? &greedy : NULL, NULL, &res, &err) != MEMRA_OK) {
-            memra_error_prefix(&err, "priming, step %u", i);
+    if (tty)
+        progress(0, ba->prime, "priming");
+    if (prime(prefix, prompt, ba->prime, &err) != MEMRA_OK)
+        goto fail;
+    for (uint32_t r = 0; r < total_reps; r++) {
+        /* pp: the prompt again from position 0 (a restore from an empty state), in the arm's
+         * prefill chunks, timed; it must end where the prefix did */
+        double p0 = cli_now();
+        if (memra_arm_state_restore(work, empty, &err) != MEMRA_OK || prime(work, prompt, ba->prime, &err) != MEMRA_OK) {
+            memra_error_prefix(&err, "repetition %u: the prompt", r + 1);
             goto fail;
         }
-        if (tty && (i % 16 == 15 || last))
-            progress(i + 1, ba->prime, "priming");
-    }
-    for (uint32_t r = 0; r < total_reps; r++) {
+        double pdt = cli_now() - p0;
+        if (r >= ba->warmup)
+            br->pp_s[r - ba->warmup] = ba->prime / pdt;
+        uint8_t d_work[32], d_prefix[32];
+        if (memra_arm_digest(work, MEMRA_DIGEST_CACHE, d_work, &err) != MEMRA_OK ||
+            memra_arm_digest(prefix, MEMRA_DIGEST_CACHE, d_prefix, &err) != MEMRA_OK)
+            goto fail;
+        if (memcmp(d_work, d_prefix, 32) != 0) {
+            cli_error(cmd, "repetition %u primed a KV cache other than the prefix's: the arm '%s' is not "
+                      "deterministic, so its timing means nothing", r + 1, ba->arm);
+            goto out;
+        }
         if (memra_arm_state_restore(work, prefix, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "repetition %u: restoring the prefix", r + 1);
             goto fail;
@@ -144,9 +182,11 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
 fail:
     rc = cli_fail(cmd, &err);
 out:
+    memra_arm_state_free(empty);
     memra_arm_state_free(work);
     memra_arm_state_free(prefix);
     free(first);
+    free(prompt);
     return rc;
 }
 
@@ -177,6 +217,13 @@ static void bench_stats(const memra_model *m, const bench_args *ba, bench_result
     for (uint32_t i = 0; i < ba->reps; i++)
         sq += (br->tok_s[i] - br->mean) * (br->tok_s[i] - br->mean);
     br->sd = ba->reps > 1 ? sqrt(sq / (ba->reps - 1)) : 0.0;
+    sum = sq = 0;
+    for (uint32_t i = 0; i < ba->reps; i++)
+        sum += br->pp_s[i];
+    br->pp_mean = sum / ba->reps;
+    for (uint32_t i = 0; i < ba->reps; i++)
+        sq += (br->pp_s[i] - br->pp_mean) * (br->pp_s[i] - br->pp_mean);
+    br->pp_sd = ba->reps > 1 ? sqrt(sq / (ba->reps - 1)) : 0.0;
     br->ms_per_token = 1e3 / br->mean;
     double bytes = 0;
     for (uint32_t k = 0; k < ba->n_gen; k++) /* the step at position prime+k reads positions [0, prime+k] */
@@ -223,7 +270,16 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
         fprintf(f, "%s", i ? ", " : "");
         cli_json_num(f, "%.4f", br->tok_s[i]);
     }
-    fprintf(f, "], \"tok_s_mean\": ");
+    fprintf(f, "], \"prefill\": %u, \"pp_tok_s\": [", br->prefill);
+    for (uint32_t i = 0; i < ba->reps; i++) {
+        fprintf(f, "%s", i ? ", " : "");
+        cli_json_num(f, "%.4f", br->pp_s[i]);
+    }
+    fprintf(f, "], \"pp_tok_s_mean\": ");
+    cli_json_num(f, "%.4f", br->pp_mean);
+    fprintf(f, ", \"pp_tok_s_sd\": ");
+    cli_json_num(f, "%.4f", br->pp_sd);
+    fprintf(f, ", \"tok_s_mean\": ");
     cli_json_num(f, "%.4f", br->mean);
     fprintf(f, ", \"tok_s_sd\": ");
     cli_json_num(f, "%.4f", br->sd);
@@ -342,9 +398,9 @@ static bool parse_list(const char *cmd, const char *opt, const char *text, uint3
 /* The table's header, once, before its first row. */
 static void table_header(const char *model) {
     printf("model: %s\n\n", model);
-    printf("| %-28s | %6s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "n", "tok/s", "sd", "ms/token",
-           "GB/s", "% ceiling");
-    printf("| %.28s | -----: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
+    printf("| %-28s | %6s | %12s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "pp tok/s", "n", "tok/s",
+           "sd", "ms/token", "GB/s", "% ceiling");
+    printf("| %.28s | -----: | -----------: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
            "----------------------------");
 }
 
@@ -352,8 +408,8 @@ static void table_row(const char *arm, const bench_args *ba, const bench_result 
     char pct[32] = "n/a";
     if (br->ceiling > 0)
         snprintf(pct, sizeof pct, "%.1f", 100.0 * br->gb_s * 1e9 / br->ceiling);
-    printf("| %-28s | %6u | %6u | %12.2f | %10.2f | %9.3f | %8.2f | %10s |\n", arm, ba->prime, ba->n_gen, br->mean,
-           br->sd, br->ms_per_token, br->gb_s, pct);
+    printf("| %-28s | %6u | %12.2f | %6u | %12.2f | %10.2f | %9.3f | %8.2f | %10s |\n", arm, ba->prime, br->pp_mean,
+           ba->n_gen, br->mean, br->sd, br->ms_per_token, br->gb_s, pct);
     fflush(stdout);
 }
 
@@ -458,9 +514,11 @@ int cmd_bench(int argc, char **argv) {
     bench_result br = {0};
     bench_arm_note *notes = calloc(n_arms, sizeof *notes);
     br.tok_s = calloc(ba.reps, sizeof *br.tok_s);
-    if (!br.tok_s || !notes) {
+    br.pp_s = calloc(ba.reps, sizeof *br.pp_s);
+    if (!br.tok_s || !br.pp_s || !notes) {
         cli_error(cmd, "out of memory");
         free(br.tok_s);
+        free(br.pp_s);
         free(notes);
         return CLI_EXIT_ERROR;
     }
@@ -530,6 +588,7 @@ int cmd_bench(int argc, char **argv) {
     if (ss.lm)
         cli_session_close(&ss);
     free(br.tok_s);
+    free(br.pp_s);
     free(notes);
     return rc;
 }
