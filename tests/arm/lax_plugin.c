@@ -8,8 +8,17 @@
  *   - a failure injected with fail_step=K (step_begin at position K returns MEMRA_E_DEVICE)
  *     quarantines nothing here: later steps would run;
  *   - bad_sample=K: the step at position K reports the sampled token n_vocab + 7;
- *   - ext_small=1: the "memra.census" extension table declares a struct_size of 4 bytes.
- * Extension "lax.calls" v1 counts the step_begin calls that reached this plugin (in the process).
+ *   - ext_small=1: the "memra.census" extension table declares a struct_size of 4 bytes;
+ *   - bad_chunk=K: a prefill chunk (step_chunk, forwarded to the cpu's) that holds position K runs
+ *     the token after K's there instead: a wrong chunk implementation, whose KV cache, hidden
+ *     state and logits part from single steps at that chunk's boundary (the negative control of
+ *     the chunk-boundary comparison). lax's prefill_chunk is 16.
+ * Extension "lax.calls" v1 counts the step_begin and step_chunk calls that reached this plugin
+ * (in the process).
+ * "laxold" (built with LAX_OLD) declares the vtable size of ABI 1's first shape (the end of
+ * resolve_options) but has prefill_chunk and step_chunk filled in past it, as traps: the core
+ * must never read them (prefill_chunk would say 999; step_chunk fails), so its `prefill=auto` is
+ * 1 and its `prefill=M` runs as single steps.
  * "laxnull" (built with LAX_NULL) leaves every optional vtable member NULL (state_stats, memory,
  * extension, resolve_options). Never installed. */
 #include <stdlib.h>
@@ -27,24 +36,29 @@
 typedef struct lax_calls_v1 {
     uint32_t struct_size;
     uint64_t (*step_begins)(void); /* in this process, over every lax backend */
+    uint64_t (*step_chunks)(void); /* step_chunk calls (and, for laxold, prefill_chunk calls) */
 } lax_calls_v1;
 
 static const memra_option_spec lax_options[] = {
     {"fail_step", "none", "TEST: step_begin at this position fails (MEMRA_E_DEVICE) without quarantining"},
     {"bad_sample", "none", "TEST: the step at this position reports a sampled token outside the vocabulary"},
     {"ext_small", "0", "TEST: 1 makes the memra.census table declare a struct_size of 4"},
+    {"bad_chunk", "none", "TEST: the prefill chunk holding this position runs the next token there"},
     {"threads", "", "cpu threads (passed on)"},
 };
 #define LAX_N_OPTIONS (sizeof lax_options / sizeof lax_options[0])
 
 static const memra_host *lax_host;
 static uint64_t lax_step_begin_calls;
+#ifndef LAX_NULL
+static uint64_t lax_step_chunk_calls;
+#endif
 
 struct memra_backend {
     const memra_backend_vtable *cpu;
     memra_backend *inner;
     uint32_t n_vocab;
-    uint32_t fail_step, bad_sample, ext_small;
+    uint32_t fail_step, bad_sample, ext_small, bad_chunk;
 };
 
 struct memra_state {
@@ -62,7 +76,8 @@ static memra_status find_cpu(const memra_backend_vtable **out, memra_error *err)
 }
 
 static bool own_key(const char *key) {
-    return strcmp(key, "fail_step") == 0 || strcmp(key, "bad_sample") == 0 || strcmp(key, "ext_small") == 0;
+    return strcmp(key, "fail_step") == 0 || strcmp(key, "bad_sample") == 0 || strcmp(key, "ext_small") == 0 ||
+           strcmp(key, "bad_chunk") == 0;
 }
 
 static void strip(const memra_options *in, memra_options *out) {
@@ -105,6 +120,7 @@ static memra_status lax_open(const memra_host *host, const memra_model *m, const
     b->fail_step = opt(opts, "fail_step", LAX_NONE);
     b->bad_sample = opt(opts, "bad_sample", LAX_NONE);
     b->ext_small = opt(opts, "ext_small", 0);
+    b->bad_chunk = opt(opts, "bad_chunk", LAX_NONE);
     memra_status st = find_cpu(&b->cpu, err);
     if (st == MEMRA_OK) {
         memra_options fwd;
@@ -168,6 +184,40 @@ static memra_status lax_step_end(memra_backend *b, memra_state *s, float *logits
     return st;
 }
 
+#ifndef LAX_NULL
+static uint32_t lax_prefill_chunk(const memra_host *host, const memra_options *opts) {
+    (void)host, (void)opts;
+#ifdef LAX_OLD
+    lax_step_chunk_calls++;
+    return 999;
+#else
+    return 16;
+#endif
+}
+
+static memra_status lax_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count,
+                                   float *logits, memra_error *err) {
+    lax_step_chunk_calls++;
+#ifdef LAX_OLD
+    (void)b, (void)s, (void)tokens, (void)count, (void)logits;
+    return lax_host->fail(err, MEMRA_E_INTERNAL, "laxold: step_chunk read past the vtable's declared size");
+#else
+    int64_t t[4096];
+    if (count > 4096)
+        return lax_host->fail(err, MEMRA_E_INVALID, "lax: a chunk of %u", count);
+    memcpy(t, tokens, count * sizeof *t);
+    if (b->bad_chunk >= s->next_pos && b->bad_chunk - s->next_pos < count)
+        t[b->bad_chunk - s->next_pos] = (t[b->bad_chunk - s->next_pos] + 1) % (int64_t)b->n_vocab;
+    memra_status st = b->cpu->step_chunk(b->inner, s->inner, t, count, logits, err);
+    if (st == MEMRA_OK) {
+        s->next_pos += count;
+        s->carry = false;
+    }
+    return st;
+#endif
+}
+#endif
+
 static memra_status lax_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32],
                                memra_error *err) {
     return b->cpu->digest(b->inner, s->inner, kind, out, err);
@@ -209,10 +259,12 @@ static memra_status lax_census(memra_backend *b, const memra_state *s, memra_cen
 }
 
 static uint64_t lax_step_begins(void) { return lax_step_begin_calls; }
+static uint64_t lax_step_chunks(void) { return lax_step_chunk_calls; }
 
 static const memra_ext_census_v1 lax_census_table = {.struct_size = sizeof lax_census_table, .census = lax_census};
 static const memra_ext_census_v1 lax_census_small = {.struct_size = 4, .census = lax_census};
-static const lax_calls_v1 lax_calls_table = {.struct_size = sizeof lax_calls_table, .step_begins = lax_step_begins};
+static const lax_calls_v1 lax_calls_table = {
+    .struct_size = sizeof lax_calls_table, .step_begins = lax_step_begins, .step_chunks = lax_step_chunks};
 
 static const void *lax_extension(memra_backend *b, const char *name, uint32_t version) {
     if (version == 1 && strcmp(name, MEMRA_EXT_CENSUS) == 0)
@@ -224,7 +276,11 @@ static const void *lax_extension(memra_backend *b, const char *name, uint32_t ve
 #endif
 
 static const memra_backend_vtable lax_vtable = {
+#ifdef LAX_OLD
+    .struct_size = MEMRA_STRUCT_END(memra_backend_vtable, resolve_options), /* ABI 1's first shape */
+#else
     .struct_size = sizeof(memra_backend_vtable),
+#endif
     .options = lax_options,
     .n_options = LAX_N_OPTIONS,
     .device_count = lax_device_count,
@@ -241,6 +297,10 @@ static const memra_backend_vtable lax_vtable = {
     .state_stats = lax_state_stats,
     .memory = lax_memory,
     .extension = lax_extension,
+#endif
+#ifndef LAX_NULL
+    .prefill_chunk = lax_prefill_chunk,
+    .step_chunk = lax_step_chunk,
 #endif
 };
 

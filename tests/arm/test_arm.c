@@ -17,6 +17,7 @@
 typedef struct lax_calls_v1 { /* lax_plugin.c's "lax.calls" v1 */
     uint32_t struct_size;
     uint64_t (*step_begins)(void);
+    uint64_t (*step_chunks)(void);
 } lax_calls_v1;
 
 typedef struct fixture {
@@ -583,4 +584,174 @@ Test(arm, collective_values_parse_into_a_name_and_options) {
         cr_assert_eq(memra_collective_value_parse(bad[i], name, sizeof name, &ob, &err), MEMRA_E_INVALID, "'%s'",
                      bad[i]);
     }
+}
+
+/* ---- Prefill (issue 28): step_chunk, the core's fallback, the prefill key ------------------ */
+
+#define PF_STEPS 40u
+
+/* What a pass leaves at each step it reports: the digests and the logits' hash. */
+typedef struct pf_trace {
+    bool seen[PF_STEPS];
+    uint8_t cache[PF_STEPS][32], hidden[PF_STEPS][32], logits[PF_STEPS][32];
+    float last_logits[64]; /* the first logits of the last report */
+    memra_arm_state *s;
+} pf_trace;
+
+static memra_status pf_record(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                              bool drained, memra_error *err) {
+    pf_trace *t = user;
+    cr_assert(drained);
+    cr_assert_eq(res->token, -1);
+    cr_assert_eq(res->position, step + 1);
+    t->seen[step] = true;
+    memcpy(t->last_logits, logits, sizeof t->last_logits);
+    return memra_arm_digests(t->s, t->logits[step], t->cache[step], t->hidden[step], err);
+}
+
+static int64_t pf_token(uint32_t i) { return (int64_t)((i * 37u + 11u) % fx.model->n_vocab); }
+
+/* Runs PF_STEPS prompt tokens through arm `text` with memra_arm_prefill_run into *t. */
+static void pf_run(const char *text, pf_trace *t) {
+    memset(t, 0, sizeof *t);
+    memra_arm *a = open_arm(text, NULL);
+    t->s = new_state(a, PF_STEPS + 1);
+    int64_t in[PF_STEPS];
+    for (uint32_t i = 0; i < PF_STEPS; i++)
+        in[i] = pf_token(i);
+    float *logits = malloc(fx.model->n_vocab * sizeof *logits);
+    memra_error err = {0};
+    cr_assert_eq(memra_arm_prefill_run(t->s, in, 0, PF_STEPS, logits, pf_record, t, &err), MEMRA_OK, "%s: %s", text,
+                 err.msg);
+    cr_assert_eq(memra_arm_state_position(t->s), PF_STEPS);
+    /* no carried token after a prefill: the next step takes an explicit one */
+    step_ok(t->s, pf_token(PF_STEPS), &greedy);
+    free(logits);
+    memra_arm_state_free(t->s);
+    memra_arm_close(a);
+}
+
+/* The first step where chunked `got` differs from single-step `ref` (digests or logits), or -1;
+ * every step `got` reports must be a step `ref` reports. */
+static int pf_first_diff(const pf_trace *ref, const pf_trace *got) {
+    for (uint32_t i = 0; i < PF_STEPS; i++) {
+        if (!got->seen[i])
+            continue;
+        cr_assert(ref->seen[i]);
+        if (memcmp(ref->cache[i], got->cache[i], 32) || memcmp(ref->hidden[i], got->hidden[i], 32) ||
+            memcmp(ref->logits[i], got->logits[i], 32))
+            return (int)i;
+    }
+    return -1;
+}
+
+static int pf_boundaries(const pf_trace *t) {
+    int n = 0;
+    for (uint32_t i = 0; i < PF_STEPS; i++)
+        n += t->seen[i];
+    return n;
+}
+
+/* Chunks of 7 (odd, ends mid-anything), 64 (the whole prompt in one) and 16 give the digests and
+ * logits of single steps at every chunk boundary, on one stage, two stages and two ranks. */
+Test(arm, prefill_chunks_are_single_steps_bit_for_bit) {
+    static const char *const pairs[][2] = {
+        {"cpu:prefill=1", "cpu:prefill=7"},
+        {"cpu:prefill=1", "cpu:prefill=64"},
+        {"cpu:prefill=1", "cpu:prefill=16,threads=1"},
+        {"cpu:prefill=1", "cpu:stages=2,prefill=7"},
+        {"cpu:tp=2,prefill=1", "cpu:tp=2,prefill=7"},
+        {"cpu:tp=2,prefill=1", "cpu:tp=2,stages=2,prefill=64"},
+    };
+    static pf_trace ref, got;
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        pf_run(pairs[k][0], &ref);
+        cr_assert_eq(pf_boundaries(&ref), (int)PF_STEPS, "prefill=1 reports every step");
+        pf_run(pairs[k][1], &got);
+        int want = strstr(pairs[k][1], "=64") ? 1 : strstr(pairs[k][1], "=16") ? 3 : 6;
+        cr_assert_eq(pf_boundaries(&got), want, "%s", pairs[k][1]);
+        cr_assert_eq(pf_first_diff(&ref, &got), -1, "%s against %s", pairs[k][1], pairs[k][0]);
+    }
+}
+
+/* The negative control: lax runs the chunk holding position 10 with another token there; the
+ * comparison must name that chunk's boundary (positions 7..13 with prefill=7: step 13) and no
+ * earlier one. lax without the fault passes (the control is the fault, not lax). */
+Test(arm, prefill_wrong_chunk_is_caught_at_its_boundary) {
+    static pf_trace ref, got;
+    pf_run("cpu:prefill=1", &ref);
+    pf_run("lax:prefill=7", &got);
+    cr_assert_eq(pf_first_diff(&ref, &got), -1);
+    pf_run("lax:prefill=7,bad_chunk=10", &got);
+    cr_assert_eq(pf_first_diff(&ref, &got), 13);
+}
+
+/* A backend built before step_chunk (laxold declares ABI 1's first vtable size, with traps past
+ * it) and one that leaves it NULL (laxnull): the core runs each chunk as single steps, never reads
+ * past the declared size, and the bits are those of prefill=1. */
+Test(arm, prefill_falls_back_to_single_steps_without_step_chunk) {
+    static pf_trace ref, got;
+    pf_run("cpu:prefill=1", &ref);
+    memra_arm *a = open_arm("laxold", NULL);
+    const lax_calls_v1 *c = memra_arm_extension(a, "lax.calls", 1, MEMRA_STRUCT_END(lax_calls_v1, step_chunks));
+    cr_assert_not_null(c);
+    cr_assert_eq(memra_arm_prefill(a), 1, "auto on a backend without prefill_chunk is 1");
+    cr_assert_not(memra_arm_prefill_native(a));
+    cr_assert_str_eq(memra_options_get(memra_arm_resolved(a), "prefill"), "1");
+    memra_arm_close(a);
+    uint64_t begins = c->step_begins(), chunks = c->step_chunks();
+    pf_run("laxold:prefill=64", &got);
+    cr_assert_eq(pf_boundaries(&got), 1);
+    cr_assert_eq(pf_first_diff(&ref, &got), -1);
+    cr_assert_eq(c->step_begins() - begins, PF_STEPS + 1, "the chunk ran as single steps (and one step after)");
+    cr_assert_eq(c->step_chunks(), chunks, "nothing past laxold's declared vtable size was called");
+    cr_assert_eq(c->step_chunks(), 0);
+    pf_run("laxnull:prefill=7", &got);
+    cr_assert_eq(pf_boundaries(&got), 6);
+    cr_assert_eq(pf_first_diff(&ref, &got), -1);
+}
+
+/* The prefill key: auto is the backend's (cpu 64, lax 16), resolved into the record; bad values
+ * are usage errors naming the key. */
+Test(arm, prefill_key) {
+    memra_arm *a = open_arm("cpu", NULL);
+    cr_assert_eq(memra_arm_prefill(a), 64);
+    cr_assert(memra_arm_prefill_native(a));
+    cr_assert_str_eq(memra_options_get(memra_arm_resolved(a), "prefill"), "64");
+    memra_arm_close(a);
+    a = open_arm("lax", NULL);
+    cr_assert_eq(memra_arm_prefill(a), 16);
+    memra_arm_close(a);
+    a = open_arm("cpu:prefill=7", NULL);
+    cr_assert_str_eq(memra_options_get(memra_arm_resolved(a), "prefill"), "7");
+    memra_arm_close(a);
+    static const char *const bad[] = {"cpu:prefill=0", "cpu:prefill=abc", "cpu:prefill=4097", "cpu:prefill=-1"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        memra_error err = {0};
+        memra_arm *x = NULL;
+        cr_assert_eq(memra_arm_open(fx.reg, fx.model, bad[k], NULL, NULL, 0, &x, &err), MEMRA_E_INVALID, "%s", bad[k]);
+        cr_assert(strstr(err.msg, "prefill"), "%s: %s", bad[k], err.msg);
+    }
+}
+
+/* A chunk is a transaction: past the capacity it is refused before the backend runs, and a
+ * chunk's token outside the vocabulary is refused by the layer, nothing committed. */
+Test(arm, prefill_checks) {
+    memra_arm *a = open_arm("lax:prefill=8", NULL);
+    memra_arm_state *s = new_state(a, 10);
+    int64_t in[12];
+    for (uint32_t i = 0; i < 12; i++)
+        in[i] = pf_token(i);
+    memra_error err = {0};
+    cr_assert_eq(memra_arm_prefill_run(s, in, 0, 12, NULL, NULL, NULL, &err), MEMRA_E_RANGE, "%s", err.msg);
+    cr_assert_eq(memra_arm_state_position(s), 8, "the first chunk committed, the second refused");
+    cr_assert(strstr(err.msg, "capacity"), "%s", err.msg);
+    memra_arm_state_free(s);
+    s = new_state(a, 20);
+    in[3] = (int64_t)fx.model->n_vocab + 5; /* lax would take it modulo n_vocab */
+    cr_assert_eq(memra_arm_prefill_run(s, in, 0, 8, NULL, NULL, NULL, &err), MEMRA_E_RANGE);
+    cr_assert(strstr(err.msg, "vocabulary"), "%s", err.msg);
+    cr_assert_eq(memra_arm_state_position(s), 0);
+    memra_arm_state_free(s);
+    memra_arm_close(a);
 }
