@@ -336,12 +336,16 @@ void gate_close_arms(gate_ctx *ctx);
 memra_status gate_memory_check(const gate_ctx *ctx, memra_error *err);
 memra_status gate_trace_alloc(gate_trace *t, uint32_t steps, uint32_t n_vocab, bool keep_logits, memra_error *err);
 /* The prime steps 0..P-1 of `inputs` on state s, as the arm primes: with prefill=1 one step at a
- * time (fn after each); with prefill=M the steps 0..P-2 in chunks of M (fn after each chunk, with
+ * time (fn after each), as with a backend without step_chunk; with prefill=M the steps 0..P-2
+ * in chunks of M (fn after each chunk, with
  * its last step, the logits of its last position and token -1), then step P-1 as a single step
  * that samples (so the first generated input is sampled as with prefill=1). */
-memra_status gate_prime(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, const int64_t *inputs,
-                        const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, void *user,
-                        memra_error *err);
+typedef memra_status (*gate_inner_fn)(void *user, uint32_t step, memra_error *err);
+/* trace (may be NULL) gets token -1 at a chunk's inner steps; inner (may be NULL) is called for
+ * each inner step, before fn for the chunk's last. */
+memra_status gate_prime(gate_ctx *ctx, gate_arm *arm, gate_trace *trace, memra_arm_state *s, const int64_t *inputs,
+                        const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, gate_inner_fn inner,
+                        void *user, memra_error *err);
 void gate_trace_free(gate_trace *t);
 
 /* Runs the reference on A into ctx->ref. */

@@ -71,7 +71,9 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
             "the prime and generated phases)",
             o->steps_compared, cfg->prime, cfg->gen, o->digest_steps, both ? "either arm's" : "its", who);
     }
-    const uint32_t pa = memra_arm_prefill(a->arm), pb = memra_arm_prefill(b->arm);
+    /* a backend without step_chunk primes token by token whatever its prefill says */
+    const uint32_t pa = memra_arm_prefill_native(a->arm) ? memra_arm_prefill(a->arm) : 1;
+    const uint32_t pb = memra_arm_prefill_native(b->arm) ? memra_arm_prefill(b->arm) : 1;
     if ((pa > 1 || pb > 1) && cfg->prime > 1)
         add(v,
             "; primed in chunks (prefill a=%u, b=%u): of the %u prime steps, the logits compared at the %u that "

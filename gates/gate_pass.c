@@ -41,6 +41,43 @@ static memra_status pass_step(void *user, uint32_t step, const float *logits, co
     return gate_check_stop(p->ctx, err);
 }
 
+/* ---- Priming (gate.h: gate_prime) ---- */
+
+typedef struct prime_chunks {
+    gate_trace *trace;
+    memra_arm_step_fn fn;
+    gate_inner_fn inner;
+    void *user;
+    uint32_t next; /* the first step of the chunk in progress */
+} prime_chunks;
+
+static memra_status prime_boundary(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                                   bool drained, memra_error *err) {
+    prime_chunks *p = user;
+    for (uint32_t k = p->next; k < step; k++) {
+        if (p->trace)
+            p->trace->tokens[k] = -1;
+        memra_status st = p->inner ? p->inner(p->user, k, err) : MEMRA_OK;
+        if (st != MEMRA_OK)
+            return st;
+    }
+    p->next = step + 1;
+    return p->fn ? p->fn(p->user, step, logits, res, drained, err) : MEMRA_OK;
+}
+
+memra_status gate_prime(gate_ctx *ctx, gate_arm *arm, gate_trace *trace, memra_arm_state *s, const int64_t *inputs,
+                        const memra_sample_cfg *sample, float *logits, memra_arm_step_fn fn, gate_inner_fn inner,
+                        void *user, memra_error *err) {
+    const uint32_t P = ctx->cfg->prime;
+    if (memra_arm_prefill(arm->arm) <= 1 || !memra_arm_prefill_native(arm->arm) || P < 2)
+        return memra_arm_run(s, inputs, 0, P, sample, logits, fn, user, err);
+    prime_chunks pc = {.trace = trace, .fn = fn, .inner = inner, .user = user};
+    memra_status st = memra_arm_prefill_run(s, inputs, 0, P - 1, logits, prime_boundary, &pc, err);
+    if (st == MEMRA_OK)
+        st = memra_arm_run(s, inputs, P - 1, 1, sample, logits, fn, user, err);
+    return st;
+}
+
 memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity, gate_prefix *p,
                               memra_error *err) {
     const uint32_t P = ctx->cfg->prime;
@@ -50,7 +87,8 @@ memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *tr
     pass_steps run = {.ctx = ctx, .prime = P, .prefix_token = -1};
     memra_status st = gate_new_state(arm, ctx->cfg->prime + ctx->cfg->gen, &p->snapshot, err);
     if (st == MEMRA_OK)
-        st = gate_prime(ctx, arm, p->snapshot, trace->inputs, &ctx->cfg->sample, NULL, pass_step, &run, err);
+        st = gate_prime(ctx, arm, NULL, p->snapshot, trace->inputs, &ctx->cfg->sample, NULL, pass_step, NULL, &run,
+                        err);
     uint32_t pos = st == MEMRA_OK ? memra_arm_state_position(p->snapshot) : 0;
     if (st == MEMRA_OK && pos != P)
         st = memra_fail(err, MEMRA_E_INTERNAL, "arm %s (%s): the prefix snapshot is at position %u after %u steps",

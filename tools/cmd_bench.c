@@ -105,7 +105,7 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
     bool tty = isatty(STDERR_FILENO);
     uint32_t capacity = ba->prime + ba->n_gen;
     uint32_t total_reps = ba->warmup + ba->reps;
-    memra_arm_state *prefix = NULL, *work = NULL, *empty = NULL;
+    memra_arm_state *prefix = NULL, *work = NULL, *pp = NULL;
     int64_t *first = malloc(ba->n_gen * sizeof *first);
     int64_t *prompt = malloc(ba->prime * sizeof *prompt);
     memra_error err = {0};
@@ -120,29 +120,32 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
         prompt[i] = prime_token(m, i);
     br->prefill = memra_arm_prefill(ss->arm);
     if (memra_arm_state_new(ss->arm, capacity, &prefix, &err) != MEMRA_OK ||
-        memra_arm_state_new(ss->arm, capacity, &work, &err) != MEMRA_OK ||
-        memra_arm_state_new(ss->arm, 1, &empty, &err) != MEMRA_OK)
+        memra_arm_state_new(ss->arm, capacity, &work, &err) != MEMRA_OK)
         goto fail;
     if (tty)
         progress(0, ba->prime, "priming");
     if (prime(prefix, prompt, ba->prime, &err) != MEMRA_OK)
         goto fail;
     for (uint32_t r = 0; r < total_reps; r++) {
-        /* pp: the prompt again from position 0 (a restore from an empty state), in the arm's
-         * prefill chunks, timed; it must end where the prefix did */
+        /* pp: the prompt again into a fresh state (made before the clock starts), in the arm's
+         * prefill chunks, timed; it must end with the prefix's KV cache */
+        memra_arm_state_free(pp);
+        pp = NULL;
+        if (memra_arm_state_new(ss->arm, ba->prime, &pp, &err) != MEMRA_OK)
+            goto fail;
         double p0 = cli_now();
-        if (memra_arm_state_restore(work, empty, &err) != MEMRA_OK || prime(work, prompt, ba->prime, &err) != MEMRA_OK) {
+        if (prime(pp, prompt, ba->prime, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "repetition %u: the prompt", r + 1);
             goto fail;
         }
         double pdt = cli_now() - p0;
         if (r >= ba->warmup)
             br->pp_s[r - ba->warmup] = ba->prime / pdt;
-        uint8_t d_work[32], d_prefix[32];
-        if (memra_arm_digest(work, MEMRA_DIGEST_CACHE, d_work, &err) != MEMRA_OK ||
+        uint8_t d_pp[32], d_prefix[32];
+        if (memra_arm_digest(pp, MEMRA_DIGEST_CACHE, d_pp, &err) != MEMRA_OK ||
             memra_arm_digest(prefix, MEMRA_DIGEST_CACHE, d_prefix, &err) != MEMRA_OK)
             goto fail;
-        if (memcmp(d_work, d_prefix, 32) != 0) {
+        if (memcmp(d_pp, d_prefix, 32) != 0) {
             cli_error(cmd, "repetition %u primed a KV cache other than the prefix's: the arm '%s' is not "
                       "deterministic, so its timing means nothing", r + 1, ba->arm);
             goto out;
@@ -182,7 +185,7 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
 fail:
     rc = cli_fail(cmd, &err);
 out:
-    memra_arm_state_free(empty);
+    memra_arm_state_free(pp);
     memra_arm_state_free(work);
     memra_arm_state_free(prefix);
     free(first);

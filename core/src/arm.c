@@ -665,24 +665,20 @@ memra_status memra_arm_prefill_run(memra_arm_state *s, const int64_t *inputs, ui
         return arm_fail(a, err, MEMRA_E_INVALID, "a prefill of steps %u..%u begun with %u steps already in flight",
                         first, first + count - 1, s->in_flight);
     const uint32_t M = a->prefill;
-    if (M <= 1) /* token by token: exactly memra_arm_run, every step's logits and callback */
+    /* token by token, or a backend without step_chunk (the core runs its chunks as single steps,
+     * which have every step's logits): exactly memra_arm_run, fn after every step */
+    if (M <= 1 || !memra_arm_prefill_native(a))
         return memra_arm_run(s, inputs, first, count, NULL, logits, fn, user, err);
-    const bool native = memra_arm_prefill_native(a);
     memra_status st = MEMRA_OK;
     char where[96] = "";
     for (uint32_t done = 0; done < count && st == MEMRA_OK;) {
         uint32_t n = count - done < M ? count - done : M;
         uint32_t at = s->next_pos;
-        if (native) {
-            st = chunk_raw(s, inputs + first + done, n, logits, err);
-            if (st != MEMRA_OK)
-                snprintf(where, sizeof where, "prefill chunk of steps %u..%u (positions %u..)", first + done,
-                         first + done + n - 1, at);
-        } else {
-            /* The core's fallback: the chunk as n single steps (the bits of prefill=1). */
-            st = memra_arm_run(s, inputs, first + done, n, NULL, logits, NULL, NULL, err);
-            if (st != MEMRA_OK)
-                return st; /* memra_arm_run named the arm and the step */
+        st = chunk_raw(s, inputs + first + done, n, logits, err);
+        if (st != MEMRA_OK) {
+            snprintf(where, sizeof where, "prefill chunk of steps %u..%u (positions %u..%u)", first + done,
+                     first + done + n - 1, at, at + n - 1);
+            break;
         }
         done += n;
         if (st == MEMRA_OK && fn) {

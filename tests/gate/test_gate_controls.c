@@ -28,7 +28,7 @@ static gate_result expect_fail(const char *const *args) {
 }
 
 Test(gate_controls, flipped_logit_bit_in_a_prime_step) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 5, "%s", m);
@@ -51,7 +51,7 @@ Test(gate_controls, flipped_logit_bit_in_a_prime_step) {
 }
 
 Test(gate_controls, flipped_logit_bit_in_a_generated_step) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=20", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=20", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 20, "%s", m);
@@ -64,7 +64,7 @@ Test(gate_controls, flipped_logit_bit_in_a_generated_step) {
 }
 
 Test(gate_controls, flipped_logit_bit_in_a_pipelined_replay) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=9,window=3", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=9,window=3", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 9, "%s", m);
@@ -77,7 +77,7 @@ Test(gate_controls, flipped_logit_bit_in_a_pipelined_replay) {
 }
 
 Test(gate_controls, flipped_logit_bit_on_the_reference_arm) {
-    const char *args[] = {"--a", "faulty:flip_logit_step=3", "--b", "cpu", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "faulty:flip_logit_step=3", "--b", "cpu:prefill=1", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 3, "%s", m);
@@ -86,7 +86,7 @@ Test(gate_controls, flipped_logit_bit_on_the_reference_arm) {
 }
 
 Test(gate_controls, nmse_mode_zero_tolerance_catches_one_ulp) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:0", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:0", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 5, "%s", m);
@@ -101,7 +101,7 @@ Test(gate_controls, nmse_mode_zero_tolerance_catches_one_ulp) {
 
 Test(gate_controls, nmse_mode_tolerates_what_its_tolerance_allows) {
     /* The same one-ulp fault is within nmse:1e-6: the tolerance mode is a tolerance. */
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s\n%s", r.err, r.jsonl);
     char *s = gate_record(r.jsonl, "summary", 0);
@@ -111,7 +111,7 @@ Test(gate_controls, nmse_mode_tolerates_what_its_tolerance_allows) {
 }
 
 Test(gate_controls, corrupted_kv_cache_element) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:corrupt_cache_step=7", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_cache_step=7", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 7, "%s", m);
@@ -132,7 +132,7 @@ Test(gate_controls, corrupted_kv_cache_element) {
 Test(gate_controls, corrupted_kv_cache_in_a_pipelined_replay_is_caught_where_it_drains) {
     /* A pipelined arm is digested where its pipeline drains: the end of the prime phase (step 15)
      * is the first place the gate can see the cache of a window of 3. */
-    const char *args[] = {"--a", "cpu", "--b", "faulty:corrupt_cache_step=7,window=3", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_cache_step=7,window=3", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 15, "%s", m);
@@ -143,7 +143,7 @@ Test(gate_controls, corrupted_kv_cache_in_a_pipelined_replay_is_caught_where_it_
 
 Test(gate_controls, corrupted_token_in_one_timing_row) {
     /* 4 rows: A B B A. B's second row (restore 1) is gate row 2. */
-    const char *args[] = {"--a", "cpu", "--b", "faulty:corrupt_row=1,corrupt_row_token=3", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=3", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *s = gate_record(r.jsonl, "summary", 0);
     cr_assert_eq(num(s, "bad_steps"), 0, "the correctness run is clean: %s", s);
@@ -170,7 +170,7 @@ Test(gate_controls, corrupted_token_in_one_timing_row) {
 }
 
 Test(gate_controls, mismatch_report_gives_values) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:flip_logit_step=2", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=2", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert(strstr(m, "\"ref\":{\"value\":") && strstr(m, "\"got\":{\"value\":"), "%s", m);
@@ -226,7 +226,7 @@ Test(gate_controls, looping_stream_with_rows_zero_is_not_timed) {
 }
 
 Test(gate_controls, census_record_only_when_offered) {
-    const char *with[] = {"--a", "cpu", "--b", "faulty:census=1", GATE_SMALL, NULL};
+    const char *with[] = {"--a", "cpu:prefill=1", "--b", "faulty:census=1", GATE_SMALL, NULL};
     gate_result r = gate_run(with, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     /* one for the correctness state of b, one for its timing state; none for cpu */
@@ -236,9 +236,9 @@ Test(gate_controls, census_record_only_when_offered) {
     cr_assert(strstr(c, "\"kind\":\"host:max_in_flight\",\"count\":1"), "serial: %s", c);
     free(c);
     gate_result_free(&r);
-    const char *without[] = {"--a", "cpu", "--b", "cpu", GATE_SMALL, NULL};
+    const char *without[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", GATE_SMALL, NULL};
     /* a window of 3 really keeps 3 steps in flight, in the replay and in the timing rows */
-    const char *piped[] = {"--a", "cpu", "--b", "faulty:census=1,window=3", GATE_SMALL, NULL};
+    const char *piped[] = {"--a", "cpu:prefill=1", "--b", "faulty:census=1,window=3", GATE_SMALL, NULL};
     r = gate_run(piped, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     for (int i = 0; i < 2; i++) {
@@ -253,7 +253,7 @@ Test(gate_controls, census_record_only_when_offered) {
 }
 
 Test(gate_controls, nan_logit_is_a_failure_of_its_own) {
-    const char *args[] = {"--a", "cpu", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 11, "%s", m);
@@ -262,7 +262,7 @@ Test(gate_controls, nan_logit_is_a_failure_of_its_own) {
     cr_assert(strstr(m, "\"class\":\"nan\""), "%s", m);
     free(m);
     /* in nmse mode too, whatever the tolerance */
-    const char *nmse[] = {"--a", "cpu", "--b", "faulty:nan_logit_step=11", "--compare", "nmse:1e30", GATE_SMALL, NULL};
+    const char *nmse[] = {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11", "--compare", "nmse:1e30", GATE_SMALL, NULL};
     gate_result r2 = expect_fail(nmse);
     m = gate_record(r2.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 11, "%s", m);

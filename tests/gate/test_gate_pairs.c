@@ -44,7 +44,7 @@ static void expect_pass(const char *const *args, int steps, int rows) {
 #define PAIR(name, A, B)                                                                                               \
     Test(gate_pairs, name) {                                                                                           \
         const char *args[] = {"--a", A, "--b", B, GATE_SMALL, NULL};                                                   \
-        expect_pass(args, 32, 4);                                                                                      \
+        expect_pass(args, 18, 4); /* cpu primes in chunks of 64: prime steps 14 (a chunk's end) and 15 */              \
     }
 
 PAIR(cpu_vs_cpu, "cpu", "cpu")
@@ -61,7 +61,7 @@ PAIR(faulty_wrapper_without_faults_is_transparent, "cpu", "faulty:threads=1,grai
 PAIR(grain0_threads2, "cpu:threads=1", "cpu:grain=0,threads=2")
 
 Test(gate_pairs, sampled) {
-    const char *args[] = {"--a",      "cpu",  "--b",     "cpu:stages=2,window=3",
+    const char *args[] = {"--a",      "cpu:prefill=1",  "--b",     "cpu:prefill=1,stages=2,window=3",
                           "--temp",   "0.9",  "--top-k", "40",
                           "--top-p",  "0.95", "--seed",  "7",
                           GATE_SMALL, NULL};
@@ -76,8 +76,8 @@ Test(gate_pairs, sampled) {
 
 Test(gate_pairs, sampled_stream_differs_from_greedy) {
     /* Sampling is really on: the sampled stream is not the greedy one. */
-    const char *greedy[] = {"--a", "cpu", "--b", "cpu", GATE_SMALL, NULL};
-    const char *sampled[] = {"--a", "cpu", "--b", "cpu", "--temp", "1.5", "--seed", "3", GATE_SMALL, NULL};
+    const char *greedy[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", GATE_SMALL, NULL};
+    const char *sampled[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--temp", "1.5", "--seed", "3", GATE_SMALL, NULL};
     gate_result g = gate_run(greedy, false), s = gate_run(sampled, false);
     cr_assert_eq(g.exit, 0, "%s", g.err);
     cr_assert_eq(s.exit, 0, "%s", s.err);
@@ -96,7 +96,7 @@ Test(gate_pairs, sampled_stream_differs_from_greedy) {
 }
 
 Test(gate_pairs, nmse_mode_passes_and_says_so) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
     expect_pass(args, 32, 4);
     gate_result r = gate_run(args, false);
     char *v = gate_record(r.jsonl, "verdict", 0);
@@ -115,7 +115,7 @@ Test(gate_pairs, nmse_mode_passes_and_says_so) {
 }
 
 Test(gate_pairs, exact_mode_says_so) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     char *v = gate_record(r.jsonl, "verdict", 0);
@@ -127,8 +127,8 @@ Test(gate_pairs, exact_mode_says_so) {
 }
 
 Test(gate_pairs, schedule_abba_and_baab) {
-    const char *abba[] = {"--a", "cpu", "--b", "cpu", "--prime", "8", "--gen", "8", "--rows", "8", "--quiet", NULL};
-    const char *baab[] = {"--a", "cpu",    "--b", "cpu",        "--prime", "8",       "--gen",
+    const char *abba[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "8", "--gen", "8", "--rows", "8", "--quiet", NULL};
+    const char *baab[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",        "--prime", "8",       "--gen",
                           "8",   "--rows", "8",   "--schedule", "BAAB",    "--quiet", NULL};
     const char *want[2] = {"aabbbbaa", "bbaaaabb"};
     const char *const *runs[2] = {abba, baab};
@@ -158,7 +158,7 @@ Test(gate_pairs, prompt_ids_file) {
     FILE *f = fdopen(fd, "w");
     fprintf(f, "1, 2 3\n4,5 6 7 8\n9 10 11 12 13 14 15 16 17 18 19 20\n");
     fclose(f);
-    const char *args[] = {"--a", "cpu",     "--b", "cpu:stages=2", "--prompt-ids", path, "--gen", "8", "--rows",
+    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "cpu:prefill=1,stages=2", "--prompt-ids", path, "--gen", "8", "--rows",
                           "0",   "--quiet", NULL};
     expect_pass(args, 28, 0); /* --prime defaults to the file's 20 ids */
     gate_result r = gate_run(args, false);
@@ -171,7 +171,7 @@ Test(gate_pairs, prompt_ids_file) {
 }
 
 Test(gate_pairs, protocol_resolves_every_key) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu:stages=2", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);
@@ -209,7 +209,7 @@ Test(gate_pairs, no_arguments_picks_a_pair_and_says_which) {
 /* Issue 31.1: without --jsonl no record is written anywhere (the terminal gets the summary);
  * --jsonl - sends them to stdout, asked for. */
 Test(gate_pairs, records_go_nowhere_without_jsonl) {
-    const char *args[] = {"--a", "cpu", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert_str_eq(r.out, "", "no record on stdout without --jsonl: %.300s", r.out);
@@ -219,7 +219,7 @@ Test(gate_pairs, records_go_nowhere_without_jsonl) {
 }
 
 Test(gate_pairs, records_go_to_stdout_with_jsonl_dash) {
-    const char *args[] = {"--a", "cpu",    "--b", "cpu",     "--prime", "4", "--gen",
+    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",     "--prime", "4", "--gen",
                           "4",   "--rows", "0",   "--quiet", "--jsonl", "-", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
@@ -234,18 +234,18 @@ Test(gate_pairs, records_go_to_stdout_with_jsonl_dash) {
 /* A usage error writes no record: not to stdout (the typo before --jsonl), not to the record file
  * (the typo after it, which used to append a lone FAIL verdict to a shared file). */
 Test(gate_pairs, a_usage_error_writes_no_record) {
-    const char *before[] = {"--a", "cpu", "--b", "cpu", "--rowz", "2", "--jsonl", "-", NULL};
+    const char *before[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--rowz", "2", "--jsonl", "-", NULL};
     gate_result r = gate_run(before, true);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.out, "", "%s", r.out);
     gate_result_free(&r);
-    const char *after[] = {"--a", "cpu",    "--b", "cpu",    "--prime", "4", "--gen",
+    const char *after[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",    "--prime", "4", "--gen",
                            "4",   "--rows", "0",   "--rowz", "2",       NULL};
     r = gate_run(after, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);
     gate_result_free(&r);
-    const char *arm[] = {"--a", "cpu:bogus=1", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    const char *arm[] = {"--a", "cpu:prefill=1,bogus=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     r = gate_run(arm, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);
@@ -265,7 +265,7 @@ Test(gate_pairs, model_file_and_its_digest) {
     cr_assert_eq(memra_sha256_file(path, digest, &err), MEMRA_OK, "%s", err.msg);
     memra_sha256_hex(digest, hex);
     snprintf(want, sizeof want, "\"sha256\":\"%s\"", hex);
-    const char *args[] = {"--model", path, "--a", "cpu", "--b", "cpu:stages=2", GATE_SMALL, NULL};
+    const char *args[] = {"--model", path, "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", GATE_SMALL, NULL};
     expect_pass(args, 32, 4);
     gate_result r = gate_run(args, false);
     char *p = gate_record(r.jsonl, "protocol", 0);
@@ -278,5 +278,6 @@ Test(gate_pairs, model_file_and_its_digest) {
 Test(gate_pairs, main_command_with_its_defaults) {
     /* The README's main command: no arguments, P = N = 256, 20 rows, on the embedded model. */
     const char *args[] = {"--quiet", NULL};
-    expect_pass(args, 512, 20);
+    /* cpu primes in chunks of 64: steps 63, 127, 191 and 254 end chunks, 255 is a single step */
+    expect_pass(args, 5 + 256, 20);
 }

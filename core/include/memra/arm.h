@@ -135,11 +135,11 @@ memra_status memra_arm_run(memra_arm_state *s, const int64_t *inputs, uint32_t f
                            memra_error *err);
 
 /* A prefill pass: steps first .. first+count-1 of known inputs (inputs[step]), not sampled, in
- * chunks of the arm's `prefill` (the last one shorter): each chunk through the backend's
- * step_chunk, or (a backend without it) as that many single steps. fn is called once per chunk,
- * after it, with the chunk's last step, the logits of its last position (read into `logits`:
- * n_vocab floats, or NULL), res->token -1, and drained = true (digests may be taken). With
- * prefill=1 this is memra_arm_run without sampling: fn after every step. A failed chunk commits
+ * chunks of the arm's `prefill` (the last one shorter), each through the backend's step_chunk.
+ * fn is called once per chunk, after it, with the chunk's last step, the logits of its last
+ * position (read into `logits`: n_vocab floats, or NULL), res->token -1, and drained = true
+ * (digests may be taken). With prefill=1, or a backend without step_chunk (the core then runs
+ * the chunks as single steps), this is memra_arm_run without sampling: fn after every step. A failed chunk commits
  * nothing and quarantines the state; the message names the chunk. No carried token remains: the
  * step after a prefill takes an explicit token. */
 memra_status memra_arm_prefill_run(memra_arm_state *s, const int64_t *inputs, uint32_t first, uint32_t count,

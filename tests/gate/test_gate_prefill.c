@@ -1,0 +1,91 @@
+/* test_gate_prefill.c (issue 28): memra-gate primes each arm with its own prefill and compares
+ * at every chunk boundary. cpu prefill=1 against prefill=64 and prefill=7 is an exact pair on
+ * every preset, greedy and sampled, with stages=2 and tp=2; a backend without step_chunk (the
+ * test wrapper faulty) runs prefill=64 as single steps with the same bits; a wrong chunk (the
+ * arm tests' lax with bad_chunk) fails the gate at that chunk's boundary. Short primes keep it
+ * fast. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gate_harness.h"
+
+static void expect_prefill_pass(const char *preset, const char *a, const char *b, bool sampled, int want_boundaries) {
+    const char *greedy[] = {"--preset", preset, "--a", a, "--b", b, "--prime", "20", "--gen", "8", "--rows", "0",
+                            "--quiet", NULL};
+    const char *temp[] = {"--preset", preset, "--a", a, "--b", b, "--prime", "20", "--gen", "8", "--rows", "0",
+                          "--quiet", "--temp", "0.8", "--seed", "7", NULL};
+    gate_result r = gate_run(sampled ? temp : greedy, false);
+    cr_assert_eq(r.exit, 0, "%s: %s vs %s: exit %d\n%s\n%.3000s", preset, a, b, r.exit, r.err, r.jsonl);
+    char *verdict = gate_record(r.jsonl, "verdict", 0);
+    bool pass = false;
+    cr_assert(gate_field_bool(verdict, "pass", &pass) && pass, "%s", verdict);
+    cr_assert(strstr(verdict, "primed in chunks"), "%s", verdict);
+    cr_assert_eq(gate_count_records(r.jsonl, "mismatch"), 0);
+    /* steps compared: the chunk boundaries of the prime (and its last step), every generated one */
+    if (want_boundaries > 0)
+        cr_assert_eq(gate_count_records(r.jsonl, "step"), want_boundaries + 8, "%s vs %s: %d step records", a, b,
+                     gate_count_records(r.jsonl, "step"));
+    char *protocol = gate_record(r.jsonl, "protocol", 0);
+    cr_assert(strstr(protocol, "\"prefill\""), "the protocol record resolves prefill: %.600s", protocol);
+    free(protocol);
+    free(verdict);
+    gate_result_free(&r);
+}
+
+/* prime 20: prefill=64 runs 0..18 as one chunk (boundary 18), then step 19: 2 prime steps
+ * compared; prefill=7: chunks end at 6, 13, 18, then 19: 4. */
+#define PRESET_PAIRS(name, preset)                                                                                     \
+    Test(gate_prefill, name##_64_greedy) { expect_prefill_pass(preset, "cpu:prefill=1", "cpu:prefill=64", false, 2); } \
+    Test(gate_prefill, name##_7_greedy) { expect_prefill_pass(preset, "cpu:prefill=1", "cpu:prefill=7", false, 4); }   \
+    Test(gate_prefill, name##_64_sampled) { expect_prefill_pass(preset, "cpu:prefill=1", "cpu:prefill=64", true, 2); } \
+    Test(gate_prefill, name##_7_sampled) { expect_prefill_pass(preset, "cpu:prefill=1", "cpu:prefill=7", true, 4); }
+
+PRESET_PAIRS(tiny, "tiny")
+PRESET_PAIRS(small, "small")
+PRESET_PAIRS(qwen3_tiny, "qwen3-tiny")
+PRESET_PAIRS(qwen2_tiny, "qwen2-tiny")
+PRESET_PAIRS(gemma3_tiny, "gemma3-tiny")
+
+Test(gate_prefill, default_is_chunked) { expect_prefill_pass("tiny", "cpu:prefill=1", "cpu", false, 2); }
+Test(gate_prefill, chunked_reference) { expect_prefill_pass("tiny", "cpu:prefill=7", "cpu:prefill=1", false, 4); }
+Test(gate_prefill, stages2) { expect_prefill_pass("small", "cpu:prefill=1", "cpu:stages=2,prefill=7", true, 4); }
+Test(gate_prefill, tp2) { expect_prefill_pass("small", "cpu:tp=2,prefill=1", "cpu:tp=2,prefill=7", true, 4); }
+Test(gate_prefill, tp2_stages2) {
+    expect_prefill_pass("tiny", "cpu:tp=2,prefill=1", "cpu:tp=2,stages=2,prefill=64", false, 2);
+}
+Test(gate_prefill, window3) { expect_prefill_pass("tiny", "cpu:window=3,prefill=1", "cpu:prefill=7", false, -1); }
+/* faulty has no step_chunk: the core runs each chunk as single steps, the same bits */
+Test(gate_prefill, fallback_without_step_chunk) {
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:prefill=64", "--prime", "20", "--gen", "8",
+                          "--rows", "0", "--quiet", NULL};
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 0, "%s", r.err);
+    cr_assert_eq(gate_count_records(r.jsonl, "step"), 28, "every step compared: %s", r.jsonl);
+    gate_result_free(&r);
+}
+
+/* The negative control: a chunk that computes position 10 from another token (lax, bad_chunk=10,
+ * from the arm tests' plugins) must fail at the boundary of that chunk (step 13 with prefill=7),
+ * not before, with the cache digest named; lax without the fault passes. */
+Test(gate_prefill, wrong_chunk_fails_at_its_boundary) {
+    const char *ok[] = {"--a", "cpu:prefill=1", "--b", "lax:prefill=7", "--prime", "20", "--gen", "4", "--rows", "0",
+                        "--quiet", NULL};
+    const char *bad[] = {"--a", "cpu:prefill=1", "--b", "lax:prefill=7,bad_chunk=10", "--prime", "20", "--gen", "4",
+                         "--rows", "0", "--quiet", NULL};
+    gate_how how = {.plugin_path = ARMTEST_PLUGIN_DIR};
+    gate_result r = gate_run_ex(ok, &how);
+    cr_assert_eq(r.exit, 0, "%s", r.err);
+    gate_result_free(&r);
+    gate_how how2 = {.plugin_path = ARMTEST_PLUGIN_DIR};
+    r = gate_run_ex(bad, &how2);
+    cr_assert_eq(r.exit, 1, "exit %d: %s", r.exit, r.err);
+    char *m = gate_record(r.jsonl, "mismatch", 0);
+    cr_assert_not_null(m, "%s", r.jsonl);
+    double step = -1;
+    cr_assert(gate_field_num(m, "step", &step) && step == 13, "%s", m);
+    cr_assert(strstr(m, "cache"), "%s", m);
+    free(m);
+    gate_result_free(&r);
+}
