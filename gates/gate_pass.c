@@ -87,8 +87,8 @@ memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *tr
     pass_steps run = {.ctx = ctx, .prime = P, .prefix_token = -1};
     memra_status st = gate_new_state(arm, ctx->cfg->prime + ctx->cfg->gen, &p->snapshot, err);
     if (st == MEMRA_OK)
-        st = gate_prime(ctx, arm, NULL, p->snapshot, trace->inputs, &ctx->cfg->sample, NULL, pass_step, NULL, &run,
-                        err);
+        st =
+            gate_prime(ctx, arm, NULL, p->snapshot, trace->inputs, &ctx->cfg->sample, NULL, pass_step, NULL, &run, err);
     uint32_t pos = st == MEMRA_OK ? memra_arm_state_position(p->snapshot) : 0;
     if (st == MEMRA_OK && pos != P)
         st = memra_fail(err, MEMRA_E_INTERNAL, "arm %s (%s): the prefix snapshot is at position %u after %u steps",

@@ -292,8 +292,8 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
         memcpy(rep->inputs, ctx->ref.inputs, (size_t)rep->steps * sizeof *rep->inputs);
         st = gate_tp_epochs_begin(ctx, &ctx->b, err);
         if (st == MEMRA_OK)
-            st = gate_prime(ctx, &ctx->b, rep, run.s, rep->inputs, sample, logits, replay_step, inner_epochs, &run,
-                            err);
+            st =
+                gate_prime(ctx, &ctx->b, rep, run.s, rep->inputs, sample, logits, replay_step, inner_epochs, &run, err);
         if (st == MEMRA_OK)
             st = memra_arm_run(run.s, rep->inputs, P, N, sample, logits, replay_step, &run, err);
         gate_tp_epochs_end(&ctx->b);

@@ -146,8 +146,10 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
             memra_arm_digest(prefix, MEMRA_DIGEST_CACHE, d_prefix, &err) != MEMRA_OK)
             goto fail;
         if (memcmp(d_pp, d_prefix, 32) != 0) {
-            cli_error(cmd, "repetition %u primed a KV cache other than the prefix's: the arm '%s' is not "
-                      "deterministic, so its timing means nothing", r + 1, ba->arm);
+            cli_error(cmd,
+                      "repetition %u primed a KV cache other than the prefix's: the arm '%s' is not "
+                      "deterministic, so its timing means nothing",
+                      r + 1, ba->arm);
             goto out;
         }
         if (memra_arm_state_restore(work, prefix, &err) != MEMRA_OK) {
@@ -403,8 +405,9 @@ static void table_header(const char *model) {
     printf("model: %s\n\n", model);
     printf("| %-28s | %6s | %12s | %6s | %12s | %10s | %9s | %8s | %10s |\n", "arm", "prime", "pp tok/s", "n", "tok/s",
            "sd", "ms/token", "GB/s", "% ceiling");
-    printf("| %.28s | -----: | -----------: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
-           "----------------------------");
+    printf(
+        "| %.28s | -----: | -----------: | -----: | -----------: | ---------: | --------: | -------: | ---------: |\n",
+        "----------------------------");
 }
 
 static void table_row(const char *arm, const bench_args *ba, const bench_result *br) {

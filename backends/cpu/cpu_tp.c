@@ -119,8 +119,8 @@ typedef struct reduce_task {
 static void reduce_run(void *ctx, uint32_t begin, uint32_t end) {
     reduce_task *t = ctx;
     for (uint32_t r = begin; r < end; r++)
-        t->st[r] = t->b->coll->all_reduce_sum_f32(t->sg->comm, r, t->sg->ranks[r].xn + t->offset, t->b->m->n_embd, NULL, t->block,
-                                                  &t->b->position_word,
+        t->st[r] = t->b->coll->all_reduce_sum_f32(t->sg->comm, r, t->sg->ranks[r].xn + t->offset, t->b->m->n_embd, NULL,
+                                                  t->block, &t->b->position_word,
                                                   &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
 }
 

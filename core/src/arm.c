@@ -633,9 +633,8 @@ static memra_status chunk_raw(memra_arm_state *s, const int64_t *tokens, uint32_
                           s->next_pos, s->next_pos + count - 1, s->capacity);
     for (uint32_t i = 0; i < count; i++)
         if (tokens[i] < 0 || tokens[i] >= (int64_t)a->model->n_vocab)
-            return memra_fail(err, MEMRA_E_RANGE,
-                              "token %" PRId64 " at position %u is outside the vocabulary [0, %u)", tokens[i],
-                              s->next_pos + i, a->model->n_vocab);
+            return memra_fail(err, MEMRA_E_RANGE, "token %" PRId64 " at position %u is outside the vocabulary [0, %u)",
+                              tokens[i], s->next_pos + i, a->model->n_vocab);
     st = a->vt->step_chunk(a->backend, s->st, tokens, count, logits, err);
     if (st != MEMRA_OK) {
         quarantine(s, "a prefill chunk failed", err);

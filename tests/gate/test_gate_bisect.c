@@ -43,8 +43,13 @@ static char *member_obj(const char *line, const char *key) {
 /* cpu against cpu:tp=2 in exact mode fails (the ranks sum in another order): the bisect names layer
  * 0 and attn_out, the first site after the first all-reduce, and says why. */
 Test(gate_bisect, tp_rank_sum_names_layer_0_attn_out) {
-    const char *args[] = {"--a", "cpu:prefill=1",   "--b", "cpu:prefill=1,tp=2", "--compare", "exact", "--prime",
-                          "8",   "--gen", "8",   "--rows",   "0",         NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,tp=2",
+                          "--compare", "exact",
+                          "--prime",   "8",
+                          "--gen",     "8",
+                          "--rows",    "0",
+                          NULL};
     gate_result r = expect_exit(args, 1);
     cr_assert_eq(gate_count_records(r.jsonl, "bisect"), 1, "%s", r.jsonl);
     char *b = gate_record(r.jsonl, "bisect", 0);
@@ -77,7 +82,8 @@ Test(gate_bisect, tp_rank_sum_names_layer_0_attn_out) {
 
 /* One logit flipped (no internal change): the head's last op. */
 Test(gate_bisect, flipped_logit_names_the_head_logits) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL,
+                          NULL};
     gate_result r = expect_exit(args, 1);
     char *b = gate_record(r.jsonl, "bisect", 0);
     cr_assert(b, "no bisect record:\n%s", r.jsonl);
@@ -98,7 +104,8 @@ Test(gate_bisect, flipped_logit_names_the_head_logits) {
 /* The negative control: a passing gate writes no bisect record, runs no bisect (its tapped steps
  * would fail here, and say so in a record), and its summary has no bisect line. */
 Test(gate_bisect, passing_gate_runs_no_bisect) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:taps=2", "--prime", "8", "--gen", "8", "--rows", "0", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:taps=2", "--prime", "8", "--gen", "8", "--rows", "0",
+                          NULL};
     gate_result r = expect_exit(args, 0);
     cr_assert_eq(gate_count_records(r.jsonl, "bisect"), 0, "%s", r.jsonl);
     cr_assert_null(strstr(r.err, "bisect"), "%s", r.err);
@@ -129,9 +136,13 @@ Test(gate_bisect, failing_or_absent_taps_leave_the_verdict) {
  * sites both arms have are compared, and a residual that is an all-reduce's output (cuda adds the
  * residual inside the reduced GEMV) is named on rank-sum grounds. */
 Test(gate_bisect, fused_sites_compare_the_common_ones) {
-    const char *args[] = {
-        "--a", "cpu:prefill=1",     "--b", "faulty:tp=2,taps=3", "--compare", "exact", "--prime", "4", "--gen", "4", "--rows",
-        "0",   "--quiet", NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "faulty:tp=2,taps=3",
+                          "--compare", "exact",
+                          "--prime",   "4",
+                          "--gen",     "4",
+                          "--rows",    "0",
+                          "--quiet",   NULL};
     gate_result r = expect_exit(args, 1);
     char *b = gate_record(r.jsonl, "bisect", 0);
     cr_assert(b && strstr(b, "\"found\":true"), "%s", r.jsonl);
@@ -192,18 +203,21 @@ static void expect_named(const char *arm_b, const char *arm_a, double step, cons
 }
 
 Test(gate_bisect, fault_op_rmsnorm_names_layer_and_site) {
-    expect_named("cpu:prefill=1,op.rmsnorm=faultyop:site=ffn_norm:layer=1:pos=5:index=3", "cpu:prefill=1", 5, "1", "ffn_norm", 3, 0, 1);
+    expect_named("cpu:prefill=1,op.rmsnorm=faultyop:site=ffn_norm:layer=1:pos=5:index=3", "cpu:prefill=1", 5, "1",
+                 "ffn_norm", 3, 0, 1);
 }
 Test(gate_bisect, fault_op_gemv_names_layer_and_site) {
-    expect_named("cpu:prefill=1,op.gemv.f32=faultyop:site=ffn_up:layer=0:pos=20:index=7", "cpu:prefill=1", 20, "0", "ffn_up", 7, 0, 1);
+    expect_named("cpu:prefill=1,op.gemv.f32=faultyop:site=ffn_up:layer=0:pos=20:index=7", "cpu:prefill=1", 20, "0",
+                 "ffn_up", 7, 0, 1);
 }
 Test(gate_bisect, fault_op_head_names_output_norm) {
-    expect_named("cpu:prefill=1,op.rmsnorm=faultyop:site=output_norm:layer=head:pos=9:index=0", "cpu:prefill=1", 9, "head", "output_norm",
-                 0, 0, 1);
+    expect_named("cpu:prefill=1,op.rmsnorm=faultyop:site=output_norm:layer=head:pos=9:index=0", "cpu:prefill=1", 9,
+                 "head", "output_norm", 0, 0, 1);
 }
 /* tp=2: each rank runs its own q GEMV (tiny: 4 heads of 16, so 32 rows a rank), and faultyop flips
  * row 5 of every call at that site, layer and position: logical elements 5 (rank 0's shard) and
  * 37 (rank 1's). The first is named, on rank 0 of 2; both show in the gathered tensor. */
 Test(gate_bisect, fault_op_tp2_names_the_rank) {
-    expect_named("cpu:prefill=1,tp=2,op.gemv.f32=faultyop:site=q:layer=1:pos=3:index=5", "cpu:prefill=1,tp=2", 3, "1", "q", 5, 0, 2);
+    expect_named("cpu:prefill=1,tp=2,op.gemv.f32=faultyop:site=q:layer=1:pos=3:index=5", "cpu:prefill=1,tp=2", 3, "1",
+                 "q", 5, 0, 2);
 }

@@ -28,7 +28,8 @@ static gate_result expect_fail(const char *const *args) {
 }
 
 Test(gate_controls, flipped_logit_bit_in_a_prime_step) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5,flip_logit_index=7", GATE_SMALL,
+                          NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 5, "%s", m);
@@ -86,7 +87,8 @@ Test(gate_controls, flipped_logit_bit_on_the_reference_arm) {
 }
 
 Test(gate_controls, nmse_mode_zero_tolerance_catches_one_ulp) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:0", GATE_SMALL, NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1", "--b",      "faulty:flip_logit_step=5",
+                          "--compare", "nmse:0",        GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 5, "%s", m);
@@ -101,7 +103,8 @@ Test(gate_controls, nmse_mode_zero_tolerance_catches_one_ulp) {
 
 Test(gate_controls, nmse_mode_tolerates_what_its_tolerance_allows) {
     /* The same one-ulp fault is within nmse:1e-6: the tolerance mode is a tolerance. */
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=5", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1", "--b",      "faulty:flip_logit_step=5",
+                          "--compare", "nmse:1e-6",     GATE_SMALL, NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s\n%s", r.err, r.jsonl);
     char *s = gate_record(r.jsonl, "summary", 0);
@@ -253,7 +256,8 @@ Test(gate_controls, census_record_only_when_offered) {
 }
 
 Test(gate_controls, nan_logit_is_a_failure_of_its_own) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL,
+                          NULL};
     gate_result r = expect_fail(args);
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 11, "%s", m);
@@ -262,7 +266,8 @@ Test(gate_controls, nan_logit_is_a_failure_of_its_own) {
     cr_assert(strstr(m, "\"class\":\"nan\""), "%s", m);
     free(m);
     /* in nmse mode too, whatever the tolerance */
-    const char *nmse[] = {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11", "--compare", "nmse:1e30", GATE_SMALL, NULL};
+    const char *nmse[] = {"--a",       "cpu:prefill=1", "--b",      "faulty:nan_logit_step=11",
+                          "--compare", "nmse:1e30",     GATE_SMALL, NULL};
     gate_result r2 = expect_fail(nmse);
     m = gate_record(r2.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "step"), 11, "%s", m);

@@ -20,7 +20,8 @@ static double num(const char *line, const char *key) {
 /* 1. A schedule longer than the protocol's blocks buffer                                      */
 
 Test(gate_fixes, long_schedule_blocks_are_truncated_not_overflowed) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "2", "--gen", "2", "--rows", "600", "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "2", "--gen",
+                          "2",   "--rows",        "600", "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d, stderr:\n%s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);
@@ -41,7 +42,8 @@ Test(gate_fixes, long_schedule_blocks_are_truncated_not_overflowed) {
 }
 
 Test(gate_fixes, short_schedule_blocks_are_whole) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "2", "--gen", "2", "--rows", "8", "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "2", "--gen",
+                          "2",   "--rows",        "8",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d, stderr:\n%s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);
@@ -56,8 +58,8 @@ Test(gate_fixes, short_schedule_blocks_are_whole) {
 /* 2. The device-carried token, verified with and without timing rows                          */
 
 Test(gate_fixes, wrong_carried_token_fails_without_rows) {
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows",
-                          "0",   "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows",
+                          "0",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d, stderr:\n%s\nrecords:\n%.3000s", r.exit, r.err, r.jsonl);
     char *s = gate_record(r.jsonl, "summary", 0);
@@ -81,8 +83,8 @@ Test(gate_fixes, wrong_carried_token_fails_without_rows) {
 }
 
 Test(gate_fixes, wrong_carried_token_fails_in_rows) {
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows",
-                          "4",   "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows",
+                          "4",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d, stderr:\n%s\nrecords:\n%.3000s", r.exit, r.err, r.jsonl);
     char *m = gate_record(r.jsonl, "mismatch", 0);
@@ -94,8 +96,9 @@ Test(gate_fixes, wrong_carried_token_fails_in_rows) {
 }
 
 Test(gate_fixes, clean_pair_passes_the_carry_check_without_rows) {
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "8", "--gen",
-                          "8",   "--rows", "0",   "--quiet",      NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "8", "--gen", "8", "--rows",
+        "0",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d, stderr:\n%s", r.exit, r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "carry_check"), 2, "%s", r.jsonl);
@@ -109,8 +112,14 @@ Test(gate_fixes, clean_pair_passes_the_carry_check_without_rows) {
 }
 
 Test(gate_fixes, clean_pipelined_pair_without_rows_says_where_digests_compare) {
-    const char *args[] = {"--a",    "cpu:prefill=1", "--b",    "cpu:prefill=1,window=3", "--prime", "8", "--gen",   "8",
-                          "--rows", "0",   "--temp", "0.9",          "--seed",  "3", "--quiet", NULL};
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "cpu:prefill=1,window=3",
+                          "--prime", "8",
+                          "--gen",   "8",
+                          "--rows",  "0",
+                          "--temp",  "0.9",
+                          "--seed",  "3",
+                          "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d, stderr:\n%s", r.exit, r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "carry_check"), 2, "%s", r.jsonl);
@@ -123,9 +132,9 @@ Test(gate_fixes, clean_pipelined_pair_without_rows_says_where_digests_compare) {
 
 Test(gate_fixes, carry_off_needs_a_serial_arm) {
     /* faulty cannot know a carried token while a step is in flight: it says so (runtime error) */
-    const char *args[] = {"--a",     "cpu:prefill=1", "--b",     "faulty:carry_off=1,window=2",
-                          "--prime", "8",   "--gen",   "8",
-                          "--rows",  "0",   "--quiet", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "faulty:carry_off=1,window=2", "--prime", "8", "--gen", "8", "--rows",
+        "0",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 3, "exit %d, stderr:\n%s", r.exit, r.err);
     cr_assert(strstr(r.err, "carry_off"), "%s", r.err);
@@ -143,8 +152,9 @@ USAGE(top_p_rounds_to_one, "--top-p 0.99999999", "--temp", "1", "--top-p", "0.99
 USAGE(top_p_underflows_to_zero, "--top-p 1e-50", "--temp", "1", "--top-p", "1e-50")
 
 Test(gate_fixes, top_p_just_below_one_as_a_float_is_kept) {
-    const char *args[] = {"--a",    "cpu:prefill=1", "--b",    "cpu:prefill=1", "--prime", "4",         "--gen",   "4",
-                          "--rows", "0",   "--temp", "1",   "--top-p", "0.9999999", "--quiet", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime",   "4",       "--gen", "4", "--rows",
+        "0",   "--temp",        "1",   "--top-p",       "0.9999999", "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d, stderr:\n%s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);

@@ -76,7 +76,8 @@ Test(gate_hardening, help_to_a_closed_stdout_is_exit_3) {
 }
 
 Test(gate_hardening, records_to_a_closed_stdout_are_exit_3) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", "-", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", "-",
+                          NULL};
     gate_how how = {.no_jsonl = true, .stdout_to = ""};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
@@ -87,7 +88,8 @@ Test(gate_hardening, records_to_a_closed_stdout_are_exit_3) {
 Test(gate_hardening, records_to_a_full_stdout_are_exit_3) {
     if (access("/dev/full", W_OK) != 0)
         cr_skip_test("no /dev/full");
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", "-", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", "-",
+                          NULL};
     gate_how how = {.no_jsonl = true, .stdout_to = "/dev/full"};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
@@ -98,7 +100,8 @@ Test(gate_hardening, records_to_a_full_stdout_are_exit_3) {
 Test(gate_hardening, a_summary_table_that_cannot_be_written_is_exit_3) {
     if (access("/dev/full", W_OK) != 0)
         cr_skip_test("no /dev/full");
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, NULL}; /* not --quiet: the table */
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT,
+                          NULL}; /* not --quiet: the table */
     gate_how how = {.stderr_to = "/dev/full"};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 3, "exit %d", r.exit);
@@ -111,8 +114,9 @@ Test(gate_hardening, a_summary_table_that_cannot_be_written_is_exit_3) {
 
 Test(gate_hardening, a_file_size_limit_is_exit_3_with_whole_lines) {
     /* Enough records to pass 6000 bytes: the limit falls inside a line. */
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "16", "--gen",
-                          "16",  "--rows", "0",   "--quiet",      NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "16", "--gen", "16", "--rows",
+        "0",   "--quiet",       NULL};
     char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "records.jsonl");
     const char *full[16];
     int n = 0;
@@ -149,7 +153,8 @@ Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
     FILE *f = fopen(path, "w");
     fputs("{\"record\":\"earlier\",\"n\":1}\n", f);
     fclose(f);
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", path, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", "--jsonl", path,
+                          NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     size_t size;
@@ -167,8 +172,13 @@ Test(gate_hardening, a_record_file_is_appended_to_not_truncated) {
 
 Test(gate_hardening, two_gates_share_one_record_file, .timeout = 120) {
     char *dir = tmp_dir_new("gate-hard"), *path = path_join(dir, "shared.jsonl");
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "64", "--gen",
-                          "64",  "--rows", "0",   "--quiet",      "--jsonl", path, NULL};
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "cpu:prefill=1,stages=2",
+                          "--prime", "64",
+                          "--gen",   "64",
+                          "--rows",  "0",
+                          "--quiet", "--jsonl",
+                          path,      NULL};
     tool_opts o = {.out = TOOL_OUT_FILE};
     pid_t pids[2];
     for (int i = 0; i < 2; i++)
@@ -196,8 +206,13 @@ static void interrupt_with(int sig, const char *name, const char *when) {
     /* long enough that the signal comes before the end (inside the replay: shorter, so the reference
      * is not waited for long) */
     const char *steps = when ? "800" : "3000";
-    const char *args[] = {"--a",    "cpu:prefill=1", "--b",     "cpu:prefill=1,stages=2",         "--prime", steps, "--gen", steps,
-                          "--rows", "0",   "--quiet", "--allow-past-context", NULL};
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "cpu:prefill=1,stages=2",
+                          "--prime", steps,
+                          "--gen",   steps,
+                          "--rows",  "0",
+                          "--quiet", "--allow-past-context",
+                          NULL};
     gate_how how = {.signal = sig, .signal_when = when, .timeout_s = 100};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(how.exit_signal, 0, "killed by signal %d: no interrupted record", how.exit_signal);
@@ -336,8 +351,12 @@ Test(gate_hardening, a_trace_larger_than_memory_is_refused_up_front, .timeout = 
     cr_skip_test("AddressSanitizer's shadow memory does not fit under an address space limit");
 #endif
     /* 1M steps x 512 logits: 2 GiB of reference trace, under a 1.5 GiB address space limit */
-    const char *args[] = {"--a",   "cpu:prefill=1",    "--b",    "cpu:prefill=1", "--prime", "500000",
-                          "--gen", "500000", "--rows", "0",   "--quiet", "--allow-past-context",
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "cpu:prefill=1",
+                          "--prime", "500000",
+                          "--gen",   "500000",
+                          "--rows",  "0",
+                          "--quiet", "--allow-past-context",
                           NULL};
     gate_how how = {.rlimit_as = 1536ll << 20};
     gate_result r = gate_run_ex(args, &how);
@@ -437,7 +456,8 @@ Test(gate_hardening, records_are_valid_utf8_whatever_the_model_and_path_hold) {
     write_model(model);
     /* general.name: a lone continuation byte, an overlong '/', a surrogate and a cut sequence */
     patch(model, "memra synthetic tiny", "m\x80mra\xc0\xafsyn\xed\xa0\x80ic tin\xf0");
-    const char *args[] = {"--model", model, "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", SHORT, "--quiet", NULL};
+    const char *args[] = {"--model", model,     "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2",
+                          SHORT,     "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     int lines = all_lines_strict(r.jsonl, strlen(r.jsonl), "the records");
@@ -455,8 +475,8 @@ Test(gate_hardening, records_are_valid_utf8_whatever_the_model_and_path_hold) {
 
 Test(gate_hardening, an_error_quoting_invalid_bytes_is_valid_utf8) {
     /* A usage error writes no record (issue 31.1): a runtime error's verdict quotes the bytes. */
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "cpu:prefill=1", "--model", "/nonexistent/\xff\xfe\x7f.gguf",
-                          SHORT, "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--model", "/nonexistent/\xff\xfe\x7f.gguf",
+                          SHORT, "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     all_lines_strict(r.jsonl, strlen(r.jsonl), "the records");
@@ -482,13 +502,15 @@ Test(gate_hardening, unknown_collective_is_a_usage_error) {
 Test(gate_hardening, a_repeated_option_is_a_usage_error) {
     const char *args[] = {"--prime", "4", "--prime=5", "--gen", "4", "--rows", "0", NULL};
     gate_expect_usage(args, "--prime is given twice");
-    const char *args2[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--a", "cpu:prefill=1,stages=2", SHORT, NULL};
+    const char *args2[] = {"--a", "cpu:prefill=1",          "--b", "cpu:prefill=1",
+                           "--a", "cpu:prefill=1,stages=2", SHORT, NULL};
     gate_expect_usage(args2, "--a is given twice");
 }
 
 Test(gate_hardening, quiet_never_hides_why_a_run_failed) {
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "faulty:flip_logit_step=3", "--prime", "8", "--gen", "8", "--rows",
-                          "0",   "--quiet", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "faulty:flip_logit_step=3", "--prime", "8", "--gen", "8", "--rows",
+        "0",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "FAIL") && strstr(r.err, "step 3"), "stderr says why: '%s'", r.err);

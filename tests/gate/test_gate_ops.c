@@ -51,19 +51,21 @@ Test(gate_ops, an_op_plugin_in_the_builtins_order_is_exact) {
     expect_pass(norm);
     const char *gemv[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.gemv.f32=faultyop", GATE_SMALL, NULL};
     expect_pass(gemv);
-    const char *topk[] = {"--a", "cpu:prefill=1",      "--b", "cpu:prefill=1,op.topk=faultyop", "--temp", "0.8", "--top-k",
-                          "5",   GATE_SMALL, NULL};
+    const char *topk[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.topk=faultyop", "--temp", "0.8", "--top-k",
+                          "5",   GATE_SMALL,      NULL};
     expect_pass(topk);
-    const char *topp[] = {"--a", "cpu:prefill=1",      "--b", "cpu:prefill=1,op.topk=faultyop", "--temp", "0.8", "--top-p",
-                          "0.9", GATE_SMALL, NULL};
+    const char *topp[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.topk=faultyop", "--temp", "0.8", "--top-p",
+                          "0.9", GATE_SMALL,      NULL};
     expect_pass(topp);
 }
 
 /* The sort swaps the two largest at the step of position 20: with top-k 1 that step samples the
  * second largest logit, and the gate says so there (the sampled token differs, its logits not). */
 Test(gate_ops, a_swapped_pair_in_the_samplers_sort_fails_at_that_step) {
-    const char *args[] = {"--a",      "cpu:prefill=1", "--b",     "cpu:prefill=1,op.topk=faultyop:site=topk:layer=head:pos=20:index=0",
-                          "--temp",   "0.8", "--top-k", "1",
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,op.topk=faultyop:site=topk:layer=head:pos=20:index=0",
+                          "--temp",   "0.8",
+                          "--top-k",  "1",
                           GATE_SMALL, NULL};
     expect_fail_at(args, 20);
     gate_result r = gate_run(args, false);
@@ -74,32 +76,37 @@ Test(gate_ops, a_swapped_pair_in_the_samplers_sort_fails_at_that_step) {
 }
 
 Test(gate_ops, with_ranks_and_stages_too) {
-    const char *args[] = {"--a",      "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,stages=2,op.rmsnorm=faultyop,op.gemv.f32=faultyop",
+    const char *args[] = {"--a",      "cpu:prefill=1,tp=2",
+                          "--b",      "cpu:prefill=1,tp=2,stages=2,op.rmsnorm=faultyop,op.gemv.f32=faultyop",
                           GATE_SMALL, NULL};
     expect_pass(args);
 }
 
 Test(gate_ops, a_flipped_bit_in_one_norm_fails_at_that_step) {
-    const char *args[] = {"--a",      "cpu:prefill=1", "--b", "cpu:prefill=1,op.rmsnorm=faultyop:site=ffn_norm:layer=1:pos=5:index=3",
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,op.rmsnorm=faultyop:site=ffn_norm:layer=1:pos=5:index=3",
                           GATE_SMALL, NULL};
     expect_fail_at(args, 5);
 }
 
 Test(gate_ops, a_flipped_bit_in_one_gemv_fails_at_that_step) {
-    const char *args[] = {"--a",      "cpu:prefill=1", "--b", "cpu:prefill=1,op.gemv.f32=faultyop:site=ffn_up:layer=0:pos=20:index=7",
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,op.gemv.f32=faultyop:site=ffn_up:layer=0:pos=20:index=7",
                           GATE_SMALL, NULL};
     expect_fail_at(args, 20);
 }
 
 Test(gate_ops, a_flipped_bit_in_the_heads_norm_fails_at_that_step) {
-    const char *args[] = {"--a",      "cpu:prefill=1", "--b", "cpu:prefill=1,op.rmsnorm=faultyop:site=output_norm:layer=head:pos=9:index=0",
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,op.rmsnorm=faultyop:site=output_norm:layer=head:pos=9:index=0",
                           GATE_SMALL, NULL};
     expect_fail_at(args, 9);
 }
 
 Test(gate_ops, the_protocol_names_the_op_plugin_file_and_digest) {
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "cpu:prefill=1,op.rmsnorm=faultyop", "--prime", "4", "--gen", "4", "--rows",
-                          "2",   "--quiet", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.rmsnorm=faultyop", "--prime", "4", "--gen", "4", "--rows",
+        "2",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "protocol", 0);
@@ -119,8 +126,8 @@ Test(gate_ops, the_protocol_names_the_op_plugin_file_and_digest) {
     gate_result_free(&r);
 }
 
-GATE_USAGE(gate_ops, an_unknown_op_kind_names_it_and_the_plugin, "unknown op kind 'softmax'", "--a", "cpu:prefill=1", "--b",
-           "cpu:prefill=1,op.softmax=faultyop")
+GATE_USAGE(gate_ops, an_unknown_op_kind_names_it_and_the_plugin, "unknown op kind 'softmax'", "--a", "cpu:prefill=1",
+           "--b", "cpu:prefill=1,op.softmax=faultyop")
 GATE_USAGE(gate_ops, an_unknown_gemv_type_names_it, "unknown op kind 'gemv.q9_9'", "--a", "cpu:prefill=1", "--b",
            "cpu:prefill=1,op.gemv.q9_9=faultyop")
 GATE_USAGE(gate_ops, a_plugin_that_does_not_serve_the_op_names_both,
@@ -128,15 +135,16 @@ GATE_USAGE(gate_ops, a_plugin_that_does_not_serve_the_op_names_both,
            "gemv.f32, cpu topk",
            "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.rope=faultyop")
 GATE_USAGE(gate_ops, a_plugin_that_does_not_serve_the_type_names_both,
-           "the op plugin 'faultyop' does not serve gemv.f16 on cpu", "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,op.gemv.f16=faultyop")
+           "the op plugin 'faultyop' does not serve gemv.f16 on cpu", "--a", "cpu:prefill=1", "--b",
+           "cpu:prefill=1,op.gemv.f16=faultyop")
 GATE_USAGE(gate_ops, an_unknown_key_of_the_plugin_is_named, "unknown key 'colour'", "--a", "cpu:prefill=1", "--b",
            "cpu:prefill=1,op.rmsnorm=faultyop:colour=red")
 GATE_USAGE(gate_ops, a_bad_value_of_the_plugin_is_named, "bit=40", "--a", "cpu:prefill=1", "--b",
            "cpu:prefill=1,op.rmsnorm=faultyop:site=q:bit=40")
 GATE_USAGE(gate_ops, an_item_without_a_key_is_refused, "expected NAME[:KEY=VALUE...]", "--a", "cpu:prefill=1", "--b",
            "cpu:prefill=1,op.rmsnorm=faultyop:red")
-GATE_USAGE(gate_ops, a_missing_op_plugin_is_named, "unknown op 'nosuch' (found: faultyop)", "--a", "cpu:prefill=1", "--b",
-           "cpu:prefill=1,op.rmsnorm=nosuch")
+GATE_USAGE(gate_ops, a_missing_op_plugin_is_named, "unknown op 'nosuch' (found: faultyop)", "--a", "cpu:prefill=1",
+           "--b", "cpu:prefill=1,op.rmsnorm=nosuch")
 
 /* Where the build has the cuda plugin: its op kinds are checked before any device is asked for, so
  * these need no GPU. */
@@ -150,11 +158,12 @@ static bool have_cuda_plugin(void) {
 Test(gate_ops, cuda_takes_rmsnorm_and_the_float_gemvs_only) {
     if (!have_cuda_plugin())
         cr_skip_test("this build has no cuda plugin");
-    const char *rope[] = {"--a",    "cpu:prefill=1", "--b", "cuda:op.rope=faultyop", "--prime", "4", "--gen", "4",
-                          "--rows", "0",   NULL};
+    const char *rope[] = {
+        "--a", "cpu:prefill=1", "--b", "cuda:op.rope=faultyop", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     gate_expect_usage(rope,
                       "unsupported op kind 'rope'; the cuda backend takes: rmsnorm, gemv.f32, gemv.f16, gemv.bf16");
-    const char *q8[] = {"--a",    "cpu:prefill=1", "--b", "cuda-graph:op.gemv.q8_0=faultyop", "--prime", "4", "--gen", "4",
-                        "--rows", "0",   NULL};
+    const char *q8[] = {
+        "--a", "cpu:prefill=1", "--b", "cuda-graph:op.gemv.q8_0=faultyop", "--prime", "4", "--gen", "4", "--rows", "0",
+        NULL};
     gate_expect_usage(q8, "unsupported op kind 'gemv.q8_0'; the cuda-graph backend takes: rmsnorm");
 }

@@ -61,9 +61,12 @@ PAIR(faulty_wrapper_without_faults_is_transparent, "cpu", "faulty:threads=1,grai
 PAIR(grain0_threads2, "cpu:threads=1", "cpu:grain=0,threads=2")
 
 Test(gate_pairs, sampled) {
-    const char *args[] = {"--a",      "cpu:prefill=1",  "--b",     "cpu:prefill=1,stages=2,window=3",
-                          "--temp",   "0.9",  "--top-k", "40",
-                          "--top-p",  "0.95", "--seed",  "7",
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,stages=2,window=3",
+                          "--temp",   "0.9",
+                          "--top-k",  "40",
+                          "--top-p",  "0.95",
+                          "--seed",   "7",
                           GATE_SMALL, NULL};
     expect_pass(args, 32, 4);
     /* the protocol says so */
@@ -77,7 +80,8 @@ Test(gate_pairs, sampled) {
 Test(gate_pairs, sampled_stream_differs_from_greedy) {
     /* Sampling is really on: the sampled stream is not the greedy one. */
     const char *greedy[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", GATE_SMALL, NULL};
-    const char *sampled[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--temp", "1.5", "--seed", "3", GATE_SMALL, NULL};
+    const char *sampled[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--temp",
+                             "1.5", "--seed",        "3",   GATE_SMALL,      NULL};
     gate_result g = gate_run(greedy, false), s = gate_run(sampled, false);
     cr_assert_eq(g.exit, 0, "%s", g.err);
     cr_assert_eq(s.exit, 0, "%s", s.err);
@@ -96,7 +100,8 @@ Test(gate_pairs, sampled_stream_differs_from_greedy) {
 }
 
 Test(gate_pairs, nmse_mode_passes_and_says_so) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--compare", "nmse:1e-6", GATE_SMALL, NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1", "--b",      "cpu:prefill=1,stages=2",
+                          "--compare", "nmse:1e-6",     GATE_SMALL, NULL};
     expect_pass(args, 32, 4);
     gate_result r = gate_run(args, false);
     char *v = gate_record(r.jsonl, "verdict", 0);
@@ -127,9 +132,10 @@ Test(gate_pairs, exact_mode_says_so) {
 }
 
 Test(gate_pairs, schedule_abba_and_baab) {
-    const char *abba[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "8", "--gen", "8", "--rows", "8", "--quiet", NULL};
-    const char *baab[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",        "--prime", "8",       "--gen",
-                          "8",   "--rows", "8",   "--schedule", "BAAB",    "--quiet", NULL};
+    const char *abba[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "8", "--gen",
+                          "8",   "--rows",        "8",   "--quiet",       NULL};
+    const char *baab[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "8",       "--gen",
+                          "8",   "--rows",        "8",   "--schedule",    "BAAB",    "--quiet", NULL};
     const char *want[2] = {"aabbbbaa", "bbaaaabb"};
     const char *const *runs[2] = {abba, baab};
     for (int k = 0; k < 2; k++) {
@@ -158,8 +164,9 @@ Test(gate_pairs, prompt_ids_file) {
     FILE *f = fdopen(fd, "w");
     fprintf(f, "1, 2 3\n4,5 6 7 8\n9 10 11 12 13 14 15 16 17 18 19 20\n");
     fclose(f);
-    const char *args[] = {"--a", "cpu:prefill=1",     "--b", "cpu:prefill=1,stages=2", "--prompt-ids", path, "--gen", "8", "--rows",
-                          "0",   "--quiet", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prompt-ids", path, "--gen", "8", "--rows",
+        "0",   "--quiet",       NULL};
     expect_pass(args, 28, 0); /* --prime defaults to the file's 20 ids */
     gate_result r = gate_run(args, false);
     char *step = gate_record(r.jsonl, "step", 3);
@@ -209,7 +216,8 @@ Test(gate_pairs, no_arguments_picks_a_pair_and_says_which) {
 /* Issue 31.1: without --jsonl no record is written anywhere (the terminal gets the summary);
  * --jsonl - sends them to stdout, asked for. */
 Test(gate_pairs, records_go_nowhere_without_jsonl) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0",
+                          NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert_str_eq(r.out, "", "no record on stdout without --jsonl: %.300s", r.out);
@@ -219,8 +227,8 @@ Test(gate_pairs, records_go_nowhere_without_jsonl) {
 }
 
 Test(gate_pairs, records_go_to_stdout_with_jsonl_dash) {
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",     "--prime", "4", "--gen",
-                          "4",   "--rows", "0",   "--quiet", "--jsonl", "-", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen",
+                          "4",   "--rows",        "0",   "--quiet",       "--jsonl", "-", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert(strncmp(r.out, "{\"record\":\"protocol\"", 20) == 0, "%.200s", r.out);
@@ -239,13 +247,14 @@ Test(gate_pairs, a_usage_error_writes_no_record) {
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.out, "", "%s", r.out);
     gate_result_free(&r);
-    const char *after[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",    "--prime", "4", "--gen",
-                           "4",   "--rows", "0",   "--rowz", "2",       NULL};
+    const char *after[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen",
+                           "4",   "--rows",        "0",   "--rowz",        "2",       NULL};
     r = gate_run(after, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);
     gate_result_free(&r);
-    const char *arm[] = {"--a", "cpu:prefill=1,bogus=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    const char *arm[] = {
+        "--a", "cpu:prefill=1,bogus=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     r = gate_run(arm, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert_str_eq(r.jsonl, "", "a usage error appended a record: %s", r.jsonl);

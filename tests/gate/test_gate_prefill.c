@@ -12,10 +12,10 @@
 #include "gate_harness.h"
 
 static void expect_prefill_pass(const char *preset, const char *a, const char *b, bool sampled, int want_boundaries) {
-    const char *greedy[] = {"--preset", preset, "--a", a, "--b", b, "--prime", "20", "--gen", "8", "--rows", "0",
-                            "--quiet", NULL};
-    const char *temp[] = {"--preset", preset, "--a", a, "--b", b, "--prime", "20", "--gen", "8", "--rows", "0",
-                          "--quiet", "--temp", "0.8", "--seed", "7", NULL};
+    const char *greedy[] = {"--preset", preset,  "--a", a,        "--b", b,         "--prime",
+                            "20",       "--gen", "8",   "--rows", "0",   "--quiet", NULL};
+    const char *temp[] = {"--preset", preset,   "--a", a,         "--b",    b,     "--prime", "20", "--gen",
+                          "8",        "--rows", "0",   "--quiet", "--temp", "0.8", "--seed",  "7",  NULL};
     gate_result r = gate_run(sampled ? temp : greedy, false);
     cr_assert_eq(r.exit, 0, "%s: %s vs %s: exit %d\n%s\n%.3000s", preset, a, b, r.exit, r.err, r.jsonl);
     char *verdict = gate_record(r.jsonl, "verdict", 0);
@@ -58,8 +58,8 @@ Test(gate_prefill, tp2_stages2) {
 Test(gate_prefill, window3) { expect_prefill_pass("tiny", "cpu:window=3,prefill=1", "cpu:prefill=7", false, -1); }
 /* faulty has no step_chunk: the core runs each chunk as single steps, the same bits */
 Test(gate_prefill, fallback_without_step_chunk) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:prefill=64", "--prime", "20", "--gen", "8",
-                          "--rows", "0", "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:prefill=64", "--prime", "20", "--gen",
+                          "8",   "--rows",        "0",   "--quiet",           NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "step"), 28, "every step compared: %s", r.jsonl);
@@ -70,10 +70,11 @@ Test(gate_prefill, fallback_without_step_chunk) {
  * from the arm tests' plugins) must fail at the boundary of that chunk (step 13 with prefill=7),
  * not before, with the cache digest named; lax without the fault passes. */
 Test(gate_prefill, wrong_chunk_fails_at_its_boundary) {
-    const char *ok[] = {"--a", "cpu:prefill=1", "--b", "lax:prefill=7", "--prime", "20", "--gen", "4", "--rows", "0",
-                        "--quiet", NULL};
-    const char *bad[] = {"--a", "cpu:prefill=1", "--b", "lax:prefill=7,bad_chunk=10", "--prime", "20", "--gen", "4",
-                         "--rows", "0", "--quiet", NULL};
+    const char *ok[] = {"--a", "cpu:prefill=1", "--b", "lax:prefill=7", "--prime", "20", "--gen",
+                        "4",   "--rows",        "0",   "--quiet",       NULL};
+    const char *bad[] = {
+        "--a", "cpu:prefill=1", "--b", "lax:prefill=7,bad_chunk=10", "--prime", "20", "--gen", "4", "--rows",
+        "0",   "--quiet",       NULL};
     gate_how how = {.plugin_path = ARMTEST_PLUGIN_DIR};
     gate_result r = gate_run_ex(ok, &how);
     cr_assert_eq(r.exit, 0, "%s", r.err);

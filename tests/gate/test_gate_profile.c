@@ -34,7 +34,8 @@ Test(gate_profile, dump_graphs_on_a_cpu_pair_has_nothing_to_dump_and_goes_on) {
     char *d = tmp_dir_new("gate-dump");
     char dir[512];
     snprintf(dir, sizeof dir, "%s/new/graphs", d); /* missing parents are created */
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--dump-graphs", dir, GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--dump-graphs",
+                          dir,   GATE_SMALL,      NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "arm A (cpu) has no graphs to dump"), "%s", r.err);
@@ -148,7 +149,8 @@ Test(gate_profile, dump_graphs_into_a_file_is_an_error_naming_it) {
 
 Test(gate_profile, dump_graphs_backend_failure_is_an_error_naming_the_directory) {
     char *d = tmp_dir_new("gate-dump");
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:census=1,dump_fail=1", "--dump-graphs", d, GATE_SMALL, NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:census=1,dump_fail=1", "--dump-graphs",
+                          d,     GATE_SMALL,      NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "--dump-graphs") && strstr(r.err, d) && strstr(r.err, "dump_fail=1"), "%s", r.err);
@@ -206,23 +208,31 @@ static void expect_profile_pass(const char *const *args) {
 }
 
 Test(gate_profile, profile_on_a_cpu_pair) {
-    const char *args[] = {"--a",   "cpu:prefill=1", "--b",       "cpu:prefill=1,stages=2", "--prime", "16",
-                          "--gen", "16",  "--profile", "--quiet",      NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "16", "--gen", "16",
+                          "--profile", "--quiet",       NULL};
     expect_profile_pass(args);
 }
 
 Test(gate_profile, profile_pipelined_and_through_the_wrapper) {
-    const char *args[] = {"--a",   "cpu:prefill=1,window=3", "--b",       "faulty:census=1", "--prime", "16",
-                          "--gen", "16",           "--profile", "--quiet",         NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1,window=3",
+                          "--b",       "faulty:census=1",
+                          "--prime",   "16",
+                          "--gen",     "16",
+                          "--profile", "--quiet",
+                          NULL};
     expect_profile_pass(args);
 }
 
 Test(gate_profile, profile_window_inside_a_longer_generation_sampled) {
     /* N = 40 > 32: the whole window is checked against the correctness run too. */
-    const char *args[] = {"--a",       "cpu:prefill=1",     "--b",    "cpu:prefill=1,stages=3,window=2",
-                          "--prime",   "8",       "--gen",  "40",
-                          "--temp",    "0.9",     "--seed", "5",
-                          "--profile", "--quiet", NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,stages=3,window=2",
+                          "--prime",   "8",
+                          "--gen",     "40",
+                          "--temp",    "0.9",
+                          "--seed",    "5",
+                          "--profile", "--quiet",
+                          NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s\n%.3000s", r.exit, r.err, r.jsonl);
     for (int i = 0; i < 2; i++) {
@@ -238,7 +248,8 @@ Test(gate_profile, profile_window_inside_a_longer_generation_sampled) {
 
 /* Runs a profile that must fail with exit 1 on a clean correctness run; returns the result. */
 static gate_result expect_profile_fail(const char *b, const char *reason) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", b, "--prime", "16", "--gen", "16", "--profile", "--quiet", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b",     b,   "--prime", "16", "--gen",
+                          "16",  "--profile",     "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d: %s\n%.3000s", r.exit, r.err, r.jsonl);
     char *s = gate_record(r.jsonl, "summary", 0);
@@ -297,7 +308,8 @@ Test(gate_profile, profile_warmup_step_is_checked) {
 }
 
 Test(gate_profile, profile_excludes_timing_rows) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--profile", "--rows", "4", "--prime", "4", "--gen", "4", NULL};
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--profile", "--rows",
+                          "4",   "--prime",       "4",   "--gen",         "4",         NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 2, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "--profile excludes --rows 4"), "%s", r.err);
@@ -305,8 +317,9 @@ Test(gate_profile, profile_excludes_timing_rows) {
 }
 
 Test(gate_profile, profile_not_run_after_a_mismatch) {
-    const char *args[] = {"--a",       "cpu:prefill=1",     "--b", "faulty:flip_logit_step=3", "--prime", "16", "--gen", "16",
-                          "--profile", "--quiet", NULL};
+    const char *args[] = {
+        "--a",       "cpu:prefill=1", "--b", "faulty:flip_logit_step=3", "--prime", "16", "--gen", "16",
+        "--profile", "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "exit %d: %s", r.exit, r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "profile"), 0);
@@ -401,8 +414,8 @@ Test(gate_profile, first_scored_capture_counted_inside_the_first_row) {
     gate_result_free(&r);
 
     /* In a profile run the warm-up step takes the capture: none inside the window. */
-    const char *prof[] = {"--a",       "cpu:prefill=1",     "--b", "faulty:fake_capture=1", "--prime", "16", "--gen", "16",
-                          "--profile", "--quiet", NULL};
+    const char *prof[] = {"--a",       "cpu:prefill=1", "--b", "faulty:fake_capture=1", "--prime", "16", "--gen", "16",
+                          "--profile", "--quiet",       NULL};
     r = gate_run(prof, false);
     cr_assert_eq(r.exit, 0, "exit %d: %s", r.exit, r.err);
     char *p = gate_record(r.jsonl, "profile", 1);

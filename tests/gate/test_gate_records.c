@@ -382,20 +382,21 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         /* a failed timing row */
         {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=3", GATE_SMALL, NULL},
         /* the carry check, failed on b */
-        {"--a", "cpu:prefill=1", "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows", "0", "--quiet", NULL},
+        {"--a", "cpu:prefill=1", "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows", "0", "--quiet",
+         NULL},
         /* profile windows that differ, and the carry check after them */
-        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=20", "--prime", "16", "--gen", "16", "--profile",
-         "--quiet", NULL},
+        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=20", "--prime", "16", "--gen", "16",
+         "--profile", "--quiet", NULL},
         /* nmse mode, auto arms */
         {"--compare", "nmse:1e-6", GATE_SMALL, NULL},
         /* a failed graph dump */
         {"--a", "cpu:prefill=1", "--b", "faulty:census=1,dump_fail=1", "--dump-graphs", bad_dump, GATE_SMALL, NULL},
         /* tensor-parallel arms: census epochs, refusal cells (b's commit: failed cells) */
-        {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_commit", "--prime", "8", "--gen", "8", "--rows", "0",
-         "--quiet", NULL},
+        {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_commit", "--prime", "8", "--gen",
+         "8", "--rows", "0", "--quiet", NULL},
         /* an epoch census failure */
-        {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_epoch", "--prime", "4", "--gen", "4", "--rows", "0",
-         "--quiet", NULL},
+        {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_epoch", "--prime", "4", "--gen",
+         "4", "--rows", "0", "--quiet", NULL},
         /* a runtime error before the arms open: the verdict alone (a usage error writes none) */
         {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--model", "/nonexistent/model.gguf", "--quiet", NULL},
     };
@@ -407,8 +408,13 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         gate_result_free(&r);
     }
     /* a run stopped by a signal: the interrupted record */
-    const char *long_run[] = {"--a",    "cpu:prefill=1", "--b",     "cpu:prefill=1,stages=2",         "--prime", "3000", "--gen", "3000",
-                              "--rows", "0",   "--quiet", "--allow-past-context", NULL};
+    const char *long_run[] = {"--a",     "cpu:prefill=1",
+                              "--b",     "cpu:prefill=1,stages=2",
+                              "--prime", "3000",
+                              "--gen",   "3000",
+                              "--rows",  "0",
+                              "--quiet", "--allow-past-context",
+                              NULL};
     gate_how how = {.signal = SIGTERM, .timeout_s = 100};
     gate_result r = gate_run_ex(long_run, &how);
     cr_assert_eq(r.exit, 128 + SIGTERM, "exit %d: %s", r.exit, r.err);
@@ -430,8 +436,9 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
 
 /* Negative controls: the checker catches what is not documented. */
 static char *a_real_record(const char *kind) {
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "4", "--gen",
-                          "4",   "--rows", "2",   "--quiet",      NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "4", "--gen", "4", "--rows",
+        "2",   "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     char *line = gate_record(r.jsonl, kind, 0);
@@ -499,8 +506,13 @@ Test(gate_records, records_that_cannot_be_written_do_not_pass) {
     /* A clean pair that passes, but its records go to a full device: not exit 0. */
     if (access("/dev/full", W_OK) != 0)
         cr_skip_test("no /dev/full");
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "4",         "--gen",
-                          "4",   "--rows", "2",   "--quiet",      "--jsonl", "/dev/full", NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,stages=2",
+                          "--prime",   "4",
+                          "--gen",     "4",
+                          "--rows",    "2",
+                          "--quiet",   "--jsonl",
+                          "/dev/full", NULL};
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "a record could not be written"), "%s", r.err);

@@ -13,7 +13,8 @@
 static gate_result run(const char *const *args) { return gate_run(args, false); }
 
 Test(gate_terminal, the_summary_ends_with_the_speed_in_words) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "8", "--gen", "16", "--rows", "8", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "8", "--gen", "16", "--rows", "8", NULL};
     gate_result r = run(args);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     const char *speed = strstr(r.err, "  speed        ");
@@ -31,7 +32,8 @@ Test(gate_terminal, the_summary_ends_with_the_speed_in_words) {
 }
 
 Test(gate_terminal, too_few_rows_give_no_interval) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "4", "--gen", "4", "--rows", "2", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "4", "--gen", "4", "--rows", "2", NULL};
     gate_result r = run(args);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert(strstr(r.err, "too few rows for an interval"), "%s", r.err);
@@ -55,7 +57,8 @@ Test(gate_terminal, a_long_run_states_its_work_up_front) {
     cr_assert(strstr(r.err, "memra-gate: reference (arm a) 512/512, elapsed "), "%s", r.err);
     cr_assert(!strchr(r.err, '\r'), "a log gets lines, not a terminal's bar: %s", r.err);
     gate_result_free(&r);
-    const char *quiet[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--rows", "4", "--gen", "256", "--quiet", NULL};
+    const char *quiet[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--rows", "4", "--gen",
+                           "256", "--quiet",       NULL};
     r = run(quiet);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert_str_eq(r.err, "", "--quiet says nothing: %s", r.err);
@@ -63,7 +66,8 @@ Test(gate_terminal, a_long_run_states_its_work_up_front) {
 }
 
 Test(gate_terminal, arms_that_differ_by_design_suggest_a_tolerance) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,tp=2", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,tp=2", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     gate_result r = run(args);
     cr_assert_eq(r.exit, 1, "%s", r.err);
     char *v = gate_record(r.jsonl, "verdict", 0);
@@ -72,8 +76,13 @@ Test(gate_terminal, arms_that_differ_by_design_suggest_a_tolerance) {
     cr_assert(strstr(r.err, "verdict      FAIL") && strstr(r.err, "--compare nmse:1e-4"), "%s", r.err);
     gate_result_free(&r);
     /* and the suggestion works: the same pair at that tolerance passes */
-    const char *nmse[] = {"--a", "cpu:prefill=1",   "--b", "cpu:prefill=1,tp=2", "--compare", "nmse:1e-4", "--prime",
-                          "4",   "--gen", "4",   "--rows",   "0",         "--quiet",   NULL};
+    const char *nmse[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,tp=2",
+                          "--compare", "nmse:1e-4",
+                          "--prime",   "4",
+                          "--gen",     "4",
+                          "--rows",    "0",
+                          "--quiet",   NULL};
     r = run(nmse);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     gate_result_free(&r);

@@ -102,7 +102,8 @@ Test(gate_tp, tp2_qwen3_tiny_sampled_exact_pair, .timeout = 120) {
 }
 
 Test(gate_tp, tp4_against_tp4_over_two_stages_is_exact, .timeout = 180) {
-    const char *args[] = {"--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,stages=2", TP_SHORT, NULL};
+    const char *args[] = {"--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,stages=2",
+                          TP_SHORT,   NULL};
     gate_result r = run_expect(args, 0, NULL);
     cr_assert(by_design_null(&r), "%s", r.jsonl);
     cr_assert_eq(refusals_pass(&r), 12);
@@ -111,20 +112,23 @@ Test(gate_tp, tp4_against_tp4_over_two_stages_is_exact, .timeout = 180) {
 }
 
 Test(gate_tp, cpu_against_tp2_exact_is_flagged_as_differing_by_design, .timeout = 120) {
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,tp=2", "--prime", "8", "--gen", "8", "--rows", "0", NULL};
-    gate_result r = run_expect(args, 1, "expected: arms a (cpu:prefill=1) and b (cpu:prefill=1,tp=2) split layer 0 over 1 and 2");
+    const char *args[] = {
+        "--a", "cpu:prefill=1", "--b", "cpu:prefill=1,tp=2", "--prime", "8", "--gen", "8", "--rows", "0", NULL};
+    gate_result r =
+        run_expect(args, 1, "expected: arms a (cpu:prefill=1) and b (cpu:prefill=1,tp=2) split layer 0 over 1 and 2");
     cr_assert(!by_design_null(&r), "%s", r.jsonl);
     cr_assert(strstr(r.err, "warning") && strstr(r.err, "--compare nmse"), "%s", r.err);
     gate_result_free(&r);
 }
 
 Test(gate_tp, cpu_against_tp2_passes_in_nmse_mode, .timeout = 120) {
-    const char *tiny[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,tp=2", "--compare", "nmse:1e-9", TP_SHORT, NULL};
+    const char *tiny[] = {"--a",       "cpu:prefill=1", "--b",    "cpu:prefill=1,tp=2",
+                          "--compare", "nmse:1e-9",     TP_SHORT, NULL};
     gate_result r = run_expect(tiny, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 6, "arm b's cells only");
     gate_result_free(&r);
-    const char *qwen[] = {"--preset", "qwen3-tiny", "--a",       "cpu:prefill=1",    "--b",
-                          "cpu:prefill=1,tp=2", "--compare",  "nmse:1e-9", TP_SHORT, NULL};
+    const char *qwen[] = {"--preset",           "qwen3-tiny", "--a",       "cpu:prefill=1", "--b",
+                          "cpu:prefill=1,tp=2", "--compare",  "nmse:1e-9", TP_SHORT,        NULL};
     r = run_expect(qwen, 0, NULL);
     gate_result_free(&r);
 }
@@ -134,7 +138,8 @@ Test(gate_tp, cpu_against_tp2_passes_in_nmse_mode, .timeout = 120) {
 
 Test(gate_tp, every_refusal_cell_of_a_two_rank_arm, .timeout = 180) {
     /* 2 ranks x layers {0, 2, 3} x {attention, ffn} x positions {8, 11, 15}: 36 per arm */
-    const char *args[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,threads=1,window=3", "--cells", "all", TP_SHORT, NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,threads=1,window=3", "--cells", "all", TP_SHORT, NULL};
     gate_result r = run_expect(args, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 72, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
     gate_result_free(&r);
@@ -142,15 +147,17 @@ Test(gate_tp, every_refusal_cell_of_a_two_rank_arm, .timeout = 180) {
 
 Test(gate_tp, every_refusal_cell_of_four_rank_arms, .timeout = 300) {
     /* small: 4 ranks x layers {0, 3, 5} x {attention, ffn} x positions {8, 11, 15}: 72 per arm */
-    const char *args[] = {"--preset", "small", "--a",    "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,stages=2,window=2",
-                          "--cells",  "all",   TP_SHORT, NULL};
+    const char *args[] = {
+        "--preset", "small",  "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,stages=2,window=2", "--cells",
+        "all",      TP_SHORT, NULL};
     gate_result r = run_expect(args, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 144, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
     gate_result_free(&r);
 }
 
 Test(gate_tp, cells_none_and_arms_without_tp_write_no_refusal, .timeout = 120) {
-    const char *none[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,threads=1", "--cells", "none", TP_SHORT, NULL};
+    const char *none[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,threads=1", "--cells", "none", TP_SHORT, NULL};
     gate_result r = run_expect(none, 0, NULL);
     cr_assert_eq(gate_count_records(r.jsonl, "refusal"), 0);
     epochs_clean(&r); /* the census runs whatever --cells says */
@@ -172,8 +179,9 @@ GATE_USAGE(gate_tp, cells_bogus_is_a_usage_error, "--cells most: expected none, 
 
 Test(gate_tp, a_collective_summing_in_another_order_is_caught, .timeout = 180) {
     /* with 4 ranks the reverse order gives other bits (with 2 a sum is commutative) */
-    const char *args[] = {"--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,collective=faultycoll_order",
-                          TP_SHORT,   NULL};
+    const char *args[] = {
+        "--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,collective=faultycoll_order",
+        TP_SHORT,   NULL};
     gate_result r = run_expect(args, 1, "steps differ");
     cr_assert(by_design_null(&r), "the same split: no excuse by design");
     cr_assert_eq(gate_count_records(r.jsonl, "refusal"), 0, "nothing after a mismatch");
@@ -181,15 +189,17 @@ Test(gate_tp, a_collective_summing_in_another_order_is_caught, .timeout = 180) {
 }
 
 Test(gate_tp, the_unfaulted_test_collective_passes_against_local, .timeout = 180) {
-    const char *args[] = {"--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,collective=faultycoll",
-                          TP_SHORT,   NULL};
+    const char *args[] = {
+        "--preset", "small", "--a", "cpu:prefill=1,tp=4", "--b", "cpu:prefill=1,tp=4,collective=faultycoll",
+        TP_SHORT,   NULL};
     gate_result r = run_expect(args, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 12);
     gate_result_free(&r);
 }
 
 Test(gate_tp, an_epoch_that_does_not_advance_is_caught, .timeout = 120) {
-    const char *args[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_epoch", TP_SHORT, NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_epoch", TP_SHORT, NULL};
     gate_result r = run_expect(args, 1, "epoch census");
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert(strstr(v, "arm b") && strstr(v, "at step 0") && strstr(v, "rank 1 block 1 (layer 0 ffn)") &&
@@ -202,7 +212,8 @@ Test(gate_tp, an_epoch_that_does_not_advance_is_caught, .timeout = 120) {
 }
 
 Test(gate_tp, a_refusal_that_commits_is_caught, .timeout = 120) {
-    const char *args[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_commit", TP_SHORT, NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=faultycoll_commit", TP_SHORT, NULL};
     gate_result r = run_expect(args, 1, "refusal cell");
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert(strstr(v, "6 of 12 refusal cell(s) failed") && strstr(v, "arm b") && strstr(v, "did not fail"), "%s", v);
@@ -226,13 +237,16 @@ Test(gate_tp, a_refusal_that_commits_is_caught, .timeout = 120) {
  * against the registry (it once refused such a value as an unknown plugin), the collective checks
  * the key, and an unknown NAME is still a usage error naming it. */
 Test(gate_tp, a_collective_key_after_the_name_reaches_the_collective, .timeout = 120) {
-    const char *ok[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=local:order=rank", TP_SHORT, NULL};
+    const char *ok[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=local:order=rank", TP_SHORT,
+                        NULL};
     gate_result r = run_expect(ok, 0, NULL);
     gate_result_free(&r);
-    const char *bad_key[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=local:order=reverse", TP_SHORT, NULL};
+    const char *bad_key[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=local:order=reverse", TP_SHORT, NULL};
     r = run_expect(bad_key, 2, "order=reverse: expected order=rank");
     gate_result_free(&r);
-    const char *bad_name[] = {"--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=nope:order=rank", TP_SHORT, NULL};
+    const char *bad_name[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=nope:order=rank", TP_SHORT, NULL};
     gate_expect_usage(bad_name, "unknown collective 'nope'");
 }
 
@@ -242,17 +256,19 @@ Test(gate_tp, a_collective_key_after_the_name_reaches_the_collective, .timeout =
  * two configurations. Before, the cpu backend never looked at the value with one rank: every
  * one of these ran (exit 0). */
 Test(gate_tp, a_collective_at_tp1_is_checked_then_refused_as_without_effect, .timeout = 120) {
-    const char *bad_key[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,collective=local:nosuchkey=1", TP_SHORT, NULL};
+    const char *bad_key[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,collective=local:nosuchkey=1", TP_SHORT,
+                             NULL};
     gate_result r = run_expect(bad_key, 2, "unknown key 'nosuchkey'");
     gate_result_free(&r);
     const char *idle[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,collective=local", TP_SHORT, NULL};
     r = run_expect(idle, 2, "collective=local has no effect: no stage of this arm has more than one rank (tp=1)");
     gate_result_free(&r);
-    const char *idle_key[] = {"--a", "cpu:prefill=1,stages=2", "--b", "cpu:prefill=1,collective=local:order=rank", TP_SHORT, NULL};
+    const char *idle_key[] = {
+        "--a", "cpu:prefill=1,stages=2", "--b", "cpu:prefill=1,collective=local:order=rank", TP_SHORT, NULL};
     r = run_expect(idle_key, 2, "has no effect");
     gate_result_free(&r);
-    const char *with_ranks[] = {"--a",    "cpu:prefill=1,tp=2", "--b",  "cpu:prefill=1,tp=2,collective=local",
-                                TP_SHORT, "--cells",  "none", NULL};
+    const char *with_ranks[] = {
+        "--a", "cpu:prefill=1,tp=2", "--b", "cpu:prefill=1,tp=2,collective=local", TP_SHORT, "--cells", "none", NULL};
     r = run_expect(with_ranks, 0, NULL);
     gate_result_free(&r);
 }
@@ -263,8 +279,9 @@ Test(gate_tp, a_collective_at_tp1_is_checked_then_refused_as_without_effect, .ti
  * a backend whose queued steps commit after a refused one fails them is shown on the GPU
  * (bench/RESULTS.md: cuda:tp=2,window=3 before the poison word). */
 Test(gate_tp, every_cell_with_the_window_full_passes_on_cpu, .timeout = 300) {
-    const char *args[] = {"--a", "cpu:prefill=1,tp=2,window=3", "--b", "cpu:prefill=1,tp=2,stages=2,window=4", "--cells", "all", TP_SHORT,
-                          NULL};
+    const char *args[] = {
+        "--a", "cpu:prefill=1,tp=2,window=3", "--b", "cpu:prefill=1,tp=2,stages=2,window=4", "--cells", "all", TP_SHORT,
+        NULL};
     gate_result r = run_expect(args, 0, NULL);
     cr_assert(refusals_pass(&r) > 0, "cells ran and passed");
     gate_result_free(&r);
@@ -276,8 +293,10 @@ Test(gate_tp, every_cell_with_the_window_full_passes_on_cpu, .timeout = 300) {
  * with the window full, and both arms pass on cpu. (That a plain stage of the cuda backends
  * committed a step refused on the other stage is shown on the GPU: bench/RESULTS.md.) */
 Test(gate_tp, a_plan_mixing_a_stage_with_ranks_and_a_plain_one, .timeout = 300) {
-    const char *first[] = {
-        "--a", "cpu:prefill=1,placement=mixedtp", "--b", "cpu:prefill=1,placement=mixedtp,window=3", "--cells", "all", TP_SHORT, NULL};
+    const char *first[] = {"--a",     "cpu:prefill=1,placement=mixedtp",
+                           "--b",     "cpu:prefill=1,placement=mixedtp,window=3",
+                           "--cells", "all",
+                           TP_SHORT,  NULL};
     gate_result r = run_expect(first, 0, NULL);
     cr_assert_eq(refusals_pass(&r), 48, "%d refusal records", gate_count_records(r.jsonl, "refusal"));
     gate_result_free(&r);

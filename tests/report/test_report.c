@@ -725,8 +725,13 @@ static const char *html_path(const char *name) { return tmp_dir_path(dir, name);
 Test(report, gate_html_of_a_passing_gate) {
     need_python();
     const char *page = html_path("gate_pass.html");
-    const char *args[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1,stages=2", "--prime", "8",  "--gen",
-                          "8",   "--rows", "4",   "--quiet",      "--html",  page, NULL};
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "cpu:prefill=1,stages=2",
+                          "--prime", "8",
+                          "--gen",   "8",
+                          "--rows",  "4",
+                          "--quiet", "--html",
+                          page,      NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     expect_good_page(page, "--min-svg 3 --expect PASS --expect 'memra-gate records' --expect 'Timing rows'");
@@ -744,9 +749,14 @@ Test(report, gate_html_of_a_passing_gate) {
 Test(report, gate_html_of_a_failing_gate_to_stdout_records) {
     need_python();
     const char *page = html_path("gate_fail.html");
-    const char *args[] = {
-        "--a",    "cpu:prefill=1", "--b", "faulty:flip_logit_step=5", "--prime", "8", "--gen", "8", "--rows", "4", "--quiet",
-        "--html", page,  "--jsonl", "-", NULL};
+    const char *args[] = {"--a",     "cpu:prefill=1",
+                          "--b",     "faulty:flip_logit_step=5",
+                          "--prime", "8",
+                          "--gen",   "8",
+                          "--rows",  "4",
+                          "--quiet", "--html",
+                          page,      "--jsonl",
+                          "-",       NULL};
     gate_how how = {.no_jsonl = true};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 1, "%s", r.err);
@@ -760,8 +770,14 @@ Test(report, gate_html_of_a_failing_gate_to_stdout_records) {
 Test(report, gate_html_of_a_bisect) {
     need_python();
     const char *page = html_path("gate_bisect.html");
-    const char *args[] = {"--a",   "cpu:prefill=1", "--b",    "cpu:prefill=1,tp=2", "--compare", "exact",  "--prime", "8",
-                          "--gen", "8",   "--rows", "0",        "--quiet",   "--html", page,      NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,tp=2",
+                          "--compare", "exact",
+                          "--prime",   "8",
+                          "--gen",     "8",
+                          "--rows",    "0",
+                          "--quiet",   "--html",
+                          page,        NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 1, "%s", r.err);
     expect_good_page(page, "--expect 'Bisect: the first op where the arms part' --expect 'layer 0 attn_out' "
@@ -769,8 +785,13 @@ Test(report, gate_html_of_a_bisect) {
     /* the negative control: a passing gate's page has no bisect section */
     char why[4096];
     const char *pass = html_path("gate_nobisect.html");
-    const char *ok[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1,stages=2", "--prime", "8", "--gen", "8", "--rows", "0",
-                        "--quiet", "--html", pass, NULL};
+    const char *ok[] = {"--a",     "cpu:prefill=1",
+                        "--b",     "cpu:prefill=1,stages=2",
+                        "--prime", "8",
+                        "--gen",   "8",
+                        "--rows",  "0",
+                        "--quiet", "--html",
+                        pass,      NULL};
     gate_result_free(&r);
     r = gate_run(ok, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
@@ -781,8 +802,14 @@ Test(report, gate_html_of_a_bisect) {
 Test(report, gate_html_of_an_nmse_gate) {
     need_python();
     const char *page = html_path("gate_nmse.html");
-    const char *args[] = {"--a",   "cpu:prefill=1", "--b",    "cpu:prefill=1,tp=2", "--compare", "nmse:1e-3", "--prime", "8",
-                          "--gen", "8",   "--rows", "4",        "--quiet",   "--html",    page,      NULL};
+    const char *args[] = {"--a",       "cpu:prefill=1",
+                          "--b",       "cpu:prefill=1,tp=2",
+                          "--compare", "nmse:1e-3",
+                          "--prime",   "8",
+                          "--gen",     "8",
+                          "--rows",    "4",
+                          "--quiet",   "--html",
+                          page,        NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     expect_good_page(page, "--min-svg 4 --expect PASS --expect 'Per-step NMSE' --expect 'Refusal cells'");
@@ -792,8 +819,13 @@ Test(report, gate_html_of_an_nmse_gate) {
 Test(report, gate_html_of_an_interrupted_gate) {
     need_python();
     const char *page = html_path("gate_intr.html");
-    const char *args[] = {"--a", "cpu:prefill=1",   "--b", "cpu:prefill=1,stages=2", "--preset", "small", "--prime",
-                          "64",  "--gen", "512", "--quiet",      "--html",   page,    NULL};
+    const char *args[] = {"--a",      "cpu:prefill=1",
+                          "--b",      "cpu:prefill=1,stages=2",
+                          "--preset", "small",
+                          "--prime",  "64",
+                          "--gen",    "512",
+                          "--quiet",  "--html",
+                          page,       NULL};
     gate_how how = {.signal = SIGINT, .signal_when = "step"};
     gate_result r = gate_run_ex(args, &how);
     cr_assert_eq(r.exit, 130, "exit %d: %s", r.exit, r.err);
@@ -804,21 +836,25 @@ Test(report, gate_html_of_an_interrupted_gate) {
 Test(report, gate_html_refusals) {
     const char *jsonl = html_path("g.jsonl");
     write_file(jsonl, "");
-    const char *same[] = {"--a",    "cpu:prefill=1", "--b",    "cpu:prefill=1", "--prime", "4",   "--gen", "4",
-                          "--rows", "0",   "--html", jsonl, "--jsonl", jsonl, NULL};
+    const char *same[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime", "4", "--gen", "4", "--rows",
+                          "0",   "--html",        jsonl, "--jsonl",       jsonl,     NULL};
     gate_how how = {.no_jsonl = true};
     gate_result r = gate_run_ex(same, &how);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert(strstr(r.err, "same file as --jsonl"), "%s", r.err);
     gate_result_free(&r);
-    const char *dev[] = {"--a", "cpu:prefill=1",    "--b", "cpu:prefill=1",    "--prime",   "4", "--gen",
-                         "4",   "--rows", "0",   "--html", "/dev/null", NULL};
+    const char *dev[] = {"--a", "cpu:prefill=1", "--b", "cpu:prefill=1", "--prime",   "4", "--gen",
+                         "4",   "--rows",        "0",   "--html",        "/dev/null", NULL};
     r = gate_run(dev, false);
     cr_assert_eq(r.exit, 2, "%s", r.err);
     cr_assert(strstr(r.err, "not a regular file"), "%s", r.err);
     gate_result_free(&r);
-    const char *nodir[] = {"--a",   "cpu:prefill=1", "--b",    "cpu:prefill=1", "--prime", "4",
-                           "--gen", "4",   "--rows", "0",   "--html",  html_path("no/such/dir/x.html"),
+    const char *nodir[] = {"--a",     "cpu:prefill=1",
+                           "--b",     "cpu:prefill=1",
+                           "--prime", "4",
+                           "--gen",   "4",
+                           "--rows",  "0",
+                           "--html",  html_path("no/such/dir/x.html"),
                            NULL};
     r = gate_run(nodir, false);
     cr_assert_eq(r.exit, 3, "%s", r.err);
