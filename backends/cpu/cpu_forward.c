@@ -113,16 +113,15 @@ static void matvec_run(void *ctx, uint32_t begin, uint32_t end) {
             tile = 1;
         for (uint32_t r0 = lo; end > base && r0 < hi; r0 += tile) {
             uint32_t r1 = hi - r0 < tile ? hi : r0 + tile;
-            for (uint32_t j = 0; j < t->nr; j++) {
-                const float *x = t->x + j * t->x_stride;
-                float *y = t->y[i] + j * t->y_stride[i];
-                if (op) {
-                    memra_op_ctx c = t->ctx[i];
-                    c.position += j; /* the row's own position */
-                    op->vt->cpu_gemv(op->op, &c, w->type, w->data, w->row_bytes, w->cols, x, y, r0, r1);
-                } else {
-                    cpu_matvec_rows(w, x, y, r0, r1);
-                }
+            if (!op && t->nr == 1)
+                cpu_matvec_rows(w, t->x, t->y[i], r0, r1);
+            else if (!op)
+                cpu_matvec_rows_multi(w, t->x, t->x_stride, t->nr, t->y[i], t->y_stride[i], r0, r1);
+            for (uint32_t j = 0; op && j < t->nr; j++) {
+                memra_op_ctx c = t->ctx[i];
+                c.position += j; /* the row's own position */
+                op->vt->cpu_gemv(op->op, &c, w->type, w->data, w->row_bytes, w->cols, t->x + j * t->x_stride,
+                                 t->y[i] + j * t->y_stride[i], r0, r1);
             }
         }
         base += rows;

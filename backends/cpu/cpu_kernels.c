@@ -156,6 +156,42 @@ CPU_KERNEL static float dot_q8_0(const uint8_t *row, const float *x, uint32_t n)
         return CPU_REDUCE8(total);                                                                                     \
     }
 
+/* The same dot of one row with nx inputs (a prefill chunk's rows, x_stride floats apart), the
+ * row's blocks dequantized once for all of them: each input's lanes see exactly the operations,
+ * in the order, of the kernel above (the block's w, then acc += w * x by lane, total += acc in
+ * block order, one reduction), so out[j * out_stride] has the bits of name(row, x_j, n). */
+#define CPU_DOT_QUANT_MULTI(name, QK, BYTES, DEQUANT)                                                                  \
+    CPU_KERNEL static void name(const uint8_t *row, const float *x, size_t x_stride, uint32_t nx, uint32_t n,          \
+                                float *out, size_t out_stride) {                                                       \
+        cpu_v8 total[CPU_MULTI_MAX];                                                                                   \
+        memset(total, 0, sizeof total);                                                                                \
+        float w[QK];                                                                                                   \
+        for (uint32_t b = 0; b < n / (QK); b++) {                                                                      \
+            DEQUANT(row + (size_t)b * (BYTES), w);                                                                     \
+            for (uint32_t j = 0; j < nx; j++) {                                                                        \
+                const float *xb = x + j * x_stride + (size_t)b * (QK);                                                 \
+                cpu_v8 acc = {0};                                                                                      \
+                for (uint32_t i = 0; i < (QK); i += 8) {                                                               \
+                    cpu_v8 wv, xv;                                                                                     \
+                    CPU_LOAD8(wv, w + i);                                                                              \
+                    CPU_LOAD8(xv, xb + i);                                                                             \
+                    acc += wv * xv;                                                                                    \
+                }                                                                                                      \
+                total[j] += acc;                                                                                       \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (uint32_t j = 0; j < nx; j++)                                                                              \
+            out[j * out_stride] = CPU_REDUCE8(total[j]);                                                               \
+    }
+
+CPU_DOT_QUANT_MULTI(dot_q4_0_multi, MEMRA_QK, sizeof(memra_block_q4_0), memra_dequantize_q4_0)
+CPU_DOT_QUANT_MULTI(dot_q4_1_multi, MEMRA_QK, sizeof(memra_block_q4_1), memra_dequantize_q4_1)
+CPU_DOT_QUANT_MULTI(dot_q5_0_multi, MEMRA_QK, sizeof(memra_block_q5_0), memra_dequantize_q5_0)
+CPU_DOT_QUANT_MULTI(dot_q5_1_multi, MEMRA_QK, sizeof(memra_block_q5_1), memra_dequantize_q5_1)
+CPU_DOT_QUANT_MULTI(dot_q4_k_multi, MEMRA_QK_K, sizeof(memra_block_q4_k), memra_dequantize_q4_k)
+CPU_DOT_QUANT_MULTI(dot_q5_k_multi, MEMRA_QK_K, sizeof(memra_block_q5_k), memra_dequantize_q5_k)
+CPU_DOT_QUANT_MULTI(dot_q6_k_multi, MEMRA_QK_K, sizeof(memra_block_q6_k), memra_dequantize_q6_k)
+
 CPU_DOT_QUANT(dot_q4_0, MEMRA_QK, sizeof(memra_block_q4_0), memra_dequantize_q4_0)
 CPU_DOT_QUANT(dot_q4_1, MEMRA_QK, sizeof(memra_block_q4_1), memra_dequantize_q4_1)
 CPU_DOT_QUANT(dot_q5_0, MEMRA_QK, sizeof(memra_block_q5_0), memra_dequantize_q5_0)
@@ -252,6 +288,32 @@ void cpu_matvec_rows(const cpu_matrix *w, const float *x, float *y, uint32_t r0,
 #undef CPU_ROWS
     default: /* refused at open */ break;
     }
+}
+
+void cpu_matvec_rows_multi(const cpu_matrix *w, const float *x, size_t x_stride, uint32_t nx, float *y,
+                           size_t y_stride, uint32_t r0, uint32_t r1) {
+    void (*multi)(const uint8_t *, const float *, size_t, uint32_t, uint32_t, float *, size_t) = NULL;
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_0: multi = dot_q4_0_multi; break;
+    case MEMRA_TYPE_Q4_1: multi = dot_q4_1_multi; break;
+    case MEMRA_TYPE_Q5_0: multi = dot_q5_0_multi; break;
+    case MEMRA_TYPE_Q5_1: multi = dot_q5_1_multi; break;
+    case MEMRA_TYPE_Q4_K: multi = dot_q4_k_multi; break;
+    case MEMRA_TYPE_Q5_K: multi = dot_q5_k_multi; break;
+    case MEMRA_TYPE_Q6_K: multi = dot_q6_k_multi; break;
+    default: break;
+    }
+    if (!multi) { /* a cheap row: each input in turn over the rows, hot in cache */
+        for (uint32_t j = 0; j < nx; j++)
+            cpu_matvec_rows(w, x + j * x_stride, y + j * y_stride, r0, r1);
+        return;
+    }
+    const uint8_t *row = w->data + (size_t)r0 * w->row_bytes;
+    for (uint32_t r = r0; r < r1; r++, row += w->row_bytes)
+        for (uint32_t j0 = 0; j0 < nx; j0 += CPU_MULTI_MAX) {
+            uint32_t n = nx - j0 < CPU_MULTI_MAX ? nx - j0 : CPU_MULTI_MAX;
+            multi(row, x + j0 * x_stride, x_stride, n, w->cols, y + j0 * y_stride + r, y_stride);
+        }
 }
 
 void cpu_matrix_row(const cpu_matrix *w, uint32_t r, float *out) {

@@ -90,3 +90,22 @@ Test(gate_prefill, wrong_chunk_fails_at_its_boundary) {
     free(m);
     gate_result_free(&r);
 }
+
+/* Weight types: the quantized rows of a chunk are dequantized once for up to 16 inputs
+ * (cpu_matvec_rows_multi), each input's dot in the single step's order. */
+static void expect_dtype_pass(const char *dtype) {
+    const char *args[] = {"--preset", "small", "--dtype", dtype, "--a", "cpu:prefill=1", "--b", "cpu:prefill=7",
+                          "--prime", "30", "--gen", "4", "--rows", "0", "--quiet", NULL};
+    gate_result r = gate_run(args, false);
+    cr_assert_eq(r.exit, 0, "%s: exit %d\n%s\n%.2000s", dtype, r.exit, r.err, r.jsonl);
+    cr_assert_eq(gate_count_records(r.jsonl, "step"), 5 + 4, "%s: chunk ends 6, 13, 20, 27 and step 29", dtype);
+    gate_result_free(&r);
+}
+Test(gate_prefill, dtype_f16) { expect_dtype_pass("f16"); }
+Test(gate_prefill, dtype_bf16) { expect_dtype_pass("bf16"); }
+Test(gate_prefill, dtype_q8_0) { expect_dtype_pass("q8_0"); }
+Test(gate_prefill, dtype_q4_0) { expect_dtype_pass("q4_0"); }
+Test(gate_prefill, dtype_q5_1) { expect_dtype_pass("q5_1"); }
+Test(gate_prefill, dtype_q4_k) { expect_dtype_pass("q4_k"); }
+Test(gate_prefill, dtype_q5_k) { expect_dtype_pass("q5_k"); }
+Test(gate_prefill, dtype_q6_k) { expect_dtype_pass("q6_k"); }
