@@ -98,7 +98,7 @@ static void expect_dtype_pass(const char *dtype) {
                           "--prime", "30", "--gen", "4", "--rows", "0", "--quiet", NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s: exit %d\n%s\n%.2000s", dtype, r.exit, r.err, r.jsonl);
-    cr_assert_eq(gate_count_records(r.jsonl, "step"), 5 + 4, "%s: chunk ends 6, 13, 20, 27 and step 29", dtype);
+    cr_assert_eq(gate_count_records(r.jsonl, "step"), 6 + 4, "%s: chunk ends 6, 13, 20, 27, 28 and step 29", dtype);
     gate_result_free(&r);
 }
 Test(gate_prefill, dtype_f16) { expect_dtype_pass("f16"); }
