@@ -76,11 +76,48 @@ static const synth_preset synth_presets[] = {
     /* Llama-3.1-8B */
     {"llama-8b", "llama", 128256, 4096,  32, 32, 8, 0,    14336, 131072,
      500000.0f,  false,   false,  false, 8,  1,  4, 8192, 0,     0},
+    /* Mixture of experts (synth_moe below has their experts); n_ff is the width of one expert.
+     * moe-tiny: qwen3moe, 8 experts of 64, top 2; qwen2moe-tiny: qwen2moe, 8 experts of 64, top 2,
+     * a shared expert of 128 */
+    {"moe-tiny", "qwen3moe", 512, 64, 4, 4, 2, 32, 64, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
+    {"qwen2moe-tiny", "qwen2moe", 512, 64, 4, 4, 2, 0, 64, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
+    /* granite-3.x-1b-a400m (config.json of ibm-granite/granite-3.1-1b-a400m-base): 24 layers of
+     * 1024, 16 heads and 8 KV heads of 64, 32 experts of 512, top 8, vocab 49155, a tied head,
+     * rope base 10000, rms eps 1e-6; its scales are in synth_moe */
+    {"granite-moe-1b", "granitemoe", 49155, 1024, 24, 16, 8, 0, 512, 4096, 10000.0f, true, false, false, 0, 0, 0, 0,
+     0, 1e-6f},
+    /* Qwen3-30B-A3B: 48 layers of 2048, 32 q heads and 4 KV heads of 128, 128 experts of 768, top
+     * 8, vocab 151936, an untied head, rope base 1e6, rms eps 1e-6 */
+    {"qwen3moe-30b", "qwen3moe", 151936, 2048, 48, 32, 4, 128, 768, 40960, 1000000.0f, false, true, false, 0, 0, 0, 0,
+     0, 1e-6f},
 };
+
+/* The experts of the MoE presets: count, used, the file's dense feed_forward_length (unused by
+ * the experts), the shared expert's width (0: none) and granite's four scales (0: none). */
+typedef struct synth_moe {
+    const char *name;
+    uint32_t n_expert, n_expert_used, n_ff_dense, n_ff_shexp;
+    float embedding_scale, residual_scale, attention_scale, logit_scale;
+} synth_moe;
+
+static const synth_moe synth_moes[] = {
+    {"moe-tiny", 8, 2, 192, 0, 0, 0, 0, 0},
+    {"qwen2moe-tiny", 8, 2, 192, 128, 0, 0, 0, 0},
+    {"granite-moe-1b", 32, 8, 512, 0, 12.0f, 0.22f, 0.015625f, 6.0f},
+    {"qwen3moe-30b", 128, 8, 6144, 0, 0, 0, 0, 0},
+};
+
+static const synth_moe *find_moe(const synth_preset *p) {
+    for (size_t i = 0; i < sizeof synth_moes / sizeof synth_moes[0]; i++)
+        if (strcmp(synth_moes[i].name, p->name) == 0)
+            return &synth_moes[i];
+    return NULL;
+}
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
 static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny", "gemma3-tiny",
-                                                 "gemma3-270m", "llama-1b", "llama-8b",   NULL};
+                                                 "gemma3-270m", "llama-1b", "llama-8b",   "moe-tiny",   "qwen2moe-tiny",
+                                                 "granite-moe-1b", "qwen3moe-30b", NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -144,7 +181,7 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
         return memra_fail(
             err, MEMRA_E_INVALID,
             "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-            "llama-1b or llama-8b",
+            "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granite-moe-1b or qwen3moe-30b",
             name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         !is_mix(spec->type) && memra_quant_block_elems(spec->type) == 0)
@@ -170,6 +207,8 @@ typedef struct synth_tensor {
     uint64_t cols, rows; /* rows 1 for a vector */
     float amp;
     uint64_t damped_rows; /* rows [0, damped_rows) drawn at SYNTH_SPECIAL_DAMP times amp */
+    uint32_t n_expert;    /* a stack of experts (GGUF shape [cols, rows / n_expert, n_expert]); 0: 2-D */
+    bool tie_row1;        /* row 1 repeats row 0 (a router whose experts 0 and 1 always tie) */
     uint64_t key;         /* the draw's key: seed and name */
     const float *table;
 } synth_tensor;
@@ -330,6 +369,7 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
     /* logits = rows of std emb_std . (normalised hidden * g): std about emb_std * g * sqrt(n_embd) */
     float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)));
     float a_bias = uniform_amp(SYNTH_BIAS_STD);
+    const synth_moe *moe = find_moe(p);
     memra_status st;
 #define ADD(name, kind, type, cols, rows, amp)                                                                         \
     do {                                                                                                               \
@@ -372,9 +412,32 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
         if (p->sliding_window) /* gemma3: the attention output is normalised before the add */
             LAYER("post_attention_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
         LAYER("ffn_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
-        LAYER("ffn_gate.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
-        LAYER("ffn_up.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
-        LAYER("ffn_down.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd, a_ff);
+        if (moe) {
+            /* The router stays F32 (llama.cpp's quantizer leaves ffn_gate_inp unquantized); its
+             * rows 0 and 1 are equal, so experts 0 and 1 tie on every token and the tie rule is
+             * exercised. Logits of std ~2 make the routing far from flat. */
+            uint32_t ne = moe->n_expert;
+            LAYER("ffn_gate_inp.weight", SYNTH_UNIFORM, MEMRA_TYPE_F32, embd, ne, 2.0f * a_embd);
+            sm->tensors[sm->n_tensors - 1].tie_row1 = true;
+            LAYER("ffn_gate_exps.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff * ne, a_embd);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            LAYER("ffn_up_exps.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff * ne, a_embd);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            LAYER("ffn_down_exps.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd * ne, a_ff);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            if (moe->n_ff_shexp) {
+                uint64_t sh = moe->n_ff_shexp;
+                LAYER("ffn_gate_inp_shexp.weight", SYNTH_UNIFORM, MEMRA_TYPE_F32, embd, 1, a_embd);
+                LAYER("ffn_gate_shexp.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, sh, a_embd);
+                LAYER("ffn_up_shexp.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, sh, a_embd);
+                LAYER("ffn_down_shexp.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, sh), sh, embd,
+                      uniform_amp(1.0 / sqrt((double)sh)));
+            }
+        } else {
+            LAYER("ffn_gate.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+            LAYER("ffn_up.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+            LAYER("ffn_down.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd, a_ff);
+        }
         if (p->sliding_window)
             LAYER("post_ffw_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
 #undef LAYER
@@ -395,6 +458,8 @@ static void make_row(const synth_tensor *t, uint64_t row, float *out) {
         memcpy(out, t->table, t->cols * sizeof(float));
         return;
     }
+    if (t->tie_row1 && row == 1)
+        row = 0;
     uint64_t e = row * t->cols;
     float amp = row < t->damped_rows ? t->amp * SYNTH_SPECIAL_DAMP : t->amp;
     for (uint64_t c = 0; c < t->cols; c++, e++) {
@@ -797,6 +862,7 @@ static uint32_t file_type(uint32_t type) {
 
 static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, memra_error *err) {
     const synth_preset *p = sm->p;
+    const synth_moe *moe = find_moe(p);
     char key[96], title[96];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", p->arch, suffix), key)
     snprintf(title, sizeof title, "memra synthetic %s", p->name);
@@ -808,7 +874,8 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
         (st = memra_gguf_writer_set_u32(w, KEY("context_length"), p->n_ctx, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("embedding_length"), p->n_embd, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("block_count"), p->n_layer, err)) != MEMRA_OK ||
-        (st = memra_gguf_writer_set_u32(w, KEY("feed_forward_length"), p->n_ff, err)) != MEMRA_OK ||
+        (st = memra_gguf_writer_set_u32(w, KEY("feed_forward_length"), moe ? moe->n_ff_dense : p->n_ff, err)) !=
+            MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("rope.dimension_count"), sm->head_dim, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("attention.head_count"), p->n_head, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv, err)) != MEMRA_OK)
@@ -823,6 +890,20 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
         return st;
     if (p->sliding_window &&
         (st = memra_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->sliding_window, err)) != MEMRA_OK)
+        return st;
+    if (moe && ((st = memra_gguf_writer_set_u32(w, KEY("expert_count"), moe->n_expert, err)) != MEMRA_OK ||
+                (st = memra_gguf_writer_set_u32(w, KEY("expert_used_count"), moe->n_expert_used, err)) != MEMRA_OK ||
+                (st = memra_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), p->n_ff, err)) != MEMRA_OK))
+        return st;
+    if (moe && moe->n_ff_shexp &&
+        (st = memra_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), moe->n_ff_shexp, err)) !=
+            MEMRA_OK)
+        return st;
+    if (moe && moe->embedding_scale > 0 &&
+        ((st = memra_gguf_writer_set_f32(w, KEY("embedding_scale"), moe->embedding_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("residual_scale"), moe->residual_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("attention.scale"), moe->attention_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("logit_scale"), moe->logit_scale, err)) != MEMRA_OK))
         return st;
 #undef KEY
     return set_tokenizer(w, p, err);
@@ -895,8 +976,14 @@ static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm,
         goto err_free_writer;
     for (uint32_t i = 0; i < sm->n_tensors; i++) {
         const synth_tensor *t = &sm->tensors[i];
-        uint64_t ne[2] = {t->cols, t->rows};
-        st = memra_gguf_writer_add_tensor_fill(w, t->name, t->type, t->rows == 1 ? 1 : 2, ne, synth_fill, sm, err);
+        uint64_t ne[3] = {t->cols, t->rows, 1};
+        uint32_t n_dims = t->rows == 1 ? 1 : 2;
+        if (t->n_expert) {
+            ne[1] = t->rows / t->n_expert;
+            ne[2] = t->n_expert;
+            n_dims = 3;
+        }
+        st = memra_gguf_writer_add_tensor_fill(w, t->name, t->type, n_dims, ne, synth_fill, sm, err);
         if (st != MEMRA_OK)
             goto err_free_writer;
     }
