@@ -50,6 +50,7 @@ typedef struct cpu_rank {
      * experts and weights (slot order), and the slots' outputs: n_slots x n_embd (the k chosen,
      * then the shared expert), the buffer of the expert all-reduce. */
     uint32_t e0, e1, s0, s1;
+    uint32_t x0, x1; /* the rows of each held expert it computes: [f0, f1) under tp, all under ep */
     float *router;
     uint32_t sel[MEMRA_MAX_EXPERTS_USED];
     float sel_w[MEMRA_MAX_EXPERTS_USED];
@@ -132,6 +133,7 @@ struct memra_backend {
     const memra_op_binding *op_rmsnorm, *op_rope, *op_attention, *op_topk;
     const memra_op_binding *op_gemv[64]; /* by weight type */
     uint32_t op_position;                /* the step's position, for the ops' context */
+    const memra_options *opts;           /* the arm's options, during cpu_open only */
 };
 
 typedef struct cpu_slot {

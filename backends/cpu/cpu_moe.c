@@ -47,8 +47,18 @@ memra_status cpu_moe_bind_layer(const memra_model *m, uint32_t il, cpu_layer *L,
 memra_status cpu_moe_open_rank(memra_backend *b, cpu_stage *sg, uint32_t r, memra_error *err) {
     const memra_model *m = b->m;
     cpu_rank *rk = &sg->ranks[r];
-    rk->e0 = 0;
-    rk->e1 = m->n_expert;
+    /* ep=N (the placement's key, read here too): rank r holds experts [r n/N, (r+1) n/N), whole */
+    uint32_t ep = 1;
+    memra_status st0 = memra_options_u32(b->opts, "ep", 1, 1, MEMRA_MAX_RANKS, &ep, err);
+    if (st0 != MEMRA_OK)
+        return st0;
+    if (ep > 1 && (sg->n_ranks != ep || m->n_expert % ep != 0))
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: ep=%u, but the stage has %u ranks (for %u experts)", ep,
+                          sg->n_ranks, m->n_expert);
+    rk->e0 = ep > 1 ? m->n_expert / ep * r : 0;
+    rk->e1 = ep > 1 ? m->n_expert / ep * (r + 1) : m->n_expert;
+    rk->x0 = ep > 1 ? 0 : rk->f0;
+    rk->x1 = ep > 1 ? m->n_ff : rk->f1;
     /* the shared expert's rows in proportion to the rank's ffn rows, on whole rows */
     uint64_t sh = m->n_ff_shexp;
     if (sh && ((uint64_t)rk->f0 * sh % m->n_ff != 0 || (uint64_t)rk->f1 * sh % m->n_ff != 0))
@@ -60,7 +70,7 @@ memra_status cpu_moe_open_rank(memra_backend *b, cpu_stage *sg, uint32_t r, memr
     rk->s1 = (uint32_t)(rk->f1 * sh / m->n_ff);
     for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
         cpu_layer *L = &rk->layers[il - sg->layer_begin];
-        memra_status st = cpu_cols_of(&L->down_exps, rk->f0, rk->f1, "expert down", il, &L->down_exps, err);
+        memra_status st = cpu_cols_of(&L->down_exps, rk->x0, rk->x1, "expert down", il, &L->down_exps, err);
         if (st == MEMRA_OK && sh) {
             L->gate_shexp = cpu_rows_of(&L->gate_shexp, rk->s0, rk->s1);
             L->up_shexp = cpu_rows_of(&L->up_shexp, rk->s0, rk->s1);
@@ -69,7 +79,7 @@ memra_status cpu_moe_open_rank(memra_backend *b, cpu_stage *sg, uint32_t r, memr
         if (st != MEMRA_OK)
             return st;
     }
-    uint32_t width = rk->s1 - rk->s0 > rk->n_ff ? rk->s1 - rk->s0 : rk->n_ff;
+    uint32_t width = rk->s1 - rk->s0 > rk->x1 - rk->x0 ? rk->s1 - rk->s0 : rk->x1 - rk->x0;
     free(rk->gate);
     free(rk->up);
     rk->gate = cpu_alloc_floats(b, width);
@@ -176,8 +186,8 @@ void cpu_moe_rank(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
             memset(out, 0, (size_t)E * sizeof(float));
             continue;
         }
-        cpu_matrix gate = cpu_rows_of(&L->gate_exps, e * ff + rk->f0, e * ff + rk->f1);
-        cpu_matrix up = cpu_rows_of(&L->up_exps, e * ff + rk->f0, e * ff + rk->f1);
+        cpu_matrix gate = cpu_rows_of(&L->gate_exps, e * ff + rk->x0, e * ff + rk->x1);
+        cpu_matrix up = cpu_rows_of(&L->up_exps, e * ff + rk->x0, e * ff + rk->x1);
         cpu_matrix down = cpu_rows_of(&L->down_exps, e * E, (e + 1) * E);
         swiglu(b, rk, &gate, &up, &down, out);
     }

@@ -192,6 +192,7 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
         return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory");
     b->host = host;
     b->m = m;
+    b->opts = opts;
     cpu_config cfg;
     memra_status st = cpu_read_options(opts, &cfg, err);
     if (st != MEMRA_OK)
@@ -262,6 +263,7 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
     b->op_topk = memra_op_set_find(&b->ops, MEMRA_OP_TOPK, 0);
     for (uint32_t t = 0; t < 64; t++)
         b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
+    b->opts = NULL;
     *out = b;
     return MEMRA_OK;
 

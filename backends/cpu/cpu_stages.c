@@ -19,7 +19,9 @@ static memra_status check_ranks(const memra_model *m, const memra_stage_plan *sp
     uint32_t group = m->n_head / m->n_head_kv, h = 0, f = 0;
     for (uint32_t r = 0; r < sp->n_ranks; r++) {
         const memra_rank_plan *rp = &sp->ranks[r];
-        if (rp->head_begin != h || rp->head_end <= rp->head_begin || rp->head_end > m->n_head ||
+        /* a rank may hold no heads and no ffn rows (ep alone: ranks past 0 hold experts only) */
+        bool empty = rp->head_end == rp->head_begin && rp->ff_end == rp->ff_begin && r > 0 && m->n_expert > 0;
+        if (rp->head_begin != h || (rp->head_end <= rp->head_begin && !empty) || rp->head_end > m->n_head ||
             rp->head_begin % group != 0 || rp->head_end % group != 0 || rp->kv_head_begin != rp->head_begin / group ||
             rp->kv_head_end != rp->head_end / group)
             return memra_fail(err, MEMRA_E_INVALID,
@@ -27,7 +29,7 @@ static memra_status check_ranks(const memra_model *m, const memra_stage_plan *sp
                               "from %u in whole groups of %u (of %u) and their kv heads",
                               r, s, rp->head_begin, rp->head_end, rp->kv_head_begin, rp->kv_head_end, h, group,
                               m->n_head);
-        if (rp->ff_begin != f || rp->ff_end <= rp->ff_begin || rp->ff_end > m->n_ff)
+        if (rp->ff_begin != f || (rp->ff_end <= rp->ff_begin && !empty) || rp->ff_end > m->n_ff)
             return memra_fail(err, MEMRA_E_INVALID,
                               "cpu: rank %u of stage %u holds ffn rows [%u, %u); expected rows from %u (of %u)", r, s,
                               rp->ff_begin, rp->ff_end, f, m->n_ff);
