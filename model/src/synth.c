@@ -81,6 +81,8 @@ static const synth_preset synth_presets[] = {
      * a shared expert of 128 */
     {"moe-tiny", "qwen3moe", 512, 64, 4, 4, 2, 32, 64, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
     {"qwen2moe-tiny", "qwen2moe", 512, 64, 4, 4, 2, 0, 64, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
+    /* granitemoe-tiny: granite's four scales on tiny shapes, 8 experts of 64, top 2, a tied head */
+    {"granitemoe-tiny", "granitemoe", 512, 64, 4, 4, 2, 0, 64, 2048, 10000.0f, true, false, false, 0, 0, 0, 0, 0, 0},
     /* granite-3.x-1b-a400m (config.json of ibm-granite/granite-3.1-1b-a400m-base): 24 layers of
      * 1024, 16 heads and 8 KV heads of 64, 32 experts of 512, top 8, vocab 49155, a tied head,
      * rope base 10000, rms eps 1e-6; its scales are in synth_moe */
@@ -103,6 +105,7 @@ typedef struct synth_moe {
 static const synth_moe synth_moes[] = {
     {"moe-tiny", 8, 2, 192, 0, 0, 0, 0, 0},
     {"qwen2moe-tiny", 8, 2, 192, 128, 0, 0, 0, 0},
+    {"granitemoe-tiny", 8, 2, 64, 0, 12.0f, 0.22f, 0.03125f, 6.0f},
     {"granite-moe-1b", 32, 8, 512, 0, 12.0f, 0.22f, 0.015625f, 6.0f},
     {"qwen3moe-30b", 128, 8, 6144, 0, 0, 0, 0, 0},
 };
@@ -117,7 +120,7 @@ static const synth_moe *find_moe(const synth_preset *p) {
 
 static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny", "gemma3-tiny",
                                                  "gemma3-270m", "llama-1b", "llama-8b",   "moe-tiny",   "qwen2moe-tiny",
-                                                 "granite-moe-1b", "qwen3moe-30b", NULL};
+                                                 "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b", NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -181,7 +184,7 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
         return memra_fail(
             err, MEMRA_E_INVALID,
             "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-            "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granite-moe-1b or qwen3moe-30b",
+            "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
             name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         !is_mix(spec->type) && memra_quant_block_elems(spec->type) == 0)
@@ -361,15 +364,25 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
      * small beside the layers (the output norm's gain below restores the logits' spread). */
     if (p->sliding_window)
         emb_std /= sqrt((double)embd);
+    /* granitemoe multiplies the embedding by embedding_scale on the way in and divides the logits
+     * by logit_scale: the same compensation (the output norm's gain below restores the spread). */
+    const synth_moe *moe = find_moe(p);
+    if (moe && moe->embedding_scale > 0)
+        emb_std /= moe->embedding_scale;
     float a_embd = uniform_amp(1.0 / sqrt((double)embd));
-    float a_qk = uniform_amp(SYNTH_QK_GAIN / sqrt((double)embd));
+    double qk_gain = SYNTH_QK_GAIN;
+    /* granitemoe's attention scale replaces 1/sqrt(head_dim): q and k make up the difference, so
+     * the scores keep their spread */
+    if (moe && moe->attention_scale > 0)
+        qk_gain *= sqrt(1.0 / sqrt((double)sm->head_dim) / moe->attention_scale);
+    float a_qk = uniform_amp(qk_gain / sqrt((double)embd));
     float a_o = uniform_amp(1.0 / sqrt((double)q_dim));
     float a_ff = uniform_amp(1.0 / sqrt((double)ff));
     float a_out = uniform_amp(emb_std);
     /* logits = rows of std emb_std . (normalised hidden * g): std about emb_std * g * sqrt(n_embd) */
-    float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)));
+    float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)) *
+                          (moe && moe->logit_scale > 0 ? moe->logit_scale : 1.0));
     float a_bias = uniform_amp(SYNTH_BIAS_STD);
-    const synth_moe *moe = find_moe(p);
     memra_status st;
 #define ADD(name, kind, type, cols, rows, amp)                                                                         \
     do {                                                                                                               \

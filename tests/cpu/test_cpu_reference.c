@@ -191,7 +191,7 @@ static double *ref_alloc(size_t n) {
 
 /* Overrides for negative controls: ties broken toward the higher expert index, the chosen weights
  * never renormalised, the shared expert's sigmoid gate left out. */
-static bool ref_tie_high, ref_no_renorm, ref_no_shared_gate;
+static bool ref_tie_high, ref_no_renorm, ref_no_shared_gate, ref_no_granite_scales;
 
 /* A metadata key of the file, read here (a float or a u32 as double; dflt when absent). */
 static double ref_key(const memra_model *m, const char *suffix, double dflt) {
@@ -280,6 +280,16 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
     bool gemma = ref_is_gemma3(m);
     double embd_scale = gemma ? (double)sqrtf((float)E) : 1.0; /* llama.cpp scales in float */
     double scale = ref_scale_override != 0 ? ref_scale_override : 1.0 / sqrt((double)hd);
+    /* granitemoe (llama.cpp's build_granite): the embedding times embedding_scale, the attention
+     * scale attention.scale, every sublayer's output times residual_scale before its add, the
+     * logits divided by logit_scale; read here from the file's keys */
+    double residual = 1.0;
+    if (strcmp(m->arch_name, "granitemoe") == 0 && !ref_no_granite_scales) {
+        embd_scale = ref_key(m, "embedding_scale", 0);
+        scale = ref_key(m, "attention.scale", 0);
+        residual = ref_key(m, "residual_scale", 0);
+        cr_assert(embd_scale > 0 && scale > 0 && residual > 0, "reference: granite's scales");
+    }
     for (uint32_t i = 0; i < E; i++)
         x[i] = ref_weight_at(&m->tok_embd, token, i) * embd_scale;
     for (uint32_t l = 0; l < m->n_layer; l++) {
@@ -336,12 +346,12 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
         if (gemma && !ref_skip_post_norms)
             ref_rmsnorm(tmp, &L->post_attn_norm, E, m->rms_eps, tmp);
         for (uint32_t i = 0; i < E; i++)
-            x[i] += tmp[i];
+            x[i] += residual * tmp[i];
         ref_rmsnorm(x, &L->ffn_norm, E, m->rms_eps, xn);
         if (L->gate_inp.data) {
             ref_moe(m, L, xn, tmp);
             for (uint32_t i = 0; i < E; i++)
-                x[i] += tmp[i];
+                x[i] += residual * tmp[i];
             continue;
         }
         ref_matvec(&L->w_gate, xn, g);
@@ -360,6 +370,9 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
     }
     ref_rmsnorm(x, &m->output_norm, E, m->rms_eps, xn);
     ref_matvec(&m->output, xn, logits);
+    if (strcmp(m->arch_name, "granitemoe") == 0 && !ref_no_granite_scales)
+        for (uint32_t i = 0; i < m->n_vocab; i++)
+            logits[i] /= ref_key(m, "logit_scale", 0);
     free(x), free(xn), free(q), free(att), free(g), free(u), free(tmp), free(p);
 }
 
@@ -446,6 +459,7 @@ REF_TEST(qwen2_tiny, "qwen2-tiny")
 REF_TEST(gemma3_tiny, "gemma3-tiny")
 REF_TEST(moe_tiny, "moe-tiny")
 REF_TEST(qwen2moe_tiny, "qwen2moe-tiny")
+REF_TEST(granitemoe_tiny, "granitemoe-tiny")
 
 /* ---- mixture of experts: negative controls ----
  * The presets' routers have equal rows 0 and 1, so experts 0 and 1 tie on every token: a tie
@@ -469,6 +483,9 @@ Test(cpu_reference, moe_negative_controls, .timeout = 300) {
     r = moe_control("qwen2moe-tiny", &ref_no_shared_gate);
     fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "shared expert ungated", r);
     cr_assert(r > 10.0, "a missing shared-expert gate was not caught: %.3g", r);
+    r = moe_control("granitemoe-tiny", &ref_no_granite_scales);
+    fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "granite's scales ignored", r);
+    cr_assert(r > 10.0, "granite's scales ignored were not caught: %.3g", r);
 }
 
 /* ---- gemma3: negative controls (each a bug the reference must catch) and the scale ---- */
