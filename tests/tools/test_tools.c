@@ -166,6 +166,22 @@ Test(tools, mkmodel_then_inspect) {
     unlink(path);
 }
 
+/* Issue 29: a mixture-of-experts file runs on the cpu backend; inspect says the cuda backends
+ * cannot run it yet, naming the architecture (and, for a llama file with experts, the expert
+ * tensors). */
+Test(tools, inspect_says_cuda_refuses_moe) {
+    char path[512];
+    tmp_file_path(path, sizeof path, "moe.gguf");
+    tool_result r = tool_run("memra", "mkmodel", "--preset", "moe-tiny", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: wrote");
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", path, NULL);
+    EXPECT(r, 0, out, "cpu: runs it");
+    cr_assert(strstr(r.out, "cuda, cuda-graph: cannot: architecture qwen3moe"), "%s", r.out);
+    tool_result_free(&r);
+    unlink(path);
+}
+
 /* llama.cpp's Q4_K_M mix on small (6 layers, tied, 256 columns): Q6_K for the tied token_embd and
  * for attn_v and ffn_down on layers 2 and 5 (use_more_bits), Q4_K elsewhere: 1 + 2 + 2 Q6_K and
  * 30 + 4 + 4 Q4_K, as worked out by hand from the rule; file type 15 (MOSTLY_Q4_K_M). inspect
