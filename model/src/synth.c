@@ -365,11 +365,12 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
      * small beside the layers (the output norm's gain below restores the logits' spread). */
     if (p->sliding_window)
         emb_std /= sqrt((double)embd);
-    /* granitemoe multiplies the embedding by embedding_scale on the way in and divides the logits
-     * by logit_scale: the same compensation (the output norm's gain below restores the spread). */
+    /* granitemoe multiplies the embedding by embedding_scale on the way in, each sublayer's output
+     * by residual_scale, and divides the logits by logit_scale: compensated here (the output
+     * norm's gain below restores the logits' spread). */
     const synth_moe *moe = find_moe(p);
-    if (moe && moe->embedding_scale > 0)
-        emb_std /= moe->embedding_scale;
+    if (moe && moe->embedding_scale > 0) /* and residual_scale shrinks what the layers add: so */
+        emb_std *= moe->residual_scale / moe->embedding_scale; /* must the embedding, or it dominates */
     float a_embd = uniform_amp(1.0 / sqrt((double)embd));
     double qk_gain = SYNTH_QK_GAIN;
     /* granitemoe's attention scale replaces 1/sqrt(head_dim): q and k make up the difference, so
