@@ -163,7 +163,8 @@ bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text);
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err);
 /* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
- * token's row) and an f32 KV cache of positions [0, pos] (the figure behind GB/s). */
+ * token's row; of a mixture of experts' stacks only the chosen experts) and an f32 KV cache of
+ * positions [0, pos] (the figure behind GB/s). */
 uint64_t cli_step_bytes(const memra_model *m, uint64_t pos);
 
 /* The subcommands: argv[0] is the subcommand's name. */
