@@ -193,7 +193,7 @@ memra_status cpu_check_statuses(memra_backend *b, uint32_t pos, memra_error *err
                 if (r == sg->n_ranks)
                     continue;
                 int32_t word = w[r];
-                const char *block = which ? "ffn" : "attention";
+                const char *block = which ? (b->m->n_expert ? "experts (the ffn block)" : "ffn") : "attention";
                 if (word == MEMRA_COLLECTIVE_PENDING || word == MEMRA_COLLECTIVE_FAILED)
                     return memra_fail(err, MEMRA_E_INTERNAL,
                                       "cpu: the all-reduce after %s of layer %u %s on rank %u at position %u (word "
