@@ -256,6 +256,10 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il) {
     rmsnorm(b, &norm_c, rk->x, L->ffn_norm, m->n_embd, rk->xn);
     if (b->taps)
         cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
+    if (m->n_expert > 0) { /* experts into the rank's slots (cpu_moe.c); combined after the all-reduce */
+        cpu_moe_rank(b, sg, r, il);
+        return;
+    }
     const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
     matvec(b, gate_up_c, rk->xn, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
     if (b->taps) {
@@ -289,6 +293,8 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         if (st != MEMRA_OK)
             return st;
     }
+    if (which && m->n_expert > 0)
+        cpu_moe_combine(b, sg, il);
     if (b->taps)
         cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_DOWN : CPU_SITE_ATTN_OUT, (int32_t)il, sg->ranks[0].xn, m->n_embd,
                       false);
@@ -300,6 +306,9 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
             const memra_op_ctx c = op_ctx(b, sg, r, il, which ? "post_ffn_norm" : "post_attn_norm");
             rmsnorm(b, &c, rk->xn, post, m->n_embd, rk->xn);
         }
+        if (m->residual_scale > 0.0f && m->residual_scale != 1.0f) /* granitemoe (0: a description from elsewhere) */
+            for (uint32_t i = 0; i < m->n_embd; i++)
+                rk->xn[i] *= m->residual_scale;
         for (uint32_t i = 0; i < m->n_embd; i++)
             rk->x[i] += rk->xn[i];
     }
@@ -353,7 +362,7 @@ memra_status cpu_forward(memra_backend *b, memra_state *s, uint32_t token, uint3
     b->op_position = pos;
     cpu_collective_step_begin(b, pos);
     cpu_matrix_row(&b->tok_embd, token, b->stages[0].ranks[0].x);
-    if (m->arch == MEMRA_ARCH_GEMMA3)
+    if (m->embd_scale > 0.0f && m->embd_scale != 1.0f) /* gemma3, granitemoe */
         for (uint32_t i = 0; i < m->n_embd; i++)
             b->stages[0].ranks[0].x[i] *= m->embd_scale;
     for (uint32_t i = 0; i < b->n_stages; i++) {
@@ -380,6 +389,11 @@ void cpu_head_forward(memra_backend *b) {
         cpu_tap_whole(b, last, CPU_SITE_OUTPUT_NORM, -1, b->head_in, m->n_embd, true);
     c.site = c.tensor = "logits";
     matvec(b, &c, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+    if (m->logit_scale > 0.0f && m->logit_scale != 1.0f) { /* granitemoe: logits times 1 / logit_scale, as llama.cpp */
+        const float inv = 1.0f / m->logit_scale;
+        for (uint32_t i = 0; i < m->n_vocab; i++)
+            b->head_out[i] *= inv;
+    }
     if (b->taps)
         cpu_tap_whole(b, last, CPU_SITE_LOGITS, -1, b->head_out, m->n_vocab, true);
 }
