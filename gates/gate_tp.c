@@ -463,6 +463,16 @@ static const char *family(const gate_arm *a) {
     return strncmp(memra_arm_backend_name(a->arm), "cuda", 4) == 0 ? "cuda" : "host";
 }
 
+/* The ranks of a stage that hold a share of the heads: those whose partials are summed. Expert
+ * ranks (ep=N alone) that hold no heads and no ffn rows only add zeros to rank 0's sums, and
+ * their experts' slots each have one contributor, so they change no bit. */
+static uint32_t summing_ranks(const memra_stage_plan *sp) {
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < sp->n_ranks; r++)
+        n += sp->ranks[r].head_end > sp->ranks[r].head_begin;
+    return n;
+}
+
 void gate_tp_by_design(gate_ctx *ctx) {
     ctx->by_design[0] = '\0';
     const gate_arm *a = &ctx->a, *b = &ctx->b;
@@ -477,7 +487,7 @@ void gate_tp_by_design(gate_ctx *ctx) {
     const memra_plan *pa = memra_arm_plan(a->arm), *pb = memra_arm_plan(b->arm);
     const uint32_t L = memra_arm_model(a->arm)->n_layer;
     for (uint32_t l = 0; l < L; l++) {
-        uint32_t ra = pa->stages[stage_of(pa, l)].n_ranks, rb = pb->stages[stage_of(pb, l)].n_ranks;
+        uint32_t ra = summing_ranks(&pa->stages[stage_of(pa, l)]), rb = summing_ranks(&pb->stages[stage_of(pb, l)]);
         if (ra != rb) {
             snprintf(ctx->by_design, sizeof ctx->by_design,
                      "arms a (%.60s) and b (%.60s) split layer %u over %u and %u tensor-parallel ranks: their "
@@ -486,4 +496,15 @@ void gate_tp_by_design(gate_ctx *ctx) {
             return;
         }
     }
+    /* Mixture of experts: with tp > 1 and no ep every expert's rows are split over the ranks (a
+     * slot sums their partials); with ep each expert is whole on one rank. */
+    const memra_model *m = memra_arm_model(a->arm);
+    const char *ea = memra_options_get(memra_arm_options(a->arm), "ep"), *eb = memra_options_get(memra_arm_options(b->arm), "ep");
+    bool split_a = pa->stages[0].n_ranks > 1 && (!ea || strcmp(ea, "1") == 0);
+    bool split_b = pb->stages[0].n_ranks > 1 && (!eb || strcmp(eb, "1") == 0);
+    if (m->n_expert > 0 && split_a != split_b)
+        snprintf(ctx->by_design, sizeof ctx->by_design,
+                 "arms a (%.60s) and b (%.60s) split the experts differently (rows over tensor-parallel ranks, or whole "
+                 "experts on expert ranks): their partial sums are added in different orders",
+                 memra_arm_text(a->arm), memra_arm_text(b->arm));
 }

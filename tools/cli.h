@@ -78,7 +78,8 @@ typedef struct cli_model_sel {
     "  --model F.gguf       the model file\n"                                                                          \
     "  --preset P           or a synthetic model built in memory: tiny (the default when neither is\n"                 \
     "                       given), small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m,\n"                        \
-    "                       llama-1b, llama-8b\n"                                                                      \
+    "                       llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny,\n"                            \
+    "                       granite-moe-1b, qwen3moe-30b (mixtures of experts)\n"                                                      \
     "  --dtype D            matrix type of the preset: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"                  \
     "                       q5_0, q5_1, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m, q5_k_m\n"                       \
     "  --model-seed S       weight seed of the preset (default 1)\n"
@@ -162,7 +163,8 @@ bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text);
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err);
 /* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
- * token's row) and an f32 KV cache of positions [0, pos] (the figure behind GB/s). */
+ * token's row; of a mixture of experts' stacks only the chosen experts) and an f32 KV cache of
+ * positions [0, pos] (the figure behind GB/s). */
 uint64_t cli_step_bytes(const memra_model *m, uint64_t pos);
 
 /* The subcommands: argv[0] is the subcommand's name. */

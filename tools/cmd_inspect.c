@@ -333,7 +333,14 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
     }
     const memra_model *m = rc->model;
     if (!cuda_arch_ok(m->arch)) {
-        snprintf(buf, size, "architecture %s (it runs llama, qwen2, qwen3 and gemma3)", m->arch_name);
+        snprintf(buf, size, "architecture %s (it runs llama, qwen2, qwen3 and gemma3, without experts)", m->arch_name);
+        return true;
+    }
+    if (m->n_expert > 0) {
+        snprintf(buf, size,
+                 "mixture of experts (%s, %u experts, top %u: ffn_gate_inp, ffn_{gate,up,down}_exps): the cuda "
+                 "backends do not run experts yet",
+                 m->arch_name, m->n_expert, m->n_expert_used);
         return true;
     }
     for (size_t k = 0; k < rc->n_uses; k++)

@@ -13,7 +13,11 @@ static const char help_text[] =
     "\n"
     "  --preset P           tiny (default), small, qwen3-tiny, qwen2-tiny, gemma3-tiny,\n"
     "                       gemma3-270m (shapes of Gemma 3 270M), llama-1b (Llama-3.2-1B),\n"
-    "                       llama-8b (Llama-3.1-8B)\n"
+    "                       llama-8b (Llama-3.1-8B); mixtures of experts: moe-tiny (qwen3moe,\n"
+    "                       8 experts, top 2), qwen2moe-tiny (and a shared expert), granitemoe-tiny\n"
+    "                       (granite's four scales), granite-moe-1b\n"
+    "                       (granite-3.x-1b-a400m: 32 experts, top 8), qwen3moe-30b (Qwen3-30B-A3B:\n"
+    "                       128 experts, top 8)\n"
     "  --dtype D            matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
     "                       q4_k, q5_k, q6_k (norms stay f32). Quantized types are written by\n"
     "                       round-to-nearest per block, the block's largest magnitude (or range)\n"
@@ -68,7 +72,7 @@ int cmd_mkmodel(int argc, char **argv) {
     if (!known) { /* before anything is created */
         cli_error(cmd,
                   "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-                  "llama-1b or llama-8b",
+                  "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
                   spec.preset);
         return CLI_EXIT_USAGE;
     }

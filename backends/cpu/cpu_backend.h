@@ -24,6 +24,13 @@ typedef struct cpu_layer {
     const float *bq, *bk, *bv;                   /* NULL when absent */
     const float *q_norm, *k_norm;                /* NULL when absent */
     const float *post_attn_norm, *post_ffn_norm; /* gemma3; NULL when absent */
+    /* Mixture of experts (cpu_moe.c): the router, the stacked experts (expert e's gate/up rows
+     * are [e n_ff, (e+1) n_ff), its down rows [e n_embd, (e+1) n_embd); a rank's layer holds the
+     * stacks whole and down's columns already cut to its ffn rows), the shared expert (sliced like
+     * a dense FFN) and its gate vector. */
+    cpu_matrix gate_inp, gate_exps, up_exps, down_exps;
+    cpu_matrix gate_shexp, up_shexp, down_shexp;
+    const float *gate_inp_shexp;
 } cpu_layer;
 
 /* One rank of a stage: its slices of each of the stage's layers (views into the mapping) and
@@ -37,7 +44,19 @@ typedef struct cpu_rank {
     float *q;                                     /* q_dim */
     float *k, *v;                                 /* the new position's K and V rows of its kv heads */
     float *att;                                   /* att_dim */
-    float *gate, *up;                             /* n_ff */
+    float *gate, *up;                             /* n_ff (MoE: the larger of n_ff and its shared slice) */
+    /* Mixture of experts: the experts [e0, e1) this rank computes (all, without ep) and its rows
+     * [s0, s1) of the shared expert; the router's logits and probabilities (n_expert), the chosen
+     * experts and weights (slot order), and the slots' outputs: n_slots x n_embd (the k chosen,
+     * then the shared expert), the buffer of the expert all-reduce. */
+    uint32_t e0, e1, s0, s1;
+    uint32_t x0, x1; /* the rows of each held expert it computes: [f0, f1) under tp, all under ep */
+    float *router;
+    uint32_t sel[MEMRA_MAX_EXPERTS_USED];
+    float sel_w[MEMRA_MAX_EXPERTS_USED];
+    float *slots;
+    uint32_t n_slots;
+    float sh_gate; /* the shared expert's gate logit, gate_inp_shexp . xn */
 } cpu_rank;
 
 /* One stage's ranks and, with more than one, its communicator and status words. */
@@ -118,6 +137,7 @@ struct memra_backend {
      * the row of the last position of the step or chunk in progress (its hidden state). */
     uint32_t chunk, last_row;
     uint32_t rope_pos; /* the position rope_cos/rope_sin hold */
+    const memra_options *opts;           /* the arm's options, during cpu_open only */
 };
 
 typedef struct cpu_slot {
@@ -160,8 +180,18 @@ void cpu_close(memra_backend *b);
 /* n zeroed floats, counted in the backend's scratch bytes. */
 void *cpu_alloc_floats(memra_backend *b, size_t n);
 
+/* A bound weight as the kernels read it (checked: type, shape, bytes, alignment); a vector of n F32
+ * values (NULL when absent and optional). */
+memra_status cpu_bind_matrix(const memra_weight *w, uint64_t rows, uint64_t cols, cpu_matrix *out, memra_error *err);
+memra_status cpu_bind_vector(const memra_weight *w, uint64_t n, bool optional, const float **out, memra_error *err);
+
 /* cpu_stages.c: the plan's stages and their ranks. */
 memra_status cpu_check_plan(const memra_model *m, const memra_plan *plan, uint32_t n_vdevices, memra_error *err);
+/* Rows [r0, r1) of w; columns [c0, c1) of every row (on the type's blocks: else refused naming
+ * the layer and what): views. */
+cpu_matrix cpu_rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1);
+memra_status cpu_cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il,
+                         cpu_matrix *out, memra_error *err);
 memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_stage *sg, memra_error *err);
 
 /* cpu_forward.c: one token through every layer, then the final norm and the head. */
@@ -175,6 +205,15 @@ void cpu_op_topk(void *user, const float *logits, uint32_t n_vocab, uint32_t k, 
 static inline const float *cpu_last_hidden(const memra_backend *b) {
     return b->stages[b->n_stages - 1].ranks[0].x + (size_t)b->last_row * b->m->n_embd;
 }
+
+/* cpu_moe.c: a mixture-of-experts FFN. cpu_moe_rank: rank r's router, top-k and its chosen
+ * experts into its slots (zeros where another rank computes); cpu_moe_combine: the weighted sum in
+ * slot order into every rank's xn. cpu_moe_open_rank: a rank's expert slices and buffers. */
+void cpu_moe_rank(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il);
+void cpu_moe_combine(memra_backend *b, cpu_stage *sg, uint32_t il);
+memra_status cpu_moe_bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, memra_error *err);
+memra_status cpu_moe_open_rank(memra_backend *b, cpu_stage *sg, uint32_t r, memra_error *err);
+void cpu_moe_free_rank(cpu_rank *rk);
 
 /* cpu_tp.c: the collective of tensor parallelism. */
 memra_status cpu_open_collective(memra_backend *b, const memra_plan *plan, const cpu_config *cfg,

@@ -348,6 +348,10 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il, u
     }
     if (b->taps)
         cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
+    if (m->n_expert > 0) { /* experts into the rank's slots (cpu_moe.c); combined after the all-reduce */
+        cpu_moe_rank(b, sg, r, il); /* one row: a chunk runs a MoE FFN row by row (layer_forward) */
+        return;
+    }
     const memra_op_ctx gate_up_c[2] = {op_ctx(b, sg, r, il, "ffn_gate"), op_ctx(b, sg, r, il, "ffn_up")};
     matvec_nr(b, gate_up_c, rk->xn, E, nr, 2, &L->w_gate, rk->gate, &L->w_up, rk->up, NULL, NULL);
     if (b->taps) {
@@ -390,6 +394,8 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         if (st != MEMRA_OK)
             return st;
     }
+    if (which && m->n_expert > 0)
+        cpu_moe_combine(b, sg, il); /* one row (layer_forward) */
     if (b->taps)
         cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_DOWN : CPU_SITE_ATTN_OUT, (int32_t)il, sg->ranks[0].xn, m->n_embd,
                       false);
@@ -402,6 +408,9 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
             c.position = pos0 + j;
             rmsnorm(b, &c, rk->xn + j * E, post, m->n_embd, rk->xn + j * E);
         }
+        if (m->residual_scale > 0.0f && m->residual_scale != 1.0f) /* granitemoe (0: a description from elsewhere) */
+            for (size_t i = 0; i < E * nr; i++)
+                rk->xn[i] *= m->residual_scale;
         for (size_t i = 0; i < E * nr; i++)
             rk->x[i] += rk->xn[i];
     }
@@ -409,6 +418,30 @@ static memra_status reduce_and_add(memra_backend *b, cpu_stage *sg, uint32_t il,
         cpu_tap_whole(b, sg, which ? CPU_SITE_FFN_RES : CPU_SITE_ATTN_RES, (int32_t)il, sg->ranks[0].x, m->n_embd,
                       false);
     return MEMRA_OK;
+}
+
+/* A chunk's mixture-of-experts FFN, row by row: each rank's x and xn point at row j while the
+ * single-row FFN, its expert all-reduce (checked at once) and the residual add run, so each row is
+ * exactly a step's (the experts' buffers hold one row). */
+static memra_status moe_rows(memra_backend *b, cpu_stage *sg, uint32_t il, uint32_t pos0, uint32_t nr,
+                             memra_error *err) {
+    const size_t E = b->m->n_embd;
+    float *x[MEMRA_MAX_RANKS], *xn[MEMRA_MAX_RANKS];
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        x[r] = sg->ranks[r].x, xn[r] = sg->ranks[r].xn;
+    memra_status st = MEMRA_OK;
+    for (uint32_t j = 0; j < nr && st == MEMRA_OK; j++) {
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            sg->ranks[r].x = x[r] + j * E, sg->ranks[r].xn = xn[r] + j * E;
+        for (uint32_t r = 0; r < sg->n_ranks; r++)
+            rank_ffn(b, sg, r, il, pos0 + j, 1);
+        st = reduce_and_add(b, sg, il, 1, pos0 + j, 1, err);
+        if (st == MEMRA_OK && sg->n_ranks > 1)
+            st = cpu_check_statuses(b, pos0 + j, err);
+    }
+    for (uint32_t r = 0; r < sg->n_ranks; r++)
+        sg->ranks[r].x = x[r], sg->ranks[r].xn = xn[r];
+    return st;
 }
 
 /* One layer at positions pos0 .. pos0+nr-1 on every rank of the stage. */
@@ -421,6 +454,8 @@ static memra_status layer_forward(memra_backend *b, cpu_stage *sg, memra_state *
     memra_status st = reduce_and_add(b, sg, il, 0, pos0, nr, err);
     if (st != MEMRA_OK)
         return st;
+    if (b->m->n_expert > 0 && nr > 1)
+        return moe_rows(b, sg, il, pos0, nr, err);
     for (uint32_t r = 0; r < sg->n_ranks; r++)
         rank_ffn(b, sg, r, il, pos0, nr);
     if (b->taps)
@@ -448,7 +483,7 @@ memra_status cpu_forward_rows(memra_backend *b, memra_state *s, const int64_t *t
     float *x0 = b->stages[0].ranks[0].x;
     for (uint32_t j = 0; j < nr; j++) {
         cpu_matrix_row(&b->tok_embd, (uint32_t)tokens[j], x0 + j * E);
-        if (m->arch == MEMRA_ARCH_GEMMA3)
+        if (m->embd_scale > 0.0f && m->embd_scale != 1.0f) /* gemma3, granitemoe */
             for (uint32_t i = 0; i < m->n_embd; i++)
                 x0[j * E + i] *= m->embd_scale;
     }
@@ -476,6 +511,11 @@ void cpu_head_forward(memra_backend *b) {
         cpu_tap_whole(b, last, CPU_SITE_OUTPUT_NORM, -1, b->head_in, m->n_embd, true);
     c.site = c.tensor = "logits";
     matvec(b, &c, b->head_in, 1, &b->output, b->head_out, NULL, NULL, NULL, NULL);
+    if (m->logit_scale > 0.0f && m->logit_scale != 1.0f) { /* granitemoe: logits times 1 / logit_scale, as llama.cpp */
+        const float inv = 1.0f / m->logit_scale;
+        for (uint32_t i = 0; i < m->n_vocab; i++)
+            b->head_out[i] *= inv;
+    }
     if (b->taps)
         cpu_tap_whole(b, last, CPU_SITE_LOGITS, -1, b->head_out, m->n_vocab, true);
 }

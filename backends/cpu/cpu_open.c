@@ -12,7 +12,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Open: bind weights in place, check the plan, allocate each stage's activations.             */
 
-static memra_status bind_matrix(const memra_weight *w, uint64_t rows, uint64_t cols, cpu_matrix *out,
+memra_status cpu_bind_matrix(const memra_weight *w, uint64_t rows, uint64_t cols, cpu_matrix *out,
                                 memra_error *err) {
     if (!w->data)
         return memra_fail(err, MEMRA_E_FORMAT, "cpu: a required matrix is absent");
@@ -62,7 +62,7 @@ static memra_status bind_matrix(const memra_weight *w, uint64_t rows, uint64_t c
 }
 
 /* A vector (norm weight, bias) of n F32 values, or NULL when absent and optional. */
-static memra_status bind_vector(const memra_weight *w, uint64_t n, bool optional, const float **out, memra_error *err) {
+memra_status cpu_bind_vector(const memra_weight *w, uint64_t n, bool optional, const float **out, memra_error *err) {
     *out = NULL;
     if (!w->data) {
         if (optional)
@@ -86,22 +86,23 @@ static memra_status bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, 
     uint32_t q_dim = m->n_head * m->head_dim, kv_dim = m->n_head_kv * m->head_dim;
     uint32_t v_dim = m->n_head_kv * m->head_dim_v, att_dim = m->n_head * m->head_dim_v;
     memra_status st;
-    if ((st = bind_matrix(&src->wq, q_dim, m->n_embd, &L->wq, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->wk, kv_dim, m->n_embd, &L->wk, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->wv, v_dim, m->n_embd, &L->wv, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->wo, m->n_embd, att_dim, &L->wo, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->w_gate, m->n_ff, m->n_embd, &L->w_gate, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->w_up, m->n_ff, m->n_embd, &L->w_up, err)) != MEMRA_OK ||
-        (st = bind_matrix(&src->w_down, m->n_embd, m->n_ff, &L->w_down, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->attn_norm, m->n_embd, false, &L->attn_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->ffn_norm, m->n_embd, false, &L->ffn_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->bq, q_dim, true, &L->bq, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->bk, kv_dim, true, &L->bk, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->bv, v_dim, true, &L->bv, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->q_norm, m->head_dim, true, &L->q_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->k_norm, m->head_dim, true, &L->k_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->post_attn_norm, m->n_embd, true, &L->post_attn_norm, err)) != MEMRA_OK ||
-        (st = bind_vector(&src->post_ffn_norm, m->n_embd, true, &L->post_ffn_norm, err)) != MEMRA_OK) {
+    if ((st = cpu_bind_matrix(&src->wq, q_dim, m->n_embd, &L->wq, err)) != MEMRA_OK ||
+        (st = cpu_bind_matrix(&src->wk, kv_dim, m->n_embd, &L->wk, err)) != MEMRA_OK ||
+        (st = cpu_bind_matrix(&src->wv, v_dim, m->n_embd, &L->wv, err)) != MEMRA_OK ||
+        (st = cpu_bind_matrix(&src->wo, m->n_embd, att_dim, &L->wo, err)) != MEMRA_OK ||
+        (m->n_expert > 0 && (st = cpu_moe_bind_layer(m, il, L, err)) != MEMRA_OK) ||
+        (m->n_expert == 0 && (st = cpu_bind_matrix(&src->w_gate, m->n_ff, m->n_embd, &L->w_gate, err)) != MEMRA_OK) ||
+        (m->n_expert == 0 && (st = cpu_bind_matrix(&src->w_up, m->n_ff, m->n_embd, &L->w_up, err)) != MEMRA_OK) ||
+        (m->n_expert == 0 && (st = cpu_bind_matrix(&src->w_down, m->n_embd, m->n_ff, &L->w_down, err)) != MEMRA_OK) ||
+        (st = cpu_bind_vector(&src->attn_norm, m->n_embd, false, &L->attn_norm, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->ffn_norm, m->n_embd, false, &L->ffn_norm, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->bq, q_dim, true, &L->bq, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->bk, kv_dim, true, &L->bk, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->bv, v_dim, true, &L->bv, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->q_norm, m->head_dim, true, &L->q_norm, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->k_norm, m->head_dim, true, &L->k_norm, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->post_attn_norm, m->n_embd, true, &L->post_attn_norm, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&src->post_ffn_norm, m->n_embd, true, &L->post_ffn_norm, err)) != MEMRA_OK) {
         memra_error_prefix(err, "layer %u", il);
         return st;
     }
@@ -110,7 +111,8 @@ static memra_status bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, 
 
 static memra_status check_model(const memra_model *m, memra_error *err) {
     if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3 &&
-        m->arch != MEMRA_ARCH_GEMMA3)
+        m->arch != MEMRA_ARCH_GEMMA3 && m->arch != MEMRA_ARCH_QWEN2MOE && m->arch != MEMRA_ARCH_QWEN3MOE &&
+        m->arch != MEMRA_ARCH_GRANITEMOE)
         return memra_fail(err, MEMRA_E_UNSUPPORTED, "cpu: architecture '%s' is not supported",
                           m->arch_name ? m->arch_name : "?");
     if (m->n_layer == 0 || m->n_embd == 0 || m->n_vocab == 0 || m->n_head == 0 || m->n_head_kv == 0 ||
@@ -124,6 +126,12 @@ static memra_status check_model(const memra_model *m, memra_error *err) {
     if (m->arch == MEMRA_ARCH_GEMMA3 &&
         (!(m->embd_scale > 0.0f) || !(m->attn_scale > 0.0f) || m->sliding_window == 0 || m->swa_period == 0))
         return memra_fail(err, MEMRA_E_FORMAT, "cpu: gemma3 model without embedding scale, attention scale or window");
+    if ((m->n_expert > 0) != (m->arch == MEMRA_ARCH_QWEN2MOE || m->arch == MEMRA_ARCH_QWEN3MOE ||
+                              m->arch == MEMRA_ARCH_GRANITEMOE || (m->arch == MEMRA_ARCH_LLAMA && m->n_expert > 0)) ||
+        m->n_expert > MEMRA_MAX_EXPERTS || (m->n_expert_used == 0 && m->n_expert > 0) ||
+        m->n_expert_used > MEMRA_MAX_EXPERTS_USED || m->n_expert_used > m->n_expert)
+        return memra_fail(err, MEMRA_E_FORMAT, "cpu: %s model with %u experts of which %u used",
+                          m->arch_name ? m->arch_name : "?", m->n_expert, m->n_expert_used);
     if (!(m->rope_linear_factor > 0.0f))
         return memra_fail(err, MEMRA_E_FORMAT, "cpu: rope linear factor %g is not positive",
                           (double)m->rope_linear_factor);
@@ -158,6 +166,7 @@ void cpu_close(memra_backend *b) {
             free(rk->att);
             free(rk->gate);
             free(rk->up);
+            cpu_moe_free_rank(rk);
         }
     }
     free(b->stages);
@@ -183,6 +192,7 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
         return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory");
     b->host = host;
     b->m = m;
+    b->opts = opts;
     cpu_config cfg;
     memra_status st = cpu_read_options(opts, &cfg, err);
     if (st != MEMRA_OK)
@@ -205,9 +215,9 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
     for (uint32_t il = 0; il < m->n_layer; il++)
         if ((st = bind_layer(m, il, &b->layers[il], err)) != MEMRA_OK)
             goto fail;
-    if ((st = bind_matrix(&m->tok_embd, m->n_vocab, m->n_embd, &b->tok_embd, err)) != MEMRA_OK ||
-        (st = bind_matrix(&m->output, m->n_vocab, m->n_embd, &b->output, err)) != MEMRA_OK ||
-        (st = bind_vector(&m->output_norm, m->n_embd, false, &b->output_norm, err)) != MEMRA_OK)
+    if ((st = cpu_bind_matrix(&m->tok_embd, m->n_vocab, m->n_embd, &b->tok_embd, err)) != MEMRA_OK ||
+        (st = cpu_bind_matrix(&m->output, m->n_vocab, m->n_embd, &b->output, err)) != MEMRA_OK ||
+        (st = cpu_bind_vector(&m->output_norm, m->n_embd, false, &b->output_norm, err)) != MEMRA_OK)
         goto fail;
 
     uint32_t half = m->head_dim / 2;
@@ -254,6 +264,7 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
     b->op_topk = memra_op_set_find(&b->ops, MEMRA_OP_TOPK, 0);
     for (uint32_t t = 0; t < 64; t++)
         b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
+    b->opts = NULL;
     *out = b;
     return MEMRA_OK;
 

@@ -19,7 +19,9 @@ static memra_status check_ranks(const memra_model *m, const memra_stage_plan *sp
     uint32_t group = m->n_head / m->n_head_kv, h = 0, f = 0;
     for (uint32_t r = 0; r < sp->n_ranks; r++) {
         const memra_rank_plan *rp = &sp->ranks[r];
-        if (rp->head_begin != h || rp->head_end <= rp->head_begin || rp->head_end > m->n_head ||
+        /* a rank may hold no heads and no ffn rows (ep alone: ranks past 0 hold experts only) */
+        bool empty = rp->head_end == rp->head_begin && rp->ff_end == rp->ff_begin && r > 0 && m->n_expert > 0;
+        if (rp->head_begin != h || (rp->head_end <= rp->head_begin && !empty) || rp->head_end > m->n_head ||
             rp->head_begin % group != 0 || rp->head_end % group != 0 || rp->kv_head_begin != rp->head_begin / group ||
             rp->kv_head_end != rp->head_end / group)
             return memra_fail(err, MEMRA_E_INVALID,
@@ -27,7 +29,7 @@ static memra_status check_ranks(const memra_model *m, const memra_stage_plan *sp
                               "from %u in whole groups of %u (of %u) and their kv heads",
                               r, s, rp->head_begin, rp->head_end, rp->kv_head_begin, rp->kv_head_end, h, group,
                               m->n_head);
-        if (rp->ff_begin != f || rp->ff_end <= rp->ff_begin || rp->ff_end > m->n_ff)
+        if (rp->ff_begin != f || (rp->ff_end <= rp->ff_begin && !empty) || rp->ff_end > m->n_ff)
             return memra_fail(err, MEMRA_E_INVALID,
                               "cpu: rank %u of stage %u holds ffn rows [%u, %u); expected rows from %u (of %u)", r, s,
                               rp->ff_begin, rp->ff_end, f, m->n_ff);
@@ -72,7 +74,7 @@ memra_status cpu_check_plan(const memra_model *m, const memra_plan *plan, uint32
 }
 
 /* Rows [r0, r1) of w: a view. */
-static cpu_matrix rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1) {
+cpu_matrix cpu_rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1) {
     cpu_matrix out = *w;
     out.data = w->data + (size_t)r0 * w->row_bytes;
     out.rows = r1 - r0;
@@ -80,7 +82,7 @@ static cpu_matrix rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1) {
 }
 
 /* Columns [c0, c1) of every row of w: a view with the same row stride. */
-static memra_status cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il,
+memra_status cpu_cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il,
                             cpu_matrix *out, memra_error *err) {
     size_t offset = 0;
     switch (w->type) {
@@ -118,18 +120,28 @@ static memra_status slice_layer(const memra_backend *b, const cpu_rank *rk, uint
     const memra_model *m = b->m;
     const cpu_layer *L = &b->layers[il];
     *out = *L;
-    out->wq = rows_of(&L->wq, rk->h0 * m->head_dim, rk->h1 * m->head_dim);
-    out->wk = rows_of(&L->wk, rk->g0 * m->head_dim, rk->g1 * m->head_dim);
-    out->wv = rows_of(&L->wv, rk->g0 * m->head_dim_v, rk->g1 * m->head_dim_v);
-    out->w_gate = rows_of(&L->w_gate, rk->f0, rk->f1);
-    out->w_up = rows_of(&L->w_up, rk->f0, rk->f1);
+    if (m->n_expert > 0) { /* the experts are cut per token (cpu_moe.c); the FFN has no dense matrices */
+        out->wq = cpu_rows_of(&L->wq, rk->h0 * m->head_dim, rk->h1 * m->head_dim);
+        out->wk = cpu_rows_of(&L->wk, rk->g0 * m->head_dim, rk->g1 * m->head_dim);
+        out->wv = cpu_rows_of(&L->wv, rk->g0 * m->head_dim_v, rk->g1 * m->head_dim_v);
+        out->bq = L->bq ? L->bq + (size_t)rk->h0 * m->head_dim : NULL;
+        out->bk = L->bk ? L->bk + (size_t)rk->g0 * m->head_dim : NULL;
+        out->bv = L->bv ? L->bv + (size_t)rk->g0 * m->head_dim_v : NULL;
+        return cpu_cols_of(&L->wo, rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v, "attention output", il, &out->wo,
+                           err);
+    }
+    out->wq = cpu_rows_of(&L->wq, rk->h0 * m->head_dim, rk->h1 * m->head_dim);
+    out->wk = cpu_rows_of(&L->wk, rk->g0 * m->head_dim, rk->g1 * m->head_dim);
+    out->wv = cpu_rows_of(&L->wv, rk->g0 * m->head_dim_v, rk->g1 * m->head_dim_v);
+    out->w_gate = cpu_rows_of(&L->w_gate, rk->f0, rk->f1);
+    out->w_up = cpu_rows_of(&L->w_up, rk->f0, rk->f1);
     out->bq = L->bq ? L->bq + (size_t)rk->h0 * m->head_dim : NULL;
     out->bk = L->bk ? L->bk + (size_t)rk->g0 * m->head_dim : NULL;
     out->bv = L->bv ? L->bv + (size_t)rk->g0 * m->head_dim_v : NULL;
     memra_status st =
-        cols_of(&L->wo, rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v, "attention output", il, &out->wo, err);
+        cpu_cols_of(&L->wo, rk->h0 * m->head_dim_v, rk->h1 * m->head_dim_v, "attention output", il, &out->wo, err);
     if (st == MEMRA_OK)
-        st = cols_of(&L->w_down, rk->f0, rk->f1, "ffn down", il, &out->w_down, err);
+        st = cpu_cols_of(&L->w_down, rk->f0, rk->f1, "ffn down", il, &out->w_down, err);
     return st;
 }
 
@@ -163,6 +175,11 @@ memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_st
             return memra_fail(err, MEMRA_E_NOMEM, "cpu: out of memory for the model's activations");
         for (uint32_t il = sg->layer_begin; il < sg->layer_end; il++) {
             memra_status st = slice_layer(b, rk, il, &rk->layers[il - sg->layer_begin], err);
+            if (st != MEMRA_OK)
+                return st;
+        }
+        if (m->n_expert > 0) {
+            memra_status st = cpu_moe_open_rank(b, sg, r, err);
             if (st != MEMRA_OK)
                 return st;
         }

@@ -112,6 +112,7 @@ typedef struct reduce_task {
     cpu_stage *sg;
     uint32_t block, local; /* the collective's block; the stage's (layer - layer_begin) * 2 + which */
     size_t offset;         /* the row's offset in each rank's xn */
+    bool moe;              /* the expert all-reduce: the slots buffer, n_slots x n_embd (cpu_moe.c) */
     memra_status st[MEMRA_MAX_RANKS];
     memra_error err[MEMRA_MAX_RANKS];
 } reduce_task;
@@ -119,8 +120,9 @@ typedef struct reduce_task {
 static void reduce_run(void *ctx, uint32_t begin, uint32_t end) {
     reduce_task *t = ctx;
     for (uint32_t r = begin; r < end; r++)
-        t->st[r] = t->b->coll->all_reduce_sum_f32(t->sg->comm, r, t->sg->ranks[r].xn + t->offset, t->b->m->n_embd, NULL,
-                                                  t->block, &t->b->position_word,
+        t->st[r] = t->b->coll->all_reduce_sum_f32(
+            t->sg->comm, r, t->moe ? t->sg->ranks[r].slots : t->sg->ranks[r].xn + t->offset,
+            t->moe ? t->sg->ranks[r].n_slots * t->b->m->n_embd : t->b->m->n_embd, NULL, t->block, &t->b->position_word,
                                                   &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
 }
 
@@ -133,7 +135,8 @@ memra_status cpu_all_reduce(memra_backend *b, cpu_stage *sg, uint32_t il, uint32
                      .sg = sg,
                      .block = il * 2 + which,
                      .local = (il - sg->layer_begin) * 2 + which,
-                     .offset = (size_t)row * b->m->n_embd};
+                     .offset = (size_t)row * b->m->n_embd,
+                     .moe = which == 1 && b->m->n_expert > 0};
     /* A cost past any grain: the calls run on the pool's threads whenever it has several. */
     cpu_pool_run(b->pool, sg->n_ranks, UINT32_MAX, reduce_run, &t);
     for (uint32_t r = 0; r < sg->n_ranks; r++)
@@ -141,7 +144,7 @@ memra_status cpu_all_reduce(memra_backend *b, cpu_stage *sg, uint32_t il, uint32
             if (err)
                 *err = t.err[r];
             memra_error_prefix(err, "cpu: the all-reduce after %s of layer %u failed on rank %u",
-                               which ? "ffn" : "attention", il, r);
+                               which ? (t.moe ? "experts" : "ffn") : "attention", il, r);
             return t.st[r];
         }
     return MEMRA_OK;
@@ -192,7 +195,7 @@ memra_status cpu_check_statuses(memra_backend *b, uint32_t pos, memra_error *err
                 if (r == sg->n_ranks)
                     continue;
                 int32_t word = w[r];
-                const char *block = which ? "ffn" : "attention";
+                const char *block = which ? (b->m->n_expert ? "experts (the ffn block)" : "ffn") : "attention";
                 if (word == MEMRA_COLLECTIVE_PENDING || word == MEMRA_COLLECTIVE_FAILED)
                     return memra_fail(err, MEMRA_E_INTERNAL,
                                       "cpu: the all-reduce after %s of layer %u %s on rank %u at position %u (word "

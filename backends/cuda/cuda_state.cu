@@ -149,6 +149,11 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                           "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2, qwen3 "
                           "and gemma3; the cpu backend runs %s)",
                           m->arch_name ? m->arch_name : "?", m->arch_name ? m->arch_name : "it");
+    if (m->n_expert > 0)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: this %s file is a mixture of experts (%u experts, top %u: ffn_gate_inp, "
+                          "ffn_{gate,up,down}_exps), which the cuda backend does not run yet; the cpu backend runs it",
+                          m->arch_name ? m->arch_name : "?", m->n_expert, m->n_expert_used);
     memra_status st = mc_check_gemma3(m, err);
     if (st)
         return st;

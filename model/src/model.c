@@ -100,6 +100,9 @@ static memra_status read_arch(describe_ctx *c) {
         {"qwen2", MEMRA_ARCH_QWEN2, MEMRA_ROPE_NEOX},
         {"qwen3", MEMRA_ARCH_QWEN3, MEMRA_ROPE_NEOX},
         {"gemma3", MEMRA_ARCH_GEMMA3, MEMRA_ROPE_NEOX}, /* llama.cpp: LLAMA_ROPE_TYPE_NEOX */
+        {"qwen2moe", MEMRA_ARCH_QWEN2MOE, MEMRA_ROPE_NEOX},
+        {"qwen3moe", MEMRA_ARCH_QWEN3MOE, MEMRA_ROPE_NEOX},
+        {"granitemoe", MEMRA_ARCH_GRANITEMOE, MEMRA_ROPE_NORMAL}, /* llama.cpp: LLAMA_ROPE_TYPE_NORM */
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (str_is(arch, known[i].name)) {
@@ -111,8 +114,8 @@ static memra_status read_arch(describe_ctx *c) {
     }
     char buf[64];
     return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
-                      "%s: architecture '%s' (general.architecture) is not supported: memra runs llama, qwen2, "
-                      "qwen3 and gemma3",
+                      "%s: architecture '%s' (general.architecture) is not supported: memra runs llama (with or "
+                      "without experts), qwen2, qwen3, gemma3, qwen2moe, qwen3moe and granitemoe",
                       c->path, str_for_msg(arch, buf, sizeof buf));
 }
 
@@ -202,6 +205,91 @@ static memra_status read_gemma3(describe_ctx *c) {
     return MEMRA_OK;
 }
 
+static bool arch_is_moe(memra_arch a) {
+    return a == MEMRA_ARCH_QWEN2MOE || a == MEMRA_ARCH_QWEN3MOE || a == MEMRA_ARCH_GRANITEMOE;
+}
+
+/* A boolean key: absent gives dflt. */
+static memra_status get_bool_opt(describe_ctx *c, const char *suffix, bool dflt, bool *out) {
+    const char *key = arch_key(c, suffix);
+    const memra_gguf_value *v = memra_gguf_find(c->g, key);
+    *out = dflt;
+    if (!v)
+        return MEMRA_OK;
+    if (v->type != MEMRA_GGUF_BOOL)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: key '%s' has type %s, expected bool", c->path, key,
+                          memra_gguf_type_name(v->type));
+    *out = v->v.u64 != 0;
+    return MEMRA_OK;
+}
+
+/* The experts, as llama.cpp's llm_load_hparams reads them: expert_count and expert_used_count
+ * (required by the MoE architectures, and making a llama file Mixtral), the expert width
+ * expert_feed_forward_length (else feed_forward_length; qwen2moe and qwen3moe: else
+ * feed_forward_length / expert_used_count, as llama.cpp), qwen2moe's shared width
+ * expert_shared_feed_forward_length (else feed_forward_length), expert_gating_func (softmax
+ * only), expert_weights_norm (else llama.cpp's choice per architecture: qwen2moe does not
+ * renormalise, qwen3moe, granitemoe and Mixtral do). */
+static memra_status read_experts(describe_ctx *c) {
+    memra_model *m = c->m;
+    memra_status st;
+    bool present;
+    if ((st = get_count_opt(c, "expert_count", &m->n_expert, &present)) != MEMRA_OK)
+        return st;
+    if (!present) {
+        m->n_expert = 0;
+        if (arch_is_moe(m->arch))
+            return memra_fail(c->err, MEMRA_E_FORMAT, "%s: missing key '%s.expert_count' (a %s file has experts)",
+                              c->path, m->arch_name, m->arch_name);
+        return MEMRA_OK;
+    }
+    if (m->arch != MEMRA_ARCH_LLAMA && !arch_is_moe(m->arch))
+        return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
+                          "%s: key '%s.expert_count' is set, but memra runs experts only in llama (Mixtral), "
+                          "qwen2moe, qwen3moe and granitemoe files",
+                          c->path, m->arch_name);
+    if ((st = get_count(c, "expert_used_count", &m->n_expert_used)) != MEMRA_OK)
+        return st;
+    if (m->n_expert > MEMRA_MAX_EXPERTS || m->n_expert_used > MEMRA_MAX_EXPERTS_USED ||
+        m->n_expert_used > m->n_expert)
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: %s.expert_count %" PRIu32 " and expert_used_count %" PRIu32
+                          ": expected 1 to %u experts, of which 1 to %u (and at most expert_count) are used",
+                          c->path, m->arch_name, m->n_expert, m->n_expert_used, MEMRA_MAX_EXPERTS,
+                          MEMRA_MAX_EXPERTS_USED);
+    uint32_t n_ff_dense = m->n_ff, v;
+    if ((st = get_count_opt(c, "expert_feed_forward_length", &v, &present)) != MEMRA_OK)
+        return st;
+    if (present)
+        m->n_ff = v;
+    else if (m->arch == MEMRA_ARCH_QWEN2MOE || m->arch == MEMRA_ARCH_QWEN3MOE)
+        m->n_ff = n_ff_dense / m->n_expert_used;
+    if (m->n_ff == 0)
+        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: the expert width %s.feed_forward_length / expert_used_count is 0",
+                          c->path, m->arch_name);
+    if (m->arch == MEMRA_ARCH_QWEN2MOE) {
+        if ((st = get_count_opt(c, "expert_shared_feed_forward_length", &m->n_ff_shexp, &present)) != MEMRA_OK)
+            return st;
+        if (!present)
+            m->n_ff_shexp = n_ff_dense;
+    }
+    uint32_t gating = 1;
+    if ((st = get_count_opt(c, "expert_gating_func", &gating, &present)) != MEMRA_OK)
+        return st;
+    if (gating != 1)
+        return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
+                          "%s: %s.expert_gating_func is %" PRIu32 ": memra routes experts by softmax (1) only",
+                          c->path, m->arch_name, gating);
+    uint32_t shared = 0;
+    if ((st = get_count_opt(c, "expert_shared_count", &shared, &present)) != MEMRA_OK)
+        return st;
+    if (present && m->arch != MEMRA_ARCH_QWEN2MOE)
+        return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
+                          "%s: %s.expert_shared_count is %" PRIu32 ": memra runs shared experts in qwen2moe files only",
+                          c->path, m->arch_name, shared);
+    return get_bool_opt(c, "expert_weights_norm", m->arch != MEMRA_ARCH_QWEN2MOE, &m->expert_weights_norm);
+}
+
 static memra_status read_hparams(describe_ctx *c) {
     memra_model *m = c->m;
     memra_status st;
@@ -256,6 +344,16 @@ static memra_status read_hparams(describe_ctx *c) {
         return st;
     m->embd_scale = 1.0f;
     m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+    m->residual_scale = 1.0f;
+    m->logit_scale = 1.0f;
+    if ((st = read_experts(c)) != MEMRA_OK)
+        return st;
+    if (m->arch == MEMRA_ARCH_GRANITEMOE &&
+        ((st = get_positive_f32(c, "embedding_scale", true, 0.0f, &m->embd_scale)) != MEMRA_OK ||
+         (st = get_positive_f32(c, "residual_scale", true, 0.0f, &m->residual_scale)) != MEMRA_OK ||
+         (st = get_positive_f32(c, "attention.scale", true, 0.0f, &m->attn_scale)) != MEMRA_OK ||
+         (st = get_positive_f32(c, "logit_scale", true, 0.0f, &m->logit_scale)) != MEMRA_OK))
+        return st;
     m->ffn_act = MEMRA_FFN_SILU;
     m->rope_freq_base_swa = m->rope_freq_base;
     if (m->arch == MEMRA_ARCH_GEMMA3 && (st = read_gemma3(c)) != MEMRA_OK)
@@ -401,8 +499,17 @@ static void shape_text(const memra_gguf_tensor *t, char *buf, size_t size) {
 /* Binds tensor `name` into w. rows.n == 0 means a vector of cols.n elements (which must be F32:
  * every GGUF converter stores norms and biases as F32, and backends read them as floats).
  * An absent tensor is an error when required, else leaves w zeroed (data NULL). */
+static memra_status bind3(describe_ctx *c, const char *name, dim_expect cols, dim_expect rows, uint32_t n_expert,
+                          bool required, memra_weight *w);
 static memra_status bind(describe_ctx *c, const char *name, dim_expect cols, dim_expect rows, bool required,
                          memra_weight *w) {
+    return bind3(c, name, cols, rows, 0, required, w);
+}
+
+/* bind, or with n_expert > 0 a stack of n_expert matrices of cols x rows (GGUF shape [cols, rows,
+ * n_expert]), bound as one matrix of n_expert * rows rows. */
+static memra_status bind3(describe_ctx *c, const char *name, dim_expect cols, dim_expect rows, uint32_t n_expert,
+                          bool required, memra_weight *w) {
     memset(w, 0, sizeof *w);
     const memra_gguf_tensor *t = memra_gguf_find_tensor(c->g, name);
     bool vector = rows.n == 0;
@@ -421,7 +528,13 @@ static memra_status bind(describe_ctx *c, const char *name, dim_expect cols, dim
         return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s' has unknown type %" PRIu32, c->path, name, t->type);
     char shape[96];
     shape_text(t, shape, sizeof shape);
-    if (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || (vector && t->ne[1] != 1))
+    if (n_expert > 0 && (t->n_dims != 3 || t->ne[2] != n_expert || t->ne[3] != 1))
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: tensor '%s' has shape %s, expected [%" PRIu64 ", %" PRIu64 ", %" PRIu32
+                          "]: %s by %s for each of the %" PRIu32 " experts (expert_count)",
+                          c->path, name, shape, cols.n, rows.n, n_expert, cols.what, rows.what, n_expert);
+    if (n_expert == 0 &&
+        (t->n_dims < 1 || t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1 || (vector && t->ne[1] != 1)))
         return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s' has shape %s, expected %s", c->path, name, shape,
                           vector ? "a vector" : "a matrix [columns, rows]");
     if (t->ne[0] != cols.n)
@@ -441,7 +554,7 @@ static memra_status bind(describe_ctx *c, const char *name, dim_expect cols, dim
     w->data = t->data;
     w->type = t->type;
     w->cols = t->ne[0];
-    w->rows = vector ? 1 : t->ne[1];
+    w->rows = vector ? 1 : t->ne[1] * (n_expert ? n_expert : 1); /* <= 2^32 * 1024: no overflow */
     w->n_bytes = t->n_bytes;
     c->m->weight_bytes += t->n_bytes;
     return MEMRA_OK;
@@ -456,8 +569,16 @@ typedef enum part_shape {
     SHAPE_O,
     SHAPE_UP,
     SHAPE_DOWN,
-    SHAPE_HEADNORM
+    SHAPE_HEADNORM,
+    SHAPE_ROUTER,   /* ffn_gate_inp: n_expert rows of n_embd */
+    SHAPE_EXP_UP,   /* ffn_{gate,up}_exps: [n_embd, n_ff, n_expert] */
+    SHAPE_EXP_DOWN, /* ffn_down_exps: [n_ff, n_embd, n_expert] */
+    SHAPE_SH_UP,    /* ffn_{gate,up}_shexp: n_ff_shexp rows of n_embd */
+    SHAPE_SH_DOWN   /* ffn_down_shexp: n_embd rows of n_ff_shexp */
 } part_shape;
+
+/* Which FFNs a part belongs to: every layer, dense layers only, or mixture-of-experts layers. */
+typedef enum part_ffn { FFN_ANY = 0, FFN_DENSE = 1, FFN_MOE = 2 } part_ffn;
 
 typedef struct layer_part {
     const char *name;   /* "attn_q" */
@@ -467,37 +588,47 @@ typedef struct layer_part {
     size_t offset;     /* of the memra_weight in memra_layer */
     uint32_t required; /* bit per arch: required there */
     uint32_t allowed;  /* bit per arch: bound when present */
+    part_ffn ffn;
 } layer_part;
 
 #define ARCH_BIT(a) (1u << (a))
 #define ALL_ARCHS                                                                                                      \
-    (ARCH_BIT(MEMRA_ARCH_LLAMA) | ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN3) | ARCH_BIT(MEMRA_ARCH_GEMMA3))
-#define QK_NORM_ARCHS (ARCH_BIT(MEMRA_ARCH_QWEN3) | ARCH_BIT(MEMRA_ARCH_GEMMA3))
+    (ARCH_BIT(MEMRA_ARCH_LLAMA) | ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN3) |                            \
+     ARCH_BIT(MEMRA_ARCH_GEMMA3) | ARCH_BIT(MEMRA_ARCH_QWEN2MOE) | ARCH_BIT(MEMRA_ARCH_QWEN3MOE) |                     \
+     ARCH_BIT(MEMRA_ARCH_GRANITEMOE))
+#define QK_NORM_ARCHS (ARCH_BIT(MEMRA_ARCH_QWEN3) | ARCH_BIT(MEMRA_ARCH_GEMMA3) | ARCH_BIT(MEMRA_ARCH_QWEN3MOE))
+#define QKV_BIAS_ARCHS (ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN2MOE))
+#define SHEXP_ARCHS ARCH_BIT(MEMRA_ARCH_QWEN2MOE)
 #define LAYER_OFF(member) offsetof(memra_layer, member)
 
 static const layer_part layer_parts[] = {
-    {"attn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(attn_norm), ALL_ARCHS, ALL_ARCHS},
-    {"attn_q", "weight", SHAPE_Q, false, LAYER_OFF(wq), ALL_ARCHS, ALL_ARCHS},
-    {"attn_k", "weight", SHAPE_K, false, LAYER_OFF(wk), ALL_ARCHS, ALL_ARCHS},
-    {"attn_v", "weight", SHAPE_V, false, LAYER_OFF(wv), ALL_ARCHS, ALL_ARCHS},
+    {"attn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(attn_norm), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
+    {"attn_q", "weight", SHAPE_Q, false, LAYER_OFF(wq), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
+    {"attn_k", "weight", SHAPE_K, false, LAYER_OFF(wk), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
+    {"attn_v", "weight", SHAPE_V, false, LAYER_OFF(wv), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
     /* qwen2 requires q/k/v biases; llama.cpp lets a llama file carry them too. */
-    {"attn_q", "bias", SHAPE_Q, true, LAYER_OFF(bq), ARCH_BIT(MEMRA_ARCH_QWEN2),
-     ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_LLAMA)},
-    {"attn_k", "bias", SHAPE_K, true, LAYER_OFF(bk), ARCH_BIT(MEMRA_ARCH_QWEN2),
-     ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_LLAMA)},
-    {"attn_v", "bias", SHAPE_V, true, LAYER_OFF(bv), ARCH_BIT(MEMRA_ARCH_QWEN2),
-     ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_LLAMA)},
-    {"attn_q_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(q_norm), QK_NORM_ARCHS, QK_NORM_ARCHS},
-    {"attn_k_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(k_norm), QK_NORM_ARCHS, QK_NORM_ARCHS},
-    {"attn_output", "weight", SHAPE_O, false, LAYER_OFF(wo), ALL_ARCHS, ALL_ARCHS},
+    {"attn_q", "bias", SHAPE_Q, true, LAYER_OFF(bq), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
+    {"attn_k", "bias", SHAPE_K, true, LAYER_OFF(bk), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
+    {"attn_v", "bias", SHAPE_V, true, LAYER_OFF(bv), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
+    {"attn_q_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(q_norm), QK_NORM_ARCHS, QK_NORM_ARCHS, FFN_ANY},
+    {"attn_k_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(k_norm), QK_NORM_ARCHS, QK_NORM_ARCHS, FFN_ANY},
+    {"attn_output", "weight", SHAPE_O, false, LAYER_OFF(wo), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
     {"post_attention_norm", "weight", SHAPE_NORM, true, LAYER_OFF(post_attn_norm), ARCH_BIT(MEMRA_ARCH_GEMMA3),
-     ARCH_BIT(MEMRA_ARCH_GEMMA3)},
-    {"ffn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(ffn_norm), ALL_ARCHS, ALL_ARCHS},
-    {"ffn_gate", "weight", SHAPE_UP, false, LAYER_OFF(w_gate), ALL_ARCHS, ALL_ARCHS},
-    {"ffn_up", "weight", SHAPE_UP, false, LAYER_OFF(w_up), ALL_ARCHS, ALL_ARCHS},
-    {"ffn_down", "weight", SHAPE_DOWN, false, LAYER_OFF(w_down), ALL_ARCHS, ALL_ARCHS},
+     ARCH_BIT(MEMRA_ARCH_GEMMA3), FFN_ANY},
+    {"ffn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(ffn_norm), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
+    {"ffn_gate", "weight", SHAPE_UP, false, LAYER_OFF(w_gate), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
+    {"ffn_up", "weight", SHAPE_UP, false, LAYER_OFF(w_up), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
+    {"ffn_down", "weight", SHAPE_DOWN, false, LAYER_OFF(w_down), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
+    {"ffn_gate_inp", "weight", SHAPE_ROUTER, false, LAYER_OFF(gate_inp), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_gate_exps", "weight", SHAPE_EXP_UP, false, LAYER_OFF(gate_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_up_exps", "weight", SHAPE_EXP_UP, false, LAYER_OFF(up_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_down_exps", "weight", SHAPE_EXP_DOWN, false, LAYER_OFF(down_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_gate_inp_shexp", "weight", SHAPE_NORM, true, LAYER_OFF(gate_inp_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_gate_shexp", "weight", SHAPE_SH_UP, false, LAYER_OFF(gate_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_up_shexp", "weight", SHAPE_SH_UP, false, LAYER_OFF(up_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_down_shexp", "weight", SHAPE_SH_DOWN, false, LAYER_OFF(down_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
     {"post_ffw_norm", "weight", SHAPE_NORM, true, LAYER_OFF(post_ffn_norm), ARCH_BIT(MEMRA_ARCH_GEMMA3),
-     ARCH_BIT(MEMRA_ARCH_GEMMA3)},
+     ARCH_BIT(MEMRA_ARCH_GEMMA3), FFN_ANY},
 };
 #define N_LAYER_PARTS (sizeof layer_parts / sizeof layer_parts[0])
 
@@ -545,11 +676,36 @@ static void part_dims(const memra_model *m, const layer_part *p, dim_expect *col
         *cols = (dim_expect){m->n_ff, "n_ff"};
         *rows = embd;
         break;
+    case SHAPE_ROUTER:
+        *cols = embd;
+        *rows = (dim_expect){m->n_expert, "expert_count"};
+        break;
+    case SHAPE_EXP_UP:
+        *cols = embd;
+        *rows = (dim_expect){m->n_ff, "n_ff of an expert"};
+        break;
+    case SHAPE_EXP_DOWN:
+        *cols = (dim_expect){m->n_ff, "n_ff of an expert"};
+        *rows = embd;
+        break;
+    case SHAPE_SH_UP:
+        *cols = embd;
+        *rows = (dim_expect){m->n_ff_shexp, "n_ff of the shared expert"};
+        break;
+    case SHAPE_SH_DOWN:
+        *cols = (dim_expect){m->n_ff_shexp, "n_ff of the shared expert"};
+        *rows = embd;
+        break;
     }
     if (p->vector && p->shape != SHAPE_NORM && p->shape != SHAPE_HEADNORM) { /* a bias: one per row */
         *cols = *rows;
         *rows = (dim_expect){0, ""};
     }
+}
+
+/* Whether part p belongs to this model's FFNs (dense or experts). */
+static bool part_ffn_fits(const memra_model *m, const layer_part *p) {
+    return p->ffn == FFN_ANY || (p->ffn == FFN_MOE) == (m->n_expert > 0);
 }
 
 static memra_status bind_layers(describe_ctx *c) {
@@ -558,14 +714,15 @@ static memra_status bind_layers(describe_ctx *c) {
     for (uint32_t l = 0; l < m->n_layer; l++) {
         for (size_t i = 0; i < N_LAYER_PARTS; i++) {
             const layer_part *p = &layer_parts[i];
-            if (!(p->allowed & arch_bit))
+            if (!(p->allowed & arch_bit) || !part_ffn_fits(m, p))
                 continue;
             char name[96], what[96];
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.%s", l, p->name, p->suffix);
             dim_expect cols, rows;
             part_dims(m, p, &cols, &rows, what, sizeof what);
             memra_weight *w = (memra_weight *)((char *)&m->layers[l] + p->offset);
-            memra_status st = bind(c, name, cols, rows, (p->required & arch_bit) != 0, w);
+            uint32_t n_stack = p->shape == SHAPE_EXP_UP || p->shape == SHAPE_EXP_DOWN ? m->n_expert : 0;
+            memra_status st = bind3(c, name, cols, rows, n_stack, (p->required & arch_bit) != 0, w);
             if (st != MEMRA_OK)
                 return st;
         }
@@ -594,7 +751,8 @@ static bool tensor_known(const memra_model *m, const char *name) {
     for (size_t i = 0; i < N_LAYER_PARTS; i++) {
         const layer_part *p = &layer_parts[i];
         size_t n = strlen(p->name);
-        if ((p->allowed & ARCH_BIT(m->arch)) && strncmp(rest, p->name, n) == 0 && rest[n] == '.' &&
+        if ((p->allowed & ARCH_BIT(m->arch)) && part_ffn_fits(m, p) && strncmp(rest, p->name, n) == 0 &&
+            rest[n] == '.' &&
             strcmp(rest + n + 1, p->suffix) == 0)
             return true;
     }

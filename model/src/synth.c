@@ -17,7 +17,7 @@
  * expects.
  *
  * Quantized matrices (--dtype q4_0 ... q6_k) are quantized by plain round-to-nearest per block,
- * no search for better scales (encode_row says how for each type). The K-quants need rows of a
+ * no search for better scales (synth_encode.c says how for each type). The K-quants need rows of a
  * multiple of 256 elements: a matrix whose rows are not (every matrix of tiny, qwen3-tiny and
  * qwen2-tiny, whose rows are 64 or 192) is written as Q8_0 instead. The mixes q4_k_m and q5_k_m
  * give each matrix the type llama.cpp's quantizer gives it for those file types, its fallbacks
@@ -36,6 +36,7 @@
 #include "memra/numeric.h"
 #include "memra/quant.h"
 #include "memra/synth.h"
+#include "synth_encode.h"
 
 typedef struct synth_preset {
     const char *name;
@@ -76,11 +77,51 @@ static const synth_preset synth_presets[] = {
     /* Llama-3.1-8B */
     {"llama-8b", "llama", 128256, 4096,  32, 32, 8, 0,    14336, 131072,
      500000.0f,  false,   false,  false, 8,  1,  4, 8192, 0,     0},
+    /* Mixture of experts (synth_moe below has their experts); n_ff is the width of one expert.
+     * moe-tiny: qwen3moe, 8 experts of 64, top 2; qwen2moe-tiny: qwen2moe, 8 experts of 64, top 2,
+     * a shared expert of 128 */
+    {"moe-tiny", "qwen3moe", 512, 64, 4, 4, 2, 32, 64, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
+    {"qwen2moe-tiny", "qwen2moe", 512, 64, 4, 4, 2, 0, 64, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
+    /* granitemoe-tiny: granite's four scales on tiny shapes, 8 experts of 64, top 2, a tied head */
+    {"granitemoe-tiny", "granitemoe", 512, 64, 4, 4, 2, 0, 64, 2048, 10000.0f, true, false, false, 0, 0, 0, 0, 0, 0},
+    /* granite-3.x-1b-a400m (config.json of ibm-granite/granite-3.1-1b-a400m-base): 24 layers of
+     * 1024, 16 heads and 8 KV heads of 64, 32 experts of 512, top 8, vocab 49155, a tied head,
+     * rope base 10000, rms eps 1e-6; its scales are in synth_moe */
+    {"granite-moe-1b", "granitemoe", 49155, 1024, 24, 16, 8, 0, 512, 4096, 10000.0f, true, false, false, 0, 0, 0, 0,
+     0, 1e-6f},
+    /* Qwen3-30B-A3B: 48 layers of 2048, 32 q heads and 4 KV heads of 128, 128 experts of 768, top
+     * 8, vocab 151936, an untied head, rope base 1e6, rms eps 1e-6 */
+    {"qwen3moe-30b", "qwen3moe", 151936, 2048, 48, 32, 4, 128, 768, 40960, 1000000.0f, false, true, false, 0, 0, 0, 0,
+     0, 1e-6f},
 };
+
+/* The experts of the MoE presets: count, used, the file's dense feed_forward_length (unused by
+ * the experts), the shared expert's width (0: none) and granite's four scales (0: none). */
+typedef struct synth_moe {
+    const char *name;
+    uint32_t n_expert, n_expert_used, n_ff_dense, n_ff_shexp;
+    float embedding_scale, residual_scale, attention_scale, logit_scale;
+} synth_moe;
+
+static const synth_moe synth_moes[] = {
+    {"moe-tiny", 8, 2, 192, 0, 0, 0, 0, 0},
+    {"qwen2moe-tiny", 8, 2, 192, 128, 0, 0, 0, 0},
+    {"granitemoe-tiny", 8, 2, 64, 0, 12.0f, 0.22f, 0.03125f, 6.0f},
+    {"granite-moe-1b", 32, 8, 512, 0, 12.0f, 0.22f, 0.015625f, 6.0f},
+    {"qwen3moe-30b", 128, 8, 6144, 0, 0, 0, 0, 0},
+};
+
+static const synth_moe *find_moe(const synth_preset *p) {
+    for (size_t i = 0; i < sizeof synth_moes / sizeof synth_moes[0]; i++)
+        if (strcmp(synth_moes[i].name, p->name) == 0)
+            return &synth_moes[i];
+    return NULL;
+}
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
 static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny", "gemma3-tiny",
-                                                 "gemma3-270m", "llama-1b", "llama-8b",   NULL};
+                                                 "gemma3-270m", "llama-1b", "llama-8b",   "moe-tiny",   "qwen2moe-tiny",
+                                                 "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b", NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -144,7 +185,7 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
         return memra_fail(
             err, MEMRA_E_INVALID,
             "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-            "llama-1b or llama-8b",
+            "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
             name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         !is_mix(spec->type) && memra_quant_block_elems(spec->type) == 0)
@@ -170,6 +211,8 @@ typedef struct synth_tensor {
     uint64_t cols, rows; /* rows 1 for a vector */
     float amp;
     uint64_t damped_rows; /* rows [0, damped_rows) drawn at SYNTH_SPECIAL_DAMP times amp */
+    uint32_t n_expert;    /* a stack of experts (GGUF shape [cols, rows / n_expert, n_expert]); 0: 2-D */
+    bool tie_row1;        /* row 1 repeats row 0 (a router whose experts 0 and 1 always tie) */
     uint64_t key;         /* the draw's key: seed and name */
     const float *table;
 } synth_tensor;
@@ -322,13 +365,25 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
      * small beside the layers (the output norm's gain below restores the logits' spread). */
     if (p->sliding_window)
         emb_std /= sqrt((double)embd);
+    /* granitemoe multiplies the embedding by embedding_scale on the way in, each sublayer's output
+     * by residual_scale, and divides the logits by logit_scale: compensated here (the output
+     * norm's gain below restores the logits' spread). */
+    const synth_moe *moe = find_moe(p);
+    if (moe && moe->embedding_scale > 0) /* and residual_scale shrinks what the layers add: so */
+        emb_std *= moe->residual_scale / moe->embedding_scale; /* must the embedding, or it dominates */
     float a_embd = uniform_amp(1.0 / sqrt((double)embd));
-    float a_qk = uniform_amp(SYNTH_QK_GAIN / sqrt((double)embd));
+    double qk_gain = SYNTH_QK_GAIN;
+    /* granitemoe's attention scale replaces 1/sqrt(head_dim): q and k make up the difference, so
+     * the scores keep their spread */
+    if (moe && moe->attention_scale > 0)
+        qk_gain *= sqrt(1.0 / sqrt((double)sm->head_dim) / moe->attention_scale);
+    float a_qk = uniform_amp(qk_gain / sqrt((double)embd));
     float a_o = uniform_amp(1.0 / sqrt((double)q_dim));
     float a_ff = uniform_amp(1.0 / sqrt((double)ff));
     float a_out = uniform_amp(emb_std);
     /* logits = rows of std emb_std . (normalised hidden * g): std about emb_std * g * sqrt(n_embd) */
-    float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)));
+    float g_out = (float)(SYNTH_LOGIT_SPREAD / (emb_std * sqrt((double)embd)) *
+                          (moe && moe->logit_scale > 0 ? moe->logit_scale : 1.0));
     float a_bias = uniform_amp(SYNTH_BIAS_STD);
     memra_status st;
 #define ADD(name, kind, type, cols, rows, amp)                                                                         \
@@ -372,9 +427,32 @@ static memra_status build_tensor_list(synth_model *sm, memra_error *err) {
         if (p->sliding_window) /* gemma3: the attention output is normalised before the add */
             LAYER("post_attention_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
         LAYER("ffn_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
-        LAYER("ffn_gate.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
-        LAYER("ffn_up.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
-        LAYER("ffn_down.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd, a_ff);
+        if (moe) {
+            /* The router stays F32 (llama.cpp's quantizer leaves ffn_gate_inp unquantized); its
+             * rows 0 and 1 are equal, so experts 0 and 1 tie on every token and the tie rule is
+             * exercised. Logits of std ~2 make the routing far from flat. */
+            uint32_t ne = moe->n_expert;
+            LAYER("ffn_gate_inp.weight", SYNTH_UNIFORM, MEMRA_TYPE_F32, embd, ne, 2.0f * a_embd);
+            sm->tensors[sm->n_tensors - 1].tie_row1 = true;
+            LAYER("ffn_gate_exps.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff * ne, a_embd);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            LAYER("ffn_up_exps.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff * ne, a_embd);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            LAYER("ffn_down_exps.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd * ne, a_ff);
+            sm->tensors[sm->n_tensors - 1].n_expert = ne;
+            if (moe->n_ff_shexp) {
+                uint64_t sh = moe->n_ff_shexp;
+                LAYER("ffn_gate_inp_shexp.weight", SYNTH_UNIFORM, MEMRA_TYPE_F32, embd, 1, a_embd);
+                LAYER("ffn_gate_shexp.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, sh, a_embd);
+                LAYER("ffn_up_shexp.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, sh, a_embd);
+                LAYER("ffn_down_shexp.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, sh), sh, embd,
+                      uniform_amp(1.0 / sqrt((double)sh)));
+            }
+        } else {
+            LAYER("ffn_gate.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+            LAYER("ffn_up.weight", SYNTH_UNIFORM, MT(ROLE_OTHER, embd), embd, ff, a_embd);
+            LAYER("ffn_down.weight", SYNTH_UNIFORM, MT(ROLE_FFN_DOWN, ff), ff, embd, a_ff);
+        }
         if (p->sliding_window)
             LAYER("post_ffw_norm.weight", SYNTH_NORM, MEMRA_TYPE_F32, embd, 1, 1.0f);
 #undef LAYER
@@ -395,6 +473,8 @@ static void make_row(const synth_tensor *t, uint64_t row, float *out) {
         memcpy(out, t->table, t->cols * sizeof(float));
         return;
     }
+    if (t->tie_row1 && row == 1)
+        row = 0;
     uint64_t e = row * t->cols;
     float amp = row < t->damped_rows ? t->amp * SYNTH_SPECIAL_DAMP : t->amp;
     for (uint64_t c = 0; c < t->cols; c++, e++) {
@@ -402,242 +482,6 @@ static void make_row(const synth_tensor *t, uint64_t row, float *out) {
         /* top 24 bits, centred: an exact float in [-1, 1) */
         float u = ((float)(uint32_t)(z >> 40) - 8388608.0f) * (1.0f / 8388608.0f);
         out[c] = t->kind == SYNTH_NORM ? amp * (1.0f + SYNTH_NORM_NOISE * u) : amp * u;
-    }
-}
-
-/* ---- round-to-nearest quantization, one block at a time ---- */
-
-static int q_clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-static float q_inv(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
-
-/* Q4_0/Q5_0 (ggml's reference quantizers): d = m / -2^(bits-1) where m is the element of largest
- * magnitude (with its sign), q = x / d rounded to nearest, offset by 2^(bits-1), clamped. */
-static void quantize_sym(const float *x, int bits, uint16_t *d_out, int *q) {
-    float amax = 0.0f, m = 0.0f;
-    for (int j = 0; j < MEMRA_QK; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            m = x[j];
-        }
-    }
-    int half = 1 << (bits - 1);
-    float d = m / (float)-half, id = q_inv(d);
-    *d_out = memra_f32_to_f16(d);
-    for (int j = 0; j < MEMRA_QK; j++)
-        q[j] = q_clamp((int)(x[j] * id + (float)half + 0.5f), 0, 2 * half - 1);
-}
-
-/* Q4_1/Q5_1: m = the block's minimum, d = (max - min) / (2^bits - 1), q = (x - m) / d rounded. */
-static void quantize_affine(const float *x, int bits, uint16_t *d_out, uint16_t *m_out, int *q) {
-    float lo = x[0], hi = x[0];
-    for (int j = 1; j < MEMRA_QK; j++) {
-        lo = fminf(lo, x[j]);
-        hi = fmaxf(hi, x[j]);
-    }
-    int top = (1 << bits) - 1;
-    float d = (hi - lo) / (float)top, id = q_inv(d);
-    *d_out = memra_f32_to_f16(d);
-    *m_out = memra_f32_to_f16(lo);
-    for (int j = 0; j < MEMRA_QK; j++)
-        q[j] = q_clamp((int)((x[j] - lo) * id + 0.5f), 0, top);
-}
-
-static void pack_nibbles32(const int *q, uint8_t *qs, uint8_t *qh) {
-    uint32_t h = 0;
-    for (int j = 0; j < MEMRA_QK / 2; j++) {
-        qs[j] = (uint8_t)((q[j] & 0x0F) | (q[j + 16] & 0x0F) << 4);
-        h |= (uint32_t)(q[j] >> 4 & 1) << j | (uint32_t)(q[j + 16] >> 4 & 1) << (j + 16);
-    }
-    if (qh)
-        for (int k = 0; k < 4; k++)
-            qh[k] = (uint8_t)(h >> (8 * k));
-}
-
-/* Q4_K/Q5_K: per sub-block of 32, min' = min(0, min x) and scale = (max - min') / (2^bits - 1);
- * the super-block's d = max scale / 63 and dmin = max(-min') / 63; each sub-block's 6-bit sc and
- * m are its scale / d and -min' / dmin rounded; q = (x + dmin m) / (d sc) rounded, clamped. */
-static void quantize_k(const float *x, int bits, uint16_t *d_out, uint16_t *dmin_out, uint8_t scales[12], int *q) {
-    float sub_scale[8], sub_min[8], max_scale = 0.0f, max_min = 0.0f;
-    int top = (1 << bits) - 1;
-    for (int s = 0; s < 8; s++) {
-        float lo = 0.0f, hi = x[32 * s];
-        for (int j = 0; j < 32; j++) {
-            lo = fminf(lo, x[32 * s + j]);
-            hi = fmaxf(hi, x[32 * s + j]);
-        }
-        sub_scale[s] = (hi - lo) / (float)top;
-        sub_min[s] = -lo;
-        max_scale = fmaxf(max_scale, sub_scale[s]);
-        max_min = fmaxf(max_min, sub_min[s]);
-    }
-    uint16_t dh = memra_f32_to_f16(max_scale / 63.0f), mh = memra_f32_to_f16(max_min / 63.0f);
-    float d = memra_f16_to_f32(dh), dmin = memra_f16_to_f32(mh);
-    *d_out = dh;
-    *dmin_out = mh;
-    memset(scales, 0, 12);
-    for (int s = 0; s < 8; s++) {
-        int sc = q_clamp((int)(sub_scale[s] * q_inv(d) + 0.5f), 0, 63);
-        int m = q_clamp((int)(sub_min[s] * q_inv(dmin) + 0.5f), 0, 63);
-        if (s < 4) {
-            scales[s] |= (uint8_t)sc;
-            scales[s + 4] |= (uint8_t)m;
-        } else {
-            scales[s + 4] = (uint8_t)((sc & 0x0F) | (m & 0x0F) << 4);
-            scales[s - 4] |= (uint8_t)((sc >> 4) << 6);
-            scales[s] |= (uint8_t)((m >> 4) << 6);
-        }
-        float ds = d * (float)sc, dm = dmin * (float)m, ids = q_inv(ds);
-        for (int j = 0; j < 32; j++)
-            q[32 * s + j] = q_clamp((int)((x[32 * s + j] + dm) * ids + 0.5f), 0, top);
-    }
-}
-
-static void encode_q4_k(const float *x, unsigned char *out) {
-    memra_block_q4_k b;
-    int q[MEMRA_QK_K];
-    quantize_k(x, 4, &b.d, &b.dmin, b.scales, q);
-    for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            b.qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
-    memcpy(out, &b, sizeof b);
-}
-
-static void encode_q5_k(const float *x, unsigned char *out) {
-    memra_block_q5_k b;
-    int q[MEMRA_QK_K];
-    quantize_k(x, 5, &b.d, &b.dmin, b.scales, q);
-    memset(b.qh, 0, sizeof b.qh);
-    for (int c = 0; c < 4; c++) {
-        for (int l = 0; l < 32; l++) {
-            int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
-            b.qs[32 * c + l] = (uint8_t)((lo & 0x0F) | (hi & 0x0F) << 4);
-            b.qh[l] |= (uint8_t)((lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
-        }
-    }
-    memcpy(out, &b, sizeof b);
-}
-
-/* Q6_K: per sub-block of 16, scale = amax / 31; d = max scale / 127; sc = scale / d rounded
- * (int8); q = x / (d sc) rounded, clamped to [-32, 31], stored + 32. */
-static void encode_q6_k(const float *x, unsigned char *out) {
-    memra_block_q6_k b;
-    float sub_scale[16], max_scale = 0.0f;
-    for (int s = 0; s < 16; s++) {
-        float amax = 0.0f;
-        for (int j = 0; j < 16; j++)
-            amax = fmaxf(amax, fabsf(x[16 * s + j]));
-        sub_scale[s] = amax / 31.0f;
-        max_scale = fmaxf(max_scale, sub_scale[s]);
-    }
-    b.d = memra_f32_to_f16(max_scale / 127.0f);
-    float d = memra_f16_to_f32(b.d);
-    int q[MEMRA_QK_K];
-    for (int s = 0; s < 16; s++) {
-        int sc = q_clamp((int)(sub_scale[s] * q_inv(d) + 0.5f), 0, 127);
-        b.scales[s] = (int8_t)sc;
-        float ids = q_inv(d * (float)sc);
-        for (int j = 0; j < 16; j++)
-            q[16 * s + j] = q_clamp((int)lrintf(x[16 * s + j] * ids), -32, 31) + 32;
-    }
-    for (int h = 0; h < 2; h++) {
-        const int *qh = q + 128 * h;
-        for (int l = 0; l < 32; l++) {
-            int q1 = qh[l], q2 = qh[l + 32], q3 = qh[l + 64], q4 = qh[l + 96];
-            b.ql[64 * h + l] = (uint8_t)((q1 & 0x0F) | (q3 & 0x0F) << 4);
-            b.ql[64 * h + l + 32] = (uint8_t)((q2 & 0x0F) | (q4 & 0x0F) << 4);
-            b.qh[32 * h + l] = (uint8_t)((q1 >> 4) | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6);
-        }
-    }
-    memcpy(out, &b, sizeof b);
-}
-
-static void encode_block32(uint32_t type, const float *x, unsigned char *out) {
-    int q[MEMRA_QK];
-    switch (type) {
-    case MEMRA_TYPE_Q4_0: {
-        memra_block_q4_0 b;
-        quantize_sym(x, 4, &b.d, q);
-        pack_nibbles32(q, b.qs, NULL);
-        memcpy(out, &b, sizeof b);
-        break;
-    }
-    case MEMRA_TYPE_Q4_1: {
-        memra_block_q4_1 b;
-        quantize_affine(x, 4, &b.d, &b.m, q);
-        pack_nibbles32(q, b.qs, NULL);
-        memcpy(out, &b, sizeof b);
-        break;
-    }
-    case MEMRA_TYPE_Q5_0: {
-        memra_block_q5_0 b;
-        quantize_sym(x, 5, &b.d, q);
-        pack_nibbles32(q, b.qs, b.qh);
-        memcpy(out, &b, sizeof b);
-        break;
-    }
-    case MEMRA_TYPE_Q5_1: {
-        memra_block_q5_1 b;
-        quantize_affine(x, 5, &b.d, &b.m, q);
-        pack_nibbles32(q, b.qs, b.qh);
-        memcpy(out, &b, sizeof b);
-        break;
-    }
-    default: break;
-    }
-}
-
-/* Encodes n floats into type at dst (n a multiple of the type's block). Q8_0 as ggml's
- * quantize_row_q8_0_ref: d = amax/127, q = round(x * (1/d)), d stored as f16. */
-static void encode_row(uint32_t type, const float *x, uint64_t n, unsigned char *dst) {
-    switch (type) {
-    case MEMRA_TYPE_F32: memcpy(dst, x, n * sizeof(float)); break;
-    case MEMRA_TYPE_F16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = memra_f32_to_f16(x[i]);
-            memcpy(dst + 2 * i, &h, 2);
-        }
-        break;
-    case MEMRA_TYPE_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = memra_f32_to_bf16(x[i]);
-            memcpy(dst + 2 * i, &h, 2);
-        }
-        break;
-    case MEMRA_TYPE_Q8_0:
-        for (uint64_t b = 0; b < n / MEMRA_Q8_0_BLOCK; b++) {
-            const float *xb = x + b * MEMRA_Q8_0_BLOCK;
-            unsigned char *out = dst + b * MEMRA_Q8_0_BLOCK_BYTES;
-            float amax = 0.0f;
-            for (uint32_t j = 0; j < MEMRA_Q8_0_BLOCK; j++)
-                amax = fmaxf(amax, fabsf(xb[j]));
-            float d = amax / 127.0f;
-            float id = d != 0.0f ? 1.0f / d : 0.0f;
-            uint16_t dh = memra_f32_to_f16(d);
-            memcpy(out, &dh, 2);
-            for (uint32_t j = 0; j < MEMRA_Q8_0_BLOCK; j++)
-                out[2 + j] = (unsigned char)(int8_t)roundf(xb[j] * id);
-        }
-        break;
-    case MEMRA_TYPE_Q4_0:
-    case MEMRA_TYPE_Q4_1:
-    case MEMRA_TYPE_Q5_0:
-    case MEMRA_TYPE_Q5_1:
-        for (uint64_t b = 0; b < n / MEMRA_QK; b++)
-            encode_block32(type, x + b * MEMRA_QK, dst + b * memra_quant_block_bytes(type));
-        break;
-    case MEMRA_TYPE_Q4_K:
-    case MEMRA_TYPE_Q5_K:
-    case MEMRA_TYPE_Q6_K:
-        for (uint64_t b = 0; b < n / MEMRA_QK_K; b++) {
-            unsigned char *out = dst + b * memra_quant_block_bytes(type);
-            if (type == MEMRA_TYPE_Q4_K)
-                encode_q4_k(x + b * MEMRA_QK_K, out);
-            else if (type == MEMRA_TYPE_Q5_K)
-                encode_q5_k(x + b * MEMRA_QK_K, out);
-            else
-                encode_q6_k(x + b * MEMRA_QK_K, out);
-        }
-        break;
     }
 }
 
@@ -652,7 +496,7 @@ static void *fill_rows(void *arg) {
     fill_job *j = arg;
     for (uint64_t r = 0; r < j->n_rows; r++) {
         make_row(j->t, j->row0 + r, j->scratch);
-        encode_row(j->t->type, j->scratch, j->t->cols, j->dst + r * j->row_bytes);
+        synth_encode_row(j->t->type, j->scratch, j->t->cols, j->dst + r * j->row_bytes);
     }
     return NULL;
 }
@@ -797,6 +641,7 @@ static uint32_t file_type(uint32_t type) {
 
 static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, memra_error *err) {
     const synth_preset *p = sm->p;
+    const synth_moe *moe = find_moe(p);
     char key[96], title[96];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", p->arch, suffix), key)
     snprintf(title, sizeof title, "memra synthetic %s", p->name);
@@ -808,7 +653,8 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
         (st = memra_gguf_writer_set_u32(w, KEY("context_length"), p->n_ctx, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("embedding_length"), p->n_embd, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("block_count"), p->n_layer, err)) != MEMRA_OK ||
-        (st = memra_gguf_writer_set_u32(w, KEY("feed_forward_length"), p->n_ff, err)) != MEMRA_OK ||
+        (st = memra_gguf_writer_set_u32(w, KEY("feed_forward_length"), moe ? moe->n_ff_dense : p->n_ff, err)) !=
+            MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("rope.dimension_count"), sm->head_dim, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("attention.head_count"), p->n_head, err)) != MEMRA_OK ||
         (st = memra_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv, err)) != MEMRA_OK)
@@ -823,6 +669,20 @@ static memra_status set_metadata(memra_gguf_writer *w, const synth_model *sm, me
         return st;
     if (p->sliding_window &&
         (st = memra_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->sliding_window, err)) != MEMRA_OK)
+        return st;
+    if (moe && ((st = memra_gguf_writer_set_u32(w, KEY("expert_count"), moe->n_expert, err)) != MEMRA_OK ||
+                (st = memra_gguf_writer_set_u32(w, KEY("expert_used_count"), moe->n_expert_used, err)) != MEMRA_OK ||
+                (st = memra_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), p->n_ff, err)) != MEMRA_OK))
+        return st;
+    if (moe && moe->n_ff_shexp &&
+        (st = memra_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), moe->n_ff_shexp, err)) !=
+            MEMRA_OK)
+        return st;
+    if (moe && moe->embedding_scale > 0 &&
+        ((st = memra_gguf_writer_set_f32(w, KEY("embedding_scale"), moe->embedding_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("residual_scale"), moe->residual_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("attention.scale"), moe->attention_scale, err)) != MEMRA_OK ||
+         (st = memra_gguf_writer_set_f32(w, KEY("logit_scale"), moe->logit_scale, err)) != MEMRA_OK))
         return st;
 #undef KEY
     return set_tokenizer(w, p, err);
@@ -895,8 +755,14 @@ static memra_status synth_prepare(const memra_synth_spec *spec, synth_model *sm,
         goto err_free_writer;
     for (uint32_t i = 0; i < sm->n_tensors; i++) {
         const synth_tensor *t = &sm->tensors[i];
-        uint64_t ne[2] = {t->cols, t->rows};
-        st = memra_gguf_writer_add_tensor_fill(w, t->name, t->type, t->rows == 1 ? 1 : 2, ne, synth_fill, sm, err);
+        uint64_t ne[3] = {t->cols, t->rows, 1};
+        uint32_t n_dims = t->rows == 1 ? 1 : 2;
+        if (t->n_expert) {
+            ne[1] = t->rows / t->n_expert;
+            ne[2] = t->n_expert;
+            n_dims = 3;
+        }
+        st = memra_gguf_writer_add_tensor_fill(w, t->name, t->type, n_dims, ne, synth_fill, sm, err);
         if (st != MEMRA_OK)
             goto err_free_writer;
     }

@@ -24,6 +24,10 @@ static const memra_option_spec placement_options[] = {
     {.key = "tp",
      .default_value = "1",
      .help = "tensor-parallel ranks per stage (n_head, n_head_kv and n_ff must be divisible)"},
+    {.key = "ep",
+     .default_value = "1",
+     .help = "expert-parallel ranks per stage (mixture-of-experts models; expert_count divisible; tp=1 or tp=ep): "
+             "rank r holds the r-th share of the experts; with tp=1 rank 0 alone runs attention and the rest"},
 };
 
 /* Layer cuts: cuts[0] = 0 < cuts[1] < ... < cuts[n_stages] = n_layer. */
@@ -93,8 +97,23 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
         (st = check_divisible("n_ff", m->n_ff, tp, err)) != MEMRA_OK)
         return st;
 
+    /* ep: the ranks share the experts (the backend cuts them by the same key); with tp=1 rank 0
+     * holds every head and ffn row and the other ranks none (they add zeros to its sums: exact). */
+    uint32_t ep = 1;
+    if ((st = memra_options_u32(opts, "ep", 1, 1, MEMRA_MAX_RANKS, &ep, err)) != MEMRA_OK)
+        return st;
+    if (ep > 1 && m->n_expert == 0)
+        return memra_fail(err, MEMRA_E_INVALID, "ep=%u: the model (%s) has no experts", ep,
+                          m->arch_name ? m->arch_name : "?");
+    if (ep > 1 && m->n_expert % ep != 0)
+        return memra_fail(err, MEMRA_E_INVALID, "ep=%u: expert_count %u is not divisible by %u ranks", ep, m->n_expert,
+                          ep);
+    if (ep > 1 && tp > 1 && tp != ep)
+        return memra_fail(err, MEMRA_E_INVALID, "ep=%u with tp=%u: expected tp=1 or tp=ep (the same ranks)", ep, tp);
+    uint32_t n_ranks = ep > tp ? ep : tp;
+
     /* devices: absent = all 0; one per stage; or one per rank (stage-major) when tp > 1. */
-    uint32_t n_slots = n_stages * tp;
+    uint32_t n_slots = n_stages * n_ranks;
     uint32_t devices[MEMRA_MAX_STAGES * MEMRA_MAX_RANKS];
     uint32_t n_dev_given = 0;
     st = memra_options_u32_list(opts, "devices", devices, MEMRA_MAX_STAGES * MEMRA_MAX_RANKS, &n_dev_given, err);
@@ -103,7 +122,7 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
     const char *dev_text = memra_options_get(opts, "devices");
     if (n_dev_given != 0 && n_dev_given != n_stages && n_dev_given != n_slots)
         return memra_fail(err, MEMRA_E_INVALID, "devices=%s: %u devices given, expected %u (one per stage)%s", dev_text,
-                          n_dev_given, n_stages, tp > 1 ? " or one per rank" : "");
+                          n_dev_given, n_stages, n_ranks > 1 ? " or one per rank" : "");
     for (uint32_t i = 0; i < n_dev_given; i++)
         if (devices[i] >= n_devices)
             return memra_fail(err, MEMRA_E_INVALID, "devices=%s: device %u does not exist (the backend offers %u)",
@@ -118,13 +137,13 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
         memra_stage_plan *sp = &out->stages[s];
         sp->layer_begin = cuts[s];
         sp->layer_end = cuts[s + 1];
-        sp->n_ranks = tp;
-        for (uint32_t r = 0; r < tp; r++) {
+        sp->n_ranks = n_ranks;
+        for (uint32_t r = 0; r < n_ranks; r++) {
             memra_rank_plan *rp = &sp->ranks[r];
             /* absent: every stage on device 0, its ranks on devices 0, 1, ... (wrapping) */
             uint32_t dev = n_devices ? r % n_devices : 0;
             if (n_dev_given == n_slots)
-                dev = devices[s * tp + r];
+                dev = devices[s * n_ranks + r];
             else if (n_dev_given == n_stages)
                 dev = devices[s];
             rp->device = (int32_t)dev;
@@ -134,6 +153,15 @@ static memra_status default_plan(const memra_model *m, const memra_options *opts
             rp->kv_head_end = m->n_head_kv / tp * (r + 1);
             rp->ff_begin = m->n_ff / tp * r;
             rp->ff_end = m->n_ff / tp * (r + 1);
+            if (tp == 1 && r > 0) { /* ep alone: nothing but its experts */
+                rp->head_begin = rp->head_end = m->n_head;
+                rp->kv_head_begin = rp->kv_head_end = m->n_head_kv;
+                rp->ff_begin = rp->ff_end = m->n_ff;
+            } else if (tp == 1) {
+                rp->head_end = m->n_head;
+                rp->kv_head_end = m->n_head_kv;
+                rp->ff_end = m->n_ff;
+            }
         }
         sp->device = sp->ranks[0].device;
     }

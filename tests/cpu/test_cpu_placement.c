@@ -126,8 +126,8 @@ Test(cpu_placement, publishes_its_options) {
     const memra_plugin *p = NULL;
     memra_error err = {0};
     cr_assert_eq(memra_registry_load(ct_registry(), "default", MEMRA_PLUGIN_PLACEMENT, &p, &err), MEMRA_OK);
-    const char *want[] = {"stages", "splits", "devices", "tp"};
-    cr_assert_eq(p->placement->n_options, 4);
-    for (int i = 0; i < 4; i++)
+    const char *want[] = {"stages", "splits", "devices", "tp", "ep"};
+    cr_assert_eq(p->placement->n_options, 5);
+    for (int i = 0; i < 5; i++)
         cr_assert_str_eq(p->placement->options[i].key, want[i]);
 }

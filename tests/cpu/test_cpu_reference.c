@@ -158,7 +158,8 @@ static double ref_scale_override;
 static bool ref_ignore_window, ref_skip_post_norms;
 
 static void ref_rope(const memra_model *m, uint32_t l, double *head, uint32_t pos) {
-    bool neox = strcmp(m->arch_name, "llama") != 0; /* qwen2, qwen3, gemma3: NeoX pairing */
+    /* qwen2, qwen3, gemma3, qwen2moe, qwen3moe: NeoX pairing; llama and granitemoe: adjacent pairs */
+    bool neox = strcmp(m->arch_name, "llama") != 0 && strcmp(m->arch_name, "granitemoe") != 0;
     bool local = ref_layer_local(m, l);
     uint32_t d = m->head_dim, half = d / 2;
     for (uint32_t i = 0; i < half; i++) {
@@ -186,6 +187,89 @@ static double *ref_alloc(size_t n) {
     return p;
 }
 
+/* ---- mixture of experts, written here from llama.cpp's build_moe_ffn ---- */
+
+/* Overrides for negative controls: ties broken toward the higher expert index, the chosen weights
+ * never renormalised, the shared expert's sigmoid gate left out. */
+static bool ref_tie_high, ref_no_renorm, ref_no_shared_gate, ref_no_granite_scales;
+
+/* A metadata key of the file, read here (a float or a u32 as double; dflt when absent). */
+static double ref_key(const memra_model *m, const char *suffix, double dflt) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    const memra_gguf_value *v = memra_gguf_find(m->gguf, key);
+    if (!v)
+        return dflt;
+    if (v->type == MEMRA_GGUF_FLOAT32 || v->type == MEMRA_GGUF_FLOAT64)
+        return v->v.f64;
+    return (double)v->v.u64;
+}
+
+/* The MoE FFN of layer L on normed input xn (E), into out (E). */
+static void ref_moe(const memra_model *m, const memra_layer *L, const double *xn, double *out) {
+    uint32_t E = m->n_embd;
+    uint32_t n = (uint32_t)ref_key(m, "expert_count", 0), k = (uint32_t)ref_key(m, "expert_used_count", 0);
+    uint32_t ff = (uint32_t)ref_key(m, "expert_feed_forward_length", ref_key(m, "feed_forward_length", 0));
+    cr_assert(n > 0 && k > 0 && k <= n && ff > 0, "reference: the file's expert keys");
+    /* llama.cpp: qwen2moe does not renormalise; qwen3moe, granitemoe and Mixtral do */
+    bool renorm = strcmp(m->arch_name, "qwen2moe") != 0;
+    renorm = ref_key(m, "expert_weights_norm", renorm) != 0 && !ref_no_renorm;
+    double *p = ref_alloc(n), *g = ref_alloc(ff), *u = ref_alloc(ff), *y = ref_alloc(E);
+    bool *taken = calloc(n, 1);
+    ref_matvec(&L->gate_inp, xn, p);
+    double mx = -INFINITY, sum = 0;
+    for (uint32_t e = 0; e < n; e++)
+        mx = fmax(mx, p[e]);
+    for (uint32_t e = 0; e < n; e++)
+        sum += (p[e] = exp(p[e] - mx));
+    uint32_t sel[64];
+    double w[64], wsum = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        int best = -1;
+        for (uint32_t e = 0; e < n; e++)
+            if (!taken[e] && (best < 0 || p[e] > p[best] || (ref_tie_high && p[e] == p[best])))
+                best = (int)e;
+        taken[best] = true;
+        sel[j] = (uint32_t)best;
+        wsum += (w[j] = p[best] / sum);
+    }
+    for (uint32_t i = 0; i < E; i++)
+        out[i] = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t e = sel[j];
+        for (uint32_t r = 0; r < ff; r++) {
+            double a = 0, b = 0;
+            for (uint32_t c = 0; c < E; c++) {
+                a += ref_weight_at(&L->gate_exps, (uint64_t)e * ff + r, c) * xn[c];
+                b += ref_weight_at(&L->up_exps, (uint64_t)e * ff + r, c) * xn[c];
+            }
+            g[r] = a / (1.0 + exp(-a)) * b;
+        }
+        for (uint32_t i = 0; i < E; i++) {
+            double d = 0;
+            for (uint32_t r = 0; r < ff; r++)
+                d += ref_weight_at(&L->down_exps, (uint64_t)e * E + i, r) * g[r];
+            out[i] += (renorm ? w[j] / wsum : w[j]) * d;
+        }
+    }
+    if (L->gate_inp_shexp.data) { /* qwen2moe: + sigmoid(gate_inp_shexp . xn) * shared FFN */
+        uint32_t sh = (uint32_t)L->gate_shexp.rows;
+        double *gs = ref_alloc(sh), *us = ref_alloc(sh), gate = 0;
+        ref_matvec(&L->gate_shexp, xn, gs);
+        ref_matvec(&L->up_shexp, xn, us);
+        for (uint32_t r = 0; r < sh; r++)
+            gs[r] = gs[r] / (1.0 + exp(-gs[r])) * us[r];
+        ref_matvec(&L->down_shexp, gs, y);
+        for (uint32_t c = 0; c < E; c++)
+            gate += ref_weight_at(&L->gate_inp_shexp, 0, c) * xn[c];
+        double s = ref_no_shared_gate ? 1.0 : 1.0 / (1.0 + exp(-gate));
+        for (uint32_t i = 0; i < E; i++)
+            out[i] += s * y[i];
+        free(gs), free(us);
+    }
+    free(p), free(g), free(u), free(y), free(taken);
+}
+
 /* One token at pos; writes n_vocab logits. */
 static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits) {
     const memra_model *m = rm->m;
@@ -196,6 +280,16 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
     bool gemma = ref_is_gemma3(m);
     double embd_scale = gemma ? (double)sqrtf((float)E) : 1.0; /* llama.cpp scales in float */
     double scale = ref_scale_override != 0 ? ref_scale_override : 1.0 / sqrt((double)hd);
+    /* granitemoe (llama.cpp's build_granite): the embedding times embedding_scale, the attention
+     * scale attention.scale, every sublayer's output times residual_scale before its add, the
+     * logits divided by logit_scale; read here from the file's keys */
+    double residual = 1.0;
+    if (strcmp(m->arch_name, "granitemoe") == 0 && !ref_no_granite_scales) {
+        embd_scale = ref_key(m, "embedding_scale", 0);
+        scale = ref_key(m, "attention.scale", 0);
+        residual = ref_key(m, "residual_scale", 0);
+        cr_assert(embd_scale > 0 && scale > 0 && residual > 0, "reference: granite's scales");
+    }
     for (uint32_t i = 0; i < E; i++)
         x[i] = ref_weight_at(&m->tok_embd, token, i) * embd_scale;
     for (uint32_t l = 0; l < m->n_layer; l++) {
@@ -252,8 +346,14 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
         if (gemma && !ref_skip_post_norms)
             ref_rmsnorm(tmp, &L->post_attn_norm, E, m->rms_eps, tmp);
         for (uint32_t i = 0; i < E; i++)
-            x[i] += tmp[i];
+            x[i] += residual * tmp[i];
         ref_rmsnorm(x, &L->ffn_norm, E, m->rms_eps, xn);
+        if (L->gate_inp.data) {
+            ref_moe(m, L, xn, tmp);
+            for (uint32_t i = 0; i < E; i++)
+                x[i] += residual * tmp[i];
+            continue;
+        }
         ref_matvec(&L->w_gate, xn, g);
         ref_matvec(&L->w_up, xn, u);
         for (uint32_t i = 0; i < m->n_ff; i++) {
@@ -270,6 +370,9 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
     }
     ref_rmsnorm(x, &m->output_norm, E, m->rms_eps, xn);
     ref_matvec(&m->output, xn, logits);
+    if (strcmp(m->arch_name, "granitemoe") == 0 && !ref_no_granite_scales)
+        for (uint32_t i = 0; i < m->n_vocab; i++)
+            logits[i] /= ref_key(m, "logit_scale", 0);
     free(x), free(xn), free(q), free(att), free(g), free(u), free(tmp), free(p);
 }
 
@@ -354,6 +457,36 @@ REF_TEST(tiny, "tiny")
 REF_TEST(qwen3_tiny, "qwen3-tiny")
 REF_TEST(qwen2_tiny, "qwen2-tiny")
 REF_TEST(gemma3_tiny, "gemma3-tiny")
+REF_TEST(moe_tiny, "moe-tiny")
+REF_TEST(qwen2moe_tiny, "qwen2moe-tiny")
+REF_TEST(granitemoe_tiny, "granitemoe-tiny")
+
+/* ---- mixture of experts: negative controls ----
+ * The presets' routers have equal rows 0 and 1, so experts 0 and 1 tie on every token: a tie
+ * rule toward the higher index, in the reference alone, must show. So must a reference that
+ * forgets qwen3moe's renormalisation or qwen2moe's shared-expert gate. */
+static double moe_control(const char *preset, bool *flag) {
+    *flag = true;
+    double ratio = reference_run(preset, MEMRA_TYPE_F32, "f32", NULL, false);
+    *flag = false;
+    return ratio;
+}
+
+Test(cpu_reference, moe_negative_controls, .timeout = 300) {
+    double r;
+    r = moe_control("moe-tiny", &ref_tie_high);
+    fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "ties to the higher expert", r);
+    cr_assert(r > 10.0, "a tie rule toward the higher expert was not caught: %.3g", r);
+    r = moe_control("moe-tiny", &ref_no_renorm);
+    fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "weights not renormalised", r);
+    cr_assert(r > 10.0, "missing renormalisation was not caught: %.3g", r);
+    r = moe_control("qwen2moe-tiny", &ref_no_shared_gate);
+    fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "shared expert ungated", r);
+    cr_assert(r > 10.0, "a missing shared-expert gate was not caught: %.3g", r);
+    r = moe_control("granitemoe-tiny", &ref_no_granite_scales);
+    fprintf(stderr, "negative control %-32s: worst error / bound %.3g\n", "granite's scales ignored", r);
+    cr_assert(r > 10.0, "granite's scales ignored were not caught: %.3g", r);
+}
 
 /* ---- gemma3: negative controls (each a bug the reference must catch) and the scale ---- */
 

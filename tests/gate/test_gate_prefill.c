@@ -109,3 +109,13 @@ Test(gate_prefill, dtype_q5_1) { expect_dtype_pass("q5_1"); }
 Test(gate_prefill, dtype_q4_k) { expect_dtype_pass("q4_k"); }
 Test(gate_prefill, dtype_q5_k) { expect_dtype_pass("q5_k"); }
 Test(gate_prefill, dtype_q6_k) { expect_dtype_pass("q6_k"); }
+
+/* Mixture of experts: a chunk runs the expert FFN row by row (its buffers hold one row), the rest
+ * of the layer over the chunk; exact against prefill=1, with ep=2 and tp=2 too. */
+Test(gate_prefill, moe_tiny) { expect_prefill_pass("moe-tiny", "cpu:prefill=1", "cpu:prefill=7", true, 4); }
+Test(gate_prefill, qwen2moe_tiny_ep2) {
+    expect_prefill_pass("qwen2moe-tiny", "cpu:ep=2,prefill=1", "cpu:ep=2,prefill=7", false, 4);
+}
+Test(gate_prefill, granitemoe_tiny_tp2) {
+    expect_prefill_pass("granitemoe-tiny", "cpu:tp=2,prefill=1", "cpu:tp=2,prefill=64", true, 2);
+}

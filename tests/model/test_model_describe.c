@@ -217,8 +217,8 @@ Test(model_describe, unknown_architecture) {
     mb_change c = mb_none();
     c.arch = "gpt2";
     expect_error(&c, MEMRA_E_UNSUPPORTED,
-                 "model.gguf: architecture 'gpt2' (general.architecture) is not supported: memra runs llama, qwen2, "
-                 "qwen3 and gemma3");
+                 "model.gguf: architecture 'gpt2' (general.architecture) is not supported: memra runs llama (with or "
+                 "without experts), qwen2, qwen3, gemma3, qwen2moe, qwen3moe and granitemoe");
 }
 
 Test(model_describe, rope_scaling) {

@@ -314,11 +314,11 @@ Test(model_synth, dtypes_are_conversions_of_the_f32_values) {
 
 Test(model_synth, presets_dtypes_and_errors) {
     const char *const *names = memra_synth_presets();
-    const char *want[] = {"tiny",        "small",       "qwen3-tiny", "qwen2-tiny",
-                          "gemma3-tiny", "gemma3-270m", "llama-1b",   "llama-8b"};
-    for (size_t i = 0; i < 8; i++)
+    const char *want[] = {"tiny",     "small",         "qwen3-tiny",     "qwen2-tiny",  "gemma3-tiny", "gemma3-270m",
+                          "llama-1b", "llama-8b",      "moe-tiny",       "qwen2moe-tiny", "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b"};
+    for (size_t i = 0; i < 13; i++)
         cr_assert_str_eq(names[i], want[i]);
-    cr_assert_null(names[8]);
+    cr_assert_null(names[13]);
     uint32_t type;
     memra_error err = {0};
     cr_assert_eq(memra_synth_parse_dtype("Q8_0", &type, &err), MEMRA_OK);
@@ -344,7 +344,7 @@ Test(model_synth, presets_dtypes_and_errors) {
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
     cr_assert_str_eq(err.msg,
                      "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-                     "llama-1b or llama-8b");
+                     "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b");
     spec.preset = "tiny";
     spec.type = MEMRA_TYPE_Q2_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
@@ -636,3 +636,40 @@ Test(model_synth_slow, llama_1b_streams_with_small_memory, .timeout = 1200) {
     unlink(path);
 }
 #endif
+
+/* Issue 29: the mixture-of-experts presets have the shapes of the models they are named after:
+ * granite-3.x-1b-a400m (24 layers of 1024, 32 experts of 512, top 8) and Qwen3-30B-A3B (48 layers of
+ * 2048, 128 experts of 768, top 8, heads of 128), their experts stacked on the last axis (listed as
+ * n_expert x rows). */
+static void expect_tensor(const memra_synth_tensor_info *t, uint32_t n, const char *name, uint64_t cols,
+                          uint64_t rows) {
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) {
+            cr_assert(t[i].cols == cols && t[i].rows == rows, "%s: %llu x %llu, expected %llu x %llu", name,
+                      (unsigned long long)t[i].cols, (unsigned long long)t[i].rows, (unsigned long long)cols,
+                      (unsigned long long)rows);
+            return;
+        }
+    cr_assert_fail("no tensor %s", name);
+}
+
+Test(model_synth, moe_presets_have_their_models_shapes) {
+    memra_error err = {0};
+    memra_synth_tensor_info *t;
+    uint32_t n;
+    memra_synth_spec q3 = {"qwen3moe-30b", MEMRA_TYPE_Q8_0, 1};
+    cr_assert_eq(memra_synth_list_tensors(&q3, &t, &n, &err), MEMRA_OK, "%s", err.msg);
+    expect_tensor(t, n, "blk.47.ffn_gate_inp.weight", 2048, 128);
+    expect_tensor(t, n, "blk.47.ffn_gate_exps.weight", 2048, 128 * 768);
+    expect_tensor(t, n, "blk.0.ffn_down_exps.weight", 768, 128 * 2048);
+    expect_tensor(t, n, "blk.0.attn_q.weight", 2048, 32 * 128);
+    expect_tensor(t, n, "blk.0.attn_k.weight", 2048, 4 * 128);
+    expect_tensor(t, n, "output.weight", 2048, 151936);
+    free(t);
+    memra_synth_spec gr = {"granite-moe-1b", MEMRA_TYPE_BF16, 1};
+    cr_assert_eq(memra_synth_list_tensors(&gr, &t, &n, &err), MEMRA_OK, "%s", err.msg);
+    expect_tensor(t, n, "blk.23.ffn_up_exps.weight", 1024, 32 * 512);
+    expect_tensor(t, n, "blk.0.attn_k.weight", 1024, 8 * 64);
+    expect_tensor(t, n, "token_embd.weight", 1024, 49155);
+    free(t);
+}

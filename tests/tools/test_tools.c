@@ -166,6 +166,22 @@ Test(tools, mkmodel_then_inspect) {
     unlink(path);
 }
 
+/* Issue 29: a mixture-of-experts file runs on the cpu backend; inspect says the cuda backends
+ * cannot run it yet, naming the architecture (and, for a llama file with experts, the expert
+ * tensors). */
+Test(tools, inspect_says_cuda_refuses_moe) {
+    char path[512];
+    tmp_file_path(path, sizeof path, "moe.gguf");
+    tool_result r = tool_run("memra", "mkmodel", "--preset", "moe-tiny", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: wrote");
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", path, NULL);
+    EXPECT(r, 0, out, "cpu: runs it");
+    cr_assert(strstr(r.out, "cuda, cuda-graph: cannot: architecture qwen3moe"), "%s", r.out);
+    tool_result_free(&r);
+    unlink(path);
+}
+
 /* llama.cpp's Q4_K_M mix on small (6 layers, tied, 256 columns): Q6_K for the tied token_embd and
  * for attn_v and ffn_down on layers 2 and 5 (use_more_bits), Q4_K elsewhere: 1 + 2 + 2 Q6_K and
  * 30 + 4 + 4 Q4_K, as worked out by hand from the rule; file type 15 (MOSTLY_Q4_K_M). inspect
@@ -368,6 +384,25 @@ Test(tools, bench_writes_a_json_line) {
         cr_assert_not_null(strstr(line, needles[i]), "JSON line lacks '%s': %s", needles[i], line);
     cr_assert_eq(line[strlen(line) - 1], '\n');
     cr_assert_eq(strchr(line, '\n'), line + strlen(line) - 1, "one line expected: %s", line);
+    free(line);
+    tool_result_free(&r);
+    unlink(path);
+}
+
+/* Issue 29: a mixture of experts' step reads only the chosen experts. moe-tiny (F32): 2,108,672
+ * weight bytes, of which the expert stacks are 4 layers x 3 x 8 experts x 64 x 64 x 4 = 1,572,864;
+ * 2 of 8 experts are read: 1,179,648 fewer. The KV cache: 2,048 bytes a position, positions 17 to
+ * 24 on average 20.5: 41,984. So 2,108,672 - 1,179,648 + 41,984 = 971,008 (all experts: 2,150,656). */
+Test(tools, bench_counts_only_the_chosen_experts) {
+    require_cpu_backend();
+    char path[512];
+    tmp_file_path(path, sizeof path, "bench_moe.jsonl");
+    unlink(path);
+    tool_result r = tool_run("memra", "bench", "--preset", "moe-tiny", "--prime", "16", "-n", "8", "--reps", "1",
+                             "--jsonl", path, NULL);
+    EXPECT(r, 0, out, "tok/s");
+    char *line = file_slurp(path, NULL);
+    cr_assert(strstr(line, "\"weight_bytes\": 2108672") && strstr(line, "\"bytes_per_token\": 971008"), "%s", line);
     free(line);
     tool_result_free(&r);
     unlink(path);

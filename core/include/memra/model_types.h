@@ -25,8 +25,16 @@ typedef enum memra_arch {
     MEMRA_ARCH_LLAMA = 0,
     MEMRA_ARCH_QWEN2 = 1,
     MEMRA_ARCH_QWEN3 = 2,
-    MEMRA_ARCH_GEMMA3 = 3
+    MEMRA_ARCH_GEMMA3 = 3,
+    MEMRA_ARCH_QWEN2MOE = 4,  /* qwen2 attention; routed experts plus a shared expert with a sigmoid gate */
+    MEMRA_ARCH_QWEN3MOE = 5,  /* qwen3 attention (q/k norms); routed experts, weights renormalised */
+    MEMRA_ARCH_GRANITEMOE = 6 /* llama attention with granite's four scales; routed experts */
 } memra_arch;
+
+/* The most experts a layer may have, and the most a token may use: bounds on untrusted counts
+ * (real models: 8 to 256 experts, 2 to 16 used). */
+#define MEMRA_MAX_EXPERTS 1024u
+#define MEMRA_MAX_EXPERTS_USED 64u
 
 /* The FFN's gate activation: SiLU (llama, qwen) or GELU with the tanh approximation (gemma3,
  * as llama.cpp's ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
@@ -58,6 +66,17 @@ typedef struct memra_layer {
     memra_weight w_gate, w_up;   /* [n_ff, n_embd] */
     memra_weight w_down;         /* [n_embd, n_ff] */
     memra_weight post_ffn_norm;  /* gemma3: [n_embd], applied to the FFN output before the residual add */
+    /* Mixture of experts (n_expert > 0; then w_gate, w_up, w_down are absent). The router
+     * ffn_gate_inp: [n_expert, n_embd] (rows, cols). The experts' matrices are stacked on the
+     * file's last axis: gate_exps and up_exps are n_expert blocks of n_ff rows of n_embd columns
+     * (rows = n_expert * n_ff; expert e's rows are [e n_ff, (e+1) n_ff)), down_exps n_expert blocks
+     * of n_embd rows of n_ff columns (rows = n_expert * n_embd). */
+    memra_weight gate_inp;
+    memra_weight gate_exps, up_exps, down_exps;
+    /* qwen2moe's shared expert: [n_ff_shexp, n_embd] x2, [n_embd, n_ff_shexp], and its gate
+     * ffn_gate_inp_shexp, a vector of n_embd (sigmoid(gate . x) scales the shared output). */
+    memra_weight gate_shexp, up_shexp, down_shexp;
+    memra_weight gate_inp_shexp;
 } memra_layer;
 
 typedef struct memra_model {
@@ -111,6 +130,22 @@ typedef struct memra_model {
 
     const memra_gguf *gguf; /* the file it was described from (memra/gguf.h, libmemra-model) */
     uint64_t weight_bytes;  /* all bound tensors, tied output counted once */
+
+    /* Mixture of experts (qwen2moe, qwen3moe, granitemoe, llama with expert_count): n_expert > 0.
+     * Then n_ff is the width of one expert (expert_feed_forward_length, else feed_forward_length)
+     * and every layer's FFN is: router logits = gate_inp . x; p = softmax(logits) (in float, max
+     * subtracted, sum in increasing expert order); the top n_expert_used of p, ties toward the lower
+     * expert index, in decreasing p (the slot order); their weights p, divided by their sum (summed
+     * in slot order) when expert_weights_norm; each chosen expert's SwiGLU FFN; the outputs
+     * combined as sum over slots in slot order of weight * output (starting from 0.0f); then, with a
+     * shared expert, + sigmoid(gate_inp_shexp . x) * shared output. */
+    uint32_t n_expert, n_expert_used;
+    uint32_t n_ff_shexp;      /* qwen2moe: the shared expert's width; 0 without one */
+    bool expert_weights_norm; /* renormalise the chosen weights to sum to one */
+    /* granitemoe (1 elsewhere): each sublayer's output is multiplied by residual_scale before the
+     * residual add; the logits are divided by logit_scale; the embedding is multiplied by
+     * embd_scale and the query scale is attn_scale (above). */
+    float residual_scale, logit_scale;
 } memra_model;
 
 /* MEMRA_E_UNSUPPORTED naming the tensor and its type unless the type is one memra computes with:
