@@ -74,6 +74,11 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
     /* a backend without step_chunk primes token by token whatever its prefill says */
     const uint32_t pa = memra_arm_prefill_native(a->arm) ? memra_arm_prefill(a->arm) : 1;
     const uint32_t pb = memra_arm_prefill_native(b->arm) ? memra_arm_prefill(b->arm) : 1;
+    const gate_arm *arms[2] = {a, b};
+    for (int i = 0; i < 2; i++) /* said, never silent: the core ran the chunks as single steps */
+        if (memra_arm_prefill(arms[i]->arm) > 1 && !memra_arm_prefill_native(arms[i]->arm))
+            add(v, "; arm %s's backend (%s) has no chunked step: its prefill=%u primed token by token", arms[i]->name,
+                memra_arm_backend_name(arms[i]->arm), memra_arm_prefill(arms[i]->arm));
     if ((pa > 1 || pb > 1) && cfg->prime > 1)
         add(v,
             "; primed in chunks (prefill a=%u, b=%u): of the %u prime steps, the logits compared at the %u that "

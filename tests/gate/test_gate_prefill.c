@@ -63,6 +63,9 @@ Test(gate_prefill, fallback_without_step_chunk) {
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s", r.err);
     cr_assert_eq(gate_count_records(r.jsonl, "step"), 28, "every step compared: %s", r.jsonl);
+    char *v = gate_record(r.jsonl, "verdict", 0);
+    cr_assert(strstr(v, "arm b's backend (faulty) has no chunked step: its prefill=64 primed token by token"), "%s", v);
+    free(v);
     gate_result_free(&r);
 }
 
