@@ -136,7 +136,7 @@ struct memra_backend {
     /* Prefill: rows the activations hold (the arm's `prefill`, CPU_DEFAULT_PREFILL for auto), and
      * the row of the last position of the step or chunk in progress (its hidden state). */
     uint32_t chunk, last_row;
-    uint32_t rope_pos; /* the position rope_cos/rope_sin hold */
+    uint32_t rope_pos;                   /* the position rope_cos/rope_sin hold */
     const memra_options *opts;           /* the arm's options, during cpu_open only */
 };
 

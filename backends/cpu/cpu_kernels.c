@@ -290,8 +290,8 @@ void cpu_matvec_rows(const cpu_matrix *w, const float *x, float *y, uint32_t r0,
     }
 }
 
-void cpu_matvec_rows_multi(const cpu_matrix *w, const float *x, size_t x_stride, uint32_t nx, float *y,
-                           size_t y_stride, uint32_t r0, uint32_t r1) {
+void cpu_matvec_rows_multi(const cpu_matrix *w, const float *x, size_t x_stride, uint32_t nx, float *y, size_t y_stride,
+                           uint32_t r0, uint32_t r1) {
     void (*multi)(const uint8_t *, const float *, size_t, uint32_t, uint32_t, float *, size_t) = NULL;
     switch (w->type) {
     case MEMRA_TYPE_Q4_0: multi = dot_q4_0_multi; break;

@@ -35,8 +35,8 @@ float cpu_dot_f32(const float *a, const float *b, uint32_t n);
 /* y_j[r] = row r of w . x_j for rows [r0, r1) and nx inputs (x_j = x + j * x_stride, y_j = y + j *
  * y_stride), each element with the bits cpu_matvec_rows gives it: a quantized row is dequantized
  * once per block for up to CPU_MULTI_MAX inputs. */
-void cpu_matvec_rows_multi(const cpu_matrix *w, const float *x, size_t x_stride, uint32_t nx, float *y,
-                           size_t y_stride, uint32_t r0, uint32_t r1);
+void cpu_matvec_rows_multi(const cpu_matrix *w, const float *x, size_t x_stride, uint32_t nx, float *y, size_t y_stride,
+                           uint32_t r0, uint32_t r1);
 /* y[r] = W[r] . x for r in [r0, r1). Reads (r1 - r0) * row_bytes of W and cols floats of x. */
 void cpu_matvec_rows(const cpu_matrix *w, const float *x, float *y, uint32_t r0, uint32_t r1);
 

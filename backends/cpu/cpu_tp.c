@@ -123,7 +123,7 @@ static void reduce_run(void *ctx, uint32_t begin, uint32_t end) {
         t->st[r] = t->b->coll->all_reduce_sum_f32(
             t->sg->comm, r, t->moe ? t->sg->ranks[r].slots : t->sg->ranks[r].xn + t->offset,
             t->moe ? t->sg->ranks[r].n_slots * t->b->m->n_embd : t->b->m->n_embd, NULL, t->block, &t->b->position_word,
-                                                  &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
+            &t->sg->status[(size_t)t->local * t->sg->n_ranks + r], &t->err[r]);
 }
 
 /* The all-reduce of the ranks' partials (in rk->xn) of block il * 2 + which, its n calls as one

@@ -115,8 +115,9 @@ Test(gate_moe, ep2_against_ep2_tp2_differs_by_design_and_passes_nmse, .timeout =
 Test(gate_moe, an_expert_epoch_that_does_not_advance_is_caught, .timeout = 120) {
     /* faultycoll_epoch: block 1 (layer 0's second all-reduce: the experts') of the last rank */
     /* prefill=1: the census checks every step (a chunked prime checks at chunk ends, expecting M) */
-    const char *args[] = {"--preset", "moe-tiny", "--a", "cpu:ep=2,prefill=1", "--b",
-                          "cpu:ep=2,prefill=1,collective=faultycoll_epoch", MOE_SHORT, NULL};
+    const char *args[] = {
+        "--preset", "moe-tiny", "--a", "cpu:ep=2,prefill=1", "--b", "cpu:ep=2,prefill=1,collective=faultycoll_epoch",
+        MOE_SHORT,  NULL};
     gate_result r = run_expect(args, 1, "epoch census");
     char *v = gate_record(r.jsonl, "verdict", 0);
     cr_assert(strstr(v, "rank 1 block 1") && strstr(v, "advanced by 0, expected 1"), "%s", v);

@@ -97,8 +97,9 @@ Test(gate_prefill, wrong_chunk_fails_at_its_boundary) {
 /* Weight types: the quantized rows of a chunk are dequantized once for up to 16 inputs
  * (cpu_matvec_rows_multi), each input's dot in the single step's order. */
 static void expect_dtype_pass(const char *dtype) {
-    const char *args[] = {"--preset", "small", "--dtype", dtype, "--a", "cpu:prefill=1", "--b", "cpu:prefill=7",
-                          "--prime", "30", "--gen", "4", "--rows", "0", "--quiet", NULL};
+    const char *args[] = {"--preset",      "small",   "--dtype", dtype,   "--a", "cpu:prefill=1", "--b",
+                          "cpu:prefill=7", "--prime", "30",      "--gen", "4",   "--rows",        "0",
+                          "--quiet",       NULL};
     gate_result r = gate_run(args, false);
     cr_assert_eq(r.exit, 0, "%s: exit %d\n%s\n%.2000s", dtype, r.exit, r.err, r.jsonl);
     cr_assert_eq(gate_count_records(r.jsonl, "step"), 6 + 4, "%s: chunk ends 6, 13, 20, 27, 28 and step 29", dtype);
