@@ -21,8 +21,9 @@ static const char help_text[] =
     "                 [--temp T [--top-k K] [--top-p P] [--seed S]]\n"
     "                 [--dump-logits FILE]\n"
     "\n"
-    "Feeds the prompt tokens, then generates N tokens and prints their ids (space-separated) on\n"
-    "stdout; on stderr: decode tok/s, ms/token and the peak resident memory of the process.\n"
+    "Feeds the prompt tokens (in the arm's prefill chunks: see prefill= in memra-gate --help),\n"
+    "then generates N tokens and prints their ids (space-separated) on stdout; on stderr: decode\n"
+    "tok/s, ms/token and the peak resident memory of the process.\n"
     "With --prompt or --chat the generated text is streamed to stdout instead, token by token,\n"
     "and generation stops early at the model's end-of-generation tokens.\n"
     "\n" CLI_MODEL_HELP "  --arm ARM            the arm: BACKEND[:key=value,...] (default cpu), e.g. cpu:threads=2\n"
@@ -378,7 +379,22 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
         goto out;
     }
     double t0 = cli_now(), t_prompt = t0;
-    for (uint32_t k = 0; k < steps; k++) {
+    /* The prompt's unsampled steps go in the arm's prefill chunks (the bits of one step at a
+     * time: chunk invariance, which memra-gate proves for a pair prefill=1 / prefill=M); with
+     * --dump-logits every step's logits are written, so the prompt steps one at a time. */
+    uint32_t k0 = 0;
+    const uint32_t unsampled = ra->n_gen > 0 ? ra->n_prompt - 1 : ra->n_prompt;
+    if (!dump.f && unsampled > 1) {
+        if (memra_arm_prefill_run(st, seq, 0, unsampled, NULL, NULL, NULL, &err) != MEMRA_OK) {
+            memra_error_prefix(&err, "prompt steps 0..%u", unsampled - 1);
+            rc = cli_fail(cmd, &err);
+            goto out;
+        }
+        k0 = unsampled;
+        if (k0 == ra->n_prompt)
+            t_prompt = cli_now();
+    }
+    for (uint32_t k = k0; k < steps; k++) {
         memra_step_result res;
         bool sample = k + 1 >= ra->n_prompt && ra->n_gen > 0;
         if (cli_step(st, seq[k], sample ? &ra->sample : NULL, logits, &res, &err) != MEMRA_OK) {

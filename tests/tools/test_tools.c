@@ -306,6 +306,34 @@ Test(tools, run_samples_with_a_seed) {
     tool_result_free(&c);
 }
 
+/* Issue 28: run feeds the prompt's unsampled steps in the arm's prefill chunks (cpu: 64), with
+ * the tokens of one step at a time (prefill=1) and of an odd chunk (7); a prompt one token apart
+ * samples otherwise (the comparison sees a changed prefix). */
+Test(tools, run_prefill_chunks_give_the_tokens_of_single_steps) {
+    require_cpu_backend();
+    char toks[400] = "", other[400];
+    for (int i = 0; i < 40; i++)
+        snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i ? "," : "", 100 + 7 * i);
+    memcpy(other, toks, sizeof toks);
+    other[0] = '2'; /* 100 -> 200 */
+    const char *arms[] = {"cpu:prefill=1", "cpu", "cpu:prefill=7"};
+    tool_result r[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = tool_run("memra", "run", "--preset", "small", "--arm", arms[i], "--tokens", toks, "-n", "24", "--temp",
+                        "1", "--seed", "5", NULL);
+        EXPECT(r[i], 0, err, NULL);
+    }
+    cr_assert_str_eq(r[0].out, r[1].out, "prefill=64 sampled other tokens than prefill=1");
+    cr_assert_str_eq(r[0].out, r[2].out, "prefill=7 sampled other tokens than prefill=1");
+    tool_result o = tool_run("memra", "run", "--preset", "small", "--tokens", other, "-n", "24", "--temp", "1", "--seed",
+                             "5", NULL);
+    EXPECT(o, 0, err, NULL);
+    cr_assert_str_neq(r[0].out, o.out, "a prompt one token apart sampled the same 24 tokens");
+    for (int i = 0; i < 3; i++)
+        tool_result_free(&r[i]);
+    tool_result_free(&o);
+}
+
 /* Issue 23 item 9: run and the gate take the same sampling ranges (one rule in the core): what
  * one refuses the other refuses, with exit 2; what one takes the other takes. */
 Test(tools, run_and_gate_share_sampling_ranges) {
