@@ -381,10 +381,11 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     double t0 = cli_now(), t_prompt = t0;
     /* The prompt's unsampled steps go in the arm's prefill chunks (the bits of one step at a
      * time: chunk invariance, which memra-gate proves for a pair prefill=1 / prefill=M); with
-     * --dump-logits every step's logits are written, so the prompt steps one at a time. */
+     * --dump-logits every step's logits are written, so the prompt steps one at a time, as it does
+     * on a backend without a chunked step (where a chunk would be single steps anyway). */
     uint32_t k0 = 0;
     const uint32_t unsampled = ra->n_gen > 0 ? ra->n_prompt - 1 : ra->n_prompt;
-    if (!dump.f && unsampled > 1) {
+    if (!dump.f && unsampled > 1 && memra_arm_prefill(ss->arm) > 1 && memra_arm_prefill_native(ss->arm)) {
         if (memra_arm_prefill_run(st, seq, 0, unsampled, NULL, NULL, NULL, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "prompt steps 0..%u", unsampled - 1);
             rc = cli_fail(cmd, &err);
