@@ -48,15 +48,26 @@ static void judge_bad_steps(const gate_ctx *ctx, gate_verdict *v) {
             m->diff.argmax_ref != m->diff.argmax_got ? "differs" : "same");
 }
 
+/* "N steps (P prime + G gen)", or with a chunked prime, whose inner steps read back no logits,
+ * "P prime + G gen steps (N compared)". */
+static const char *steps_phrase(const gate_outcome *o, const gate_config *cfg, char *buf, size_t n) {
+    if ((uint64_t)o->steps_compared == (uint64_t)cfg->prime + cfg->gen)
+        snprintf(buf, n, "%u steps (%u prime + %u gen)", o->steps_compared, cfg->prime, cfg->gen);
+    else
+        snprintf(buf, n, "%u prime + %u gen steps (%u compared)", cfg->prime, cfg->gen, o->steps_compared);
+    return buf;
+}
+
 static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
     const gate_outcome *o = &ctx->out;
     const gate_config *cfg = ctx->cfg;
     const gate_arm *a = &ctx->a, *b = &ctx->b;
+    char steps[96];
+    steps_phrase(o, cfg, steps, sizeof steps);
     if (cfg->nmse) {
-        add(v, "%u steps (%u prime + %u gen) within NMSE tolerance", o->steps_compared, cfg->prime, cfg->gen);
+        add(v, "%s within NMSE tolerance", steps);
     } else if (a->window == 1 && b->window == 1) {
-        add(v, "%u steps (%u prime + %u gen) bit-identical in logits, cache and hidden", o->steps_compared, cfg->prime,
-            cfg->gen);
+        add(v, "%s bit-identical in logits, cache and hidden", steps);
     } else { /* a pipelined arm is digested only where it drains: say so */
         bool both = a->window > 1 && b->window > 1;
         char who[96];
@@ -66,10 +77,10 @@ static void judge_pass(const gate_ctx *ctx, gate_verdict *v) {
             snprintf(who, sizeof who, "arm %s, window %u", a->window > 1 ? "a" : "b",
                      a->window > 1 ? a->window : b->window);
         add(v,
-            "%u steps (%u prime + %u gen) bit-identical in logits and sampled tokens at every step; cache "
+            "%s bit-identical in logits and sampled tokens at every step; cache "
             "and hidden digests compared at %u of them, only where %s pipeline drains (%s: the ends of "
             "the prime and generated phases)",
-            o->steps_compared, cfg->prime, cfg->gen, o->digest_steps, both ? "either arm's" : "its", who);
+            steps, o->digest_steps, both ? "either arm's" : "its", who);
     }
     /* a backend without step_chunk primes token by token whatever its prefill says */
     const uint32_t pa = memra_arm_prefill_native(a->arm) ? memra_arm_prefill(a->arm) : 1;
