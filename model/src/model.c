@@ -348,10 +348,13 @@ static memra_status read_hparams(describe_ctx *c) {
     m->logit_scale = 1.0f;
     if ((st = read_experts(c)) != MEMRA_OK)
         return st;
+    /* granitemoe: the logit scale is required, the other three optional (an absent one scales
+     * nothing; the attention's is then 1/sqrt(head_dim)), as llama.cpp's granite loader reads them
+     * (src/models/granite.cpp, load_arch_hparams and its graph). */
     if (m->arch == MEMRA_ARCH_GRANITEMOE &&
-        ((st = get_positive_f32(c, "embedding_scale", true, 0.0f, &m->embd_scale)) != MEMRA_OK ||
-         (st = get_positive_f32(c, "residual_scale", true, 0.0f, &m->residual_scale)) != MEMRA_OK ||
-         (st = get_positive_f32(c, "attention.scale", true, 0.0f, &m->attn_scale)) != MEMRA_OK ||
+        ((st = get_positive_f32(c, "embedding_scale", false, 1.0f, &m->embd_scale)) != MEMRA_OK ||
+         (st = get_positive_f32(c, "residual_scale", false, 1.0f, &m->residual_scale)) != MEMRA_OK ||
+         (st = get_positive_f32(c, "attention.scale", false, m->attn_scale, &m->attn_scale)) != MEMRA_OK ||
          (st = get_positive_f32(c, "logit_scale", true, 0.0f, &m->logit_scale)) != MEMRA_OK))
         return st;
     m->ffn_act = MEMRA_FFN_SILU;

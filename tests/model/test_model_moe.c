@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "memra/gguf.h"
@@ -184,6 +185,17 @@ Test(model_moe, granitemoe_reads_its_four_scales) {
                                         "granitemoe.attention.scale"},
                            .f32_value = 0.25f};
     expect_refused("moe-tiny", &no_logit, MEMRA_E_FORMAT, "granitemoe.logit_scale");
+    /* only the logit scale is required (llama.cpp's granite loader): without the other three the
+     * embedding and the residual are not scaled and the attention scale is 1/sqrt(head_dim) */
+    moe_change only_logit = {.arch = "granitemoe",
+                             .skip_tensor = "attn_q_norm",
+                             .skip_tensor2 = "attn_k_norm",
+                             .f32_keys = {"granitemoe.logit_scale"},
+                             .f32_value = 0.25f};
+    cr_assert_eq(moe_describe("moe-tiny", &only_logit, &f, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert(f.m->embd_scale == 1.0f && f.m->residual_scale == 1.0f && f.m->logit_scale == 0.25f);
+    cr_assert(f.m->attn_scale == 1.0f / sqrtf((float)f.m->head_dim), "attention scale %g", (double)f.m->attn_scale);
+    moe_close(&f);
 }
 
 Test(model_moe, expert_counts_are_bounded) {
