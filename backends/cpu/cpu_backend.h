@@ -136,6 +136,7 @@ struct memra_backend {
     /* Prefill: rows the activations hold (the arm's `prefill`, CPU_DEFAULT_PREFILL for auto), and
      * the row of the last position of the step or chunk in progress (its hidden state). */
     uint32_t chunk, last_row;
+    uint32_t kv;                         /* cpu_kv: the rounding of the K and V rows written */
     uint32_t rope_pos;                   /* the position rope_cos/rope_sin hold */
     const memra_options *opts;           /* the arm's options, during cpu_open only */
 };
@@ -168,8 +169,14 @@ struct memra_state {
 typedef struct cpu_config {
     uint32_t threads, vdevices, grain;
     uint32_t prefill; /* the core key `prefill` as the activations are sized: auto is CPU_DEFAULT_PREFILL */
+    uint32_t kv;      /* cpu_kv: how the KV values are rounded as they are written */
     const char *collective;
 } cpu_config;
+
+/* The arm key `kv`: the K and V rows are rounded to this type as they are written (f32: not at
+ * all), as a GPU that stores its cache in f16 or bf16 rounds them; the cache stays f32 in memory
+ * (the op plugins' attention reads floats), so only the values change, not the bytes. */
+typedef enum cpu_kv { CPU_KV_F32 = 0, CPU_KV_F16 = 1, CPU_KV_BF16 = 2 } cpu_kv;
 
 memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_error *err);
 

@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "memra/numeric.h"
 #include "memra/gguf.h"
 
 /* The context of one op call: its site (OPS.md), layer, stage and rank, at the step's position. */
@@ -249,6 +250,17 @@ static void rope_tables(memra_backend *b, uint32_t pos) {
 static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_state *s, uint32_t il, uint32_t pos,
                           uint32_t j, float *k_cache, float *v_cache);
 
+/* The arm's kv type: each value of a K or V row rounded (to nearest even) to it as it is written,
+ * element by element, so the rounding is the same whatever the ranks' slices. */
+static void round_kv(uint32_t kv, float *x, uint32_t n) {
+    if (kv == CPU_KV_F16)
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = memra_f16_to_f32(memra_f32_to_f16(x[i]));
+    else if (kv == CPU_KV_BF16)
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = memra_bf16_to_f32(memra_f32_to_bf16(x[i]));
+}
+
 /* Rank r's attention partial of layer il at positions pos0 .. pos0+nr-1 (row j of each buffer:
  * position pos0+j) into rk->xn (n_embd a row): reads its slices once and its K/V rows
  * [0, position], writes its K and V rows of each position (past the committed prefix until the
@@ -308,6 +320,8 @@ static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_sta
     norm_and_rope(b, head_c, q, rk->h0, rk->h1 - rk->h0, L->q_norm, swa, &tq);
     head_c.tensor = "k";
     norm_and_rope(b, head_c, k, rk->g0, rk->g1 - rk->g0, L->k_norm, swa, &tk);
+    round_kv(b->kv, k, rk->kv_dim);
+    round_kv(b->kv, v, rk->v_dim);
     memcpy(k_cache + (size_t)pos * rk->kv_dim, k, (size_t)rk->kv_dim * sizeof(float));
     memcpy(v_cache + (size_t)pos * rk->v_dim, v, (size_t)rk->v_dim * sizeof(float));
 

@@ -201,6 +201,7 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
     b->n_vdevices = cfg.vdevices;
     b->grain = cfg.grain;
     b->chunk = cfg.prefill;
+    b->kv = cfg.kv;
     if ((st = check_model(m, err)) != MEMRA_OK || (st = cpu_check_plan(m, plan, b->n_vdevices, err)) != MEMRA_OK)
         goto fail;
     b->q_dim = m->n_head * m->head_dim;

@@ -22,6 +22,10 @@ static const memra_option_spec cpu_options[] = {
     {.key = "grain",
      .default_value = "32768",
      .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
+    {.key = "kv",
+     .default_value = "f32",
+     .help = "KV cache values: f32, or rounded to f16 or bf16 as they are written (as a GPU cache of that type stores "
+             "them; this backend keeps them in f32 memory). Exact pairs hold within one kv type"},
     {.key = "collective",
      .default_value = "local",
      .help = "collective plugin that sums the ranks' partials when tp > 1 (refused with tp=1, where it has no effect)"},
@@ -70,6 +74,15 @@ memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_
     st = memra_options_u32(opts, "grain", CPU_DEFAULT_GRAIN, 0, UINT32_MAX, &cfg->grain, err);
     if (st != MEMRA_OK)
         return st;
+    const char *kv = memra_options_get(opts, "kv");
+    if (!kv || strcmp(kv, "f32") == 0)
+        cfg->kv = CPU_KV_F32;
+    else if (strcmp(kv, "f16") == 0)
+        cfg->kv = CPU_KV_F16;
+    else if (strcmp(kv, "bf16") == 0)
+        cfg->kv = CPU_KV_BF16;
+    else
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: kv=%.40s: expected one of f32, f16, bf16", kv);
     cfg->prefill = cpu_prefill_chunk(NULL, opts);
     const char *p = memra_options_get(opts, "prefill");
     if (p && strcmp(p, "auto") != 0) /* the core checked it; checked again for a direct caller */
@@ -115,6 +128,9 @@ static memra_status cpu_resolve_options(const memra_host *host, const memra_opti
         return st;
     snprintf(buf, sizeof buf, "%u", cfg.grain);
     if ((st = memra_options_set(resolved, "grain", buf, err)) != MEMRA_OK)
+        return st;
+    static const char *const kv_names[] = {"f32", "f16", "bf16"};
+    if ((st = memra_options_set(resolved, "kv", kv_names[cfg.kv], err)) != MEMRA_OK)
         return st;
     return memra_options_set(resolved, "collective", cfg.collective, err);
 }
