@@ -95,7 +95,7 @@ uint64_t cli_step_bytes(const memra_model *m, uint64_t pos) {
         weights -= m->tok_embd.n_bytes - m->tok_embd.n_bytes / m->tok_embd.rows;
     /* mixture of experts: of each layer's expert stacks only the expert_used_count chosen experts */
     for (uint32_t il = 0; m->n_expert > 0 && il < m->n_layer; il++) {
-        const memra_layer *L = &m->layers[il];
+        const memra_layer_moe *L = &m->moe[il];
         uint64_t stacks = L->gate_exps.n_bytes + L->up_exps.n_bytes + L->down_exps.n_bytes;
         weights -= stacks - stacks / m->n_expert * m->n_expert_used;
     }

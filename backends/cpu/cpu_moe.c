@@ -25,7 +25,7 @@
 #include "memra/gguf.h"
 
 memra_status cpu_moe_bind_layer(const memra_model *m, uint32_t il, cpu_layer *L, memra_error *err) {
-    const memra_layer *src = &m->layers[il];
+    const memra_layer_moe *src = &m->moe[il];
     uint64_t ne = m->n_expert, ff = m->n_ff, E = m->n_embd;
     memra_status st;
     if ((st = cpu_bind_matrix(&src->gate_inp, ne, E, &L->gate_inp, err)) != MEMRA_OK ||

@@ -603,6 +603,7 @@ typedef struct layer_part {
 #define QKV_BIAS_ARCHS (ARCH_BIT(MEMRA_ARCH_QWEN2) | ARCH_BIT(MEMRA_ARCH_QWEN2MOE))
 #define SHEXP_ARCHS ARCH_BIT(MEMRA_ARCH_QWEN2MOE)
 #define LAYER_OFF(member) offsetof(memra_layer, member)
+#define MOE_OFF(member) offsetof(memra_layer_moe, member) /* the parts of ffn FFN_MOE */
 
 static const layer_part layer_parts[] = {
     {"attn_norm", "weight", SHAPE_NORM, true, LAYER_OFF(attn_norm), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
@@ -622,14 +623,14 @@ static const layer_part layer_parts[] = {
     {"ffn_gate", "weight", SHAPE_UP, false, LAYER_OFF(w_gate), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
     {"ffn_up", "weight", SHAPE_UP, false, LAYER_OFF(w_up), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
     {"ffn_down", "weight", SHAPE_DOWN, false, LAYER_OFF(w_down), ALL_ARCHS, ALL_ARCHS, FFN_DENSE},
-    {"ffn_gate_inp", "weight", SHAPE_ROUTER, false, LAYER_OFF(gate_inp), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
-    {"ffn_gate_exps", "weight", SHAPE_EXP_UP, false, LAYER_OFF(gate_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
-    {"ffn_up_exps", "weight", SHAPE_EXP_UP, false, LAYER_OFF(up_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
-    {"ffn_down_exps", "weight", SHAPE_EXP_DOWN, false, LAYER_OFF(down_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
-    {"ffn_gate_inp_shexp", "weight", SHAPE_NORM, true, LAYER_OFF(gate_inp_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
-    {"ffn_gate_shexp", "weight", SHAPE_SH_UP, false, LAYER_OFF(gate_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
-    {"ffn_up_shexp", "weight", SHAPE_SH_UP, false, LAYER_OFF(up_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
-    {"ffn_down_shexp", "weight", SHAPE_SH_DOWN, false, LAYER_OFF(down_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_gate_inp", "weight", SHAPE_ROUTER, false, MOE_OFF(gate_inp), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_gate_exps", "weight", SHAPE_EXP_UP, false, MOE_OFF(gate_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_up_exps", "weight", SHAPE_EXP_UP, false, MOE_OFF(up_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_down_exps", "weight", SHAPE_EXP_DOWN, false, MOE_OFF(down_exps), ALL_ARCHS, ALL_ARCHS, FFN_MOE},
+    {"ffn_gate_inp_shexp", "weight", SHAPE_NORM, true, MOE_OFF(gate_inp_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_gate_shexp", "weight", SHAPE_SH_UP, false, MOE_OFF(gate_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_up_shexp", "weight", SHAPE_SH_UP, false, MOE_OFF(up_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
+    {"ffn_down_shexp", "weight", SHAPE_SH_DOWN, false, MOE_OFF(down_shexp), SHEXP_ARCHS, SHEXP_ARCHS, FFN_MOE},
     {"post_ffw_norm", "weight", SHAPE_NORM, true, LAYER_OFF(post_ffn_norm), ARCH_BIT(MEMRA_ARCH_GEMMA3),
      ARCH_BIT(MEMRA_ARCH_GEMMA3), FFN_ANY},
 };
@@ -723,7 +724,8 @@ static memra_status bind_layers(describe_ctx *c) {
             snprintf(name, sizeof name, "blk.%" PRIu32 ".%s.%s", l, p->name, p->suffix);
             dim_expect cols, rows;
             part_dims(m, p, &cols, &rows, what, sizeof what);
-            memra_weight *w = (memra_weight *)((char *)&m->layers[l] + p->offset);
+            char *base = p->ffn == FFN_MOE ? (char *)&m->moe[l] : (char *)&m->layers[l];
+            memra_weight *w = (memra_weight *)(base + p->offset);
             uint32_t n_stack = p->shape == SHAPE_EXP_UP || p->shape == SHAPE_EXP_DOWN ? m->n_expert : 0;
             memra_status st = bind3(c, name, cols, rows, n_stack, (p->required & arch_bit) != 0, w);
             if (st != MEMRA_OK)
@@ -826,7 +828,9 @@ memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_
         goto err_free_model;
     }
     m->layers = calloc(m->n_layer, sizeof *m->layers);
-    if (!m->layers) {
+    if (m->n_expert > 0)
+        m->moe = calloc(m->n_layer, sizeof *m->moe);
+    if (!m->layers || (m->n_expert > 0 && !m->moe)) {
         st = memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory for %" PRIu32 " layers", c.path, m->n_layer);
         goto err_free_model;
     }
@@ -847,6 +851,7 @@ void memra_model_free(memra_model *m) {
     if (!m)
         return;
     free(m->layers);
+    free(m->moe);
     free((char *)m->name);
     free(m);
 }

@@ -206,7 +206,7 @@ static double ref_key(const memra_model *m, const char *suffix, double dflt) {
 }
 
 /* The MoE FFN of layer L on normed input xn (E), into out (E). */
-static void ref_moe(const memra_model *m, const memra_layer *L, const double *xn, double *out) {
+static void ref_moe(const memra_model *m, const memra_layer_moe *L, const double *xn, double *out) {
     uint32_t E = m->n_embd;
     uint32_t n = (uint32_t)ref_key(m, "expert_count", 0), k = (uint32_t)ref_key(m, "expert_used_count", 0);
     uint32_t ff = (uint32_t)ref_key(m, "expert_feed_forward_length", ref_key(m, "feed_forward_length", 0));
@@ -348,8 +348,8 @@ static void ref_step(ref_model *rm, uint32_t token, uint32_t pos, double *logits
         for (uint32_t i = 0; i < E; i++)
             x[i] += residual * tmp[i];
         ref_rmsnorm(x, &L->ffn_norm, E, m->rms_eps, xn);
-        if (L->gate_inp.data) {
-            ref_moe(m, L, xn, tmp);
+        if (m->n_expert > 0) {
+            ref_moe(m, &m->moe[l], xn, tmp);
             for (uint32_t i = 0; i < E; i++)
                 x[i] += residual * tmp[i];
             continue;

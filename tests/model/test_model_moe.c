@@ -4,6 +4,7 @@
  * architecture renamed (llama with expert_count, i.e. Mixtral; granitemoe), a key set, altered or
  * left out, a tensor left out, reshaped or added. */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
@@ -121,14 +122,15 @@ Test(model_moe, qwen3moe_binds_the_experts) {
     cr_assert_eq(m->n_ff, 64, "n_ff is the expert width (expert_feed_forward_length), not feed_forward_length");
     cr_assert(m->expert_weights_norm, "qwen3moe renormalises (llama.cpp)");
     cr_assert_eq(m->n_ff_shexp, 0);
-    const memra_layer *L = &m->layers[3];
+    cr_assert_not_null(m->moe);
+    const memra_layer_moe *L = &m->moe[3];
     cr_assert_eq(L->gate_inp.rows, 8);
     cr_assert_eq(L->gate_inp.cols, 64);
     cr_assert_eq(L->gate_exps.rows, 8 * 64);
     cr_assert_eq(L->up_exps.cols, 64);
     cr_assert_eq(L->down_exps.rows, 8 * 64);
     cr_assert_eq(L->down_exps.cols, 64);
-    cr_assert_null(L->w_gate.data);
+    cr_assert_null(m->layers[3].w_gate.data);
     cr_assert_null(L->gate_shexp.data);
     moe_close(&f);
 }
@@ -142,9 +144,9 @@ Test(model_moe, qwen2moe_binds_the_shared_expert) {
     cr_assert_eq(m->arch, MEMRA_ARCH_QWEN2MOE);
     cr_assert(!m->expert_weights_norm, "qwen2moe does not renormalise (llama.cpp)");
     cr_assert_eq(m->n_ff_shexp, 128);
-    cr_assert_eq(m->layers[0].gate_shexp.rows, 128);
-    cr_assert_eq(m->layers[0].down_shexp.cols, 128);
-    cr_assert_eq(m->layers[0].gate_inp_shexp.cols, 64);
+    cr_assert_eq(m->moe[0].gate_shexp.rows, 128);
+    cr_assert_eq(m->moe[0].down_shexp.cols, 128);
+    cr_assert_eq(m->moe[0].gate_inp_shexp.cols, 64);
     cr_assert_not_null(m->layers[0].bq.data, "qwen2moe has q/k/v biases");
     moe_close(&f);
 }
@@ -236,4 +238,23 @@ Test(model_moe, experts_only_in_moe_architectures) {
     /* qwen3 (dense) with expert_count: refused by name, not ignored */
     moe_change c = {.arch = "qwen3"};
     expect_refused("moe-tiny", &c, MEMRA_E_UNSUPPORTED, "'qwen3.expert_count' is set");
+}
+
+/* ABI 1 froze memra_layer's shape: a backend plugin built against it indexes m->layers with its
+ * size, so a member appended there (as the experts once were) would shift every layer past the
+ * first under it. Its 16 weights, in order; per-layer data added since lives beside it (moe). */
+Test(model_moe, layer_shape_is_abi1s) {
+    cr_assert_eq(sizeof(memra_layer), 16 * sizeof(memra_weight), "memra_layer grew: add a parallel array instead");
+    cr_assert_eq(offsetof(memra_layer, post_ffn_norm), 15 * sizeof(memra_weight));
+    cr_assert_eq(offsetof(memra_layer, w_down), 14 * sizeof(memra_weight));
+}
+
+Test(model_moe, dense_models_have_no_moe_array) {
+    moe_file f;
+    memra_error err = {0};
+    moe_change none = {0};
+    cr_assert_eq(moe_describe("tiny", &none, &f, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_null(f.m->moe);
+    cr_assert_not_null(f.m->layers[0].w_gate.data);
+    moe_close(&f);
 }

@@ -66,9 +66,16 @@ typedef struct memra_layer {
     memra_weight w_gate, w_up;   /* [n_ff, n_embd] */
     memra_weight w_down;         /* [n_embd, n_ff] */
     memra_weight post_ffn_norm;  /* gemma3: [n_embd], applied to the FFN output before the residual add */
-    /* Mixture of experts (n_expert > 0; then w_gate, w_up, w_down are absent). The router
-     * ffn_gate_inp: [n_expert, n_embd] (rows, cols). The experts' matrices are stacked on the
-     * file's last axis: gate_exps and up_exps are n_expert blocks of n_ff rows of n_embd columns
+    /* ABI 1: this struct's shape is frozen (a plugin built against it indexes `layers` with its
+     * size, so a member appended here would shift every layer past the first). Per-layer data
+     * added later goes into a parallel array of memra_model (as `moe`). */
+} memra_layer;
+
+/* A mixture-of-experts layer's FFN (memra_model.moe[il], n_expert > 0; then the layer's w_gate,
+ * w_up and w_down are absent). */
+typedef struct memra_layer_moe {
+    /* The router ffn_gate_inp: [n_expert, n_embd] (rows, cols). The experts' matrices are stacked
+     * on the file's last axis: gate_exps and up_exps are n_expert blocks of n_ff rows of n_embd columns
      * (rows = n_expert * n_ff; expert e's rows are [e n_ff, (e+1) n_ff)), down_exps n_expert blocks
      * of n_embd rows of n_ff columns (rows = n_expert * n_embd). */
     memra_weight gate_inp;
@@ -77,7 +84,7 @@ typedef struct memra_layer {
      * ffn_gate_inp_shexp, a vector of n_embd (sigmoid(gate . x) scales the shared output). */
     memra_weight gate_shexp, up_shexp, down_shexp;
     memra_weight gate_inp_shexp;
-} memra_layer;
+} memra_layer_moe;
 
 typedef struct memra_model {
     memra_arch arch;
@@ -146,6 +153,9 @@ typedef struct memra_model {
      * residual add; the logits are divided by logit_scale; the embedding is multiplied by
      * embd_scale and the query scale is attn_scale (above). */
     float residual_scale, logit_scale;
+    /* n_layer mixture-of-experts FFNs when n_expert > 0, else NULL (outside memra_layer, whose
+     * shape ABI 1 froze). */
+    memra_layer_moe *moe;
 } memra_model;
 
 /* MEMRA_E_UNSUPPORTED naming the tensor and its type unless the type is one memra computes with:
