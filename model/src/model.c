@@ -229,7 +229,9 @@ static memra_status get_bool_opt(describe_ctx *c, const char *suffix, bool dflt,
  * feed_forward_length / expert_used_count, as llama.cpp), qwen2moe's shared width
  * expert_shared_feed_forward_length (else feed_forward_length), expert_gating_func (softmax
  * only), expert_weights_norm (else llama.cpp's choice per architecture: qwen2moe does not
- * renormalise, qwen3moe, granitemoe and Mixtral do). */
+ * renormalise, qwen3moe, granitemoe and Mixtral do: norm_w is true in the build_moe_ffn calls of
+ * llama.cpp's src/models/qwen3moe.cpp and src/models/llama.cpp, with softmax gating, read
+ * 2026-12-01), expert_weights_scale (0 or 1 only). */
 static memra_status read_experts(describe_ctx *c) {
     memra_model *m = c->m;
     memra_status st;
@@ -287,6 +289,20 @@ static memra_status read_experts(describe_ctx *c) {
         return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
                           "%s: %s.expert_shared_count is %" PRIu32 ": memra runs shared experts in qwen2moe files only",
                           c->path, m->arch_name, shared);
+    /* llama.cpp multiplies the chosen weights by expert_weights_scale unless it is 0 or 1 (its
+     * qwen3moe, llama and granite graphs pass it on; these files leave it out): refused, not
+     * ignored. */
+    const char *wskey = arch_key(c, "expert_weights_scale");
+    if (memra_gguf_find(c->g, wskey)) {
+        float ws = 0.0f;
+        if ((st = memra_gguf_get_f32(c->g, wskey, &ws, c->err)) != MEMRA_OK)
+            return with_path(c, st);
+        if (ws != 0.0f && ws != 1.0f)
+            return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
+                              "%s: key '%s' is %g: memra does not scale the chosen experts' weights (only 0 or 1, "
+                              "no scaling)",
+                              c->path, wskey, (double)ws);
+    }
     return get_bool_opt(c, "expert_weights_norm", m->arch != MEMRA_ARCH_QWEN2MOE, &m->expert_weights_norm);
 }
 

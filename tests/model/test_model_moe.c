@@ -258,3 +258,18 @@ Test(model_moe, dense_models_have_no_moe_array) {
     cr_assert_not_null(f.m->layers[0].w_gate.data);
     moe_close(&f);
 }
+
+/* expert_weights_scale: llama.cpp multiplies the chosen weights by it unless it is 0 or 1, which
+ * memra does not: any other value is refused by name, 0 and 1 describe. */
+Test(model_moe, expert_weights_scale_other_than_0_or_1_is_refused) {
+    moe_change two = {.f32_keys = {"qwen3moe.expert_weights_scale"}, .f32_value = 2.5f};
+    expect_refused("moe-tiny", &two, MEMRA_E_UNSUPPORTED,
+                   "key 'qwen3moe.expert_weights_scale' is 2.5: memra does not scale the chosen experts' weights");
+    for (int i = 0; i < 2; i++) {
+        moe_change ok = {.f32_keys = {"qwen3moe.expert_weights_scale"}, .f32_value = (float)i};
+        moe_file f;
+        memra_error err = {0};
+        cr_assert_eq(moe_describe("moe-tiny", &ok, &f, &err), MEMRA_OK, "%g: %s", (double)i, err.msg);
+        moe_close(&f);
+    }
+}
