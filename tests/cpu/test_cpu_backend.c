@@ -264,13 +264,15 @@ Test(cpu_backend, options_and_refusals) {
     cr_assert_eq(memra_registry_load(ct_registry(), "cpu", MEMRA_PLUGIN_BACKEND, &cpu, &err), MEMRA_OK);
     memra_options given = {0}, resolved;
     cr_assert_eq(cpu->backend->resolve_options(memra_registry_host(ct_registry()), &given, &resolved, &err), MEMRA_OK);
-    cr_assert_eq(resolved.n, 4);
+    cr_assert_eq(resolved.n, 5);
     cr_assert_str_eq(resolved.items[0].key, "threads");
     cr_assert(atoi(resolved.items[0].value) >= 1);
     cr_assert_str_eq(resolved.items[1].value, "8");
     cr_assert_str_eq(resolved.items[2].value, "32768");
-    cr_assert_str_eq(resolved.items[3].key, "collective");
-    cr_assert_str_eq(resolved.items[3].value, "local");
+    cr_assert_str_eq(resolved.items[3].key, "kv");
+    cr_assert_str_eq(resolved.items[3].value, "f32");
+    cr_assert_str_eq(resolved.items[4].key, "collective");
+    cr_assert_str_eq(resolved.items[4].value, "local");
     ct_model_free(&cm);
 }
 
