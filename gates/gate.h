@@ -137,6 +137,7 @@ typedef struct gate_arm {
     uint32_t window;               /* steps kept in flight (memra_arm_window) */
     memra_backend_memory mem_open; /* read right after this arm opened (before B, for A) */
     bool have_mem_open;
+    double open_s;  /* seconds memra_arm_open took (the weights' upload, unless shared) */
     bool dump_told; /* "has no graphs to dump" said once */
     gate_tp tp;
 } gate_arm;

@@ -179,7 +179,15 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
         return st;
     }
     ctx->phase = "load";
-    st = memra_model_load(cfg->model_path, cfg->model_path ? NULL : cfg->preset, cfg->dtype, 1, &s->lm, err);
+    /* The file is opened streamed when both arms read their matrices from it (GPU backends that
+     * upload in chunks); with arms the gate picks (cpu possible) or a cpu arm, it is read whole. */
+    bool stream = cfg->model_path && cfg->arm_a && cfg->arm_b;
+    if (stream && (st = memra_arm_streams_weights(s->reg, cfg->arm_a, &stream, err)) != MEMRA_OK)
+        return st;
+    if (stream && (st = memra_arm_streams_weights(s->reg, cfg->arm_b, &stream, err)) != MEMRA_OK)
+        return st;
+    st = memra_model_load_mode(cfg->model_path, cfg->model_path ? NULL : cfg->preset, cfg->dtype, 1,
+                               stream ? MEMRA_LOAD_STREAMED : MEMRA_LOAD_WHOLE, &s->lm, err);
     if (st != MEMRA_OK) {
         *exit_code = gate_exit_for(st);
         return st;

@@ -288,6 +288,15 @@ void gate_rec_protocol(gate_ctx *ctx) {
         gj_i64(j, NULL, ctx->eog[i]);
     gj_arr_end(j);
     gj_obj_end(j);
+    gj_obj(j, "load");
+    gj_str(j, "mode", ctx->lm->streamed ? "streamed" : "whole");
+    gj_f64(j, "seconds", ctx->lm->open_s + ctx->a.open_s + ctx->b.open_s);
+    gj_f64(j, "model_open_s", ctx->lm->open_s);
+    gj_f64(j, "a_open_s", ctx->a.open_s);
+    gj_f64(j, "b_open_s", ctx->b.open_s);
+    gj_u64(j, "resident_bytes", memra_gguf_resident_bytes(ctx->lm->gguf));
+    gj_u64(j, "file_bytes", memra_gguf_file_size(ctx->lm->gguf));
+    gj_obj_end(j);
     gj_bool(j, "past_context", (uint64_t)cfg->prime + cfg->gen > m->n_ctx_train);
     gj_bool(j, "allow_past_context", cfg->past_context);
     gj_obj(j, "prompt");

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gate.h"
 #include "memra/fileio.h"
@@ -332,7 +333,11 @@ memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra
 static memra_status open_arm(memra_registry *r, const memra_loaded_model *lm, const char *name, const char *text,
                              gate_arm *out, int *exit_code, memra_error *err) {
     out->name = name;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     memra_status st = memra_arm_open(r, lm->model, text, name, NULL, 0, &out->arm, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->open_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (st != MEMRA_OK) {
         char backend[MEMRA_BACKEND_NAME_MAX];
         memra_options opts;

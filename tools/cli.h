@@ -147,10 +147,17 @@ typedef struct cli_session {
     memra_loaded_model *lm;
     memra_registry *reg;
     memra_arm *arm; /* every backend call goes through the arm layer (memra/arm.h) */
+    double arm_s;   /* seconds the last arm took to open (its weights' upload included) */
 } cli_session;
 
-/* Loads the model and opens the arm; prints the failure and returns its exit code. */
-int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s);
+/* Loads the model and opens arms[0] (the other arms are those the session will open on the
+ * same load: the file is opened streamed only when every one reads its weights from the file);
+ * prints the failure and returns its exit code. */
+int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *const *arms, uint32_t n_arms,
+                     cli_session *s);
+/* "1.23 s (model opened in 0.10 s, streamed, 2.1 MiB of 16.1 GiB in memory; arm opened in 1.13 s)":
+ * the load time, the model's open plus the last arm's. */
+const char *cli_session_load_text(const cli_session *s, char *buf, size_t n);
 void cli_session_close(cli_session *s);
 /* Closes the session's arm and opens arm_text on the same model and registry (memra bench's grid
  * of arms on one load); prints the failure and returns its exit code (s->arm is then NULL). */

@@ -270,6 +270,12 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
             ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup);
     fprintf(f, ", \"context_length\": %u, \"past_context\": %s", ss->lm->model->n_ctx_train,
             (uint64_t)ba->prime + ba->n_gen > ss->lm->model->n_ctx_train ? "true" : "false");
+    fprintf(f, ", \"load_mode\": \"%s\", \"load_s\": ", ss->lm->streamed ? "streamed" : "whole");
+    cli_json_num(f, "%.4f", ss->lm->open_s + ss->arm_s);
+    fprintf(f, ", \"model_open_s\": ");
+    cli_json_num(f, "%.4f", ss->lm->open_s);
+    fprintf(f, ", \"arm_open_s\": ");
+    cli_json_num(f, "%.4f", ss->arm_s);
     fprintf(f, ", \"tok_s\": [");
     for (uint32_t i = 0; i < ba->reps; i++) {
         fprintf(f, "%s", i ? ", " : "");
@@ -425,6 +431,7 @@ typedef struct bench_arm_note {
     double ceiling;
     memra_backend_memory mem;
     bool have_mem;
+    char load[200];
 } bench_arm_note;
 
 static void print_notes(const bench_arm_note *notes, uint32_t n, const bench_args *ba) {
@@ -447,6 +454,7 @@ static void print_notes(const bench_arm_note *notes, uint32_t n, const bench_arg
                    a->mem.device_in_use ? cli_bytes(a->mem.device_in_use, b4, sizeof b4) : "n/a");
         else
             printf("memory:       not reported by this backend\n");
+        printf("load:         %s\n", a->load);
     }
     printf("peak RSS:     %s\n", cli_bytes(cli_peak_rss(), b1, sizeof b1));
 }
@@ -529,7 +537,7 @@ int cmd_bench(int argc, char **argv) {
         return CLI_EXIT_ERROR;
     }
     cli_session ss;
-    rc = cli_session_open(cmd, &ba.sel, arms[0], &ss);
+    rc = cli_session_open(cmd, &ba.sel, (const char *const *)arms, n_arms, &ss);
     /* A plugin no manifest declares, in any arm of the grid: a usage error before anything runs. */
     for (uint32_t a = 1; a < n_arms && rc == CLI_EXIT_OK; a++)
         if (cli_arm_names_unknown_plugin(ss.reg, arms[a]))
@@ -559,6 +567,7 @@ int cmd_bench(int argc, char **argv) {
         ba.arm = arms[a];
         bench_arm_note *note = &notes[noted++];
         snprintf(note->arm, sizeof note->arm, "%s", memra_arm_text(ss.arm));
+        cli_session_load_text(&ss, note->load, sizeof note->load);
         for (uint32_t p = 0; p < n_primes && rc == CLI_EXIT_OK; p++)
             for (uint32_t g = 0; g < n_gens && rc == CLI_EXIT_OK; g++) {
                 ba.prime = primes[p];

@@ -472,9 +472,11 @@ static int run_decode(const char *cmd, cli_session *ss, const run_args *ra) {
     if (stopped)
         fprintf(stderr, "; stopped by end-of-generation token %lld after %u token%s",
                 (long long)seq[ra->n_prompt + n_out - 1], n_out, n_out == 1 ? "" : "s");
-    fprintf(stderr, "\nmemra run: peak RSS %s (model file %s + KV cache %s)\n",
-            cli_bytes(cli_peak_rss(), b1, sizeof b1), cli_bytes(memra_gguf_file_size(ss->lm->gguf), b2, sizeof b2),
-            cli_bytes(cache, b3, sizeof b3));
+    char load[200];
+    fprintf(stderr, "\nmemra run: load %s\n", cli_session_load_text(ss, load, sizeof load));
+    fprintf(stderr, "memra run: peak RSS %s (model in memory %s + KV cache %s)\n",
+            cli_bytes(cli_peak_rss(), b1, sizeof b1),
+            cli_bytes(memra_gguf_resident_bytes(ss->lm->gguf), b2, sizeof b2), cli_bytes(cache, b3, sizeof b3));
     rc = CLI_EXIT_OK;
 out:
     cli_output_abort(&dump);
@@ -614,7 +616,7 @@ int cmd_run(int argc, char **argv) {
         return rc;
     }
     cli_session ss;
-    rc = cli_session_open(cmd, &ra.sel, ra.arm, &ss);
+    rc = cli_session_open(cmd, &ra.sel, &ra.arm, 1, &ss);
     if (rc == CLI_EXIT_OK && ra.text)
         rc = text_prompt(cmd, &ss, &ra);
     else if (rc == CLI_EXIT_OK) {

@@ -1,6 +1,7 @@
 /* session.c: what memra run and memra bench share: load a model (memra/runtime.h), open an arm on
  * it and take serial steps (memra/arm.h). */
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -30,18 +31,32 @@ bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text) {
                           !registry_has(r, coll, MEMRA_PLUGIN_COLLECTIVE));
 }
 
-int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *arm_text, cli_session *s) {
+static double session_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *const *arms, uint32_t n_arms,
+                     cli_session *s) {
     memset(s, 0, sizeof *s);
     memra_error err = {0};
     int rc;
     /* A FIFO or a device given as the model is refused before anything blocks on it. */
     if (sel->path && memra_check_regular_input(sel->path, "--model", &err) != MEMRA_OK)
         goto fail;
-    if (memra_model_load(sel->path, sel->path ? NULL : sel->preset, sel->type, sel->seed, &s->lm, &err) != MEMRA_OK)
-        goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
-    if ((rc = cli_session_rearm(cmd, s, arm_text)) != CLI_EXIT_OK) {
+    /* A file is opened streamed when every arm's backend reads its matrices from the file itself
+     * (a GPU backend uploading in chunks); otherwise it is read whole into memory. */
+    bool stream = sel->path != NULL && n_arms > 0;
+    for (uint32_t i = 0; i < n_arms && stream; i++)
+        if (memra_arm_streams_weights(s->reg, arms[i], &stream, &err) != MEMRA_OK)
+            goto fail;
+    if (memra_model_load_mode(sel->path, sel->path ? NULL : sel->preset, sel->type, sel->seed,
+                              stream ? MEMRA_LOAD_STREAMED : MEMRA_LOAD_WHOLE, &s->lm, &err) != MEMRA_OK)
+        goto fail;
+    if ((rc = cli_session_rearm(cmd, s, arms[0])) != CLI_EXIT_OK) {
         cli_session_close(s);
         return rc;
     }
@@ -56,6 +71,7 @@ int cli_session_rearm(const char *cmd, cli_session *s, const char *arm_text) {
     memra_error err = {0};
     memra_arm_close(s->arm);
     s->arm = NULL;
+    const double t0 = session_now();
     if (memra_arm_open(s->reg, s->lm->model, arm_text, NULL, NULL, 0, &s->arm, &err) != MEMRA_OK) {
         s->arm = NULL;
         int rc = cli_fail(cmd, &err);
@@ -65,7 +81,18 @@ int cli_session_rearm(const char *cmd, cli_session *s, const char *arm_text) {
             rc = CLI_EXIT_USAGE;
         return rc;
     }
+    s->arm_s = session_now() - t0;
     return CLI_EXIT_OK;
+}
+
+const char *cli_session_load_text(const cli_session *s, char *buf, size_t n) {
+    char b1[32], b2[32];
+    const memra_loaded_model *lm = s->lm;
+    snprintf(buf, n, "%.2f s (model opened in %.2f s, %s, %s of %s in memory; arm opened in %.2f s)",
+             lm->open_s + s->arm_s, lm->open_s, lm->streamed ? "streamed" : "read whole",
+             cli_bytes(memra_gguf_resident_bytes(lm->gguf), b1, sizeof b1),
+             cli_bytes(memra_gguf_file_size(lm->gguf), b2, sizeof b2), s->arm_s);
+    return buf;
 }
 
 void cli_session_close(cli_session *s) {

@@ -22,6 +22,15 @@ static const void *cg_extension(memra_backend *b, const char *name, uint32_t ver
     return cg_inner_extension(b, name, version);
 }
 
+/* Its weights are the cuda plugin's: it streams them when that plugin does. */
+static bool cg_streams_weights(const memra_host *host, const memra_options *opts) {
+    const memra_plugin *p = NULL;
+    if (host->find_plugin("cuda", MEMRA_PLUGIN_BACKEND, &p, NULL) != MEMRA_OK || !p)
+        return false;
+    return MEMRA_HAS_MEMBER(p->backend, memra_backend_vtable, streams_weights) && p->backend->streams_weights &&
+           p->backend->streams_weights(host, opts);
+}
+
 static const memra_backend_vtable cg_vtable = {
     .struct_size = sizeof(memra_backend_vtable),
     .options = cg_options,
@@ -40,6 +49,7 @@ static const memra_backend_vtable cg_vtable = {
     .memory = cg_memory,
     .extension = cg_extension,
     .resolve_options = cg_resolve_options,
+    .streams_weights = cg_streams_weights,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {

@@ -33,6 +33,9 @@ memra_status mc_state_stats(memra_backend *b, const memra_state *s, memra_state_
 memra_status mc_memory(memra_backend *b, memra_backend_memory *out, memra_error *err);
 memra_status mc_resolve_options(const memra_host *host, const memra_options *opts, memra_options *resolved,
                                 memra_error *err);
+/* The cuda backends read every matrix through the model's source (vectors through their data
+ * pointers), whatever the arm: cuda_weights.cu's chunked upload. */
+bool mc_streams_weights(const memra_host *host, const memra_options *opts);
 
 /* "memra.bench" v1 */
 memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_error *err);
@@ -167,14 +170,20 @@ typedef struct mc_weights {
     memra_plan plan;
     uint32_t refs;
     uint64_t bytes;
+    /* The upload (cuda_weights.cu): bytes read from the model's source, staging held at most,
+     * seconds the chunked reads and copies took. */
+    uint64_t load_bytes, load_staging;
+    double load_s;
     mc_stage_weights stages[MEMRA_MAX_STAGES][MEMRA_MAX_RANKS];
     struct mc_weights *next;
 } mc_weights;
 
 /* A bump allocator over one device arena (sizes rounded to 256 bytes). */
+typedef struct mc_uploads mc_uploads;
 typedef struct mc_bump {
     char *base;
     uint64_t used, size;
+    mc_uploads *up; /* with a real arena: the matrices queued for the chunked upload */
 } mc_bump;
 
 static inline void *mc_take(mc_bump *b, uint64_t bytes) {

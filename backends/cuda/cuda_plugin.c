@@ -69,6 +69,7 @@ static const memra_backend_vtable mc_vtable = {
     .memory = mc_memory,
     .extension = mc_extension,
     .resolve_options = mc_resolve_options,
+    .streams_weights = mc_streams_weights,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {

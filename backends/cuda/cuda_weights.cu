@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
@@ -23,6 +24,7 @@
 #include "memra/options.h"
 #include "memra/plugin.h"
 #include "memra/quant.h"
+#include "memra/source.h"
 #include "memra/status.h"
 
 static pthread_mutex_t mc_weights_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -99,6 +101,278 @@ static float mc_host_elem(const memra_weight *w, uint64_t i) {
         return blk[i % be];
     }
     }
+}
+
+/* ---- the chunked upload ----
+ * The real layout pass queues every matrix (mc_upload: its output rows, where each comes from in
+ * the model's source, its device planes); mc_upload_run cuts them into jobs of whole output rows
+ * (at most MC_LOAD_CHUNK bytes read and staged each, unless one row needs more) and hands them to
+ * memra_source_read_jobs: reader threads pread (or copy, for a model in memory) each job's source
+ * rows into a pinned buffer, lay them out (Q8_0 split in quants and scales, the legacy and
+ * K-quant repacks of gemv_quant.h, a tensor-parallel rank's columns) into a second pinned buffer
+ * where needed, and cudaMemcpyAsync them on the thread's stream while the next job is read. Host
+ * memory: MC_LOAD_THREADS x MC_LOAD_SLOTS x (read + staged buffer), whatever the model's size. */
+#define MC_LOAD_CHUNK ((uint64_t)8 << 20)
+#define MC_LOAD_SLOTS 2u
+#define MC_LOAD_THREADS_MAX 8u
+
+typedef struct mc_upload {
+    uint32_t n; /* sources, stacked in order (interleave: rows alternate between two) */
+    bool interleave, fam;
+    uint32_t type;
+    uint64_t r0[3], nr[3], src_off[3]; /* rows of each source; its row 0's offset in the source */
+    uint64_t rows, cols;               /* output rows, and columns of each */
+    uint64_t src_row_bytes, col_off;   /* a source row's bytes; the columns' first byte in it */
+    uint64_t stride, aux_row;          /* bytes an output row takes in the data and aux planes */
+    char *d_data, *d_aux;
+    const char *name;
+} mc_upload;
+
+struct mc_uploads {
+    const memra_source *src;
+    mc_upload *v;
+    uint64_t n, cap;
+};
+
+static memra_status mc_uploads_push(mc_uploads *up, const mc_upload *u, memra_error *err) {
+    if (up->n == up->cap) {
+        uint64_t cap = up->cap ? up->cap * 2 : 64;
+        mc_upload *v = (mc_upload *)realloc(up->v, cap * sizeof *v);
+        if (!v)
+            return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory queueing the upload");
+        up->v = v;
+        up->cap = cap;
+    }
+    up->v[up->n++] = *u;
+    return MEMRA_OK;
+}
+
+/* Output rows [i0, i1) of upload `task`. */
+typedef struct mc_job {
+    uint64_t task, i0, i1;
+} mc_job;
+
+/* Whether an upload's source rows are its device rows byte for byte (F32/F16/BF16, whole rows,
+ * unpadded, not interleaved): then the read buffer is copied as it is. */
+static bool mc_upload_plain(const mc_upload *u) {
+    return !u->fam && u->type != MEMRA_TYPE_Q8_0 && !u->interleave && u->col_off == 0 &&
+           u->stride == u->src_row_bytes;
+}
+
+/* The job's spans: each source's rows among output rows [i0, i1), whole source rows. */
+static void mc_job_spans(const mc_upload *u, uint64_t i0, uint64_t i1, memra_read_job *job) {
+    job->n_spans = 0;
+    if (u->interleave) { /* i0, i1 even: rows r0 + i0/2 .. r0 + i1/2 of both */
+        for (uint32_t k = 0; k < 2; k++)
+            job->spans[job->n_spans++] = {u->src_off[k] + (u->r0[k] + i0 / 2) * u->src_row_bytes,
+                                          (i1 - i0) / 2 * u->src_row_bytes};
+        return;
+    }
+    uint64_t base = 0;
+    for (uint32_t k = 0; k < u->n; base += u->nr[k], k++) {
+        uint64_t lo = i0 > base ? i0 : base, hi = i1 < base + u->nr[k] ? i1 : base + u->nr[k];
+        if (lo < hi)
+            job->spans[job->n_spans++] = {u->src_off[k] + (u->r0[k] + lo - base) * u->src_row_bytes,
+                                          (hi - lo) * u->src_row_bytes};
+    }
+}
+
+typedef struct mc_loader_thread {
+    cudaStream_t stream;
+    cudaEvent_t ev[MC_LOAD_SLOTS];
+    uint8_t *stage[MC_LOAD_SLOTS];
+} mc_loader_thread;
+
+typedef struct mc_loader {
+    int32_t device;
+    const mc_uploads *up;
+    const mc_job *jobs;
+    size_t stage_bytes;
+    mc_loader_thread th[MC_LOAD_THREADS_MAX];
+} mc_loader;
+
+static memra_status mc_load_begin(void *ctx, uint32_t t, memra_error *err) {
+    mc_loader *L = (mc_loader *)ctx;
+    mc_loader_thread *th = &L->th[t];
+    cudaError_t e = cudaSetDevice(L->device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&th->stream, cudaStreamNonBlocking);
+    for (uint32_t i = 0; i < MC_LOAD_SLOTS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&th->ev[i], cudaEventDisableTiming);
+    return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "a stream of the weight upload");
+}
+
+static void mc_load_end(void *ctx, uint32_t t) {
+    mc_loader *L = (mc_loader *)ctx;
+    mc_loader_thread *th = &L->th[t];
+    if (th->stream)
+        cudaStreamSynchronize(th->stream);
+    for (uint32_t i = 0; i < MC_LOAD_SLOTS; i++) {
+        if (th->ev[i])
+            cudaEventDestroy(th->ev[i]);
+        if (th->stage[i])
+            cudaFreeHost(th->stage[i]);
+    }
+    if (th->stream)
+        cudaStreamDestroy(th->stream);
+}
+
+static void *mc_load_alloc(void *ctx, uint32_t t, uint32_t slot, size_t bytes) {
+    (void)ctx, (void)t, (void)slot;
+    void *p = NULL;
+    return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void mc_load_free(void *ctx, uint32_t t, uint32_t slot, void *p) {
+    (void)ctx, (void)t, (void)slot;
+    cudaFreeHost(p);
+}
+
+static memra_status mc_load_wait(void *ctx, uint32_t t, uint32_t slot, memra_error *err) {
+    cudaError_t e = cudaEventSynchronize(((mc_loader *)ctx)->th[t].ev[slot]);
+    return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading weights (cudaMemcpyAsync)");
+}
+
+/* Lays out output rows [i0, i1) from the source rows in `raw` into the data plane at dp and the
+ * aux plane at ap (Q8_0's scales, a family's aux), as the kernels read them. */
+static void mc_lay_rows(const mc_upload *u, uint64_t i0, uint64_t i1, const uint8_t *raw, uint8_t *dp, uint8_t *ap) {
+    const uint64_t nb = i1 - i0, half = nb / 2;
+    for (uint64_t j = 0; j < nb; j++) {
+        const uint64_t at = u->interleave ? ((j & 1) * half + j / 2) : j; /* the source row's place in raw */
+        const uint8_t *sp = raw + at * u->src_row_bytes + u->col_off;
+        uint8_t *d = dp + j * u->stride, *a = ap + j * u->aux_row;
+        if (u->fam) {
+            if (mc_ll_is(u->type))
+                mc_qrepack_legacy(u->type, sp, u->cols, d, a);
+            else
+                mc_qrepack_kquant(u->type, sp, u->cols, d, u->aux_row ? a : NULL);
+        } else if (u->type != MEMRA_TYPE_Q8_0) {
+            memcpy(d, sp, u->cols * mc_type_elem_bytes(u->type));
+        } else {
+            for (uint64_t bk = 0; bk < u->cols / 32; bk++) {
+                const uint8_t *b = sp + bk * MEMRA_Q8_0_BLOCK_BYTES;
+                memcpy(a + bk * 2, b, 2);
+                memcpy(d + bk * 32, b + 2, 32);
+            }
+        }
+    }
+}
+
+static memra_status mc_load_consume(void *ctx, uint32_t t, uint32_t slot, const memra_read_job *job, void *buf,
+                                    memra_error *err) {
+    mc_loader *L = (mc_loader *)ctx;
+    mc_loader_thread *th = &L->th[t];
+    const mc_job *jb = (const mc_job *)job->user;
+    const mc_upload *u = &L->up->v[jb->task];
+    const uint64_t nb = jb->i1 - jb->i0;
+    cudaError_t e;
+    if (mc_upload_plain(u)) {
+        e = cudaMemcpyAsync(u->d_data + jb->i0 * u->stride, buf, nb * u->stride, cudaMemcpyHostToDevice, th->stream);
+    } else {
+        if (!th->stage[slot]) {
+            void *p = NULL;
+            if (cudaHostAlloc(&p, L->stage_bytes, cudaHostAllocDefault) != cudaSuccess)
+                return memra_fail(err, MEMRA_E_NOMEM, "cuda: no pinned host memory for a %.1f MiB upload buffer",
+                                  L->stage_bytes / 1048576.0);
+            th->stage[slot] = (uint8_t *)p;
+        }
+        uint8_t *dp = th->stage[slot], *ap = dp + nb * u->stride;
+        /* Whatever a layout leaves unwritten (rows padded to 16 bytes) uploads as zeros, as before. */
+        memset(dp, 0, nb * (u->stride + u->aux_row));
+        mc_lay_rows(u, jb->i0, jb->i1, (const uint8_t *)buf, dp, ap);
+        e = cudaMemcpyAsync(u->d_data + jb->i0 * u->stride, dp, nb * u->stride, cudaMemcpyHostToDevice, th->stream);
+        if (e == cudaSuccess && u->aux_row && u->d_aux)
+            e = cudaMemcpyAsync(u->d_aux + jb->i0 * u->aux_row, ap, nb * u->aux_row, cudaMemcpyHostToDevice,
+                                th->stream);
+    }
+    if (e == cudaSuccess)
+        e = cudaEventRecord(th->ev[slot], th->stream);
+    if (e != cudaSuccess) {
+        char what[200];
+        snprintf(what, sizeof what, "uploading weight matrix '%s' (cudaMemcpyAsync)", u->name ? u->name : "?");
+        return mc_cuda_fail(err, e, what);
+    }
+    return MEMRA_OK;
+}
+
+/* Runs the queued uploads of one stage and rank onto `device`. */
+static memra_status mc_upload_run(const mc_uploads *up, int32_t device, mc_weights *w, memra_error *err) {
+    uint64_t n_jobs = 0, slot_bytes = 1, stage_bytes = 0;
+    for (uint64_t k = 0; k < up->n; k++) { /* how many jobs, and the largest buffers they need */
+        const mc_upload *u = &up->v[k];
+        const uint64_t g = u->interleave ? 2 : 1, per = u->src_row_bytes > u->stride + u->aux_row
+                                                            ? u->src_row_bytes
+                                                            : u->stride + u->aux_row;
+        uint64_t nb = MC_LOAD_CHUNK / per / g * g;
+        if (nb < g)
+            nb = g;
+        n_jobs += (u->rows + nb - 1) / nb;
+        const uint64_t rows = nb < u->rows ? nb : u->rows;
+        if (rows * u->src_row_bytes > slot_bytes)
+            slot_bytes = rows * u->src_row_bytes;
+        if (!mc_upload_plain(u) && rows * (u->stride + u->aux_row) > stage_bytes)
+            stage_bytes = rows * (u->stride + u->aux_row);
+    }
+    mc_job *jobs = (mc_job *)calloc(n_jobs ? n_jobs : 1, sizeof *jobs);
+    memra_read_job *rj = (memra_read_job *)calloc(n_jobs ? n_jobs : 1, sizeof *rj);
+    if (!jobs || !rj) {
+        free(jobs);
+        free(rj);
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory planning the upload");
+    }
+    uint64_t j = 0;
+    for (uint64_t k = 0; k < up->n; k++) {
+        const mc_upload *u = &up->v[k];
+        const uint64_t g = u->interleave ? 2 : 1, per = u->src_row_bytes > u->stride + u->aux_row
+                                                            ? u->src_row_bytes
+                                                            : u->stride + u->aux_row;
+        uint64_t nb = MC_LOAD_CHUNK / per / g * g;
+        if (nb < g)
+            nb = g;
+        for (uint64_t i0 = 0; i0 < u->rows; i0 += nb, j++) {
+            jobs[j] = {k, i0, i0 + nb < u->rows ? i0 + nb : u->rows};
+            mc_job_spans(u, jobs[j].i0, jobs[j].i1, &rj[j]);
+            rj[j].user = &jobs[j];
+        }
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t threads = cpus < 2 ? 2u : cpus > (long)MC_LOAD_THREADS_MAX ? MC_LOAD_THREADS_MAX : (uint32_t)cpus;
+    mc_loader *L = (mc_loader *)calloc(1, sizeof *L);
+    if (!L) {
+        free(jobs);
+        free(rj);
+        return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory planning the upload");
+    }
+    L->device = device;
+    L->up = up;
+    L->jobs = jobs;
+    L->stage_bytes = (size_t)stage_bytes;
+    memra_reader_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_threads = threads;
+    cfg.n_slots = MC_LOAD_SLOTS;
+    cfg.slot_bytes = (size_t)slot_bytes;
+    cfg.ctx = L;
+    cfg.thread_begin = mc_load_begin;
+    cfg.thread_end = mc_load_end;
+    cfg.slot_alloc = mc_load_alloc;
+    cfg.slot_free = mc_load_free;
+    cfg.slot_wait = mc_load_wait;
+    cfg.consume = mc_load_consume;
+    memra_reader_stats stats;
+    memset(&stats, 0, sizeof stats);
+    memra_status st = memra_source_read_jobs(up->src, rj, n_jobs, &cfg, &stats, err);
+    if (st == MEMRA_OK) {
+        w->load_bytes += stats.bytes_read;
+        w->load_s += stats.seconds;
+        uint64_t held = stats.buffer_bytes + (uint64_t)threads * MC_LOAD_SLOTS * stage_bytes;
+        if (held > w->load_staging)
+            w->load_staging = held;
+    }
+    free(L);
+    free(jobs);
+    free(rj);
+    return st;
 }
 
 /* A source of an upload: rows [r0, r0 + nr) of a weight (nr 0: every row). */
@@ -179,56 +453,31 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
     void *const s_dev = type == MEMRA_TYPE_Q8_0 ? (void *)out->scales : out->aux;
     if (!bump->base)
         return MEMRA_OK;
-
-    uint8_t *host = (uint8_t *)calloc(1, q_bytes + s_bytes);
-    if (!host)
-        return memra_fail(err, MEMRA_E_NOMEM, "cuda: no host memory to stage %llu bytes of '%s'",
-                          (unsigned long long)(q_bytes + s_bytes), src[0]->name);
-    uint8_t *hs = host + q_bytes;
-    uint64_t r = 0;
-    const uint64_t bb = blk ? memra_quant_block_bytes(type) : 0;
-    const uint64_t src_row_bytes = blk ? full_cols / blk * bb : full_cols * eb;
-    const uint64_t col_off = blk ? c0 / blk * bb : c0 * eb;
-    for (uint64_t i = 0; i < rows; i++, r++) {
-        const memra_weight *w;
-        uint64_t sr;
-        if (interleave) {
-            w = src[i & 1];
-            sr = r0[i & 1] + i / 2;
-        } else {
-            uint32_t k = 0;
-            sr = i;
-            while (sr >= nr[k])
-                sr -= nr[k++];
-            w = src[k];
-            sr += r0[k];
-        }
-        const uint8_t *sp = (const uint8_t *)w->data + sr * src_row_bytes + col_off;
-        uint8_t *dp = host + r * stride;
-        if (fam) {
-            if (mc_ll_is(type))
-                mc_qrepack_legacy(type, sp, cols, dp, hs + r * aux_row);
-            else
-                mc_qrepack_kquant(type, sp, cols, dp, aux_row ? hs + r * aux_row : NULL);
-            continue;
-        }
-        if (type != MEMRA_TYPE_Q8_0) {
-            memcpy(dp, sp, cols * eb);
-            continue;
-        }
-        for (uint64_t bk = 0; bk < cols / 32; bk++) {
-            const uint8_t *blk = sp + bk * MEMRA_Q8_0_BLOCK_BYTES;
-            memcpy(hs + (r * (cols / 32) + bk) * 2, blk, 2);
-            memcpy(dp + bk * 32, blk + 2, 32);
-        }
+    /* Queued: mc_upload_run reads the source rows in chunks and lays them out on the way. */
+    mc_upload u;
+    memset(&u, 0, sizeof u);
+    u.n = n;
+    u.interleave = interleave;
+    u.fam = fam;
+    u.type = type;
+    u.rows = rows;
+    u.cols = cols;
+    u.src_row_bytes = blk ? full_cols / blk * memra_quant_block_bytes(type) : full_cols * eb;
+    u.col_off = blk ? c0 / blk * memra_quant_block_bytes(type) : c0 * eb;
+    u.stride = stride;
+    u.aux_row = type == MEMRA_TYPE_Q8_0 ? cols / 32 * 2 : fam ? aux_row : 0;
+    u.d_data = (char *)out->data;
+    u.d_aux = (char *)s_dev;
+    u.name = src[0]->name;
+    for (uint32_t i = 0; i < n; i++) {
+        u.r0[i] = r0[i];
+        u.nr[i] = nr[i];
+        if (!bump->up || !bump->up->src ||
+            !memra_source_offset_of(bump->up->src, src[i]->data, src[i]->n_bytes, &u.src_off[i]))
+            return memra_fail(err, MEMRA_E_INTERNAL, "cuda: tensor '%s' does not lie in the model's bytes",
+                              src[i]->name);
     }
-    cudaError_t e = cudaMemcpy(out->data, host, q_bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && s_bytes)
-        e = cudaMemcpy(s_dev, hs, s_bytes, cudaMemcpyHostToDevice);
-    free(host);
-    if (e != cudaSuccess)
-        return mc_cuda_fail(err, e, "uploading a weight matrix (cudaMemcpy)");
-    return MEMRA_OK;
+    return mc_uploads_push(bump->up, &u, err);
 }
 
 /* Matrices fused on upload (q, k, v stacked; gate and up interleaved): one upload when they share
@@ -487,7 +736,7 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
             st = memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory");
             break;
         }
-        mc_bump size = {NULL, 0, 0};
+        mc_bump size = {NULL, 0, 0, NULL};
         if ((st = mc_stage_layout(m, plan, s, r, &size, sw, err)))
             break;
         cudaError_t e = cudaSetDevice(sw->device);
@@ -514,8 +763,16 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
             sw->arena = NULL;
             break;
         }
-        mc_bump real = {(char *)sw->arena, 0, size.used};
-        if ((st = mc_stage_layout(m, plan, s, r, &real, sw, err)))
+        mc_uploads up = {m->source, NULL, 0, 0};
+        mc_bump real = {(char *)sw->arena, 0, size.used, &up};
+        if (!m->source)
+            st = memra_fail(err, MEMRA_E_INVALID, "cuda: the model has no source of its bytes (memra_model.source)");
+        if (!st)
+            st = mc_stage_layout(m, plan, s, r, &real, sw, err);
+        if (!st)
+            st = mc_upload_run(&up, sw->device, w, err);
+        free(up.v);
+        if (st)
             break;
         /* cudaMemcpy from pageable memory may return before its DMA lands, and the states'
          * non-blocking streams do not wait for the legacy stream: finish the upload here. */
@@ -536,6 +793,11 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
     *out = w;
     pthread_mutex_unlock(&mc_weights_lock);
     return MEMRA_OK;
+}
+
+bool mc_streams_weights(const memra_host *host, const memra_options *opts) {
+    (void)host, (void)opts;
+    return true;
 }
 
 void mc_weights_release(mc_weights *w) {

@@ -236,6 +236,25 @@ static memra_status read_prefill(memra_arm *a, const memra_host *host, memra_err
     return MEMRA_OK;
 }
 
+static bool backend_streams(const memra_backend_vtable *vt, const memra_host *host, const memra_options *opts) {
+    return MEMRA_HAS_MEMBER(vt, memra_backend_vtable, streams_weights) && vt->streams_weights &&
+           vt->streams_weights(host, opts);
+}
+
+memra_status memra_arm_streams_weights(memra_registry *r, const char *arm_text, bool *streams, memra_error *err) {
+    if (!streams || !r || !arm_text)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_streams_weights: NULL argument");
+    *streams = false;
+    char backend[MEMRA_BACKEND_NAME_MAX];
+    memra_options opts;
+    const memra_plugin *p = NULL;
+    if (memra_arm_parse(arm_text, backend, &opts, NULL) != MEMRA_OK ||
+        memra_registry_load(r, backend, MEMRA_PLUGIN_BACKEND, &p, NULL) != MEMRA_OK || !p || !p->backend)
+        return MEMRA_OK;
+    *streams = backend_streams(p->backend, memra_registry_host(r), &opts);
+    return MEMRA_OK;
+}
+
 memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text, const char *label,
                             const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_arm **out,
                             memra_error *err) {
@@ -305,6 +324,13 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     st = resolve(a, host, err);
     if (st != MEMRA_OK)
         goto fail;
+    if (m->streamed && !backend_streams(a->vt, host, &a->opts)) {
+        st = memra_fail(err, MEMRA_E_INVALID,
+                        "backend '%s' reads the weights from host memory, but the model was opened streamed "
+                        "(its matrices are not in memory): open it whole (an arm list whose every arm streams)",
+                        a->backend_name);
+        goto fail;
+    }
     st = a->vt->open(host, m, &a->plan, &a->opts, &a->backend, err);
     if (st != MEMRA_OK)
         goto fail;

@@ -21,6 +21,7 @@
 
 #include "memra/fileio.h"
 #include "memra/gguf.h"
+#include "memra/source.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "memra reads GGUF (little-endian) by plain loads: a big-endian host needs byte swaps here"
@@ -36,33 +37,6 @@
 #define GGUF_MIN_STRING_BYTES 8u
 #define GGUF_MIN_ARRAY_BYTES 12u
 
-/* ---- metadata type tables (the tensor types are core/src/tensor_type.c) ---- */
-
-const char *memra_gguf_type_name(uint32_t type) {
-    static const char *const names[MEMRA_GGUF_TYPE_COUNT] = {
-        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
-        "bool",  "string", "array",  "uint64", "int64",  "float64",
-    };
-    return type < MEMRA_GGUF_TYPE_COUNT ? names[type] : "unknown";
-}
-
-uint64_t memra_gguf_scalar_size(uint32_t type) {
-    switch (type) {
-    case MEMRA_GGUF_UINT8:
-    case MEMRA_GGUF_INT8:
-    case MEMRA_GGUF_BOOL: return 1;
-    case MEMRA_GGUF_UINT16:
-    case MEMRA_GGUF_INT16: return 2;
-    case MEMRA_GGUF_UINT32:
-    case MEMRA_GGUF_INT32:
-    case MEMRA_GGUF_FLOAT32: return 4;
-    case MEMRA_GGUF_UINT64:
-    case MEMRA_GGUF_INT64:
-    case MEMRA_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* ---- the handle ---- */
 
 /* Open-addressing table from a name to index + 1 (0 = empty slot). */
@@ -76,6 +50,13 @@ struct memra_gguf {
     const uint8_t *base;
     uint64_t size;
     bool mapped; /* base is our anonymous mapping holding the file's bytes, to munmap at close */
+    /* Streamed (memra_gguf_open_streamed): base is a reservation of the file's size, readable only
+     * where populate() read the file's bytes into it (the metadata, vectors, padding); the rest
+     * is PROT_NONE and read through `source`. */
+    bool streamed;
+    uint64_t prefix;         /* streamed: bytes [0, prefix) are populated (the metadata, growing) */
+    uint64_t resident_bytes; /* streamed: bytes read into the reservation */
+    memra_source *source;    /* the file (streamed) or the bytes in memory */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;
@@ -148,6 +129,7 @@ void memra_gguf_close(memra_gguf *g) {
     free(g->tensor_index.slots);
     if (g->mapped)
         munmap((void *)g->base, g->size);
+    memra_source_close(g->source);
     free(g->path);
     free(g);
 }
@@ -160,6 +142,7 @@ typedef struct cursor {
     uint64_t pos;
     const char *path;
     memra_error *err;
+    memra_gguf *g;       /* streamed: the handle whose reservation the cursor populates */
     memra_status status; /* of the last failure, for callers that pass no memra_error */
     /* What the parse allocates, counted against what memory allows (UINT64_MAX: no bound known):
      * the metadata costs more in memory than in the file (an array of short strings: 8 bytes a
@@ -188,10 +171,49 @@ cur_fail(cursor *c, memra_status status, const char *fmt, ...) {
 
 static uint64_t cur_left(const cursor *c) { return c->size - c->pos; }
 
+/* Streamed: reads file bytes [at, at + n), rounded out to pages, into the reservation, which is
+ * readable there from then on (and only there). */
+static memra_status populate(memra_gguf *g, uint64_t at, uint64_t n, memra_error *err) {
+    if (!g->streamed || n == 0)
+        return MEMRA_OK;
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t a = at / page * page, b = (at + n + page - 1) / page * page; /* at + n <= size < 2^63 */
+    if (b > g->size)
+        b = g->size;
+    uint8_t *p = (uint8_t *)g->base + a;
+    uint64_t len = b - a;
+    if (mprotect(p, (size_t)len, PROT_READ | PROT_WRITE) != 0)
+        return memra_fail(err, MEMRA_E_NOMEM, "%s: cannot make room for %" PRIu64 " bytes of the file: %s", g->path,
+                          len, strerror(errno));
+    memra_status st = memra_source_read(g->source, a, len, p, err);
+    mprotect(p, (size_t)len, PROT_READ); /* read-only from here; failure changes nothing */
+    g->resident_bytes += len;
+    return st;
+}
+
+/* Streamed: bytes [0, end) of the metadata are in memory (the prefix grows by doubling). */
+static bool cur_have(cursor *c, uint64_t end) {
+    memra_gguf *g = c->g;
+    if (!g || !g->streamed || end <= g->prefix)
+        return true;
+    uint64_t want = g->prefix * 2 > end ? g->prefix * 2 : end;
+    if (want < ((uint64_t)64 << 10))
+        want = (uint64_t)64 << 10;
+    if (want > g->size)
+        want = g->size;
+    memra_status st = populate(g, g->prefix, want - g->prefix, c->err);
+    if (st != MEMRA_OK) {
+        c->status = st;
+        return false;
+    }
+    g->prefix = want;
+    return true;
+}
+
 /* Fails unless n bytes are left; `what` names the field being read. */
 static bool cur_need(cursor *c, uint64_t n, const char *what) {
     if (n <= cur_left(c))
-        return true;
+        return cur_have(c, c->pos + n);
     cur_fail(c, MEMRA_E_FORMAT,
              "%s: truncated in %s: need %" PRIu64 " bytes at offset %" PRIu64 ", only %" PRIu64
              " left (file size %" PRIu64 ")",
@@ -227,6 +249,8 @@ static bool cur_str(cursor *c, memra_gguf_str *out, const char *what) {
                  c->path, what, len, at, cur_left(c));
         return false;
     }
+    if (!cur_have(c, c->pos + len))
+        return false;
     out->ptr = (const char *)c->base + c->pos;
     out->len = len;
     c->pos += len;
@@ -392,6 +416,8 @@ static bool read_array(cursor *c, memra_gguf_value *out, const char *key, unsign
     out->v.arr.data = NULL;
     out->v.arr.items = NULL;
     if (elem_type != MEMRA_GGUF_STRING && elem_type != MEMRA_GGUF_ARRAY) {
+        if (!cur_have(c, c->pos + count * min_elem))
+            return false;
         const uint8_t *p = c->base + c->pos;
         if (elem_type == MEMRA_GGUF_BOOL) {
             for (uint64_t i = 0; i < count; i++) {
@@ -620,6 +646,11 @@ static int cmp_by_offset(const void *a, const void *b) {
 /* Padding must be zero: a non-zero byte where the format puts padding is data that no tensor or
  * key accounts for. */
 static memra_status zero_bytes(cursor *c, uint64_t at, uint64_t n, const char *what) {
+    if (c->g && c->g->streamed && at + n > c->g->prefix) {
+        memra_status st = populate(c->g, at, n, c->err);
+        if (st != MEMRA_OK)
+            return st;
+    }
     for (uint64_t i = 0; i < n; i++)
         if (c->base[at + i] != 0)
             return memra_fail(c->err, MEMRA_E_FORMAT,
@@ -708,7 +739,7 @@ static memra_status place_tensors(cursor *c, memra_gguf *g) {
 }
 
 static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
-    cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err, .budget = UINT64_MAX};
+    cursor c = {.base = g->base, .size = g->size, .pos = 0, .path = g->path, .err = err, .g = g, .budget = UINT64_MAX};
     memra_status st = parse_header(&c, g);
     if (st != MEMRA_OK)
         return st;
@@ -734,7 +765,22 @@ static memra_status gguf_parse(memra_gguf *g, memra_error *err) {
     for (uint64_t i = 0; i < n_tensors; i++)
         if ((st = parse_tensor_info(&c, g, i)) != MEMRA_OK)
             return st;
-    return place_tensors(&c, g);
+    if ((st = place_tensors(&c, g)) != MEMRA_OK)
+        return st;
+    /* Streamed: the vectors (norms, biases, rope factors) are read now; the matrices stay in the
+     * file for a backend to read through the source. */
+    for (uint64_t i = 0; g->streamed && i < g->n_tensors; i++)
+        if (memra_gguf_tensor_resident(g, &g->tensors[i]) &&
+            (st = populate(g, g->data_offset + g->tensors[i].offset, g->tensors[i].n_bytes, err)) != MEMRA_OK)
+            return st;
+    return MEMRA_OK;
+}
+
+bool memra_gguf_tensor_resident(const memra_gguf *g, const memra_gguf_tensor *t) {
+    if (!g->streamed)
+        return true;
+    bool vector = t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1;
+    return t->n_bytes <= MEMRA_GGUF_STREAM_SMALL || (vector && t->n_bytes <= MEMRA_GGUF_STREAM_VECTOR);
 }
 
 static memra_status gguf_new(const char *name, memra_gguf **out, memra_error *err) {
@@ -762,7 +808,8 @@ memra_status memra_gguf_open_memory(const void *data, size_t size, const char *n
         return st;
     g->base = data;
     g->size = size;
-    if ((st = gguf_parse(g, err)) != MEMRA_OK) {
+    if ((st = memra_source_open_memory(data, size, g->path, &g->source, err)) != MEMRA_OK ||
+        (st = gguf_parse(g, err)) != MEMRA_OK) {
         memra_gguf_close(g);
         return st;
     }
@@ -856,7 +903,8 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
     g->base = data;
     g->size = (uint64_t)sb.st_size;
     g->mapped = true;
-    if ((st = gguf_parse(g, err)) != MEMRA_OK)
+    if ((st = memra_source_open_memory(data, g->size, path, &g->source, err)) != MEMRA_OK ||
+        (st = gguf_parse(g, err)) != MEMRA_OK)
         goto err_free;
     *out = g;
     return MEMRA_OK;
@@ -868,7 +916,52 @@ err_free:
     return st;
 }
 
+memra_status memra_gguf_open_streamed(const char *path, memra_gguf **out, memra_error *err) {
+    if (!out || !path)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_gguf_open_streamed: path or out is NULL");
+    *out = NULL;
+    memra_gguf *g = NULL;
+    memra_status st = gguf_new(path, &g, err);
+    if (st != MEMRA_OK)
+        return st;
+    if ((st = memra_source_open_file(path, &g->source, err)) != MEMRA_OK)
+        goto err_free;
+    g->size = memra_source_size(g->source);
+    if (g->size == 0) {
+        st = memra_fail(err, MEMRA_E_FORMAT, "%s: truncated in the header (magic): the file is empty", path);
+        goto err_free;
+    }
+    if (g->size > (uint64_t)SIZE_MAX / 2) {
+        st = memra_fail(err, MEMRA_E_NOMEM, "%s: %" PRIu64 " bytes do not fit in this process's address space", path,
+                        g->size);
+        goto err_free;
+    }
+    /* Address space only: no page of it is backed until populate() reads the file into it. */
+    void *res = mmap(NULL, (size_t)g->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (res == MAP_FAILED) {
+        st = memra_fail(err, MEMRA_E_NOMEM, "%s: cannot reserve %" PRIu64 " bytes of address space: %s", path, g->size,
+                        strerror(errno));
+        goto err_free;
+    }
+    g->base = res;
+    g->mapped = true;
+    g->streamed = true;
+    memra_source_set_base(g->source, res);
+    if ((st = gguf_parse(g, err)) != MEMRA_OK || (st = memra_source_check(g->source, err)) != MEMRA_OK)
+        goto err_free;
+    *out = g;
+    return MEMRA_OK;
+
+err_free:
+    memra_gguf_close(g);
+    return st;
+}
+
 /* ---- accessors ---- */
+
+bool memra_gguf_streamed(const memra_gguf *g) { return g->streamed; }
+uint64_t memra_gguf_resident_bytes(const memra_gguf *g) { return g->streamed ? g->resident_bytes : g->size; }
+const memra_source *memra_gguf_source(const memra_gguf *g) { return g->source; }
 
 const char *memra_gguf_path(const memra_gguf *g) { return g->path; }
 uint32_t memra_gguf_version(const memra_gguf *g) { return g->version; }
@@ -897,104 +990,4 @@ const memra_gguf_tensor *memra_gguf_find_tensor(const memra_gguf *g, const char 
         return NULL;
     uint64_t i = name_table_find(&g->tensor_index, name, tensor_name_at, g, NULL);
     return i ? &g->tensors[i - 1] : NULL;
-}
-
-/* ---- typed getters ---- */
-
-/* Describes a value's type for messages: "uint32", "array of string". */
-static void describe_type(const memra_gguf_value *v, char *buf, size_t n) {
-    if (v->type == MEMRA_GGUF_ARRAY)
-        snprintf(buf, n, "array of %s", memra_gguf_type_name(v->v.arr.elem_type));
-    else
-        snprintf(buf, n, "%s", memra_gguf_type_name(v->type));
-}
-
-static memra_status find_key(const memra_gguf *g, const char *key, const memra_gguf_value **v, memra_error *err) {
-    *v = memra_gguf_find(g, key);
-    if (!*v)
-        return memra_fail(err, MEMRA_E_FORMAT, "%s: missing key '%s'", g ? g->path : "<null>", key ? key : "<null>");
-    return MEMRA_OK;
-}
-
-static memra_status wrong_type(const memra_gguf *g, const char *key, const memra_gguf_value *v, const char *expected,
-                               memra_error *err) {
-    char got[64];
-    describe_type(v, got, sizeof got);
-    return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' has type %s, expected %s", g->path, key, got, expected);
-}
-
-memra_status memra_gguf_get_u64(const memra_gguf *g, const char *key, uint64_t *out, memra_error *err) {
-    const memra_gguf_value *v;
-    memra_status st = find_key(g, key, &v, err);
-    if (st != MEMRA_OK)
-        return st;
-    switch (v->type) {
-    case MEMRA_GGUF_UINT8:
-    case MEMRA_GGUF_UINT16:
-    case MEMRA_GGUF_UINT32:
-    case MEMRA_GGUF_UINT64: *out = v->v.u64; return MEMRA_OK;
-    case MEMRA_GGUF_INT8:
-    case MEMRA_GGUF_INT16:
-    case MEMRA_GGUF_INT32:
-    case MEMRA_GGUF_INT64:
-        if (v->v.i64 < 0)
-            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRId64 ", expected a nonnegative integer",
-                              g->path, key, v->v.i64);
-        *out = (uint64_t)v->v.i64;
-        return MEMRA_OK;
-    default: return wrong_type(g, key, v, "an unsigned integer", err);
-    }
-}
-
-memra_status memra_gguf_get_u32(const memra_gguf *g, const char *key, uint32_t *out, memra_error *err) {
-    uint64_t x;
-    memra_status st = memra_gguf_get_u64(g, key, &x, err);
-    if (st != MEMRA_OK)
-        return st;
-    if (x > UINT32_MAX)
-        return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %" PRIu64 ", which does not fit in 32 bits", g->path,
-                          key, x);
-    *out = (uint32_t)x;
-    return MEMRA_OK;
-}
-
-memra_status memra_gguf_get_f32(const memra_gguf *g, const char *key, float *out, memra_error *err) {
-    const memra_gguf_value *v;
-    memra_status st = find_key(g, key, &v, err);
-    if (st != MEMRA_OK)
-        return st;
-    if (v->type != MEMRA_GGUF_FLOAT32 && v->type != MEMRA_GGUF_FLOAT64)
-        return wrong_type(g, key, v, "float32 or float64", err);
-    if (v->v.f64 > FLT_MAX || v->v.f64 < -FLT_MAX) /* infinities pass; a finite value out of range would be UB */
-        if (v->v.f64 != INFINITY && v->v.f64 != -INFINITY)
-            return memra_fail(err, MEMRA_E_FORMAT, "%s: key '%s' is %g, which does not fit in float32", g->path, key,
-                              v->v.f64);
-    *out = (float)v->v.f64;
-    return MEMRA_OK;
-}
-
-memra_status memra_gguf_get_str(const memra_gguf *g, const char *key, memra_gguf_str *out, memra_error *err) {
-    const memra_gguf_value *v;
-    memra_status st = find_key(g, key, &v, err);
-    if (st != MEMRA_OK)
-        return st;
-    if (v->type != MEMRA_GGUF_STRING)
-        return wrong_type(g, key, v, "string", err);
-    *out = v->v.str;
-    return MEMRA_OK;
-}
-
-memra_status memra_gguf_get_array(const memra_gguf *g, const char *key, memra_gguf_type elem_type,
-                                  const memra_gguf_array **out, memra_error *err) {
-    const memra_gguf_value *v;
-    memra_status st = find_key(g, key, &v, err);
-    if (st != MEMRA_OK)
-        return st;
-    if (v->type != MEMRA_GGUF_ARRAY || v->v.arr.elem_type != elem_type) {
-        char expected[64];
-        snprintf(expected, sizeof expected, "array of %s", memra_gguf_type_name(elem_type));
-        return wrong_type(g, key, v, expected, err);
-    }
-    *out = &v->v.arr;
-    return MEMRA_OK;
 }

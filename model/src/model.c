@@ -569,6 +569,11 @@ static memra_status bind3(describe_ctx *c, const char *name, dim_expect cols, di
     if (vector && ((uintptr_t)t->data % sizeof(float)) != 0)
         return memra_fail(c->err, MEMRA_E_FORMAT, "%s: tensor '%s' is not aligned to 4 bytes in the file", c->path,
                           name);
+    if (vector && !memra_gguf_tensor_resident(c->g, t)) /* streamed: vectors are read on the host */
+        return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
+                          "%s: vector '%s' has %" PRIu64 " bytes, more than a streamed load keeps in memory (%" PRIu64
+                          ")",
+                          c->path, name, t->n_bytes, MEMRA_GGUF_STREAM_VECTOR);
     w->name = t->name;
     w->data = t->data;
     w->type = t->type;
@@ -831,6 +836,8 @@ memra_status memra_model_describe(const memra_gguf *g, memra_model **out, memra_
         return memra_fail(err, MEMRA_E_NOMEM, "%s: out of memory for the model description", memra_gguf_path(g));
     describe_ctx c = {.g = g, .path = memra_gguf_path(g), .err = err, .m = m};
     m->gguf = g;
+    m->source = memra_gguf_source(g);
+    m->streamed = memra_gguf_streamed(g);
     memra_status st;
     if ((st = read_arch(&c)) != MEMRA_OK || (st = read_name(&c)) != MEMRA_OK || (st = read_hparams(&c)) != MEMRA_OK ||
         (st = read_vocab(&c)) != MEMRA_OK)

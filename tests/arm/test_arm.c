@@ -755,3 +755,100 @@ Test(arm, prefill_checks) {
     memra_arm_state_free(s);
     memra_arm_close(a);
 }
+
+/* ---- issue 27: streamed models ----------------------------------------------------------- */
+
+#include <unistd.h>
+
+#include "memra/runtime.h"
+
+/* A tiny F32 model written to a private file; its path in buf. */
+static void tiny_file(char *buf, size_t n) {
+    char dir[] = "/tmp/memra-armstream-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(buf, n, "%s/tiny.gguf", dir);
+    memra_synth_spec spec = {.preset = "tiny", .type = MEMRA_TYPE_F32, .seed = 1};
+    memra_error err = {0};
+    cr_assert_eq(memra_synth_write_file(&spec, buf, &err), MEMRA_OK, "%s", err.msg);
+}
+
+static void tiny_file_remove(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    unlink(path);
+    *strrchr(dir, '/') = '\0';
+    rmdir(dir);
+}
+
+/* The cpu backend reads its weights through their data pointers: it does not stream, nor does a
+ * backend built before the member existed (laxold); an arm of it on a streamed model is refused
+ * naming the reason, and opens on the same file read whole (the control). */
+Test(arm, streamed_model_refuses_a_backend_that_does_not_stream) {
+    memra_error err = {0};
+    bool streams = true;
+    cr_assert_eq(memra_arm_streams_weights(fx.reg, "cpu:threads=2", &streams, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_not(streams);
+    streams = true;
+    cr_assert_eq(memra_arm_streams_weights(fx.reg, "laxold", &streams, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_not(streams, "a backend built before streams_weights reads data pointers");
+    streams = true;
+    cr_assert_eq(memra_arm_streams_weights(fx.reg, "nosuchbackend", &streams, &err), MEMRA_OK);
+    cr_assert_not(streams);
+
+    char path[4096];
+    tiny_file(path, sizeof path);
+    memra_loaded_model *lm = NULL;
+    cr_assert_eq(memra_model_load_mode(path, NULL, 0, 1, MEMRA_LOAD_STREAMED, &lm, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert(lm->streamed && lm->model->streamed);
+    memra_arm *a = NULL;
+    cr_assert_eq(memra_arm_open(fx.reg, lm->model, "cpu", NULL, NULL, 0, &a, &err), MEMRA_E_INVALID);
+    cr_assert(strstr(err.msg, "opened streamed"), "%s", err.msg);
+    memra_model_unload(lm);
+
+    cr_assert_eq(memra_model_load_mode(path, NULL, 0, 1, MEMRA_LOAD_WHOLE, &lm, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_not(lm->model->streamed);
+    cr_assert_eq(memra_arm_open(fx.reg, lm->model, "cpu", NULL, NULL, 0, &a, &err), MEMRA_OK, "%s", err.msg);
+    memra_arm_close(a);
+    memra_model_unload(lm);
+    tiny_file_remove(path);
+}
+
+/* The cpu arm keeps its guarantee: the file read whole, a rewrite or truncation of it on disk
+ * during the run changes no logit (the same steps before and after agree bit for bit). */
+Test(arm, cpu_arm_unchanged_by_the_file_changing) {
+    char path[4096];
+    tiny_file(path, sizeof path);
+    memra_error err = {0};
+    memra_loaded_model *lm = NULL;
+    cr_assert_eq(memra_model_load_mode(path, NULL, 0, 1, MEMRA_LOAD_WHOLE, &lm, &err), MEMRA_OK, "%s", err.msg);
+    memra_arm *a = NULL;
+    cr_assert_eq(memra_arm_open(fx.reg, lm->model, "cpu:threads=2", NULL, NULL, 0, &a, &err), MEMRA_OK, "%s",
+                 err.msg);
+    const uint32_t V = lm->model->n_vocab;
+    float *l1 = malloc(V * sizeof *l1), *l2 = malloc(V * sizeof *l2);
+    cr_assert(l1 && l2);
+    for (int pass = 0; pass < 2; pass++) {
+        memra_arm_state *s = new_state(a, 8);
+        for (int64_t t = 1; t <= 3; t++) {
+            memra_step_args args = {.struct_size = sizeof args, .token = t, .want_logits = true};
+            cr_assert_eq(memra_arm_step_begin(s, &args, &err), MEMRA_OK, "%s", err.msg);
+            memra_step_result r = {.struct_size = sizeof r};
+            cr_assert_eq(memra_arm_step_end(s, pass ? l2 : l1, &r, &err), MEMRA_OK, "%s", err.msg);
+        }
+        memra_arm_state_free(s);
+        if (pass == 0) { /* rewrite every byte, then cut the file */
+            FILE *f = fopen(path, "r+b");
+            cr_assert_not_null(f);
+            for (long i = 0; i < 1 << 20; i++)
+                fputc(0x7f, f);
+            cr_assert_eq(fclose(f), 0);
+            cr_assert_eq(truncate(path, 100), 0);
+        }
+    }
+    cr_assert_eq(memcmp(l1, l2, V * sizeof *l1), 0, "the cpu arm's logits changed with the file on disk");
+    free(l1);
+    free(l2);
+    memra_arm_close(a);
+    memra_model_unload(lm);
+    tiny_file_remove(path);
+}

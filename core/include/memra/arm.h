@@ -56,6 +56,12 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
                             memra_error *err);
 /* Closes the backend. Every state of the arm must have been freed first. NULL is a no-op. */
 void memra_arm_close(memra_arm *a);
+/* Before the model is loaded: *streams = true when the arm's backend reads its matrices through
+ * the model's source (its vtable's streams_weights says so for the arm's options), so the model
+ * may be opened streamed (memra_gguf_open_streamed). An arm that does not parse, or whose plugin
+ * is missing, gives false and MEMRA_OK: memra_arm_open reports it later. An arm opened on a
+ * streamed model whose backend does not stream is refused (MEMRA_E_INVALID). */
+memra_status memra_arm_streams_weights(memra_registry *r, const char *arm_text, bool *streams, memra_error *err);
 
 const char *memra_arm_text(const memra_arm *a);                     /* as given */
 const char *memra_arm_label(const memra_arm *a);                    /* as given to open, or "" */

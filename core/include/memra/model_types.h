@@ -156,6 +156,17 @@ typedef struct memra_model {
     /* n_layer mixture-of-experts FFNs when n_expert > 0, else NULL (outside memra_layer, whose
      * shape ABI 1 froze). */
     memra_layer_moe *moe;
+
+    /* ---- appended (issue 27): where the tensor bytes come from ----
+     * source (memra/source.h): the model's file or its bytes in memory; its base is the address
+     * the data pointers above are relative to (memra_source_offset_of gives a tensor's offset).
+     * streamed: the model was opened without its tensor data in memory (memra_gguf_open_streamed):
+     * only the vectors (rows == 1) can be read through their data pointers; a matrix's bytes must
+     * be read through the source (memra_source_read, memra_source_read_jobs). An arm is opened on a
+     * streamed model only when its backend declares that it reads them so (the backend vtable's
+     * streams_weights). NULL and false for a model described by an older libmemra-model. */
+    const struct memra_source *source;
+    bool streamed;
 } memra_model;
 
 /* MEMRA_E_UNSUPPORTED naming the tensor and its type unless the type is one memra computes with:

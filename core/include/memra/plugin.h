@@ -491,6 +491,14 @@ typedef struct memra_backend_vtable {
      * definition). */
     memra_status (*step_chunk)(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
                                memra_error *err);
+    /* Whether the backend, with the arm's options, reads every matrix's bytes through the model's
+     * source (memra_model.source, memra/source.h) and only vectors (rows == 1) through their data
+     * pointers: then a tool whose arms all say so opens the model streamed (memra_model.streamed:
+     * the matrices are never in host memory; a GPU backend reads them from the file in chunks
+     * while it uploads). Called before the model is loaded. May be NULL: the backend reads data
+     * pointers, so the whole file is read into memory (and an arm of it on a streamed model is
+     * refused). */
+    bool (*streams_weights)(const memra_host *host, const memra_options *opts);
 } memra_backend_vtable;
 
 /* ------------------------------------------------------------------------------------------ */

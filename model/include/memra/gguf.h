@@ -8,6 +8,8 @@
  * tensors and nothing else: padding is zero and shorter than the alignment everywhere, so a file
  * whose n_tensors, offsets or alignment were edited is refused instead of read as another
  * model. Only regular files are opened (a FIFO or a device is refused before anything blocks).
+ * memra_gguf_open_streamed validates the same way while reading only the metadata, the padding
+ * and the vectors: the matrices stay in the file, read through memra/source.h (issue 27).
  *
  * The writer builds metadata and tensor infos in memory; tensor data comes either from a buffer
  * or from a callback that fills rows in chunks, so a model larger than memory can be streamed
@@ -20,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memra/source.h"
 #include "memra/status.h"
 #include "memra/tensor_type.h" /* the tensor types (core: part of the plugin ABI) */
 
@@ -107,13 +110,34 @@ memra_status memra_gguf_open(const char *path, memra_gguf **out, memra_error *er
  * Used for models built in memory and by the fuzzer. */
 memra_status memra_gguf_open_memory(const void *data, size_t size, const char *name, memra_gguf **out,
                                     memra_error *err);
+/* Opens and validates a GGUF file without reading its tensor data: the handle keeps the file
+ * open (memra/source.h: its identity is checked at every read) and reserves address space of the
+ * file's size, into which it reads only the metadata, the padding it validates and the resident
+ * tensors (memra_gguf_tensor_resident: vectors, small tensors). Every data pointer still lies
+ * inside "the mapping" (memra_gguf_file_data), but the bytes of a tensor that is not resident are
+ * not there (the pages are inaccessible): read them through memra_gguf_source. For a backend that
+ * uploads its weights to a device in chunks, so the file never sits whole in host memory. */
+memra_status memra_gguf_open_streamed(const char *path, memra_gguf **out, memra_error *err);
 void memra_gguf_close(memra_gguf *g);
+
+/* A streamed handle keeps in memory the tensors of at most MEMRA_GGUF_STREAM_SMALL bytes and the
+ * vectors (ne[1..3] all 1) of at most MEMRA_GGUF_STREAM_VECTOR. */
+#define MEMRA_GGUF_STREAM_SMALL ((uint64_t)64 << 10)
+#define MEMRA_GGUF_STREAM_VECTOR ((uint64_t)64 << 20)
+bool memra_gguf_streamed(const memra_gguf *g);
+/* Whether t's bytes are in memory at t->data (always, unless streamed). */
+bool memra_gguf_tensor_resident(const memra_gguf *g, const memra_gguf_tensor *t);
+/* Bytes of the file held in memory (the file size unless streamed). */
+uint64_t memra_gguf_resident_bytes(const memra_gguf *g);
+/* Where the file's bytes are read from: the file (streamed) or the bytes in memory; its base is
+ * memra_gguf_file_data, so memra_source_offset_of(tensor data) is the tensor's file offset. */
+const struct memra_source *memra_gguf_source(const memra_gguf *g);
 
 const char *memra_gguf_path(const memra_gguf *g);
 uint32_t memra_gguf_version(const memra_gguf *g);
 uint32_t memra_gguf_alignment(const memra_gguf *g);
 uint64_t memra_gguf_file_size(const memra_gguf *g);
-const void *memra_gguf_file_data(const memra_gguf *g); /* the whole mapping */
+const void *memra_gguf_file_data(const memra_gguf *g); /* the whole mapping (streamed: partly readable) */
 uint64_t memra_gguf_data_offset(const memra_gguf *g);  /* start of the data section in the file */
 
 uint64_t memra_gguf_kv_count(const memra_gguf *g);
