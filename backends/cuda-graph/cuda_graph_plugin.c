@@ -40,6 +40,8 @@ static const memra_backend_vtable cg_vtable = {
     .memory = cg_memory,
     .extension = cg_extension,
     .resolve_options = cg_resolve_options,
+    .prefill_chunk = cg_prefill_chunk,
+    .step_chunk = cg_step_chunk,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
@@ -49,6 +51,7 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .kind = MEMRA_PLUGIN_BACKEND,
     .version = "0.1.0",
     .description = "full-token CUDA graph capture (once per state) and replay at any position, on the cuda plugin's "
-                   "kernels",
+                   "kernels; prefill chunks as the cuda plugin's, one graph per chunk count (the full chunk and the "
+                   "tail: at most two per state)",
     .backend = &cg_vtable,
 };
