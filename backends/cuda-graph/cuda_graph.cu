@@ -26,10 +26,21 @@ struct memra_backend {
     const memra_cuda_graph_ext_v1 *ext;
 };
 
+/* A captured prefill chunk body of one count. */
+typedef struct cg_chunk_graph {
+    uint32_t count; /* 0: empty */
+    uint64_t used;  /* the state's chunk counter at its last replay (the older one is replaced) */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+} cg_chunk_graph;
+#define CG_CHUNK_GRAPHS 2u /* the full chunk and the tail: at most two graphs of chunks per state */
+
 struct memra_state {
     memra_state *inner;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    cg_chunk_graph chunk[CG_CHUNK_GRAPHS];
+    uint64_t chunks;
     bool sampled; /* the captured configuration */
     memra_sample_cfg cfg;
     uint64_t captures, replays;
@@ -101,6 +112,14 @@ void cg_close(memra_backend *b) {
     free(b);
 }
 
+static void cg_drop_chunk(cg_chunk_graph *g) {
+    if (g->exec)
+        cudaGraphExecDestroy(g->exec);
+    if (g->graph)
+        cudaGraphDestroy(g->graph);
+    memset(g, 0, sizeof *g);
+}
+
 static void cg_drop_graph(memra_state *s) {
     if (s->exec)
         cudaGraphExecDestroy(s->exec);
@@ -113,7 +132,12 @@ static void cg_drop_graph(memra_state *s) {
 /* Before the cuda plugin's watchdog aborts the state's communicators: the graph goes first (a
  * captured NCCL operation keeps its communicator until the graph is destroyed, and NCCL's abort
  * waits for that; an exec still running is freed when it ends, which the abort then brings). */
-static void cg_before_abort(void *arg) { cg_drop_graph((memra_state *)arg); }
+static void cg_before_abort(void *arg) {
+    memra_state *s = (memra_state *)arg;
+    cg_drop_graph(s);
+    for (uint32_t k = 0; k < CG_CHUNK_GRAPHS; k++)
+        cg_drop_chunk(&s->chunk[k]);
+}
 
 memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_inflight, memra_state **out,
                           memra_error *err) {
@@ -137,9 +161,12 @@ memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
 void cg_state_free(memra_backend *b, memra_state *s) {
     if (!s)
         return;
-    if (s->exec && cudaSetDevice(b->ext->device(b->inner, s->inner)) == cudaSuccess)
+    if ((s->exec || s->chunk[0].exec || s->chunk[1].exec) &&
+        cudaSetDevice(b->ext->device(b->inner, s->inner)) == cudaSuccess)
         cudaStreamSynchronize((cudaStream_t)b->ext->stream(b->inner, s->inner));
     cg_drop_graph(s);
+    for (uint32_t k = 0; k < CG_CHUNK_GRAPHS; k++)
+        cg_drop_chunk(&s->chunk[k]);
     b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
     free(s);
 }
@@ -206,6 +233,96 @@ memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_ar
 
 memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
     return b->cv->step_end(b->inner, s->inner, logits, out, err);
+}
+
+/* ---- prefill chunks ------------------------------------------------------------------------- */
+
+/* The cuda plugin's best chunk for the arm's keys (1 where it has no chunks). */
+uint32_t cg_prefill_chunk(const memra_host *host, const memra_options *opts) {
+    const memra_backend_vtable *cv;
+    memra_error err;
+    if (cg_cuda(host, &cv, &err) || !MEMRA_HAS_MEMBER(cv, memra_backend_vtable, prefill_chunk) || !cv->prefill_chunk)
+        return 1;
+    return cv->prefill_chunk(host, opts);
+}
+
+/* The graph of a chunk of `count` rows: the one captured for it, or a capture into the slot used
+ * least recently (so a state holds at most CG_CHUNK_GRAPHS, the full chunk and the latest tail). */
+static memra_status cg_chunk_exec(memra_backend *b, memra_state *s, uint32_t count, cg_chunk_graph **out,
+                                  memra_error *err) {
+    cg_chunk_graph *g = NULL;
+    for (uint32_t k = 0; k < CG_CHUNK_GRAPHS; k++)
+        if (s->chunk[k].count == count && s->chunk[k].exec)
+            g = &s->chunk[k];
+    if (!g) {
+        g = &s->chunk[0];
+        for (uint32_t k = 1; k < CG_CHUNK_GRAPHS; k++)
+            if (s->chunk[k].used < g->used)
+                g = &s->chunk[k];
+        cg_drop_chunk(g);
+        cudaStream_t q = (cudaStream_t)b->ext->stream(b->inner, s->inner);
+        cudaError_t e = cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal);
+        if (e != cudaSuccess)
+            return cg_cuda_fail(b, s, err, e, "cudaStreamBeginCapture (prefill chunk)");
+        memra_status st = b->ext->chunk_body(b->inner, s->inner, count, err);
+        cudaGraph_t graph = NULL;
+        e = cudaStreamEndCapture(q, &graph); /* always ends the capture, also after a failed body */
+        if (st) {
+            if (graph)
+                cudaGraphDestroy(graph);
+            return st;
+        }
+        if (e != cudaSuccess)
+            return cg_cuda_fail(b, s, err, e, "cudaStreamEndCapture (prefill chunk)");
+        g->graph = graph;
+        if ((e = cudaGraphInstantiate(&g->exec, graph, 0)) != cudaSuccess) {
+            g->exec = NULL;
+            cg_drop_chunk(g);
+            return cg_cuda_fail(b, s, err, e, "cudaGraphInstantiate (prefill chunk)");
+        }
+        g->count = count;
+        s->captures++;
+    }
+    g->used = ++s->chunks;
+    *out = g;
+    return MEMRA_OK;
+}
+
+/* A chunk: through a captured graph of its count where the cuda plugin's chunk kernels serve the
+ * state, else as single graph steps (unsampled, the last one's logits). */
+memra_status cg_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                           memra_error *err) {
+    const memra_cuda_graph_ext_v1 *x = b->ext;
+    if (!MEMRA_HAS_MEMBER(x, memra_cuda_graph_ext_v1, chunk_finish) || !x->chunk_native(b->inner, s->inner)) {
+        if (!tokens || count == 0)
+            return memra_fail(err, MEMRA_E_INVALID, "cuda-graph: a prefill chunk of %u positions, with tokens", count);
+        for (uint32_t j = 0; j < count; j++) {
+            memra_step_args a;
+            memset(&a, 0, sizeof a);
+            a.struct_size = sizeof a;
+            a.token = tokens[j];
+            a.want_logits = logits != NULL && j + 1 == count;
+            memra_status st = cg_step_begin(b, s, &a, err);
+            if (!st)
+                st = cg_step_end(b, s, a.want_logits ? logits : NULL, NULL, err);
+            if (st) {
+                x->quarantine(b->inner, s->inner, err ? err->msg : "a step of a prefill chunk failed");
+                return st;
+            }
+        }
+        return MEMRA_OK;
+    }
+    memra_status st = x->chunk_prepare(b->inner, s->inner, tokens, count, err);
+    if (st)
+        return st;
+    cg_chunk_graph *g = NULL;
+    if ((st = cg_chunk_exec(b, s, count, &g, err)))
+        return st;
+    cudaError_t e = cudaGraphLaunch(g->exec, (cudaStream_t)x->stream(b->inner, s->inner));
+    if (e != cudaSuccess)
+        return cg_cuda_fail(b, s, err, e, "cudaGraphLaunch (prefill chunk)");
+    s->replays++;
+    return x->chunk_finish(b->inner, s->inner, count, logits, err);
 }
 
 memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err) {

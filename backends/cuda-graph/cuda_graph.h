@@ -21,6 +21,9 @@ memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
 void cg_state_free(memra_backend *b, memra_state *s);
 memra_status cg_step_begin(memra_backend *b, memra_state *s, const memra_step_args *args, memra_error *err);
 memra_status cg_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err);
+uint32_t cg_prefill_chunk(const memra_host *host, const memra_options *opts);
+memra_status cg_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                           memra_error *err);
 memra_status cg_digest(memra_backend *b, memra_state *s, memra_digest_kind kind, uint8_t out[32], memra_error *err);
 memra_status cg_state_restore(memra_backend *b, memra_state *dst, const memra_state *src, memra_error *err);
 uint32_t cg_state_position(memra_backend *b, const memra_state *s);

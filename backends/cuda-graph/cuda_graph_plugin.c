@@ -50,6 +50,8 @@ static const memra_backend_vtable cg_vtable = {
     .extension = cg_extension,
     .resolve_options = cg_resolve_options,
     .streams_weights = cg_streams_weights,
+    .prefill_chunk = cg_prefill_chunk,
+    .step_chunk = cg_step_chunk,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
@@ -59,6 +61,7 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .kind = MEMRA_PLUGIN_BACKEND,
     .version = "0.1.0",
     .description = "full-token CUDA graph capture (once per state) and replay at any position, on the cuda plugin's "
-                   "kernels",
+                   "kernels; prefill chunks as the cuda plugin's, one graph per chunk count (the full chunk and the "
+                   "tail: at most two per state)",
     .backend = &cg_vtable,
 };

@@ -477,7 +477,7 @@ __device__ __forceinline__ void mc_atc_load_tile(float *ks, float *vs, const flo
     mc_cp_async_commit();
 }
 
-template <uint32_t HD, uint32_t G>
+template <uint32_t HD, uint32_t G, bool CH = false> /* CH: a prefill chunk's rows (attention_chunk) */
 __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     attention_decode_cluster(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, float *out,
                              const int32_t *pos) {
@@ -495,17 +495,25 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
-    const int32_t p = *pos; /* written by the commit of an earlier step: ordered before the qkv GEMV */
+    /* CH: row blockIdx.z of a chunk, at position *pos + row, whose k and v rows (every row's of
+     * the chunk) attention_chunk_append has written: all of [w0, p] comes from the cache, none
+     * from the block (no `skip`, no new row); everything else is the decode step's at p */
+    const int32_t p = *pos + (CH ? (int32_t)blockIdx.z : 0); /* written by the commit of an earlier step */
+    if (CH) {
+        qkv += (size_t)blockIdx.z * ((a.n_head + 2 * a.n_kv) * HD);
+        out += (size_t)blockIdx.z * (a.n_head * HD);
+    }
+    const uint32_t skip = CH ? 0xffffffffu : (uint32_t)p;
     const uint32_t npos = (uint32_t)p + 1, w0 = mc_att_window_start(a, npos);
     const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
     const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
-    const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
+    const bool has_new = !CH && p0 <= (uint32_t)p && (uint32_t)p < p1;
     const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
     const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
     /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
     for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
         const uint32_t t0 = p0 + j * T;
-        mc_atc_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), (uint32_t)p);
+        mc_atc_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), skip);
     }
     mc_atc_cs<HD> cs;
     mc_atc_rope_prep<HD>(cs, a, p, gl);
@@ -548,17 +556,17 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         if (j >= 1 && j + 1 < n_tiles) {
             const uint32_t tn = p0 + (j + 1) * T;
             mc_atc_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn, min(T, p1 - tn),
-                                 (uint32_t)p);
+                                 skip);
         }
         const float *ks = kt + b * T * HD, *vs = vt + b * T * HD;
         /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
         for (uint32_t base = 2 * warp; base < nt; base += 2 * NG) {
             const uint32_t ta = base + (grp & 1), tb = ta + NG;
             const bool va = ta < nt, vbl = tb < nt;
-            const float *ka = t0 + ta == (uint32_t)p ? kn : ks + (va ? ta : 0) * HD;
-            const float *kb2 = t0 + tb == (uint32_t)p ? kn : ks + (vbl ? tb : 0) * HD;
-            const float *va_row = t0 + ta == (uint32_t)p ? vn : vs + (va ? ta : 0) * HD;
-            const float *vb_row = t0 + tb == (uint32_t)p ? vn : vs + (vbl ? tb : 0) * HD;
+            const float *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
+            const float *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
+            const float *va_row = t0 + ta == skip ? vn : vs + (va ? ta : 0) * HD;
+            const float *vb_row = t0 + tb == skip ? vn : vs + (vbl ? tb : 0) * HD;
             float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
             mc_atc_load<HD>(kxa, ka, gl);
             mc_atc_load<HD>(kxb, kb2, gl);
@@ -672,6 +680,32 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     }
 }
 
+/* ---- a prefill chunk: the KV rows of every row, then every row's attention ---------------- */
+
+/* One warp per (kv head g, row j of the chunk): the k and v rows at position *pos + j, computed
+ * exactly as attention_decode_cluster's block that holds the new row computes them (warp 0: both
+ * 16-lane groups, the k norm, the lane's RoPE angles, group 0 writes), into the cache. */
+template <uint32_t HD>
+__global__ void __launch_bounds__(32)
+    attention_chunk_append(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, const int32_t *pos) {
+    constexpr uint32_t DPL = HD / 16;
+    const uint32_t g = blockIdx.x, j = blockIdx.y, lane = threadIdx.x, gl = lane & 15;
+    const int32_t p = *pos + (int32_t)j;
+    const float *q = qkv + (size_t)j * ((a.n_head + 2 * a.n_kv) * HD);
+    mc_atc_cs<HD> cs;
+    mc_atc_rope_prep<HD>(cs, a, p, gl);
+    float kv[1][DPL], vv[DPL];
+    mc_atc_load<HD>(kv[0], q + (size_t)a.n_head * HD + (size_t)g * HD, gl);
+    mc_atc_load<HD>(vv, q + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
+    if (a.k_norm)
+        mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
+    mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
+    if (lane < 16) {
+        mc_atc_store<HD>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+        mc_atc_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+    }
+}
+
 /* ---- launch ------------------------------------------------------------------------------- */
 
 /* Whether attention_decode_cluster serves these shapes. */
@@ -710,12 +744,17 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
                      : (G) == 4 ? F(128, 4)                                                                            \
                                 : F(128, 8)))
 #define MC_ATC_FN(HD, G) ((const void *)attention_decode_cluster<HD, G>)
+#define MC_ATC_FN_CH(HD, G) ((const void *)attention_decode_cluster<HD, G, true>)
 /* Every cluster instantiation once (F(kernel)). */
 // clang-format off
 #define MC_ATC_EACH(F) \
     F(MC_ATC_FN(32, 1)) F(MC_ATC_FN(32, 2)) F(MC_ATC_FN(32, 4)) F(MC_ATC_FN(32, 8)) \
     F(MC_ATC_FN(64, 1)) F(MC_ATC_FN(64, 2)) F(MC_ATC_FN(64, 4)) F(MC_ATC_FN(64, 8)) \
     F(MC_ATC_FN(128, 1)) F(MC_ATC_FN(128, 2)) F(MC_ATC_FN(128, 4)) F(MC_ATC_FN(128, 8))
+#define MC_ATC_EACH_CH(F) \
+    F(MC_ATC_FN_CH(32, 1)) F(MC_ATC_FN_CH(32, 2)) F(MC_ATC_FN_CH(32, 4)) F(MC_ATC_FN_CH(32, 8)) \
+    F(MC_ATC_FN_CH(64, 1)) F(MC_ATC_FN_CH(64, 2)) F(MC_ATC_FN_CH(64, 4)) F(MC_ATC_FN_CH(64, 8)) \
+    F(MC_ATC_FN_CH(128, 1)) F(MC_ATC_FN_CH(128, 2)) F(MC_ATC_FN_CH(128, 4)) F(MC_ATC_FN_CH(128, 8))
 // clang-format on
 
 /* The largest dynamic shared memory of any cluster instantiation. */
@@ -745,6 +784,7 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
     if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
         return e;
         MC_ATC_EACH(MC_ATC_SET)
+        MC_ATC_EACH_CH(MC_ATC_SET)
 #undef MC_ATC_SET
         mc_atc_smem_ready[dev] = 1;
         return cudaSuccess;
@@ -832,18 +872,64 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
     return mc_att_tiled_launch<0>(c, a, qkv, k_cache, v_cache, out, pos, st);
 }
 
+/* A prefill chunk of M rows at positions *pos .. *pos + M - 1 (cuda_kernels.h): where the cluster
+ * path serves the shapes, attention_chunk_append (every row's k and v into the cache), then one
+ * cluster launch with the rows over the grid's z (each row the decode step's split at its own
+ * position); cudaErrorNotSupported elsewhere (the caller then runs the decode launches row by
+ * row). Plain stream order (no programmatic launch): the second kernel reads what the first
+ * wrote before its own wait. */
+cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                               float *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st) {
+    if (mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv) != MC_ATT_PATH_CLUSTER || M == 0 || M > 65535)
+        return cudaErrorNotSupported;
+    const uint32_t G = a->n_head / a->n_kv;
+    cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    const dim3 ag(a->n_kv, M);
+    if (a->hd == 32)
+        attention_chunk_append<32><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
+    else if (a->hd == 64)
+        attention_chunk_append<64><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
+    else
+        attention_chunk_append<128><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    const void *fn = MC_ATC_DISPATCH(a->hd, G, MC_ATC_FN_CH);
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv, M);
+    cfg.blockDim = dim3(32 * MC_ATC_WARPS);
+    cfg.dynamicSmemBytes = (size_t)mc_atc_smem_floats(G, a->hd) * 4;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos};
+    e = cudaLaunchKernelExC(&cfg, fn, args);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 cudaError_t mc_attention_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_attention_family(const void *f) {
     static const struct {
         const void *func;
         const char *family;
-    } table[] = {{(const void *)attention_decode_cluster_tiled<128>, "attention"},
-                 {(const void *)attention_decode_cluster_tiled<64>, "attention"},
-                 {(const void *)attention_decode_cluster_tiled<0>, "attention"},
+    } table[] = {
+        {(const void *)attention_decode_cluster_tiled<128>, "attention"},
+        {(const void *)attention_decode_cluster_tiled<64>, "attention"},
+        {(const void *)attention_decode_cluster_tiled<0>, "attention"},
 #define MC_ATC_ROW(fn) {fn, "attention"},
-                 MC_ATC_EACH(MC_ATC_ROW)
+        MC_ATC_EACH(MC_ATC_ROW) MC_ATC_EACH_CH(MC_ATC_ROW)
 #undef MC_ATC_ROW
+            {(const void *)attention_chunk_append<32>, "attention"},
+        {(const void *)attention_chunk_append<64>, "attention"},
+        {(const void *)attention_chunk_append<128>, "attention"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -36,6 +36,10 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
 /* The cuda backends read every matrix through the model's source (vectors through their data
  * pointers), whatever the arm: cuda_weights.cu's chunked upload. */
 bool mc_streams_weights(const memra_host *host, const memra_options *opts);
+/* prefill (cuda_chunk.cu) */
+uint32_t mc_prefill_chunk(const memra_host *host, const memra_options *opts);
+memra_status mc_step_chunk(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count, float *logits,
+                           memra_error *err);
 
 /* "memra.bench" v1 */
 memra_status mc_device_name(memra_backend *b, char *buf, size_t size, memra_error *err);
@@ -60,6 +64,11 @@ int32_t mc_ext_device(memra_backend *b, memra_state *s);
 void mc_quarantine(memra_backend *b, memra_state *s, const char *why);
 const char *mc_kernel_family(const void *func);
 void mc_on_abort(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg);
+bool mc_chunk_native(memra_backend *b, memra_state *s);
+memra_status mc_chunk_prepare(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count,
+                              memra_error *err);
+memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, memra_error *err);
+memra_status mc_chunk_finish(memra_backend *b, memra_state *s, uint32_t count, float *logits, memra_error *err);
 
 /* "memra.ops" v1 (memra/ext.h; cuda_taps.cu) */
 memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
@@ -246,6 +255,7 @@ struct memra_backend {
     const memra_op_binding *op_gemv[64]; /* by weight type */
     bool any_op;
     mc_taps *taps; /* non-NULL during a tapped step only (memra.ops): one host branch per op */
+    uint32_t prefill; /* the arm's prefill chunk (the core key, resolved at open): step_chunk's largest count */
 };
 
 typedef struct mc_stage_state {
@@ -322,6 +332,7 @@ struct memra_state {
     memra_state *next;                        /* the backend's live states */
     mc_slot slots[MC_MAX_INFLIGHT];
     void *pinned;
+    struct mc_chunk_buf *chunk; /* a prefill chunk's buffers (cuda_chunk.cu), made by its first chunk */
     mc_stage_state st[MEMRA_MAX_STAGES][MEMRA_MAX_RANKS]; /* [stage][rank] */
 };
 
@@ -347,6 +358,10 @@ void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *
 const char *mc_device_label(int32_t dev, char *buf, size_t n);
 memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc_weights **out, memra_error *err);
 void mc_weights_release(mc_weights *w);
+
+/* cuda_chunk.cu */
+memra_status mc_read_prefill(const memra_options *opts, uint32_t *out, memra_error *err);
+void mc_chunk_free(memra_state *s);
 
 /* cuda_stages.cu */
 memra_status mc_enable_peer(int to, int from, memra_error *err);

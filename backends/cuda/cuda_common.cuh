@@ -133,6 +133,7 @@ const char *mc_sampler_family(const void *func);
 const char *mc_digest_family(const void *func);
 const char *mc_token_family(const void *func);
 const char *mc_op_glue_family(const void *func);
+const char *mc_chunk_family(const void *func);
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);
@@ -144,6 +145,11 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);
+/* The column parts (KS) of a GEMV of `rows` rows: the float row-group kernels' (gemv.cu) and the
+ * integer Q8_0 kernel's (gemv_q8.cu); a function of the row count alone. The chunk kernels
+ * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */
+uint32_t mc_gemv_ksplit(uint32_t rows);
+uint32_t mc_q8x_ksplit(uint32_t rows);
 /* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
 cudaError_t mc_gemv_legacy_prepare(void);
 

@@ -114,6 +114,21 @@ typedef struct memra_cuda_graph_ext_v1 {
      * graph there: a captured NCCL operation holds its communicator until the graph that captured
      * it is destroyed, and NCCL's abort waits for that. NULL fn: none. */
     void (*on_abort)(memra_backend *b, memra_state *s, void (*fn)(void *arg), void *arg);
+    /* Appended (test with MEMRA_HAS_MEMBER): a prefill chunk (the vtable's step_chunk) in three
+     * parts, so cuda-graph can capture the body once per count. chunk_native: whether the chunk
+     * kernels serve this state (one stage, one rank, no op plugins, no post norms); where not, a
+     * chunk runs as single steps. chunk_prepare: the checks of step_chunk (quarantine, steps in
+     * flight, count within 1..prefill, capacity, tokens), the chunk's buffers (made once per
+     * state, outside any capture) and the tokens into device memory, on stage 0's stream.
+     * chunk_body: the chunk's kernels on stage 0's stream (no host sync, no host branch on the
+     * position: capturable, and replayable at any position for the same count), the commit and
+     * the head on the last row. chunk_finish: the logits read back (when logits is not NULL), the
+     * wait, and the host mirrors advanced by count. */
+    bool (*chunk_native)(memra_backend *b, memra_state *s);
+    memra_status (*chunk_prepare)(memra_backend *b, memra_state *s, const int64_t *tokens, uint32_t count,
+                                  memra_error *err);
+    memra_status (*chunk_body)(memra_backend *b, memra_state *s, uint32_t count, memra_error *err);
+    memra_status (*chunk_finish)(memra_backend *b, memra_state *s, uint32_t count, float *logits, memra_error *err);
 } memra_cuda_graph_ext_v1;
 
 #ifdef __cplusplus

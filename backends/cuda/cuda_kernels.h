@@ -162,6 +162,34 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
 cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
                                float *v_cache, float *out, const int32_t *pos, cudaStream_t st);
 
+/* ---- a prefill chunk (step_chunk): M consecutive positions, each row decode's bits ---------- */
+
+/* The GEMV of M rows of x (row t at x + t * ldx; its residual at residual + t * ldr, may be y;
+ * its output at y + t * ldy), each row's output bit-identical to mc_gemv (glu 0) or mc_gemv_glu
+ * (glu MC_GLU_SILU, MC_GLU_GELU) of that row alone under the same c: F32/F16/BF16 and Q8_0 (on
+ * the float or the integer path, as mc_gemv picks) run the chunk kernels of chunk_gemv.cu (the
+ * decode kernel's lanes, chunk order, tree and epilogue for every element; each weight chunk
+ * loaded once for 8 rows of x); every other type runs mc_gemv row by row. scratch: at least
+ * mc_gemv_chunk_scratch_bytes(cols, M) bytes of device memory, 256-aligned. */
+int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w);
+uint64_t mc_gemv_chunk_scratch_bytes(uint32_t max_cols, uint32_t M);
+cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
+                          float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
+                          int glu, uint32_t M, void *scratch, cudaStream_t st);
+/* The attention of M rows at positions *pos .. *pos + M - 1 (qkv and out: M rows of the decode
+ * step's), where mc_attention_path is MC_ATT_PATH_CLUSTER: every row's k and v into the cache,
+ * then every row's attention with the decode step's split at its own position, bit-identical to
+ * M decode steps. cudaErrorNotSupported on the other paths (run mc_attention_fused or
+ * mc_rope_kv + mc_attention per row then, with the row's position from mc_chunk_positions). */
+cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
+                               float *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
+/* Row j of x (ld floats apart) = mc_embed of tokens[j], j < M (one launch for F32/F16/BF16/Q8_0). */
+cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
+                          cudaStream_t st);
+/* pos_rows[j] = *pos + j (j < M); and the chunk's commit, *pos += M. */
+cudaError_t mc_chunk_positions(const int32_t *pos, int32_t *pos_rows, uint32_t M, cudaStream_t st);
+cudaError_t mc_chunk_commit(int32_t *pos, uint32_t M, cudaStream_t st);
+
 /* *pos += 1 (the commit of a stage's step). */
 cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
 /* One thread that sleeps `us` microseconds on the stream (the stall_us= fault injection). */

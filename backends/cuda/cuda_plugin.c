@@ -24,6 +24,10 @@ static const memra_cuda_graph_ext_v1 mc_graph_ext = {
     .quarantine = mc_quarantine,
     .kernel_family = mc_kernel_family,
     .on_abort = mc_on_abort,
+    .chunk_native = mc_chunk_native,
+    .chunk_prepare = mc_chunk_prepare,
+    .chunk_body = mc_chunk_body,
+    .chunk_finish = mc_chunk_finish,
 };
 
 static const memra_ext_tp_v1 mc_tp_ext = {
@@ -70,6 +74,8 @@ static const memra_backend_vtable mc_vtable = {
     .extension = mc_extension,
     .resolve_options = mc_resolve_options,
     .streams_weights = mc_streams_weights,
+    .prefill_chunk = mc_prefill_chunk,
+    .step_chunk = mc_step_chunk,
 };
 
 MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
@@ -79,6 +85,9 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .kind = MEMRA_PLUGIN_BACKEND,
     .version = "0.1.0",
     .description = "eager CUDA decode: F32/F16/BF16/Q8_0 GEMVs, GQA attention, device sampler, stages on streams "
-                   "and devices, tensor-parallel ranks through a collective (oneshot, nccl)",
+                   "and devices, tensor-parallel ranks through a collective (oneshot, nccl); prefill chunks "
+                   "(prefill=, default 512) bit-identical to decode: batched F32/F16/BF16/Q8_0 GEMVs and chunk "
+                   "attention on one stage of one rank, the decode kernels row by row for the other types, single "
+                   "steps with stages, ranks or op plugins (default prefill 1 there)",
     .backend = &mc_vtable,
 };

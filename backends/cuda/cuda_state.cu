@@ -160,6 +160,9 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     mc_config cfg;
     if ((st = mc_read_options(opts, &cfg, err)))
         return st;
+    uint32_t prefill = 1;
+    if ((st = mc_read_prefill(opts, &prefill, err)))
+        return st;
     if ((st = mc_check_idle_tp_keys(host, plan, opts, err)))
         return st;
     uint32_t stall_us = 0;
@@ -195,6 +198,7 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     b->cfg = cfg;
     b->stall_us = stall_us;
     pthread_mutex_init(&b->lock, NULL);
+    b->prefill = prefill;
     if ((st = mc_open_tp(b, opts, n_dev, err)))
         goto fail;
     /* Peer copies: between the devices of consecutive stages (the hidden hand-off) and within a
@@ -263,6 +267,7 @@ static void mc_state_destroy(memra_state *s) {
     }
     if (s->pinned)
         cudaFreeHost(s->pinned);
+    mc_chunk_free(s);
     if (s->rings)
         cudaFreeHost(s->rings);
     free(s);
@@ -576,16 +581,18 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
                 if (e != cudaSuccess)
                     st = mc_cuda_fail(err, e, "the cache digest");
             }
-            for (uint32_t l = 0; l < nl && !st; l++) {
-                for (uint32_t r = 0; r < R; r++) {
-                    const uint64_t per_layer = (uint64_t)s->st[i][r].n_kv * chunks;
-                    b->host->sha256_update(ctx, h[r] + l * per_layer, per_layer * 8);
-                }
-                for (uint32_t r = 0; r < R; r++) {
-                    const uint64_t per_layer = (uint64_t)s->st[i][r].n_kv * chunks;
-                    b->host->sha256_update(ctx, h[r] + (nl + l) * per_layer, per_layer * 8);
-                }
-            }
+            /* per plane only the chunks that hold committed rows (the rest hash as 0), so the
+             * digest is the state's whatever its capacity (memra bench's pp state is made with
+             * room for the prompt alone, its prefix state with room for the generated steps too) */
+            const uint64_t used = ((uint64_t)s->position + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
+            for (uint32_t l = 0; l < nl && !st; l++)
+                for (uint32_t kv = 0; kv < 2; kv++)
+                    for (uint32_t r = 0; r < R; r++) {
+                        const uint32_t nk = s->st[i][r].n_kv;
+                        const unsigned long long *base = h[r] + ((uint64_t)kv * nl + l) * nk * chunks;
+                        for (uint32_t k = 0; k < nk; k++)
+                            b->host->sha256_update(ctx, base + (uint64_t)k * chunks, used * 8);
+                    }
         }
         for (uint32_t r = 0; r < MEMRA_MAX_RANKS; r++)
             free(h[r]);

@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
  * one wave of 4 blocks on each of 132 multiprocessors (rows * KS / 16 <= 528): a second, partial
  * wave costs more than the split gains. A function of the row count alone, so every arm gets the
  * same bits. */
-static uint32_t mc_gemv_ksplit(uint32_t rows) {
+uint32_t mc_gemv_ksplit(uint32_t rows) {
     const uint32_t wave_rows = 528u * (MC_GEMV_WARPS * MC_GEMV_ROWS); /* 8448 */
     return (uint64_t)rows * 4 <= wave_rows ? 4 : (uint64_t)rows * 2 <= wave_rows ? 2 : 1;
 }

@@ -269,7 +269,7 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
 
 /* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on
  * each of 132 multiprocessors); a function of the row count alone. */
-static uint32_t mc_q8x_ksplit(uint32_t rows) {
+uint32_t mc_q8x_ksplit(uint32_t rows) {
     const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }

@@ -44,6 +44,47 @@ cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, fl
     return cudaGetLastError();
 }
 
+/* A prefill chunk's embeddings: row j of x (ld floats apart) is embed_row's of tokens[j], element
+ * for element the same expression (grid: (column blocks, rows)). */
+__global__ void embed_rows(const mc_matrix emb, const int32_t *tokens, float scale, float *x, uint32_t ld) {
+    int32_t t = tokens[blockIdx.y];
+    if (t < 0 || (uint32_t)t >= emb.rows)
+        t = 0;
+    x += (size_t)blockIdx.y * ld;
+    uint32_t eb = emb.type == MEMRA_TYPE_F32 ? 4 : emb.type == MEMRA_TYPE_Q8_0 ? 1 : 2;
+    const char *row = (const char *)emb.data + (size_t)t * emb.stride * eb;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
+        float v;
+        switch (emb.type) {
+        case MEMRA_TYPE_F32: v = ((const float *)row)[c]; break;
+        case MEMRA_TYPE_F16: v = __half2float(__ushort_as_half(((const uint16_t *)row)[c])); break;
+        case MEMRA_TYPE_BF16: v = __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16); break;
+        default: {
+            const uint16_t *sc = emb.scales + (size_t)t * (emb.cols / MEMRA_Q8_0_BLOCK);
+            v = (float)((const int8_t *)row)[c] * __half2float(__ushort_as_half(sc[c / MEMRA_Q8_0_BLOCK]));
+        }
+        }
+        x[c] = v * scale;
+    }
+}
+
+cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
+                          cudaStream_t st) {
+    if (emb->type != MEMRA_TYPE_F32 && emb->type != MEMRA_TYPE_F16 && emb->type != MEMRA_TYPE_BF16 &&
+        emb->type != MEMRA_TYPE_Q8_0) { /* the quantized families: their own kernel, row by row */
+        for (uint32_t j = 0; j < M; j++) {
+            cudaError_t e = mc_embed(emb, tokens + j, scale, x + (size_t)j * ld, st);
+            if (e != cudaSuccess)
+                return e;
+        }
+        return cudaSuccess;
+    }
+    if (M == 0 || M > 65535)
+        return M ? cudaErrorInvalidValue : cudaSuccess;
+    embed_rows<<<dim3((emb->cols + 255) / 256, M), 256, 0, st>>>(*emb, tokens, scale, x, ld);
+    return cudaGetLastError();
+}
+
 /* Per stage and token: *pos += 1 (the commit); *dst = *src (the sampled token handed to the next
  * step's embedding). */
 __global__ void position_commit(int32_t *pos) { *pos += 1; }
@@ -148,11 +189,9 @@ const char *mc_token_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-        {(const void *)embed_row, "embed"},
-        {(const void *)position_commit, "commit"},
-        {(const void *)position_commit_checked, "commit"},
-        {(const void *)tp_publish, "commit"},
-        {(const void *)token_copy, "token"},
+        {(const void *)embed_row, "embed"},        {(const void *)embed_rows, "embed"},
+        {(const void *)position_commit, "commit"}, {(const void *)position_commit_checked, "commit"},
+        {(const void *)tp_publish, "commit"},      {(const void *)token_copy, "token"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_checks.h"
@@ -182,4 +184,56 @@ Test(cuda, mixed_types_in_fused_matrices) {
     remove(path);
     cr_assert_eq(nm, 0, "%s", r.msg);
     cr_assert_eq(ex, 0, "%s", rg.msg);
+}
+
+/* Issue 28: a prefill chunk against token by token, with the gate (exit 0 pass, 1 mismatch): its
+ * exit code, or -1 when it could not run. */
+static int gate_rc(const char *args) {
+    const char *bin = getenv("MEMRA_BIN_DIR");
+    char cmd[1536];
+    snprintf(cmd, sizeof cmd, "'%s/memra-gate' %s --rows 0 --quiet > /dev/null 2>&1", bin ? bin : ".", args);
+    const int rc = system(cmd);
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Chunks of 7 (an odd count that ends mid-split) and 16 on the chunk kernels (F32/F16/BF16 float
+ * GEMVs, the Q8_0 integer and float paths, chunk attention on the cluster path, the decode
+ * attention row by row on the tiled and unfused paths), eager and graph, greedy and sampled, are
+ * bit-identical to prefill=1 at every chunk boundary; the negative control: q8=float on one arm
+ * (other bits) is caught. */
+Test(cuda, prefill_chunks_exact) {
+    need_device();
+    static const char *const pairs[] = {
+        "--preset qwen3-tiny --dtype bf16 --a cuda:prefill=1 --b cuda:prefill=7",
+        "--preset qwen3-tiny --dtype f16 --a cuda:prefill=1 --b cuda-graph:prefill=16 --temp 0.9 --seed 3",
+        "--preset small --dtype q8_0 --a cuda-graph:prefill=1 --b cuda-graph:prefill=7",
+        /* the q/k/v biases on the Q8_0 integer path (its 1/rms product fused with the bias once) */
+        "--preset qwen2-tiny --dtype q8_0 --a cuda:prefill=1 --b cuda:prefill=7",
+        "--preset qwen2-tiny --dtype q4_k --a cuda:prefill=1 --b cuda-graph:prefill=7",
+        "--preset tiny --dtype f32 --a cuda:attention=unfused,prefill=1 --b cuda:attention=unfused,prefill=7",
+        "--preset gemma3-tiny --dtype bf16 --a cuda:prefill=1 --b cuda-graph:prefill=7",
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s --prime 70 -n 16", pairs[i]);
+        cr_expect_eq(gate_rc(args), 0, "memra-gate %s", args);
+    }
+    cr_assert_eq(gate_rc("--preset small --dtype q8_0 --a cuda:prefill=1 --b cuda:prefill=7,q8=float --prime 30 -n 4"),
+                 1, "a chunked arm with other bits (q8=float) was not caught");
+}
+
+/* The cache digest is the state's whatever its capacity: memra bench primes its pp state with
+ * room for the prompt alone and compares its cache digest with the prefix state's (room for the
+ * generated steps too); before, the cuda digest hashed every chunk of the capacity, and bench
+ * refused every cuda arm as "not deterministic". */
+Test(cuda, cache_digest_independent_of_capacity) {
+    need_device();
+    const char *bin = getenv("MEMRA_BIN_DIR");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s/memra' bench --preset tiny --arm cuda,cuda-graph,cuda:prefill=1 --prime 100 -n 40 --reps 1 "
+             "> /dev/null 2>&1",
+             bin ? bin : ".");
+    const int rc = system(cmd);
+    cr_assert(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "memra bench failed: %s", cmd);
 }
