@@ -2,14 +2,16 @@
  * split layout of legacy_layout.h (a 16-byte plane of quant nibbles per block, and an aux plane of
  * the f16 scales d, the f16 minimums m of the _1 types and the rearranged fifth bits of Q5).
  *
- * gemv_legacy: persistent blocks of 8 warps (two a multiprocessor); a grid of at most two blocks
- * per multiprocessor takes contiguous, balanced ranges of row groups (4 rows, gate/up interleaved
- * for a GLU), each warp slot streaming its row groups back to back with the loads flattened over
- * them (the next group's first blocks load while the current one's last are summed). Matrices of
- * few rows split their columns over KS = 2 or 4 warps (parts added in order; KS a function of the
- * row count). First every block stages x' = x * norm_w (the RMSNorm's 1/rms applied to the
- * finished dots) in shared memory and sums the squares of x (thread order, warp tree, warps in
- * order). Lane l of a row group's part p takes blocks 32 p + l, then every 32 KS-th after it,
+ * gemv_legacy: persistent blocks of 16 warps, one a multiprocessor (all its registers; two blocks of
+ * 8 until the issue-26 speed session: bench/gpu/NOTES.md), a grid of at most one block per
+ * multiprocessor taking contiguous, balanced ranges of row groups (4 rows, gate/up interleaved for
+ * a GLU), each warp slot streaming its row groups back to back with the loads flattened over them
+ * (the next group's first blocks load while the current one's last are summed). Matrices of few
+ * rows split their columns over KS = 2 or 4 warps (parts added in order; KS a function of the row
+ * count). First every block stages x' = x * norm_w (the RMSNorm's 1/rms applied to the finished
+ * dots) in shared memory and sums the squares of x, by its first 8 warps as the blocks of 8 did
+ * (thread order, warp tree, those warps in order: the bits of the 8-warp blocks, for any width).
+ * Lane l of a row group's part p takes blocks 32 p + l, then every 32 KS-th after it,
  * two at a time:
  *   qdot=float (QD 0): each weight dequantized exactly as memra/quant.h does ((q - 8) * d,
  *     q * d + m, ...), the dot a chain of fmaf over the block's 32 elements in element order;
@@ -22,8 +24,9 @@
  *     (joined the same way) times m s. Measured on the H200: against a float64 reference on
  *     random data (check_quant_gemv.c) the worst error is 1.4e-7 (float) and 1.1e-7 (auto) of
  *     the row's absolute mass; the gate's NMSE of auto against float on tiny Q4_0 is 2.2e-8.
- * Speed (memra_cuda_kernel_bench 8b q4_0 576, H200): 55.8% of the ceiling over a token's kernels
- * (gate/up 82%, head 96%, down 49%, qkv 48%, wo 29%); qdot=float 33.8% (bound by the float
+ * Speed (memra_cuda_kernel_bench 8b q4_0 576, H200): 56.9% of the ceiling over a token's kernels
+ * (gate/up 81%, head 97%, down 51%, qkv 45%, wo 34%; the 8-warp blocks in the same call: 56.1%,
+ * gate/up 82%, down 49%, qkv 47%, wo 31%); qdot=float 33.8% (bound by the float
  * dequantization: about three float operations a weight). What limits auto is the structure
  * more than the arithmetic: with the dots removed (loads, the staging of x and the sums kept)
  * the same kernels reach 62.7%, with two x planes instead of three 57.3%; the short GEMVs pay
@@ -41,7 +44,8 @@
 #include "legacy_layout.h"
 #include "q8x_quant.h"
 
-#define MC_LL_WARPS 8u
+#define MC_LL_WARPS 16u
+#define MC_LL_STAGE_WARPS 8u /* the warps that stage x and sum its squares (their order is the bits') */
 #define MC_LL_U 2u
 #define MC_LL_SMEM_MAX (200u * 1024u)
 
@@ -82,7 +86,7 @@ __device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_
 }
 
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
-__global__ void __launch_bounds__(32 * MC_LL_WARPS, 2)
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     gemv_legacy(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                 const float *residual, float *y, uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char llsm[];
@@ -130,8 +134,8 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 2)
 
     /* stage x' (and sum the squares of x): two neighbouring lanes a block of 32, 16 columns each */
     float ss = 0.0f;
-    for (uint32_t c2 = tid; c2 < 2 * nb; c2 += blockDim.x) {
-        /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and blockDim are even) */
+    for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
+        /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and the stride are even) */
         const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
         const uint32_t c = c2 >> 1, half = c2 & 1;
         const float *xc = x + (size_t)c * 32 + 16 * half;
@@ -206,17 +210,17 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 2)
         if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
             o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
     }
-    if (NORM) {
+    if (NORM && warp < MC_LL_STAGE_WARPS) {
         ss = mc_warp_sum(ss);
         if (lane == 0)
             bred[warp] = ss;
     }
     __syncthreads(); /* the staged x and the warps' sums of squares are visible */
     float rscale = 1.0f;
-    if (NORM) { /* the warps in order, by every thread */
+    if (NORM) { /* the staging warps in order, by every thread */
         float t = 0.0f;
 #pragma unroll
-        for (uint32_t k = 0; k < MC_LL_WARPS; k++)
+        for (uint32_t k = 0; k < MC_LL_STAGE_WARPS; k++)
             t += bred[k];
         rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
     }
@@ -371,8 +375,8 @@ cudaError_t mc_gemv_legacy_prepare(void) {
     return e;
 }
 
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on
- * each of 132 multiprocessors); a function of the row count alone. */
+/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps on each of 132
+ * multiprocessors); a function of the row count alone. */
 static uint32_t mc_ll_ksplit(uint32_t rows) {
     const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
@@ -386,7 +390,7 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / KS;
-    const uint32_t need = (n_groups + slots - 1) / slots, cap = 2 * mc_sm_count[dev];
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = mc_sm_count[dev];
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);

@@ -5,7 +5,8 @@
  * residual, then the head + norm; no attention, no sampler) as a share of the ceiling. Weights are
  * random bytes (finite scales), rotated over copies enough that no matrix is served from L2.
  *
- *   memra_cuda_kquant_bench [q4_k,q5_k,q6_k] [auto,float] [key=value ...]   (pdl, trigger). Every figure
+ *   memra_cuda_kquant_bench [q4_k,q5_k,q6_k] [auto,float] [key=value ...]   (pdl, trigger, wstream, ...;
+ *   qdot is the second argument's). Every figure
  *   is of a CUDA graph of the launches (as the cuda-graph arm runs them: host launch costs out),
  *   the token's also of eager launches. */
 #include <cuda_runtime.h>
@@ -86,7 +87,22 @@ int main(int argc, char **argv) {
             cfg.pdl = v;
         else if (sscanf(argv[i], "trigger=%u", &v) == 1 && v <= MC_TRIGGER_ALL)
             cfg.trigger = v;
-        else {
+        else if (strchr(argv[i], '=')) { /* a choice key (wstream=regs, ...) */
+            char key[32];
+            const char *eq = strchr(argv[i], '=');
+            const size_t kn = (size_t)(eq - argv[i]);
+            if (kn >= sizeof key) {
+                fprintf(stderr, "kquant_bench: unknown argument '%s'\n", argv[i]);
+                return 2;
+            }
+            memcpy(key, argv[i], kn);
+            key[kn] = 0;
+            const char *allowed = mc_config_choice(&cfg, key, eq + 1);
+            if (allowed) {
+                fprintf(stderr, "kquant_bench: %s: expected one of %s\n", argv[i], *allowed ? allowed : "(not a key)");
+                return 2;
+            }
+        } else {
             fprintf(stderr, "kquant_bench: unknown argument '%s'\n", argv[i]);
             return 2;
         }
