@@ -4,8 +4,8 @@
  * Where the chunk kernels serve the state (mc_chunk_native: one stage of one rank, no op plugins,
  * no post norms) the body runs on stage 0's stream: the rows' positions (*pos + j), the rows'
  * embeddings, per layer the q/k/v GEMV of every row (chunk_gemv.cu: each element decode's
- * operation sequence, each weight chunk loaded once per 8 rows; the other weight types row by
- * row through the decode GEMV), attention (attention.cu's chunk launch on the cluster path: every
+ * operation sequence, each weight chunk loaded once per 8 rows; F32, F16, BF16 and Q8_0 layers
+ * only: see mc_chunk_layers_batched), attention (attention.cu's chunk launch on the cluster path: every
  * row's k and v appended, then each row attended over [0, its position] with the decode step's
  * split at that position; on the other paths the decode launches row by row, each at its row's
  * position), the output GEMV onto the residual, gate/up with its GLU and down onto the residual;
@@ -15,8 +15,8 @@
  * body branches on count and the shapes only, never on the position, so cuda-graph captures it
  * once per count and replays it anywhere.
  *
- * Elsewhere (stages, ranks, op plugins, gemma3's post norms) a chunk runs as count single steps:
- * the same bits by definition, no faster. */
+ * Elsewhere (stages, ranks, op plugins, gemma3's post norms, layers of the other weight types) a
+ * chunk runs as count single steps: the same bits by definition, no faster. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +75,33 @@ memra_status mc_read_prefill(const memra_options *opts, uint32_t *out, memra_err
     return MEMRA_OK;
 }
 
+/* Whether every layer matrix has a batched chunk kernel (F32, F16, BF16, Q8_0). A model with
+ * another type (Q4_0 ... Q6_K, the q4_k_m mixes) would run those GEMVs row by row inside the
+ * chunk: no faster than decode eagerly, and slower under cuda-graph, whose chunk graph then holds
+ * a launch per row and matrix (8B Q4_K on the H200: pp512 365 tok/s against 503 decode), so its
+ * chunks run as single steps instead (the same bits either way). */
+static bool mc_chunk_layers_batched(const memra_backend *b) {
+    const mc_stage_weights *sw = &b->w->stages[0][0];
+    const mc_config *c = &b->cfg;
+    for (uint32_t i = 0; i < sw->layer_end - sw->layer_begin; i++) {
+        const mc_layer *L = &sw->layers[i];
+        if (L->qkv_parts == 0 && !mc_gemv_chunk_batched(c, &L->wqkv))
+            return false;
+        for (uint32_t p = 0; p < L->qkv_parts; p++)
+            if (!mc_gemv_chunk_batched(c, &L->qkv_part[p]))
+                return false;
+        if (!mc_gemv_chunk_batched(c, &L->wo) || !mc_gemv_chunk_batched(c, &L->wdown))
+            return false;
+        if (L->gu_split ? !mc_gemv_chunk_batched(c, &L->wg) || !mc_gemv_chunk_batched(c, &L->wu)
+                        : !mc_gemv_chunk_batched(c, &L->wgu))
+            return false;
+    }
+    return true;
+}
+
 bool mc_chunk_native(memra_backend *b, memra_state *s) {
     return s->n_stages == 1 && !b->tp && mc_ranks(s, 0) == 1 && !b->any_op && !b->taps &&
-           b->m->arch != MEMRA_ARCH_GEMMA3;
+           b->m->arch != MEMRA_ARCH_GEMMA3 && mc_chunk_layers_batched(b);
 }
 
 void mc_chunk_free(memra_state *s) {
