@@ -1,10 +1,11 @@
 /* gate_bisect.c: after a replay mismatch, where inside the failing step the two arms part.
  *
  * From the last state they agreed on: the replay's first mismatch is at step S, so both arms
- * agreed on every step before it (logits, and cache and hidden digests where compared); each arm
- * gets a fresh state fed the reference's inputs 0..S-1 (the verified token stream, untapped, not
- * sampled: sampling changes no state but the carried token, which an explicit input replaces),
- * then step S with taps on (memra_arm_step_tapped, the backend's memra.ops): the logical tensor
+ * agreed on every step before it that was compared (logits, and cache and hidden digests where
+ * compared; a chunked prime compares at its chunk boundaries only); each arm gets a fresh state
+ * fed the reference's inputs 0..S-1 as it ran them (its prime in its own chunks, the rest step by
+ * step; untapped, not sampled: sampling changes no state but the carried token, which an
+ * explicit input replaces), then step S with taps on (memra_arm_step_tapped, the backend's memra.ops): the logical tensor
  * after every op of every layer and of the head, in the op vocabulary's order. Arm a's tensors
  * are kept; arm b's are compared with them as they come (only the sites both arms hand over: a
  * backend that fuses a norm into a GEMV has no tensor between them), by bits (--compare exact) or by NMSE
@@ -190,12 +191,30 @@ static memra_status on_site(void *user, const memra_op_site *s, const float *dat
 }
 
 /* One arm: a fresh state, inputs 0..S-1, then step S tapped. */
+/* The inputs 0..step-1 on s as the arm ran them: where it primes in chunks (gate_prime: steps
+ * 0..P-2, chunks from step 0), those steps in its chunks (the last one cut at step - 1), every
+ * other step single. So a divergence that only the arm's chunked path makes, in a chunk before
+ * the failing step, is in the state the tapped step reads; replayed token by token it would not
+ * be, and the bisect would find no site. */
+static memra_status replay_prefix(gate_ctx *ctx, gate_arm *arm, memra_arm_state *s, uint32_t step, memra_error *err) {
+    const uint32_t P = ctx->cfg->prime;
+    uint32_t chunked = 0;
+    if (memra_arm_prefill(arm->arm) > 1 && memra_arm_prefill_native(arm->arm) && P >= 2)
+        chunked = step < P - 1 ? step : P - 1;
+    memra_status st = MEMRA_OK;
+    if (chunked > 0)
+        st = memra_arm_prefill_run(s, ctx->ref.inputs, 0, chunked, NULL, NULL, NULL, err);
+    if (st == MEMRA_OK && step > chunked)
+        st = memra_arm_run(s, ctx->ref.inputs, chunked, step - chunked, NULL, NULL, NULL, NULL, err);
+    return st;
+}
+
 static memra_status tap_arm(bisect_taps *t, gate_arm *arm, uint32_t step, memra_error *err) {
     gate_ctx *ctx = t->ctx;
     memra_arm_state *s = NULL;
     memra_status st = gate_new_state(arm, step + 1, &s, err);
     if (st == MEMRA_OK && step > 0)
-        st = memra_arm_run(s, ctx->ref.inputs, 0, step, NULL, NULL, NULL, NULL, err);
+        st = replay_prefix(ctx, arm, s, step, err);
     t->have_logits = false;
     if (st == MEMRA_OK)
         st = memra_arm_step_tapped(s, ctx->ref.inputs[step], on_site, t, err);

@@ -487,7 +487,9 @@ void gate_rec_bisect(gate_ctx *ctx, const gate_bisect *b) {
     gj_begin(j, "bisect");
     opt_i64(j, "step", b->step);
     opt_i64(j, "input", b->input);
-    gj_str(j, "from", "fresh states of both arms fed the reference's inputs 0..step-1, then the step with taps on");
+    gj_str(j, "from",
+           "fresh states of both arms fed the reference's inputs 0..step-1 as each ran them (a chunked prime in its "
+           "chunks), then the step with taps on");
     gj_str(j, "criterion", ctx->cfg->nmse ? "nmse" : "exact");
     gj_bool(j, "available", b->available);
     gj_bool(j, "done", b->done);

@@ -136,9 +136,9 @@ struct memra_backend {
     /* Prefill: rows the activations hold (the arm's `prefill`, CPU_DEFAULT_PREFILL for auto), and
      * the row of the last position of the step or chunk in progress (its hidden state). */
     uint32_t chunk, last_row;
-    uint32_t kv;                         /* cpu_kv: the rounding of the K and V rows written */
-    uint32_t rope_pos;                   /* the position rope_cos/rope_sin hold */
-    const memra_options *opts;           /* the arm's options, during cpu_open only */
+    uint32_t kv;               /* cpu_kv: the rounding of the K and V rows written */
+    uint32_t rope_pos;         /* the position rope_cos/rope_sin hold */
+    const memra_options *opts; /* the arm's options, during cpu_open only */
 };
 
 typedef struct cpu_slot {
@@ -197,8 +197,8 @@ memra_status cpu_check_plan(const memra_model *m, const memra_plan *plan, uint32
 /* Rows [r0, r1) of w; columns [c0, c1) of every row (on the type's blocks: else refused naming
  * the layer and what): views. */
 cpu_matrix cpu_rows_of(const cpu_matrix *w, uint32_t r0, uint32_t r1);
-memra_status cpu_cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il,
-                         cpu_matrix *out, memra_error *err);
+memra_status cpu_cols_of(const cpu_matrix *w, uint32_t c0, uint32_t c1, const char *what, uint32_t il, cpu_matrix *out,
+                         memra_error *err);
 memra_status cpu_open_ranks(memra_backend *b, const memra_stage_plan *sp, cpu_stage *sg, memra_error *err);
 
 /* cpu_forward.c: one token through every layer, then the final norm and the head. */

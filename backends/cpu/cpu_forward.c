@@ -205,8 +205,8 @@ static void tap_head(memra_backend *b, const head_tap *t, cpu_site site, uint32_
 /* Per-head RMSNorm (qwen3, gemma3) and RoPE of n_heads heads of q or k, the first being head h0
  * of the model (c: the call's context, tensor "q" or "k"); swa: the tables of the sliding-window
  * layers; tap: where the heads sit, for the taps. */
-static void norm_and_rope(memra_backend *b, memra_op_ctx c, float *x, uint32_t h0, uint32_t n_heads,
-                          const float *norm, bool swa, const head_tap *tap) {
+static void norm_and_rope(memra_backend *b, memra_op_ctx c, float *x, uint32_t h0, uint32_t n_heads, const float *norm,
+                          bool swa, const head_tap *tap) {
     const memra_model *m = b->m;
     const int neox = m->rope_pairing == MEMRA_ROPE_NEOX;
     const float *cos_t = swa ? b->rope_cos_swa : b->rope_cos, *sin_t = swa ? b->rope_sin_swa : b->rope_sin;
@@ -362,7 +362,7 @@ static void rank_ffn(memra_backend *b, cpu_stage *sg, uint32_t r, uint32_t il, u
     }
     if (b->taps)
         cpu_tap_rank(b, sg, r, CPU_SITE_FFN_NORM, il, rk->xn, m->n_embd, 0, 0, m->n_embd);
-    if (m->n_expert > 0) { /* experts into the rank's slots (cpu_moe.c); combined after the all-reduce */
+    if (m->n_expert > 0) {          /* experts into the rank's slots (cpu_moe.c); combined after the all-reduce */
         cpu_moe_rank(b, sg, r, il); /* one row: a chunk runs a MoE FFN row by row (layer_forward) */
         return;
     }

@@ -252,8 +252,7 @@ static memra_status read_experts(describe_ctx *c) {
                           c->path, m->arch_name);
     if ((st = get_count(c, "expert_used_count", &m->n_expert_used)) != MEMRA_OK)
         return st;
-    if (m->n_expert > MEMRA_MAX_EXPERTS || m->n_expert_used > MEMRA_MAX_EXPERTS_USED ||
-        m->n_expert_used > m->n_expert)
+    if (m->n_expert > MEMRA_MAX_EXPERTS || m->n_expert_used > MEMRA_MAX_EXPERTS_USED || m->n_expert_used > m->n_expert)
         return memra_fail(c->err, MEMRA_E_FORMAT,
                           "%s: %s.expert_count %" PRIu32 " and expert_used_count %" PRIu32
                           ": expected 1 to %u experts, of which 1 to %u (and at most expert_count) are used",
@@ -267,8 +266,9 @@ static memra_status read_experts(describe_ctx *c) {
     else if (m->arch == MEMRA_ARCH_QWEN2MOE || m->arch == MEMRA_ARCH_QWEN3MOE)
         m->n_ff = n_ff_dense / m->n_expert_used;
     if (m->n_ff == 0)
-        return memra_fail(c->err, MEMRA_E_FORMAT, "%s: the expert width %s.feed_forward_length / expert_used_count is 0",
-                          c->path, m->arch_name);
+        return memra_fail(c->err, MEMRA_E_FORMAT,
+                          "%s: the expert width %s.feed_forward_length / expert_used_count is 0", c->path,
+                          m->arch_name);
     if (m->arch == MEMRA_ARCH_QWEN2MOE) {
         if ((st = get_count_opt(c, "expert_shared_feed_forward_length", &m->n_ff_shexp, &present)) != MEMRA_OK)
             return st;
@@ -280,8 +280,8 @@ static memra_status read_experts(describe_ctx *c) {
         return st;
     if (gating != 1)
         return memra_fail(c->err, MEMRA_E_UNSUPPORTED,
-                          "%s: %s.expert_gating_func is %" PRIu32 ": memra routes experts by softmax (1) only",
-                          c->path, m->arch_name, gating);
+                          "%s: %s.expert_gating_func is %" PRIu32 ": memra routes experts by softmax (1) only", c->path,
+                          m->arch_name, gating);
     uint32_t shared = 0;
     if ((st = get_count_opt(c, "expert_shared_count", &shared, &present)) != MEMRA_OK)
         return st;
@@ -632,9 +632,12 @@ static const layer_part layer_parts[] = {
     {"attn_k", "weight", SHAPE_K, false, LAYER_OFF(wk), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
     {"attn_v", "weight", SHAPE_V, false, LAYER_OFF(wv), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
     /* qwen2 requires q/k/v biases; llama.cpp lets a llama file carry them too. */
-    {"attn_q", "bias", SHAPE_Q, true, LAYER_OFF(bq), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
-    {"attn_k", "bias", SHAPE_K, true, LAYER_OFF(bk), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
-    {"attn_v", "bias", SHAPE_V, true, LAYER_OFF(bv), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA), FFN_ANY},
+    {"attn_q", "bias", SHAPE_Q, true, LAYER_OFF(bq), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA),
+     FFN_ANY},
+    {"attn_k", "bias", SHAPE_K, true, LAYER_OFF(bk), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA),
+     FFN_ANY},
+    {"attn_v", "bias", SHAPE_V, true, LAYER_OFF(bv), QKV_BIAS_ARCHS, QKV_BIAS_ARCHS | ARCH_BIT(MEMRA_ARCH_LLAMA),
+     FFN_ANY},
     {"attn_q_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(q_norm), QK_NORM_ARCHS, QK_NORM_ARCHS, FFN_ANY},
     {"attn_k_norm", "weight", SHAPE_HEADNORM, true, LAYER_OFF(k_norm), QK_NORM_ARCHS, QK_NORM_ARCHS, FFN_ANY},
     {"attn_output", "weight", SHAPE_O, false, LAYER_OFF(wo), ALL_ARCHS, ALL_ARCHS, FFN_ANY},
@@ -778,8 +781,7 @@ static bool tensor_known(const memra_model *m, const char *name) {
         const layer_part *p = &layer_parts[i];
         size_t n = strlen(p->name);
         if ((p->allowed & ARCH_BIT(m->arch)) && part_ffn_fits(m, p) && strncmp(rest, p->name, n) == 0 &&
-            rest[n] == '.' &&
-            strcmp(rest + n + 1, p->suffix) == 0)
+            rest[n] == '.' && strcmp(rest + n + 1, p->suffix) == 0)
             return true;
     }
     return false;

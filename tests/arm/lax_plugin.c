@@ -13,6 +13,8 @@
  *     the token after K's there instead: a wrong chunk implementation, whose KV cache, hidden
  *     state and logits part from single steps at that chunk's boundary (the negative control of
  *     the chunk-boundary comparison). lax's prefill_chunk is 16.
+ *   - taps=1: offers memra.ops, the cpu's tapped step forwarded (with bad_chunk, a bisect of the
+ *     chunk-boundary mismatch can then replay the chunk that made it).
  * Extension "lax.calls" v1 counts the step_begin and step_chunk calls that reached this plugin
  * (in the process).
  * "laxold" (built with LAX_OLD) declares the vtable size of ABI 1's first shape (the end of
@@ -44,6 +46,7 @@ static const memra_option_spec lax_options[] = {
     {"bad_sample", "none", "TEST: the step at this position reports a sampled token outside the vocabulary"},
     {"ext_small", "0", "TEST: 1 makes the memra.census table declare a struct_size of 4"},
     {"bad_chunk", "none", "TEST: the prefill chunk holding this position runs the next token there"},
+    {"taps", "0", "TEST: 1 offers memra.ops (the cpu's tapped step, forwarded)"},
     {"threads", "", "cpu threads (passed on)"},
 };
 #define LAX_N_OPTIONS (sizeof lax_options / sizeof lax_options[0])
@@ -58,7 +61,7 @@ struct memra_backend {
     const memra_backend_vtable *cpu;
     memra_backend *inner;
     uint32_t n_vocab;
-    uint32_t fail_step, bad_sample, ext_small, bad_chunk;
+    uint32_t fail_step, bad_sample, ext_small, bad_chunk, taps;
 };
 
 struct memra_state {
@@ -77,7 +80,7 @@ static memra_status find_cpu(const memra_backend_vtable **out, memra_error *err)
 
 static bool own_key(const char *key) {
     return strcmp(key, "fail_step") == 0 || strcmp(key, "bad_sample") == 0 || strcmp(key, "ext_small") == 0 ||
-           strcmp(key, "bad_chunk") == 0;
+           strcmp(key, "bad_chunk") == 0 || strcmp(key, "taps") == 0;
 }
 
 static void strip(const memra_options *in, memra_options *out) {
@@ -121,6 +124,7 @@ static memra_status lax_open(const memra_host *host, const memra_model *m, const
     b->bad_sample = opt(opts, "bad_sample", LAX_NONE);
     b->ext_small = opt(opts, "ext_small", 0);
     b->bad_chunk = opt(opts, "bad_chunk", LAX_NONE);
+    b->taps = opt(opts, "taps", 0);
     memra_status st = find_cpu(&b->cpu, err);
     if (st == MEMRA_OK) {
         memra_options fwd;
@@ -266,7 +270,24 @@ static const memra_ext_census_v1 lax_census_small = {.struct_size = 4, .census =
 static const lax_calls_v1 lax_calls_table = {
     .struct_size = sizeof lax_calls_table, .step_begins = lax_step_begins, .step_chunks = lax_step_chunks};
 
+static memra_status lax_step_tapped(memra_backend *b, memra_state *s, const memra_step_args *args, memra_op_tap_fn fn,
+                                    void *user, memra_error *err) {
+    const memra_ext_ops_v1 *ops = b->cpu->extension ? b->cpu->extension(b->inner, MEMRA_EXT_OPS, 1) : NULL;
+    if (!ops || !ops->step_tapped)
+        return lax_host->fail(err, MEMRA_E_UNSUPPORTED, "lax: the cpu backend offers no memra.ops");
+    memra_status st = ops->step_tapped(b->inner, s->inner, args, fn, user, err);
+    if (st == MEMRA_OK) {
+        s->next_pos++;
+        s->carry = args->sample != NULL;
+    }
+    return st;
+}
+
+static const memra_ext_ops_v1 lax_ops_table = {.struct_size = sizeof lax_ops_table, .step_tapped = lax_step_tapped};
+
 static const void *lax_extension(memra_backend *b, const char *name, uint32_t version) {
+    if (version == 1 && b->taps && strcmp(name, MEMRA_EXT_OPS) == 0)
+        return &lax_ops_table;
     if (version == 1 && strcmp(name, MEMRA_EXT_CENSUS) == 0)
         return b->ext_small ? (const void *)&lax_census_small : (const void *)&lax_census_table;
     if (version == 1 && strcmp(name, "lax.calls") == 0)

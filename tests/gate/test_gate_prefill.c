@@ -135,8 +135,8 @@ Test(gate_prefill, kv_bf16_tp2) {
     expect_prefill_pass("gemma3-tiny", "cpu:tp=2,kv=bf16,prefill=1", "cpu:tp=2,kv=bf16,prefill=64", false, 2);
 }
 static int kv_gate(const char *preset, const char *a, const char *b, const char *compare) {
-    const char *args[] = {"--preset", preset, "--a",    a,   "--b",     b,         "--compare", compare,
-                          "--prime",  "20",    "--gen",  "8", "--rows",  "0",       "--quiet",   NULL};
+    const char *args[] = {"--preset", preset, "--a",   a,   "--b",    b,   "--compare", compare,
+                          "--prime",  "20",   "--gen", "8", "--rows", "0", "--quiet",   NULL};
     gate_result r = gate_run(args, false);
     int exit = r.exit;
     if (exit == 1)
@@ -158,5 +158,36 @@ Test(gate_prefill, kv_bad_value) {
     gate_result r = gate_run(args, true);
     cr_assert_eq(r.exit, 2, "exit %d: %s", r.exit, r.err);
     cr_assert(strstr(r.err, "kv=f8: expected one of f32, f16, bf16"), "%s", r.err);
+    gate_result_free(&r);
+}
+
+/* The bisect of a chunk-boundary mismatch replays each arm's prefix as the arm ran it (its prime in
+ * its own chunks): lax with bad_chunk=10 and taps parts from cpu:prefill=1 at the boundary of the
+ * chunk 7..13, and the bisect of step 13 must find the site where the chunk's wrong row shows
+ * (layer 0's attention, which reads position 10's K and V), not "no site differs" as a token by
+ * token replay of the prefix would (the negative control: the same gate with prefill=1 on both
+ * arms reaches no mismatch at all, the bad chunk never running). */
+Test(gate_prefill, bisect_replays_the_chunk_that_failed) {
+    const char *bad[] = {
+        "--a", "cpu:prefill=1", "--b", "lax:prefill=7,bad_chunk=10,taps=1", "--prime", "20", "--gen", "4", "--rows",
+        "0",   "--quiet",       NULL};
+    gate_how how = {.plugin_path = ARMTEST_PLUGIN_DIR};
+    gate_result r = gate_run_ex(bad, &how);
+    cr_assert_eq(r.exit, 1, "exit %d: %s", r.exit, r.err);
+    char *b = gate_record(r.jsonl, "bisect", 0);
+    cr_assert_not_null(b, "%s", r.jsonl);
+    double step = -1, layer = -2;
+    cr_assert(gate_field_num(b, "step", &step) && step == 13, "%s", b);
+    cr_assert(gate_field_num(b, "layer", &layer) && layer == 0, "%s", b);
+    char site[64] = "";
+    cr_assert(gate_field_str(b, "site", site, sizeof site) && strcmp(site, "attention") == 0, "%s", b);
+    free(b);
+    gate_result_free(&r);
+    const char *ok[] = {
+        "--a", "cpu:prefill=1", "--b", "lax:prefill=1,bad_chunk=10,taps=1", "--prime", "20", "--gen", "4", "--rows",
+        "0",   "--quiet",       NULL};
+    gate_how how2 = {.plugin_path = ARMTEST_PLUGIN_DIR};
+    r = gate_run_ex(ok, &how2);
+    cr_assert_eq(r.exit, 0, "token by token the bad chunk never runs: %s", r.err);
     gate_result_free(&r);
 }

@@ -15,15 +15,15 @@
 #include "memra/synth.h"
 
 typedef struct moe_change {
-    const char *arch;       /* rename the architecture (keys "<old>." become "<arch>.") */
-    const char *skip_key;   /* a key (after renaming) left out */
-    const char *u32_key;    /* a u32 key set (added, or replacing the file's) */
+    const char *arch;     /* rename the architecture (keys "<old>." become "<arch>.") */
+    const char *skip_key; /* a key (after renaming) left out */
+    const char *u32_key;  /* a u32 key set (added, or replacing the file's) */
     uint32_t u32_value;
     const char *f32_keys[4]; /* f32 keys added, each to f32_value */
     float f32_value;
     const char *skip_tensor;  /* tensors whose name contains this are left out */
     const char *skip_tensor2; /* and this */
-    const char *tensor;      /* a tensor reshaped: */
+    const char *tensor;       /* a tensor reshaped: */
     uint64_t ne[3];
     uint32_t n_dims;
     const char *extra_tensor; /* a stray tensor, a copy of blk.0.ffn_norm.weight */
@@ -69,7 +69,8 @@ static memra_status moe_describe(const char *preset, const moe_change *c, moe_fi
         cr_assert_eq(memra_gguf_writer_set_f32(w, c->f32_keys[k], c->f32_value, err), MEMRA_OK);
     for (uint64_t i = 0; i < memra_gguf_tensor_count(src); i++) {
         const memra_gguf_tensor *t = memra_gguf_tensor_at(src, i);
-        if ((c->skip_tensor && strstr(t->name, c->skip_tensor)) || (c->skip_tensor2 && strstr(t->name, c->skip_tensor2)))
+        if ((c->skip_tensor && strstr(t->name, c->skip_tensor)) ||
+            (c->skip_tensor2 && strstr(t->name, c->skip_tensor2)))
             continue;
         if (c->tensor && strcmp(t->name, c->tensor) == 0) {
             /* reshaped over the same bytes (or fewer): the element count must not grow */
@@ -182,10 +183,10 @@ Test(model_moe, granitemoe_reads_its_four_scales) {
               f.m->logit_scale == 0.25f);
     cr_assert(f.m->expert_weights_norm);
     moe_close(&f);
-    moe_change no_logit = {.arch = "granitemoe",
-                           .f32_keys = {"granitemoe.embedding_scale", "granitemoe.residual_scale",
-                                        "granitemoe.attention.scale"},
-                           .f32_value = 0.25f};
+    moe_change no_logit = {
+        .arch = "granitemoe",
+        .f32_keys = {"granitemoe.embedding_scale", "granitemoe.residual_scale", "granitemoe.attention.scale"},
+        .f32_value = 0.25f};
     expect_refused("moe-tiny", &no_logit, MEMRA_E_FORMAT, "granitemoe.logit_scale");
     /* only the logit scale is required (llama.cpp's granite loader): without the other three the
      * embedding and the residual are not scaled and the attention scale is 1/sqrt(head_dim) */
