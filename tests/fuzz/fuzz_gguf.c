@@ -4,11 +4,21 @@
  * with the name. An accepted file is walked completely (every key, every array element, every
  * tensor's first and last byte) under ASan, every typed getter is called on every key, and the
  * file is copied through the writer and read back: the writer must accept what the reader
- * accepted, and the copy must read back equal. Any broken invariant traps. */
+ * accepted, and the copy must read back equal. The same bytes are then opened streamed (through a
+ * memfd: memra_gguf_open_streamed reads the metadata in pieces and leaves the tensor data out),
+ * which must accept and refuse exactly what the memory open does, with the same status, and
+ * describe the same keys, values and tensors, the resident tensors' bytes included. Any broken
+ * invariant traps. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "memra/gguf.h"
 
@@ -126,14 +136,62 @@ static void rewrite(const memra_gguf *g) {
     memra_gguf_writer_free(w);
 }
 
+/* The streamed open of the same bytes agrees with the memory open (mem: its handle, NULL when it
+ * refused with status want). */
+static void streamed_agrees(const uint8_t *data, size_t size, memra_status want, const memra_gguf *mem) {
+    int fd = memfd_create("fuzz", 0);
+    if (fd < 0)
+        return;
+    for (size_t off = 0; off < size;) {
+        ssize_t n = write(fd, data + off, size - off);
+        if (n <= 0) {
+            close(fd);
+            return;
+        }
+        off += (size_t)n;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    memra_gguf *g = NULL;
+    memra_error err;
+    memra_error_clear(&err);
+    memra_status st = memra_gguf_open_streamed(path, &g, &err);
+    CHECK(st == want);
+    if (st != MEMRA_OK) {
+        CHECK(g == NULL && strncmp(err.msg, path, strlen(path)) == 0);
+        close(fd);
+        return;
+    }
+    CHECK(memra_gguf_streamed(g) && memra_gguf_file_size(g) == size);
+    CHECK(memra_gguf_data_offset(g) == memra_gguf_data_offset(mem) &&
+          memra_gguf_alignment(g) == memra_gguf_alignment(mem));
+    CHECK(memra_gguf_kv_count(g) == memra_gguf_kv_count(mem));
+    for (uint64_t i = 0; i < memra_gguf_kv_count(g); i++) {
+        const memra_gguf_kv *a = memra_gguf_kv_at(g, i), *b = memra_gguf_kv_at(mem, i);
+        CHECK(strcmp(a->key, b->key) == 0 && same_value(&a->value, &b->value));
+    }
+    CHECK(memra_gguf_tensor_count(g) == memra_gguf_tensor_count(mem));
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *a = memra_gguf_tensor_at(g, i), *b = memra_gguf_tensor_at(mem, i);
+        CHECK(strcmp(a->name, b->name) == 0 && a->type == b->type && a->offset == b->offset &&
+              a->n_bytes == b->n_bytes && a->n_dims == b->n_dims);
+        if (memra_gguf_tensor_resident(g, a))
+            CHECK(memcmp(a->data, b->data, a->n_bytes) == 0);
+    }
+    memra_gguf_close(g);
+    close(fd);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memra_gguf *g = NULL;
     memra_error err;
     memra_error_clear(&err);
     if (memra_gguf_open_memory(data, size, "fuzz", &g, &err) != MEMRA_OK) {
         CHECK(g == NULL && err.status != MEMRA_OK && strncmp(err.msg, "fuzz: ", 6) == 0);
+        streamed_agrees(data, size, err.status, NULL);
         return 0;
     }
+    streamed_agrees(data, size, MEMRA_OK, g);
     const uint8_t *lo = memra_gguf_file_data(g), *hi = lo + memra_gguf_file_size(g);
     CHECK(lo == data && memra_gguf_file_size(g) == size);
     CHECK(memra_gguf_data_offset(g) <= size);
