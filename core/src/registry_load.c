@@ -386,6 +386,13 @@ static memra_status not_found(const memra_registry *r, const char *name, memra_p
             snprintf(part, sizeof part, "; %s names '%s' but is malformed", e->manifest, name);
         msg_append(msg, sizeof msg, &len, part);
     }
+    /* $MEMRA_PLUGIN_PATH entries skipped at open (relative or empty): the likeliest reason a
+     * plugin the caller pointed at is not found, and otherwise only in the log. */
+    for (uint32_t i = 0; i < r->n_warnings; i++)
+        if (strncmp(r->warnings[i], "MEMRA_PLUGIN_PATH entry", 23) == 0) {
+            msg_append(msg, sizeof msg, &len, "; ");
+            msg_append(msg, sizeof msg, &len, r->warnings[i]);
+        }
     return memra_fail(err, MEMRA_E_PLUGIN, "%s", msg);
 }
 

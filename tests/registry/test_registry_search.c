@@ -342,6 +342,11 @@ Test(registry, plugin_path_skips_empty_and_relative_entries) {
     cr_assert_not_null(strstr(g_log, "entry 2 is empty"), "%s", g_log);
     cr_assert_not_null(strstr(g_log, "entry 4 '.' is not absolute"), "%s", g_log);
     cr_assert_not_null(strstr(g_log, "entry 6 is empty"), "%s", g_log);
+    /* a plugin not found says which entries were skipped (the log may go nowhere) */
+    const memra_plugin *p;
+    cr_assert_eq(memra_registry_load(r, "nosuch", MEMRA_PLUGIN_SAMPLER, &p, &err), MEMRA_E_PLUGIN);
+    cr_assert_not_null(strstr(err.msg, "; MEMRA_PLUGIN_PATH entry 1 'relative/dir' is not absolute: ignored"), "%s",
+                       err.msg);
     memra_registry_close(r);
 }
 
