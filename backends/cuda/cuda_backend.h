@@ -303,6 +303,11 @@ typedef struct mc_stage_state {
     cudaEvent_t sampled_ev;
 } mc_stage_state;
 
+/* Layer `layer`'s attention arguments on stage state ss (cuda_forward.cu): the decode step's and
+ * the prefill chunk's, from one place. */
+mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, const mc_stage_weights *sw,
+                                const mc_layer *L, uint32_t layer, uint32_t capacity);
+
 typedef struct mc_slot {
     cudaEvent_t ev;             /* on the last stage's device: recorded after an eager step */
     cudaEvent_t ev_first;       /* on stage 0's device: recorded after a graph launch (stage 0's stream) */

@@ -232,23 +232,10 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
     MC_TRY(mc_embed_rows(&sw->embd, cb->tok, M, 1.0f, cb->x, E, q), "launch of the chunk's embeddings");
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw->layer_begin + l;
-        const bool swa = memra_model_layer_is_swa(m, layer);
         const mc_layer *L = &sw->layers[l];
         const uint32_t kv_plane = ss->n_kv * s->capacity;
         float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
-        mc_rope_args ra = {ss->n_head,
-                           ss->n_kv,
-                           hd,
-                           hdv,
-                           s->capacity,
-                           m->rope_pairing == MEMRA_ROPE_NEOX,
-                           1.0f / memra_model_layer_rope_linear_factor(m, layer),
-                           swa ? sw->freqs_swa : sw->freqs,
-                           L->q_norm,
-                           L->k_norm,
-                           m->rms_eps,
-                           swa ? m->sliding_window : 0,
-                           0.0f};
+        mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity);
         /* q, k, v of every row (one GEMV, or one per run of equal type into its rows) */
         if (L->qkv_parts == 0) {
             MC_TRY(mc_gemv_chunk(c, &L->wqkv, cb->x, E, L->attn_norm, eps, L->bqkv, NULL, 0, cb->qkv, QKV, 0, M,

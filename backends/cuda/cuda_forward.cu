@@ -217,6 +217,28 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
     return MEMRA_OK;
 }
 
+/* Layer `layer`'s attention arguments for stage state ss (its heads, the state's capacity, the
+ * layer's RoPE tables and scale, its q/k norms, the sliding window of a local layer): one place
+ * for the decode step and the prefill chunk, so both attend alike. */
+mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, const mc_stage_weights *sw,
+                                const mc_layer *L, uint32_t layer, uint32_t capacity) {
+    const bool swa = memra_model_layer_is_swa(m, layer);
+    mc_rope_args ra = {ss->n_head,
+                       ss->n_kv,
+                       m->head_dim,
+                       m->head_dim_v,
+                       capacity,
+                       m->rope_pairing == MEMRA_ROPE_NEOX,
+                       1.0f / memra_model_layer_rope_linear_factor(m, layer),
+                       swa ? sw->freqs_swa : sw->freqs,
+                       L->q_norm,
+                       L->k_norm,
+                       m->rms_eps,
+                       swa ? m->sliding_window : 0,
+                       m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f};
+    return ra;
+}
+
 /* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
  * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. gemma3 adds
  * per layer: the sliding window and its RoPE frequencies on its local layers, the file's attention
@@ -240,7 +262,6 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     const int glu = m->ffn_act == MEMRA_FFN_GELU_TANH ? MC_GLU_GELU : MC_GLU_SILU;
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw0->layer_begin + l;
-        const bool swa = memra_model_layer_is_swa(m, layer);
         const bool post_a = sw0->layers[l].post_attn_norm != NULL, post_f = sw0->layers[l].post_ffn_norm != NULL;
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
@@ -249,19 +270,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             cudaStream_t q = ss->stream;
             const uint32_t kv_plane = ss->n_kv * s->capacity;
             float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
-            mc_rope_args ra = {ss->n_head,
-                               ss->n_kv,
-                               hd,
-                               hdv,
-                               s->capacity,
-                               m->rope_pairing == MEMRA_ROPE_NEOX,
-                               1.0f / memra_model_layer_rope_linear_factor(m, layer),
-                               swa ? sw->freqs_swa : sw->freqs,
-                               L->q_norm,
-                               L->k_norm,
-                               m->rms_eps,
-                               swa ? m->sliding_window : 0,
-                               m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f};
+            mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity);
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
