@@ -235,7 +235,9 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
         const bool swa = memra_model_layer_is_swa(m, layer);
         const mc_layer *L = &sw->layers[l];
         const uint32_t kv_plane = ss->n_kv * s->capacity;
-        float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
+        const uint32_t kvb = mc_kv_bytes(c->kv); /* the arm's kv type: bytes a stored value */
+        char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * hd * kvb;
+        char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * hdv * kvb;
         mc_rope_args ra = {ss->n_head,
                            ss->n_kv,
                            hd,
@@ -248,7 +250,8 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
                            L->k_norm,
                            m->rms_eps,
                            swa ? m->sliding_window : 0,
-                           0.0f};
+                           0.0f,
+                           c->kv};
         /* q, k, v of every row (one GEMV, or one per run of equal type into its rows) */
         if (L->qkv_parts == 0) {
             MC_TRY(mc_gemv_chunk(c, &L->wqkv, cb->x, E, L->attn_norm, eps, L->bqkv, NULL, 0, cb->qkv, QKV, 0, M,
@@ -276,7 +279,7 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
                     e = mc_rope_kv(&ra, qr, kc, vc, cb->pos_rows + j, q);
                     if (e == cudaSuccess)
                         e = mc_attention(qr, kc, vc, ss->att_partial, ar, ss->n_head, ss->n_kv, hd, hdv, s->capacity,
-                                         cb->pos_rows + j, ra.window, ra.scale, q);
+                                         cb->pos_rows + j, ra.window, ra.scale, ra.kv, q);
                 }
             }
         }

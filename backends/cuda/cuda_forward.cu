@@ -248,7 +248,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             const mc_layer *L = &sw->layers[l];
             cudaStream_t q = ss->stream;
             const uint32_t kv_plane = ss->n_kv * s->capacity;
-            float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
+            const uint32_t kvb = mc_kv_bytes(c->kv); /* the arm's kv type: bytes a stored value */
+            char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * hd * kvb;
+            char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * hdv * kvb;
             mc_rope_args ra = {ss->n_head,
                                ss->n_kv,
                                hd,
@@ -261,7 +263,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                L->k_norm,
                                m->rms_eps,
                                swa ? m->sliding_window : 0,
-                               m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f};
+                               m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f,
+                               c->kv};
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
@@ -276,7 +279,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             } else {
                 MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
                 MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, ss->n_head, ss->n_kv, hd, hdv,
-                                    s->capacity, ss->pos, ra.window, ra.scale, q),
+                                    s->capacity, ss->pos, ra.window, ra.scale, ra.kv, q),
                        "launch of attention");
             }
             if (b->taps)
