@@ -170,9 +170,10 @@ bool cli_arm_names_unknown_plugin(memra_registry *r, const char *arm_text);
 memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg *sample, float *logits,
                       memra_step_result *res, memra_error *err);
 /* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
- * token's row; of a mixture of experts' stacks only the chosen experts) and an f32 KV cache of
- * positions [0, pos] (the figure behind GB/s). */
-uint64_t cli_step_bytes(const memra_model *m, uint64_t pos);
+ * token's row; of a mixture of experts' stacks only the chosen experts) and a KV cache of
+ * positions [0, pos] of kv_bytes a value (4: f32; 2: a cuda arm's kv=f16 or kv=bf16; the figure
+ * behind GB/s). */
+uint64_t cli_step_bytes(const memra_model *m, uint64_t pos, uint32_t kv_bytes);
 
 /* The subcommands: argv[0] is the subcommand's name. */
 int cmd_plugins(int argc, char **argv);

@@ -83,21 +83,31 @@ __host__ __device__ inline mc_att_layout mc_att_layout_of(uint32_t G, uint32_t h
     }
 }
 
-/* Queues the cache rows [t0, t0+nt) except `skip` into one tile buffer. */
-__device__ __forceinline__ void mc_att_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
-                                                 uint32_t nt, uint32_t skip, uint32_t hd, uint32_t hdv, uint32_t kst) {
-    const uint32_t kq = hd / 4, vq = hdv / 4;
+/* Queues the cache rows [t0, t0+nt) except `skip` into one tile buffer (K rows kst values apart;
+ * 16-byte copies of 16 / sizeof(KT) stored values, the rows kept in their storage type). */
+template <typename KT>
+__device__ __forceinline__ void mc_att_load_tile(KT *ks, KT *vs, const KT *kb, const KT *vb, uint32_t t0, uint32_t nt,
+                                                 uint32_t skip, uint32_t hd, uint32_t hdv, uint32_t kst) {
+    constexpr uint32_t E = 16 / sizeof(KT); /* values a copy */
+    const uint32_t kq = hd / E, vq = hdv / E;
     for (uint32_t i = threadIdx.x; i < nt * kq; i += blockDim.x) {
         const uint32_t t = i / kq, c = i % kq;
         if (t0 + t != skip)
-            mc_cp_async16(ks + t * kst + 4 * c, kb + (size_t)(t0 + t) * hd + 4 * c);
+            mc_cp_async16(ks + t * kst + E * c, kb + (size_t)(t0 + t) * hd + E * c);
     }
     for (uint32_t i = threadIdx.x; i < nt * vq; i += blockDim.x) {
         const uint32_t t = i / vq, c = i % vq;
         if (t0 + t != skip)
-            mc_cp_async16(vs + t * hdv + 4 * c, vb + (size_t)(t0 + t) * hdv + 4 * c);
+            mc_cp_async16(vs + t * hdv + E * c, vb + (size_t)(t0 + t) * hdv + E * c);
     }
     mc_cp_async_commit();
+}
+
+/* The K tile's row stride in stored values: the layout's kst for float; hd + 8 for the 2-byte
+ * types (16-byte rows when hd % 8 == 0, which mc_attention_path asks of them; the buffer, sized
+ * in floats for kst, holds it). */
+template <typename KT> __host__ __device__ constexpr uint32_t mc_att_kstride(uint32_t kst, uint32_t hd) {
+    return sizeof(KT) == 4 ? kst : hd + 8;
 }
 
 /* The first position a query at npos - 1 attends to: npos - window on a sliding-window layer
@@ -137,9 +147,10 @@ __device__ void mc_att_rope(float *v, uint32_t n_vec, const mc_rope_args &a, uin
     }
 }
 
-template <uint32_t HD> /* head_dim when 64 or 128 (dot unrolled), 0: given at run time */
+template <uint32_t HD, typename KT = float> /* HD: head_dim when 64 or 128 (dot unrolled), 0: given at run time;
+                                              * KT: the cache's storage (cuda_common.cuh) */
 __global__ void __launch_bounds__(MC_ATT_THREADS)
-    attention_decode_cluster_tiled(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, float *out,
+    attention_decode_cluster_tiled(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out,
                                    const int32_t *pos) {
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
@@ -153,14 +164,15 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
     const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
     const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
     const bool has_new = p0 <= (uint32_t)p && (uint32_t)p < p1;
-    const float *kb = k_cache + (size_t)g * a.capacity * hd, *vb = v_cache + (size_t)g * a.capacity * hdv;
+    const KT *kb = k_cache + (size_t)g * a.capacity * hd, *vb = v_cache + (size_t)g * a.capacity * hdv;
     const uint32_t n_tiles = (p1 - p0 + MC_ATT_TILE - 1) / MC_ATT_TILE;
+    const uint32_t kse = mc_att_kstride<KT>(L.kst, hd); /* the buffers are sized in floats; rows in KT */
     /* rows below *pos were written by earlier steps: stream the first nb-1 tiles before the wait
      * (one copy group per tile; tile j goes to buffer j % nb) */
     for (uint32_t j = 0; j < n_tiles && j + 1 < L.nb; j++) {
         const uint32_t t0 = p0 + j * MC_ATT_TILE;
-        mc_att_load_tile(sm + L.ks + j * MC_ATT_TILE * L.kst, sm + L.vs + j * MC_ATT_TILE * hdv, kb, vb, t0,
-                         min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, L.kst);
+        mc_att_load_tile<KT>((KT *)(sm + L.ks + j * MC_ATT_TILE * L.kst), (KT *)(sm + L.vs + j * MC_ATT_TILE * hdv), kb,
+                             vb, t0, min(MC_ATT_TILE, p1 - t0), (uint32_t)p, hd, hdv, kse);
     }
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
@@ -188,31 +200,45 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
         mc_att_rope(kn, 1, a, hd, p);
     __syncthreads();
     if (has_new) {
-        float *kd = k_cache + ((size_t)g * a.capacity + (size_t)p) * hd;
-        float *vd = v_cache + ((size_t)g * a.capacity + (size_t)p) * hdv;
-        for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
-            kd[i] = kn[i];
-        for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
-            vd[i] = vn[i];
+        KT *kd = k_cache + ((size_t)g * a.capacity + (size_t)p) * hd;
+        KT *vd = v_cache + ((size_t)g * a.capacity + (size_t)p) * hdv;
+        if constexpr (mc_kv_is_f32<KT>) {
+            for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+                kd[i] = kn[i];
+            for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
+                vd[i] = vn[i];
+        } else { /* the rounded values, in the cache and (read back) in kn, vn for this step's tiles */
+            for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x) {
+                const KT x = mc_kv_put<KT>(kn[i]);
+                kd[i] = x;
+                kn[i] = mc_kv_get(x);
+            }
+            for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x) {
+                const KT x = mc_kv_put<KT>(vn[i]);
+                vd[i] = x;
+                vn[i] = mc_kv_get(x);
+            }
+        }
     }
     const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)hd);
     for (uint32_t j = 0; j < n_tiles; j++) {
         const uint32_t t0 = p0 + j * MC_ATT_TILE, nt = min(MC_ATT_TILE, p1 - t0), b = j % L.nb;
-        float *ks = sm + L.ks + b * MC_ATT_TILE * L.kst, *vs = sm + L.vs + b * MC_ATT_TILE * hdv;
+        KT *ks = (KT *)(sm + L.ks + b * MC_ATT_TILE * L.kst), *vs = (KT *)(sm + L.vs + b * MC_ATT_TILE * hdv);
         /* queued so far: tiles 0 .. min(j + nb - 2, n_tiles - 1); tile j must have landed */
         mc_cp_async_wait(min(j + L.nb - 2, n_tiles - 1) - j);
         __syncthreads(); /* tile j landed for every thread; tile j-1's buffer is free */
         if (j + L.nb - 1 < n_tiles) {
             const uint32_t jn = j + L.nb - 1, tn = p0 + jn * MC_ATT_TILE;
-            mc_att_load_tile(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst, sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv,
-                             kb, vb, tn, min(MC_ATT_TILE, p1 - tn), (uint32_t)p, hd, hdv, L.kst);
+            mc_att_load_tile<KT>((KT *)(sm + L.ks + (jn % L.nb) * MC_ATT_TILE * L.kst),
+                                 (KT *)(sm + L.vs + (jn % L.nb) * MC_ATT_TILE * hdv), kb, vb, tn,
+                                 min(MC_ATT_TILE, p1 - tn), (uint32_t)p, hd, hdv, kse);
         }
         if (has_new && (uint32_t)p < t0 + nt) { /* the new row, from shared memory */
             const uint32_t t = (uint32_t)p - t0;
             for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
-                ks[t * L.kst + i] = kn[i];
+                ks[t * kse + i] = mc_kv_put<KT>(kn[i]); /* exact: kn holds a stored value */
             for (uint32_t i = threadIdx.x; i < hdv; i += blockDim.x)
-                vs[t * hdv + i] = vn[i];
+                vs[t * hdv + i] = mc_kv_put<KT>(vn[i]);
             __syncthreads();
         }
         /* scores and the online softmax: warp-uniform head, lane = position */
@@ -220,11 +246,12 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
             const uint32_t h = i / MC_ATT_TILE, t = i % MC_ATT_TILE;
             float s = -INFINITY;
             if (t < nt) {
-                const float *k = ks + t * L.kst, *q = qs + (size_t)h * hd;
+                const KT *k = ks + t * kse;
+                const float *q = qs + (size_t)h * hd;
                 float acc = 0.0f;
 #pragma unroll 8
                 for (uint32_t d = 0; d < hd; d += 4) {
-                    const float4 kv = *(const float4 *)(k + d);
+                    const float4 kv = mc_kv_load4(k + d);
                     const float4 qv = *(const float4 *)(q + d);
                     acc = fmaf(qv.x, kv.x, acc);
                     acc = fmaf(qv.y, kv.y, acc);
@@ -258,7 +285,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
                     o[k] = h0 + k < G ? os[(h0 + k) * hdv + d] * als[h0 + k] : 0.0f;
 #pragma unroll 4
                 for (uint32_t t = 0; t < nt; t++) {
-                    const float v = vs[t * hdv + d];
+                    const float v = mc_kv_get(vs[t * hdv + d]);
                     const float4 pv = *(const float4 *)(ps + t * L.G4 + h0);
                     o[0] = fmaf(pv.x, v, o[0]);
                     o[1] = fmaf(pv.y, v, o[1]);
@@ -345,29 +372,32 @@ template <uint32_t HD> __device__ __forceinline__ uint32_t mc_atc_dim(uint32_t g
     return HD / 16 >= 4 ? (i / 4) * 64 + 4 * gl + (i % 4) : 2 * gl + i;
 }
 
-template <uint32_t HD> __device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const float *row, uint32_t gl) {
+/* A lane's slots of a row (of floats, or of a cache's stored values, read back exactly). */
+template <uint32_t HD, typename KT>
+__device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const KT *row, uint32_t gl) {
     if (HD / 16 >= 4) {
         constexpr uint32_t NK = HD >= 64 ? HD / 64 : 1;
 #pragma unroll
         for (uint32_t k = 0; k < NK; k++) {
-            const float4 v = *(const float4 *)(row + k * 64 + 4 * gl);
+            const float4 v = mc_kv_load4(row + k * 64 + 4 * gl);
             x[4 * k] = v.x;
             x[4 * k + 1] = v.y;
             x[4 * k + 2] = v.z;
             x[4 * k + 3] = v.w;
         }
     } else {
-        const float2 v = *(const float2 *)(row + 2 * gl);
+        const float2 v = mc_kv_load2(row + 2 * gl);
         x[0] = v.x;
         x[1] = v.y;
     }
 }
 
-template <uint32_t HD>
-__device__ __forceinline__ void mc_atc_store(float *row, const float (&x)[HD / 16], uint32_t gl) {
+/* A lane's slots into a row (a cache's: each value rounded to its storage type). */
+template <uint32_t HD, typename KT>
+__device__ __forceinline__ void mc_atc_store(KT *row, const float (&x)[HD / 16], uint32_t gl) {
 #pragma unroll
     for (uint32_t i = 0; i < HD / 16; i++)
-        row[mc_atc_dim<HD>(gl, i)] = x[i];
+        row[mc_atc_dim<HD>(gl, i)] = mc_kv_put<KT>(x[i]);
 }
 
 /* Sum over the 16 lanes of a group (a fixed xor tree; every lane gets the same bits). */
@@ -462,24 +492,30 @@ __device__ __forceinline__ void mc_atc_rope(float (&x)[NV][HD / 16], const mc_at
     }
 }
 
-/* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair. */
-template <uint32_t HD>
-__device__ __forceinline__ void mc_atc_load_tile(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
-                                                 uint32_t nt, uint32_t skip) {
-    constexpr uint32_t Q = HD / 4;
+/* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair (16-byte
+ * copies of 16 / sizeof(KT) stored values; the tile keeps the storage type). */
+template <uint32_t HD, typename KT>
+__device__ __forceinline__ void mc_atc_load_tile(KT *ks, KT *vs, const KT *kb, const KT *vb, uint32_t t0, uint32_t nt,
+                                                 uint32_t skip) {
+    constexpr uint32_t E = 16 / sizeof(KT), Q = HD / E;
     for (uint32_t i = threadIdx.x; i < nt * Q; i += blockDim.x) {
         const uint32_t t = i / Q, c = i % Q;
         if (t0 + t != skip) {
-            mc_cp_async16(ks + t * HD + 4 * c, kb + (size_t)(t0 + t) * HD + 4 * c);
-            mc_cp_async16(vs + t * HD + 4 * c, vb + (size_t)(t0 + t) * HD + 4 * c);
+            mc_cp_async16(ks + t * HD + E * c, kb + (size_t)(t0 + t) * HD + E * c);
+            mc_cp_async16(vs + t * HD + E * c, vb + (size_t)(t0 + t) * HD + E * c);
         }
     }
     mc_cp_async_commit();
 }
 
-template <uint32_t HD, uint32_t G, bool CH = false> /* CH: a prefill chunk's rows (attention_chunk) */
+/* CH: a prefill chunk's rows (attention_chunk). KT: the cache's storage (float, __half,
+ * __nv_bfloat16): the tiles and the new row (kn, vn) hold stored values, in the tiles' float space
+ * (a tile of T positions takes half its buffer with the 2-byte types), read back exactly by
+ * mc_atc_load; the new row is rounded as it is stored, so this step reads the value every later
+ * step (and a chunk's rows) read from the cache. */
+template <uint32_t HD, uint32_t G, bool CH = false, typename KT = float>
 __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
-    attention_decode_cluster(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, float *out,
+    attention_decode_cluster(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out,
                              const int32_t *pos) {
     constexpr uint32_t DPL = HD / 16, T = MC_ATC_TILE_FLOATS / HD, NG = 2 * MC_ATC_WARPS;
     constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
@@ -489,8 +525,9 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
-    float *kt = sm, *vt = sm + 2 * MC_ATC_TILE_FLOATS;
-    float *kn = sm + 4 * MC_ATC_TILE_FLOATS, *vn = kn + HD, *wq = vn + HD;
+    KT *kt = (KT *)sm, *vt = (KT *)(sm + 2 * MC_ATC_TILE_FLOATS);
+    KT *kn = (KT *)(sm + 4 * MC_ATC_TILE_FLOATS), *vn = (KT *)(sm + 4 * MC_ATC_TILE_FLOATS + HD);
+    float *wq = sm + 4 * MC_ATC_TILE_FLOATS + 2 * HD;
     float *bm = wq + NG * G, *rm = bm + G, *rl = rm + MC_ATT_SPLIT * G, *ro = rl + MC_ATT_SPLIT * G;
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
@@ -508,12 +545,12 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
     const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
     const bool has_new = !CH && p0 <= (uint32_t)p && (uint32_t)p < p1;
-    const float *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
     const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
     /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
     for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
         const uint32_t t0 = p0 + j * T;
-        mc_atc_load_tile<HD>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), skip);
+        mc_atc_load_tile<HD, KT>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), skip);
     }
     mc_atc_cs<HD> cs;
     mc_atc_rope_prep<HD>(cs, a, p, gl);
@@ -533,10 +570,10 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
             mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
         mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
         if (lane < 16) {
-            mc_atc_store<HD>(kn, kv[0], gl);
-            mc_atc_store<HD>(vn, vv, gl);
-            mc_atc_store<HD>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-            mc_atc_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+            mc_atc_store<HD, KT>(kn, kv[0], gl);
+            mc_atc_store<HD, KT>(vn, vv, gl);
+            mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+            mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
         }
     }
     float m[G], l[G], o[G][DPL];
@@ -555,18 +592,18 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         __syncthreads(); /* for every thread; the new row too; tile j - 1's buffer is free */
         if (j >= 1 && j + 1 < n_tiles) {
             const uint32_t tn = p0 + (j + 1) * T;
-            mc_atc_load_tile<HD>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn, min(T, p1 - tn),
-                                 skip);
+            mc_atc_load_tile<HD, KT>(kt + ((j + 1) & 1) * T * HD, vt + ((j + 1) & 1) * T * HD, kb, vb, tn,
+                                     min(T, p1 - tn), skip);
         }
-        const float *ks = kt + b * T * HD, *vs = vt + b * T * HD;
+        const KT *ks = kt + b * T * HD, *vs = vt + b * T * HD;
         /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
         for (uint32_t base = 2 * warp; base < nt; base += 2 * NG) {
             const uint32_t ta = base + (grp & 1), tb = ta + NG;
             const bool va = ta < nt, vbl = tb < nt;
-            const float *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
-            const float *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
-            const float *va_row = t0 + ta == skip ? vn : vs + (va ? ta : 0) * HD;
-            const float *vb_row = t0 + tb == skip ? vn : vs + (vbl ? tb : 0) * HD;
+            const KT *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
+            const KT *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
+            const KT *va_row = t0 + ta == skip ? vn : vs + (va ? ta : 0) * HD;
+            const KT *vb_row = t0 + tb == skip ? vn : vs + (vbl ? tb : 0) * HD;
             float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
             mc_atc_load<HD>(kxa, ka, gl);
             mc_atc_load<HD>(kxb, kb2, gl);
@@ -685,9 +722,9 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
 /* One warp per (kv head g, row j of the chunk): the k and v rows at position *pos + j, computed
  * exactly as attention_decode_cluster's block that holds the new row computes them (warp 0: both
  * 16-lane groups, the k norm, the lane's RoPE angles, group 0 writes), into the cache. */
-template <uint32_t HD>
+template <uint32_t HD, typename KT = float>
 __global__ void __launch_bounds__(32)
-    attention_chunk_append(const mc_rope_args a, const float *qkv, float *k_cache, float *v_cache, const int32_t *pos) {
+    attention_chunk_append(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, const int32_t *pos) {
     constexpr uint32_t DPL = HD / 16;
     const uint32_t g = blockIdx.x, j = blockIdx.y, lane = threadIdx.x, gl = lane & 15;
     const int32_t p = *pos + (int32_t)j;
@@ -701,8 +738,8 @@ __global__ void __launch_bounds__(32)
         mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
     mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
     if (lane < 16) {
-        mc_atc_store<HD>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-        mc_atc_store<HD>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+        mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+        mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
     }
 }
 
@@ -718,6 +755,8 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
         return MC_ATT_PATH_UNFUSED;
     if (c->attention == MC_ATT_AUTO && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_CLUSTER;
+    if (c->kv != MC_KV_F32 && (hd % 8 || hdv % 8)) /* the tiled kernel's 16-byte rows of 2-byte values */
+        return MC_ATT_PATH_UNFUSED;
     const mc_att_layout L = mc_att_layout_of(n_head / n_kv, hd, hdv);
     return (uint64_t)L.total * 4 <= 200u * 1024u ? MC_ATT_PATH_TILED : MC_ATT_PATH_UNFUSED;
 }
@@ -743,18 +782,32 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
                      : (G) == 2 ? F(128, 2)                                                                            \
                      : (G) == 4 ? F(128, 4)                                                                            \
                                 : F(128, 8)))
+/* The instantiations by kv type: decode (MC_ATC_FN*) and chunk (MC_ATC_FN_CH*), f32, f16, bf16. */
 #define MC_ATC_FN(HD, G) ((const void *)attention_decode_cluster<HD, G>)
 #define MC_ATC_FN_CH(HD, G) ((const void *)attention_decode_cluster<HD, G, true>)
+#define MC_ATC_FN_H(HD, G) ((const void *)attention_decode_cluster<HD, G, false, __half>)
+#define MC_ATC_FN_CH_H(HD, G) ((const void *)attention_decode_cluster<HD, G, true, __half>)
+#define MC_ATC_FN_B(HD, G) ((const void *)attention_decode_cluster<HD, G, false, __nv_bfloat16>)
+#define MC_ATC_FN_CH_B(HD, G) ((const void *)attention_decode_cluster<HD, G, true, __nv_bfloat16>)
+/* The decode (chunk) instantiation of these shapes for kv. */
+#define MC_ATC_PICK(kv, hd, G)                                                                                         \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH(hd, G, MC_ATC_FN_H)                                                        \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH(hd, G, MC_ATC_FN_B)                                                        \
+                          : MC_ATC_DISPATCH(hd, G, MC_ATC_FN))
+#define MC_ATC_PICK_CH(kv, hd, G)                                                                                      \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH(hd, G, MC_ATC_FN_CH_H)                                                     \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH(hd, G, MC_ATC_FN_CH_B)                                                     \
+                          : MC_ATC_DISPATCH(hd, G, MC_ATC_FN_CH))
 /* Every cluster instantiation once (F(kernel)). */
 // clang-format off
+#define MC_ATC_EACH_OF(F, FN) \
+    F(FN(32, 1)) F(FN(32, 2)) F(FN(32, 4)) F(FN(32, 8)) \
+    F(FN(64, 1)) F(FN(64, 2)) F(FN(64, 4)) F(FN(64, 8)) \
+    F(FN(128, 1)) F(FN(128, 2)) F(FN(128, 4)) F(FN(128, 8))
 #define MC_ATC_EACH(F) \
-    F(MC_ATC_FN(32, 1)) F(MC_ATC_FN(32, 2)) F(MC_ATC_FN(32, 4)) F(MC_ATC_FN(32, 8)) \
-    F(MC_ATC_FN(64, 1)) F(MC_ATC_FN(64, 2)) F(MC_ATC_FN(64, 4)) F(MC_ATC_FN(64, 8)) \
-    F(MC_ATC_FN(128, 1)) F(MC_ATC_FN(128, 2)) F(MC_ATC_FN(128, 4)) F(MC_ATC_FN(128, 8))
-#define MC_ATC_EACH_CH(F) \
-    F(MC_ATC_FN_CH(32, 1)) F(MC_ATC_FN_CH(32, 2)) F(MC_ATC_FN_CH(32, 4)) F(MC_ATC_FN_CH(32, 8)) \
-    F(MC_ATC_FN_CH(64, 1)) F(MC_ATC_FN_CH(64, 2)) F(MC_ATC_FN_CH(64, 4)) F(MC_ATC_FN_CH(64, 8)) \
-    F(MC_ATC_FN_CH(128, 1)) F(MC_ATC_FN_CH(128, 2)) F(MC_ATC_FN_CH(128, 4)) F(MC_ATC_FN_CH(128, 8))
+    MC_ATC_EACH_OF(F, MC_ATC_FN) MC_ATC_EACH_OF(F, MC_ATC_FN_CH) \
+    MC_ATC_EACH_OF(F, MC_ATC_FN_H) MC_ATC_EACH_OF(F, MC_ATC_FN_CH_H) \
+    MC_ATC_EACH_OF(F, MC_ATC_FN_B) MC_ATC_EACH_OF(F, MC_ATC_FN_CH_B)
 // clang-format on
 
 /* The largest dynamic shared memory of any cluster instantiation. */
@@ -784,7 +837,6 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
     if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
         return e;
         MC_ATC_EACH(MC_ATC_SET)
-        MC_ATC_EACH_CH(MC_ATC_SET)
 #undef MC_ATC_SET
         mc_atc_smem_ready[dev] = 1;
         return cudaSuccess;
@@ -794,20 +846,21 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
     const size_t smem = (size_t)mc_att_layout_of(n_head / n_kv, hd, hdv).total * 4;
     if (smem <= 48 * 1024 || smem <= mc_att_smem_set[dev])
         return cudaSuccess;
-    if ((e = cudaFuncSetAttribute(attention_decode_cluster_tiled<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem)) ||
-        (e = cudaFuncSetAttribute(attention_decode_cluster_tiled<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem)) ||
-        (e = cudaFuncSetAttribute(attention_decode_cluster_tiled<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem)))
+#define MC_ATT_SET(HD, KT)                                                                                             \
+    if ((e = cudaFuncSetAttribute(attention_decode_cluster_tiled<HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                  (int)smem)) != cudaSuccess)                                                          \
         return e;
+    MC_ATT_SET(128, float) MC_ATT_SET(64, float) MC_ATT_SET(0, float);
+    MC_ATT_SET(128, __half) MC_ATT_SET(64, __half) MC_ATT_SET(0, __half);
+    MC_ATT_SET(128, __nv_bfloat16) MC_ATT_SET(64, __nv_bfloat16) MC_ATT_SET(0, __nv_bfloat16);
+#undef MC_ATT_SET
     mc_att_smem_set[dev] = smem;
     return cudaSuccess;
 }
 
-template <uint32_t HD>
-static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                                       float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+template <uint32_t HD, typename KT>
+static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, KT *k_cache,
+                                       KT *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const size_t smem = (size_t)mc_att_layout_of(a->n_head / a->n_kv, a->hd, a->hdv).total * 4;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
@@ -824,17 +877,17 @@ static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     mc_launch_attrs(&cfg, attr, 1, c);
-    e = cudaLaunchKernelEx(&cfg, attention_decode_cluster_tiled<HD>, *a, qkv, k_cache, v_cache, out, pos);
+    e = cudaLaunchKernelEx(&cfg, attention_decode_cluster_tiled<HD, KT>, *a, qkv, k_cache, v_cache, out, pos);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
 }
 
 /* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head. */
-static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                                 float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                                 void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const uint32_t G = a->n_head / a->n_kv;
-    const void *fn = MC_ATC_DISPATCH(a->hd, G, MC_ATC_FN);
+    const void *fn = MC_ATC_PICK(a->kv, a->hd, G);
     const size_t smem = (size_t)mc_atc_smem_floats(G, a->hd) * 4;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
@@ -858,18 +911,30 @@ static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, cons
     return cudaGetLastError();
 }
 
-cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                               float *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+template <typename KT>
+static cudaError_t mc_att_tiled_pick(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                                     void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
+    KT *kc = (KT *)k_cache, *vc = (KT *)v_cache;
+    if (a->hd == 128)
+        return mc_att_tiled_launch<128, KT>(c, a, qkv, kc, vc, out, pos, st);
+    if (a->hd == 64)
+        return mc_att_tiled_launch<64, KT>(c, a, qkv, kc, vc, out, pos, st);
+    return mc_att_tiled_launch<0, KT>(c, a, qkv, kc, vc, out, pos, st);
+}
+
+/* The cache's storage is a->kv; c->kv (which chose the path) must agree. */
+cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                               void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const int path = mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (a->kv != c->kv || a->kv > MC_KV_BF16)
+        return cudaErrorInvalidValue;
     if (path == MC_ATT_PATH_CLUSTER)
         return mc_atc_launch(c, a, qkv, k_cache, v_cache, out, pos, st);
     if (path != MC_ATT_PATH_TILED)
         return cudaErrorInvalidValue;
-    if (a->hd == 128)
-        return mc_att_tiled_launch<128>(c, a, qkv, k_cache, v_cache, out, pos, st);
-    if (a->hd == 64)
-        return mc_att_tiled_launch<64>(c, a, qkv, k_cache, v_cache, out, pos, st);
-    return mc_att_tiled_launch<0>(c, a, qkv, k_cache, v_cache, out, pos, st);
+#define MC_ATT_TILED(KT) mc_att_tiled_pick<KT>(c, a, qkv, k_cache, v_cache, out, pos, st)
+    return MC_KV_DISPATCH(a->kv, MC_ATT_TILED);
+#undef MC_ATT_TILED
 }
 
 /* A prefill chunk of M rows at positions *pos .. *pos + M - 1 (cuda_kernels.h): where the cluster
@@ -878,24 +943,38 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
  * position); cudaErrorNotSupported elsewhere (the caller then runs the decode launches row by
  * row). Plain stream order (no programmatic launch): the second kernel reads what the first
  * wrote before its own wait. */
-cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                               float *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st) {
+template <typename KT>
+static void mc_chunk_append_launch(const mc_rope_args *a, const float *qkv, void *k_cache, void *v_cache,
+                                   const int32_t *pos, uint32_t M, cudaStream_t st) {
+    const dim3 ag(a->n_kv, M);
+    KT *kc = (KT *)k_cache, *vc = (KT *)v_cache;
+    if (a->hd == 32)
+        attention_chunk_append<32, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
+    else if (a->hd == 64)
+        attention_chunk_append<64, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
+    else
+        attention_chunk_append<128, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
+}
+
+cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                               void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st) {
+    if (a->kv != c->kv || a->kv > MC_KV_BF16)
+        return cudaErrorInvalidValue;
     if (mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv) != MC_ATT_PATH_CLUSTER || M == 0 || M > 65535)
         return cudaErrorNotSupported;
     const uint32_t G = a->n_head / a->n_kv;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
-    const dim3 ag(a->n_kv, M);
-    if (a->hd == 32)
-        attention_chunk_append<32><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
-    else if (a->hd == 64)
-        attention_chunk_append<64><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
+    if (a->kv == MC_KV_F16)
+        mc_chunk_append_launch<__half>(a, qkv, k_cache, v_cache, pos, M, st);
+    else if (a->kv == MC_KV_BF16)
+        mc_chunk_append_launch<__nv_bfloat16>(a, qkv, k_cache, v_cache, pos, M, st);
     else
-        attention_chunk_append<128><<<ag, 32, 0, st>>>(*a, qkv, k_cache, v_cache, pos);
+        mc_chunk_append_launch<float>(a, qkv, k_cache, v_cache, pos, M, st);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
-    const void *fn = MC_ATC_DISPATCH(a->hd, G, MC_ATC_FN_CH);
+    const void *fn = MC_ATC_PICK_CH(a->kv, a->hd, G);
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv, M);
@@ -921,15 +1000,18 @@ const char *mc_attention_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-        {(const void *)attention_decode_cluster_tiled<128>, "attention"},
-        {(const void *)attention_decode_cluster_tiled<64>, "attention"},
-        {(const void *)attention_decode_cluster_tiled<0>, "attention"},
+#define MC_ATT_ROWS(KT)                                                                                                \
+    {(const void *)attention_decode_cluster_tiled<128, KT>, "attention"},                                              \
+        {(const void *)attention_decode_cluster_tiled<64, KT>, "attention"},                                           \
+        {(const void *)attention_decode_cluster_tiled<0, KT>, "attention"},                                            \
+        {(const void *)attention_chunk_append<32, KT>, "attention"},                                                   \
+        {(const void *)attention_chunk_append<64, KT>, "attention"},                                                   \
+        {(const void *)attention_chunk_append<128, KT>, "attention"},
+        MC_ATT_ROWS(float) MC_ATT_ROWS(__half) MC_ATT_ROWS(__nv_bfloat16)
+#undef MC_ATT_ROWS
 #define MC_ATC_ROW(fn) {fn, "attention"},
-        MC_ATC_EACH(MC_ATC_ROW) MC_ATC_EACH_CH(MC_ATC_ROW)
+            MC_ATC_EACH(MC_ATC_ROW)
 #undef MC_ATC_ROW
-            {(const void *)attention_chunk_append<32>, "attention"},
-        {(const void *)attention_chunk_append<64>, "attention"},
-        {(const void *)attention_chunk_append<128>, "attention"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

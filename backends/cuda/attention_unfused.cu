@@ -29,8 +29,10 @@ __device__ float mc_block_sum(float v, float *red) {
 /* ---- the unfused path: rope_kv_append, attention_decode_chunk, attention_decode_combine ---- */
 
 /* One block per head (q heads, then kv heads). Per layer and token: reads qkv (one token),
- * freqs, norms, *pos; writes q in place and one row of k and v into this layer's cache at *pos. */
-__global__ void rope_kv_append(const mc_rope_args a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos) {
+ * freqs, norms, *pos; writes q in place and one row of k and v into this layer's cache at *pos
+ * (KT: the cache's storage, each value rounded to it as it is written; float: as always). */
+template <typename KT = float>
+__global__ void rope_kv_append(const mc_rope_args a, float *qkv, KT *k_cache, KT *v_cache, const int32_t *pos) {
     extern __shared__ float vec[]; /* hd floats */
     __shared__ float red[33];
     const int32_t p = *pos;
@@ -53,28 +55,58 @@ __global__ void rope_kv_append(const mc_rope_args a, float *qkv, float *k_cache,
             vec[i] = vec[i] * scale * norm[i];
         __syncthreads();
     }
-    float *dst = is_q ? src : k_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hd;
-    const uint32_t half_dim = a.hd / 2;
-    const float fpos = (float)p * a.pos_scale;
-    for (uint32_t i = threadIdx.x; i < half_dim; i += blockDim.x) {
-        uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half_dim : 2 * i + 1;
-        float s, c;
-        sincosf(fpos * a.freqs[i], &s, &c);
-        float x0 = vec[i0], x1 = vec[i1];
-        dst[i0] = x0 * c - x1 * s;
-        dst[i1] = x0 * s + x1 * c;
+    if constexpr (mc_kv_is_f32<KT>) {
+        float *dst = is_q ? src : k_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hd;
+        const uint32_t half_dim = a.hd / 2;
+        const float fpos = (float)p * a.pos_scale;
+        for (uint32_t i = threadIdx.x; i < half_dim; i += blockDim.x) {
+            uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half_dim : 2 * i + 1;
+            float s, c;
+            sincosf(fpos * a.freqs[i], &s, &c);
+            float x0 = vec[i0], x1 = vec[i1];
+            dst[i0] = x0 * c - x1 * s;
+            dst[i1] = x0 * s + x1 * c;
+        }
+    } else { /* the same formulas; k's values rounded to the storage as they are written */
+        KT *kd = k_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hd;
+        const uint32_t half_dim = a.hd / 2;
+        const float fpos = (float)p * a.pos_scale;
+        for (uint32_t i = threadIdx.x; i < half_dim; i += blockDim.x) {
+            uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half_dim : 2 * i + 1;
+            float s, c;
+            sincosf(fpos * a.freqs[i], &s, &c);
+            float x0 = vec[i0], x1 = vec[i1];
+            const float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+            if (is_q) {
+                src[i0] = y0;
+                src[i1] = y1;
+            } else {
+                kd[i0] = mc_kv_put<KT>(y0);
+                kd[i1] = mc_kv_put<KT>(y1);
+            }
+        }
     }
     if (!is_q) {
         const float *v = qkv + (size_t)(a.n_head + a.n_kv) * a.hd + (size_t)kvh * a.hdv;
-        float *vd = v_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hdv;
+        KT *vd = v_cache + ((size_t)kvh * a.capacity + (size_t)p) * a.hdv;
         for (uint32_t i = threadIdx.x; i < a.hdv; i += blockDim.x)
-            vd[i] = v[i];
+            vd[i] = mc_kv_put<KT>(v[i]);
     }
 }
 
-cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
+cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, void *k_cache, void *v_cache, const int32_t *pos,
                        cudaStream_t st) {
-    rope_kv_append<<<a->n_head + a->n_kv, 128, a->hd * sizeof(float), st>>>(*a, qkv, k_cache, v_cache, pos);
+    const dim3 grid(a->n_head + a->n_kv);
+    const size_t smem = a->hd * sizeof(float);
+    if (a->kv == MC_KV_F16)
+        rope_kv_append<__half><<<grid, 128, smem, st>>>(*a, qkv, (__half *)k_cache, (__half *)v_cache, pos);
+    else if (a->kv == MC_KV_BF16)
+        rope_kv_append<__nv_bfloat16>
+            <<<grid, 128, smem, st>>>(*a, qkv, (__nv_bfloat16 *)k_cache, (__nv_bfloat16 *)v_cache, pos);
+    else if (a->kv == MC_KV_F32)
+        rope_kv_append<float><<<grid, 128, smem, st>>>(*a, qkv, (float *)k_cache, (float *)v_cache, pos);
+    else
+        return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 
@@ -92,9 +124,10 @@ uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity)
  * [w0, *pos], the partials of their chunks).
  * Scores: one thread per (q head, position), the dot in dimension order; softmax sums in
  * position order; out: one thread per dimension, positions in order. */
-template <uint32_t HD> /* head_dim when 64 or 128 (loops unrolled), 0: given at run time */
+template <uint32_t HD, typename KT = float> /* HD: head_dim when 64 or 128 (loops unrolled), 0: given at run time;
+                                              * KT: the cache's storage, read back exactly */
 __global__ void __launch_bounds__(128)
-    attention_decode_chunk(const float *q, const float *k_cache, const float *v_cache, float *partial, uint32_t n_head,
+    attention_decode_chunk(const float *q, const KT *k_cache, const KT *v_cache, float *partial, uint32_t n_head,
                            uint32_t n_kv, uint32_t hd_rt, uint32_t hdv, uint32_t capacity, uint32_t max_chunks,
                            const int32_t *pos, uint32_t window, float scale_arg) {
     const uint32_t hd = HD ? HD : hd_rt;
@@ -106,8 +139,8 @@ __global__ void __launch_bounds__(128)
     if (t0 >= npos || t0 + MC_ATT_CHUNK <= w0)
         return;
     const uint32_t nt = min(t0 + MC_ATT_CHUNK, npos) - t0, ts = w0 > t0 ? w0 - t0 : 0; /* valid: [ts, nt) */
-    const float *kb = k_cache + ((size_t)g * capacity + t0) * hd;
-    const float *vb = v_cache + ((size_t)g * capacity + t0) * hdv;
+    const KT *kb = k_cache + ((size_t)g * capacity + t0) * hd;
+    const KT *vb = v_cache + ((size_t)g * capacity + t0) * hdv;
     const float scale = scale_arg > 0.0f ? scale_arg : 1.0f / sqrtf((float)hd);
     for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
         qs[i] = q[(size_t)g * G * hd + i];
@@ -116,12 +149,13 @@ __global__ void __launch_bounds__(128)
         const uint32_t hq = i / MC_ATT_CHUNK, t = i % MC_ATT_CHUNK;
         float acc = -INFINITY;
         if (t >= ts && t < nt) {
-            const float *k = kb + (size_t)t * hd, *qq = qs + (size_t)hq * hd;
+            const KT *k = kb + (size_t)t * hd;
+            const float *qq = qs + (size_t)hq * hd;
             acc = 0.0f;
             if ((hd & 3) == 0) {
 #pragma unroll 16
                 for (uint32_t d = 0; d < hd; d += 4) {
-                    float4 kv = *(const float4 *)(k + d);
+                    float4 kv = mc_kv_load4(k + d);
                     acc = fmaf(qq[d], kv.x, acc);
                     acc = fmaf(qq[d + 1], kv.y, acc);
                     acc = fmaf(qq[d + 2], kv.z, acc);
@@ -129,7 +163,7 @@ __global__ void __launch_bounds__(128)
                 }
             } else {
                 for (uint32_t d = 0; d < hd; d++)
-                    acc = fmaf(qq[d], k[d], acc);
+                    acc = fmaf(qq[d], mc_kv_get(k[d]), acc);
             }
             acc *= scale;
         }
@@ -162,7 +196,7 @@ __global__ void __launch_bounds__(128)
         float o = 0.0f;
 #pragma unroll 8
         for (uint32_t t = ts; t < nt; t++)
-            o = fmaf(p[t], vb[(size_t)t * hdv + d], o);
+            o = fmaf(p[t], mc_kv_get(vb[(size_t)t * hdv + d]), o);
         partial[((size_t)(g * G + hq) * max_chunks + c) * (hdv + 2) + 2 + d] = o;
     }
 }
@@ -206,21 +240,40 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
-                         uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
-                         const int32_t *pos, uint32_t window, float scale, cudaStream_t st) {
+template <typename KT>
+static void mc_attention_chunk_launch(const float *q, const void *k_cache, const void *v_cache, float *partial,
+                                      uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
+                                      const int32_t *pos, uint32_t window, float scale, cudaStream_t st) {
     const uint32_t mc = mc_att_max_chunks(capacity), G = n_head / n_kv;
     const size_t smem = ((size_t)G * hd + (size_t)G * MC_ATT_CHUNK + G) * sizeof(float);
+    const KT *kc = (const KT *)k_cache, *vc = (const KT *)v_cache;
     dim3 grid(n_kv, mc);
     if (hd == 128)
-        attention_decode_chunk<128><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
-                                                             capacity, mc, pos, window, scale);
+        attention_decode_chunk<128, KT>
+            <<<grid, 128, smem, st>>>(q, kc, vc, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
     else if (hd == 64)
-        attention_decode_chunk<64><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
-                                                            capacity, mc, pos, window, scale);
+        attention_decode_chunk<64, KT>
+            <<<grid, 128, smem, st>>>(q, kc, vc, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
     else
-        attention_decode_chunk<0><<<grid, 128, smem, st>>>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv,
-                                                           capacity, mc, pos, window, scale);
+        attention_decode_chunk<0, KT>
+            <<<grid, 128, smem, st>>>(q, kc, vc, partial, n_head, n_kv, hd, hdv, capacity, mc, pos, window, scale);
+}
+
+cudaError_t mc_attention(const float *q, const void *k_cache, const void *v_cache, float *partial, float *out,
+                         uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
+                         const int32_t *pos, uint32_t window, float scale, uint32_t kv, cudaStream_t st) {
+    const uint32_t mc = mc_att_max_chunks(capacity);
+    if (kv == MC_KV_F16)
+        mc_attention_chunk_launch<__half>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, pos, window,
+                                          scale, st);
+    else if (kv == MC_KV_BF16)
+        mc_attention_chunk_launch<__nv_bfloat16>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, pos,
+                                                 window, scale, st);
+    else if (kv == MC_KV_F32)
+        mc_attention_chunk_launch<float>(q, k_cache, v_cache, partial, n_head, n_kv, hd, hdv, capacity, pos, window,
+                                         scale, st);
+    else
+        return cudaErrorInvalidValue;
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
@@ -232,11 +285,14 @@ const char *mc_attention_unfused_family(const void *f) {
     static const struct {
         const void *func;
         const char *family;
-    } table[] = {{(const void *)rope_kv_append, "rope_kv"},
-                 {(const void *)attention_decode_chunk<128>, "attention"},
-                 {(const void *)attention_decode_chunk<64>, "attention"},
-                 {(const void *)attention_decode_chunk<0>, "attention"},
-                 {(const void *)attention_decode_combine, "attention"}};
+    } table[] = {
+#define MC_UNF_ROWS(KT)                                                                                                \
+    {(const void *)rope_kv_append<KT>, "rope_kv"}, {(const void *)attention_decode_chunk<128, KT>, "attention"},       \
+        {(const void *)attention_decode_chunk<64, KT>, "attention"},                                                   \
+        {(const void *)attention_decode_chunk<0, KT>, "attention"},
+        MC_UNF_ROWS(float) MC_UNF_ROWS(__half) MC_UNF_ROWS(__nv_bfloat16)
+#undef MC_UNF_ROWS
+            {(const void *)attention_decode_combine, "attention"}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)
             return table[i].family;

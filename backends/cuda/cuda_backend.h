@@ -273,7 +273,8 @@ typedef struct mc_stage_state {
     float *gu_pair;           /* gate rows then up rows (2 n_ff) where a layer's gate and up differ in type */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
-    float *k_cache, *v_cache; /* [layer][n_kv][capacity][hd] (the rank's kv heads) */
+    void *k_cache, *v_cache;  /* [layer][n_kv][capacity][hd] values of the arm's kv type (cfg.kv: float, or
+                               * 2-byte f16/bf16: mc_kv_bytes) of the rank's kv heads */
     int32_t *pos;
     int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
     int32_t *verdict;            /* checked: this rank's verdict of the step (0: committed) */
@@ -304,9 +305,9 @@ typedef struct mc_stage_state {
 } mc_stage_state;
 
 /* Layer `layer`'s attention arguments on stage state ss (cuda_forward.cu): the decode step's and
- * the prefill chunk's, from one place. */
+ * the prefill chunk's, from one place; kv is the arm's cache storage (mc_config's kv). */
 mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, const mc_stage_weights *sw,
-                                const mc_layer *L, uint32_t layer, uint32_t capacity);
+                                const mc_layer *L, uint32_t layer, uint32_t capacity, uint32_t kv);
 
 typedef struct mc_slot {
     cudaEvent_t ev;             /* on the last stage's device: recorded after an eager step */

@@ -234,8 +234,10 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
         const uint32_t layer = sw->layer_begin + l;
         const mc_layer *L = &sw->layers[l];
         const uint32_t kv_plane = ss->n_kv * s->capacity;
-        float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
-        mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity);
+        const uint32_t kvb = mc_kv_bytes(c->kv); /* the arm's kv type: bytes a stored value */
+        char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * hd * kvb;
+        char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * hdv * kvb;
+        mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity, c->kv);
         /* q, k, v of every row (one GEMV, or one per run of equal type into its rows) */
         if (L->qkv_parts == 0) {
             MC_TRY(mc_gemv_chunk(c, &L->wqkv, cb->x, E, L->attn_norm, eps, L->bqkv, NULL, 0, cb->qkv, QKV, 0, M,
@@ -263,7 +265,7 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
                     e = mc_rope_kv(&ra, qr, kc, vc, cb->pos_rows + j, q);
                     if (e == cudaSuccess)
                         e = mc_attention(qr, kc, vc, ss->att_partial, ar, ss->n_head, ss->n_kv, hd, hdv, s->capacity,
-                                         cb->pos_rows + j, ra.window, ra.scale, q);
+                                         cb->pos_rows + j, ra.window, ra.scale, ra.kv, q);
                 }
             }
         }

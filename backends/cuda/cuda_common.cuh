@@ -7,6 +7,7 @@
 #ifndef MEMRA_CUDA_COMMON_CUH
 #define MEMRA_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -25,6 +26,44 @@
 
 /* Per device: multiprocessors (0 until mc_gemv_prepare ran there). Host; gemv.cu owns it. */
 extern uint32_t mc_sm_count[MC_MAX_DEVICES];
+
+/* The KV cache's storage type (the arm's kv key): float (f32), __half (f16) or __nv_bfloat16
+ * (bf16). The attention kernels are templates on it; with float every helper below is the plain
+ * load or store the f32 kernels have always done (no conversion, no extra operation). A value is
+ * rounded to nearest even as it is written, with the cpu backend's functions (memra/numeric.h:
+ * the same bits, NaN kept NaN), and read back exactly (f16 and bf16 widen to f32 without
+ * rounding). */
+template <typename KT> inline constexpr bool mc_kv_is_f32 = false;
+template <> inline constexpr bool mc_kv_is_f32<float> = true;
+__device__ __forceinline__ float mc_kv_get(float x) { return x; }
+__device__ __forceinline__ float mc_kv_get(__half x) { return __half2float(x); }
+__device__ __forceinline__ float mc_kv_get(__nv_bfloat16 x) {
+    return __uint_as_float((uint32_t)__bfloat16_as_ushort(x) << 16);
+}
+template <typename KT> __device__ __forceinline__ KT mc_kv_put(float x);
+template <> __device__ __forceinline__ float mc_kv_put<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half mc_kv_put<__half>(float x) {
+    return __ushort_as_half(memra_f32_to_f16(x));
+}
+template <> __device__ __forceinline__ __nv_bfloat16 mc_kv_put<__nv_bfloat16>(float x) {
+    return __ushort_as_bfloat16(memra_f32_to_bf16(x));
+}
+/* Four (two) consecutive stored values as floats: p 16-byte (8-byte) aligned for float, 8-byte
+ * (4-byte) for the 2-byte types. */
+__device__ __forceinline__ float4 mc_kv_load4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float2 mc_kv_load2(const float *p) { return *(const float2 *)p; }
+template <typename KT> __device__ __forceinline__ float4 mc_kv_load4(const KT *p) {
+    const uint2 u = *(const uint2 *)p;
+    const KT *e = (const KT *)&u;
+    return make_float4(mc_kv_get(e[0]), mc_kv_get(e[1]), mc_kv_get(e[2]), mc_kv_get(e[3]));
+}
+template <typename KT> __device__ __forceinline__ float2 mc_kv_load2(const KT *p) {
+    const uint32_t u = *(const uint32_t *)p;
+    const KT *e = (const KT *)&u;
+    return make_float2(mc_kv_get(e[0]), mc_kv_get(e[1]));
+}
+/* Calls F(KT) with the storage type of kv (MC_KV_F32, MC_KV_F16, MC_KV_BF16). */
+#define MC_KV_DISPATCH(kv, F) ((kv) == MC_KV_F16 ? F(__half) : (kv) == MC_KV_BF16 ? F(__nv_bfloat16) : F(float))
 
 __device__ __forceinline__ float mc_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1)

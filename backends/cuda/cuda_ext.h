@@ -25,7 +25,7 @@ extern "C" {
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger and gemv never change the bits (a gate of
  * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8,
- * attention and norm choose other arithmetic (other bits, same model). */
+ * attention, norm, qdot and kv choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
      "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "              \
@@ -49,6 +49,12 @@ extern "C" {
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \
             "it does not serve), tiled (the tiled cluster kernel where it fits) or unfused (rope/kv append, chunks, "  \
             "combine: three launches). Each path has its own bits"                                                     \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "kv", "f32",                                                                                                   \
+            "KV cache values: f32 (4 bytes), f16 or bf16 (2 bytes: each K and V value rounded to nearest even as it "  \
+            "is written, the cpu backend's kv key, read back exactly; half the bytes attention reads). Other bits "    \
+            "than f32 and another cache digest (the stored bytes are hashed); exact pairs hold within one kv type"     \
     },                                                                                                                 \
     {                                                                                                                  \
         "norm", "fused",                                                                                               \

@@ -221,7 +221,7 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
  * layer's RoPE tables and scale, its q/k norms, the sliding window of a local layer): one place
  * for the decode step and the prefill chunk, so both attend alike. */
 mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, const mc_stage_weights *sw,
-                                const mc_layer *L, uint32_t layer, uint32_t capacity) {
+                                const mc_layer *L, uint32_t layer, uint32_t capacity, uint32_t kv) {
     const bool swa = memra_model_layer_is_swa(m, layer);
     mc_rope_args ra = {ss->n_head,
                        ss->n_kv,
@@ -235,7 +235,8 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
                        L->k_norm,
                        m->rms_eps,
                        swa ? m->sliding_window : 0,
-                       m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f};
+                       m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f,
+                       kv};
     return ra;
 }
 
@@ -269,8 +270,10 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             const mc_layer *L = &sw->layers[l];
             cudaStream_t q = ss->stream;
             const uint32_t kv_plane = ss->n_kv * s->capacity;
-            float *kc = ss->k_cache + (size_t)l * kv_plane * hd, *vc = ss->v_cache + (size_t)l * kv_plane * hdv;
-            mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity);
+            const uint32_t kvb = mc_kv_bytes(c->kv); /* the arm's kv type: bytes a stored value */
+            char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * hd * kvb;
+            char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * hdv * kvb;
+            mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity, c->kv);
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
@@ -285,7 +288,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             } else {
                 MC_RET(mc_rope_kv(&ra, ss->qkv, kc, vc, ss->pos, q), "launch of rope/kv append");
                 MC_RET(mc_attention(ss->qkv, kc, vc, ss->att_partial, ss->att_out, ss->n_head, ss->n_kv, hd, hdv,
-                                    s->capacity, ss->pos, ra.window, ra.scale, q),
+                                    s->capacity, ss->pos, ra.window, ra.scale, ra.kv, q),
                        "launch of attention");
             }
             if (b->taps)

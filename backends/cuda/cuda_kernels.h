@@ -53,6 +53,7 @@ enum { MC_Q8_AUTO, MC_Q8_FLOAT };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
+enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
@@ -63,9 +64,13 @@ typedef struct mc_config {
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
     uint32_t qdot;      /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: MC_QDOT_AUTO (integer dots on quantized x
                          * where the type's kernel has them) or MC_QDOT_FLOAT (dequantized weights, float dots) */
+    uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
+                         * value rounded to nearest even as it is written, as the cpu backend's kv key) */
 } mc_config;
+/* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
+static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */
@@ -115,7 +120,8 @@ cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, fl
 
 /* Per-head q/k norm (qwen3, optional), RoPE at *pos, and the KV append of k and v at *pos.
  * qkv: [n_head*hd | n_kv*hd | n_kv*hdv]; q is rotated in place; k_cache/v_cache are this layer's
- * [n_kv][capacity][hd] planes. */
+ * [n_kv][capacity][hd] planes of values stored as a->kv says (float, or 2-byte f16/bf16: each
+ * value rounded to nearest even as it is written, read back exactly). */
 typedef struct mc_rope_args {
     uint32_t n_head, n_kv, hd, hdv, capacity;
     uint32_t neox;                /* pairing: 0 (2i, 2i+1), 1 (i, i+hd/2) */
@@ -129,8 +135,11 @@ typedef struct mc_rope_args {
      * scale); 0: 1/sqrtf(hd), computed on the device as before. */
     uint32_t window;
     float scale;
+    /* Appended (0: MC_KV_F32): the storage of the cache planes (mc_config's kv; the caller sets it
+     * from the arm's, which mc_attention_path reads). */
+    uint32_t kv;
 } mc_rope_args;
-cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float *v_cache, const int32_t *pos,
+cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, void *k_cache, void *v_cache, const int32_t *pos,
                        cudaStream_t st);
 
 /* Grouped-query decode attention over positions [0, *pos] (the new token included) of one layer,
@@ -140,9 +149,9 @@ cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, float *k_cache, float 
  * (max, sum, out); the combine kernel merges the chunks that meet the window in index order. */
 #define MC_ATT_CHUNK 32u
 uint32_t mc_att_max_chunks(uint32_t capacity);
-cudaError_t mc_attention(const float *q, const float *k_cache, const float *v_cache, float *partial, float *out,
+cudaError_t mc_attention(const float *q, const void *k_cache, const void *v_cache, float *partial, float *out,
                          uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv, uint32_t capacity,
-                         const int32_t *pos, uint32_t window, float scale, cudaStream_t st);
+                         const int32_t *pos, uint32_t window, float scale, uint32_t kv, cudaStream_t st);
 /* Floats of the partials buffer mc_attention needs. */
 uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
 
@@ -159,8 +168,8 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
 /* Raises the fused kernels' dynamic shared-memory limit on the current device to what these
  * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
 cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
-cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                               float *v_cache, float *out, const int32_t *pos, cudaStream_t st);
+cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                               void *v_cache, float *out, const int32_t *pos, cudaStream_t st);
 
 /* ---- a prefill chunk (step_chunk): M consecutive positions, each row decode's bits ---------- */
 
@@ -181,8 +190,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
  * then every row's attention with the decode step's split at its own position, bit-identical to
  * M decode steps. cudaErrorNotSupported on the other paths (run mc_attention_fused or
  * mc_rope_kv + mc_attention per row then, with the row's position from mc_chunk_positions). */
-cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, float *k_cache,
-                               float *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
+cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                               void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
 /* Row j of x (ld floats apart) = mc_embed of tokens[j], j < M (one launch for F32/F16/BF16/Q8_0). */
 cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
                           cudaStream_t st);
@@ -243,11 +252,13 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, cudaStream_t st);
 
-/* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_floats` floats,
- * rows [0, *pos) are hashed in chunks of MC_DIGEST_ROWS rows (one 64-bit hash per chunk, written
- * to hashes[plane * max_chunks + chunk]; chunks past *pos write 0). */
+/* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
+ * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows
+ * [0, *pos) are hashed in chunks of MC_DIGEST_ROWS rows (one 64-bit hash per chunk, written to
+ * hashes[plane * max_chunks + chunk]; chunks past *pos write 0). So the digests of caches of
+ * different kv types differ (their bytes do), even where the values would agree. */
 #define MC_DIGEST_ROWS 64u
-cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+cudaError_t mc_digest_planes(const void *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_words,
                              const int32_t *pos, unsigned long long *hashes, cudaStream_t st);
 
 /* Around op plugins (op_glue.cu): a standalone RMSNorm of n floats (one block, a fixed tree), and

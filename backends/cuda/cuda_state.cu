@@ -40,7 +40,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "trigger", MC_TRIGGER_DEFAULT, 0, MC_TRIGGER_ALL, &c->trigger, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -86,7 +86,7 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     snprintf(buf, sizeof buf, "%u", c.trigger);
     if ((st = memra_options_set(resolved, "trigger", buf, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
             return st;
@@ -189,6 +189,11 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     if (m->head_dim % 2 || m->n_head % m->n_head_kv || m->head_dim > 1024)
         return memra_fail(err, MEMRA_E_UNSUPPORTED, "cuda: head_dim %u / heads %u / kv heads %u not supported",
                           m->head_dim, m->n_head, m->n_head_kv);
+    if (cfg.kv != MC_KV_F32 && m->head_dim_v % 2) /* a cache row of 2-byte values: whole 32-bit words (the digest) */
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: kv=%s stores 2-byte values and needs an even value head size; this model's is %u "
+                          "(use kv=f32)",
+                          mc_config_choice_name(&cfg, "kv"), m->head_dim_v);
     memra_backend *b = (memra_backend *)calloc(1, sizeof *b);
     if (!b)
         return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory");
@@ -275,7 +280,7 @@ static void mc_state_destroy(memra_state *s) {
 
 /* Carves a rank's buffers (a sizing pass with base NULL counts bytes). */
 static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t rank, bool tp,
-                           bool checked, bool ops, uint32_t capacity, mc_bump *bp, mc_stage_state *ss,
+                           bool checked, bool ops, uint32_t capacity, uint32_t kvb, mc_bump *bp, mc_stage_state *ss,
                            uint64_t *cache_bytes) {
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const uint64_t qkv = (uint64_t)ss->n_head * hd + (uint64_t)ss->n_kv * (hd + hdv);
@@ -309,8 +314,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     }
     ss->dpos = (int32_t *)mc_take(bp, 16);
     uint64_t before = bp->used;
-    ss->k_cache = (float *)mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hd * 4);
-    ss->v_cache = (float *)mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hdv * 4);
+    ss->k_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hd * kvb); /* kvb: bytes a value (the arm's kv) */
+    ss->v_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hdv * kvb);
     *cache_bytes += bp->used - before;
     if (first && rank == 0) {
         ss->in_token = (int32_t *)mc_take(bp, 16);
@@ -348,7 +353,8 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
     uint64_t cache = 0;
-    mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, &size, ss, &cache);
+    const uint32_t kvb = mc_kv_bytes(b->cfg.kv);
+    mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, kvb, &size, ss, &cache);
     MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
     size_t free_b = 0, total_b = 0;
     MC_RET(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -364,7 +370,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     {
         mc_bump real = {(char *)ss->arena, 0, size.used};
         cache = 0;
-        mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, &real, ss, &cache);
+        mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, kvb, &real, ss, &cache);
     }
     s->cache_bytes += cache;
     s->scratch_bytes += size.used - cache;
@@ -542,7 +548,9 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
     {
         /* Per rank: hashes of K and V chunks on the device; the host hashes them layer by layer
          * (K of every rank's kv heads in rank order, then V), so any split of the layers or of the
-         * kv heads gives the same digest. */
+         * kv heads gives the same digest. The hashes are of the stored bytes: a cache of another
+         * kv type (f32, f16, bf16) has another digest, even where its values agree. */
+        const uint32_t kvb = mc_kv_bytes(b->cfg.kv);
         const uint64_t chunks = (s->capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
         memra_sha256_ctx *ctx = b->host->sha256_new();
         if (!ctx)
@@ -569,10 +577,10 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
                 if (e == cudaSuccess)
                     e = cudaMemcpyAsync(ss->dpos, &hp, 4, cudaMemcpyHostToDevice, ss->stream);
                 if (e == cudaSuccess)
-                    e = mc_digest_planes(ss->k_cache, nl * ss->n_kv, s->capacity, m->head_dim, ss->dpos, ss->hashes,
-                                         ss->stream);
+                    e = mc_digest_planes(ss->k_cache, nl * ss->n_kv, s->capacity, m->head_dim * kvb / 4, ss->dpos,
+                                         ss->hashes, ss->stream);
                 if (e == cudaSuccess)
-                    e = mc_digest_planes(ss->v_cache, nl * ss->n_kv, s->capacity, m->head_dim_v, ss->dpos,
+                    e = mc_digest_planes(ss->v_cache, nl * ss->n_kv, s->capacity, m->head_dim_v * kvb / 4, ss->dpos,
                                          ss->hashes + nl * per_layer, ss->stream);
                 if (e == cudaSuccess)
                     e = cudaMemcpyAsync(h[r], ss->hashes, n * 8, cudaMemcpyDeviceToHost, ss->stream);
@@ -623,6 +631,7 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
         return st;
     if ((st = mc_sync_all(dst, err)))
         return st;
+    const size_t kvb = mc_kv_bytes(b->cfg.kv); /* both states are the backend's: one kv type */
     for (uint32_t i = 0; i < dst->n_stages; i++) {
         const mc_stage_weights *sw = &b->w->stages[i][0];
         const uint32_t nl = sw->layer_end - sw->layer_begin;
@@ -637,13 +646,14 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
             if (d->poison)
                 MC_TRY(cudaMemsetAsync(d->poison, 0, 4, q), "restore: clearing the poison");
             if (src->position > 0) {
-                MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * m->head_dim * 4, a->k_cache,
-                                         (size_t)src->capacity * m->head_dim * 4,
-                                         (size_t)src->position * m->head_dim * 4, planes, cudaMemcpyDeviceToDevice, q),
+                MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * m->head_dim * kvb, a->k_cache,
+                                         (size_t)src->capacity * m->head_dim * kvb,
+                                         (size_t)src->position * m->head_dim * kvb, planes, cudaMemcpyDeviceToDevice,
+                                         q),
                        "restore: K cache");
-                MC_TRY(cudaMemcpy2DAsync(d->v_cache, (size_t)dst->capacity * m->head_dim_v * 4, a->v_cache,
-                                         (size_t)src->capacity * m->head_dim_v * 4,
-                                         (size_t)src->position * m->head_dim_v * 4, planes, cudaMemcpyDeviceToDevice,
+                MC_TRY(cudaMemcpy2DAsync(d->v_cache, (size_t)dst->capacity * m->head_dim_v * kvb, a->v_cache,
+                                         (size_t)src->capacity * m->head_dim_v * kvb,
+                                         (size_t)src->position * m->head_dim_v * kvb, planes, cudaMemcpyDeviceToDevice,
                                          q),
                        "restore: V cache");
             }

@@ -6,10 +6,11 @@ MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_digest)
 
 __device__ __forceinline__ unsigned long long mc_mix(unsigned long long z) { return memra_mix64(z); }
 
-/* One warp per (plane, chunk of MC_DIGEST_ROWS rows): lane l hashes words l, l+32, ... of the
+/* One warp per (plane, chunk of MC_DIGEST_ROWS rows of row_words 32-bit words: the stored bytes,
+ * whatever the kv type): lane l hashes words l, l+32, ... of the
  * chunk's rows below *pos, then lane 0 folds the 32 lane hashes in lane order. Per digest (not per
  * token: a state's cache digest): reads the cache rows below *pos; writes one hash per chunk. */
-__global__ void digest_cache_chunks(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+__global__ void digest_cache_chunks(const uint32_t *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_words,
                                     const int32_t *pos, unsigned long long *hashes) {
     const uint32_t max_chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
     const uint32_t gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -20,8 +21,8 @@ __global__ void digest_cache_chunks(const float *planes, uint32_t n_planes, uint
     const uint32_t r0 = chunk * MC_DIGEST_ROWS, r1 = min(r0 + MC_DIGEST_ROWS, p);
     unsigned long long h = 0x6a09e667f3bcc908ull + lane;
     if (r0 < r1) {
-        const uint32_t *w = (const uint32_t *)(planes + ((size_t)plane * capacity + r0) * row_floats);
-        const size_t n = (size_t)(r1 - r0) * row_floats;
+        const uint32_t *w = planes + ((size_t)plane * capacity + r0) * row_words;
+        const size_t n = (size_t)(r1 - r0) * row_words;
         for (size_t i = lane; i < n; i += 32)
             h = mc_mix(h + w[i]);
     }
@@ -34,14 +35,14 @@ __global__ void digest_cache_chunks(const float *planes, uint32_t n_planes, uint
         hashes[gw] = r0 < r1 ? acc : 0ull;
 }
 
-cudaError_t mc_digest_planes(const float *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_floats,
+cudaError_t mc_digest_planes(const void *planes, uint32_t n_planes, uint32_t capacity, uint32_t row_words,
                              const int32_t *pos, unsigned long long *hashes, cudaStream_t st) {
     const uint32_t max_chunks = (capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
     const uint64_t warps = (uint64_t)n_planes * max_chunks;
     if (warps == 0)
         return cudaSuccess;
-    digest_cache_chunks<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(planes, n_planes, capacity, row_floats, pos,
-                                                                     hashes);
+    digest_cache_chunks<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>((const uint32_t *)planes, n_planes, capacity,
+                                                                     row_words, pos, hashes);
     return cudaGetLastError();
 }
 

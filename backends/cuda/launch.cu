@@ -3,7 +3,8 @@
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 
-const mc_config mc_config_default = {1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO};
+const mc_config mc_config_default = {
+    1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32};
 
 static const struct {
     const char *key;
@@ -16,6 +17,7 @@ static const struct {
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", NULL}, "auto, tiled, unfused"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
+    {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -105,7 +105,7 @@ static cudaError_t kb_attention(const mc_config *c, bool fused, const mc_rope_ar
     if (e != cudaSuccess)
         return e;
     return mc_attention(qkv, kc, vc, part, att, ra->n_head, ra->n_kv, ra->hd, ra->hdv, ra->capacity, pos, ra->window,
-                        ra->scale, st);
+                        ra->scale, ra->kv, st);
 }
 
 static double kb_bytes(const mc_matrix *m) { return (double)mc_matrix_bytes(m->type, m->rows, m->cols); }
@@ -262,7 +262,7 @@ int main(int argc, char **argv) {
                 case 0: KB_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
                 case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
                 case 2:
-                    KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, st));
+                    KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, MC_KV_F32, st));
                     break;
                 case 3: KB_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
                 case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;

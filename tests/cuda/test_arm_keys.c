@@ -45,6 +45,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"q8", "auto"},
                                           {"qdot", "auto"}, /* issue 26: the quantized GEMVs */
                                           {"attention", "auto"},
+                                          {"kv", "f32"},     /* issue 28.3: the KV cache's storage */
                                           {"norm", "fused"}, /* issue 30: the built-in op, unfused */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
@@ -54,8 +55,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 14);
-    for (int i = 0; i < 14; i++) {
+    cr_assert_eq(vt->n_options, 15);
+    for (int i = 0; i < 15; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -65,18 +66,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -86,6 +87,8 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:q8=int", "q8=int: expected one of auto, float"},
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
+        {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16"},
+        {"cuda:kv=F16", "kv=F16: expected one of f32, f16, bf16"},
         {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
@@ -129,19 +132,64 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto");
+    cr_assert_str_eq(
+        buf,
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto");
+                          "attention=auto,qdot=auto,kv=f32");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto");
+    cr_assert_str_eq(
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
+}
+
+/* Issue 28.3: kv=f32|f16|bf16 is taken, named in the resolved arm (f32 where not given: the
+ * protocol record says which cache an arm ran), and sets the configuration the kernels and the
+ * cache's allocation read (2 bytes a value for f16 and bf16). */
+Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto");
+    cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto");
+    cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "kv=f32"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.kv, MC_KV_F32);
+    cr_assert_str_eq(mc_config_choice_name(&c, "kv"), "f32");
+    cr_assert_eq(mc_kv_bytes(c.kv), 4);
+    cr_assert_null(mc_config_choice(&c, "kv", "f16"));
+    cr_assert_eq(c.kv, MC_KV_F16);
+    cr_assert_eq(mc_kv_bytes(c.kv), 2);
+    cr_assert_null(mc_config_choice(&c, "kv", "bf16"));
+    cr_assert_eq(c.kv, MC_KV_BF16);
+    cr_assert_eq(mc_kv_bytes(c.kv), 2);
+    cr_assert_str_eq(mc_config_choice_name(&c, "kv"), "bf16");
+    cr_assert_str_eq(mc_config_choice(&c, "kv", "fp16"), "f32, f16, bf16");
+    cr_assert_eq(c.kv, MC_KV_BF16); /* a refused value changes nothing */
+}
+
+/* The attention path with a 2-byte cache: the cluster kernel serves the same shapes; the tiled
+ * kernel needs 16-byte rows of 2-byte values (head sizes a multiple of 8), else unfused. */
+Test(cuda_arm_keys, attention_path_with_a_2_byte_cache) {
+    mc_config c = mc_config_default;
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 36, 36), MC_ATT_PATH_TILED); /* f32: 16-byte rows of 4 floats */
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
+    for (uint32_t kv = MC_KV_F16; kv <= MC_KV_BF16; kv++) {
+        c.kv = kv;
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_CLUSTER);
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_CLUSTER);
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 36, 36), MC_ATT_PATH_UNFUSED);
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 36), MC_ATT_PATH_UNFUSED);
+    }
 }
 
 /* The attention path is a function of the shapes and the key alone. */

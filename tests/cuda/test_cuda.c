@@ -237,3 +237,44 @@ Test(cuda, cache_digest_independent_of_capacity) {
     const int rc = system(cmd);
     cr_assert(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "memra bench failed: %s", cmd);
 }
+
+/* Issue 28.3: kv=f16 and kv=bf16 (a cache of 2-byte values, each rounded as it is written).
+ * cpu:kv=T against cuda:kv=T within NMSE on every attention path (the cpu rounds with the same
+ * function and keeps the values in f32), on tiny and on gemma3-tiny (a sliding window over the
+ * 2-byte cache); cuda:kv=T against cuda-graph:kv=T bit for bit, sampled; a prefill chunk of 7
+ * (the chunk append and chunk attention on 2-byte rows) against token by token, bit for bit;
+ * and the negative control: kv=f16 against f32 (other bits) is caught in exact mode. */
+Test(cuda, kv_f16_bf16_pairs) {
+    need_device();
+    static const char *const kv[] = {"f16", "bf16"};
+    static const char *const path[] = {"", ",attention=tiled", ",attention=unfused"};
+    char a[96], b[96], g[96];
+    check_arms_result r;
+    for (int t = 0; t < 2; t++) {
+        for (int p = 0; p < 3; p++) {
+            snprintf(a, sizeof a, "cpu:kv=%s", kv[t]);
+            snprintf(b, sizeof b, "cuda:kv=%s%s", kv[t], path[p]);
+            snprintf(g, sizeof g, "cuda-graph:kv=%s%s", kv[t], path[p]);
+            check_arms_cfg c = arms(a, b, "tiny");
+            c.exact = false;
+            c.nmse_tol = 1e-5;
+            cr_expect_eq(memra_cuda_check_arms(&c, &r), 0, "%s / %s: %s", a, b, r.msg);
+            check_arms_cfg e = arms(b, g, "tiny");
+            e.sampled = true;
+            cr_expect_eq(memra_cuda_check_arms(&e, &r), 0, "%s / %s: %s", b, g, r.msg);
+        }
+        snprintf(b, sizeof b, "cuda:kv=%s", kv[t]);
+        check_arms_cfg c = arms(a, b, "gemma3-tiny");
+        c.exact = false;
+        c.nmse_tol = 1e-5;
+        cr_expect_eq(memra_cuda_check_arms(&c, &r), 0, "gemma3-tiny %s / %s: %s", a, b, r.msg);
+        char args[256];
+        snprintf(args, sizeof args,
+                 "--preset qwen3-tiny --dtype bf16 --a cuda:kv=%s,prefill=1 --b cuda-graph:kv=%s,prefill=7 --prime 70 "
+                 "-n 16",
+                 kv[t], kv[t]);
+        cr_expect_eq(gate_rc(args), 0, "memra-gate %s", args);
+    }
+    check_arms_cfg n = arms("cuda", "cuda:kv=f16", "tiny");
+    cr_assert_eq(memra_cuda_check_arms(&n, &r), 1, "the negative control passed: kv=f16 gave f32's bits: %s", r.msg);
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# kv.sh: the H200 checks of issue 28 item 3 (the kv=f32|f16|bf16 arm key of cuda and cuda-graph:
+# a cache of 2-byte values, each rounded to nearest even as it is written), with binaries built
+# on the development machine and carried in .carry-dev (bin, lib, plugins.d). Modes (any number,
+# in order; no mode: all but long):
+#   exact   cuda:kv=T against cuda-graph:kv=T, T in f16 and bf16: llama-1b, 256 + 256, 4 rows,
+#           greedy and sampled (T 1, BAAB); and cuda:kv=T,prefill=1 against cuda:kv=T,prefill=512
+#           (and cuda-graph likewise): exact pairs within one kv type
+#   f32     the same two pairs at kv=f32 (the default, whose kernels kept their code: a regression
+#           check against the records of bench/RESULTS.md)
+#   nmse    cpu:kv=T against cuda:kv=T (and cuda-graph), nmse 1e-5, on small and gemma3-tiny (a
+#           sliding window: its layers read a window of the 2-byte cache), 32 + 32 steps, every
+#           attention path (auto, tiled, unfused) on small
+#   long    cuda:kv=f16 against cuda-graph:kv=f16 over 8,156 steps on llama-1b (--prime 8000
+#           --gen 156: the issue's check), then the same with prefill=512 on both
+#   speed   memra bench --preset llama-1b --dtype bf16 --arm cuda-graph,cuda-graph:kv=f16 at
+#           --prime 7900 and --prime 512, -n 128 (the long-context speed: the issue asks 0.95x of
+#           the 512 figure at 7900; flash-decoding is not part of this change, so expect less)
+# A short table last ($OUT/table.txt); logs under $OUT. Record the table in bench/RESULTS.md.
+set -u
+export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
+B=${CARRY:-$PWD/.carry-dev}
+export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+G=$B/bin/memra-gate; M=$B/bin/memra
+T="$OUT/table.txt"
+gate() { local name=$1; shift; local t0=$SECONDS
+  timeout ${GATE_TIMEOUT:-300} "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
+  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
+  local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
+  printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
+  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
+bench() { local name=$1; shift; local t0=$SECONDS
+  timeout 300 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | cut -c1-150 | tr '\n' ' ')" | tee -a "$T"; }
+S="--prime 256 --gen 256"
+L1="--preset llama-1b --dtype bf16"
+TEMP="--temp 1 --seed 20261201 --schedule BAAB"
+pairs() { local t=$1
+  gate "e1b_kv${t}_greedy" --a cuda:kv=$t --b cuda-graph:kv=$t $L1 $S --rows 4
+  gate "e1b_kv${t}_temp" --a cuda:kv=$t --b cuda-graph:kv=$t $L1 $S --rows 4 $TEMP
+  gate "e1b_kv${t}_prefill" --a cuda:kv=$t,prefill=1 --b cuda:kv=$t,prefill=512 $L1 $S --rows 4
+  gate "e1b_kv${t}_prefill_temp" --a cuda:kv=$t,prefill=1 --b cuda:kv=$t,prefill=512 $L1 $S --rows 4 $TEMP
+  gate "e1b_kv${t}_gprefill" --a cuda-graph:kv=$t,prefill=1 --b cuda-graph:kv=$t,prefill=512 $L1 $S --rows 4
+  gate "e1b_kv${t}_prefill7" --a cuda:kv=$t,prefill=1 --b cuda-graph:kv=$t,prefill=7 $L1 $S --rows 4; }
+[ $# -gt 0 ] || set -- exact f32 nmse speed
+while [ $# -gt 0 ]; do mode=$1; shift; case $mode in
+exact) pairs f16; pairs bf16 ;;
+f32) pairs f32 ;;
+nmse)
+  for t in f16 bf16; do
+    for p in small gemma3-tiny; do
+      gate "n_${p}_kv${t}" --a cpu:kv=$t --b cuda:kv=$t --compare nmse:1e-5 --preset $p --prime 32 --gen 32 --rows 0
+      gate "n_${p}_kv${t}_graph" --a cpu:kv=$t --b cuda-graph:kv=$t --compare nmse:1e-5 --preset $p --prime 32 --gen 32 --rows 0
+    done
+    for a in tiled unfused; do
+      gate "n_small_kv${t}_$a" --a cpu:kv=$t --b cuda:kv=$t,attention=$a --compare nmse:1e-5 --preset small --prime 32 --gen 32 --rows 0
+    done
+    # the sliding window past its end (gemma3-tiny's window is short): more steps
+    gate "n_g3tiny_kv${t}_long" --a cpu:kv=$t --b cuda:kv=$t --compare nmse:1e-5 --preset gemma3-tiny --prime 200 --gen 56 --rows 0
+  done
+  # negative control: f16 against f32 must not pass exact
+  gate "ctl_kvf16_vs_f32" --a cuda --b cuda:kv=f16 $L1 --prime 32 --gen 32 --rows 0
+  grep -q '"verdict":"PASS"' "$OUT/ctl_kvf16_vs_f32.jsonl" 2>/dev/null && echo "CONTROL FAILED: kv=f16 gave f32's bits" | tee -a "$T" ;;
+long)
+  GATE_TIMEOUT=600 gate "long_kvf16" --a cuda:kv=f16 --b cuda-graph:kv=f16 $L1 --prime 8000 --gen 156 --rows 2
+  GATE_TIMEOUT=600 gate "long_kvf16_prefill" --a cuda:kv=f16,prefill=512 --b cuda-graph:kv=f16,prefill=512 $L1 --prime 8000 --gen 156 --rows 2 ;;
+speed)
+  bench b1b_7900 $L1 --arm cuda-graph,cuda-graph:kv=f16,cuda-graph:kv=bf16 --prime 7900 -n 128
+  bench b1b_512 $L1 --arm cuda-graph,cuda-graph:kv=f16,cuda-graph:kv=bf16 --prime 512 -n 128 ;;
+*) echo "unknown mode $mode" | tee -a "$T" ;;
+esac; done
