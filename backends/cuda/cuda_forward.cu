@@ -238,12 +238,12 @@ static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uin
     if (shexp)
         MC_RET(mc_gemv(c, &L->sh_gate, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits + ne, q),
                "launch of the shared expert's gate gemv");
-    MC_RET(mc_moe_route(ss->moe_logits, ne, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, q),
+    MC_RET(mc_moe_route(c, ss->moe_logits, ne, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, q),
            "launch of the router's top-k kernel");
-    MC_RET(mc_gemv_experts(&L->gu_exps, 2 * F, ss->moe_sel, k, 0, ne, ss->x, 0, L->ffn_norm, eps, MC_GLU_SILU,
+    MC_RET(mc_gemv_experts(c, &L->gu_exps, 2 * F, ss->moe_sel, k, 0, ne, ss->x, 0, L->ffn_norm, eps, MC_GLU_SILU,
                            ss->moe_act, F, q),
            "launch of the experts' gate/up gemv");
-    MC_RET(mc_gemv_experts(&L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
+    MC_RET(mc_gemv_experts(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
                            ss->moe_slots, E, q),
            "launch of the experts' down gemv");
     if (shexp) {
@@ -254,7 +254,7 @@ static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uin
         MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, NULL, ss->moe_slots + (size_t)k * E, q),
                "launch of the shared expert's down gemv");
     }
-    MC_RET(mc_moe_combine(ss->moe_slots, ss->moe_w, E, k, shexp, mc_residual_scaled(m) ? m->residual_scale : 1.0f,
+    MC_RET(mc_moe_combine(c, ss->moe_slots, ss->moe_w, E, k, shexp, mc_residual_scaled(m) ? m->residual_scale : 1.0f,
                           ss->x, q),
            "launch of the experts' combine kernel");
     return MEMRA_OK;
@@ -335,7 +335,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                    MC_GLU_NONE, q, err)))
                 return st;
             if (scaled) /* granitemoe (one rank: mc_open): x += residual_scale * wo's output */
-                MC_RET(mc_scale_add(ss->po, m->n_embd, m->residual_scale, ss->x, q),
+                MC_RET(mc_scale_add(c, ss->po, m->n_embd, m->residual_scale, ss->x, q),
                        "launch of the residual scale (attention)");
         }
         if (b->taps)
@@ -440,7 +440,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (st)
             return st;
         if (m->logit_scale > 0.0f && m->logit_scale != 1.0f) /* granitemoe: times 1 / logit_scale, as the cpu */
-            MC_RET(mc_scale_add(out, sw->head.rows, 1.0f / m->logit_scale, NULL, q), "launch of the logit scale");
+            MC_RET(mc_scale_add(c, out, sw->head.rows, 1.0f / m->logit_scale, NULL, q), "launch of the logit scale");
         if (r > 0) {      /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
             if (!capture) /* rank 0 has read the previous step's (in a graph: the replay before) */
                 MC_RET(cudaStreamWaitEvent(q, r0->pub_ev, 0), "cudaStreamWaitEvent (logits published)");

@@ -610,7 +610,7 @@ const char *mc_gemv_family(const void *f) {
  * [e0, e1) (an expert another rank holds) writes zeros. Each row group's arithmetic is
  * gemv_rowgroup's (mc_rows_dot, mc_rows_store): a chosen expert's outputs have the bits of the
  * dense row-group GEMV on that expert alone. Launched in plain stream order (the ids come from
- * the kernel just before). Per call: reads k x rows_e weight rows (and Q8_0 block scales), x
+ * the kernel just before; with pdl it waits for it first). Per call: reads k x rows_e weight rows (and Q8_0 block scales), x
  * (k slices, or one with ldx 0) and norm_w; writes k slices of rows_e (rows_e / 2 with a GLU). */
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 : 4) /* Q8_0: 4 spilled */
@@ -619,6 +619,9 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 :
     __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
     const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
+    /* the ids come from the kernel just before: nothing is read before its results are complete
+     * (with pdl this launch only overlaps that kernel's drain) */
+    mc_wait_prior_grid(0);
     const uint32_t j = blockIdx.y, e = (uint32_t)sel[j]; /* the same for the whole block */
     float *yj = y + (size_t)j * ldy;
     const bool live = r0 < rows_e;
@@ -667,20 +670,29 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 :
 }
 
 template <uint32_t T, int SWIGLU, int NORM, int KS>
-static cudaError_t mc_gemv_experts_t(const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
-                                     uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, float *y,
-                                     uint32_t ldy, cudaStream_t st) {
+static cudaError_t mc_gemv_experts_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                     uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                     const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
     const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
-    gemv_experts<T, SWIGLU, NORM, KS><<<dim3((rows_e + per_block - 1) / per_block, k), 32 * MC_GEMV_WARPS, 0, st>>>(
-        *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y, ldy);
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((rows_e + per_block - 1) / per_block, k);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_experts<T, SWIGLU, NORM, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w,
+                                       eps, y, ldy);
+    if (e != cudaSuccess)
+        return e;
     return cudaGetLastError();
 }
 
 template <int SWIGLU, int NORM, int KS>
-static cudaError_t mc_gemv_experts_ks(const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+static cudaError_t mc_gemv_experts_ks(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                                       uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps,
                                       float *y, uint32_t ldy, cudaStream_t st) {
-#define MC_E(T) mc_gemv_experts_t<T, SWIGLU, NORM, KS>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+#define MC_E(T) mc_gemv_experts_t<T, SWIGLU, NORM, KS>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
     switch (w->type) {
     case MEMRA_TYPE_F32: return MC_E(MEMRA_TYPE_F32);
     case MEMRA_TYPE_F16: return MC_E(MEMRA_TYPE_F16);
@@ -692,30 +704,30 @@ static cudaError_t mc_gemv_experts_ks(const mc_matrix *w, uint32_t rows_e, const
 }
 
 template <int SWIGLU, int NORM>
-static cudaError_t mc_gemv_experts_n(const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+static cudaError_t mc_gemv_experts_n(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                                      uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps,
                                      float *y, uint32_t ldy, cudaStream_t st) {
     /* the column split of a GEMV of all k experts' rows: a function of the shapes alone */
     switch (mc_gemv_ksplit((uint32_t)((uint64_t)rows_e * k < 0xffffffffu ? (uint64_t)rows_e * k : 0xffffffffu))) {
-    case 1: return mc_gemv_experts_ks<SWIGLU, NORM, 1>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
-    case 2: return mc_gemv_experts_ks<SWIGLU, NORM, 2>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
-    default: return mc_gemv_experts_ks<SWIGLU, NORM, 4>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    case 1: return mc_gemv_experts_ks<SWIGLU, NORM, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    case 2: return mc_gemv_experts_ks<SWIGLU, NORM, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    default: return mc_gemv_experts_ks<SWIGLU, NORM, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
     }
 }
 
-cudaError_t mc_gemv_experts(const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
                             float *y, uint32_t ldy, cudaStream_t st) {
     if (k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2) || e1 < e0 || ldx % 4 != 0 ||
         (uint64_t)(e1 - e0) * rows_e > w->rows)
         return cudaErrorInvalidValue;
     if (glu == MC_GLU_SILU)
-        return norm_w ? mc_gemv_experts_n<MC_GLU_SILU, 1>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
-                      : mc_gemv_experts_n<MC_GLU_SILU, 0>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+        return norm_w ? mc_gemv_experts_n<MC_GLU_SILU, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+                      : mc_gemv_experts_n<MC_GLU_SILU, 0>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
     if (glu != MC_GLU_NONE)
         return cudaErrorInvalidValue;
-    return norm_w ? mc_gemv_experts_n<MC_GLU_NONE, 1>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
-                  : mc_gemv_experts_n<MC_GLU_NONE, 0>(w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    return norm_w ? mc_gemv_experts_n<MC_GLU_NONE, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+                  : mc_gemv_experts_n<MC_GLU_NONE, 0>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
 }
 
 const char *mc_gemv_experts_family(const void *f) {

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(MC_ROUTE_THREADS)
     __shared__ float wsl[MEMRA_MAX_EXPERTS_USED];
     __shared__ float stat[2];
     const uint32_t t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
+    mc_wait_prior_grid(0); /* with pdl: the logits are complete (nothing is read before) */
     const float l = t < n ? logits[t] : -INFINITY;
     float m = l; /* the max (any order gives its bits) */
     for (int o = 16; o > 0; o >>= 1)
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(MC_ROUTE_THREADS)
  * cpu_forward.c's residual add round: a product, then a sum, each rounded. */
 __global__ void moe_combine(const float *slots, const float *w, uint32_t n_embd, uint32_t k, int shexp, float scale,
                             float *x) {
+    mc_wait_prior_grid(0); /* with pdl: the slots are complete */
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_embd)
         return;
@@ -104,6 +106,7 @@ __global__ void moe_combine(const float *slots, const float *w, uint32_t n_embd,
 /* x[i] = x[i] + t[i] * scale (granite's attention output onto the residual), or with x == NULL
  * t[i] = t[i] * scale (its logits times 1 / logit_scale). */
 __global__ void moe_scale(float *t, uint32_t n, float scale, float *x) {
+    mc_wait_prior_grid(0); /* with pdl: t is complete */
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -113,27 +116,41 @@ __global__ void moe_scale(float *t, uint32_t n, float scale, float *x) {
         t[i] = __fmul_rn(t[i], scale);
 }
 
-cudaError_t mc_moe_route(const float *logits, uint32_t n, uint32_t k, int norm, int shexp, int32_t *sel, float *w,
-                         cudaStream_t st) {
+/* A launch in stream order, or with the arm's pdl key overlapping the previous kernel's drain
+ * (each kernel here waits for it before reading anything: the same bits either way). */
+template <typename... P, typename... A>
+static cudaError_t mc_moe_launch(const mc_config *c, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st,
+                                 A... args) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, args...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t mc_moe_route(const mc_config *c, const float *logits, uint32_t n, uint32_t k, int norm, int shexp,
+                         int32_t *sel, float *w, cudaStream_t st) {
     if (n == 0 || n > MC_ROUTE_THREADS || k == 0 || k > n || k > MEMRA_MAX_EXPERTS_USED)
         return cudaErrorInvalidValue;
-    moe_route<<<1, (n + 31) / 32 * 32, 0, st>>>(logits, n, k, norm, shexp, sel, w);
-    return cudaGetLastError();
+    return mc_moe_launch(c, moe_route, dim3(1), dim3((n + 31) / 32 * 32), st, logits, n, k, norm, shexp, sel, w);
 }
 
-cudaError_t mc_moe_combine(const float *slots, const float *w, uint32_t n_embd, uint32_t k, int shexp, float scale,
-                           float *x, cudaStream_t st) {
+cudaError_t mc_moe_combine(const mc_config *c, const float *slots, const float *w, uint32_t n_embd, uint32_t k,
+                           int shexp, float scale, float *x, cudaStream_t st) {
     if (n_embd == 0)
         return cudaErrorInvalidValue;
-    moe_combine<<<(n_embd + 255) / 256, 256, 0, st>>>(slots, w, n_embd, k, shexp, scale, x);
-    return cudaGetLastError();
+    return mc_moe_launch(c, moe_combine, dim3((n_embd + 255) / 256), dim3(256), st, slots, w, n_embd, k, shexp, scale,
+                         x);
 }
 
-cudaError_t mc_scale_add(float *t, uint32_t n, float scale, float *x, cudaStream_t st) {
+cudaError_t mc_scale_add(const mc_config *c, float *t, uint32_t n, float scale, float *x, cudaStream_t st) {
     if (n == 0)
         return cudaErrorInvalidValue;
-    moe_scale<<<(n + 255) / 256, 256, 0, st>>>(t, n, scale, x);
-    return cudaGetLastError();
+    return mc_moe_launch(c, moe_scale, dim3((n + 255) / 256), dim3(256), st, t, n, scale, x);
 }
 
 const char *mc_moe_family(const void *f) {

@@ -85,7 +85,7 @@ static void check_route(uint32_t n, uint32_t k, int norm, int shexp) {
     int32_t *ds;
     CHECK_CUDA(cudaMalloc((void **)&dw, (k + 1) * 4));
     CHECK_CUDA(cudaMalloc((void **)&ds, k * 4));
-    CHECK_CUDA(mc_moe_route(dl, n, k, norm, shexp, ds, dw, 0));
+    CHECK_CUDA(mc_moe_route(&mc_config_default, dl, n, k, norm, shexp, ds, dw, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
     int32_t *sel = malloc(k * 4);
     float *w = malloc((k + 1) * 4);
@@ -126,7 +126,7 @@ static void check_route(uint32_t n, uint32_t k, int norm, int shexp) {
     /* a NaN logit: still k distinct experts in range */
     l[n / 2] = NAN;
     CHECK_CUDA(cudaMemcpy(dl, l, n * 4, cudaMemcpyHostToDevice));
-    CHECK_CUDA(mc_moe_route(dl, n, k, norm, 0, ds, dw, 0));
+    CHECK_CUDA(mc_moe_route(&mc_config_default, dl, n, k, norm, 0, ds, dw, 0));
     CHECK_CUDA(cudaMemcpy(sel, ds, k * 4, cudaMemcpyDeviceToHost));
     uint8_t *seen = calloc(n, 1);
     int ok = 1;
@@ -267,8 +267,8 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
     float *y = malloc((size_t)k * n_out * 4), *y2 = malloc((size_t)k * n_out * 4);
     for (int rep = 0; rep < 2; rep++) {
         CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
-        CHECK_CUDA(mc_gemv_experts(&s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, norm ? dnw : NULL,
-                                   1e-5f, glu, dy, n_out, 0));
+        CHECK_CUDA(mc_gemv_experts(&mc_config_default, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0,
+                                   norm ? dnw : NULL, 1e-5f, glu, dy, n_out, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
         CHECK_CUDA(cudaMemcpy(rep ? y2 : y, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
     }
@@ -303,8 +303,8 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         for (uint32_t j = 0; j < k; j++)
             rev[j] = sel[k - 1 - j];
         CHECK_CUDA(cudaMemcpy(dsel, rev, k * 4, cudaMemcpyHostToDevice));
-        CHECK_CUDA(
-            mc_gemv_experts(&s.m, rows_e, dsel, k, e0, e0 + held, dx, 0, norm ? dnw : NULL, 1e-5f, glu, dy, n_out, 0));
+        CHECK_CUDA(mc_gemv_experts(&mc_config_default, &s.m, rows_e, dsel, k, e0, e0 + held, dx, 0, norm ? dnw : NULL,
+                                   1e-5f, glu, dy, n_out, 0));
         CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
         int same = 1;
         for (uint32_t j = 0; j < k; j++)
@@ -347,7 +347,7 @@ static void check_combine(uint32_t E, uint32_t k, int shexp, float scale) {
         want[i] = x[i] + acc;
     }
     float *ds = dev_copy(slots, (size_t)ns * E * 4), *dw = dev_copy(w, ns * 4), *dx = dev_copy(x, E * 4);
-    CHECK_CUDA(mc_moe_combine(ds, dw, E, k, shexp, scale, dx, 0));
+    CHECK_CUDA(mc_moe_combine(&mc_config_default, ds, dw, E, k, shexp, scale, dx, 0));
     CHECK_CUDA(cudaMemcpy(x, dx, E * 4, cudaMemcpyDeviceToHost));
     CHECK(!memcmp(x, want, E * 4), "combine E=%u k=%u shexp=%d scale=%g: not the cpu backend's bits", E, k, shexp,
           scale);
@@ -385,10 +385,12 @@ static void check_ffn(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, uint32
     CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)k * E * 4));
     const mc_config *c = &mc_config_default;
     CHECK_CUDA(mc_gemv(c, &router.m, dx, dnw, 1e-5f, NULL, NULL, dlog, 0));
-    CHECK_CUDA(mc_moe_route(dlog, ne, k, 1, 0, dsel, dw, 0));
-    CHECK_CUDA(mc_gemv_experts(&gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
-    CHECK_CUDA(mc_gemv_experts(&down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots, E, 0));
-    CHECK_CUDA(mc_moe_combine(dslots, dw, E, k, 0, 1.0f, dx, 0));
+    CHECK_CUDA(mc_moe_route(&mc_config_default, dlog, ne, k, 1, 0, dsel, dw, 0));
+    CHECK_CUDA(
+        mc_gemv_experts(&mc_config_default, &gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
+    CHECK_CUDA(mc_gemv_experts(&mc_config_default, &down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots,
+                               E, 0));
+    CHECK_CUDA(mc_moe_combine(&mc_config_default, dslots, dw, E, k, 0, 1.0f, dx, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
     int32_t *sel = malloc(k * 4);
     float *y = malloc(E * 4);
