@@ -37,10 +37,10 @@ gate() { local name=$1; shift; local t0=$SECONDS
   local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
   printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
-# A refusal: the gate must exit 3 (runtime error) naming `want` in its message.
+# A refusal: the gate must fail (exit 2 or 3) naming `want` in its message.
 refuse() { local name=$1 want=$2; shift 2
   timeout 120 "$G" "$@" --quiet > "$OUT/$name.log" 2>&1; local rc=$?
-  if [ $rc -eq 3 ] && grep -q -- "$want" "$OUT/$name.log"; then echo "$name refused as expected" | tee -a "$T"
+  if { [ $rc -eq 3 ] || [ $rc -eq 2 ]; } && grep -q -- "$want" "$OUT/$name.log"; then echo "$name refused as expected" | tee -a "$T"
   else echo "$name NOT REFUSED AS EXPECTED rc=$rc: $(tail -2 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)" | tee -a "$T"; fi; }
 bench() { local name=$1; shift; local t0=$SECONDS
   timeout 500 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
