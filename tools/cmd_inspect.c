@@ -265,7 +265,8 @@ static bool cuda_shape_refuses(const memra_gguf *g, char *buf, size_t size) {
 }
 
 static bool cuda_arch_ok(memra_arch a) {
-    return a == MEMRA_ARCH_LLAMA || a == MEMRA_ARCH_QWEN2 || a == MEMRA_ARCH_QWEN3 || a == MEMRA_ARCH_GEMMA3;
+    return a == MEMRA_ARCH_LLAMA || a == MEMRA_ARCH_QWEN2 || a == MEMRA_ARCH_QWEN3 || a == MEMRA_ARCH_GEMMA3 ||
+           a == MEMRA_ARCH_QWEN2MOE || a == MEMRA_ARCH_QWEN3MOE || a == MEMRA_ARCH_GRANITEMOE;
 }
 
 /* msg without the "PATH: " the library puts in front (the file: line above names it once). */
@@ -333,14 +334,30 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
     }
     const memra_model *m = rc->model;
     if (!cuda_arch_ok(m->arch)) {
-        snprintf(buf, size, "architecture %s (it runs llama, qwen2, qwen3 and gemma3, without experts)", m->arch_name);
+        snprintf(buf, size, "architecture %s (it runs llama, qwen2, qwen3, gemma3, qwen2moe, qwen3moe and granitemoe)",
+                 m->arch_name);
         return true;
     }
-    if (m->n_expert > 0) {
-        snprintf(buf, size,
-                 "mixture of experts (%s, %u experts, top %u: ffn_gate_inp, ffn_{gate,up,down}_exps): the cuda "
-                 "backends do not run experts yet",
-                 m->arch_name, m->n_expert, m->n_expert_used);
+    /* a mixture of experts: its expert stacks through the expert GEMV (F32, F16, BF16, Q8_0; gate
+     * and up of one type), on one rank per stage (backends/cuda/cuda_state.cu, mc_check_moe) */
+    for (uint32_t il = 0; m->n_expert > 0 && m->moe && il < m->n_layer; il++) {
+        const memra_weight *w[3] = {&m->moe[il].gate_exps, &m->moe[il].up_exps, &m->moe[il].down_exps};
+        for (int k = 0; k < 3; k++)
+            if (w[k]->type != MEMRA_TYPE_F32 && w[k]->type != MEMRA_TYPE_F16 && w[k]->type != MEMRA_TYPE_BF16 &&
+                w[k]->type != MEMRA_TYPE_Q8_0) {
+                snprintf(buf, size, "expert tensor %s is %s (its expert GEMV runs F32, F16, BF16 and Q8_0 experts)",
+                         w[k]->name ? w[k]->name : "?", memra_tensor_type_name(w[k]->type));
+                return true;
+            }
+        if (w[0]->type != w[1]->type) {
+            snprintf(buf, size, "expert tensors %s (%s) and %s (%s) differ in type", w[0]->name ? w[0]->name : "?",
+                     memra_tensor_type_name(w[0]->type), w[1]->name ? w[1]->name : "?",
+                     memra_tensor_type_name(w[1]->type));
+            return true;
+        }
+    }
+    if (m->n_expert > 0 && m->n_ff % 4 != 0) {
+        snprintf(buf, size, "experts of width %u (its expert GEMV needs a multiple of 4)", m->n_ff);
         return true;
     }
     for (size_t k = 0; k < rc->n_uses; k++)
@@ -444,6 +461,10 @@ static void print_can_it_run(const run_check *rc) {
         printf(ROW "cpu: cannot: %s\n", "backends:", rc->model ? "tensor types (above)" : "no model (above)");
     if (cuda_refuses(rc, why, sizeof why))
         printf(ROW "cuda, cuda-graph: cannot: %s\n", "", why);
+    else if (rc->model && rc->model->n_expert > 0)
+        printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU; its experts on one rank per stage: ep= and "
+                   "tp= run on cpu)\n",
+               "");
     else
         printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU)\n", "");
     if (!cpu_runs(rc)) {

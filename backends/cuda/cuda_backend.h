@@ -158,6 +158,12 @@ typedef struct mc_layer {
     uint32_t qkv_parts;
     bool gu_split;
     mc_matrix wg, wu;
+    /* A mixture of experts (moe; memra/model_types.h): the router (n_expert rows), the experts'
+     * gate and up stacks interleaved (expert e's 2 n_ff rows from row 2 e n_ff: gate row i at 2i,
+     * up row i at 2i + 1), the down stack (expert e's n_embd rows from row e n_embd); with a
+     * shared expert its gate (one F32 row) and its FFN in wgu (or wg, wu) and wdown above. */
+    bool moe;
+    mc_matrix router, gu_exps, down_exps, sh_gate;
 } mc_layer;
 
 /* One rank's weights of one stage (with one rank: the stage's). */
@@ -271,6 +277,12 @@ typedef struct mc_stage_state {
     float *po;                /* gemma3 (post norms): wo's or down's sum (n_embd; all-reduced with ranks) before
                                * its norm and the residual add */
     float *gu_pair;           /* gate rows then up rows (2 n_ff) where a layer's gate and up differ in type */
+    /* A mixture of experts (cuda_forward.cu's mc_moe_ffn): the router's logits (n_expert, then
+     * the shared expert's gate), the chosen ids (k) and weights (k, then the shared gate), the
+     * chosen experts' activations (k x n_ff) and outputs, the slots (k x n_embd, then the shared
+     * expert's). gu and gu_pair are as wide as the shared expert too. */
+    float *moe_logits, *moe_w, *moe_act, *moe_slots;
+    int32_t *moe_sel;
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
     void *k_cache, *v_cache;  /* [layer][n_kv][capacity][hd] values of the arm's kv type (cfg.kv: float, or
@@ -343,6 +355,12 @@ struct memra_state {
 };
 
 static inline uint32_t mc_ranks(const memra_state *s, uint32_t i) { return s->n_ranks[i]; }
+
+/* granitemoe: each sublayer's output is scaled before the residual add (0: a description from
+ * elsewhere, unscaled, as the cpu backend reads it). */
+static inline bool mc_residual_scaled(const memra_model *m) {
+    return m->residual_scale > 0.0f && m->residual_scale != 1.0f;
+}
 
 /* cuda_state.cu */
 memra_status mc_cuda_fail(memra_error *err, cudaError_t e, const char *what);

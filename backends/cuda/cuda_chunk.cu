@@ -101,7 +101,7 @@ static bool mc_chunk_layers_batched(const memra_backend *b) {
 
 bool mc_chunk_native(memra_backend *b, memra_state *s) {
     return s->n_stages == 1 && !b->tp && mc_ranks(s, 0) == 1 && !b->any_op && !b->taps &&
-           b->m->arch != MEMRA_ARCH_GEMMA3 && mc_chunk_layers_batched(b);
+           b->m->arch != MEMRA_ARCH_GEMMA3 && b->m->n_expert == 0 && mc_chunk_layers_batched(b);
 }
 
 void mc_chunk_free(memra_state *s) {

@@ -173,6 +173,8 @@ const char *mc_digest_family(const void *func);
 const char *mc_token_family(const void *func);
 const char *mc_op_glue_family(const void *func);
 const char *mc_chunk_family(const void *func);
+const char *mc_moe_family(const void *func);          /* moe.cu (and gemv.cu's gemv_experts) */
+const char *mc_gemv_experts_family(const void *func); /* gemv.cu */
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);

@@ -235,9 +235,52 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
                        L->k_norm,
                        m->rms_eps,
                        swa ? m->sliding_window : 0,
-                       m->arch == MEMRA_ARCH_GEMMA3 ? m->attn_scale : 0.0f,
+                       m->arch == MEMRA_ARCH_GEMMA3 || m->arch == MEMRA_ARCH_GRANITEMOE ? m->attn_scale : 0.0f,
                        kv};
     return ra;
+}
+
+/* A mixture-of-experts FFN of layer l on stage i's one rank (memra/model_types.h, cpu_moe.c):
+ * the router's logits (its GEMV with the ffn norm fused, as the dense gate/up; then the shared
+ * expert's gate), the softmax, top k and weights in one block, the chosen experts' gate/up rows
+ * with their SwiGLU in one launch and their down rows in another (both read the chosen ids from
+ * device memory: no host round trip, so a captured graph serves every token; only the chosen
+ * experts' rows are read), the shared expert as a dense FFN into the last slot, then the weighted
+ * sum in slot order onto the residual (times granite's residual scale). */
+static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, memra_error *err) {
+    const memra_model *m = b->m;
+    const mc_config *c = &b->cfg;
+    mc_stage_state *ss = &s->st[i][0];
+    const mc_layer *L = &b->w->stages[i][0].layers[l];
+    cudaStream_t q = ss->stream;
+    const float eps = m->rms_eps;
+    const uint32_t E = m->n_embd, F = m->n_ff, k = m->n_expert_used, ne = m->n_expert;
+    const int shexp = m->n_ff_shexp > 0;
+    MC_RET(mc_gemv(c, &L->router, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits, q),
+           "launch of the router gemv (with the ffn norm)");
+    if (shexp)
+        MC_RET(mc_gemv(c, &L->sh_gate, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits + ne, q),
+               "launch of the shared expert's gate gemv");
+    MC_RET(mc_moe_route(c, ss->moe_logits, ne, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, q),
+           "launch of the router's top-k kernel");
+    MC_RET(mc_gemv_experts(c, &L->gu_exps, 2 * F, ss->moe_sel, k, 0, ne, ss->x, 0, L->ffn_norm, eps, MC_GLU_SILU,
+                           ss->moe_act, F, q),
+           "launch of the experts' gate/up gemv");
+    MC_RET(mc_gemv_experts(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
+                           ss->moe_slots, E, q),
+           "launch of the experts' down gemv");
+    if (shexp) {
+        const mc_op_at gu_at = {"ffn_norm", "ffn_gate_shexp", l + b->w->stages[i][0].layer_begin, i, 0, s->position};
+        memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, MC_GLU_SILU, q, err);
+        if (st)
+            return st;
+        MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, NULL, ss->moe_slots + (size_t)k * E, q),
+               "launch of the shared expert's down gemv");
+    }
+    MC_RET(mc_moe_combine(c, ss->moe_slots, ss->moe_w, E, k, shexp, mc_residual_scaled(m) ? m->residual_scale : 1.0f,
+                          ss->x, q),
+           "launch of the experts' combine kernel");
+    return MEMRA_OK;
 }
 
 /* One stage's part of the body: [embed | receive hidden], layers (each rank its slices, two
@@ -261,6 +304,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     const uint32_t nl = sw0->layer_end - sw0->layer_begin;
     const bool fused = mc_attention_path(c, r0->n_head, r0->n_kv, hd, hdv) != MC_ATT_PATH_UNFUSED;
     const int glu = m->ffn_act == MEMRA_FFN_GELU_TANH ? MC_GLU_GELU : MC_GLU_SILU;
+    const bool scaled = mc_residual_scaled(m);
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw0->layer_begin + l;
         const bool post_a = sw0->layers[l].post_attn_norm != NULL, post_f = sw0->layers[l].post_ffn_norm != NULL;
@@ -297,9 +341,13 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
              * all-reduce then leaves the new residual on every rank. With a post norm every
              * rank's partial goes to po, without the residual. */
             const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
-            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL, post_a || r > 0 ? NULL : ss->x,
-                                   post_a ? ss->po : ss->x, MC_GLU_NONE, q, err)))
+            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
+                                   post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
+                                   MC_GLU_NONE, q, err)))
                 return st;
+            if (scaled) /* granitemoe (one rank: mc_open): x += residual_scale * wo's output */
+                MC_RET(mc_scale_add(c, ss->po, m->n_embd, m->residual_scale, ss->x, q),
+                       "launch of the residual scale (attention)");
         }
         if (b->taps)
             mc_tap_flush(b);
@@ -323,6 +371,12 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             cudaStream_t q = ss->stream;
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+            if (L->moe) { /* one rank (mc_open) */
+                memra_status st = mc_moe_ffn(b, s, i, l, err);
+                if (st)
+                    return st;
+                continue;
+            }
             const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
             const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
             memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, glu, q, err);
@@ -396,6 +450,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, MC_GLU_NONE, q, err);
         if (st)
             return st;
+        if (m->logit_scale > 0.0f && m->logit_scale != 1.0f) /* granitemoe: times 1 / logit_scale, as the cpu */
+            MC_RET(mc_scale_add(c, out, sw->head.rows, 1.0f / m->logit_scale, NULL, q), "launch of the logit scale");
         if (r > 0) {      /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
             if (!capture) /* rank 0 has read the previous step's (in a graph: the replay before) */
                 MC_RET(cudaStreamWaitEvent(q, r0->pub_ev, 0), "cudaStreamWaitEvent (logits published)");

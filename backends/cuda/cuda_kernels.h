@@ -105,6 +105,33 @@ cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *
 cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps, int glu,
                         float *y, cudaStream_t st);
 
+/* ---- a mixture of experts (gemv.cu's gemv_experts, moe.cu; cpu_moe.c has the rules) -------- */
+/* Each kernel below waits for the kernel before it first (c->pdl only lets its launch overlap
+ * that kernel's drain: the same bits). */
+
+/* For each slot j < k: expert e = sel[j] (device memory, written by mc_moe_route) of a stack of
+ * experts [e0, e1) whose expert e has rows_e rows starting at row (e - e0) rows_e of w (F32, F16,
+ * BF16 or Q8_0), times x + j ldx (ldx 0: one x for every slot; x' = RMSNorm(x) * norm_w when
+ * norm_w is given, as mc_gemv; ldx a multiple of 4: 16-byte loads), into y + j ldy: rows_e floats, or with glu MC_GLU_SILU rows_e / 2
+ * (gate and up rows interleaved, as mc_gemv_glu). An id outside [e0, e1) writes zeros there.
+ * One launch; each slot's rows have the bits of the row-group GEMV (gemv.cu, the float path for
+ * Q8_0) of that expert alone, with the column split of a GEMV of k rows_e rows. */
+cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                            uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
+                            float *y, uint32_t ldy, cudaStream_t st);
+/* The router's softmax over logits[0 .. n) (n <= 1024), its top k (ties toward the lower expert
+ * index, in decreasing probability: the slot order) into sel[0 .. k), their probabilities into
+ * w[0 .. k) (divided by their sum in slot order when norm), and with shexp w[k] =
+ * sigmoid(logits[n]) (the shared expert's gate). One block. */
+cudaError_t mc_moe_route(const mc_config *c, const float *logits, uint32_t n, uint32_t k, int norm, int shexp,
+                         int32_t *sel, float *w, cudaStream_t st);
+/* x[i] += scale * (sum_j w[j] slots[j][i] in slot order [+ w[k] slots[k][i]]) (scale applied when
+ * not 1: granite's residual scale). */
+cudaError_t mc_moe_combine(const mc_config *c, const float *slots, const float *w, uint32_t n_embd, uint32_t k,
+                           int shexp, float scale, float *x, cudaStream_t st);
+/* x[i] += t[i] * scale; with x NULL, t[i] *= scale (granite's residual and logit scales). */
+cudaError_t mc_scale_add(const mc_config *c, float *t, uint32_t n, float scale, float *x, cudaStream_t st);
+
 /* Enqueues on st the device-to-device copies (capturable) that make the kernels launched after
  * them on this device read `mask` as their trigger mask; every kernel reads MC_TRIGGER_DEFAULT
  * until then. An arm whose trigger differs from the default brackets each stage's body with its

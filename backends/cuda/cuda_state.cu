@@ -136,6 +136,54 @@ static memra_status mc_check_gemma3(const memra_model *m, memra_error *err) {
     return MEMRA_OK;
 }
 
+/* A mixture of experts (cuda_forward.cu's mc_moe_ffn): what the cuda backend runs of it. One rank
+ * per stage (ep= and tp= are the cpu backend's for now); the experts' stacks F32, F16, BF16 or
+ * Q8_0 (gemv_experts; the router and the shared expert take any type of the dense GEMVs); the
+ * built-in kernels (op plugins and norm=unfused are not offered the experts' GEMVs). */
+static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, const memra_options *opts,
+                                 memra_error *err) {
+    if (m->n_expert == 0)
+        return MEMRA_OK;
+    const char *name = m->arch_name ? m->arch_name : "?";
+    if (!m->moe || m->n_expert > MEMRA_MAX_EXPERTS || m->n_expert_used == 0 || m->n_expert_used > m->n_expert ||
+        m->n_expert_used > MEMRA_MAX_EXPERTS_USED)
+        return memra_fail(err, MEMRA_E_FORMAT, "cuda: %s mixture of experts with %u experts, top %u: out of range",
+                          name, m->n_expert, m->n_expert_used);
+    if (m->n_ff % 4 != 0) /* each slot's activations start on 16 bytes (gemv_experts' loads) */
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: %s experts of width %u; the cuda backend's expert GEMV needs a multiple of 4", name,
+                          m->n_ff);
+    uint32_t ranks = 1;
+    for (uint32_t s = 0; s < plan->n_stages; s++)
+        if (plan->stages[s].n_ranks > ranks)
+            ranks = plan->stages[s].n_ranks;
+    const char *ep = memra_options_get(opts, "ep"), *tp = memra_options_get(opts, "tp");
+    if (ranks > 1)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: ep=%s tp=%s: the cuda backend runs a mixture of experts (%s) on one rank per stage; "
+                          "expert and tensor parallelism of its experts run on the cpu backend (cpu:ep=N)",
+                          ep ? ep : "1", tp ? tp : "1", name);
+    for (uint32_t il = 0; il < m->n_layer; il++) {
+        const memra_layer_moe *x = &m->moe[il];
+        const memra_weight *stacks[3] = {&x->gate_exps, &x->up_exps, &x->down_exps};
+        for (int k = 0; k < 3; k++) {
+            const uint32_t t = stacks[k]->type;
+            if (t != MEMRA_TYPE_F32 && t != MEMRA_TYPE_F16 && t != MEMRA_TYPE_BF16 && t != MEMRA_TYPE_Q8_0)
+                return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                                  "cuda: tensor '%s' is %s; the cuda backend's expert GEMV runs F32, F16, BF16 and "
+                                  "Q8_0 experts (the cpu backend runs every type)",
+                                  stacks[k]->name ? stacks[k]->name : "?", memra_tensor_type_name(t));
+        }
+        if (x->gate_exps.type != x->up_exps.type)
+            return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                              "cuda: '%s' is %s and '%s' is %s; the cuda backend's expert GEMV needs one type for "
+                              "both (their rows are interleaved)",
+                              x->gate_exps.name ? x->gate_exps.name : "?", memra_tensor_type_name(x->gate_exps.type),
+                              x->up_exps.name ? x->up_exps.name : "?", memra_tensor_type_name(x->up_exps.type));
+    }
+    return MEMRA_OK;
+}
+
 static int32_t mc_rank_device(const memra_stage_plan *sp, uint32_t r) {
     return sp->n_ranks > 1 ? sp->ranks[r].device : sp->device;
 }
@@ -144,17 +192,17 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                      memra_backend **out, memra_error *err) {
     uint32_t n_dev = 0;
     if (m->arch != MEMRA_ARCH_LLAMA && m->arch != MEMRA_ARCH_QWEN2 && m->arch != MEMRA_ARCH_QWEN3 &&
-        m->arch != MEMRA_ARCH_GEMMA3)
+        m->arch != MEMRA_ARCH_GEMMA3 && m->arch != MEMRA_ARCH_QWEN2MOE && m->arch != MEMRA_ARCH_QWEN3MOE &&
+        m->arch != MEMRA_ARCH_GRANITEMOE)
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2, qwen3 "
-                          "and gemma3; the cpu backend runs %s)",
+                          "cuda: architecture '%s' is not supported by the cuda backend (it runs llama, qwen2, qwen3, "
+                          "gemma3, qwen2moe, qwen3moe and granitemoe; the cpu backend runs %s)",
                           m->arch_name ? m->arch_name : "?", m->arch_name ? m->arch_name : "it");
-    if (m->n_expert > 0)
-        return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "cuda: this %s file is a mixture of experts (%u experts, top %u: ffn_gate_inp, "
-                          "ffn_{gate,up,down}_exps), which the cuda backend does not run yet; the cpu backend runs it",
-                          m->arch_name ? m->arch_name : "?", m->n_expert, m->n_expert_used);
     memra_status st = mc_check_gemma3(m, err);
+    if (st)
+        return st;
+    if ((st = mc_check_moe(m, plan, opts, err)))
+        return st;
     if (st)
         return st;
     mc_config cfg;
@@ -224,6 +272,13 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     for (uint32_t t = 0; t < 64; t++)
         b->op_gemv[t] = memra_op_set_find(&b->ops, MEMRA_OP_GEMV, t);
     b->any_op = b->ops.n > 0 || cfg.norm == MC_NORM_UNFUSED; /* op_x and op_y are carved */
+    if (m->n_expert > 0 && b->any_op) {
+        st = memra_fail(err, MEMRA_E_UNSUPPORTED,
+                        "cuda: %s: op plugins and norm=unfused do not cover the experts' GEMVs of a mixture of "
+                        "experts; run this model with the built-in kernels",
+                        b->ops.n > 0 ? "op plugins" : "norm=unfused");
+        goto fail;
+    }
     if ((st = mc_weights_acquire(m, plan, &b->w, err)))
         goto fail;
     *out = b;
@@ -288,10 +343,19 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->qkv = (float *)mc_take(bp, qkv * 4);
     ss->att_partial = (float *)mc_take(bp, mc_att_partial_floats(ss->n_head, hdv, capacity) * 4);
     ss->att_out = (float *)mc_take(bp, (uint64_t)ss->n_head * hdv * 4);
-    ss->gu = (float *)mc_take(bp, (uint64_t)ss->n_ff * 4);
-    if (m->arch == MEMRA_ARCH_GEMMA3) /* the sum before a post norm */
+    const uint64_t ffw = ss->n_ff > m->n_ff_shexp ? ss->n_ff : m->n_ff_shexp; /* the shared expert's too */
+    ss->gu = (float *)mc_take(bp, ffw * 4);
+    if (m->arch == MEMRA_ARCH_GEMMA3 || mc_residual_scaled(m)) /* the sum before a post norm or a scale */
         ss->po = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
-    ss->gu_pair = (float *)mc_take(bp, 2ull * ss->n_ff * 4);
+    ss->gu_pair = (float *)mc_take(bp, 2ull * ffw * 4);
+    if (m->n_expert > 0) {
+        const uint64_t k = m->n_expert_used;
+        ss->moe_logits = (float *)mc_take(bp, ((uint64_t)m->n_expert + 1) * 4);
+        ss->moe_w = (float *)mc_take(bp, (k + 1) * 4);
+        ss->moe_sel = (int32_t *)mc_take(bp, k * 4);
+        ss->moe_act = (float *)mc_take(bp, k * m->n_ff * 4);
+        ss->moe_slots = (float *)mc_take(bp, (k + 1) * m->n_embd * 4);
+    }
     if (ops) { /* op plugins: a normed input, and any GEMV's rows before their store */
         uint64_t rows = qkv > 2ull * ss->n_ff ? qkv : 2ull * ss->n_ff;
         rows = rows > m->n_embd ? rows : m->n_embd;

@@ -576,6 +576,50 @@ static memra_status mc_put_freqs(mc_bump *bump, const memra_model *m, bool swa, 
     return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading rope frequencies");
 }
 
+/* A mixture-of-experts layer's FFN (one rank holds it whole: mc_open refuses ranks): the router;
+ * the experts' gate and up stacks interleaved into one (a row pair per row of every expert, so
+ * expert e's rows are one contiguous run: gemv_experts reads them from its id), queued, like every
+ * matrix, for the chunked upload (a stack is read from the file in chunks of whole row pairs, never
+ * whole); the down stack; and qwen2moe's shared expert as a dense FFN (wgu or wg/wu, wdown) with
+ * its gate as one F32 row. */
+static memra_status mc_put_experts(const memra_model *m, uint32_t il, mc_bump *bump, mc_layer *dl, memra_error *err) {
+    const memra_layer_moe *x = &m->moe[il];
+    memra_status st;
+    dl->moe = true;
+    mc_src v = {&x->gate_inp, 0, 0};
+    if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->router, err)))
+        return st;
+    const mc_src gu[2] = {{&x->gate_exps, 0, 0}, {&x->up_exps, 0, 0}};
+    if ((st = mc_put_matrix(bump, gu, 2, 0, 0, true, &dl->gu_exps, err)))
+        return st;
+    v = (mc_src){&x->down_exps, 0, 0};
+    if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->down_exps, err)))
+        return st;
+    if (m->n_ff_shexp == 0)
+        return MEMRA_OK;
+    const mc_src sh[2] = {{&x->gate_shexp, 0, 0}, {&x->up_shexp, 0, 0}};
+    mc_matrix parts[3];
+    uint32_t n_parts = 0;
+    if ((st = mc_put_fused(bump, sh, 2, true, parts, &n_parts, err)))
+        return st;
+    dl->gu_split = n_parts > 1;
+    dl->wgu = parts[0];
+    if (dl->gu_split) {
+        dl->wg = parts[0];
+        dl->wu = parts[1];
+    }
+    v = (mc_src){&x->down_shexp, 0, 0};
+    if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->wdown, err)))
+        return st;
+    float *g = NULL;
+    v = (mc_src){&x->gate_inp_shexp, 0, 0};
+    if ((st = mc_put_vector(bump, &v, 1, &g, err)))
+        return st;
+    /* one F32 row of n_embd (mc_put_vector decoded it): its 16-byte chunks, then a tail */
+    dl->sh_gate = (mc_matrix){MEMRA_TYPE_F32, 1, m->n_embd, (m->n_embd + 3) / 4 * 4, g, NULL, NULL, 0};
+    return MEMRA_OK;
+}
+
 /* Rows [v0, v1) of the vocabulary that rank r of R holds of the head. */
 void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1) {
     *v0 = (uint32_t)((uint64_t)V * r / R);
@@ -624,19 +668,24 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
         mc_src v1 = {&L->wo, 0, 0};
         if ((st = mc_put_matrix(bump, &v1, 1, hb * hdv, (he - hb) * hdv, false, &dl->wo, err)))
             return st;
-        mc_matrix gu_parts[3];
-        uint32_t n_gu = 0;
-        if ((st = mc_put_fused(bump, gu, 2, true, gu_parts, &n_gu, err)))
-            return st;
-        dl->gu_split = n_gu > 1;
-        dl->wgu = gu_parts[0];
-        if (dl->gu_split) {
-            dl->wg = gu_parts[0];
-            dl->wu = gu_parts[1];
+        if (m->n_expert > 0) {
+            if ((st = mc_put_experts(m, sp->layer_begin + i, bump, dl, err)))
+                return st;
+        } else {
+            mc_matrix gu_parts[3];
+            uint32_t n_gu = 0;
+            if ((st = mc_put_fused(bump, gu, 2, true, gu_parts, &n_gu, err)))
+                return st;
+            dl->gu_split = n_gu > 1;
+            dl->wgu = gu_parts[0];
+            if (dl->gu_split) {
+                dl->wg = gu_parts[0];
+                dl->wu = gu_parts[1];
+            }
+            v1 = (mc_src){&L->w_down, 0, 0};
+            if ((st = mc_put_matrix(bump, &v1, 1, fb, fe - fb, false, &dl->wdown, err)))
+                return st;
         }
-        v1 = (mc_src){&L->w_down, 0, 0};
-        if ((st = mc_put_matrix(bump, &v1, 1, fb, fe - fb, false, &dl->wdown, err)))
-            return st;
         v1 = (mc_src){&L->attn_norm, 0, 0};
         if ((st = mc_put_vector(bump, &v1, 1, &dl->attn_norm, err)))
             return st;

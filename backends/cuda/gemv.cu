@@ -599,3 +599,147 @@ const char *mc_gemv_family(const void *f) {
             return table[i].family;
     return NULL;
 }
+
+/* ---- gemv_experts: the row-group GEMV of a mixture of experts' chosen experts ---------------- */
+
+/* Blocks (x: row groups of one expert, y: slot j) of the row-group GEMV above, on expert sel[j]'s
+ * rows of a stack (expert e's rows_e rows start at row (e - e0) rows_e: the stack holds experts
+ * [e0, e1), all of them without expert ranks), with the input x + j ldx and the output y + j ldy.
+ * The ids are read from device memory (the router's kernel wrote them), so one launch serves any
+ * choice and a captured graph every token; only the chosen experts' rows are read. An id outside
+ * [e0, e1) (an expert another rank holds) writes zeros. Each row group's arithmetic is
+ * gemv_rowgroup's (mc_rows_dot, mc_rows_store): a chosen expert's outputs have the bits of the
+ * dense row-group GEMV on that expert alone. Launched in plain stream order (the ids come from
+ * the kernel just before; with pdl it waits for it first). Per call: reads k x rows_e weight rows (and Q8_0 block scales), x
+ * (k slices, or one with ldx 0) and norm_w; writes k slices of rows_e (rows_e / 2 with a GLU). */
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 : 4) /* Q8_0: 4 spilled */
+    gemv_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1, const float *x,
+                 uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy) {
+    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
+    const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
+    /* the ids come from the kernel just before: nothing is read before its results are complete
+     * (with pdl this launch only overlaps that kernel's drain) */
+    mc_wait_prior_grid(0);
+    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j]; /* the same for the whole block */
+    float *yj = y + (size_t)j * ldy;
+    const bool live = r0 < rows_e;
+    if (e < e0 || e >= e1) { /* not this rank's expert (or no expert): zeros in its slice */
+        const float z[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live && part == 0 && lane == 0)
+            mc_rows_store<SWIGLU>(z, r0, rows_e, NULL, NULL, yj);
+        return;
+    }
+    mc_matrix w = stack;
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride * (16 / mc_elems<T>::n);
+    if (T == MEMRA_TYPE_Q8_0)
+        w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    const float *xj = x + (size_t)j * ldx;
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot<T, NORM, KS>(w, r0, xj, norm_w, lane, part, d, ss);
+    if (KS > 1) {
+        if (live && lane == 0) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                red[warp][k] = d[k];
+            red[warp][MC_GEMV_ROWS] = ss;
+        }
+        __syncthreads();
+        if (!live || part != 0 || lane != 0)
+            return;
+        for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                d[k] += red[warp + p][k];
+            ss += red[warp + p][MC_GEMV_ROWS];
+        }
+    }
+    if (!live || lane != 0)
+        return;
+    if (NORM) {
+        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] *= scale;
+    }
+    mc_rows_store<SWIGLU>(d, r0, rows_e, NULL, NULL, yj);
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_experts_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                     uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                     const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((rows_e + per_block - 1) / per_block, k);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_experts<T, SWIGLU, NORM, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w,
+                                       eps, y, ldy);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_gemv_experts_ks(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                                      uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps,
+                                      float *y, uint32_t ldy, cudaStream_t st) {
+#define MC_E(T) mc_gemv_experts_t<T, SWIGLU, NORM, KS>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+    switch (w->type) {
+    case MEMRA_TYPE_F32: return MC_E(MEMRA_TYPE_F32);
+    case MEMRA_TYPE_F16: return MC_E(MEMRA_TYPE_F16);
+    case MEMRA_TYPE_BF16: return MC_E(MEMRA_TYPE_BF16);
+    case MEMRA_TYPE_Q8_0: return MC_E(MEMRA_TYPE_Q8_0);
+    default: return cudaErrorInvalidValue;
+    }
+#undef MC_E
+}
+
+template <int SWIGLU, int NORM>
+static cudaError_t mc_gemv_experts_n(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                                     uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps,
+                                     float *y, uint32_t ldy, cudaStream_t st) {
+    /* the column split of a GEMV of all k experts' rows: a function of the shapes alone */
+    switch (mc_gemv_ksplit((uint32_t)((uint64_t)rows_e * k < 0xffffffffu ? (uint64_t)rows_e * k : 0xffffffffu))) {
+    case 1: return mc_gemv_experts_ks<SWIGLU, NORM, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    case 2: return mc_gemv_experts_ks<SWIGLU, NORM, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    default: return mc_gemv_experts_ks<SWIGLU, NORM, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    }
+}
+
+cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                            uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
+                            float *y, uint32_t ldy, cudaStream_t st) {
+    if (k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2) || e1 < e0 || ldx % 4 != 0 ||
+        (uint64_t)(e1 - e0) * rows_e > w->rows)
+        return cudaErrorInvalidValue;
+    if (glu == MC_GLU_SILU)
+        return norm_w ? mc_gemv_experts_n<MC_GLU_SILU, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+                      : mc_gemv_experts_n<MC_GLU_SILU, 0>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+    if (glu != MC_GLU_NONE)
+        return cudaErrorInvalidValue;
+    return norm_w ? mc_gemv_experts_n<MC_GLU_NONE, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)
+                  : mc_gemv_experts_n<MC_GLU_NONE, 0>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+}
+
+const char *mc_gemv_experts_family(const void *f) {
+#define MC_EXP_KS(T, S, N) (const void *)gemv_experts<T, S, N, 1>, (const void *)gemv_experts<T, S, N, 2>, \
+                           (const void *)gemv_experts<T, S, N, 4>
+#define MC_EXP_SN(T) MC_EXP_KS(T, 0, 0), MC_EXP_KS(T, 0, 1), MC_EXP_KS(T, 1, 0), MC_EXP_KS(T, 1, 1)
+    static const void *const table[] = {MC_EXP_SN(MEMRA_TYPE_F32), MC_EXP_SN(MEMRA_TYPE_F16),
+                                        MC_EXP_SN(MEMRA_TYPE_BF16), MC_EXP_SN(MEMRA_TYPE_Q8_0)};
+#undef MC_EXP_SN
+#undef MC_EXP_KS
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i] == f)
+            return "gemv_experts";
+    return NULL;
+}

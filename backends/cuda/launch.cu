@@ -99,7 +99,7 @@ const char *mc_kernel_family(const void *f) {
     const char *(*const files[])(const void *) = {
         mc_gemv_family,        mc_gemv_q8_family,     mc_attention_family, mc_attention_unfused_family,
         mc_sampler_family,     mc_digest_family,      mc_token_family,     mc_op_glue_family,
-        mc_gemv_legacy_family, mc_gemv_kquant_family, mc_chunk_family};
+        mc_gemv_legacy_family, mc_gemv_kquant_family, mc_chunk_family,     mc_moe_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)

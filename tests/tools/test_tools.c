@@ -166,10 +166,10 @@ Test(tools, mkmodel_then_inspect) {
     unlink(path);
 }
 
-/* Issue 29: a mixture-of-experts file runs on the cpu backend; inspect says the cuda backends
- * cannot run it yet, naming the architecture (and, for a llama file with experts, the expert
- * tensors). */
-Test(tools, inspect_says_cuda_refuses_moe) {
+/* Issue 29: a mixture-of-experts file runs on the cpu backend and, with F32/F16/BF16/Q8_0
+ * experts, on the cuda backends (one rank per stage); inspect names an expert stack of another
+ * type as what stops the cuda backends (it said "architecture qwen3moe" before they ran experts). */
+Test(tools, inspect_says_what_cuda_runs_of_moe) {
     char path[512];
     tmp_file_path(path, sizeof path, "moe.gguf");
     tool_result r = tool_run("memra", "mkmodel", "--preset", "moe-tiny", "-o", path, NULL);
@@ -177,7 +177,16 @@ Test(tools, inspect_says_cuda_refuses_moe) {
     tool_result_free(&r);
     r = tool_run("memra", "inspect", path, NULL);
     EXPECT(r, 0, out, "cpu: runs it");
-    cr_assert(strstr(r.out, "cuda, cuda-graph: cannot: architecture qwen3moe"), "%s", r.out);
+    cr_assert(strstr(r.out, "cuda, cuda-graph: runs it (where built, on a GPU; its experts on one rank per stage"),
+              "%s", r.out);
+    tool_result_free(&r);
+    r = tool_run("memra", "mkmodel", "--preset", "moe-tiny", "--dtype", "q4_0", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: wrote");
+    tool_result_free(&r);
+    r = tool_run("memra", "inspect", path, NULL);
+    EXPECT(r, 0, out, "cpu: runs it");
+    cr_assert(strstr(r.out, "cuda, cuda-graph: cannot: expert tensor blk.0.ffn_gate_exps.weight is Q4_0"), "%s",
+              r.out);
     tool_result_free(&r);
     unlink(path);
 }

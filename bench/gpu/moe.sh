@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# moe.sh: the H200 checks of issue 29 items 3-4 (mixtures of experts on cuda and cuda-graph), with
+# binaries built on the development machine and carried (bin, lib, plugins.d; default .carry-dev,
+# or $CARRY), the check program memra_cuda_check_moe among the bins (bin/). Prepare the carry:
+#   cmake --preset release && cmake --build --preset release -j2
+#   mkdir -p .carry-dev && cp -r build-release/bin build-release/lib build-release/plugins.d .carry-dev/
+# Then on the GPU machine: CARRY=$PWD/.carry-dev bash bench/gpu/moe.sh check nmse tiny
+# (each device call at most 10 minutes: split the modes over calls; files live in /tmp/q29).
+# Modes (any number, in order):
+#   check    the kernels against a host float64 reference (tests/cuda/check_moe.c: the router's
+#            top-k with ties and k = n_expert, the expert GEMV in F32/F16/BF16/Q8_0 with negative
+#            controls, the combine bit for bit the cpu's, the whole FFN)
+#   nmse     cpu against cuda, nmse 1e-5, 32 + 32 steps: moe-tiny, qwen2moe-tiny, granitemoe-tiny
+#            in f32, f16, bf16, q8_0; the refusals by name (q4_0 experts, ep=2, tp=2)
+#   tiny     cuda against cuda-graph exact on the tiny presets (f32, bf16, q8_0), greedy and sampled;
+#            cuda against cuda:stages=2 and cuda:prefill=1 against cuda:prefill=512 (a MoE chunk runs
+#            as single steps), exact
+#   granite  granite-moe-1b (bf16, q8_0): cuda against cuda-graph, 256 + 256, 20 ABBA rows, greedy
+#            and sampled; memra bench of the graph and eager arms (bf16 is a speed target)
+#   q30b     qwen3moe-30b q8_0 (about 32 GB; mkmodel writes it once): the same gates and bench (the
+#            speed target); q30b_rm removes the file
+# The speed target: the graph arm at >= 70% of the ceiling counting only the bytes a token reads
+# (memra bench's share column: tools/session.c cli_step_bytes counts only the chosen experts).
+# A short table last ($OUT/table.txt); logs under $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
+OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
+B=${CARRY:-$PWD/.carry-dev}
+export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
+G=$B/bin/memra-gate; M=$B/bin/memra
+T="$OUT/table.txt"
+W=/tmp/q29; mkdir -p $W
+gate() { local name=$1; shift; local t0=$SECONDS
+  timeout 500 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
+  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
+  local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
+  printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
+  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
+# A refusal: the gate must fail (exit 2 or 3) naming `want` in its message.
+refuse() { local name=$1 want=$2; shift 2
+  timeout 120 "$G" "$@" --quiet > "$OUT/$name.log" 2>&1; local rc=$?
+  if { [ $rc -eq 3 ] || [ $rc -eq 2 ]; } && grep -q -- "$want" "$OUT/$name.log"; then echo "$name refused as expected" | tee -a "$T"
+  else echo "$name NOT REFUSED AS EXPECTED rc=$rc: $(tail -2 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)" | tee -a "$T"; fi; }
+bench() { local name=$1; shift; local t0=$SECONDS
+  timeout 500 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | cut -c1-150 | tr '\n' ' ')" | tee -a "$T"; }
+mk() { local f=$W/$1-$2.gguf; [ -s $f ] || { local t0=$SECONDS; "$M" mkmodel --preset $1 --dtype $2 -o $f > "$OUT/mk-$1-$2.log" 2>&1 || { echo "mkmodel $1 $2 failed" | tee -a "$T"; tail -2 "$OUT/mk-$1-$2.log" | tee -a "$T"; }; echo "mk $1 $2 $((SECONDS-t0))s $(du -h $f | cut -f1)" >> "$T"; }; }
+S="--prime 256 --gen 256"
+TEMP="--temp 1 --seed 20261201 --schedule BAAB"
+TINY="moe-tiny qwen2moe-tiny granitemoe-tiny"
+nvidia-smi --query-gpu=index,name,memory.used,clocks.sm --format=csv > "$OUT/machine.txt" 2>&1
+while [ $# -gt 0 ]; do mode=$1; shift; case $mode in
+check)
+  timeout 300 "$B/bin/memra_cuda_check_moe" > "$OUT/check_moe.log" 2>&1
+  echo "check_moe rc=$? $(tail -1 "$OUT/check_moe.log")" | tee -a "$T"
+  grep -i "fail\|missed" "$OUT/check_moe.log" | head -5 | tee -a "$T" ;;
+nmse)
+  for p in $TINY; do for d in f32 f16 bf16 q8_0; do
+    gate "n_${p}_$d" --a cpu --b cuda --compare nmse:1e-5 --preset $p --dtype $d --prime 32 --gen 32 --rows 0
+  done; done
+  refuse r_q4_0 "expert GEMV runs F32, F16, BF16 and Q8_0" --a cpu --b cuda --preset moe-tiny --dtype q4_0 --prime 4 --gen 4 --rows 0
+  refuse r_ep2 "one rank per stage" --a cuda --b cuda-graph:ep=2 --preset moe-tiny --prime 4 --gen 4 --rows 0
+  refuse r_tp2 "one rank per stage" --a cuda:tp=2 --b cuda-graph --preset moe-tiny --prime 4 --gen 4 --rows 0 ;;
+tiny)
+  for p in $TINY; do for d in f32 bf16 q8_0; do
+    gate "e_${p}_${d}" --a cuda --b cuda-graph --preset $p --dtype $d --prime 64 --gen 64 --rows 4
+    gate "e_${p}_${d}_temp" --a cuda --b cuda-graph --preset $p --dtype $d --prime 64 --gen 64 --rows 4 $TEMP
+  done; done
+  gate e_moe_stages2 --a cuda --b cuda:stages=2 --preset moe-tiny --dtype bf16 --prime 64 --gen 64 --rows 2
+  gate e_moe_graph_stages2 --a cuda-graph --b cuda-graph:stages=2,window=3 --preset qwen2moe-tiny --dtype q8_0 --prime 64 --gen 64 --rows 2
+  gate e_moe_prefill --a cuda:prefill=1 --b cuda:prefill=512 --preset moe-tiny --dtype bf16 --prime 100 --gen 32 --rows 2
+  gate e_moe_graph_prefill --a cuda-graph:prefill=1 --b cuda-graph --preset granitemoe-tiny --dtype q8_0 --prime 100 --gen 32 --rows 2 ;;
+granite)
+  for d in bf16 q8_0; do mk granite-moe-1b $d
+    gate "g1b_${d}_greedy" --a cuda --b cuda-graph --model $W/granite-moe-1b-$d.gguf $S --rows 20
+    gate "g1b_${d}_temp" --a cuda --b cuda-graph --model $W/granite-moe-1b-$d.gguf $S --rows 20 $TEMP
+    gate "g1b_${d}_nmse" --a cpu --b cuda --compare nmse:1e-5 --model $W/granite-moe-1b-$d.gguf --prime 16 --gen 16 --rows 0
+    bench "b_g1b_${d}" --arm cuda-graph,cuda --model $W/granite-moe-1b-$d.gguf --prime 512 -n 128
+  done ;;
+q30b)
+  mk qwen3moe-30b q8_0
+  gate q30b_q8_greedy --a cuda --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf $S --rows 20
+  gate q30b_q8_temp --a cuda --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf $S --rows 20 $TEMP
+  bench b_q30b_q8 --arm cuda-graph,cuda --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
+q30b_rm) rm -f $W/qwen3moe-30b-*.gguf ;;
+*) echo "unknown mode $mode" | tee -a "$T" ;;
+esac; done
