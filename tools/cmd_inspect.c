@@ -339,7 +339,7 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
         return true;
     }
     /* a mixture of experts: its expert stacks through the expert GEMV (F32, F16, BF16, Q8_0; gate
-     * and up of one type), on one rank per stage (backends/cuda/cuda_state.cu, mc_check_moe) */
+     * and up of one type; backends/cuda/cuda_state.cu, mc_check_moe) */
     for (uint32_t il = 0; m->n_expert > 0 && m->moe && il < m->n_layer; il++) {
         const memra_weight *w[3] = {&m->moe[il].gate_exps, &m->moe[il].up_exps, &m->moe[il].down_exps};
         for (int k = 0; k < 3; k++)
@@ -462,9 +462,7 @@ static void print_can_it_run(const run_check *rc) {
     if (cuda_refuses(rc, why, sizeof why))
         printf(ROW "cuda, cuda-graph: cannot: %s\n", "", why);
     else if (rc->model && rc->model->n_expert > 0)
-        printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU; its experts on one rank per stage: ep= and "
-                   "tp= run on cpu)\n",
-               "");
+        printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU; its experts on ranks too: ep=N, tp=N)\n", "");
     else
         printf(ROW "cuda, cuda-graph: runs it (where built, on a GPU)\n", "");
     if (!cpu_runs(rc)) {

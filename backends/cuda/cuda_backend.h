@@ -105,7 +105,20 @@ memra_status mc_step_tapped(memra_backend *b, memra_state *s, const memra_step_a
  * residual, the same bits, on every rank: two all-reduces per layer, blocks layer*2 and
  * layer*2+1. gemma3's post norms need the whole sum before the residual add: there every rank
  * computes its partial into po (no residual), the all-reduce sums po, and every rank then adds
- * RMSNorm(po) * post_norm to its x (mc_op_rmsnorm_add: the same bits on every rank). The embedding is computed once (stage 0, rank 0) and copied to every rank; the last
+ * RMSNorm(po) * post_norm to its x (mc_op_rmsnorm_add: the same bits on every rank); granite's
+ * residual scale likewise (po all-reduced, then x += residual_scale * po on every rank).
+ *
+ * A mixture of experts with ranks (cpu_moe.c's design): every rank computes the router whole
+ * from its whole residual (the same bits everywhere), its chosen experts' outputs into their
+ * slots of a k x n_embd buffer (zeros in the slots of experts it does not hold; the shared
+ * expert's rows it holds into one slot more), then the expert all-reduce of the slots (block
+ * layer*2+1, in place of the FFN's) and every rank adds the slots onto its x in slot order. With
+ * ep=N rank r holds experts [r n/N, (r+1) n/N) whole, so every slot has one non-zero contributor
+ * and ep=N has the bits of one rank; with tp each expert's rows are split (a slot sums the ranks'
+ * partials: another order, by design). Under ep alone (tp=1) rank 0 holds the attention, the
+ * shared expert and the head whole and the expert ranks none: their attention partial is zeros
+ * (a memset), which the attention all-reduce adds to rank 0's exactly. The embedding is computed
+ * once (stage 0, rank 0) and copied to every rank; the last
  * stage's ranks gather their logits into rank 0's buffer, where the sampler runs. A step is a
  * transaction on the device: in an arm with ranks anywhere, each rank of every stage (plain ones
  * too) commits checked: every collective status of its step, every other rank's status of the
@@ -166,10 +179,20 @@ typedef struct mc_layer {
     mc_matrix router, gu_exps, down_exps, sh_gate;
 } mc_layer;
 
+/* What one rank holds of a mixture of experts (mc_moe_ranges, as cpu_moe.c cuts it): experts
+ * [e0, e1) (all of them without ep; rank r's share, whole, with ep=N), rows [x0, x1) of each of
+ * them (all with ep or one rank; the rank's ffn rows under tp alone), and the shared expert's rows
+ * [s0, s1) (in proportion to the rank's ffn rows: whole on rank 0 and none elsewhere with ep
+ * alone). */
+typedef struct mc_moe_range {
+    uint32_t e0, e1, x0, x1, s0, s1;
+} mc_moe_range;
+
 /* One rank's weights of one stage (with one rank: the stage's). */
 typedef struct mc_stage_weights {
     int32_t device;
     uint32_t layer_begin, layer_end;
+    mc_moe_range moe; /* a mixture of experts: this rank's experts and rows */
     mc_layer *layers; /* layer_end - layer_begin */
     mc_matrix embd;   /* stage 0 */
     float *out_norm;  /* last stage */
@@ -183,6 +206,7 @@ typedef struct mc_stage_weights {
 typedef struct mc_weights {
     const memra_model *model;
     memra_plan plan;
+    uint32_t ep; /* the arm's ep= (with the plan, what the upload depends on: tp=N and ep=N,tp=N plan alike) */
     uint32_t refs;
     uint64_t bytes;
     /* The upload (cuda_weights.cu): bytes read from the model's source, staging held at most,
@@ -260,7 +284,8 @@ struct memra_backend {
     const memra_op_binding *op_rmsnorm;
     const memra_op_binding *op_gemv[64]; /* by weight type */
     bool any_op;
-    mc_taps *taps; /* non-NULL during a tapped step only (memra.ops): one host branch per op */
+    uint32_t ep;      /* ep=N: expert ranks (1: none); each stage then has N ranks (mc_open) */
+    mc_taps *taps;    /* non-NULL during a tapped step only (memra.ops): one host branch per op */
     uint32_t prefill; /* the arm's prefill chunk (the core key, resolved at open): step_chunk's largest count */
 };
 
@@ -379,8 +404,18 @@ void mc_tap_residual(memra_backend *b, memra_state *s, uint32_t i, mc_site site,
 
 /* cuda_weights.cu */
 void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1);
+/* The rows [v0, v1) of the vocabulary (of the head, on the last stage) that rank r of a stage
+ * holds: split over the ranks that hold heads; under ep alone rank 0 holds every row and the
+ * expert ranks none (the head's GEMV then has the bits of one rank's). */
+void mc_rank_vocab(const memra_model *m, const memra_stage_plan *sp, uint32_t r, uint32_t *v0, uint32_t *v1);
+/* Rank r's share of a mixture of experts (mc_moe_range), checked: the shared expert cut on whole
+ * rows, each expert's rows a multiple of 4 (gemv_experts' 16-byte loads) and the down stacks'
+ * columns on whole quant blocks. ep: the arm's ep= (1 or the stage's rank count). */
+memra_status mc_moe_ranges(const memra_model *m, const memra_stage_plan *sp, uint32_t r, uint32_t ep, mc_moe_range *out,
+                           memra_error *err);
 const char *mc_device_label(int32_t dev, char *buf, size_t n);
-memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc_weights **out, memra_error *err);
+memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, uint32_t ep, mc_weights **out,
+                                memra_error *err);
 void mc_weights_release(mc_weights *w);
 
 /* cuda_chunk.cu */
@@ -397,8 +432,12 @@ memra_status mc_check_idle_tp_keys(const memra_host *host, const memra_plan *pla
                                    memra_error *err);
 memra_status mc_state_tp(memra_backend *b, memra_state *s, memra_error *err);
 memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, memra_error *err);
-/* The in-place all-reduce of every rank's x, or with post (gemma3's post norms) of its po. */
-memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, bool post,
+/* What an all-reduce sums in place on every rank: its x (the residual with rank 0's partial and
+ * the others'), its po (gemma3's post norms, granite's residual scale: the partials before the
+ * norm or the scale), or its slots (the expert all-reduce of a mixture of experts: k x n_embd,
+ * then the shared expert's n_embd). */
+typedef enum mc_reduce_buf { MC_REDUCE_X, MC_REDUCE_PO, MC_REDUCE_SLOTS } mc_reduce_buf;
+memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, mc_reduce_buf what,
                            memra_error *err);
 memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, memra_error *err);
 

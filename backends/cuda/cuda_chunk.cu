@@ -52,6 +52,8 @@ static bool mc_keys_step_only(const memra_options *opts) {
     const char *v;
     if ((v = memra_options_get(opts, "tp")) && strcmp(v, "1") != 0)
         return true;
+    if ((v = memra_options_get(opts, "ep")) && strcmp(v, "1") != 0)
+        return true;
     if ((v = memra_options_get(opts, "stages")) && strcmp(v, "1") != 0)
         return true;
     if ((v = memra_options_get(opts, "norm")) && strcmp(v, "unfused") == 0)

@@ -240,21 +240,27 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
     return ra;
 }
 
-/* A mixture-of-experts FFN of layer l on stage i's one rank (memra/model_types.h, cpu_moe.c):
+/* A mixture-of-experts FFN of layer l on rank r of stage i (memra/model_types.h, cpu_moe.c):
  * the router's logits (its GEMV with the ffn norm fused, as the dense gate/up; then the shared
  * expert's gate), the softmax, top k and weights in one block, the chosen experts' gate/up rows
  * with their SwiGLU in one launch and their down rows in another (both read the chosen ids from
  * device memory: no host round trip, so a captured graph serves every token; only the chosen
- * experts' rows are read), the shared expert as a dense FFN into the last slot, then the weighted
- * sum in slot order onto the residual (times granite's residual scale). */
-static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, memra_error *err) {
+ * experts' rows are read; a slot whose expert the rank does not hold gets zeros), the shared
+ * expert's rows the rank holds as a dense FFN into the last slot (zeros where it holds none);
+ * then, with combine (one rank; with ranks it follows the expert all-reduce: mc_moe_add), the
+ * weighted sum in slot order onto the residual (times granite's residual scale). Every rank
+ * computes the router whole from its whole residual: the same ids and weights everywhere. */
+static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, uint32_t l, bool combine,
+                               memra_error *err) {
     const memra_model *m = b->m;
     const mc_config *c = &b->cfg;
-    mc_stage_state *ss = &s->st[i][0];
-    const mc_layer *L = &b->w->stages[i][0].layers[l];
+    mc_stage_state *ss = &s->st[i][r];
+    const mc_stage_weights *sw = &b->w->stages[i][r];
+    const mc_layer *L = &sw->layers[l];
+    const mc_moe_range *rg = &sw->moe;
     cudaStream_t q = ss->stream;
     const float eps = m->rms_eps;
-    const uint32_t E = m->n_embd, F = m->n_ff, k = m->n_expert_used, ne = m->n_expert;
+    const uint32_t E = m->n_embd, F = rg->x1 - rg->x0, k = m->n_expert_used, ne = m->n_expert;
     const int shexp = m->n_ff_shexp > 0;
     MC_RET(mc_gemv(c, &L->router, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits, q),
            "launch of the router gemv (with the ffn norm)");
@@ -263,23 +269,41 @@ static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uin
                "launch of the shared expert's gate gemv");
     MC_RET(mc_moe_route(c, ss->moe_logits, ne, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, q),
            "launch of the router's top-k kernel");
-    MC_RET(mc_gemv_experts(c, &L->gu_exps, 2 * F, ss->moe_sel, k, 0, ne, ss->x, 0, L->ffn_norm, eps, MC_GLU_SILU,
-                           ss->moe_act, F, q),
+    MC_RET(mc_gemv_experts(c, &L->gu_exps, 2 * F, ss->moe_sel, k, rg->e0, rg->e1, ss->x, 0, L->ffn_norm, eps,
+                           MC_GLU_SILU, ss->moe_act, F, q),
            "launch of the experts' gate/up gemv");
-    MC_RET(mc_gemv_experts(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
+    MC_RET(mc_gemv_experts(c, &L->down_exps, E, ss->moe_sel, k, rg->e0, rg->e1, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
                            ss->moe_slots, E, q),
            "launch of the experts' down gemv");
-    if (shexp) {
-        const mc_op_at gu_at = {"ffn_norm", "ffn_gate_shexp", l + b->w->stages[i][0].layer_begin, i, 0, s->position};
+    if (shexp && rg->s1 > rg->s0) {
+        const mc_op_at gu_at = {"ffn_norm", "ffn_gate_shexp", l + sw->layer_begin, i, r, s->position};
         memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, MC_GLU_SILU, q, err);
         if (st)
             return st;
         MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, NULL, ss->moe_slots + (size_t)k * E, q),
                "launch of the shared expert's down gemv");
+    } else if (shexp) { /* an expert rank of ep alone: the shared expert is rank 0's */
+        MC_RET(cudaMemsetAsync(ss->moe_slots + (size_t)k * E, 0, (size_t)E * 4, q),
+               "cudaMemsetAsync (the shared expert's slot)");
     }
-    MC_RET(mc_moe_combine(c, ss->moe_slots, ss->moe_w, E, k, shexp, mc_residual_scaled(m) ? m->residual_scale : 1.0f,
-                          ss->x, q),
-           "launch of the experts' combine kernel");
+    if (combine)
+        MC_RET(mc_moe_combine(c, ss->moe_slots, ss->moe_w, E, k, shexp,
+                              mc_residual_scaled(m) ? m->residual_scale : 1.0f, ss->x, q),
+               "launch of the experts' combine kernel");
+    return MEMRA_OK;
+}
+
+/* With ranks, after the expert all-reduce of layer l: every rank adds the slots (now every rank's
+ * sum) onto its x in slot order, the same bits on every rank. */
+static memra_status mc_moe_add(memra_backend *b, memra_state *s, uint32_t i, memra_error *err) {
+    const memra_model *m = b->m;
+    for (uint32_t r = 0; r < mc_ranks(s, i); r++) {
+        mc_stage_state *ss = &s->st[i][r];
+        MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+        MC_RET(mc_moe_combine(&b->cfg, ss->moe_slots, ss->moe_w, m->n_embd, m->n_expert_used, m->n_ff_shexp > 0,
+                              mc_residual_scaled(m) ? m->residual_scale : 1.0f, ss->x, ss->stream),
+               "launch of the experts' combine kernel");
+    }
     return MEMRA_OK;
 }
 
@@ -320,6 +344,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity, c->kv);
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+            if (ss->n_head == 0) { /* an expert rank of ep alone: its attention partial is zeros */
+                MC_RET(cudaMemsetAsync(post_a || scaled ? ss->po : ss->x, 0, (size_t)m->n_embd * 4, q),
+                       "cudaMemsetAsync (an expert rank's attention partial)");
+                continue;
+            }
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
             memra_status st = mc_qkv_site(b, ss, &qkv_at, L, ss->x, ss->qkv, q, err);
             if (st)
@@ -345,16 +374,22 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                    post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
                                    MC_GLU_NONE, q, err)))
                 return st;
-            if (scaled) /* granitemoe (one rank: mc_open): x += residual_scale * wo's output */
+            if (scaled && !tp) /* granitemoe: x += residual_scale * wo's output (with ranks: its sum) */
                 MC_RET(mc_scale_add(c, ss->po, m->n_embd, m->residual_scale, ss->x, q),
                        "launch of the residual scale (attention)");
         }
         if (b->taps)
             mc_tap_flush(b);
         if (tp) {
-            memra_status st = mc_all_reduce(b, s, i, l, 0, post_a, err);
+            memra_status st = mc_all_reduce(b, s, i, l, 0, post_a || scaled ? MC_REDUCE_PO : MC_REDUCE_X, err);
             if (st)
                 return st;
+        }
+        for (uint32_t r = 0; scaled && tp && r < R; r++) { /* every rank: x += residual_scale * the sum */
+            mc_stage_state *ss = &s->st[i][r];
+            MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
+            MC_RET(mc_scale_add(c, ss->po, m->n_embd, m->residual_scale, ss->x, ss->stream),
+                   "launch of the residual scale (attention)");
         }
         if (post_a) {
             if (b->taps)
@@ -371,8 +406,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             cudaStream_t q = ss->stream;
             if (tp)
                 MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-            if (L->moe) { /* one rank (mc_open) */
-                memra_status st = mc_moe_ffn(b, s, i, l, err);
+            if (L->moe) { /* with ranks the slots are combined after the expert all-reduce */
+                memra_status st = mc_moe_ffn(b, s, i, r, l, !tp, err);
                 if (st)
                     return st;
                 continue;
@@ -391,8 +426,15 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         }
         if (b->taps)
             mc_tap_flush(b);
+        const bool moe = sw0->layers[l].moe;
         if (tp) {
-            memra_status st = mc_all_reduce(b, s, i, l, 1, post_f, err);
+            memra_status st = mc_all_reduce(b, s, i, l, 1,
+                                            moe      ? MC_REDUCE_SLOTS
+                                            : post_f ? MC_REDUCE_PO
+                                                     : MC_REDUCE_X,
+                                            err);
+            if (!st && moe)
+                st = mc_moe_add(b, s, i, err);
             if (st)
                 return st;
         }
@@ -441,7 +483,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                    "launch of the checked commit kernel");
         else
             MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
-        if (!last || (r > 0 && !tp))
+        if (!last || (r > 0 && !tp) || ss->v1 == ss->v0) /* (an expert rank of ep alone holds no head) */
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
@@ -466,7 +508,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
         if (r == 0 && last && tp)
             for (uint32_t k = 1; k < R; k++)
-                MC_RET(cudaStreamWaitEvent(q, s->st[i][k].head_ev, 0), "cudaStreamWaitEvent (logits gathered)");
+                if (s->st[i][k].v1 > s->st[i][k].v0)
+                    MC_RET(cudaStreamWaitEvent(q, s->st[i][k].head_ev, 0), "cudaStreamWaitEvent (logits gathered)");
         if (own_trigger)
             MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
         float *lg = b->tp ? ss->lg : ss->logits;

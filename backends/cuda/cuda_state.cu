@@ -90,8 +90,9 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if ((st = memra_options_set(resolved, choices[i], mc_config_choice_name(&c, choices[i]), err)))
             return st;
-    const char *tp = memra_options_get(opts, "tp"); /* the tensor-parallel keys resolve where they are used */
-    if (tp && strcmp(tp, "1") != 0) {
+    /* the tensor-parallel keys resolve where they are used: with ranks (tp=N or ep=N) */
+    const char *tp = memra_options_get(opts, "tp"), *ep = memra_options_get(opts, "ep");
+    if ((tp && strcmp(tp, "1") != 0) || (ep && strcmp(ep, "1") != 0)) {
         if (!memra_options_get(opts, "collective") && (st = memra_options_set(resolved, "collective", "oneshot", err)))
             return st;
         if (!memra_options_get(opts, "step_timeout_ms") &&
@@ -136,12 +137,22 @@ static memra_status mc_check_gemma3(const memra_model *m, memra_error *err) {
     return MEMRA_OK;
 }
 
-/* A mixture of experts (cuda_forward.cu's mc_moe_ffn): what the cuda backend runs of it. One rank
- * per stage (ep= and tp= are the cpu backend's for now); the experts' stacks F32, F16, BF16 or
- * Q8_0 (gemv_experts; the router and the shared expert take any type of the dense GEMVs); the
- * built-in kernels (op plugins and norm=unfused are not offered the experts' GEMVs). */
+/* A mixture of experts (cuda_forward.cu's mc_moe_ffn): what the cuda backend runs of it. Ranks as
+ * the cpu backend cuts them (ep=N: whole experts per rank, N ranks a stage; tp=N: each expert's
+ * rows split; both: the same ranks), each rank's share checked (mc_moe_ranges); the experts'
+ * stacks F32, F16, BF16 or Q8_0 (gemv_experts; the router and the shared expert take any type of
+ * the dense GEMVs); the built-in kernels (op plugins and norm=unfused are not offered the experts'
+ * GEMVs). *ep_out: the arm's ep= (1 without experts; ep > 1 on a model without them is refused). */
 static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, const memra_options *opts,
-                                 memra_error *err) {
+                                 uint32_t *ep_out, memra_error *err) {
+    uint32_t ep = 1;
+    memra_status st = memra_options_u32(opts, "ep", 1, 1, MEMRA_MAX_RANKS, &ep, err);
+    if (st)
+        return st;
+    *ep_out = ep;
+    if (m->n_expert == 0 && ep > 1)
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: ep=%u: the model (%s) has no experts", ep,
+                          m->arch_name ? m->arch_name : "?");
     if (m->n_expert == 0)
         return MEMRA_OK;
     const char *name = m->arch_name ? m->arch_name : "?";
@@ -153,16 +164,6 @@ static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, c
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
                           "cuda: %s experts of width %u; the cuda backend's expert GEMV needs a multiple of 4", name,
                           m->n_ff);
-    uint32_t ranks = 1;
-    for (uint32_t s = 0; s < plan->n_stages; s++)
-        if (plan->stages[s].n_ranks > ranks)
-            ranks = plan->stages[s].n_ranks;
-    const char *ep = memra_options_get(opts, "ep"), *tp = memra_options_get(opts, "tp");
-    if (ranks > 1)
-        return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                          "cuda: ep=%s tp=%s: the cuda backend runs a mixture of experts (%s) on one rank per stage; "
-                          "expert and tensor parallelism of its experts run on the cpu backend (cpu:ep=N)",
-                          ep ? ep : "1", tp ? tp : "1", name);
     for (uint32_t il = 0; il < m->n_layer; il++) {
         const memra_layer_moe *x = &m->moe[il];
         const memra_weight *stacks[3] = {&x->gate_exps, &x->up_exps, &x->down_exps};
@@ -180,6 +181,24 @@ static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, c
                               "both (their rows are interleaved)",
                               x->gate_exps.name ? x->gate_exps.name : "?", memra_tensor_type_name(x->gate_exps.type),
                               x->up_exps.name ? x->up_exps.name : "?", memra_tensor_type_name(x->up_exps.type));
+    }
+    if (ep > 1 && m->n_expert % ep != 0)
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: ep=%u: expert_count %u is not divisible by %u ranks", ep,
+                          m->n_expert, ep);
+    for (uint32_t s = 0; s < plan->n_stages && s < MEMRA_MAX_STAGES; s++) {
+        const memra_stage_plan *sp = &plan->stages[s];
+        if (ep > 1 && sp->n_ranks != ep)
+            return memra_fail(err, MEMRA_E_INVALID,
+                              "cuda: ep=%u, but stage %u has %u ranks (expected %u: ep=N "
+                              "alone, or with tp=N)",
+                              ep, s, sp->n_ranks, ep);
+        if (sp->n_ranks > MEMRA_MAX_RANKS)
+            continue; /* mc_open_tp says so */
+        for (uint32_t r = 0; r < (sp->n_ranks > 1 ? sp->n_ranks : 1); r++) {
+            mc_moe_range rg;
+            if ((st = mc_moe_ranges(m, sp, r, ep, &rg, err)))
+                return st;
+        }
     }
     return MEMRA_OK;
 }
@@ -201,9 +220,8 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     memra_status st = mc_check_gemma3(m, err);
     if (st)
         return st;
-    if ((st = mc_check_moe(m, plan, opts, err)))
-        return st;
-    if (st)
+    uint32_t ep = 1;
+    if ((st = mc_check_moe(m, plan, opts, &ep, err)))
         return st;
     mc_config cfg;
     if ((st = mc_read_options(opts, &cfg, err)))
@@ -250,6 +268,7 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     b->plan = *plan;
     b->cfg = cfg;
     b->stall_us = stall_us;
+    b->ep = ep;
     pthread_mutex_init(&b->lock, NULL);
     b->prefill = prefill;
     if ((st = mc_open_tp(b, opts, n_dev, err)))
@@ -279,7 +298,7 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                         b->ops.n > 0 ? "op plugins" : "norm=unfused");
         goto fail;
     }
-    if ((st = mc_weights_acquire(m, plan, &b->w, err)))
+    if ((st = mc_weights_acquire(m, plan, ep, &b->w, err)))
         goto fail;
     *out = b;
     return MEMRA_OK;
@@ -412,7 +431,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     ss->n_head = tp ? sp->ranks[r].head_end - sp->ranks[r].head_begin : m->n_head;
     ss->n_kv = tp ? sp->ranks[r].kv_head_end - sp->ranks[r].kv_head_begin : m->n_head_kv;
     ss->n_ff = tp ? sp->ranks[r].ff_end - sp->ranks[r].ff_begin : m->n_ff;
-    mc_vocab_range(m->n_vocab, tp ? sp->n_ranks : 1, tp ? r : 0, &ss->v0, &ss->v1);
+    mc_rank_vocab(m, sp, r, &ss->v0, &ss->v1); /* whole on rank 0 under ep alone */
     const uint32_t nl = sp->layer_end - sp->layer_begin;
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
@@ -438,7 +457,8 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     }
     s->cache_bytes += cache;
     s->scratch_bytes += size.used - cache;
-    if (mc_attention_path(&b->cfg, ss->n_head, ss->n_kv, m->head_dim, m->head_dim_v) != MC_ATT_PATH_UNFUSED)
+    if (ss->n_head > 0 && /* (an expert rank of ep alone runs no attention) */
+        mc_attention_path(&b->cfg, ss->n_head, ss->n_kv, m->head_dim, m->head_dim_v) != MC_ATT_PATH_UNFUSED)
         MC_RET(mc_attention_fused_prepare(&b->cfg, ss->n_head, ss->n_kv, m->head_dim, m->head_dim_v),
                "setting the fused attention kernel's shared-memory limit");
     MC_RET(mc_gemv_prepare(), "readying the GEMV kernels (multiprocessor count, shared-memory limit)");
@@ -627,6 +647,8 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
             const uint32_t nl = sw->layer_end - sw->layer_begin, R = mc_ranks(s, i);
             for (uint32_t r = 0; r < R && !st; r++) {
                 mc_stage_state *ss = &s->st[i][r];
+                if (ss->n_kv == 0) /* an expert rank of ep alone: no cache */
+                    continue;
                 const uint64_t per_layer = (uint64_t)ss->n_kv * chunks, n = 2 * nl * per_layer;
                 free(h[r]);
                 h[r] = (unsigned long long *)malloc(n * 8);
@@ -661,6 +683,8 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
                 for (uint32_t kv = 0; kv < 2; kv++)
                     for (uint32_t r = 0; r < R; r++) {
                         const uint32_t nk = s->st[i][r].n_kv;
+                        if (nk == 0)
+                            continue;
                         const unsigned long long *base = h[r] + ((uint64_t)kv * nl + l) * nk * chunks;
                         for (uint32_t k = 0; k < nk; k++)
                             b->host->sha256_update(ctx, base + (uint64_t)k * chunks, used * 8);
@@ -709,7 +733,7 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
             MC_TRY(cudaMemcpyAsync(d->x, a->x, (size_t)m->n_embd * 4, cudaMemcpyDeviceToDevice, q), "restore: hidden");
             if (d->poison)
                 MC_TRY(cudaMemsetAsync(d->poison, 0, 4, q), "restore: clearing the poison");
-            if (src->position > 0) {
+            if (src->position > 0 && planes > 0) {
                 MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * m->head_dim * kvb, a->k_cache,
                                          (size_t)src->capacity * m->head_dim * kvb,
                                          (size_t)src->position * m->head_dim * kvb, planes, cudaMemcpyDeviceToDevice,

@@ -23,6 +23,11 @@
 #include "memra/plugin.h"
 #include "memra/status.h"
 
+/* The block an all-reduce follows, for a message: attention, the FFN, or a mixture of experts'. */
+static const char *mc_block_name(const memra_backend *b, uint32_t which) {
+    return !which ? "attention" : b->m->n_expert ? "experts (the ffn block)" : "ffn";
+}
+
 /* Tensor parallelism: the ranks' slices (whole kv groups, in order), the collective loaded. */
 memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint32_t n_dev, memra_error *err) {
     const memra_model *m = b->m;
@@ -43,6 +48,10 @@ memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint32_t n_
                                   "devices",
                                   r, s, rp->device, n_dev);
             const uint32_t nh = rp->head_end - rp->head_begin, nk = rp->kv_head_end - rp->kv_head_begin;
+            /* ep alone (tp=1): rank 0 holds every head and ffn row, the expert ranks none */
+            if (b->ep > 1 && r > 0 && nh == 0 && nk == 0 && rp->ff_end == rp->ff_begin && h == m->n_head &&
+                k == m->n_head_kv && f == m->n_ff && rp->head_begin == h && rp->kv_head_begin == k && rp->ff_begin == f)
+                continue;
             if (rp->head_begin != h || rp->kv_head_begin != k || rp->ff_begin != f || nh == 0 || nk == 0 ||
                 nh * m->n_head_kv != nk * m->n_head || rp->ff_end <= rp->ff_begin)
                 return memra_fail(err, MEMRA_E_INVALID,
@@ -79,12 +88,15 @@ memra_status mc_open_tp(memra_backend *b, const memra_options *opts, uint32_t n_
         return memra_fail(err, MEMRA_E_PLUGIN, "cuda: the collective '%.60s' has no usable all-reduce", b->coll_name);
     b->coll = vt;
     /* Buffers sized for this model's vectors up front (the collective's own keys, where it has
-     * them: oneshot's max_count, nccl's prealloc_count), so nothing grows inside a capture. */
+     * them: oneshot's max_count, nccl's prealloc_count), so nothing grows inside a capture: n_embd,
+     * or a mixture of experts' slots (k, and the shared expert's, x n_embd: the expert all-reduce). */
+    const uint64_t slots = m->n_expert ? (uint64_t)(m->n_expert_used + (m->n_ff_shexp ? 1 : 0)) * m->n_embd : 0;
+    const uint64_t most = slots > m->n_embd ? slots : m->n_embd;
     for (uint32_t i = 0; i < vt->n_options; i++)
         if (vt->options &&
             (strcmp(vt->options[i].key, "max_count") == 0 || strcmp(vt->options[i].key, "prealloc_count") == 0)) {
             char buf[24];
-            snprintf(buf, sizeof buf, "%u", m->n_embd);
+            snprintf(buf, sizeof buf, "%llu", (unsigned long long)most);
             if ((st = memra_options_set(&b->coll_opts, vt->options[i].key, buf, err)))
                 return st;
         }
@@ -193,7 +205,7 @@ memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, 
             st = b->coll->arm_refusal(s->comm[c->stage], c->rank, c->layer * 2 + c->which, c->position, c->word, err);
             if (st)
                 memra_error_prefix(err, "cuda: arming the refusal cell of layer %u (%s) on rank %u at position %u",
-                                   c->layer, c->which ? "ffn" : "attention", c->rank, c->position);
+                                   c->layer, mc_block_name(b, c->which), c->rank, c->position);
             c->handed = true;
         }
     }
@@ -202,17 +214,20 @@ memra_status mc_hand_cells(memra_backend *b, memra_state *s, uint32_t position, 
 }
 
 /* One all-reduce of a stage's ranks: the n calls back to back, in rank order (plugin.h). */
-memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, bool post,
+memra_status mc_all_reduce(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t which, mc_reduce_buf what,
                            memra_error *err) {
     const uint32_t layer = b->plan.stages[i].layer_begin + l;
+    const memra_model *m = b->m;
+    const size_t count =
+        what == MC_REDUCE_SLOTS ? (size_t)(m->n_expert_used + (m->n_ff_shexp ? 1 : 0)) * m->n_embd : m->n_embd;
     for (uint32_t r = 0; r < mc_ranks(s, i); r++) {
         mc_stage_state *ss = &s->st[i][r];
         MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
-        float *buf = post ? ss->po : ss->x; /* gemma3: the partials before the post norm */
-        memra_status st = b->coll->all_reduce_sum_f32(s->comm[i], r, buf, b->m->n_embd, (void *)ss->stream,
-                                                      layer * 2 + which, ss->pos, &ss->status[l * 2 + which], err);
+        float *buf = what == MC_REDUCE_SLOTS ? ss->moe_slots : what == MC_REDUCE_PO ? ss->po : ss->x;
+        memra_status st = b->coll->all_reduce_sum_f32(s->comm[i], r, buf, count, (void *)ss->stream, layer * 2 + which,
+                                                      ss->pos, &ss->status[l * 2 + which], err);
         if (st) {
-            memra_error_prefix(err, "cuda: the all-reduce after %s of layer %u on rank %u", which ? "ffn" : "attention",
+            memra_error_prefix(err, "cuda: the all-reduce after %s of layer %u on rank %u", mc_block_name(b, which),
                                layer, r);
             return st;
         }
@@ -300,7 +315,7 @@ memra_status mc_check_verdicts(memra_backend *b, memra_state *s, uint32_t p, mem
         return memra_fail(err, refused ? MEMRA_E_REFUSED : MEMRA_E_DEVICE,
                           "cuda: the all-reduce (%s) after %s of layer %u %s at position %u (stage %u, block %u, "
                           "word %d = 0x%08x); nothing was committed",
-                          b->coll_name, which ? "ffn" : "attention", layer, text, p, i, layer * 2 + which, (int)word,
+                          b->coll_name, mc_block_name(b, which), layer, text, p, i, layer * 2 + which, (int)word,
                           (unsigned)word);
     }
     /* Never a success that some rank did not commit. */

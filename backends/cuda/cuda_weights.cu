@@ -383,13 +383,19 @@ typedef struct mc_src {
 
 /* Lays out the rows of `n` sources stacked (in order; interleave: rows alternate between the two
  * sources), columns [c0, c0 + nc) of each (nc 0: every column; a tensor-parallel rank's slice), in
- * the upload layout, and copies them to the device. With a sizing bump (base NULL) only counts. */
-static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n, uint64_t c0, uint64_t nc,
-                                  bool interleave, mc_matrix *out, memra_error *err) {
+ * the upload layout, and copies them to the device; `groups` times (1: once), group g taking each
+ * source's rows from r0 + g gstride (a tensor-parallel rank's rows of every expert of a stack: one
+ * matrix, the groups one after another). With a sizing bump (base NULL) only counts. */
+static memra_status mc_put_matrix_g(mc_bump *bump, const mc_src *srcs, uint32_t n, uint64_t c0, uint64_t nc,
+                                    bool interleave, uint64_t groups, uint64_t gstride, mc_matrix *out,
+                                    memra_error *err) {
     const memra_weight *src[3];
     uint64_t r0[3], nr[3];
     if (n > 3)
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: %u matrices fused", n);
+    if (groups == 0 || (groups > 1 && gstride == 0))
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: %llu groups of rows, %llu apart", (unsigned long long)groups,
+                          (unsigned long long)gstride);
     for (uint32_t i = 0; i < n; i++) {
         src[i] = srcs[i].w;
         memra_status st = mc_check_matrix(src[i], err);
@@ -397,9 +403,14 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
             return st;
         r0[i] = srcs[i].r0;
         nr[i] = srcs[i].nr ? srcs[i].nr : src[i]->rows - r0[i];
-        if (r0[i] > src[i]->rows || nr[i] > src[i]->rows - r0[i])
-            return memra_fail(err, MEMRA_E_INTERNAL, "cuda: rows [%llu, +%llu) of '%s' out of range",
-                              (unsigned long long)r0[i], (unsigned long long)nr[i], src[i]->name);
+        /* the last group's rows end in the source (every product below it is smaller) */
+        const uint64_t span = groups == 1                                 ? 0
+                              : (groups - 1) > src[i]->rows / gstride + 1 ? UINT64_MAX
+                                                                          : (groups - 1) * gstride;
+        if (r0[i] > src[i]->rows || nr[i] > src[i]->rows - r0[i] || span > src[i]->rows - r0[i] - nr[i])
+            return memra_fail(err, MEMRA_E_INTERNAL, "cuda: rows [%llu, +%llu) (%llu groups) of '%s' out of range",
+                              (unsigned long long)r0[i], (unsigned long long)nr[i], (unsigned long long)groups,
+                              src[i]->name);
     }
     uint32_t type = src[0]->type;
     const uint64_t full_cols = src[0]->cols;
@@ -416,14 +427,18 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
                           src[0]->name, memra_tensor_type_name(type), (unsigned long long)c0,
                           (unsigned long long)(c0 + nc), blk);
     const uint64_t cols = nc;
-    uint64_t rows = 0;
+    uint64_t rows_g = 0; /* one group's */
     for (uint32_t i = 0; i < n; i++) {
         if (src[i]->type != type || src[i]->cols != full_cols)
             return memra_fail(err, MEMRA_E_UNSUPPORTED,
                               "cuda: tensors '%s' and '%s' are fused on upload but differ in type or columns",
                               src[0]->name, src[i]->name);
-        rows += nr[i];
+        rows_g += nr[i];
     }
+    if (rows_g && groups > 0xffffffffull / rows_g)
+        return memra_fail(err, MEMRA_E_RANGE, "cuda: %llu groups of %llu rows of '%s': too many",
+                          (unsigned long long)groups, (unsigned long long)rows_g, src[0]->name);
+    const uint64_t rows = rows_g * groups;
     if (interleave && (n != 2 || nr[0] != nr[1]))
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: gate/up interleave needs two equal matrices");
     /* A family type (gemv_quant.h): its data and aux planes, `stride` in bytes. */
@@ -460,24 +475,35 @@ static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n,
     u.interleave = interleave;
     u.fam = fam;
     u.type = type;
-    u.rows = rows;
     u.cols = cols;
     u.src_row_bytes = blk ? full_cols / blk * memra_quant_block_bytes(type) : full_cols * eb;
     u.col_off = blk ? c0 / blk * memra_quant_block_bytes(type) : c0 * eb;
     u.stride = stride;
     u.aux_row = type == MEMRA_TYPE_Q8_0 ? cols / 32 * 2 : fam ? aux_row : 0;
-    u.d_data = (char *)out->data;
-    u.d_aux = (char *)s_dev;
     u.name = src[0]->name;
+    u.rows = rows_g;
     for (uint32_t i = 0; i < n; i++) {
-        u.r0[i] = r0[i];
         u.nr[i] = nr[i];
         if (!bump->up || !bump->up->src ||
             !memra_source_offset_of(bump->up->src, src[i]->data, src[i]->n_bytes, &u.src_off[i]))
             return memra_fail(err, MEMRA_E_INTERNAL, "cuda: tensor '%s' does not lie in the model's bytes",
                               src[i]->name);
     }
-    return mc_uploads_push(bump->up, &u, err);
+    for (uint64_t g = 0; g < groups; g++) { /* one upload a group, into its rows of the matrix */
+        for (uint32_t i = 0; i < n; i++)
+            u.r0[i] = r0[i] + g * gstride;
+        u.d_data = (char *)out->data + g * rows_g * stride;
+        u.d_aux = s_dev ? (char *)s_dev + g * rows_g * u.aux_row : NULL;
+        memra_status st = mc_uploads_push(bump->up, &u, err);
+        if (st)
+            return st;
+    }
+    return MEMRA_OK;
+}
+
+static memra_status mc_put_matrix(mc_bump *bump, const mc_src *srcs, uint32_t n, uint64_t c0, uint64_t nc,
+                                  bool interleave, mc_matrix *out, memra_error *err) {
+    return mc_put_matrix_g(bump, srcs, n, c0, nc, interleave, 1, 0, out, err);
 }
 
 /* Matrices fused on upload (q, k, v stacked; gate and up interleaved): one upload when they share
@@ -576,41 +602,99 @@ static memra_status mc_put_freqs(mc_bump *bump, const memra_model *m, bool swa, 
     return e == cudaSuccess ? MEMRA_OK : mc_cuda_fail(err, e, "uploading rope frequencies");
 }
 
-/* A mixture-of-experts layer's FFN (one rank holds it whole: mc_open refuses ranks): the router;
- * the experts' gate and up stacks interleaved into one (a row pair per row of every expert, so
- * expert e's rows are one contiguous run: gemv_experts reads them from its id), queued, like every
- * matrix, for the chunked upload (a stack is read from the file in chunks of whole row pairs, never
- * whole); the down stack; and qwen2moe's shared expert as a dense FFN (wgu or wg/wu, wdown) with
- * its gate as one F32 row. */
-static memra_status mc_put_experts(const memra_model *m, uint32_t il, mc_bump *bump, mc_layer *dl, memra_error *err) {
+memra_status mc_moe_ranges(const memra_model *m, const memra_stage_plan *sp, uint32_t r, uint32_t ep, mc_moe_range *out,
+                           memra_error *err) {
+    const bool whole = sp->n_ranks <= 1;
+    const uint32_t ff = m->n_ff, ne = m->n_expert;
+    const uint32_t f0 = whole ? 0 : sp->ranks[r].ff_begin, f1 = whole ? ff : sp->ranks[r].ff_end;
+    if (ep > 1 && (whole || sp->n_ranks != ep || ne % ep != 0))
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: ep=%u, but the stage has %u ranks (for %u experts)", ep,
+                          whole ? 1 : sp->n_ranks, ne);
+    if (f0 > f1 || f1 > ff)
+        return memra_fail(err, MEMRA_E_INVALID, "cuda: rank %u holds ffn rows [%u, %u) of %u", r, f0, f1, ff);
+    out->e0 = ep > 1 ? ne / ep * r : 0;
+    out->e1 = ep > 1 ? ne / ep * (r + 1) : ne;
+    out->x0 = ep > 1 ? 0 : f0;
+    out->x1 = ep > 1 ? ff : f1;
+    /* the shared expert's rows in proportion to the rank's ffn rows, on whole rows (cpu_moe.c) */
+    const uint64_t sh = m->n_ff_shexp;
+    if (sh && ((uint64_t)f0 * sh % ff != 0 || (uint64_t)f1 * sh % ff != 0))
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: rank %u holds expert rows [%u, %u) of %u, which do not cut the shared expert's %u "
+                          "rows evenly; choose a tp that does",
+                          r, f0, f1, ff, m->n_ff_shexp);
+    out->s0 = (uint32_t)(f0 * sh / ff);
+    out->s1 = (uint32_t)(f1 * sh / ff);
+    if ((out->x1 - out->x0) % 4 != 0)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: rank %u holds %u rows of each expert; the cuda backend's expert GEMV needs a multiple "
+                          "of 4 (choose a tp that makes n_ff %u / tp one)",
+                          r, out->x1 - out->x0, ff);
+    /* columns of the down stacks on whole quant blocks (mc_put_matrix would refuse it at upload) */
+    for (uint32_t il = sp->layer_begin; m->moe && il < sp->layer_end; il++) {
+        const memra_weight *d[2] = {&m->moe[il].down_exps, &m->moe[il].down_shexp};
+        const uint32_t c0[2] = {out->x0, out->s0}, c1[2] = {out->x1, out->s1};
+        for (int k = 0; k < 2; k++) {
+            const uint32_t full = k ? m->n_ff_shexp : ff; /* a slice: whole columns are mc_check_matrix's */
+            const uint32_t blk = d[k]->data || k == 0 ? memra_quant_block_elems(d[k]->type) : 0;
+            if (blk && c1[k] > c0[k] && (c0[k] != 0 || c1[k] != full) && (c0[k] % blk || c1[k] % blk))
+                return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                                  "cuda: '%s' is %s and rank %u's columns [%u, %u) do not fall on blocks of %u; choose "
+                                  "a tp that does",
+                                  d[k]->name ? d[k]->name : "?", memra_tensor_type_name(d[k]->type), r, c0[k], c1[k],
+                                  blk);
+        }
+    }
+    return MEMRA_OK;
+}
+
+/* A mixture-of-experts layer's FFN on one rank (rg: its experts and rows, mc_moe_ranges): the
+ * router whole; the gate and up stacks of its experts' rows interleaved into one (a row pair per
+ * row, so expert e's rows are one contiguous run from row 2 (e - e0) (x1 - x0): gemv_experts reads
+ * them from its id; with tp alone each expert's rows [x0, x1) are one group of the upload), queued,
+ * like every matrix, for the chunked upload (a stack is read from the file in chunks of whole row
+ * pairs, never whole); the down stack's rows of its experts, columns [x0, x1); qwen2moe's shared
+ * expert's rows [s0, s1) as a dense FFN (wgu or wg/wu, wdown; none where the rank holds none) and
+ * its gate, whole, as one F32 row. */
+static memra_status mc_put_experts(const memra_model *m, uint32_t il, const mc_moe_range *rg, mc_bump *bump,
+                                   mc_layer *dl, memra_error *err) {
     const memra_layer_moe *x = &m->moe[il];
     memra_status st;
     dl->moe = true;
     mc_src v = {&x->gate_inp, 0, 0};
     if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->router, err)))
         return st;
-    const mc_src gu[2] = {{&x->gate_exps, 0, 0}, {&x->up_exps, 0, 0}};
-    if ((st = mc_put_matrix(bump, gu, 2, 0, 0, true, &dl->gu_exps, err)))
-        return st;
-    v = (mc_src){&x->down_exps, 0, 0};
-    if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->down_exps, err)))
+    const uint64_t ff = m->n_ff, E = m->n_embd, ne = rg->e1 - rg->e0, w = rg->x1 - rg->x0;
+    if (w == ff) { /* whole experts: one run of rows */
+        const mc_src gu[2] = {{&x->gate_exps, rg->e0 * ff, ne * ff}, {&x->up_exps, rg->e0 * ff, ne * ff}};
+        if ((st = mc_put_matrix(bump, gu, 2, 0, 0, true, &dl->gu_exps, err)))
+            return st;
+    } else { /* rows [x0, x1) of each expert: one group an expert */
+        const mc_src gu[2] = {{&x->gate_exps, rg->e0 * ff + rg->x0, w}, {&x->up_exps, rg->e0 * ff + rg->x0, w}};
+        if ((st = mc_put_matrix_g(bump, gu, 2, 0, 0, true, ne, ff, &dl->gu_exps, err)))
+            return st;
+    }
+    v = (mc_src){&x->down_exps, rg->e0 * E, ne * E};
+    if ((st = mc_put_matrix(bump, &v, 1, rg->x0, w, false, &dl->down_exps, err)))
         return st;
     if (m->n_ff_shexp == 0)
         return MEMRA_OK;
-    const mc_src sh[2] = {{&x->gate_shexp, 0, 0}, {&x->up_shexp, 0, 0}};
-    mc_matrix parts[3];
-    uint32_t n_parts = 0;
-    if ((st = mc_put_fused(bump, sh, 2, true, parts, &n_parts, err)))
-        return st;
-    dl->gu_split = n_parts > 1;
-    dl->wgu = parts[0];
-    if (dl->gu_split) {
-        dl->wg = parts[0];
-        dl->wu = parts[1];
+    if (rg->s1 > rg->s0) {
+        const mc_src sh[2] = {{&x->gate_shexp, rg->s0, rg->s1 - rg->s0}, {&x->up_shexp, rg->s0, rg->s1 - rg->s0}};
+        mc_matrix parts[3];
+        uint32_t n_parts = 0;
+        if ((st = mc_put_fused(bump, sh, 2, true, parts, &n_parts, err)))
+            return st;
+        dl->gu_split = n_parts > 1;
+        dl->wgu = parts[0];
+        if (dl->gu_split) {
+            dl->wg = parts[0];
+            dl->wu = parts[1];
+        }
+        v = (mc_src){&x->down_shexp, 0, 0};
+        if ((st = mc_put_matrix(bump, &v, 1, rg->s0, rg->s1 - rg->s0, false, &dl->wdown, err)))
+            return st;
     }
-    v = (mc_src){&x->down_shexp, 0, 0};
-    if ((st = mc_put_matrix(bump, &v, 1, 0, 0, false, &dl->wdown, err)))
-        return st;
     float *g = NULL;
     v = (mc_src){&x->gate_inp_shexp, 0, 0};
     if ((st = mc_put_vector(bump, &v, 1, &g, err)))
@@ -620,10 +704,36 @@ static memra_status mc_put_experts(const memra_model *m, uint32_t il, mc_bump *b
     return MEMRA_OK;
 }
 
+/* A layer's norms, whole on every rank (attention, ffn, q/k, and gemma3's post norms). */
+static memra_status mc_put_norms(mc_bump *bump, const memra_layer *L, mc_layer *dl, memra_error *err) {
+    float **const outs[4] = {&dl->attn_norm, &dl->ffn_norm, &dl->q_norm, &dl->k_norm};
+    const memra_weight *const ws[4] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
+    for (int k = 0; k < 4; k++) {
+        mc_src v = {ws[k], 0, 0};
+        memra_status st = mc_put_vector(bump, &v, 1, outs[k], err);
+        if (st)
+            return st;
+    }
+    return mc_put_post_norms(bump, L, dl, err);
+}
+
 /* Rows [v0, v1) of the vocabulary that rank r of R holds of the head. */
 void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *v1) {
     *v0 = (uint32_t)((uint64_t)V * r / R);
     *v1 = (uint32_t)((uint64_t)V * (r + 1) / R);
+}
+
+void mc_rank_vocab(const memra_model *m, const memra_stage_plan *sp, uint32_t r, uint32_t *v0, uint32_t *v1) {
+    uint32_t dense = 0; /* the ranks that hold heads: every one under tp, rank 0 alone under ep alone */
+    for (uint32_t k = 0; sp->n_ranks > 1 && k < sp->n_ranks; k++)
+        dense += sp->ranks[k].head_end > sp->ranks[k].head_begin;
+    if (sp->n_ranks <= 1 || dense == 0)
+        dense = 1;
+    if (r >= dense) {
+        *v0 = *v1 = m->n_vocab;
+        return;
+    }
+    mc_vocab_range(m->n_vocab, dense, r, v0, v1);
 }
 
 /* Lays out (or, with a real arena, uploads) one rank's weights of one stage: the heads
@@ -631,7 +741,7 @@ void mc_vocab_range(uint32_t V, uint32_t R, uint32_t r, uint32_t *v0, uint32_t *
  * kv_head_end) of k and v, ffn rows [ff_begin, ff_end) of gate and up (columns of down); norms
  * whole. Rank 0 of stage 0 holds the embedding; every rank of the last stage the final norm and
  * its rows of the head. With one rank every slice is whole. */
-static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan, uint32_t si, uint32_t ri,
+static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan, uint32_t ep, uint32_t si, uint32_t ri,
                                     mc_bump *bump, mc_stage_weights *sw, memra_error *err) {
     const memra_stage_plan *sp = &plan->stages[si];
     const memra_rank_plan *rp = &sp->ranks[ri];
@@ -642,6 +752,8 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
     const uint64_t fb = whole ? 0 : rp->ff_begin, fe = whole ? m->n_ff : rp->ff_end;
     memra_status st;
     const uint32_t nl = sp->layer_end - sp->layer_begin;
+    if (m->n_expert > 0 && (st = mc_moe_ranges(m, sp, ri, ep, &sw->moe, err)))
+        return st;
     for (uint32_t i = 0; i < nl; i++) {
         const memra_layer *L = &m->layers[sp->layer_begin + i];
         mc_layer *dl = &sw->layers[i];
@@ -650,26 +762,28 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
         const mc_src bias[3] = {
             {&L->bq, hb * hd, (he - hb) * hd}, {&L->bk, kb * hd, (ke - kb) * hd}, {&L->bv, kb * hdv, (ke - kb) * hdv}};
         const mc_src gu[2] = {{&L->w_gate, fb, fe - fb}, {&L->w_up, fb, fe - fb}};
-        if ((st = mc_put_fused(bump, qkv, 3, false, dl->qkv_part, &dl->qkv_parts, err)))
-            return st;
-        dl->wqkv = dl->qkv_part[0];
-        if (dl->qkv_parts == 1)
-            dl->qkv_parts = 0;
-        const bool any_bias = L->bq.data || L->bk.data || L->bv.data;
-        for (int k = 0; k < 3 && any_bias; k++)
-            if (!bias[k].w->data || bias[k].w->rows * bias[k].w->cols != qkv[k].w->rows)
-                return memra_fail(err, MEMRA_E_FORMAT,
-                                  "cuda: layer %u: q, k and v biases must be all present with one value per row "
-                                  "('%s' is %s)",
-                                  sp->layer_begin + i, qkv[k].w->name ? qkv[k].w->name : "?",
-                                  bias[k].w->data ? "of the wrong length" : "missing its bias");
-        if ((st = mc_put_vector(bump, bias, 3, &dl->bqkv, err)))
-            return st;
-        mc_src v1 = {&L->wo, 0, 0};
-        if ((st = mc_put_matrix(bump, &v1, 1, hb * hdv, (he - hb) * hdv, false, &dl->wo, err)))
-            return st;
+        if (he > hb) { /* (an expert rank of ep alone holds no heads: no attention) */
+            if ((st = mc_put_fused(bump, qkv, 3, false, dl->qkv_part, &dl->qkv_parts, err)))
+                return st;
+            dl->wqkv = dl->qkv_part[0];
+            if (dl->qkv_parts == 1)
+                dl->qkv_parts = 0;
+            const bool any_bias = L->bq.data || L->bk.data || L->bv.data;
+            for (int k = 0; k < 3 && any_bias; k++)
+                if (!bias[k].w->data || bias[k].w->rows * bias[k].w->cols != qkv[k].w->rows)
+                    return memra_fail(err, MEMRA_E_FORMAT,
+                                      "cuda: layer %u: q, k and v biases must be all present with one value per row "
+                                      "('%s' is %s)",
+                                      sp->layer_begin + i, qkv[k].w->name ? qkv[k].w->name : "?",
+                                      bias[k].w->data ? "of the wrong length" : "missing its bias");
+            if ((st = mc_put_vector(bump, bias, 3, &dl->bqkv, err)))
+                return st;
+            mc_src v1 = {&L->wo, 0, 0};
+            if ((st = mc_put_matrix(bump, &v1, 1, hb * hdv, (he - hb) * hdv, false, &dl->wo, err)))
+                return st;
+        }
         if (m->n_expert > 0) {
-            if ((st = mc_put_experts(m, sp->layer_begin + i, bump, dl, err)))
+            if ((st = mc_put_experts(m, sp->layer_begin + i, &sw->moe, bump, dl, err)))
                 return st;
         } else {
             mc_matrix gu_parts[3];
@@ -682,33 +796,21 @@ static memra_status mc_stage_layout(const memra_model *m, const memra_plan *plan
                 dl->wg = gu_parts[0];
                 dl->wu = gu_parts[1];
             }
-            v1 = (mc_src){&L->w_down, 0, 0};
+            mc_src v1 = {&L->w_down, 0, 0};
             if ((st = mc_put_matrix(bump, &v1, 1, fb, fe - fb, false, &dl->wdown, err)))
                 return st;
         }
-        v1 = (mc_src){&L->attn_norm, 0, 0};
-        if ((st = mc_put_vector(bump, &v1, 1, &dl->attn_norm, err)))
-            return st;
-        v1 = (mc_src){&L->ffn_norm, 0, 0};
-        if ((st = mc_put_vector(bump, &v1, 1, &dl->ffn_norm, err)))
-            return st;
-        v1 = (mc_src){&L->q_norm, 0, 0};
-        if ((st = mc_put_vector(bump, &v1, 1, &dl->q_norm, err)))
-            return st;
-        v1 = (mc_src){&L->k_norm, 0, 0};
-        if ((st = mc_put_vector(bump, &v1, 1, &dl->k_norm, err)))
-            return st;
-        if ((st = mc_put_post_norms(bump, L, dl, err)))
+        if ((st = mc_put_norms(bump, L, dl, err)))
             return st;
     }
     mc_src v1 = {&m->tok_embd, 0, 0};
     if (si == 0 && ri == 0 && (st = mc_put_matrix(bump, &v1, 1, 0, 0, false, &sw->embd, err)))
         return st;
-    /* The head: whole on rank 0 with one rank; with several, split by vocabulary (rank r holds
-     * rows [v0, v1); each computes its logits, and rank 0 gathers them). */
-    if (si == plan->n_stages - 1 && (ri == 0 || !whole)) {
-        uint32_t v0, v1r;
-        mc_vocab_range(m->n_vocab, whole ? 1 : sp->n_ranks, whole ? 0 : ri, &v0, &v1r);
+    /* The head: whole on rank 0 with one rank (and under ep alone); with several, split by
+     * vocabulary (rank r holds rows [v0, v1); each computes its logits, and rank 0 gathers them). */
+    uint32_t v0 = 0, v1r = 0;
+    mc_rank_vocab(m, sp, ri, &v0, &v1r);
+    if (si == plan->n_stages - 1 && v1r > v0) {
         v1 = (mc_src){&m->output_norm, 0, 0};
         if ((st = mc_put_vector(bump, &v1, 1, &sw->out_norm, err)))
             return st;
@@ -753,11 +855,12 @@ const char *mc_device_label(int32_t dev, char *buf, size_t n) {
 
 /* The weights of (model, plan): shared when another backend of this family already uploaded
  * them, else sized, checked against free device memory, and uploaded stage by stage. */
-memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc_weights **out, memra_error *err) {
+memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, uint32_t ep, mc_weights **out,
+                                memra_error *err) {
     memra_status st = MEMRA_OK;
     pthread_mutex_lock(&mc_weights_lock);
     for (mc_weights *w = mc_weights_list; w; w = w->next)
-        if (w->model == m && memcmp(&w->plan, plan, sizeof *plan) == 0) {
+        if (w->model == m && w->ep == ep && memcmp(&w->plan, plan, sizeof *plan) == 0) {
             w->refs++;
             *out = w;
             pthread_mutex_unlock(&mc_weights_lock);
@@ -770,6 +873,7 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
     }
     w->model = m;
     w->plan = *plan;
+    w->ep = ep;
     w->refs = 1;
     for (uint32_t si = 0; si < plan->n_stages * MEMRA_MAX_RANKS && !st; si++) {
         const uint32_t s = si / MEMRA_MAX_RANKS, r = si % MEMRA_MAX_RANKS;
@@ -786,7 +890,7 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
             break;
         }
         mc_bump size = {NULL, 0, 0, NULL};
-        if ((st = mc_stage_layout(m, plan, s, r, &size, sw, err)))
+        if ((st = mc_stage_layout(m, plan, ep, s, r, &size, sw, err)))
             break;
         cudaError_t e = cudaSetDevice(sw->device);
         size_t free_b = 0, total_b = 0;
@@ -817,7 +921,7 @@ memra_status mc_weights_acquire(const memra_model *m, const memra_plan *plan, mc
         if (!m->source)
             st = memra_fail(err, MEMRA_E_INVALID, "cuda: the model has no source of its bytes (memra_model.source)");
         if (!st)
-            st = mc_stage_layout(m, plan, s, r, &real, sw, err);
+            st = mc_stage_layout(m, plan, ep, s, r, &real, sw, err);
         if (!st)
             st = mc_upload_run(&up, sw->device, w, err);
         free(up.v);

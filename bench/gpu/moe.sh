@@ -15,6 +15,15 @@
 #   tiny     cuda against cuda-graph exact on the tiny presets (f32, bf16, q8_0), greedy and sampled;
 #            cuda against cuda:stages=2 and cuda:prefill=1 against cuda:prefill=512 (a MoE chunk runs
 #            as single steps), exact
+#   ep       expert and tensor ranks on ONE GPU (two ranks on device 0, oneshot; cpu arms: local):
+#            on moe-tiny, qwen2moe-tiny, granitemoe-tiny in bf16 and q8_0, 32 + 32 steps, greedy
+#            and sampled: cuda:ep=2 against cuda-graph:ep=2 exact with --cells all; cuda against
+#            cuda:ep=2 exact; cpu:ep=2 against cuda:ep=2 (nmse 1e-5); cuda:tp=2 against
+#            cuda-graph:tp=2 exact (cells); cpu:tp=2 against cuda:tp=2 (nmse); ep=2,tp=2 likewise;
+#            the negative control cuda:ep=2 against cuda:tp=2 (rc=1: partial sums in another order);
+#            nccl on two GPUs where there are (devices=0,1), else its refusal of two ranks on one
+#            device; then granite-moe-1b bf16 (mkmodel into /tmp/q29): cuda-graph:ep=2 against
+#            cuda-graph exact, 256 + 256, 4 rows
 #   granite  granite-moe-1b (bf16, q8_0): cuda against cuda-graph, 256 + 256, 20 ABBA rows, greedy
 #            and sampled; memra bench of the graph and eager arms (bf16 is a speed target)
 #   q30b     qwen3moe-30b q8_0 (about 32 GB; mkmodel writes it once): the same gates and bench (the
@@ -31,7 +40,7 @@ G=$B/bin/memra-gate; M=$B/bin/memra
 T="$OUT/table.txt"
 W=/tmp/q29; mkdir -p $W
 gate() { local name=$1; shift; local t0=$SECONDS
-  timeout 500 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
+  timeout ${GT:-500} "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
   local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
   local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
   local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
@@ -60,8 +69,42 @@ nmse)
     gate "n_${p}_$d" --a cpu --b cuda --compare nmse:1e-5 --preset $p --dtype $d --prime 32 --gen 32 --rows 0
   done; done
   refuse r_q4_0 "expert GEMV runs F32, F16, BF16 and Q8_0" --a cpu --b cuda --preset moe-tiny --dtype q4_0 --prime 4 --gen 4 --rows 0
-  refuse r_ep2 "one rank per stage" --a cuda --b cuda-graph:ep=2 --preset moe-tiny --prime 4 --gen 4 --rows 0
-  refuse r_tp2 "one rank per stage" --a cuda:tp=2 --b cuda-graph --preset moe-tiny --prime 4 --gen 4 --rows 0 ;;
+  refuse r_ep3 "is not divisible by 3 ranks" --a cuda --b cuda-graph:ep=3 --preset moe-tiny --prime 4 --gen 4 --rows 0
+  refuse r_tp2_q4_0 "expert GEMV runs F32, F16, BF16 and Q8_0" --a cuda:tp=2 --b cuda-graph:tp=2 --preset moe-tiny --dtype q4_0 --prime 4 --gen 4 --rows 0 ;;
+ep)
+  # the tiny presets' pairs, one background job a preset and type (the GPU is shared; every pair
+  # is exact or nmse whatever the timing; no timing rows), their table lines gathered in order
+  E="--prime 32 --gen 32 --rows 0"; GT=90  # a tiny gate takes seconds: a hang costs 90 s, not 500
+  mk granite-moe-1b bf16 & MKPID=$!  # written while the tiny gates run
+  for p in $TINY; do for d in bf16 q8_0; do (
+    T="$OUT/t_${p}_$d.txt"; : > "$T"
+    A="--preset $p --dtype $d"
+    gate "ep_g_${p}_$d" --a cuda:ep=2 --b cuda-graph:ep=2 $A $E --cells all
+    gate "ep_g_${p}_${d}_temp" --a cuda:ep=2 --b cuda-graph:ep=2 $A $E $TEMP
+    gate "ep_1_${p}_$d" --a cuda --b cuda:ep=2 $A $E
+    gate "ep_1g_${p}_${d}_temp" --a cuda-graph --b cuda-graph:ep=2 $A $E $TEMP
+    gate "ep_n_${p}_$d" --a cpu:ep=2 --b cuda:ep=2 --compare nmse:1e-5 $A $E
+    gate "tp_g_${p}_$d" --a cuda:tp=2 --b cuda-graph:tp=2 $A $E --cells all
+    gate "tp_g_${p}_${d}_temp" --a cuda:tp=2 --b cuda-graph:tp=2 $A $E $TEMP
+    gate "tp_n_${p}_$d" --a cpu:tp=2 --b cuda:tp=2 --compare nmse:1e-5 $A $E
+    gate "et_g_${p}_$d" --a cuda:ep=2,tp=2 --b cuda-graph:ep=2,tp=2 $A $E --cells all
+    gate "et_g_${p}_${d}_temp" --a cuda:ep=2,tp=2 --b cuda-graph:ep=2,tp=2 $A $E $TEMP
+    gate "et_n_${p}_$d" --a cpu:ep=2,tp=2 --b cuda:ep=2,tp=2 --compare nmse:1e-5 $A $E
+  ) & done; done; for j in $(jobs -p); do [ "$j" = "$MKPID" ] || wait "$j"; done
+  for p in $TINY; do for d in bf16 q8_0; do cat "$OUT/t_${p}_$d.txt" >> "$T"; done; done
+  gate ep_local_cpu --a cpu:ep=2,collective=local --b cpu --preset qwen2moe-tiny --dtype q8_0 $E --cells all
+  gate ep_oneshot_prefill --a cuda:ep=2,collective=oneshot,prefill=1 --b cuda-graph:ep=2,prefill=64 --preset qwen2moe-tiny --dtype bf16 --prime 70 --gen 16 --rows 0
+  gate ep_stages2 --a cuda-graph --b cuda:stages=2,ep=2,window=3 --preset granitemoe-tiny --dtype q8_0 $E --cells all
+  gate neg_ep_vs_tp --a cuda:ep=2 --b cuda:tp=2 --preset moe-tiny --dtype bf16 --prime 16 --gen 8 --rows 0
+  echo "(neg_ep_vs_tp: rc=1 expected)" | tee -a "$T"
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    gate ep_nccl --a cuda:ep=2,collective=nccl,devices=0,1 --b cuda-graph:ep=2,collective=nccl,devices=0,1 --preset qwen2moe-tiny --dtype q8_0 $E --cells all
+    gate et_nccl --a cuda:ep=2,tp=2,collective=nccl,devices=0,1 --b cuda-graph:ep=2,tp=2,collective=nccl,devices=0,1 --preset granitemoe-tiny --dtype bf16 $E $TEMP
+  else
+    refuse ep_nccl_one_device "NCCL needs one device per rank" --a cuda:ep=2,collective=nccl --b cuda-graph:ep=2,collective=nccl --preset moe-tiny --prime 4 --gen 4 --rows 0
+  fi
+  wait "$MKPID"; GT=500
+  gate g1b_bf16_ep2 --a cuda-graph --b cuda-graph:ep=2 --model $W/granite-moe-1b-bf16.gguf $S --rows 4 ;;
 tiny)
   for p in $TINY; do for d in f32 bf16 q8_0; do
     gate "e_${p}_${d}" --a cuda --b cuda-graph --preset $p --dtype $d --prime 64 --gen 64 --rows 4

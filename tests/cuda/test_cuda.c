@@ -278,3 +278,28 @@ Test(cuda, kv_f16_bf16_pairs) {
     check_arms_cfg n = arms("cuda", "cuda:kv=f16", "tiny");
     cr_assert_eq(memra_cuda_check_arms(&n, &r), 1, "the negative control passed: kv=f16 gave f32's bits: %s", r.msg);
 }
+
+/* Issue 29 item 4 on cuda: expert ranks (ep=2: two ranks on one device, oneshot). ep=2 against
+ * one rank and cuda against cuda-graph at ep=2, at tp=2 and at ep=2,tp=2 are bit-identical
+ * (every refusal cell on the expert all-reduce too); cpu against cuda at tp=2 and ep=2,tp=2 within
+ * nmse (cpu_moe.c cuts the experts alike). The negative control: tp=2 against ep=2 (each expert's
+ * rows split against whole experts: partial sums in another order) is caught in exact mode. */
+Test(cuda, moe_expert_ranks) {
+    need_device();
+    static const char *const pairs[] = {
+        "--preset moe-tiny --dtype bf16 --a cuda --b cuda:ep=2",
+        "--preset qwen2moe-tiny --dtype q8_0 --a cuda-graph --b cuda-graph:ep=2 --temp 0.9 --seed 3",
+        "--preset granitemoe-tiny --dtype bf16 --a cuda:ep=2 --b cuda-graph:ep=2 --cells all",
+        "--preset qwen2moe-tiny --dtype q8_0 --a cuda:tp=2 --b cuda-graph:tp=2 --cells all",
+        "--preset granitemoe-tiny --dtype q8_0 --a cuda:ep=2,tp=2 --b cuda-graph:ep=2,tp=2 --temp 0.9 --seed 3",
+        "--preset qwen2moe-tiny --dtype bf16 --a cpu:tp=2 --b cuda:tp=2 --compare nmse:1e-5",
+        "--preset moe-tiny --dtype q8_0 --a cpu:ep=2,tp=2 --b cuda:ep=2,tp=2 --compare nmse:1e-5",
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s --prime 24 -n 24 --rows 0", pairs[i]);
+        cr_expect_eq(gate_rc(args), 0, "memra-gate %s", args);
+    }
+    cr_assert_eq(gate_rc("--preset moe-tiny --dtype bf16 --a cuda:ep=2 --b cuda:tp=2 --prime 16 -n 8 --rows 0"), 1,
+                 "tp=2 gave ep=2's bits: the negative control passed");
+}

@@ -68,6 +68,8 @@ Test(cuda_prefill, best_chunk_by_keys) {
         {"tp=1,stages=1", 512},
         {"op.rmsnorm=builtin", 512}, /* the built-in op: no plugin */
         {"tp=2", 1},                 /* ranks: single steps */
+        {"ep=2", 1},                 /* expert ranks likewise (issue 29 on cuda) */
+        {"ep=1", 512},
         {"stages=2", 1},
         {"norm=unfused", 1},
         {"op.gemv.bf16=mylab", 1},

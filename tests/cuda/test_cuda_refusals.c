@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "memra/options.h"
 #include "memra/plugin.h"
 
 static const memra_backend_vtable *cuda_vt(void) {
@@ -136,9 +137,9 @@ Test(cuda_refusals, moe_is_an_architecture_it_runs) {
     }
 }
 
-/* Expert stacks of a type the expert GEMV does not run, gate and up of two types, and experts on
- * more than one rank (ep=, tp=) are refused by name, before a device. */
-Test(cuda_refusals, moe_types_and_ranks) {
+/* Expert stacks of a type the expert GEMV does not run and gate and up of two types are refused
+ * by name, before a device. */
+Test(cuda_refusals, moe_types) {
     memra_model m;
     memra_layer layers[2];
     memra_layer_moe moe[2];
@@ -152,15 +153,131 @@ Test(cuda_refusals, moe_types_and_ranks) {
     moe[0].up_exps.type = MEMRA_TYPE_BF16;
     cr_assert_eq(open_status(&m, msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
     cr_assert(strstr(msg, "needs one type for both"), "%s", msg);
-    moe_model(&m, layers, moe, MEMRA_TYPE_Q8_0);
-    memra_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.n_stages = 1;
-    plan.stages[0].layer_end = 2;
-    plan.stages[0].n_ranks = 2;
+}
+
+/* A plan of one stage of R ranks as the default placement makes it (placement_default.c): tp
+ * ranks split heads, kv heads and ffn rows evenly; under ep alone (tp 1) rank 0 holds them all and
+ * the expert ranks none. */
+static void ranks_plan(memra_plan *plan, const memra_model *m, uint32_t ranks, uint32_t tp) {
+    memset(plan, 0, sizeof *plan);
+    plan->n_stages = 1;
+    plan->stages[0].layer_end = m->n_layer;
+    plan->stages[0].n_ranks = ranks;
+    for (uint32_t r = 0; r < ranks; r++) {
+        memra_rank_plan *rp = &plan->stages[0].ranks[r];
+        const bool none = tp == 1 && r > 0;
+        const uint32_t t = tp == 1 ? 1 : tp, q = tp == 1 ? 0 : r;
+        rp->head_begin = none ? m->n_head : m->n_head / t * q;
+        rp->head_end = none ? m->n_head : m->n_head / t * (q + 1);
+        rp->kv_head_begin = none ? m->n_head_kv : m->n_head_kv / t * q;
+        rp->kv_head_end = none ? m->n_head_kv : m->n_head_kv / t * (q + 1);
+        rp->ff_begin = none ? m->n_ff : m->n_ff / t * q;
+        rp->ff_end = none ? m->n_ff : m->n_ff / t * (q + 1);
+    }
+}
+
+/* Opens the cuda backend on m with `plan` and the arm keys `keys` (key=value,...); with stall_us=
+ * among them (one stage: refused as having no effect, after the model's checks and before any
+ * device is asked for), an open that gets past the mixture-of-experts checks stops there. */
+static memra_status open_keys(const memra_model *m, const memra_plan *plan, const char *keys, char *msg, size_t n) {
     memra_options o = {0};
     memra_error err = {0};
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s", keys);
+    for (char *kv = strtok(buf, ","); kv; kv = strtok(NULL, ",")) {
+        char *eq = strchr(kv, '=');
+        cr_assert(eq, "%s", kv);
+        *eq = '\0';
+        cr_assert_eq(memra_options_set(&o, kv, eq + 1, &err), MEMRA_OK, "%s", err.msg);
+    }
     memra_backend *b = NULL;
-    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_UNSUPPORTED, "%s", err.msg);
-    cr_assert(strstr(err.msg, "one rank per stage"), "%s", err.msg);
+    memra_status st = cuda_vt()->open(NULL, m, plan, &o, &b, &err);
+    snprintf(msg, n, "%s", err.msg);
+    cr_assert(st != MEMRA_OK || b != NULL);
+    if (st == MEMRA_OK)
+        cuda_vt()->close(b);
+    return st;
+}
+
+/* Issue 29 item 4 on cuda: ep=2 alone, tp=2 and ep=2,tp=2 on a mixture of experts pass every
+ * check of the experts and ranks (they stop at stall_us=, which an arm of one stage refuses
+ * next); before, every mixture of experts on more than one rank was refused ("the cuda backend
+ * runs a mixture of experts (qwen3moe) on one rank per stage"). */
+Test(cuda_refusals, moe_ranks_accepted) {
+    memra_model m;
+    memra_layer layers[2];
+    memra_layer_moe moe[2];
+    memra_plan plan;
+    char msg[MEMRA_ERROR_MSG_MAX];
+    static const struct {
+        const char *keys;
+        uint32_t ranks, tp, type;
+    } arms[] = {{"ep=2,stall_us=5", 2, 1, MEMRA_TYPE_Q8_0},
+                {"tp=2,stall_us=5", 2, 2, MEMRA_TYPE_Q8_0},
+                {"ep=2,tp=2,stall_us=5", 2, 2, MEMRA_TYPE_BF16},
+                {"ep=4,stall_us=5", 4, 1, MEMRA_TYPE_F32},
+                {"tp=4,stall_us=5", 4, 4, MEMRA_TYPE_F16}};
+    for (size_t k = 0; k < sizeof arms / sizeof arms[0]; k++) {
+        moe_model(&m, layers, moe, arms[k].type);
+        m.n_head = m.n_head_kv = 4;
+        ranks_plan(&plan, &m, arms[k].ranks, arms[k].tp);
+        cr_assert_eq(open_keys(&m, &plan, arms[k].keys, msg, sizeof msg), MEMRA_E_INVALID, "%s: %s", arms[k].keys, msg);
+        cr_assert(strstr(msg, "stall_us=5 has no effect"), "%s: %s", arms[k].keys, msg);
+    }
+}
+
+/* What stays refused on ranks, by name, before a device: ep= not matching the stage's ranks or
+ * the expert count, ep= on a model without experts, expert rows that are not a multiple of 4,
+ * a shared expert the ranks cannot cut on whole rows, Q8_0 down columns off its blocks, and
+ * quantized experts the expert GEMV does not run (with ranks as without). */
+Test(cuda_refusals, moe_ranks_refused) {
+    memra_model m;
+    memra_layer layers[2];
+    memra_layer_moe moe[2];
+    memra_plan plan;
+    char msg[MEMRA_ERROR_MSG_MAX];
+    moe_model(&m, layers, moe, MEMRA_TYPE_BF16);
+    m.n_head = m.n_head_kv = 4;
+    ranks_plan(&plan, &m, 1, 1);
+    cr_assert_eq(open_keys(&m, &plan, "ep=2", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
+    cr_assert_str_eq(msg, "cuda: ep=2, but stage 0 has 1 ranks (expected 2: ep=N alone, or with tp=N)");
+    ranks_plan(&plan, &m, 3, 1);
+    cr_assert_eq(open_keys(&m, &plan, "ep=3", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
+    cr_assert_str_eq(msg, "cuda: ep=3: expert_count 8 is not divisible by 3 ranks");
+
+    m.n_ff = 68; /* 34 rows a rank at tp=2: not a multiple of 4 */
+    ranks_plan(&plan, &m, 2, 2);
+    cr_assert_eq(open_keys(&m, &plan, "tp=2", msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
+    cr_assert(strstr(msg, "rank 0 holds 34 rows of each expert; the cuda backend's expert GEMV needs a multiple of 4"),
+              "%s", msg);
+
+    moe_model(&m, layers, moe, MEMRA_TYPE_BF16);
+    m.arch = MEMRA_ARCH_QWEN2MOE;
+    m.arch_name = "qwen2moe";
+    m.n_head = m.n_head_kv = 4;
+    m.n_ff_shexp = 30; /* at tp=4 rank 1's rows [16, 32) of 64 cut 7.5 of its 30 rows */
+    ranks_plan(&plan, &m, 4, 4);
+    cr_assert_eq(open_keys(&m, &plan, "tp=4", msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
+    cr_assert(strstr(msg, "do not cut the shared expert's 30 rows evenly; choose a tp that does"), "%s", msg);
+
+    moe_model(&m, layers, moe, MEMRA_TYPE_Q8_0);
+    m.n_head = m.n_head_kv = 4;
+    ranks_plan(&plan, &m, 4, 4); /* 16 columns of the down stacks a rank: Q8_0 blocks are 32 */
+    cr_assert_eq(open_keys(&m, &plan, "tp=4", msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
+    cr_assert(strstr(msg, "'blk.0.ffn_down_exps.weight' is Q8_0 and rank 0's columns [0, 16) do not fall on blocks "
+                          "of 32; choose a tp that does"),
+              "%s", msg);
+    cr_assert_eq(open_keys(&m, &plan, "ep=4,stall_us=5", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
+    cr_assert(strstr(msg, "stall_us=5 has no effect"), "ep=4 keeps experts whole: %s", msg);
+
+    moe_model(&m, layers, moe, MEMRA_TYPE_Q4_0);
+    m.n_head = m.n_head_kv = 4;
+    ranks_plan(&plan, &m, 2, 1);
+    cr_assert_eq(open_keys(&m, &plan, "ep=2", msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
+    cr_assert(strstr(msg, "expert GEMV runs F32, F16, BF16 and Q8_0 experts"), "%s", msg);
+
+    gemma3_model(&m, layers); /* no experts */
+    ranks_plan(&plan, &m, 2, 1);
+    cr_assert_eq(open_keys(&m, &plan, "ep=2", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
+    cr_assert_str_eq(msg, "cuda: ep=2: the model (gemma3) has no experts");
 }

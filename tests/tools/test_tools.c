@@ -167,7 +167,7 @@ Test(tools, mkmodel_then_inspect) {
 }
 
 /* Issue 29: a mixture-of-experts file runs on the cpu backend and, with F32/F16/BF16/Q8_0
- * experts, on the cuda backends (one rank per stage); inspect names an expert stack of another
+ * experts, on the cuda backends (on ranks too: ep=N, tp=N); inspect names an expert stack of another
  * type as what stops the cuda backends (it said "architecture qwen3moe" before they ran experts). */
 Test(tools, inspect_says_what_cuda_runs_of_moe) {
     char path[512];
@@ -177,7 +177,7 @@ Test(tools, inspect_says_what_cuda_runs_of_moe) {
     tool_result_free(&r);
     r = tool_run("memra", "inspect", path, NULL);
     EXPECT(r, 0, out, "cpu: runs it");
-    cr_assert(strstr(r.out, "cuda, cuda-graph: runs it (where built, on a GPU; its experts on one rank per stage"),
+    cr_assert(strstr(r.out, "cuda, cuda-graph: runs it (where built, on a GPU; its experts on ranks too: ep=N, tp=N)"),
               "%s", r.out);
     tool_result_free(&r);
     r = tool_run("memra", "mkmodel", "--preset", "moe-tiny", "--dtype", "q4_0", "-o", path, NULL);
