@@ -298,6 +298,7 @@ typedef struct mc_stage_state {
     cudaEvent_t fin;      /* this rank's part of the step, to its end (the joins) */
     void *arena;
     float *x, *qkv, *att_partial, *att_out, *gu; /* the norms are fused into the GEMVs */
+    uint32_t *att_ticket;     /* attention=split: n_kv words (zeroed with the arena, left zero by every launch) */
     float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
     float *po;                /* gemma3 (post norms): wo's or down's sum (n_embd; all-reduced with ranks) before
                                * its norm and the residual add */

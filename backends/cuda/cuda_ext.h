@@ -47,8 +47,10 @@ extern "C" {
     {                                                                                                                  \
         "attention", "auto",                                                                                           \
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \
-            "it does not serve), tiled (the tiled cluster kernel where it fits) or unfused (rope/kv append, chunks, "  \
-            "combine: three launches). Each path has its own bits"                                                     \
+            "it does not serve), tiled (the tiled cluster kernel where it fits), unfused (rope/kv append, chunks, "    \
+            "combine: three launches) or split (flash-decoding: fixed spans of 128 positions over many blocks, "       \
+            "folded in span order, so a long prefix keeps the bandwidth; head sizes 32, 64, 128 with 1, 2, 4 or 8 q "  \
+            "heads a kv head; auto's path elsewhere). Each path has its own bits"                                      \
     },                                                                                                                 \
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \

@@ -218,8 +218,8 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
 }
 
 /* Layer `layer`'s attention arguments for stage state ss (its heads, the state's capacity, the
- * layer's RoPE tables and scale, its q/k norms, the sliding window of a local layer): one place
- * for the decode step and the prefill chunk, so both attend alike. */
+ * layer's RoPE tables and scale, its q/k norms, the sliding window of a local layer, the split
+ * path's scratch): one place for the decode step and the prefill chunk, so both attend alike. */
 mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, const mc_stage_weights *sw,
                                 const mc_layer *L, uint32_t layer, uint32_t capacity, uint32_t kv) {
     const bool swa = memra_model_layer_is_swa(m, layer);
@@ -236,7 +236,9 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
                        m->rms_eps,
                        swa ? m->sliding_window : 0,
                        m->arch == MEMRA_ARCH_GEMMA3 || m->arch == MEMRA_ARCH_GRANITEMOE ? m->attn_scale : 0.0f,
-                       kv};
+                       kv,
+                       ss->att_partial,
+                       ss->att_ticket};
     return ra;
 }
 

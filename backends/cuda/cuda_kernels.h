@@ -50,7 +50,7 @@ uint32_t mc_type_elem_bytes(uint32_t type);
 #define MC_TRIGGER_DEFAULT 115u
 enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
 enum { MC_Q8_AUTO, MC_Q8_FLOAT };
-enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED };
+enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
@@ -58,7 +58,10 @@ typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
     uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO (integer dots where rows >= cols / 2) or MC_Q8_FLOAT */
-    uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED */
+    uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
+                         * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
+                         * blocks on the cluster kernel's shapes, else auto's path; not MC_ATT_SPLIT, which
+                         * attention.cu defines as the cluster's block count) */
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
@@ -165,6 +168,12 @@ typedef struct mc_rope_args {
     /* Appended (0: MC_KV_F32): the storage of the cache planes (mc_config's kv; the caller sets it
      * from the arm's, which mc_attention_path reads). */
     uint32_t kv;
+    /* Appended (NULL: none; the split path then refuses to launch): the stage state's scratch for
+     * MC_ATT_PATH_SPLIT. partial: at least mc_att_split_partial_floats(n_head, hdv, capacity)
+     * floats (the state's att_partial, sized for mc_attention, holds it); ticket: n_kv words,
+     * zero before the first launch, and every launch leaves them zero. */
+    float *partial;
+    uint32_t *ticket;
 } mc_rope_args;
 cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, void *k_cache, void *v_cache, const int32_t *pos,
                        cudaStream_t st);
@@ -182,15 +191,55 @@ cudaError_t mc_attention(const float *q, const void *k_cache, const void *v_cach
 /* Floats of the partials buffer mc_attention needs. */
 uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity);
 
+/* The split path (attention=split; flash-decoding): the positions a query attends to are cut at
+ * fixed absolute positions into spans of MC_ATT_SPAN: span s covers [s S, (s+1) S) met with
+ * [w0, p] (w0: mc_att_first_position). Each span is reduced alone, the same way wherever it runs,
+ * and the spans' (max, sum, out) are folded in increasing span order: an output element's formula
+ * depends on the positions alone (never on the grid, the chunk or the row). Decode spreads the
+ * spans over up to MC_ATT_SPLIT_BLOCKS blocks per kv head (a grid sized by the state's capacity;
+ * blocks past *pos leave at once), so a long prefix keeps many blocks reading. These helpers are
+ * the span arithmetic the kernels use, callable on the host (tests) and the device. */
+#if defined(__CUDACC__)
+#define MC_HOSTDEV __host__ __device__
+#else
+#define MC_HOSTDEV
+#endif
+#define MC_ATT_SPAN 128u
+#define MC_ATT_SPLIT_BLOCKS 128u
+/* Spans of a state of `capacity` positions (the partials' stride per head). */
+static inline MC_HOSTDEV uint32_t mc_att_spans(uint32_t capacity) { return (capacity + MC_ATT_SPAN - 1) / MC_ATT_SPAN; }
+/* The first position a query at p attends to: p + 1 - window on a sliding-window layer (window
+ * > 0) the query has passed, else 0. */
+static inline MC_HOSTDEV uint32_t mc_att_first_position(uint32_t window, uint32_t p) {
+    return window && p + 1 > window ? p + 1 - window : 0;
+}
+/* The spans a query at p reads: *lo .. *hi, each holding at least one of its positions. */
+static inline MC_HOSTDEV void mc_att_span_range(uint32_t window, uint32_t p, uint32_t *lo, uint32_t *hi) {
+    *lo = mc_att_first_position(window, p) / MC_ATT_SPAN;
+    *hi = p / MC_ATT_SPAN;
+}
+/* The decode grid's blocks per kv head: one a span up to MC_ATT_SPLIT_BLOCKS (then a block takes
+ * spans x, x + that, ...). */
+static inline MC_HOSTDEV uint32_t mc_att_split_blocks(uint32_t capacity) {
+    const uint32_t n = mc_att_spans(capacity);
+    return n < MC_ATT_SPLIT_BLOCKS ? n : MC_ATT_SPLIT_BLOCKS;
+}
+/* Floats of the split path's partials: (max, sum) and out[hdv] per (q head, span). At most
+ * mc_att_partial_floats (MC_ATT_SPAN >= MC_ATT_CHUNK), so the state's att_partial serves both. */
+static inline uint64_t mc_att_split_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity) {
+    return (uint64_t)n_head * mc_att_spans(capacity) * (hdv + 2);
+}
+
 /* The fused paths: q/k norm, RoPE, KV append and grouped-query attention in one launch (a cluster
  * of blocks per kv head, a fixed split of [0, *pos] by position and a rank-ordered merge through
  * distributed shared memory). Read qkv as mc_rope_kv does (q is not rotated in place); write
  * the k and v rows at *pos and out[n_head][hdv]. mc_attention_path says which path serves the
  * shapes under c: MC_ATT_PATH_CLUSTER (16-lane groups own positions; hd == hdv in {32, 64, 128},
  * G = n_head/n_kv in {1, 2, 4, 8}), MC_ATT_PATH_TILED (threads own positions in tiles; 16-byte
- * rows, shared memory <= 200 KB) or MC_ATT_PATH_UNFUSED (then use mc_rope_kv + mc_attention;
- * mc_attention_fused returns cudaErrorInvalidValue). */
-enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER };
+ * rows, shared memory <= 200 KB), MC_ATT_PATH_SPLIT (attention=split, on the cluster kernel's
+ * shapes: fixed spans, above; its scratch from a->partial and a->ticket) or MC_ATT_PATH_UNFUSED
+ * (then use mc_rope_kv + mc_attention; mc_attention_fused returns cudaErrorInvalidValue). */
+enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER, MC_ATT_PATH_SPLIT };
 int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
 /* Raises the fused kernels' dynamic shared-memory limit on the current device to what these
  * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
@@ -213,9 +262,10 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
                           float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
                           int glu, uint32_t M, void *scratch, cudaStream_t st);
 /* The attention of M rows at positions *pos .. *pos + M - 1 (qkv and out: M rows of the decode
- * step's), where mc_attention_path is MC_ATT_PATH_CLUSTER: every row's k and v into the cache,
- * then every row's attention with the decode step's split at its own position, bit-identical to
- * M decode steps. cudaErrorNotSupported on the other paths (run mc_attention_fused or
+ * step's), where mc_attention_path is MC_ATT_PATH_CLUSTER or MC_ATT_PATH_SPLIT: every row's k and
+ * v into the cache, then every row's attention with the decode step's split at its own position
+ * (the split path: one block per row and kv head folds the row's spans in order), bit-identical
+ * to M decode steps. cudaErrorNotSupported on the other paths (run mc_attention_fused or
  * mc_rope_kv + mc_attention per row then, with the row's position from mc_chunk_positions). */
 cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);

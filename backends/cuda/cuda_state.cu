@@ -361,6 +361,7 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->x = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
     ss->qkv = (float *)mc_take(bp, qkv * 4);
     ss->att_partial = (float *)mc_take(bp, mc_att_partial_floats(ss->n_head, hdv, capacity) * 4);
+    ss->att_ticket = (uint32_t *)mc_take(bp, (uint64_t)ss->n_kv * 4);
     ss->att_out = (float *)mc_take(bp, (uint64_t)ss->n_head * hdv * 4);
     const uint64_t ffw = ss->n_ff > m->n_ff_shexp ? ss->n_ff : m->n_ff_shexp; /* the shared expert's too */
     ss->gu = (float *)mc_take(bp, ffw * 4);

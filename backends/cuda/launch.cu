@@ -14,7 +14,7 @@ static const struct {
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", NULL}, "auto, rowgroup, persistent"},
     {"q8", offsetof(mc_config, q8), {"auto", "float", NULL, NULL}, "auto, float"},
-    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", NULL}, "auto, tiled, unfused"},
+    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split"}, "auto, tiled, unfused, split"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},

@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
     if (!strcmp(which, "1b"))
         n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;
-    const uint32_t cap = 1024;
+    const uint32_t cap = pos + 1 > 1024 ? pos + 1 : 1024; /* room for the position (long contexts: attention=split) */
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
     KB_CHECK(mc_gemv_prepare());           /* as the backend does at open */
@@ -186,6 +186,9 @@ int main(int argc, char **argv) {
     KB_CHECK(cudaMalloc(&kc, (size_t)n_kv * cap * hd * 4));
     KB_CHECK(cudaMalloc(&vc, (size_t)n_kv * cap * hd * 4));
     KB_CHECK(cudaMalloc(&part, mc_att_partial_floats(n_head, hd, cap) * 4));
+    uint32_t *ticket; /* attention=split: the kv heads' tickets, zero before the first launch */
+    KB_CHECK(cudaMalloc(&ticket, 4 * 256));
+    KB_CHECK(cudaMemset(ticket, 0, 4 * 256));
     KB_CHECK(cudaMalloc(&logits, (size_t)V * 4));
     KB_CHECK(cudaMalloc(&dpos, 16));
     KB_CHECK(cudaMalloc(&tok, 16));
@@ -228,6 +231,8 @@ int main(int argc, char **argv) {
     cudaFree(cb);
 
     mc_rope_args ra = {n_head, n_kv, hd, hd, cap, 1, 1.0f, freqs, NULL, NULL, 1e-5f};
+    ra.partial = part; /* the split path's scratch, as the backend's state holds it */
+    ra.ticket = ticket;
     const bool fused = mc_attention_path(c, n_head, n_kv, hd, hd) != MC_ATT_PATH_UNFUSED;
     if (fused)
         KB_CHECK(mc_attention_fused_prepare(c, n_head, n_kv, hd, hd));

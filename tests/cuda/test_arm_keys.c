@@ -5,6 +5,7 @@
  * (mc_config_choice, which the kernel bench uses too) agrees with the specs. */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,7 +86,8 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     static const char *const bad[][2] = {
         {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent"},
         {"cuda:q8=int", "q8=int: expected one of auto, float"},
-        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused"},
+        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split"},
+        {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
         {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16"},
         {"cuda:kv=F16", "kv=F16: expected one of f32, f16, bf16"},
@@ -202,6 +204,82 @@ Test(cuda_arm_keys, attention_path_follows_the_key) {
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_TILED);
     c.attention = MC_ATT_UNFUSED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_UNFUSED);
+}
+
+/* Issue 28.3 (flash-decoding): attention=split is a value of the attention key, resolved in the
+ * arm's text, parsed by the kernels' configuration, and takes the split path on the cluster
+ * kernel's shapes (head sizes 32, 64, 128 with hd == hdv, 1 to 8 q heads a kv head, every kv
+ * type); elsewhere auto's path, as the key's description says. */
+Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32");
+    cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_null(mc_config_choice(&c, "attention", "split"));
+    cr_assert_eq(c.attention, MC_ATT_SPANS);
+    cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "split");
+    cr_assert_str_eq(mc_config_choice(&c, "attention", "flash"), "auto, tiled, unfused, split");
+    cr_assert_eq(c.attention, MC_ATT_SPANS); /* a refused value changes nothing */
+    const memra_backend_vtable *vt = cuda_vt();
+    bool described = false;
+    for (uint32_t i = 0; i < vt->n_options; i++)
+        described = described || (strcmp(vt->options[i].key, "attention") == 0 && strstr(vt->options[i].help, "split"));
+    cr_assert(described, "the attention key's description names split");
+    for (uint32_t kv = MC_KV_F32; kv <= MC_KV_BF16; kv++) {
+        c.kv = kv;
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_SPLIT);   /* llama-1b */
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_SPLIT); /* llama-8b */
+        cr_assert_eq(mc_attention_path(&c, 8, 4, 32, 32), MC_ATT_PATH_SPLIT);    /* small */
+        cr_assert_eq(mc_attention_path(&c, 4, 2, 32, 32), MC_ATT_PATH_SPLIT);    /* gemma3-tiny */
+        cr_assert_eq(mc_attention_path(&c, 8, 8, 64, 64), MC_ATT_PATH_SPLIT);    /* G 1 */
+        cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_TILED);  /* gemma3-270m: auto's path */
+        cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
+        cr_assert_eq(mc_attention_path(&c, 48, 4, 64, 64), MC_ATT_PATH_TILED); /* G 12 */
+    }
+    c.kv = MC_KV_F16;
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 36, 36), MC_ATT_PATH_UNFUSED); /* auto's too */
+}
+
+/* The split path's span arithmetic (cuda_kernels.h; the kernels call the same functions): spans
+ * of MC_ATT_SPAN positions at fixed absolute positions, the window's first position, the spans a
+ * query reads, the decode grid (by the capacity alone) and the partials, which the state's
+ * att_partial (sized for the unfused path) holds. */
+Test(cuda_arm_keys, attention_split_span_arithmetic) {
+    uint32_t lo, hi;
+    cr_assert_eq(MC_ATT_SPAN, 128);
+    cr_assert_eq(mc_att_spans(1), 1);
+    cr_assert_eq(mc_att_spans(128), 1);
+    cr_assert_eq(mc_att_spans(129), 2);
+    cr_assert_eq(mc_att_spans(8192), 64);
+    cr_assert_eq(mc_att_split_blocks(8320), 65);
+    cr_assert_eq(mc_att_split_blocks(131072), MC_ATT_SPLIT_BLOCKS);
+    cr_assert_eq(mc_att_split_blocks(100), 1);
+    cr_assert_eq(mc_att_first_position(0, 7899), 0);
+    cr_assert_eq(mc_att_first_position(8, 7), 0); /* inside the window */
+    cr_assert_eq(mc_att_first_position(8, 8), 1); /* [1, 8]: 8 positions */
+    cr_assert_eq(mc_att_first_position(512, 7899), 7388);
+    mc_att_span_range(0, 0, &lo, &hi);
+    cr_assert(lo == 0 && hi == 0);
+    mc_att_span_range(0, 127, &lo, &hi);
+    cr_assert(lo == 0 && hi == 0);
+    mc_att_span_range(0, 128, &lo, &hi);
+    cr_assert(lo == 0 && hi == 1);
+    mc_att_span_range(0, 7899, &lo, &hi);
+    cr_assert(lo == 0 && hi == 61, "%u %u", lo, hi);
+    mc_att_span_range(8, 130, &lo, &hi); /* [123, 130]: across the boundary at 128 */
+    cr_assert(lo == 0 && hi == 1, "%u %u", lo, hi);
+    mc_att_span_range(8, 200, &lo, &hi); /* [193, 200] */
+    cr_assert(lo == 1 && hi == 1, "%u %u", lo, hi);
+    mc_att_span_range(512, 7899, &lo, &hi); /* [7388, 7899] */
+    cr_assert(lo == 57 && hi == 61, "%u %u", lo, hi);
+    /* the same spans whatever the capacity: only the grid and the partials' stride follow it */
+    for (uint32_t cap = 1; cap <= 20000; cap += 97) {
+        const uint32_t n_head = 32, hd = 64;
+        cr_assert_leq(mc_att_split_partial_floats(n_head, hd, cap), mc_att_partial_floats(n_head, hd, cap), "%u", cap);
+        cr_assert_geq(mc_att_spans(cap) * MC_ATT_SPAN, cap);
+        cr_assert_lt((mc_att_spans(cap) - 1) * MC_ATT_SPAN, cap);
+    }
 }
 
 /* Issue 31.7: on a machine without a GPU (or whose driver is not loaded), asking the cuda backend

@@ -303,3 +303,47 @@ Test(cuda, moe_expert_ranks) {
     cr_assert_eq(gate_rc("--preset moe-tiny --dtype bf16 --a cuda:ep=2 --b cuda:tp=2 --prime 16 -n 8 --rows 0"), 1,
                  "tp=2 gave ep=2's bits: the negative control passed");
 }
+
+/* Issue 28.3, flash-decoding: attention=split (fixed spans of MC_ATT_SPAN = 128 positions over
+ * many blocks, folded in span order). Prefixes of up to 333 positions cross two span boundaries.
+ * cpu against cuda:attention=split within NMSE on small (f32 at 1e-5, kv=f16 at 1e-3), qwen3-tiny (q/k norms)
+ * and gemma3-tiny (sliding windows across span boundaries); cuda against cuda-graph bit for bit,
+ * sampled; prefill=1 against prefill=7 (the chunk's rows fold the spans in one block, decode in
+ * many) bit for bit, eager and graph, f32 and f16; and the negative control: split against the
+ * default path (other bits past one span) is caught in exact mode. */
+Test(cuda, attention_split_pairs) {
+    need_device();
+    static const char *const nmse[][3] = {{"small", "cpu", "cuda:attention=split"},
+                                          {"small", "cpu:kv=f16", "cuda-graph:attention=split,kv=f16"},
+                                          {"qwen3-tiny", "cpu", "cuda:attention=split"},
+                                          {"gemma3-tiny", "cpu", "cuda-graph:attention=split"}};
+    check_arms_result r;
+    for (size_t i = 0; i < sizeof nmse / sizeof nmse[0]; i++) {
+        check_arms_cfg c = arms(nmse[i][1], nmse[i][2], nmse[i][0]);
+        c.exact = false;
+        c.nmse_tol = i == 1 ? 1e-3 : 1e-5; /* kv=f16: bench/gpu/kv.sh says why 1e-3 */
+        c.prime = 300;
+        c.gen = 33;
+        cr_expect_eq(memra_cuda_check_arms(&c, &r), 0, "%s %s / %s: %s", nmse[i][0], nmse[i][1], nmse[i][2], r.msg);
+    }
+    check_arms_cfg e = arms("cuda:attention=split", "cuda-graph:attention=split", "small");
+    e.sampled = true;
+    e.prime = 300;
+    e.gen = 33;
+    cr_expect_eq(memra_cuda_check_arms(&e, &r), 0, "split eager / graph: %s", r.msg);
+    static const char *const pairs[] = {
+        "--preset qwen3-tiny --dtype bf16 --a cuda:attention=split,prefill=1 --b cuda:attention=split,prefill=7",
+        "--preset small --dtype f32 --a cuda:attention=split,prefill=1 --b cuda-graph:attention=split,prefill=64 "
+        "--temp 0.9 --seed 5",
+        "--preset small --dtype bf16 --a cuda-graph:attention=split,kv=f16,prefill=1 --b "
+        "cuda:attention=split,kv=f16,prefill=7",
+        "--preset gemma3-tiny --dtype f32 --a cuda:attention=split,prefill=1 --b cuda-graph:attention=split,prefill=7",
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s --prime 300 -n 16", pairs[i]);
+        cr_expect_eq(gate_rc(args), 0, "memra-gate %s", args);
+    }
+    cr_assert_eq(gate_rc("--preset small --dtype f32 --a cuda --b cuda:attention=split --prime 200 -n 4"), 1,
+                 "the negative control passed: attention=split gave the cluster path's bits past one span");
+}
