@@ -309,6 +309,7 @@ typedef struct mc_stage_state {
      * expert's). gu and gu_pair are as wide as the shared expert too. */
     float *moe_logits, *moe_w, *moe_act, *moe_slots;
     int32_t *moe_sel;
+    uint32_t *moe_ticket;     /* the fused router's ticket (moe_fuse bit 1, gemv.cu's moe_router): zero between launches */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
     void *k_cache, *v_cache;  /* [layer][n_kv][capacity][hd] values of the arm's kv type (cfg.kv: float, or

@@ -23,7 +23,7 @@ extern "C" {
 /* The cuda backend's arm keys; cuda-graph takes the same (it opens the cuda backend with its
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
- * backends compute or how they launch. pdl, trigger and gemv never change the bits (a gate of
+ * backends compute or how they launch. pdl, trigger, gemv and moe_fuse never change the bits (a gate of
  * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8,
  * attention, norm, qdot and kv choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -64,6 +64,14 @@ extern "C" {
             "the dot product) or unfused (a standalone rmsnorm, then the GEMV without one: exactly the path of an "    \
             "op.rmsnorm plugin, which implies it; other bits than fused). q/k norms stay inside attention; gemma3's "   \
             "post norms always run standalone (op_glue's norm, with the residual add)"                                 \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "moe_fuse", "7",                                                                                               \
+            "mixture-of-experts kernel variants (bits, 0 to 15), each where its kernel serves the layer: 1 the "       \
+            "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
+            "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
+            "a lane's loads in flight and fewer registers (not yet measured). 0 runs the five launches of the "        \
+            "unfused path. The bits do not depend on it"                                                               \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -242,6 +242,84 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
     return ra;
 }
 
+/* The parts of a mixture-of-experts layer that the arm's moe_fuse key folds together on stage i
+ * (MC_MOE_FUSE_* bits 1, 2, 4, cuda_kernels.h; bit 8 is the gate/up launcher's own choice,
+ * gemv.cu): only with one rank holding every expert, each where its kernel serves the layer's
+ * shapes; granite's attention scale (4) only with the fused router, no shared expert and no taps
+ * (the attention's residual is tapped before the router runs). The same bits with any of them. */
+static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint32_t i, const mc_layer *L) {
+    const memra_model *m = b->m;
+    const uint32_t want = b->cfg.moe_fuse;
+    uint32_t f = 0;
+    if (!L->moe || mc_ranks(s, i) != 1)
+        return 0;
+    if ((want & MC_MOE_FUSE_ROUTE) && mc_moe_router_serves(&L->router))
+        f |= MC_MOE_FUSE_ROUTE;
+    if ((want & MC_MOE_FUSE_COMBINE) && mc_experts_combine_serves(&L->down_exps, m->n_embd, m->n_expert_used))
+        f |= MC_MOE_FUSE_COMBINE;
+    if ((want & MC_MOE_FUSE_SCALE) && (f & MC_MOE_FUSE_ROUTE) && mc_residual_scaled(m) && m->n_ff_shexp == 0 &&
+        !b->taps)
+        f |= MC_MOE_FUSE_SCALE;
+    return f;
+}
+
+/* mc_moe_ffn with the parts `fused` folds (one rank holding every expert): the top k in the router
+ * GEMV's launch (the shared gate's GEMV first: the route reads its logit), with bit 4 granite's
+ * attention residual add x += residual_scale * po too (mc_stage_body skips its own); the weighted
+ * sum in the down GEMV's launch (the shared expert first: the sum reads its slot). Three launches
+ * in place of five (six with granite's scale), the same bits: each kernel computes what the
+ * unfused ones do, in their order. */
+static memra_status mc_moe_ffn_fused(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t fused,
+                                     memra_error *err) {
+    const memra_model *m = b->m;
+    const mc_config *c = &b->cfg;
+    mc_stage_state *ss = &s->st[i][0];
+    const mc_layer *L = &b->w->stages[i][0].layers[l];
+    cudaStream_t q = ss->stream;
+    const float eps = m->rms_eps;
+    const uint32_t E = m->n_embd, F = m->n_ff, k = m->n_expert_used, ne = m->n_expert;
+    const int shexp = m->n_ff_shexp > 0;
+    if (shexp)
+        MC_RET(mc_gemv(c, &L->sh_gate, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits + ne, q),
+               "launch of the shared expert's gate gemv");
+    if (fused & MC_MOE_FUSE_ROUTE) {
+        const int sc = (fused & MC_MOE_FUSE_SCALE) != 0;
+        MC_RET(mc_moe_router(c, &L->router, ss->x, sc ? ss->po : NULL, sc ? m->residual_scale : 0.0f, L->ffn_norm, eps,
+                             ss->moe_logits, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, ss->moe_ticket,
+                             q),
+               "launch of the fused router (gemv with the ffn norm, top-k)");
+    } else {
+        MC_RET(mc_gemv(c, &L->router, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits, q),
+               "launch of the router gemv (with the ffn norm)");
+        MC_RET(mc_moe_route(c, ss->moe_logits, ne, k, m->expert_weights_norm, shexp, ss->moe_sel, ss->moe_w, q),
+               "launch of the router's top-k kernel");
+    }
+    MC_RET(mc_gemv_experts(c, &L->gu_exps, 2 * F, ss->moe_sel, k, 0, ne, ss->x, 0, L->ffn_norm, eps, MC_GLU_SILU,
+                           ss->moe_act, F, q),
+           "launch of the experts' gate/up gemv");
+    if (shexp) {
+        const mc_op_at gu_at = {"ffn_norm", "ffn_gate_shexp", l + b->w->stages[i][0].layer_begin, i, 0, s->position};
+        memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, MC_GLU_SILU, q, err);
+        if (st)
+            return st;
+        MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, NULL, ss->moe_slots + (size_t)k * E, q),
+               "launch of the shared expert's down gemv");
+    }
+    const float scale = mc_residual_scaled(m) ? m->residual_scale : 1.0f;
+    if (fused & MC_MOE_FUSE_COMBINE) {
+        MC_RET(mc_gemv_experts_combine(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, ss->moe_w,
+                                       shexp ? ss->moe_slots + (size_t)k * E : NULL, scale, ss->x, q),
+               "launch of the experts' down gemv with the combine");
+        return MEMRA_OK;
+    }
+    MC_RET(mc_gemv_experts(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, NULL, 0.0f, MC_GLU_NONE,
+                           ss->moe_slots, E, q),
+           "launch of the experts' down gemv");
+    MC_RET(mc_moe_combine(c, ss->moe_slots, ss->moe_w, E, k, shexp, scale, ss->x, q),
+           "launch of the experts' combine kernel");
+    return MEMRA_OK;
+}
+
 /* A mixture-of-experts FFN of layer l on rank r of stage i (memra/model_types.h, cpu_moe.c):
  * the router's logits (its GEMV with the ffn norm fused, as the dense gate/up; then the shared
  * expert's gate), the softmax, top k and weights in one block, the chosen experts' gate/up rows
@@ -251,7 +329,8 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
  * expert's rows the rank holds as a dense FFN into the last slot (zeros where it holds none);
  * then, with combine (one rank; with ranks it follows the expert all-reduce: mc_moe_add), the
  * weighted sum in slot order onto the residual (times granite's residual scale). Every rank
- * computes the router whole from its whole residual: the same ids and weights everywhere. */
+ * computes the router whole from its whole residual: the same ids and weights everywhere. The
+ * arm's moe_fuse folds some of these launches together on one rank (mc_moe_ffn_fused). */
 static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uint32_t r, uint32_t l, bool combine,
                                memra_error *err) {
     const memra_model *m = b->m;
@@ -264,6 +343,9 @@ static memra_status mc_moe_ffn(memra_backend *b, memra_state *s, uint32_t i, uin
     const float eps = m->rms_eps;
     const uint32_t E = m->n_embd, F = rg->x1 - rg->x0, k = m->n_expert_used, ne = m->n_expert;
     const int shexp = m->n_ff_shexp > 0;
+    const uint32_t fused = combine ? mc_moe_fused(b, s, i, L) : 0; /* the arm's moe_fuse (one rank) */
+    if (fused)
+        return mc_moe_ffn_fused(b, s, i, l, fused, err);
     MC_RET(mc_gemv(c, &L->router, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits, q),
            "launch of the router gemv (with the ffn norm)");
     if (shexp)
@@ -376,7 +458,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                    post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
                                    MC_GLU_NONE, q, err)))
                 return st;
-            if (scaled && !tp) /* granitemoe: x += residual_scale * wo's output (with ranks: its sum) */
+            /* granitemoe: x += residual_scale * wo's output (with ranks: its sum, later; with
+             * moe_fuse bit 4 on one rank, in the MoE router's launch) */
+            if (scaled && !tp && !(mc_moe_fused(b, s, i, L) & MC_MOE_FUSE_SCALE))
                 MC_RET(mc_scale_add(c, ss->po, m->n_embd, m->residual_scale, ss->x, q),
                        "launch of the residual scale (attention)");
         }

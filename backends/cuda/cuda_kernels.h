@@ -54,6 +54,18 @@ enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
+/* The mixture-of-experts kernel variants (the moe_fuse key's bits, cuda_forward.cu's mc_moe_ffn
+ * and gemv.cu; each where its kernel serves the layer, else that part runs as before): the
+ * router's top k in the router GEMV (1), the weighted combination in the experts' down GEMV (2),
+ * granite's attention residual scale in the router GEMV (4, with 1), the experts' gate/up GEMV
+ * with every chunk of a lane in flight and fewer registers (8, off by default). The same bits
+ * with any of them. */
+#define MC_MOE_FUSE_ROUTE 1u
+#define MC_MOE_FUSE_COMBINE 2u
+#define MC_MOE_FUSE_SCALE 4u
+#define MC_MOE_FUSE_FLAT 8u
+#define MC_MOE_FUSE_ALL 15u
+#define MC_MOE_FUSE_DEFAULT 7u /* bit 8 not yet measured on a device (bench/gpu/NOTES.md) */
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
@@ -69,6 +81,7 @@ typedef struct mc_config {
                          * where the type's kernel has them) or MC_QDOT_FLOAT (dequantized weights, float dots) */
     uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
                          * value rounded to nearest even as it is written, as the cpu backend's kv key) */
+    uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
@@ -118,7 +131,9 @@ cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, 
  * norm_w is given, as mc_gemv; ldx a multiple of 4: 16-byte loads), into y + j ldy: rows_e floats, or with glu MC_GLU_SILU rows_e / 2
  * (gate and up rows interleaved, as mc_gemv_glu). An id outside [e0, e1) writes zeros there.
  * One launch; each slot's rows have the bits of the row-group GEMV (gemv.cu, the float path for
- * Q8_0) of that expert alone, with the column split of a GEMV of k rows_e rows. */
+ * Q8_0) of that expert alone, with the column split of a GEMV of k rows_e rows (with c->moe_fuse
+ * bit 8 the gate/up launch, glu and norm_w, takes gemv_experts_flat where it serves: the same
+ * bits). */
 cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
                             float *y, uint32_t ldy, cudaStream_t st);
@@ -128,6 +143,27 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
  * sigmoid(logits[n]) (the shared expert's gate). One block. */
 cudaError_t mc_moe_route(const mc_config *c, const float *logits, uint32_t n, uint32_t k, int norm, int shexp,
                          int32_t *sel, float *w, cudaStream_t st);
+/* moe_fuse bit 1 (and 4): the router's GEMV of x' (RMSNorm(x) * norm_w, as mc_gemv; with po
+ * x' is taken of x + po * po_scale, which the launch also writes into x: granite's attention
+ * residual add, bit 4) into logits[0 .. n), n = w->rows, then in the same launch mc_moe_route's
+ * ids and weights (the same code: the same bits as mc_gemv then mc_moe_route). The router's last
+ * block is found with an integer ticket (4 bytes of device memory, zero before the first launch;
+ * the launch leaves it zero). logits[n] (a shared expert's gate logit, read when shexp) must come
+ * from an earlier launch. Serves F32, F16 and BF16 routers of at most 128 experts whose rows
+ * have at most 512 16-byte chunks (F32 2048 columns, F16/BF16 4096): mc_moe_router_serves. */
+int mc_moe_router_serves(const mc_matrix *w);
+cudaError_t mc_moe_router(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
+                          const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp,
+                          int32_t *sel, float *wts, uint32_t *ticket, cudaStream_t st);
+/* moe_fuse bit 2: mc_gemv_experts of the down stack (no norm, no GLU, per-slot inputs act + j ldx)
+ * then mc_moe_combine onto x in one launch (shslot: the shared expert's output, computed before,
+ * weighted by wts[k]; NULL without one), the same bits, the slots never written. Serves k x KS <=
+ * 8 (KS the column split of k rows_e rows) and rows of at most 4 x 32 KS 16-byte chunks:
+ * mc_experts_combine_serves. */
+int mc_experts_combine_serves(const mc_matrix *w, uint32_t rows_e, uint32_t k);
+cudaError_t mc_gemv_experts_combine(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                    uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
+                                    const float *wts, const float *shslot, float scale, float *x, cudaStream_t st);
 /* x[i] += scale * (sum_j w[j] slots[j][i] in slot order [+ w[k] slots[k][i]]) (scale applied when
  * not 1: granite's residual scale). */
 cudaError_t mc_moe_combine(const mc_config *c, const float *slots, const float *w, uint32_t n_embd, uint32_t k,

@@ -4,7 +4,8 @@
 #include "gemv_quant.h"
 
 const mc_config mc_config_default = {
-    1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32};
+    1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
+    MC_MOE_FUSE_DEFAULT};
 
 static const struct {
     const char *key;

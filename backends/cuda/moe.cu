@@ -6,82 +6,17 @@
  * is an nmse comparison, as for every kernel), everything else in the cpu's order. No float
  * atomics; the bits depend on the inputs and the model's shapes alone. */
 #include "cuda_common.cuh"
+#include "moe_route.cuh"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_moe)
 
-#define MC_ROUTE_THREADS 1024u /* MEMRA_MAX_EXPERTS: one thread per expert */
-
-/* One block of 32 * ceil(n / 32) threads, thread e holding expert e's router logit:
- *   p = softmax(logits[0 .. n)): the max, exps of (logit - max), their sum (each warp's 32 in the
- *   xor tree, the warps' sums in index order), then p / sum;
- *   the top k of p in decreasing p, ties toward the lower index (the slot order): expert e takes
- *   slot #{e' : p[e'] > p[e] or (p[e'] == p[e] and e' < e)} when that is < k; a NaN p ranks
- *   below every number (so the ranks stay a permutation and every slot gets one expert);
- *   w_j = p[sel_j], divided by their sum (in slot order) when norm;
- *   with a shared expert (shexp) w_k = sigmoid(logits[n]) (its gate's logit, after the router's).
- * Writes sel[0 .. k) and w[0 .. k + shexp). */
+/* One block of 32 * ceil(n / 32) threads: moe_route.cuh's mc_moe_route_block (the softmax, the
+ * top k with ties toward the lower index, the weights; the fused router GEMV's last block runs the
+ * same function). Writes sel[0 .. k) and w[0 .. k + shexp). */
 __global__ void __launch_bounds__(MC_ROUTE_THREADS)
     moe_route(const float *logits, uint32_t n, uint32_t k, int norm, int shexp, int32_t *sel, float *w) {
-    __shared__ float p[MC_ROUTE_THREADS];
-    __shared__ float part[MC_ROUTE_THREADS / 32];
-    __shared__ float wsl[MEMRA_MAX_EXPERTS_USED];
-    __shared__ float stat[2];
-    const uint32_t t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
     mc_wait_prior_grid(0); /* with pdl: the logits are complete (nothing is read before) */
-    const float l = t < n ? logits[t] : -INFINITY;
-    float m = l; /* the max (any order gives its bits) */
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(MC_FULL, m, o));
-    if (lane == 0)
-        part[warp] = m;
-    __syncthreads();
-    if (t == 0) {
-        float v = part[0];
-        for (uint32_t i = 1; i < nw; i++)
-            v = fmaxf(v, part[i]);
-        stat[0] = v;
-    }
-    __syncthreads();
-    const float ex = t < n ? expf(l - stat[0]) : 0.0f;
-    const float s = mc_warp_sum(ex);
-    __syncthreads(); /* part[] is read above before it is written again */
-    if (lane == 0)
-        part[warp] = s;
-    __syncthreads();
-    if (t == 0) {
-        float v = 0.0f;
-        for (uint32_t i = 0; i < nw; i++)
-            v += part[i];
-        stat[1] = v;
-    }
-    __syncthreads();
-    const float pe = ex / stat[1];
-    if (t < n)
-        p[t] = pe;
-    __syncthreads();
-    if (t < n) {
-        const float key = pe == pe ? pe : -1.0f;
-        uint32_t rank = 0;
-        for (uint32_t e = 0; e < n; e++) {
-            const float q = p[e] == p[e] ? p[e] : -1.0f;
-            rank += (q > key || (q == key && e < t)) ? 1u : 0u;
-        }
-        if (rank < k) {
-            sel[rank] = (int32_t)t;
-            wsl[rank] = pe;
-        }
-    }
-    __syncthreads();
-    if (t != 0)
-        return;
-    float total = 0.0f;
-    if (norm)
-        for (uint32_t j = 0; j < k; j++)
-            total += wsl[j];
-    for (uint32_t j = 0; j < k; j++)
-        w[j] = norm ? wsl[j] / total : wsl[j];
-    if (shexp)
-        w[k] = 1.0f / (1.0f + expf(-logits[n]));
+    mc_moe_route_block<MC_ROUTE_THREADS>(logits, n, k, norm, shexp, sel, w);
 }
 
 /* x[i] = x[i] + scale * (sum_j w_j slots[j][i] (j in slot order, from 0) [+ w_k slots[k][i]]),

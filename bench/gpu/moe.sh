@@ -28,6 +28,13 @@
 #            and sampled; memra bench of the graph and eager arms (bf16 is a speed target)
 #   q30b     qwen3moe-30b q8_0 (about 32 GB; mkmodel writes it once): the same gates and bench (the
 #            speed target); q30b_rm removes the file
+#   fuse     the arm's moe_fuse key (the MoE kernel variants: 1 the top k in the router GEMV, 2
+#            the combine in the down GEMV, 4 granite's attention scale in the router, 8 the
+#            experts' gate/up GEMV with all of a lane's loads in flight):
+#            unfused eager against fused graph exact on the tiny presets (every fold, a shared
+#            expert, granite's scales, sampled), each bit alone against 0 on granitemoe-tiny; then
+#            granite-moe-1b (bf16, q8_0) and qwen3moe-30b q8_0: the graph arm moe_fuse=0 against
+#            the default (7) exact, and memra bench of the variants one by one (0, 1, 3, 7, 15)
 # The speed target: the graph arm at >= 70% of the ceiling counting only the bytes a token reads
 # (memra bench's share column: tools/session.c cli_step_bytes counts only the chosen experts).
 # A short table last ($OUT/table.txt); logs under $OUT.
@@ -54,6 +61,11 @@ refuse() { local name=$1 want=$2; shift 2
 bench() { local name=$1; shift; local t0=$SECONDS
   timeout 500 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | cut -c1-150 | tr '\n' ' ')" | tee -a "$T"; }
+# every arm's row of a bench (the table's rows, in arm order)
+benchall() { local name=$1; shift; local t0=$SECONDS
+  timeout 300 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "$name rc=$rc $((SECONDS-t0))s" | tee -a "$T"
+  grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | tr -s ' ' | cut -c1-170 | tee -a "$T"; }
 mk() { local f=$W/$1-$2.gguf; [ -s $f ] || { local t0=$SECONDS; "$M" mkmodel --preset $1 --dtype $2 -o $f > "$OUT/mk-$1-$2.log" 2>&1 || { echo "mkmodel $1 $2 failed" | tee -a "$T"; tail -2 "$OUT/mk-$1-$2.log" | tee -a "$T"; }; echo "mk $1 $2 $((SECONDS-t0))s $(du -h $f | cut -f1)" >> "$T"; }; }
 S="--prime 256 --gen 256"
 TEMP="--temp 1 --seed 20261201 --schedule BAAB"
@@ -126,6 +138,26 @@ q30b)
   gate q30b_q8_greedy --a cuda --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf $S --rows 20
   gate q30b_q8_temp --a cuda --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf $S --rows 20 $TEMP
   bench b_q30b_q8 --arm cuda-graph,cuda --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
+fuse)
+  gate f_moe_q8_0 --a cuda:moe_fuse=0 --b cuda-graph --preset moe-tiny --dtype q8_0 --prime 64 --gen 64 --rows 0
+  gate f_qwen2moe_f32 --a cuda:moe_fuse=0 --b cuda-graph --preset qwen2moe-tiny --dtype f32 --prime 64 --gen 64 --rows 0
+  gate f_qwen2moe_q8_0_temp --a cuda:moe_fuse=0 --b cuda-graph --preset qwen2moe-tiny --dtype q8_0 --prime 64 --gen 64 \
+    --rows 0 $TEMP
+  gate f_granitemoe_bf16 --a cuda:moe_fuse=0 --b cuda-graph --preset granitemoe-tiny --dtype bf16 --prime 64 --gen 64 --rows 0
+  for f in 1 2 5 8; do
+    gate "f_granitemoe_q8_0_bits$f" --a cuda-graph:moe_fuse=0 --b cuda-graph:moe_fuse=$f --preset granitemoe-tiny \
+      --dtype q8_0 --prime 64 --gen 64 --rows 0
+  done
+  mk granite-moe-1b bf16
+  gate f_g1b_bf16 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/granite-moe-1b-bf16.gguf --prime 256 --gen 256 --rows 2
+  benchall b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph,cuda-graph:moe_fuse=15 \
+    --model $W/granite-moe-1b-bf16.gguf --prime 512 -n 128
+  mk granite-moe-1b q8_0
+  benchall b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph,cuda-graph:moe_fuse=15 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
+  mk qwen3moe-30b q8_0
+  gate f_q30b_q8 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
+  benchall b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph,cuda-graph:moe_fuse=15 \
+    --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
 q30b_rm) rm -f $W/qwen3moe-30b-*.gguf ;;
 *) echo "unknown mode $mode" | tee -a "$T" ;;
 esac; done

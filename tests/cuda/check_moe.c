@@ -16,8 +16,18 @@
  * 4. The whole FFN (router GEMV with the norm, route, experts, combine) against a double
  *    reference: two router rows identical (an exact tie: the lower expert must come first), and
  *    k = n_expert.
+ * 5. The fused kernels of the arm's moe_fuse key bit for bit against the unfused ones they replace
+ *    (and in check 2, the gate/up GEMV of bit 8 against the default loop kernel):
+ *    mc_moe_router (the router GEMV with the norm, [granite's residual add x += po * scale], and
+ *    the top k in its last block) against mc_gemv [+ mc_scale_add] + mc_moe_route: logits, ids,
+ *    weights and x equal, launched twice (the ticket must come back to zero, else the second
+ *    launch's route does not run: its ids and weights are poisoned before); mc_gemv_experts_combine
+ *    against mc_gemv_experts + mc_moe_combine: x equal (shared slot, granite's scale, an id not
+ *    held); the whole FFN through the fused kernels equal to check 4's unfused chain; shapes the
+ *    fused kernels do not serve are refused by their launchers.
  * Negative controls: a reference whose tie goes to the higher index must disagree with the ids;
- * one expert's weights changed on the device must fail the expert check. */
+ * one expert's weights changed on the device must fail the expert check; one weight changed on
+ * the device before the fused launch must make it differ from the unfused one. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -273,6 +283,19 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         CHECK_CUDA(cudaMemcpy(rep ? y2 : y, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
     }
     CHECK(!memcmp(y, y2, (size_t)k * n_out * 4), "experts: different bits on repeat");
+    if (glu && norm && !corrupt) { /* moe_fuse bit 8 (gemv_experts_flat) against the loop kernel (the default) */
+        mc_config flat = mc_config_default;
+        flat.moe_fuse = MC_MOE_FUSE_ALL;
+        CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
+        CHECK_CUDA(mc_gemv_experts(&flat, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f,
+                                   glu, dy, n_out, 0));
+        CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
+        const int same = !memcmp(y, y2, (size_t)k * n_out * 4);
+        CHECK(same, "experts %s rows_e %u cols %u: moe_fuse bit 8 (the flat kernel) gives other bits", tname(type),
+              rows_e, cols);
+        printf("experts %-4s rows_e=%5u cols=%5u k=%3u: flat (moe_fuse bit 8) against the loop kernel: %s\n",
+               tname(type), rows_e, cols, k, same ? "the same bits" : "DIFFERS");
+    }
     double *ref = malloc(n_out * 8), *bound = malloc(n_out * 8), worst = 0;
     for (uint32_t j = 0; j < k; j++) {
         const float *yj = y + (size_t)j * n_out;
@@ -490,6 +513,237 @@ static void check_ffn(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, uint32
     stack_free(&down);
 }
 
+/* ---- 5. the fused kernels against the unfused ones ---------------------------------------- */
+
+static int same_bits(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+
+/* Flips a high bit of the first weight of a stack's device copy (its most significant byte: an
+ * exponent bit of a float, a high bit of a Q8_0 quant): the negative control. */
+static void corrupt_first(stack *s) {
+    const uint32_t eb = s->m.type == MEMRA_TYPE_F32 ? 4 : s->m.type == MEMRA_TYPE_Q8_0 ? 1 : 2;
+    uint8_t v;
+    CHECK_CUDA(cudaMemcpy(&v, (uint8_t *)s->m.data + eb - 1, 1, cudaMemcpyDeviceToHost));
+    v ^= 0x40;
+    CHECK_CUDA(cudaMemcpy((uint8_t *)s->m.data + eb - 1, &v, 1, cudaMemcpyHostToDevice));
+}
+
+/* mc_moe_router (router of type, n experts, cols; top k, norm, a shared gate logit, granite's po)
+ * against mc_gemv [+ mc_scale_add] + mc_moe_route; corrupt: the negative control. */
+static void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, int norm, int shexp, int po,
+                         int corrupt) {
+    stack r;
+    stack_make(&r, type, n, cols);
+    if (n >= 4) /* expert 3's row is expert 1's: an exact tie */
+        CHECK_CUDA(cudaMemcpy((char *)r.m.data + (size_t)3 * r.m.stride * (type == MEMRA_TYPE_F32 ? 4 : 2),
+                              (char *)r.m.data + (size_t)1 * r.m.stride * (type == MEMRA_TYPE_F32 ? 4 : 2),
+                              (size_t)r.m.stride * (type == MEMRA_TYPE_F32 ? 4 : 2), cudaMemcpyDeviceToDevice));
+    CHECK(mc_moe_router_serves(&r.m), "router %s n=%u cols=%u: not served", tname(type), n, cols);
+    float *x = malloc(cols * 4), *nw = malloc(cols * 4), *pov = malloc(cols * 4);
+    for (uint32_t i = 0; i < cols; i++)
+        x[i] = uni() * 2.0f, nw[i] = 0.5f + 0.25f * uni(), pov[i] = uni();
+    const float sc = 0.22f, gate = uni() * 3.0f;
+    float *dx0 = dev_copy(x, cols * 4), *dx1 = dev_copy(x, cols * 4), *dnw = dev_copy(nw, cols * 4);
+    float *dpo = dev_copy(pov, cols * 4), *dl0, *dl1, *dw0, *dw1;
+    int32_t *ds0, *ds1;
+    uint32_t *dt;
+    CHECK_CUDA(cudaMalloc((void **)&dl0, (n + 1) * 4));
+    CHECK_CUDA(cudaMalloc((void **)&dl1, (n + 1) * 4));
+    CHECK_CUDA(cudaMemcpy(dl0 + n, &gate, 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dl1 + n, &gate, 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMalloc((void **)&dw0, (k + 1) * 4));
+    CHECK_CUDA(cudaMalloc((void **)&dw1, (k + 1) * 4));
+    CHECK_CUDA(cudaMalloc((void **)&ds0, k * 4));
+    CHECK_CUDA(cudaMalloc((void **)&ds1, k * 4));
+    CHECK_CUDA(cudaMalloc((void **)&dt, 16));
+    CHECK_CUDA(cudaMemset(dt, 0, 16));
+    const mc_config *c = &mc_config_default;
+    if (po)
+        CHECK_CUDA(mc_scale_add(c, dpo, cols, sc, dx0, 0));
+    CHECK_CUDA(mc_gemv(c, &r.m, dx0, dnw, 1e-5f, NULL, NULL, dl0, 0));
+    CHECK_CUDA(mc_moe_route(c, dl0, n, k, norm, shexp, ds0, dw0, 0));
+    if (corrupt)
+        corrupt_first(&r);
+    int ok = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_CUDA(cudaMemcpy(dx1, x, cols * 4, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemset(ds1, 0xff, k * 4));
+        CHECK_CUDA(cudaMemset(dw1, 0xff, (k + 1) * 4));
+        CHECK_CUDA(mc_moe_router(c, &r.m, dx1, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl1, k, norm, shexp, ds1,
+                                 dw1, dt, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        float *l0 = malloc((n + 1) * 4), *l1 = malloc((n + 1) * 4), *w0 = malloc((k + 1) * 4),
+              *w1 = malloc((k + 1) * 4);
+        float *x0 = malloc(cols * 4), *x1 = malloc(cols * 4);
+        int32_t *s0 = malloc(k * 4), *s1 = malloc(k * 4);
+        uint32_t t = 1;
+        CHECK_CUDA(cudaMemcpy(l0, dl0, (n + 1) * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(l1, dl1, (n + 1) * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(w0, dw0, (k + shexp) * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(w1, dw1, (k + shexp) * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(s0, ds0, k * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(s1, ds1, k * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(x0, dx0, cols * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(x1, dx1, cols * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(&t, dt, 4, cudaMemcpyDeviceToHost));
+        ok &= same_bits(l0, l1, n * 4) && same_bits(w0, w1, (k + shexp) * 4) && same_bits(s0, s1, k * 4) &&
+              same_bits(x0, x1, cols * 4) && t == 0;
+        if (!corrupt)
+            CHECK(ok,
+                  "router %s n=%u cols=%u k=%u norm=%d shexp=%d po=%d launch %d: not the unfused bits (logits %s, "
+                  "ids %s, weights %s, x %s, ticket %u)",
+                  tname(type), n, cols, k, norm, shexp, po, rep + 1, same_bits(l0, l1, n * 4) ? "=" : "DIFFER",
+                  same_bits(s0, s1, k * 4) ? "=" : "DIFFER", same_bits(w0, w1, (k + shexp) * 4) ? "=" : "DIFFER",
+                  same_bits(x0, x1, cols * 4) ? "=" : "DIFFER", t);
+        free(l0), free(l1), free(w0), free(w1), free(x0), free(x1), free(s0), free(s1);
+    }
+    if (corrupt)
+        CHECK(!ok, "router %s: a changed weight was not told apart (negative control)", tname(type));
+    printf("router  %-4s n=%4u cols=%4u k=%u norm=%d shexp=%d po=%d%s: %s\n", tname(type), n, cols, k, norm, shexp, po,
+           corrupt ? " (negative control)" : "",
+           corrupt ? (ok ? "MISSED" : "caught") : (ok ? "the unfused bits" : "DIFFERS"));
+    free(x), free(nw), free(pov);
+    cudaFree(dx0), cudaFree(dx1), cudaFree(dnw), cudaFree(dpo), cudaFree(dl0), cudaFree(dl1);
+    cudaFree(dw0), cudaFree(dw1), cudaFree(ds0), cudaFree(ds1), cudaFree(dt);
+    stack_free(&r);
+}
+
+/* mc_gemv_experts_combine against mc_gemv_experts (down, per-slot inputs) + mc_moe_combine. */
+static void check_down_combine(uint32_t type, uint32_t held, uint32_t e0, uint32_t rows_e, uint32_t cols, uint32_t k,
+                               const int32_t *sel, int shexp, float scale, int corrupt) {
+    stack s;
+    stack_make(&s, type, held * rows_e, cols);
+    if (!mc_experts_combine_serves(&s.m, rows_e, k)) { /* the layer runs unfused: the launcher refuses */
+        CHECK(mc_gemv_experts_combine(&mc_config_default, &s.m, rows_e, NULL, k, e0, e0 + held, NULL, cols, NULL, NULL,
+                                      1.0f, NULL, 0) == cudaErrorInvalidValue,
+              "combine %s rows_e=%u cols=%u k=%u: a shape it does not serve launched", tname(type), rows_e, cols, k);
+        printf("combine %-4s rows_e=%5u cols=%5u k=%u: not served (unfused)\n", tname(type), rows_e, cols, k);
+        stack_free(&s);
+        return;
+    }
+    float *act = malloc((size_t)k * cols * 4), *w = malloc((k + 1) * 4), *x = malloc(rows_e * 4);
+    float *sh = malloc(rows_e * 4);
+    for (size_t i = 0; i < (size_t)k * cols; i++)
+        act[i] = uni();
+    for (uint32_t j = 0; j <= k; j++)
+        w[j] = 0.5f * (uni() + 1.0f);
+    for (uint32_t i = 0; i < rows_e; i++)
+        x[i] = uni() * 4.0f, sh[i] = uni();
+    float *dact = dev_copy(act, (size_t)k * cols * 4), *dw = dev_copy(w, (k + 1) * 4), *dx0 = dev_copy(x, rows_e * 4);
+    float *dx1 = dev_copy(x, rows_e * 4), *dslots;
+    int32_t *dsel = dev_copy(sel, k * 4);
+    CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)(k + 1) * rows_e * 4));
+    CHECK_CUDA(cudaMemcpy(dslots + (size_t)k * rows_e, sh, rows_e * 4, cudaMemcpyHostToDevice));
+    const mc_config *c = &mc_config_default;
+    CHECK_CUDA(mc_gemv_experts(c, &s.m, rows_e, dsel, k, e0, e0 + held, dact, cols, NULL, 0.0f, MC_GLU_NONE, dslots,
+                               rows_e, 0));
+    CHECK_CUDA(mc_moe_combine(c, dslots, dw, rows_e, k, shexp, scale, dx0, 0));
+    if (corrupt)
+        corrupt_first(&s);
+    CHECK_CUDA(mc_gemv_experts_combine(c, &s.m, rows_e, dsel, k, e0, e0 + held, dact, cols, dw,
+                                       shexp ? dslots + (size_t)k * rows_e : NULL, scale, dx1, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float *y0 = malloc(rows_e * 4), *y1 = malloc(rows_e * 4);
+    CHECK_CUDA(cudaMemcpy(y0, dx0, rows_e * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(y1, dx1, rows_e * 4, cudaMemcpyDeviceToHost));
+    const int ok = same_bits(y0, y1, rows_e * 4);
+    if (corrupt)
+        CHECK(!ok, "combine %s: a changed weight was not told apart (negative control)", tname(type));
+    else
+        CHECK(ok, "combine %s rows_e=%u cols=%u k=%u shexp=%d scale=%g: not the unfused bits", tname(type), rows_e,
+              cols, k, shexp, scale);
+    printf("combine %-4s rows_e=%5u cols=%5u k=%u shexp=%d scale=%g%s: %s\n", tname(type), rows_e, cols, k, shexp,
+           scale, corrupt ? " (negative control)" : "",
+           corrupt ? (ok ? "MISSED" : "caught") : (ok ? "the unfused bits" : "DIFFERS"));
+    free(act), free(w), free(x), free(sh), free(y0), free(y1);
+    cudaFree(dact), cudaFree(dw), cudaFree(dx0), cudaFree(dx1), cudaFree(dslots), cudaFree(dsel);
+    stack_free(&s);
+}
+
+/* What the fused launchers refuse: a Q8_0 router (its unfused GEMV takes other kernels), more than
+ * 128 experts, rows too long for a lane's 4 chunks; k x KS over 8 warps. */
+static void check_fused_refusals(void) {
+    const int before = failures;
+    mc_matrix m;
+    memset(&m, 0, sizeof m);
+    m.type = MEMRA_TYPE_F32, m.rows = 128, m.cols = 2048, m.stride = 2048;
+    CHECK(mc_moe_router_serves(&m), "router F32 128 x 2048 should be served");
+    m.cols = 2052;
+    CHECK(!mc_moe_router_serves(&m), "router F32 128 x 2052 (5 chunks a lane) served");
+    m.cols = 2048, m.rows = 129;
+    CHECK(!mc_moe_router_serves(&m), "router of 129 experts served");
+    m.rows = 128, m.type = MEMRA_TYPE_Q8_0;
+    CHECK(!mc_moe_router_serves(&m), "Q8_0 router served");
+    m.type = MEMRA_TYPE_BF16, m.cols = 4096;
+    CHECK(mc_moe_router_serves(&m), "router BF16 128 x 4096 should be served");
+    CHECK(mc_moe_router(&mc_config_default, &m, NULL, NULL, 0.0f, NULL, 0.0f, NULL, 2, 1, 0, NULL, NULL, NULL, 0) ==
+              cudaErrorInvalidValue,
+          "router launch without norm weights or ticket not refused");
+    m.type = MEMRA_TYPE_Q8_0, m.rows = 8 * 64, m.cols = 64;
+    CHECK(!mc_experts_combine_serves(&m, 64, 8), "combine k=8 at KS 4 (32 warps) served");
+    CHECK(mc_experts_combine_serves(&m, 64, 2), "combine k=2 at KS 4 should be served");
+    m.rows = 8 * 2048, m.cols = 768;
+    CHECK(mc_experts_combine_serves(&m, 2048, 8), "combine 30B's down should be served");
+    m.cols = 4608; /* 288 chunks: 9 a lane at KS 1 */
+    CHECK(!mc_experts_combine_serves(&m, 2048, 8), "combine with 9 chunks a lane served");
+    m.type = MEMRA_TYPE_BF16, m.rows = 32 * 1024, m.cols = 512;
+    CHECK(mc_experts_combine_serves(&m, 1024, 8), "combine granite's down (bf16) should be served");
+    printf("fused launchers: what they serve and refuse %s\n", failures > before ? "DIFFERS" : "as documented");
+}
+
+/* The whole FFN of check 4 through the fused kernels (router with its top k, gate/up, down with
+ * the combine) against the unfused chain: the same bits. */
+static void check_ffn_fused(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, uint32_t F) {
+    stack router, gu, down;
+    stack_make(&router, MEMRA_TYPE_F32, ne, E);
+    stack_make(&gu, type, ne * 2 * F, E);
+    stack_make(&down, type, ne * E, F);
+    float *x = malloc(E * 4), *nw = malloc(E * 4);
+    for (uint32_t i = 0; i < E; i++)
+        x[i] = uni() * 2.0f, nw[i] = 0.5f + 0.25f * uni();
+    float *y[2];
+    for (int f = 0; f < 2; f++) {
+        float *dx = dev_copy(x, E * 4), *dnw = dev_copy(nw, E * 4), *dlog, *dw, *dact, *dslots;
+        int32_t *dsel;
+        uint32_t *dt;
+        CHECK_CUDA(cudaMalloc((void **)&dlog, (ne + 1) * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dw, (k + 1) * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dsel, k * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dact, (size_t)k * F * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)k * E * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dt, 16));
+        CHECK_CUDA(cudaMemset(dt, 0, 16));
+        const mc_config *c = &mc_config_default;
+        CHECK(mc_moe_router_serves(&router.m), "ffn fused: router %u x %u not served", ne, E);
+        if (f) {
+            CHECK_CUDA(mc_moe_router(c, &router.m, dx, NULL, 0.0f, dnw, 1e-5f, dlog, k, 1, 0, dsel, dw, dt, 0));
+        } else {
+            CHECK_CUDA(mc_gemv(c, &router.m, dx, dnw, 1e-5f, NULL, NULL, dlog, 0));
+            CHECK_CUDA(mc_moe_route(c, dlog, ne, k, 1, 0, dsel, dw, 0));
+        }
+        CHECK_CUDA(mc_gemv_experts(c, &gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
+        if (f && mc_experts_combine_serves(&down.m, E, k)) {
+            CHECK_CUDA(mc_gemv_experts_combine(c, &down.m, E, dsel, k, 0, ne, dact, F, dw, NULL, 1.0f, dx, 0));
+        } else {
+            CHECK_CUDA(mc_gemv_experts(c, &down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots, E, 0));
+            CHECK_CUDA(mc_moe_combine(c, dslots, dw, E, k, 0, 1.0f, dx, 0));
+        }
+        CHECK_CUDA(cudaDeviceSynchronize());
+        y[f] = malloc(E * 4);
+        CHECK_CUDA(cudaMemcpy(y[f], dx, E * 4, cudaMemcpyDeviceToHost));
+        cudaFree(dx), cudaFree(dnw), cudaFree(dlog), cudaFree(dw), cudaFree(dact), cudaFree(dslots), cudaFree(dsel);
+        cudaFree(dt);
+    }
+    const int ok = same_bits(y[0], y[1], E * 4);
+    CHECK(ok, "ffn fused %s ne=%u k=%u E=%u F=%u: not the unfused bits", tname(type), ne, k, E, F);
+    printf("ffn     %-4s ne=%3u k=%3u E=%4u F=%4u fused (router%s): %s\n", tname(type), ne, k, E, F,
+           mc_experts_combine_serves(&down.m, E, k) ? ", down with the combine" : "",
+           ok ? "the unfused bits" : "DIFFERS");
+    free(y[0]), free(y[1]), free(x), free(nw);
+    stack_free(&router);
+    stack_free(&gu);
+    stack_free(&down);
+}
+
 int main(void) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -532,6 +786,40 @@ int main(void) {
         check_ffn(types[t], 8, 2, 64, 64);
         check_ffn(types[t], 8, 8, 64, 64); /* k = n_expert */
         check_ffn(types[t], 32, 8, 256, 128);
+    }
+    /* 5. the fused kernels (moe_fuse) */
+    check_fused_refusals();
+    const uint32_t rtypes[] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16};
+    for (int t = 0; t < 3; t++) {
+        check_router(rtypes[t], 8, 64, 2, 1, 0, 0, 0);     /* the tiny presets */
+        check_router(rtypes[t], 32, 1024, 8, 0, 0, 1, 0);  /* granite-moe-1b, with its residual scale */
+        check_router(rtypes[t], 128, 2048, 8, 1, 0, 0, 0); /* qwen3moe-30b */
+        check_router(rtypes[t], 60, 2048, 4, 0, 1, 0, 0);  /* a shared gate, 15 groups */
+        check_router(rtypes[t], 33, 516, 8, 1, 1, 1, 0);   /* a partial group, 129 chunks (F32) */
+        check_router(rtypes[t], 64, 128, 64, 1, 0, 0, 0);  /* k = n = MEMRA_MAX_EXPERTS_USED */
+        if (rtypes[t] != MEMRA_TYPE_F32)
+            check_router(rtypes[t], 16, 100, 4, 1, 0, 1, 0); /* a column tail */
+        check_router(rtypes[t], 32, 1024, 8, 1, 0, 0, 1);    /* negative control */
+    }
+    const int32_t sel8b[8] = {3, 0, 7, 2, 5, 6, 1, 4};
+    const int32_t sel_ep2[2] = {9, 5}; /* held [4, 8): slot 0 zeros */
+    for (int t = 0; t < 4; t++) {
+        const uint32_t c4 = 128 * (types[t] == MEMRA_TYPE_F32 ? 4 : types[t] == MEMRA_TYPE_Q8_0 ? 16 : 8);
+        check_down_combine(types[t], 8, 0, 64, 64, 2, sel8b, 0, 1.0f, 0);       /* the tiny presets (KS 4) */
+        check_down_combine(types[t], 8, 0, 64, 64, 2, sel8b, 1, 1.0f, 0);       /* with a shared expert */
+        check_down_combine(types[t], 8, 0, 1024, 512, 8, sel8b, 0, 0.22f, 0);   /* granite-moe-1b */
+        check_down_combine(types[t], 8, 0, 2048, 768, 8, sel8b, 0, 1.0f, 0);    /* qwen3moe-30b */
+        check_down_combine(types[t], 8, 0, 2048, c4, 4, sel8b, 1, 1.0f, 0);     /* 4 chunks a lane */
+        check_down_combine(types[t], 8, 0, 2048, 2 * c4, 4, sel8b, 1, 1.0f, 0); /* 8: not served */
+        check_down_combine(types[t], 4, 4, 64, 64, 2, sel_ep2, 0, 1.0f, 0);     /* an id not held */
+        if (types[t] == MEMRA_TYPE_F16 || types[t] == MEMRA_TYPE_BF16)
+            check_down_combine(types[t], 8, 0, 70, 100, 2, sel8b, 1, 0.5f, 0); /* column tail, 70 rows */
+        check_down_combine(types[t], 8, 0, 1024, 512, 8, sel8b, 0, 0.22f, 1);  /* negative control */
+    }
+    for (int t = 0; t < 4; t++) {
+        check_ffn_fused(types[t], 8, 2, 64, 64);
+        check_ffn_fused(types[t], 32, 8, 256, 128);
+        check_ffn_fused(types[t], 128, 8, 2048, 64);
     }
     printf("check_moe: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
