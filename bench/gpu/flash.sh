@@ -30,28 +30,7 @@
 # Two device calls of under 10 minutes each (census reads the exact mode's records, so they go
 # together): `bash bench/gpu/flash.sh exact census` (~6 min) and
 # `bash bench/gpu/flash.sh nmse control speed` (~5 min; add `loop` for the 16,600-token check).
-set -u
-export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
-OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
-B=${CARRY:-$PWD/.carry-dev}
-export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
-G=$B/bin/memra-gate; M=$B/bin/memra
-T="$OUT/table.txt"
-gate() { local name=$1; shift; local t0=$SECONDS
-  timeout ${GATE_TIMEOUT:-300} "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
-  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
-  local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
-  printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
-  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
-# a gate that must fail exact (rc 1): CONTROL FAILED when it passes
-control() { local name=$1; shift
-  gate "$name" "$@"
-  grep -q '"verdict":"PASS"' "$OUT/$name.jsonl" 2>/dev/null && echo "CONTROL FAILED: $name passed exact" | tee -a "$T"; }
-bench() { local name=$1; shift; local t0=$SECONDS
-  timeout 300 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-30s rc=%s %3ss\n' "$name" "$rc" "$((SECONDS-t0))" | tee -a "$T"
-  grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -4 | tr -s ' ' | cut -c1-160 | tee -a "$T"; }
+. "$(dirname "$0")/common.sh"
 S="--prime 256 --gen 256"
 L1="--preset llama-1b --dtype bf16"
 TEMP="--temp 1 --seed 20261201 --schedule BAAB"

@@ -38,35 +38,9 @@
 # The speed target: the graph arm at >= 70% of the ceiling counting only the bytes a token reads
 # (memra bench's share column: tools/session.c cli_step_bytes counts only the chosen experts).
 # A short table last ($OUT/table.txt); logs under $OUT.
-set -u
-export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
-OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
-B=${CARRY:-$PWD/.carry-dev}
-export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
-G=$B/bin/memra-gate; M=$B/bin/memra
-T="$OUT/table.txt"
+GATE_TIMEOUT=${GATE_TIMEOUT:-500} BENCH_TIMEOUT=${BENCH_TIMEOUT:-500}
+. "$(dirname "$0")/common.sh"
 W=/tmp/q29; mkdir -p $W
-gate() { local name=$1; shift; local t0=$SECONDS
-  timeout ${GT:-500} "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
-  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
-  local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
-  printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
-  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
-# A refusal: the gate must fail (exit 2 or 3) naming `want` in its message.
-refuse() { local name=$1 want=$2; shift 2
-  timeout 120 "$G" "$@" --quiet > "$OUT/$name.log" 2>&1; local rc=$?
-  if { [ $rc -eq 3 ] || [ $rc -eq 2 ]; } && grep -q -- "$want" "$OUT/$name.log"; then echo "$name refused as expected" | tee -a "$T"
-  else echo "$name NOT REFUSED AS EXPECTED rc=$rc: $(tail -2 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)" | tee -a "$T"; fi; }
-bench() { local name=$1; shift; local t0=$SECONDS
-  timeout 500 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | cut -c1-150 | tr '\n' ' ')" | tee -a "$T"; }
-# every arm's row of a bench (the table's rows, in arm order)
-benchall() { local name=$1; shift; local t0=$SECONDS
-  timeout 300 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "$name rc=$rc $((SECONDS-t0))s" | tee -a "$T"
-  grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | tr -s ' ' | cut -c1-170 | tee -a "$T"; }
-mk() { local f=$W/$1-$2.gguf; [ -s $f ] || { local t0=$SECONDS; "$M" mkmodel --preset $1 --dtype $2 -o $f > "$OUT/mk-$1-$2.log" 2>&1 || { echo "mkmodel $1 $2 failed" | tee -a "$T"; tail -2 "$OUT/mk-$1-$2.log" | tee -a "$T"; }; echo "mk $1 $2 $((SECONDS-t0))s $(du -h $f | cut -f1)" >> "$T"; }; }
 S="--prime 256 --gen 256"
 TEMP="--temp 1 --seed 20261201 --schedule BAAB"
 TINY="moe-tiny qwen2moe-tiny granitemoe-tiny"
@@ -86,7 +60,7 @@ nmse)
 ep)
   # the tiny presets' pairs, one background job a preset and type (the GPU is shared; every pair
   # is exact or nmse whatever the timing; no timing rows), their table lines gathered in order
-  E="--prime 32 --gen 32 --rows 0"; GT=90  # a tiny gate takes seconds: a hang costs 90 s, not 500
+  E="--prime 32 --gen 32 --rows 0"; GATE_TIMEOUT=90  # a tiny gate takes seconds: a hang costs 90 s, not 500
   mk granite-moe-1b bf16 & MKPID=$!  # written while the tiny gates run
   for p in $TINY; do for d in bf16 q8_0; do (
     T="$OUT/t_${p}_$d.txt"; : > "$T"
@@ -115,7 +89,7 @@ ep)
   else
     refuse ep_nccl_one_device "NCCL needs one device per rank" --a cuda:ep=2,collective=nccl --b cuda-graph:ep=2,collective=nccl --preset moe-tiny --prime 4 --gen 4 --rows 0
   fi
-  wait "$MKPID"; GT=500
+  wait "$MKPID"; GATE_TIMEOUT=500
   gate g1b_bf16_ep2 --a cuda-graph --b cuda-graph:ep=2 --model $W/granite-moe-1b-bf16.gguf $S --rows 4 ;;
 tiny)
   for p in $TINY; do for d in f32 bf16 q8_0; do
@@ -150,13 +124,13 @@ fuse)
   done
   mk granite-moe-1b bf16
   gate f_g1b_bf16 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/granite-moe-1b-bf16.gguf --prime 256 --gen 256 --rows 2
-  benchall b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph,cuda-graph:moe_fuse=15 \
+  bench b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph,cuda-graph:moe_fuse=15 \
     --model $W/granite-moe-1b-bf16.gguf --prime 512 -n 128
   mk granite-moe-1b q8_0
-  benchall b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph,cuda-graph:moe_fuse=15 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
+  bench b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph,cuda-graph:moe_fuse=15 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
   mk qwen3moe-30b q8_0
   gate f_q30b_q8 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
-  benchall b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph,cuda-graph:moe_fuse=15 \
+  bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph,cuda-graph:moe_fuse=15 \
     --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
 q30b_rm) rm -f $W/qwen3moe-30b-*.gguf ;;
 *) echo "unknown mode $mode" | tee -a "$T" ;;

@@ -16,25 +16,8 @@
 #   real F     a real file F (under /tmp): cuda against cuda-graph from a --prompt, cpu against
 #              cuda nmse, memra run --chat on cuda-graph, memra bench of both arms
 # A short table last ($OUT/table.txt); logs under $OUT.
-set -u
-export NCCL_NVLS_ENABLE=0 MEMRA_SYNTH_THREADS=16
-OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"
-B=${CARRY:-$PWD/.carry-dev}
-export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
-G=$B/bin/memra-gate; M=$B/bin/memra
-T="$OUT/table.txt"
+. "$(dirname "$0")/common.sh"
 W=/tmp/q26; mkdir -p $W
-gate() { local name=$1; shift; local t0=$SECONDS
-  timeout 300 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
-  local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
-  local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
-  printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
-  [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
-bench() { local name=$1; shift; local t0=$SECONDS
-  timeout 300 "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-30s rc=%s %3ss %s\n' "$name" "$rc" "$((SECONDS-t0))" "$(grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | head -2 | tr -s ' ' | cut -c1-150 | tr '\n' ' ')" | tee -a "$T"; }
-mk() { local f=$W/$1-$2.gguf; [ -s $f ] || { local t0=$SECONDS; "$M" mkmodel --preset $1 --dtype $2 -o $f > "$OUT/mk-$1-$2.log" 2>&1 || { echo "mkmodel $1 $2 failed" | tee -a "$T"; tail -2 "$OUT/mk-$1-$2.log" | tee -a "$T"; }; echo "mk $1 $2 $((SECONDS-t0))s $(du -h $f | cut -f1)" >> "$T"; }; }
 S="--prime 256 --gen 256"
 TYPES="q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m"
 while [ $# -gt 0 ]; do mode=$1; shift; case $mode in

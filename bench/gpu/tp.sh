@@ -55,7 +55,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/machine.txt" 2>&1
 gate() { local name=$1; shift; local t0=$SECONDS
   timeout 300 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-110)
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"pass":[a-z]*\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-110)
   local c=$(grep -o '"cells_passed":[0-9]*\|"cells":[0-9]*' "$OUT/$name.jsonl" 2>/dev/null | sort -u | tr '\n' ' ')
   printf '%-30s rc=%s %3ss %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$c" | tee -a "$T"
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-240 | tee -a "$T"; }

@@ -30,7 +30,7 @@ T="$OUT/table.txt"
 nvidia-smi --query-gpu=index,name,memory.used,clocks.sm --format=csv > "$OUT/machine.txt" 2>&1
 gate() { local name=$1; shift; local t0=$SECONDS
   timeout 200 "$G" "$@" --quiet --jsonl "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1; local rc=$?
-  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"verdict":"[A-Z]*"\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-120)
+  local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"pass":[a-z]*\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-120)
   local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
   local c=$(grep -o '"captures":[0-9]*' "$OUT/$name.jsonl" 2>/dev/null | sort -u | tr '\n' ' ')
   printf '%-28s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "$c" | tee -a "$T"
