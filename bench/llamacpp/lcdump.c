@@ -8,8 +8,11 @@ int main(int argc, char **argv) {
     FILE *fi = fopen(argv[2], "r");
     if (!fi) { perror(argv[2]); return 2; }
     int ids[4096], n = 0;
+    int extra;
     while (n < 4096 && fscanf(fi, "%d", &ids[n]) == 1) n++;
+    if (n == 4096 && fscanf(fi, "%d", &extra) == 1) { fprintf(stderr, "%s: more than 4096 ids\n", argv[2]); return 2; }
     fclose(fi);
+    if (n == 0) { fprintf(stderr, "%s: no token ids\n", argv[2]); return 2; }
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *m = llama_model_load_from_file(argv[1], mp);
