@@ -246,23 +246,15 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
         out[k] = mc_warp_sum(acc[k]);
 }
 
-/* ---- gemv_rowgroup: one warp (or KS warps) per group of 4 rows -------------------------------- */
-
-/* Per call (one matrix a token): reads rows x stride weight bytes (streamed), x (cols floats,
- * cached), norm_w (cols floats), bias and residual (rows floats); writes y (rows floats; rows/2
- * for swiglu: y[p] = silu(row 2p) * row 2p+1). The float path of Q8_0 too (T = Q8_0: the weight
- * bytes and their f16 block scales). */
-template <uint32_t T, int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
-    gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                  const float *residual, float *y) {
-    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
-    const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
-    const bool live = r0 < w.rows;
-    float d[MC_GEMV_ROWS], ss = 0.0f;
-    if (live)
-        mc_rows_dot<T, NORM, KS>(w, r0, x, norm_w, lane, part, d, ss);
+/* The tail of a row-group kernel (gemv_rowgroup, gemv_experts, gemv_experts_flat): with KS > 1
+ * the KS column parts of a row group (each warp's d and ss through red) added in part order by the
+ * part-0 warp, then on lane 0 the 1/rms scale with NORM and mc_rows_store's epilogue. Every thread
+ * of the block calls it (it holds the block's barrier). */
+template <int SWIGLU, int NORM, int KS>
+__device__ __forceinline__ void mc_rowgroup_finish(float (&red)[MC_GEMV_WARPS][MC_GEMV_ROWS + 1], uint32_t warp,
+                                                   uint32_t lane, uint32_t part, bool live, float (&d)[MC_GEMV_ROWS],
+                                                   float ss, uint32_t cols, float eps, uint32_t r0, uint32_t rows,
+                                                   const float *bias, const float *residual, float *y) {
     if (KS > 1) { /* the KS column parts of a row group, added in part order */
         if (live && lane == 0) {
 #pragma unroll
@@ -283,12 +275,33 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
     if (!live || lane != 0)
         return;
     if (NORM) {
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+        const float scale = 1.0f / sqrtf(ss / (float)cols + eps);
 #pragma unroll
         for (int k = 0; k < MC_GEMV_ROWS; k++)
             d[k] *= scale;
     }
-    mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+    mc_rows_store<SWIGLU>(d, r0, rows, bias, residual, y);
+}
+
+/* ---- gemv_rowgroup: one warp (or KS warps) per group of 4 rows -------------------------------- */
+
+/* Per call (one matrix a token): reads rows x stride weight bytes (streamed), x (cols floats,
+ * cached), norm_w (cols floats), bias and residual (rows floats); writes y (rows floats; rows/2
+ * for swiglu: y[p] = silu(row 2p) * row 2p+1). The float path of Q8_0 too (T = Q8_0: the weight
+ * bytes and their f16 block scales). */
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y) {
+    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
+    const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
+    const bool live = r0 < w.rows;
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot<T, NORM, KS>(w, r0, x, norm_w, lane, part, d, ss);
+    mc_rowgroup_finish<SWIGLU, NORM, KS>(red, warp, lane, part, live, d, ss, w.cols, eps, r0, w.rows, bias, residual,
+                                         y);
 }
 
 /* ---- gemv_persistent: F32/F16/BF16, persistent blocks, loads flattened over row groups ----- */
@@ -642,32 +655,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 :
     float d[MC_GEMV_ROWS], ss = 0.0f;
     if (live)
         mc_rows_dot<T, NORM, KS>(w, r0, xj, norm_w, lane, part, d, ss);
-    if (KS > 1) {
-        if (live && lane == 0) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                red[warp][k] = d[k];
-            red[warp][MC_GEMV_ROWS] = ss;
-        }
-        __syncthreads();
-        if (!live || part != 0 || lane != 0)
-            return;
-        for (uint32_t p = 1; p < KS; p++) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                d[k] += red[warp + p][k];
-            ss += red[warp + p][MC_GEMV_ROWS];
-        }
-    }
-    if (!live || lane != 0)
-        return;
-    if (NORM) {
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k++)
-            d[k] *= scale;
-    }
-    mc_rows_store<SWIGLU>(d, r0, rows_e, NULL, NULL, yj);
+    mc_rowgroup_finish<SWIGLU, NORM, KS>(red, warp, lane, part, live, d, ss, w.cols, eps, r0, rows_e, NULL, NULL, yj);
 }
 
 template <uint32_t T, int SWIGLU, int NORM, int KS>
@@ -908,32 +896,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, MC_FLAT_MINB(T, NC))
                                           : T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8
                                                                  : MC_TRIGGER_GEMV6_RES,
                                           d, ss);
-    if (KS > 1) {
-        if (live && lane == 0) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                red[warp][k] = d[k];
-            red[warp][MC_GEMV_ROWS] = ss;
-        }
-        __syncthreads();
-        if (!live || part != 0 || lane != 0)
-            return;
-        for (uint32_t p = 1; p < KS; p++) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                d[k] += red[warp + p][k];
-            ss += red[warp + p][MC_GEMV_ROWS];
-        }
-    }
-    if (!live || lane != 0)
-        return;
-    if (NORM) {
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k++)
-            d[k] *= scale;
-    }
-    mc_rows_store<SWIGLU>(d, r0, rows_e, NULL, NULL, yj);
+    mc_rowgroup_finish<SWIGLU, NORM, KS>(red, warp, lane, part, live, d, ss, w.cols, eps, r0, rows_e, NULL, NULL, yj);
 }
 
 template <uint32_t T, int KS, int NC>
