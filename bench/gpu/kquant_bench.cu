@@ -5,8 +5,9 @@
  * residual, then the head + norm; no attention, no sampler) as a share of the ceiling. Weights are
  * random bytes (finite scales), rotated over copies enough that no matrix is served from L2.
  *
- *   memra_cuda_kquant_bench [q4_k,q5_k,q6_k] [auto,float] [key=value ...]   (pdl, trigger, wstream, ...;
- *   qdot is the second argument's). Every figure
+ *   memra_cuda_kquant_bench [q4_k,q5_k,q6_k] [auto,float] [key=value ...] [once]   (pdl, trigger,
+ *   wstream, ...; qdot is the second argument's; `once`: one eager launch a shape, nothing timed, for
+ *   Nsight Compute). Every figure
  *   is of a CUDA graph of the launches (as the cuda-graph arm runs them: host launch costs out),
  *   the token's also of eager launches. */
 #include <cuda_runtime.h>
@@ -81,9 +82,12 @@ int main(int argc, char **argv) {
     const char *types_arg = argc > 1 ? argv[1] : "q4_k,q5_k,q6_k";
     const char *qdot_arg = argc > 2 ? argv[2] : "auto,float";
     mc_config cfg = mc_config_default;
+    int once = 0; /* `once`: one eager launch per shape and nothing else (for a profiler) */
     for (int i = 3; i < argc; i++) {
         unsigned v = 0;
-        if (sscanf(argv[i], "pdl=%u", &v) == 1)
+        if (!strcmp(argv[i], "once"))
+            once = 1;
+        else if (sscanf(argv[i], "pdl=%u", &v) == 1)
             cfg.pdl = v;
         else if (sscanf(argv[i], "trigger=%u", &v) == 1 && v <= MC_TRIGGER_ALL)
             cfg.trigger = v;
@@ -181,6 +185,10 @@ int main(int argc, char **argv) {
                 cudaGraphExec_t ge;
                 KB_CHECK(mc_gemv_kquant(&c, shapes[s].glu ? 1 : 0, &mats[s].m[0], x, shapes[s].norm ? w : NULL, 1e-5f,
                                         NULL, shapes[s].res ? y : NULL, s == 6 ? logits : y2, st)); /* outside capture */
+                if (once) {
+                    KB_CHECK(cudaStreamSynchronize(st));
+                    continue;
+                }
                 KB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int i = 0; i < reps; i++) {
                     const mc_matrix *m = &mats[s].m[i % mats[s].n];
@@ -204,6 +212,8 @@ int main(int argc, char **argv) {
                        100.0 * gbs * 1e9 / ceiling);
                 sn += snprintf(summary + sn, sizeof summary - sn, " %5.1f", 100.0 * gbs * 1e9 / ceiling);
             }
+            if (once)
+                continue;
             /* a token's GEMVs in stream order: 32 layers (qkv, wo, gate/up, down) and the head */
             float best = 1e30f, eager = 1e30f;
             double bytes = 32.0 * (mats[0].bytes + mats[3].bytes + mats[4].bytes + mats[5].bytes) + mats[6].bytes;
