@@ -186,6 +186,9 @@ int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);
+/* mc_gemv_post (cuda_kernels.h) on the integer Q8_0 kernel, where it serves w. */
+cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
+                            cudaStream_t st);
 /* The column parts (KS) of a GEMV of `rows` rows: the float row-group kernels' (gemv.cu) and the
  * integer Q8_0 kernel's (gemv_q8.cu); a function of the row count alone. The chunk kernels
  * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */

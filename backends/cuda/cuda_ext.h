@@ -23,7 +23,7 @@ extern "C" {
 /* The cuda backend's arm keys; cuda-graph takes the same (it opens the cuda backend with its
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
- * backends compute or how they launch. pdl, trigger, gemv and moe_fuse never change the bits (a gate of
+ * backends compute or how they launch. pdl, trigger, gemv, moe_fuse and postnorm never change the bits (a gate of
  * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8,
  * attention, norm, qdot and kv choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -63,7 +63,7 @@ extern "C" {
             "RMSNorm sites (attn_norm, ffn_norm, output_norm): fused (folded into the next GEMV, 1/rms applied after " \
             "the dot product) or unfused (a standalone rmsnorm, then the GEMV without one: exactly the path of an "    \
             "op.rmsnorm plugin, which implies it; other bits than fused). q/k norms stay inside attention; gemma3's "   \
-            "post norms always run standalone (op_glue's norm, with the residual add)"                                 \
+            "post norms: the postnorm key"                                                                             \
     },                                                                                                                 \
     {                                                                                                                  \
         "moe_fuse", "7",                                                                                               \
@@ -72,6 +72,13 @@ extern "C" {
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
             "a lane's loads in flight and fewer registers (not yet measured). 0 runs the five launches of the "        \
             "unfused path. The bits do not depend on it"                                                               \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "postnorm", "fused",                                                                                           \
+            "gemma3's post-attention and post-FFN norms with their residual add: fused (in the last block of the "     \
+            "output or down GEMV, elected by an integer ticket: two launches a layer fewer; with one rank, the "        \
+            "built-in GEMV and norm) or launch (a launch of their own after the GEMV, as with ranks or an op plugin "  \
+            "there). The same bits either way"                                                                         \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -184,6 +184,26 @@ static memra_status mc_post_norm(memra_backend *b, memra_state *s, uint32_t i, u
     return MEMRA_OK;
 }
 
+/* Whether gemma3's post norm after the GEMV w (the output projection or down) of stage i folds into
+ * that GEMV's launch (postnorm=fused: mc_gemv_post, its last block adds RMSNorm(po) * post_norm
+ * to x, mc_op_rmsnorm_add's function): with one rank (with ranks the norm follows the all-reduce
+ * of po), no op.rmsnorm plugin (its norm runs as a launch: mc_post_norm) and no op.gemv plugin
+ * for w's type (the plugin's GEMV, then op_glue's store). The same bits as mc_post_norm's launch. */
+static bool mc_post_folds(const memra_backend *b, const memra_state *s, uint32_t i, const mc_matrix *w) {
+    return b->cfg.postnorm == MC_POSTNORM_FUSED && mc_ranks(s, i) == 1 && !b->op_rmsnorm &&
+           !(w->type < 64 && b->op_gemv[w->type]);
+}
+
+/* The output or down GEMV of a gemma3 layer with its post norm folded in (mc_post_folds): po = W in,
+ * then x += RMSNorm(po) * post_w in the same launch (the ticket: the state's word `which`). */
+static memra_status mc_gemv_post_site(memra_backend *b, mc_stage_state *ss, const mc_matrix *w, const float *in,
+                                      const float *post_w, uint32_t which, cudaStream_t q, memra_error *err) {
+    const mc_post_args pn = {post_w, ss->x, ss->pn_ticket + which, b->m->rms_eps};
+    MC_RET(mc_gemv_post(&b->cfg, w, in, ss->po, &pn, q), which ? "launch of the down gemv (with the post-FFN norm)"
+                                                               : "launch of the output gemv (with the post norm)");
+    return MEMRA_OK;
+}
+
 /* The q/k/v GEMV: one fused launch, or one per run of equal type (mc_layer) into consecutive rows
  * of qkv (each with its rows of the bias). */
 static memra_status mc_qkv_site(memra_backend *b, mc_stage_state *ss, const mc_op_at *at, const mc_layer *L,
@@ -395,7 +415,8 @@ static memra_status mc_moe_add(memra_backend *b, memra_state *s, uint32_t i, mem
  * all-reduces per layer with more than one rank), commit, [head, sample] on rank 0. gemma3 adds
  * per layer: the sliding window and its RoPE frequencies on its local layers, the file's attention
  * scale, GELU in place of SiLU, and the post norms (the output and down GEMVs write their sums to
- * po without the residual; all-reduced with ranks; then mc_post_norm). */
+ * po without the residual; all-reduced with ranks; then mc_post_norm, or with postnorm=fused and
+ * one rank the norm and residual add in the GEMV's own launch: mc_post_folds). */
 static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, const memra_sample_cfg *sample,
                                   bool capture, memra_error *err) {
     const memra_model *m = b->m;
@@ -416,6 +437,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw0->layer_begin + l;
         const bool post_a = sw0->layers[l].post_attn_norm != NULL, post_f = sw0->layers[l].post_ffn_norm != NULL;
+        /* gemma3's post norms in the output and down GEMVs' launches (postnorm=fused, one rank) */
+        const bool fold_a = post_a && mc_post_folds(b, s, i, &sw0->layers[l].wo);
+        const bool fold_f = post_f && !sw0->layers[l].moe && mc_post_folds(b, s, i, &sw0->layers[l].wdown);
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_stage_weights *sw = &b->w->stages[i][r];
@@ -454,9 +478,13 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
              * all-reduce then leaves the new residual on every rank. With a post norm every
              * rank's partial goes to po, without the residual. */
             const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
-            if ((st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
-                                   post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
-                                   MC_GLU_NONE, q, err)))
+            if (fold_a)
+                st = mc_gemv_post_site(b, ss, &L->wo, ss->att_out, L->post_attn_norm, 0, q, err);
+            else
+                st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
+                                  post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
+                                  MC_GLU_NONE, q, err);
+            if (st)
                 return st;
             /* granitemoe: x += residual_scale * wo's output (with ranks: its sum, later; with
              * moe_fuse bit 4 on one rank, in the MoE router's launch) */
@@ -480,7 +508,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (post_a) {
             if (b->taps)
                 mc_tap_residual(b, s, i, MC_SITE_ATTN_OUT, (int32_t)layer);
-            memra_status st = mc_post_norm(b, s, i, l, 0, err);
+            memra_status st = fold_a ? MEMRA_OK : mc_post_norm(b, s, i, l, 0, err);
             if (st)
                 return st;
         }
@@ -505,8 +533,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 return st;
             if (b->taps)
                 mc_tap_ffn_act(b, s, i, r, (int32_t)layer);
-            st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, post_f || r > 0 ? NULL : ss->x,
-                              post_f ? ss->po : ss->x, MC_GLU_NONE, q, err);
+            if (fold_f)
+                st = mc_gemv_post_site(b, ss, &L->wdown, ss->gu, L->post_ffn_norm, 1, q, err);
+            else
+                st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, post_f || r > 0 ? NULL : ss->x,
+                                  post_f ? ss->po : ss->x, MC_GLU_NONE, q, err);
             if (st)
                 return st;
         }
@@ -527,7 +558,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (post_f) {
             if (b->taps)
                 mc_tap_residual(b, s, i, MC_SITE_FFN_DOWN, (int32_t)layer);
-            memra_status st = mc_post_norm(b, s, i, l, 1, err);
+            memra_status st = fold_f ? MEMRA_OK : mc_post_norm(b, s, i, l, 1, err);
             if (st)
                 return st;
         }

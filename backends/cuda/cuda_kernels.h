@@ -54,6 +54,7 @@ enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
+enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
 /* The mixture-of-experts kernel variants (the moe_fuse key's bits, cuda_forward.cu's mc_moe_ffn
  * and gemv.cu; each where its kernel serves the layer, else that part runs as before): the
  * router's top k in the router GEMV (1), the weighted combination in the experts' down GEMV (2),
@@ -82,6 +83,9 @@ typedef struct mc_config {
     uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
                          * value rounded to nearest even as it is written, as the cpu backend's kv key) */
     uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */
+    uint32_t postnorm;  /* gemma3's post norms (and their residual add): MC_POSTNORM_FUSED (in the last block of
+                         * the GEMV that writes their input: mc_gemv_post) or MC_POSTNORM_LAUNCH (a launch of
+                         * their own, mc_op_rmsnorm_add). The same bits */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
@@ -103,6 +107,21 @@ const char *mc_config_choice_name(const mc_config *c, const char *key);
  * them). */
 cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                     const float *bias, const float *residual, float *y, cudaStream_t st);
+/* postnorm=fused (gemma3's post norms): y = W x (w->rows floats: no norm, bias, residual or GLU),
+ * then in the same launch x[i] = x[i] + RMSNorm(y)[i] * w[i], i < w->rows, the norm exactly
+ * mc_op_rmsnorm_add's (post_norm.cuh: the same function), so the launch gives the bits of
+ * mc_gemv then mc_op_rmsnorm_add. The grid's last block to finish folds (elected by an integer
+ * ticket: 4 bytes of device memory, zero before the first launch, left zero by every launch; one
+ * launch at a time per ticket). Every weight type mc_gemv takes, with the kernel mc_gemv would
+ * choose (c's keys, the shapes): the dots have mc_gemv's bits. */
+typedef struct mc_post_args {
+    const float *w;   /* the post norm's weights (w->rows floats) */
+    float *x;         /* the residual stream it is added to (w->rows floats; not y, not the input) */
+    uint32_t *ticket; /* the launch's ticket */
+    float eps;
+} mc_post_args;
+cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
+                         cudaStream_t st);
 /* Readies the GEMV kernels on the current device (the multiprocessor count, the Q8_0 kernels'
  * shared-memory limit): once per device, outside any graph capture (the launchers do it lazily
  * too). */

@@ -42,7 +42,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "moe_fuse", MC_MOE_FUSE_DEFAULT, 0, MC_MOE_FUSE_ALL, &c->moe_fuse, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv", "postnorm"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -94,6 +94,8 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
             return st;
     snprintf(buf, sizeof buf, "%u", c.moe_fuse);
     if ((st = memra_options_set(resolved, "moe_fuse", buf, err)))
+        return st;
+    if ((st = memra_options_set(resolved, "postnorm", mc_config_choice_name(&c, "postnorm"), err)))
         return st;
     /* the tensor-parallel keys resolve where they are used: with ranks (tp=N or ep=N) */
     const char *tp = memra_options_get(opts, "tp"), *ep = memra_options_get(opts, "ep");
@@ -404,6 +406,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->dpos = (int32_t *)mc_take(bp, 16);
     if (m->n_expert > 0) /* the fused router's ticket: zeroed with the arena, left zero by every launch */
         ss->moe_ticket = (uint32_t *)mc_take(bp, 16);
+    if (m->arch == MEMRA_ARCH_GEMMA3) /* the fused post norms' tickets (likewise) */
+        ss->pn_ticket = (uint32_t *)mc_take(bp, 16);
     uint64_t before = bp->used;
     ss->k_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hd * kvb); /* kvb: bytes a value (the arm's kv) */
     ss->v_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hdv * kvb);

@@ -9,7 +9,8 @@
  * gemma3 adds attn_out and ffn_down (the output and down GEMVs' sums after the all-reduce, before
  * the post norms, which it materialises); its q/k norms and RoPE stay inside attention (no
  * qk_norm or rope site), its post norms inside the residual add (their effect shows at attn_res,
- * ffn_res). The gate compares only the sites both arms hand over.
+ * ffn_res; with postnorm=fused they run in the output or down GEMV's last block, which writes po
+ * all the same, so the sites and their tensors are the launch's). The gate compares only the sites both arms hand over.
  *
  * Off (b->taps NULL) a step pays one host-side branch per op. On (a tapped step, never captured),
  * after an op the rank's stream is synchronised and the op's output copied to the host: a rank's

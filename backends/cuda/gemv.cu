@@ -14,6 +14,7 @@
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 #include "moe_route.cuh"
+#include "post_norm.cuh"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv)
 
@@ -290,9 +291,8 @@ __device__ __forceinline__ void mc_rowgroup_finish(float (&red)[MC_GEMV_WARPS][M
  * for swiglu: y[p] = silu(row 2p) * row 2p+1). The float path of Q8_0 too (T = Q8_0: the weight
  * bytes and their f16 block scales). */
 template <uint32_t T, int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
-    gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                  const float *residual, float *y) {
+__device__ __forceinline__ void gemv_rowgroup_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                   const float *bias, const float *residual, float *y) {
     __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
     const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
@@ -302,6 +302,24 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
         mc_rows_dot<T, NORM, KS>(w, r0, x, norm_w, lane, part, d, ss);
     mc_rowgroup_finish<SWIGLU, NORM, KS>(red, warp, lane, part, live, d, ss, w.cols, eps, r0, w.rows, bias, residual,
                                          y);
+}
+
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_rowgroup(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y) {
+    gemv_rowgroup_body<T, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y);
+}
+
+/* postnorm=fused (mc_gemv_post): the row-group GEMV without a norm, bias, residual or GLU, then
+ * the grid's last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call:
+ * what gemv_rowgroup reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
+ * (w.rows floats each). */
+template <uint32_t T, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_rowgroup_post(const mc_matrix w, const float *x, float *y, const mc_post_args pn) {
+    gemv_rowgroup_body<T, 0, 0, KS>(w, x, NULL, 0.0f, NULL, NULL, y);
+    mc_post_norm_last(pn, y, w.rows);
 }
 
 /* ---- gemv_persistent: F32/F16/BF16, persistent blocks, loads flattened over row groups ----- */
@@ -314,9 +332,9 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
  * chunk order, the same sums): the same bits. Per call: reads and writes what gemv_rowgroup
  * does (F32/F16/BF16 only). */
 template <uint32_t T, int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
-    gemv_persistent(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                    const float *residual, float *y, uint32_t n_groups) {
+__device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                     const float *bias, const float *residual, float *y,
+                                                     uint32_t n_groups) {
     __shared__ float red[2][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
     constexpr uint32_t SLOTS = MC_GEMV_WARPS / KS, U = MC_GEMV_UNROLL, LS = 32 * KS, PER_IT = LS * U;
     constexpr uint32_t E = mc_elems<T>::n, EB = 16 / E;
@@ -426,6 +444,21 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
     }
 }
 
+template <uint32_t T, int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_persistent(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                    const float *residual, float *y, uint32_t n_groups) {
+    gemv_persistent_body<T, SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused on the persistent kernel (as gemv_rowgroup_post). */
+template <uint32_t T, int KS>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_persistent_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_persistent_body<T, 0, 0, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* ---- launch ------------------------------------------------------------------------------- */
 
 /* Warps per row group (the columns split KS ways, parts added in order): matrices of few rows
@@ -438,9 +471,11 @@ uint32_t mc_gemv_ksplit(uint32_t rows) {
     return (uint64_t)rows * 4 <= wave_rows ? 4 : (uint64_t)rows * 2 <= wave_rows ? 2 : 1;
 }
 
+/* One launch: gemv_rowgroup, or with pn gemv_rowgroup_post (no GLU, no norm). */
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_rowgroup_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                                      float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+                                      float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                                      const mc_post_args *pn) {
     const uint32_t per_block = MC_GEMV_WARPS / KS * MC_GEMV_ROWS;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -450,7 +485,13 @@ static cudaError_t mc_gemv_rowgroup_t(const mc_config *c, const mc_matrix *w, co
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_rowgroup<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
+    cudaError_t e;
+    if (pn && SWIGLU == 0 && NORM == 0)
+        e = cudaLaunchKernelEx(&cfg, gemv_rowgroup_post<T, KS>, *w, x, y, *pn);
+    else if (pn)
+        e = cudaErrorInvalidValue;
+    else
+        e = cudaLaunchKernelEx(&cfg, gemv_rowgroup<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -469,8 +510,8 @@ static int mc_gemv_persistent_on(const mc_config *c, const mc_matrix *w, uint32_
 
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_persistent_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                                        float eps, const float *bias, const float *residual, float *y,
-                                        cudaStream_t st) {
+                                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                                        const mc_post_args *pn) {
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess)
         return e;
@@ -486,7 +527,13 @@ static cudaError_t mc_gemv_persistent_t(const mc_config *c, const mc_matrix *w, 
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_persistent<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (pn && SWIGLU == 0 && NORM == 0)
+        e = cudaLaunchKernelEx(&cfg, gemv_persistent_post<T, KS>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaErrorInvalidValue;
+    else
+        e = cudaLaunchKernelEx(&cfg, gemv_persistent<T, SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y,
+                               n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -494,9 +541,10 @@ static cudaError_t mc_gemv_persistent_t(const mc_config *c, const mc_matrix *w, 
 
 template <int SWIGLU, int NORM, int KS>
 static cudaError_t mc_gemv_typed_ks(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                                    float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
-#define MC_P(T) mc_gemv_persistent_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st)
-#define MC_R(T) mc_gemv_rowgroup_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st)
+                                    float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                                    const mc_post_args *pn) {
+#define MC_P(T) mc_gemv_persistent_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st, pn)
+#define MC_R(T) mc_gemv_rowgroup_t<T, SWIGLU, NORM, KS>(c, w, x, norm_w, eps, bias, residual, y, st, pn)
     if (w->type != MEMRA_TYPE_Q8_0 && mc_gemv_persistent_on(c, w, KS))
         switch (w->type) {
         case MEMRA_TYPE_F32: return MC_P(MEMRA_TYPE_F32);
@@ -517,11 +565,12 @@ static cudaError_t mc_gemv_typed_ks(const mc_config *c, const mc_matrix *w, cons
 
 template <int SWIGLU, int NORM>
 static cudaError_t mc_gemv_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
-                                 const float *bias, const float *residual, float *y, cudaStream_t st) {
+                                 const float *bias, const float *residual, float *y, cudaStream_t st,
+                                 const mc_post_args *pn = NULL) {
     switch (mc_gemv_ksplit(w->rows)) {
-    case 1: return mc_gemv_typed_ks<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
-    case 2: return mc_gemv_typed_ks<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
-    default: return mc_gemv_typed_ks<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 1: return mc_gemv_typed_ks<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 2: return mc_gemv_typed_ks<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    default: return mc_gemv_typed_ks<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
     }
 }
 
@@ -547,6 +596,25 @@ static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const flo
 cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                     const float *bias, const float *residual, float *y, cudaStream_t st) {
     return mc_gemv_any<0>(c, w, x, norm_w, eps, bias, residual, y, st);
+}
+
+cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
+                         cudaStream_t st) {
+    if (!pn || !pn->w || !pn->x || !pn->ticket || w->rows == 0)
+        return cudaErrorInvalidValue;
+    switch (w->type) { /* the kernel mc_gemv would choose, with the fold */
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1: return mc_gemv_legacy_post(c, w, x, y, pn, st);
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: return mc_gemv_kquant_post(c, w, x, y, pn, st);
+    default: break;
+    }
+    if (mc_gemv_q8_serves(c, w))
+        return mc_gemv_q8_post(c, w, x, y, pn, st);
+    return mc_gemv_typed<0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
 }
 
 cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
@@ -607,6 +675,16 @@ const char *mc_gemv_family(const void *f) {
                     MC_GEMV_EACH_SN(MC_ROW_P, MEMRA_TYPE_BF16)
 #undef MC_ROW_R
 #undef MC_ROW_P
+// clang-format off
+#define MC_POST_R(T) {(const void *)gemv_rowgroup_post<T, 1>, "gemv_postnorm"}, \
+    {(const void *)gemv_rowgroup_post<T, 2>, "gemv_postnorm"}, {(const void *)gemv_rowgroup_post<T, 4>, "gemv_postnorm"},
+#define MC_POST_P(T) {(const void *)gemv_persistent_post<T, 1>, "gemv_postnorm"}, \
+    {(const void *)gemv_persistent_post<T, 2>, "gemv_postnorm"}, {(const void *)gemv_persistent_post<T, 4>, "gemv_postnorm"},
+        MC_POST_R(MEMRA_TYPE_F32) MC_POST_R(MEMRA_TYPE_F16) MC_POST_R(MEMRA_TYPE_BF16) MC_POST_R(MEMRA_TYPE_Q8_0)
+        MC_POST_P(MEMRA_TYPE_F32) MC_POST_P(MEMRA_TYPE_F16) MC_POST_P(MEMRA_TYPE_BF16)
+// clang-format on
+#undef MC_POST_R
+#undef MC_POST_P
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

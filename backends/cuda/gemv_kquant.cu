@@ -28,6 +28,7 @@
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 #include "kquant_layout.h"
+#include "post_norm.cuh"
 #include "q8x_quant.h"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
@@ -110,10 +111,11 @@ __device__ __forceinline__ void mc_kq_scales_k4(const uint4 &a, uint32_t c, uint
 
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
+/* The kernels' body (gemv_kquant, gemv_kquant_post below), called by every thread of the block. */
 template <uint32_t T, int QF, int GLU, int KS>
-__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
-    gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                const float *residual, float *y, uint32_t n_groups) {
+__device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                 const float *bias, const float *residual, float *y,
+                                                 uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char kqsm[];
     __shared__ float red[2][MC_KQ_WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_KQ_WARPS];
@@ -343,6 +345,24 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     }
 }
 
+template <uint32_t T, int QF, int GLU, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                const float *residual, float *y, uint32_t n_groups) {
+    gemv_kquant_body<T, QF, GLU, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
+ * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
+ * gemv_kquant reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
+ * (w.rows floats each). */
+template <uint32_t T, int QF, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_kquant_body<T, QF, MC_GLU_NONE, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
  * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
 __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
@@ -369,6 +389,12 @@ __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float sc
     MC_KQ_EACH_G(F, MEMRA_TYPE_Q4_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q4_K, 1) \
     MC_KQ_EACH_G(F, MEMRA_TYPE_Q5_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q5_K, 1) \
     MC_KQ_EACH_G(F, MEMRA_TYPE_Q6_K, 0) MC_KQ_EACH_G(F, MEMRA_TYPE_Q6_K, 1)
+/* the postnorm=fused kernels (no GLU) */
+#define MC_KQ_POST_K(F, T, Q) F(T, Q, 1) F(T, Q, 2) F(T, Q, 4)
+#define MC_KQ_POST_EACH(F) \
+    MC_KQ_POST_K(F, MEMRA_TYPE_Q4_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q4_K, 1) \
+    MC_KQ_POST_K(F, MEMRA_TYPE_Q5_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q5_K, 1) \
+    MC_KQ_POST_K(F, MEMRA_TYPE_Q6_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q6_K, 1)
 // clang-format on
 
 static int mc_kq_prepared[MC_MAX_DEVICES];
@@ -387,13 +413,21 @@ static cudaError_t mc_kq_prepare(int dev) {
         return e;
     MC_KQ_EACH(MC_KQ_SET)
 #undef MC_KQ_SET
+#define MC_KQ_SET_POST(T, Q, K)                                                                                        \
+    if ((e = cudaFuncSetAttribute(gemv_kquant_post<T, Q, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim)) !=     \
+        cudaSuccess)                                                                                                   \
+        return e;
+    MC_KQ_POST_EACH(MC_KQ_SET_POST)
+#undef MC_KQ_SET_POST
     mc_kq_prepared[dev] = lim;
     return cudaSuccess;
 }
 
+/* One launch: gemv_kquant, or with pn gemv_kquant_post (GLU none). */
 template <uint32_t T, int QF, int GLU, int KS>
 static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                           float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+                           float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                           const mc_post_args *pn = NULL) {
     int dev = 0;
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
@@ -412,7 +446,12 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_kquant<T, QF, GLU, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (pn && GLU == MC_GLU_NONE)
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_post<T, QF, KS>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaErrorInvalidValue;
+    else
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant<T, QF, GLU, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -427,11 +466,12 @@ static uint32_t mc_kq_ksplit(uint32_t rows) {
 
 template <uint32_t T, int QF, int GLU>
 static cudaError_t mc_kq_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
-                             float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
+                             float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                             const mc_post_args *pn = NULL) {
     switch (mc_kq_ksplit(w->rows)) {
-    case 1: return mc_kq_t<T, QF, GLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
-    case 2: return mc_kq_t<T, QF, GLU, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
-    default: return mc_kq_t<T, QF, GLU, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 1: return mc_kq_t<T, QF, GLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 2: return mc_kq_t<T, QF, GLU, 2>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    default: return mc_kq_t<T, QF, GLU, 4>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
     }
 }
 
@@ -482,6 +522,25 @@ cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, cons
     }
 }
 
+cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
+                                const mc_post_args *pn, cudaStream_t st) {
+    uint64_t dr, ar;
+    if (!mc_kq_layout(w->type, w->cols, &dr, &ar) || w->stride != dr || w->aux_stride != ar || !w->aux || !pn)
+        return cudaErrorInvalidValue;
+    if (w->rows == 0)
+        return cudaSuccess;
+    const bool qf = c->qdot == MC_QDOT_FLOAT;
+#define MC_KQ_P(T)                                                                                                     \
+    (qf ? mc_kq_any<T, 1, MC_GLU_NONE>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn)                                     \
+        : mc_kq_any<T, 0, MC_GLU_NONE>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn))
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K: return MC_KQ_P(MEMRA_TYPE_Q4_K);
+    case MEMRA_TYPE_Q5_K: return MC_KQ_P(MEMRA_TYPE_Q5_K);
+    default: return MC_KQ_P(MEMRA_TYPE_Q6_K);
+    }
+#undef MC_KQ_P
+}
+
 cudaError_t mc_embed_kquant(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
     uint64_t dr, ar;
     if (!mc_kq_layout(emb->type, emb->cols, &dr, &ar) || emb->stride != dr || emb->aux_stride != ar || !emb->aux ||
@@ -499,6 +558,9 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
         MC_KQ_EACH(MC_KQ_ROW)
 #undef MC_KQ_ROW
+#define MC_KQ_ROW_POST(T, Q, K) {(const void *)gemv_kquant_post<T, Q, K>, "gemv_postnorm"},
+            MC_KQ_POST_EACH(MC_KQ_ROW_POST)
+#undef MC_KQ_ROW_POST
         {(const void *)embed_kquant, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -42,6 +42,7 @@
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 #include "legacy_layout.h"
+#include "post_norm.cuh"
 #include "q8x_quant.h"
 
 #define MC_LL_WARPS 16u
@@ -85,10 +86,11 @@ __device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_
     }
 }
 
+/* The kernels' body (gemv_legacy, gemv_legacy_post below), called by every thread of the block. */
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
-__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
-    gemv_legacy(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                const float *residual, float *y, uint32_t n_groups) {
+__device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                 const float *bias, const float *residual, float *y,
+                                                 uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char llsm[];
     __shared__ float red[2][MC_LL_WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_LL_WARPS];
@@ -351,6 +353,24 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     }
 }
 
+template <uint32_t T, int GLU, int NORM, int KS, int QD>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                const float *residual, float *y, uint32_t n_groups) {
+    gemv_legacy_body<T, GLU, NORM, KS, QD>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
+ * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
+ * gemv_legacy reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
+ * (w.rows floats each). */
+template <uint32_t T, int KS, int QD>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_legacy_body<T, MC_GLU_NONE, 0, KS, QD>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* ---- launch ------------------------------------------------------------------------------- */
 
 // clang-format off
@@ -360,6 +380,10 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
                             MC_LL_EACH_KQ(F, T, 1, 1) MC_LL_EACH_KQ(F, T, 2, 0) MC_LL_EACH_KQ(F, T, 2, 1)
 #define MC_LL_EACH(F) MC_LL_EACH_GN(F, MEMRA_TYPE_Q4_0) MC_LL_EACH_GN(F, MEMRA_TYPE_Q4_1) \
                       MC_LL_EACH_GN(F, MEMRA_TYPE_Q5_0) MC_LL_EACH_GN(F, MEMRA_TYPE_Q5_1)
+/* the postnorm=fused kernels (no GLU, no norm) */
+#define MC_LL_POST_T(F, T) F(T, 1, 0) F(T, 2, 0) F(T, 4, 0) F(T, 1, 1) F(T, 2, 1) F(T, 4, 1)
+#define MC_LL_POST_EACH(F) MC_LL_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_POST_T(F, MEMRA_TYPE_Q4_1) \
+                           MC_LL_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_POST_T(F, MEMRA_TYPE_Q5_1)
 // clang-format on
 
 /* The shared-memory limit of every instance: once per device, from mc_gemv_prepare (outside any
@@ -372,6 +396,12 @@ cudaError_t mc_gemv_legacy_prepare(void) {
         return e;
     MC_LL_EACH(MC_LL_SET)
 #undef MC_LL_SET
+#define MC_LL_SET_POST(T, K, Q)                                                                                        \
+    if ((e = cudaFuncSetAttribute(gemv_legacy_post<T, K, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                  (int)MC_LL_SMEM_MAX)) != cudaSuccess)                                                \
+        return e;
+    MC_LL_POST_EACH(MC_LL_SET_POST)
+#undef MC_LL_SET_POST
     return e;
 }
 
@@ -382,9 +412,11 @@ static uint32_t mc_ll_ksplit(uint32_t rows) {
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }
 
+/* One launch: gemv_legacy, or with pn gemv_legacy_post (no GLU, no norm). */
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
 static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
-                                const float *bias, const float *residual, float *y, cudaStream_t st) {
+                                const float *bias, const float *residual, float *y, cudaStream_t st,
+                                const mc_post_args *pn = NULL) {
     cudaError_t e = mc_gemv_prepare();
     int dev = 0;
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
@@ -399,7 +431,13 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_legacy<T, GLU, NORM, KS, QD>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (pn && GLU == MC_GLU_NONE && !NORM)
+        e = cudaLaunchKernelEx(&cfg, gemv_legacy_post<T, KS, QD>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaErrorInvalidValue;
+    else
+        e = cudaLaunchKernelEx(&cfg, gemv_legacy<T, GLU, NORM, KS, QD>, *w, x, norm_w, eps, bias, residual, y,
+                               n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -407,11 +445,12 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
 
 template <uint32_t T, int GLU, int NORM, int QD>
 static cudaError_t mc_ll_ks(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
-                            const float *bias, const float *residual, float *y, cudaStream_t st) {
+                            const float *bias, const float *residual, float *y, cudaStream_t st,
+                            const mc_post_args *pn = NULL) {
     switch (mc_ll_ksplit(w->rows)) {
-    case 1: return mc_ll_launch<T, GLU, NORM, 1, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
-    case 2: return mc_ll_launch<T, GLU, NORM, 2, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
-    default: return mc_ll_launch<T, GLU, NORM, 4, QD>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 1: return mc_ll_launch<T, GLU, NORM, 1, QD>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 2: return mc_ll_launch<T, GLU, NORM, 2, QD>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    default: return mc_ll_launch<T, GLU, NORM, 4, QD>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
     }
 }
 
@@ -452,6 +491,23 @@ cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, cons
     }
 }
 
+cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
+                                const mc_post_args *pn, cudaStream_t st) {
+    if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux || !pn)
+        return cudaErrorInvalidValue;
+    const bool qd = c->qdot == MC_QDOT_AUTO;
+#define MC_LL_P(T)                                                                                                     \
+    (qd ? mc_ll_ks<T, MC_GLU_NONE, 0, 1>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn)                                   \
+        : mc_ll_ks<T, MC_GLU_NONE, 0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn))
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_0: return MC_LL_P(MEMRA_TYPE_Q4_0);
+    case MEMRA_TYPE_Q4_1: return MC_LL_P(MEMRA_TYPE_Q4_1);
+    case MEMRA_TYPE_Q5_0: return MC_LL_P(MEMRA_TYPE_Q5_0);
+    default: return MC_LL_P(MEMRA_TYPE_Q5_1);
+    }
+#undef MC_LL_P
+}
+
 /* ---- embedding ---------------------------------------------------------------------------- */
 
 /* Per token: reads *token and one row's blocks; writes x (cols floats): each element decoded as
@@ -485,6 +541,9 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_LL_ROW(T, G, N, K, Q) {(const void *)gemv_legacy<T, G, N, K, Q>, (G) ? "gemv_swiglu" : "gemv"},
         MC_LL_EACH(MC_LL_ROW)
 #undef MC_LL_ROW
+#define MC_LL_ROW_POST(T, K, Q) {(const void *)gemv_legacy_post<T, K, Q>, "gemv_postnorm"},
+            MC_LL_POST_EACH(MC_LL_ROW_POST)
+#undef MC_LL_ROW_POST
             {(const void *)embed_legacy, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

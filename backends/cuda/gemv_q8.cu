@@ -4,6 +4,7 @@
  * path of Q8_0: q8=float, and the matrices this kernel does not serve). Measurements:
  * bench/gpu/NOTES.md. */
 #include "cuda_common.cuh"
+#include "post_norm.cuh"
 #include "q8x_quant.h"
 
 /* Q8_0 at batch 1 is bound by instructions and L1 traffic per weight byte (a float conversion
@@ -33,10 +34,11 @@ __device__ __forceinline__ uint32_t mc_pack4(int a, int b, int c, int d) {
     return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
 }
 
+/* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post below), called by every thread of the block. */
 template <int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
-    gemv_q8_0_int(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
-                  const float *residual, float *y, uint32_t n_groups) {
+__device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                   const float *bias, const float *residual, float *y,
+                                                   uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char q8sm[];
     __shared__ float red[2][MC_Q8X_WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_Q8X_WARPS];
@@ -212,6 +214,24 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
     }
 }
 
+template <int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+    gemv_q8_0_int(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                  const float *residual, float *y, uint32_t n_groups) {
+    gemv_q8_0_int_body<SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
+ * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
+ * gemv_q8_0_int reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
+ * (w.rows floats each). */
+template <int KS>
+__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+    gemv_q8_0_int_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_q8_0_int_body<0, 0, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* ---- launch ------------------------------------------------------------------------------- */
 
 #define MC_Q8X_SMEM_MAX (96u * 1024u)
@@ -239,12 +259,22 @@ cudaError_t mc_gemv_q8_prepare(void) {
         return e;
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
+    for (int k = 0; k < 3; k++) {
+        const void *f = k == 0   ? (const void *)gemv_q8_0_int_post<1>
+                        : k == 1 ? (const void *)gemv_q8_0_int_post<2>
+                                 : (const void *)gemv_q8_0_int_post<4>;
+        if ((e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MC_Q8X_SMEM_MAX)) !=
+            cudaSuccess)
+            return e;
+    }
     return e;
 }
 
+/* One launch: gemv_q8_0_int, or with pn gemv_q8_0_int_post (no GLU, no norm). */
 template <int SWIGLU, int NORM, int KS>
 static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
-                            const float *bias, const float *residual, float *y, cudaStream_t st) {
+                            const float *bias, const float *residual, float *y, cudaStream_t st,
+                            const mc_post_args *pn = NULL) {
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess)
         return e;
@@ -261,7 +291,12 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int<SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+    if (pn && SWIGLU == 0 && NORM == 0)
+        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_post<KS>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaErrorInvalidValue;
+    else
+        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int<SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -276,12 +311,20 @@ uint32_t mc_q8x_ksplit(uint32_t rows) {
 
 template <int SWIGLU, int NORM>
 static cudaError_t mc_q8x_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
-                              const float *bias, const float *residual, float *y, cudaStream_t st) {
+                              const float *bias, const float *residual, float *y, cudaStream_t st,
+                              const mc_post_args *pn = NULL) {
     switch (mc_q8x_ksplit(w->rows)) {
-    case 1: return mc_q8x_t<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st);
-    case 2: return mc_q8x_t<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st);
-    default: return mc_q8x_t<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st);
+    case 1: return mc_q8x_t<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 2: return mc_q8x_t<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    default: return mc_q8x_t<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
     }
+}
+
+cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
+                            cudaStream_t st) {
+    if (!mc_gemv_q8_serves(c, w) || !pn)
+        return cudaErrorInvalidValue;
+    return mc_q8x_any<0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
 }
 
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
@@ -307,6 +350,9 @@ const char *mc_gemv_q8_family(const void *f) {
     {(const void *)gemv_q8_0_int<S, N, K>, (S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv"},
         MC_Q8X_EACH(MC_Q8X_ROW)
 #undef MC_Q8X_ROW
+            {(const void *)gemv_q8_0_int_post<1>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<2>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<4>, "gemv_postnorm"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

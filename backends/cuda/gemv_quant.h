@@ -35,6 +35,12 @@ cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, cons
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
+/* mc_gemv_post (cuda_kernels.h) for the family's types: the GEMV's kernel with no norm, bias,
+ * residual or GLU, its last block folding the post norm. */
+cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
+                                const mc_post_args *pn, cudaStream_t st);
+cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
+                                const mc_post_args *pn, cudaStream_t st);
 
 /* x = scale * row `*token` of the embedding matrix, dequantized exactly as memra/quant.h does
  * (then times scale, one rounding; scale 1 leaves the row's bits); a token out of range gives

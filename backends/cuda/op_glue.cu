@@ -3,8 +3,9 @@
  * own (when an op.gemv plugin needs a normed input and no op.rmsnorm plugin gives it), and the
  * epilogues the fused GEMVs apply as they store (bias and residual; SwiGLU of interleaved gate/up
  * rows; GELU-gated for gemma3), with the same formulas as mc_rows_store; and gemma3's post norms
- * with their residual add (mc_op_rmsnorm_add, used by every arm that runs gemma3: its norm is
- * mc_op_rmsnorm's, so a plugin's post norm compares exactly). With norm=unfused its rmsnorm is the built-in
+ * with their residual add (mc_op_rmsnorm_add: its norm is mc_op_rmsnorm's, so a plugin's post
+ * norm compares exactly; run where the post norm is not folded into the GEMV before it:
+ * postnorm=launch, ranks, an op plugin at the norm or that GEMV). With norm=unfused its rmsnorm is the built-in
  * op at every norm site (the one an op.rmsnorm plugin is gated against exactly: the example's
  * cuda flavour keeps its order). Otherwise not used by an arm without op plugins and with norm=fused.
  *
@@ -14,40 +15,27 @@
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "post_norm.cuh"
 
 /* One block of 256 threads: thread t sums x[i]^2 over i = t (mod 256) in increasing i; the 256
  * partial sums are added by a fixed tree in shared memory (pairs at distance 128, 64, ..., 1);
  * out[i] = (x[i] * scale) * w[i], scale = 1 / sqrtf(sum / n + eps). Every multiply and add
- * rounded on its own (no fused multiply-add): the same bits on every run. */
+ * rounded on its own (no fused multiply-add): the same bits on every run. post_norm.cuh's
+ * mc_rmsnorm_block, which a GEMV with postnorm=fused runs in its last block: the same bits. */
 template <int ADD> /* 1: out[i] = out[i] + the normed value (gemma3's post norms and their residual add) */
 __global__ void op_rmsnorm_kernel(const float *x, const float *w, uint32_t n, float eps, float *out) {
-    __shared__ float part[256];
-    const uint32_t t = threadIdx.x;
-    float acc = 0.0f;
-    for (uint32_t i = t; i < n; i += 256)
-        acc = __fadd_rn(acc, __fmul_rn(x[i], x[i]));
-    part[t] = acc;
-    __syncthreads();
-    for (uint32_t s = 128; s > 0; s >>= 1) {
-        if (t < s)
-            part[t] = __fadd_rn(part[t], part[t + s]);
-        __syncthreads();
-    }
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(part[0], (float)n), eps)));
-    for (uint32_t i = t; i < n; i += 256) {
-        const float v = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
-        out[i] = ADD ? __fadd_rn(out[i], v) : v;
-    }
+    __shared__ float part[MC_NORM_PARTS];
+    mc_rmsnorm_block<ADD>(x, w, n, eps, out, part);
 }
 
 cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *out, cudaStream_t st) {
-    op_rmsnorm_kernel<0><<<1, 256, 0, st>>>(x, w, n, eps, out);
+    op_rmsnorm_kernel<0><<<1, MC_NORM_PARTS, 0, st>>>(x, w, n, eps, out);
     return cudaGetLastError();
 }
 
 /* x = x + RMSNorm(t) * w (one block, as mc_op_rmsnorm). */
 cudaError_t mc_op_rmsnorm_add(const float *t, const float *w, uint32_t n, float eps, float *x, cudaStream_t st) {
-    op_rmsnorm_kernel<1><<<1, 256, 0, st>>>(t, w, n, eps, x);
+    op_rmsnorm_kernel<1><<<1, MC_NORM_PARTS, 0, st>>>(t, w, n, eps, x);
     return cudaGetLastError();
 }
 

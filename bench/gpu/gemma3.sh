@@ -9,7 +9,8 @@
 #   tiny   gemma3-tiny (window 8, layers 0-4 local): cpu against cuda in nmse mode (1e-5) at f32,
 #          bf16 and q8_0 on each attention path (attention=auto: the cluster kernel; tiled;
 #          unfused), 64 + 64 steps; cuda against cuda-graph exact on each path, 256 + 256 steps,
-#          greedy and sampled; window=3, norm=unfused, stages=2 exact; the example op plugin
+#          greedy and sampled; window=3, norm=unfused, stages=2 exact; postnorm=launch against the
+#          fold (f32, q8_0) exact, and memra_cuda_check_post_norm where carried; the example op plugin
 #          (norm=unfused against op.rmsnorm=example exact: its norm at every site, the post norms
 #          included; against its graph; against cpu)
 #   big    the gemma3-270m preset (n_embd 640, 4 q heads, 1 kv head, head_dim 256: the tiled and
@@ -54,6 +55,11 @@ tiny)
   gate ex-window3 --model /tmp/g3-f32.gguf --a cuda --b cuda:window=3 --prime 64 -n 64 $N
   gate ex-norm-unfused --model /tmp/g3-q8_0.gguf --a cuda:norm=unfused --b cuda-graph:norm=unfused --prime 64 -n 64 $N
   gate ex-stages2 --model /tmp/g3-f32.gguf --a cuda --b cuda:stages=2 --prime 64 -n 64 $N
+  for d in f32 q8_0; do # postnorm=launch against the fold (issue 27.1): exact
+    gate ex-postnorm-$d --model /tmp/g3-$d.gguf --a cuda:postnorm=launch --b cuda-graph --prime 64 -n 64 $N --temp 1 --seed 5; done
+  if [ -x "$B/bin/memra_cuda_check_post_norm" ]; then
+    timeout 120 "$B/bin/memra_cuda_check_post_norm" > "$OUT/l/check_post_norm.log" 2>&1
+    echo "check_post_norm rc=$? $(tail -1 "$OUT/l/check_post_norm.log")" | tee -a "$T"; fi
   if [ -d "$B/op-plugins.d" ]; then
     gate op-unfused-vs-example --model /tmp/g3-q8_0.gguf --a cuda:norm=unfused --b cuda:norm=unfused,op.rmsnorm=example --prime 64 -n 64 $N
     gate op-example-graph --model /tmp/g3-q8_0.gguf --a cuda:op.rmsnorm=example --b cuda-graph:op.rmsnorm=example --prime 64 -n 64 $N --temp 1

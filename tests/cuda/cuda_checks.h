@@ -17,6 +17,10 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked);
  * (check_quant_gemv.c); returns the number of failures (negative: could not run). */
 int memra_cuda_check_quant_gemv(FILE *out, int *n_checked);
 
+/* postnorm=fused: mc_gemv_post bit for bit against mc_gemv then mc_op_rmsnorm_add, every type and
+ * kernel (check_post_norm.c); returns the number of failures (negative: could not run). */
+int memra_cuda_check_post_norm(FILE *out, int *n_checked);
+
 /* Writes PRESET in `type` with every attn_v and ffn_up decoded to F32 (fused matrices of mixed
  * types, mixed_gguf.c) to path; 0 on success, else the reason in msg. */
 int memra_check_write_mixed(const char *preset, uint32_t type, const char *path, char *msg, size_t size);

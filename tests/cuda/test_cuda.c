@@ -137,6 +137,16 @@ Test(cuda, quant_gemv_matches_host_reference) {
     cr_assert_gt(checked, 50);
 }
 
+/* Issue 27 item 1 (postnorm=fused): the GEMV that folds gemma3's post norm gives the bits of the
+ * GEMV then the post norm's launch, every type and kernel (check_post_norm.c). */
+Test(cuda, post_norm_fold_matches_the_launches) {
+    need_device();
+    int checked = 0;
+    int bad = memra_cuda_check_post_norm(stderr, &checked);
+    cr_assert_eq(bad, 0, "%d failures in %d fused post-norm cases", bad, checked);
+    cr_assert_gt(checked, 100);
+}
+
 /* The legacy quantized types end to end: cpu against cuda (greedy tokens agree, NMSE within the
  * project's 1e-4) and cuda against cuda-graph bit for bit, on both qdot paths. */
 Test(cuda, legacy_quant_types_cpu_vs_cuda_and_graph) {

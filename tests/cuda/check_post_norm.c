@@ -1,0 +1,306 @@
+/* check_post_norm.c: postnorm=fused (issue 27 item 1): mc_gemv_post, the GEMV whose last block
+ * folds gemma3's post norm and its residual add, bit for bit against the two launches it replaces
+ * (mc_gemv into y, then mc_op_rmsnorm_add of y onto x), for every weight type and kernel the
+ * output and down projections can take: F32, F16 and BF16 (gemv=auto: the persistent kernel on
+ * short rows; gemv=rowgroup), Q8_0 (q8=auto: the integer kernel where it serves, the float
+ * row-group kernel elsewhere; q8=float), Q4_0 ... Q5_1 and Q4_K ... Q6_K (qdot=auto and float),
+ * on shapes that take each column split (KS 4, 2, 1), rows that are no multiple of a row group or
+ * of the norm's 256 partials, gemma3-tiny's and gemma3-270m's. Each case runs twice in a row on
+ * the same ticket (the second launch must find it reset: it is read back, and must be 0) and
+ * compares y and x after both. Negative control: the fused launch with one post-norm weight
+ * changed must give another x (so the comparison sees a difference where there is one).
+ *
+ * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
+ * Criterion test with MEMRA_CHECK_NO_MAIN. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_checks.h"
+#include "gemv_quant.h"
+#include "memra/numeric.h"
+#include "memra/quant.h"
+#include "memra/tensor_type.h"
+
+static uint64_t pn_next(uint64_t *s) {
+    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+static float pn_unit(uint64_t *s) { return (float)(pn_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
+static float pn_sym(uint64_t *s) { return 2.0f * pn_unit(s) - 1.0f; }
+
+/* A small finite f16 scale (sign random). */
+static uint16_t pn_scale16(uint64_t *s) {
+    return memra_f32_to_f16((pn_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * pn_unit(s)));
+}
+
+/* The device matrix (rows x cols of type t, random weights) in the upload layout of
+ * cuda_kernels.h and gemv_quant.h. */
+static cudaError_t pn_matrix(uint32_t t, uint32_t rows, uint32_t cols, uint64_t *s, mc_matrix *w) {
+    memset(w, 0, sizeof *w);
+    w->type = t;
+    w->rows = rows;
+    w->cols = cols;
+    uint64_t dr = 0, ar = 0;
+    uint8_t *d = NULL, *a = NULL, *src = NULL;
+    uint16_t *sc = NULL;
+    cudaError_t e = cudaErrorMemoryAllocation;
+    const bool legacy = mc_qlayout_legacy(t, cols, &dr, &ar), kq = !legacy && mc_qlayout_kquant(t, cols, &dr, &ar);
+    if (legacy || kq) {
+        const uint32_t bb = memra_quant_block_bytes(t), be = memra_quant_block_elems(t), nb = cols / be;
+        src = malloc((size_t)nb * bb);
+        d = calloc(rows, dr);
+        a = ar ? calloc(rows, ar) : NULL;
+        if (!src || !d || (ar && !a))
+            goto done;
+        for (uint32_t r = 0; r < rows; r++) {
+            for (size_t i = 0; i < (size_t)nb * bb; i++)
+                src[i] = (uint8_t)pn_next(s);
+            for (uint32_t b = 0; b < nb; b++) { /* the f16 fields finite and small */
+                uint8_t *blk = src + (size_t)b * bb;
+                const uint16_t d16 = pn_scale16(s), m16 = pn_scale16(s);
+                if (t == MEMRA_QTYPE_Q6_K) {
+                    memcpy(blk + 208, &d16, 2);
+                } else {
+                    memcpy(blk, &d16, 2);
+                    if (t == MEMRA_QTYPE_Q4_1 || t == MEMRA_QTYPE_Q5_1 || t == MEMRA_QTYPE_Q4_K ||
+                        t == MEMRA_QTYPE_Q5_K)
+                        memcpy(blk + 2, &m16, 2);
+                }
+            }
+            if (legacy)
+                mc_qrepack_legacy(t, src, cols, d + (size_t)r * dr, a ? a + (size_t)r * ar : NULL);
+            else
+                mc_qrepack_kquant(t, src, cols, d + (size_t)r * dr, a ? a + (size_t)r * ar : NULL);
+        }
+        w->stride = (uint32_t)dr;
+        w->aux_stride = (uint32_t)ar;
+        if ((e = cudaMalloc(&w->data, (size_t)rows * dr)) != cudaSuccess ||
+            (e = cudaMemcpy(w->data, d, (size_t)rows * dr, cudaMemcpyHostToDevice)) != cudaSuccess)
+            goto done;
+        if (ar && ((e = cudaMalloc(&w->aux, (size_t)rows * ar)) != cudaSuccess ||
+                   (e = cudaMemcpy(w->aux, a, (size_t)rows * ar, cudaMemcpyHostToDevice)) != cudaSuccess))
+            goto done;
+        e = cudaSuccess;
+        goto done;
+    }
+    const uint32_t eb = t == MEMRA_TYPE_F32 ? 4 : t == MEMRA_TYPE_Q8_0 ? 1 : 2, per16 = 16 / eb;
+    w->stride = (cols + per16 - 1) / per16 * per16;
+    const size_t bytes = (size_t)rows * w->stride * eb;
+    d = calloc(1, bytes);
+    if (!d)
+        goto done;
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t c = 0; c < cols; c++) {
+            const size_t i = (size_t)r * w->stride + c;
+            const float v = 0.05f * pn_sym(s);
+            if (t == MEMRA_TYPE_F32)
+                memcpy(d + 4 * i, &v, 4);
+            else if (t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16) {
+                const uint16_t h = t == MEMRA_TYPE_F16 ? memra_f32_to_f16(v) : memra_f32_to_bf16(v);
+                memcpy(d + 2 * i, &h, 2);
+            } else {
+                d[i] = (uint8_t)(int8_t)(pn_next(s) % 255 - 127);
+            }
+        }
+    if ((e = cudaMalloc(&w->data, bytes)) != cudaSuccess ||
+        (e = cudaMemcpy(w->data, d, bytes, cudaMemcpyHostToDevice)) != cudaSuccess)
+        goto done;
+    if (t == MEMRA_TYPE_Q8_0) {
+        const size_t n = (size_t)rows * (cols / 32);
+        sc = malloc(n * 2);
+        e = cudaErrorMemoryAllocation;
+        if (!sc)
+            goto done;
+        for (size_t i = 0; i < n; i++)
+            sc[i] = pn_scale16(s);
+        if ((e = cudaMalloc((void **)&w->scales, n * 2)) != cudaSuccess ||
+            (e = cudaMemcpy(w->scales, sc, n * 2, cudaMemcpyHostToDevice)) != cudaSuccess)
+            goto done;
+    }
+    e = cudaSuccess;
+done:
+    free(src);
+    free(d);
+    free(a);
+    free(sc);
+    return e;
+}
+
+static void pn_free(mc_matrix *w) {
+    cudaFree(w->data);
+    cudaFree(w->aux);
+    cudaFree(w->scales);
+    memset(w, 0, sizeof *w);
+}
+
+typedef struct pn_case {
+    uint32_t type, rows, cols;
+    const char *key, *value; /* the configuration key the case sets (gemv, q8 or qdot) */
+} pn_case;
+
+/* One case: 0 pass, else the number of failures (-1: could not run). control: perturb one post-norm
+ * weight of the fused launch (the result must then differ). */
+static int pn_run(FILE *out, const pn_case *k, int control, uint64_t seed) {
+    const uint32_t R = k->rows, C = k->cols;
+    const float eps = 1e-6f;
+    uint64_t s = seed;
+    mc_matrix w;
+    float *hx = malloc((size_t)C * 4), *hw = malloc((size_t)R * 4), *hr = malloc((size_t)R * 4);
+    float *y1 = malloc((size_t)R * 4), *y2 = malloc((size_t)R * 4), *x1 = malloc((size_t)R * 4),
+          *x2 = malloc((size_t)R * 4);
+    float *dx = NULL, *dw = NULL, *dw2 = NULL, *dy1 = NULL, *dy2 = NULL, *dr1 = NULL, *dr2 = NULL;
+    uint32_t *ticket = NULL, tk = 1;
+    int bad = -1;
+    const char *tn = memra_tensor_type_name(k->type);
+    if (pn_matrix(k->type, R, C, &s, &w) != cudaSuccess || !hx || !hw || !hr || !y1 || !y2 || !x1 || !x2)
+        goto done;
+    for (uint32_t c = 0; c < C; c++)
+        hx[c] = 2.0f * pn_sym(&s);
+    for (uint32_t r = 0; r < R; r++) {
+        hw[r] = 0.5f + pn_unit(&s);
+        hr[r] = 4.0f * pn_sym(&s);
+    }
+    if (cudaMalloc((void **)&dx, (size_t)C * 4) || cudaMalloc((void **)&dw, (size_t)R * 4) ||
+        cudaMalloc((void **)&dw2, (size_t)R * 4) || cudaMalloc((void **)&dy1, (size_t)R * 4) ||
+        cudaMalloc((void **)&dy2, (size_t)R * 4) || cudaMalloc((void **)&dr1, (size_t)R * 4) ||
+        cudaMalloc((void **)&dr2, (size_t)R * 4) || cudaMalloc((void **)&ticket, 4))
+        goto done;
+    cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, hw, (size_t)R * 4, cudaMemcpyHostToDevice);
+    if (control)
+        hw[R / 2] *= 1.5f;
+    cudaMemcpy(dw2, hw, (size_t)R * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dr1, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dr2, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
+    cudaMemset(ticket, 0, 4);
+    mc_config cfg = mc_config_default;
+    if (k->key && mc_config_choice(&cfg, k->key, k->value) != NULL)
+        goto done;
+    const mc_post_args pn = {dw2, dr2, ticket, eps};
+    cudaError_t e = cudaSuccess;
+    for (int rep = 0; rep < 2 && e == cudaSuccess; rep++) { /* twice: the second finds the ticket reset */
+        e = mc_gemv(&cfg, &w, dx, NULL, eps, NULL, NULL, dy1, 0);
+        if (e == cudaSuccess)
+            e = mc_op_rmsnorm_add(dy1, dw, R, eps, dr1, 0);
+        if (e == cudaSuccess)
+            e = mc_gemv_post(&cfg, &w, dx, dy2, &pn, 0);
+    }
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess && (e = cudaMemcpy(y1, dy1, (size_t)R * 4, cudaMemcpyDeviceToHost)) == cudaSuccess &&
+        (e = cudaMemcpy(y2, dy2, (size_t)R * 4, cudaMemcpyDeviceToHost)) == cudaSuccess &&
+        (e = cudaMemcpy(x1, dr1, (size_t)R * 4, cudaMemcpyDeviceToHost)) == cudaSuccess)
+        e = cudaMemcpy(x2, dr2, (size_t)R * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(&tk, ticket, 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "%s %ux%u %s=%s: %s\n", tn, R, C, k->key, k->value, cudaGetErrorString(e));
+        goto done;
+    }
+    bad = 0;
+    if (memcmp(y1, y2, (size_t)R * 4) != 0) {
+        bad++;
+        if (out)
+            fprintf(out, "%s %ux%u %s=%s: the fused GEMV's outputs differ from mc_gemv's\n", tn, R, C, k->key,
+                    k->value);
+    }
+    for (uint32_t r = 0; r < R; r++)
+        if (memcmp(&x1[r], &x2[r], 4) != 0) {
+            if (out && bad < 4)
+                fprintf(out, "%s %ux%u %s=%s: x[%u] %.9g, the two launches give %.9g\n", tn, R, C, k->key, k->value, r,
+                        x2[r], x1[r]);
+            bad++;
+        }
+    if (tk != 0) {
+        bad++;
+        if (out)
+            fprintf(out, "%s %ux%u: the ticket is %u after the launches, not 0\n", tn, R, C, tk);
+    }
+done:
+    pn_free(&w);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(dy1);
+    cudaFree(dy2);
+    cudaFree(dr1);
+    cudaFree(dr2);
+    cudaFree(ticket);
+    free(hx);
+    free(hw);
+    free(hr);
+    free(y1);
+    free(y2);
+    free(x1);
+    free(x2);
+    return bad;
+}
+
+int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
+    /* (rows, cols): gemma3-tiny's wo and down, gemma3-270m's, KS 2 and KS 1, odd rows */
+    static const uint32_t shapes[][2] = {{64, 128},   {64, 192},   {640, 1024}, {640, 2048},
+                                         {3000, 512}, {5000, 256}, {37, 256},   {300, 768}};
+    static const struct {
+        uint32_t type;
+        const char *key, *v0, *v1;
+    } kinds[] = {
+        {MEMRA_TYPE_F32, "gemv", "auto", "rowgroup"},  {MEMRA_TYPE_F16, "gemv", "auto", "rowgroup"},
+        {MEMRA_TYPE_BF16, "gemv", "auto", "rowgroup"}, {MEMRA_TYPE_Q8_0, "q8", "auto", "float"},
+        {MEMRA_QTYPE_Q4_0, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q4_1, "qdot", "auto", "float"},
+        {MEMRA_QTYPE_Q5_0, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_1, "qdot", "auto", "float"},
+        {MEMRA_QTYPE_Q4_K, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_K, "qdot", "auto", "float"},
+        {MEMRA_QTYPE_Q6_K, "qdot", "auto", "float"},
+    };
+    int bad = 0, checked = 0;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const uint32_t t = kinds[ki].type, cols = shapes[si][1];
+            const uint32_t blk = t == MEMRA_QTYPE_Q4_K || t == MEMRA_QTYPE_Q5_K || t == MEMRA_QTYPE_Q6_K ? 256
+                                 : t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16    ? 1
+                                                                                                         : 32;
+            if (cols % blk)
+                continue;
+            for (int v = 0; v < 2; v++) {
+                const pn_case k = {t, shapes[si][0], cols, kinds[ki].key, v ? kinds[ki].v1 : kinds[ki].v0};
+                const int b = pn_run(out, &k, 0, 1000 * ki + 10 * si + v);
+                if (b < 0)
+                    return -1;
+                bad += b;
+                checked++;
+            }
+        }
+    /* negative controls: a changed post-norm weight must be seen, on each family */
+    static const uint32_t ctl[] = {MEMRA_TYPE_F32, MEMRA_TYPE_Q8_0, MEMRA_QTYPE_Q5_0, MEMRA_QTYPE_Q4_K};
+    for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+        const pn_case k = {ctl[i], 640, 1024, NULL, NULL};
+        const int b = pn_run(NULL, &k, 1, 77 + i);
+        if (b < 0)
+            return -1;
+        if (b == 0) {
+            if (out)
+                fprintf(out, "%s: negative control not caught (a changed post-norm weight gave the same x)\n",
+                        memra_tensor_type_name(ctl[i]));
+            bad++;
+        }
+        checked++;
+    }
+    if (n_checked)
+        *n_checked = checked;
+    return bad;
+}
+
+#ifndef MEMRA_CHECK_NO_MAIN
+int main(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("check_post_norm: SKIP (no CUDA device)\n");
+        return 77;
+    }
+    int checked = 0;
+    int bad = memra_cuda_check_post_norm(stdout, &checked);
+    printf("check_post_norm: %s (%d cases, %d failures)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
+    return bad == 0 ? 0 : 1;
+}
+#endif
