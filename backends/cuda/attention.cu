@@ -333,25 +333,28 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
 /* ---- attention_decode_cluster: lane groups own positions ----------------------------------- */
 
 /* One cluster of MC_ATT_SPLIT blocks per kv head g, as above, but the work inside a block is
- * shaped for latency: 8 warps = 16 groups of 16 lanes; a group owns positions (group q takes the
- * tile's positions q, q + 16, ...) two at a time, and each lane holds DPL = hd/16 dimensions of a
- * position's K and V row and of every q head of the group (lane l: dimensions 64k + 4l .. 64k +
- * 4l + 3 for slot k when DPL >= 4, 2l and 2l + 1 when DPL = 2, so a group's 16-byte shared loads
- * cover one row without bank conflicts). A score is the lane's partial dot, then a fixed xor tree
- * over the 16 lanes; each group keeps an online softmax (m, l, o) per head over its positions in
- * order. The block's whole position range streams into shared memory by cp.async (two tiles of
- * 8192/hd positions in flight; the first two before the wait on the qkv GEMV); then the 16 group
- * states merge in group order, and each block pushes its state (m and l of every head, and each
- * output element) into the shared memory of the block that finishes that element (element e: rank
- * e / per_e); after one cluster barrier every block merges the 8 states of its elements in rank
- * order from its own shared memory. Every
- * output element has one fixed formula: the bits depend on *pos and the shapes only. q is normed
- * (qwen3) and roped in registers by every group alike, the RoPE angles computed before the wait;
- * the block whose range holds *pos computes the new k and v row (warp 0), appends it to the cache
- * and uses it from shared memory. Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2,
- * 4, 8}. Positions [w0, *pos] as above (a sliding window). Per layer and token: reads qkv (one
- * token), freqs, norms, *pos, this layer's K and V rows [w0, *pos); writes the K and V rows at *pos
- * and out[n_head][hd]. */
+ * shaped for latency: 8 warps = NG groups of GL lanes (16 groups of 16 lanes up to hd 128; at hd
+ * 256, 8 groups of 32: a whole warp, so a lane still holds 8 dimensions); a group owns positions
+ * (group q takes the tile's positions q, q + NG, ...) two at a time, and each lane holds DPL =
+ * hd/GL dimensions of a position's K and V row and of every q head of the group (lane l:
+ * dimensions 4 GL k + 4l .. 4 GL k + 4l + 3 for slot k when DPL >= 4, 2l and 2l + 1 when DPL = 2,
+ * so a group's 16-byte shared loads cover one row without bank conflicts). A score is the lane's
+ * partial dot, then a fixed xor tree over the GL lanes; each group keeps an online softmax (m, l,
+ * o) per head over its positions in order. The block's whole position range streams into shared
+ * memory by cp.async (two tiles of 8192/hd positions in flight; the first two before the wait on
+ * the qkv GEMV); then the NG group states merge in group order, and each block pushes its state
+ * (m and l of every head, and each output element) into the shared memory of the block that
+ * finishes that element (element e: rank e / per_e); after one cluster barrier every block merges
+ * the 8 states of its elements in rank order from its own shared memory. Every output element has
+ * one fixed formula: the bits depend on *pos and the shapes only. q is normed (qwen3, gemma3) and
+ * roped in registers by every group alike. What depends on no earlier kernel is read before the
+ * wait: the lane's RoPE frequencies together with *pos (one round trip, not one after the other),
+ * then the angles and the first tiles; after the wait q, the new k and v row and the norm weights
+ * are asked for at once. The block whose range holds *pos computes the new k and v row (warp 0),
+ * appends it to the cache and uses it from shared memory. Serves hd == hdv in {32, 64, 128, 256}
+ * and G = n_head/n_kv in {1, 2, 4, 8}. Positions [w0, *pos] as above (a sliding window). Per layer
+ * and token: reads qkv (one token), freqs, norms, *pos, this layer's K and V rows [w0, *pos);
+ * writes the K and V rows at *pos and out[n_head][hd]. */
 #define MC_ATC_WARPS 8u
 #define MC_ATC_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
 
@@ -369,19 +372,23 @@ __host__ __device__ inline uint32_t mc_atc_smem_floats(uint32_t G, uint32_t hd) 
            MC_ATT_SPLIT * mc_atc_per_e(G, hd) + 4;
 }
 
-/* Dimension of slot i of lane gl (of a 16-lane group). */
+/* Lanes of a group (16 up to hd 128, 32 at hd 256) and the dimensions a lane holds. */
+template <uint32_t HD> inline constexpr uint32_t MC_ATC_GL = HD > 128 ? 32u : 16u;
+template <uint32_t HD> inline constexpr uint32_t MC_ATC_DPL = HD / MC_ATC_GL<HD>;
+
+/* Dimension of slot i of lane gl (of a GL-lane group). */
 template <uint32_t HD> __device__ __forceinline__ uint32_t mc_atc_dim(uint32_t gl, uint32_t i) {
-    return HD / 16 >= 4 ? (i / 4) * 64 + 4 * gl + (i % 4) : 2 * gl + i;
+    return MC_ATC_DPL<HD> >= 4 ? (i / 4) * (4 * MC_ATC_GL<HD>)+4 * gl + (i % 4) : 2 * gl + i;
 }
 
 /* A lane's slots of a row (of floats, or of a cache's stored values, read back exactly). */
 template <uint32_t HD, typename KT>
-__device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const KT *row, uint32_t gl) {
-    if (HD / 16 >= 4) {
-        constexpr uint32_t NK = HD >= 64 ? HD / 64 : 1;
+__device__ __forceinline__ void mc_atc_load(float (&x)[MC_ATC_DPL<HD>], const KT *row, uint32_t gl) {
+    if (MC_ATC_DPL<HD> >= 4) {
+        constexpr uint32_t NK = MC_ATC_DPL<HD> >= 4 ? MC_ATC_DPL<HD> / 4 : 1;
 #pragma unroll
         for (uint32_t k = 0; k < NK; k++) {
-            const float4 v = mc_kv_load4(row + k * 64 + 4 * gl);
+            const float4 v = mc_kv_load4(row + k * 4 * MC_ATC_GL<HD> + 4 * gl);
             x[4 * k] = v.x;
             x[4 * k + 1] = v.y;
             x[4 * k + 2] = v.z;
@@ -396,67 +403,102 @@ __device__ __forceinline__ void mc_atc_load(float (&x)[HD / 16], const KT *row, 
 
 /* A lane's slots into a row (a cache's: each value rounded to its storage type). */
 template <uint32_t HD, typename KT>
-__device__ __forceinline__ void mc_atc_store(KT *row, const float (&x)[HD / 16], uint32_t gl) {
+__device__ __forceinline__ void mc_atc_store(KT *row, const float (&x)[MC_ATC_DPL<HD>], uint32_t gl) {
 #pragma unroll
-    for (uint32_t i = 0; i < HD / 16; i++)
+    for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
         row[mc_atc_dim<HD>(gl, i)] = mc_kv_put<KT>(x[i]);
 }
 
-/* Sum over the 16 lanes of a group (a fixed xor tree; every lane gets the same bits). */
-__device__ __forceinline__ float mc_atc_group_sum(float v) {
+/* Sum over the GL lanes of a group (a fixed xor tree; every lane gets the same bits). */
+template <uint32_t GL> __device__ __forceinline__ float mc_atc_group_sum(float v) {
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1)
+    for (int o = GL / 2; o > 0; o >>= 1)
         v += __shfl_xor_sync(MC_FULL, v, o);
     return v;
 }
 
-/* RMSNorm (eps inside the root) of NV vectors held as lane slots. Called by whole warps. */
+/* A lane's weights of a norm (qwen3's, gemma3's q or k norm), read before they are needed so that
+ * their round trip overlaps others; nothing when norm is NULL. */
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_norm_load(float (&w)[MC_ATC_DPL<HD>], const float *norm, uint32_t gl) {
+    if (norm) {
+#pragma unroll
+        for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
+            w[i] = norm[mc_atc_dim<HD>(gl, i)];
+    }
+}
+
+/* RMSNorm (eps inside the root) of NV vectors held as lane slots, with the lane's weights w.
+ * Called by whole warps. */
 template <uint32_t HD, uint32_t NV>
-__device__ __forceinline__ void mc_atc_norm(float (&x)[NV][HD / 16], const float *norm, float eps, uint32_t gl) {
+__device__ __forceinline__ void mc_atc_norm(float (&x)[NV][MC_ATC_DPL<HD>], const float (&w)[MC_ATC_DPL<HD>],
+                                            float eps) {
 #pragma unroll
     for (uint32_t v = 0; v < NV; v++) {
         float ss = 0.0f;
 #pragma unroll
-        for (uint32_t i = 0; i < HD / 16; i++)
+        for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
             ss = fmaf(x[v][i], x[v][i], ss);
-        ss = mc_atc_group_sum(ss);
+        ss = mc_atc_group_sum<MC_ATC_GL<HD>>(ss);
         const float scale = 1.0f / sqrtf(ss / (float)HD + eps);
 #pragma unroll
-        for (uint32_t i = 0; i < HD / 16; i++)
-            x[v][i] = x[v][i] * scale * norm[mc_atc_dim<HD>(gl, i)];
+        for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
+            x[v][i] = x[v][i] * scale * w[i];
     }
 }
 
-/* The cos and sin of a lane's RoPE angles at position p (they need no earlier kernel's output:
- * computed before the wait). */
-template <uint32_t HD> struct mc_atc_cs { float s[HD / 16], c[HD / 16]; };
-
+/* The RoPE frequencies of a lane's angles (slot i's in f[i]; the slots the pairing below leaves
+ * out hold nothing): they need no earlier kernel's output nor *pos, so they are read first. */
 template <uint32_t HD>
-__device__ __forceinline__ void mc_atc_rope_prep(mc_atc_cs<HD> &cs, const mc_rope_args &a, int32_t p, uint32_t gl) {
-    constexpr uint32_t DPL = HD / 16;
-    const float fpos = (float)p * a.pos_scale;
+__device__ __forceinline__ void mc_atc_freqs(float (&f)[MC_ATC_DPL<HD>], const mc_rope_args &a, uint32_t gl) {
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>;
     if (!a.neox) { /* pairs (2j, 2j + 1): both in the lane */
 #pragma unroll
         for (uint32_t i = 0; i < DPL; i += 2)
-            sincosf(fpos * a.freqs[mc_atc_dim<HD>(gl, i) / 2], &cs.s[i], &cs.c[i]);
-    } else if (DPL == 8) { /* pairs (j, j + 64): slots i and i + 4 of the lane */
+            f[i] = a.freqs[mc_atc_dim<HD>(gl, i) / 2];
+    } else if (DPL == 8) { /* pairs (j, j + hd/2): slots i and i + 4 of the lane */
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++)
-            sincosf(fpos * a.freqs[mc_atc_dim<HD>(gl, i)], &cs.s[i], &cs.c[i]);
+            f[i] = a.freqs[mc_atc_dim<HD>(gl, i)];
     } else { /* pairs (j, j + hd/2): lane gl and lane gl ^ 8, the same slot */
         const bool lo = (gl & 8) == 0;
 #pragma unroll
         for (uint32_t i = 0; i < DPL; i++) {
             const uint32_t d = mc_atc_dim<HD>(gl, i);
-            sincosf(fpos * a.freqs[lo ? d : d - HD / 2], &cs.s[i], &cs.c[i]);
+            f[i] = a.freqs[lo ? d : d - HD / 2];
         }
+    }
+}
+
+/* The cos and sin of a lane's RoPE angles at position p (they need no earlier kernel's output:
+ * computed before the wait), from its frequencies (mc_atc_freqs). */
+template <uint32_t HD> struct mc_atc_cs { float s[MC_ATC_DPL<HD>], c[MC_ATC_DPL<HD>]; };
+
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_rope_prep(mc_atc_cs<HD> &cs, const float (&f)[MC_ATC_DPL<HD>],
+                                                 const mc_rope_args &a, int32_t p) {
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>;
+    const float fpos = (float)p * a.pos_scale;
+    if (!a.neox) {
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i += 2)
+            sincosf(fpos * f[i], &cs.s[i], &cs.c[i]);
+    } else if (DPL == 8) {
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            sincosf(fpos * f[i], &cs.s[i], &cs.c[i]);
+    } else {
+#pragma unroll
+        for (uint32_t i = 0; i < DPL; i++)
+            sincosf(fpos * f[i], &cs.s[i], &cs.c[i]);
     }
 }
 
 /* RoPE of NV vectors held as lane slots, with the lane's angles. Called by whole warps. */
 template <uint32_t HD, uint32_t NV>
-__device__ __forceinline__ void mc_atc_rope(float (&x)[NV][HD / 16], const mc_atc_cs<HD> &cs, int neox, uint32_t gl) {
-    constexpr uint32_t DPL = HD / 16;
+__device__ __forceinline__ void mc_atc_rope(float (&x)[NV][MC_ATC_DPL<HD>], const mc_atc_cs<HD> &cs, int neox,
+                                            uint32_t gl) {
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>;
     if (!neox) {
 #pragma unroll
         for (uint32_t i = 0; i < DPL; i += 2) {
@@ -494,6 +536,44 @@ __device__ __forceinline__ void mc_atc_rope(float (&x)[NV][HD / 16], const mc_at
     }
 }
 
+/* After the wait: the G q heads of kv head g normed (where the arm has a q norm) and roped in
+ * registers; where row_warp (warp 0 of the block that holds position p: every group of the warp
+ * computes the row, group 0 writes it), the new k row normed and roped and the v row, each rounded
+ * to the cache's type into kn, vn and the cache at p. q, k, v and the norm weights are all asked
+ * for before any is used (one round trip). attention_decode_cluster and attention_split share it:
+ * the same instructions, so the same q and the same cache row. */
+template <uint32_t HD, uint32_t G, typename KT>
+__device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], const mc_rope_args &a, const float *qkv,
+                                                 uint32_t g, const mc_atc_cs<HD> &cs, bool row_warp, KT *kn, KT *vn,
+                                                 KT *k_cache, KT *v_cache, int32_t p) {
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>, GL = MC_ATC_GL<HD>;
+    const uint32_t gl = threadIdx.x % GL;
+    float qw[DPL], kv[1][DPL], vv[DPL], kw[DPL];
+#pragma unroll
+    for (uint32_t h = 0; h < G; h++)
+        mc_atc_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
+    mc_atc_norm_load<HD>(qw, a.q_norm, gl);
+    if (row_warp) {
+        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
+        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
+        mc_atc_norm_load<HD>(kw, a.k_norm, gl);
+    }
+    if (a.q_norm)
+        mc_atc_norm<HD, G>(q, qw, a.eps);
+    mc_atc_rope<HD, G>(q, cs, a.neox, gl);
+    if (row_warp) {
+        if (a.k_norm)
+            mc_atc_norm<HD, 1>(kv, kw, a.eps);
+        mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
+        if ((threadIdx.x & 31) < GL) {
+            mc_atc_store<HD, KT>(kn, kv[0], gl);
+            mc_atc_store<HD, KT>(vn, vv, gl);
+            mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
+            mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+        }
+    }
+}
+
 /* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair (16-byte
  * copies of 16 / sizeof(KT) stored values; the tile keeps the storage type). */
 template <uint32_t HD, typename KT>
@@ -519,7 +599,8 @@ template <uint32_t HD, uint32_t G, bool CH = false, typename KT = float>
 __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     attention_decode_cluster(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out,
                              const int32_t *pos) {
-    constexpr uint32_t DPL = HD / 16, T = MC_ATC_TILE_FLOATS / HD, NG = 2 * MC_ATC_WARPS;
+    constexpr uint32_t GL = MC_ATC_GL<HD>, DPL = MC_ATC_DPL<HD>, T = MC_ATC_TILE_FLOATS / HD;
+    constexpr uint32_t GPW = 32 / GL, NG = GPW * MC_ATC_WARPS; /* groups a warp, a block */
     constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
     static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_ATC_TILE_FLOATS, "the group states alias the tiles");
     /* every block of the cluster has started before any writes to another's shared memory: an
@@ -532,8 +613,10 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     float *wq = sm + 4 * MC_ATC_TILE_FLOATS + 2 * HD;
     float *bm = wq + NG * G, *rm = bm + G, *rl = rm + MC_ATT_SPLIT * G, *ro = rl + MC_ATT_SPLIT * G;
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
-    const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
-    const uint32_t grp = tid >> 4, gl = tid & 15, warp = tid >> 5;
+    const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
+    const uint32_t grp = tid / GL, gl = tid % GL, warp = tid >> 5;
+    float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
+    mc_atc_freqs<HD>(fr, a, gl);
     /* CH: row blockIdx.z of a chunk, at position *pos + row, whose k and v rows (every row's of
      * the chunk) attention_chunk_append has written: all of [w0, p] comes from the cache, none
      * from the block (no `skip`, no new row); everything else is the decode step's at p */
@@ -555,29 +638,10 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         mc_atc_load_tile<HD, KT>(kt + j * T * HD, vt + j * T * HD, kb, vb, t0, min(T, p1 - t0), skip);
     }
     mc_atc_cs<HD> cs;
-    mc_atc_rope_prep<HD>(cs, a, p, gl);
+    mc_atc_rope_prep<HD>(cs, fr, a, p);
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
     float q[G][DPL];
-#pragma unroll
-    for (uint32_t h = 0; h < G; h++)
-        mc_atc_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
-    if (a.q_norm)
-        mc_atc_norm<HD, G>(q, a.q_norm, a.eps, gl);
-    mc_atc_rope<HD, G>(q, cs, a.neox, gl);
-    if (has_new && warp == 0) { /* both groups of warp 0 compute it; group 0 writes it */
-        float kv[1][DPL], vv[DPL];
-        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
-        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
-        if (a.k_norm)
-            mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
-        mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
-        if (lane < 16) {
-            mc_atc_store<HD, KT>(kn, kv[0], gl);
-            mc_atc_store<HD, KT>(vn, vv, gl);
-            mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-            mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
-        }
-    }
+    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, cs, has_new && warp == 0, kn, vn, k_cache, v_cache, p);
     float m[G], l[G], o[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++) {
@@ -598,9 +662,10 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
                                      min(T, p1 - tn), skip);
         }
         const KT *ks = kt + b * T * HD, *vs = vt + b * T * HD;
-        /* warp-uniform trip count: groups 2w and 2w + 1 take positions ta and ta + NG */
-        for (uint32_t base = 2 * warp; base < nt; base += 2 * NG) {
-            const uint32_t ta = base + (grp & 1), tb = ta + NG;
+        /* warp-uniform trip count: group q of the warp's (2w and 2w + 1, or w at hd 256) takes
+         * positions ta = q + 2 NG k and ta + NG */
+        for (uint32_t base = GPW * warp; base < nt; base += 2 * NG) {
+            const uint32_t ta = base + (grp - GPW * warp), tb = ta + NG;
             const bool va = ta < nt, vbl = tb < nt;
             const KT *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
             const KT *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
@@ -624,7 +689,7 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
                 sb[h] = y;
             }
 #pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
+            for (int off = GL / 2; off > 0; off >>= 1)
 #pragma unroll
                 for (uint32_t h = 0; h < G; h++) {
                     sa[h] += __shfl_xor_sync(MC_FULL, sa[h], off);
@@ -722,24 +787,27 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
 /* ---- a prefill chunk: the KV rows of every row, then every row's attention ---------------- */
 
 /* One warp per (kv head g, row j of the chunk): the k and v rows at position *pos + j, computed
- * exactly as attention_decode_cluster's block that holds the new row computes them (warp 0: both
- * 16-lane groups, the k norm, the lane's RoPE angles, group 0 writes), into the cache. */
+ * exactly as attention_decode_cluster's block that holds the new row computes them (warp 0: every
+ * group of it, the k norm, the lane's RoPE angles, group 0 writes), into the cache. */
 template <uint32_t HD, typename KT = float>
 __global__ void __launch_bounds__(32)
     attention_chunk_append(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, const int32_t *pos) {
-    constexpr uint32_t DPL = HD / 16;
-    const uint32_t g = blockIdx.x, j = blockIdx.y, lane = threadIdx.x, gl = lane & 15;
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>, GL = MC_ATC_GL<HD>;
+    const uint32_t g = blockIdx.x, j = blockIdx.y, lane = threadIdx.x, gl = lane % GL;
+    float fr[DPL], kw[DPL];
+    mc_atc_freqs<HD>(fr, a, gl);
+    mc_atc_norm_load<HD>(kw, a.k_norm, gl);
     const int32_t p = *pos + (int32_t)j;
     const float *q = qkv + (size_t)j * ((a.n_head + 2 * a.n_kv) * HD);
     mc_atc_cs<HD> cs;
-    mc_atc_rope_prep<HD>(cs, a, p, gl);
+    mc_atc_rope_prep<HD>(cs, fr, a, p);
     float kv[1][DPL], vv[DPL];
     mc_atc_load<HD>(kv[0], q + (size_t)a.n_head * HD + (size_t)g * HD, gl);
     mc_atc_load<HD>(vv, q + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
     if (a.k_norm)
-        mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
+        mc_atc_norm<HD, 1>(kv, kw, a.eps);
     mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
-    if (lane < 16) {
+    if (lane < GL) {
         mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
         mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
     }
@@ -946,9 +1014,12 @@ template <uint32_t HD, uint32_t G, typename KT = float>
 __global__ void __launch_bounds__(MC_SPL_THREADS, 1)
     attention_split(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out, const int32_t *pos,
                     uint32_t rows) {
+    static_assert(HD <= 128, "16-lane groups");
     constexpr uint32_t DPL = HD / 16, NT = MC_SPL_THREADS, EPT = (G * HD + NT - 1) / NT, S = MC_ATT_SPAN;
     const uint32_t g = blockIdx.x, x = blockIdx.y, X = gridDim.y;
-    const uint32_t tid = threadIdx.x, lane = tid & 31, gl = tid & 15, warp = tid >> 5;
+    const uint32_t tid = threadIdx.x, gl = tid & 15, warp = tid >> 5;
+    float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
+    mc_atc_freqs<HD>(fr, a, gl);
     /* rows: row blockIdx.z of a chunk, at position *pos + row; else the decode step at *pos (written
      * by the commit of an earlier step: ordered before the qkv GEMV) */
     const int32_t p = *pos + (rows ? (int32_t)blockIdx.z : 0);
@@ -974,29 +1045,10 @@ __global__ void __launch_bounds__(MC_SPL_THREADS, 1)
         mc_atc_load_tile<HD, KT>((KT *)sm, (KT *)(sm + L.vt), kb, vb, p0, min(s * S + S, npos) - p0, skip);
     }
     mc_atc_cs<HD> cs;
-    mc_atc_rope_prep<HD>(cs, a, p, gl);
+    mc_atc_rope_prep<HD>(cs, fr, a, p);
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
-    float q[G][DPL];
-#pragma unroll
-    for (uint32_t h = 0; h < G; h++)
-        mc_atc_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
-    if (a.q_norm)
-        mc_atc_norm<HD, G>(q, a.q_norm, a.eps, gl);
-    mc_atc_rope<HD, G>(q, cs, a.neox, gl);
-    if (has_new && warp == 0) { /* attention_decode_cluster's new row: both groups compute, group 0 writes */
-        float kv[1][DPL], vv[DPL];
-        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
-        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
-        if (a.k_norm)
-            mc_atc_norm<HD, 1>(kv, a.k_norm, a.eps, gl);
-        mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
-        if (lane < 16) {
-            mc_atc_store<HD, KT>(kn, kv[0], gl);
-            mc_atc_store<HD, KT>(vn, vv, gl);
-            mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-            mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
-        }
-    }
+    float q[G][DPL]; /* and attention_decode_cluster's new row (the same code) */
+    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, cs, has_new && warp == 0, kn, vn, k_cache, v_cache, p);
     const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
     const uint32_t NS = mc_att_spans(a.capacity);
     /* the partials: out [head][span][hd] (16-byte rows), then (max, sum) [head][span][2] */
@@ -1123,18 +1175,19 @@ __global__ void __launch_bounds__(MC_SPL_THREADS, 1)
 
 /* ---- launch ------------------------------------------------------------------------------- */
 
-/* Whether attention_decode_cluster serves these shapes. */
+/* Whether attention_decode_cluster serves these shapes (and attention_split, up to hd 128). */
 static int mc_atc_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
-    return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 4 || G == 8);
+    return hd == hdv && (hd == 32 || hd == 64 || hd == 128 || hd == 256) && (G == 1 || G == 2 || G == 4 || G == 8);
 }
 
-/* split takes the cluster kernel's shapes; elsewhere it is auto (the key's description says so). */
+/* split takes the cluster kernel's shapes up to hd 128; elsewhere it is auto (the key's
+ * description says so). */
 int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
     if (c->attention == MC_ATT_UNFUSED || n_kv == 0 || n_head % n_kv || hd % 4 || hdv % 4 || hd < 2)
         return MC_ATT_PATH_UNFUSED;
-    if (c->attention == MC_ATT_SPANS && mc_atc_ok(n_head / n_kv, hd, hdv))
+    if (c->attention == MC_ATT_SPANS && hd <= 128 && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_SPLIT;
-    if (c->attention == MC_ATT_AUTO && mc_atc_ok(n_head / n_kv, hd, hdv))
+    if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS) && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_CLUSTER;
     if (c->kv != MC_KV_F32 && (hd % 8 || hdv % 8)) /* the tiled kernel's 16-byte rows of 2-byte values */
         return MC_ATT_PATH_UNFUSED;
@@ -1149,8 +1202,15 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
 static size_t mc_att_smem_set[MC_MAX_DEVICES];
 static int mc_atc_smem_ready[MC_MAX_DEVICES];
 
-/* Calls F(HD, G) for the cluster instantiation of these shapes. */
+/* Calls F(HD, G) for the cluster instantiation of these shapes (MC_ATC_DISPATCH128: hd up to 128,
+ * the split kernel's). */
 #define MC_ATC_DISPATCH(hd, G, F)                                                                                      \
+    ((hd) == 256 ? ((G) == 1   ? F(256, 1)                                                                             \
+                    : (G) == 2 ? F(256, 2)                                                                             \
+                    : (G) == 4 ? F(256, 4)                                                                             \
+                               : F(256, 8))                                                                            \
+                 : MC_ATC_DISPATCH128(hd, G, F))
+#define MC_ATC_DISPATCH128(hd, G, F)                                                                                   \
     ((hd) == 32   ? ((G) == 1   ? F(32, 1)                                                                             \
                      : (G) == 2 ? F(32, 2)                                                                             \
                      : (G) == 4 ? F(32, 4)                                                                             \
@@ -1181,10 +1241,12 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
                           : MC_ATC_DISPATCH(hd, G, MC_ATC_FN_CH))
 /* Every cluster instantiation once (F(kernel)). */
 // clang-format off
-#define MC_ATC_EACH_OF(F, FN) \
+#define MC_ATC_EACH_OF128(F, FN) \
     F(FN(32, 1)) F(FN(32, 2)) F(FN(32, 4)) F(FN(32, 8)) \
     F(FN(64, 1)) F(FN(64, 2)) F(FN(64, 4)) F(FN(64, 8)) \
     F(FN(128, 1)) F(FN(128, 2)) F(FN(128, 4)) F(FN(128, 8))
+#define MC_ATC_EACH_OF(F, FN) MC_ATC_EACH_OF128(F, FN) \
+    F(FN(256, 1)) F(FN(256, 2)) F(FN(256, 4)) F(FN(256, 8))
 #define MC_ATC_EACH(F) \
     MC_ATC_EACH_OF(F, MC_ATC_FN) MC_ATC_EACH_OF(F, MC_ATC_FN_CH) \
     MC_ATC_EACH_OF(F, MC_ATC_FN_H) MC_ATC_EACH_OF(F, MC_ATC_FN_CH_H) \
@@ -1196,10 +1258,11 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
 #define MC_SPL_FN_H(HD, G) ((const void *)attention_split<HD, G, __half>)
 #define MC_SPL_FN_B(HD, G) ((const void *)attention_split<HD, G, __nv_bfloat16>)
 #define MC_SPL_PICK(kv, hd, G)                                                                                         \
-    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH(hd, G, MC_SPL_FN_H)                                                        \
-     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH(hd, G, MC_SPL_FN_B)                                                        \
-                          : MC_ATC_DISPATCH(hd, G, MC_SPL_FN))
-#define MC_SPL_EACH(F) MC_ATC_EACH_OF(F, MC_SPL_FN) MC_ATC_EACH_OF(F, MC_SPL_FN_H) MC_ATC_EACH_OF(F, MC_SPL_FN_B)
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_SPL_FN_H)                                                     \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_SPL_FN_B)                                                     \
+                          : MC_ATC_DISPATCH128(hd, G, MC_SPL_FN))
+#define MC_SPL_EACH(F)                                                                                                 \
+    MC_ATC_EACH_OF128(F, MC_SPL_FN) MC_ATC_EACH_OF128(F, MC_SPL_FN_H) MC_ATC_EACH_OF128(F, MC_SPL_FN_B)
 static int mc_spl_smem_ready[MC_MAX_DEVICES];
 
 /* The largest dynamic shared memory of any split instantiation (f32, hd 128, G 8: 145 KB). */
@@ -1217,7 +1280,7 @@ static size_t mc_spl_smem_max(void) {
 /* The largest dynamic shared memory of any cluster instantiation. */
 static size_t mc_atc_smem_max(void) {
     size_t m = 0;
-    for (uint32_t hd = 32; hd <= 128; hd *= 2)
+    for (uint32_t hd = 32; hd <= 256; hd *= 2)
         for (uint32_t G = 1; G <= 8; G *= 2) {
             const size_t b = (size_t)mc_atc_smem_floats(G, hd) * 4;
             m = b > m ? b : m;
@@ -1397,8 +1460,10 @@ static void mc_chunk_append_launch(const mc_rope_args *a, const float *qkv, void
         attention_chunk_append<32, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
     else if (a->hd == 64)
         attention_chunk_append<64, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
-    else
+    else if (a->hd == 128)
         attention_chunk_append<128, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
+    else
+        attention_chunk_append<256, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
 }
 
 cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
@@ -1454,7 +1519,8 @@ const char *mc_attention_family(const void *f) {
         {(const void *)attention_decode_cluster_tiled<0, KT>, "attention"},                                            \
         {(const void *)attention_chunk_append<32, KT>, "attention"},                                                   \
         {(const void *)attention_chunk_append<64, KT>, "attention"},                                                   \
-        {(const void *)attention_chunk_append<128, KT>, "attention"},
+        {(const void *)attention_chunk_append<128, KT>, "attention"},                                                  \
+        {(const void *)attention_chunk_append<256, KT>, "attention"},
         MC_ATT_ROWS(float) MC_ATT_ROWS(__half) MC_ATT_ROWS(__nv_bfloat16)
 #undef MC_ATT_ROWS
 #define MC_ATC_ROW(fn) {fn, "attention"},

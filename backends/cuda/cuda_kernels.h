@@ -289,10 +289,11 @@ static inline uint64_t mc_att_split_partial_floats(uint32_t n_head, uint32_t hdv
  * of blocks per kv head, a fixed split of [0, *pos] by position and a rank-ordered merge through
  * distributed shared memory). Read qkv as mc_rope_kv does (q is not rotated in place); write
  * the k and v rows at *pos and out[n_head][hdv]. mc_attention_path says which path serves the
- * shapes under c: MC_ATT_PATH_CLUSTER (16-lane groups own positions; hd == hdv in {32, 64, 128},
- * G = n_head/n_kv in {1, 2, 4, 8}), MC_ATT_PATH_TILED (threads own positions in tiles; 16-byte
- * rows, shared memory <= 200 KB), MC_ATT_PATH_SPLIT (attention=split, on the cluster kernel's
- * shapes: fixed spans, above; its scratch from a->partial and a->ticket) or MC_ATT_PATH_UNFUSED
+ * shapes under c: MC_ATT_PATH_CLUSTER (lane groups own positions; hd == hdv in {32, 64, 128,
+ * 256}, G = n_head/n_kv in {1, 2, 4, 8}), MC_ATT_PATH_TILED (threads own positions in tiles;
+ * 16-byte rows, shared memory <= 200 KB), MC_ATT_PATH_SPLIT (attention=split, on the cluster
+ * kernel's shapes up to hd 128: fixed spans, above; its scratch from a->partial and a->ticket;
+ * auto's path elsewhere) or MC_ATT_PATH_UNFUSED
  * (then use mc_rope_kv + mc_attention; mc_attention_fused returns cudaErrorInvalidValue). */
 enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER, MC_ATT_PATH_SPLIT };
 int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);

@@ -1,13 +1,15 @@
 /* kernel_bench.cu: times each kernel of the cuda backend alone with CUDA events, on the shapes of
- * a preset (llama-8b or llama-1b), against the bytes it must read, to say kernel by kernel where
+ * a preset (llama-8b, llama-1b, or gemma3-270m: head size 256, 4 q heads on 1 kv head, q and k
+ * norms), against the bytes it must read, to say kernel by kernel where
  * a token's time goes. Weights are random (never zeros) and rotated over enough copies that no
  * matrix is served from L2. Prints one row per kernel and the per-token sum.
  *
- *   memra_cuda_kernel_bench [8b|1b] [bf16|q8_0|f16|f32|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [position]
+ *   memra_cuda_kernel_bench [8b|1b|270m] [bf16|q8_0|f16|f32|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [position]
  *                           [key=value ...]
  *
  * The keys are the cuda backend's arm keys that choose kernels or launches (pdl, trigger, gemv,
- * q8, attention; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`. */
+ * q8, attention; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`; and
+ * only=attention times the decode attention alone (its row, no layer sequence). */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,9 +112,10 @@ static cudaError_t kb_attention(const mc_config *c, bool fused, const mc_rope_ar
 
 static double kb_bytes(const mc_matrix *m) { return (double)mc_matrix_bytes(m->type, m->rows, m->cols); }
 
-/* The arm keys of the command line into c; exits 2 on a bad one. */
-static void kb_config(int argc, char **argv, int first, mc_config *c) {
+/* The arm keys of the command line into c (only=attention: *att_only); exits 2 on a bad one. */
+static void kb_config(int argc, char **argv, int first, mc_config *c, bool *att_only) {
     *c = mc_config_default;
+    *att_only = false;
     for (int i = first; i < argc; i++) {
         char key[32];
         const char *eq = strchr(argv[i], '=');
@@ -124,7 +127,13 @@ static void kb_config(int argc, char **argv, int first, mc_config *c) {
         key[eq - argv[i]] = 0;
         const char *v = eq + 1, *allowed = NULL;
         char *end = NULL;
-        if (!strcmp(key, "pdl") || !strcmp(key, "trigger")) {
+        if (!strcmp(key, "only")) {
+            if (strcmp(v, "attention")) {
+                fprintf(stderr, "kernel_bench: only=%s: expected attention\n", v);
+                exit(2);
+            }
+            *att_only = true;
+        } else if (!strcmp(key, "pdl") || !strcmp(key, "trigger")) {
             const unsigned long n = strtoul(v, &end, 10);
             const unsigned long max = !strcmp(key, "pdl") ? 1 : MC_TRIGGER_ALL;
             if (!*v || *end || n > max) {
@@ -147,7 +156,8 @@ int main(int argc, char **argv) {
     const char *dt = argc > 2 ? argv[2] : "bf16";
     const uint32_t pos = argc > 3 ? (uint32_t)atoi(argv[3]) : 576;
     mc_config cfg;
-    kb_config(argc, argv, 4, &cfg);
+    bool att_only;
+    kb_config(argc, argv, 4, &cfg, &att_only);
     const mc_config *c = &cfg;
     static const struct {
         const char *name;
@@ -162,6 +172,9 @@ int main(int argc, char **argv) {
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
     if (!strcmp(which, "1b"))
         n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;
+    const bool g270m = !strcmp(which, "270m"); /* gemma3-270m (GELU there; the GEMVs here are llama's) */
+    if (g270m)
+        n_embd = 640, n_ff = 2048, n_layer = 18, n_head = 4, n_kv = 1, hd = 256, V = 262144;
     const uint32_t cap = pos + 1 > 1024 ? pos + 1 : 1024; /* room for the position (long contexts: attention=split) */
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
@@ -231,6 +244,11 @@ int main(int argc, char **argv) {
     cudaFree(cb);
 
     mc_rope_args ra = {n_head, n_kv, hd, hd, cap, 1, 1.0f, freqs, NULL, NULL, 1e-5f};
+    if (g270m) { /* gemma3's q and k norms (random weights), its scale 256^-1/2 */
+        ra.q_norm = w;
+        ra.k_norm = w + hd;
+        ra.scale = 0.0625f;
+    }
     ra.partial = part; /* the split path's scratch, as the backend's state holds it */
     ra.ticket = ticket;
     const bool fused = mc_attention_path(c, n_head, n_kv, hd, hd) != MC_ATT_PATH_UNFUSED;
@@ -259,7 +277,7 @@ int main(int argc, char **argv) {
     printf("kernel_bench: %s %s pos %u, ceiling %.1f GB/s (1 GiB D2D copy, read+write)\n", which, dt, pos,
            ceiling / 1e9);
     printf("%-22s %6s %10s %10s %9s %8s %10s\n", "kernel", "calls", "us/call", "MB/call", "GB/s", "%ceil", "us/token");
-    for (int r = 0; r < nrows; r++) {
+    for (int r = att_only ? nrows - 1 : 0; r < nrows; r++) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
             KB_CHECK(cudaEventRecord(e0, st));
             for (int i = 0; i < reps; i++) {
@@ -302,6 +320,8 @@ int main(int argc, char **argv) {
      * same sequence without one kind: what a kernel costs in sequence, next to its neighbours,
      * against what it costs alone (above). Each kernel reads a fixed input (x, qkv, att, sw), so
      * values stay bounded; the launches still wait on each other as in a token. */
+    if (att_only)
+        return 0;
     float *sw;
     KB_CHECK(cudaMalloc(&sw, 4 * 65536));
     KB_CHECK(cudaMemcpy(sw, att, 4 * 65536, cudaMemcpyDeviceToDevice));

@@ -194,20 +194,27 @@ Test(cuda_arm_keys, attention_path_with_a_2_byte_cache) {
         c.kv = kv;
         cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_CLUSTER);
         cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_CLUSTER);
+        cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_CLUSTER); /* gemma3-270m */
         cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
         cr_assert_eq(mc_attention_path(&c, 32, 8, 36, 36), MC_ATT_PATH_UNFUSED);
         cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 36), MC_ATT_PATH_UNFUSED);
     }
 }
 
-/* The attention path is a function of the shapes and the key alone. */
+/* The attention path is a function of the shapes and the key alone. Head size 256 (gemma3-270m:
+ * 4 q heads, 1 kv head) takes the cluster kernel by default (32-lane groups), the tiled kernel
+ * when the key asks for it. */
 Test(cuda_arm_keys, attention_path_follows_the_key) {
     mc_config c = mc_config_default;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_CLUSTER); /* llama-8b */
     cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_CLUSTER);   /* llama-1b */
+    cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_CLUSTER);  /* gemma3-270m */
+    cr_assert_eq(mc_attention_path(&c, 8, 1, 256, 256), MC_ATT_PATH_CLUSTER);  /* G 8 */
     cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);     /* hd 80: tiled */
+    cr_assert_eq(mc_attention_path(&c, 32, 2, 256, 256), MC_ATT_PATH_TILED);   /* G 16: tiled */
     c.attention = MC_ATT_TILED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_TILED);
+    cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_TILED);
     c.attention = MC_ATT_UNFUSED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_UNFUSED);
 }
@@ -240,7 +247,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
         cr_assert_eq(mc_attention_path(&c, 8, 4, 32, 32), MC_ATT_PATH_SPLIT);    /* small */
         cr_assert_eq(mc_attention_path(&c, 4, 2, 32, 32), MC_ATT_PATH_SPLIT);    /* gemma3-tiny */
         cr_assert_eq(mc_attention_path(&c, 8, 8, 64, 64), MC_ATT_PATH_SPLIT);    /* G 1 */
-        cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_TILED);  /* gemma3-270m: auto's path */
+        cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_CLUSTER); /* gemma3-270m: auto's path */
         cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
         cr_assert_eq(mc_attention_path(&c, 48, 4, 64, 64), MC_ATT_PATH_TILED); /* G 12 */
     }
