@@ -33,14 +33,13 @@
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "mma_probe: %s: %s\n", #x, cudaGetErrorString(e_));                                         \
+            fprintf(stderr, "mma_probe: %s: %s\n", #x, cudaGetErrorString(e_));                                        \
             exit(3);                                                                                                   \
         }                                                                                                              \
     } while (0)
 
 /* A is 16 x K row-major, Bt is 8 x K row-major (B's columns), as 16-bit patterns; D 16 x 8. */
-template <int F16>
-__global__ void mma_tile(const uint16_t *A, const uint16_t *Bt, float *D) {
+template <int F16> __global__ void mma_tile(const uint16_t *A, const uint16_t *Bt, float *D) {
     const unsigned lane = threadIdx.x, g = lane >> 2, t = lane & 3;
     float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
     for (unsigned k0 = 0; k0 < K; k0 += 16) {
@@ -195,7 +194,8 @@ int main(void) {
                         max_ulp = u;
                 }
         }
-        printf("%s rows   %s (%ld elements differ over %ld trials)\n", ty, bad_rows ? "FAIL" : "ok  ", bad_rows, checked);
+        printf("%s rows   %s (%ld elements differ over %ld trials)\n", ty, bad_rows ? "FAIL" : "ok  ", bad_rows,
+               checked);
         printf("%s rowpos %s (%ld)\n", ty, bad_rowpos ? "FAIL" : "ok  ", bad_rowpos);
         printf("%s cols   %s (%ld)\n", ty, bad_cols ? "FAIL" : "ok  ", bad_cols);
         printf("%s colpos %s (%ld)\n", ty, bad_colpos ? "FAIL" : "ok  ", bad_colpos);
@@ -204,7 +204,8 @@ int main(void) {
                100.0 * (double)eq_chain / (double)n_chain, max_ulp);
         fails += bad_rows || bad_rowpos || bad_cols || bad_colpos || bad_runs;
     }
-    printf("mma_probe: %s\n", fails ? "FAIL" : "PASS (one element's bits depend only on its row, column and "
-                                              "accumulator, wherever they sit in the tile)");
+    printf("mma_probe: %s\n", fails ? "FAIL"
+                                    : "PASS (one element's bits depend only on its row, column and "
+                                      "accumulator, wherever they sit in the tile)");
     return fails ? 1 : 0;
 }

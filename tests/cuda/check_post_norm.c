@@ -292,15 +292,5 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
 }
 
 #ifndef MEMRA_CHECK_NO_MAIN
-int main(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("check_post_norm: SKIP (no CUDA device)\n");
-        return 77;
-    }
-    int checked = 0;
-    int bad = memra_cuda_check_post_norm(stdout, &checked);
-    printf("check_post_norm: %s (%d cases, %d failures)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
-    return bad == 0 ? 0 : 1;
-}
+MEMRA_CHECK_MAIN("check_post_norm", memra_cuda_check_post_norm, "cases", "failures")
 #endif

@@ -347,15 +347,5 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
 }
 
 #ifndef MEMRA_CHECK_NO_MAIN
-int main(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("check_quant_gemv: SKIP (no CUDA device)\n");
-        return 77;
-    }
-    int checked = 0;
-    int bad = memra_cuda_check_quant_gemv(stdout, &checked);
-    printf("check_quant_gemv: %s (%d cases, %d failures)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
-    return bad == 0 ? 0 : 1;
-}
+MEMRA_CHECK_MAIN("check_quant_gemv", memra_cuda_check_quant_gemv, "cases", "failures")
 #endif

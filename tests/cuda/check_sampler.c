@@ -174,15 +174,5 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
 }
 
 #ifndef MEMRA_CHECK_NO_MAIN
-int main(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("check_sampler: SKIP (no CUDA device)\n");
-        return 77;
-    }
-    int checked = 0;
-    int bad = memra_cuda_check_sampler(stdout, &checked);
-    printf("check_sampler: %s (%d draws compared, %d disagreements)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
-    return bad == 0 ? 0 : 1;
-}
+MEMRA_CHECK_MAIN("check_sampler", memra_cuda_check_sampler, "draws compared", "disagreements")
 #endif

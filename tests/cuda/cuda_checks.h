@@ -21,6 +21,22 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked);
  * kernel (check_post_norm.c); returns the number of failures (negative: could not run). */
 int memra_cuda_check_post_norm(FILE *out, int *n_checked);
 
+/* The main of a plain check program (the device machine has no Criterion): "NAME: SKIP (no CUDA
+ * device)" and exit 77 without a device, else FN's one line ("NAME: PASS (N COUNTED, M FAILED)" or
+ * FAIL) and exit 0 only when FN found nothing. Expands where cudaGetDeviceCount is declared. */
+#define MEMRA_CHECK_MAIN(NAME, FN, COUNTED, FAILED)                                                                    \
+    int main(void) {                                                                                                   \
+        int n_ = 0;                                                                                                    \
+        if (cudaGetDeviceCount(&n_) != cudaSuccess || n_ == 0) {                                                       \
+            printf(NAME ": SKIP (no CUDA device)\n");                                                                  \
+            return 77;                                                                                                 \
+        }                                                                                                              \
+        int checked_ = 0;                                                                                              \
+        const int bad_ = FN(stdout, &checked_);                                                                        \
+        printf(NAME ": %s (%d " COUNTED ", %d " FAILED ")\n", bad_ == 0 ? "PASS" : "FAIL", checked_, bad_);            \
+        return bad_ == 0 ? 0 : 1;                                                                                      \
+    }
+
 /* Writes PRESET in `type` with every attn_v and ffn_up decoded to F32 (fused matrices of mixed
  * types, mixed_gguf.c) to path; 0 on success, else the reason in msg. */
 int memra_check_write_mixed(const char *preset, uint32_t type, const char *path, char *msg, size_t size);
