@@ -140,6 +140,10 @@ typedef struct gate_arm {
     double open_s;  /* seconds memra_arm_open took (the weights' upload, unless shared) */
     bool dump_told; /* "has no graphs to dump" said once */
     gate_tp tp;
+    /* A copy of the correctness run's state right after its P prime steps (position P, the last
+     * prime step's token carried): the first gate_prefix_open of the arm takes it instead of
+     * priming P steps again; NULL once taken, or when the copy could not be made. */
+    memra_arm_state *prefix;
 } gate_arm;
 
 /* One arm's correctness run: per step what it produced. Digests are taken only when no step is
@@ -378,11 +382,18 @@ typedef struct gate_prefix {
     memra_arm_state *snapshot, *work;
 } gate_prefix;
 
-/* Makes the snapshot (P prime steps from the trace's inputs, checked against the trace: position
- * P, the same last token) and a work state of `capacity` positions. */
+/* Makes the snapshot and a work state of `capacity` positions. The snapshot is the arm's kept
+ * copy of its correctness run at position P (arm->prefix, taken: the first call of an arm), or
+ * else P prime steps from the trace's inputs, checked against the trace (position P, the same
+ * last token). */
 memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *trace, uint32_t capacity, gate_prefix *p,
                               memra_error *err);
 void gate_prefix_close(gate_prefix *p);
+/* Keeps a copy of `s` (a correctness run's state after its P prime steps) in arm->prefix. A copy
+ * that cannot be made (no memory for a state) is no error: the prefix is then primed again. */
+void gate_prefix_keep(gate_arm *arm, memra_arm_state *s, uint32_t capacity);
+/* Frees both arms' kept prefixes (before the arms close, or to give their memory back). */
+void gate_prefix_drop(gate_ctx *ctx);
 
 /* One pass: restore the snapshot into the work state, run `steps` generated steps with tokens
  * carried on the device (timed: from the first step_begin to the last step_end; hook(user,

@@ -46,6 +46,7 @@ static memra_status run_phases(gate_ctx *ctx, int *exit_code, memra_error *err) 
         /* A replay mismatch: where inside the failing step the arms part (the verdict is FAIL
          * already; the bisect only explains it). */
         ctx->phase = "bisect";
+        gate_prefix_drop(ctx); /* nothing will be timed: their memory goes to the bisect */
         return gate_bisect_run(ctx, err);
     }
     /* The refusal cells of tensor-parallel arms, before anything is timed. */

@@ -1,6 +1,7 @@
 /* gate_pass.c: the pass from a prefix, the one helper behind the timing rows, the carry check
- * and the --profile windows. An arm's prefix snapshot is made once (P prime steps, checked
- * against the arm's correctness run); each pass restores it into a work state, runs generated
+ * and the --profile windows. An arm's prefix snapshot is made once: a copy of its correctness run
+ * taken right after the P prime steps (gate_prefix_keep), or, for a later user, P prime steps
+ * again, checked against the correctness run; each pass restores it into a work state, runs generated
  * steps with tokens carried on the device (the sampled token of one step is the input of the
  * next, never read back and fed again), times them, and verifies what it produced against the
  * arm's correctness run. */
@@ -85,7 +86,20 @@ memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *tr
     p->arm = arm;
     p->trace = trace;
     pass_steps run = {.ctx = ctx, .prime = P, .prefix_token = -1};
-    memra_status st = gate_new_state(arm, ctx->cfg->prime + ctx->cfg->gen, &p->snapshot, err);
+    memra_status st;
+    if (arm->prefix) { /* the correctness run's own state at P: nothing to prime or check again */
+        p->snapshot = arm->prefix;
+        arm->prefix = NULL;
+        if (memra_arm_state_position(p->snapshot) != P)
+            st = memra_fail(err, MEMRA_E_INTERNAL, "arm %s (%s): the kept prefix is at position %u, expected %u",
+                            arm->name, memra_arm_text(arm->arm), memra_arm_state_position(p->snapshot), P);
+        else
+            st = gate_new_state(arm, capacity, &p->work, err);
+        if (st != MEMRA_OK)
+            gate_prefix_close(p);
+        return st;
+    }
+    st = gate_new_state(arm, ctx->cfg->prime + ctx->cfg->gen, &p->snapshot, err);
     if (st == MEMRA_OK)
         st =
             gate_prime(ctx, arm, NULL, p->snapshot, trace->inputs, &ctx->cfg->sample, NULL, pass_step, NULL, &run, err);
@@ -103,6 +117,26 @@ memra_status gate_prefix_open(gate_ctx *ctx, gate_arm *arm, const gate_trace *tr
     if (st != MEMRA_OK)
         gate_prefix_close(p);
     return st;
+}
+
+void gate_prefix_keep(gate_arm *arm, memra_arm_state *s, uint32_t capacity) {
+    memra_arm_state_free(arm->prefix);
+    arm->prefix = NULL;
+    memra_error e = {0};
+    memra_arm_state *copy = NULL;
+    if (memra_arm_state_new(arm->arm, capacity, &copy, &e) != MEMRA_OK)
+        return;
+    if (memra_arm_state_restore(copy, s, &e) != MEMRA_OK) {
+        memra_arm_state_free(copy);
+        return;
+    }
+    arm->prefix = copy;
+}
+
+void gate_prefix_drop(gate_ctx *ctx) {
+    memra_arm_state_free(ctx->a.prefix);
+    memra_arm_state_free(ctx->b.prefix);
+    ctx->a.prefix = ctx->b.prefix = NULL;
 }
 
 void gate_prefix_close(gate_prefix *p) {

@@ -161,6 +161,8 @@ memra_status gate_reference(gate_ctx *ctx, memra_error *err) {
         goto out;
     /* The prime inputs are known: they may be pipelined, or run in the arm's prefill chunks. */
     st = gate_prime(ctx, &ctx->a, t, run.s, t->inputs, sample, logits, reference_step, inner_epochs, &run, err);
+    if (st == MEMRA_OK) /* the prefix the carry check or the timing rows start from */
+        gate_prefix_keep(&ctx->a, run.s, P + N);
     /* Each generated input is the token the previous step sampled: one step at a time. */
     for (uint32_t g = 0; g < N && st == MEMRA_OK; g++) {
         t->inputs[P + g] = t->tokens[P + g - 1];
@@ -294,6 +296,8 @@ memra_status gate_replay(gate_ctx *ctx, memra_error *err) {
         if (st == MEMRA_OK)
             st =
                 gate_prime(ctx, &ctx->b, rep, run.s, rep->inputs, sample, logits, replay_step, inner_epochs, &run, err);
+        if (st == MEMRA_OK)
+            gate_prefix_keep(&ctx->b, run.s, P + N);
         if (st == MEMRA_OK)
             st = memra_arm_run(run.s, rep->inputs, P, N, sample, logits, replay_step, &run, err);
         gate_tp_epochs_end(&ctx->b);

@@ -432,6 +432,7 @@ memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, 
 }
 
 void gate_close_arms(gate_ctx *ctx) {
+    gate_prefix_drop(ctx);
     gate_tp_close(&ctx->b);
     gate_tp_close(&ctx->a);
     memra_arm_close(ctx->b.arm);

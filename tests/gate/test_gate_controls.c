@@ -145,8 +145,9 @@ Test(gate_controls, corrupted_kv_cache_in_a_pipelined_replay_is_caught_where_it_
 }
 
 Test(gate_controls, corrupted_token_in_one_timing_row) {
-    /* 4 rows: A B B A. B's second row (restore 1) is gate row 2. */
-    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=3", GATE_SMALL, NULL};
+    /* 4 rows: A B B A. B's second row (restore 2: restore 0 is the gate's copy of the correctness
+     * run's prefix) is gate row 2. */
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=2,corrupt_row_token=3", GATE_SMALL, NULL};
     gate_result r = expect_fail(args);
     char *s = gate_record(r.jsonl, "summary", 0);
     cr_assert_eq(num(s, "bad_steps"), 0, "the correctness run is clean: %s", s);

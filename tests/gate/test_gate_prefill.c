@@ -191,3 +191,32 @@ Test(gate_prefill, bisect_replays_the_chunk_that_failed) {
     cr_assert_eq(r.exit, 0, "token by token the bad chunk never runs: %s", r.err);
     gate_result_free(&r);
 }
+
+/* The carry check and the timing rows start from a copy of each arm's correctness run taken at
+ * the end of its prime: the prime runs once per arm, not again for them (a 7,900-token prime
+ * costs seconds). The test backend faulty counts its steps (max_steps: it refuses every step past
+ * K): arm b's correctness run is 16 + 16 steps, the carry check 16 more, each timing row 16. */
+static int gate_exit_with_max_steps(const char *rows, const char *max_steps) {
+    char b[64];
+    snprintf(b, sizeof b, "faulty:max_steps=%s", max_steps);
+    const char *args[] = {"--a", "cpu:prefill=1", "--b", b, "--prime", "16", "--gen", "16", "--rows", rows, "--quiet",
+                          NULL};
+    gate_result r = gate_run(args, false);
+    int exit = r.exit;
+    if (exit != 0 && exit != 3)
+        cr_log_error("rows %s, max_steps %s: exit %d\n%s", rows, max_steps, exit, r.err);
+    gate_result_free(&r);
+    return exit;
+}
+
+Test(gate_prefill, carry_check_does_not_prime_again) {
+    cr_assert_eq(gate_exit_with_max_steps("0", "48"), 0, "32 correctness steps and 16 carried: 48 in all");
+    /* the control: one step fewer and arm b cannot finish (so the count above is live) */
+    cr_assert_eq(gate_exit_with_max_steps("0", "47"), 3);
+}
+
+Test(gate_prefill, timing_rows_do_not_prime_again) {
+    /* --rows 4 (A B B A): two rows of 16 steps on b */
+    cr_assert_eq(gate_exit_with_max_steps("4", "64"), 0, "32 correctness steps and two rows of 16: 64 in all");
+    cr_assert_eq(gate_exit_with_max_steps("4", "63"), 3);
+}

@@ -269,10 +269,11 @@ static gate_result expect_profile_fail(const char *b, const char *reason) {
 }
 
 Test(gate_profile, profile_window_token_differs_between_arms) {
-    /* restore 0 of b is its warm-up, restore 1 its window: token 20 of the window (position 36,
+    /* restore 0 of b is the gate's copy of its correctness run's prefix, restore 1 its warm-up,
+     * restore 2 its window: token 20 of the window (position 36,
      * beyond the 16 generated steps the correctness run checked) is altered. Only the arms'
      * comparison can catch it. */
-    gate_result r = expect_profile_fail("faulty:corrupt_row=1,corrupt_row_token=20",
+    gate_result r = expect_profile_fail("faulty:corrupt_row=2,corrupt_row_token=20",
                                         "profile windows differ at window step 20 (the step at position 36)");
     char *m = gate_record(r.jsonl, "mismatch", 0);
     cr_assert_eq(num(m, "phase_step"), 20, "%s", m); /* the window step */
@@ -303,7 +304,7 @@ Test(gate_profile, profile_window_final_digest_differs) {
 
 Test(gate_profile, profile_warmup_step_is_checked) {
     gate_result r =
-        expect_profile_fail("faulty:corrupt_row=0,corrupt_row_token=0", "arm b's profile warm-up step sampled");
+        expect_profile_fail("faulty:corrupt_row=1,corrupt_row_token=0", "arm b's profile warm-up step sampled");
     gate_result_free(&r);
 }
 

@@ -380,12 +380,12 @@ Test(gate_records, every_field_of_every_record_is_documented, .timeout = 240) {
         /* replay mismatches with non-finite logits */
         {"--a", "cpu:prefill=1", "--b", "faulty:nan_logit_step=11,flip_logit_index=40", GATE_SMALL, NULL},
         /* a failed timing row */
-        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=3", GATE_SMALL, NULL},
+        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=2,corrupt_row_token=3", GATE_SMALL, NULL},
         /* the carry check, failed on b */
         {"--a", "cpu:prefill=1", "--b", "faulty:carry_off=1", "--prime", "8", "--gen", "8", "--rows", "0", "--quiet",
          NULL},
         /* profile windows that differ, and the carry check after them */
-        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=1,corrupt_row_token=20", "--prime", "16", "--gen", "16",
+        {"--a", "cpu:prefill=1", "--b", "faulty:corrupt_row=2,corrupt_row_token=20", "--prime", "16", "--gen", "16",
          "--profile", "--quiet", NULL},
         /* nmse mode, auto arms */
         {"--compare", "nmse:1e-6", GATE_SMALL, NULL},

@@ -22,10 +22,12 @@
  *                       on a NULL context, what the cpu backend does when sha256_new fails. With
  *                       the key on both arms the two digests both fail at the same step: the gate
  *                       must not call them equal.
- *   corrupt_row=R       the R-th timing row run on this backend (counting state_restore calls
- *                       from 0: the gate restores once per row) reports one wrong sampled token,
+ *   corrupt_row=R       the pass after this backend's R-th state_restore (counting from 0: a gate
+ *                       copies the prefix once, then restores once per row) reports one wrong sampled token,
  *                       token number corrupt_row_token (default 1) of the row: (t + 1) mod n_vocab.
  *
+ *   max_steps=K         the backend runs K steps in all (every state counted), then refuses each
+ *                       step (MEMRA_E_RANGE): how many steps a gate spends on an arm is testable.
  *   carry_off=1         a step whose token is MEMRA_TOKEN_FROM_DEVICE is fed the carried token
  *                       (what the state's previous step sampled) + 1 mod n_vocab instead, as a
  *                       backend whose device-side carry is off by one would: the correctness
@@ -60,9 +62,11 @@
  *   fake_capture=1      the state's counters read as a graph backend's would: one capture at the
  *                       state's first step, one replay per step (restores copy no counters).
  *
- * corrupt_row counts every state_restore of this backend, rows or not: in a --profile run (no
- * rows) restore 0 is the arm's warm-up and restore 1 its profile window, so corrupt_row=1 alters one
- * token inside the profile window only.
+ * corrupt_row counts every state_restore of this backend, rows or not. In a gate, restore 0 is
+ * the gate's copy of the arm's correctness run at the end of its prime (the prefix the rows start
+ * from), so the first timing row is restore 1; in a --profile run (no rows) restore 1 is the arm's
+ * warm-up and restore 2 its profile window, so corrupt_row=2 alters one token inside the profile
+ * window only.
  *
  * Every other key is the cpu backend's (its specs are copied at init, so its --help and key
  * checks stay true) and passes through, as do the placement's keys. Never install this plugin: it exists to make the gate fail. */
@@ -95,6 +99,9 @@ static const memra_option_spec faulty_options[] = {
      .default_value = "none",
      .help = "TEST: corrupt one sampled token of this timing row (0 = first restore)"},
     {.key = "corrupt_row_token", .default_value = "1", .help = "TEST: which token of the row corrupt_row alters"},
+    {.key = "max_steps",
+     .default_value = "none",
+     .help = "TEST: the backend runs this many steps in all (every state), then refuses each step"},
     {.key = "carry_off",
      .default_value = "0",
      .help = "TEST: 1 feeds the carried token + 1 (mod n_vocab) to a step taking its token from the device"},
@@ -129,7 +136,7 @@ static memra_option_spec faulty_keys[FAULTY_MAX_KEYS];
 
 typedef struct faulty_cfg {
     uint32_t flip_step, nan_step, flip_index, cache_step, row, row_token, force_token, census, dump_fail;
-    uint32_t fake_mib, fake_share, fake_capture, carry_off, digest_fail_step, taps;
+    uint32_t fake_mib, fake_share, fake_capture, carry_off, digest_fail_step, taps, max_steps;
 } faulty_cfg;
 
 struct memra_backend {
@@ -139,6 +146,7 @@ struct memra_backend {
     faulty_cfg cfg;
     uint32_t n_vocab;
     uint32_t restores; /* state_restore calls so far */
+    uint32_t steps;    /* step_begin calls so far, every state */
 };
 
 /* fake_device_mib: the fake device's bytes in use, and the fake backends open. */
@@ -214,6 +222,8 @@ static memra_status read_cfg(const memra_host *host, const memra_options *opts, 
         st = opt_u32(host, opts, "corrupt_row", FAULTY_NONE, &c->row, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "corrupt_row_token", 1, &c->row_token, err);
+    if (st == MEMRA_OK)
+        st = opt_u32(host, opts, "max_steps", FAULTY_NONE, &c->max_steps, err);
     if (st == MEMRA_OK)
         st = opt_u32(host, opts, "force_token", FAULTY_NONE, &c->force_token, err);
     if (st == MEMRA_OK)
@@ -349,9 +359,13 @@ static memra_status faulty_step_begin(memra_backend *b, memra_state *s, const me
         forced.token = (s->carried + 1) % (int64_t)b->n_vocab;
         args = &forced;
     }
+    if (b->cfg.max_steps != FAULTY_NONE && b->steps >= b->cfg.max_steps)
+        return b->host->fail(err, MEMRA_E_RANGE, "faulty: max_steps=%u: this backend has run all its steps",
+                             b->cfg.max_steps);
     memra_status st = b->cpu->step_begin(b->inner, s->inner, args, err);
     if (st != MEMRA_OK)
         return st;
+    b->steps++;
     s->next_pos++;
     if (s->count < FAULTY_MAX_INFLIGHT)
         s->begin_pos[(s->head + s->count++) % FAULTY_MAX_INFLIGHT] = pos;
