@@ -86,7 +86,7 @@ Test(cuda_arm_keys, resolved_options_name_every_key) {
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     char buf[512];
     static const char *const bad[][2] = {
-        {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent"},
+        {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent, mma, mma2"},
         {"cuda:q8=int", "q8=int: expected one of auto, float"},
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split"},
         {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split"},
