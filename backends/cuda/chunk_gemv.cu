@@ -464,6 +464,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
         return cudaSuccess;
     if (glu && w->rows % 2)
         return cudaErrorInvalidValue;
+    if (mc_gemv_mma_serves(c, w)) /* gemv=mma: decode's tensor-core chain, many rows of x (gemv_mma.cu) */
+        return mc_gemv_chunk_mma(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st);
     if (!mc_gemv_chunk_batched(c, w)) { /* every other type: the decode GEMV row by row (its bits) */
         for (uint32_t t = 0; t < M; t++) {
             const float *xr = x + (size_t)t * ldx;

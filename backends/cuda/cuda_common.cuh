@@ -194,6 +194,17 @@ cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float 
  * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */
 uint32_t mc_gemv_ksplit(uint32_t rows);
 uint32_t mc_q8x_ksplit(uint32_t rows);
+/* gemv=mma (gemv_mma.cu): whether it serves w under c (BF16, columns a multiple of 8), the decode launch (with pn: postnorm=fused, no GLU, norm,
+ * bias or residual) and the chunk's (mc_gemv_chunk's arguments and scratch), its census. */
+int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w);
+cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
+                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
+                        const mc_post_args *pn);
+cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
+                              const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
+                              float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st);
+const char *mc_gemv_mma_family(const void *func);
+cudaError_t mc_gemv_mma_prepare(void); /* the chunk kernels' shared-memory limit, once per device */
 /* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
 cudaError_t mc_gemv_legacy_prepare(void);
 

@@ -23,9 +23,9 @@ extern "C" {
 /* The cuda backend's arm keys; cuda-graph takes the same (it opens the cuda backend with its
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
- * backends compute or how they launch. pdl, trigger, gemv, moe_fuse and postnorm never change the bits (a gate of
- * `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8,
- * attention, norm, qdot and kv choose other arithmetic (other bits, same model). */
+ * backends compute or how they launch. pdl, trigger, gemv (but for mma), moe_fuse and postnorm never change the bits
+ * (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8, attention, norm,
+ * qdot, kv and gemv=mma choose other arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
      "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "              \
@@ -37,7 +37,10 @@ extern "C" {
          "do not depend on it"},                                                                                       \
         {"gemv", "auto",                                                                                               \
          "F32/F16/BF16 GEMV kernel: auto (persistent for short rows, rowgroup otherwise), rowgroup or persistent "     \
-         "everywhere. The bits do not depend on it"},                                                                  \
+         "everywhere (the same bits), or mma: BF16 matrices (columns a multiple of 8) on tensor cores, x rounded to "   \
+         "bf16 once, a fixed chain of bf16 MMAs per output, in decode and in the prefill chunk alike (other bits "       \
+         "than auto; F32, F16 and other BF16 shapes keep auto's kernels); mma2 as mma with x' as two bf16 planes "    \
+         "(high and low: 16 significant bits, twice the tensor work; its own bits)"},                                  \
         {"q8", "auto",                                                                                                 \
          "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits where rows >= cols / 2, float elsewhere) or "        \
          "float (float dots everywhere: other bits)"},                                                                 \

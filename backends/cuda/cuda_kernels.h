@@ -48,7 +48,7 @@ uint32_t mc_type_elem_bytes(uint32_t type);
  * (mc_config_default) is what an arm without keys runs. */
 #define MC_TRIGGER_ALL 127u /* the trigger mask's bits (cuda_common.cuh names them) */
 #define MC_TRIGGER_DEFAULT 115u
-enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT };
+enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_MMA2 };
 enum { MC_Q8_AUTO, MC_Q8_FLOAT };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
@@ -69,7 +69,10 @@ enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
 #define MC_MOE_FUSE_DEFAULT 7u /* bit 8 not yet measured on a device (bench/gpu/NOTES.md) */
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
-    uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise) */
+    uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise),
+                         * MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT (the same bits), or MC_GEMV_MMA / MC_GEMV_MMA2
+                         * (BF16 on tensor cores, x' as one or two bf16 planes, gemv_mma.cu: other bits, the
+                         * chunk's by construction; the other types as auto) */
     uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO (integer dots where rows >= cols / 2) or MC_Q8_FLOAT */
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
                          * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
@@ -103,8 +106,8 @@ const char *mc_config_choice_name(const mc_config *c, const char *key);
  * warps (a function of the row count). Q8_0 with c->q8 auto (except where rows < cols / 2)
  * takes x' quantized per 16 columns to 23 bits and integer dots, NMSE against the float path
  * ~1e-8 on the presets; the kernel choice is a function of the shapes and c alone, so every arm
- * and device with the same keys gets the same bits (c->gemv, c->pdl and c->trigger never change
- * them). */
+ * and device with the same keys gets the same bits (c->pdl, c->trigger and c->gemv other than mma never change
+ * them; gemv=mma gives BF16 matrices the bits of gemv_mma.cu's tensor-core chain). */
 cudaError_t mc_gemv(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                     const float *bias, const float *residual, float *y, cudaStream_t st);
 /* postnorm=fused (gemma3's post norms): y = W x (w->rows floats: no norm, bias, residual or GLU),
@@ -310,9 +313,14 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
  * (glu MC_GLU_SILU, MC_GLU_GELU) of that row alone under the same c: F32/F16/BF16 and Q8_0 (on
  * the float or the integer path, as mc_gemv picks) run the chunk kernels of chunk_gemv.cu (the
  * decode kernel's lanes, chunk order, tree and epilogue for every element; each weight chunk
- * loaded once for 8 rows of x); every other type runs mc_gemv row by row. scratch: at least
+ * loaded once for 8 rows of x); BF16 under gemv=mma or mma2 runs gemv_mma.cu's tensor-core chunk
+ * kernel (decode's MMA chain with up to 64 rows of x live); every other type runs mc_gemv row by
+ * row. scratch: at least
  * mc_gemv_chunk_scratch_bytes(cols, M) bytes of device memory, 256-aligned. */
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w);
+/* gemv=mma's column parts (KS) of a rows x cols BF16 matrix: a function of the shape alone (decode
+ * and the chunk take the same, gemv_mma.cu). */
+uint32_t mc_gemv_mma_ksplit(uint32_t rows, uint32_t cols);
 uint64_t mc_gemv_chunk_scratch_bytes(uint32_t max_cols, uint32_t M);
 cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                           float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,

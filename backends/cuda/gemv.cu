@@ -502,7 +502,7 @@ static cudaError_t mc_gemv_rowgroup_t(const mc_config *c, const mc_matrix *w, co
  * kernel pays its start and drain per row group; on long rows it is the slower one. gemv=rowgroup
  * or gemv=persistent takes one everywhere: the same bits. */
 static int mc_gemv_persistent_on(const mc_config *c, const mc_matrix *w, uint32_t ks) {
-    if (c->gemv != MC_GEMV_AUTO)
+    if (c->gemv != MC_GEMV_AUTO && c->gemv != MC_GEMV_MMA) /* mma: auto's choice where it does not serve */
         return c->gemv == MC_GEMV_PERSISTENT;
     const uint64_t nfull = w->cols / (16 / mc_type_elem_bytes(w->type));
     return (nfull + 64 * ks - 1) / (64 * ks) <= 4;
@@ -589,6 +589,8 @@ static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const flo
     }
     if (mc_gemv_q8_serves(c, w))
         return mc_gemv_q8(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
+    if (mc_gemv_mma_serves(c, w))
+        return mc_gemv_mma(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st, NULL);
     return norm_w ? mc_gemv_typed<SWIGLU, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
                   : mc_gemv_typed<SWIGLU, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
 }
@@ -614,6 +616,8 @@ cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x,
     }
     if (mc_gemv_q8_serves(c, w))
         return mc_gemv_q8_post(c, w, x, y, pn, st);
+    if (mc_gemv_mma_serves(c, w))
+        return mc_gemv_mma(c, MC_GLU_NONE, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
     return mc_gemv_typed<0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
 }
 
@@ -644,7 +648,8 @@ cudaError_t mc_gemv_prepare(void) {
         return cudaSuccess;
     if ((e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return e;
-    if ((e = mc_gemv_q8_prepare()) != cudaSuccess || (e = mc_gemv_legacy_prepare()) != cudaSuccess)
+    if ((e = mc_gemv_q8_prepare()) != cudaSuccess || (e = mc_gemv_legacy_prepare()) != cudaSuccess ||
+        (e = mc_gemv_mma_prepare()) != cudaSuccess)
         return e;
     mc_sm_count[dev] = n > 0 ? (uint32_t)n : 1;
     return cudaSuccess;

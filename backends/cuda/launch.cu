@@ -10,10 +10,11 @@ const mc_config mc_config_default = {
 static const struct {
     const char *key;
     size_t offset;
-    const char *names[4];
+    const char *names[5];
     const char *allowed;
 } mc_choices[] = {
-    {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", NULL}, "auto, rowgroup, persistent"},
+    {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
+     "auto, rowgroup, persistent, mma, mma2"},
     {"q8", offsetof(mc_config, q8), {"auto", "float", NULL, NULL}, "auto, float"},
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split"}, "auto, tiled, unfused, split"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
@@ -26,7 +27,7 @@ const char *mc_config_choice(mc_config *c, const char *key, const char *value) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++) {
         if (strcmp(key, mc_choices[i].key) != 0)
             continue;
-        for (uint32_t v = 0; v < 4 && mc_choices[i].names[v]; v++)
+        for (uint32_t v = 0; v < 5 && mc_choices[i].names[v]; v++)
             if (strcmp(value, mc_choices[i].names[v]) == 0) {
                 *(uint32_t *)((char *)c + mc_choices[i].offset) = v;
                 return NULL;
@@ -40,7 +41,7 @@ const char *mc_config_choice_name(const mc_config *c, const char *key) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++)
         if (strcmp(key, mc_choices[i].key) == 0) {
             const uint32_t v = *(const uint32_t *)((const char *)c + mc_choices[i].offset);
-            return v < 4 ? mc_choices[i].names[v] : NULL;
+            return v < 5 ? mc_choices[i].names[v] : NULL;
         }
     return NULL;
 }
@@ -57,9 +58,10 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-#define MC_TRIGGER_COPIES 6 /* mc_trigger_values, then the kernel files' masks */
+#define MC_TRIGGER_COPIES 7 /* mc_trigger_values, then the kernel files' masks */
 static void *mc_trigger_addrs[MC_MAX_DEVICES][MC_TRIGGER_COPIES];
 cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
+cudaError_t mc_gemv_mma_trigger_addr(void **p);    /* gemv_mma.cu */
 
 cudaError_t mc_trigger_prepare(void) {
     int dev = 0;
@@ -75,9 +77,9 @@ cudaError_t mc_trigger_prepare(void) {
         (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess ||
         (e = mc_attention_trigger_addr(&a[3])) != cudaSuccess)
         return e;
-    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess)
+    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess || (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess)
         return e;
-    return mc_gemv_kquant_trigger_addr(&a[5]); /* the last: its address marks the table resolved */
+    return mc_gemv_kquant_trigger_addr(&a[6]); /* the last: its address marks the table resolved */
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
@@ -101,7 +103,8 @@ const char *mc_kernel_family(const void *f) {
     const char *(*const files[])(const void *) = {
         mc_gemv_family,        mc_gemv_q8_family,     mc_attention_family, mc_attention_unfused_family,
         mc_sampler_family,     mc_digest_family,      mc_token_family,     mc_op_glue_family,
-        mc_gemv_legacy_family, mc_gemv_kquant_family, mc_chunk_family,     mc_moe_family};
+        mc_gemv_legacy_family, mc_gemv_kquant_family, mc_chunk_family,     mc_moe_family,
+        mc_gemv_mma_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)

@@ -1,14 +1,15 @@
 /* check_post_norm.c: postnorm=fused (issue 27 item 1): mc_gemv_post, the GEMV whose last block
  * folds gemma3's post norm and its residual add, bit for bit against the two launches it replaces
- * (mc_gemv into y, then mc_op_rmsnorm_add of y onto x), for every weight type and kernel the
- * output and down projections can take: F32, F16 and BF16 (gemv=auto: the persistent kernel on
- * short rows; gemv=rowgroup), Q8_0 (q8=auto: the integer kernel where it serves, the float
- * row-group kernel elsewhere; q8=float), Q4_0 ... Q5_1 and Q4_K ... Q6_K (qdot=auto and float),
- * on shapes that take each column split (KS 4, 2, 1), rows that are no multiple of a row group or
- * of the norm's 256 partials, gemma3-tiny's and gemma3-270m's. Each case runs twice in a row on
- * the same ticket (the second launch must find it reset: it is read back, and must be 0) and
- * compares y and x after both. Negative control: the fused launch with one post-norm weight
- * changed must give another x (so the comparison sees a difference where there is one).
+ * (mc_gemv into y, then mc_op_rmsnorm_add of y onto x), for every weight type and kernel the output
+ * and down projections can take: F32, F16 and BF16 (gemv=auto: the persistent kernel on short rows;
+ * gemv=rowgroup; BF16 also gemv=mma and mma2, gemv_mma.cu), Q8_0 (q8=auto: the integer kernel where
+ * it serves, the float row-group kernel elsewhere; q8=float), Q4_0 ... Q5_1 and Q4_K ... Q6_K
+ * (qdot=auto and float), on shapes that take each column split (KS 4, 2, 1), rows that are no
+ * multiple of a row group or of the norm's 256 partials, gemma3-tiny's and gemma3-270m's. Each case
+ * runs twice in a row on the same ticket (the second launch must find it reset: it is read back,
+ * and must be 0) and compares y and x after both. Negative control: the fused launch with one
+ * post-norm weight changed must give another x (so the comparison sees a difference where there is
+ * one).
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -247,7 +248,8 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
         const char *key, *v0, *v1;
     } kinds[] = {
         {MEMRA_TYPE_F32, "gemv", "auto", "rowgroup"},  {MEMRA_TYPE_F16, "gemv", "auto", "rowgroup"},
-        {MEMRA_TYPE_BF16, "gemv", "auto", "rowgroup"}, {MEMRA_TYPE_Q8_0, "q8", "auto", "float"},
+        {MEMRA_TYPE_BF16, "gemv", "auto", "rowgroup"}, {MEMRA_TYPE_BF16, "gemv", "mma", "mma2"},
+        {MEMRA_TYPE_Q8_0, "q8", "auto", "float"},
         {MEMRA_QTYPE_Q4_0, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q4_1, "qdot", "auto", "float"},
         {MEMRA_QTYPE_Q5_0, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_1, "qdot", "auto", "float"},
         {MEMRA_QTYPE_Q4_K, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_K, "qdot", "auto", "float"},

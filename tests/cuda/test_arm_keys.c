@@ -86,7 +86,7 @@ Test(cuda_arm_keys, resolved_options_name_every_key) {
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     char buf[512];
     static const char *const bad[][2] = {
-        {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent"},
+        {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent, mma, mma2"},
         {"cuda:q8=int", "q8=int: expected one of auto, float"},
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split"},
         {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split"},
@@ -132,6 +132,27 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
     cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
+}
+
+/* gemv=mma and mma2 (issue 28): the values parse and name themselves, and the column parts of the
+ * MMA chain are a function of the shape alone, with the values the device check and the recorded
+ * figures were taken with (llama-8b's and llama-1b's matrices). */
+Test(cuda_arm_keys, gemv_mma_values_and_parts) {
+    mc_config c = mc_config_default;
+    cr_assert_null(mc_config_choice(&c, "gemv", "mma"));
+    cr_assert_eq(c.gemv, MC_GEMV_MMA);
+    cr_assert_str_eq(mc_config_choice_name(&c, "gemv"), "mma");
+    cr_assert_null(mc_config_choice(&c, "gemv", "mma2"));
+    cr_assert_eq(c.gemv, MC_GEMV_MMA2);
+    cr_assert_str_eq(mc_config_choice_name(&c, "gemv"), "mma2");
+    cr_assert_str_eq(mc_config_choice(&c, "gemv", "mma3"), "auto, rowgroup, persistent, mma, mma2");
+    static const uint32_t parts[][3] = {
+        {6144, 4096, 4},  {4096, 4096, 8}, {28672, 4096, 1}, {4096, 14336, 8}, {128256, 4096, 1}, /* 8B */
+        {3072, 2048, 8},  {2048, 2048, 8}, {16384, 2048, 2}, {2048, 8192, 8},  {128256, 2048, 1}, /* 1b */
+        {37, 264, 2},     {64, 72, 1},     {40000, 256, 1},  {1, 8, 1},                           /* edges */
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        cr_assert_eq(mc_gemv_mma_ksplit(parts[i][0], parts[i][1]), parts[i][2], "%u x %u", parts[i][0], parts[i][1]);
 }
 
 /* Issue 30: norm=unfused (the built-in standalone RMSNorm, the path an op.rmsnorm plugin takes)

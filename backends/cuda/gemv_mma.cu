@@ -1,0 +1,524 @@
+/* gemv_mma.cu: gemv=mma, the BF16 GEMVs of decode and of a prefill chunk on one tensor-core
+ * instruction, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, so that a chunk of M tokens
+ * gets decode's bits by construction (issue 28).
+ *
+ * The arithmetic of one output element (row r of W, one row of x). x' = x * norm_w (one rounded
+ * product, decode's own) or x, rounded to bf16 once (nearest even, memra_f32_to_bf16: the cpu
+ * backend's rounding). The columns go in k-blocks of 32 (the last one zero-filled past cols); a
+ * k-block is two MMAs on one fixed permutation of its columns: lane (g, t) of the warp (g = lane
+ * / 4, t = lane % 4) holds the 16 contiguous bytes of columns 32 kb + 8t .. + 7 of rows g and g + 8
+ * of the tile (A: 16 weight rows) and of x' (B: 8 columns, the tokens); the first MMA takes their
+ * first 4 columns, the second the last 4 (so every load is a 16-byte vector). The k-blocks are cut
+ * into KS contiguous parts (KS = mc_gemv_mma_ksplit(rows, cols), a function of the shape alone);
+ * a part is one accumulator chain from +0 over its k-blocks in order; the parts' results are added
+ * in part order; then with a norm the product by 1/rms (__fmul_rn), and mc_rows_store's epilogue
+ * (bias, residual, GLU); with postnorm=fused the grid's last block folds gemma3's post norm. The
+ * sum of squares of x: per part, lane t's fmaf chain over its columns (k-blocks in order, 8
+ * columns each in order), the four lanes added as (s0 + s2) + (s1 + s3), the parts in order.
+ *
+ * bench/gpu/mma_probe.cu measured on the H200 that an element of this MMA depends only on its row
+ * of A, its column of B and its accumulator, not on the other rows and columns nor on its place in
+ * the tile. So decode (one live column: the x row; the other 7 columns zero) and the chunk kernel
+ * (up to 64 rows of x live, in n-tiles of 8) give each (row, token) the same bits.
+ *
+ * Decode (gemv_mma): a block of 8 warps; warp w takes tile 8/KS blockIdx.x + w / KS (16 rows) and
+ * part w % KS, loads MC_MMA_U k-blocks ahead (16-byte streaming loads), and the part-0 warp adds
+ * the parts. Bound by the weight bytes, as the row-group kernel. Prefill (chunk_gemv_mma): a block
+ * of 4 warps takes 128 rows (32 a warp: two tiles) and 64 rows of x (8 n-tiles); x' comes as bf16
+ * from a prep kernel (chunk_mma_prep, with the 1/rms per row in decode's order); the k-blocks of
+ * weights and x' stream through shared memory (cp.async, 3 stages), each lane reading its
+ * fragments there as decode reads them from memory (consecutive blocks share the weights in L2). Served: BF16 matrices whose columns are a multiple of 8
+ * (mc_gemv_mma_serves); every other type and shape keeps its own kernels under gemv=mma. */
+#include "cuda_common.cuh"
+#include "post_norm.cuh"
+
+#define MC_MMA_WARPS 8u /* decode block */
+#define MC_MMA_U 4u     /* k-blocks a decode warp has in flight */
+#define MC_MMA_CH_WARPS 4u
+#define MC_MMA_CH_MT 2u /* m-tiles (16 rows) a chunk warp */
+#define MC_MMA_CH_NT 8u /* n-tiles (8 rows of x) a chunk block */
+#define MC_MMA_CH_LD (MC_MMA_CH_NT * 8u + 4u)
+
+int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
+    return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->rows > 0 &&
+           w->cols > 0 && w->cols % 8 == 0;
+}
+
+/* The largest of 8, 4, 2 parts whose decode grid (tiles x KS warps) fits one wave of 2 blocks of
+ * 8 warps on each of 132 multiprocessors, with at least 4 k-blocks a part; else 1. A function of
+ * the shape alone: every arm and device gets the same bits. */
+uint32_t mc_gemv_mma_ksplit(uint32_t rows, uint32_t cols) {
+    const uint64_t tiles = (rows + 15u) / 16u, nkb = (cols + 31u) / 32u;
+    for (uint32_t ks = MC_MMA_WARPS; ks > 1; ks >>= 1)
+        if (tiles * ks <= 2u * 132u * MC_MMA_WARPS && nkb >= 4u * ks)
+            return ks;
+    return 1;
+}
+
+/* ---- device helpers (decode and chunk run these, hence the same bits) --------------------- */
+
+__device__ __forceinline__ void mc_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One k-block: lo, hi the lane's 8 columns of rows g and g + 8, xb the same 8 columns of x' (as
+ * bf16 pairs, the lower column in the low half) for column g of B. */
+__device__ __forceinline__ void mc_mma_kblock(float (&d)[4], uint4 lo, uint4 hi, uint4 xb) {
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
+}
+/* gemv=mma2: x' as two bf16 planes (xh = bf16(x'), xl = bf16(x' - xh)); each MMA of the k-block
+ * runs on xh, then on xl. */
+__device__ __forceinline__ void mc_mma_kblock2(float (&d)[4], uint4 lo, uint4 hi, uint4 xh, uint4 xl) {
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xh.x, xh.y);
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xl.x, xl.y);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xh.z, xh.w);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xl.z, xl.w);
+}
+
+/* The first k-block of part p of KS over nkb k-blocks. */
+__device__ __forceinline__ uint32_t mc_mma_part(uint32_t nkb, uint32_t ks, uint32_t p) {
+    return (uint32_t)((uint64_t)nkb * p / ks);
+}
+
+__device__ __forceinline__ uint32_t mc_mma_pack(float a, float b) {
+    return (uint32_t)memra_f32_to_bf16(a) | ((uint32_t)memra_f32_to_bf16(b) << 16);
+}
+/* The low plane of mma2: the remainder x' - bf16(x') (exact in fp32), rounded to bf16. */
+__device__ __forceinline__ uint16_t mc_mma_low(float v) {
+    return memra_f32_to_bf16(__fsub_rn(v, memra_bf16_to_f32(memra_f32_to_bf16(v))));
+}
+__device__ __forceinline__ uint32_t mc_mma_pack_low(float a, float b) {
+    return (uint32_t)mc_mma_low(a) | ((uint32_t)mc_mma_low(b) << 16);
+}
+
+/* 1/rms from the sum of squares (decode and the chunk's prep). */
+__device__ __forceinline__ float mc_mma_rscale(float ss, uint32_t cols, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)cols), eps)));
+}
+
+/* The 4 lanes' sums of squares of a part, as lane 0 (and every lane of the group) sees them:
+ * (s0 + s2) + (s1 + s3). Every lane of the warp calls it. */
+__device__ __forceinline__ float mc_mma_ss4(float s) {
+    s = __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 2));
+    return __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 1));
+}
+
+/* A finished group of 4 rows (the parts added): the 1/rms product, then mc_rows_store. */
+template <int GLU>
+__device__ __forceinline__ void mc_mma_store(float (&d)[MC_GEMV_ROWS], bool scaled, float scale, uint32_t r0,
+                                             uint32_t rows, const float *bias, const float *residual, float *y) {
+    if (scaled)
+#pragma unroll
+        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
+            d[j] = __fmul_rn(d[j], scale);
+    mc_rows_store<GLU>(d, r0, rows, bias, residual, y);
+}
+
+/* ---- decode ------------------------------------------------------------------------------- */
+
+/* Per call: reads rows x cols weights (streamed), x and norm_w (cols floats), bias and residual;
+ * writes y (rows floats, rows / 2 with a GLU); with POST the last block reads y, pn.w, pn.x and
+ * writes pn.x. */
+template <int GLU, int NORM, int POST, int PL>
+__global__ void __launch_bounds__(32 * MC_MMA_WARPS)
+    gemv_mma(const mc_matrix w, uint32_t ks, const float *x, const float *norm_w, float eps, const float *bias,
+             const float *residual, float *y, const mc_post_args pn) {
+    __shared__ float red[MC_MMA_WARPS][17];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t part = warp % ks, r0 = (blockIdx.x * (MC_MMA_WARPS / ks) + warp / ks) * 16;
+    const bool live = r0 < w.rows;
+    if (live) {
+        const uint32_t nkb = (w.cols + 31) / 32, kb0 = mc_mma_part(nkb, ks, part), kb1 = mc_mma_part(nkb, ks, part + 1);
+        const uint32_t ra = r0 + g, rb = r0 + g + 8;
+        const uint4 *pa = (const uint4 *)((const uint16_t *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride);
+        const uint4 *pb = (const uint4 *)((const uint16_t *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride);
+        const uint32_t nq = w.cols / 8; /* 16-byte chunks of a row */
+        uint4 na[MC_MMA_U], nb[MC_MMA_U];
+        auto load = [&](uint32_t kb) {
+#pragma unroll
+            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+                const uint32_t q = (kb + u) * 4 + t;
+                na[u] = nb[u] = make_uint4(0, 0, 0, 0);
+                if (kb + u < kb1 && q < nq) {
+                    na[u] = __ldcs(pa + q);
+                    nb[u] = __ldcs(pb + q);
+                }
+            }
+        };
+        load(kb0);
+        mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : MC_TRIGGER_GEMV6_RES); /* x comes from earlier kernels */
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
+        for (uint32_t kb = kb0; kb < kb1; kb += MC_MMA_U) {
+            uint4 ca[MC_MMA_U], cb[MC_MMA_U];
+#pragma unroll
+            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+                ca[u] = na[u];
+                cb[u] = nb[u];
+            }
+            if (kb + MC_MMA_U < kb1)
+                load(kb + MC_MMA_U);
+#pragma unroll
+            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+                if (kb + u >= kb1)
+                    break;
+                const uint32_t c = (kb + u) * 32 + 8 * t;
+                uint4 xb = make_uint4(0, 0, 0, 0), xl = make_uint4(0, 0, 0, 0);
+                if (g == 0 && c < w.cols) {
+                    const float4 v0 = __ldg((const float4 *)(x + c)), v1 = __ldg((const float4 *)(x + c) + 1);
+                    float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                    if (NORM) {
+                        const float4 g0 = __ldg((const float4 *)(norm_w + c)),
+                                     g1 = __ldg((const float4 *)(norm_w + c) + 1);
+                        const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+                        for (uint32_t e = 0; e < 8; e++) {
+                            ss = fmaf(v[e], v[e], ss);
+                            v[e] = __fmul_rn(v[e], gv[e]);
+                        }
+                    }
+                    xb = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]), mc_mma_pack(v[4], v[5]),
+                                    mc_mma_pack(v[6], v[7]));
+                    if (PL == 2)
+                        xl = make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
+                                        mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
+                }
+                if (PL == 2)
+                    mc_mma_kblock2(d, ca[u], cb[u], xb, xl);
+                else
+                    mc_mma_kblock(d, ca[u], cb[u], xb);
+            }
+        }
+        if (NORM)
+            ss = mc_mma_ss4(ss);
+        if (t == 0) { /* column 0 of D: rows g (d[0]) and g + 8 (d[2]) */
+            red[warp][g] = d[0];
+            red[warp][g + 8] = d[2];
+        }
+        if (lane == 0)
+            red[warp][16] = ss;
+    }
+    __syncthreads();
+    if (live && part == 0 && lane < 4) { /* lane q: rows r0 + 4q .. + 3, the parts added in order */
+        float dd[MC_GEMV_ROWS], sst = red[warp][16];
+#pragma unroll
+        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
+            dd[j] = red[warp][4 * lane + j];
+        for (uint32_t p = 1; p < ks; p++) {
+#pragma unroll
+            for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
+                dd[j] = __fadd_rn(dd[j], red[warp + p][4 * lane + j]);
+            sst = __fadd_rn(sst, red[warp + p][16]);
+        }
+        const uint32_t rq = r0 + 4 * lane;
+        if (rq < w.rows)
+            mc_mma_store<GLU>(dd, NORM != 0, NORM ? mc_mma_rscale(sst, w.cols, eps) : 1.0f, rq, w.rows, bias, residual,
+                              y);
+    }
+    if (POST)
+        mc_post_norm_last(pn, y, w.rows);
+}
+
+cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                        const float *bias, const float *residual, float *y, cudaStream_t st, const mc_post_args *pn) {
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || (pn && (glu || norm_w || bias || residual)))
+        return cudaErrorInvalidValue;
+    const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols), per_block = MC_MMA_WARPS / ks;
+    const uint32_t tiles = (w->rows + 15) / 16;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((tiles + per_block - 1) / per_block);
+    cfg.blockDim = dim3(32 * MC_MMA_WARPS);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    const mc_post_args none = {NULL, NULL, NULL, 0.0f};
+    const bool two = c->gemv == MC_GEMV_MMA2;
+    cudaError_t e;
+#define MC_L(G, N, P)                                                                                                  \
+    (two ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, x, norm_w, eps, bias, residual, y, pn ? *pn : none)  \
+         : cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1>, *w, ks, x, norm_w, eps, bias, residual, y, pn ? *pn : none))
+    if (pn)
+        e = MC_L(MC_GLU_NONE, 0, 1);
+    else if (glu == MC_GLU_SILU)
+        e = norm_w ? MC_L(MC_GLU_SILU, 1, 0) : MC_L(MC_GLU_SILU, 0, 0);
+    else if (glu == MC_GLU_GELU)
+        e = norm_w ? MC_L(MC_GLU_GELU, 1, 0) : MC_L(MC_GLU_GELU, 0, 0);
+    else
+        e = norm_w ? MC_L(MC_GLU_NONE, 1, 0) : MC_L(MC_GLU_NONE, 0, 0);
+#undef MC_L
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* ---- a prefill chunk ---------------------------------------------------------------------- */
+
+/* One warp per row of x: x' as bf16 (xo, cols apart) and, with a norm, 1/rms in decode's order
+ * (lane 4p + t: part p's lane t chain; the groups' trees; the parts in order). */
+template <int NORM, int PL>
+__global__ void __launch_bounds__(32) chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols,
+                                                     uint32_t ks, float eps, uint16_t *xo, uint16_t *xl, float *rs) {
+    const uint32_t lane = threadIdx.x, tok = blockIdx.x;
+    const float *xr = x + (size_t)tok * ldx;
+    if (NORM) {
+        const uint32_t nkb = (cols + 31) / 32;
+        float s = 0.0f;
+        if (lane < 4 * ks) {
+            const uint32_t p = lane / 4, t = lane % 4;
+            for (uint32_t kb = mc_mma_part(nkb, ks, p); kb < mc_mma_part(nkb, ks, p + 1); kb++) {
+                const uint32_t c = kb * 32 + 8 * t;
+                if (c < cols)
+                    for (uint32_t e = 0; e < 8; e++)
+                        s = fmaf(xr[c + e], xr[c + e], s);
+            }
+        }
+        s = mc_mma_ss4(s);
+        float sst = __shfl_sync(MC_FULL, s, 0);
+        for (uint32_t p = 1; p < ks; p++)
+            sst = __fadd_rn(sst, __shfl_sync(MC_FULL, s, 4 * p));
+        if (lane == 0)
+            rs[tok] = mc_mma_rscale(sst, cols, eps);
+    }
+    for (uint32_t c = lane; c < cols; c += 32) {
+        const float v = NORM ? __fmul_rn(xr[c], norm_w[c]) : xr[c];
+        xo[(size_t)tok * cols + c] = memra_f32_to_bf16(v);
+        if (PL == 2)
+            xl[(size_t)tok * cols + c] = mc_mma_low(v);
+    }
+}
+
+/* 16 bytes global -> shared without registers (zero-filled when !valid; src must be a valid
+ * address either way), and the group bookkeeping of cp.async. */
+__device__ __forceinline__ void mc_cp16(void *dst, const void *src, bool valid) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void mc_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void mc_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+/* Dynamic shared memory of chunk_gemv_mma: MC_MMA_CH_STAGES stages of the block's k-block (128
+ * weight rows and 64 rows of x' in each of PL planes, 64 bytes each), then each warp's finished
+ * outputs. */
+#define MC_MMA_CH_STAGES 3u
+#define MC_MMA_CH_ROWS (MC_MMA_CH_WARPS * MC_MMA_CH_MT * 16u)
+#define MC_MMA_CH_TOK (MC_MMA_CH_NT * 8u)
+#define MC_MMA_CH_SMEM(PL)                                                                                             \
+    (MC_MMA_CH_STAGES * (MC_MMA_CH_ROWS + (PL)*MC_MMA_CH_TOK) * 64u +                                                  \
+     MC_MMA_CH_WARPS * MC_MMA_CH_MT * 16u * MC_MMA_CH_LD * 4u)
+
+/* Block: 4 warps, 128 rows of W (warp w: rows 32 w .. + 31 of the block's, two tiles) and 64 rows
+ * of x (blockIdx.x: the x tile, fastest, so consecutive blocks take the same weights). The
+ * block's k-blocks stream through MC_MMA_CH_STAGES shared-memory stages (cp.async, zero-filled
+ * past the rows, the columns and M); each lane reads its fragments as decode loads them (16
+ * bytes of a row: the same permutation). Each (row, token) runs decode's chain: the parts in
+ * order (each from +0, its k-blocks in order), added in part order in shared memory, then
+ * mc_mma_store with rs[token]. */
+template <int GLU, int PL>
+__global__ void __launch_bounds__(32 * MC_MMA_CH_WARPS)
+    chunk_gemv_mma(const mc_matrix w, uint32_t ks, const uint16_t *xo, const uint16_t *xlo, const float *rs,
+                   const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    constexpr uint32_t MT = MC_MMA_CH_MT, NT = MC_MMA_CH_NT, LD = MC_MMA_CH_LD, S = MC_MMA_CH_STAGES;
+    constexpr uint32_t BR = MC_MMA_CH_ROWS, BT = MC_MMA_CH_TOK, NTH = 32 * MC_MMA_CH_WARPS, SR = BR + PL * BT;
+    extern __shared__ uint4 mc_mma_smem[];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), ntl = (ntok + 7) / 8, nq = w.cols / 8, nkb = (w.cols + 31) / 32;
+    uint4 *stage0 = mc_mma_smem; /* stage s: BR rows of A then BT rows of each B plane, 4 uint4 a row */
+    float(*f)[LD] = (float(*)[LD])(mc_mma_smem + S * SR * 4) + warp * MT * 16;
+    const uint16_t *wd = (const uint16_t *)w.data;
+    auto issue = [&](uint32_t kb) {
+        if (kb < nkb) {
+            uint4 *st = stage0 + (kb % S) * SR * 4;
+#pragma unroll
+            for (uint32_t i = 0; i < BR * 4 / NTH; i++) {
+                const uint32_t idx = tid + NTH * i, row = idx / 4, q = kb * 4 + idx % 4;
+                const bool v = rb + row < w.rows && q < nq;
+                mc_cp16(st + idx, v ? wd + (size_t)(rb + row) * w.stride + (size_t)q * 8 : wd, v);
+            }
+#pragma unroll
+            for (uint32_t i = 0; i < BT * 4 / NTH; i++) {
+                const uint32_t idx = tid + NTH * i, tok = idx / 4, q = kb * 4 + idx % 4;
+                const bool v = tok < ntok && q < nq;
+                mc_cp16(st + BR * 4 + idx, v ? xo + (size_t)(t0 + tok) * w.cols + (size_t)q * 8 : xo, v);
+                if (PL == 2)
+                    mc_cp16(st + (BR + BT) * 4 + idx, v ? xlo + (size_t)(t0 + tok) * w.cols + (size_t)q * 8 : xlo, v);
+            }
+        }
+        mc_cp_commit(); /* an empty group past the end keeps the count uniform */
+    };
+    float acc[MT][NT][4];
+#pragma unroll
+    for (uint32_t i = 0; i < MT; i++)
+#pragma unroll
+        for (uint32_t j = 0; j < NT; j++)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+#pragma unroll
+    for (uint32_t k = 0; k + 1 < S; k++)
+        issue(k);
+    uint32_t p = 0, pend = mc_mma_part(nkb, ks, 1);
+#pragma unroll 1
+    for (uint32_t kb = 0; kb < nkb; kb++) {
+        mc_cp_wait1();   /* this thread's copies of k-block kb have landed */
+        __syncthreads(); /* everyone's have, and everyone is done with k-block kb - 1's stage */
+        issue(kb + S - 1);
+        const uint4 *st = stage0 + (kb % S) * SR * 4;
+        uint4 lo[MT], hi[MT];
+#pragma unroll
+        for (uint32_t i = 0; i < MT; i++) {
+            lo[i] = st[(warp * MT * 16 + 16 * i + g) * 4 + t];
+            hi[i] = st[(warp * MT * 16 + 16 * i + g + 8) * 4 + t];
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < NT; j++)
+            if (j < ntl) {
+                const uint4 xb = st[(BR + 8 * j + g) * 4 + t];
+                if (PL == 2) {
+                    const uint4 xl = st[(BR + BT + 8 * j + g) * 4 + t];
+#pragma unroll
+                    for (uint32_t i = 0; i < MT; i++)
+                        mc_mma_kblock2(acc[i][j], lo[i], hi[i], xb, xl);
+                } else {
+#pragma unroll
+                    for (uint32_t i = 0; i < MT; i++)
+                        mc_mma_kblock(acc[i][j], lo[i], hi[i], xb);
+                }
+            }
+        if (kb + 1 == pend) { /* the part's results into f (row, token), added in part order */
+#pragma unroll
+            for (uint32_t i = 0; i < MT; i++)
+#pragma unroll
+                for (uint32_t j = 0; j < NT; j++) {
+                    if (j < ntl) {
+                        float *a = &f[16 * i + g][8 * j + 2 * t], *b = &f[16 * i + g + 8][8 * j + 2 * t];
+                        if (p == 0) {
+                            a[0] = acc[i][j][0];
+                            a[1] = acc[i][j][1];
+                            b[0] = acc[i][j][2];
+                            b[1] = acc[i][j][3];
+                        } else {
+                            a[0] = __fadd_rn(a[0], acc[i][j][0]);
+                            a[1] = __fadd_rn(a[1], acc[i][j][1]);
+                            b[0] = __fadd_rn(b[0], acc[i][j][2]);
+                            b[1] = __fadd_rn(b[1], acc[i][j][3]);
+                        }
+                    }
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; e++)
+                        acc[i][j][e] = 0.0f;
+                }
+            p++;
+            pend = mc_mma_part(nkb, ks, p + 1);
+        }
+    }
+    __syncwarp();
+    const uint32_t rw = rb + warp * MT * 16;
+    for (uint32_t k = lane; k < MT * 4 * BT; k += 32) { /* (group of 4 rows, token) */
+        const uint32_t tok = k % BT, grp = k / BT, r0 = rw + 4 * grp;
+        if (tok >= ntok || r0 >= w.rows)
+            continue;
+        float d[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
+            d[j] = f[4 * grp + j][tok];
+        const size_t tt = (size_t)t0 + tok;
+        mc_mma_store<GLU>(d, rs != NULL, rs ? rs[tt] : 1.0f, r0, w.rows, bias, res ? res + tt * ldr : NULL,
+                          y + tt * ldy);
+    }
+}
+
+/* The chunk kernels' shared-memory limit, once per device (outside any capture: mc_gemv_prepare). */
+cudaError_t mc_gemv_mma_prepare(void) {
+    cudaError_t e = cudaSuccess;
+#define MC_SET(G, P)                                                                                                   \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_mma<G, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,                    \
+                                 (int)MC_MMA_CH_SMEM(P));
+    MC_SET(MC_GLU_NONE, 1)
+    MC_SET(MC_GLU_SILU, 1) MC_SET(MC_GLU_GELU, 1) MC_SET(MC_GLU_NONE, 2) MC_SET(MC_GLU_SILU, 2) MC_SET(MC_GLU_GELU, 2)
+#undef MC_SET
+        return e;
+}
+
+cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
+                              float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
+                              int glu, uint32_t M, void *scratch, cudaStream_t st) {
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2))
+        return cudaErrorInvalidValue;
+    if (M == 0)
+        return cudaSuccess;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
+     * row scales */
+    char *base = (char *)scratch;
+    uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * w->cols;
+    float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
+    const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
+    const bool two = c->gemv == MC_GEMV_MMA2;
+#define MC_PREP(N, P) chunk_mma_prep<N, P><<<M, 32, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL)
+    if (norm_w && two)
+        MC_PREP(1, 2);
+    else if (norm_w)
+        MC_PREP(1, 1);
+    else if (two)
+        MC_PREP(0, 2);
+    else
+        MC_PREP(0, 1);
+#undef MC_PREP
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    const dim3 grid((M + MC_MMA_CH_TOK - 1) / MC_MMA_CH_TOK, (w->rows + MC_MMA_CH_ROWS - 1) / MC_MMA_CH_ROWS);
+    const float *rsp = norm_w ? rs : NULL;
+#define MC_CH(G, P)                                                                                                    \
+    chunk_gemv_mma<G, P>                                                                                               \
+        <<<grid, 32 * MC_MMA_CH_WARPS, MC_MMA_CH_SMEM(P), st>>>(*w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, M)
+    if (glu == MC_GLU_SILU && two)
+        MC_CH(MC_GLU_SILU, 2);
+    else if (glu == MC_GLU_SILU)
+        MC_CH(MC_GLU_SILU, 1);
+    else if (glu == MC_GLU_GELU && two)
+        MC_CH(MC_GLU_GELU, 2);
+    else if (glu == MC_GLU_GELU)
+        MC_CH(MC_GLU_GELU, 1);
+    else if (two)
+        MC_CH(MC_GLU_NONE, 2);
+    else
+        MC_CH(MC_GLU_NONE, 1);
+#undef MC_CH
+    return cudaGetLastError();
+}
+
+/* ---- census and trigger ------------------------------------------------------------------- */
+
+const char *mc_gemv_mma_family(const void *f) {
+#define MC_FAM(P)                                                                                                      \
+    {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, P>, "gemv"}, {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, P>, "gemv"},    \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, P>, "gemv_swiglu"},                                                 \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, P>, "gemv_swiglu"},                                                 \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P>, "gemv_geglu"},                                                  \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P>, "gemv_geglu"},                                                  \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P>, "gemv_postnorm"},                                               \
+        {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"},                                                  \
+        {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
+        {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
+        {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {MC_FAM(1) MC_FAM(2)};
+#undef MC_FAM
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}
+
+cudaError_t mc_gemv_mma_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }

@@ -1,0 +1,377 @@
+/* check_mma_gemv.c: gemv=mma (backends/cuda/gemv_mma.cu, issue 28): the prefill chunk's BF16 GEMV
+ * (mc_gemv_chunk) bit for bit against the decode GEMV (mc_gemv, mc_gemv_glu) run on each row of x
+ * alone, for M = 1, 7, 8, 9, 64 and 512 rows of x, on shapes that take every column split (KS 8,
+ * 4, 2, 1), rows that are no multiple of 16 (a partial tile), columns that are no multiple of 32
+ * (a zero-filled last k-block), with the RMSNorm of x, a bias, a residual, and the SiLU and GELU
+ * GLUs of interleaved gate/up rows. Columns that are no multiple of 8 are not served: there
+ * gemv=mma must give gemv=auto's bits (the row-group kernels), and does not reach the MMA.
+ *
+ * Against a float64 reference (x' = bf16(x * norm_w) rounded to nearest even once, as the kernels
+ * define it; the dots, 1/rms, bias, residual and GLU in double) on three rows of x per case:
+ * |y - ref| <= 2^-14 mass + 2^-20 |ref|, mass = sum_c |W[r][c] x'[c]| * scale + |bias| + |residual|
+ * (for a GLU, the first-order mass of act(g) * u): the products are exact in fp32, and a chain of at
+ * most 256 MMAs, each rounding its sum once (2^-24 relative), stays inside it; a wrong fragment
+ * mapping or a lost k-block does not.
+ *
+ * Negative controls: one weight changed by one bf16 ulp in the chunk's copy of the matrix must give
+ * other bits in its row (the comparison sees a one-ulp difference), and gemv=mma's decode must
+ * differ from gemv=auto's somewhere (its own bits: this compares two arithmetics, not one twice).
+ *
+ * gemv=mma2 (x' as two bf16 planes) the same way, its reference on x' = high + low plane, and its
+ * decode against gemv=mma's (its own bits).
+ *
+ * A plain program for the device machine (no Criterion there); exit 77 without a device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_checks.h"
+#include "cuda_kernels.h"
+#include "memra/numeric.h"
+#include "memra/tensor_type.h"
+
+static uint64_t mg_next(uint64_t *s) {
+    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+static float mg_unit(uint64_t *s) { return (float)(mg_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
+static float mg_sym(uint64_t *s) { return 2.0f * mg_unit(s) - 1.0f; }
+
+typedef struct mg_mat {
+    uint32_t rows, cols, stride;
+    uint16_t *h; /* rows x stride bf16 (padding zero) */
+    mc_matrix d;
+} mg_mat;
+
+static int mg_upload(mg_mat *m, uint64_t *s) {
+    m->stride = (m->cols + 7) / 8 * 8;
+    const size_t n = (size_t)m->rows * m->stride;
+    m->h = calloc(n, 2);
+    if (!m->h)
+        return -1;
+    for (uint32_t r = 0; r < m->rows; r++)
+        for (uint32_t c = 0; c < m->cols; c++) /* a few large weights among small ones */
+            m->h[(size_t)r * m->stride + c] = memra_f32_to_bf16((mg_unit(s) < 0.02f ? 0.5f : 0.05f) * mg_sym(s));
+    memset(&m->d, 0, sizeof m->d);
+    m->d.type = MEMRA_TYPE_BF16;
+    m->d.rows = m->rows;
+    m->d.cols = m->cols;
+    m->d.stride = m->stride;
+    if (cudaMalloc(&m->d.data, n * 2) != cudaSuccess || cudaMemcpy(m->d.data, m->h, n * 2, cudaMemcpyHostToDevice))
+        return -1;
+    return 0;
+}
+static void mg_free(mg_mat *m) {
+    cudaFree(m->d.data);
+    free(m->h);
+    memset(m, 0, sizeof *m);
+}
+
+typedef struct mg_mode {
+    const char *name;
+    int norm, bias, res, glu;
+} mg_mode;
+
+static double mg_act(int glu, double g) {
+    if (glu == MC_GLU_GELU)
+        return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    return g / (1.0 + exp(-g));
+}
+
+/* One (matrix, mode, M) case: returns failures (-1: could not run). perturb: the chunk runs on a
+ * copy of the matrix with one weight changed by one ulp (the result must then differ). */
+static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *md, uint32_t M, uint64_t seed,
+                   int perturb) {
+    const uint32_t R = m->rows, C = m->cols, OUT = md->glu ? R / 2 : R;
+    const float eps = 1e-5f;
+    uint64_t s = seed;
+    int bad = -1;
+    float *hx = malloc((size_t)M * C * 4), *hn = malloc((size_t)C * 4), *hb = malloc((size_t)R * 4);
+    float *hr = malloc((size_t)M * R * 4), *yd = malloc((size_t)M * OUT * 4), *yc = malloc((size_t)M * OUT * 4);
+    float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL, *dyd = NULL, *dyc = NULL;
+    void *scratch = NULL, *wcopy = NULL;
+    mc_config cfg = mc_config_default;
+    mc_config_choice(&cfg, "gemv", var);
+    const int two = strcmp(var, "mma2") == 0;
+    if (!hx || !hn || !hb || !hr || !yd || !yc)
+        goto done;
+    for (size_t i = 0; i < (size_t)M * C; i++)
+        hx[i] = 2.0f * mg_sym(&s);
+    for (uint32_t c = 0; c < C; c++)
+        hn[c] = 0.5f + mg_unit(&s);
+    for (uint32_t r = 0; r < R; r++)
+        hb[r] = mg_sym(&s);
+    for (size_t i = 0; i < (size_t)M * R; i++)
+        hr[i] = 4.0f * mg_sym(&s);
+    const uint64_t sb = mc_gemv_chunk_scratch_bytes(C, M);
+    if (cudaMalloc((void **)&dx, (size_t)M * C * 4) || cudaMalloc((void **)&dn, (size_t)C * 4) ||
+        cudaMalloc((void **)&db, (size_t)R * 4) || cudaMalloc((void **)&dr, (size_t)M * R * 4) ||
+        cudaMalloc((void **)&dyd, (size_t)M * OUT * 4) || cudaMalloc((void **)&dyc, (size_t)M * OUT * 4) ||
+        cudaMalloc(&scratch, sb))
+        goto done;
+    if (cudaMemcpy(dx, hx, (size_t)M * C * 4, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dn, hn, (size_t)C * 4, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(db, hb, (size_t)R * 4, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dr, hr, (size_t)M * R * 4, cudaMemcpyHostToDevice) || cudaMemset(dyd, 0xff, (size_t)M * OUT * 4) ||
+        cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4))
+        goto done;
+    const float *nw = md->norm ? dn : NULL, *bias = md->bias ? db : NULL;
+    cudaError_t e = cudaSuccess;
+    for (uint32_t t = 0; t < M && e == cudaSuccess; t++) {
+        const float *xr = dx + (size_t)t * C;
+        e = md->glu ? mc_gemv_glu(&cfg, &m->d, xr, nw, eps, md->glu, dyd + (size_t)t * OUT, 0)
+                    : mc_gemv(&cfg, &m->d, xr, nw, eps, bias, md->res ? dr + (size_t)t * R : NULL,
+                              dyd + (size_t)t * OUT, 0);
+    }
+    mc_matrix wc = m->d;
+    const size_t r_p = R / 2, c_p = C - 1 - C / 3;
+    if (e == cudaSuccess && perturb) {
+        const size_t n = (size_t)R * m->stride * 2;
+        e = cudaMalloc(&wcopy, n);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(wcopy, m->d.data, n, cudaMemcpyDeviceToDevice);
+        uint16_t v = (uint16_t)(m->h[r_p * m->stride + c_p] + 1); /* one ulp */
+        if (e == cudaSuccess)
+            e = cudaMemcpy((uint16_t *)wcopy + r_p * m->stride + c_p, &v, 2, cudaMemcpyHostToDevice);
+        wc.data = wcopy;
+    }
+    if (e == cudaSuccess)
+        e = mc_gemv_chunk(&cfg, &wc, dx, C, nw, eps, md->glu ? NULL : bias, md->glu || !md->res ? NULL : dr, R, dyc,
+                          OUT, md->glu, M, scratch, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(yd, dyd, (size_t)M * OUT * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(yc, dyc, (size_t)M * OUT * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "%s %ux%u %s M=%u: %s\n", var, R, C, md->name, M, cudaGetErrorString(e));
+        goto done;
+    }
+    bad = 0;
+    if (perturb) { /* the changed weight's output (row r_p, or its GLU pair) must differ for some row of x */
+        const size_t o = md->glu ? r_p / 2 : r_p;
+        int differs = 0;
+        for (uint32_t t = 0; t < M; t++)
+            differs |= memcmp(&yd[(size_t)t * OUT + o], &yc[(size_t)t * OUT + o], 4) != 0;
+        bad = differs ? 0 : 1;
+        goto done;
+    }
+    for (uint32_t t = 0; t < M; t++)
+        for (uint32_t o = 0; o < OUT; o++) {
+            const size_t i = (size_t)t * OUT + o;
+            if (memcmp(&yd[i], &yc[i], 4) != 0) {
+                if (out && bad < 4)
+                    fprintf(out, "%s %ux%u %s M=%u: x row %u output %u: chunk %.9g, decode %.9g\n", var, R, C, md->name,
+                            M, t, o, yc[i], yd[i]);
+                bad++;
+            }
+        }
+    /* float64 reference on three rows of x */
+    const uint32_t probe[3] = {0, M / 2, M - 1};
+    for (int k = 0; k < 3; k++) {
+        const uint32_t t = probe[k];
+        if (k > 0 && t == probe[k - 1])
+            continue;
+        const float *x = hx + (size_t)t * C;
+        double ss = 0.0;
+        for (uint32_t c = 0; c < C; c++)
+            ss += (double)x[c] * x[c];
+        const double scale = md->norm ? 1.0 / sqrt(ss / C + eps) : 1.0;
+        double dot[2], mass[2];
+        for (uint32_t o = 0; o < OUT; o++) {
+            for (int h = 0; h < (md->glu ? 2 : 1); h++) {
+                const uint32_t r = md->glu ? 2 * o + h : o;
+                double a = 0.0, am = 0.0;
+                for (uint32_t c = 0; c < C; c++) {
+                    const float xp = md->norm ? x[c] * hn[c] : x[c];
+                    const float xh = memra_bf16_to_f32(memra_f32_to_bf16(xp)); /* mma2: + the low plane */
+                    const double xb = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
+                    const double wv = memra_bf16_to_f32(m->h[(size_t)r * m->stride + c]);
+                    a += wv * xb;
+                    am += fabs(wv * xb);
+                }
+                dot[h] = a * scale;
+                mass[h] = am * scale;
+            }
+            double ref, ms;
+            if (md->glu) {
+                const double ag = mg_act(md->glu, dot[0]);
+                ref = ag * dot[1];
+                ms = fabs(ag) * mass[1] + (fabs(dot[1]) + 1.0) * mass[0] * 1.2;
+            } else {
+                ref = dot[0];
+                ms = mass[0];
+                if (md->bias) {
+                    ref += hb[o];
+                    ms += fabs(hb[o]);
+                }
+                if (md->res) {
+                    ref += hr[(size_t)t * R + o];
+                    ms += fabs(hr[(size_t)t * R + o]);
+                }
+            }
+            const double y = yc[(size_t)t * OUT + o], tol = ms / 16384.0 + fabs(ref) / 1048576.0;
+            if (!(fabs(y - ref) <= tol)) {
+                if (out && bad < 8)
+                    fprintf(out, "%s %ux%u %s M=%u: x row %u output %u: %.9g, float64 %.9g (bound %.3g)\n", var, R, C,
+                            md->name, M, t, o, y, ref, tol);
+                bad++;
+            }
+        }
+    }
+done:
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(db);
+    cudaFree(dr);
+    cudaFree(dyd);
+    cudaFree(dyc);
+    cudaFree(scratch);
+    cudaFree(wcopy);
+    free(hx);
+    free(hn);
+    free(hb);
+    free(hr);
+    free(yd);
+    free(yc);
+    return bad;
+}
+
+/* gemv=mma against gemv=auto on one decode launch: equal (want_equal: a shape mma does not serve)
+ * or different somewhere (a shape it serves). Failures, -1: could not run. */
+static int mg_versus_auto(FILE *out, const char *var, const char *other, const mg_mat *m, int want_equal,
+                          uint64_t seed) {
+    const uint32_t R = m->rows, C = m->cols;
+    uint64_t s = seed;
+    float *hx = malloc((size_t)C * 4), *y1 = malloc((size_t)R * 4), *y2 = malloc((size_t)R * 4);
+    float *dx = NULL, *dy1 = NULL, *dy2 = NULL;
+    int bad = -1;
+    mc_config a = mc_config_default, b = mc_config_default;
+    mc_config_choice(&a, "gemv", other);
+    mc_config_choice(&b, "gemv", var);
+    if (!hx || !y1 || !y2 || cudaMalloc((void **)&dx, (size_t)C * 4) || cudaMalloc((void **)&dy1, (size_t)R * 4) ||
+        cudaMalloc((void **)&dy2, (size_t)R * 4))
+        goto done;
+    for (uint32_t c = 0; c < C; c++)
+        hx[c] = 2.0f * mg_sym(&s);
+    if (cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice) ||
+        mc_gemv(&a, &m->d, dx, NULL, 0.0f, NULL, NULL, dy1, 0) ||
+        mc_gemv(&b, &m->d, dx, NULL, 0.0f, NULL, NULL, dy2, 0) || cudaDeviceSynchronize() ||
+        cudaMemcpy(y1, dy1, (size_t)R * 4, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(y2, dy2, (size_t)R * 4, cudaMemcpyDeviceToHost))
+        goto done;
+    const int equal = memcmp(y1, y2, (size_t)R * 4) == 0;
+    bad = equal == want_equal ? 0 : 1;
+    if (bad && out)
+        fprintf(out, "%ux%u: gemv=%s %s gemv=%s's bits, expected %s\n", R, C, var, equal ? "gives" : "does not give",
+                other, want_equal ? "the same (not served: auto's kernels)" : "its own");
+done:
+    cudaFree(dx);
+    cudaFree(dy1);
+    cudaFree(dy2);
+    free(hx);
+    free(y1);
+    free(y2);
+    return bad;
+}
+
+int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
+    /* (rows, cols) and the KS mc_gemv_mma_ksplit gives them */
+    static const struct {
+        uint32_t rows, cols, ks;
+    } shapes[] = {
+        {256, 4096, 8}, {300, 1000, 8}, {6144, 1024, 4}, {16384, 512, 2}, {37, 264, 2}, {40000, 256, 1}, {64, 72, 1},
+    };
+    static const mg_mode modes[] = {
+        {"plain", 0, 0, 0, 0},          {"norm+bias", 1, 1, 0, 0},
+        {"residual", 0, 0, 1, 0},       {"norm+silu", 1, 0, 0, MC_GLU_SILU},
+        {"gelu", 0, 0, 0, MC_GLU_GELU}, {"bias+residual", 0, 1, 1, 0},
+    };
+    static const uint32_t Ms[] = {1, 7, 8, 9, 64, 512};
+    static const char *const vars[] = {"mma", "mma2"};
+    int bad = 0, checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const uint32_t ks = mc_gemv_mma_ksplit(shapes[si].rows, shapes[si].cols);
+        if (ks != shapes[si].ks) {
+            if (out)
+                fprintf(out, "%ux%u: KS %u, the check expects %u (update its shapes)\n", shapes[si].rows,
+                        shapes[si].cols, ks, shapes[si].ks);
+            bad++;
+        }
+        uint64_t s = 0x5eed + si;
+        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}};
+        if (mg_upload(&m, &s) != 0) {
+            mg_free(&m);
+            return -1;
+        }
+        const uint64_t big = (uint64_t)m.rows * m.cols;
+        for (size_t vi = 0; vi < 2; vi++)
+            for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
+                for (size_t k = 0; k < sizeof Ms / sizeof Ms[0]; k++) {
+                    if (modes[mi].glu && m.rows % 2)
+                        continue; /* a GLU pairs rows: even row counts only */
+                    /* time: the largest shapes take 512 rows of x in half the modes, mma2 on the small only */
+                    if (Ms[k] == 512 && ((big > ((uint64_t)4 << 20) && mi % 2) || (vi == 1 && big > (1u << 20))))
+                        continue;
+                    const int b = mg_case(out, vars[vi], &m, &modes[mi], Ms[k], 1000 * si + 10 * mi + k + 7777 * vi, 0);
+                    if (b < 0) {
+                        mg_free(&m);
+                        return -1;
+                    }
+                    bad += b;
+                    checked++;
+                }
+        /* served: each its own bits (mma against auto, mma2 against mma) */
+        const int v = mg_versus_auto(out, "mma", "auto", &m, 0, 99 + si);
+        const int v2 = v < 0 ? -1 : mg_versus_auto(out, "mma2", "mma", &m, 0, 199 + si);
+        mg_free(&m);
+        if (v < 0 || v2 < 0)
+            return -1;
+        bad += v + v2;
+        checked += 2;
+    }
+    /* not served (columns no multiple of 8): gemv=auto's kernels and bits */
+    {
+        uint64_t s = 0xab;
+        mg_mat m = {100, 100, 0, NULL, {0}};
+        const int v = mg_upload(&m, &s) == 0 ? mg_versus_auto(out, "mma", "auto", &m, 1, 7) : -1;
+        const int v2 = v < 0 ? -1 : mg_versus_auto(out, "mma2", "auto", &m, 1, 8);
+        mg_free(&m);
+        if (v < 0 || v2 < 0)
+            return -1;
+        bad += v + v2;
+        checked += 2;
+    }
+    /* negative control: one weight one ulp off in the chunk's matrix must show */
+    {
+        uint64_t s = 0xcd;
+        mg_mat m = {300, 1000, 0, NULL, {0}};
+        if (mg_upload(&m, &s) != 0) {
+            mg_free(&m);
+            return -1;
+        }
+        for (size_t mi = 0; mi < 4; mi++) {
+            const int b = mg_case(NULL, vars[mi % 2], &m, &modes[mi], 9, 555 + mi, 1);
+            if (b < 0) {
+                mg_free(&m);
+                return -1;
+            }
+            if (b) {
+                if (out)
+                    fprintf(out, "negative control (%s, %s): a weight one ulp off gave the same bits\n", vars[mi % 2],
+                            modes[mi].name);
+                bad++;
+            }
+            checked++;
+        }
+        mg_free(&m);
+    }
+    if (n_checked)
+        *n_checked = checked;
+    return bad;
+}
+
+MEMRA_CHECK_MAIN("check_mma_gemv", memra_cuda_check_mma_gemv, "cases", "failures")
