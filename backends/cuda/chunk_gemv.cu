@@ -491,6 +491,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
             chunk_q8_quant<0><<<M, MC_CH_Q8_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, xs, rs);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
+        if (c->chunk != MC_CHUNK_FMA) /* chunk=mma: the tensor-core kernel, the same bits */
+            return mc_chunk_q8_mma(glu, c->chunk, w, xh, xm, xl, xs, rs, bias, residual, ldr, y, ldy, M, st);
         const uint32_t ks = mc_q8x_ksplit(w->rows);
         switch (glu) {
         case MC_GLU_SILU: return mc_ch_q8<MC_GLU_SILU>(ks, w, xh, xm, xl, xs, rs, bias, residual, ldr, y, ldy, M, st);
@@ -566,5 +568,5 @@ const char *mc_chunk_family(const void *f) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)
             return table[i].family;
-    return NULL;
+    return mc_chunk_mma_family(f);
 }

@@ -194,6 +194,14 @@ cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float 
  * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */
 uint32_t mc_gemv_ksplit(uint32_t rows);
 uint32_t mc_q8x_ksplit(uint32_t rows);
+/* chunk=mma (chunk_mma.cu): a prefill chunk's integer Q8_0 GEMV on int8 tensor cores, from
+ * chunk_gemv.cu's quantized planes (xh, xm, xl: M x cols/16 chunks; xs their scales; rs the rows'
+ * 1/rms), each element the bits of gemv_q8_0_int. variant: c->chunk (MC_CHUNK_MMA, or a check or
+ * bench program's MC_CHUNK_MMA_FAULT, MC_CHUNK_MMA_T4, _T6, _T8). */
+cudaError_t mc_chunk_q8_mma(int glu, uint32_t variant, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
+                            const uint4 *xl, const float *xs, const float *rs, const float *bias, const float *res,
+                            uint32_t ldr, float *y, uint32_t ldy, uint32_t M, cudaStream_t st);
+const char *mc_chunk_mma_family(const void *func);
 /* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
 cudaError_t mc_gemv_legacy_prepare(void);
 
