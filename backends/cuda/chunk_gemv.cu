@@ -17,6 +17,9 @@
  * the per-row 1/rms from decode's sum of squares (the same lanes, chunks and tree for the
  * matrix's KS; the integer path's block of 256 threads) are written by a prep kernel first.
  *
+ * The integer Q8_0 path's default (chunk=mma) is chunk_mma.cu's kernel on int8 tensor cores, the
+ * same sequence per element; chunk_gemv_q8 below is chunk=fma.
+ *
  * Per chunk and matrix: the weights once per MC_CH_TM rows of x (consecutive blocks take the
  * same weights, so L2 serves most repeats), x (M x cols floats) once per row set of a block. */
 #include "cuda_common.cuh"

@@ -40,9 +40,9 @@
  * repeats), the planes (M x cols x 3 bytes and M x cols / 16 scales) once per 64 weight rows. */
 #include "cuda_common.cuh"
 
-#define MC_MMA_BR 64u /* weight rows of a block's tile */
-#define MC_MMA_JB 4u  /* chunks of one class a step stages */
-#define MC_MMA_NN 8u  /* the default tile: warps along x (8 x rows each), so 64 x rows and 512 threads */
+#define MC_MMA_BR 64u           /* weight rows of a block's tile */
+#define MC_MMA_JB 4u            /* chunks of one class a step stages */
+#define MC_MMA_NN 8u            /* the default tile: warps along x (8 x rows each), so 64 x rows and 512 threads */
 #define MC_MMA_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 */
 #define MC_MMA_MAGIC_F 12582912.0f
 
@@ -88,8 +88,7 @@ __device__ __forceinline__ uint32_t mc_mma_count(uint32_t first, uint32_t nch, u
     return first < nch ? (nch - 1 - first) / stride + 1 : 0;
 }
 /* Moves c to the next step (from c itself when `from` is 0). */
-__device__ __forceinline__ void mc_mma_next(mc_mma_cursor &c, uint32_t nch, uint32_t ks, uint32_t fault,
-                                            int from) {
+__device__ __forceinline__ void mc_mma_next(mc_mma_cursor &c, uint32_t nch, uint32_t ks, uint32_t fault, int from) {
     if (from)
         c.jb++;
     for (;;) {
@@ -301,8 +300,10 @@ cudaError_t mc_chunk_q8_mma(int glu, uint32_t variant, const mc_matrix *w, const
     if (M == 0 || w->rows == 0)
         return cudaSuccess;
     const uint32_t fault = variant == MC_CHUNK_MMA_FAULT;
-    const uint32_t nn = variant == MC_CHUNK_MMA_T4 ? 4 : variant == MC_CHUNK_MMA_T6 ? 6 : variant == MC_CHUNK_MMA_T8 ? 8
-                                                                                                            : MC_MMA_NN;
+    const uint32_t nn = variant == MC_CHUNK_MMA_T4   ? 4
+                        : variant == MC_CHUNK_MMA_T6 ? 6
+                        : variant == MC_CHUNK_MMA_T8 ? 8
+                                                     : MC_MMA_NN;
     switch (nn) {
     case 4: return mc_chunk_q8_mma_nn<4>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st);
     case 6: return mc_chunk_q8_mma_nn<6>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st);

@@ -317,7 +317,8 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
  * (glu MC_GLU_SILU, MC_GLU_GELU) of that row alone under the same c: F32/F16/BF16 and Q8_0 (on
  * the float or the integer path, as mc_gemv picks) run the chunk kernels of chunk_gemv.cu (the
  * decode kernel's lanes, chunk order, tree and epilogue for every element; each weight chunk
- * loaded once for 8 rows of x); every other type runs mc_gemv row by row. scratch: at least
+ * loaded once for 8 rows of x), the integer path with c->chunk MC_CHUNK_MMA on int8 tensor cores
+ * (chunk_mma.cu, the same bits); every other type runs mc_gemv row by row. scratch: at least
  * mc_gemv_chunk_scratch_bytes(cols, M) bytes of device memory, 256-aligned. */
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w);
 uint64_t mc_gemv_chunk_scratch_bytes(uint32_t max_cols, uint32_t M);

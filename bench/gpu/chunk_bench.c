@@ -25,7 +25,7 @@ static uint32_t cb_next(void) {
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "chunk_bench: %s: %s\n", #x, cudaGetErrorString(e_));                                     \
+            fprintf(stderr, "chunk_bench: %s: %s\n", #x, cudaGetErrorString(e_));                                      \
             return 3;                                                                                                  \
         }                                                                                                              \
     } while (0)
@@ -69,8 +69,8 @@ static int cb_shape(uint32_t R, uint32_t C, uint32_t M, int glu, double fp32_rat
     static const struct {
         uint32_t v;
         const char *name;
-    } kinds[] = {{MC_CHUNK_MMA_T4, "mma/32"}, {MC_CHUNK_MMA_T6, "mma/48"}, {MC_CHUNK_MMA_T8, "mma/64"},
-                 {MC_CHUNK_FMA, "fma"}};
+    } kinds[] = {
+        {MC_CHUNK_MMA_T4, "mma/32"}, {MC_CHUNK_MMA_T6, "mma/48"}, {MC_CHUNK_MMA_T8, "mma/64"}, {MC_CHUNK_FMA, "fma"}};
     for (int k = 0; k < 4; k++) {
         mc_config c = mc_config_default;
         c.chunk = kinds[k].v;
@@ -86,8 +86,7 @@ static int cb_shape(uint32_t R, uint32_t C, uint32_t M, int glu, double fp32_rat
         const double s = ms / 1e3 / reps, rate = ec / s;
         printf("chunk=%-6s rows %5u cols %5u M %4u glu %d: %9.1f us  %.3g element-chunks/s  %5.1f%% of FP32 (7 ops)  "
                "%5.1f%% of int8 tensor\n",
-               kinds[k].name, R, C, M, glu, s * 1e6, rate, 100.0 * rate * 7 / fp32_rate,
-               100.0 * rate * 96 / 1979e12);
+               kinds[k].name, R, C, M, glu, s * 1e6, rate, 100.0 * rate * 7 / fp32_rate, 100.0 * rate * 96 / 1979e12);
     }
     cudaFree(w.data);
     cudaFree(w.scales);

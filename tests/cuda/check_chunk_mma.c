@@ -197,7 +197,8 @@ int memra_cuda_check_chunk_mma(FILE *out, int *n_checked) {
         checked++;
     }
     /* negative controls: the faulty tree must be seen, on each column split */
-    static const cm_case ctl[] = {{1000, 1984, 8, 0, 1, 0, 0}, {3000, 4096, 8, 0, 1, 0, 0}, {9000, 3200, 8, 0, 1, 0, 0}};
+    static const cm_case ctl[] = {
+        {1000, 1984, 8, 0, 1, 0, 0}, {3000, 4096, 8, 0, 1, 0, 0}, {9000, 3200, 8, 0, 1, 0, 0}};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
         const int b = cm_run(out, &ctl[i], 1, 77 + i);
         if (b < 0)
