@@ -17,6 +17,9 @@
  * the per-row 1/rms from decode's sum of squares (the same lanes, chunks and tree for the
  * matrix's KS; the integer path's block of 256 threads) are written by a prep kernel first.
  *
+ * The integer Q8_0 path's default (chunk=mma) is chunk_mma.cu's kernel on int8 tensor cores, the
+ * same sequence per element; chunk_gemv_q8 below is chunk=fma.
+ *
  * Per chunk and matrix: the weights once per MC_CH_TM rows of x (consecutive blocks take the
  * same weights, so L2 serves most repeats), x (M x cols floats) once per row set of a block. */
 #include "cuda_common.cuh"
@@ -493,6 +496,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
             chunk_q8_quant<0><<<M, MC_CH_Q8_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, xs, rs);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
+        if (c->chunk != MC_CHUNK_FMA) /* chunk=mma: the tensor-core kernel, the same bits */
+            return mc_chunk_q8_mma(glu, c->chunk, w, xh, xm, xl, xs, rs, bias, residual, ldr, y, ldy, M, st);
         const uint32_t ks = mc_q8x_ksplit(w->rows);
         switch (glu) {
         case MC_GLU_SILU: return mc_ch_q8<MC_GLU_SILU>(ks, w, xh, xm, xl, xs, rs, bias, residual, ldr, y, ldy, M, st);
@@ -568,5 +573,5 @@ const char *mc_chunk_family(const void *f) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)
             return table[i].family;
-    return NULL;
+    return mc_chunk_mma_family(f);
 }

@@ -205,6 +205,14 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
                               float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st);
 const char *mc_gemv_mma_family(const void *func);
 cudaError_t mc_gemv_mma_prepare(void); /* the chunk kernels' shared-memory limit, once per device */
+/* chunk=mma (chunk_mma.cu): a prefill chunk's integer Q8_0 GEMV on int8 tensor cores, from
+ * chunk_gemv.cu's quantized planes (xh, xm, xl: M x cols/16 chunks; xs their scales; rs the rows'
+ * 1/rms), each element the bits of gemv_q8_0_int. variant: c->chunk (MC_CHUNK_MMA, or a check or
+ * bench program's MC_CHUNK_MMA_FAULT, MC_CHUNK_MMA_T4, _T6, _T8). */
+cudaError_t mc_chunk_q8_mma(int glu, uint32_t variant, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
+                            const uint4 *xl, const float *xs, const float *rs, const float *bias, const float *res,
+                            uint32_t ldr, float *y, uint32_t ldy, uint32_t M, cudaStream_t st);
+const char *mc_chunk_mma_family(const void *func);
 /* The legacy quantized GEMVs' shared-memory limit (gemv_legacy.cu), once per device. */
 cudaError_t mc_gemv_legacy_prepare(void);
 

@@ -23,9 +23,10 @@ extern "C" {
 /* The cuda backend's arm keys; cuda-graph takes the same (it opens the cuda backend with its
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
- * backends compute or how they launch. pdl, trigger, gemv (but for mma), moe_fuse and postnorm never change the bits
- * (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda` compares the same arithmetic); q8, attention, norm,
- * qdot, kv and gemv=mma choose other arithmetic (other bits, same model). */
+ * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm
+ * and chunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * compares the same arithmetic); q8, attention, norm, qdot, kv and gemv=mma|mma2 choose other
+ * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
      "programmatic dependent launch: 1 lets each kernel start while the one before it drains (its first "              \
@@ -82,6 +83,12 @@ extern "C" {
             "output or down GEMV, elected by an integer ticket: two launches a layer fewer; with one rank, the "        \
             "built-in GEMV and norm) or launch (a launch of their own after the GEMV, as with ranks or an op plugin "  \
             "there). The same bits either way"                                                                         \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "chunk", "mma",                                                                                                \
+            "a prefill chunk's integer Q8_0 GEMVs (where q8=auto takes integer dots): mma (the exact integer dots on " \
+            "int8 tensor cores, decode's float chain per element) or fma (dp4a on the CUDA cores). The same bits "     \
+            "either way, decode's"                                                                                     \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -55,6 +55,12 @@ enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
 enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
+/* The integer Q8_0 GEMV of a prefill chunk: MC_CHUNK_MMA (int8 tensor cores, chunk_mma.cu) or
+ * MC_CHUNK_FMA (dp4a on the CUDA cores, chunk_gemv.cu's chunk_gemv_q8); the same bits. For the
+ * check and bench programs only (no arm key sets them): MC_CHUNK_MMA_FAULT, the MMA kernel with
+ * its classes summed in lane order, a tree decode does not build (other bits); MC_CHUNK_MMA_T4,
+ * _T6, _T8, the MMA kernel with a tile of 32, 48 or 64 x rows (the same bits). */
+enum { MC_CHUNK_MMA, MC_CHUNK_FMA, MC_CHUNK_MMA_FAULT, MC_CHUNK_MMA_T4, MC_CHUNK_MMA_T6, MC_CHUNK_MMA_T8 };
 /* The mixture-of-experts kernel variants (the moe_fuse key's bits, cuda_forward.cu's mc_moe_ffn
  * and gemv.cu; each where its kernel serves the layer, else that part runs as before): the
  * router's top k in the router GEMV (1), the weighted combination in the experts' down GEMV (2),
@@ -89,11 +95,12 @@ typedef struct mc_config {
     uint32_t postnorm;  /* gemma3's post norms (and their residual add): MC_POSTNORM_FUSED (in the last block of
                          * the GEMV that writes their input: mc_gemv_post) or MC_POSTNORM_LAUNCH (a launch of
                          * their own, mc_op_rmsnorm_add). The same bits */
+    uint32_t chunk;     /* a prefill chunk's integer Q8_0 GEMV: MC_CHUNK_MMA or MC_CHUNK_FMA (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */
@@ -313,7 +320,8 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
  * (glu MC_GLU_SILU, MC_GLU_GELU) of that row alone under the same c: F32/F16/BF16 and Q8_0 (on
  * the float or the integer path, as mc_gemv picks) run the chunk kernels of chunk_gemv.cu (the
  * decode kernel's lanes, chunk order, tree and epilogue for every element; each weight chunk
- * loaded once for 8 rows of x); BF16 under gemv=mma or mma2 runs gemv_mma.cu's tensor-core chunk
+ * loaded once for 8 rows of x), the integer path with c->chunk MC_CHUNK_MMA on int8 tensor cores
+ * (chunk_mma.cu, the same bits); BF16 under gemv=mma or mma2 runs gemv_mma.cu's tensor-core chunk
  * kernel (decode's MMA chain with up to 64 rows of x live); every other type runs mc_gemv row by
  * row. scratch: at least
  * mc_gemv_chunk_scratch_bytes(cols, M) bytes of device memory, 256-aligned. */

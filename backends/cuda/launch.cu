@@ -5,7 +5,7 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA};
 
 static const struct {
     const char *key;
@@ -21,6 +21,7 @@ static const struct {
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
+    {"chunk", offsetof(mc_config, chunk), {"mma", "fma", NULL, NULL}, "mma, fma"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -21,6 +21,11 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked);
  * kernel (check_post_norm.c); returns the number of failures (negative: could not run). */
 int memra_cuda_check_post_norm(FILE *out, int *n_checked);
 
+/* chunk=mma: the prefill chunk's integer Q8_0 GEMV on tensor cores bit for bit against decode's
+ * GEMV row by row and chunk=fma (check_chunk_mma.c); returns the number of failures (negative:
+ * could not run). */
+int memra_cuda_check_chunk_mma(FILE *out, int *n_checked);
+
 /* The main of a plain check program (the device machine has no Criterion): "NAME: SKIP (no CUDA
  * device)" and exit 77 without a device, else FN's one line ("NAME: PASS (N COUNTED, M FAILED)" or
  * FAIL) and exit 0 only when FN found nothing. Expands where cudaGetDeviceCount is declared. */

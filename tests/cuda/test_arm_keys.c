@@ -50,6 +50,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"norm", "fused"}, /* issue 30: the built-in op, unfused */
                                           {"moe_fuse", "7"}, /* issue 29: the mixture-of-experts folds */
                                           {"postnorm", "fused"}, /* issue 27: gemma3's post norms in the GEMVs */
+                                          {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -58,8 +59,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 17);
-    for (int i = 0; i < 17; i++) {
+    cr_assert_eq(vt->n_options, 18);
+    for (int i = 0; i < 18; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -69,18 +70,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -98,6 +99,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:moe_fuse=16", "moe_fuse=16: expected an integer from 0 to 15"},
         {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch"},
+        {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
         {"cuda:step_timeout_ms=50", "step_timeout_ms=50: expected an integer from 100 to 3600000"},
         {"cuda:stall_us=2000000", "stall_us=2000000: expected an integer from 0 to 1000000"},
@@ -132,6 +134,13 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
     cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
+    cr_assert_eq(c.chunk, MC_CHUNK_MMA); /* issue 28: the tensor-core chunk GEMV by default */
+    cr_assert_null(mc_config_choice(&c, "chunk", "fma"));
+    cr_assert_eq(c.chunk, MC_CHUNK_FMA);
+    cr_assert_str_eq(mc_config_choice_name(&c, "chunk"), "fma");
+    cr_assert_str_eq(mc_config_choice(&c, "chunk", "fault"), "mma, fma"); /* the check programs' fault: no key */
+    c.chunk = MC_CHUNK_MMA_FAULT;
+    cr_assert_null(mc_config_choice_name(&c, "chunk"));
 }
 
 /* gemv=mma and mma2 (issue 28): the values parse and name themselves, and the column parts of the
@@ -161,19 +170,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -185,9 +194,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -248,7 +257,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=7,postnorm=fused");
+                          "moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -341,7 +350,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=fused");
+                          "kv=f32,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -355,7 +364,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7");
+                          "qdot=auto,kv=f32,moe_fuse=7,chunk=mma");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -373,4 +382,18 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     for (uint32_t i = 0; i < vt->n_options; i++)
         described = described || (strcmp(vt->options[i].key, "postnorm") == 0 && strstr(vt->options[i].help, "launch"));
     cr_assert(described, "the postnorm key's description names its values");
+}
+
+/* Issue 28: chunk (a prefill chunk's integer Q8_0 GEMV: mma, the int8 tensor-core kernel, or fma,
+ * dp4a; the same bits) is taken, resolved where given and where not (mma), parsed by the kernels'
+ * configuration, and refused by name with another value. */
+Test(cuda_arm_keys, chunk_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused");
+    cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
+    cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "chunk=MMA: expected one of mma, fma"), "%s", buf);
 }
