@@ -313,6 +313,7 @@ void cli_json_num(FILE *f, const char *fmt, double v) {
 /* ---- stdout ------------------------------------------------------------------------------ */
 
 static int stdout_errno;     /* of the first write to stdout that failed */
+static FILE *stdout_start;   /* the C library's stdout, while the checked stream stands in for it */
 static bool stdout_reported; /* cli_stdout_ok said so already */
 
 static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
@@ -359,6 +360,7 @@ void cli_process_setup(void) {
     FILE *f = fopencookie(NULL, "w", io);
     if (f) {
         setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
+        stdout_start = stdout;
         stdout = f;
     }
 }
@@ -378,9 +380,26 @@ bool cli_stdout_ok(const char *cmd) {
     return false;
 }
 
+/* After the checked stream is closed (and freed), stdout is the C library's own again, on
+ * /dev/null: an exit handler of a library (the CUDA runtime's, seen on the H200) that writes or
+ * flushes stdout after main returns must find a stream, not freed memory. */
+static void stdout_restore(void) {
+    if (!stdout_start)
+        return;
+    int n = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (n >= 0 && n != STDOUT_FILENO) {
+        dup2(n, STDOUT_FILENO);
+        close(n);
+    }
+    stdout = stdout_start;
+    stdout_start = NULL;
+}
+
 int cli_finish(const char *cmd, int rc) {
     memra_error err = {0};
-    if (memra_close_stream(stdout, "stdout", &err) == MEMRA_OK)
+    memra_status closed = memra_close_stream(stdout, "stdout", &err);
+    stdout_restore();
+    if (closed == MEMRA_OK)
         return rc;
     if (stdout_reported && rc != CLI_EXIT_OK)
         return rc;
