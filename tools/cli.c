@@ -313,7 +313,7 @@ void cli_json_num(FILE *f, const char *fmt, double v) {
 /* ---- stdout ------------------------------------------------------------------------------ */
 
 static int stdout_errno;     /* of the first write to stdout that failed */
-static FILE *stdout_start;   /* the C library's stdout, while the checked stream stands in for it */
+static bool stdout_checked; /* stdout is the checked stream of cli_process_setup */
 static bool stdout_reported; /* cli_stdout_ok said so already */
 
 static ssize_t stdout_write(void *cookie, const char *buf, size_t n) {
@@ -360,8 +360,8 @@ void cli_process_setup(void) {
     FILE *f = fopencookie(NULL, "w", io);
     if (f) {
         setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
-        stdout_start = stdout;
         stdout = f;
+        stdout_checked = true;
     }
 }
 
@@ -380,26 +380,36 @@ bool cli_stdout_ok(const char *cmd) {
     return false;
 }
 
-/* After the checked stream is closed (and freed), stdout is the C library's own again, on
- * /dev/null: an exit handler of a library (the CUDA runtime's, seen on the H200) that writes or
- * flushes stdout after main returns must find a stream, not freed memory. */
-static void stdout_restore(void) {
-    if (!stdout_start)
-        return;
-    int n = open("/dev/null", O_WRONLY | O_CLOEXEC);
+/* The end of stdout: flushed, its descriptor closed (a close can report a deferred write error,
+ * as fclose would) and /dev/null put in its place. The checked stream itself is never closed nor
+ * freed: a library may hold its address from the run (the CUDA driver does, and flushes it from an
+ * exit handler after main returned: a freed stream made memra abort at exit on the H200). */
+static memra_status stdout_finish(memra_error *err) {
+    if (!stdout_checked)
+        return memra_close_stream(stdout, "stdout", err);
+    errno = 0;
+    const int flush_failed = fflush(stdout) != 0;
+    int e = flush_failed ? errno : 0;
+    const int had_error = ferror(stdout);
+    errno = 0;
+    const int close_failed = close(STDOUT_FILENO) != 0 && errno != EINTR;
+    if (close_failed && e == 0)
+        e = errno;
+    const int n = open("/dev/null", O_WRONLY | O_CLOEXEC); /* the lowest descriptor: 1 unless 0 is closed */
     if (n >= 0 && n != STDOUT_FILENO) {
         dup2(n, STDOUT_FILENO);
         close(n);
     }
-    stdout = stdout_start;
-    stdout_start = NULL;
+    if (!flush_failed && !had_error && !close_failed)
+        return MEMRA_OK;
+    if (e == 0 && had_error)
+        return memra_fail(err, MEMRA_E_IO, "stdout: write failed: an earlier write to it failed");
+    return memra_fail(err, MEMRA_E_IO, "stdout: write failed: %s", strerror(e ? e : EIO));
 }
 
 int cli_finish(const char *cmd, int rc) {
     memra_error err = {0};
-    memra_status closed = memra_close_stream(stdout, "stdout", &err);
-    stdout_restore();
-    if (closed == MEMRA_OK)
+    if (stdout_finish(&err) == MEMRA_OK)
         return rc;
     if (stdout_reported && rc != CLI_EXIT_OK)
         return rc;
