@@ -18,10 +18,13 @@
  * matrix's KS; the integer path's block of 256 threads) are written by a prep kernel first.
  *
  * The integer Q8_0 path's default (chunk=mma) is chunk_mma.cu's kernel on int8 tensor cores, the
- * same sequence per element; chunk_gemv_q8 below is chunk=fma.
+ * same sequence per element; chunk_gemv_q8 below is chunk=fma. Q4_K, Q5_K and Q6_K under
+ * chunk=mma-kq and qdot=auto run chunk_kq_mma.cu's kernel (gemv_kquant.cu's bits); otherwise they
+ * are not batched (their chunks run as single steps).
  *
  * Per chunk and matrix: the weights once per MC_CH_TM rows of x (consecutive blocks take the
  * same weights, so L2 serves most repeats), x (M x cols floats) once per row set of a block. */
+#include "chunk_kq.h"
 #include "cuda_common.cuh"
 #include "q8x_quant.h"
 
@@ -454,7 +457,7 @@ static cudaError_t mc_ch_q8(uint32_t ks, const mc_matrix *w, const uint4 *xh, co
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w) {
     if (w->cols % 4) /* rows of x (cols floats apart) must stay 16-byte aligned */
         return 0;
-    if (mc_gemv_q8_serves(c, w))
+    if (mc_gemv_q8_serves(c, w) || mc_chunk_kq_serves(c, w))
         return 1;
     return w->type == MEMRA_TYPE_F32 || w->type == MEMRA_TYPE_F16 || w->type == MEMRA_TYPE_BF16 ||
            w->type == MEMRA_TYPE_Q8_0;
@@ -481,6 +484,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
         }
         return cudaSuccess;
     }
+    if (mc_chunk_kq_serves(c, w)) /* Q4_K, Q5_K, Q6_K under chunk=mma-kq: chunk_kq_mma.cu */
+        return mc_chunk_kq_mma(c->chunk, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st);
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess)
         return e;

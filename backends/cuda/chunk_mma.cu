@@ -38,6 +38,7 @@
  * loads in flight while this one computes). Per call: the weights (rows x cols bytes and their
  * block scales) once per 64 x rows (consecutive blocks take the same weights, so L2 serves the
  * repeats), the planes (M x cols x 3 bytes and M x cols / 16 scales) once per 64 weight rows. */
+#include "chunk_kq.h"
 #include "cuda_common.cuh"
 
 #define MC_MMA_BR 64u           /* weight rows of a block's tile */
@@ -318,5 +319,5 @@ const char *mc_chunk_mma_family(const void *f) {
             MC_MMA_FAMILY(MC_GLU_NONE, 6) MC_MMA_FAMILY(MC_GLU_SILU, 6) MC_MMA_FAMILY(MC_GLU_GELU, 6)
                 MC_MMA_FAMILY(MC_GLU_NONE, 8) MC_MMA_FAMILY(MC_GLU_SILU, 8) MC_MMA_FAMILY(MC_GLU_GELU, 8) 0)
         return "chunk_gemv";
-    return NULL;
+    return mc_chunk_kq_family(f);
 }

@@ -26,6 +26,11 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked);
  * could not run). */
 int memra_cuda_check_chunk_mma(FILE *out, int *n_checked);
 
+/* chunk=mma-kq for Q4_K, Q5_K and Q6_K: the prefill chunk's GEMV on tensor cores bit for bit against
+ * decode's qdot=auto GEMV row by row (check_chunk_kq.c); returns the number of failures (negative:
+ * could not run). */
+int memra_cuda_check_chunk_kq(FILE *out, int *n_checked);
+
 /* The main of a plain check program (the device machine has no Criterion): "NAME: SKIP (no CUDA
  * device)" and exit 77 without a device, else FN's one line ("NAME: PASS (N COUNTED, M FAILED)" or
  * FAIL) and exit 0 only when FN found nothing. Expands where cudaGetDeviceCount is declared. */

@@ -1,0 +1,499 @@
+/* chunk_kq_mma.cu: the Q4_K, Q5_K and Q6_K GEMVs of a prefill chunk on int8 tensor cores
+ * (chunk=mma-kq, qdot=auto), each output element the bits of decode's gemv_kquant.cu under qdot=auto.
+ *
+ * Decode's sequence for output row r of x row t (gemv_kquant_body): x' = x * norm_w quantized per
+ * 16-column chunk c into the int8 planes hi, mid, lo with the scale s_c, the float sum S_c of the
+ * chunk's x' and 32 times the plane sums (chunk_kq_quant below: the same threads, chunks and block
+ * sum as decode's prologue). The row is cut into units of 32 weights (kquant_layout.h): unit n's
+ * low nibbles dot chunk clo, its high ones chunk chi. Over column part p of KS (mc_kq_ksplit's
+ * formula, a function of the row count), lane l takes the units 32 p + l, then every 32 KS-th (its
+ * "class"), and per unit: the six exact integer dots (three planes, two halves; Q6_K less its
+ * offset of 32 through the plane sums), D = fmaf((float)dh, 2^16, (float)(256 dm + dl)) * s, then
+ * Q4_K/Q5_K: acc = fmaf(-dmin, fmaf(m_hi, S_hi, m_lo * S_lo), fmaf(d, fmaf(sc_hi, D_hi, sc_lo D_lo), acc)),
+ * Q6_K: acc = fmaf(d, fmaf(sc_hi, D_hi, sc_lo D_lo), acc); then the xor tree over the lanes, the
+ * parts in order, times 1/rms, mc_rows_store's epilogue.
+ *
+ * Here the weights of a unit are unpacked to int8 (nibbles, 5 or 6 bits: all non-negative, so s8
+ * holds them) while staging, and one mma.sync.m16n8k16.s32.s8.s8.s32 per plane and half gives the
+ * integer dots of 16 weight rows by 8 x rows, exactly (|dot| <= 16 * 63 * 128). The float chain
+ * above then runs per (row, x row, unit) on the CUDA cores, in decode's expressions, each class's
+ * units in order, the classes in the order of decode's tree (chunk_mma.cu's stack of partial
+ * sums). Block: 512 threads (16 warps as 2 x 8 of 32 weight rows x 8 x rows), a tile of 64 weight
+ * rows x 64 x rows; per step up to MC_KQM_JB units of one class staged in shared memory, the next
+ * step's loads held in registers while this one computes.
+ *
+ * Per call: the prep reads x (M x cols floats) and writes the planes (M x cols x 4 bytes); the main
+ * kernel reads the weights (the matrix's bytes) once per 64 x rows (L2 serves the repeats) and the
+ * planes once per 64 weight rows. The check program memra_cuda_check_chunk_kq compares every row
+ * with decode's GEMV, bit for bit (negative control: MC_CHUNK_MMA_FAULT, the classes in lane
+ * order). */
+#include "chunk_kq.h"
+#include "kquant_layout.h"
+#include "q8x_quant.h"
+
+#define MC_KQM_BR 64u  /* weight rows of a block's tile */
+#define MC_KQM_BT 64u  /* x rows of a block's tile */
+#define MC_KQM_JB 4u   /* units of one class a step stages */
+#define MC_KQM_NT 512u /* threads: 16 warps */
+#define MC_KQM_FIN_LD (MC_KQM_BR + 1u)
+#define MC_KQM_PREP 512u /* the prep's threads: decode's block (MC_KQ_WARPS warps) */
+
+struct mc_kqm_stage {
+    uint4 w[MC_KQM_JB][2][MC_KQM_BR];    /* the units unpacked: low nibbles' 16 bytes, high nibbles' */
+    float ws[MC_KQM_JB][6][MC_KQM_BR];   /* d, dmin, sc_lo, sc_hi, m_lo, m_hi (Q6_K: d, -, sc_lo, sc_hi) */
+    uint4 x[MC_KQM_JB][2][3][MC_KQM_BT]; /* x chunks clo, chi: planes hi, mid, lo */
+    int4 xm[MC_KQM_JB][2][MC_KQM_BT];    /* their (scale, sum, 32 sh, 32 (256 sm + sl)) */
+};
+static_assert(sizeof(float) * MC_KQM_BT * MC_KQM_FIN_LD <= sizeof(mc_kqm_stage), "the final tile fits");
+static_assert(MC_KQM_JB * 2 * MC_KQM_BT == MC_KQM_NT && MC_KQM_JB * MC_KQM_BR <= MC_KQM_NT, "a copy a thread");
+
+__device__ __forceinline__ uint32_t mc_kqm_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
+}
+
+/* ---- the prep: decode's prologue per row of x ------------------------------------------------ */
+
+/* One block of 512 threads per row of x: gemv_kquant_body's quantization of x' under qdot=auto
+ * (the same statements: chunk c by thread c mod 512, its sum of squares, the block sum of the 16
+ * warps in order), into global memory: planes xh, xm, xl and meta per chunk, rs the row's 1/rms. */
+__global__ void __launch_bounds__(MC_KQM_PREP)
+    chunk_kq_quant(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, float eps, uint4 *xh, uint4 *xm,
+                   uint4 *xl, int4 *meta, float *rs) {
+    __shared__ float bred[MC_KQM_PREP / 32];
+    const uint32_t nch = cols / 16, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t = blockIdx.x;
+    const float *xr = x + (size_t)t * ldx;
+    xh += (size_t)t * nch, xm += (size_t)t * nch, xl += (size_t)t * nch, meta += (size_t)t * nch;
+    float ss = 0.0f;
+    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)(xr + (size_t)c * 16) + i);
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+        if (norm_w) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
+            }
+        }
+        float amax = 0.0f, sum = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            finite = finite && isfinite(v[i]);
+            sum += v[i];
+        }
+        const float inv = mc_q8x_inv(amax, finite);
+        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
+            sh += hi[i], sm += mid[i], sl += lo[i];
+        }
+        xh[c] = make_uint4(mc_kqm_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kqm_pack4(hi[4], hi[5], hi[6], hi[7]),
+                           mc_kqm_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kqm_pack4(hi[12], hi[13], hi[14], hi[15]));
+        xm[c] = make_uint4(mc_kqm_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kqm_pack4(mid[4], mid[5], mid[6], mid[7]),
+                           mc_kqm_pack4(mid[8], mid[9], mid[10], mid[11]),
+                           mc_kqm_pack4(mid[12], mid[13], mid[14], mid[15]));
+        xl[c] = make_uint4(mc_kqm_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kqm_pack4(lo[4], lo[5], lo[6], lo[7]),
+                           mc_kqm_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kqm_pack4(lo[12], lo[13], lo[14], lo[15]));
+        meta[c] =
+            make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh, 32 * (256 * sm + sl));
+    }
+    if (norm_w) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float rscale = 1.0f;
+        if (norm_w) { /* the block sum: the warps in order */
+            float s = 0.0f;
+#pragma unroll
+            for (uint32_t k = 0; k < MC_KQM_PREP / 32; k++)
+                s += bred[k];
+            rscale = 1.0f / sqrtf(s / (float)cols + eps);
+        }
+        rs[t] = rscale;
+    }
+}
+
+/* ---- the unit's weights, as gemv_kquant.cu reads them ---------------------------------------- */
+
+/* The 8 quant words of a unit (4 low-nibble words, then 4 high-nibble words), 5th / 5th-6th bits
+ * merged in (Q6_K without its offset of 32): gemv_kquant.cu's mc_kq_words. */
+template <uint32_t T> __device__ __forceinline__ void mc_kqm_words(uint4 uq, uint2 uh, uint32_t (&q)[8]) {
+    const uint32_t w[4] = {uq.x, uq.y, uq.z, uq.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        q[k] = w[k] & 0x0F0F0F0Fu;
+        q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
+        if (T == MEMRA_TYPE_Q5_K) {
+            q[k] |= (uh.x << (4 - k)) & 0x10101010u;
+            q[4 + k] |= (uh.x >> k) & 0x10101010u;
+        } else if (T == MEMRA_TYPE_Q6_K) {
+            const uint32_t A = k <= 2 ? uh.x << (4 - 2 * k) : uh.x >> 2;
+            const uint32_t B = k <= 2 ? uh.y << (4 - 2 * k) : uh.y >> 2;
+            q[k] |= A & 0x30303030u;
+            q[4 + k] |= B & 0x30303030u;
+        }
+    }
+}
+
+/* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks: gemv_kquant.cu's
+ * mc_kq_scales_k4 (byte t of sc and m is sub-block 2c + t). */
+__device__ __forceinline__ void mc_kqm_scales_k4(const uint4 &a, uint32_t c, uint32_t &sc, uint32_t &m) {
+    const uint32_t sh = 16 * (c & 1);
+    const uint32_t A = a.y >> sh, B = a.z >> sh, E = a.w >> sh;
+    if (c < 2) {
+        sc = A & 0x3F3Fu;
+        m = B & 0x3F3Fu;
+    } else {
+        sc = (E & 0x0F0Fu) | ((A >> 2) & 0x3030u);
+        m = ((E >> 4) & 0x0F0Fu) | ((B >> 2) & 0x3030u);
+    }
+}
+
+/* D = A B: 16 x 8 exact integer dots of a 16 x 16 int8 A and a 16 x 8 int8 B. */
+__device__ __forceinline__ void mc_kqm_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+/* The steps in order: part p, class position n (lane rev5(n)), batch jb of the class's units;
+ * classes without units have no step (chunk_mma.cu's cursor over units). */
+struct mc_kqm_cursor {
+    uint32_t p, n, jb, valid;
+};
+__device__ __forceinline__ uint32_t mc_kqm_lane(uint32_t n, uint32_t fault) { return fault ? n : __brev(n) >> 27; }
+__device__ __forceinline__ uint32_t mc_kqm_count(uint32_t first, uint32_t nu, uint32_t stride) {
+    return first < nu ? (nu - 1 - first) / stride + 1 : 0;
+}
+__device__ __forceinline__ void mc_kqm_next(mc_kqm_cursor &c, uint32_t nu, uint32_t ks, uint32_t fault, int from) {
+    if (from)
+        c.jb++;
+    for (;;) {
+        if (c.p >= ks) {
+            c.valid = 0;
+            return;
+        }
+        const uint32_t J = mc_kqm_count(32 * c.p + mc_kqm_lane(c.n, fault), nu, 32 * ks);
+        if (c.jb * MC_KQM_JB < J) {
+            c.valid = 1;
+            return;
+        }
+        c.jb = 0;
+        if (++c.n == 32) {
+            c.n = 0;
+            c.p++;
+        }
+    }
+}
+
+__device__ __forceinline__ void mc_kqm_keep(float (&dst)[8], const float (&src)[8]) {
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        dst[e] = src[e];
+}
+
+template <uint32_t T, int GLU>
+__global__ void __launch_bounds__(MC_KQM_NT, 1)
+    chunk_gemv_kq_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const int4 *xmeta,
+                      const float *rs, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
+                      uint32_t M, uint32_t ks, uint32_t fault) {
+    constexpr bool Q6 = T == MEMRA_TYPE_Q6_K;
+    __shared__ __align__(16) unsigned char smraw[sizeof(mc_kqm_stage)];
+    mc_kqm_stage &S = *(mc_kqm_stage *)smraw;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    const uint32_t m0 = (warp & 1) * 32, n0 = (warp >> 1) * 8;
+    const uint32_t t0 = blockIdx.x * MC_KQM_BT, r0 = blockIdx.y * MC_KQM_BR;
+    const uint32_t nch = w.cols / 16, nu = w.cols / 32, nb = w.cols / MEMRA_QK_K, ustride = 32 * ks;
+    /* staging: weight row tid % 64 of unit slot tid / 64 (threads below 256); x row tid % 64 of
+     * half (tid / 64) % 2 of unit slot tid / 128 (every thread) */
+    const uint32_t srow = tid % MC_KQM_BR, sj = tid / MC_KQM_BR;
+    const uint32_t sxr = tid % MC_KQM_BT, sxh = (tid / MC_KQM_BT) & 1u, sxj = tid / (2 * MC_KQM_BT);
+    const uint32_t grow = r0 + srow < w.rows ? r0 + srow : w.rows - 1;
+    const uint32_t gt = t0 + sxr < M ? t0 + sxr : M - 1;
+    const char *wd = (const char *)w.data + (size_t)grow * w.stride;
+    const char *wa = (const char *)w.aux + (size_t)grow * w.aux_stride;
+
+    /* the next step's loads, held in registers */
+    uint4 rq = make_uint4(0, 0, 0, 0), ra = make_uint4(0, 0, 0, 0), rxh = rq, rxm = rq, rxl = rq;
+    uint2 rh = make_uint2(0, 0);
+    int4 rmeta = make_int4(0, 0, 0, 0);
+    uint32_t rc4 = 0;
+    auto load = [&](const mc_kqm_cursor &c) {
+        const uint32_t first = 32 * c.p + mc_kqm_lane(c.n, fault);
+        const uint32_t J = mc_kqm_count(first, nu, ustride), j = c.jb * MC_KQM_JB;
+        if (sj < MC_KQM_JB && j + sj < J) {
+            const uint32_t n = first + ustride * (j + sj);
+            rq = __ldg((const uint4 *)wd + n);
+            if (Q6) {
+                rh = __ldg((const uint2 *)(wd + (size_t)nb * 128) + n);
+                ra.x = __ldg((const unsigned short *)wa + n);
+                ra.y = __ldg((const unsigned short *)(wa + (size_t)nb * 16) + n / 8);
+            } else {
+                ra = __ldg((const uint4 *)wa + n / 8);
+                if (T == MEMRA_TYPE_Q5_K)
+                    rh.x = __ldg((const uint32_t *)(wd + (size_t)nb * 128) + n);
+            }
+            rc4 = (n >> 1) & 3;
+        }
+        if (j + sxj < J) {
+            const uint32_t n = first + ustride * (j + sxj);
+            const uint32_t clo = Q6 ? 2 * n - (n & 3) : 2 * n - (n & 1);
+            const size_t at = (size_t)gt * nch + clo + (sxh ? (Q6 ? 4 : 2) : 0);
+            rxh = __ldg(xh + at);
+            rxm = __ldg(xm + at);
+            rxl = __ldg(xl + at);
+            rmeta = __ldg(xmeta + at);
+        }
+    };
+    /* the held loads into shared memory, the weights unpacked and their scales as decode reads them */
+    auto store = [&](uint32_t jv) {
+        if (sj < jv) {
+            uint32_t qw[8];
+            mc_kqm_words<T>(rq, rh, qw);
+            S.w[sj][0][srow] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
+            S.w[sj][1][srow] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
+            if (Q6) {
+                S.ws[sj][0][srow] = __half2float(__ushort_as_half((unsigned short)ra.y));
+                S.ws[sj][2][srow] = (float)(int8_t)(ra.x & 0xFF);
+                S.ws[sj][3][srow] = (float)(int8_t)(ra.x >> 8);
+            } else {
+                uint32_t sc, m;
+                mc_kqm_scales_k4(ra, rc4, sc, m);
+                S.ws[sj][0][srow] = __half2float(__ushort_as_half((unsigned short)(ra.x & 0xFFFF)));
+                S.ws[sj][1][srow] = __half2float(__ushort_as_half((unsigned short)(ra.x >> 16)));
+                S.ws[sj][2][srow] = (float)(sc & 0xFF);
+                S.ws[sj][3][srow] = (float)(sc >> 8);
+                S.ws[sj][4][srow] = (float)(m & 0xFF);
+                S.ws[sj][5][srow] = (float)(m >> 8);
+            }
+        }
+        if (sxj < jv) {
+            S.x[sxj][sxh][0][sxr] = rxh;
+            S.x[sxj][sxh][1][sxr] = rxm;
+            S.x[sxj][sxh][2][sxr] = rxl;
+            S.xm[sxj][sxh][sxr] = rmeta;
+        }
+    };
+
+    float acc[8], st[5][8], dsum[8];
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        dsum[e] = 0.0f;
+    mc_kqm_cursor nx = {0, 0, 0, 0};
+    mc_kqm_next(nx, nu, ks, fault, 0);
+    if (nx.valid)
+        load(nx);
+#pragma unroll 1
+    for (uint32_t p = 0; p < ks; p++) {
+#pragma unroll 1
+        for (uint32_t n = 0; n < 32; n++) {
+            const uint32_t first = 32 * p + mc_kqm_lane(n, fault), J = mc_kqm_count(first, nu, ustride);
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                acc[e] = 0.0f;
+#pragma unroll 1
+            for (uint32_t jb = 0; jb * MC_KQM_JB < J; jb++) {
+                const uint32_t jv = min(MC_KQM_JB, J - jb * MC_KQM_JB);
+                __syncthreads(); /* the last step's reads of S are done */
+                store(jv);
+                __syncthreads();
+                mc_kqm_next(nx, nu, ks, fault, 1);
+                if (nx.valid)
+                    load(nx); /* in flight while this step computes */
+#pragma unroll 1
+                for (uint32_t jj = 0; jj < jv; jj++) {
+                    const uint32_t xr = n0 + g;
+                    uint32_t b[2][3];
+#pragma unroll
+                    for (uint32_t h = 0; h < 2; h++)
+#pragma unroll
+                        for (uint32_t pl = 0; pl < 3; pl++)
+                            b[h][pl] = ((const uint32_t *)&S.x[jj][h][pl][xr])[q];
+                    const int4 mA[2] = {S.xm[jj][0][n0 + 2 * q], S.xm[jj][0][n0 + 2 * q + 1]};
+                    const int4 mB[2] = {S.xm[jj][1][n0 + 2 * q], S.xm[jj][1][n0 + 2 * q + 1]};
+#pragma unroll
+                    for (uint32_t mt = 0; mt < 2; mt++) {
+                        const uint32_t r = m0 + 16 * mt + g;
+                        const uint32_t al0 = ((const uint32_t *)&S.w[jj][0][r])[q];
+                        const uint32_t al1 = ((const uint32_t *)&S.w[jj][0][r + 8])[q];
+                        const uint32_t ah0 = ((const uint32_t *)&S.w[jj][1][r])[q];
+                        const uint32_t ah1 = ((const uint32_t *)&S.w[jj][1][r + 8])[q];
+                        int dh0[4], dm0[4], dl0[4], dh1[4], dm1[4], dl1[4];
+                        mc_kqm_s8(dh0, al0, al1, b[0][0]);
+                        mc_kqm_s8(dm0, al0, al1, b[0][1]);
+                        mc_kqm_s8(dl0, al0, al1, b[0][2]);
+                        mc_kqm_s8(dh1, ah0, ah1, b[1][0]);
+                        mc_kqm_s8(dm1, ah0, ah1, b[1][1]);
+                        mc_kqm_s8(dl1, ah0, ah1, b[1][2]);
+#pragma unroll
+                        for (uint32_t e = 0; e < 4; e++) {
+                            /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
+                            const uint32_t wr = r + 8 * (e >> 1);
+                            const int4 ma = mA[e & 1], mb = mB[e & 1];
+                            int h0 = dh0[e], l0 = dl0[e], h1 = dh1[e], l1 = dl1[e];
+                            if (Q6) { /* q - 32 */
+                                h0 -= ma.z, h1 -= mb.z;
+                                l0 -= ma.w, l1 -= mb.w;
+                            }
+                            const float D0 =
+                                fmaf((float)h0, 65536.0f, (float)(dm0[e] * 256 + l0)) * __int_as_float(ma.x);
+                            const float D1 =
+                                fmaf((float)h1, 65536.0f, (float)(dm1[e] * 256 + l1)) * __int_as_float(mb.x);
+                            const float d = S.ws[jj][0][wr];
+                            const float u = fmaf(S.ws[jj][3][wr], D1, S.ws[jj][2][wr] * D0);
+                            if (Q6) {
+                                acc[mt * 4 + e] = fmaf(d, u, acc[mt * 4 + e]);
+                            } else {
+                                const float v =
+                                    fmaf(S.ws[jj][5][wr], __int_as_float(mb.y), S.ws[jj][4][wr] * __int_as_float(ma.y));
+                                acc[mt * 4 + e] = fmaf(-S.ws[jj][1][wr], v, fmaf(d, u, acc[mt * 4 + e]));
+                            }
+                        }
+                    }
+                }
+            }
+            /* the class's sum into the tree (chunk_mma.cu): added to the left subtrees while n's low
+             * bits are ones, then kept at that level; after n = 31, the part's tree */
+            const uint32_t ones = __ffs(~n) - 1;
+#pragma unroll
+            for (uint32_t L = 0; L < 5; L++)
+                if (L < ones)
+#pragma unroll
+                    for (uint32_t e = 0; e < 8; e++)
+                        acc[e] = st[L][e] + acc[e];
+            switch (ones) {
+            case 0: mc_kqm_keep(st[0], acc); break;
+            case 1: mc_kqm_keep(st[1], acc); break;
+            case 2: mc_kqm_keep(st[2], acc); break;
+            case 3: mc_kqm_keep(st[3], acc); break;
+            case 4: mc_kqm_keep(st[4], acc); break;
+            default:
+#pragma unroll
+                for (uint32_t e = 0; e < 8; e++)
+                    dsum[e] = p == 0 ? acc[e] : dsum[e] + acc[e];
+            }
+        }
+    }
+    __syncthreads();
+    float *fin = (float *)smraw; /* [x row][weight row] */
+#pragma unroll
+    for (uint32_t mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (uint32_t e = 0; e < 4; e++) {
+            const uint32_t r = m0 + 16 * mt + g + 8 * (e >> 1), t = n0 + 2 * q + (e & 1);
+            fin[t * MC_KQM_FIN_LD + r] = dsum[mt * 4 + e];
+        }
+    __syncthreads();
+    for (uint32_t k = tid; k < MC_KQM_BT * (MC_KQM_BR / MC_GEMV_ROWS); k += MC_KQM_NT) {
+        const uint32_t tt = k / (MC_KQM_BR / MC_GEMV_ROWS), gq = k % (MC_KQM_BR / MC_GEMV_ROWS);
+        const uint32_t t = t0 + tt, base = r0 + MC_GEMV_ROWS * gq;
+        if (t >= M || base >= w.rows)
+            continue;
+        const float scale = rs[t];
+        float d[MC_GEMV_ROWS];
+        /* a rounded product, as decode's (its scaling and the store's bias add never fuse) */
+#pragma unroll
+        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
+            d[j] = __fmul_rn(fin[tt * MC_KQM_FIN_LD + MC_GEMV_ROWS * gq + j], scale);
+        mc_rows_store<GLU>(d, base, w.rows, bias, res ? res + (size_t)t * ldr : NULL, y + (size_t)t * ldy);
+    }
+}
+
+/* ---- launch ---------------------------------------------------------------------------------- */
+
+/* Decode's column parts (gemv_kquant.cu's mc_kq_ksplit): the largest of 4, 2, 1 with row groups
+ * times KS at most 2112; a function of the row count alone. */
+static uint32_t mc_kqm_ksplit(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+/* Columns whose x' decode's kernel stages in its shared memory on any device we serve (its limit
+ * is the device's opt-in less 2 KB, at most 228 KB): past this the chunk runs decode row by row. */
+#define MC_KQM_MAX_COLS 51200u
+
+int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
+    uint64_t dr, ar;
+    return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
+           c->qdot == MC_QDOT_AUTO && (c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT) &&
+           w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
+           w->aux_stride == ar && w->aux;
+}
+
+template <uint32_t T>
+static cudaError_t mc_kqm_launch(int glu, dim3 grid, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
+                                 const uint4 *xl, const int4 *meta, const float *rs, const float *bias,
+                                 const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M, uint32_t ks,
+                                 uint32_t f, cudaStream_t st) {
+    switch (glu) {
+    case MC_GLU_SILU:
+        chunk_gemv_kq_mma<T, MC_GLU_SILU>
+            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        break;
+    case MC_GLU_GELU:
+        chunk_gemv_kq_mma<T, MC_GLU_GELU>
+            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        break;
+    default:
+        chunk_gemv_kq_mma<T, MC_GLU_NONE>
+            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        break;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
+                            float eps, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
+                            int glu, uint32_t M, void *scratch, cudaStream_t st) {
+    uint64_t dr, ar;
+    if (!mc_kq_layout(w->type, w->cols, &dr, &ar) || w->stride != dr || w->aux_stride != ar || !w->aux ||
+        (glu && w->rows % 2))
+        return cudaErrorInvalidValue;
+    if (M == 0 || w->rows == 0)
+        return cudaSuccess;
+    /* the scratch: planes hi, mid, lo and meta (M x cols / 16 each, 64 bytes a chunk: M x cols x 4
+     * bytes, mc_gemv_chunk_scratch_bytes' x'), then the rows' 1/rms */
+    const uint32_t nch = w->cols / 16;
+    char *base = (char *)scratch;
+    uint4 *xh = (uint4 *)base, *xm = xh + (size_t)M * nch, *xl = xm + (size_t)M * nch;
+    int4 *meta = (int4 *)(xl + (size_t)M * nch);
+    float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
+    chunk_kq_quant<<<M, MC_KQM_PREP, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, meta, rs);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    const uint32_t ks = mc_kqm_ksplit(w->rows), f = variant == MC_CHUNK_MMA_FAULT ? 1u : 0u;
+    const dim3 grid((M + MC_KQM_BT - 1) / MC_KQM_BT, (w->rows + MC_KQM_BR - 1) / MC_KQM_BR);
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K:
+        return mc_kqm_launch<MEMRA_TYPE_Q4_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
+    case MEMRA_TYPE_Q5_K:
+        return mc_kqm_launch<MEMRA_TYPE_Q5_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
+    default:
+        return mc_kqm_launch<MEMRA_TYPE_Q6_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
+    }
+}
+
+#define MC_KQM_FAM(T)                                                                                                  \
+    f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE> || f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU> ||    \
+        f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU>
+const char *mc_chunk_kq_family(const void *f) {
+    if (MC_KQM_FAM(MEMRA_TYPE_Q4_K) || MC_KQM_FAM(MEMRA_TYPE_Q5_K) || MC_KQM_FAM(MEMRA_TYPE_Q6_K))
+        return "chunk_gemv";
+    if (f == (const void *)chunk_kq_quant)
+        return "chunk_prep";
+    return NULL;
+}
