@@ -88,8 +88,8 @@ extern "C" {
         "chunk", "mma",                                                                                                \
             "a prefill chunk's integer Q8_0 GEMVs (where q8=auto takes integer dots): mma (the exact integer dots on " \
             "int8 tensor cores, decode's float chain per element) or fma (dp4a on the CUDA cores); mma-kq: mma, and " \
-            "the Q4_K/Q5_K/Q6_K GEMVs (qdot=auto) on int8 tensor cores too, so those models prime in chunks (not "   \
-            "yet run on a device; under mma and fma their chunks run as single steps). The same bits each way, "     \
+            "the Q4_K/Q5_K/Q6_K GEMVs (qdot=auto) on int8 tensor cores too, so those models prime in chunks (opt-in "  \
+            "for now; under mma and fma their chunks run as single steps). The same bits each way, "                 \
             "decode's"                                                                                                 \
     },                                                                                                                 \
     {                                                                                                                  \

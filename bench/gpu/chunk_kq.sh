@@ -5,8 +5,9 @@
 #   control) and memra_cuda_check_chunk_mma (the Q8_0 kernel, unchanged); on llama-1b q4_k_m and
 #   q4_k (600 prime, 64 generated, --rows 0): cuda prefill=1 against cuda-graph:chunk=mma-kq
 #   (prefill 512) greedy and sampled, cuda:chunk=fma against cuda:chunk=mma-kq (the same bits by
-#   another path); qwen2-tiny q4_k (the q/k/v bias) prefill=1 against chunk=mma-kq,prefill=7, and
-#   a control that must fail (qdot=float); pp512 of llama-1b q4_k_m (chunk=mma-kq against the
+#   another path); prefill=1 against chunk=mma-kq,prefill=7 on q4_k_m, and a control that must
+#   fail (qdot=float: other bits) (qwen2-tiny q4_k was here first: its tensors are too small for
+#   K-quant blocks, so mkmodel writes them Q8_0 and neither gate touched a K-quant chunk); pp512 of llama-1b q4_k_m (chunk=mma-kq against the
 #   default, whose K-quant chunks run as single steps); 8B q4_k_m pp512 when time is left.
 # Run from the repository root with CARRY set to a carried release build (bench/gpu/common.sh).
 GATE_TIMEOUT=${GATE_TIMEOUT:-60}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-70}
@@ -23,8 +24,8 @@ gate km_fma  --a cuda:chunk=fma --b cuda:chunk=mma-kq $KM $P
 gate k_fma   --a cuda:chunk=fma --b cuda:chunk=mma-kq $K $P
 gate km_pf_s --a cuda:prefill=1 --b cuda-graph:chunk=mma-kq $KM $P $S
 gate k_pf_s  --a cuda:prefill=1 --b cuda-graph:chunk=mma-kq $K $P $S
-gate qw2_k   --preset qwen2-tiny --dtype q4_k --a cuda:prefill=1 --b cuda-graph:chunk=mma-kq,prefill=7 --prime 70 --gen 16 --rows 0
-control qw2_ctl --preset qwen2-tiny --dtype q4_k --a cuda:prefill=1 --b cuda:chunk=mma-kq,prefill=7,qdot=float --prime 30 --gen 4 --rows 0
+gate km_pf7  --a cuda:prefill=1 --b cuda:chunk=mma-kq,prefill=7 $KM --prime 100 --gen 16 --rows 0
+control km_ctl --a cuda:prefill=1 --b cuda-graph:chunk=mma-kq,qdot=float $KM --prime 64 --gen 8 --rows 0
 echo "t=$SECONDS" | tee -a $T
 bench km_pp $KM --arm cuda-graph:chunk=mma-kq,cuda-graph --prime 512 -n 128 --reps 3
 echo "t=$SECONDS" | tee -a $T
