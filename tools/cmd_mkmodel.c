@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "memra/gguf.h"
+#include "memra/tensor_type.h"
 
 static const char help_text[] =
     "usage: memra mkmodel [--preset P] [--dtype D] [--seed S] -o FILE.gguf\n"
@@ -22,7 +24,8 @@ static const char help_text[] =
     "                       q4_k, q5_k, q6_k (norms stay f32). Quantized types are written by\n"
     "                       round-to-nearest per block, the block's largest magnitude (or range)\n"
     "                       setting its scale; a K-quant matrix whose rows are not a multiple of\n"
-    "                       256 (all of tiny's) is written as q8_0.\n"
+    "                       256 (all of tiny's) is written as q8_0 (mkmodel then prints a note;\n"
+    "                       it always prints the matrices' types).\n"
     "                       q4_k_m, q5_k_m: the per-tensor mix llama.cpp's quantizer gives those\n"
     "                       file types (src/llama-quant.cpp, llama_tensor_get_type): Q4_K (Q5_K)\n"
     "                       matrices; Q6_K for the output head and a tied token_embd (Q8_0 when\n"
@@ -36,6 +39,48 @@ static const char help_text[] =
     "  -o, --output FILE    the file to write: written under a private name beside it and renamed\n"
     "                       into place when complete; a failed or interrupted (SIGINT, SIGTERM,\n"
     "                       SIGHUP) write leaves no file and no private file\n";
+
+/* The written file's matrices (tensors of two or more dimensions) by type, as "Q4_K 154, Q6_K 23,
+ * F32 ..." into buf, and how many of them are not of the asked type `want` (a plain --dtype) in
+ * *other: a K-quant matrix whose columns are not a multiple of 256 is written as Q8_0 (all of
+ * tiny's), and a test on such a file runs no K-quant kernel. false when the file cannot be read
+ * back (then nothing is said). */
+static bool matrix_types(const char *path, uint32_t want, char *buf, size_t size, uint64_t *n_mat, uint64_t *other) {
+    memra_gguf *g = NULL;
+    memra_error err = {0};
+    if (memra_gguf_open_streamed(path, &g, &err) != MEMRA_OK)
+        return false;
+    uint32_t types[32];
+    uint64_t counts[32];
+    size_t n = 0;
+    *n_mat = *other = 0;
+    for (uint64_t i = 0; i < memra_gguf_tensor_count(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        if (!t || t->n_dims < 2)
+            continue;
+        (*n_mat)++;
+        if (want < MEMRA_SYNTH_MIX && t->type != want)
+            (*other)++;
+        size_t k = 0;
+        while (k < n && types[k] != t->type)
+            k++;
+        if (k == n && n < 32) {
+            types[n] = t->type;
+            counts[n++] = 0;
+        }
+        if (k < n)
+            counts[k]++;
+    }
+    memra_gguf_close(g);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < n && used < size; k++) {
+        int w = snprintf(buf + used, size - used, "%s%s %llu", k ? ", " : "", memra_tensor_type_name(types[k]),
+                         (unsigned long long)counts[k]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    return true;
+}
 
 int cmd_mkmodel(int argc, char **argv) {
     const char *cmd = "mkmodel";
@@ -94,5 +139,15 @@ int cmd_mkmodel(int argc, char **argv) {
     fprintf(stderr, "memra mkmodel: wrote %s: preset %s, %s, seed %llu, %s in %.2f s\n", out, spec.preset,
             memra_synth_dtype_name(spec.type), (unsigned long long)spec.seed,
             size >= 0 ? cli_bytes((uint64_t)size, buf, sizeof buf) : "? bytes", dt);
+    char types[512];
+    uint64_t n_mat = 0, other = 0;
+    if (matrix_types(out, spec.type, types, sizeof types, &n_mat, &other)) {
+        fprintf(stderr, "memra mkmodel: matrices: %s\n", types);
+        if (other > 0)
+            fprintf(stderr,
+                    "memra mkmodel: note: %llu of %llu matrices are not %s: their columns are not a multiple of "
+                    "its block, so they were written as the types above (see --help)\n",
+                    (unsigned long long)other, (unsigned long long)n_mat, memra_synth_dtype_name(spec.type));
+    }
     return CLI_EXIT_OK;
 }

@@ -128,6 +128,27 @@ Test(tools, missing_files_are_errors) {
     tool_result_free(&r);
 }
 
+/* mkmodel says which types its matrices got, and when a plain --dtype could not be kept (a
+ * K-quant matrix whose columns are not a multiple of 256 is written as Q8_0: every matrix of the
+ * tiny presets), so a test "on q4_k" of such a file is not mistaken for one of K-quant kernels. */
+Test(tools, mkmodel_says_the_types_it_wrote) {
+    char path[512];
+    tmp_file_path(path, sizeof path, "kq.gguf");
+    tool_result r = tool_run("memra", "mkmodel", "--preset", "qwen2-tiny", "--dtype", "q4_k", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: matrices: Q8_0 30");
+    cr_assert(strstr(r.err, "note: 30 of 30 matrices are not Q4_K"), "%s", r.err);
+    tool_result_free(&r);
+    r = tool_run("memra", "mkmodel", "--preset", "small", "--dtype", "q4_k", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: matrices: Q4_K 43");
+    cr_assert(!strstr(r.err, "note:"), "every matrix of small is Q4_K: %s", r.err);
+    tool_result_free(&r);
+    r = tool_run("memra", "mkmodel", "--preset", "small", "--dtype", "q4_k_m", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: matrices: Q6_K 5, Q4_K 38");
+    cr_assert(!strstr(r.err, "note:"), "a mix has no single type to keep: %s", r.err);
+    tool_result_free(&r);
+    unlink(path);
+}
+
 Test(tools, mkmodel_then_inspect) {
     char path[512];
     tmp_file_path(path, sizeof path, "qwen3.gguf");
