@@ -29,6 +29,7 @@
  * order). */
 #include "chunk_kq.h"
 #include "kquant_layout.h"
+#include "mma_s8.cuh"
 #include "q8x_quant.h"
 
 #define MC_KQM_BR 64u  /* weight rows of a block's tile */
@@ -162,49 +163,6 @@ __device__ __forceinline__ void mc_kqm_scales_k4(const uint4 &a, uint32_t c, uin
     }
 }
 
-/* D = A B: 16 x 8 exact integer dots of a 16 x 16 int8 A and a 16 x 8 int8 B. */
-__device__ __forceinline__ void mc_kqm_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
-}
-
-/* The steps in order: part p, class position n (lane rev5(n)), batch jb of the class's units;
- * classes without units have no step (chunk_mma.cu's cursor over units). */
-struct mc_kqm_cursor {
-    uint32_t p, n, jb, valid;
-};
-__device__ __forceinline__ uint32_t mc_kqm_lane(uint32_t n, uint32_t fault) { return fault ? n : __brev(n) >> 27; }
-__device__ __forceinline__ uint32_t mc_kqm_count(uint32_t first, uint32_t nu, uint32_t stride) {
-    return first < nu ? (nu - 1 - first) / stride + 1 : 0;
-}
-__device__ __forceinline__ void mc_kqm_next(mc_kqm_cursor &c, uint32_t nu, uint32_t ks, uint32_t fault, int from) {
-    if (from)
-        c.jb++;
-    for (;;) {
-        if (c.p >= ks) {
-            c.valid = 0;
-            return;
-        }
-        const uint32_t J = mc_kqm_count(32 * c.p + mc_kqm_lane(c.n, fault), nu, 32 * ks);
-        if (c.jb * MC_KQM_JB < J) {
-            c.valid = 1;
-            return;
-        }
-        c.jb = 0;
-        if (++c.n == 32) {
-            c.n = 0;
-            c.p++;
-        }
-    }
-}
-
-__device__ __forceinline__ void mc_kqm_keep(float (&dst)[8], const float (&src)[8]) {
-#pragma unroll
-    for (uint32_t e = 0; e < 8; e++)
-        dst[e] = src[e];
-}
-
 template <uint32_t T, int GLU>
 __global__ void __launch_bounds__(MC_KQM_NT, 1)
     chunk_gemv_kq_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const int4 *xmeta,
@@ -231,9 +189,9 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
     uint2 rh = make_uint2(0, 0);
     int4 rmeta = make_int4(0, 0, 0, 0);
     uint32_t rc4 = 0;
-    auto load = [&](const mc_kqm_cursor &c) {
-        const uint32_t first = 32 * c.p + mc_kqm_lane(c.n, fault);
-        const uint32_t J = mc_kqm_count(first, nu, ustride), j = c.jb * MC_KQM_JB;
+    auto load = [&](const mc_mma_cursor &c) {
+        const uint32_t first = 32 * c.p + mc_mma_lane(c.n, fault);
+        const uint32_t J = mc_mma_count(first, nu, ustride), j = c.jb * MC_KQM_JB;
         if (sj < MC_KQM_JB && j + sj < J) {
             const uint32_t n = first + ustride * (j + sj);
             rq = __ldg((const uint4 *)wd + n);
@@ -292,15 +250,15 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
 #pragma unroll
     for (uint32_t e = 0; e < 8; e++)
         dsum[e] = 0.0f;
-    mc_kqm_cursor nx = {0, 0, 0, 0};
-    mc_kqm_next(nx, nu, ks, fault, 0);
+    mc_mma_cursor nx = {0, 0, 0, 0};
+    mc_mma_next<MC_KQM_JB>(nx, nu, ks, fault, 0);
     if (nx.valid)
         load(nx);
 #pragma unroll 1
     for (uint32_t p = 0; p < ks; p++) {
 #pragma unroll 1
         for (uint32_t n = 0; n < 32; n++) {
-            const uint32_t first = 32 * p + mc_kqm_lane(n, fault), J = mc_kqm_count(first, nu, ustride);
+            const uint32_t first = 32 * p + mc_mma_lane(n, fault), J = mc_mma_count(first, nu, ustride);
 #pragma unroll
             for (uint32_t e = 0; e < 8; e++)
                 acc[e] = 0.0f;
@@ -310,7 +268,7 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
                 __syncthreads(); /* the last step's reads of S are done */
                 store(jv);
                 __syncthreads();
-                mc_kqm_next(nx, nu, ks, fault, 1);
+                mc_mma_next<MC_KQM_JB>(nx, nu, ks, fault, 1);
                 if (nx.valid)
                     load(nx); /* in flight while this step computes */
 #pragma unroll 1
@@ -332,12 +290,12 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
                         const uint32_t ah0 = ((const uint32_t *)&S.w[jj][1][r])[q];
                         const uint32_t ah1 = ((const uint32_t *)&S.w[jj][1][r + 8])[q];
                         int dh0[4], dm0[4], dl0[4], dh1[4], dm1[4], dl1[4];
-                        mc_kqm_s8(dh0, al0, al1, b[0][0]);
-                        mc_kqm_s8(dm0, al0, al1, b[0][1]);
-                        mc_kqm_s8(dl0, al0, al1, b[0][2]);
-                        mc_kqm_s8(dh1, ah0, ah1, b[1][0]);
-                        mc_kqm_s8(dm1, ah0, ah1, b[1][1]);
-                        mc_kqm_s8(dl1, ah0, ah1, b[1][2]);
+                        mc_mma_s8(dh0, al0, al1, b[0][0], 0);
+                        mc_mma_s8(dm0, al0, al1, b[0][1], 0);
+                        mc_mma_s8(dl0, al0, al1, b[0][2], 0);
+                        mc_mma_s8(dh1, ah0, ah1, b[1][0], 0);
+                        mc_mma_s8(dm1, ah0, ah1, b[1][1], 0);
+                        mc_mma_s8(dl1, ah0, ah1, b[1][2], 0);
 #pragma unroll
                         for (uint32_t e = 0; e < 4; e++) {
                             /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
@@ -375,11 +333,11 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
                     for (uint32_t e = 0; e < 8; e++)
                         acc[e] = st[L][e] + acc[e];
             switch (ones) {
-            case 0: mc_kqm_keep(st[0], acc); break;
-            case 1: mc_kqm_keep(st[1], acc); break;
-            case 2: mc_kqm_keep(st[2], acc); break;
-            case 3: mc_kqm_keep(st[3], acc); break;
-            case 4: mc_kqm_keep(st[4], acc); break;
+            case 0: mc_mma_keep(st[0], acc); break;
+            case 1: mc_mma_keep(st[1], acc); break;
+            case 2: mc_mma_keep(st[2], acc); break;
+            case 3: mc_mma_keep(st[3], acc); break;
+            case 4: mc_mma_keep(st[4], acc); break;
             default:
 #pragma unroll
                 for (uint32_t e = 0; e < 8; e++)

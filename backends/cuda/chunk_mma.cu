@@ -40,6 +40,7 @@
  * repeats), the planes (M x cols x 3 bytes and M x cols / 16 scales) once per 64 weight rows. */
 #include "chunk_kq.h"
 #include "cuda_common.cuh"
+#include "mma_s8.cuh"
 
 #define MC_MMA_BR 64u           /* weight rows of a block's tile */
 #define MC_MMA_JB 4u            /* chunks of one class a step stages */
@@ -71,50 +72,6 @@ __device__ __forceinline__ void mc_mma_wait0(void) { asm volatile("cp.async.wait
 
 /* Where weight row r of the tile keeps its scale in mc_mma_stage::d. */
 __device__ __forceinline__ uint32_t mc_mma_dpos(uint32_t r) { return (r & ~15u) | ((r & 7u) << 1) | ((r >> 3) & 1u); }
-
-/* D = A B + MAGIC: 16 x 8 exact integer dots (plus MAGIC) of a 16 x 16 int8 A and a 16 x 8 int8 B. */
-__device__ __forceinline__ void mc_mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(MC_MMA_MAGIC));
-}
-
-/* The steps in order: part p, class position n (lane rev5(n)), batch jb of the class's chunks;
- * classes without chunks have no step. */
-struct mc_mma_cursor {
-    uint32_t p, n, jb, valid;
-};
-__device__ __forceinline__ uint32_t mc_mma_lane(uint32_t n, uint32_t fault) { return fault ? n : __brev(n) >> 27; }
-__device__ __forceinline__ uint32_t mc_mma_count(uint32_t first, uint32_t nch, uint32_t stride) {
-    return first < nch ? (nch - 1 - first) / stride + 1 : 0;
-}
-/* Moves c to the next step (from c itself when `from` is 0). */
-__device__ __forceinline__ void mc_mma_next(mc_mma_cursor &c, uint32_t nch, uint32_t ks, uint32_t fault, int from) {
-    if (from)
-        c.jb++;
-    for (;;) {
-        if (c.p >= ks) {
-            c.valid = 0;
-            return;
-        }
-        const uint32_t J = mc_mma_count(32 * c.p + mc_mma_lane(c.n, fault), nch, 32 * ks);
-        if (c.jb * MC_MMA_JB < J) {
-            c.valid = 1;
-            return;
-        }
-        c.jb = 0;
-        if (++c.n == 32) {
-            c.n = 0;
-            c.p++;
-        }
-    }
-}
-
-__device__ __forceinline__ void mc_mma_keep(float (&dst)[8], const float (&src)[8]) {
-#pragma unroll
-    for (uint32_t e = 0; e < 8; e++)
-        dst[e] = src[e];
-}
 
 /* NN warps along x (BT = 8 NN x rows), 2 along the weight rows: 64 NN threads. */
 template <int GLU, uint32_t NN>
@@ -164,10 +121,10 @@ __global__ void __launch_bounds__(64 * NN, 1)
     for (uint32_t e = 0; e < 8; e++)
         dsum[e] = 0.0f;
     mc_mma_cursor nx = {0, 0, 0, 0};
-    mc_mma_next(nx, nch, ks, fault, 0);
+    mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 0);
     if (nx.valid) {
         issue(nx, 0);
-        mc_mma_next(nx, nch, ks, fault, 1);
+        mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 1);
     }
     mc_mma_commit();
     uint32_t s = 0;
@@ -186,7 +143,7 @@ __global__ void __launch_bounds__(64 * NN, 1)
                     sb[b].d[sj][mc_mma_dpos(srow)] = dreg;
                 if (nx.valid) {
                     issue(nx, b ^ 1);
-                    mc_mma_next(nx, nch, ks, fault, 1);
+                    mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 1);
                 }
                 mc_mma_commit();
                 mc_mma_wait1();
@@ -206,9 +163,9 @@ __global__ void __launch_bounds__(64 * NN, 1)
                         const uint32_t a1 = ((const uint32_t *)&S.w[jj][r + 8])[q];
                         const float2 dw = *(const float2 *)&S.d[jj][m0 + 16 * mt + 2 * g]; /* rows r, r + 8 */
                         int dh[4], dm[4], dl[4];
-                        mc_mma_s8(dh, a0, a1, bh);
-                        mc_mma_s8(dm, a0, a1, bm);
-                        mc_mma_s8(dl, a0, a1, bl);
+                        mc_mma_s8(dh, a0, a1, bh, MC_MMA_MAGIC);
+                        mc_mma_s8(dm, a0, a1, bm, MC_MMA_MAGIC);
+                        mc_mma_s8(dl, a0, a1, bl, MC_MMA_MAGIC);
 #pragma unroll
                         for (uint32_t e = 0; e < 4; e++) {
                             /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
