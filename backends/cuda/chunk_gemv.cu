@@ -19,8 +19,9 @@
  *
  * The integer Q8_0 path's default (chunk=mma) is chunk_mma.cu's kernel on int8 tensor cores, the
  * same sequence per element; chunk_gemv_q8 below is chunk=fma. Q4_K, Q5_K and Q6_K under
- * chunk=mma-kq and qdot=auto run chunk_kq_mma.cu's kernel (gemv_kquant.cu's bits); otherwise they
- * are not batched (their chunks run as single steps).
+ * chunk=mma (the default; mma-kq is its old name) and qdot=auto run chunk_kq_mma.cu's kernel
+ * (gemv_kquant.cu's bits); under chunk=fma or mma-q8, or qdot=float, they are not batched (their
+ * chunks run as single steps).
  *
  * Per chunk and matrix: the weights once per MC_CH_TM rows of x (consecutive blocks take the
  * same weights, so L2 serves most repeats), x (M x cols floats) once per row set of a block. */

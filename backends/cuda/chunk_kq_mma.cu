@@ -1,5 +1,5 @@
 /* chunk_kq_mma.cu: the Q4_K, Q5_K and Q6_K GEMVs of a prefill chunk on int8 tensor cores
- * (chunk=mma-kq, qdot=auto), each output element the bits of decode's gemv_kquant.cu under qdot=auto.
+ * (chunk=mma, the default, and its old name mma-kq; qdot=auto), each output element the bits of decode's gemv_kquant.cu under qdot=auto.
  *
  * Decode's sequence for output row r of x row t (gemv_kquant_body): x' = x * norm_w quantized per
  * 16-column chunk c into the int8 planes hi, mid, lo with the scale s_c, the float sum S_c of the
@@ -386,7 +386,8 @@ static uint32_t mc_kqm_ksplit(uint32_t rows) {
 int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
     return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
-           c->qdot == MC_QDOT_AUTO && (c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT) &&
+           c->qdot == MC_QDOT_AUTO && (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ ||
+                                              c->chunk == MC_CHUNK_MMA_FAULT) &&
            w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
            w->aux_stride == ar && w->aux;
 }

@@ -86,11 +86,10 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "chunk", "mma",                                                                                                \
-            "a prefill chunk's integer Q8_0 GEMVs (where q8=auto takes integer dots): mma (the exact integer dots on " \
-            "int8 tensor cores, decode's float chain per element) or fma (dp4a on the CUDA cores); mma-kq: mma, and " \
-            "the Q4_K/Q5_K/Q6_K GEMVs (qdot=auto) on int8 tensor cores too, so those models prime in chunks (opt-in "  \
-            "for now; under mma and fma their chunks run as single steps). The same bits each way, "                 \
-            "decode's"                                                                                                 \
+            "a prefill chunk's integer GEMVs: mma (Q8_0 where q8=auto takes integer dots, and Q4_K/Q5_K/Q6_K "     \
+            "under qdot=auto: exact int8 dots on tensor cores, decode's float chain per element), fma (Q8_0 by "      \
+            "dp4a on the CUDA cores, the K-quant layers' chunks as single steps), mma-q8 (Q8_0 on tensor cores, the "  \
+            "K-quant layers as single steps) or mma-kq (the old name of mma). The same bits each way, decode's"       \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -55,11 +55,13 @@ enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
 enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
-/* The integer Q8_0 GEMV of a prefill chunk: MC_CHUNK_MMA (int8 tensor cores, chunk_mma.cu) or
- * MC_CHUNK_FMA (dp4a on the CUDA cores, chunk_gemv.cu's chunk_gemv_q8); the same bits.
- * MC_CHUNK_MMA_KQ: MC_CHUNK_MMA, and the Q4_K, Q5_K, Q6_K GEMVs of a chunk on int8 tensor cores
- * too (chunk_kq_mma.cu, decode's qdot=auto bits by construction; not yet run on a device, so not
- * the default: under mma and fma those layers' chunks run as single steps). For the
+/* The integer GEMVs of a prefill chunk (the `chunk` key, in its names' order): MC_CHUNK_MMA, the
+ * Q8_0 ones (chunk_mma.cu) and the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) on int8
+ * tensor cores; MC_CHUNK_FMA, Q8_0 by dp4a on the CUDA cores (chunk_gemv.cu's chunk_gemv_q8) and
+ * the K-quant layers' chunks as single steps; MC_CHUNK_MMA_KQ, the same as MC_CHUNK_MMA (the name
+ * `mma-kq` had while the K-quant kernel was opt-in); MC_CHUNK_MMA_Q8, Q8_0 on tensor cores and the
+ * K-quant layers' chunks as single steps (the default before the K-quant kernel). The same bits
+ * every way: decode's. For the
  * check and bench programs only (no arm key sets them): MC_CHUNK_MMA_FAULT, the MMA kernel with
  * its classes summed in lane order, a tree decode does not build (other bits); MC_CHUNK_MMA_T4,
  * _T6, _T8, the MMA kernel with a tile of 32, 48 or 64 x rows (the same bits). */
@@ -67,6 +69,7 @@ enum {
     MC_CHUNK_MMA,
     MC_CHUNK_FMA,
     MC_CHUNK_MMA_KQ,
+    MC_CHUNK_MMA_Q8,
     MC_CHUNK_MMA_FAULT,
     MC_CHUNK_MMA_T4,
     MC_CHUNK_MMA_T6,
@@ -106,8 +109,8 @@ typedef struct mc_config {
     uint32_t postnorm;  /* gemma3's post norms (and their residual add): MC_POSTNORM_FUSED (in the last block of
                          * the GEMV that writes their input: mc_gemv_post) or MC_POSTNORM_LAUNCH (a launch of
                          * their own, mc_op_rmsnorm_add). The same bits */
-    uint32_t chunk;     /* a prefill chunk's integer Q8_0 GEMV: MC_CHUNK_MMA or MC_CHUNK_FMA (the same bits);
-                         * MC_CHUNK_MMA_KQ: MMA, and the K-quants' chunk GEMVs on tensor cores */
+    uint32_t chunk;     /* a prefill chunk's integer GEMVs: MC_CHUNK_MMA (Q8_0 and the K-quants on tensor
+                         * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8: the same bits */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }

@@ -10,7 +10,7 @@ const mc_config mc_config_default = {
 static const struct {
     const char *key;
     size_t offset;
-    const char *names[5];
+    const char *names[5]; /* at most 5: mc_config_choice reads no further */
     const char *allowed;
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
@@ -21,7 +21,7 @@ static const struct {
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
-    {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", NULL}, "mma, fma, mma-kq"},
+    {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8"}, "mma, fma, mma-kq, mma-q8"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -1,12 +1,12 @@
-/* check_chunk_kq.c: chunk=mma-kq (issue 28, backends/cuda/chunk_kq_mma.cu): a
+/* check_chunk_kq.c: chunk=mma, the default (issue 28, backends/cuda/chunk_kq_mma.cu): a
  * prefill chunk's Q4_K, Q5_K and Q6_K GEMV on int8 tensor cores, bit for bit against decode's
  * GEMV under qdot=auto (gemv_kquant.cu through mc_gemv or mc_gemv_glu, one launch per row of x),
  * on random file blocks repacked to the upload layout: each column split (KS 4, 2, 1), rows that
  * are no multiple of 16 or of the 64-row tile, unit counts that leave classes short or empty,
  * M = 1, 7, 8, 9, 64, 65, 512, with and without the fused RMSNorm, a bias, a residual, SwiGLU and
  * GELU-gated rows, each output written over NaNs first. The chunk path serves them under
- * chunk=mma-kq and qdot=auto only (mc_gemv_chunk_batched: 0 under chunk=mma, chunk=fma and
- * qdot=float, whose chunks run as single steps). Negative control: MC_CHUNK_MMA_FAULT (the classes summed in lane order, a tree
+ * chunk=mma (or its old name mma-kq) and qdot=auto only (mc_gemv_chunk_batched: 0 under
+ * chunk=fma, chunk=mma-q8 and qdot=float, whose chunks run as single steps). Negative control: MC_CHUNK_MMA_FAULT (the classes summed in lane order, a tree
  * decode does not build) must differ from decode for every type.
  *
  *   memra_cuda_check_chunk_kq    exit 0 pass, 1 a mismatch or an uncaught control, 77 no device */
@@ -119,7 +119,7 @@ static int ck_run(FILE *out, uint32_t type, const ck_case *k, int control, uint6
     if (e == cudaSuccess)
         e = cudaMemcpy(dr, hr, ny * 4, cudaMemcpyHostToDevice);
     mc_config cd = mc_config_default, cmma = mc_config_default;
-    cmma.chunk = control ? MC_CHUNK_MMA_FAULT : MC_CHUNK_MMA_KQ;
+    cmma.chunk = control ? MC_CHUNK_MMA_FAULT : MC_CHUNK_MMA; /* the default */
     const float *nw = k->norm ? dn : NULL, *bias = k->bias && !k->glu ? db : NULL;
     const float *res = k->residual && !k->glu ? dr : NULL;
     for (uint32_t t = 0; t < M && e == cudaSuccess; t++)
@@ -170,7 +170,8 @@ done:
     return bad;
 }
 
-/* Which paths batch a K-quant matrix: chunk=mma-kq under qdot=auto only. */
+/* Which paths batch a K-quant matrix: chunk=mma (the default) and mma-kq (its old name) under
+ * qdot=auto only; chunk=fma and mma-q8 do not. */
 static int ck_batched(FILE *out, uint32_t type) {
     mc_matrix w;
     memset(&w, 0, sizeof w);
@@ -179,19 +180,22 @@ static int ck_batched(FILE *out, uint32_t type) {
     w.type = type, w.rows = 4096, w.cols = 4096, w.stride = (uint32_t)dr, w.aux_stride = (uint32_t)ar;
     w.data = (void *)16, w.aux = (void *)16; /* never read */
     mc_config ck = mc_config_default, cm = mc_config_default, cf = mc_config_default, cq = mc_config_default;
+    mc_config c8 = mc_config_default;
     ck.chunk = MC_CHUNK_MMA_KQ;
     cf.chunk = MC_CHUNK_FMA;
+    c8.chunk = MC_CHUNK_MMA_Q8;
     cq.chunk = MC_CHUNK_MMA_KQ;
     cq.qdot = MC_QDOT_FLOAT;
     const int a = mc_gemv_chunk_batched(&ck, &w), m = mc_gemv_chunk_batched(&cm, &w);
     const int b = mc_gemv_chunk_batched(&cf, &w), c = mc_gemv_chunk_batched(&cq, &w);
-    if (a == 1 && m == 0 && b == 0 && c == 0)
+    const int q = mc_gemv_chunk_batched(&c8, &w);
+    if (a == 1 && m == 1 && b == 0 && c == 0 && q == 0)
         return 0;
     if (out)
         fprintf(out,
-                "%s: batched chunk=mma-kq %d (want 1), chunk=mma %d (want 0), chunk=fma %d (want 0), "
-                "mma-kq with qdot=float %d (want 0)\n",
-                ck_name(type), a, m, b, c);
+                "%s: batched chunk=mma-kq %d (want 1), chunk=mma %d (want 1), chunk=fma %d (want 0), "
+                "mma-kq with qdot=float %d (want 0), chunk=mma-q8 %d (want 0)\n",
+                ck_name(type), a, m, b, c, q);
     return 1;
 }
 

@@ -26,7 +26,7 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked);
  * could not run). */
 int memra_cuda_check_chunk_mma(FILE *out, int *n_checked);
 
-/* chunk=mma-kq for Q4_K, Q5_K and Q6_K: the prefill chunk's GEMV on tensor cores bit for bit against
+/* chunk=mma (the default) for Q4_K, Q5_K and Q6_K: the prefill chunk's GEMV on tensor cores bit for bit against
  * decode's qdot=auto GEMV row by row (check_chunk_kq.c); returns the number of failures (negative:
  * could not run). */
 int memra_cuda_check_chunk_kq(FILE *out, int *n_checked);
