@@ -356,6 +356,11 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
  * mc_rope_kv + mc_attention per row then, with the row's position from mc_chunk_positions). */
 cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
+/* The same with every row on the cluster kernel (8 blocks a row: the launch before
+ * attention_chunk_rows, the same bits), for the device check and the bench
+ * (tests/cuda/check_attn_chunk.c). */
+cudaError_t mc_attention_chunk_cluster(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
+                                       void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
 /* Row j of x (ld floats apart) = mc_embed of tokens[j], j < M (one launch for F32/F16/BF16/Q8_0). */
 cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
                           cudaStream_t st);

@@ -1,0 +1,364 @@
+/* check_attn_chunk.c: a prefill chunk's attention (issue 28, backends/cuda/attention.cu:
+ * mc_attention_chunk, attention_chunk_rows at hd <= 128) bit for bit against decode's attention
+ * run row by row (mc_attention_fused: attention_decode_cluster, one launch per row at its own
+ * position, each appending its row), and against the chunk's old launch (mc_attention_chunk_cluster:
+ * the cluster kernel's chunk rows), on random q/k/v and a random cache prefix: hd 32, 64, 128 and
+ * 256, G 1, 2, 4, 8, M 1, 7, 512, prefixes 0, 300, 1000, kv f32, f16, bf16, sliding windows, q
+ * and k norms, both RoPE pairings, a file's scale. Every output and the appended cache rows are
+ * compared, each output written over NaNs first. Negative control: the split path's chunk
+ * (attention=split: the same attention, other reduction order) must differ from decode's bits
+ * somewhere in every control case, while staying close (so the reference is attention).
+ *
+ *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
+ *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
+ *                                        old launch and the new one on llama-1b's and llama-8b's
+ *                                        shapes, M 512 at prefixes 0 and 512, kv f32 and bf16 */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "memra/numeric.h"
+
+static uint64_t ac_next(uint64_t *s) {
+    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
+    return *s;
+}
+static float ac_unit(uint64_t *s) { return (float)(ac_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
+static float ac_sym(uint64_t *s) { return 2.0f * ac_unit(s) - 1.0f; }
+
+typedef struct ac_case {
+    uint32_t hd, G, M, prefix, kv, window;
+    int norm, neox;
+    float scale;
+    uint32_t n_kv; /* 0: 2 */
+} ac_case;
+
+/* One stored cache value of kv from f (its bytes at dst). */
+static void ac_put(void *dst, size_t i, uint32_t kv, float f) {
+    if (kv == MC_KV_F32)
+        ((float *)dst)[i] = f;
+    else
+        ((uint16_t *)dst)[i] = kv == MC_KV_F16 ? memra_f32_to_f16(f) : memra_f32_to_bf16(f);
+}
+
+typedef struct ac_dev {
+    float *qkv, *freqs, *qn, *kn, *out[3];
+    void *k[3], *v[3];
+    int32_t *pos;
+} ac_dev;
+
+static void ac_free(ac_dev *d) {
+    cudaFree(d->qkv);
+    cudaFree(d->freqs);
+    cudaFree(d->qn);
+    cudaFree(d->kn);
+    cudaFree(d->pos);
+    for (int i = 0; i < 3; i++) {
+        cudaFree(d->out[i]);
+        cudaFree(d->k[i]);
+        cudaFree(d->v[i]);
+    }
+    memset(d, 0, sizeof *d);
+}
+
+/* The arguments and device buffers of case k (three caches with the same random prefix,
+ * the rest zero; positions prefix .. prefix + M - 1 in d->pos). */
+static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac_dev *d, size_t *n_out,
+                            size_t *n_cache) {
+    const uint32_t n_kv = k->n_kv ? k->n_kv : 2, n_head = k->G * n_kv, hd = k->hd, cap = k->prefix + k->M + 8;
+    const size_t row = (size_t)(n_head + 2 * n_kv) * hd, nq = row * k->M, kvb = mc_kv_bytes(k->kv);
+    *n_out = (size_t)k->M * n_head * hd;
+    *n_cache = (size_t)n_kv * cap * hd;
+    memset(a, 0, sizeof *a);
+    memset(d, 0, sizeof *d);
+    uint64_t s = seed;
+    float *hq = malloc(nq * 4), *hf = malloc(hd / 2 * 4), *hn = malloc(2 * hd * 4);
+    void *hk = calloc(*n_cache, kvb), *hv = calloc(*n_cache, kvb);
+    int32_t *hp = malloc(k->M * 4);
+    cudaError_t e = cudaErrorMemoryAllocation;
+    if (!hq || !hf || !hn || !hk || !hv || !hp)
+        goto done;
+    for (size_t i = 0; i < nq; i++) /* scores of a few units: a softmax neither flat nor one-hot */
+        hq[i] = ac_sym(&s) * (ac_unit(&s) < 0.05f ? 4.0f : 1.5f);
+    for (uint32_t i = 0; i < hd / 2; i++)
+        hf[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+    for (uint32_t i = 0; i < 2 * hd; i++)
+        hn[i] = 0.5f + ac_unit(&s);
+    for (uint32_t g = 0; g < n_kv; g++)
+        for (uint32_t t = 0; t < k->prefix; t++)
+            for (uint32_t i = 0; i < hd; i++) {
+                const size_t j = ((size_t)g * cap + t) * hd + i;
+                ac_put(hk, j, k->kv, 1.5f * ac_sym(&s));
+                ac_put(hv, j, k->kv, ac_sym(&s));
+            }
+    for (uint32_t j = 0; j < k->M; j++)
+        hp[j] = (int32_t)(k->prefix + j);
+    if ((e = cudaMalloc((void **)&d->qkv, nq * 4)) || (e = cudaMalloc((void **)&d->freqs, hd / 2 * 4)) ||
+        (e = cudaMalloc((void **)&d->qn, hd * 4)) || (e = cudaMalloc((void **)&d->kn, hd * 4)) ||
+        (e = cudaMalloc((void **)&d->pos, k->M * 4)))
+        goto done;
+    for (int i = 0; i < 3; i++)
+        if ((e = cudaMalloc((void **)&d->out[i], *n_out * 4)) || (e = cudaMalloc(&d->k[i], *n_cache * kvb)) ||
+            (e = cudaMalloc(&d->v[i], *n_cache * kvb)) ||
+            (e = cudaMemcpy(d->k[i], hk, *n_cache * kvb, cudaMemcpyHostToDevice)) ||
+            (e = cudaMemcpy(d->v[i], hv, *n_cache * kvb, cudaMemcpyHostToDevice)) ||
+            (e = cudaMemset(d->out[i], 0xff, *n_out * 4)))
+            goto done;
+    if ((e = cudaMemcpy(d->qkv, hq, nq * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d->freqs, hf, hd / 2 * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d->qn, hn, hd * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d->kn, hn + hd, hd * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d->pos, hp, k->M * 4, cudaMemcpyHostToDevice)))
+        goto done;
+    a->n_head = n_head;
+    a->n_kv = n_kv;
+    a->hd = a->hdv = hd;
+    a->capacity = cap;
+    a->neox = (uint32_t)k->neox;
+    a->pos_scale = 1.0f;
+    a->freqs = d->freqs;
+    a->q_norm = k->norm ? d->qn : NULL;
+    a->k_norm = k->norm ? d->kn : NULL;
+    a->eps = 1e-6f;
+    a->window = k->window;
+    a->scale = k->scale;
+    a->kv = k->kv;
+done:
+    free(hq);
+    free(hf);
+    free(hn);
+    free(hk);
+    free(hv);
+    free(hp);
+    return e;
+}
+
+static const char *ac_kv_name(uint32_t kv) { return kv == MC_KV_F32 ? "f32" : kv == MC_KV_F16 ? "f16" : "bf16"; }
+
+/* One case: decode row by row into out[0] (cache 0), the chunk into out[1] (cache 1) and the
+ * chunk's old launch into out[2] (cache 2); or, with control, the split path's chunk into out[1].
+ * Returns the mismatches (control: 1 when the split's bits equal decode's or are not close; -1:
+ * could not run). */
+static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
+    mc_rope_args a;
+    ac_dev d;
+    size_t n_out = 0, n_cache = 0;
+    float *ho[3] = {NULL, NULL, NULL};
+    uint8_t *hc[3] = {NULL, NULL, NULL};
+    int bad = -1;
+    cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
+    mc_config c = mc_config_default;
+    c.pdl = 0;
+    c.kv = k->kv;
+    const size_t kvb = mc_kv_bytes(k->kv), row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
+    for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
+        e = mc_attention_fused(&c, &a, d.qkv + j * row, d.k[0], d.v[0], d.out[0] + (size_t)j * a.n_head * k->hd,
+                               d.pos + j, 0);
+    if (control) {
+        c.attention = MC_ATT_SPANS;
+        if (e == cudaSuccess && mc_attention_path(&c, a.n_head, a.n_kv, k->hd, k->hd) != MC_ATT_PATH_SPLIT)
+            e = cudaErrorNotSupported;
+    }
+    if (e == cudaSuccess)
+        e = mc_attention_chunk(&c, &a, d.qkv, d.k[1], d.v[1], d.out[1], d.pos, k->M, 0);
+    if (e == cudaSuccess && !control)
+        e = mc_attention_chunk_cluster(&c, &a, d.qkv, d.k[2], d.v[2], d.out[2], d.pos, k->M, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    for (int i = 0; i < 3 && e == cudaSuccess; i++) {
+        ho[i] = malloc(n_out * 4);
+        hc[i] = malloc(2 * n_cache * kvb);
+        if (!ho[i] || !hc[i]) {
+            e = cudaErrorMemoryAllocation;
+            break;
+        }
+        if ((e = cudaMemcpy(ho[i], d.out[i], n_out * 4, cudaMemcpyDeviceToHost)) ||
+            (e = cudaMemcpy(hc[i], d.k[i], n_cache * kvb, cudaMemcpyDeviceToHost)) ||
+            (e = cudaMemcpy(hc[i] + n_cache * kvb, d.v[i], n_cache * kvb, cudaMemcpyDeviceToHost)))
+            break;
+    }
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "hd %u G %u M %u prefix %u %s: %s\n", k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv),
+                    cudaGetErrorString(e));
+        goto done;
+    }
+    if (control) { /* the split's bits must differ somewhere, and stay close to decode's */
+        size_t differ = 0;
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n_out; i++) {
+            differ += memcmp(&ho[0][i], &ho[1][i], 4) != 0;
+            num += ((double)ho[0][i] - ho[1][i]) * ((double)ho[0][i] - ho[1][i]);
+            den += (double)ho[0][i] * ho[0][i];
+        }
+        const double nmse = den > 0 ? num / den : 1.0;
+        if (out)
+            fprintf(out, "control hd %u G %u M %u prefix %u %s: split differs in %zu of %zu outputs, nmse %.3g\n",
+                    k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), differ, n_out, nmse);
+        bad = differ == 0 || !(nmse < 1e-8);
+        goto done;
+    }
+    bad = 0;
+    for (size_t i = 0; i < n_out; i++) /* decode wrote every output: attention of finite values */
+        if (!isfinite(ho[0][i])) {
+            if (out)
+                fprintf(out, "hd %u G %u M %u prefix %u %s: decode's output %zu is not finite\n", k->hd, k->G, k->M,
+                        k->prefix, ac_kv_name(k->kv), i);
+            bad = 1;
+            break;
+        }
+    for (int v = 1; v < 3; v++) {
+        size_t nb = 0;
+        for (size_t i = 0; i < n_out; i++)
+            if (memcmp(&ho[0][i], &ho[v][i], 4) != 0) {
+                if (out && nb < 3)
+                    fprintf(out,
+                            "hd %u G %u M %u prefix %u %s window %u norm %d neox %d: %s row %zu head %zu dim %zu: "
+                            "decode %.9g, chunk %.9g\n",
+                            k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->window, k->norm, k->neox,
+                            v == 1 ? "chunk" : "old chunk", i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head,
+                            i % k->hd, ho[0][i], ho[v][i]);
+                nb++;
+            }
+        if (memcmp(hc[0], hc[v], 2 * n_cache * kvb) != 0) {
+            if (out)
+                fprintf(out, "hd %u G %u M %u prefix %u %s: %s cache rows differ from decode's\n", k->hd, k->G, k->M,
+                        k->prefix, ac_kv_name(k->kv), v == 1 ? "chunk" : "old chunk");
+            nb++;
+        }
+        bad += nb ? 1 : 0;
+    }
+done:
+    for (int i = 0; i < 3; i++) {
+        free(ho[i]);
+        free(hc[i]);
+    }
+    ac_free(&d);
+    return bad;
+}
+
+static int ac_check(FILE *out, int *n_checked) {
+    static const uint32_t hds[] = {64, 128}, Gs[] = {1, 4, 8}, Ms[] = {1, 7, 512}, prefixes[] = {0, 300, 1000};
+    static const uint32_t kvs[] = {MC_KV_F32, MC_KV_F16, MC_KV_BF16};
+    int bad = 0, checked = 0;
+    uint64_t seed = 1;
+    for (size_t ih = 0; ih < 2; ih++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t im = 0; im < 3; im++)
+                for (size_t ip = 0; ip < 3; ip++)
+                    for (size_t ik = 0; ik < 3; ik++) {
+                        const ac_case k = {hds[ih], Gs[ig], Ms[im], prefixes[ip], kvs[ik], 0, 0, 0, 0.0f, 2};
+                        const int b = ac_run(out, &k, 0, seed++);
+                        if (b < 0)
+                            return -1;
+                        bad += b;
+                        checked++;
+                    }
+    /* the other shapes the new kernel serves (hd 32, G 2), hd 256 (the chunk stays on the cluster
+     * kernel), sliding windows (shorter than a rank, than the chunk, than the prefix), q and k
+     * norms with the neox pairing, a file's scale */
+    static const ac_case extra[] = {
+        {32, 2, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},    {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2},
+        {64, 2, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2},     {128, 2, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},
+        {256, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2},      {256, 2, 64, 100, MC_KV_BF16, 0, 1, 1, 0.0625f, 2},
+        {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2},    {64, 4, 512, 300, MC_KV_F16, 300, 0, 0, 0.0f, 2},
+        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2},
+        {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2},  {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2},
+        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8},       {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        const int b = ac_run(out, &extra[i], 0, 500 + i);
+        if (b < 0)
+            return -1;
+        bad += b;
+        checked++;
+    }
+    /* negative controls: another reduction order of the same attention must be seen */
+    static const ac_case ctl[] = {{64, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2},
+                                  {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
+                                  {64, 8, 64, 1000, MC_KV_F16, 0, 0, 0, 0.0f, 2}};
+    for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+        const int b = ac_run(out, &ctl[i], 1, 900 + i);
+        if (b < 0)
+            return -1;
+        if (b && out)
+            fprintf(out, "negative control %zu NOT CAUGHT (the split path's chunk passed as decode's bits)\n", i);
+        bad += b;
+    }
+    *n_checked = checked;
+    return bad;
+}
+
+/* The chunk attention alone: us a launch (the append included) of the old launch and the new. */
+static int ac_bench(void) {
+    static const struct {
+        const char *name;
+        uint32_t n_head, n_kv, hd;
+    } shapes[] = {{"llama-1b", 32, 8, 64}, {"llama-8b", 32, 8, 128}};
+    static const uint32_t kvs[] = {MC_KV_F32, MC_KV_BF16}, prefixes[] = {0, 512};
+    const uint32_t M = 512, reps = 20;
+    printf("| shape | kv | prefix | M | old us | new us | speedup |\n|---|---|---|---|---|---|---|\n");
+    for (size_t is = 0; is < 2; is++)
+        for (size_t ik = 0; ik < 2; ik++)
+            for (size_t ip = 0; ip < 2; ip++) {
+                const ac_case k = {
+                    shapes[is].hd,  shapes[is].n_head / shapes[is].n_kv, M, prefixes[ip], kvs[ik], 0, 0, 0, 0.0f,
+                    shapes[is].n_kv};
+                mc_rope_args a;
+                ac_dev d;
+                size_t n_out, n_cache;
+                cudaError_t e = ac_setup(&k, 7, &a, &d, &n_out, &n_cache);
+                mc_config c = mc_config_default;
+                c.pdl = 0;
+                c.kv = k.kv;
+                float us[2] = {0, 0};
+                cudaEvent_t t0 = NULL, t1 = NULL;
+                if (e == cudaSuccess && !(e = cudaEventCreate(&t0)) && !(e = cudaEventCreate(&t1)))
+                    for (int v = 0; v < 2 && e == cudaSuccess; v++) {
+                        for (uint32_t r = 0; r < reps + 2 && e == cudaSuccess; r++) {
+                            if (r == 2)
+                                e = cudaEventRecord(t0, 0);
+                            if (e == cudaSuccess)
+                                e = v ? mc_attention_chunk(&c, &a, d.qkv, d.k[0], d.v[0], d.out[0], d.pos, M, 0)
+                                      : mc_attention_chunk_cluster(&c, &a, d.qkv, d.k[0], d.v[0], d.out[0], d.pos, M,
+                                                                   0);
+                        }
+                        float ms = 0;
+                        if (e == cudaSuccess && !(e = cudaEventRecord(t1, 0)) && !(e = cudaEventSynchronize(t1)) &&
+                            !(e = cudaEventElapsedTime(&ms, t0, t1)))
+                            us[v] = ms * 1000.0f / (float)reps;
+                    }
+                if (t0)
+                    cudaEventDestroy(t0);
+                if (t1)
+                    cudaEventDestroy(t1);
+                ac_free(&d);
+                if (e != cudaSuccess) {
+                    fprintf(stderr, "bench %s: %s\n", shapes[is].name, cudaGetErrorString(e));
+                    return 3;
+                }
+                printf("| %s | %s | %u | %u | %.1f | %.1f | %.2fx |\n", shapes[is].name, ac_kv_name(k.kv), k.prefix, M,
+                       us[0], us[1], us[0] / us[1]);
+            }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("memra_cuda_check_attn_chunk: SKIP (no CUDA device)\n");
+        return 77;
+    }
+    if (argc == 2 && strcmp(argv[1], "bench") == 0)
+        return ac_bench();
+    if (argc != 1) {
+        fprintf(stderr, "usage: memra_cuda_check_attn_chunk [bench]\n");
+        return 2;
+    }
+    int checked = 0;
+    const int bad = ac_check(stdout, &checked);
+    printf("memra_cuda_check_attn_chunk: %s (%d cases, %d failed)\n", bad == 0 ? "PASS" : "FAIL", checked, bad);
+    return bad == 0 ? 0 : 1;
+}
