@@ -337,13 +337,15 @@ template <int N> __device__ __forceinline__ void mc_cp_wait(void) {
 
 /* A chunk block tile: WR x WT warps, each MT m-tiles (16 weight rows) by NT n-tiles (8 rows of x);
  * a stage holds KPS k-blocks, each as the block's weight rows then its rows of x' (per plane), 64
- * bytes a row, S stages in dynamic shared memory. The part sums live in registers when a warp's
- * tile is at most 16 MMA tiles (MT x NT), else in the epilogue's table in shared memory (rows of
- * x by weight rows, LD floats apart), which otherwise takes the stages' place at the end. */
-template <uint32_t WR_, uint32_t WT_, uint32_t MT_, uint32_t NT_, uint32_t KPS_, uint32_t S_> struct mc_mma_tile {
-    static constexpr uint32_t WR = WR_, WT = WT_, MT = MT_, NT = NT_, KPS = KPS_, S = S_;
+ * bytes a row, S stages in dynamic shared memory. The part sums live in registers (SUMREG) or in
+ * the epilogue's table in shared memory (rows of x by weight rows, LD floats apart), which
+ * otherwise takes the stages' place at the end. MINB: the blocks an SM the registers must allow. */
+template <uint32_t WR_, uint32_t WT_, uint32_t MT_, uint32_t NT_, uint32_t KPS_, uint32_t S_, bool SUMREG_,
+          uint32_t MINB_>
+struct mc_mma_tile {
+    static constexpr uint32_t WR = WR_, WT = WT_, MT = MT_, NT = NT_, KPS = KPS_, S = S_, MINB = MINB_;
     static constexpr uint32_t WARPS = WR * WT, NTH = 32 * WARPS, BR = WR * MT * 16, BT = WT * NT * 8, LD = BR + 4;
-    static constexpr bool SUMREG = MT * NT <= 16;
+    static constexpr bool SUMREG = SUMREG_;
     static constexpr uint32_t table(void) { return BT * LD * 4; }
     static constexpr uint32_t stages(int pl) { return S * KPS * (BR + pl * BT) * 64; }
     static constexpr uint32_t smem(int pl) {
@@ -353,11 +355,14 @@ template <uint32_t WR_, uint32_t WT_, uint32_t MT_, uint32_t NT_, uint32_t KPS_,
 /* The tile of gemv=mma's chunks: 8 warps of 32 weight rows by 64 rows of x (a 128 x 128 block),
  * 2 k-blocks a stage, 4 stages (128 KB; mma2 192 KB), the part sums in registers (190 registers:
  * one block an SM). */
-typedef mc_mma_tile<4, 2, 2, 8, 2, 4> mc_mma_ch_tile;
-/* Tiles the bench times against it (mc_gemv_chunk_mma_tile): 4 warps of 64 x 64 (128 x 128, the
- * sums in shared memory) and 8 warps of 64 x 64 (256 x 128). */
-typedef mc_mma_tile<2, 2, 4, 8, 2, 3> mc_mma_ch_tile_b;
-typedef mc_mma_tile<4, 2, 4, 8, 1, 3> mc_mma_ch_tile_c;
+typedef mc_mma_tile<4, 2, 2, 8, 2, 4, true, 1> mc_mma_ch_tile;
+/* Tiles the bench times against it (mc_gemv_chunk_mma_tile, tiles 1 to 3; check_mma_gemv checks
+ * their bits): 4 warps of 64 x 64 (128 x 128) and 8 warps of 64 x 64 (256 x 128), the sums in
+ * shared memory; and the previous kernel's tile (4 warps of 32 x 64, 128 x 64, 3 stages of one
+ * k-block, the sums in shared memory, 3 blocks an SM). */
+typedef mc_mma_tile<2, 2, 4, 8, 2, 3, false, 1> mc_mma_ch_tile_b;
+typedef mc_mma_tile<4, 2, 4, 8, 1, 3, false, 1> mc_mma_ch_tile_c;
+typedef mc_mma_tile<4, 1, 2, 8, 1, 3, false, 3> mc_mma_ch_tile_d;
 
 /* Block (tile T): weight rows blockIdx.y * BR .. + BR - 1, rows of x blockIdx.x * BT .. + BT - 1
  * (the x tile fastest, so consecutive blocks take the same weights). Warp w: weight rows
@@ -369,7 +374,7 @@ typedef mc_mma_tile<4, 2, 4, 8, 1, 3> mc_mma_ch_tile_c;
  * (one register chain), folded into the part sum at the part's last k-block (the first part
  * copied, the others added in part order), then mc_mma_store with rs[x row]. */
 template <int GLU, int PL, class T = mc_mma_ch_tile>
-__global__ void __launch_bounds__(T::NTH, 1)
+__global__ void __launch_bounds__(T::NTH, T::MINB)
     chunk_gemv_mma(const mc_matrix w, uint32_t ks, const uint16_t *xo, const uint16_t *xlo, const float *rs,
                    const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
     constexpr uint32_t MT = T::MT, NT = T::NT, S = T::S, KPS = T::KPS, BR = T::BR, BT = T::BT, NTH = T::NTH;
@@ -528,7 +533,7 @@ __global__ void __launch_bounds__(T::NTH, 1)
     }
 }
 static_assert(mc_mma_ch_tile::smem(2) <= 227u * 1024u && mc_mma_ch_tile_b::smem(2) <= 227u * 1024u &&
-                  mc_mma_ch_tile_c::smem(2) <= 227u * 1024u,
+                  mc_mma_ch_tile_c::smem(2) <= 227u * 1024u && mc_mma_ch_tile_d::smem(2) <= 227u * 1024u,
               "the tiles fit an H100/H200 block");
 
 /* The chunk kernels' shared-memory limit, once per device (outside any capture: mc_gemv_prepare). */
@@ -581,7 +586,7 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 2)
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 3)
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -613,6 +618,8 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
         return mc_mma_ch_launch<mc_mma_ch_tile_b>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 2)
         return mc_mma_ch_launch<mc_mma_ch_tile_c>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    if (tile == 3)
+        return mc_mma_ch_launch<mc_mma_ch_tile_d>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     return mc_mma_ch_launch<mc_mma_ch_tile>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
 }
 
@@ -622,9 +629,9 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
     return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, 0);
 }
 
-/* For bench/gpu/mma_chunk_bench.c only (declared there, weak, so that the bench links with
- * builds without it): mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1 or 2 (mc_mma_ch_tile_b, _c):
- * the same bits, other speeds. */
+/* For bench/gpu/mma_chunk_bench.c (declared there, weak, so that the bench links with builds
+ * without it) and check_mma_gemv: mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1, 2 or 3
+ * (mc_mma_ch_tile_b, _c, _d): the same bits, other speeds. */
 extern "C" cudaError_t
 mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                        float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,

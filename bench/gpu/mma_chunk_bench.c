@@ -10,7 +10,8 @@
  * Prints per shape: microseconds a call, TFLOP/s (2 x rows x cols x M a call) and the share of
  * 770 TFLOP/s (the H200's bf16 rate this issue measures against): gemv=mma's own tile (tile 0,
  * through mc_gemv_chunk) and, where the library has mc_gemv_chunk_mma_tile, the other tiles of
- * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64; the same bits). mc_gemv_chunk_mma_tile
+ * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64, 3: the previous kernel's 4 warps of
+ * 32 x 64 on 128 x 64 blocks; the same bits). mc_gemv_chunk_mma_tile
  * is a weak reference, so the same source linked with an older memra_cuda_kernels times the older
  * kernel (bench/gpu/mma_chunk.sh runs both in one device call). Exit 77 without a device. */
 #include <stdio.h>
@@ -62,7 +63,13 @@ static int mb_shape(const char *var, uint32_t R, uint32_t C, uint32_t M, int glu
     void *dw[64] = {NULL}, *scratch = NULL;
     cudaEvent_t a = NULL, b = NULL;
     mc_config c = mc_config_default;
-    if (!hw || !hx || !hn || mc_config_choice(&c, "gemv", var) == NULL) {
+    if (!hw || !hx || !hn) {
+        fprintf(stderr, "mma_chunk_bench: out of host memory for %u x %u, M %u\n", R, C, M);
+        rc = 3;
+        goto done;
+    }
+    if (mc_config_choice(&c, "gemv", var) != NULL) { /* NULL: the value was taken */
+        fprintf(stderr, "mma_chunk_bench: gemv=%s is not a value of this build\n", var);
         rc = 3;
         goto done;
     }
@@ -94,7 +101,7 @@ static int mb_shape(const char *var, uint32_t R, uint32_t C, uint32_t M, int glu
     w.cols = C;
     w.stride = C;
     const float *nwp = norm ? dn : NULL, *res = !glu && !norm ? dr : NULL;
-    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 3 : 1); tile++) {
+    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 4 : 1); tile++) {
         w.data = dw[0];
         MB(mb_call(tile, &c, &w, dx, C, nwp, res, R, dy, (uint32_t)outn, glu, M, scratch)); /* warm */
         MB(cudaDeviceSynchronize());

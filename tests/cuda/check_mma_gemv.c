@@ -13,6 +13,9 @@
  * most 256 MMAs, each rounding its sum once (2^-24 relative), stays inside it; a wrong fragment
  * mapping or a lost k-block does not.
  *
+ * gemv_mma.cu's other chunk tiles (mc_gemv_chunk_mma_tile 1 to 3, which the bench times against
+ * gemv=mma's) likewise against decode on every case.
+ *
  * Negative controls: one weight changed by one bf16 ulp in the chunk's copy of the matrix must give
  * other bits in its row (the comparison sees a one-ulp difference), and gemv=mma's decode must
  * differ from gemv=auto's somewhere (its own bits: this compares two arithmetics, not one twice).
@@ -31,7 +34,7 @@
 #include "memra/numeric.h"
 #include "memra/tensor_type.h"
 
-/* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1 or 2 (the bench's others) */
+/* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1, 2 or 3 (the bench's others) */
 cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                    const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                    float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile);
@@ -228,7 +231,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         }
     }
     /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
-    for (int tile = 1; tile <= 2; tile++) {
+    for (int tile = 1; tile <= 3; tile++) {
         e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
         if (e == cudaSuccess)
             e = mc_gemv_chunk_mma_tile(&cfg, &m->d, dx, C, nw, eps, md->glu ? NULL : bias,
