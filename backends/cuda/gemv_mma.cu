@@ -24,20 +24,20 @@
  * Decode (gemv_mma): a block of 8 warps; warp w takes tile 8/KS blockIdx.x + w / KS (16 rows) and
  * part w % KS, loads MC_MMA_U k-blocks ahead (16-byte streaming loads), and the part-0 warp adds
  * the parts. Bound by the weight bytes, as the row-group kernel. Prefill (chunk_gemv_mma): a block
- * of 4 warps takes 128 rows (32 a warp: two tiles) and 64 rows of x (8 n-tiles); x' comes as bf16
- * from a prep kernel (chunk_mma_prep, with the 1/rms per row in decode's order); the k-blocks of
- * weights and x' stream through shared memory (cp.async, 3 stages), each lane reading its
- * fragments there as decode reads them from memory (consecutive blocks share the weights in L2). Served: BF16 matrices whose columns are a multiple of 8
- * (mc_gemv_mma_serves); every other type and shape keeps its own kernels under gemv=mma. */
+ * of 8 warps takes 128 rows and 128 rows of x (a warp 32 x 64: two m-tiles by eight n-tiles); x'
+ * comes as bf16 from a prep kernel (chunk_mma_prep, a block a row of x, with the 1/rms per row in
+ * decode's order); the k-blocks of weights and x' stream through shared memory (cp.async, 4
+ * stages of 2 k-blocks), each lane reading its fragments there as decode reads them from memory,
+ * each part's chain in registers (consecutive blocks share the weights in L2). Served: BF16
+ * matrices whose columns are a multiple of 8 (mc_gemv_mma_serves); every other type and shape
+ * keeps its own kernels under gemv=mma. */
 #include "cuda_common.cuh"
 #include "post_norm.cuh"
 
+#include <type_traits>
+
 #define MC_MMA_WARPS 8u /* decode block */
 #define MC_MMA_U 4u     /* k-blocks a decode warp has in flight */
-#define MC_MMA_CH_WARPS 4u
-#define MC_MMA_CH_MT 2u /* m-tiles (16 rows) a chunk warp */
-#define MC_MMA_CH_NT 8u /* n-tiles (8 rows of x) a chunk block */
-#define MC_MMA_CH_LD (MC_MMA_CH_NT * 8u + 4u)
 
 int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
     return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->rows > 0 &&
@@ -256,23 +256,63 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
 
 /* ---- a prefill chunk ---------------------------------------------------------------------- */
 
-/* One warp per row of x: x' as bf16 (xo, cols apart) and, with a norm, 1/rms in decode's order
- * (lane 4p + t: part p's lane t chain; the groups' trees; the parts in order). */
+/* x' of a chunk: a block per row of x. Its threads convert 8 columns each (16-byte loads and a
+ * 16-byte store of x' per plane); then, with a norm, lanes 4p + t of warp 0 run part p's lane-t
+ * chain of decode (fmaf over the part's k-blocks in order, the lane's 8 columns in order; the x
+ * row is in L1 by then), add the group as (s0 + s2) + (s1 + s3) and the parts in order, and
+ * store 1/rms. The loads are scalar where x's rows or norm_w are not 16-byte aligned. */
+#define MC_MMA_PREP_THREADS 256u
+
+__device__ __forceinline__ void mc_mma_load8(const float *p, bool vec, float (&v)[8]) {
+    if (vec) {
+        const float4 a = *(const float4 *)p, b = *((const float4 *)p + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (uint32_t e = 0; e < 8; e++)
+            v[e] = p[e];
+    }
+}
+
 template <int NORM, int PL>
-__global__ void __launch_bounds__(32) chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols,
-                                                     uint32_t ks, float eps, uint16_t *xo, uint16_t *xl, float *rs) {
-    const uint32_t lane = threadIdx.x, tok = blockIdx.x;
+__global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
+    chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, uint32_t ks, float eps,
+                   uint16_t *xo, uint16_t *xl, float *rs) {
+    const uint32_t tid = threadIdx.x, tok = blockIdx.x;
     const float *xr = x + (size_t)tok * ldx;
-    if (NORM) {
-        const uint32_t nkb = (cols + 31) / 32;
+    const bool vec = (((uintptr_t)xr | (uintptr_t)norm_w) & 15u) == 0;
+    for (uint32_t i = tid; i < cols / 8; i += MC_MMA_PREP_THREADS) {
+        float v[8];
+        mc_mma_load8(xr + 8 * i, vec, v);
+        if (NORM) {
+            float gv[8];
+            mc_mma_load8(norm_w + 8 * i, vec, gv);
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                v[e] = __fmul_rn(v[e], gv[e]);
+        }
+        *(uint4 *)(xo + (size_t)tok * cols + 8 * i) = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]),
+                                                                 mc_mma_pack(v[4], v[5]), mc_mma_pack(v[6], v[7]));
+        if (PL == 2)
+            *(uint4 *)(xl + (size_t)tok * cols + 8 * i) =
+                make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]), mc_mma_pack_low(v[4], v[5]),
+                           mc_mma_pack_low(v[6], v[7]));
+    }
+    if (NORM && tid < 32) {
+        const uint32_t lane = tid, nkb = (cols + 31) / 32;
         float s = 0.0f;
         if (lane < 4 * ks) {
-            const uint32_t p = lane / 4, t = lane % 4;
-            for (uint32_t kb = mc_mma_part(nkb, ks, p); kb < mc_mma_part(nkb, ks, p + 1); kb++) {
+            const uint32_t p = lane / 4, t = lane % 4, kb1 = mc_mma_part(nkb, ks, p + 1);
+#pragma unroll 4
+            for (uint32_t kb = mc_mma_part(nkb, ks, p); kb < kb1; kb++) {
                 const uint32_t c = kb * 32 + 8 * t;
-                if (c < cols)
+                if (c < cols) {
+                    float v[8];
+                    mc_mma_load8(xr + c, vec, v);
+#pragma unroll
                     for (uint32_t e = 0; e < 8; e++)
-                        s = fmaf(xr[c + e], xr[c + e], s);
+                        s = fmaf(v[e], v[e], s);
+                }
             }
         }
         s = mc_mma_ss4(s);
@@ -281,12 +321,6 @@ __global__ void __launch_bounds__(32) chunk_mma_prep(const float *x, uint32_t ld
             sst = __fadd_rn(sst, __shfl_sync(MC_FULL, s, 4 * p));
         if (lane == 0)
             rs[tok] = mc_mma_rscale(sst, cols, eps);
-    }
-    for (uint32_t c = lane; c < cols; c += 32) {
-        const float v = NORM ? __fmul_rn(xr[c], norm_w[c]) : xr[c];
-        xo[(size_t)tok * cols + c] = memra_f32_to_bf16(v);
-        if (PL == 2)
-            xl[(size_t)tok * cols + c] = mc_mma_low(v);
     }
 }
 
@@ -297,141 +331,210 @@ __device__ __forceinline__ void mc_cp16(void *dst, const void *src, bool valid) 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void mc_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void mc_cp_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void mc_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
-/* Dynamic shared memory of chunk_gemv_mma: MC_MMA_CH_STAGES stages of the block's k-block (128
- * weight rows and 64 rows of x' in each of PL planes, 64 bytes each), then each warp's finished
- * outputs. */
-#define MC_MMA_CH_STAGES 3u
-#define MC_MMA_CH_ROWS (MC_MMA_CH_WARPS * MC_MMA_CH_MT * 16u)
-#define MC_MMA_CH_TOK (MC_MMA_CH_NT * 8u)
-#define MC_MMA_CH_SMEM(PL)                                                                                             \
-    (MC_MMA_CH_STAGES * (MC_MMA_CH_ROWS + (PL)*MC_MMA_CH_TOK) * 64u +                                                  \
-     MC_MMA_CH_WARPS * MC_MMA_CH_MT * 16u * MC_MMA_CH_LD * 4u)
+/* A chunk block tile: WR x WT warps, each MT m-tiles (16 weight rows) by NT n-tiles (8 rows of x);
+ * a stage holds KPS k-blocks, each as the block's weight rows then its rows of x' (per plane), 64
+ * bytes a row, S stages in dynamic shared memory. The part sums live in registers (SUMREG) or in
+ * the epilogue's table in shared memory (rows of x by weight rows, LD floats apart), which
+ * otherwise takes the stages' place at the end. MINB: the blocks an SM the registers must allow. */
+template <uint32_t WR_, uint32_t WT_, uint32_t MT_, uint32_t NT_, uint32_t KPS_, uint32_t S_, bool SUMREG_,
+          uint32_t MINB_>
+struct mc_mma_tile {
+    static constexpr uint32_t WR = WR_, WT = WT_, MT = MT_, NT = NT_, KPS = KPS_, S = S_, MINB = MINB_;
+    static constexpr uint32_t WARPS = WR * WT, NTH = 32 * WARPS, BR = WR * MT * 16, BT = WT * NT * 8, LD = BR + 4;
+    static constexpr bool SUMREG = SUMREG_;
+    static constexpr uint32_t table(void) { return BT * LD * 4; }
+    static constexpr uint32_t stages(int pl) { return S * KPS * (BR + pl * BT) * 64; }
+    static constexpr uint32_t smem(int pl) {
+        return SUMREG ? (stages(pl) > table() ? stages(pl) : table()) : stages(pl) + table();
+    }
+};
+/* The tile of gemv=mma's chunks: 8 warps of 32 weight rows by 64 rows of x (a 128 x 128 block),
+ * 2 k-blocks a stage, 4 stages (128 KB; mma2 192 KB), the part sums in registers (190 registers:
+ * one block an SM). */
+typedef mc_mma_tile<4, 2, 2, 8, 2, 4, true, 1> mc_mma_ch_tile;
+/* Tiles the bench times against it (mc_gemv_chunk_mma_tile, tiles 1 to 3; check_mma_gemv checks
+ * their bits): 4 warps of 64 x 64 (128 x 128) and 8 warps of 64 x 64 (256 x 128), the sums in
+ * shared memory; and the previous kernel's tile (4 warps of 32 x 64, 128 x 64, 3 stages of one
+ * k-block, the sums in shared memory, 3 blocks an SM). */
+typedef mc_mma_tile<2, 2, 4, 8, 2, 3, false, 1> mc_mma_ch_tile_b;
+typedef mc_mma_tile<4, 2, 4, 8, 1, 3, false, 1> mc_mma_ch_tile_c;
+typedef mc_mma_tile<4, 1, 2, 8, 1, 3, false, 3> mc_mma_ch_tile_d;
 
-/* Block: 4 warps, 128 rows of W (warp w: rows 32 w .. + 31 of the block's, two tiles) and 64 rows
- * of x (blockIdx.x: the x tile, fastest, so consecutive blocks take the same weights). The
- * block's k-blocks stream through MC_MMA_CH_STAGES shared-memory stages (cp.async, zero-filled
- * past the rows, the columns and M); each lane reads its fragments as decode loads them (16
- * bytes of a row: the same permutation). Each (row, token) runs decode's chain: the parts in
- * order (each from +0, its k-blocks in order), added in part order in shared memory, then
- * mc_mma_store with rs[token]. */
-template <int GLU, int PL>
-__global__ void __launch_bounds__(32 * MC_MMA_CH_WARPS)
+/* Block (tile T): weight rows blockIdx.y * BR .. + BR - 1, rows of x blockIdx.x * BT .. + BT - 1
+ * (the x tile fastest, so consecutive blocks take the same weights). Warp w: weight rows
+ * MT 16 (w % WR) .. of the block's, rows of x NT 8 (w / WR) ... The k-blocks stream through the
+ * stages (cp.async, zero-filled past the rows, the columns and M); each lane reads its fragments
+ * as decode loads them (16 bytes of a row: a conflict-free 128-bit shared load, the same
+ * permutation of k; ldmatrix would hand a lane 4 bytes of each of 4 rows, another permutation).
+ * Each (row, x row) runs decode's chain: part p's accumulator from +0 over its k-blocks in order
+ * (one register chain), folded into the part sum at the part's last k-block (the first part
+ * copied, the others added in part order), then mc_mma_store with rs[x row]. */
+template <int GLU, int PL, class T = mc_mma_ch_tile>
+__global__ void __launch_bounds__(T::NTH, T::MINB)
     chunk_gemv_mma(const mc_matrix w, uint32_t ks, const uint16_t *xo, const uint16_t *xlo, const float *rs,
                    const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
-    constexpr uint32_t MT = MC_MMA_CH_MT, NT = MC_MMA_CH_NT, LD = MC_MMA_CH_LD, S = MC_MMA_CH_STAGES;
-    constexpr uint32_t BR = MC_MMA_CH_ROWS, BT = MC_MMA_CH_TOK, NTH = 32 * MC_MMA_CH_WARPS, SR = BR + PL * BT;
+    constexpr uint32_t MT = T::MT, NT = T::NT, S = T::S, KPS = T::KPS, BR = T::BR, BT = T::BT, NTH = T::NTH;
+    constexpr uint32_t SR = BR + PL * BT, SK = SR * 4, SS = KPS * SK; /* uint4 a row set, k-block, stage */
+    constexpr uint32_t CA = BR * 4 / NTH, CB = BT * 4 / NTH, LD = T::LD;
+    static_assert(BR * 4 % NTH == 0 && BT * 4 % NTH == 0, "whole copies a thread");
     extern __shared__ uint4 mc_mma_smem[];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
     if (rb >= w.rows || t0 >= M)
         return;
-    const uint32_t ntok = min(BT, M - t0), ntl = (ntok + 7) / 8, nq = w.cols / 8, nkb = (w.cols + 31) / 32;
-    uint4 *stage0 = mc_mma_smem; /* stage s: BR rows of A then BT rows of each B plane, 4 uint4 a row */
-    float(*f)[LD] = (float(*)[LD])(mc_mma_smem + S * SR * 4) + warp * MT * 16;
+    const uint32_t ntok = min(BT, M - t0), nq = w.cols / 8, nkb = (w.cols + 31) / 32, nst = (nkb + KPS - 1) / KPS;
+    const uint32_t wr0 = (warp % T::WR) * MT * 16, wt0 = (warp / T::WR) * NT * 8;
+    const bool busy = wt0 < ntok; /* the warp has rows of x */
+    float *f = T::SUMREG ? (float *)mc_mma_smem : (float *)(mc_mma_smem + S * SS); /* the table */
+    /* this thread's copies: 16 bytes (q = tid % 4 of a k-block) of weight rows tid / 4 + NTH / 4 * i
+     * and of rows of x tid / 4 + NTH / 4 * i */
     const uint16_t *wd = (const uint16_t *)w.data;
-    auto issue = [&](uint32_t kb) {
-        if (kb < nkb) {
-            uint4 *st = stage0 + (kb % S) * SR * 4;
+    const uint32_t cq = tid % 4;
+    const uint16_t *sa[CA], *sb[CB];
+    bool va[CA], vb[CB];
 #pragma unroll
-            for (uint32_t i = 0; i < BR * 4 / NTH; i++) {
-                const uint32_t idx = tid + NTH * i, row = idx / 4, q = kb * 4 + idx % 4;
-                const bool v = rb + row < w.rows && q < nq;
-                mc_cp16(st + idx, v ? wd + (size_t)(rb + row) * w.stride + (size_t)q * 8 : wd, v);
-            }
+    for (uint32_t i = 0; i < CA; i++) {
+        const uint32_t r = rb + tid / 4 + NTH / 4 * i;
+        va[i] = r < w.rows;
+        sa[i] = wd + (size_t)(va[i] ? r : rb) * w.stride + cq * 8;
+    }
 #pragma unroll
-            for (uint32_t i = 0; i < BT * 4 / NTH; i++) {
-                const uint32_t idx = tid + NTH * i, tok = idx / 4, q = kb * 4 + idx % 4;
-                const bool v = tok < ntok && q < nq;
-                mc_cp16(st + BR * 4 + idx, v ? xo + (size_t)(t0 + tok) * w.cols + (size_t)q * 8 : xo, v);
-                if (PL == 2)
-                    mc_cp16(st + (BR + BT) * 4 + idx, v ? xlo + (size_t)(t0 + tok) * w.cols + (size_t)q * 8 : xlo, v);
+    for (uint32_t i = 0; i < CB; i++) {
+        const uint32_t k = tid / 4 + NTH / 4 * i;
+        vb[i] = k < ntok;
+        sb[i] = xo + (size_t)(t0 + (vb[i] ? k : 0)) * w.cols + cq * 8;
+    }
+    const size_t lofs = (size_t)(xlo - xo); /* the low plane, mma2 */
+    auto issue = [&](uint32_t s) {
+        uint4 *st = mc_mma_smem + (s % S) * SS;
+#pragma unroll
+        for (uint32_t u = 0; u < KPS; u++) {
+            const uint32_t kb = s * KPS + u;
+            if (kb < nkb) {
+                const bool qv = kb * 4 + cq < nq;
+#pragma unroll
+                for (uint32_t i = 0; i < CA; i++)
+                    mc_cp16(st + u * SK + tid + NTH * i, qv && va[i] ? sa[i] + kb * 32 : wd, qv && va[i]);
+#pragma unroll
+                for (uint32_t i = 0; i < CB; i++) {
+                    mc_cp16(st + u * SK + BR * 4 + tid + NTH * i, qv && vb[i] ? sb[i] + kb * 32 : xo, qv && vb[i]);
+                    if (PL == 2)
+                        mc_cp16(st + u * SK + (BR + BT) * 4 + tid + NTH * i, qv && vb[i] ? sb[i] + lofs + kb * 32 : xo,
+                                qv && vb[i]);
+                }
             }
         }
         mc_cp_commit(); /* an empty group past the end keeps the count uniform */
     };
-    float acc[MT][NT][4];
+    float acc[MT][NT][4], sum[T::SUMREG ? MT : 1][T::SUMREG ? NT : 1][4];
 #pragma unroll
     for (uint32_t i = 0; i < MT; i++)
 #pragma unroll
         for (uint32_t j = 0; j < NT; j++)
 #pragma unroll
-            for (uint32_t e = 0; e < 4; e++)
+            for (uint32_t e = 0; e < 4; e++) {
                 acc[i][j][e] = 0.0f;
+                if (T::SUMREG)
+                    sum[T::SUMREG ? i : 0][T::SUMREG ? j : 0][e] = 0.0f;
+            }
 #pragma unroll
-    for (uint32_t k = 0; k + 1 < S; k++)
-        issue(k);
+    for (uint32_t s = 0; s + 1 < S; s++)
+        issue(s);
     uint32_t p = 0, pend = mc_mma_part(nkb, ks, 1);
 #pragma unroll 1
-    for (uint32_t kb = 0; kb < nkb; kb++) {
-        mc_cp_wait1();   /* this thread's copies of k-block kb have landed */
-        __syncthreads(); /* everyone's have, and everyone is done with k-block kb - 1's stage */
-        issue(kb + S - 1);
-        const uint4 *st = stage0 + (kb % S) * SR * 4;
-        uint4 lo[MT], hi[MT];
+    for (uint32_t s = 0; s < nst; s++) {
+        mc_cp_wait<S - 2>(); /* this thread's copies of stage s have landed */
+        __syncthreads();     /* everyone's have, and everyone is done with stage s - 1's buffer */
+        issue(s + S - 1);
+        const uint4 *st = mc_mma_smem + (s % S) * SS;
 #pragma unroll
-        for (uint32_t i = 0; i < MT; i++) {
-            lo[i] = st[(warp * MT * 16 + 16 * i + g) * 4 + t];
-            hi[i] = st[(warp * MT * 16 + 16 * i + g + 8) * 4 + t];
-        }
+        for (uint32_t u = 0; u < KPS; u++) {
+            const uint32_t kb = s * KPS + u;
+            if (kb < nkb && busy) {
+                const uint4 *sk = st + u * SK;
+                uint4 lo[MT], hi[MT];
 #pragma unroll
-        for (uint32_t j = 0; j < NT; j++)
-            if (j < ntl) {
-                const uint4 xb = st[(BR + 8 * j + g) * 4 + t];
-                if (PL == 2) {
-                    const uint4 xl = st[(BR + BT + 8 * j + g) * 4 + t];
-#pragma unroll
-                    for (uint32_t i = 0; i < MT; i++)
-                        mc_mma_kblock2(acc[i][j], lo[i], hi[i], xb, xl);
-                } else {
-#pragma unroll
-                    for (uint32_t i = 0; i < MT; i++)
-                        mc_mma_kblock(acc[i][j], lo[i], hi[i], xb);
+                for (uint32_t i = 0; i < MT; i++) {
+                    lo[i] = sk[(wr0 + 16 * i + g) * 4 + t];
+                    hi[i] = sk[(wr0 + 16 * i + g + 8) * 4 + t];
                 }
-            }
-        if (kb + 1 == pend) { /* the part's results into f (row, token), added in part order */
-#pragma unroll
-            for (uint32_t i = 0; i < MT; i++)
 #pragma unroll
                 for (uint32_t j = 0; j < NT; j++) {
-                    if (j < ntl) {
-                        float *a = &f[16 * i + g][8 * j + 2 * t], *b = &f[16 * i + g + 8][8 * j + 2 * t];
-                        if (p == 0) {
-                            a[0] = acc[i][j][0];
-                            a[1] = acc[i][j][1];
-                            b[0] = acc[i][j][2];
-                            b[1] = acc[i][j][3];
-                        } else {
-                            a[0] = __fadd_rn(a[0], acc[i][j][0]);
-                            a[1] = __fadd_rn(a[1], acc[i][j][1]);
-                            b[0] = __fadd_rn(b[0], acc[i][j][2]);
-                            b[1] = __fadd_rn(b[1], acc[i][j][3]);
-                        }
-                    }
+                    const uint4 xb = sk[(BR + wt0 + 8 * j + g) * 4 + t];
+                    if (PL == 2) {
+                        const uint4 xl = sk[(BR + BT + wt0 + 8 * j + g) * 4 + t];
 #pragma unroll
-                    for (uint32_t e = 0; e < 4; e++)
-                        acc[i][j][e] = 0.0f;
+                        for (uint32_t i = 0; i < MT; i++)
+                            mc_mma_kblock2(acc[i][j], lo[i], hi[i], xb, xl);
+                    } else {
+#pragma unroll
+                        for (uint32_t i = 0; i < MT; i++)
+                            mc_mma_kblock(acc[i][j], lo[i], hi[i], xb);
+                    }
                 }
-            p++;
-            pend = mc_mma_part(nkb, ks, p + 1);
+                if (kb + 1 == pend) { /* the part's chain ends: into the part sum, in part order */
+#pragma unroll
+                    for (uint32_t i = 0; i < MT; i++)
+#pragma unroll
+                        for (uint32_t j = 0; j < NT; j++) {
+                            if (T::SUMREG) {
+#pragma unroll
+                                for (uint32_t e = 0; e < 4; e++) {
+                                    float &sv = sum[T::SUMREG ? i : 0][T::SUMREG ? j : 0][e];
+                                    sv = p == 0 ? acc[i][j][e] : __fadd_rn(sv, acc[i][j][e]);
+                                }
+                            } else { /* the lane's own cells of the table: no other lane touches them */
+                                const uint32_t r = wr0 + 16 * i + g, k = wt0 + 8 * j + 2 * t;
+                                float *c[4] = {&f[k * LD + r], &f[(k + 1) * LD + r], &f[k * LD + r + 8],
+                                               &f[(k + 1) * LD + r + 8]};
+#pragma unroll
+                                for (uint32_t e = 0; e < 4; e++)
+                                    *c[e] = p == 0 ? acc[i][j][e] : __fadd_rn(*c[e], acc[i][j][e]);
+                            }
+#pragma unroll
+                            for (uint32_t e = 0; e < 4; e++)
+                                acc[i][j][e] = 0.0f;
+                        }
+                    p++;
+                    pend = mc_mma_part(nkb, ks, p + 1);
+                }
+            }
         }
     }
-    __syncwarp();
-    const uint32_t rw = rb + warp * MT * 16;
-    for (uint32_t k = lane; k < MT * 4 * BT; k += 32) { /* (group of 4 rows, token) */
-        const uint32_t tok = k % BT, grp = k / BT, r0 = rw + 4 * grp;
+    mc_cp_wait<0>();
+    __syncthreads(); /* the stages are free, the table complete where it is in shared memory */
+    if (T::SUMREG && busy) /* the table (row of x, weight row) in the stages' place */
+#pragma unroll
+        for (uint32_t i = 0; i < MT; i++)
+#pragma unroll
+            for (uint32_t j = 0; j < NT; j++) {
+                const uint32_t r = wr0 + 16 * i + g, k = wt0 + 8 * j + 2 * t;
+                const float(&sv)[4] = sum[T::SUMREG ? i : 0][T::SUMREG ? j : 0];
+                f[k * LD + r] = sv[0];
+                f[(k + 1) * LD + r] = sv[1];
+                f[k * LD + r + 8] = sv[2];
+                f[(k + 1) * LD + r + 8] = sv[3];
+            }
+    if (T::SUMREG)
+        __syncthreads();
+    for (uint32_t k = tid; k < BT * BR / 4; k += NTH) { /* (row of x, group of 4 weight rows) */
+        const uint32_t grp = k % (BR / 4), tok = k / (BR / 4), r0 = rb + 4 * grp;
         if (tok >= ntok || r0 >= w.rows)
             continue;
-        float d[MC_GEMV_ROWS];
-#pragma unroll
-        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
-            d[j] = f[4 * grp + j][tok];
+        const float4 v = *(const float4 *)&f[tok * LD + 4 * grp];
+        float d[MC_GEMV_ROWS] = {v.x, v.y, v.z, v.w};
         const size_t tt = (size_t)t0 + tok;
         mc_mma_store<GLU>(d, rs != NULL, rs ? rs[tt] : 1.0f, r0, w.rows, bias, res ? res + tt * ldr : NULL,
                           y + tt * ldy);
     }
 }
+static_assert(mc_mma_ch_tile::smem(2) <= 227u * 1024u && mc_mma_ch_tile_b::smem(2) <= 227u * 1024u &&
+                  mc_mma_ch_tile_c::smem(2) <= 227u * 1024u && mc_mma_ch_tile_d::smem(2) <= 227u * 1024u,
+              "the tiles fit an H100/H200 block");
 
 /* The chunk kernels' shared-memory limit, once per device (outside any capture: mc_gemv_prepare). */
 cudaError_t mc_gemv_mma_prepare(void) {
@@ -439,47 +542,31 @@ cudaError_t mc_gemv_mma_prepare(void) {
 #define MC_SET(G, P)                                                                                                   \
     if (e == cudaSuccess)                                                                                              \
         e = cudaFuncSetAttribute(chunk_gemv_mma<G, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,                    \
-                                 (int)MC_MMA_CH_SMEM(P));
+                                 (int)mc_mma_ch_tile::smem(P));
     MC_SET(MC_GLU_NONE, 1)
     MC_SET(MC_GLU_SILU, 1) MC_SET(MC_GLU_GELU, 1) MC_SET(MC_GLU_NONE, 2) MC_SET(MC_GLU_SILU, 2) MC_SET(MC_GLU_GELU, 2)
 #undef MC_SET
         return e;
 }
 
-cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
-                              float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
-                              int glu, uint32_t M, void *scratch, cudaStream_t st) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2))
-        return cudaErrorInvalidValue;
-    if (M == 0)
-        return cudaSuccess;
-    cudaError_t e = mc_gemv_prepare();
-    if (e != cudaSuccess)
-        return e;
-    /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
-     * row scales */
-    char *base = (char *)scratch;
-    uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * w->cols;
-    float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
-    const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
+/* The chunk GEMV of tile T after the prep: T other than mc_mma_ch_tile only from the bench, which
+ * sets the shared-memory limit here (outside any capture). */
+template <class T>
+static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint32_t ks, const uint16_t *xo,
+                                    const uint16_t *xl, const float *rsp, const float *bias, const float *residual,
+                                    uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, cudaStream_t st) {
     const bool two = c->gemv == MC_GEMV_MMA2;
-#define MC_PREP(N, P) chunk_mma_prep<N, P><<<M, 32, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL)
-    if (norm_w && two)
-        MC_PREP(1, 2);
-    else if (norm_w)
-        MC_PREP(1, 1);
-    else if (two)
-        MC_PREP(0, 2);
-    else
-        MC_PREP(0, 1);
-#undef MC_PREP
-    if ((e = cudaGetLastError()) != cudaSuccess)
-        return e;
-    const dim3 grid((M + MC_MMA_CH_TOK - 1) / MC_MMA_CH_TOK, (w->rows + MC_MMA_CH_ROWS - 1) / MC_MMA_CH_ROWS);
-    const float *rsp = norm_w ? rs : NULL;
+    const dim3 grid((M + T::BT - 1) / T::BT, (w->rows + T::BR - 1) / T::BR);
+    cudaError_t e = cudaSuccess;
 #define MC_CH(G, P)                                                                                                    \
-    chunk_gemv_mma<G, P>                                                                                               \
-        <<<grid, 32 * MC_MMA_CH_WARPS, MC_MMA_CH_SMEM(P), st>>>(*w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, M)
+    do {                                                                                                               \
+        if (!std::is_same<T, mc_mma_ch_tile>::value)                                                                   \
+            e = cudaFuncSetAttribute(chunk_gemv_mma<G, P, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,             \
+                                     (int)T::smem(P));                                                                 \
+        if (e == cudaSuccess)                                                                                          \
+            chunk_gemv_mma<G, P, T>                                                                                    \
+                <<<grid, T::NTH, T::smem(P), st>>>(*w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, M);               \
+    } while (0)
     if (glu == MC_GLU_SILU && two)
         MC_CH(MC_GLU_SILU, 2);
     else if (glu == MC_GLU_SILU)
@@ -493,7 +580,63 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
     else
         MC_CH(MC_GLU_NONE, 1);
 #undef MC_CH
-    return cudaGetLastError();
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
+                                const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
+                                float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 3)
+        return cudaErrorInvalidValue;
+    if (M == 0)
+        return cudaSuccess;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess)
+        return e;
+    /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
+     * row scales */
+    char *base = (char *)scratch;
+    uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * w->cols;
+    float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
+    const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
+    const bool two = c->gemv == MC_GEMV_MMA2;
+#define MC_PREP(N, P)                                                                                                  \
+    chunk_mma_prep<N, P><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL)
+    if (norm_w && two)
+        MC_PREP(1, 2);
+    else if (norm_w)
+        MC_PREP(1, 1);
+    else if (two)
+        MC_PREP(0, 2);
+    else
+        MC_PREP(0, 1);
+#undef MC_PREP
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    const float *rsp = norm_w ? rs : NULL;
+    if (tile == 1)
+        return mc_mma_ch_launch<mc_mma_ch_tile_b>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    if (tile == 2)
+        return mc_mma_ch_launch<mc_mma_ch_tile_c>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    if (tile == 3)
+        return mc_mma_ch_launch<mc_mma_ch_tile_d>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    return mc_mma_ch_launch<mc_mma_ch_tile>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+}
+
+cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
+                              float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
+                              int glu, uint32_t M, void *scratch, cudaStream_t st) {
+    return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, 0);
+}
+
+/* For bench/gpu/mma_chunk_bench.c (declared there, weak, so that the bench links with builds
+ * without it) and check_mma_gemv: mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1, 2 or 3
+ * (mc_mma_ch_tile_b, _c, _d): the same bits, other speeds. */
+extern "C" cudaError_t
+mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
+                       float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
+                       int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
+    return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, tile);
 }
 
 /* ---- census and trigger ------------------------------------------------------------------- */

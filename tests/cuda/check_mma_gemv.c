@@ -1,6 +1,6 @@
 /* check_mma_gemv.c: gemv=mma (backends/cuda/gemv_mma.cu, issue 28): the prefill chunk's BF16 GEMV
  * (mc_gemv_chunk) bit for bit against the decode GEMV (mc_gemv, mc_gemv_glu) run on each row of x
- * alone, for M = 1, 7, 8, 9, 64 and 512 rows of x, on shapes that take every column split (KS 8,
+ * alone, for M = 1, 7, 8, 9, 64, 200 and 512 rows of x, on shapes that take every column split (KS 8,
  * 4, 2, 1), rows that are no multiple of 16 (a partial tile), columns that are no multiple of 32
  * (a zero-filled last k-block), with the RMSNorm of x, a bias, a residual, and the SiLU and GELU
  * GLUs of interleaved gate/up rows. Columns that are no multiple of 8 are not served: there
@@ -12,6 +12,9 @@
  * (for a GLU, the first-order mass of act(g) * u): the products are exact in fp32, and a chain of at
  * most 256 MMAs, each rounding its sum once (2^-24 relative), stays inside it; a wrong fragment
  * mapping or a lost k-block does not.
+ *
+ * gemv_mma.cu's other chunk tiles (mc_gemv_chunk_mma_tile 1 to 3, which the bench times against
+ * gemv=mma's) likewise against decode on every case.
  *
  * Negative controls: one weight changed by one bf16 ulp in the chunk's copy of the matrix must give
  * other bits in its row (the comparison sees a one-ulp difference), and gemv=mma's decode must
@@ -30,6 +33,11 @@
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
 #include "memra/tensor_type.h"
+
+/* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1, 2 or 3 (the bench's others) */
+cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
+                                   float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile);
 
 static uint64_t mg_next(uint64_t *s) {
     *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
@@ -222,6 +230,30 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
             }
         }
     }
+    /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
+    for (int tile = 1; tile <= 3; tile++) {
+        e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
+        if (e == cudaSuccess)
+            e = mc_gemv_chunk_mma_tile(&cfg, &m->d, dx, C, nw, eps, md->glu ? NULL : bias,
+                                       md->glu || !md->res ? NULL : dr, R, dyc, OUT, md->glu, M, scratch, 0, tile);
+        if (e == cudaSuccess)
+            e = cudaDeviceSynchronize();
+        if (e == cudaSuccess)
+            e = cudaMemcpy(yc, dyc, (size_t)M * OUT * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            if (out)
+                fprintf(out, "%s %ux%u %s M=%u tile %d: %s\n", var, R, C, md->name, M, tile, cudaGetErrorString(e));
+            bad = -1;
+            goto done;
+        }
+        for (size_t i = 0; i < (size_t)M * OUT; i++)
+            if (memcmp(&yd[i], &yc[i], 4) != 0) {
+                if (out && bad < 4)
+                    fprintf(out, "%s %ux%u %s M=%u tile %d: x row %zu output %zu: chunk %.9g, decode %.9g\n", var, R, C,
+                            md->name, M, tile, i / OUT, i % OUT, yc[i], yd[i]);
+                bad++;
+            }
+    }
 done:
     cudaFree(dx);
     cudaFree(dn);
@@ -290,7 +322,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         {"residual", 0, 0, 1, 0},       {"norm+silu", 1, 0, 0, MC_GLU_SILU},
         {"gelu", 0, 0, 0, MC_GLU_GELU}, {"bias+residual", 0, 1, 1, 0},
     };
-    static const uint32_t Ms[] = {1, 7, 8, 9, 64, 512};
+    static const uint32_t Ms[] = {1, 7, 8, 9, 64, 200, 512};
     static const char *const vars[] = {"mma", "mma2"};
     int bad = 0, checked = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -314,7 +346,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
                     if (modes[mi].glu && m.rows % 2)
                         continue; /* a GLU pairs rows: even row counts only */
                     /* time: the largest shapes take 512 rows of x in half the modes, mma2 on the small only */
-                    if (Ms[k] == 512 && ((big > ((uint64_t)4 << 20) && mi % 2) || (vi == 1 && big > (1u << 20))))
+                    if (Ms[k] >= 200 && ((big > ((uint64_t)4 << 20) && mi % 2) || (vi == 1 && big > (1u << 20))))
                         continue;
                     const int b = mg_case(out, vars[vi], &m, &modes[mi], Ms[k], 1000 * si + 10 * mi + k + 7777 * vi, 0);
                     if (b < 0) {
