@@ -7,7 +7,8 @@
  * hints), as microseconds a launch and the share of a 4.25 TB/s ceiling (weight bytes plus x,
  * norm, residual and output). Every kernel runs the same arithmetic (the same k-blocks in the
  * same order, the same x', sum of squares, MMAs and epilogue), and before timing its output is
- * compared bit for bit with the old kernel's: a difference is printed and the exit status is 1.
+ * compared bit for bit with the old kernel's: a difference is printed and the exit status is 1
+ * (negative control, per shape: weight (5, 7) one bf16 ulp up must change the old kernel's output).
  * Each launch reads another copy of the weights (enough copies that none stays in L2); the
  * launches are programmatic (pdl=1), back to back in one CUDA graph, as in cuda-graph decode.
  *
@@ -495,6 +496,21 @@ int main(int argc, char **argv) {
         DB_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, yref, st, (uint32_t)nsm));
         DB_CHECK(cudaStreamSynchronize(st));
         DB_CHECK(cudaMemcpy(hr, yref, out * 4, cudaMemcpyDeviceToHost));
+        { /* negative control: one weight one bf16 ulp up must change the reference's output */
+            uint16_t q, q1;
+            uint16_t *p = (uint16_t *)w[0].data + (size_t)5 * s->cols + 7;
+            DB_CHECK(cudaMemcpy(&q, p, 2, cudaMemcpyDeviceToHost));
+            q1 = (uint16_t)(q + 1);
+            DB_CHECK(cudaMemcpy(p, &q1, 2, cudaMemcpyHostToDevice));
+            DB_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, y, st, (uint32_t)nsm));
+            DB_CHECK(cudaStreamSynchronize(st));
+            DB_CHECK(cudaMemcpy(hy, y, out * 4, cudaMemcpyDeviceToHost));
+            DB_CHECK(cudaMemcpy(p, &q, 2, cudaMemcpyHostToDevice));
+            if (!memcmp(hy, hr, out * 4)) {
+                fprintf(stderr, "%s: CONTROL FAILED: a one-ulp weight change left the output's bits alone\n", s->name);
+                bad = 1;
+            }
+        }
         const double bytes = (double)wb + s->cols * (s->norm ? 8.0 : 4.0) + out * 4.0 + (s->res ? s->rows * 4.0 : 0.0);
         printf("| %s | %ux%u | %u |", s->name, s->rows, s->cols, mc_gemv_mma_ksplit(s->rows, s->cols));
         int same_all = 1;
