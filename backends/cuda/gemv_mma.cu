@@ -22,7 +22,8 @@
  * (up to 64 rows of x live, in n-tiles of 8) give each (row, token) the same bits.
  *
  * Decode (gemv_mma): a block of 8 warps; warp w takes tile 8/KS blockIdx.x + w / KS (16 rows) and
- * part w % KS, loads MC_MMA_U k-blocks ahead (16-byte streaming loads), and the part-0 warp adds
+ * part w % KS, streams its weights through a cp.async ring of its own in shared memory, reads x'
+ * staged there once a block (the decode section says how), and the part-0 warp adds
  * the parts. Bound by the weight bytes, as the row-group kernel. Prefill (chunk_gemv_mma): a block
  * of 8 warps takes 128 rows and 128 rows of x (a warp 32 x 64: two m-tiles by eight n-tiles); x'
  * comes as bf16 from a prep kernel (chunk_mma_prep, a block a row of x, with the 1/rms per row in
@@ -37,7 +38,6 @@
 #include <type_traits>
 
 #define MC_MMA_WARPS 8u /* decode block */
-#define MC_MMA_U 4u     /* k-blocks a decode warp has in flight */
 
 int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
     return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->rows > 0 &&
@@ -121,78 +121,166 @@ __device__ __forceinline__ void mc_mma_store(float (&d)[MC_GEMV_ROWS], bool scal
 
 /* ---- decode ------------------------------------------------------------------------------- */
 
+/* Two things keep a decode warp's chain short. The weights stream through a ring in shared
+ * memory, per warp: MC_MMA_S stages of MC_MMA_V k-blocks (each k-block 1 KB: the lanes' 16 bytes
+ * of rows g, then of rows g + 8, 512 bytes each, so that the lanes' reads hit 32 distinct banks),
+ * filled by cp.async (16 bytes a lane, zero-filled past the columns; the L2::256B prefetch hint
+ * and an L2 evict-first policy: the weights are read once a token) and read back only by the lane
+ * that filled them (no barrier: cp.async.wait_group makes a thread's own copies visible to it).
+ * All stages are asked for before the wait on the kernel before, then each consumed stage again
+ * MC_MMA_S stages ahead. And x' (bf16, both planes with mma2) and, with a norm, x itself (for the
+ * sum of squares) are staged in shared memory once a block, after the wait, when they fit
+ * (mc_mmad_xs_bytes <= MC_MMA_XS_MAX; else each k-block loads its x from global memory, as the
+ * first version did for all): a k-block then waits on no global load of x, which measured as the
+ * warp's critical path (about 0.6 us a k-block on the H200, whatever the weights in flight:
+ * bench/gpu/NOTES.md). The arithmetic is the first version's: the same k-blocks in the same
+ * order, the same x' (x * norm_w rounded once to bf16) and sum of squares, the same MMAs on the
+ * same fragments. */
+#define MC_MMA_V 2u               /* k-blocks a stage */
+#define MC_MMA_S 4u               /* stages a warp */
+#define MC_MMA_XS_MAX (40u << 10) /* staged x' and x, at most (with the ring: 104 KB a block) */
+#define MC_MMA_RING (MC_MMA_WARPS * MC_MMA_S * MC_MMA_V * 1024u)
+
+/* Bytes of the staged x: PL planes of x' (nkb * 64 bytes each), then with a norm x (nkb * 128). */
+static uint32_t mc_mmad_xs_bytes(uint32_t cols, int pl, bool norm) {
+    const uint32_t nkb = (cols + 31) / 32;
+    return nkb * 64u * (uint32_t)pl + (norm ? nkb * 128u : 0u);
+}
+
+__device__ __forceinline__ void mc_mmad_cp16(uint32_t dst, const void *src, uint32_t n, uint64_t pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
+                 "r"(n), "l"(pol)
+                 : "memory");
+}
+
 /* Per call: reads rows x cols weights (streamed), x and norm_w (cols floats), bias and residual;
  * writes y (rows floats, rows / 2 with a GLU); with POST the last block reads y, pn.w, pn.x and
- * writes pn.x. */
+ * writes pn.x. Dynamic shared memory: MC_MMA_RING, then with xs mc_mmad_xs_bytes. */
 template <int GLU, int NORM, int POST, int PL>
-__global__ void __launch_bounds__(32 * MC_MMA_WARPS)
-    gemv_mma(const mc_matrix w, uint32_t ks, const float *x, const float *norm_w, float eps, const float *bias,
-             const float *residual, float *y, const mc_post_args pn) {
+__global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
+    gemv_mma(const mc_matrix w, uint32_t ks, uint32_t xs, const float *x, const float *norm_w, float eps,
+             const float *bias, const float *residual, float *y, const mc_post_args pn) {
+    constexpr uint32_t V = MC_MMA_V, S = MC_MMA_S;
+    extern __shared__ uint4 mc_mmad_smem[]; /* [warp][stage][k-block][lo 32, hi 32 lanes], then x' and x */
     __shared__ float red[MC_MMA_WARPS][17];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t part = warp % ks, r0 = (blockIdx.x * (MC_MMA_WARPS / ks) + warp / ks) * 16;
     const bool live = r0 < w.rows;
-    if (live) {
-        const uint32_t nkb = (w.cols + 31) / 32, kb0 = mc_mma_part(nkb, ks, part), kb1 = mc_mma_part(nkb, ks, part + 1);
-        const uint32_t ra = r0 + g, rb = r0 + g + 8;
-        const uint4 *pa = (const uint4 *)((const uint16_t *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride);
-        const uint4 *pb = (const uint4 *)((const uint16_t *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride);
-        const uint32_t nq = w.cols / 8; /* 16-byte chunks of a row */
-        uint4 na[MC_MMA_U], nb[MC_MMA_U];
-        auto load = [&](uint32_t kb) {
+    const uint32_t nkb = (w.cols + 31) / 32, kb0 = mc_mma_part(nkb, ks, part), kb1 = mc_mma_part(nkb, ks, part + 1);
+    const uint32_t ra = r0 + g, rb = r0 + g + 8, nst = (kb1 - kb0 + V - 1) / V;
+    const uint4 *pa = (const uint4 *)((const uint16_t *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride);
+    const uint4 *pb = (const uint4 *)((const uint16_t *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride);
+    const uint32_t nq = w.cols / 8; /* 16-byte chunks of a row */
+    const uint4 *ring = mc_mmad_smem + (size_t)warp * S * V * 64;
+    uint4 *xh = mc_mmad_smem + MC_MMA_RING / 16, *xlo = xh + nkb * 4, *xf = xh + PL * nkb * 4;
+    const uint32_t mine = (uint32_t)__cvta_generic_to_shared(ring + lane);
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    /* stage s into its slot, and a commit (an empty one past the end) */
+    auto issue = [&](uint32_t s) {
+        if (s < nst) {
 #pragma unroll
-            for (uint32_t u = 0; u < MC_MMA_U; u++) {
-                const uint32_t q = (kb + u) * 4 + t;
-                na[u] = nb[u] = make_uint4(0, 0, 0, 0);
-                if (kb + u < kb1 && q < nq) {
-                    na[u] = __ldcs(pa + q);
-                    nb[u] = __ldcs(pb + q);
+            for (uint32_t u = 0; u < V; u++) {
+                const uint32_t kb = kb0 + s * V + u, q = kb * 4 + t, slot = ((s % S) * V + u) * 1024;
+                if (kb < kb1) {
+                    mc_mmad_cp16(mine + slot, q < nq ? pa + q : pa, q < nq ? 16 : 0, pol);
+                    mc_mmad_cp16(mine + slot + 512, q < nq ? pb + q : pb, q < nq ? 16 : 0, pol);
                 }
-            }
-        };
-        load(kb0);
-        mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : MC_TRIGGER_GEMV6_RES); /* x comes from earlier kernels */
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
-        for (uint32_t kb = kb0; kb < kb1; kb += MC_MMA_U) {
-            uint4 ca[MC_MMA_U], cb[MC_MMA_U];
-#pragma unroll
-            for (uint32_t u = 0; u < MC_MMA_U; u++) {
-                ca[u] = na[u];
-                cb[u] = nb[u];
-            }
-            if (kb + MC_MMA_U < kb1)
-                load(kb + MC_MMA_U);
-#pragma unroll
-            for (uint32_t u = 0; u < MC_MMA_U; u++) {
-                if (kb + u >= kb1)
-                    break;
-                const uint32_t c = (kb + u) * 32 + 8 * t;
-                uint4 xb = make_uint4(0, 0, 0, 0), xl = make_uint4(0, 0, 0, 0);
-                if (g == 0 && c < w.cols) {
-                    const float4 v0 = __ldg((const float4 *)(x + c)), v1 = __ldg((const float4 *)(x + c) + 1);
-                    float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-                    if (NORM) {
-                        const float4 g0 = __ldg((const float4 *)(norm_w + c)),
-                                     g1 = __ldg((const float4 *)(norm_w + c) + 1);
-                        const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-                        for (uint32_t e = 0; e < 8; e++) {
-                            ss = fmaf(v[e], v[e], ss);
-                            v[e] = __fmul_rn(v[e], gv[e]);
-                        }
-                    }
-                    xb = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]), mc_mma_pack(v[4], v[5]),
-                                    mc_mma_pack(v[6], v[7]));
-                    if (PL == 2)
-                        xl = make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
-                                        mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
-                }
-                if (PL == 2)
-                    mc_mma_kblock2(d, ca[u], cb[u], xb, xl);
-                else
-                    mc_mma_kblock(d, ca[u], cb[u], xb);
             }
         }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (live)
+#pragma unroll
+        for (uint32_t s = 0; s < S; s++)
+            issue(s);
+    mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : MC_TRIGGER_GEMV6_RES); /* x comes from earlier kernels */
+    if (xs) { /* 8 columns a thread: x' (and its low plane), with a norm x */
+        for (uint32_t i = threadIdx.x; i < nkb * 4; i += 32 * MC_MMA_WARPS) {
+            const uint32_t c = 8 * i;
+            float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+            uint4 hb = make_uint4(0, 0, 0, 0), lb = hb;
+            if (c < w.cols) {
+                v0 = __ldg((const float4 *)(x + c));
+                v1 = __ldg((const float4 *)(x + c) + 1);
+                float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                if (NORM) {
+                    const float4 g0 = __ldg((const float4 *)(norm_w + c)), g1 = __ldg((const float4 *)(norm_w + c) + 1);
+                    const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+                    for (uint32_t e = 0; e < 8; e++)
+                        v[e] = __fmul_rn(v[e], gv[e]);
+                }
+                hb = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]), mc_mma_pack(v[4], v[5]),
+                                mc_mma_pack(v[6], v[7]));
+                if (PL == 2)
+                    lb = make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
+                                    mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
+            }
+            xh[i] = hb;
+            if (PL == 2)
+                xlo[i] = lb;
+            if (NORM) {
+                ((float4 *)xf)[2 * i] = v0;
+                ((float4 *)xf)[2 * i + 1] = v1;
+            }
+        }
+        __syncthreads();
+    }
+    if (live) {
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
+#pragma unroll 1
+        for (uint32_t s = 0; s < nst; s++) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory"); /* stage s has landed */
+            const uint4 *st = ring + (s % S) * V * 64 + lane;
+#pragma unroll
+            for (uint32_t u = 0; u < V; u++) {
+                const uint32_t kb = kb0 + s * V + u;
+                if (kb >= kb1)
+                    break;
+                const uint4 ca = st[u * 64], cb = st[u * 64 + 32];
+                const uint32_t c = kb * 32 + 8 * t;
+                uint4 xb = make_uint4(0, 0, 0, 0), xl = make_uint4(0, 0, 0, 0);
+                if (g == 0 && c < w.cols) {
+                    if (xs) {
+                        if (NORM) {
+                            const float4 v0 = ((const float4 *)xf)[c / 4], v1 = ((const float4 *)xf)[c / 4 + 1];
+                            const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                            for (uint32_t e = 0; e < 8; e++)
+                                ss = fmaf(v[e], v[e], ss);
+                        }
+                        xb = xh[c / 8];
+                        if (PL == 2)
+                            xl = xlo[c / 8];
+                    } else {
+                        const float4 v0 = __ldg((const float4 *)(x + c)), v1 = __ldg((const float4 *)(x + c) + 1);
+                        float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                        if (NORM) {
+                            const float4 g0 = __ldg((const float4 *)(norm_w + c)),
+                                         g1 = __ldg((const float4 *)(norm_w + c) + 1);
+                            const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+                            for (uint32_t e = 0; e < 8; e++) {
+                                ss = fmaf(v[e], v[e], ss);
+                                v[e] = __fmul_rn(v[e], gv[e]);
+                            }
+                        }
+                        xb = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]), mc_mma_pack(v[4], v[5]),
+                                        mc_mma_pack(v[6], v[7]));
+                        if (PL == 2)
+                            xl = make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
+                                            mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
+                    }
+                }
+                if (PL == 2)
+                    mc_mma_kblock2(d, ca, cb, xb, xl);
+                else
+                    mc_mma_kblock(d, ca, cb, xb);
+            }
+            issue(s + S); /* into the slot just read: this lane's own bytes, its reads are done */
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         if (NORM)
             ss = mc_mma_ss4(ss);
         if (t == 0) { /* column 0 of D: rows g (d[0]) and g + 8 (d[2]) */
@@ -223,25 +311,52 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS)
         mc_post_norm_last(pn, y, w.rows);
 }
 
+/* The decode kernels' shared-memory limit (mc_gemv_mma_prepare: once per device, outside any
+ * capture). */
+static cudaError_t mc_mmad_prepare(void) {
+    cudaError_t e = cudaSuccess;
+    const int n = (int)(MC_MMA_RING + MC_MMA_XS_MAX);
+#define MC_SET(G, N, P)                                                                                                \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);                \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+    MC_SET(MC_GLU_NONE, 0, 0)
+    MC_SET(MC_GLU_NONE, 1, 0)
+    MC_SET(MC_GLU_SILU, 0, 0)
+    MC_SET(MC_GLU_SILU, 1, 0)
+    MC_SET(MC_GLU_GELU, 0, 0)
+    MC_SET(MC_GLU_GELU, 1, 0)
+    MC_SET(MC_GLU_NONE, 0, 1)
+#undef MC_SET
+    return e;
+}
+
 cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                         const float *bias, const float *residual, float *y, cudaStream_t st, const mc_post_args *pn) {
     if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || (pn && (glu || norm_w || bias || residual)))
         return cudaErrorInvalidValue;
+    cudaError_t e = mc_gemv_prepare(); /* the shared-memory limit (once per device) */
+    if (e != cudaSuccess)
+        return e;
+    const bool two = c->gemv == MC_GEMV_MMA2;
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols), per_block = MC_MMA_WARPS / ks;
-    const uint32_t tiles = (w->rows + 15) / 16;
+    const uint32_t tiles = (w->rows + 15) / 16, xb = mc_mmad_xs_bytes(w->cols, two ? 2 : 1, norm_w != NULL);
+    const uint32_t xs = xb <= MC_MMA_XS_MAX ? 1u : 0u;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((tiles + per_block - 1) / per_block);
     cfg.blockDim = dim3(32 * MC_MMA_WARPS);
+    cfg.dynamicSmemBytes = MC_MMA_RING + (xs ? xb : 0);
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
     const mc_post_args none = {NULL, NULL, NULL, 0.0f};
-    const bool two = c->gemv == MC_GEMV_MMA2;
-    cudaError_t e;
 #define MC_L(G, N, P)                                                                                                  \
-    (two ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, x, norm_w, eps, bias, residual, y, pn ? *pn : none)  \
-         : cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1>, *w, ks, x, norm_w, eps, bias, residual, y, pn ? *pn : none))
+    (two ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,               \
+                              pn ? *pn : none)                                                                         \
+         : cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,               \
+                              pn ? *pn : none))
     if (pn)
         e = MC_L(MC_GLU_NONE, 0, 1);
     else if (glu == MC_GLU_SILU)
@@ -546,7 +661,7 @@ cudaError_t mc_gemv_mma_prepare(void) {
     MC_SET(MC_GLU_NONE, 1)
     MC_SET(MC_GLU_SILU, 1) MC_SET(MC_GLU_GELU, 1) MC_SET(MC_GLU_NONE, 2) MC_SET(MC_GLU_SILU, 2) MC_SET(MC_GLU_GELU, 2)
 #undef MC_SET
-        return e;
+        return e == cudaSuccess ? mc_mmad_prepare() : e; /* and the decode ring's */
 }
 
 /* The chunk GEMV of tile T after the prep: T other than mc_mma_ch_tile only from the bench, which
