@@ -107,8 +107,8 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
         uint32_t v;
         const char *name;
     } kinds[] = {
-        {MC_CHUNK_MMA_T4, "mma/32"}, {MC_CHUNK_MMA_T6, "mma/48"}, {MC_CHUNK_MMA, "mma"}, {MC_CHUNK_FMA, "fma"}};
-    for (int k = kq ? 2 : 0; k < (kq ? 3 : 4); k++) {
+        {MC_CHUNK_MMA, "mma"}, {MC_CHUNK_MMA_T6, "mma/48"}, {MC_CHUNK_MMA_T8, "mma/64"}, {MC_CHUNK_FMA, "fma"}};
+    for (int k = 0; k < (kq ? 1 : 4); k++) {
         mc_config c = mc_config_default;
         c.chunk = kinds[k].v;
         const int reps = 10;
