@@ -3,8 +3,8 @@
  *
  * Decode's sequence for output row r of x row t (gemv_kquant_body): x' = x * norm_w quantized per
  * 16-column chunk c into the int8 planes hi, mid, lo with the scale s_c, the float sum S_c of the
- * chunk's x' and 32 times the plane sums (chunk_kq_quant below: the same threads, chunks and block
- * sum as decode's prologue). The row is cut into units of 32 weights (kquant_layout.h): unit n's
+ * chunk's x' (Q4_K, Q5_K) or the plane sums (Q6_K) (chunk_kq_quant below: the same threads, chunks
+ * and block sum as decode's prologue). The row is cut into units of 32 weights (kquant_layout.h): unit n's
  * low nibbles dot chunk clo, its high ones chunk chi. Over column part p of KS (mc_kq_ksplit's
  * formula, a function of the row count), lane l takes the units 32 p + l, then every 32 KS-th (its
  * "class"), and per unit: the six exact integer dots (three planes, two halves; Q6_K less its
@@ -15,12 +15,16 @@
  *
  * Here the weights of a unit are unpacked to int8 (nibbles, 5 or 6 bits: all non-negative, so s8
  * holds them) while staging, and one mma.sync.m16n8k16.s32.s8.s8.s32 per plane and half gives the
- * integer dots of 16 weight rows by 8 x rows, exactly (|dot| <= 16 * 63 * 128). The float chain
- * above then runs per (row, x row, unit) on the CUDA cores, in decode's expressions, each class's
- * units in order, the classes in the order of decode's tree (chunk_mma.cu's stack of partial
- * sums). Block: 512 threads (16 warps as 2 x 8 of 32 weight rows x 8 x rows), a tile of 64 weight
- * rows x 64 x rows; per step up to MC_KQM_JB units of one class staged in shared memory, the next
- * step's loads held in registers while this one computes.
+ * integer dots of 16 weight rows by 8 x rows, exactly (|dot| <= 16 * 63 * 128). Its accumulator
+ * input is the integer 0x4B400000 (Q6_K: less 32 times the plane's sum, the offset, which the prep
+ * puts in the chunk's meta), so each dot's float is its bits less 1.5 * 2^23 (chunk_mma.cu), no
+ * conversion. The float chain above then runs per (row, x row, unit) on the CUDA cores, in
+ * decode's expressions, each class's units in order, the classes in the order of decode's tree
+ * (chunk_mma.cu's stack of partial sums, levels 1 to 4 and the parts' sum in shared memory).
+ * Block: 512 threads (16 warps as 2 x 8 of 32 weight rows x 8 x rows), a tile of 64 weight rows x
+ * 64 x rows; a step stages MC_KQM_JB unit slots (mc_mma_plan: a class's units, or two or four
+ * classes' where classes are short) in shared memory, the next step's loads held in registers
+ * while this one computes.
  *
  * Per call: the prep reads x (M x cols floats) and writes the planes (M x cols x 4 bytes); the main
  * kernel reads the weights (the matrix's bytes) once per 64 x rows (L2 serves the repeats) and the
@@ -34,18 +38,23 @@
 
 #define MC_KQM_BR 64u  /* weight rows of a block's tile */
 #define MC_KQM_BT 64u  /* x rows of a block's tile */
-#define MC_KQM_JB 4u   /* units of one class a step stages */
+#define MC_KQM_JB 4u   /* unit slots a step stages (mc_mma_plan) */
 #define MC_KQM_NT 512u /* threads: 16 warps */
 #define MC_KQM_FIN_LD (MC_KQM_BR + 1u)
-#define MC_KQM_PREP 512u /* the prep's threads: decode's block (MC_KQ_WARPS warps) */
+#define MC_KQM_PREP 512u        /* the prep's threads: decode's block (MC_KQ_WARPS warps) */
+#define MC_KQM_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 (chunk_mma.cu's MC_MMA_MAGIC) */
+#define MC_KQM_MAGIC_F 12582912.0f
+#define MC_KQM_TREE 5u /* the tree's levels 1 to 4 and the parts' sum, kept in shared memory */
 
 struct mc_kqm_stage {
     uint4 w[MC_KQM_JB][2][MC_KQM_BR];    /* the units unpacked: low nibbles' 16 bytes, high nibbles' */
-    float ws[MC_KQM_JB][6][MC_KQM_BR];   /* d, dmin, sc_lo, sc_hi, m_lo, m_hi (Q6_K: d, -, sc_lo, sc_hi) */
+    float4 ws[MC_KQM_JB][MC_KQM_BR][2];  /* a row's d, dmin, sc_lo, sc_hi; m_lo, m_hi (Q6_K: d, -, sc_lo, sc_hi) */
     uint4 x[MC_KQM_JB][2][3][MC_KQM_BT]; /* x chunks clo, chi: planes hi, mid, lo */
-    int4 xm[MC_KQM_JB][2][MC_KQM_BT];    /* their (scale, sum, 32 sh, 32 (256 sm + sl)) */
+    int4 xm[MC_KQM_JB][2][MC_KQM_BT];    /* their meta (chunk_kq_quant) */
 };
 static_assert(sizeof(float) * MC_KQM_BT * MC_KQM_FIN_LD <= sizeof(mc_kqm_stage), "the final tile fits");
+/* the dynamic shared memory: the stage, then the tree's levels kept there ([level][element][thread]) */
+#define MC_KQM_SMEM (sizeof(mc_kqm_stage) + sizeof(float) * MC_KQM_TREE * 8 * MC_KQM_NT)
 static_assert(MC_KQM_JB * 2 * MC_KQM_BT == MC_KQM_NT && MC_KQM_JB * MC_KQM_BR <= MC_KQM_NT, "a copy a thread");
 
 __device__ __forceinline__ uint32_t mc_kqm_pack4(int a, int b, int c, int d) {
@@ -57,6 +66,7 @@ __device__ __forceinline__ uint32_t mc_kqm_pack4(int a, int b, int c, int d) {
 /* One block of 512 threads per row of x: gemv_kquant_body's quantization of x' under qdot=auto
  * (the same statements: chunk c by thread c mod 512, its sum of squares, the block sum of the 16
  * warps in order), into global memory: planes xh, xm, xl and meta per chunk, rs the row's 1/rms. */
+template <bool Q6>
 __global__ void __launch_bounds__(MC_KQM_PREP)
     chunk_kq_quant(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, float eps, uint4 *xh, uint4 *xm,
                    uint4 *xl, int4 *meta, float *rs) {
@@ -105,8 +115,11 @@ __global__ void __launch_bounds__(MC_KQM_PREP)
                            mc_kqm_pack4(mid[12], mid[13], mid[14], mid[15]));
         xl[c] = make_uint4(mc_kqm_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kqm_pack4(lo[4], lo[5], lo[6], lo[7]),
                            mc_kqm_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kqm_pack4(lo[12], lo[13], lo[14], lo[15]));
-        meta[c] =
-            make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh, 32 * (256 * sm + sl));
+        /* Q6_K: the accumulator inputs of the three planes' MMAs, the magic less 32 times the plane's
+         * sum (the weights' offset of 32); Q4_K, Q5_K: the chunk's float sum */
+        meta[c] = Q6 ? make_int4(__float_as_int(mc_q8x_scale(amax, finite)), MC_KQM_MAGIC - 32 * sh,
+                                 MC_KQM_MAGIC - 32 * sm, MC_KQM_MAGIC - 32 * sl)
+                     : make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 0, 0);
     }
     if (norm_w) {
         ss = mc_warp_sum(ss);
@@ -169,16 +182,20 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
                       const float *rs, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
                       uint32_t M, uint32_t ks, uint32_t fault) {
     constexpr bool Q6 = T == MEMRA_TYPE_Q6_K;
-    __shared__ __align__(16) unsigned char smraw[sizeof(mc_kqm_stage)];
+    constexpr uint32_t JB = MC_KQM_JB, NT = MC_KQM_NT;
+    extern __shared__ __align__(16) unsigned char smraw[];
     mc_kqm_stage &S = *(mc_kqm_stage *)smraw;
+    float *tree = (float *)(smraw + sizeof(mc_kqm_stage)); /* [level][element][thread] */
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const uint32_t m0 = (warp & 1) * 32, n0 = (warp >> 1) * 8;
     const uint32_t t0 = blockIdx.x * MC_KQM_BT, r0 = blockIdx.y * MC_KQM_BR;
-    const uint32_t nch = w.cols / 16, nu = w.cols / 32, nb = w.cols / MEMRA_QK_K, ustride = 32 * ks;
+    const uint32_t nch = w.cols / 16, nu = w.cols / 32, nb = w.cols / MEMRA_QK_K;
+    const mc_mma_plan P = mc_mma_plan_make<JB>(nu, ks);
     /* staging: weight row tid % 64 of unit slot tid / 64 (threads below 256); x row tid % 64 of
      * half (tid / 64) % 2 of unit slot tid / 128 (every thread) */
     const uint32_t srow = tid % MC_KQM_BR, sj = tid / MC_KQM_BR;
     const uint32_t sxr = tid % MC_KQM_BT, sxh = (tid / MC_KQM_BT) & 1u, sxj = tid / (2 * MC_KQM_BT);
+    const mc_mma_slot sws = mc_mma_slot_of<JB>(P, sj), sxs = mc_mma_slot_of<JB>(P, sxj);
     const uint32_t grow = r0 + srow < w.rows ? r0 + srow : w.rows - 1;
     const uint32_t gt = t0 + sxr < M ? t0 + sxr : M - 1;
     const char *wd = (const char *)w.data + (size_t)grow * w.stride;
@@ -188,12 +205,11 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
     uint4 rq = make_uint4(0, 0, 0, 0), ra = make_uint4(0, 0, 0, 0), rxh = rq, rxm = rq, rxl = rq;
     uint2 rh = make_uint2(0, 0);
     int4 rmeta = make_int4(0, 0, 0, 0);
-    uint32_t rc4 = 0;
-    auto load = [&](const mc_mma_cursor &c) {
-        const uint32_t first = 32 * c.p + mc_mma_lane(c.n, fault);
-        const uint32_t J = mc_mma_count(first, nu, ustride), j = c.jb * MC_KQM_JB;
-        if (sj < MC_KQM_JB && j + sj < J) {
-            const uint32_t n = first + ustride * (j + sj);
+    uint32_t rc4 = 0, rwv = 0, rxv = 0;
+    auto load = [&](const mc_mma_at &a) {
+        const uint32_t n = mc_mma_item(P, a, sws, ks, fault);
+        rwv = n != ~0u;
+        if (rwv) {
             rq = __ldg((const uint4 *)wd + n);
             if (Q6) {
                 rh = __ldg((const uint2 *)(wd + (size_t)nb * 128) + n);
@@ -206,9 +222,10 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
             }
             rc4 = (n >> 1) & 3;
         }
-        if (j + sxj < J) {
-            const uint32_t n = first + ustride * (j + sxj);
-            const uint32_t clo = Q6 ? 2 * n - (n & 3) : 2 * n - (n & 1);
+        const uint32_t nx = mc_mma_item(P, a, sxs, ks, fault);
+        rxv = nx != ~0u;
+        if (rxv) {
+            const uint32_t clo = Q6 ? 2 * nx - (nx & 3) : 2 * nx - (nx & 1);
             const size_t at = (size_t)gt * nch + clo + (sxh ? (Q6 ? 4 : 2) : 0);
             rxh = __ldg(xh + at);
             rxm = __ldg(xm + at);
@@ -217,28 +234,25 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
         }
     };
     /* the held loads into shared memory, the weights unpacked and their scales as decode reads them */
-    auto store = [&](uint32_t jv) {
-        if (sj < jv) {
+    auto store = [&]() {
+        if (rwv) {
             uint32_t qw[8];
             mc_kqm_words<T>(rq, rh, qw);
             S.w[sj][0][srow] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
             S.w[sj][1][srow] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
             if (Q6) {
-                S.ws[sj][0][srow] = __half2float(__ushort_as_half((unsigned short)ra.y));
-                S.ws[sj][2][srow] = (float)(int8_t)(ra.x & 0xFF);
-                S.ws[sj][3][srow] = (float)(int8_t)(ra.x >> 8);
+                S.ws[sj][srow][0] = make_float4(__half2float(__ushort_as_half((unsigned short)ra.y)), 0.0f,
+                                                (float)(int8_t)(ra.x & 0xFF), (float)(int8_t)(ra.x >> 8));
             } else {
                 uint32_t sc, m;
                 mc_kqm_scales_k4(ra, rc4, sc, m);
-                S.ws[sj][0][srow] = __half2float(__ushort_as_half((unsigned short)(ra.x & 0xFFFF)));
-                S.ws[sj][1][srow] = __half2float(__ushort_as_half((unsigned short)(ra.x >> 16)));
-                S.ws[sj][2][srow] = (float)(sc & 0xFF);
-                S.ws[sj][3][srow] = (float)(sc >> 8);
-                S.ws[sj][4][srow] = (float)(m & 0xFF);
-                S.ws[sj][5][srow] = (float)(m >> 8);
+                S.ws[sj][srow][0] = make_float4(__half2float(__ushort_as_half((unsigned short)(ra.x & 0xFFFF))),
+                                                __half2float(__ushort_as_half((unsigned short)(ra.x >> 16))),
+                                                (float)(sc & 0xFF), (float)(sc >> 8));
+                S.ws[sj][srow][1] = make_float4((float)(m & 0xFF), (float)(m >> 8), 0.0f, 0.0f);
             }
         }
-        if (sxj < jv) {
+        if (rxv) {
             S.x[sxj][sxh][0][sxr] = rxh;
             S.x[sxj][sxh][1][sxr] = rxm;
             S.x[sxj][sxh][2][sxr] = rxl;
@@ -246,105 +260,141 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
         }
     };
 
-    float acc[8], st[5][8], dsum[8];
+    /* the sums: acc the class's, st0 the tree's level 0 (the others in `tree`) */
+    float acc[8], st0[8];
 #pragma unroll
     for (uint32_t e = 0; e < 8; e++)
-        dsum[e] = 0.0f;
-    mc_mma_cursor nx = {0, 0, 0, 0};
-    mc_mma_next<MC_KQM_JB>(nx, nu, ks, fault, 0);
-    if (nx.valid)
-        load(nx);
-#pragma unroll 1
-    for (uint32_t p = 0; p < ks; p++) {
-#pragma unroll 1
-        for (uint32_t n = 0; n < 32; n++) {
-            const uint32_t first = 32 * p + mc_mma_lane(n, fault), J = mc_mma_count(first, nu, ustride);
+        acc[e] = 0.0f, st0[e] = 0.0f;
+    uint32_t cn = 0, cp = 0; /* the class position and part the next class sum goes to */
+    /* the class's sum into the tree (chunk_mma.cu): added to the left subtrees while n's low bits
+     * are ones, then kept at that level; after n = 31, the part's tree, added to the parts' sum */
+    auto push = [&]() {
+        const uint32_t ones = __ffs(~cn) - 1;
+        if (ones >= 1)
 #pragma unroll
             for (uint32_t e = 0; e < 8; e++)
-                acc[e] = 0.0f;
+                acc[e] = st0[e] + acc[e];
+#pragma unroll
+        for (uint32_t L = 1; L < 5; L++)
+            if (ones > L)
+#pragma unroll
+                for (uint32_t e = 0; e < 8; e++)
+                    acc[e] = tree[((L - 1) * 8 + e) * NT + tid] + acc[e];
+        if (ones == 0) {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                st0[e] = acc[e];
+        } else if (ones < 5) {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                tree[((ones - 1) * 8 + e) * NT + tid] = acc[e];
+        } else {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++) {
+                float *ds = &tree[(4 * 8 + e) * NT + tid];
+                *ds = cp == 0 ? acc[e] : *ds + acc[e];
+            }
+        }
+#pragma unroll
+        for (uint32_t e = 0; e < 8; e++)
+            acc[e] = 0.0f;
+        if (++cn == 32)
+            cn = 0, cp++;
+    };
+
+    mc_mma_at cur = {0, 0, 0}, nx = {0, 0, 0};
+    load(nx);
+    mc_mma_at_next(nx, P);
 #pragma unroll 1
-            for (uint32_t jb = 0; jb * MC_KQM_JB < J; jb++) {
-                const uint32_t jv = min(MC_KQM_JB, J - jb * MC_KQM_JB);
-                __syncthreads(); /* the last step's reads of S are done */
-                store(jv);
-                __syncthreads();
-                mc_mma_next<MC_KQM_JB>(nx, nu, ks, fault, 1);
-                if (nx.valid)
-                    load(nx); /* in flight while this step computes */
-#pragma unroll 1
-                for (uint32_t jj = 0; jj < jv; jj++) {
-                    const uint32_t xr = n0 + g;
-                    uint32_t b[2][3];
+    for (uint32_t s = 0; s < P.nsteps; s++) {
+        uint32_t valid, ends;
+        mc_mma_masks<JB>(P, cur, fault, valid, ends);
+        mc_mma_at_next(cur, P);
+        __syncthreads(); /* the last step's reads of S are done */
+        store();
+        __syncthreads();
+        if (s + 1 < P.nsteps) {
+            load(nx); /* in flight while this step computes */
+            mc_mma_at_next(nx, P);
+        }
+        /* slot jj's unit into the class's sums */
+        auto slot = [&](uint32_t jj) {
+            const uint32_t xr = n0 + g;
+            uint32_t b[2][3];
 #pragma unroll
-                    for (uint32_t h = 0; h < 2; h++)
+            for (uint32_t h = 0; h < 2; h++)
 #pragma unroll
-                        for (uint32_t pl = 0; pl < 3; pl++)
-                            b[h][pl] = ((const uint32_t *)&S.x[jj][h][pl][xr])[q];
-                    const int4 mA[2] = {S.xm[jj][0][n0 + 2 * q], S.xm[jj][0][n0 + 2 * q + 1]};
-                    const int4 mB[2] = {S.xm[jj][1][n0 + 2 * q], S.xm[jj][1][n0 + 2 * q + 1]};
+                for (uint32_t pl = 0; pl < 3; pl++)
+                    b[h][pl] = ((const uint32_t *)&S.x[jj][h][pl][xr])[q];
+            const int4 mA[2] = {S.xm[jj][0][n0 + 2 * q], S.xm[jj][0][n0 + 2 * q + 1]};
+            const int4 mB[2] = {S.xm[jj][1][n0 + 2 * q], S.xm[jj][1][n0 + 2 * q + 1]};
 #pragma unroll
-                    for (uint32_t mt = 0; mt < 2; mt++) {
-                        const uint32_t r = m0 + 16 * mt + g;
-                        const uint32_t al0 = ((const uint32_t *)&S.w[jj][0][r])[q];
-                        const uint32_t al1 = ((const uint32_t *)&S.w[jj][0][r + 8])[q];
-                        const uint32_t ah0 = ((const uint32_t *)&S.w[jj][1][r])[q];
-                        const uint32_t ah1 = ((const uint32_t *)&S.w[jj][1][r + 8])[q];
-                        int dh0[4], dm0[4], dl0[4], dh1[4], dm1[4], dl1[4];
-                        mc_mma_s8(dh0, al0, al1, b[0][0], 0);
-                        mc_mma_s8(dm0, al0, al1, b[0][1], 0);
-                        mc_mma_s8(dl0, al0, al1, b[0][2], 0);
-                        mc_mma_s8(dh1, ah0, ah1, b[1][0], 0);
-                        mc_mma_s8(dm1, ah0, ah1, b[1][1], 0);
-                        mc_mma_s8(dl1, ah0, ah1, b[1][2], 0);
+            for (uint32_t mt = 0; mt < 2; mt++) {
+                const uint32_t r = m0 + 16 * mt + g;
+                const uint32_t al0 = ((const uint32_t *)&S.w[jj][0][r])[q];
+                const uint32_t al1 = ((const uint32_t *)&S.w[jj][0][r + 8])[q];
+                const uint32_t ah0 = ((const uint32_t *)&S.w[jj][1][r])[q];
+                const uint32_t ah1 = ((const uint32_t *)&S.w[jj][1][r + 8])[q];
+                /* the accumulator inputs: the magic (Q6_K: less 32 times the plane's sum, the
+                 * offset of 32), so a dot's float is its bits less 1.5 * 2^23, exactly */
+                int dh0[4], dm0[4], dl0[4], dh1[4], dm1[4], dl1[4];
+                if (Q6) {
+                    mc_mma_s8c(dh0, al0, al1, b[0][0], mA[0].y, mA[1].y);
+                    mc_mma_s8c(dm0, al0, al1, b[0][1], mA[0].z, mA[1].z);
+                    mc_mma_s8c(dl0, al0, al1, b[0][2], mA[0].w, mA[1].w);
+                    mc_mma_s8c(dh1, ah0, ah1, b[1][0], mB[0].y, mB[1].y);
+                    mc_mma_s8c(dm1, ah0, ah1, b[1][1], mB[0].z, mB[1].z);
+                    mc_mma_s8c(dl1, ah0, ah1, b[1][2], mB[0].w, mB[1].w);
+                } else {
+                    mc_mma_s8(dh0, al0, al1, b[0][0], MC_KQM_MAGIC);
+                    mc_mma_s8(dm0, al0, al1, b[0][1], MC_KQM_MAGIC);
+                    mc_mma_s8(dl0, al0, al1, b[0][2], MC_KQM_MAGIC);
+                    mc_mma_s8(dh1, ah0, ah1, b[1][0], MC_KQM_MAGIC);
+                    mc_mma_s8(dm1, ah0, ah1, b[1][1], MC_KQM_MAGIC);
+                    mc_mma_s8(dl1, ah0, ah1, b[1][2], MC_KQM_MAGIC);
+                }
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; e++) {
-                            /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
-                            const uint32_t wr = r + 8 * (e >> 1);
-                            const int4 ma = mA[e & 1], mb = mB[e & 1];
-                            int h0 = dh0[e], l0 = dl0[e], h1 = dh1[e], l1 = dl1[e];
-                            if (Q6) { /* q - 32 */
-                                h0 -= ma.z, h1 -= mb.z;
-                                l0 -= ma.w, l1 -= mb.w;
-                            }
-                            const float D0 =
-                                fmaf((float)h0, 65536.0f, (float)(dm0[e] * 256 + l0)) * __int_as_float(ma.x);
-                            const float D1 =
-                                fmaf((float)h1, 65536.0f, (float)(dm1[e] * 256 + l1)) * __int_as_float(mb.x);
-                            const float d = S.ws[jj][0][wr];
-                            const float u = fmaf(S.ws[jj][3][wr], D1, S.ws[jj][2][wr] * D0);
-                            if (Q6) {
-                                acc[mt * 4 + e] = fmaf(d, u, acc[mt * 4 + e]);
-                            } else {
-                                const float v =
-                                    fmaf(S.ws[jj][5][wr], __int_as_float(mb.y), S.ws[jj][4][wr] * __int_as_float(ma.y));
-                                acc[mt * 4 + e] = fmaf(-S.ws[jj][1][wr], v, fmaf(d, u, acc[mt * 4 + e]));
-                            }
-                        }
+                for (uint32_t e = 0; e < 4; e++) {
+                    /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e).
+                     * Decode's (float)h and (float)(256 dm + dl) (Q6_K: each less its offset):
+                     * the first exact, the second a rounded conversion of an integer below
+                     * 2^27, which is fmaf((float)dm, 256, (float)dl) with both exact (one
+                     * rounding of the exact sum); the offset 32 (256 sm + sl) splits as 256
+                     * (32 sm) + 32 sl, exactly */
+                    const uint32_t wr = r + 8 * (e >> 1);
+                    const int4 ma = mA[e & 1], mb = mB[e & 1];
+                    const float h0 = __int_as_float(dh0[e]) - MC_KQM_MAGIC_F;
+                    const float p0 =
+                        fmaf(__int_as_float(dm0[e]) - MC_KQM_MAGIC_F, 256.0f, __int_as_float(dl0[e]) - MC_KQM_MAGIC_F);
+                    const float h1 = __int_as_float(dh1[e]) - MC_KQM_MAGIC_F;
+                    const float p1 =
+                        fmaf(__int_as_float(dm1[e]) - MC_KQM_MAGIC_F, 256.0f, __int_as_float(dl1[e]) - MC_KQM_MAGIC_F);
+                    const float D0 = fmaf(h0, 65536.0f, p0) * __int_as_float(ma.x);
+                    const float D1 = fmaf(h1, 65536.0f, p1) * __int_as_float(mb.x);
+                    const float4 ws = S.ws[jj][wr][0];
+                    const float u = fmaf(ws.w, D1, ws.z * D0);
+                    if (Q6) {
+                        acc[mt * 4 + e] = fmaf(ws.x, u, acc[mt * 4 + e]);
+                    } else {
+                        const float2 wm = *(const float2 *)&S.ws[jj][wr][1];
+                        const float v = fmaf(wm.y, __int_as_float(mb.y), wm.x * __int_as_float(ma.y));
+                        acc[mt * 4 + e] = fmaf(-ws.y, v, fmaf(ws.x, u, acc[mt * 4 + e]));
                     }
                 }
             }
-            /* the class's sum into the tree (chunk_mma.cu): added to the left subtrees while n's low
-             * bits are ones, then kept at that level; after n = 31, the part's tree */
-            const uint32_t ones = __ffs(~n) - 1;
+        };
 #pragma unroll
-            for (uint32_t L = 0; L < 5; L++)
-                if (L < ones)
-#pragma unroll
-                    for (uint32_t e = 0; e < 8; e++)
-                        acc[e] = st[L][e] + acc[e];
-            switch (ones) {
-            case 0: mc_mma_keep(st[0], acc); break;
-            case 1: mc_mma_keep(st[1], acc); break;
-            case 2: mc_mma_keep(st[2], acc); break;
-            case 3: mc_mma_keep(st[3], acc); break;
-            case 4: mc_mma_keep(st[4], acc); break;
-            default:
-#pragma unroll
-                for (uint32_t e = 0; e < 8; e++)
-                    dsum[e] = p == 0 ? acc[e] : dsum[e] + acc[e];
-            }
+        for (uint32_t jj = 0; jj < JB; jj++) {
+            if (valid >> jj & 1)
+                slot(jj);
+            if (ends >> jj & 1)
+                push();
         }
     }
+    float dsum[8];
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        dsum[e] = tree[(4 * 8 + e) * NT + tid];
     __syncthreads();
     float *fin = (float *)smraw; /* [x row][weight row] */
 #pragma unroll
@@ -386,8 +436,8 @@ static uint32_t mc_kqm_ksplit(uint32_t rows) {
 int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
     return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
-           c->qdot == MC_QDOT_AUTO && (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ ||
-                                              c->chunk == MC_CHUNK_MMA_FAULT) &&
+           c->qdot == MC_QDOT_AUTO &&
+           (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT) &&
            w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
            w->aux_stride == ar && w->aux;
 }
@@ -397,18 +447,26 @@ static cudaError_t mc_kqm_launch(int glu, dim3 grid, const mc_matrix *w, const u
                                  const uint4 *xl, const int4 *meta, const float *rs, const float *bias,
                                  const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M, uint32_t ks,
                                  uint32_t f, cudaStream_t st) {
+    static unsigned char ready[3][MC_MAX_DEVICES];
+    const int gi = glu == MC_GLU_SILU ? 1 : glu == MC_GLU_GELU ? 2 : 0;
+    const void *fn = gi == 1   ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU>
+                     : gi == 2 ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU>
+                               : (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE>;
+    const cudaError_t e = mc_mma_smem_allow(fn, (int)MC_KQM_SMEM, ready[gi], MC_MAX_DEVICES);
+    if (e != cudaSuccess)
+        return e;
     switch (glu) {
     case MC_GLU_SILU:
         chunk_gemv_kq_mma<T, MC_GLU_SILU>
-            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     case MC_GLU_GELU:
         chunk_gemv_kq_mma<T, MC_GLU_GELU>
-            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     default:
         chunk_gemv_kq_mma<T, MC_GLU_NONE>
-            <<<grid, MC_KQM_NT, 0, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     }
     return cudaGetLastError();
@@ -430,7 +488,10 @@ cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x
     uint4 *xh = (uint4 *)base, *xm = xh + (size_t)M * nch, *xl = xm + (size_t)M * nch;
     int4 *meta = (int4 *)(xl + (size_t)M * nch);
     float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
-    chunk_kq_quant<<<M, MC_KQM_PREP, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, meta, rs);
+    if (w->type == MEMRA_TYPE_Q6_K)
+        chunk_kq_quant<true><<<M, MC_KQM_PREP, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, meta, rs);
+    else
+        chunk_kq_quant<false><<<M, MC_KQM_PREP, 0, st>>>(x, ldx, norm_w, w->cols, eps, xh, xm, xl, meta, rs);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
@@ -452,7 +513,7 @@ cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x
 const char *mc_chunk_kq_family(const void *f) {
     if (MC_KQM_FAM(MEMRA_TYPE_Q4_K) || MC_KQM_FAM(MEMRA_TYPE_Q5_K) || MC_KQM_FAM(MEMRA_TYPE_Q6_K))
         return "chunk_gemv";
-    if (f == (const void *)chunk_kq_quant)
+    if (f == (const void *)chunk_kq_quant<true> || f == (const void *)chunk_kq_quant<false>)
         return "chunk_prep";
     return NULL;
 }

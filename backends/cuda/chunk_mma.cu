@@ -25,38 +25,52 @@
  * The classes: a thread holds the sums of 8 (row, x row) elements of its block's tile, and walks
  * the classes one at a time, in the order in which decode's tree pairs them (the bit-reversed lane
  * order 0, 16, 8, 24, 4, ...), each class's chunks in increasing order, so the tree is a stack of
- * five partial sums per element: after the class at position n of that order, its sum is added to
- * the stack's entries while n's low bits are ones (each the left subtree of the same level), as
+ * five partial sums per element (levels 0 and 1 in registers, 2 to 4 and the parts' sum in shared
+ * memory, a slot a thread): after the class at position n of that order, its sum is added to the
+ * stack's entries while n's low bits are ones (each the left subtree of the same level), as
  * mc_warp_sum adds them. After the 32 classes of a part the stack holds the part's tree; the parts
  * are added in order, as decode's. So the bits are decode's by construction (the check program
  * memra_cuda_check_chunk_mma compares them per row, with a negative control: MC_CHUNK_MMA_FAULT,
  * the classes in lane order, a tree decode does not build).
  *
- * Block: 512 threads (16 warps as 2 x 8 of 32 weight rows x 8 x rows), a tile of 64 weight rows x
- * 64 x rows; per step (one class, up to MC_MMA_JB of its chunks) the weights, the three planes and
- * the scales of the tile are staged in shared memory (cp.async, double-buffered: the next step's
- * loads in flight while this one computes). Per call: the weights (rows x cols bytes and their
- * block scales) once per 64 x rows (consecutive blocks take the same weights, so L2 serves the
- * repeats), the planes (M x cols x 3 bytes and M x cols / 16 scales) once per 64 weight rows. */
+ * Block: 64 NN threads (2 x NN warps of 32 weight rows x 8 x rows; NN = 4 by default, two blocks an
+ * SM), a tile of 64 weight rows x 8 NN x rows; a step stages MC_MMA_JB chunk slots (mc_mma_plan: a
+ * class's chunks, or the chunks of 2, 4 or 8 classes where classes are short, so a step is never a
+ * sliver) of the tile's weights, three planes and scales in dynamic shared memory (cp.async,
+ * double-buffered: the next step's loads in flight while this one computes), and a warp reads its
+ * fragments with ldmatrix (one for its 32 weight rows, one for the three planes of its 8 x rows);
+ * a step whose slots all hold chunks runs software-pipelined by half slots (the next half's loads
+ * and MMAs issued before this half's float chain). Per call: the weights (rows x cols bytes and
+ * their block scales) once per tile of x rows (consecutive blocks take the same weights, so L2
+ * serves the repeats), the planes (M x cols x 3 bytes and M x cols / 16 scales) once per 64 weight
+ * rows. */
 #include "chunk_kq.h"
 #include "cuda_common.cuh"
 #include "mma_s8.cuh"
 
-#define MC_MMA_BR 64u           /* weight rows of a block's tile */
-#define MC_MMA_JB 4u            /* chunks of one class a step stages */
-#define MC_MMA_NN 8u            /* the default tile: warps along x (8 x rows each), so 64 x rows and 512 threads */
+#define MC_MMA_BR 64u /* weight rows of a block's tile */
+#define MC_MMA_JB 8u  /* chunk slots a step stages (mc_mma_plan: one class's, or several classes') */
+/* The default tile: MC_MMA_NN warps along x (8 x rows each), so 32 x rows and 256 threads, two
+ * blocks an SM (on the H200 2-5% faster than 64 x rows in one block of 512; the same bits). */
+#define MC_MMA_NN 4u
 #define MC_MMA_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 */
 #define MC_MMA_MAGIC_F 12582912.0f
+#define MC_MMA_TREE 4u /* the tree's levels 2, 3, 4 and the parts' sum, kept in shared memory */
 
 /* One step's staging buffer, for a tile of BT x rows. */
 template <uint32_t BT> struct mc_mma_stage {
     uint4 w[MC_MMA_JB][MC_MMA_BR]; /* weight chunks */
-    uint4 x[3][MC_MMA_JB][BT];     /* plane hi, mid, lo chunks */
+    uint4 x[MC_MMA_JB][3][BT];     /* plane hi, mid, lo chunks */
     float s[MC_MMA_JB][BT];        /* the x chunks' scales */
     float d[MC_MMA_JB][MC_MMA_BR]; /* the weight blocks' scales, as floats, rows 16k + i and 16k + i + 8
                                     * side by side (mc_mma_dpos) */
 };
 #define MC_MMA_FIN_LD (MC_MMA_BR + 1u)
+/* The dynamic shared memory of a tile of 8 NN x rows: two stages, then the tree's levels kept
+ * there (MC_MMA_TREE x 8 floats a thread, [level][element][thread]). */
+template <uint32_t NN> constexpr size_t mc_mma_smem(void) {
+    return 2 * sizeof(mc_mma_stage<8 * NN>) + sizeof(float) * MC_MMA_TREE * 8 * 64 * NN;
+}
 
 __device__ __forceinline__ void mc_mma_cp16(void *dst, const void *src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
@@ -75,134 +89,218 @@ __device__ __forceinline__ uint32_t mc_mma_dpos(uint32_t r) { return (r & ~15u) 
 
 /* NN warps along x (BT = 8 NN x rows), 2 along the weight rows: 64 NN threads. */
 template <int GLU, uint32_t NN>
-__global__ void __launch_bounds__(64 * NN, 1)
+__global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
     chunk_gemv_q8_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const float *xs,
                       const float *rs, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
                       uint32_t M, uint32_t ks, uint32_t fault) {
-    constexpr uint32_t BT = 8 * NN, NT = 64 * NN;
+    constexpr uint32_t BT = 8 * NN, NT = 64 * NN, JB = MC_MMA_JB;
+    constexpr uint32_t WPT = (JB * MC_MMA_BR + NT - 1) / NT; /* weight chunks a thread stages */
     typedef mc_mma_stage<BT> stage;
     static_assert(sizeof(float) * BT * MC_MMA_FIN_LD <= 2 * sizeof(stage), "the final tile fits");
-    static_assert(NT >= MC_MMA_BR * MC_MMA_JB && NT >= BT * MC_MMA_JB, "a copy a thread");
-    __shared__ __align__(16) unsigned char smraw[2 * sizeof(stage)];
+    static_assert(JB * BT == NT, "an x chunk a thread");
+    extern __shared__ __align__(16) unsigned char smraw[];
     stage *sb = (stage *)smraw;
+    float *tree = (float *)(smraw + 2 * sizeof(stage)); /* [level][element][thread] */
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const uint32_t m0 = (warp & 1) * 32, n0 = (warp >> 1) * 8;
     const uint32_t t0 = blockIdx.x * BT, r0 = blockIdx.y * MC_MMA_BR;
-    const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK, cstride = 32 * ks;
-    /* this thread's staging: weight row tid % 64 of chunk slot tid / 64 (threads below 256), x row
-     * tid % BT of chunk slot tid / BT (threads below 4 BT) */
-    const uint32_t srow = tid % MC_MMA_BR, sj = tid < MC_MMA_BR * MC_MMA_JB ? tid / MC_MMA_BR : MC_MMA_JB;
-    const uint32_t sxr = tid % BT, sxj = tid < BT * MC_MMA_JB ? tid / BT : MC_MMA_JB;
-    const uint32_t grow = r0 + srow < w.rows ? r0 + srow : w.rows - 1;
+    const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
+    const mc_mma_plan P = mc_mma_plan_make<JB>(nch, ks);
+    /* this thread's staging: weight row i % 64 of slot i / 64 for i = tid + k NT below 64 JB; x row
+     * tid % BT of slot tid / BT */
+    const uint32_t sxr = tid % BT;
+    const mc_mma_slot sxs = mc_mma_slot_of<JB>(P, tid / BT);
+    mc_mma_slot sws[WPT];
+#pragma unroll
+    for (uint32_t k = 0; k < WPT; k++)
+        sws[k] = mc_mma_slot_of<JB>(P, (tid + k * NT) / MC_MMA_BR);
     const uint32_t gt = t0 + sxr < M ? t0 + sxr : M - 1;
+    const size_t xoff = (size_t)gt * nch;
 
-    float dreg = 0.0f;
-    /* issues step c's loads into buffer b (the weight scale into dreg, stored at the step's start) */
-    auto issue = [&](const mc_mma_cursor &c, uint32_t b) {
-        const uint32_t first = 32 * c.p + mc_mma_lane(c.n, fault);
-        const uint32_t J = mc_mma_count(first, nch, cstride), j = c.jb * MC_MMA_JB;
-        if (sj < MC_MMA_JB && j + sj < J) {
-            const uint32_t ch = first + cstride * (j + sj);
-            mc_mma_cp16(&sb[b].w[sj][srow], (const char *)w.data + (size_t)grow * w.stride + (size_t)ch * 16);
-            dreg = __half2float(__ushort_as_half(__ldg(w.scales + (size_t)grow * nsc + ch / 2)));
+    float dreg[WPT];
+#pragma unroll
+    for (uint32_t k = 0; k < WPT; k++)
+        dreg[k] = 0.0f;
+    /* issues step a's loads into buffer b (the weight scales into dreg, stored at the step's start) */
+    auto issue = [&](const mc_mma_at &a, uint32_t b) {
+#pragma unroll
+        for (uint32_t k = 0; k < WPT; k++) {
+            const uint32_t i = tid + k * NT;
+            if (i < JB * MC_MMA_BR) {
+                const uint32_t srow = i % MC_MMA_BR, sj = i / MC_MMA_BR;
+                const uint32_t grow = r0 + srow < w.rows ? r0 + srow : w.rows - 1;
+                const uint32_t ch = mc_mma_item(P, a, sws[k], ks, fault);
+                if (ch != ~0u) {
+                    mc_mma_cp16(&sb[b].w[sj][srow], (const char *)w.data + (size_t)grow * w.stride + (size_t)ch * 16);
+                    dreg[k] = __half2float(__ushort_as_half(__ldg(w.scales + (size_t)grow * nsc + ch / 2)));
+                }
+            }
         }
-        if (sxj < MC_MMA_JB && j + sxj < J) {
-            const uint32_t ch = first + cstride * (j + sxj);
-            const size_t xoff = (size_t)gt * nch;
-            mc_mma_cp16(&sb[b].x[0][sxj][sxr], xh + xoff + ch);
-            mc_mma_cp16(&sb[b].x[1][sxj][sxr], xm + xoff + ch);
-            mc_mma_cp16(&sb[b].x[2][sxj][sxr], xl + xoff + ch);
+        const uint32_t ch = mc_mma_item(P, a, sxs, ks, fault), sxj = tid / BT;
+        if (ch != ~0u) {
+            mc_mma_cp16(&sb[b].x[sxj][0][sxr], xh + xoff + ch);
+            mc_mma_cp16(&sb[b].x[sxj][1][sxr], xm + xoff + ch);
+            mc_mma_cp16(&sb[b].x[sxj][2][sxr], xl + xoff + ch);
             mc_mma_cp4(&sb[b].s[sxj][sxr], xs + xoff + ch);
         }
     };
 
-    float acc[8], st[5][8], dsum[8];
+    /* the sums: acc the class's, st0 and st1 the tree's levels 0 and 1 (the others in `tree`) */
+    float acc[8], st0[8], st1[8];
 #pragma unroll
     for (uint32_t e = 0; e < 8; e++)
-        dsum[e] = 0.0f;
-    mc_mma_cursor nx = {0, 0, 0, 0};
-    mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 0);
-    if (nx.valid) {
-        issue(nx, 0);
-        mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 1);
-    }
-    mc_mma_commit();
-    uint32_t s = 0;
-#pragma unroll 1
-    for (uint32_t p = 0; p < ks; p++) {
-#pragma unroll 1
-        for (uint32_t n = 0; n < 32; n++) {
-            const uint32_t first = 32 * p + mc_mma_lane(n, fault), J = mc_mma_count(first, nch, cstride);
+        acc[e] = 0.0f, st0[e] = 0.0f, st1[e] = 0.0f;
+    uint32_t cn = 0, cp = 0; /* the class position and part the next class sum goes to */
+    /* the class's sum into the tree: added to the left subtrees while n's low bits are ones, then
+     * kept at that level; after n = 31, the part's tree, added to the parts' sum */
+    auto push = [&]() {
+        const uint32_t ones = __ffs(~cn) - 1;
+        if (ones >= 1)
 #pragma unroll
             for (uint32_t e = 0; e < 8; e++)
-                acc[e] = 0.0f;
-#pragma unroll 1
-            for (uint32_t jb = 0; jb * MC_MMA_JB < J; jb++, s++) {
-                const uint32_t b = s & 1, jv = min(MC_MMA_JB, J - jb * MC_MMA_JB);
-                if (sj < jv)
-                    sb[b].d[sj][mc_mma_dpos(srow)] = dreg;
-                if (nx.valid) {
-                    issue(nx, b ^ 1);
-                    mc_mma_next<MC_MMA_JB>(nx, nch, ks, fault, 1);
-                }
-                mc_mma_commit();
-                mc_mma_wait1();
-                __syncthreads();
-                const stage &S = sb[b];
-#pragma unroll 1
-                for (uint32_t jj = 0; jj < jv; jj++) {
-                    const uint32_t xr = n0 + g;
-                    const uint32_t bh = ((const uint32_t *)&S.x[0][jj][xr])[q];
-                    const uint32_t bm = ((const uint32_t *)&S.x[1][jj][xr])[q];
-                    const uint32_t bl = ((const uint32_t *)&S.x[2][jj][xr])[q];
-                    const float2 sx = *(const float2 *)&S.s[jj][n0 + 2 * q];
+                acc[e] = st0[e] + acc[e];
+        if (ones >= 2)
 #pragma unroll
-                    for (uint32_t mt = 0; mt < 2; mt++) {
-                        const uint32_t r = m0 + 16 * mt + g;
-                        const uint32_t a0 = ((const uint32_t *)&S.w[jj][r])[q];
-                        const uint32_t a1 = ((const uint32_t *)&S.w[jj][r + 8])[q];
-                        const float2 dw = *(const float2 *)&S.d[jj][m0 + 16 * mt + 2 * g]; /* rows r, r + 8 */
-                        int dh[4], dm[4], dl[4];
-                        mc_mma_s8(dh, a0, a1, bh, MC_MMA_MAGIC);
-                        mc_mma_s8(dm, a0, a1, bm, MC_MMA_MAGIC);
-                        mc_mma_s8(dl, a0, a1, bl, MC_MMA_MAGIC);
+            for (uint32_t e = 0; e < 8; e++)
+                acc[e] = st1[e] + acc[e];
 #pragma unroll
-                        for (uint32_t e = 0; e < 4; e++) {
-                            /* element e: weight row r (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
-                            const float fh = __int_as_float(dh[e]) - MC_MMA_MAGIC_F;
-                            const float fm = __int_as_float(dm[e]) - MC_MMA_MAGIC_F;
-                            const float fl = __int_as_float(dl[e]) - MC_MMA_MAGIC_F;
-                            const float dot = fmaf(fh, 65536.0f, fmaf(fm, 256.0f, fl));
-                            const float sc = ((e >> 1) ? dw.y : dw.x) * ((e & 1) ? sx.y : sx.x);
-                            acc[mt * 4 + e] = fmaf(dot, sc, acc[mt * 4 + e]);
-                        }
-                    }
-                }
-                __syncthreads(); /* the buffer is free for the step after next */
-            }
-            /* the class's sum into the tree: added to the left subtrees while n's low bits are ones
-             * (ones: how many), then kept at that level; after n = 31, the part's tree */
-            const uint32_t ones = __ffs(~n) - 1;
-#pragma unroll
-            for (uint32_t L = 0; L < 5; L++)
-                if (L < ones)
-#pragma unroll
-                    for (uint32_t e = 0; e < 8; e++)
-                        acc[e] = st[L][e] + acc[e];
-            switch (ones) {
-            case 0: mc_mma_keep(st[0], acc); break;
-            case 1: mc_mma_keep(st[1], acc); break;
-            case 2: mc_mma_keep(st[2], acc); break;
-            case 3: mc_mma_keep(st[3], acc); break;
-            case 4: mc_mma_keep(st[4], acc); break;
-            default:
+        for (uint32_t L = 2; L < 5; L++)
+            if (ones > L)
 #pragma unroll
                 for (uint32_t e = 0; e < 8; e++)
-                    dsum[e] = p == 0 ? acc[e] : dsum[e] + acc[e];
+                    acc[e] = tree[((L - 2) * 8 + e) * NT + tid] + acc[e];
+        if (ones == 0) {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                st0[e] = acc[e];
+        } else if (ones == 1) {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                st1[e] = acc[e];
+        } else if (ones < 5) {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++)
+                tree[((ones - 2) * 8 + e) * NT + tid] = acc[e];
+        } else {
+#pragma unroll
+            for (uint32_t e = 0; e < 8; e++) {
+                float *ds = &tree[(3 * 8 + e) * NT + tid];
+                *ds = cp == 0 ? acc[e] : *ds + acc[e];
             }
         }
+#pragma unroll
+        for (uint32_t e = 0; e < 8; e++)
+            acc[e] = 0.0f;
+        if (++cn == 32)
+            cn = 0, cp++;
+    };
+
+    mc_mma_at cur = {0, 0, 0}, nx = {0, 0, 0};
+    issue(nx, 0);
+    mc_mma_at_next(nx, P);
+    mc_mma_commit();
+    /* the B fragments' rows (x rows n0 .. n0 + 7 of planes hi, mid, lo: the fourth matrix repeats lo) */
+    const uint32_t bpl = (lane >> 3) < 2 ? (lane >> 3) : 2u, brow = n0 + (lane & 7);
+#pragma unroll 1
+    for (uint32_t s = 0; s < P.nsteps; s++) {
+        const uint32_t b = s & 1;
+#pragma unroll
+        for (uint32_t k = 0; k < WPT; k++) {
+            const uint32_t i = tid + k * NT;
+            if (i < JB * MC_MMA_BR)
+                sb[b].d[i / MC_MMA_BR][mc_mma_dpos(i % MC_MMA_BR)] = dreg[k];
+        }
+        if (s + 1 < P.nsteps) {
+            issue(nx, b ^ 1);
+            mc_mma_at_next(nx, P);
+        }
+        mc_mma_commit();
+        uint32_t valid, ends;
+        mc_mma_masks<JB>(P, cur, fault, valid, ends);
+        mc_mma_at_next(cur, P);
+        mc_mma_wait1();
+        __syncthreads();
+        const stage &S = sb[b];
+        /* slot jj's chunk into the class's sums */
+        auto slot = [&](uint32_t jj) {
+            uint32_t A[4], B[4];
+            mc_ldsm4(A, &S.w[jj][m0 + lane]);
+            mc_ldsm4(B, &S.x[jj][bpl][brow]);
+            const float2 sx = *(const float2 *)&S.s[jj][n0 + 2 * q];
+#pragma unroll
+            for (uint32_t mt = 0; mt < 2; mt++) {
+                const float2 dw = *(const float2 *)&S.d[jj][m0 + 16 * mt + 2 * g]; /* rows r, r + 8 */
+                int dh[4], dm[4], dl[4];
+                mc_mma_s8(dh, A[2 * mt], A[2 * mt + 1], B[0], MC_MMA_MAGIC);
+                mc_mma_s8(dm, A[2 * mt], A[2 * mt + 1], B[1], MC_MMA_MAGIC);
+                mc_mma_s8(dl, A[2 * mt], A[2 * mt + 1], B[2], MC_MMA_MAGIC);
+#pragma unroll
+                for (uint32_t e = 0; e < 4; e++) {
+                    /* element e: weight row m0 + 16 mt + g (+8 for e >= 2), x row n0 + 2q (+1 for odd e) */
+                    const float fh = __int_as_float(dh[e]) - MC_MMA_MAGIC_F;
+                    const float fm = __int_as_float(dm[e]) - MC_MMA_MAGIC_F;
+                    const float fl = __int_as_float(dl[e]) - MC_MMA_MAGIC_F;
+                    const float dot = fmaf(fh, 65536.0f, fmaf(fm, 256.0f, fl));
+                    const float sc = ((e >> 1) ? dw.y : dw.x) * ((e & 1) ? sx.y : sx.x);
+                    acc[mt * 4 + e] = fmaf(dot, sc, acc[mt * 4 + e]);
+                }
+            }
+        };
+        if (valid == (1u << JB) - 1) {
+            /* every slot holds a chunk: software-pipelined by half slots (slot jj, weight tile
+             * mt), the next half's fragment loads and MMAs in flight while this half's float chain
+             * runs; the same operations on the same values as slot() */
+            uint32_t A[4], B[4];
+            int D[2][3][4];
+            auto mmas = [&](uint32_t h, int(&d)[3][4]) {
+                const uint32_t jj = h >> 1, mt = h & 1;
+                if (mt == 0) {
+                    mc_ldsm4(A, &S.w[jj][m0 + lane]);
+                    mc_ldsm4(B, &S.x[jj][bpl][brow]);
+                }
+                mc_mma_s8(d[0], A[2 * mt], A[2 * mt + 1], B[0], MC_MMA_MAGIC);
+                mc_mma_s8(d[1], A[2 * mt], A[2 * mt + 1], B[1], MC_MMA_MAGIC);
+                mc_mma_s8(d[2], A[2 * mt], A[2 * mt + 1], B[2], MC_MMA_MAGIC);
+            };
+            auto chain = [&](uint32_t h, const int(&d)[3][4]) {
+                const uint32_t jj = h >> 1, mt = h & 1;
+                const float2 sx = *(const float2 *)&S.s[jj][n0 + 2 * q];
+                const float2 dw = *(const float2 *)&S.d[jj][m0 + 16 * mt + 2 * g]; /* rows r, r + 8 */
+#pragma unroll
+                for (uint32_t e = 0; e < 4; e++) {
+                    const float fh = __int_as_float(d[0][e]) - MC_MMA_MAGIC_F;
+                    const float fm = __int_as_float(d[1][e]) - MC_MMA_MAGIC_F;
+                    const float fl = __int_as_float(d[2][e]) - MC_MMA_MAGIC_F;
+                    const float dot = fmaf(fh, 65536.0f, fmaf(fm, 256.0f, fl));
+                    const float sc = ((e >> 1) ? dw.y : dw.x) * ((e & 1) ? sx.y : sx.x);
+                    acc[mt * 4 + e] = fmaf(dot, sc, acc[mt * 4 + e]);
+                }
+            };
+            mmas(0, D[0]);
+#pragma unroll
+            for (uint32_t h = 0; h < 2 * JB; h++) {
+                if (h + 1 < 2 * JB)
+                    mmas(h + 1, D[(h + 1) & 1]);
+                chain(h, D[h & 1]);
+                if ((h & 1) && (ends >> (h >> 1) & 1))
+                    push();
+            }
+        } else {
+#pragma unroll
+            for (uint32_t jj = 0; jj < JB; jj++) {
+                if (valid >> jj & 1)
+                    slot(jj);
+                if (ends >> jj & 1)
+                    push();
+            }
+        }
+        __syncthreads(); /* the buffer is free for the step after next */
     }
     mc_mma_wait0();
+    float dsum[8];
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        dsum[e] = tree[(3 * 8 + e) * NT + tid];
     __syncthreads();
     float *fin = (float *)smraw; /* [x row][weight row] */
 #pragma unroll
@@ -235,18 +333,27 @@ static cudaError_t mc_chunk_q8_mma_nn(int glu, uint32_t fault, const mc_matrix *
                                       cudaStream_t st) {
     const uint32_t ks = mc_q8x_ksplit(w->rows), f = fault ? 1u : 0u;
     const dim3 grid((M + 8 * NN - 1) / (8 * NN), (w->rows + MC_MMA_BR - 1) / MC_MMA_BR);
+    constexpr size_t smem = mc_mma_smem<NN>();
+    static unsigned char ready[3][MC_MAX_DEVICES];
+    const int gi = glu == MC_GLU_SILU ? 1 : glu == MC_GLU_GELU ? 2 : 0;
+    const void *fn = gi == 1   ? (const void *)chunk_gemv_q8_mma<MC_GLU_SILU, NN>
+                     : gi == 2 ? (const void *)chunk_gemv_q8_mma<MC_GLU_GELU, NN>
+                               : (const void *)chunk_gemv_q8_mma<MC_GLU_NONE, NN>;
+    const cudaError_t e = mc_mma_smem_allow(fn, (int)smem, ready[gi], MC_MAX_DEVICES);
+    if (e != cudaSuccess)
+        return e;
     switch (glu) {
     case MC_GLU_SILU:
         chunk_gemv_q8_mma<MC_GLU_SILU, NN>
-            <<<grid, 64 * NN, 0, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     case MC_GLU_GELU:
         chunk_gemv_q8_mma<MC_GLU_GELU, NN>
-            <<<grid, 64 * NN, 0, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     default:
         chunk_gemv_q8_mma<MC_GLU_NONE, NN>
-            <<<grid, 64 * NN, 0, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
+            <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     }
     return cudaGetLastError();
