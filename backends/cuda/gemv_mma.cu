@@ -22,14 +22,15 @@
  * (up to 64 rows of x live, in n-tiles of 8) give each (row, token) the same bits.
  *
  * Decode (gemv_mma): a block of 8 warps; warp w takes tile 8/KS blockIdx.x + w / KS (16 rows) and
- * part w % KS, streams its weights through a cp.async ring of its own in shared memory, reads x'
- * staged there once a block (the decode section says how), and the part-0 warp adds
+ * part w % KS, keeps MC_MMA_U k-blocks of its weights in flight in registers, reads x' staged in
+ * shared memory once a block (the decode section says how), and the part-0 warp adds
  * the parts. Bound by the weight bytes, as the row-group kernel. Prefill (chunk_gemv_mma): a block
- * of 8 warps takes 128 rows and 128 rows of x (a warp 32 x 64: two m-tiles by eight n-tiles); x'
- * comes as bf16 from a prep kernel (chunk_mma_prep, a block a row of x, with the 1/rms per row in
- * decode's order); the k-blocks of weights and x' stream through shared memory (cp.async, 4
- * stages of 2 k-blocks), each lane reading its fragments there as decode reads them from memory,
- * each part's chain in registers (consecutive blocks share the weights in L2). Served: BF16
+ * of 4 warps takes 128 rows and 64 rows of x (a warp 32 x 64: two m-tiles by eight n-tiles; the
+ * tile is mc_mma_ch_tile); x' comes as bf16 from a prep kernel (chunk_mma_prep, a block a row of
+ * x, with the 1/rms per row in decode's order); the k-blocks of weights and x' stream through
+ * shared memory (cp.async, 3 stages of one k-block), each lane reading its fragments there as
+ * decode reads them from memory, each part's chain in registers, the part sums in shared memory
+ * (consecutive blocks share the weights in L2). Served: BF16
  * matrices whose columns are a multiple of 8 (mc_gemv_mma_serves); every other type and shape
  * keeps its own kernels under gemv=mma. */
 #include "cuda_common.cuh"
@@ -121,25 +122,22 @@ __device__ __forceinline__ void mc_mma_store(float (&d)[MC_GEMV_ROWS], bool scal
 
 /* ---- decode ------------------------------------------------------------------------------- */
 
-/* Two things keep a decode warp's chain short. The weights stream through a ring in shared
- * memory, per warp: MC_MMA_S stages of MC_MMA_V k-blocks (each k-block 1 KB: the lanes' 16 bytes
- * of rows g, then of rows g + 8, 512 bytes each, so that the lanes' reads hit 32 distinct banks),
- * filled by cp.async (16 bytes a lane, zero-filled past the columns; the L2::256B prefetch hint
- * and an L2 evict-first policy: the weights are read once a token) and read back only by the lane
- * that filled them (no barrier: cp.async.wait_group makes a thread's own copies visible to it).
- * All stages are asked for before the wait on the kernel before, then each consumed stage again
- * MC_MMA_S stages ahead. And x' (bf16, both planes with mma2) and, with a norm, x itself (for the
- * sum of squares) are staged in shared memory once a block, after the wait, when they fit
- * (mc_mmad_xs_bytes <= MC_MMA_XS_MAX; else each k-block loads its x from global memory, as the
- * first version did for all): a k-block then waits on no global load of x, which measured as the
- * warp's critical path (about 0.6 us a k-block on the H200, whatever the weights in flight:
- * bench/gpu/NOTES.md). The arithmetic is the first version's: the same k-blocks in the same
- * order, the same x' (x * norm_w rounded once to bf16) and sum of squares, the same MMAs on the
- * same fragments. */
-#define MC_MMA_V 2u               /* k-blocks a stage */
-#define MC_MMA_S 4u               /* stages a warp */
-#define MC_MMA_XS_MAX (40u << 10) /* staged x' and x, at most (with the ring: 104 KB a block) */
-#define MC_MMA_RING (MC_MMA_WARPS * MC_MMA_S * MC_MMA_V * 1024u)
+/* Two things keep a decode warp's chain short. Its weights come in registers, MC_MMA_U k-blocks
+ * ahead (16-byte ld.global.cs a lane and row: the weights are read once a token), the first ones
+ * asked for before the wait on the kernel before. And x' (bf16, both planes with mma2) and, with a
+ * norm, x itself (for the sum of squares) are staged in shared memory once a block, after the
+ * wait, when they fit (mc_mmad_xs_bytes <= MC_MMA_XS_MAX; else each k-block loads its x from
+ * global memory, as the first version did for all): a k-block then waits on no global load of x,
+ * which measured as the warp's critical path (about 0.6 us a k-block on the H200, whatever the
+ * weights in flight). memra_cuda_mma_decode_bench timed this against the first version and seven
+ * cp.async rings (per-warp stages of 1 to 2 k-blocks, 4 to 8 deep, L2 evict-first and 256-byte
+ * prefetch hints, row-segment fills), all with the same bits: this one was the fastest on 9 of
+ * the 10 llama-8b and llama-1b shapes (sum 525.7 us against 569.3 for the best ring and 633.2 for
+ * the first version; the 8B head at 102% of the 1 GiB copy's rate): bench/gpu/NOTES.md. The
+ * arithmetic is the first version's: the same k-blocks in the same order, the same x' (x *
+ * norm_w rounded once to bf16) and sum of squares, the same MMAs on the same fragments. */
+#define MC_MMA_U 4u               /* k-blocks a warp has in flight */
+#define MC_MMA_XS_MAX (40u << 10) /* staged x' and x, at most */
 
 /* Bytes of the staged x: PL planes of x' (nkb * 64 bytes each), then with a norm x (nkb * 128). */
 static uint32_t mc_mmad_xs_bytes(uint32_t cols, int pl, bool norm) {
@@ -147,53 +145,38 @@ static uint32_t mc_mmad_xs_bytes(uint32_t cols, int pl, bool norm) {
     return nkb * 64u * (uint32_t)pl + (norm ? nkb * 128u : 0u);
 }
 
-__device__ __forceinline__ void mc_mmad_cp16(uint32_t dst, const void *src, uint32_t n, uint64_t pol) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
-                 "r"(n), "l"(pol)
-                 : "memory");
-}
-
 /* Per call: reads rows x cols weights (streamed), x and norm_w (cols floats), bias and residual;
  * writes y (rows floats, rows / 2 with a GLU); with POST the last block reads y, pn.w, pn.x and
- * writes pn.x. Dynamic shared memory: MC_MMA_RING, then with xs mc_mmad_xs_bytes. */
+ * writes pn.x. Dynamic shared memory: with xs, mc_mmad_xs_bytes. */
 template <int GLU, int NORM, int POST, int PL>
 __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     gemv_mma(const mc_matrix w, uint32_t ks, uint32_t xs, const float *x, const float *norm_w, float eps,
              const float *bias, const float *residual, float *y, const mc_post_args pn) {
-    constexpr uint32_t V = MC_MMA_V, S = MC_MMA_S;
-    extern __shared__ uint4 mc_mmad_smem[]; /* [warp][stage][k-block][lo 32, hi 32 lanes], then x' and x */
+    extern __shared__ uint4 mc_mmad_smem[]; /* with xs: x' (PL planes), then with a norm x */
     __shared__ float red[MC_MMA_WARPS][17];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t part = warp % ks, r0 = (blockIdx.x * (MC_MMA_WARPS / ks) + warp / ks) * 16;
     const bool live = r0 < w.rows;
     const uint32_t nkb = (w.cols + 31) / 32, kb0 = mc_mma_part(nkb, ks, part), kb1 = mc_mma_part(nkb, ks, part + 1);
-    const uint32_t ra = r0 + g, rb = r0 + g + 8, nst = (kb1 - kb0 + V - 1) / V;
+    const uint32_t ra = r0 + g, rb = r0 + g + 8;
     const uint4 *pa = (const uint4 *)((const uint16_t *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride);
     const uint4 *pb = (const uint4 *)((const uint16_t *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride);
     const uint32_t nq = w.cols / 8; /* 16-byte chunks of a row */
-    const uint4 *ring = mc_mmad_smem + (size_t)warp * S * V * 64;
-    uint4 *xh = mc_mmad_smem + MC_MMA_RING / 16, *xlo = xh + nkb * 4, *xf = xh + PL * nkb * 4;
-    const uint32_t mine = (uint32_t)__cvta_generic_to_shared(ring + lane);
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    /* stage s into its slot, and a commit (an empty one past the end) */
-    auto issue = [&](uint32_t s) {
-        if (s < nst) {
+    uint4 *xh = mc_mmad_smem, *xlo = xh + nkb * 4, *xf = xh + PL * nkb * 4;
+    uint4 na[MC_MMA_U], nb[MC_MMA_U];
+    auto load = [&](uint32_t kb) {
 #pragma unroll
-            for (uint32_t u = 0; u < V; u++) {
-                const uint32_t kb = kb0 + s * V + u, q = kb * 4 + t, slot = ((s % S) * V + u) * 1024;
-                if (kb < kb1) {
-                    mc_mmad_cp16(mine + slot, q < nq ? pa + q : pa, q < nq ? 16 : 0, pol);
-                    mc_mmad_cp16(mine + slot + 512, q < nq ? pb + q : pb, q < nq ? 16 : 0, pol);
-                }
+        for (uint32_t u = 0; u < MC_MMA_U; u++) {
+            const uint32_t q = (kb + u) * 4 + t;
+            na[u] = nb[u] = make_uint4(0, 0, 0, 0);
+            if (kb + u < kb1 && q < nq) {
+                na[u] = __ldcs(pa + q);
+                nb[u] = __ldcs(pb + q);
             }
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
     };
     if (live)
-#pragma unroll
-        for (uint32_t s = 0; s < S; s++)
-            issue(s);
+        load(kb0);
     mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : MC_TRIGGER_GEMV6_RES); /* x comes from earlier kernels */
     if (xs) { /* 8 columns a thread: x' (and its low plane), with a norm x */
         for (uint32_t i = threadIdx.x; i < nkb * 4; i += 32 * MC_MMA_WARPS) {
@@ -229,16 +212,20 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     }
     if (live) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
-#pragma unroll 1
-        for (uint32_t s = 0; s < nst; s++) {
-            asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory"); /* stage s has landed */
-            const uint4 *st = ring + (s % S) * V * 64 + lane;
+        for (uint32_t k0 = kb0; k0 < kb1; k0 += MC_MMA_U) {
+            uint4 ca[MC_MMA_U], cb[MC_MMA_U];
 #pragma unroll
-            for (uint32_t u = 0; u < V; u++) {
-                const uint32_t kb = kb0 + s * V + u;
+            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+                ca[u] = na[u];
+                cb[u] = nb[u];
+            }
+            if (k0 + MC_MMA_U < kb1)
+                load(k0 + MC_MMA_U);
+#pragma unroll
+            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+                const uint32_t kb = k0 + u;
                 if (kb >= kb1)
                     break;
-                const uint4 ca = st[u * 64], cb = st[u * 64 + 32];
                 const uint32_t c = kb * 32 + 8 * t;
                 uint4 xb = make_uint4(0, 0, 0, 0), xl = make_uint4(0, 0, 0, 0);
                 if (g == 0 && c < w.cols) {
@@ -274,13 +261,11 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                     }
                 }
                 if (PL == 2)
-                    mc_mma_kblock2(d, ca, cb, xb, xl);
+                    mc_mma_kblock2(d, ca[u], cb[u], xb, xl);
                 else
-                    mc_mma_kblock(d, ca, cb, xb);
+                    mc_mma_kblock(d, ca[u], cb[u], xb);
             }
-            issue(s + S); /* into the slot just read: this lane's own bytes, its reads are done */
         }
-        asm volatile("cp.async.wait_all;" ::: "memory");
         if (NORM)
             ss = mc_mma_ss4(ss);
         if (t == 0) { /* column 0 of D: rows g (d[0]) and g + 8 (d[2]) */
@@ -315,7 +300,7 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
  * capture). */
 static cudaError_t mc_mmad_prepare(void) {
     cudaError_t e = cudaSuccess;
-    const int n = (int)(MC_MMA_RING + MC_MMA_XS_MAX);
+    const int n = (int)MC_MMA_XS_MAX;
 #define MC_SET(G, N, P)                                                                                                \
     if (e == cudaSuccess)                                                                                              \
         e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);                \
@@ -347,7 +332,7 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((tiles + per_block - 1) / per_block);
     cfg.blockDim = dim3(32 * MC_MMA_WARPS);
-    cfg.dynamicSmemBytes = MC_MMA_RING + (xs ? xb : 0);
+    cfg.dynamicSmemBytes = xs ? xb : 0;
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
@@ -467,17 +452,19 @@ struct mc_mma_tile {
         return SUMREG ? (stages(pl) > table() ? stages(pl) : table()) : stages(pl) + table();
     }
 };
-/* The tile of gemv=mma's chunks: 8 warps of 32 weight rows by 64 rows of x (a 128 x 128 block),
- * 2 k-blocks a stage, 4 stages (128 KB; mma2 192 KB), the part sums in registers (190 registers:
- * one block an SM). */
-typedef mc_mma_tile<4, 2, 2, 8, 2, 4, true, 1> mc_mma_ch_tile;
+/* The tile of gemv=mma's chunks: 4 warps of 32 weight rows by 64 rows of x (a 128 x 64 block),
+ * 3 stages of one k-block, the part sums in shared memory, 3 blocks an SM (the first kernel's
+ * tile). memra_cuda_mma_chunk_bench timed it fastest of the four on every llama-8b shape at M 512
+ * (6144 x 4096 132.3 us against 182.2 to 211.2 for the others; 28672 x 4096 SwiGLU 542.1 against
+ * 658.2 to 689.4: 222 TFLOP/s, 28.8% of the bf16 peak; bench/RESULTS.md). */
+typedef mc_mma_tile<4, 1, 2, 8, 1, 3, false, 3> mc_mma_ch_tile;
 /* Tiles the bench times against it (mc_gemv_chunk_mma_tile, tiles 1 to 3; check_mma_gemv checks
  * their bits): 4 warps of 64 x 64 (128 x 128) and 8 warps of 64 x 64 (256 x 128), the sums in
- * shared memory; and the previous kernel's tile (4 warps of 32 x 64, 128 x 64, 3 stages of one
- * k-block, the sums in shared memory, 3 blocks an SM). */
+ * shared memory; and 8 warps of 32 x 64 (128 x 128), 2 k-blocks a stage, 4 stages (128 KB; mma2
+ * 192 KB), the part sums in registers (190 registers: one block an SM). */
 typedef mc_mma_tile<2, 2, 4, 8, 2, 3, false, 1> mc_mma_ch_tile_b;
 typedef mc_mma_tile<4, 2, 4, 8, 1, 3, false, 1> mc_mma_ch_tile_c;
-typedef mc_mma_tile<4, 1, 2, 8, 1, 3, false, 3> mc_mma_ch_tile_d;
+typedef mc_mma_tile<4, 2, 2, 8, 2, 4, true, 1> mc_mma_ch_tile_d;
 
 /* Block (tile T): weight rows blockIdx.y * BR .. + BR - 1, rows of x blockIdx.x * BT .. + BT - 1
  * (the x tile fastest, so consecutive blocks take the same weights). Warp w: weight rows

@@ -10,8 +10,9 @@
  * Prints per shape: microseconds a call, TFLOP/s (2 x rows x cols x M a call) and the share of
  * 770 TFLOP/s (the H200's bf16 rate this issue measures against): gemv=mma's own tile (tile 0,
  * through mc_gemv_chunk) and, where the library has mc_gemv_chunk_mma_tile, the other tiles of
- * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64, 3: the previous kernel's 4 warps of
- * 32 x 64 on 128 x 64 blocks; the same bits). mc_gemv_chunk_mma_tile
+ * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64, 3: 8 warps of 32 x 64 on 128 x 128
+ * blocks, the part sums in registers; tile 0 is 4 warps of 32 x 64 on 128 x 64 blocks; the same
+ * bits). mc_gemv_chunk_mma_tile
  * is a weak reference, so the same source linked with an older memra_cuda_kernels times the older
  * kernel (bench/gpu/mma_chunk.sh runs both in one device call). Exit 77 without a device. */
 #include <stdio.h>
