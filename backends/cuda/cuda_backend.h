@@ -391,6 +391,13 @@ static inline bool mc_residual_scaled(const memra_model *m) {
     return m->residual_scale > 0.0f && m->residual_scale != 1.0f;
 }
 
+/* The embedding's scale (gemma3's sqrt(n_embd) from the file, granitemoe's multiplier; else 1), as
+ * the cpu backend applies it: decode (cuda_stages.cu) and a prefill chunk (cuda_chunk.cu). */
+static inline float mc_embd_scale(const memra_model *m) {
+    return (m->arch == MEMRA_ARCH_GEMMA3 || m->arch == MEMRA_ARCH_GRANITEMOE) && m->embd_scale > 0.0f ? m->embd_scale
+                                                                                                      : 1.0f;
+}
+
 /* cuda_state.cu */
 memra_status mc_cuda_fail(memra_error *err, cudaError_t e, const char *what);
 memra_status mc_quarantine_fail(memra_state *s, memra_error *err);

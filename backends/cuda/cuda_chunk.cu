@@ -2,21 +2,23 @@
  * consecutive prompt positions in one pass of the layers, bit-identical to count decode steps.
  *
  * Where the chunk kernels serve the state (mc_chunk_native: one stage of one rank, no op plugins,
- * no post norms) the body runs on stage 0's stream: the rows' positions (*pos + j), the rows'
- * embeddings, per layer the q/k/v GEMV of every row (chunk_gemv.cu: each element decode's
- * operation sequence, each weight chunk loaded once per 8 rows; F32, F16, BF16 and Q8_0 layers,
- * and Q4_K, Q5_K, Q6_K under chunk=mma and qdot=auto: see mc_chunk_layers_batched), attention (attention.cu's chunk launch on the cluster path: every
+ * no taps, no experts, no residual scale) the body runs on stage 0's stream: the rows' positions
+ * (*pos + j), the rows' embeddings (times the model's embedding scale, as decode), per layer the
+ * q/k/v GEMV of every row (chunk_gemv.cu: each element decode's operation sequence; F32, F16,
+ * BF16 and Q8_0 layers, and Q4_K, Q5_K, Q6_K under chunk=mma and qdot=auto: see
+ * mc_chunk_layers_batched), attention (attention.cu's chunk launch on the cluster path: every
  * row's k and v appended, then each row attended over [0, its position] with the decode step's
  * split at that position; on the other paths the decode launches row by row, each at its row's
- * position), the output GEMV onto the residual, gate/up with its GLU and down onto the residual;
- * then the commit (*pos += count), the last row's hidden state into the state's, and the head
- * (the decode GEMV) on it. Every launch in the body is in plain stream order (pdl off: a decode
- * kernel's pre-wait reads of the rows just appended would race; pdl never changes the bits). The
- * body branches on count and the shapes only, never on the position, so cuda-graph captures it
- * once per count and replays it anywhere.
+ * position), the output GEMV onto the residual, gate/up with its GLU and down onto the residual
+ * (gemma3: the output and down GEMVs into po, then per row x += RMSNorm(po) * post norm, the
+ * function decode's post norm runs, fused or as its launch); then the commit (*pos += count), the
+ * last row's hidden state into the state's, and the head (the decode GEMV) on it. Every launch in
+ * the body is in plain stream order (pdl off: a decode kernel's pre-wait reads of the rows just
+ * appended would race; pdl never changes the bits). The body branches on count and the shapes
+ * only, never on the position, so cuda-graph captures it once per count and replays it anywhere.
  *
- * Elsewhere (stages, ranks, op plugins, gemma3's post norms, layers of the other weight types) a
- * chunk runs as count single steps: the same bits by definition, no faster. */
+ * Elsewhere (stages, ranks, op plugins, experts, layers of the other weight types) a chunk runs
+ * as count single steps: the same bits by definition, no faster. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +41,9 @@ struct mc_chunk_buf {
     uint32_t rows; /* the arm's prefill: every buffer holds this many rows */
     void *arena;
     uint64_t bytes;
-    float *x, *qkv, *att, *gu,
-        *pair;               /* [rows][n_embd], [rows][qkv], [rows][n_head hdv], [rows][n_ff], 2 [rows][n_ff] */
+    float *x, *qkv, *att, *gu, *pair,
+        *po; /* [rows][n_embd], [rows][qkv], [rows][n_head hdv], [rows][n_ff], 2 [rows][n_ff]; [rows][n_embd]
+              * (gemma3: the output and down GEMVs' sums before their post norms) */
     void *scratch;           /* the chunk GEMVs' x' or quantized x */
     int32_t *tok, *pos_rows; /* [rows] */
     int32_t *host_tok;       /* pinned, [rows] */
@@ -105,8 +108,8 @@ static bool mc_chunk_layers_batched(const memra_backend *b) {
 }
 
 bool mc_chunk_native(memra_backend *b, memra_state *s) {
-    return s->n_stages == 1 && !b->tp && mc_ranks(s, 0) == 1 && !b->any_op && !b->taps &&
-           b->m->arch != MEMRA_ARCH_GEMMA3 && b->m->n_expert == 0 && mc_chunk_layers_batched(b);
+    return s->n_stages == 1 && !b->tp && mc_ranks(s, 0) == 1 && !b->any_op && !b->taps && b->m->n_expert == 0 &&
+           !mc_residual_scaled(b->m) && mc_chunk_layers_batched(b);
 }
 
 void mc_chunk_free(memra_state *s) {
@@ -130,9 +133,12 @@ static memra_status mc_chunk_alloc(memra_backend *b, memra_state *s, memra_error
     const uint64_t qkv = (uint64_t)ss->n_head * hd + (uint64_t)ss->n_kv * (hd + hdv), att = (uint64_t)ss->n_head * hdv;
     uint64_t max_cols = m->n_embd > att ? m->n_embd : att;
     max_cols = max_cols > ss->n_ff ? max_cols : ss->n_ff;
-    bool split = false; /* a layer whose gate and up differ in type: their rows apart, then the GLU */
-    for (uint32_t l = 0; l < b->w->stages[0][0].layer_end - b->w->stages[0][0].layer_begin; l++)
-        split = split || b->w->stages[0][0].layers[l].gu_split;
+    bool split = false, post = false; /* a layer whose gate and up differ in type; gemma3's post norms */
+    for (uint32_t l = 0; l < b->w->stages[0][0].layer_end - b->w->stages[0][0].layer_begin; l++) {
+        const mc_layer *L = &b->w->stages[0][0].layers[l];
+        split = split || L->gu_split;
+        post = post || L->post_attn_norm || L->post_ffn_norm;
+    }
     mc_bump bp = {NULL, 0, 0};
     struct mc_chunk_buf *c = (struct mc_chunk_buf *)calloc(1, sizeof *c);
     if (!c)
@@ -144,6 +150,7 @@ static memra_status mc_chunk_alloc(memra_backend *b, memra_state *s, memra_error
         c->att = (float *)mc_take(&bp, M * att * 4);
         c->gu = (float *)mc_take(&bp, M * ss->n_ff * 4);
         c->pair = split ? (float *)mc_take(&bp, 2 * M * ss->n_ff * 4) : NULL;
+        c->po = post ? (float *)mc_take(&bp, M * m->n_embd * 4) : NULL;
         c->scratch = mc_take(&bp, mc_gemv_chunk_scratch_bytes((uint32_t)max_cols, (uint32_t)M));
         c->tok = (int32_t *)mc_take(&bp, M * 4);
         c->pos_rows = (int32_t *)mc_take(&bp, M * 4);
@@ -234,7 +241,7 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: a prefill chunk body of %u rows without its buffers", M);
     MC_TRY(cudaSetDevice(ss->device), "cudaSetDevice");
     MC_TRY(mc_chunk_positions(ss->pos, cb->pos_rows, M, q), "launch of the chunk's positions");
-    MC_TRY(mc_embed_rows(&sw->embd, cb->tok, M, 1.0f, cb->x, E, q), "launch of the chunk's embeddings");
+    MC_TRY(mc_embed_rows(&sw->embd, cb->tok, M, mc_embd_scale(m), cb->x, E, q), "launch of the chunk's embeddings");
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw->layer_begin + l;
         const mc_layer *L = &sw->layers[l];
@@ -275,8 +282,15 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
             }
         }
         MC_TRY(e, "launch of the chunk's attention");
-        MC_TRY(mc_gemv_chunk(c, &L->wo, cb->att, ATT, NULL, 0.0f, NULL, cb->x, E, cb->x, E, 0, M, cb->scratch, q),
-               "launch of the chunk's output gemv");
+        if (L->post_attn_norm) { /* gemma3: po = W att, then x += RMSNorm(po) * post_attn_norm, row by row */
+            MC_TRY(mc_gemv_chunk(c, &L->wo, cb->att, ATT, NULL, 0.0f, NULL, NULL, 0, cb->po, E, 0, M, cb->scratch, q),
+                   "launch of the chunk's output gemv");
+            MC_TRY(mc_op_rmsnorm_add_rows(cb->po, L->post_attn_norm, E, eps, cb->x, M, q),
+                   "launch of the chunk's post-attention norms");
+        } else {
+            MC_TRY(mc_gemv_chunk(c, &L->wo, cb->att, ATT, NULL, 0.0f, NULL, cb->x, E, cb->x, E, 0, M, cb->scratch, q),
+                   "launch of the chunk's output gemv");
+        }
         if (!L->gu_split) {
             MC_TRY(
                 mc_gemv_chunk(c, &L->wgu, cb->x, E, L->ffn_norm, eps, NULL, NULL, 0, cb->gu, F, glu, M, cb->scratch, q),
@@ -290,8 +304,15 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
                    "launch of the chunk's up gemv");
             MC_TRY(mc_glu_pair(cb->pair, up, M * F, glu, cb->gu, q), "launch of the chunk's glu");
         }
-        MC_TRY(mc_gemv_chunk(c, &L->wdown, cb->gu, F, NULL, 0.0f, NULL, cb->x, E, cb->x, E, 0, M, cb->scratch, q),
-               "launch of the chunk's down gemv");
+        if (L->post_ffn_norm) {
+            MC_TRY(mc_gemv_chunk(c, &L->wdown, cb->gu, F, NULL, 0.0f, NULL, NULL, 0, cb->po, E, 0, M, cb->scratch, q),
+                   "launch of the chunk's down gemv");
+            MC_TRY(mc_op_rmsnorm_add_rows(cb->po, L->post_ffn_norm, E, eps, cb->x, M, q),
+                   "launch of the chunk's post-FFN norms");
+        } else {
+            MC_TRY(mc_gemv_chunk(c, &L->wdown, cb->gu, F, NULL, 0.0f, NULL, cb->x, E, cb->x, E, 0, M, cb->scratch, q),
+                   "launch of the chunk's down gemv");
+        }
     }
     MC_TRY(mc_chunk_commit(ss->pos, M, q), "launch of the chunk's commit");
     MC_TRY(cudaMemcpyAsync(ss->x, cb->x + (size_t)(M - 1) * E, (size_t)E * 4, cudaMemcpyDeviceToDevice, q),

@@ -442,6 +442,10 @@ cudaError_t mc_op_geglu(const float *t, uint32_t rows, float *y, cudaStream_t st
  * exactly mc_op_rmsnorm's (so an op.rmsnorm plugin's norm then mc_op_store with the residual gives
  * the same bits as this one launch). Reads t, w and x (n floats each), writes x. */
 cudaError_t mc_op_rmsnorm_add(const float *t, const float *w, uint32_t n, float eps, float *x, cudaStream_t st);
+/* A prefill chunk's post norms: for each row j < M, mc_op_rmsnorm_add of row j of t into row j of
+ * x (both n floats a row, packed): a block a row, each the one block of mc_op_rmsnorm_add. */
+cudaError_t mc_op_rmsnorm_add_rows(const float *t, const float *w, uint32_t n, float eps, float *x, uint32_t M,
+                                   cudaStream_t st);
 #define MC_GLU_NONE 0 /* the GLU kinds (cuda_common.cuh defines them the same, for the kernels) */
 #define MC_GLU_SILU 1
 #define MC_GLU_GELU 2

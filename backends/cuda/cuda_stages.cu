@@ -62,10 +62,7 @@ memra_status mc_stage_input(memra_backend *b, memra_state *s, uint32_t i, bool c
                     MC_RET(cudaStreamWaitEvent(q, s->st[0][k].consumed, 0), "cudaStreamWaitEvent (embedding consumed)");
             if (own_trigger)
                 MC_RET(mc_trigger_enqueue(b->cfg.trigger, q), "enqueueing the arm's trigger mask");
-            const float scale =
-                (m->arch == MEMRA_ARCH_GEMMA3 || m->arch == MEMRA_ARCH_GRANITEMOE) && m->embd_scale > 0.0f
-                    ? m->embd_scale
-                    : 1.0f; /* as the cpu backend */
+            const float scale = mc_embd_scale(m); /* as the cpu backend */
             MC_RET(mc_embed(&b->w->stages[0][0].embd, ss->in_token, scale, tp ? ss->xin : ss->x, q),
                    "launch of the embedding kernel");
             if (tp) {

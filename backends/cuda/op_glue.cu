@@ -39,6 +39,21 @@ cudaError_t mc_op_rmsnorm_add(const float *t, const float *w, uint32_t n, float 
     return cudaGetLastError();
 }
 
+/* Row blockIdx.x of a chunk: the one block of op_rmsnorm_kernel<1> on that row (the same bits). */
+__global__ void op_rmsnorm_add_rows_kernel(const float *t, const float *w, uint32_t n, float eps, float *x) {
+    __shared__ float part[MC_NORM_PARTS];
+    const size_t o = (size_t)blockIdx.x * n;
+    mc_rmsnorm_block<1>(t + o, w, n, eps, x + o, part);
+}
+
+cudaError_t mc_op_rmsnorm_add_rows(const float *t, const float *w, uint32_t n, float eps, float *x, uint32_t M,
+                                   cudaStream_t st) {
+    if (M == 0)
+        return cudaSuccess;
+    op_rmsnorm_add_rows_kernel<<<M, MC_NORM_PARTS, 0, st>>>(t, w, n, eps, x);
+    return cudaGetLastError();
+}
+
 /* y[r] = residual[r] + (t[r] + bias[r]) (bias, residual may be NULL; residual may be y). */
 __global__ void op_store_kernel(const float *t, uint32_t rows, const float *bias, const float *residual, float *y) {
     const uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
