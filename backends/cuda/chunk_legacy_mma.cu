@@ -163,23 +163,6 @@ __global__ void __launch_bounds__(MC_LLM_PREP)
     }
 }
 
-/* ---- the block's weights, as gemv_legacy.cu reads them ---------------------------------------- */
-
-/* The 4 words of elements 0-15 (q[0..3]) and 16-31 (q[4..7]) of a block, fifth bits merged for Q5
- * (gemv_legacy.cu's mc_ll_unpack, legacy_layout.h's qh'). */
-template <uint32_t T> __device__ __forceinline__ void mc_llm_words(uint4 uq, uint32_t qh, uint32_t (&q)[8]) {
-    const uint32_t w[4] = {uq.x, uq.y, uq.z, uq.w};
-#pragma unroll
-    for (uint32_t k = 0; k < 4; k++) {
-        q[k] = w[k] & 0x0F0F0F0Fu;
-        q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
-        if (T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1) {
-            q[k] |= ((qh >> k) & 0x01010101u) << 4;
-            q[4 + k] |= ((qh >> (k + 4)) & 0x01010101u) << 4;
-        }
-    }
-}
-
 template <uint32_t T, int GLU>
 __global__ void __launch_bounds__(MC_LLM_NT, 1)
     chunk_gemv_ll_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const int4 *xmeta,
@@ -235,8 +218,10 @@ __global__ void __launch_bounds__(MC_LLM_NT, 1)
     /* the held loads into shared memory, the weights unpacked and their scales as decode reads them */
     auto store = [&]() {
         if (rwv) {
+            /* the block's quants as int8 (legacy_layout.h, tested on the host) */
+            const uint32_t qs[4] = {rq.x, rq.y, rq.z, rq.w};
             uint32_t qw[8];
-            mc_llm_words<T>(rq, rh, qw);
+            mc_ll_words(T, qs, rh, qw);
             S.w[sj][0][srow] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
             S.w[sj][1][srow] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
             S.ws[sj][srow] = make_float2(__half2float(__ushort_as_half((unsigned short)rd)),
