@@ -20,12 +20,14 @@
  * The integer Q8_0 path's default (chunk=mma) is chunk_mma.cu's kernel on int8 tensor cores, the
  * same sequence per element; chunk_gemv_q8 below is chunk=fma. Q4_K, Q5_K and Q6_K under
  * chunk=mma (the default; mma-kq is its old name) and qdot=auto run chunk_kq_mma.cu's kernel
- * (gemv_kquant.cu's bits); under chunk=fma or mma-q8, or qdot=float, they are not batched (their
+ * (gemv_kquant.cu's bits), and Q4_0, Q4_1, Q5_0 and Q5_1 likewise chunk_legacy_mma.cu's
+ * (gemv_legacy.cu's bits); under chunk=fma or mma-q8, or qdot=float, they are not batched (their
  * chunks run as single steps).
  *
  * Per chunk and matrix: the weights once per MC_CH_TM rows of x (consecutive blocks take the
  * same weights, so L2 serves most repeats), x (M x cols floats) once per row set of a block. */
 #include "chunk_kq.h"
+#include "chunk_legacy.h"
 #include "cuda_common.cuh"
 #include "q8x_quant.h"
 
@@ -386,7 +388,8 @@ __global__ void __launch_bounds__(32 * MC_CH_WARPS)
 /* ---- launch ------------------------------------------------------------------------------- */
 
 uint64_t mc_gemv_chunk_scratch_bytes(uint32_t max_cols, uint32_t M) {
-    /* x' (M x cols floats) or the integer planes (M x cols/16 x 52 bytes), then M row scales */
+    /* x' (M x cols floats) or the integer planes (M x cols/16 x 52 bytes; the K-quants' M x cols x 4,
+     * the legacy types' M x cols x 3.5), then M row scales */
     return ((uint64_t)M * max_cols * 4 + 255) / 256 * 256 + ((uint64_t)M * 4 + 255) / 256 * 256;
 }
 
@@ -458,7 +461,7 @@ static cudaError_t mc_ch_q8(uint32_t ks, const mc_matrix *w, const uint4 *xh, co
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w) {
     if (w->cols % 4) /* rows of x (cols floats apart) must stay 16-byte aligned */
         return 0;
-    if (mc_gemv_q8_serves(c, w) || mc_chunk_kq_serves(c, w))
+    if (mc_gemv_q8_serves(c, w) || mc_chunk_kq_serves(c, w) || mc_chunk_legacy_serves(c, w))
         return 1;
     return w->type == MEMRA_TYPE_F32 || w->type == MEMRA_TYPE_F16 || w->type == MEMRA_TYPE_BF16 ||
            w->type == MEMRA_TYPE_Q8_0;
@@ -487,6 +490,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
     }
     if (mc_chunk_kq_serves(c, w)) /* Q4_K, Q5_K, Q6_K under chunk=mma-kq: chunk_kq_mma.cu */
         return mc_chunk_kq_mma(c->chunk, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st);
+    if (mc_chunk_legacy_serves(c, w)) /* Q4_0, Q4_1, Q5_0, Q5_1 likewise: chunk_legacy_mma.cu */
+        return mc_chunk_legacy_mma(c->chunk, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st);
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess)
         return e;
@@ -579,5 +584,6 @@ const char *mc_chunk_family(const void *f) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)
             return table[i].family;
-    return mc_chunk_mma_family(f);
+    const char *fam = mc_chunk_mma_family(f);
+    return fam ? fam : mc_chunk_legacy_family(f);
 }

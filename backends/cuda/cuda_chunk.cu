@@ -5,7 +5,8 @@
  * no taps, no experts, no residual scale) the body runs on stage 0's stream: the rows' positions
  * (*pos + j), the rows' embeddings (times the model's embedding scale, as decode), per layer the
  * q/k/v GEMV of every row (chunk_gemv.cu: each element decode's operation sequence; F32, F16,
- * BF16 and Q8_0 layers, and Q4_K, Q5_K, Q6_K under chunk=mma and qdot=auto: see
+ * BF16 and Q8_0 layers, and Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1 under chunk=mma and
+ * qdot=auto: see
  * mc_chunk_layers_batched), attention (attention.cu's chunk launch on the cluster path: every
  * row's k and v appended, then each row attended over [0, its position] with the decode step's
  * split at that position; on the other paths the decode launches row by row, each at its row's
@@ -82,8 +83,8 @@ memra_status mc_read_prefill(const memra_options *opts, uint32_t *out, memra_err
 
 /* Whether every layer matrix has a batched chunk kernel (F32, F16, BF16, Q8_0; Q4_K, Q5_K, Q6_K
  * under chunk=mma (the default) and qdot=auto, chunk_kq_mma.cu, so the Q4_K and q4_k_m models
- * prime in chunks). A model with another type (Q4_0 ... Q5_1, or the K-quants under chunk=fma,
- * chunk=mma-q8 or qdot=float) would
+ * prime in chunks; Q4_0, Q4_1, Q5_0, Q5_1 likewise, chunk_legacy_mma.cu). A model with another
+ * type (or the K-quants and Q4_0 ... Q5_1 under chunk=fma, chunk=mma-q8 or qdot=float) would
  * run those GEMVs row by row inside the chunk: no faster than decode eagerly, and slower under
  * cuda-graph, whose chunk graph then holds a launch per row and matrix (8B Q4_K on the H200: pp512
  * 365 tok/s against 503 decode), so its chunks run as single steps instead (the same bits either

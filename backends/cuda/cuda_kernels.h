@@ -56,9 +56,10 @@ enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
 enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
 /* The integer GEMVs of a prefill chunk (the `chunk` key, in its names' order): MC_CHUNK_MMA, the
- * Q8_0 ones (chunk_mma.cu) and the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) on int8
- * tensor cores; MC_CHUNK_FMA, Q8_0 by dp4a on the CUDA cores (chunk_gemv.cu's chunk_gemv_q8) and
- * the K-quant layers' chunks as single steps; MC_CHUNK_MMA_KQ, the same as MC_CHUNK_MMA (the name
+ * Q8_0 ones (chunk_mma.cu), the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) and the
+ * Q4_0, Q4_1, Q5_0, Q5_1 ones under qdot=auto (chunk_legacy_mma.cu) on int8 tensor cores;
+ * MC_CHUNK_FMA, Q8_0 by dp4a on the CUDA cores (chunk_gemv.cu's chunk_gemv_q8) and the K-quant and
+ * legacy layers' chunks as single steps; MC_CHUNK_MMA_KQ, the same as MC_CHUNK_MMA (the name
  * `mma-kq` had while the K-quant kernel was opt-in); MC_CHUNK_MMA_Q8, Q8_0 on tensor cores and the
  * K-quant layers' chunks as single steps (the default before the K-quant kernel). The same bits
  * every way: decode's. For the

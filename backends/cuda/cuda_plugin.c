@@ -86,8 +86,8 @@ MEMRA_EXPORT const memra_plugin memra_plugin_v1 = {
     .version = "0.1.0",
     .description = "eager CUDA decode: F32/F16/BF16/Q8_0 GEMVs, GQA attention, device sampler, stages on streams "
                    "and devices, tensor-parallel ranks through a collective (oneshot, nccl); prefill chunks "
-                   "(prefill=, default 512) bit-identical to decode: batched F32/F16/BF16/Q8_0 GEMVs and chunk "
-                   "attention on one stage of one rank, the decode kernels row by row for the other types, single "
-                   "steps with stages, ranks or op plugins (default prefill 1 there)",
+                   "(prefill=, default 512) bit-identical to decode: batched F32/F16/BF16/Q8_0/K-quant/Q4_0..Q5_1 "
+                   "GEMVs and chunk attention on one stage of one rank, the decode kernels row by row for the other "
+                   "types, single steps with stages, ranks or op plugins (default prefill 1 there)",
     .backend = &mc_vtable,
 };

@@ -83,6 +83,22 @@ MC_LL_HD void mc_ll_repack(uint32_t t, const uint8_t *src, uint64_t cols, uint8_
     }
 }
 
+/* A stored block's quants as int8 bytes (4 bits, or 5 with the fifth merged; the zero point not
+ * subtracted): q[k] holds elements 4k .. 4k+3 (the low nibbles), q[4 + k] elements 16 + 4k ..
+ * (the high ones), byte j of a word element j of its four. qs: the block's 16 data bytes as four
+ * little-endian words; qh: its qh' (Q5; ignored otherwise). gemv_legacy.cu's dp4a operands and
+ * chunk_legacy_mma.cu's MMA operands. */
+MC_LL_HD void mc_ll_words(uint32_t t, const uint32_t qs[4], uint32_t qh, uint32_t q[8]) {
+    for (uint32_t k = 0; k < 4; k++) {
+        q[k] = qs[k] & 0x0F0F0F0Fu;
+        q[4 + k] = (qs[k] >> 4) & 0x0F0F0F0Fu;
+        if (mc_ll_has_h(t)) {
+            q[k] |= ((qh >> k) & 0x01010101u) << 4;
+            q[4 + k] |= ((qh >> (k + 4)) & 0x01010101u) << 4;
+        }
+    }
+}
+
 /* Element c of a stored row (data and aux planes of a row of cols columns), decoded exactly as
  * memra/quant.h decodes the file's block. */
 MC_LL_HD float mc_ll_elem(uint32_t t, const uint8_t *data, const uint8_t *aux, uint64_t cols, uint64_t c) {

@@ -7,7 +7,8 @@
  * - the round trip: random blocks repacked and decoded element by element (mc_ll_elem, the
  *   decoding the embedding kernel runs) give memra/quant.h's floats bit for bit;
  * - the negative control: flipping any one bit of the used bytes of a repacked row (data or aux)
- *   changes some decoded element, so the round trip would catch a misplaced byte. */
+ *   changes some decoded element, so the round trip would catch a misplaced byte;
+ * - mc_ll_words, the chunk kernel's int8 operands, and its integer identity (chunk_words). */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -122,4 +123,58 @@ Test(legacy_layout, every_used_bit_matters) {
             }
         cr_assert_eq(missed, 0, "type %u: %d flipped bits of the layout went unseen", t, missed);
     }
+}
+
+/* mc_ll_words (the int8 operands of the chunk's MMAs, backends/cuda/chunk_legacy_mma.cu) on random
+ * repacked blocks with d = 1 and m = 0: byte e of the words less the zero point o (8 Q4_0, 16
+ * Q5_0, 0 the _1 types) is element e as mc_ll_elem decodes it (so quant.h's q - o), every byte
+ * 0..31; and the kernel's integer identity: the MMA accumulator started at 0x4B400000 less o times
+ * the x plane's sum, plus the plain dot of the bytes with the plane, read as a float less 1.5 *
+ * 2^23, is the exact dot of (q - o) with the plane. Negative control: the same check with the fifth
+ * bits left out (the Q4 reading of a Q5 block) must fail. */
+static int words_mismatches(uint32_t t, uint32_t as_t, uint64_t *s) {
+    const uint64_t cols = 64;
+    uint8_t src[2 * 24], data[32], aux[32];
+    memset(data, 0, sizeof data);
+    memset(aux, 0, sizeof aux);
+    row_random(t, src, 2, s);
+    const uint32_t bb = memra_quant_block_bytes(t);
+    for (uint32_t b = 0; b < 2; b++) {
+        const uint16_t one = 0x3c00, zero = 0;
+        memcpy(src + b * bb, &one, 2);
+        if (mc_ll_has_m(t))
+            memcpy(src + b * bb + 2, &zero, 2);
+    }
+    mc_ll_repack(t, src, cols, data, aux);
+    const int o = mc_ll_has_m(t) ? 0 : mc_ll_has_h(t) ? 16 : 8;
+    int bad = 0;
+    for (uint32_t b = 0; b < 2; b++) {
+        uint32_t qs[4], qh = 0, q[8];
+        memcpy(qs, data + 16 * b, 16);
+        if (mc_ll_has_h(t))
+            memcpy(&qh, aux + 4 * b, 4);
+        mc_ll_words(as_t, qs, qh, q);
+        int32_t dot = 0, sum = 0, exact = 0;
+        for (uint32_t e = 0; e < 32; e++) {
+            const int qe = (int)(q[e / 4] >> (8 * (e % 4)) & 0xFFu), x = (int)(next(s) % 256) - 128;
+            bad += qe > 31 || (float)(qe - o) != mc_ll_elem(t, data, aux, cols, 32 * b + e);
+            dot += qe * x, sum += x, exact += (qe - o) * x;
+        }
+        const int32_t acc = 0x4B400000 - o * sum + dot;
+        float f;
+        memcpy(&f, &acc, 4);
+        bad += f - 12582912.0f != (float)exact;
+    }
+    return bad;
+}
+
+Test(legacy_layout, chunk_words) {
+    uint64_t s = 4242;
+    for (size_t ti = 0; ti < 4; ti++)
+        for (int rep = 0; rep < 500; rep++)
+            cr_assert_eq(words_mismatches(types[ti], types[ti], &s), 0, "type %u, rep %d", types[ti], rep);
+    int caught = 0;
+    for (int rep = 0; rep < 20; rep++)
+        caught += words_mismatches(MEMRA_QTYPE_Q5_0, MEMRA_QTYPE_Q4_0, &s) != 0;
+    cr_assert_eq(caught, 20, "the Q4 reading of Q5 blocks went unseen %d times of 20", 20 - caught);
 }
