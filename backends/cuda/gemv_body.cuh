@@ -1,0 +1,237 @@
+/* gemv_body.cuh: the device side of gemv.cu's F32/F16/BF16 GEMVs that more than one file runs:
+ * the per-chunk helpers (one lane order, hence one set of bits) and gemv_persistent_body, the row
+ * groups of a persistent grid. gemv.cu's kernels call them; bench/gpu/chain_bench.cu runs the same
+ * body phase after phase inside one cooperative kernel (the bits equal by construction). */
+#pragma once
+
+#include "cuda_common.cuh"
+
+#define MC_GEMV_WARPS 4u
+#define MC_GEMV_UNROLL 2
+
+/* ---- device helpers ----------------------------------------------------------------------- */
+
+__device__ __forceinline__ float mc_bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float mc_bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float mc_f16_lo(uint32_t u) {
+    return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+}
+__device__ __forceinline__ float mc_f16_hi(uint32_t u) {
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+
+/* Elements per 16-byte lane chunk. */
+template <uint32_t T> struct mc_elems {
+    static const uint32_t n = 16 / (T == MEMRA_TYPE_F32 ? 4 : T == MEMRA_TYPE_Q8_0 ? 1 : 2);
+};
+
+/* int8 to float without the (quarter-rate) integer conversion: the biased byte (q ^ 0x80 = q + 128)
+ * becomes the low mantissa bits of 2^23, and 2^23 + 128 is subtracted: exact. */
+__device__ __forceinline__ float mc_q8(uint32_t qx, uint32_t i) {
+    return __int_as_float(__byte_perm(qx, 0x4B000000u, 0x7650u | i)) - 8388736.0f;
+}
+
+/* Dot of one 16-byte weight chunk with its x floats (already in registers), in element order. */
+template <uint32_t T> __device__ __forceinline__ float mc_dot_chunk(uint4 w, const float4 *xv, float scale) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float acc = 0.0f;
+    if (T == MEMRA_TYPE_F32) {
+        acc = fmaf(__uint_as_float(u[0]), xv[0].x, acc);
+        acc = fmaf(__uint_as_float(u[1]), xv[0].y, acc);
+        acc = fmaf(__uint_as_float(u[2]), xv[0].z, acc);
+        acc = fmaf(__uint_as_float(u[3]), xv[0].w, acc);
+    } else if (T == MEMRA_TYPE_BF16 || T == MEMRA_TYPE_F16) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t a = u[2 * i], b = u[2 * i + 1];
+            if (T == MEMRA_TYPE_BF16) {
+                acc = fmaf(mc_bf16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_bf16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_bf16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_bf16_hi(b), xv[i].w, acc);
+            } else {
+                acc = fmaf(mc_f16_lo(a), xv[i].x, acc);
+                acc = fmaf(mc_f16_hi(a), xv[i].y, acc);
+                acc = fmaf(mc_f16_lo(b), xv[i].z, acc);
+                acc = fmaf(mc_f16_hi(b), xv[i].w, acc);
+            }
+        }
+    } else { /* Q8_0: 16 int8 quants of one block; the block's scale applied once */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t q = u[i] ^ 0x80808080u;
+            acc = fmaf(mc_q8(q, 0), xv[i].x, acc);
+            acc = fmaf(mc_q8(q, 1), xv[i].y, acc);
+            acc = fmaf(mc_q8(q, 2), xv[i].z, acc);
+            acc = fmaf(mc_q8(q, 3), xv[i].w, acc);
+        }
+        acc *= scale;
+    }
+    return acc;
+}
+
+/* One element of a stored row (the tail past the last full chunk). */
+template <uint32_t T> __device__ __forceinline__ float mc_elem(const void *row, uint32_t c) {
+    if (T == MEMRA_TYPE_F32)
+        return ((const float *)row)[c];
+    if (T == MEMRA_TYPE_BF16)
+        return __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16);
+    if (T == MEMRA_TYPE_F16)
+        return __half2float(__ushort_as_half(((const uint16_t *)row)[c]));
+    return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
+}
+
+/* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
+ * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
+ * The one order of the F32/F16/BF16/Q8_0 float GEMVs (row-group and persistent), hence their equal
+ * bits. */
+template <uint32_t T, int NORM>
+__device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
+                                           float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
+    constexpr uint32_t E = mc_elems<T>::n;
+#pragma unroll
+    for (uint32_t q = 0; q < E / 4; q++) {
+        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        if (NORM) {
+            const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
+            ss = fmaf(xv[q].x, xv[q].x, ss);
+            ss = fmaf(xv[q].y, xv[q].y, ss);
+            ss = fmaf(xv[q].z, xv[q].z, ss);
+            ss = fmaf(xv[q].w, xv[q].w, ss);
+            xv[q].x *= g.x;
+            xv[q].y *= g.y;
+            xv[q].z *= g.z;
+            xv[q].w *= g.w;
+        }
+    }
+}
+
+/* The wait of a GEMV body for its inputs: in a launched kernel, the programmatic launch's wait
+ * (mc_wait_prior_grid) with the kernel's trigger family. A kernel running several bodies phase
+ * after phase passes its grid barrier's wait instead. */
+struct mc_pdl_wait {
+    unsigned family;
+    __device__ __forceinline__ void operator()() const { mc_wait_prior_grid(family); }
+};
+
+/* ---- gemv_persistent: F32/F16/BF16, persistent blocks, loads flattened over row groups ----- */
+
+/* gemv_rowgroup gives each warp one group of 4 rows, so every warp pays a load latency to start
+ * and drains alone at the end, which short rows (few iterations per row) feel. Here a grid of at
+ * most 4 blocks per multiprocessor takes contiguous, balanced ranges of row groups, and each warp
+ * streams its row groups back to back, the next group's first chunks loaded while the current
+ * group's last are summed. The arithmetic of a row group is exactly gemv_rowgroup's (the same
+ * chunk order, the same sums): the same bits. Per call: reads and writes what gemv_rowgroup
+ * does (F32/F16/BF16 only). */
+template <uint32_t T, int SWIGLU, int NORM, int KS, typename Wait>
+__device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                     const float *bias, const float *residual, float *y,
+                                                     uint32_t n_groups, uint32_t bid, uint32_t nblocks, Wait wait) {
+    __shared__ float red[2][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    constexpr uint32_t SLOTS = MC_GEMV_WARPS / KS, U = MC_GEMV_UNROLL, LS = 32 * KS, PER_IT = LS * U;
+    constexpr uint32_t E = mc_elems<T>::n, EB = 16 / E;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * bid / nblocks);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (bid + 1) / nblocks);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t nfull = w.cols / E, niter = (nfull + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+    uint4 wv[U][MC_GEMV_ROWS];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride * EB) + idx);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    if (total > 0)
+        wait(); /* x (and the residual) come from earlier kernels (or phases) */
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                cur[u][r] = wv[u][r];
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + LS * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+                mc_x_chunk<T, NORM>(x, norm_w, idx, xv, ss);
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    acc[r] += mc_dot_chunk<T>(cur[u][r], xv, 1.0f);
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: the tail columns, sums, parts in order, write */
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
+            for (uint32_t c = nfull * E; c < w.cols; c++) {
+                float xc = x[c];
+                if (NORM) {
+                    ss = fmaf(xc, xc, ss);
+                    xc *= norm_w[c];
+                }
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    acc[r] = fmaf(mc_elem<T>((const char *)w.data + (size_t)row * w.stride * EB, c), xc, acc[r]);
+                }
+            }
+        }
+        float d[MC_GEMV_ROWS], sst = NORM ? mc_warp_sum(ss) : 0.0f;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        ss = 0.0f;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+                red[par][warp][MC_GEMV_ROWS] = sst;
+            }
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+                sst += red[par][warp + p][MC_GEMV_ROWS];
+            }
+        }
+        if (lane != 0)
+            continue;
+        if (NORM) {
+            const float scale = 1.0f / sqrtf(sst / (float)w.cols + eps);
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] *= scale;
+        }
+        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+    }
+}
