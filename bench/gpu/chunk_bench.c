@@ -175,6 +175,14 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
 }
 
 int main(int argc, char **argv) {
+    int a0 = 1;
+    if (argc > 2 && !strcmp(argv[1], "--only"))
+        cb_only = argv[2], a0 = 3;
+    if (cb_only && strcmp(cb_only, "mma") && strcmp(cb_only, "opt") && strcmp(cb_only, "mma/48") &&
+        strcmp(cb_only, "mma/64") && strcmp(cb_only, "fma")) {
+        fprintf(stderr, "chunk_bench: --only %s: not mma, opt, mma/48, mma/64 or fma\n", cb_only);
+        return 2;
+    }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("chunk_bench: SKIP (no CUDA device)\n");
@@ -185,9 +193,6 @@ int main(int argc, char **argv) {
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
     const double fp32_rate = (double)sms * 128 * khz * 1e3;
     printf("chunk_bench: %d SMs at %.0f MHz: FP32 %.3g operations/s\n", sms, khz / 1e3, fp32_rate);
-    int a0 = 1;
-    if (argc > 2 && !strcmp(argv[1], "--only"))
-        cb_only = argv[2], a0 = 3;
     if (argc > a0) {
         uint32_t type = MEMRA_TYPE_Q8_0;
         for (int i = a0; i < argc;) {
@@ -206,7 +211,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (i + 2 >= argc) {
-                fprintf(stderr, "chunk_bench: usage: [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...\n");
+                fprintf(stderr, "chunk_bench: usage: [--only KIND] [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...\n");
                 return 2;
             }
             const int glu = i + 3 < argc && strcmp(argv[i + 3], "--type") ? atoi(argv[i + 3]) : 0;
