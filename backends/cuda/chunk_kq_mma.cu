@@ -36,26 +36,30 @@
 #include "mma_s8.cuh"
 #include "q8x_quant.h"
 
-#define MC_KQM_BR 64u  /* weight rows of a block's tile */
-#define MC_KQM_BT 64u  /* x rows of a block's tile */
-#define MC_KQM_JB 4u   /* unit slots a step stages (mc_mma_plan) */
-#define MC_KQM_NT 512u /* threads: 16 warps */
+#define MC_KQM_BR 64u /* weight rows of a block's tile */
+#define MC_KQM_BT 64u /* x rows of the default tile (512 threads, one block an SM) */
+#define MC_KQM_JB 4u  /* unit slots a step stages (mc_mma_plan) */
 #define MC_KQM_FIN_LD (MC_KQM_BR + 1u)
+/* The check's and bench's kernel with fewer shared loads and no test after each slot (OPT: the
+ * fragments by ldmatrix, the class ends placed when compiled): cuda_kernels.h's chunk variants
+ * continued, the value of chunk_mma.cu's MC_CHUNK_MMA_OPT */
+#define MC_KQM_OPT (MC_CHUNK_MMA_T8 + 1)
 #define MC_KQM_PREP 512u        /* the prep's threads: decode's block (MC_KQ_WARPS warps) */
 #define MC_KQM_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 (chunk_mma.cu's MC_MMA_MAGIC) */
 #define MC_KQM_MAGIC_F 12582912.0f
 #define MC_KQM_TREE 5u /* the tree's levels 1 to 4 and the parts' sum, kept in shared memory */
 
-struct mc_kqm_stage {
-    uint4 w[MC_KQM_JB][2][MC_KQM_BR];    /* the units unpacked: low nibbles' 16 bytes, high nibbles' */
-    float4 ws[MC_KQM_JB][MC_KQM_BR][2];  /* a row's d, dmin, sc_lo, sc_hi; m_lo, m_hi (Q6_K: d, -, sc_lo, sc_hi) */
-    uint4 x[MC_KQM_JB][2][3][MC_KQM_BT]; /* x chunks clo, chi: planes hi, mid, lo */
-    int4 xm[MC_KQM_JB][2][MC_KQM_BT];    /* their meta (chunk_kq_quant) */
+/* A block's stage for a tile of BT x rows (8 BT threads: 2 x BT / 8 warps). */
+template <uint32_t BT> struct mc_kqm_stage {
+    uint4 w[MC_KQM_JB][2][MC_KQM_BR];   /* the units unpacked: low nibbles' 16 bytes, high nibbles' */
+    float4 ws[MC_KQM_JB][MC_KQM_BR][2]; /* a row's d, dmin, sc_lo, sc_hi; m_lo, m_hi (Q6_K: d, -, sc_lo, sc_hi) */
+    uint4 x[MC_KQM_JB][2][3][BT];       /* x chunks clo, chi: planes hi, mid, lo */
+    int4 xm[MC_KQM_JB][2][BT];          /* their meta (chunk_kq_quant) */
 };
-static_assert(sizeof(float) * MC_KQM_BT * MC_KQM_FIN_LD <= sizeof(mc_kqm_stage), "the final tile fits");
 /* the dynamic shared memory: the stage, then the tree's levels kept there ([level][element][thread]) */
-#define MC_KQM_SMEM (sizeof(mc_kqm_stage) + sizeof(float) * MC_KQM_TREE * 8 * MC_KQM_NT)
-static_assert(MC_KQM_JB * 2 * MC_KQM_BT == MC_KQM_NT && MC_KQM_JB * MC_KQM_BR <= MC_KQM_NT, "a copy a thread");
+template <uint32_t BT> constexpr size_t mc_kqm_smem(void) {
+    return sizeof(mc_kqm_stage<BT>) + sizeof(float) * MC_KQM_TREE * 8 * 8 * BT;
+}
 
 __device__ __forceinline__ uint32_t mc_kqm_pack4(int a, int b, int c, int d) {
     return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
@@ -176,25 +180,28 @@ __device__ __forceinline__ void mc_kqm_scales_k4(const uint4 &a, uint32_t c, uin
     }
 }
 
-template <uint32_t T, int GLU>
-__global__ void __launch_bounds__(MC_KQM_NT, 1)
+template <uint32_t T, int GLU, uint32_t BT, uint32_t MINB, bool OPT>
+__global__ void __launch_bounds__(8 * BT, MINB)
     chunk_gemv_kq_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const int4 *xmeta,
                       const float *rs, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
                       uint32_t M, uint32_t ks, uint32_t fault) {
     constexpr bool Q6 = T == MEMRA_TYPE_Q6_K;
-    constexpr uint32_t JB = MC_KQM_JB, NT = MC_KQM_NT;
+    constexpr uint32_t JB = MC_KQM_JB, NT = 8 * BT;
+    typedef mc_kqm_stage<BT> stage;
+    static_assert(sizeof(float) * BT * MC_KQM_FIN_LD <= sizeof(stage), "the final tile fits");
+    static_assert(JB * 2 * BT == NT && JB * MC_KQM_BR <= NT, "a copy a thread");
     extern __shared__ __align__(16) unsigned char smraw[];
-    mc_kqm_stage &S = *(mc_kqm_stage *)smraw;
-    float *tree = (float *)(smraw + sizeof(mc_kqm_stage)); /* [level][element][thread] */
+    stage &S = *(stage *)smraw;
+    float *tree = (float *)(smraw + sizeof(stage)); /* [level][element][thread] */
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const uint32_t m0 = (warp & 1) * 32, n0 = (warp >> 1) * 8;
-    const uint32_t t0 = blockIdx.x * MC_KQM_BT, r0 = blockIdx.y * MC_KQM_BR;
+    const uint32_t t0 = blockIdx.x * BT, r0 = blockIdx.y * MC_KQM_BR;
     const uint32_t nch = w.cols / 16, nu = w.cols / 32, nb = w.cols / MEMRA_QK_K;
     const mc_mma_plan P = mc_mma_plan_make<JB>(nu, ks);
-    /* staging: weight row tid % 64 of unit slot tid / 64 (threads below 256); x row tid % 64 of
-     * half (tid / 64) % 2 of unit slot tid / 128 (every thread) */
+    /* staging: weight row tid % 64 of unit slot tid / 64 (threads below 256); x row tid % BT of
+     * half (tid / BT) % 2 of unit slot tid / (2 BT) (every thread) */
     const uint32_t srow = tid % MC_KQM_BR, sj = tid / MC_KQM_BR;
-    const uint32_t sxr = tid % MC_KQM_BT, sxh = (tid / MC_KQM_BT) & 1u, sxj = tid / (2 * MC_KQM_BT);
+    const uint32_t sxr = tid % BT, sxh = (tid / BT) & 1u, sxj = tid / (2 * BT);
     const mc_mma_slot sws = mc_mma_slot_of<JB>(P, sj), sxs = mc_mma_slot_of<JB>(P, sxj);
     const uint32_t grow = r0 + srow < w.rows ? r0 + srow : w.rows - 1;
     const uint32_t gt = t0 + sxr < M ? t0 + sxr : M - 1;
@@ -320,21 +327,34 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
         /* slot jj's unit into the class's sums */
         auto slot = [&](uint32_t jj) {
             const uint32_t xr = n0 + g;
-            uint32_t b[2][3];
+            uint32_t b[2][3], AL[4], AH[4];
+            if constexpr (OPT) { /* the fragments by ldmatrix (mma_s8.cuh's mc_ldsm4): the same words */
+                /* B: lanes 8 i .. 8 i + 7 give the rows of matrix i, (half, plane) (0, 0), (0, 1),
+                 * (0, 2), (1, 0), then (1, 1), (1, 2) and (1, 2) twice more */
+                const uint32_t bi = lane >> 3, bh0 = bi == 3 ? 1u : 0u, bp0 = bi == 3 ? 0u : bi;
+                const uint32_t bp1 = bi == 0 ? 1u : 2u;
+                uint32_t B0[4], B1[4];
+                mc_ldsm4(AL, &S.w[jj][0][m0 + lane]);
+                mc_ldsm4(AH, &S.w[jj][1][m0 + lane]);
+                mc_ldsm4(B0, &S.x[jj][bh0][bp0][n0 + (lane & 7)]);
+                mc_ldsm4(B1, &S.x[jj][1][bp1][n0 + (lane & 7)]);
+                b[0][0] = B0[0], b[0][1] = B0[1], b[0][2] = B0[2], b[1][0] = B0[3], b[1][1] = B1[0], b[1][2] = B1[1];
+            } else {
 #pragma unroll
-            for (uint32_t h = 0; h < 2; h++)
+                for (uint32_t h = 0; h < 2; h++)
 #pragma unroll
-                for (uint32_t pl = 0; pl < 3; pl++)
-                    b[h][pl] = ((const uint32_t *)&S.x[jj][h][pl][xr])[q];
+                    for (uint32_t pl = 0; pl < 3; pl++)
+                        b[h][pl] = ((const uint32_t *)&S.x[jj][h][pl][xr])[q];
+            }
             const int4 mA[2] = {S.xm[jj][0][n0 + 2 * q], S.xm[jj][0][n0 + 2 * q + 1]};
             const int4 mB[2] = {S.xm[jj][1][n0 + 2 * q], S.xm[jj][1][n0 + 2 * q + 1]};
 #pragma unroll
             for (uint32_t mt = 0; mt < 2; mt++) {
                 const uint32_t r = m0 + 16 * mt + g;
-                const uint32_t al0 = ((const uint32_t *)&S.w[jj][0][r])[q];
-                const uint32_t al1 = ((const uint32_t *)&S.w[jj][0][r + 8])[q];
-                const uint32_t ah0 = ((const uint32_t *)&S.w[jj][1][r])[q];
-                const uint32_t ah1 = ((const uint32_t *)&S.w[jj][1][r + 8])[q];
+                const uint32_t al0 = OPT ? AL[2 * mt] : ((const uint32_t *)&S.w[jj][0][r])[q];
+                const uint32_t al1 = OPT ? AL[2 * mt + 1] : ((const uint32_t *)&S.w[jj][0][r + 8])[q];
+                const uint32_t ah0 = OPT ? AH[2 * mt] : ((const uint32_t *)&S.w[jj][1][r])[q];
+                const uint32_t ah1 = OPT ? AH[2 * mt + 1] : ((const uint32_t *)&S.w[jj][1][r + 8])[q];
                 /* the accumulator inputs: the magic (Q6_K: less 32 times the plane's sum, the
                  * offset of 32), so a dot's float is its bits less 1.5 * 2^23, exactly */
                 int dh0[4], dm0[4], dl0[4], dh1[4], dm1[4], dl1[4];
@@ -383,12 +403,40 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
                 }
             }
         };
+        /* OPT, every slot with a unit: the class ends where the plan puts them (chunk_mma.cu's full
+         * step: classes of JW slots, each ending in this step where JW < JB, the one class ending
+         * after the last slot or not at all where JW = JB), known when compiled */
+        auto full = [&](auto jwc) {
+            constexpr uint32_t JW = decltype(jwc)::value;
 #pragma unroll
-        for (uint32_t jj = 0; jj < JB; jj++) {
-            if (valid >> jj & 1)
+            for (uint32_t jj = 0; jj < JB; jj++) {
                 slot(jj);
-            if (ends >> jj & 1)
-                push();
+                if (jj % JW == JW - 1 && (JW < JB || ends != 0))
+                    push();
+            }
+        };
+        if constexpr (OPT) {
+            if (valid == (1u << JB) - 1 && P.jw == JB) {
+                full(mc_mma_uconst<JB>());
+            } else if (valid == (1u << JB) - 1 && P.jw == JB / 2) {
+                full(mc_mma_uconst<JB / 2>());
+            } else {
+#pragma unroll
+                for (uint32_t jj = 0; jj < JB; jj++) {
+                    if (valid >> jj & 1)
+                        slot(jj);
+                    if (ends >> jj & 1)
+                        push();
+                }
+            }
+        } else {
+#pragma unroll
+            for (uint32_t jj = 0; jj < JB; jj++) {
+                if (valid >> jj & 1)
+                    slot(jj);
+                if (ends >> jj & 1)
+                    push();
+            }
         }
     }
     float dsum[8];
@@ -405,7 +453,7 @@ __global__ void __launch_bounds__(MC_KQM_NT, 1)
             fin[t * MC_KQM_FIN_LD + r] = dsum[mt * 4 + e];
         }
     __syncthreads();
-    for (uint32_t k = tid; k < MC_KQM_BT * (MC_KQM_BR / MC_GEMV_ROWS); k += MC_KQM_NT) {
+    for (uint32_t k = tid; k < BT * (MC_KQM_BR / MC_GEMV_ROWS); k += NT) {
         const uint32_t tt = k / (MC_KQM_BR / MC_GEMV_ROWS), gq = k % (MC_KQM_BR / MC_GEMV_ROWS);
         const uint32_t t = t0 + tt, base = r0 + MC_GEMV_ROWS * gq;
         if (t >= M || base >= w.rows)
@@ -437,36 +485,39 @@ int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
     return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
            c->qdot == MC_QDOT_AUTO &&
-           (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT) &&
+           (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT ||
+            c->chunk == MC_KQM_OPT) &&
            w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
            w->aux_stride == ar && w->aux;
 }
 
-template <uint32_t T>
-static cudaError_t mc_kqm_launch(int glu, dim3 grid, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
+template <uint32_t T, uint32_t BT, uint32_t MINB, bool OPT>
+static cudaError_t mc_kqm_launch(int glu, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
                                  const uint4 *xl, const int4 *meta, const float *rs, const float *bias,
                                  const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M, uint32_t ks,
                                  uint32_t f, cudaStream_t st) {
     static unsigned char ready[3][MC_MAX_DEVICES];
+    constexpr size_t smem = mc_kqm_smem<BT>();
+    const dim3 grid((M + BT - 1) / BT, (w->rows + MC_KQM_BR - 1) / MC_KQM_BR);
     const int gi = glu == MC_GLU_SILU ? 1 : glu == MC_GLU_GELU ? 2 : 0;
-    const void *fn = gi == 1   ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU>
-                     : gi == 2 ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU>
-                               : (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE>;
-    const cudaError_t e = mc_mma_smem_allow(fn, (int)MC_KQM_SMEM, ready[gi], MC_MAX_DEVICES);
+    const void *fn = gi == 1   ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU, BT, MINB, OPT>
+                     : gi == 2 ? (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU, BT, MINB, OPT>
+                               : (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE, BT, MINB, OPT>;
+    const cudaError_t e = mc_mma_smem_allow(fn, (int)smem, ready[gi], MC_MAX_DEVICES);
     if (e != cudaSuccess)
         return e;
     switch (glu) {
     case MC_GLU_SILU:
-        chunk_gemv_kq_mma<T, MC_GLU_SILU>
-            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        chunk_gemv_kq_mma<T, MC_GLU_SILU, BT, MINB, OPT>
+            <<<grid, 8 * BT, smem, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     case MC_GLU_GELU:
-        chunk_gemv_kq_mma<T, MC_GLU_GELU>
-            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        chunk_gemv_kq_mma<T, MC_GLU_GELU, BT, MINB, OPT>
+            <<<grid, 8 * BT, smem, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     default:
-        chunk_gemv_kq_mma<T, MC_GLU_NONE>
-            <<<grid, MC_KQM_NT, MC_KQM_SMEM, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
+        chunk_gemv_kq_mma<T, MC_GLU_NONE, BT, MINB, OPT>
+            <<<grid, 8 * BT, smem, st>>>(*w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     }
     return cudaGetLastError();
@@ -496,22 +547,28 @@ cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x
     if (e != cudaSuccess)
         return e;
     const uint32_t ks = mc_kqm_ksplit(w->rows), f = variant == MC_CHUNK_MMA_FAULT ? 1u : 0u;
-    const dim3 grid((M + MC_KQM_BT - 1) / MC_KQM_BT, (w->rows + MC_KQM_BR - 1) / MC_KQM_BR);
-    switch (w->type) {
-    case MEMRA_TYPE_Q4_K:
-        return mc_kqm_launch<MEMRA_TYPE_Q4_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
-    case MEMRA_TYPE_Q5_K:
-        return mc_kqm_launch<MEMRA_TYPE_Q5_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
-    default:
-        return mc_kqm_launch<MEMRA_TYPE_Q6_K>(glu, grid, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st);
+#define MC_KQM_CALL(TY, O)                                                                                             \
+    mc_kqm_launch<TY, MC_KQM_BT, 1, O>(glu, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st)
+#define MC_KQM_TYPES(O)                                                                                                \
+    switch (w->type) {                                                                                                 \
+    case MEMRA_TYPE_Q4_K: return MC_KQM_CALL(MEMRA_TYPE_Q4_K, O);                                                      \
+    case MEMRA_TYPE_Q5_K: return MC_KQM_CALL(MEMRA_TYPE_Q5_K, O);                                                      \
+    default: return MC_KQM_CALL(MEMRA_TYPE_Q6_K, O);                                                                   \
     }
+    if (variant == MC_KQM_OPT)
+        MC_KQM_TYPES(true)
+    MC_KQM_TYPES(false)
+#undef MC_KQM_TYPES
+#undef MC_KQM_CALL
 }
 
-#define MC_KQM_FAM(T)                                                                                                  \
-    f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE> || f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU> ||    \
-        f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU>
+#define MC_KQM_FAM1(T, O)                                                                                              \
+    f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_NONE, MC_KQM_BT, 1, O> ||                                           \
+        f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_SILU, MC_KQM_BT, 1, O> ||                                       \
+        f == (const void *)chunk_gemv_kq_mma<T, MC_GLU_GELU, MC_KQM_BT, 1, O>
+#define MC_KQM_FAM(O) MC_KQM_FAM1(MEMRA_TYPE_Q4_K, O) || MC_KQM_FAM1(MEMRA_TYPE_Q5_K, O) || MC_KQM_FAM1(MEMRA_TYPE_Q6_K, O)
 const char *mc_chunk_kq_family(const void *f) {
-    if (MC_KQM_FAM(MEMRA_TYPE_Q4_K) || MC_KQM_FAM(MEMRA_TYPE_Q5_K) || MC_KQM_FAM(MEMRA_TYPE_Q6_K))
+    if (MC_KQM_FAM(false) || MC_KQM_FAM(true))
         return "chunk_gemv";
     if (f == (const void *)chunk_kq_quant<true> || f == (const void *)chunk_kq_quant<false>)
         return "chunk_prep";

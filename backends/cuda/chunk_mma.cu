@@ -51,25 +51,30 @@
 #define MC_MMA_BR 64u /* weight rows of a block's tile */
 #define MC_MMA_JB 8u  /* chunk slots a step stages (mc_mma_plan: one class's, or several classes') */
 /* The default tile: MC_MMA_NN warps along x (8 x rows each), so 32 x rows and 256 threads, two
- * blocks an SM (on the H200 2-5% faster than 64 x rows in one block of 512; the same bits). */
+ * blocks an SM (on the H200 2-5% faster than 64 x rows in one block of 512, 16-27% faster than 16 x
+ * rows at four blocks an SM, 4-7% faster than 4 slots a step at three; the same bits). */
 #define MC_MMA_NN 4u
 #define MC_MMA_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 */
 #define MC_MMA_MAGIC_F 12582912.0f
 #define MC_MMA_TREE 4u /* the tree's levels 2, 3, 4 and the parts' sum, kept in shared memory */
+/* The check's and bench's kernel with fewer stalls and instructions (OPT: the weight scales
+ * converted when stored, the class ends placed when compiled): cuda_kernels.h's chunk variants
+ * continued (chunk_bench.c names the same value) */
+#define MC_CHUNK_MMA_OPT (MC_CHUNK_MMA_T8 + 1)
 
-/* One step's staging buffer, for a tile of BT x rows. */
-template <uint32_t BT> struct mc_mma_stage {
-    uint4 w[MC_MMA_JB][MC_MMA_BR]; /* weight chunks */
-    uint4 x[MC_MMA_JB][3][BT];     /* plane hi, mid, lo chunks */
-    float s[MC_MMA_JB][BT];        /* the x chunks' scales */
-    float d[MC_MMA_JB][MC_MMA_BR]; /* the weight blocks' scales, as floats, rows 16k + i and 16k + i + 8
-                                    * side by side (mc_mma_dpos) */
+/* One step's staging buffer, for a tile of BT x rows and JB slots. */
+template <uint32_t BT, uint32_t JB> struct mc_mma_stage {
+    uint4 w[JB][MC_MMA_BR]; /* weight chunks */
+    uint4 x[JB][3][BT];     /* plane hi, mid, lo chunks */
+    float s[JB][BT];        /* the x chunks' scales */
+    float d[JB][MC_MMA_BR]; /* the weight blocks' scales, as floats, rows 16k + i and 16k + i + 8
+                             * side by side (mc_mma_dpos) */
 };
 #define MC_MMA_FIN_LD (MC_MMA_BR + 1u)
 /* The dynamic shared memory of a tile of 8 NN x rows: two stages, then the tree's levels kept
  * there (MC_MMA_TREE x 8 floats a thread, [level][element][thread]). */
-template <uint32_t NN> constexpr size_t mc_mma_smem(void) {
-    return 2 * sizeof(mc_mma_stage<8 * NN>) + sizeof(float) * MC_MMA_TREE * 8 * 64 * NN;
+template <uint32_t NN, uint32_t JB> constexpr size_t mc_mma_smem(void) {
+    return 2 * sizeof(mc_mma_stage<8 * NN, JB>) + sizeof(float) * MC_MMA_TREE * 8 * 64 * NN;
 }
 
 __device__ __forceinline__ void mc_mma_cp16(void *dst, const void *src) {
@@ -88,16 +93,16 @@ __device__ __forceinline__ void mc_mma_wait0(void) { asm volatile("cp.async.wait
 __device__ __forceinline__ uint32_t mc_mma_dpos(uint32_t r) { return (r & ~15u) | ((r & 7u) << 1) | ((r >> 3) & 1u); }
 
 /* NN warps along x (BT = 8 NN x rows), 2 along the weight rows: 64 NN threads. */
-template <int GLU, uint32_t NN>
-__global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
+template <int GLU, uint32_t NN, uint32_t JB, uint32_t MINB, bool OPT>
+__global__ void __launch_bounds__(64 * NN, MINB)
     chunk_gemv_q8_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const float *xs,
                       const float *rs, const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy,
                       uint32_t M, uint32_t ks, uint32_t fault) {
-    constexpr uint32_t BT = 8 * NN, NT = 64 * NN, JB = MC_MMA_JB;
+    constexpr uint32_t BT = 8 * NN, NT = 64 * NN;
     constexpr uint32_t WPT = (JB * MC_MMA_BR + NT - 1) / NT; /* weight chunks a thread stages */
-    typedef mc_mma_stage<BT> stage;
+    typedef mc_mma_stage<BT, JB> stage;
     static_assert(sizeof(float) * BT * MC_MMA_FIN_LD <= 2 * sizeof(stage), "the final tile fits");
-    static_assert(JB * BT == NT, "an x chunk a thread");
+    static_assert(JB * BT <= NT, "an x chunk a thread at most");
     extern __shared__ __align__(16) unsigned char smraw[];
     stage *sb = (stage *)smraw;
     float *tree = (float *)(smraw + 2 * sizeof(stage)); /* [level][element][thread] */
@@ -117,10 +122,13 @@ __global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
     const uint32_t gt = t0 + sxr < M ? t0 + sxr : M - 1;
     const size_t xoff = (size_t)gt * nch;
 
+    /* the weight scales of the next step: as floats (OPT false), or their half's bits, converted
+     * when stored (OPT: the conversion then does not wait on the load within the step's issue) */
     float dreg[WPT];
+    unsigned short dbits[WPT];
 #pragma unroll
     for (uint32_t k = 0; k < WPT; k++)
-        dreg[k] = 0.0f;
+        dreg[k] = 0.0f, dbits[k] = 0;
     /* issues step a's loads into buffer b (the weight scales into dreg, stored at the step's start) */
     auto issue = [&](const mc_mma_at &a, uint32_t b) {
 #pragma unroll
@@ -132,7 +140,10 @@ __global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
                 const uint32_t ch = mc_mma_item(P, a, sws[k], ks, fault);
                 if (ch != ~0u) {
                     mc_mma_cp16(&sb[b].w[sj][srow], (const char *)w.data + (size_t)grow * w.stride + (size_t)ch * 16);
-                    dreg[k] = __half2float(__ushort_as_half(__ldg(w.scales + (size_t)grow * nsc + ch / 2)));
+                    if (OPT)
+                        dbits[k] = __ldg(w.scales + (size_t)grow * nsc + ch / 2);
+                    else
+                        dreg[k] = __half2float(__ushort_as_half(__ldg(w.scales + (size_t)grow * nsc + ch / 2)));
                 }
             }
         }
@@ -208,7 +219,8 @@ __global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
         for (uint32_t k = 0; k < WPT; k++) {
             const uint32_t i = tid + k * NT;
             if (i < JB * MC_MMA_BR)
-                sb[b].d[i / MC_MMA_BR][mc_mma_dpos(i % MC_MMA_BR)] = dreg[k];
+                sb[b].d[i / MC_MMA_BR][mc_mma_dpos(i % MC_MMA_BR)] =
+                    OPT ? __half2float(__ushort_as_half(dbits[k])) : dreg[k];
         }
         if (s + 1 < P.nsteps) {
             issue(nx, b ^ 1);
@@ -276,15 +288,36 @@ __global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
                     acc[mt * 4 + e] = fmaf(dot, sc, acc[mt * 4 + e]);
                 }
             };
-            mmas(0, D[0]);
+            /* the step with its class ends where the plan puts them: classes of JW slots, every one
+             * ending in this step where JW < JB (the plan's spc is 1), the step's one class ending
+             * after its last slot or not at all where JW = JB (OPT: the class ends known when
+             * compiled, so no test after each slot) */
+            auto full = [&](auto jwc) {
+                constexpr uint32_t JW = decltype(jwc)::value;
+                mmas(0, D[0]);
 #pragma unroll
-            for (uint32_t h = 0; h < 2 * JB; h++) {
-                if (h + 1 < 2 * JB)
-                    mmas(h + 1, D[(h + 1) & 1]);
-                chain(h, D[h & 1]);
-                if ((h & 1) && (ends >> (h >> 1) & 1))
-                    push();
-            }
+                for (uint32_t h = 0; h < 2 * JB; h++) {
+                    if (h + 1 < 2 * JB)
+                        mmas(h + 1, D[(h + 1) & 1]);
+                    chain(h, D[h & 1]);
+                    if (JW == 0) {
+                        if ((h & 1) && (ends >> (h >> 1) & 1))
+                            push();
+                    } else if ((h & 1) && (h >> 1) % (JW ? JW : 1u) == JW - 1 && (JW < JB || ends != 0)) {
+                        push();
+                    }
+                }
+            };
+            if constexpr (!OPT)
+                full(mc_mma_uconst<0>());
+            else if (P.jw == JB)
+                full(mc_mma_uconst<JB>());
+            else if (JB >= 4 && P.jw == JB / 2)
+                full(mc_mma_uconst<(JB >= 4 ? JB / 2 : 1)>());
+            else if (JB >= 8 && P.jw == JB / 4)
+                full(mc_mma_uconst<(JB >= 8 ? JB / 4 : 1)>());
+            else
+                full(mc_mma_uconst<0>());
         } else {
 #pragma unroll
             for (uint32_t jj = 0; jj < JB; jj++) {
@@ -326,33 +359,37 @@ __global__ void __launch_bounds__(64 * NN, NN == 4 ? 2 : 1)
     }
 }
 
-template <uint32_t NN>
+/* The kernels: NN warps along x (8 NN x rows), JB slots a step, MINB blocks an SM, OPT. */
+#define MC_MMA_TILES(X)                                                                                                \
+    X(MC_MMA_NN, MC_MMA_JB, 2, false) X(6, MC_MMA_JB, 1, false) X(8, MC_MMA_JB, 1, false) X(MC_MMA_NN, MC_MMA_JB, 2, true)
+
+template <uint32_t NN, uint32_t JB, uint32_t MINB, bool OPT>
 static cudaError_t mc_chunk_q8_mma_nn(int glu, uint32_t fault, const mc_matrix *w, const uint4 *xh, const uint4 *xm,
                                       const uint4 *xl, const float *xs, const float *rs, const float *bias,
                                       const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M,
                                       cudaStream_t st) {
     const uint32_t ks = mc_q8x_ksplit(w->rows), f = fault ? 1u : 0u;
     const dim3 grid((M + 8 * NN - 1) / (8 * NN), (w->rows + MC_MMA_BR - 1) / MC_MMA_BR);
-    constexpr size_t smem = mc_mma_smem<NN>();
+    constexpr size_t smem = mc_mma_smem<NN, JB>();
     static unsigned char ready[3][MC_MAX_DEVICES];
     const int gi = glu == MC_GLU_SILU ? 1 : glu == MC_GLU_GELU ? 2 : 0;
-    const void *fn = gi == 1   ? (const void *)chunk_gemv_q8_mma<MC_GLU_SILU, NN>
-                     : gi == 2 ? (const void *)chunk_gemv_q8_mma<MC_GLU_GELU, NN>
-                               : (const void *)chunk_gemv_q8_mma<MC_GLU_NONE, NN>;
+    const void *fn = gi == 1   ? (const void *)chunk_gemv_q8_mma<MC_GLU_SILU, NN, JB, MINB, OPT>
+                     : gi == 2 ? (const void *)chunk_gemv_q8_mma<MC_GLU_GELU, NN, JB, MINB, OPT>
+                               : (const void *)chunk_gemv_q8_mma<MC_GLU_NONE, NN, JB, MINB, OPT>;
     const cudaError_t e = mc_mma_smem_allow(fn, (int)smem, ready[gi], MC_MAX_DEVICES);
     if (e != cudaSuccess)
         return e;
     switch (glu) {
     case MC_GLU_SILU:
-        chunk_gemv_q8_mma<MC_GLU_SILU, NN>
+        chunk_gemv_q8_mma<MC_GLU_SILU, NN, JB, MINB, OPT>
             <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     case MC_GLU_GELU:
-        chunk_gemv_q8_mma<MC_GLU_GELU, NN>
+        chunk_gemv_q8_mma<MC_GLU_GELU, NN, JB, MINB, OPT>
             <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     default:
-        chunk_gemv_q8_mma<MC_GLU_NONE, NN>
+        chunk_gemv_q8_mma<MC_GLU_NONE, NN, JB, MINB, OPT>
             <<<grid, 64 * NN, smem, st>>>(*w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, ks, f);
         break;
     }
@@ -365,23 +402,23 @@ cudaError_t mc_chunk_q8_mma(int glu, uint32_t variant, const mc_matrix *w, const
     if (M == 0 || w->rows == 0)
         return cudaSuccess;
     const uint32_t fault = variant == MC_CHUNK_MMA_FAULT;
-    const uint32_t nn = variant == MC_CHUNK_MMA_T4   ? 4
-                        : variant == MC_CHUNK_MMA_T6 ? 6
-                        : variant == MC_CHUNK_MMA_T8 ? 8
-                                                     : MC_MMA_NN;
-    switch (nn) {
-    case 4: return mc_chunk_q8_mma_nn<4>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st);
-    case 6: return mc_chunk_q8_mma_nn<6>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st);
-    case 8: return mc_chunk_q8_mma_nn<8>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st);
-    default: return cudaErrorInvalidValue;
+#define MC_MMA_CALL(N, J, B, O)                                                                                        \
+    mc_chunk_q8_mma_nn<N, J, B, O>(glu, fault, w, xh, xm, xl, xs, rs, bias, res, ldr, y, ldy, M, st)
+    switch (variant) {
+    case MC_CHUNK_MMA_T6: return MC_MMA_CALL(6, MC_MMA_JB, 1, false);
+    case MC_CHUNK_MMA_T8: return MC_MMA_CALL(8, MC_MMA_JB, 1, false);
+    case MC_CHUNK_MMA_OPT: return MC_MMA_CALL(MC_MMA_NN, MC_MMA_JB, 2, true);
+    default: return MC_MMA_CALL(MC_MMA_NN, MC_MMA_JB, 2, false); /* MC_CHUNK_MMA, its fault, MC_CHUNK_MMA_T4 */
     }
+#undef MC_MMA_CALL
 }
 
-#define MC_MMA_FAMILY(G, N) f == (const void *)chunk_gemv_q8_mma<G, N> ||
+#define MC_MMA_FAMILY(N, J, B, O)                                                                                      \
+    f == (const void *)chunk_gemv_q8_mma<MC_GLU_NONE, N, J, B, O> ||                                                   \
+        f == (const void *)chunk_gemv_q8_mma<MC_GLU_SILU, N, J, B, O> ||                                               \
+        f == (const void *)chunk_gemv_q8_mma<MC_GLU_GELU, N, J, B, O> ||
 const char *mc_chunk_mma_family(const void *f) {
-    if (MC_MMA_FAMILY(MC_GLU_NONE, 4) MC_MMA_FAMILY(MC_GLU_SILU, 4) MC_MMA_FAMILY(MC_GLU_GELU, 4)
-            MC_MMA_FAMILY(MC_GLU_NONE, 6) MC_MMA_FAMILY(MC_GLU_SILU, 6) MC_MMA_FAMILY(MC_GLU_GELU, 6)
-                MC_MMA_FAMILY(MC_GLU_NONE, 8) MC_MMA_FAMILY(MC_GLU_SILU, 8) MC_MMA_FAMILY(MC_GLU_GELU, 8) 0)
+    if (MC_MMA_TILES(MC_MMA_FAMILY) 0)
         return "chunk_gemv";
     return mc_chunk_kq_family(f);
 }

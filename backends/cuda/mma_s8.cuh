@@ -31,6 +31,11 @@ __device__ __forceinline__ void mc_mma_s8(int (&d)[4], uint32_t a0, uint32_t a1,
                  : "r"(a0), "r"(a1), "r"(b), "r"(c));
 }
 
+/* A count known when compiled, for a step's generic lambda (a class's slots). */
+template <uint32_t V> struct mc_mma_uconst {
+    static constexpr uint32_t value = V;
+};
+
 /* The lane of class position n: decode's tree order (bit-reversed), or lane order (fault: the
  * check programs' negative control, a tree decode does not build). */
 __device__ __forceinline__ uint32_t mc_mma_lane(uint32_t n, uint32_t fault) { return fault ? n : __brev(n) >> 27; }

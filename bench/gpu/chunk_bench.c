@@ -3,10 +3,15 @@
  * chunk=mma (chunk_kq_mma.cu), one call of mc_gemv_chunk each (the quantization of x included), on
  * random data, timed over repeats with CUDA events.
  *
- *   memra_cuda_chunk_bench [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...
+ *   memra_cuda_chunk_bench [--only KIND] [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...
  *     default: Q8_0 4096 4096 512, 14336 4096 512, 28672 4096 512 1, 6144 4096 512 (8B's o, up,
  *     fused gate/up, fused qkv); Q4_K 6144 4096, 4096 4096, 28672 4096 1; Q5_K 4096 4096; Q6_K
  *     4096 14336, 1024 4096 (M 512: 8B Q4_K_M's shapes)
+ *
+ * Kernels: Q8_0 chunk=mma (the production kernel), opt (its OPT form: chunk_mma.cu), mma/48 and
+ * mma/64 (tiles of 48 and 64 x rows), fma; K-quants mma and opt (chunk_kq_mma.cu's OPT form). --only KIND times that kernel alone (for a
+ * profiler's one launch). Each kernel's output is compared bit for bit with the first one's of its
+ * shape (bits=same, or bits=DIFF and the count: a tile must not move a bit).
  *
  * Prints per shape and kernel: microseconds a call, element-chunks (row x x row x 16 columns) per
  * second, the share of the FP32 rate that the float chain needs at 7 operations an element-chunk
@@ -20,6 +25,11 @@
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
 #include "kquant_layout.h"
+
+/* chunk_mma.cu's and chunk_kq_mma.cu's kernels with fewer stalls (OPT; cuda_kernels.h's chunk
+ * variants continued) */
+#define CB_CHUNK_MMA_OPT (MC_CHUNK_MMA_T8 + 1)
+static const char *cb_only; /* --only: the one kernel to run */
 
 static uint64_t cb_rng = 0x243F6A8885A308D3ull;
 static uint32_t cb_next(void) {
@@ -106,11 +116,24 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
     static const struct {
         uint32_t v;
         const char *name;
-    } kinds[] = {
-        {MC_CHUNK_MMA, "mma"}, {MC_CHUNK_MMA_T6, "mma/48"}, {MC_CHUNK_MMA_T8, "mma/64"}, {MC_CHUNK_FMA, "fma"}};
-    for (int k = 0; k < (kq ? 1 : 4); k++) {
+    } q8kinds[] = {{MC_CHUNK_MMA, "mma"},
+                   {CB_CHUNK_MMA_OPT, "opt"},
+                   {MC_CHUNK_MMA_T6, "mma/48"},
+                   {MC_CHUNK_MMA_T8, "mma/64"},
+                   {MC_CHUNK_FMA, "fma"}},
+      kqkinds[] = {{MC_CHUNK_MMA, "mma"}, {CB_CHUNK_MMA_OPT, "opt"}};
+    const int nk = kq ? 2 : 5;
+    float *yref = malloc((size_t)M * outn * 4), *ycur = malloc((size_t)M * outn * 4);
+    int have_ref = 0;
+    if (!yref || !ycur)
+        return 3;
+    for (int k = 0; k < nk; k++) {
+        const uint32_t v = kq ? kqkinds[k].v : q8kinds[k].v;
+        const char *kname = kq ? kqkinds[k].name : q8kinds[k].name;
+        if (cb_only && strcmp(cb_only, kname))
+            continue;
         mc_config c = mc_config_default;
-        c.chunk = kinds[k].v;
+        c.chunk = v;
         const int reps = 10;
         CB(mc_gemv_chunk(&c, &w, dx, C, dn, 1e-5f, NULL, NULL, 0, dy, outn, glu, M, scratch, 0)); /* warm */
         CB(cudaEventRecord(a, 0));
@@ -121,14 +144,23 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
         float ms = 0.0f;
         CB(cudaEventElapsedTime(&ms, a, b));
         const double s = ms / 1e3 / reps, rate = ec / s;
+        CB(cudaMemcpy(have_ref ? ycur : yref, dy, (size_t)M * outn * 4, cudaMemcpyDeviceToHost));
+        size_t ndiff = 0;
+        if (have_ref)
+            for (size_t i = 0; i < (size_t)M * outn; i++)
+                ndiff += memcmp(&yref[i], &ycur[i], 4) != 0;
+        have_ref = 1;
         printf("%-4s chunk=%-6s rows %5u cols %5u M %4u glu %d: %9.1f us  %.3g element-chunks/s  %5.1f%% of FP32 (7 "
-               "ops)  %5.1f%% of int8 tensor\n",
+               "ops)  %5.1f%% of int8 tensor  bits=%s %zu\n",
                kq ? (type == MEMRA_TYPE_Q4_K   ? "q4_k"
                      : type == MEMRA_TYPE_Q5_K ? "q5_k"
                                                : "q6_k")
                   : "q8_0",
-               kinds[k].name, R, C, M, glu, s * 1e6, rate, 100.0 * rate * 7 / fp32_rate, 100.0 * rate * 96 / 1979e12);
+               kname, R, C, M, glu, s * 1e6, rate, 100.0 * rate * 7 / fp32_rate, 100.0 * rate * 96 / 1979e12,
+               ndiff ? "DIFF" : "same", ndiff);
     }
+    free(yref);
+    free(ycur);
     cudaFree(w.data);
     cudaFree(w.scales);
     cudaFree(w.aux);
@@ -143,6 +175,14 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
 }
 
 int main(int argc, char **argv) {
+    int a0 = 1;
+    if (argc > 2 && !strcmp(argv[1], "--only"))
+        cb_only = argv[2], a0 = 3;
+    if (cb_only && strcmp(cb_only, "mma") && strcmp(cb_only, "opt") && strcmp(cb_only, "mma/48") &&
+        strcmp(cb_only, "mma/64") && strcmp(cb_only, "fma")) {
+        fprintf(stderr, "chunk_bench: --only %s: not mma, opt, mma/48, mma/64 or fma\n", cb_only);
+        return 2;
+    }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("chunk_bench: SKIP (no CUDA device)\n");
@@ -153,9 +193,9 @@ int main(int argc, char **argv) {
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
     const double fp32_rate = (double)sms * 128 * khz * 1e3;
     printf("chunk_bench: %d SMs at %.0f MHz: FP32 %.3g operations/s\n", sms, khz / 1e3, fp32_rate);
-    if (argc > 1) {
+    if (argc > a0) {
         uint32_t type = MEMRA_TYPE_Q8_0;
-        for (int i = 1; i < argc;) {
+        for (int i = a0; i < argc;) {
             if (!strcmp(argv[i], "--type") && i + 1 < argc) {
                 const char *t = argv[i + 1];
                 type = !strcmp(t, "q8_0")   ? MEMRA_TYPE_Q8_0
@@ -171,7 +211,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (i + 2 >= argc) {
-                fprintf(stderr, "chunk_bench: usage: [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...\n");
+                fprintf(stderr, "chunk_bench: usage: [--only KIND] [[--type q8_0|q4_k|q5_k|q6_k] ROWS COLS M [GLU]]...\n");
                 return 2;
             }
             const int glu = i + 3 < argc && strcmp(argv[i + 3], "--type") ? atoi(argv[i + 3]) : 0;

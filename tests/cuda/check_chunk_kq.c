@@ -81,7 +81,8 @@ static const char *ck_name(uint32_t type) {
     return type == MEMRA_QTYPE_Q4_K ? "Q4_K" : type == MEMRA_QTYPE_Q5_K ? "Q5_K" : "Q6_K";
 }
 
-/* One case: decode row by row into yd, chunk=mma-kq into ym (with control, the faulty kernel).
+/* One case: decode row by row into yd, chunk=mma into ym, then its OPT kernel (the bench's)
+ * likewise (with control, the faulty kernel alone).
  * Returns the failures (-1: could not run); with control, 1 when the fault went unseen. */
 static int ck_run(FILE *out, uint32_t type, const ck_case *k, int control, uint64_t seed) {
     const uint32_t R = k->rows, C = k->cols, M = k->M, outn = k->glu ? R / 2 : R;
@@ -127,29 +128,39 @@ static int ck_run(FILE *out, uint32_t type, const ck_case *k, int control, uint6
                    : mc_gemv(&cd, &w, dx + (size_t)t * C, nw, eps, bias, res ? res + (size_t)t * outn : NULL,
                              dyd + (size_t)t * outn, 0);
     if (e == cudaSuccess)
-        e = cudaMemset(dym, 0xff, ny * 4); /* NaNs: an element the kernel skips cannot pass */
-    if (e == cudaSuccess)
-        e = mc_gemv_chunk(&cmma, &w, dx, C, nw, eps, bias, res, outn, dym, outn, k->glu, M, scratch, 0);
-    if (e == cudaSuccess)
         e = cudaMemcpy(yd, dyd, ny * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(ym, dym, ny * 4, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) {
-        if (out)
-            fprintf(out, "%s %ux%u M=%u: %s\n", ck_name(type), R, C, M, cudaGetErrorString(e));
-        goto done;
-    }
-    if (control) {
-        bad = memcmp(yd, ym, ny * 4) == 0;
-        goto done;
-    }
+    /* (MC_CHUNK_MMA_T8 + 1: chunk_kq_mma.cu's OPT kernel, cuda_kernels.h's variants continued) */
+    static const uint32_t variants[] = {MC_CHUNK_MMA, MC_CHUNK_MMA_T8 + 1};
     bad = 0;
-    for (size_t i = 0; i < ny; i++) {
-        const int em = memcmp(&yd[i], &ym[i], 4) != 0;
-        if (em && out && bad < 4)
-            fprintf(out, "%s %ux%u M=%u glu=%d norm=%d bias=%d res=%d: x row %zu, out %zu: decode %.9g, mma %.9g\n",
-                    ck_name(type), R, C, M, k->glu, k->norm, k->bias, k->residual, i / outn, i % outn, yd[i], ym[i]);
-        bad += em;
+    for (size_t v = 0; v < (control ? 1u : sizeof variants / sizeof variants[0]); v++) {
+        if (!control)
+            cmma.chunk = variants[v];
+        if (e == cudaSuccess)
+            e = cudaMemset(dym, 0xff, ny * 4); /* NaNs: an element the kernel skips cannot pass */
+        if (e == cudaSuccess)
+            e = mc_gemv_chunk(&cmma, &w, dx, C, nw, eps, bias, res, outn, dym, outn, k->glu, M, scratch, 0);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(ym, dym, ny * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            if (out)
+                fprintf(out, "%s %ux%u M=%u: %s\n", ck_name(type), R, C, M, cudaGetErrorString(e));
+            bad = -1;
+            goto done;
+        }
+        if (control) {
+            bad = memcmp(yd, ym, ny * 4) == 0;
+            goto done;
+        }
+        for (size_t i = 0; i < ny; i++) {
+            const int em = memcmp(&yd[i], &ym[i], 4) != 0;
+            if (em && out && bad < 4)
+                fprintf(out,
+                        "%s %ux%u M=%u glu=%d norm=%d bias=%d res=%d variant %u: x row %zu, out %zu: decode %.9g, "
+                        "mma %.9g\n",
+                        ck_name(type), R, C, M, k->glu, k->norm, k->bias, k->residual, cmma.chunk, i / outn,
+                        i % outn, yd[i], ym[i]);
+            bad += em;
+        }
     }
 done:
     cudaFree(w.data);
