@@ -40,10 +40,8 @@
 #define MC_KQM_BT 64u /* x rows of the default tile (512 threads, one block an SM) */
 #define MC_KQM_JB 4u  /* unit slots a step stages (mc_mma_plan) */
 #define MC_KQM_FIN_LD (MC_KQM_BR + 1u)
-/* The check's and bench's kernel with fewer shared loads and no test after each slot (OPT: the
- * fragments by ldmatrix, the class ends placed when compiled): cuda_kernels.h's chunk variants
- * continued, the value of chunk_mma.cu's MC_CHUNK_MMA_OPT */
-#define MC_KQM_OPT (MC_CHUNK_MMA_T8 + 1)
+/* MC_CHUNK_MMA_OPT (chunk=mma-opt) runs the kernel with fewer shared loads and no test after
+ * each slot (OPT: the fragments by ldmatrix, the class ends placed when compiled). */
 #define MC_KQM_PREP 512u        /* the prep's threads: decode's block (MC_KQ_WARPS warps) */
 #define MC_KQM_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 (chunk_mma.cu's MC_MMA_MAGIC) */
 #define MC_KQM_MAGIC_F 12582912.0f
@@ -486,7 +484,7 @@ int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
     return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
            c->qdot == MC_QDOT_AUTO &&
            (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT ||
-            c->chunk == MC_KQM_OPT) &&
+            c->chunk == MC_CHUNK_MMA_OPT) &&
            w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
            w->aux_stride == ar && w->aux;
 }
@@ -555,7 +553,7 @@ cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x
     case MEMRA_TYPE_Q5_K: return MC_KQM_CALL(MEMRA_TYPE_Q5_K, O);                                                      \
     default: return MC_KQM_CALL(MEMRA_TYPE_Q6_K, O);                                                                   \
     }
-    if (variant == MC_KQM_OPT)
+    if (variant == MC_CHUNK_MMA_OPT)
         MC_KQM_TYPES(true)
     MC_KQM_TYPES(false)
 #undef MC_KQM_TYPES

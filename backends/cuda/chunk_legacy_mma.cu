@@ -396,7 +396,8 @@ static uint32_t mc_llm_ksplit(uint32_t rows) {
 int mc_chunk_legacy_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
     return mc_ll_is(w->type) && c->qdot == MC_QDOT_AUTO &&
-           (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT) &&
+           (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_OPT ||
+            c->chunk == MC_CHUNK_MMA_FAULT) &&
            w->cols <= MC_LL_COLS_MAX && mc_ll_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
            w->aux_stride == ar && w->aux;
 }

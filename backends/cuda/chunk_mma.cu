@@ -57,10 +57,8 @@
 #define MC_MMA_MAGIC 0x4B400000 /* the bits of 1.5 * 2^23 */
 #define MC_MMA_MAGIC_F 12582912.0f
 #define MC_MMA_TREE 4u /* the tree's levels 2, 3, 4 and the parts' sum, kept in shared memory */
-/* The check's and bench's kernel with fewer stalls and instructions (OPT: the weight scales
- * converted when stored, the class ends placed when compiled): cuda_kernels.h's chunk variants
- * continued (chunk_bench.c names the same value) */
-#define MC_CHUNK_MMA_OPT (MC_CHUNK_MMA_T8 + 1)
+/* MC_CHUNK_MMA_OPT (chunk=mma-opt) runs the kernel with fewer stalls and instructions (OPT: the
+ * weight scales converted when stored, the class ends placed when compiled). */
 
 /* One step's staging buffer, for a tile of BT x rows and JB slots. */
 template <uint32_t BT, uint32_t JB> struct mc_mma_stage {

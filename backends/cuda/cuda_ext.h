@@ -89,8 +89,9 @@ extern "C" {
             "a prefill chunk's integer GEMVs: mma (Q8_0 where q8=auto takes integer dots, and Q4_K/Q5_K/Q6_K and "  \
             "Q4_0/Q4_1/Q5_0/Q5_1 under qdot=auto: exact int8 dots on tensor cores, decode's float chain per "         \
             "element), fma (Q8_0 by dp4a on the CUDA cores, the K-quant and Q4_0..Q5_1 layers' chunks as single "    \
-            "steps), mma-q8 (Q8_0 on tensor cores, those layers as single steps) or mma-kq (the old name of mma). "   \
-            "The same bits each way, decode's"                                                                         \
+            "steps), mma-q8 (Q8_0 on tensor cores, those layers as single steps), mma-opt (mma with the Q8_0 and "   \
+            "K-quant kernels' forms of fewer stalls: scales converted when stored, class ends fixed when compiled, " \
+            "ldmatrix fragments) or mma-kq (the old name of mma). The same bits each way, decode's"                   \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

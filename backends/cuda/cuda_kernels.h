@@ -62,7 +62,9 @@ enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
  * legacy layers' chunks as single steps; MC_CHUNK_MMA_KQ, the same as MC_CHUNK_MMA (the name
  * `mma-kq` had while the K-quant kernel was opt-in); MC_CHUNK_MMA_Q8, Q8_0 on tensor cores and the
  * K-quant layers' chunks as single steps (the default before the K-quant kernel). The same bits
- * every way: decode's. For the
+ * every way: decode's. MC_CHUNK_MMA_OPT (`mma-opt`): MC_CHUNK_MMA with the Q8_0 and K-quant
+ * kernels in the forms with fewer stalls (chunk_mma.cu's weight scales converted when stored and
+ * class ends placed when compiled; chunk_kq_mma.cu's ldmatrix fragments), the same bits. For the
  * check and bench programs only (no arm key sets them): MC_CHUNK_MMA_FAULT, the MMA kernel with
  * its classes summed in lane order, a tree decode does not build (other bits); MC_CHUNK_MMA_T4,
  * _T6, _T8, the MMA kernel with a tile of 32, 48 or 64 x rows (the same bits). */
@@ -71,6 +73,7 @@ enum {
     MC_CHUNK_FMA,
     MC_CHUNK_MMA_KQ,
     MC_CHUNK_MMA_Q8,
+    MC_CHUNK_MMA_OPT,
     MC_CHUNK_MMA_FAULT,
     MC_CHUNK_MMA_T4,
     MC_CHUNK_MMA_T6,
@@ -111,7 +114,8 @@ typedef struct mc_config {
                          * the GEMV that writes their input: mc_gemv_post) or MC_POSTNORM_LAUNCH (a launch of
                          * their own, mc_op_rmsnorm_add). The same bits */
     uint32_t chunk;     /* a prefill chunk's integer GEMVs: MC_CHUNK_MMA (Q8_0 and the K-quants on tensor
-                         * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8: the same bits */
+                         * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8, MC_CHUNK_MMA_OPT: the
+                         * same bits */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }

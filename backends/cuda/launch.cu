@@ -21,7 +21,8 @@ static const struct {
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
-    {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8"}, "mma, fma, mma-kq, mma-q8"},
+    {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8", "mma-opt"},
+     "mma, fma, mma-kq, mma-q8, mma-opt"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -26,9 +26,6 @@
 #include "memra/numeric.h"
 #include "kquant_layout.h"
 
-/* chunk_mma.cu's and chunk_kq_mma.cu's kernels with fewer stalls (OPT; cuda_kernels.h's chunk
- * variants continued) */
-#define CB_CHUNK_MMA_OPT (MC_CHUNK_MMA_T8 + 1)
 static const char *cb_only; /* --only: the one kernel to run */
 
 static uint64_t cb_rng = 0x243F6A8885A308D3ull;
@@ -117,11 +114,11 @@ static int cb_shape(uint32_t type, uint32_t R, uint32_t C, uint32_t M, int glu, 
         uint32_t v;
         const char *name;
     } q8kinds[] = {{MC_CHUNK_MMA, "mma"},
-                   {CB_CHUNK_MMA_OPT, "opt"},
+                   {MC_CHUNK_MMA_OPT, "opt"},
                    {MC_CHUNK_MMA_T6, "mma/48"},
                    {MC_CHUNK_MMA_T8, "mma/64"},
                    {MC_CHUNK_FMA, "fma"}},
-      kqkinds[] = {{MC_CHUNK_MMA, "mma"}, {CB_CHUNK_MMA_OPT, "opt"}};
+      kqkinds[] = {{MC_CHUNK_MMA, "mma"}, {MC_CHUNK_MMA_OPT, "opt"}};
     const int nk = kq ? 2 : 5;
     float *yref = malloc((size_t)M * outn * 4), *ycur = malloc((size_t)M * outn * 4);
     int have_ref = 0;

@@ -129,8 +129,8 @@ static int ck_run(FILE *out, uint32_t type, const ck_case *k, int control, uint6
                              dyd + (size_t)t * outn, 0);
     if (e == cudaSuccess)
         e = cudaMemcpy(yd, dyd, ny * 4, cudaMemcpyDeviceToHost);
-    /* (MC_CHUNK_MMA_T8 + 1: chunk_kq_mma.cu's OPT kernel, cuda_kernels.h's variants continued) */
-    static const uint32_t variants[] = {MC_CHUNK_MMA, MC_CHUNK_MMA_T8 + 1};
+    /* (MC_CHUNK_MMA_OPT: chunk=mma-opt, chunk_kq_mma.cu's OPT kernel) */
+    static const uint32_t variants[] = {MC_CHUNK_MMA, MC_CHUNK_MMA_OPT};
     bad = 0;
     for (size_t v = 0; v < (control ? 1u : sizeof variants / sizeof variants[0]); v++) {
         if (!control)

@@ -117,8 +117,8 @@ static int cm_run(FILE *out, const cm_case *k, int control, uint64_t seed) {
         e = cudaMemcpy(yf, dyf, ny * 4, cudaMemcpyDeviceToHost);
     bad = 0;
     /* the default MMA kernel (or its fault), then its other tiles (the bench's), each against decode */
-    /* (MC_CHUNK_MMA_T8 + 1: chunk_mma.cu's OPT kernel, cuda_kernels.h's variants continued) */
-    static const uint32_t variants[] = {MC_CHUNK_MMA, MC_CHUNK_MMA_T4, MC_CHUNK_MMA_T6, MC_CHUNK_MMA_T8 + 1};
+    /* (MC_CHUNK_MMA_OPT: chunk=mma-opt, chunk_mma.cu's OPT kernel) */
+    static const uint32_t variants[] = {MC_CHUNK_MMA, MC_CHUNK_MMA_T4, MC_CHUNK_MMA_T6, MC_CHUNK_MMA_OPT};
     for (size_t v = 0; v < (control ? 1u : sizeof variants / sizeof variants[0]) && e == cudaSuccess; v++) {
         cmma.chunk = control ? MC_CHUNK_MMA_FAULT : variants[v];
         e = cudaMemset(dym, 0xff, ny * 4); /* NaNs: an element the kernel skips cannot pass */

@@ -99,7 +99,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:moe_fuse=16", "moe_fuse=16: expected an integer from 0 to 15"},
         {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch"},
-        {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8"},
+        {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8, mma-opt"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
         {"cuda:step_timeout_ms=50", "step_timeout_ms=50: expected an integer from 100 to 3600000"},
         {"cuda:stall_us=2000000", "stall_us=2000000: expected an integer from 0 to 1000000"},
@@ -144,7 +144,10 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_null(mc_config_choice(&c, "chunk", "mma-q8")); /* the K-quant layers as single steps */
     cr_assert_eq(c.chunk, MC_CHUNK_MMA_Q8);
     cr_assert_str_eq(mc_config_choice_name(&c, "chunk"), "mma-q8");
-    cr_assert_str_eq(mc_config_choice(&c, "chunk", "fault"), "mma, fma, mma-kq, mma-q8"); /* the checks' fault: no key */
+    cr_assert_null(mc_config_choice(&c, "chunk", "mma-opt")); /* the kernels' forms of fewer stalls */
+    cr_assert_eq(c.chunk, MC_CHUNK_MMA_OPT);
+    cr_assert_str_eq(mc_config_choice_name(&c, "chunk"), "mma-opt");
+    cr_assert_str_eq(mc_config_choice(&c, "chunk", "fault"), "mma, fma, mma-kq, mma-q8, mma-opt"); /* the checks' fault: no key */
     c.chunk = MC_CHUNK_MMA_FAULT;
     cr_assert_null(mc_config_choice_name(&c, "chunk"));
 }
@@ -401,5 +404,5 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
-    cr_assert(strstr(buf, "chunk=MMA: expected one of mma, fma, mma-kq, mma-q8"), "%s", buf);
+    cr_assert(strstr(buf, "chunk=MMA: expected one of mma, fma, mma-kq, mma-q8, mma-opt"), "%s", buf);
 }
