@@ -308,7 +308,11 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
     if ((e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = WARPS / KS;
-    const uint32_t need = (n_groups + slots - 1) / slots, cap = 16 / WARPS * mc_sm_count[dev];
+    const uint32_t cap = 16 / WARPS * mc_sm_count[dev];
+    /* 8 warps: the fewest blocks that give each warp slot a row group; 16: a block on every
+     * multiprocessor that has a row group (qkv's 1,536 row groups in 16 slots would leave 36 of
+     * 132 idle), some slots empty. The bits do not depend on the grid. */
+    const uint32_t need = WARPS == 16 ? n_groups : (n_groups + slots - 1) / slots;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);
