@@ -180,9 +180,8 @@ cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);
 cudaError_t mc_gemv_legacy_trigger_addr(void **p);
 
-/* The integer Q8_0 GEMV (gemv_q8.cu): whether it serves w under c, its launch, and its
- * shared-memory limit (once per device). */
-int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
+/* The integer Q8_0 GEMV (gemv_q8.cu): its launch (mc_gemv_q8_serves in cuda_kernels.h says where
+ * it serves), and its shared-memory limit (once per device). */
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                        float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_q8_prepare(void);

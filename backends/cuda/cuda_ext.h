@@ -43,8 +43,10 @@ extern "C" {
          "than auto; F32, F16 and other BF16 shapes keep auto's kernels); mma2 as mma with x' as two bf16 planes "    \
          "(high and low: 16 significant bits, twice the tensor work; its own bits)"},                                  \
         {"q8", "auto",                                                                                                 \
-         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits where rows >= cols / 2, float elsewhere) or "        \
-         "float (float dots everywhere: other bits)"},                                                                 \
+         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits for every Q8_0 matrix, blocks of 16 warps), "        \
+         "float (float dots everywhere: other bits), rows (the rule before issue 27: integer dots where rows >= "       \
+         "cols / 2, float elsewhere: other bits on the down projection) or int-8w (auto's bits in blocks of 8 "        \
+         "warps)"},                                                                                                    \
         {"qdot", "auto",                                                                                               \
          "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: auto (integer dots on quantized x where the type's kernel "  \
          "has them) or float (dequantized weights, float dots: other bits)"},                                          \
@@ -86,7 +88,7 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "chunk", "mma",                                                                                                \
-            "a prefill chunk's integer GEMVs: mma (Q8_0 where q8=auto takes integer dots, and Q4_K/Q5_K/Q6_K and "  \
+            "a prefill chunk's integer GEMVs: mma (Q8_0 where the q8 key takes integer dots, and Q4_K/Q5_K/Q6_K and " \
             "Q4_0/Q4_1/Q5_0/Q5_1 under qdot=auto: exact int8 dots on tensor cores, decode's float chain per "         \
             "element), fma (Q8_0 by dp4a on the CUDA cores, the K-quant and Q4_0..Q5_1 layers' chunks as single "    \
             "steps), mma-q8 (Q8_0 on tensor cores, those layers as single steps), mma-opt (mma with the Q8_0 and "   \

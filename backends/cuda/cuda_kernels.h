@@ -49,7 +49,10 @@ uint32_t mc_type_elem_bytes(uint32_t type);
 #define MC_TRIGGER_ALL 127u /* the trigger mask's bits (cuda_common.cuh names them) */
 #define MC_TRIGGER_DEFAULT 115u
 enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_MMA2 };
-enum { MC_Q8_AUTO, MC_Q8_FLOAT };
+/* q8: AUTO, the integer kernel for every Q8_0 matrix in blocks of 16 warps; FLOAT; ROWS, the rule
+ * before issue 27 (integer in blocks of 8 warps where rows >= cols / 2, float elsewhere); INT8W,
+ * AUTO's bits in ROWS's blocks of 8 warps. */
+enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
@@ -97,7 +100,7 @@ typedef struct mc_config {
                          * MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT (the same bits), or MC_GEMV_MMA / MC_GEMV_MMA2
                          * (BF16 on tensor cores, x' as one or two bf16 planes, gemv_mma.cu: other bits, the
                          * chunk's by construction; the other types as auto) */
-    uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO (integer dots where rows >= cols / 2) or MC_Q8_FLOAT */
+    uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS or MC_Q8_INT8W (above) */
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
                          * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
                          * blocks on the cluster kernel's shapes, else auto's path; not MC_ATT_SPLIT, which
@@ -130,8 +133,8 @@ const char *mc_config_choice_name(const mc_config *c, const char *key);
  * x, or RMSNorm(x) * norm_w (eps inside the root) when norm_w is given (its sum of squares
  * accumulated along the GEMV's own x loads: the norm costs no launch of its own). bias, residual
  * may be NULL; residual may be y itself. Matrices of few rows split their columns over 2 or 4
- * warps (a function of the row count). Q8_0 with c->q8 auto (except where rows < cols / 2)
- * takes x' quantized per 16 columns to 23 bits and integer dots, NMSE against the float path
+ * warps (a function of the row count). Q8_0 with c->q8 auto or int-8w (rows: except where
+ * rows < cols / 2) takes x' quantized per 16 columns to 23 bits and integer dots, NMSE against the float path
  * ~1e-8 on the presets; the kernel choice is a function of the shapes and c alone, so every arm
  * and device with the same keys gets the same bits (c->pdl, c->trigger and c->gemv other than mma never change
  * them; gemv=mma gives BF16 matrices the bits of gemv_mma.cu's tensor-core chain). */
@@ -346,6 +349,10 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
  * row. scratch: at least
  * mc_gemv_chunk_scratch_bytes(cols, M) bytes of device memory, 256-aligned. */
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w);
+/* Whether the integer Q8_0 GEMV (gemv_q8.cu) serves w under c (q8=auto and int-8w: every Q8_0
+ * matrix of at most 30,240 columns, a multiple of 32; rows: those with rows >= cols / 2 too), in
+ * decode and, on int8 tensor cores or dp4a, in the prefill chunk; else Q8_0 takes the float path. */
+int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
 /* gemv=mma's column parts (KS) of a rows x cols BF16 matrix: a function of the shape alone (decode
  * and the chunk take the same, gemv_mma.cu). */
 uint32_t mc_gemv_mma_ksplit(uint32_t rows, uint32_t cols);

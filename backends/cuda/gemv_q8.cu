@@ -14,17 +14,21 @@
  * mid + lo), so a chunk's dot with 16 int8 weights is exact in integers, three dp4a chains, and
  * costs one float FMA: acc += (2^16 dot_hi + (2^8 dot_mid + dot_lo)) * (d_w * s_c). x' keeps 23
  * bits relative to its chunk's largest element (16 bits were not enough: bench/gpu/NOTES.md).
- * The sum of squares of x for the norm is a block sum of fixed shape during the quantization. Blocks of 8 warps; a warp takes 4 rows over column part `part` of KS
- * (chunks 32 part + lane, then every 32 KS-th), the parts of a row group added in order; each
- * block takes a contiguous, balanced range of row groups (at most two blocks per multiprocessor:
- * the quantization is paid once per block), its warps' loads flattened over row groups so the
- * next row group's first weights stream while the last chunk of the current one is summed. The
- * bits depend on the shapes alone (not on the grid).
+ * The sum of squares of x for the norm is a block sum of fixed shape: 256 threads, each over
+ * chunks tid, tid + 256, ..., then the 8 warps' sums in order. A warp takes 4 rows over column
+ * part `part` of KS (chunks 32 part + lane, then every 32 KS-th), the parts of a row group added
+ * in order; each block takes a contiguous, balanced range of row groups, its warps' loads
+ * flattened over row groups so the next row group's first weights stream while the last chunk of
+ * the current one is summed. Blocks of WARPS = 16 warps, one a multiprocessor (q8=auto: the
+ * quantization of x, paid once per block, is paid half as often as with two blocks of 8, which
+ * is what lets it pay on the down projection too) or of 8 warps, two a multiprocessor (q8=rows
+ * and q8=int-8w). With 16 warps every thread quantizes, and the first 8 warps sum the squares in
+ * the 8-warp order. The bits depend on the shapes alone (not on the grid or the block size).
  *
  * Per call (one matrix a token): reads rows x cols weight bytes and their f16 block scales
  * (streamed), x and norm_w (cols floats, once per block), bias and residual (rows floats);
  * writes y (rows floats; rows/2 with a GLU: SwiGLU or GELU-gated). */
-#define MC_Q8X_WARPS 8u
+#define MC_Q8X_WARPS 8u /* the sum of squares' shape (and the blocks of q8=rows, int-8w) */
 #define MC_Q8X_UNROLL 2
 
 /* Shared bytes of the quantized x of a matrix of `cols` columns. */
@@ -35,14 +39,14 @@ __device__ __forceinline__ uint32_t mc_pack4(int a, int b, int c, int d) {
 }
 
 /* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post below), called by every thread of the block. */
-template <int SWIGLU, int NORM, int KS>
+template <int SWIGLU, int NORM, int KS, int WARPS>
 __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                    const float *bias, const float *residual, float *y,
                                                    uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char q8sm[];
-    __shared__ float red[2][MC_Q8X_WARPS][MC_GEMV_ROWS];
+    __shared__ float red[2][WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_Q8X_WARPS];
-    constexpr uint32_t SLOTS = MC_Q8X_WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
+    constexpr uint32_t SLOTS = WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
     const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
     uint4 *xh = (uint4 *)q8sm, *xm = xh + nch, *xl = xm + nch;
     float *xs = (float *)(xl + nch);
@@ -90,10 +94,12 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {
                 const float4 gq = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                if (WARPS == MC_Q8X_WARPS) { /* 16 warps: the squares are summed below */
+                    ss = fmaf(v[4 * i], v[4 * i], ss);
+                    ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                    ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                    ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                }
                 v[4 * i] *= gq.x;
                 v[4 * i + 1] *= gq.y;
                 v[4 * i + 2] *= gq.z;
@@ -121,7 +127,17 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
                            mc_pack4(lo[8], lo[9], lo[10], lo[11]), mc_pack4(lo[12], lo[13], lo[14], lo[15]));
         xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
     }
-    if (NORM) {
+    if (NORM && WARPS != MC_Q8X_WARPS && warp < MC_Q8X_WARPS) /* the 8-warp order: chunks tid, tid + 256, ... */
+        for (uint32_t c = tid; c < nch; c += 32 * MC_Q8X_WARPS)
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+                ss = fmaf(a.x, a.x, ss);
+                ss = fmaf(a.y, a.y, ss);
+                ss = fmaf(a.z, a.z, ss);
+                ss = fmaf(a.w, a.w, ss);
+            }
+    if (NORM && (WARPS == MC_Q8X_WARPS || warp < MC_Q8X_WARPS)) {
         ss = mc_warp_sum(ss);
         if (lane == 0)
             bred[warp] = ss;
@@ -214,21 +230,21 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     }
 }
 
-template <int SWIGLU, int NORM, int KS>
-__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+template <int SWIGLU, int NORM, int KS, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                   const float *residual, float *y, uint32_t n_groups) {
-    gemv_q8_0_int_body<SWIGLU, NORM, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+    gemv_q8_0_int_body<SWIGLU, NORM, KS, WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
  * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
  * gemv_q8_0_int reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
  * (w.rows floats each). */
-template <int KS>
-__global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
+template <int KS, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
-    gemv_q8_0_int_body<0, 0, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    gemv_q8_0_int_body<0, 0, KS, WARPS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
     mc_post_norm_last(pn, y, w.rows);
 }
 
@@ -236,33 +252,43 @@ __global__ void __launch_bounds__(32 * MC_Q8X_WARPS, 2)
 
 #define MC_Q8X_SMEM_MAX (96u * 1024u)
 
-/* With q8=auto: the quantization costs one pass over x per block, which pays where a block has
- * rows enough (rows >= cols / 2: not the down projection, where the float row-group kernel is
- * faster). */
+/* q8=auto and int-8w: every Q8_0 matrix whose quantized x fits in shared memory (up to 30,240
+ * columns). q8=rows, the rule before: only where a block of 8 warps has rows enough for the
+ * quantization of x to pay (rows >= cols / 2: not a down projection, which takes the float
+ * row-group kernel). */
 int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w) {
-    return c->q8 == MC_Q8_AUTO && w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 && w->cols > 0 &&
-           (uint64_t)w->rows * 2 >= w->cols && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
+    if (c->q8 != MC_Q8_AUTO && c->q8 != MC_Q8_ROWS && c->q8 != MC_Q8_INT8W)
+        return 0;
+    if (c->q8 == MC_Q8_ROWS && (uint64_t)w->rows * 2 < w->cols)
+        return 0;
+    return w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 && w->cols > 0 &&
+           mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
 }
 
+/* Warps a block: 16 (one block a multiprocessor) under q8=auto, 8 (two) under rows and int-8w. */
+static uint32_t mc_q8x_warps(const mc_config *c) { return c->q8 == MC_Q8_AUTO ? 16u : MC_Q8X_WARPS; }
+
 // clang-format off
-#define MC_Q8X_EACH(F) \
-    F(0, 0, 1) F(0, 0, 2) F(0, 0, 4) F(0, 1, 1) F(0, 1, 2) F(0, 1, 4) \
-    F(1, 0, 1) F(1, 0, 2) F(1, 0, 4) F(1, 1, 1) F(1, 1, 2) F(1, 1, 4) \
-    F(2, 0, 1) F(2, 0, 2) F(2, 0, 4) F(2, 1, 1) F(2, 1, 2) F(2, 1, 4)
+#define MC_Q8X_EACH_W(F, W) \
+    F(0, 0, 1, W) F(0, 0, 2, W) F(0, 0, 4, W) F(0, 1, 1, W) F(0, 1, 2, W) F(0, 1, 4, W) \
+    F(1, 0, 1, W) F(1, 0, 2, W) F(1, 0, 4, W) F(1, 1, 1, W) F(1, 1, 2, W) F(1, 1, 4, W) \
+    F(2, 0, 1, W) F(2, 0, 2, W) F(2, 0, 4, W) F(2, 1, 1, W) F(2, 1, 2, W) F(2, 1, 4, W)
+#define MC_Q8X_EACH(F) MC_Q8X_EACH_W(F, 8) MC_Q8X_EACH_W(F, 16)
 // clang-format on
 
 cudaError_t mc_gemv_q8_prepare(void) {
     cudaError_t e = cudaSuccess;
-#define MC_Q8X_SET(S, N, K)                                                                                            \
-    if ((e = cudaFuncSetAttribute(gemv_q8_0_int<S, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+#define MC_Q8X_SET(S, N, K, W)                                                                                         \
+    if ((e = cudaFuncSetAttribute(gemv_q8_0_int<S, N, K, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
                                   (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                               \
         return e;
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
-    for (int k = 0; k < 3; k++) {
-        const void *f = k == 0   ? (const void *)gemv_q8_0_int_post<1>
-                        : k == 1 ? (const void *)gemv_q8_0_int_post<2>
-                                 : (const void *)gemv_q8_0_int_post<4>;
+    static const void *const posts[] = {(const void *)gemv_q8_0_int_post<1, 8>,  (const void *)gemv_q8_0_int_post<2, 8>,
+                                        (const void *)gemv_q8_0_int_post<4, 8>,  (const void *)gemv_q8_0_int_post<1, 16>,
+                                        (const void *)gemv_q8_0_int_post<2, 16>, (const void *)gemv_q8_0_int_post<4, 16>};
+    for (size_t k = 0; k < sizeof posts / sizeof posts[0]; k++) {
+        const void *f = posts[k];
         if ((e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MC_Q8X_SMEM_MAX)) !=
             cudaSuccess)
             return e;
@@ -271,7 +297,7 @@ cudaError_t mc_gemv_q8_prepare(void) {
 }
 
 /* One launch: gemv_q8_0_int, or with pn gemv_q8_0_int_post (no GLU, no norm). */
-template <int SWIGLU, int NORM, int KS>
+template <int SWIGLU, int NORM, int KS, int WARPS>
 static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                             const float *bias, const float *residual, float *y, cudaStream_t st,
                             const mc_post_args *pn = NULL) {
@@ -281,22 +307,27 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
     int dev = 0;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
-    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_Q8X_WARPS / KS;
-    const uint32_t need = (n_groups + slots - 1) / slots, cap = 2 * mc_sm_count[dev];
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = WARPS / KS;
+    const uint32_t cap = 16 / WARPS * mc_sm_count[dev];
+    /* 8 warps: the fewest blocks that give each warp slot a row group; 16: a block on every
+     * multiprocessor that has a row group (qkv's 1,536 row groups in 16 slots would leave 36 of
+     * 132 idle), some slots empty. The bits do not depend on the grid. */
+    const uint32_t need = WARPS == 16 ? n_groups : (n_groups + slots - 1) / slots;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);
-    cfg.blockDim = dim3(32 * MC_Q8X_WARPS);
+    cfg.blockDim = dim3(32 * WARPS);
     cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
     if (pn && SWIGLU == 0 && NORM == 0)
-        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_post<KS>, *w, x, y, n_groups, *pn);
+        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_post<KS, WARPS>, *w, x, y, n_groups, *pn);
     else if (pn)
         e = cudaErrorInvalidValue;
     else
-        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int<SWIGLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
+        e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int<SWIGLU, NORM, KS, WARPS>, *w, x, norm_w, eps, bias, residual, y,
+                               n_groups);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -309,15 +340,23 @@ uint32_t mc_q8x_ksplit(uint32_t rows) {
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }
 
+template <int SWIGLU, int NORM, int WARPS>
+static cudaError_t mc_q8x_w(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
+                            const float *bias, const float *residual, float *y, cudaStream_t st,
+                            const mc_post_args *pn) {
+    switch (mc_q8x_ksplit(w->rows)) {
+    case 1: return mc_q8x_t<SWIGLU, NORM, 1, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 2: return mc_q8x_t<SWIGLU, NORM, 2, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    default: return mc_q8x_t<SWIGLU, NORM, 4, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    }
+}
+
 template <int SWIGLU, int NORM>
 static cudaError_t mc_q8x_any(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                               const float *bias, const float *residual, float *y, cudaStream_t st,
                               const mc_post_args *pn = NULL) {
-    switch (mc_q8x_ksplit(w->rows)) {
-    case 1: return mc_q8x_t<SWIGLU, NORM, 1>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
-    case 2: return mc_q8x_t<SWIGLU, NORM, 2>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
-    default: return mc_q8x_t<SWIGLU, NORM, 4>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
-    }
+    return mc_q8x_warps(c) == 16 ? mc_q8x_w<SWIGLU, NORM, 16>(c, w, x, norm_w, eps, bias, residual, y, st, pn)
+                                 : mc_q8x_w<SWIGLU, NORM, 8>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
 }
 
 cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
@@ -346,13 +385,16 @@ const char *mc_gemv_q8_family(const void *f) {
         const void *func;
         const char *family;
     } table[] = {
-#define MC_Q8X_ROW(S, N, K)                                                                                            \
-    {(const void *)gemv_q8_0_int<S, N, K>, (S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv"},
+#define MC_Q8X_ROW(S, N, K, W)                                                                                         \
+    {(const void *)gemv_q8_0_int<S, N, K, W>, (S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv"},
         MC_Q8X_EACH(MC_Q8X_ROW)
 #undef MC_Q8X_ROW
-            {(const void *)gemv_q8_0_int_post<1>, "gemv_postnorm"},
-        {(const void *)gemv_q8_0_int_post<2>, "gemv_postnorm"},
-        {(const void *)gemv_q8_0_int_post<4>, "gemv_postnorm"},
+            {(const void *)gemv_q8_0_int_post<1, 8>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<2, 8>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<4, 8>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<1, 16>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<2, 16>, "gemv_postnorm"},
+        {(const void *)gemv_q8_0_int_post<4, 16>, "gemv_postnorm"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

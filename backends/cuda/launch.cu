@@ -15,7 +15,7 @@ static const struct {
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
      "auto, rowgroup, persistent, mma, mma2"},
-    {"q8", offsetof(mc_config, q8), {"auto", "float", NULL, NULL}, "auto, float"},
+    {"q8", offsetof(mc_config, q8), {"auto", "float", "rows", "int-8w"}, "auto, float, rows, int-8w"},
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split"}, "auto, tiled, unfused, split"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},

@@ -26,6 +26,11 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked);
  * could not run). */
 int memra_cuda_check_chunk_mma(FILE *out, int *n_checked);
 
+/* The integer Q8_0 GEMV on every Q8_0 matrix (q8=auto, issue 27): bit for bit against its 8-warp
+ * blocks (q8=int-8w), q8=rows where that serves, and the prefill chunk (check_q8_gemv.c); returns
+ * the number of failures (negative: could not run). */
+int memra_cuda_check_q8_gemv(FILE *out, int *n_checked);
+
 /* chunk=mma (the default) for Q4_K, Q5_K and Q6_K: the prefill chunk's GEMV on tensor cores bit for bit against
  * decode's qdot=auto GEMV row by row (check_chunk_kq.c); returns the number of failures (negative:
  * could not run). */

@@ -88,7 +88,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     char buf[512];
     static const char *const bad[][2] = {
         {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent, mma, mma2"},
-        {"cuda:q8=int", "q8=int: expected one of auto, float"},
+        {"cuda:q8=int", "q8=int: expected one of auto, float, rows, int-8w"},
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split"},
         {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
@@ -107,6 +107,47 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(resolve(bad[i][0], buf, sizeof buf), MEMRA_E_INVALID, "%s", bad[i][0]);
         cr_assert(strstr(buf, bad[i][1]), "%s: got '%s'", bad[i][0], buf);
+    }
+}
+
+/* Issue 27 item 2: q8=auto serves every Q8_0 matrix on the integer kernel, the down projection
+ * (rows < cols / 2) included, and so does the prefill chunk (mc_gemv_chunk takes the same rule);
+ * q8=rows keeps the rule before (the float path there), q8=float the float path everywhere. */
+Test(cuda_arm_keys, q8_integer_kernel_serves_every_q8_0_matrix_under_auto) {
+    static const struct {
+        uint32_t type, rows, cols;
+        int want_auto, want_rows;
+    } cases[] = {
+        {MEMRA_TYPE_Q8_0, 4096, 14336, 1, 0},  /* llama-8b's down projection */
+        {MEMRA_TYPE_Q8_0, 2048, 8192, 1, 0},   /* llama-1b's */
+        {MEMRA_TYPE_Q8_0, 640, 2048, 1, 0},    /* gemma3-270m's */
+        {MEMRA_TYPE_Q8_0, 7168, 14336, 1, 1},  /* rows = cols / 2: both rules */
+        {MEMRA_TYPE_Q8_0, 6144, 4096, 1, 1},   /* qkv */
+        {MEMRA_TYPE_Q8_0, 28672, 4096, 1, 1},  /* gate/up */
+        {MEMRA_TYPE_Q8_0, 4096, 30240, 1, 0},  /* the widest x that fits in shared memory */
+        {MEMRA_TYPE_Q8_0, 16384, 30272, 0, 0}, /* one chunk wider: the float path */
+        {MEMRA_TYPE_Q8_0, 4096, 4112, 0, 0},   /* columns no multiple of 32 */
+        {MEMRA_TYPE_BF16, 4096, 14336, 0, 0},
+        {MEMRA_TYPE_Q4_K, 4096, 14336, 0, 0},
+    };
+    mc_config c = mc_config_default, rows = mc_config_default, fl = mc_config_default, w8 = mc_config_default;
+    cr_assert_null(mc_config_choice(&rows, "q8", "rows"));
+    cr_assert_null(mc_config_choice(&fl, "q8", "float"));
+    cr_assert_null(mc_config_choice(&w8, "q8", "int-8w"));
+    cr_assert_eq(c.q8, MC_Q8_AUTO);
+    cr_assert_eq(rows.q8, MC_Q8_ROWS);
+    cr_assert_eq(w8.q8, MC_Q8_INT8W);
+    cr_assert_str_eq(mc_config_choice_name(&w8, "q8"), "int-8w");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mc_matrix w;
+        memset(&w, 0, sizeof w);
+        w.type = cases[i].type;
+        w.rows = cases[i].rows;
+        w.cols = cases[i].cols;
+        cr_assert_eq(mc_gemv_q8_serves(&c, &w), cases[i].want_auto, "auto, %ux%u type %u", w.rows, w.cols, w.type);
+        cr_assert_eq(mc_gemv_q8_serves(&w8, &w), cases[i].want_auto, "int-8w, %ux%u", w.rows, w.cols);
+        cr_assert_eq(mc_gemv_q8_serves(&rows, &w), cases[i].want_rows, "rows, %ux%u", w.rows, w.cols);
+        cr_assert_eq(mc_gemv_q8_serves(&fl, &w), 0, "float, %ux%u", w.rows, w.cols);
     }
 }
 
@@ -131,7 +172,7 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_null(mc_config_choice(&c, "q8", "float"));
     cr_assert_eq(c.q8, MC_Q8_FLOAT);
     cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "tiled");
-    cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float");
+    cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float, rows, int-8w");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
     cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
     cr_assert_eq(c.chunk, MC_CHUNK_MMA); /* issue 28: the tensor-core chunk GEMV by default */
