@@ -235,7 +235,8 @@ bool cli_model_sel_parse(const char *cmd, const cli_opt *opts, size_t n_opts, cl
         if (!known) {
             cli_error(cmd,
                       "--preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-                      "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
+                      "llama-1b, llama-8b, smollm2-135m, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or "
+                      "qwen3moe-30b",
                       sel->preset);
             return false;
         }

@@ -78,8 +78,8 @@ typedef struct cli_model_sel {
     "  --model F.gguf       the model file\n"                                                                          \
     "  --preset P           or a synthetic model built in memory: tiny (the default when neither is\n"                 \
     "                       given), small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m,\n"                        \
-    "                       llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny,\n"                            \
-    "                       granite-moe-1b, qwen3moe-30b (mixtures of experts)\n"                                                      \
+    "                       llama-1b, llama-8b, smollm2-135m, moe-tiny, qwen2moe-tiny,\n"                             \
+    "                       granitemoe-tiny, granite-moe-1b, qwen3moe-30b (mixtures of experts)\n"                    \
     "  --dtype D            matrix type of the preset: f32 (default), f16, bf16, q8_0, q4_0, q4_1,\n"                  \
     "                       q5_0, q5_1, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m, q5_k_m\n"                       \
     "  --model-seed S       weight seed of the preset (default 1)\n"

@@ -15,7 +15,9 @@ static const char help_text[] =
     "\n"
     "  --preset P           tiny (default), small, qwen3-tiny, qwen2-tiny, gemma3-tiny,\n"
     "                       gemma3-270m (shapes of Gemma 3 270M), llama-1b (Llama-3.2-1B),\n"
-    "                       llama-8b (Llama-3.1-8B); mixtures of experts: moe-tiny (qwen3moe,\n"
+    "                       llama-8b (Llama-3.1-8B), smollm2-135m (SmolLM2-135M; a quantized\n"
+    "                       --dtype gives its head Q8_0, as the published Q4_1 file has it);\n"
+    "                       mixtures of experts: moe-tiny (qwen3moe,\n"
     "                       8 experts, top 2), qwen2moe-tiny (and a shared expert), granitemoe-tiny\n"
     "                       (granite's four scales), granite-moe-1b\n"
     "                       (granite-3.x-1b-a400m: 32 experts, top 8), qwen3moe-30b (Qwen3-30B-A3B:\n"
@@ -117,7 +119,8 @@ int cmd_mkmodel(int argc, char **argv) {
     if (!known) { /* before anything is created */
         cli_error(cmd,
                   "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-                  "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
+                  "llama-1b, llama-8b, smollm2-135m, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or "
+                  "qwen3moe-30b",
                   spec.preset);
         return CLI_EXIT_USAGE;
     }
@@ -146,7 +149,8 @@ int cmd_mkmodel(int argc, char **argv) {
         if (other > 0)
             fprintf(stderr,
                     "memra mkmodel: note: %llu of %llu matrices are not %s: their columns are not a multiple of "
-                    "its block, so they were written as the types above (see --help)\n",
+                    "its block, or the preset gives its head the published file's type, so they were written "
+                    "as the types above (see --help)\n",
                     (unsigned long long)other, (unsigned long long)n_mat, memra_synth_dtype_name(spec.type));
     }
     return CLI_EXIT_OK;

@@ -354,9 +354,10 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * then the angles and the first tiles; after the wait q, the new k and v row and the norm weights
  * are asked for at once. The block whose range holds *pos computes the new k and v row (warp 0),
  * appends it to the cache and uses it from shared memory. Serves hd == hdv in {32, 64, 128, 256}
- * and G = n_head/n_kv in {1, 2, 4, 8}. Positions [w0, *pos] as above (a sliding window). Per layer
- * and token: reads qkv (one token), freqs, norms, *pos, this layer's K and V rows [w0, *pos);
- * writes the K and V rows at *pos and out[n_head][hd]. */
+ * and G = n_head/n_kv in {1, 2, 4, 8}, and G 3 up to hd 128 (SmolLM2-135M: 9 q heads on 3 kv heads
+ * of 64, the tiled kernel's until issue 27; attention=tiled keeps that path). Positions [w0, *pos]
+ * as above (a sliding window). Per layer and token: reads qkv (one token), freqs, norms, *pos, this
+ * layer's K and V rows [w0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
 #define MC_ATC_WARPS 8u
 #define MC_ATC_TILE_FLOATS 8192u /* floats of one K (or V) tile buffer: 8192 / hd positions */
 
@@ -898,7 +899,7 @@ __global__ void __launch_bounds__(32)
  * merge in rank order as the cluster's. Every value is computed by the same operations in the
  * same order as in the cluster kernel (q by mc_atc_q_and_row, the ranges, the pairs, both
  * merges), so every row has the bits of decode at its position. Serves hd in {32, 64, 128} (16
- * lane groups) and G in {1, 2, 4, 8}; at hd 256 the chunk stays on the cluster kernel. */
+ * lane groups) and G in {1, 2, 3, 4, 8}; at hd 256 the chunk stays on the cluster kernel. */
 #define MC_ACR_THREADS (32u * MC_ATC_WARPS)
 #define MC_ACR_NG (2u * MC_ATC_WARPS) /* 16-lane groups of a block (hd <= 128) */
 
@@ -1103,7 +1104,7 @@ __global__ void __launch_bounds__(MC_ACR_THREADS, mc_acr_min_blocks(G, HD))
  * row's k and v appended before by attention_chunk_append, so nothing is skipped): one block
  * reduces the row's spans in order and folds each into shared memory as it goes. One kernel for
  * both, so the span reduction and the fold are the same instructions in decode and in a chunk.
- * Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2, 4, 8}. Per layer and token
+ * Serves hd == hdv in {32, 64, 128} and G = n_head/n_kv in {1, 2, 3, 4, 8}. Per layer and token
  * (decode): reads qkv (one token), freqs, norms, *pos, this layer's K and V rows [w0, p); writes
  * the K and V rows at p, the partials of the spans (G (hd + 2) floats per span and kv head, read
  * back once by the merging block) and out[n_head][hd]. */
@@ -1445,7 +1446,8 @@ __global__ void __launch_bounds__(MC_SPL_THREADS, 1)
 
 /* Whether attention_decode_cluster serves these shapes (and attention_split, up to hd 128). */
 static int mc_atc_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
-    return hd == hdv && (hd == 32 || hd == 64 || hd == 128 || hd == 256) && (G == 1 || G == 2 || G == 4 || G == 8);
+    return hd == hdv && (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
+           (G == 1 || G == 2 || G == 4 || G == 8 || (G == 3 && hd <= 128));
 }
 
 /* split takes the cluster kernel's shapes up to hd 128; elsewhere it is auto (the key's
@@ -1481,14 +1483,17 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
 #define MC_ATC_DISPATCH128(hd, G, F)                                                                                   \
     ((hd) == 32   ? ((G) == 1   ? F(32, 1)                                                                             \
                      : (G) == 2 ? F(32, 2)                                                                             \
+                     : (G) == 3 ? F(32, 3)                                                                             \
                      : (G) == 4 ? F(32, 4)                                                                             \
                                 : F(32, 8))                                                                            \
      : (hd) == 64 ? ((G) == 1   ? F(64, 1)                                                                             \
                      : (G) == 2 ? F(64, 2)                                                                             \
+                     : (G) == 3 ? F(64, 3)                                                                             \
                      : (G) == 4 ? F(64, 4)                                                                             \
                                 : F(64, 8))                                                                            \
                   : ((G) == 1   ? F(128, 1)                                                                            \
                      : (G) == 2 ? F(128, 2)                                                                            \
+                     : (G) == 3 ? F(128, 3)                                                                            \
                      : (G) == 4 ? F(128, 4)                                                                            \
                                 : F(128, 8)))
 /* The instantiations by kv type: decode (MC_ATC_FN*) and chunk (MC_ATC_FN_CH*), f32, f16, bf16. */
@@ -1510,9 +1515,9 @@ static int mc_atc_smem_ready[MC_MAX_DEVICES];
 /* Every cluster instantiation once (F(kernel)). */
 // clang-format off
 #define MC_ATC_EACH_OF128(F, FN) \
-    F(FN(32, 1)) F(FN(32, 2)) F(FN(32, 4)) F(FN(32, 8)) \
-    F(FN(64, 1)) F(FN(64, 2)) F(FN(64, 4)) F(FN(64, 8)) \
-    F(FN(128, 1)) F(FN(128, 2)) F(FN(128, 4)) F(FN(128, 8))
+    F(FN(32, 1)) F(FN(32, 2)) F(FN(32, 3)) F(FN(32, 4)) F(FN(32, 8)) \
+    F(FN(64, 1)) F(FN(64, 2)) F(FN(64, 3)) F(FN(64, 4)) F(FN(64, 8)) \
+    F(FN(128, 1)) F(FN(128, 2)) F(FN(128, 3)) F(FN(128, 4)) F(FN(128, 8))
 #define MC_ATC_EACH_OF(F, FN) MC_ATC_EACH_OF128(F, FN) \
     F(FN(256, 1)) F(FN(256, 2)) F(FN(256, 4)) F(FN(256, 8))
 #define MC_ATC_EACH(F) \

@@ -55,8 +55,9 @@ extern "C" {
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \
             "it does not serve), tiled (the tiled cluster kernel where it fits), unfused (rope/kv append, chunks, "    \
             "combine: three launches) or split (flash-decoding: fixed spans of 128 positions over many blocks, "       \
-            "folded in span order, so a long prefix keeps the bandwidth; head sizes 32, 64, 128 with 1, 2, 4 or 8 q "  \
-            "heads a kv head; auto's path elsewhere). Each path has its own bits"                                      \
+            "folded in span order, so a long prefix keeps the bandwidth; head sizes 32, 64, 128 with 1, 2, 3, 4 or 8 " \
+            "q heads a kv head; auto's path elsewhere). Each path has its own bits; auto's cluster launch serves G 3 "  \
+            "(e.g. SmolLM2) up to head size 128 since issue 27, tiled keeps its old path"                             \
     },                                                                                                                 \
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \

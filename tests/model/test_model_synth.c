@@ -153,6 +153,21 @@ MAYBE_UNUSED static void check_preset_shape(const memra_model *m, const char *pr
             cr_assert_not_null(m->layers[l].post_ffn_norm.data);
             cr_assert_not_null(m->layers[l].q_norm.data);
         }
+    } else if (strcmp(preset, "smollm2-135m") == 0) { /* SmolLM2-135M, as its published file says */
+        cr_assert_eq(m->arch, MEMRA_ARCH_LLAMA);
+        cr_assert_eq(m->n_vocab, 49152);
+        cr_assert_eq(m->n_embd, 576);
+        cr_assert_eq(m->n_layer, 30);
+        cr_assert_eq(m->n_head, 9);
+        cr_assert_eq(m->n_head_kv, 3);
+        cr_assert_eq(m->head_dim, 64);
+        cr_assert_eq(m->head_dim_v, 64);
+        cr_assert_eq(m->n_ff, 1536);
+        cr_assert_eq(m->n_ctx_train, 8192);
+        cr_assert_float_eq(m->rope_freq_base, 1e5f, 0);
+        cr_assert_float_eq(m->rms_eps, 1e-5f, 0);
+        cr_assert_null(m->rope_freqs);
+        cr_assert(m->tied_output);
     } else if (strcmp(preset, "gemma3-270m") == 0) { /* Gemma 3 270M, as its published file says */
         cr_assert_eq(m->arch, MEMRA_ARCH_GEMMA3);
         cr_assert_eq(m->n_vocab, 262144);
@@ -314,11 +329,12 @@ Test(model_synth, dtypes_are_conversions_of_the_f32_values) {
 
 Test(model_synth, presets_dtypes_and_errors) {
     const char *const *names = memra_synth_presets();
-    const char *want[] = {"tiny",     "small",         "qwen3-tiny",     "qwen2-tiny",  "gemma3-tiny", "gemma3-270m",
-                          "llama-1b", "llama-8b",      "moe-tiny",       "qwen2moe-tiny", "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b"};
-    for (size_t i = 0; i < 13; i++)
+    const char *want[] = {"tiny",          "small",           "qwen3-tiny",     "qwen2-tiny",   "gemma3-tiny",
+                          "gemma3-270m",   "llama-1b",        "llama-8b",       "smollm2-135m", "moe-tiny",
+                          "qwen2moe-tiny", "granitemoe-tiny", "granite-moe-1b", "qwen3moe-30b"};
+    for (size_t i = 0; i < 14; i++)
         cr_assert_str_eq(names[i], want[i]);
-    cr_assert_null(names[13]);
+    cr_assert_null(names[14]);
     uint32_t type;
     memra_error err = {0};
     cr_assert_eq(memra_synth_parse_dtype("Q8_0", &type, &err), MEMRA_OK);
@@ -344,7 +360,8 @@ Test(model_synth, presets_dtypes_and_errors) {
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
     cr_assert_str_eq(err.msg,
                      "unknown preset 'huge': expected tiny, small, qwen3-tiny, qwen2-tiny, gemma3-tiny, gemma3-270m, "
-                     "llama-1b, llama-8b, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or qwen3moe-30b");
+                     "llama-1b, llama-8b, smollm2-135m, moe-tiny, qwen2moe-tiny, granitemoe-tiny, granite-moe-1b or "
+                     "qwen3moe-30b");
     spec.preset = "tiny";
     spec.type = MEMRA_TYPE_Q2_K;
     cr_assert_eq(memra_synth_build_memory(&spec, &data, &size, &err), MEMRA_E_INVALID);
@@ -537,6 +554,85 @@ Test(model_synth, gemma3_270m_shapes_and_counts) {
     cr_assert_eq(count[MEMRA_TYPE_Q4_K], 27);
     cr_assert_eq(count[MEMRA_TYPE_Q6_K], 9);
     free(ts);
+}
+
+/* SmolLM2-135M's shapes: 30 layers of 576, 9 query heads and 3 KV heads of 64, n_ff 1536, 49152
+ * tokens, a tied head; with q4_1 the published file's types (F32 61, Q4_1 210, Q8_0 1: the tied
+ * token_embd is Q8_0, llama.cpp's head rule for 576 columns), with bf16 every matrix BF16 and with
+ * q8_0 every one Q8_0. tests/tools/test_tools_models.c compares tensor for tensor with the file. */
+Test(model_synth, smollm2_135m_shapes_and_counts) {
+    static const struct {
+        uint32_t dtype, embd, mats, n_mats;
+    } cases[] = {{MEMRA_TYPE_Q4_1, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q4_1, 210},
+                 {MEMRA_TYPE_Q4_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q4_0, 210},
+                 {MEMRA_TYPE_BF16, MEMRA_TYPE_BF16, MEMRA_TYPE_BF16, 211},
+                 {MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q8_0, MEMRA_TYPE_Q8_0, 211}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memra_synth_spec spec = {"smollm2-135m", cases[c].dtype, 1};
+        memra_synth_tensor_info *ts;
+        uint32_t n;
+        memra_error err = {0};
+        cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+        cr_assert_eq(n, 272);
+        uint32_t count[32] = {0};
+        for (uint32_t i = 0; i < n; i++) {
+            cr_assert_lt(ts[i].type, 32);
+            count[ts[i].type]++;
+            unsigned layer = 0;
+            char part[64] = "";
+            if (sscanf(ts[i].name, "blk.%u.%63s", &layer, part) == 2)
+                cr_assert_lt(layer, 30, "%s", ts[i].name);
+            static const struct {
+                const char *name;
+                uint64_t cols, rows;
+            } shapes[] = {
+                {"token_embd.weight", 576, 49152}, {"output_norm.weight", 576, 1}, {"attn_norm.weight", 576, 1},
+                {"attn_q.weight", 576, 576},       {"attn_k.weight", 576, 192},    {"attn_v.weight", 576, 192},
+                {"attn_output.weight", 576, 576},  {"ffn_norm.weight", 576, 1},    {"ffn_gate.weight", 576, 1536},
+                {"ffn_up.weight", 576, 1536},      {"ffn_down.weight", 1536, 576}};
+            const char *role = part[0] ? part : ts[i].name;
+            bool found = false;
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !found; k++) {
+                if (strcmp(role, shapes[k].name) == 0) {
+                    found = true;
+                    cr_assert(ts[i].cols == shapes[k].cols && ts[i].rows == shapes[k].rows,
+                              "%s is [%llu, %llu], expected [%llu, %llu]", ts[i].name, (unsigned long long)ts[i].cols,
+                              (unsigned long long)ts[i].rows, (unsigned long long)shapes[k].cols,
+                              (unsigned long long)shapes[k].rows);
+                }
+            }
+            cr_assert(found, "unexpected tensor %s", ts[i].name);
+            if (strcmp(ts[i].name, "token_embd.weight") == 0)
+                cr_assert_eq(ts[i].type, cases[c].embd, "token_embd is %s", memra_tensor_type_name(ts[i].type));
+            else if (ts[i].cols > 1 && ts[i].rows > 1)
+                cr_assert_eq(ts[i].type, cases[c].mats, "%s is %s", ts[i].name, memra_tensor_type_name(ts[i].type));
+        }
+        cr_assert_eq(count[MEMRA_TYPE_F32], 61);
+        cr_assert_eq(count[cases[c].mats], cases[c].n_mats);
+        free(ts);
+    }
+}
+
+/* smollm2-135m written whole (~100 MB in q4_1): the describer reads SmolLM2-135M's hyperparameters
+ * (check_preset_shape: rope base 1e5, rms eps 1e-5, a tied head) and file type MOSTLY_Q4_1. */
+Test(model_synth, smollm2_135m_hyperparameters, .timeout = 120) {
+    size_t size;
+    void *data = build("smollm2-135m", MEMRA_TYPE_Q4_1, 1, &size);
+    memra_gguf *g;
+    memra_error err = {0};
+    cr_assert_eq(memra_gguf_open_memory(data, size, "smollm2-135m", &g, &err), MEMRA_OK, "%s", err.msg);
+    uint32_t file_type;
+    cr_assert_eq(memra_gguf_get_u32(g, "general.file_type", &file_type, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(file_type, 3);
+    memra_model *m;
+    cr_assert_eq(memra_model_describe(g, &m, &err), MEMRA_OK, "%s", err.msg);
+    check_preset_shape(m, "smollm2-135m");
+    cr_assert_eq(m->tok_embd.type, MEMRA_TYPE_Q8_0);
+    cr_assert_eq(m->layers[29].w_down.type, MEMRA_TYPE_Q4_1);
+    check_tokenizer(g, m);
+    memra_model_free(m);
+    memra_gguf_close(g);
+    free(data);
 }
 
 /* The files: every tensor written in the type the list gives, general.file_type 15 or 17, a

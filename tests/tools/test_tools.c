@@ -146,6 +146,11 @@ Test(tools, mkmodel_says_the_types_it_wrote) {
     EXPECT(r, 0, err, "memra mkmodel: matrices: Q6_K 5, Q4_K 38");
     cr_assert(!strstr(r.err, "note:"), "a mix has no single type to keep: %s", r.err);
     tool_result_free(&r);
+    /* smollm2-135m's tied head is Q8_0 as in the published Q4_1 file (llama.cpp's head rule) */
+    r = tool_run("memra", "mkmodel", "--preset", "smollm2-135m", "--dtype", "q4_1", "-o", path, NULL);
+    EXPECT(r, 0, err, "memra mkmodel: matrices: Q8_0 1, Q4_1 210");
+    cr_assert(strstr(r.err, "note: 1 of 211 matrices are not Q4_1"), "%s", r.err);
+    tool_result_free(&r);
     unlink(path);
 }
 

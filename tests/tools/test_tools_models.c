@@ -47,6 +47,36 @@ Test(inspect_models, gemma3) {
                               "verdict:          runs on the cpu backend: token ids, --prompt and --chat\n", NULL});
 }
 
+/* `memra mkmodel --preset smollm2-135m --dtype q4_1` lists the real SmolLM2-135M-Instruct.Q4_1
+ * file's 272 tensors by name, each in the file's type (Q4_1, the tied token_embd Q8_0, the norms
+ * F32) and shape. */
+Test(inspect_models, smollm2_135m_preset_has_the_real_files_types) {
+    char path[4200];
+    if (!model_cache_require(MODEL_SMOLLM2, path, sizeof path))
+        return;
+    memra_error err = {0};
+    memra_gguf *g;
+    cr_assert_eq(memra_gguf_open(path, &g, &err), MEMRA_OK, "%s", err.msg);
+    memra_synth_spec spec = {"smollm2-135m", MEMRA_TYPE_Q4_1, 1};
+    memra_synth_tensor_info *ts;
+    uint32_t n;
+    cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(n, memra_gguf_tensor_count(g), "the preset has %u tensors, the file %llu", n,
+                 (unsigned long long)memra_gguf_tensor_count(g));
+    for (uint32_t i = 0; i < n; i++) {
+        const memra_gguf_tensor *t = memra_gguf_find_tensor(g, ts[i].name);
+        cr_assert_not_null(t, "the real file has no %s", ts[i].name);
+        cr_assert_eq(t->type, ts[i].type, "%s: the preset writes %s, the real file has %s", ts[i].name,
+                     memra_tensor_type_name(ts[i].type), memra_tensor_type_name(t->type));
+        uint64_t rows = t->n_dims == 1 ? 1 : t->ne[1];
+        cr_assert(t->ne[0] == ts[i].cols && rows == ts[i].rows, "%s: the preset is [%llu, %llu], the file [%llu, %llu]",
+                  ts[i].name, (unsigned long long)ts[i].cols, (unsigned long long)ts[i].rows,
+                  (unsigned long long)t->ne[0], (unsigned long long)rows);
+    }
+    free(ts);
+    memra_gguf_close(g);
+}
+
 /* `memra mkmodel --preset gemma3-270m --dtype q4_k_m` lists the real file's 236 tensors by name,
  * each in the real file's type and shape (llama.cpp's Q4_K_M rule, synth.c's mix_type, gives
  * every one: the fallbacks for 640 columns, use_more_bits on attn_v and ffn_down, a tied

@@ -2,7 +2,8 @@
  *
  * Presets: "tiny", "small", "qwen3-tiny", "qwen2-tiny" (q/k/v biases), "gemma3-tiny" (6 layers, one
  * of them global, head size 32 with n_embd 64 and 4 heads, a sliding window of 8), "gemma3-270m"
- * (shapes of Gemma 3 270M), "llama-1b" (shapes of Llama-3.2-1B), "llama-8b" (Llama-3.1-8B). Weights are scaled so activations stay of order one,
+ * (shapes of Gemma 3 270M), "llama-1b" (shapes of Llama-3.2-1B), "llama-8b" (Llama-3.1-8B), "smollm2-135m"
+ * (SmolLM2-135M, its head Q8_0 for a quantized dtype as in the published Q4_1 file). Weights are scaled so activations stay of order one,
  * logits are not flat and greedy decoding of tiny does not loop within 256 tokens. The files carry
  * the tokenizer metadata other GGUF tools expect (tokenizer.ggml.model "llama", tokens including
  * the 256 byte tokens, scores, token types, bos and eos). */
