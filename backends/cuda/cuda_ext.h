@@ -23,8 +23,8 @@ extern "C" {
 /* The cuda backend's arm keys; cuda-graph takes the same (it opens the cuda backend with its
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
- * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm
- * and chunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
+ * chunk and qblock never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -95,6 +95,13 @@ extern "C" {
             "steps), mma-q8 (Q8_0 on tensor cores, those layers as single steps), mma-opt (mma with the Q8_0 and "   \
             "K-quant kernels' forms of fewer stalls: scales converted when stored, class ends fixed when compiled, " \
             "ldmatrix fragments) or mma-kq (the old name of mma). The same bits each way, decode's"                   \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "qblock", "auto",                                                                                              \
+            "the blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto: auto (4 warps, several a "            \
+            "multiprocessor, for matrices of at most 2048 columns whose 16-warp grid leaves multiprocessors idle; 16 " \
+            "elsewhere), 16 (16 warps, one block a multiprocessor, everywhere: the kernels before the key) or 4 "     \
+            "(4 warps everywhere). The same bits each way"                                                             \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -20,7 +20,11 @@
  * a warp's units are one coalesced 512-byte line), the parts of a row group added in order, each
  * block a contiguous, balanced range of row groups, its warps' loads flattened over row groups so
  * the next row group's first units stream while the current one's last are summed (gemv_q8.cu's
- * structure). The bits depend on the shapes and qdot alone (not on the grid or the device).
+ * structure). The bits depend on the shapes and qdot alone (not on the grid, the device or
+ * qblock). qblock (issue 27): under qdot=auto, narrow matrices whose 16-warp grid leaves
+ * multiprocessors idle run the same body in blocks of 4 warps (gemv_kquant_small, up to 4 a
+ * multiprocessor): KS and the lanes' units unchanged, x' staged per chunk by the same code, the
+ * sum of squares in the 16-warp order (each thread plays 4 threads of it): the same bits.
  *
  * Per call (one matrix a token): reads rows x the row's data and aux bytes (the file's bytes of
  * the matrix; streamed), x and norm_w (cols floats, once per block), bias and residual (rows
@@ -36,6 +40,7 @@ MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
 /* 16 warps a block, one block a multiprocessor (all its registers at 128 a thread): the x
  * prologue, paid once per block, costs half of what two blocks of 8 paid. */
 #define MC_KQ_WARPS 16u
+#define MC_KQ_SMALL 4u /* the warps of a block under qblock=4 (and auto on narrow matrices) */
 /* Shared bytes a 16-column chunk of x' takes: three int8 planes and (scale, sum, two Q6_K
  * offsets), or 16 floats. */
 #define MC_KQ_CHUNK_SMEM 64u
@@ -112,14 +117,14 @@ __device__ __forceinline__ void mc_kq_scales_k4(const uint4 &a, uint32_t c, uint
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
 /* The kernels' body (gemv_kquant, gemv_kquant_post below), called by every thread of the block. */
-template <uint32_t T, int QF, int GLU, int KS>
+template <uint32_t T, int QF, int GLU, int KS, uint32_t W>
 __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                  const float *bias, const float *residual, float *y,
                                                  uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char kqsm[];
-    __shared__ float red[2][MC_KQ_WARPS][MC_GEMV_ROWS];
+    __shared__ float red[2][W][MC_GEMV_ROWS];
     __shared__ float bred[MC_KQ_WARPS];
-    constexpr uint32_t SLOTS = MC_KQ_WARPS / KS, PER_IT = 32 * KS;
+    constexpr uint32_t SLOTS = W / KS, PER_IT = 32 * KS;
     const uint32_t nch = w.cols / 16, nunits = w.cols / 32, nb = w.cols / MEMRA_QK_K;
     uint4 *xh = (uint4 *)kqsm, *xm = xh + nch, *xl = xm + nch; /* qdot=auto: the planes, then meta */
     int4 *meta = (int4 *)(xl + nch);
@@ -143,8 +148,11 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
     if (total > 0)
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
-    float ss = 0.0f;
-    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+    /* stage x' per 16-column chunk (the same whichever thread stages it) and sum the squares of x
+     * in the 16-warp order: thread t sums chunks t, t + 512, ..., then its warp's tree, then the 16
+     * warps in order; blocks of fewer warps play those threads in MC_KQ_WARPS / W rounds, thread t
+     * as t, t + 32 W, ... */
+    auto stage = [&](uint32_t c, float &ss) {
         float v[16];
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++) {
@@ -166,7 +174,7 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++)
                 ((float4 *)xf)[4 * c + i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-            continue;
+            return;
         }
         float amax = 0.0f, sum = 0.0f;
         bool finite = true;
@@ -194,8 +202,26 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
          * 32 times the plane sums (Q6_K's q - 32 = q, less 32 times the sum of x) */
         meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh,
                             32 * (256 * sm + sl));
+    };
+    float ss = 0.0f;
+    if (W >= MC_KQ_WARPS) {
+        for (uint32_t c = tid; c < nch; c += blockDim.x)
+            stage(c, ss);
+    } else {
+        constexpr uint32_t V = W >= MC_KQ_WARPS ? 1 : MC_KQ_WARPS / W;
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++) {
+            float sv = 0.0f;
+            for (uint32_t c = tid + 32 * W * v; c < nch; c += 32 * MC_KQ_WARPS)
+                stage(c, sv);
+            if (norm_w) {
+                sv = mc_warp_sum(sv);
+                if (lane == 0)
+                    bred[warp + W * v] = sv;
+            }
+        }
     }
-    if (norm_w) {
+    if (W >= MC_KQ_WARPS && norm_w) {
         ss = mc_warp_sum(ss);
         if (lane == 0)
             bred[warp] = ss;
@@ -349,7 +375,19 @@ template <uint32_t T, int QF, int GLU, int KS>
 __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                 const float *residual, float *y, uint32_t n_groups) {
-    gemv_kquant_body<T, QF, GLU, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+    gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* qblock=4 (and auto on narrow matrices): the same kernel in blocks of MC_KQ_SMALL warps, up to
+ * 16 / MC_KQ_SMALL of them a multiprocessor (the same 128 registers a thread), so a matrix of few
+ * row groups covers every multiprocessor; each row's dot is the 16-warp kernel's (KS, the lanes'
+ * units and the parts' order unchanged) and so is the norm's sum of squares (the 16-warp order,
+ * above): the same bits. qdot=auto only (qdot=float keeps the 16-warp blocks). */
+template <uint32_t T, int GLU, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_SMALL, MC_KQ_WARPS / MC_KQ_SMALL)
+    gemv_kquant_small(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                      const float *residual, float *y, uint32_t n_groups) {
+    gemv_kquant_body<T, 0, GLU, KS, MC_KQ_SMALL>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
@@ -359,7 +397,15 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
 template <uint32_t T, int QF, int KS>
 __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     gemv_kquant_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
-    gemv_kquant_body<T, QF, MC_GLU_NONE, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    gemv_kquant_body<T, QF, MC_GLU_NONE, KS, MC_KQ_WARPS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
+/* gemv_kquant_post in the blocks of gemv_kquant_small (qblock; the same bits). */
+template <uint32_t T, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_SMALL, MC_KQ_WARPS / MC_KQ_SMALL)
+    gemv_kquant_small_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_kquant_body<T, 0, MC_GLU_NONE, KS, MC_KQ_SMALL>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
     mc_post_norm_last(pn, y, w.rows);
 }
 
@@ -395,6 +441,14 @@ __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float sc
     MC_KQ_POST_K(F, MEMRA_TYPE_Q4_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q4_K, 1) \
     MC_KQ_POST_K(F, MEMRA_TYPE_Q5_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q5_K, 1) \
     MC_KQ_POST_K(F, MEMRA_TYPE_Q6_K, 0) MC_KQ_POST_K(F, MEMRA_TYPE_Q6_K, 1)
+/* the small blocks' kernels (qdot=auto): (T, GLU, KS), and the post ones (T, KS) */
+#define MC_KQ_SMALL_G(F, T) F(T, 0, 1) F(T, 0, 2) F(T, 0, 4) F(T, 1, 1) F(T, 1, 2) F(T, 1, 4) \
+                            F(T, 2, 1) F(T, 2, 2) F(T, 2, 4)
+#define MC_KQ_SMALL_EACH(F) MC_KQ_SMALL_G(F, MEMRA_TYPE_Q4_K) MC_KQ_SMALL_G(F, MEMRA_TYPE_Q5_K) \
+                            MC_KQ_SMALL_G(F, MEMRA_TYPE_Q6_K)
+#define MC_KQ_SMALL_POST_EACH(F) F(MEMRA_TYPE_Q4_K, 1) F(MEMRA_TYPE_Q4_K, 2) F(MEMRA_TYPE_Q4_K, 4) \
+                                 F(MEMRA_TYPE_Q5_K, 1) F(MEMRA_TYPE_Q5_K, 2) F(MEMRA_TYPE_Q5_K, 4) \
+                                 F(MEMRA_TYPE_Q6_K, 1) F(MEMRA_TYPE_Q6_K, 2) F(MEMRA_TYPE_Q6_K, 4)
 // clang-format on
 
 static int mc_kq_prepared[MC_MAX_DEVICES];
@@ -419,11 +473,39 @@ static cudaError_t mc_kq_prepare(int dev) {
         return e;
     MC_KQ_POST_EACH(MC_KQ_SET_POST)
 #undef MC_KQ_SET_POST
+#define MC_KQ_SET_SMALL(T, G, K)                                                                                       \
+    if ((e = cudaFuncSetAttribute(gemv_kquant_small<T, G, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim)) !=    \
+        cudaSuccess)                                                                                                   \
+        return e;
+    MC_KQ_SMALL_EACH(MC_KQ_SET_SMALL)
+#undef MC_KQ_SET_SMALL
+#define MC_KQ_SET_SMALL_POST(T, K)                                                                                     \
+    if ((e = cudaFuncSetAttribute(gemv_kquant_small_post<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim)) !=  \
+        cudaSuccess)                                                                                                   \
+        return e;
+    MC_KQ_SMALL_POST_EACH(MC_KQ_SET_SMALL_POST)
+#undef MC_KQ_SET_SMALL_POST
     mc_kq_prepared[dev] = lim;
     return cudaSuccess;
 }
 
-/* One launch: gemv_kquant, or with pn gemv_kquant_post (GLU none). */
+static uint32_t mc_kq_ksplit(uint32_t rows);
+
+/* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 never,
+ * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and
+ * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
+ * multiprocessor count; never of the bits (both blocks compute the same). */
+static bool mc_kq_small(const mc_config *c, const mc_matrix *w, int qf, uint32_t sms) {
+    if (qf || c->qblock == MC_QBLOCK_16)
+        return false;
+    if (c->qblock == MC_QBLOCK_4)
+        return true;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / mc_kq_ksplit(w->rows);
+    return w->cols <= MC_QBLOCK_COLS && (n_groups + slots - 1) / slots < sms;
+}
+
+/* One launch: gemv_kquant, or with pn gemv_kquant_post (GLU none); their small-block forms where
+ * mc_kq_small says so. */
 template <uint32_t T, int QF, int GLU, int KS>
 static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
@@ -435,21 +517,26 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     const uint32_t smem = mc_kq_smem(w->cols);
     if (smem > (uint32_t)mc_kq_prepared[dev])
         return cudaErrorInvalidValue;
-    const uint32_t per_sm = 1;
-    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / KS;
+    const bool small = mc_kq_small(c, w, QF, (uint32_t)mc_sm_count[dev]);
+    const uint32_t warps = small ? MC_KQ_SMALL : MC_KQ_WARPS, per_sm = MC_KQ_WARPS / warps;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / KS;
     const uint32_t need = (n_groups + slots - 1) / slots, cap = per_sm * mc_sm_count[dev];
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);
-    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
+    cfg.blockDim = dim3(32 * warps);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    if (pn && GLU == MC_GLU_NONE)
-        e = cudaLaunchKernelEx(&cfg, gemv_kquant_post<T, QF, KS>, *w, x, y, n_groups, *pn);
-    else if (pn)
+    if (pn && GLU != MC_GLU_NONE)
         e = cudaErrorInvalidValue;
+    else if (pn && small)
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_small_post<T, KS>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_post<T, QF, KS>, *w, x, y, n_groups, *pn);
+    else if (small)
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_small<T, GLU, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
     else
         e = cudaLaunchKernelEx(&cfg, gemv_kquant<T, QF, GLU, KS>, *w, x, norm_w, eps, bias, residual, y, n_groups);
     if (e != cudaSuccess)
@@ -561,6 +648,12 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW_POST(T, Q, K) {(const void *)gemv_kquant_post<T, Q, K>, "gemv_postnorm"},
             MC_KQ_POST_EACH(MC_KQ_ROW_POST)
 #undef MC_KQ_ROW_POST
+#define MC_KQ_ROW_SMALL(T, G, K) {(const void *)gemv_kquant_small<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
+                MC_KQ_SMALL_EACH(MC_KQ_ROW_SMALL)
+#undef MC_KQ_ROW_SMALL
+#define MC_KQ_ROW_SMALL_POST(T, K) {(const void *)gemv_kquant_small_post<T, K>, "gemv_postnorm"},
+                    MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
+#undef MC_KQ_ROW_SMALL_POST
         {(const void *)embed_kquant, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -32,7 +32,12 @@
  * the same kernels reach 62.7%, with two x planes instead of three 57.3%; the short GEMVs pay
  * their ramp, the staging of x and the tail (wo 7.8 us for 9.4 MB).
  * Each lane's sum, then the fixed warp tree, then the parts in order: the bits depend on the
- * shapes and qdot alone (not on the grid, pdl or trigger).
+ * shapes and qdot alone (not on the grid, pdl, trigger or qblock).
+ * qblock (issue 27): narrow matrices (SmolLM2's 576 columns, gemma3-270m's 640) have too few row
+ * groups for 132 blocks of 16 warps (wo and down of SmolLM2: 36 blocks), so under qdot=auto
+ * gemv_legacy_small runs the same body in blocks of 4 warps, up to 4 a multiprocessor: KS and the
+ * lanes' blocks unchanged (the same dot per row), x' staged per block by the same code, the sum
+ * of squares in the 8 stage warps' order (each thread plays 2 of them): the same bits.
  *
  * Per call (one matrix a token): reads rows x cols/32 blocks (16 bytes of nibbles, and 2 bytes of
  * d, 2 of m for Q4_1/Q5_1, 4 of fifth bits for Q5: 18, 20, 22, 24 bytes a block, the file's
@@ -47,6 +52,7 @@
 
 #define MC_LL_WARPS 16u
 #define MC_LL_STAGE_WARPS 8u /* the warps that stage x and sum its squares (their order is the bits') */
+#define MC_LL_SMALL 4u /* the warps of a block under qblock=4 (and auto on narrow matrices) */
 #define MC_LL_U 2u
 #define MC_LL_SMEM_MAX (200u * 1024u)
 
@@ -87,15 +93,15 @@ __device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_
 }
 
 /* The kernels' body (gemv_legacy, gemv_legacy_post below), called by every thread of the block. */
-template <uint32_t T, int GLU, int NORM, int KS, int QD>
+template <uint32_t T, int GLU, int NORM, int KS, int QD, uint32_t W>
 __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                  const float *bias, const float *residual, float *y,
                                                  uint32_t n_groups) {
     extern __shared__ __align__(16) unsigned char llsm[];
-    __shared__ float red[2][MC_LL_WARPS][MC_GEMV_ROWS];
-    __shared__ float bred[MC_LL_WARPS];
+    __shared__ float red[2][W][MC_GEMV_ROWS];
+    __shared__ float bred[W > MC_LL_STAGE_WARPS ? W : MC_LL_STAGE_WARPS];
     constexpr bool HM = T == MEMRA_TYPE_Q4_1 || T == MEMRA_TYPE_Q5_1, HH = T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1;
-    constexpr uint32_t SLOTS = MC_LL_WARPS / KS, U = T == MEMRA_TYPE_Q4_0 ? MC_LL_U : 1, PER_IT = 32 * KS * U;
+    constexpr uint32_t SLOTS = W / KS, U = T == MEMRA_TYPE_Q4_0 ? MC_LL_U : 1, PER_IT = 32 * KS * U;
     const uint32_t nb = w.cols / 32;
     uint4 *xq = (uint4 *)llsm;   /* QD 1: block b at xq[7b ..]: hi, hi, mid, mid, lo, lo, {sums, scale} */
     float *xf = (float *)llsm; /* QD 0 */
@@ -134,85 +140,180 @@ __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float 
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
 
-    /* stage x' (and sum the squares of x): two neighbouring lanes a block of 32, 16 columns each */
+    /* stage x' (and sum the squares of x): two neighbouring lanes a block of 32, 16 columns each
+     * (x' per block of 32 columns is the same whichever thread stages it; the sum of squares takes
+     * the 8-warp order: thread t of the 8 stage warps sums half blocks c2 = t, t + 256, ..., then
+     * its warp's tree, then the 8 warps in order; blocks of fewer warps play those threads in
+     * MC_LL_STAGE_WARPS / W rounds, thread t as t, t + 32 W, ...) */
     float ss = 0.0f;
-    for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
-        /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and the stride are even) */
-        const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
-        const uint32_t c = c2 >> 1, half = c2 & 1;
-        const float *xc = x + (size_t)c * 32 + 16 * half;
-        float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)xc + i);
-            v[4 * i] = a.x;
-            v[4 * i + 1] = a.y;
-            v[4 * i + 2] = a.z;
-            v[4 * i + 3] = a.w;
-        }
-        if (NORM) {
+    if constexpr (W >= MC_LL_STAGE_WARPS) { /* the 16-warp kernel's staging, as it was (its PTX unchanged) */
+        for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
+            /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and the stride are even) */
+            const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
+            const uint32_t c = c2 >> 1, half = c2 & 1;
+            const float *xc = x + (size_t)c * 32 + 16 * half;
+            float v[16];
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {
-                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= g.x;
-                v[4 * i + 1] *= g.y;
-                v[4 * i + 2] *= g.z;
-                v[4 * i + 3] *= g.w;
+                const float4 a = __ldg((const float4 *)xc + i);
+                v[4 * i] = a.x;
+                v[4 * i + 1] = a.y;
+                v[4 * i + 2] = a.z;
+                v[4 * i + 3] = a.w;
+            }
+            if (NORM) {
+#pragma unroll
+                for (uint32_t i = 0; i < 4; i++) {
+                    const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
+                    ss = fmaf(v[4 * i], v[4 * i], ss);
+                    ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                    ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                    ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                    v[4 * i] *= g.x;
+                    v[4 * i + 1] *= g.y;
+                    v[4 * i + 2] *= g.z;
+                    v[4 * i + 3] *= g.w;
+                }
+            }
+            if (!QD) {
+#pragma unroll
+                for (uint32_t i = 0; i < 4; i++)
+                    ((float4 *)(xf + (size_t)c * 32 + 16 * half))[i] =
+                        make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+                continue;
+            }
+            float amax = 0.0f;
+            int fin = 1;
+#pragma unroll
+            for (uint32_t i = 0; i < 16; i++) {
+                amax = fmaxf(amax, fabsf(v[i]));
+                fin &= isfinite(v[i]) ? 1 : 0;
+            }
+            amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
+            fin &= __shfl_xor_sync(pair, fin, 1);
+            const bool finite = fin != 0;
+            const float inv = mc_q8x_inv(amax, finite);
+            uint32_t ph[4], pm[4], pl[4];
+            int sh = 0, sm = 0, sl = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                uint32_t h = 0, md = 0, l = 0;
+#pragma unroll
+                for (uint32_t j = 0; j < 4; j++) {
+                    int qh, qm, ql;
+                    mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
+                    sh += qh;
+                    sm += qm;
+                    sl += ql;
+                    h |= (uint32_t)(qh & 0xff) << (8 * j);
+                    md |= (uint32_t)(qm & 0xff) << (8 * j);
+                    l |= (uint32_t)(ql & 0xff) << (8 * j);
+                }
+                ph[i] = h;
+                pm[i] = md;
+                pl[i] = l;
+            }
+            sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
+            sm += __shfl_xor_sync(pair, sm, 1);
+            sl += __shfl_xor_sync(pair, sl, 1);
+            uint4 *o = xq + 7 * (size_t)c;
+            o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
+            o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
+            o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+            if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
+                o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+        }
+    } else { /* the same per pass, into one sum per played thread */
+        auto stage = [&](uint32_t c2, float &ss) {
+            /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and the stride are even) */
+            const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
+            const uint32_t c = c2 >> 1, half = c2 & 1;
+            const float *xc = x + (size_t)c * 32 + 16 * half;
+            float v[16];
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 a = __ldg((const float4 *)xc + i);
+                v[4 * i] = a.x;
+                v[4 * i + 1] = a.y;
+                v[4 * i + 2] = a.z;
+                v[4 * i + 3] = a.w;
+            }
+            if (NORM) {
+#pragma unroll
+                for (uint32_t i = 0; i < 4; i++) {
+                    const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
+                    ss = fmaf(v[4 * i], v[4 * i], ss);
+                    ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                    ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                    ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                    v[4 * i] *= g.x;
+                    v[4 * i + 1] *= g.y;
+                    v[4 * i + 2] *= g.z;
+                    v[4 * i + 3] *= g.w;
+                }
+            }
+            if (!QD) {
+#pragma unroll
+                for (uint32_t i = 0; i < 4; i++)
+                    ((float4 *)(xf + (size_t)c * 32 + 16 * half))[i] =
+                        make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+                return;
+            }
+            float amax = 0.0f;
+            int fin = 1;
+#pragma unroll
+            for (uint32_t i = 0; i < 16; i++) {
+                amax = fmaxf(amax, fabsf(v[i]));
+                fin &= isfinite(v[i]) ? 1 : 0;
+            }
+            amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
+            fin &= __shfl_xor_sync(pair, fin, 1);
+            const bool finite = fin != 0;
+            const float inv = mc_q8x_inv(amax, finite);
+            uint32_t ph[4], pm[4], pl[4];
+            int sh = 0, sm = 0, sl = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                uint32_t h = 0, md = 0, l = 0;
+#pragma unroll
+                for (uint32_t j = 0; j < 4; j++) {
+                    int qh, qm, ql;
+                    mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
+                    sh += qh;
+                    sm += qm;
+                    sl += ql;
+                    h |= (uint32_t)(qh & 0xff) << (8 * j);
+                    md |= (uint32_t)(qm & 0xff) << (8 * j);
+                    l |= (uint32_t)(ql & 0xff) << (8 * j);
+                }
+                ph[i] = h;
+                pm[i] = md;
+                pl[i] = l;
+            }
+            sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
+            sm += __shfl_xor_sync(pair, sm, 1);
+            sl += __shfl_xor_sync(pair, sl, 1);
+            uint4 *o = xq + 7 * (size_t)c;
+            o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
+            o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
+            o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+            if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
+                o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+        };
+        constexpr uint32_t V = MC_LL_STAGE_WARPS / W;
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++) {
+            float sv = 0.0f;
+            for (uint32_t c2 = tid + 32 * W * v; c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS)
+                stage(c2, sv);
+            if (NORM) {
+                sv = mc_warp_sum(sv);
+                if (lane == 0)
+                    bred[warp + W * v] = sv;
             }
         }
-        if (!QD) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++)
-                ((float4 *)(xf + (size_t)c * 32 + 16 * half))[i] =
-                    make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-            continue;
-        }
-        float amax = 0.0f;
-        int fin = 1;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            fin &= isfinite(v[i]) ? 1 : 0;
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
-        fin &= __shfl_xor_sync(pair, fin, 1);
-        const bool finite = fin != 0;
-        const float inv = mc_q8x_inv(amax, finite);
-        uint32_t ph[4], pm[4], pl[4];
-        int sh = 0, sm = 0, sl = 0;
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            uint32_t h = 0, md = 0, l = 0;
-#pragma unroll
-            for (uint32_t j = 0; j < 4; j++) {
-                int qh, qm, ql;
-                mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
-                sh += qh;
-                sm += qm;
-                sl += ql;
-                h |= (uint32_t)(qh & 0xff) << (8 * j);
-                md |= (uint32_t)(qm & 0xff) << (8 * j);
-                l |= (uint32_t)(ql & 0xff) << (8 * j);
-            }
-            ph[i] = h;
-            pm[i] = md;
-            pl[i] = l;
-        }
-        sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
-        sm += __shfl_xor_sync(pair, sm, 1);
-        sl += __shfl_xor_sync(pair, sl, 1);
-        uint4 *o = xq + 7 * (size_t)c;
-        o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
-        o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
-        o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
-        if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
-            o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
     }
-    if (NORM && warp < MC_LL_STAGE_WARPS) {
+    if (NORM && W >= MC_LL_STAGE_WARPS && warp < MC_LL_STAGE_WARPS) {
         ss = mc_warp_sum(ss);
         if (lane == 0)
             bred[warp] = ss;
@@ -357,7 +458,19 @@ template <uint32_t T, int GLU, int NORM, int KS, int QD>
 __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     gemv_legacy(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                 const float *residual, float *y, uint32_t n_groups) {
-    gemv_legacy_body<T, GLU, NORM, KS, QD>(w, x, norm_w, eps, bias, residual, y, n_groups);
+    gemv_legacy_body<T, GLU, NORM, KS, QD, MC_LL_WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* qblock=4 (and auto on narrow matrices): the same kernel in blocks of MC_LL_SMALL warps, up to
+ * 16 / MC_LL_SMALL of them a multiprocessor (the same 128 registers a thread), so a matrix of few
+ * row groups covers every multiprocessor; each row's dot is the 16-warp kernel's (KS, the lanes'
+ * blocks and the parts' order unchanged) and so is the norm's sum of squares (the 8-warp order,
+ * above): the same bits. qdot=auto only (qdot=float keeps the 16-warp blocks). */
+template <uint32_t T, int GLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
+    gemv_legacy_small(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                      const float *residual, float *y, uint32_t n_groups) {
+    gemv_legacy_body<T, GLU, NORM, KS, 1, MC_LL_SMALL>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
@@ -367,7 +480,15 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
 template <uint32_t T, int KS, int QD>
 __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     gemv_legacy_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
-    gemv_legacy_body<T, MC_GLU_NONE, 0, KS, QD>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    gemv_legacy_body<T, MC_GLU_NONE, 0, KS, QD, MC_LL_WARPS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
+/* gemv_legacy_post in the blocks of gemv_legacy_small (qblock; the same bits). */
+template <uint32_t T, int KS>
+__global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
+    gemv_legacy_small_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_legacy_body<T, MC_GLU_NONE, 0, KS, 1, MC_LL_SMALL>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
     mc_post_norm_last(pn, y, w.rows);
 }
 
@@ -384,6 +505,15 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
 #define MC_LL_POST_T(F, T) F(T, 1, 0) F(T, 2, 0) F(T, 4, 0) F(T, 1, 1) F(T, 2, 1) F(T, 4, 1)
 #define MC_LL_POST_EACH(F) MC_LL_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_POST_T(F, MEMRA_TYPE_Q4_1) \
                            MC_LL_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_POST_T(F, MEMRA_TYPE_Q5_1)
+/* the small blocks' kernels (qdot=auto): (T, GLU, NORM, KS), and the post ones (T, KS) */
+#define MC_LL_SMALL_K(F, T, G, N) F(T, G, N, 1) F(T, G, N, 2) F(T, G, N, 4)
+#define MC_LL_SMALL_GN(F, T) MC_LL_SMALL_K(F, T, 0, 0) MC_LL_SMALL_K(F, T, 0, 1) MC_LL_SMALL_K(F, T, 1, 0) \
+                             MC_LL_SMALL_K(F, T, 1, 1) MC_LL_SMALL_K(F, T, 2, 0) MC_LL_SMALL_K(F, T, 2, 1)
+#define MC_LL_SMALL_EACH(F) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q4_0) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q4_1) \
+                            MC_LL_SMALL_GN(F, MEMRA_TYPE_Q5_0) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q5_1)
+#define MC_LL_SMALL_POST_T(F, T) F(T, 1) F(T, 2) F(T, 4)
+#define MC_LL_SMALL_POST_EACH(F) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q4_1) \
+                                 MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q5_1)
 // clang-format on
 
 /* The shared-memory limit of every instance: once per device, from mc_gemv_prepare (outside any
@@ -402,6 +532,18 @@ cudaError_t mc_gemv_legacy_prepare(void) {
         return e;
     MC_LL_POST_EACH(MC_LL_SET_POST)
 #undef MC_LL_SET_POST
+#define MC_LL_SET_SMALL(T, G, N, K)                                                                                    \
+    if ((e = cudaFuncSetAttribute(gemv_legacy_small<T, G, N, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                                  (int)MC_LL_SMEM_MAX)) != cudaSuccess)                                                \
+        return e;
+    MC_LL_SMALL_EACH(MC_LL_SET_SMALL)
+#undef MC_LL_SET_SMALL
+#define MC_LL_SET_SMALL_POST(T, K)                                                                                     \
+    if ((e = cudaFuncSetAttribute(gemv_legacy_small_post<T, K>, cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                  (int)MC_LL_SMEM_MAX)) != cudaSuccess)                                                \
+        return e;
+    MC_LL_SMALL_POST_EACH(MC_LL_SET_SMALL_POST)
+#undef MC_LL_SET_SMALL_POST
     return e;
 }
 
@@ -412,7 +554,21 @@ static uint32_t mc_ll_ksplit(uint32_t rows) {
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }
 
-/* One launch: gemv_legacy, or with pn gemv_legacy_post (no GLU, no norm). */
+/* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 never,
+ * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and
+ * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
+ * multiprocessor count; never of the bits (both blocks compute the same). */
+static bool mc_ll_small(const mc_config *c, const mc_matrix *w, int qd, uint32_t sms) {
+    if (!qd || c->qblock == MC_QBLOCK_16)
+        return false;
+    if (c->qblock == MC_QBLOCK_4)
+        return true;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / mc_ll_ksplit(w->rows);
+    return w->cols <= MC_QBLOCK_COLS && (n_groups + slots - 1) / slots < sms;
+}
+
+/* One launch: gemv_legacy, or with pn gemv_legacy_post (no GLU, no norm); their small-block forms
+ * where mc_ll_small says so. */
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
 static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                 const float *bias, const float *residual, float *y, cudaStream_t st,
@@ -421,20 +577,27 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     int dev = 0;
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
-    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / KS;
-    const uint32_t need = (n_groups + slots - 1) / slots, cap = mc_sm_count[dev];
+    const bool small = mc_ll_small(c, w, QD, (uint32_t)mc_sm_count[dev]);
+    const uint32_t warps = small ? MC_LL_SMALL : MC_LL_WARPS;
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / KS;
+    const uint32_t need = (n_groups + slots - 1) / slots, cap = mc_sm_count[dev] * (MC_LL_WARPS / warps);
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);
-    cfg.blockDim = dim3(32 * MC_LL_WARPS);
+    cfg.blockDim = dim3(32 * warps);
     cfg.dynamicSmemBytes = mc_ll_smem(w->cols, QD);
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    if (pn && GLU == MC_GLU_NONE && !NORM)
-        e = cudaLaunchKernelEx(&cfg, gemv_legacy_post<T, KS, QD>, *w, x, y, n_groups, *pn);
-    else if (pn)
+    if (pn && (GLU != MC_GLU_NONE || NORM))
         e = cudaErrorInvalidValue;
+    else if (pn && small)
+        e = cudaLaunchKernelEx(&cfg, gemv_legacy_small_post<T, KS>, *w, x, y, n_groups, *pn);
+    else if (pn)
+        e = cudaLaunchKernelEx(&cfg, gemv_legacy_post<T, KS, QD>, *w, x, y, n_groups, *pn);
+    else if (small)
+        e = cudaLaunchKernelEx(&cfg, gemv_legacy_small<T, GLU, NORM, KS>, *w, x, norm_w, eps, bias, residual, y,
+                               n_groups);
     else
         e = cudaLaunchKernelEx(&cfg, gemv_legacy<T, GLU, NORM, KS, QD>, *w, x, norm_w, eps, bias, residual, y,
                                n_groups);
@@ -544,6 +707,12 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_LL_ROW_POST(T, K, Q) {(const void *)gemv_legacy_post<T, K, Q>, "gemv_postnorm"},
             MC_LL_POST_EACH(MC_LL_ROW_POST)
 #undef MC_LL_ROW_POST
+#define MC_LL_ROW_SMALL(T, G, N, K) {(const void *)gemv_legacy_small<T, G, N, K>, (G) ? "gemv_swiglu" : "gemv"},
+                MC_LL_SMALL_EACH(MC_LL_ROW_SMALL)
+#undef MC_LL_ROW_SMALL
+#define MC_LL_ROW_SMALL_POST(T, K) {(const void *)gemv_legacy_small_post<T, K>, "gemv_postnorm"},
+                    MC_LL_SMALL_POST_EACH(MC_LL_ROW_SMALL_POST)
+#undef MC_LL_ROW_SMALL_POST
             {(const void *)embed_legacy, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -5,7 +5,7 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_AUTO};
 
 static const struct {
     const char *key;
@@ -23,6 +23,7 @@ static const struct {
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
     {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8", "mma-opt"},
      "mma, fma, mma-kq, mma-q8, mma-opt"},
+    {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", NULL}, "auto, 16, 4"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

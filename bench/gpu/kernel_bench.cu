@@ -1,14 +1,14 @@
 /* kernel_bench.cu: times each kernel of the cuda backend alone with CUDA events, on the shapes of
- * a preset (llama-8b, llama-1b, or gemma3-270m: head size 256, 4 q heads on 1 kv head, q and k
- * norms), against the bytes it must read, to say kernel by kernel where
+ * a preset (llama-8b, llama-1b, gemma3-270m: head size 256, 4 q heads on 1 kv head, q and k
+ * norms, or smollm2-135m: 576 wide, 9 q heads on 3 kv heads of 64, ffn 1536), against the bytes it must read, to say kernel by kernel where
  * a token's time goes. Weights are random (never zeros) and rotated over enough copies that no
  * matrix is served from L2. Prints one row per kernel and the per-token sum.
  *
- *   memra_cuda_kernel_bench [8b|1b|270m] [bf16|q8_0|f16|f32|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [position]
+ *   memra_cuda_kernel_bench [8b|1b|270m|smollm2] [bf16|q8_0|f16|f32|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [position]
  *                           [key=value ...]
  *
  * The keys are the cuda backend's arm keys that choose kernels or launches (pdl, trigger, gemv,
- * q8, attention; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`; and
+ * q8, attention, qdot, qblock; cuda_ext.h), e.g. `memra_cuda_kernel_bench 8b q8_0 576 trigger=19 q8=float`; and
  * only=attention times the decode attention alone (its row, no layer sequence). */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -145,7 +145,7 @@ static void kb_config(int argc, char **argv, int first, mc_config *c, bool *att_
             if (*allowed)
                 fprintf(stderr, "kernel_bench: %s=%s: expected one of %s\n", key, v, allowed);
             else
-                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention, norm, qdot)\n", key);
+                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention, norm, qdot, qblock)\n", key);
             exit(2);
         }
     }
@@ -175,6 +175,8 @@ int main(int argc, char **argv) {
     const bool g270m = !strcmp(which, "270m"); /* gemma3-270m (GELU there; the GEMVs here are llama's) */
     if (g270m)
         n_embd = 640, n_ff = 2048, n_layer = 18, n_head = 4, n_kv = 1, hd = 256, V = 262144;
+    if (!strcmp(which, "smollm2")) /* SmolLM2-135M */
+        n_embd = 576, n_ff = 1536, n_layer = 30, n_head = 9, n_kv = 3, hd = 64, V = 49152;
     const uint32_t cap = pos + 1 > 1024 ? pos + 1 : 1024; /* room for the position (long contexts: attention=split) */
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));

@@ -7,7 +7,9 @@
  * float): plain; RMSNorm + bias + residual in place (residual == y); GLU SiLU and GELU with the norm.
  * The reference dequantizes with memra/quant.h and sums in double; a row passes when
  * |y - ref| <= tol * sum |w x'| (tol 1e-5: float rounding over a few thousand terms; the integer
- * path's 23-bit x keeps it there too). Every call runs twice: the same bits. The NMSE of qdot=auto
+ * path's 23-bit x keeps it there too). Every call runs twice: the same bits; qdot=auto runs in
+ * the 16-warp and the 4-warp blocks (qblock=16, 4, auto): the same bits, and qdot=float's output
+ * must differ from them (the comparison's negative control). The NMSE of qdot=auto
  * against qdot=float is printed. Negative control: one block's d doubled in the device copy must
  * fail the comparison. Embedding: the row of a device token times a scale, bit for bit against
  * quant.h's dequantization times the scale (a token out of range gives row 0). */
@@ -199,9 +201,12 @@ int main(void) {
     CHECK_CUDA(cudaMemcpy(d.x, x, max_cols * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d.nw, nw, max_cols * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d.bias, bias, max_rows * 4, cudaMemcpyHostToDevice));
-    mc_config cf = mc_config_default, ci = mc_config_default;
+    mc_config cf = mc_config_default, ci = mc_config_default, c16 = mc_config_default, c4 = mc_config_default;
     cf.qdot = MC_QDOT_FLOAT;
     ci.qdot = MC_QDOT_AUTO;
+    c16.qblock = MC_QBLOCK_16; /* qblock: the 16-warp blocks against the 4-warp ones, bit for bit */
+    c4.qblock = MC_QBLOCK_4;
+    float *y16 = malloc(max_rows * 4), *y4 = malloc(max_rows * 4);
 
     printf("%-5s %6s %5s %-14s %10s %10s %10s\n", "type", "rows", "cols", "variant", "err/tol f", "err/tol a",
            "nmse a~f");
@@ -221,6 +226,12 @@ int main(void) {
                           vars[v].bias_res ? res : NULL, ref, bound);
                 run(&cf, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, yf, what);
                 run(&ci, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y, what);
+                run(&c16, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y16, what);
+                run(&c4, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y4, what);
+                CHECK(!memcmp(y, y16, n_out * 4), "%s: qblock=auto and 16 differ in bits", what);
+                CHECK(!memcmp(y16, y4, n_out * 4), "%s: qblock=16 and 4 differ in bits", what);
+                /* the comparison's negative control: qdot=float's bits are other bits */
+                CHECK(memcmp(yf, y4, n_out * 4) != 0, "%s: qdot=float gave qblock=4's bits (control)", what);
                 const double wf = worst(yf, ref, bound, n_out), wa = worst(y, ref, bound, n_out);
                 double num = 0, den = 0;
                 for (uint32_t i = 0; i < n_out; i++) {

@@ -9,7 +9,9 @@
  * runs twice in a row on the same ticket (the second launch must find it reset: it is read back,
  * and must be 0) and compares y and x after both. Negative control: the fused launch with one
  * post-norm weight changed must give another x (so the comparison sees a difference where there is
- * one).
+ * one). qblock (issue 27): the two launches in the 16-warp blocks and the fused one in the 4-warp
+ * blocks, and the other way round, must give the same bits; negative control: the fused launch
+ * under qdot=float against the two under auto must differ.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -137,7 +139,8 @@ static void pn_free(mc_matrix *w) {
 
 typedef struct pn_case {
     uint32_t type, rows, cols;
-    const char *key, *value; /* the configuration key the case sets (gemv, q8 or qdot) */
+    const char *key, *value; /* the configuration key the case sets (gemv, q8, qdot or qblock) */
+    const char *fused;       /* the key's value for the fused launch (NULL: value) */
 } pn_case;
 
 /* One case: 0 pass, else the number of failures (-1: could not run). control: perturb one post-norm
@@ -175,8 +178,11 @@ static int pn_run(FILE *out, const pn_case *k, int control, uint64_t seed) {
     cudaMemcpy(dr1, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dr2, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
     cudaMemset(ticket, 0, 4);
-    mc_config cfg = mc_config_default;
+    mc_config cfg = mc_config_default, cfu;
     if (k->key && mc_config_choice(&cfg, k->key, k->value) != NULL)
+        goto done;
+    cfu = cfg;
+    if (k->key && k->fused && mc_config_choice(&cfu, k->key, k->fused) != NULL)
         goto done;
     const mc_post_args pn = {dw2, dr2, ticket, eps};
     cudaError_t e = cudaSuccess;
@@ -185,7 +191,7 @@ static int pn_run(FILE *out, const pn_case *k, int control, uint64_t seed) {
         if (e == cudaSuccess)
             e = mc_op_rmsnorm_add(dy1, dw, R, eps, dr1, 0);
         if (e == cudaSuccess)
-            e = mc_gemv_post(&cfg, &w, dx, dy2, &pn, 0);
+            e = mc_gemv_post(&cfu, &w, dx, dy2, &pn, 0);
     }
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
@@ -254,6 +260,11 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
         {MEMRA_QTYPE_Q5_0, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_1, "qdot", "auto", "float"},
         {MEMRA_QTYPE_Q4_K, "qdot", "auto", "float"},   {MEMRA_QTYPE_Q5_K, "qdot", "auto", "float"},
         {MEMRA_QTYPE_Q6_K, "qdot", "auto", "float"},
+        /* qblock: the GEMV and norm in one block size, the fused launch in the other (the same bits) */
+        {MEMRA_QTYPE_Q4_0, "qblock", "16", "4"},       {MEMRA_QTYPE_Q4_1, "qblock", "16", "4"},
+        {MEMRA_QTYPE_Q5_0, "qblock", "16", "4"},       {MEMRA_QTYPE_Q5_1, "qblock", "16", "4"},
+        {MEMRA_QTYPE_Q4_K, "qblock", "16", "4"},       {MEMRA_QTYPE_Q5_K, "qblock", "16", "4"},
+        {MEMRA_QTYPE_Q6_K, "qblock", "16", "4"},
     };
     int bad = 0, checked = 0;
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
@@ -264,8 +275,10 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
                                                                                                          : 32;
             if (cols % blk)
                 continue;
+            const int cross = !strcmp(kinds[ki].key, "qblock"); /* the fused launch in the other value */
             for (int v = 0; v < 2; v++) {
-                const pn_case k = {t, shapes[si][0], cols, kinds[ki].key, v ? kinds[ki].v1 : kinds[ki].v0};
+                const pn_case k = {t, shapes[si][0], cols, kinds[ki].key, v ? kinds[ki].v1 : kinds[ki].v0,
+                                   cross ? (v ? kinds[ki].v0 : kinds[ki].v1) : NULL};
                 const int b = pn_run(out, &k, 0, 1000 * ki + 10 * si + v);
                 if (b < 0)
                     return -1;
@@ -276,7 +289,7 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
     /* negative controls: a changed post-norm weight must be seen, on each family */
     static const uint32_t ctl[] = {MEMRA_TYPE_F32, MEMRA_TYPE_Q8_0, MEMRA_QTYPE_Q5_0, MEMRA_QTYPE_Q4_K};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
-        const pn_case k = {ctl[i], 640, 1024, NULL, NULL};
+        const pn_case k = {ctl[i], 640, 1024, NULL, NULL, NULL};
         const int b = pn_run(NULL, &k, 1, 77 + i);
         if (b < 0)
             return -1;
@@ -284,6 +297,22 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
             if (out)
                 fprintf(out, "%s: negative control not caught (a changed post-norm weight gave the same x)\n",
                         memra_tensor_type_name(ctl[i]));
+            bad++;
+        }
+        checked++;
+    }
+    /* the cross-value comparison's negative control: qdot=auto against float in the fused launch
+     * must differ */
+    static const uint32_t xctl[] = {MEMRA_QTYPE_Q4_1, MEMRA_QTYPE_Q4_K};
+    for (size_t i = 0; i < sizeof xctl / sizeof xctl[0]; i++) {
+        const pn_case k = {xctl[i], 640, 1024, "qdot", "auto", "float"};
+        const int b = pn_run(NULL, &k, 0, 91 + i);
+        if (b < 0)
+            return -1;
+        if (b == 0) {
+            if (out)
+                fprintf(out, "%s: negative control not caught (qdot=float in the fused launch gave auto's bits)\n",
+                        memra_tensor_type_name(xctl[i]));
             bad++;
         }
         checked++;

@@ -8,8 +8,10 @@
  * Tolerances (stated, per output): |y - ref| <= tol * mass, mass = sum_c |W[r][c] x'[c]| + |bias|
  * + |residual| (for a GLU the mass of act(g) * u in the same first-order way), tol 2^-16 for both
  * paths (float sums of a few hundred terms per lane; the integer path's 23-bit x adds ~2^-23); and
- * every launch run twice gives the same bits. Negative controls: one nibble of one weight flipped
- * on the device must fail the bound, and a wrong d in the embedding row must fail the bits.
+ * every launch run twice gives the same bits, and qdot=auto's in the 16-warp and the 4-warp blocks
+ * (qblock=16, 4) too. Negative controls: one nibble of one weight flipped on the device must fail
+ * the bound, a wrong d in the embedding row must fail the bits, and qdot=float's output in place
+ * of qblock=4's must fail the bit comparison.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -110,8 +112,9 @@ static cudaError_t qg_launch(const mc_config *c, int glu, const mc_matrix *w, co
 }
 
 /* One type, shape and qdot: 0 pass, else the number of failed outputs (or -1: could not run).
- * flip: flip one nibble of row 0 on the device first (the negative control). *worst gets the
- * largest error / mass. */
+ * flip: flip one nibble of row 0 on the device first (the negative control); 2: no flip, but the
+ * last of qdot=auto's runs takes qdot=float (the bit comparison's negative control). qdot=auto runs
+ * four times: qblock=auto twice, 16 and 4, all the same bits. *worst gets the largest error / mass. */
 static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip, uint64_t seed, double *worst) {
     const uint32_t R = sh->rows, C = sh->cols, Y = sh->glu ? R / 2 : R;
     const size_t src_row = (size_t)C / 32 * memra_quant_block_bytes(t);
@@ -160,7 +163,7 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
     cudaMemcpy(dn, hn, (size_t)C * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(db, hb, (size_t)R * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dr, hr, (size_t)R * 4, cudaMemcpyHostToDevice);
-    if (flip) { /* row 0, block 0, element 0: low nibble's top bit */
+    if (flip == 1) { /* row 0, block 0, element 0: low nibble's top bit */
         uint8_t byte;
         cudaMemcpy(&byte, w.data, 1, cudaMemcpyDeviceToHost);
         byte ^= 0x08;
@@ -169,7 +172,11 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
     mc_config cfg = mc_config_default;
     cfg.qdot = qdot ? MC_QDOT_AUTO : MC_QDOT_FLOAT;
     const float *nw = sh->norm ? dn : NULL, *bias = sh->bias ? db : NULL, *res = sh->res ? dr : NULL;
-    for (int rep = 0; rep < 2; rep++) {
+    bad = 0;
+    for (int rep = 0; rep < (qdot ? 4 : 2); rep++) {
+        cfg.qblock = rep == 2 ? MC_QBLOCK_16 : rep == 3 ? MC_QBLOCK_4 : MC_QBLOCK_AUTO;
+        if (rep == 3 && flip == 2)
+            cfg.qdot = MC_QDOT_FLOAT;
         cudaMemset(dy, 0xff, (size_t)Y * 4);
         cudaError_t e = qg_launch(&cfg, sh->glu, &w, dx, nw, bias, res, dy);
         if (e == cudaSuccess)
@@ -177,17 +184,18 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
         if (e == cudaSuccess)
             e = cudaMemcpy(rep ? y2 : y1, dy, (size_t)Y * 4, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) {
+            bad = -1;
             if (out)
                 fprintf(out, "%s %ux%u: launch failed: %s\n", memra_tensor_type_name(t), R, C, cudaGetErrorString(e));
             goto done;
         }
-    }
-    bad = 0;
-    if (memcmp(y1, y2, (size_t)Y * 4) != 0) {
-        if (out)
-            fprintf(out, "%s %ux%u qdot=%s: two runs differ in bits\n", memra_tensor_type_name(t), R, C,
-                    qdot ? "auto" : "float");
-        bad++;
+        if (rep > 0 && memcmp(y1, y2, (size_t)Y * 4) != 0) {
+            if (out)
+                fprintf(out, "%s %ux%u qdot=%s: run %d (qblock=%s) differs in bits from the first\n",
+                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", rep,
+                        rep == 2 ? "16" : rep == 3 ? "4" : "auto");
+            bad++;
+        }
     }
     for (uint32_t i = 0; i < Y; i++) {
         double ref, mass;
@@ -331,10 +339,13 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
         /* negative controls: both must fail */
         const int nf = qg_case(NULL, types[ti], &shapes[0], 0, 1, 5, NULL);
         const int ne = qg_embed(NULL, types[ti], 1);
-        if (nf <= 0 || ne <= 0) {
+        const int nb = qg_case(NULL, types[ti], &shapes[1], 1, 2, 6, NULL); /* qdot=float's bits as qblock=4's */
+        if (nf <= 0 || ne <= 0 || nb <= 0) {
             if (out)
-                fprintf(out, "%s: negative control not caught (flipped weight: %d failures, wrong d: %d)\n",
-                        memra_tensor_type_name(types[ti]), nf, ne);
+                fprintf(out,
+                        "%s: negative control not caught (flipped weight: %d failures, wrong d: %d, qdot=float "
+                        "in qblock=4's place: %d)\n",
+                        memra_tensor_type_name(types[ti]), nf, ne, nb);
             bad++;
         }
     }
