@@ -61,7 +61,8 @@ enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
 /* The blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto (the qblock key, issue 27):
  * MC_QBLOCK_AUTO, blocks of 4 warps (several a multiprocessor) for narrow matrices (cols <=
  * MC_QBLOCK_COLS) whose 16-warp grid leaves multiprocessors idle, 16 warps elsewhere;
- * MC_QBLOCK_16, 16 warps everywhere (the kernels before the key); MC_QBLOCK_4, 4 warps everywhere.
+ * MC_QBLOCK_16 (the default: auto measured slower on gemma3-270m and llama-1b, bench/gpu/NOTES.md),
+ * 16 warps everywhere (the kernels before the key); MC_QBLOCK_4, 4 warps everywhere.
  * The same bits every way (each row's column split and order, and the norm's sum of squares, are
  * the 16-warp kernels'). */
 enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4 };
@@ -127,7 +128,7 @@ typedef struct mc_config {
     uint32_t chunk;     /* a prefill chunk's integer GEMVs: MC_CHUNK_MMA (Q8_0 and the K-quants on tensor
                          * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8, MC_CHUNK_MMA_OPT: the
                          * same bits */
-    uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_AUTO, _16 or _4 (the same bits) */
+    uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16, _AUTO or _4 (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }

@@ -21,9 +21,9 @@
  * block a contiguous, balanced range of row groups, its warps' loads flattened over row groups so
  * the next row group's first units stream while the current one's last are summed (gemv_q8.cu's
  * structure). The bits depend on the shapes and qdot alone (not on the grid, the device or
- * qblock). qblock (issue 27): under qdot=auto, narrow matrices whose 16-warp grid leaves
- * multiprocessors idle run the same body in blocks of 4 warps (gemv_kquant_small, up to 4 a
- * multiprocessor): KS and the lanes' units unchanged, x' staged per chunk by the same code, the
+ * qblock). qblock=auto (issue 27; not the default, measured slower on gemma3-270m): under
+ * qdot=auto, narrow matrices whose 16-warp grid leaves multiprocessors idle run the same body in
+ * blocks of 4 warps (gemv_kquant_small, up to 4 a multiprocessor): KS and the lanes' units unchanged, x' staged per chunk by the same code, the
  * sum of squares in the 16-warp order (each thread plays 4 threads of it): the same bits.
  *
  * Per call (one matrix a token): reads rows x the row's data and aux bytes (the file's bytes of

@@ -34,8 +34,9 @@
  * Each lane's sum, then the fixed warp tree, then the parts in order: the bits depend on the
  * shapes and qdot alone (not on the grid, pdl, trigger or qblock).
  * qblock (issue 27): narrow matrices (SmolLM2's 576 columns, gemma3-270m's 640) have too few row
- * groups for 132 blocks of 16 warps (wo and down of SmolLM2: 36 blocks), so under qdot=auto
- * gemv_legacy_small runs the same body in blocks of 4 warps, up to 4 a multiprocessor: KS and the
+ * groups for 132 blocks of 16 warps (wo and down of SmolLM2: 36 blocks), so with qdot=auto,
+ * qblock=auto (or 4) runs the same body in blocks of 4 warps, up to 4 a multiprocessor
+ * (gemv_legacy_small; not the default: measured slower on gemma3-270m and llama-1b): KS and the
  * lanes' blocks unchanged (the same dot per row), x' staged per block by the same code, the sum
  * of squares in the 8 stage warps' order (each thread plays 2 of them): the same bits.
  *

@@ -5,7 +5,7 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_AUTO};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_16};
 
 static const struct {
     const char *key;

@@ -204,6 +204,7 @@ int main(void) {
     mc_config cf = mc_config_default, ci = mc_config_default, c16 = mc_config_default, c4 = mc_config_default;
     cf.qdot = MC_QDOT_FLOAT;
     ci.qdot = MC_QDOT_AUTO;
+    ci.qblock = MC_QBLOCK_AUTO;
     c16.qblock = MC_QBLOCK_16; /* qblock: the 16-warp blocks against the 4-warp ones, bit for bit */
     c4.qblock = MC_QBLOCK_4;
     float *y16 = malloc(max_rows * 4), *y4 = malloc(max_rows * 4);
