@@ -18,6 +18,7 @@
 #include "cuda_kernels.h"
 #include "gemv_quant.h"
 #include "memra/gguf.h"
+#include "memra/quant.h"
 
 #define KB_CHECK(x)                                                                                                    \
     do {                                                                                                               \
@@ -166,9 +167,19 @@ int main(int argc, char **argv) {
                {"q4_1", MEMRA_TYPE_Q4_1}, {"q5_0", MEMRA_TYPE_Q5_0}, {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K},
                {"q5_k", MEMRA_TYPE_Q5_K}, {"q6_k", MEMRA_TYPE_Q6_K}};
     uint32_t type = MEMRA_TYPE_BF16;
+    bool known = !strcmp(dt, "bf16");
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(dt, dts[i].name))
-            type = dts[i].type;
+            type = dts[i].type, known = true;
+    if (!known) {
+        fprintf(stderr, "kernel_bench: unknown dtype '%s' (bf16, q8_0, f16, f32, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)\n",
+                dt);
+        return 2;
+    }
+    if (strcmp(which, "8b") && strcmp(which, "1b") && strcmp(which, "270m") && strcmp(which, "smollm2")) {
+        fprintf(stderr, "kernel_bench: unknown shape '%s' (8b, 1b, 270m, smollm2)\n", which);
+        return 2;
+    }
     uint32_t n_embd = 4096, n_ff = 14336, n_layer = 32, n_head = 32, n_kv = 8, hd = 128, V = 128256;
     if (!strcmp(which, "1b"))
         n_embd = 2048, n_ff = 8192, n_layer = 16, n_head = 32, n_kv = 8, hd = 64;
@@ -177,6 +188,15 @@ int main(int argc, char **argv) {
         n_embd = 640, n_ff = 2048, n_layer = 18, n_head = 4, n_kv = 1, hd = 256, V = 262144;
     if (!strcmp(which, "smollm2")) /* SmolLM2-135M */
         n_embd = 576, n_ff = 1536, n_layer = 30, n_head = 9, n_kv = 3, hd = 64, V = 49152;
+    /* the file's block of the type must divide every matrix's columns (n_embd, n_head hd, n_ff):
+     * gemma3-270m's 640 is no multiple of the K-quants' 256, so its file holds those matrices in
+     * Q5_0 / Q8_0 (mkmodel's q4_k_m rule) */
+    const uint32_t blk = memra_quant_block_elems(type); /* the GGUF type numbers */
+    if (blk > 1 && (n_embd % blk || (n_head * hd) % blk || n_ff % blk)) {
+        fprintf(stderr, "kernel_bench: %s's matrices have %u, %u and %u columns: not multiples of %s's block of %u\n",
+                which, n_embd, n_head * hd, n_ff, dt, blk);
+        return 2;
+    }
     const uint32_t cap = pos + 1 > 1024 ? pos + 1 : 1024; /* room for the position (long contexts: attention=split) */
     cudaStream_t st;
     KB_CHECK(cudaStreamCreate(&st));
