@@ -18,15 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
-
-static uint64_t ac_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float ac_unit(uint64_t *s) { return (float)(ac_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float ac_sym(uint64_t *s) { return 2.0f * ac_unit(s) - 1.0f; }
 
 typedef struct ac_case {
     uint32_t hd, G, M, prefix, kv, window;
@@ -81,17 +75,17 @@ static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac
     if (!hq || !hf || !hn || !hk || !hv || !hp)
         goto done;
     for (size_t i = 0; i < nq; i++) /* scores of a few units: a softmax neither flat nor one-hot */
-        hq[i] = ac_sym(&s) * (ac_unit(&s) < 0.05f ? 4.0f : 1.5f);
+        hq[i] = mck_sym(&s) * (mck_unit(&s) < 0.05f ? 4.0f : 1.5f);
     for (uint32_t i = 0; i < hd / 2; i++)
         hf[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
     for (uint32_t i = 0; i < 2 * hd; i++)
-        hn[i] = 0.5f + ac_unit(&s);
+        hn[i] = 0.5f + mck_unit(&s);
     for (uint32_t g = 0; g < n_kv; g++)
         for (uint32_t t = 0; t < k->prefix; t++)
             for (uint32_t i = 0; i < hd; i++) {
                 const size_t j = ((size_t)g * cap + t) * hd + i;
-                ac_put(hk, j, k->kv, 1.5f * ac_sym(&s));
-                ac_put(hv, j, k->kv, ac_sym(&s));
+                ac_put(hk, j, k->kv, 1.5f * mck_sym(&s));
+                ac_put(hv, j, k->kv, mck_sym(&s));
             }
     for (uint32_t j = 0; j < k->M; j++)
         hp[j] = (int32_t)(k->prefix + j);

@@ -14,18 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
 #include "gemv_quant.h"
 #include "memra/numeric.h"
 #include "memra/quant.h"
-
-static uint64_t ck_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float ck_unit(uint64_t *s) { return (float)(ck_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float ck_sym(uint64_t *s) { return 2.0f * ck_unit(s) - 1.0f; }
 
 typedef struct ck_case {
     uint32_t rows, cols, M;
@@ -48,9 +42,9 @@ static cudaError_t ck_matrix(uint32_t type, uint32_t rows, uint32_t cols, uint64
         for (uint64_t b = 0; b < nb; b++) {
             uint8_t *blk = file + b * bb;
             for (uint32_t i = 0; i < bb; i++)
-                blk[i] = (uint8_t)ck_next(s);
-            const uint16_t d = (uint16_t)((6u + ck_next(s) % 4) << 10 | (ck_next(s) & 0x3ffu));
-            const uint16_t dm = (uint16_t)((6u + ck_next(s) % 4) << 10 | (ck_next(s) & 0x3ffu));
+                blk[i] = (uint8_t)mck_next(s);
+            const uint16_t d = (uint16_t)((6u + mck_next(s) % 4) << 10 | (mck_next(s) & 0x3ffu));
+            const uint16_t dm = (uint16_t)((6u + mck_next(s) % 4) << 10 | (mck_next(s) & 0x3ffu));
             if (type == MEMRA_QTYPE_Q6_K) {
                 memcpy(blk + 208, &d, 2);
             } else {
@@ -100,13 +94,13 @@ static int ck_run(FILE *out, uint32_t type, const ck_case *k, int control, uint6
     if (e != cudaSuccess || !hx || !hn || !hb || !hr || !yd || !ym)
         goto done;
     for (size_t i = 0; i < nx; i++) /* a spread of magnitudes within each 16-column chunk */
-        hx[i] = ck_sym(&s) * (ck_unit(&s) < 0.1f ? 8.0f : 1.0f);
+        hx[i] = mck_sym(&s) * (mck_unit(&s) < 0.1f ? 8.0f : 1.0f);
     for (uint32_t c = 0; c < C; c++)
-        hn[c] = 0.5f + ck_unit(&s);
+        hn[c] = 0.5f + mck_unit(&s);
     for (uint32_t r = 0; r < R; r++)
-        hb[r] = 0.1f * ck_sym(&s);
+        hb[r] = 0.1f * mck_sym(&s);
     for (size_t i = 0; i < ny; i++)
-        hr[i] = ck_sym(&s);
+        hr[i] = mck_sym(&s);
     const uint64_t sb = mc_gemv_chunk_scratch_bytes(C, M);
     if (cudaMalloc((void **)&dx, nx * 4) || cudaMalloc((void **)&dn, (size_t)C * 4) ||
         cudaMalloc((void **)&db, (size_t)R * 4) || cudaMalloc((void **)&dr, ny * 4) ||

@@ -14,50 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
-
-static uint64_t cm_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float cm_unit(uint64_t *s) { return (float)(cm_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float cm_sym(uint64_t *s) { return 2.0f * cm_unit(s) - 1.0f; }
 
 typedef struct cm_case {
     uint32_t rows, cols, M;
     int glu, norm, bias, residual;
 } cm_case;
-
-/* A random Q8_0 matrix in the upload layout (int8 rows of stride cols, f16 block scales). */
-static cudaError_t cm_matrix(uint32_t rows, uint32_t cols, uint64_t *s, mc_matrix *w) {
-    memset(w, 0, sizeof *w);
-    w->type = MEMRA_TYPE_Q8_0;
-    w->rows = rows;
-    w->cols = cols;
-    w->stride = (cols + 15) / 16 * 16;
-    const size_t bytes = (size_t)rows * w->stride, ns = (size_t)rows * (cols / 32);
-    int8_t *d = calloc(1, bytes);
-    uint16_t *sc = malloc(ns * 2);
-    cudaError_t e = cudaErrorMemoryAllocation;
-    if (!d || !sc)
-        goto done;
-    for (uint32_t r = 0; r < rows; r++)
-        for (uint32_t c = 0; c < cols; c++)
-            d[(size_t)r * w->stride + c] = (int8_t)((int)(cm_next(s) % 256) - 128); /* -128 too */
-    for (size_t i = 0; i < ns; i++)
-        sc[i] = memra_f32_to_f16((cm_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * cm_unit(s)));
-    if ((e = cudaMalloc(&w->data, bytes)) != cudaSuccess ||
-        (e = cudaMemcpy(w->data, d, bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&w->scales, ns * 2)) != cudaSuccess)
-        goto done;
-    e = cudaMemcpy(w->scales, sc, ns * 2, cudaMemcpyHostToDevice);
-done:
-    free(d);
-    free(sc);
-    return e;
-}
 
 /* One case: decode row by row into yd, chunk=mma into ym, chunk=fma into yf (or, with control, the
  * faulty MMA kernel into ym). Returns the failures (-1: could not run). */
@@ -73,16 +38,16 @@ static int cm_run(FILE *out, const cm_case *k, int control, uint64_t seed) {
     float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL, *dyd = NULL, *dym = NULL, *dyf = NULL;
     void *scratch = NULL;
     int bad = -1;
-    if (cm_matrix(R, C, &s, &w) != cudaSuccess || !hx || !hn || !hb || !hr || !yd || !ym || !yf)
+    if (mck_q8_matrix(R, C, &s, &w) != cudaSuccess || !hx || !hn || !hb || !hr || !yd || !ym || !yf)
         goto done;
     for (size_t i = 0; i < nx; i++) /* a spread of magnitudes within each 16-column chunk */
-        hx[i] = cm_sym(&s) * (cm_unit(&s) < 0.1f ? 8.0f : 1.0f);
+        hx[i] = mck_sym(&s) * (mck_unit(&s) < 0.1f ? 8.0f : 1.0f);
     for (uint32_t c = 0; c < C; c++)
-        hn[c] = 0.5f + cm_unit(&s);
+        hn[c] = 0.5f + mck_unit(&s);
     for (uint32_t r = 0; r < R; r++)
-        hb[r] = 0.1f * cm_sym(&s);
+        hb[r] = 0.1f * mck_sym(&s);
     for (size_t i = 0; i < ny; i++)
-        hr[i] = cm_sym(&s);
+        hr[i] = mck_sym(&s);
     const uint64_t sb = mc_gemv_chunk_scratch_bytes(C, M);
     if (cudaMalloc((void **)&dx, nx * 4) || cudaMalloc((void **)&dn, (size_t)C * 4) ||
         cudaMalloc((void **)&db, (size_t)R * 4) || cudaMalloc((void **)&dr, ny * 4) ||

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
@@ -38,13 +39,6 @@
 cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                    const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                    float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile);
-
-static uint64_t mg_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float mg_unit(uint64_t *s) { return (float)(mg_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float mg_sym(uint64_t *s) { return 2.0f * mg_unit(s) - 1.0f; }
 
 typedef struct mg_mat {
     uint32_t rows, cols, stride;
@@ -60,7 +54,7 @@ static int mg_upload(mg_mat *m, uint64_t *s) {
         return -1;
     for (uint32_t r = 0; r < m->rows; r++)
         for (uint32_t c = 0; c < m->cols; c++) /* a few large weights among small ones */
-            m->h[(size_t)r * m->stride + c] = memra_f32_to_bf16((mg_unit(s) < 0.02f ? 0.5f : 0.05f) * mg_sym(s));
+            m->h[(size_t)r * m->stride + c] = memra_f32_to_bf16((mck_unit(s) < 0.02f ? 0.5f : 0.05f) * mck_sym(s));
     memset(&m->d, 0, sizeof m->d);
     m->d.type = MEMRA_TYPE_BF16;
     m->d.rows = m->rows;
@@ -105,13 +99,13 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     if (!hx || !hn || !hb || !hr || !yd || !yc)
         goto done;
     for (size_t i = 0; i < (size_t)M * C; i++)
-        hx[i] = 2.0f * mg_sym(&s);
+        hx[i] = 2.0f * mck_sym(&s);
     for (uint32_t c = 0; c < C; c++)
-        hn[c] = 0.5f + mg_unit(&s);
+        hn[c] = 0.5f + mck_unit(&s);
     for (uint32_t r = 0; r < R; r++)
-        hb[r] = mg_sym(&s);
+        hb[r] = mck_sym(&s);
     for (size_t i = 0; i < (size_t)M * R; i++)
-        hr[i] = 4.0f * mg_sym(&s);
+        hr[i] = 4.0f * mck_sym(&s);
     const uint64_t sb = mc_gemv_chunk_scratch_bytes(C, M);
     if (cudaMalloc((void **)&dx, (size_t)M * C * 4) || cudaMalloc((void **)&dn, (size_t)C * 4) ||
         cudaMalloc((void **)&db, (size_t)R * 4) || cudaMalloc((void **)&dr, (size_t)M * R * 4) ||
@@ -288,7 +282,7 @@ static int mg_versus_auto(FILE *out, const char *var, const char *other, const m
         cudaMalloc((void **)&dy2, (size_t)R * 4))
         goto done;
     for (uint32_t c = 0; c < C; c++)
-        hx[c] = 2.0f * mg_sym(&s);
+        hx[c] = 2.0f * mck_sym(&s);
     if (cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice) ||
         mc_gemv(&a, &m->d, dx, NULL, 0.0f, NULL, NULL, dy1, 0) ||
         mc_gemv(&b, &m->d, dx, NULL, 0.0f, NULL, NULL, dy2, 0) || cudaDeviceSynchronize() ||

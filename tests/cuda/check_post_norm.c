@@ -19,22 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "gemv_quant.h"
 #include "memra/numeric.h"
 #include "memra/quant.h"
 #include "memra/tensor_type.h"
 
-static uint64_t pn_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float pn_unit(uint64_t *s) { return (float)(pn_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float pn_sym(uint64_t *s) { return 2.0f * pn_unit(s) - 1.0f; }
-
 /* A small finite f16 scale (sign random). */
 static uint16_t pn_scale16(uint64_t *s) {
-    return memra_f32_to_f16((pn_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * pn_unit(s)));
+    return memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * mck_unit(s)));
 }
 
 /* The device matrix (rows x cols of type t, random weights) in the upload layout of
@@ -58,7 +52,7 @@ static cudaError_t pn_matrix(uint32_t t, uint32_t rows, uint32_t cols, uint64_t 
             goto done;
         for (uint32_t r = 0; r < rows; r++) {
             for (size_t i = 0; i < (size_t)nb * bb; i++)
-                src[i] = (uint8_t)pn_next(s);
+                src[i] = (uint8_t)mck_next(s);
             for (uint32_t b = 0; b < nb; b++) { /* the f16 fields finite and small */
                 uint8_t *blk = src + (size_t)b * bb;
                 const uint16_t d16 = pn_scale16(s), m16 = pn_scale16(s);
@@ -96,14 +90,14 @@ static cudaError_t pn_matrix(uint32_t t, uint32_t rows, uint32_t cols, uint64_t 
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t c = 0; c < cols; c++) {
             const size_t i = (size_t)r * w->stride + c;
-            const float v = 0.05f * pn_sym(s);
+            const float v = 0.05f * mck_sym(s);
             if (t == MEMRA_TYPE_F32)
                 memcpy(d + 4 * i, &v, 4);
             else if (t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16) {
                 const uint16_t h = t == MEMRA_TYPE_F16 ? memra_f32_to_f16(v) : memra_f32_to_bf16(v);
                 memcpy(d + 2 * i, &h, 2);
             } else {
-                d[i] = (uint8_t)(int8_t)(pn_next(s) % 255 - 127);
+                d[i] = (uint8_t)(int8_t)(mck_next(s) % 255 - 127);
             }
         }
     if ((e = cudaMalloc(&w->data, bytes)) != cudaSuccess ||
@@ -160,10 +154,10 @@ static int pn_run(FILE *out, const pn_case *k, int control, uint64_t seed) {
     if (pn_matrix(k->type, R, C, &s, &w) != cudaSuccess || !hx || !hw || !hr || !y1 || !y2 || !x1 || !x2)
         goto done;
     for (uint32_t c = 0; c < C; c++)
-        hx[c] = 2.0f * pn_sym(&s);
+        hx[c] = 2.0f * mck_sym(&s);
     for (uint32_t r = 0; r < R; r++) {
-        hw[r] = 0.5f + pn_unit(&s);
-        hr[r] = 4.0f * pn_sym(&s);
+        hw[r] = 0.5f + mck_unit(&s);
+        hr[r] = 4.0f * mck_sym(&s);
     }
     if (cudaMalloc((void **)&dx, (size_t)C * 4) || cudaMalloc((void **)&dw, (size_t)R * 4) ||
         cudaMalloc((void **)&dw2, (size_t)R * 4) || cudaMalloc((void **)&dy1, (size_t)R * 4) ||

@@ -17,50 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
 #include "memra/numeric.h"
-
-static uint64_t q8c_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float q8c_unit(uint64_t *s) { return (float)(q8c_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
-static float q8c_sym(uint64_t *s) { return 2.0f * q8c_unit(s) - 1.0f; }
 
 typedef struct q8c_case {
     uint32_t rows, cols, M;
     int glu, norm, bias, residual;
 } q8c_case;
-
-/* A random Q8_0 matrix in the upload layout (int8 rows of stride cols, f16 block scales). */
-static cudaError_t q8c_matrix(uint32_t rows, uint32_t cols, uint64_t *s, mc_matrix *w) {
-    memset(w, 0, sizeof *w);
-    w->type = MEMRA_TYPE_Q8_0;
-    w->rows = rows;
-    w->cols = cols;
-    w->stride = (cols + 15) / 16 * 16;
-    const size_t bytes = (size_t)rows * w->stride, ns = (size_t)rows * (cols / 32);
-    int8_t *d = calloc(1, bytes);
-    uint16_t *sc = malloc(ns * 2);
-    cudaError_t e = cudaErrorMemoryAllocation;
-    if (!d || !sc)
-        goto done;
-    for (uint32_t r = 0; r < rows; r++)
-        for (uint32_t c = 0; c < cols; c++)
-            d[(size_t)r * w->stride + c] = (int8_t)((int)(q8c_next(s) % 256) - 128);
-    for (size_t i = 0; i < ns; i++)
-        sc[i] = memra_f32_to_f16((q8c_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * q8c_unit(s)));
-    if ((e = cudaMalloc(&w->data, bytes)) != cudaSuccess ||
-        (e = cudaMemcpy(w->data, d, bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&w->scales, ns * 2)) != cudaSuccess)
-        goto done;
-    e = cudaMemcpy(w->scales, sc, ns * 2, cudaMemcpyHostToDevice);
-done:
-    free(d);
-    free(sc);
-    return e;
-}
 
 typedef struct q8c_bufs {
     const q8c_case *k;
@@ -128,17 +93,17 @@ static int q8c_run(FILE *out, const q8c_case *k, int control, uint64_t seed) {
     float *ya = malloc(b.ny * 4), *yo = malloc(b.ny * 4);
     float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL;
     int bad = -1;
-    cudaError_t e = q8c_matrix(R, C, &s, &b.w);
+    cudaError_t e = mck_q8_matrix(R, C, &s, &b.w);
     if (e != cudaSuccess || !hx || !hn || !hb || !hr || !ya || !yo)
         goto done;
     for (size_t i = 0; i < nx; i++) /* a spread of magnitudes within each 16-column chunk */
-        hx[i] = q8c_sym(&s) * (q8c_unit(&s) < 0.1f ? 8.0f : 1.0f);
+        hx[i] = mck_sym(&s) * (mck_unit(&s) < 0.1f ? 8.0f : 1.0f);
     for (uint32_t c = 0; c < C; c++)
-        hn[c] = 0.5f + q8c_unit(&s);
+        hn[c] = 0.5f + mck_unit(&s);
     for (uint32_t r = 0; r < R; r++)
-        hb[r] = 0.1f * q8c_sym(&s);
+        hb[r] = 0.1f * mck_sym(&s);
     for (size_t i = 0; i < b.ny; i++)
-        hr[i] = q8c_sym(&s);
+        hr[i] = mck_sym(&s);
     if (cudaMalloc((void **)&dx, nx * 4) || cudaMalloc((void **)&dn, (size_t)C * 4) ||
         cudaMalloc((void **)&db, (size_t)R * 4) || cudaMalloc((void **)&dr, b.ny * 4) ||
         cudaMalloc((void **)&b.dy, b.ny * 4) || cudaMalloc(&b.scratch, mc_gemv_chunk_scratch_bytes(C, M)))

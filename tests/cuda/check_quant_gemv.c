@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "cuda_checks.h"
 #include "gemv_quant.h"
 #include "memra/numeric.h"
@@ -28,15 +29,10 @@
 
 #define QG_TOL (1.0 / 65536.0)
 
-static uint64_t qg_next(uint64_t *s) {
-    *s = memra_mix64(*s + 0x9e3779b97f4a7c15ull);
-    return *s;
-}
-static float qg_unit(uint64_t *s) { return (float)(qg_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
 static float qg_normal(uint64_t *s) {
     float a = 0.0f;
     for (int i = 0; i < 4; i++)
-        a += qg_unit(s);
+        a += mck_unit(s);
     return (a - 2.0f) * 1.7f;
 }
 
@@ -46,9 +42,9 @@ static void qg_row(uint32_t t, uint32_t cols, uint8_t *dst, uint64_t *s) {
     for (uint32_t b = 0; b < nb; b++) {
         uint8_t *blk = dst + (size_t)b * bb;
         for (uint32_t i = 0; i < bb; i++)
-            blk[i] = (uint8_t)qg_next(s);
-        const uint16_t d = memra_f32_to_f16((qg_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.01f + 0.04f * qg_unit(s)));
-        const uint16_t m = memra_f32_to_f16(0.2f * (qg_unit(s) - 0.5f));
+            blk[i] = (uint8_t)mck_next(s);
+        const uint16_t d = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.01f + 0.04f * mck_unit(s)));
+        const uint16_t m = memra_f32_to_f16(0.2f * (mck_unit(s) - 0.5f));
         memcpy(blk, &d, 2);
         if (t == MEMRA_QTYPE_Q4_1 || t == MEMRA_QTYPE_Q5_1)
             memcpy(blk + 2, &m, 2);
@@ -141,7 +137,7 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
         }
     for (uint32_t c = 0; c < C; c++) {
         hx[c] = qg_normal(&s);
-        hn[c] = 0.5f + qg_unit(&s);
+        hn[c] = 0.5f + mck_unit(&s);
     }
     hx[0] = 3.0f; /* the flipped weight meets a large x */
     for (uint32_t r = 0; r < R; r++) {
