@@ -507,6 +507,39 @@ Test(model_synth, mixes_follow_llama_cpp_rule) {
     cr_assert_gt(mix_mismatches(&e, why, sizeof why), 0, "a missing head went unseen");
 }
 
+/* One tensor role of a preset: its name without "blk.N." and its [cols, rows]. */
+typedef struct preset_shape {
+    const char *name;
+    uint64_t cols, rows;
+} preset_shape;
+
+/* Every tensor of a preset's list has one of the roles' shapes and (in blk.N) a layer below
+ * n_layer; count[t] is how many tensors have type t. */
+static void check_preset_tensors(const memra_synth_tensor_info *ts, uint32_t n, uint32_t n_layer,
+                                 const preset_shape *shapes, size_t n_shapes, uint32_t count[32]) {
+    memset(count, 0, 32 * sizeof count[0]);
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_lt(ts[i].type, 32);
+        count[ts[i].type]++;
+        unsigned layer = 0;
+        char part[64] = "";
+        if (sscanf(ts[i].name, "blk.%u.%63s", &layer, part) == 2)
+            cr_assert_lt(layer, n_layer, "%s", ts[i].name);
+        const char *role = part[0] ? part : ts[i].name;
+        bool found = false;
+        for (size_t k = 0; k < n_shapes && !found; k++) {
+            if (strcmp(role, shapes[k].name) == 0) {
+                found = true;
+                cr_assert(ts[i].cols == shapes[k].cols && ts[i].rows == shapes[k].rows,
+                          "%s is [%llu, %llu], expected [%llu, %llu]", ts[i].name, (unsigned long long)ts[i].cols,
+                          (unsigned long long)ts[i].rows, (unsigned long long)shapes[k].cols,
+                          (unsigned long long)shapes[k].rows);
+            }
+        }
+        cr_assert(found, "unexpected tensor %s", ts[i].name);
+    }
+}
+
 /* Gemma 3 270M's shapes: 18 layers, n_embd 640, 4 query heads and 1 KV head of 256, n_ff 2048,
  * 262144 tokens, q/k norms and post norms, a tied head; with q4_k_m the real file's counts of
  * each type (F32 109, Q5_0 81, Q8_0 10, Q4_K 27, Q6_K 9; tests/tools/test_tools_models.c
@@ -518,36 +551,14 @@ Test(model_synth, gemma3_270m_shapes_and_counts) {
     memra_error err = {0};
     cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
     cr_assert_eq(n, 236);
-    uint32_t count[32] = {0};
-    for (uint32_t i = 0; i < n; i++) {
-        cr_assert_lt(ts[i].type, 32);
-        count[ts[i].type]++;
-        unsigned layer = 0;
-        char part[64] = "";
-        if (sscanf(ts[i].name, "blk.%u.%63s", &layer, part) == 2)
-            cr_assert_lt(layer, 18, "%s", ts[i].name);
-        static const struct {
-            const char *name;
-            uint64_t cols, rows;
-        } shapes[] = {
-            {"token_embd.weight", 640, 262144},     {"output_norm.weight", 640, 1}, {"attn_norm.weight", 640, 1},
-            {"attn_q.weight", 640, 1024},           {"attn_k.weight", 640, 256},    {"attn_v.weight", 640, 256},
-            {"attn_q_norm.weight", 256, 1},         {"attn_k_norm.weight", 256, 1}, {"attn_output.weight", 1024, 640},
-            {"post_attention_norm.weight", 640, 1}, {"ffn_norm.weight", 640, 1},    {"ffn_gate.weight", 640, 2048},
-            {"ffn_up.weight", 640, 2048},           {"ffn_down.weight", 2048, 640}, {"post_ffw_norm.weight", 640, 1}};
-        const char *role = part[0] ? part : ts[i].name;
-        bool found = false;
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !found; k++) {
-            if (strcmp(role, shapes[k].name) == 0) {
-                found = true;
-                cr_assert(ts[i].cols == shapes[k].cols && ts[i].rows == shapes[k].rows,
-                          "%s is [%llu, %llu], expected [%llu, %llu]", ts[i].name, (unsigned long long)ts[i].cols,
-                          (unsigned long long)ts[i].rows, (unsigned long long)shapes[k].cols,
-                          (unsigned long long)shapes[k].rows);
-            }
-        }
-        cr_assert(found, "unexpected tensor %s", ts[i].name);
-    }
+    static const preset_shape shapes[] = {
+        {"token_embd.weight", 640, 262144},     {"output_norm.weight", 640, 1}, {"attn_norm.weight", 640, 1},
+        {"attn_q.weight", 640, 1024},           {"attn_k.weight", 640, 256},    {"attn_v.weight", 640, 256},
+        {"attn_q_norm.weight", 256, 1},         {"attn_k_norm.weight", 256, 1}, {"attn_output.weight", 1024, 640},
+        {"post_attention_norm.weight", 640, 1}, {"ffn_norm.weight", 640, 1},    {"ffn_gate.weight", 640, 2048},
+        {"ffn_up.weight", 640, 2048},           {"ffn_down.weight", 2048, 640}, {"post_ffw_norm.weight", 640, 1}};
+    uint32_t count[32];
+    check_preset_tensors(ts, n, 18, shapes, sizeof shapes / sizeof shapes[0], count);
     cr_assert_eq(count[MEMRA_TYPE_F32], 109);
     cr_assert_eq(count[MEMRA_TYPE_Q5_0], 81);
     cr_assert_eq(count[MEMRA_TYPE_Q8_0], 10);
@@ -574,34 +585,14 @@ Test(model_synth, smollm2_135m_shapes_and_counts) {
         memra_error err = {0};
         cr_assert_eq(memra_synth_list_tensors(&spec, &ts, &n, &err), MEMRA_OK, "%s", err.msg);
         cr_assert_eq(n, 272);
-        uint32_t count[32] = {0};
+        static const preset_shape shapes[] = {
+            {"token_embd.weight", 576, 49152}, {"output_norm.weight", 576, 1}, {"attn_norm.weight", 576, 1},
+            {"attn_q.weight", 576, 576},       {"attn_k.weight", 576, 192},    {"attn_v.weight", 576, 192},
+            {"attn_output.weight", 576, 576},  {"ffn_norm.weight", 576, 1},    {"ffn_gate.weight", 576, 1536},
+            {"ffn_up.weight", 576, 1536},      {"ffn_down.weight", 1536, 576}};
+        uint32_t count[32];
+        check_preset_tensors(ts, n, 30, shapes, sizeof shapes / sizeof shapes[0], count);
         for (uint32_t i = 0; i < n; i++) {
-            cr_assert_lt(ts[i].type, 32);
-            count[ts[i].type]++;
-            unsigned layer = 0;
-            char part[64] = "";
-            if (sscanf(ts[i].name, "blk.%u.%63s", &layer, part) == 2)
-                cr_assert_lt(layer, 30, "%s", ts[i].name);
-            static const struct {
-                const char *name;
-                uint64_t cols, rows;
-            } shapes[] = {
-                {"token_embd.weight", 576, 49152}, {"output_norm.weight", 576, 1}, {"attn_norm.weight", 576, 1},
-                {"attn_q.weight", 576, 576},       {"attn_k.weight", 576, 192},    {"attn_v.weight", 576, 192},
-                {"attn_output.weight", 576, 576},  {"ffn_norm.weight", 576, 1},    {"ffn_gate.weight", 576, 1536},
-                {"ffn_up.weight", 576, 1536},      {"ffn_down.weight", 1536, 576}};
-            const char *role = part[0] ? part : ts[i].name;
-            bool found = false;
-            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && !found; k++) {
-                if (strcmp(role, shapes[k].name) == 0) {
-                    found = true;
-                    cr_assert(ts[i].cols == shapes[k].cols && ts[i].rows == shapes[k].rows,
-                              "%s is [%llu, %llu], expected [%llu, %llu]", ts[i].name, (unsigned long long)ts[i].cols,
-                              (unsigned long long)ts[i].rows, (unsigned long long)shapes[k].cols,
-                              (unsigned long long)shapes[k].rows);
-                }
-            }
-            cr_assert(found, "unexpected tensor %s", ts[i].name);
             if (strcmp(ts[i].name, "token_embd.weight") == 0)
                 cr_assert_eq(ts[i].type, cases[c].embd, "token_embd is %s", memra_tensor_type_name(ts[i].type));
             else if (ts[i].cols > 1 && ts[i].rows > 1)
