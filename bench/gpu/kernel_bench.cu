@@ -146,7 +146,9 @@ static void kb_config(int argc, char **argv, int first, mc_config *c, bool *att_
             if (*allowed)
                 fprintf(stderr, "kernel_bench: %s=%s: expected one of %s\n", key, v, allowed);
             else
-                fprintf(stderr, "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention, norm, qdot, qblock)\n", key);
+                fprintf(stderr,
+                        "kernel_bench: unknown key '%s' (pdl, trigger, gemv, q8, attention, norm, qdot, qblock)\n",
+                        key);
             exit(2);
         }
     }
@@ -163,16 +165,18 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         uint32_t type;
-    } dts[] = {{"q8_0", MEMRA_TYPE_Q8_0}, {"f16", MEMRA_TYPE_F16}, {"f32", MEMRA_TYPE_F32}, {"q4_0", MEMRA_TYPE_Q4_0},
-               {"q4_1", MEMRA_TYPE_Q4_1}, {"q5_0", MEMRA_TYPE_Q5_0}, {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K},
-               {"q5_k", MEMRA_TYPE_Q5_K}, {"q6_k", MEMRA_TYPE_Q6_K}};
+    } dts[] = {{"q8_0", MEMRA_TYPE_Q8_0}, {"f16", MEMRA_TYPE_F16},   {"f32", MEMRA_TYPE_F32},
+               {"q4_0", MEMRA_TYPE_Q4_0}, {"q4_1", MEMRA_TYPE_Q4_1}, {"q5_0", MEMRA_TYPE_Q5_0},
+               {"q5_1", MEMRA_TYPE_Q5_1}, {"q4_k", MEMRA_TYPE_Q4_K}, {"q5_k", MEMRA_TYPE_Q5_K},
+               {"q6_k", MEMRA_TYPE_Q6_K}};
     uint32_t type = MEMRA_TYPE_BF16;
     bool known = !strcmp(dt, "bf16");
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(dt, dts[i].name))
             type = dts[i].type, known = true;
     if (!known) {
-        fprintf(stderr, "kernel_bench: unknown dtype '%s' (bf16, q8_0, f16, f32, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)\n",
+        fprintf(stderr,
+                "kernel_bench: unknown dtype '%s' (bf16, q8_0, f16, f32, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)\n",
                 dt);
         return 2;
     }
@@ -307,7 +311,8 @@ int main(int argc, char **argv) {
                 case 0: KB_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
                 case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
                 case 2:
-                    KB_CHECK(mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, MC_KV_F32, st));
+                    KB_CHECK(
+                        mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, MC_KV_F32, st));
                     break;
                 case 3: KB_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
                 case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
@@ -351,36 +356,64 @@ int main(int argc, char **argv) {
     double seq_all = 0;
     printf("sequence of %u layers at pos %u: us per layer, and without one kind (its cost in sequence)\n", n_layer,
            pos);
-    for (int drop = 0; drop < 6; drop++) {
-        float ms = 0;
-        for (int pass = 0; pass < 3; pass++) { /* pass 0 warms up; the best of two */
-            KB_CHECK(cudaEventRecord(e0, st));
-            for (uint32_t L = 0; L < n_layer; L++) {
-                if (drop != 1)
-                    KB_CHECK(mc_gemv(c, &qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
-                if (drop != 2)
-                    KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st));
-                if (drop != 3)
-                    KB_CHECK(mc_gemv(c, &wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
-                if (drop != 4)
-                    KB_CHECK(mc_gemv_swiglu(c, &gu.m[L % gu.n], x, w, 1e-5f, sw, st));
-                if (drop != 5)
-                    KB_CHECK(mc_gemv(c, &down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
+    for (int mode = 0; mode < 2; mode++) { /* 0: stream launches (host-bound on small shapes), 1: a CUDA graph */
+        if (mode == 1)
+            printf("the same sequences captured in a CUDA graph (as cuda-graph replays a token), best of 5 replays:\n");
+        for (int drop = 0; drop < 6; drop++) {
+            float ms = 0;
+            cudaGraphExec_t gx = NULL;
+            if (mode == 1) {
+                KB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             }
-            KB_CHECK(cudaEventRecord(e1, st));
-            KB_CHECK(cudaEventSynchronize(e1));
-            float m = 0;
-            KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
-            if (pass == 1 || (pass == 2 && m < ms))
-                ms = m;
-        }
-        const double per = ms * 1e3 / n_layer;
-        if (drop == 0) {
-            seq_all = per;
-            printf("seq %-12s %8.2f us/layer (%.1f us per token of layers)\n", kinds[drop], per, per * n_layer);
-        } else {
-            printf("seq -%-11s %8.2f us/layer: %s costs %.2f us in sequence\n", kinds[drop], per, kinds[drop],
-                   seq_all - per);
+            for (int pass = 0; pass < (mode ? 1 : 3); pass++) { /* pass 0 warms up; the best of two */
+                if (!mode)
+                    KB_CHECK(cudaEventRecord(e0, st));
+                for (uint32_t L = 0; L < n_layer; L++) {
+                    if (drop != 1)
+                        KB_CHECK(mc_gemv(c, &qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
+                    if (drop != 2)
+                        KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st));
+                    if (drop != 3)
+                        KB_CHECK(mc_gemv(c, &wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
+                    if (drop != 4)
+                        KB_CHECK(mc_gemv_swiglu(c, &gu.m[L % gu.n], x, w, 1e-5f, sw, st));
+                    if (drop != 5)
+                        KB_CHECK(mc_gemv(c, &down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
+                }
+                if (mode)
+                    break;
+                KB_CHECK(cudaEventRecord(e1, st));
+                KB_CHECK(cudaEventSynchronize(e1));
+                float m = 0;
+                KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+                if (pass == 1 || (pass == 2 && m < ms))
+                    ms = m;
+            }
+            if (mode) {
+                cudaGraph_t g;
+                KB_CHECK(cudaStreamEndCapture(st, &g));
+                KB_CHECK(cudaGraphInstantiate(&gx, g, 0));
+                KB_CHECK(cudaGraphDestroy(g));
+                for (int rep = 0; rep < 6; rep++) { /* replay 0 warms up; the best of five */
+                    KB_CHECK(cudaEventRecord(e0, st));
+                    KB_CHECK(cudaGraphLaunch(gx, st));
+                    KB_CHECK(cudaEventRecord(e1, st));
+                    KB_CHECK(cudaEventSynchronize(e1));
+                    float m = 0;
+                    KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+                    if (rep == 1 || (rep > 1 && m < ms))
+                        ms = m;
+                }
+                KB_CHECK(cudaGraphExecDestroy(gx));
+            }
+            const double per = ms * 1e3 / n_layer;
+            if (drop == 0) {
+                seq_all = per;
+                printf("seq %-12s %8.2f us/layer (%.1f us per token of layers)\n", kinds[drop], per, per * n_layer);
+            } else {
+                printf("seq -%-11s %8.2f us/layer: %s costs %.2f us in sequence\n", kinds[drop], per, kinds[drop],
+                       seq_all - per);
+            }
         }
     }
     return 0;
