@@ -78,7 +78,7 @@ __device__ __forceinline__ float mc_warp_sum(float v) {
  * F32/F16/BF16 GEMVs of short rows (the persistent kernel), 2 the Q8_0 GEMVs on integer dots (and
  * the Q4_0 .. Q5_1 GEMVs, gemv_legacy.cu, on either path), 4
  * attention, 8 the row-group GEMVs with a norm, 16 attention whose output has 4096 floats or
- * more, 32 the F32/F16/BF16 row-group GEMVs without a norm (the down projection), 64 the Q8_0
+ * more or 1024 or fewer (MC_ATT_SHAPED), 32 the F32/F16/BF16 row-group GEMVs without a norm (the down projection), 64 the Q8_0
  * row-group GEMV without a norm (Q8_0 down). Once every block of this grid has passed its wait
  * (so every kernel before the previous one has completed), the next kernel in the stream or
  * graph may start its own pre-wait work in the slots this grid frees. A kernel's pre-wait part
@@ -92,9 +92,12 @@ __device__ __forceinline__ float mc_warp_sum(float v) {
 #define MC_TRIGGER_ATT_WIDE 16u
 #define MC_TRIGGER_GEMV6_RES 32u
 #define MC_TRIGGER_GEMV6_RES_Q8 64u
-/* Attention's family bits: the wide bit too where the output projection that follows reads 4096
- * columns or more. */
-#define MC_ATT_FAMILY(a) ((a).n_head * (a).hdv >= 4096u ? MC_TRIGGER_ATT | MC_TRIGGER_ATT_WIDE : MC_TRIGGER_ATT)
+/* Attention's family bits: bit 16 too where the output projection that follows reads 4096
+ * columns or more (llama-8b: measured faster, issue 24) or 1024 or fewer (SmolLM2's 576: +4.2%,
+ * 1748.6 -> 1822.7 tok/s, gemma3-270m's 1024: +0.6%; llama-1b's 2048 lost 1.8%, so not there:
+ * bench/RESULTS.md, session of 2026-12-02, fourth). */
+#define MC_ATT_SHAPED(a) ((a).n_head * (a).hdv >= 4096u || (a).n_head * (a).hdv <= 1024u)
+#define MC_ATT_FAMILY(a) (MC_ATT_SHAPED(a) ? MC_TRIGGER_ATT | MC_TRIGGER_ATT_WIDE : MC_TRIGGER_ATT)
 /* One copy per kernel file (and device); mc_trigger_enqueue writes every copy. */
 static __constant__ unsigned mc_trigger_mask = MC_TRIGGER_DEFAULT;
 __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
