@@ -27,9 +27,7 @@ def short(name):
     return name[:90]
 
 
-def main():
-    path = sys.argv[1]
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+def analyse(path, top, out=sys.stdout):
     groups = collections.defaultdict(list)
     for line in open(path):
         f = line.rstrip('\n').split('\t')
@@ -80,10 +78,49 @@ def main():
     n = len(reps)
     span = sum(spans) / n / 1e3
     print('graph %d: %d replays of %d kernels; span %.1f us a token (%.1f tok/s if nothing else ran)' %
-          (gid, n, len(reps[0]), span, 1e6 / span if span else 0))
-    print('%10s %8s %10s  %s' % ('cost us', 'x/token', 'dur us', 'kernel <<<grid,block>>>'))
+          (gid, n, len(reps[0]), span, 1e6 / span if span else 0), file=out)
+    print('%10s %8s %10s  %s' % ('cost us', 'x/token', 'dur us', 'kernel <<<grid,block>>>'), file=out)
+    rows = []
     for key in sorted(cost, key=lambda k: -cost[k])[:top]:
-        print('%10.2f %8.1f %10.2f  %s' % (cost[key] / n / 1e3, cnt[key] / n, dur[key] / cnt[key] / 1e3, key))
+        rows.append((key, cost[key] / n / 1e3, cnt[key] / n))
+        print('%10.2f %8.1f %10.2f  %s' % (cost[key] / n / 1e3, cnt[key] / n, dur[key] / cnt[key] / 1e3, key), file=out)
+    return span, rows
+
+
+def self_test():
+    """Six replays of foo (2 us), bar (3 us, starting 0.5 us after foo's end), foo (1.5 us, starting
+    0.5 us before bar's end: an early start under its drain); the first fifth is left out. foo must
+    cost 2 + 1 = 3 us a token, bar 3.5, the span 6.5; in both groupings (shared correlation ids,
+    and one id a kernel, split where a node repeats)."""
+    import io, os, tempfile
+    for shared in (True, False):
+        fd, path = tempfile.mkstemp(suffix='.tsv')
+        with os.fdopen(fd, 'w') as f:
+            cid = 1000
+            for rep in range(6):
+                t = rep * 100000
+                spans = [(t, t + 2000, '_Z3fooi'), (t + 2500, t + 5500, '_Z3bari'), (t + 5000, t + 6500, '_Z3fooi')]
+                for node, (s, e, name) in enumerate(spans):
+                    f.write('%d\t%d\t%d\t7\t%d\t132\t512\t%s\n' % (s, e, cid, node, name))
+                    cid += 0 if shared else 1
+                cid += 1 if shared else 0
+        span, rows = analyse(path, 10, io.StringIO())
+        os.unlink(path)
+        got = {r[0].split(' ')[0]: round(r[1], 6) for r in rows}
+        want = {'foo': 3.0, 'bar': 3.5}
+        if abs(span - 6.5) > 1e-9 or got != want:
+            sys.exit('ktrace.py self-test FAILED (shared ids %s): span %s, costs %s, want 6.5 and %s' %
+                     (shared, span, got, want))
+    print('ktrace.py self-test passed')
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == '--self-test':
+        self_test()
+        return
+    if len(sys.argv) < 2:
+        sys.exit('usage: ktrace.py TRACE.tsv [top] | --self-test')
+    analyse(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30)
 
 
 if __name__ == '__main__':
