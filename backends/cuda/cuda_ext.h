@@ -97,11 +97,14 @@ extern "C" {
             "ldmatrix fragments) or mma-kq (the old name of mma). The same bits each way, decode's"                   \
     },                                                                                                                 \
     {                                                                                                                  \
-        "qblock", "16",                                                                                                \
-            "the blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto: 16 (16 warps, one block a "           \
-            "multiprocessor), auto (4 warps, several a multiprocessor, for matrices of at most 2048 columns whose "    \
-            "16-warp grid leaves multiprocessors idle; 16 elsewhere: SmolLM2 Q4_1 3% faster, gemma3-270m q4_k_m 5% "   \
-            "and llama-1b q4_k_m 2% slower, so not the default) or 4 (4 warps everywhere). The same bits each way"     \
+        "qblock", "16r",                                                                                               \
+            "the blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto: 16r (16 warps, one block a "          \
+            "multiprocessor; on matrices of at most 2048 columns a row group's warps split its rows, not its "       \
+            "columns: SmolLM2 Q4_1 1756 -> 2019 tok/s, gemma3-270m q4_k_m 1730 -> 1795), 16 (16 warps, the "          \
+            "columns split everywhere: the kernels before 16r), auto (4 warps, several a multiprocessor, on narrow " \
+            "matrices whose 16-warp grid leaves multiprocessors idle; measured slower), 4 (4 warps everywhere), "    \
+            "16x (16 with x' quantized by every warp on narrow Q4_0..Q5_1 matrices; measured slower) or 16xr "        \
+            "(16r and 16x). The same bits each way"                                                                   \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

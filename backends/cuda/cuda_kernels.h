@@ -61,11 +61,15 @@ enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
 /* The blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto (the qblock key, issue 27):
  * MC_QBLOCK_AUTO, blocks of 4 warps (several a multiprocessor) for narrow matrices (cols <=
  * MC_QBLOCK_COLS) whose 16-warp grid leaves multiprocessors idle, 16 warps elsewhere;
- * MC_QBLOCK_16 (the default: auto measured slower on gemma3-270m and llama-1b, bench/gpu/NOTES.md),
- * 16 warps everywhere (the kernels before the key); MC_QBLOCK_4, 4 warps everywhere.
+ * MC_QBLOCK_16, 16 warps everywhere (the kernels before the key; auto measured slower on gemma3-270m
+ * and llama-1b, bench/gpu/NOTES.md); MC_QBLOCK_4, 4 warps everywhere. Narrow forms of the 16-warp
+ * blocks for matrices of at most MC_QBLOCK_COLS columns (16 elsewhere): MC_QBLOCK_16R (the default
+ * since the narrow session of 2026-12-02: SmolLM2 Q4_1 +15%, gemma3-270m q4_k_m +4%), the warps of a
+ * row group split its rows instead of its columns (Q4_0..Q5_1 and Q4_K..Q6_K); MC_QBLOCK_16X, x'
+ * quantized by every warp, a lane a column (Q4_0..Q5_1; measured slower); MC_QBLOCK_16XR, both.
  * The same bits every way (each row's column split and order, and the norm's sum of squares, are
  * the 16-warp kernels'). */
-enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4 };
+enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, MC_QBLOCK_16XR };
 #define MC_QBLOCK_COLS 2048u
 /* The integer GEMVs of a prefill chunk (the `chunk` key, in its names' order): MC_CHUNK_MMA, the
  * Q8_0 ones (chunk_mma.cu), the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) and the
@@ -128,7 +132,8 @@ typedef struct mc_config {
     uint32_t chunk;     /* a prefill chunk's integer GEMVs: MC_CHUNK_MMA (Q8_0 and the K-quants on tensor
                          * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8, MC_CHUNK_MMA_OPT: the
                          * same bits */
-    uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16, _AUTO or _4 (the same bits) */
+    uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16R, _16, _AUTO, _4, _16X or _16XR
+                         * (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }

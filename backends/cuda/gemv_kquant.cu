@@ -25,6 +25,10 @@
  * qdot=auto, narrow matrices whose 16-warp grid leaves multiprocessors idle run the same body in
  * blocks of 4 warps (gemv_kquant_small, up to 4 a multiprocessor): KS and the lanes' units unchanged, x' staged per chunk by the same code, the
  * sum of squares in the 16-warp order (each thread plays 4 threads of it): the same bits.
+ * qblock=16r (the default since issue 27's narrow session) and 16xr: on matrices of at most 2048
+ * columns, split into column parts KS > 1 (gemma3-270m's wo and down: 32 and 64 units a row at KS
+ * 4, so two or three of a row group's warps had no unit), the KS warps of a row group split its
+ * rows instead (gemv_kquant_rows, below): the same sums in the same order, the same bits.
  *
  * Per call (one matrix a token): reads rows x the row's data and aux bytes (the file's bytes of
  * the matrix; streamed), x and norm_w (cols floats, once per block), bias and residual (rows
@@ -409,6 +413,245 @@ __global__ void __launch_bounds__(32 * MC_KQ_SMALL, MC_KQ_WARPS / MC_KQ_SMALL)
     mc_post_norm_last(pn, y, w.rows);
 }
 
+/* ---- the rows split on narrow matrices (qblock=16r, 16xr; issue 27) ---------------------------- */
+
+/* gemma3-270m's wo (1024 columns: 32 units a row) and down (2048: 64) at KS 4 leave two or three
+ * of a row group's four warps without a unit. Under qblock=16r or 16xr (qdot=auto, at most
+ * MC_QBLOCK_COLS columns, KS > 1, not a GLU at KS 4) the KS warps of a row group split its 4 rows
+ * instead (4 / KS each), each warp summing every column part p of its rows as lane l of part p did
+ * (units 32 p + l, then every 32 KS-th), then each part's warp tree, then the parts in order: the
+ * same sums, with no barrier between the warps. x' staged as gemv_kquant_body stages it (16 warps).
+ * Per call: what gemv_kquant reads and writes. */
+
+/* A warp's rows of a finished row group (RPW from row r0), written as mc_rows_store writes them. */
+template <int GLU, uint32_t RPW>
+__device__ __forceinline__ void mc_kq_rows_store(const float (&d)[RPW], uint32_t r0, uint32_t rows, const float *bias,
+                                                 const float *residual, float *y) {
+    if (GLU) {
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r += 2)
+            if (r0 + r + 1 < rows)
+                y[(r0 + r) / 2] = mc_glu<GLU>(d[r], d[r + 1]);
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++) {
+            const uint32_t row = r0 + r;
+            float v = d[r];
+            if (row >= rows)
+                break;
+            if (bias)
+                v += bias[row];
+            if (residual)
+                v = residual[row] + v;
+            y[row] = v;
+        }
+    }
+}
+
+template <uint32_t T, int GLU, int KS>
+__device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                      const float *bias, const float *residual, float *y,
+                                                      uint32_t n_groups) {
+    static_assert(KS > 1 && !(GLU != MC_GLU_NONE && KS == 4), "the rows split: KS 2 or 4, a GLU's pairs whole");
+    constexpr uint32_t W = MC_KQ_WARPS, RPW = MC_GEMV_ROWS / KS, NP = KS;
+    extern __shared__ __align__(16) unsigned char kqsm[];
+    __shared__ float bred[MC_KQ_WARPS];
+    constexpr uint32_t SLOTS = W / KS, PER_IT = 32 * KS;
+    const uint32_t nch = w.cols / 16, nunits = w.cols / 32, nb = w.cols / MEMRA_QK_K;
+    uint4 *xh = (uint4 *)kqsm, *xm = xh + nch, *xl = xm + nch;
+    int4 *meta = (int4 *)(xl + nch);
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nunits + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t rsub = sub * RPW;
+
+    mc_kq_unit nx[NP][RPW];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t g = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t p = 0; p < NP; p++) {
+            const uint32_t n = lane + 32 * p + PER_IT * i;
+            if (n < nunits) {
+#pragma unroll
+                for (uint32_t r = 0; r < RPW; r++)
+                    mc_kq_load<T>(nx[p][r], w, g + rsub + r < w.rows ? g + rsub + r : g, n, nb);
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    /* x' and the sum of squares: gemv_kquant_body's staging at 16 warps (qdot=auto) */
+    float ss = 0.0f;
+    for (uint32_t c = tid; c < nch; c += blockDim.x) {
+        float v[16];
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+        if (norm_w) {
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
+            }
+        }
+        float amax = 0.0f, sum = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            finite = finite && isfinite(v[i]);
+            sum += v[i];
+        }
+        const float inv = mc_q8x_inv(amax, finite);
+        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
+#pragma unroll
+        for (uint32_t i = 0; i < 16; i++) {
+            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
+            sh += hi[i], sm += mid[i], sl += lo[i];
+        }
+        xh[c] = make_uint4(mc_kq_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kq_pack4(hi[4], hi[5], hi[6], hi[7]),
+                           mc_kq_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kq_pack4(hi[12], hi[13], hi[14], hi[15]));
+        xm[c] = make_uint4(mc_kq_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kq_pack4(mid[4], mid[5], mid[6], mid[7]),
+                           mc_kq_pack4(mid[8], mid[9], mid[10], mid[11]),
+                           mc_kq_pack4(mid[12], mid[13], mid[14], mid[15]));
+        xl[c] = make_uint4(mc_kq_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kq_pack4(lo[4], lo[5], lo[6], lo[7]),
+                           mc_kq_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kq_pack4(lo[12], lo[13], lo[14], lo[15]));
+        meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh,
+                            32 * (256 * sm + sl));
+    }
+    if (norm_w) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* x' and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (norm_w) { /* the block sum: the warps in order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_KQ_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    float acc[NP][RPW];
+#pragma unroll
+    for (uint32_t p = 0; p < NP; p++)
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++)
+            acc[p][r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        mc_kq_unit cur[NP][RPW];
+#pragma unroll
+        for (uint32_t p = 0; p < NP; p++)
+#pragma unroll
+            for (uint32_t r = 0; r < RPW; r++)
+                cur[p][r] = nx[p][r];
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t p = 0; p < NP; p++) {
+            const uint32_t n = lane + 32 * p + PER_IT * i;
+            if (n >= nunits)
+                continue;
+            const uint32_t clo = T == MEMRA_TYPE_Q6_K ? 2 * n - (n & 3) : 2 * n - (n & 1);
+            const uint32_t chi = clo + (T == MEMRA_TYPE_Q6_K ? 4 : 2);
+            const uint32_t c4 = (n >> 1) & 3;
+            const uint4 h0 = xh[clo], m0 = xm[clo], l0 = xl[clo], h1 = xh[chi], m1 = xm[chi], l1 = xl[chi];
+            const int4 ma = meta[clo], mb = meta[chi];
+            const float sa = __int_as_float(ma.x), sb = __int_as_float(mb.x);
+#pragma unroll
+            for (uint32_t r = 0; r < RPW; r++) {
+                uint32_t q[8];
+                mc_kq_words<T>(cur[p][r], q);
+                int dh0 = 0, dm0 = 0, dl0 = 0, dh1 = 0, dm1 = 0, dl1 = 0;
+                const uint32_t H0[4] = {h0.x, h0.y, h0.z, h0.w}, M0[4] = {m0.x, m0.y, m0.z, m0.w};
+                const uint32_t L0[4] = {l0.x, l0.y, l0.z, l0.w}, H1[4] = {h1.x, h1.y, h1.z, h1.w};
+                const uint32_t M1[4] = {m1.x, m1.y, m1.z, m1.w}, L1[4] = {l1.x, l1.y, l1.z, l1.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    dh0 = __dp4a((int)q[e], (int)H0[e], dh0);
+                    dm0 = __dp4a((int)q[e], (int)M0[e], dm0);
+                    dl0 = __dp4a((int)q[e], (int)L0[e], dl0);
+                    dh1 = __dp4a((int)q[4 + e], (int)H1[e], dh1);
+                    dm1 = __dp4a((int)q[4 + e], (int)M1[e], dm1);
+                    dl1 = __dp4a((int)q[4 + e], (int)L1[e], dl1);
+                }
+                if (T == MEMRA_TYPE_Q6_K) { /* q - 32 */
+                    dh0 -= ma.z, dh1 -= mb.z;
+                    dl0 -= ma.w, dl1 -= mb.w;
+                }
+                const float D0 = fmaf((float)dh0, 65536.0f, (float)(dm0 * 256 + dl0)) * sa;
+                const float D1 = fmaf((float)dh1, 65536.0f, (float)(dm1 * 256 + dl1)) * sb;
+                if (T == MEMRA_TYPE_Q6_K) {
+                    const float d = __half2float(__ushort_as_half((unsigned short)cur[p][r].a.y));
+                    const float u = fmaf((float)(int8_t)(cur[p][r].a.x >> 8), D1,
+                                         (float)(int8_t)(cur[p][r].a.x & 0xFF) * D0);
+                    acc[p][r] = fmaf(d, u, acc[p][r]);
+                } else {
+                    const float d = __half2float(__ushort_as_half((unsigned short)(cur[p][r].a.x & 0xFFFF)));
+                    const float dmin = __half2float(__ushort_as_half((unsigned short)(cur[p][r].a.x >> 16)));
+                    uint32_t sc, m;
+                    mc_kq_scales_k4(cur[p][r].a, c4, sc, m);
+                    const float u = fmaf((float)(sc >> 8), D1, (float)(sc & 0xFF) * D0);
+                    const float v = fmaf((float)(m >> 8), __int_as_float(mb.y), (float)(m & 0xFF) * __int_as_float(ma.y));
+                    acc[p][r] = fmaf(-dmin, v, fmaf(d, u, acc[p][r]));
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: each part's tree, the parts in order, write */
+        float d[RPW];
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++) {
+            d[r] = mc_warp_sum(acc[0][r]);
+            acc[0][r] = 0.0f;
+        }
+#pragma unroll
+        for (uint32_t p = 1; p < NP; p++)
+#pragma unroll
+            for (uint32_t r = 0; r < RPW; r++) {
+                d[r] += mc_warp_sum(acc[p][r]);
+                acc[p][r] = 0.0f;
+            }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+        i = 0;
+        k++;
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++)
+            d[r] *= rscale;
+        mc_kq_rows_store<GLU, RPW>(d, r0 + rsub, w.rows, bias, residual, y);
+    }
+}
+
+template <uint32_t T, int GLU, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_rows(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                     const float *residual, float *y, uint32_t n_groups) {
+    gemv_kquant_rows_body<T, GLU, KS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused on gemv_kquant_rows (as gemv_kquant_post). */
+template <uint32_t T, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_rows_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_kquant_rows_body<T, MC_GLU_NONE, KS>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
  * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
 __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
@@ -446,6 +689,11 @@ __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float sc
                             F(T, 2, 1) F(T, 2, 2) F(T, 2, 4)
 #define MC_KQ_SMALL_EACH(F) MC_KQ_SMALL_G(F, MEMRA_TYPE_Q4_K) MC_KQ_SMALL_G(F, MEMRA_TYPE_Q5_K) \
                             MC_KQ_SMALL_G(F, MEMRA_TYPE_Q6_K)
+/* the rows split (qblock=16r, 16xr): (T, GLU, KS) with KS 2, 4 (no GLU at 4), and the post ones (T, KS) */
+#define MC_KQ_ROWS_T(F, T) F(T, 0, 2) F(T, 0, 4) F(T, 1, 2) F(T, 2, 2)
+#define MC_KQ_ROWS_EACH(F) MC_KQ_ROWS_T(F, MEMRA_TYPE_Q4_K) MC_KQ_ROWS_T(F, MEMRA_TYPE_Q5_K) MC_KQ_ROWS_T(F, MEMRA_TYPE_Q6_K)
+#define MC_KQ_ROWS_POST_EACH(F) F(MEMRA_TYPE_Q4_K, 2) F(MEMRA_TYPE_Q4_K, 4) F(MEMRA_TYPE_Q5_K, 2) F(MEMRA_TYPE_Q5_K, 4) \
+                                F(MEMRA_TYPE_Q6_K, 2) F(MEMRA_TYPE_Q6_K, 4)
 #define MC_KQ_SMALL_POST_EACH(F) F(MEMRA_TYPE_Q4_K, 1) F(MEMRA_TYPE_Q4_K, 2) F(MEMRA_TYPE_Q4_K, 4) \
                                  F(MEMRA_TYPE_Q5_K, 1) F(MEMRA_TYPE_Q5_K, 2) F(MEMRA_TYPE_Q5_K, 4) \
                                  F(MEMRA_TYPE_Q6_K, 1) F(MEMRA_TYPE_Q6_K, 2) F(MEMRA_TYPE_Q6_K, 4)
@@ -496,7 +744,8 @@ static uint32_t mc_kq_ksplit(uint32_t rows);
  * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
  * multiprocessor count; never of the bits (both blocks compute the same). */
 static bool mc_kq_small(const mc_config *c, const mc_matrix *w, int qf, uint32_t sms) {
-    if (qf || c->qblock == MC_QBLOCK_16)
+    if (qf || c->qblock == MC_QBLOCK_16 || c->qblock == MC_QBLOCK_16X || c->qblock == MC_QBLOCK_16R ||
+        c->qblock == MC_QBLOCK_16XR) /* 16x: 16 here; 16r, 16xr: gemv_kquant_rows or 16 */
         return false;
     if (c->qblock == MC_QBLOCK_4)
         return true;
@@ -529,9 +778,17 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
+    /* qblock=16r, 16xr: the rows split */
+    const bool rows = !QF && (c->qblock == MC_QBLOCK_16R || c->qblock == MC_QBLOCK_16XR) &&
+                      w->cols <= MC_QBLOCK_COLS && KS > 1 && !(GLU != MC_GLU_NONE && KS == 4);
     if (pn && GLU != MC_GLU_NONE)
         e = cudaErrorInvalidValue;
-    else if (pn && small)
+    else if (rows) {
+        if constexpr (!QF && KS > 1 && !(GLU != MC_GLU_NONE && KS == 4))
+            e = pn ? cudaLaunchKernelEx(&cfg, gemv_kquant_rows_post<T, KS>, *w, x, y, n_groups, *pn)
+                   : cudaLaunchKernelEx(&cfg, gemv_kquant_rows<T, GLU, KS>, *w, x, norm_w, eps, bias, residual, y,
+                                        n_groups);
+    } else if (pn && small)
         e = cudaLaunchKernelEx(&cfg, gemv_kquant_small_post<T, KS>, *w, x, y, n_groups, *pn);
     else if (pn)
         e = cudaLaunchKernelEx(&cfg, gemv_kquant_post<T, QF, KS>, *w, x, y, n_groups, *pn);
@@ -654,6 +911,12 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW_SMALL_POST(T, K) {(const void *)gemv_kquant_small_post<T, K>, "gemv_postnorm"},
                     MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
 #undef MC_KQ_ROW_SMALL_POST
+#define MC_KQ_ROW_ROWS(T, G, K) {(const void *)gemv_kquant_rows<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
+                        MC_KQ_ROWS_EACH(MC_KQ_ROW_ROWS)
+#undef MC_KQ_ROW_ROWS
+#define MC_KQ_ROW_ROWS_POST(T, K) {(const void *)gemv_kquant_rows_post<T, K>, "gemv_postnorm"},
+                            MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
+#undef MC_KQ_ROW_ROWS_POST
         {(const void *)embed_kquant, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -39,6 +39,10 @@
  * (gemv_legacy_small; not the default: measured slower on gemma3-270m and llama-1b): KS and the
  * lanes' blocks unchanged (the same dot per row), x' staged per block by the same code, the sum
  * of squares in the 8 stage warps' order (each thread plays 2 of them): the same bits.
+ * qblock=16r (the default since issue 27's narrow session), 16x, 16xr: the 16-warp kernel's narrow
+ * forms (gemv_legacy_narrow, below) on matrices of at most 2048 columns: the row group's warps split
+ * its rows instead of its columns (16r: SmolLM2 Q4_1 1,756 -> 2,019 tok/s), x' quantized by every
+ * warp (16x: measured slower), or both; the same bits (bench/gpu/NOTES.md, last section).
  *
  * Per call (one matrix a token): reads rows x cols/32 blocks (16 bytes of nibbles, and 2 bytes of
  * d, 2 of m for Q4_1/Q5_1, 4 of fifth bits for Q5: 18, 20, 22, 24 bytes a block, the file's
@@ -493,6 +497,367 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
     mc_post_norm_last(pn, y, w.rows);
 }
 
+/* ---- the narrow forms of the 16-warp kernel (qblock=16x, 16r, 16xr; issue 27) ---------------- */
+
+/* A matrix of at most MC_QBLOCK_COLS columns (SmolLM2's 576, gemma3-270m's 640) gives each lane one
+ * or two blocks of 32 columns, so the 16-warp kernel's time goes to what surrounds its dots: x'
+ * staged by 36 threads of the first 8 warps, 16 columns each in sequence (for 576 columns), and row
+ * groups whose column parts beyond the first hold no block (KS 4 on 18 blocks: one warp of four
+ * works, the others wait at the parts' barrier). M's bits change that, never the arithmetic:
+ *   1 (MX): every warp stages x', a warp a block of 32 columns and a lane a column: the block's
+ *     maximum by an integer warp reduction of |x'|'s bits (the order of finite non-negative floats;
+ *     a non-finite block gets the NaN scale whatever its maximum), its quants by the same rounding
+ *     and split (q8x_quant.h), the planes' sums by integer reductions (exact). The sum of squares
+ *     keeps the 8-warp order: thread t of the first 8 warps sums its half blocks' 16 squares in
+ *     sequence, then the warp tree, then those warps in order, as in gemv_legacy_body.
+ *   2 (MR, KS > 1, not a GLU at KS 4): the KS warps of a row group split its 4 rows (4 / KS each)
+ *     instead of its columns; each sums, for each of its rows, every column part p as lane l of
+ *     part p did (blocks 32 p + l, then every 32 KS-th, in that order), the warp tree of each
+ *     part, then the parts in order: the same sums, with no barrier between the warps.
+ * Per call: what gemv_legacy reads and writes (with MX, the first 8 warps of a block with a norm
+ * read x a second time, from L2). */
+
+/* A row's sums of the finished row group (rows rr of RPW from row r0), written as mc_rows_store
+ * writes them: with a GLU, y[p] = act(row 2p) * row 2p+1 (RPW even), else residual + (d + bias). */
+template <int GLU, uint32_t RPW>
+__device__ __forceinline__ void mc_ll_rows_store(const float (&d)[RPW], uint32_t r0, uint32_t rows, const float *bias,
+                                                 const float *residual, float *y) {
+    if (GLU) {
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r += 2)
+            if (r0 + r + 1 < rows)
+                y[(r0 + r) / 2] = mc_glu<GLU>(d[r], d[r + 1]);
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++) {
+            const uint32_t row = r0 + r;
+            float v = d[r];
+            if (row >= rows)
+                break;
+            if (bias)
+                v += bias[row];
+            if (residual)
+                v = residual[row] + v;
+            y[row] = v;
+        }
+    }
+}
+
+static_assert(MC_QBLOCK_COLS <= 32 * 8 * 16, "the narrow forms' x: one half block a thread of the first 8 warps");
+
+template <uint32_t T, int GLU, int NORM, int KS, int M>
+__device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const float *x, const float *norm_w,
+                                                        float eps, const float *bias, const float *residual, float *y,
+                                                        uint32_t n_groups) {
+    constexpr uint32_t W = MC_LL_WARPS;
+    constexpr bool MX = (M & 1) != 0, MR = (M & 2) != 0 && KS > 1 && !(GLU != MC_GLU_NONE && KS == 4);
+    constexpr uint32_t RPW = MR ? MC_GEMV_ROWS / KS : MC_GEMV_ROWS, NP = MR ? KS : 1;
+    extern __shared__ __align__(16) unsigned char llsm[];
+    __shared__ float red[2][W][MC_GEMV_ROWS];
+    __shared__ float bred[W];
+    constexpr bool HM = T == MEMRA_TYPE_Q4_1 || T == MEMRA_TYPE_Q5_1, HH = T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1;
+    constexpr uint32_t SLOTS = W / KS, U = T == MEMRA_TYPE_Q4_0 ? MC_LL_U : 1, PER_IT = 32 * KS * U;
+    const uint32_t nb = w.cols / 32;
+    uint4 *xq = (uint4 *)llsm; /* block b at xq[7b ..]: hi, hi, mid, mid, lo, lo, {sums, scale} */
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp % KS, slot = warp / KS;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nb + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t rsub = MR ? sub * RPW : 0; /* this warp's first row of a group */
+    const uint32_t d_off = (uint32_t)mc_ll_d_off(T, nb), m_off = (uint32_t)mc_ll_m_off(T, nb);
+    /* the column part of slot p of this warp's parts (MR: every part; else its own) */
+    auto part_of = [&](uint32_t p) { return MR ? p : sub; };
+
+    uint4 wv[U][NP][RPW];
+    uint16_t dv[U][NP][RPW], mv[U][NP][RPW];
+    uint32_t hv[U][NP][RPW];
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t g = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t p = 0; p < NP; p++) {
+                const uint32_t idx = lane + 32 * part_of(p) + PER_IT * i + 32 * KS * u;
+                if (idx < nb) {
+#pragma unroll
+                    for (uint32_t r = 0; r < RPW; r++) {
+                        const uint32_t row = g + rsub + r < w.rows ? g + rsub + r : g;
+                        const char *ar = (const char *)w.aux + (size_t)row * w.aux_stride;
+                        wv[u][p][r] = __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride) + idx);
+                        dv[u][p][r] = __ldcs((const unsigned short *)(ar + d_off) + idx);
+                        if (HM)
+                            mv[u][p][r] = __ldcs((const unsigned short *)(ar + m_off) + idx);
+                        if (HH)
+                            hv[u][p][r] = __ldcs((const unsigned int *)ar + idx);
+                    }
+                }
+            }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+
+    float ss = 0.0f;
+    if constexpr (MX) {
+        /* every load first (one wait on L2), then each block's quantization: at most XR blocks a
+         * warp (cols <= MC_QBLOCK_COLS) and one half block a thread of the first 8 warps */
+        constexpr uint32_t XR = MC_QBLOCK_COLS / 32 / W;
+        float v[XR];
+#pragma unroll
+        for (uint32_t r = 0; r < XR; r++) {
+            const uint32_t b = warp + W * r;
+            v[r] = b < nb ? __ldg(x + 32 * b + lane) : 0.0f;
+            if (NORM && b < nb)
+                v[r] *= __ldg(norm_w + 32 * b + lane);
+        }
+        float4 sq[4];
+        const bool sqs = NORM && tid < 2 * nb; /* 2 nb <= 128: thread t's one half block */
+        if (sqs)
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+                sq[i] = __ldg((const float4 *)(x + (size_t)tid * 16) + i);
+#pragma unroll
+        for (uint32_t r = 0; r < XR; r++) {
+            const uint32_t b = warp + W * r;
+            if (b >= nb)
+                break;
+            const bool finite = __all_sync(MC_FULL, isfinite(v[r]));
+            const float amax = __uint_as_float(__reduce_max_sync(MC_FULL, __float_as_uint(fabsf(v[r]))));
+            int qh, qm, ql;
+            mc_q8x_split(__float2int_rn(v[r] * mc_q8x_inv(amax, finite)), &qh, &qm, &ql);
+            unsigned char *o = (unsigned char *)(xq + 7 * (size_t)b);
+            o[lane] = (unsigned char)(qh & 0xff);
+            o[32 + lane] = (unsigned char)(qm & 0xff);
+            o[64 + lane] = (unsigned char)(ql & 0xff);
+            const int sh = __reduce_add_sync(MC_FULL, qh), sm = __reduce_add_sync(MC_FULL, qm),
+                      sl = __reduce_add_sync(MC_FULL, ql);
+            if (lane == 0) /* the scale is NaN for a non-finite block: it stays visible */
+                ((uint4 *)o)[6] =
+                    make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+        }
+        if (sqs) /* the squares of thread t's half block t in sequence (the 8-warp order) */
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                ss = fmaf(sq[i].x, sq[i].x, ss);
+                ss = fmaf(sq[i].y, sq[i].y, ss);
+                ss = fmaf(sq[i].z, sq[i].z, ss);
+                ss = fmaf(sq[i].w, sq[i].w, ss);
+            }
+    } else { /* gemv_legacy_body's staging (qdot=auto) */
+        for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
+            const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
+            const uint32_t c = c2 >> 1, half = c2 & 1;
+            const float *xc = x + (size_t)c * 32 + 16 * half;
+            float v[16];
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 a = __ldg((const float4 *)xc + i);
+                v[4 * i] = a.x;
+                v[4 * i + 1] = a.y;
+                v[4 * i + 2] = a.z;
+                v[4 * i + 3] = a.w;
+            }
+            if (NORM) {
+#pragma unroll
+                for (uint32_t i = 0; i < 4; i++) {
+                    const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
+                    ss = fmaf(v[4 * i], v[4 * i], ss);
+                    ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                    ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                    ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+                    v[4 * i] *= g.x;
+                    v[4 * i + 1] *= g.y;
+                    v[4 * i + 2] *= g.z;
+                    v[4 * i + 3] *= g.w;
+                }
+            }
+            float amax = 0.0f;
+            int fin = 1;
+#pragma unroll
+            for (uint32_t i = 0; i < 16; i++) {
+                amax = fmaxf(amax, fabsf(v[i]));
+                fin &= isfinite(v[i]) ? 1 : 0;
+            }
+            amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1));
+            fin &= __shfl_xor_sync(pair, fin, 1);
+            const bool finite = fin != 0;
+            const float inv = mc_q8x_inv(amax, finite);
+            uint32_t ph[4], pm[4], pl[4];
+            int sh = 0, sm = 0, sl = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                uint32_t h = 0, md = 0, l = 0;
+#pragma unroll
+                for (uint32_t j = 0; j < 4; j++) {
+                    int qh, qm, ql;
+                    mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
+                    sh += qh;
+                    sm += qm;
+                    sl += ql;
+                    h |= (uint32_t)(qh & 0xff) << (8 * j);
+                    md |= (uint32_t)(qm & 0xff) << (8 * j);
+                    l |= (uint32_t)(ql & 0xff) << (8 * j);
+                }
+                ph[i] = h;
+                pm[i] = md;
+                pl[i] = l;
+            }
+            sh += __shfl_xor_sync(pair, sh, 1);
+            sm += __shfl_xor_sync(pair, sm, 1);
+            sl += __shfl_xor_sync(pair, sl, 1);
+            uint4 *o = xq + 7 * (size_t)c;
+            o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
+            o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
+            o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+            if (half == 0)
+                o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+        }
+    }
+    if (NORM && warp < MC_LL_STAGE_WARPS) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* the staged x and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (NORM) { /* the staging warps in order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_LL_STAGE_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    constexpr int OFF = HM ? 0 : HH ? 16 : 8;
+    float acc[NP][RPW];
+#pragma unroll
+    for (uint32_t p = 0; p < NP; p++)
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++)
+            acc[p][r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][NP][RPW];
+        uint16_t cd[U][NP][RPW], cm[U][NP][RPW];
+        uint32_t ch[U][NP][RPW];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t p = 0; p < NP; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < RPW; r++) {
+                    cur[u][p][r] = wv[u][p][r];
+                    cd[u][p][r] = dv[u][p][r];
+                    cm[u][p][r] = HM ? mv[u][p][r] : 0;
+                    ch[u][p][r] = HH ? hv[u][p][r] : 0;
+                }
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t p = 0; p < NP; p++) {
+                const uint32_t idx = lane + 32 * part_of(p) + PER_IT * i + 32 * KS * u;
+                if (idx >= nb)
+                    continue;
+                const uint4 *xb = xq + 7 * (size_t)idx;
+                uint32_t P[3][8];
+#pragma unroll
+                for (uint32_t q = 0; q < 3; q++) {
+                    const uint4 a = xb[2 * q], b = xb[2 * q + 1];
+                    P[q][0] = a.x, P[q][1] = a.y, P[q][2] = a.z, P[q][3] = a.w;
+                    P[q][4] = b.x, P[q][5] = b.y, P[q][6] = b.z, P[q][7] = b.w;
+                }
+                const uint4 meta = xb[6];
+                const float sx = __uint_as_float(meta.w);
+                float sumx = 0.0f;
+                if (HM)
+                    sumx = fmaf((float)(int)meta.x, 65536.0f, (float)((int)meta.y * 256 + (int)meta.z));
+#pragma unroll
+                for (uint32_t r = 0; r < RPW; r++) {
+                    uint32_t lo[4], hi[4];
+                    mc_ll_unpack<T>(cur[u][p][r], ch[u][p][r], lo, hi);
+                    int dp[3];
+#pragma unroll
+                    for (uint32_t q = 0; q < 3; q++) {
+                        int a = 0;
+#pragma unroll
+                        for (uint32_t e = 0; e < 4; e++) {
+                            a = __dp4a((int)lo[e], (int)P[q][e], a);
+                            a = __dp4a((int)hi[e], (int)P[q][4 + e], a);
+                        }
+                        dp[q] = a;
+                    }
+                    if (OFF) {
+                        dp[0] -= OFF * (int)meta.x;
+                        dp[1] -= OFF * (int)meta.y;
+                        dp[2] -= OFF * (int)meta.z;
+                    }
+                    const float dot = fmaf((float)dp[0], 65536.0f, (float)(dp[1] * 256 + dp[2]));
+                    const float d = __half2float(__ushort_as_half(cd[u][p][r]));
+                    acc[p][r] = fmaf(dot, d * sx, acc[p][r]);
+                    if (HM)
+                        acc[p][r] = fmaf(sumx, __half2float(__ushort_as_half(cm[u][p][r])) * sx, acc[p][r]);
+                }
+            }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: the parts' trees, added in order, written */
+        float dsum[RPW];
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++) {
+            dsum[r] = mc_warp_sum(acc[0][r]);
+            acc[0][r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if constexpr (MR) {
+#pragma unroll
+            for (uint32_t p = 1; p < NP; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < RPW; r++) {
+                    dsum[r] += mc_warp_sum(acc[p][r]);
+                    acc[p][r] = 0.0f;
+                }
+        } else if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = dsum[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (sub != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    dsum[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < RPW; r++)
+            dsum[r] *= rscale;
+        mc_ll_rows_store<GLU, RPW>(dsum, r0 + rsub, w.rows, bias, residual, y);
+    }
+}
+
+template <uint32_t T, int GLU, int NORM, int KS, int M>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy_narrow(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
+                       const float *residual, float *y, uint32_t n_groups) {
+    gemv_legacy_narrow_body<T, GLU, NORM, KS, M>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* postnorm=fused on the narrow forms (as gemv_legacy_post). */
+template <uint32_t T, int KS, int M>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy_narrow_post(const mc_matrix w, const float *x, float *y, uint32_t n_groups, const mc_post_args pn) {
+    gemv_legacy_narrow_body<T, MC_GLU_NONE, 0, KS, M>(w, x, NULL, 0.0f, NULL, NULL, y, n_groups);
+    mc_post_norm_last(pn, y, w.rows);
+}
+
 /* ---- launch ------------------------------------------------------------------------------- */
 
 // clang-format off
@@ -512,6 +877,16 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
                              MC_LL_SMALL_K(F, T, 1, 1) MC_LL_SMALL_K(F, T, 2, 0) MC_LL_SMALL_K(F, T, 2, 1)
 #define MC_LL_SMALL_EACH(F) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q4_0) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q4_1) \
                             MC_LL_SMALL_GN(F, MEMRA_TYPE_Q5_0) MC_LL_SMALL_GN(F, MEMRA_TYPE_Q5_1)
+/* the narrow forms (qdot=auto): (T, GLU, NORM, KS, M), M 1 alone at KS 1; the post ones (T, KS, M) */
+#define MC_LL_NARROW_K(F, T, G, N) F(T, G, N, 1, 1) F(T, G, N, 2, 1) F(T, G, N, 2, 2) F(T, G, N, 2, 3) \
+                                   F(T, G, N, 4, 1) F(T, G, N, 4, 2) F(T, G, N, 4, 3)
+#define MC_LL_NARROW_GN(F, T) MC_LL_NARROW_K(F, T, 0, 0) MC_LL_NARROW_K(F, T, 0, 1) MC_LL_NARROW_K(F, T, 1, 0) \
+                              MC_LL_NARROW_K(F, T, 1, 1) MC_LL_NARROW_K(F, T, 2, 0) MC_LL_NARROW_K(F, T, 2, 1)
+#define MC_LL_NARROW_EACH(F) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q4_0) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q4_1) \
+                             MC_LL_NARROW_GN(F, MEMRA_TYPE_Q5_0) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q5_1)
+#define MC_LL_NARROW_POST_T(F, T) F(T, 1, 1) F(T, 2, 1) F(T, 2, 2) F(T, 2, 3) F(T, 4, 1) F(T, 4, 2) F(T, 4, 3)
+#define MC_LL_NARROW_POST_EACH(F) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q4_1) \
+                                  MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q5_1)
 #define MC_LL_SMALL_POST_T(F, T) F(T, 1) F(T, 2) F(T, 4)
 #define MC_LL_SMALL_POST_EACH(F) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q4_1) \
                                  MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_SMALL_POST_T(F, MEMRA_TYPE_Q5_1)
@@ -555,12 +930,12 @@ static uint32_t mc_ll_ksplit(uint32_t rows) {
     return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }
 
-/* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 never,
+/* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 (16x, 16r, 16xr) never,
  * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and
  * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
  * multiprocessor count; never of the bits (both blocks compute the same). */
 static bool mc_ll_small(const mc_config *c, const mc_matrix *w, int qd, uint32_t sms) {
-    if (!qd || c->qblock == MC_QBLOCK_16)
+    if (!qd || c->qblock == MC_QBLOCK_16 || c->qblock >= MC_QBLOCK_16X)
         return false;
     if (c->qblock == MC_QBLOCK_4)
         return true;
@@ -568,8 +943,28 @@ static bool mc_ll_small(const mc_config *c, const mc_matrix *w, int qd, uint32_t
     return w->cols <= MC_QBLOCK_COLS && (n_groups + slots - 1) / slots < sms;
 }
 
+/* qblock=16x, 16r, 16xr: the narrow form's M (1, 2, 3) for a matrix of at most MC_QBLOCK_COLS columns
+ * under qdot=auto, else 0 (the 16-warp kernel). At KS 1 the rows split is the 16-warp kernel's own
+ * (M & 1). A function of the shapes and the key; never of the bits. */
+static uint32_t mc_ll_narrow(const mc_config *c, const mc_matrix *w, int qd, uint32_t ks) {
+    if (!qd || w->cols > MC_QBLOCK_COLS)
+        return 0;
+    const uint32_t m = c->qblock == MC_QBLOCK_16X ? 1 : c->qblock == MC_QBLOCK_16R ? 2 : c->qblock == MC_QBLOCK_16XR ? 3 : 0;
+    return ks == 1 ? m & 1u : m;
+}
+
+template <uint32_t T, int GLU, int NORM, int KS, int M>
+static cudaError_t mc_ll_narrow_go(const cudaLaunchConfig_t *cfg, const mc_matrix *w, const float *x,
+                                   const float *norm_w, float eps, const float *bias, const float *residual, float *y,
+                                   uint32_t n_groups, const mc_post_args *pn) {
+    if (pn)
+        return cudaLaunchKernelEx(cfg, gemv_legacy_narrow_post<T, KS, M>, *w, x, y, n_groups, *pn);
+    return cudaLaunchKernelEx(cfg, gemv_legacy_narrow<T, GLU, NORM, KS, M>, *w, x, norm_w, eps, bias, residual, y,
+                              n_groups);
+}
+
 /* One launch: gemv_legacy, or with pn gemv_legacy_post (no GLU, no norm); their small-block forms
- * where mc_ll_small says so. */
+ * where mc_ll_small says so, their narrow forms where mc_ll_narrow does. */
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
 static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                 const float *bias, const float *residual, float *y, cudaStream_t st,
@@ -590,9 +985,19 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
+    const uint32_t nm = small ? 0 : mc_ll_narrow(c, w, QD, KS);
     if (pn && (GLU != MC_GLU_NONE || NORM))
         e = cudaErrorInvalidValue;
-    else if (pn && small)
+    else if (nm) {
+        if constexpr (QD && KS == 1)
+            e = mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn);
+        else if constexpr (QD)
+            e = nm == 1   ? mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn)
+                : nm == 2 ? mc_ll_narrow_go<T, GLU, NORM, KS, 2>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn)
+                          : mc_ll_narrow_go<T, GLU, NORM, KS, 3>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn);
+        else
+            e = cudaErrorInvalidValue; /* never: mc_ll_narrow is 0 under qdot=float */
+    } else if (pn && small)
         e = cudaLaunchKernelEx(&cfg, gemv_legacy_small_post<T, KS>, *w, x, y, n_groups, *pn);
     else if (pn)
         e = cudaLaunchKernelEx(&cfg, gemv_legacy_post<T, KS, QD>, *w, x, y, n_groups, *pn);
@@ -714,6 +1119,12 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_LL_ROW_SMALL_POST(T, K) {(const void *)gemv_legacy_small_post<T, K>, "gemv_postnorm"},
                     MC_LL_SMALL_POST_EACH(MC_LL_ROW_SMALL_POST)
 #undef MC_LL_ROW_SMALL_POST
+#define MC_LL_ROW_NARROW(T, G, N, K, M) {(const void *)gemv_legacy_narrow<T, G, N, K, M>, (G) ? "gemv_swiglu" : "gemv"},
+                        MC_LL_NARROW_EACH(MC_LL_ROW_NARROW)
+#undef MC_LL_ROW_NARROW
+#define MC_LL_ROW_NARROW_POST(T, K, M) {(const void *)gemv_legacy_narrow_post<T, K, M>, "gemv_postnorm"},
+                            MC_LL_NARROW_POST_EACH(MC_LL_ROW_NARROW_POST)
+#undef MC_LL_ROW_NARROW_POST
             {(const void *)embed_legacy, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -5,12 +5,12 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_16};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_16R};
 
 static const struct {
     const char *key;
     size_t offset;
-    const char *names[5]; /* at most 5: mc_config_choice reads no further */
+    const char *names[6]; /* at most 6: mc_config_choice reads no further */
     const char *allowed;
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
@@ -23,14 +23,14 @@ static const struct {
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
     {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8", "mma-opt"},
      "mma, fma, mma-kq, mma-q8, mma-opt"},
-    {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", NULL}, "auto, 16, 4"},
+    {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", "16x", "16r", "16xr"}, "auto, 16, 4, 16x, 16r, 16xr"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++) {
         if (strcmp(key, mc_choices[i].key) != 0)
             continue;
-        for (uint32_t v = 0; v < 5 && mc_choices[i].names[v]; v++)
+        for (uint32_t v = 0; v < 6 && mc_choices[i].names[v]; v++)
             if (strcmp(value, mc_choices[i].names[v]) == 0) {
                 *(uint32_t *)((char *)c + mc_choices[i].offset) = v;
                 return NULL;
@@ -44,7 +44,7 @@ const char *mc_config_choice_name(const mc_config *c, const char *key) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++)
         if (strcmp(key, mc_choices[i].key) == 0) {
             const uint32_t v = *(const uint32_t *)((const char *)c + mc_choices[i].offset);
-            return v < 5 ? mc_choices[i].names[v] : NULL;
+            return v < 6 ? mc_choices[i].names[v] : NULL;
         }
     return NULL;
 }

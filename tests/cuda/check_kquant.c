@@ -8,7 +8,8 @@
  * The reference dequantizes with memra/quant.h and sums in double; a row passes when
  * |y - ref| <= tol * sum |w x'| (tol 1e-5: float rounding over a few thousand terms; the integer
  * path's 23-bit x keeps it there too). Every call runs twice: the same bits; qdot=auto runs in
- * the 16-warp and the 4-warp blocks (qblock=16, 4, auto): the same bits, and qdot=float's output
+ * the 16-warp and the 4-warp blocks (qblock=16, 4, auto) and with the rows split (qblock=16r, on the
+ * shapes of at most 2048 columns: gemma3-270m's wo and down among them): the same bits, and qdot=float's output
  * must differ from them (the comparison's negative control). The NMSE of qdot=auto
  * against qdot=float is printed. Negative control: one block's d doubled in the device copy must
  * fail the comparison. Embedding: the row of a device token times a scale, bit for bit against
@@ -183,7 +184,7 @@ int main(void) {
     }
     const uint32_t types[3] = {MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K, MEMRA_QTYPE_Q6_K};
     /* row counts take the column splits 4 (<= 2112 rows), 2 and 1 (> 4224); not multiples of 4 */
-    const uint32_t shapes[][2] = {{38, 512}, {2114, 768}, {4230, 256}, {6, 2048}, {1000, 4096}};
+    const uint32_t shapes[][2] = {{38, 512}, {2114, 768}, {4230, 256}, {6, 2048}, {1000, 4096}, {640, 1024}, {640, 2048}};
     const uint32_t max_rows = 4230, max_cols = 4096;
     bufs d;
     CHECK_CUDA(cudaMalloc((void **)&d.x, max_cols * 4));
@@ -202,12 +203,17 @@ int main(void) {
     CHECK_CUDA(cudaMemcpy(d.nw, nw, max_cols * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d.bias, bias, max_rows * 4, cudaMemcpyHostToDevice));
     mc_config cf = mc_config_default, ci = mc_config_default, c16 = mc_config_default, c4 = mc_config_default;
+    mc_config c16r = mc_config_default; /* qblock=16r: the rows split on narrow matrices (at most 2048 columns) */
+    if (mc_config_choice(&c16r, "qblock", "16r") != NULL) {
+        printf("check_kquant: qblock=16r: not a value of the key\n");
+        return 1;
+    }
     cf.qdot = MC_QDOT_FLOAT;
     ci.qdot = MC_QDOT_AUTO;
     ci.qblock = MC_QBLOCK_AUTO;
     c16.qblock = MC_QBLOCK_16; /* qblock: the 16-warp blocks against the 4-warp ones, bit for bit */
     c4.qblock = MC_QBLOCK_4;
-    float *y16 = malloc(max_rows * 4), *y4 = malloc(max_rows * 4);
+    float *y16 = malloc(max_rows * 4), *y4 = malloc(max_rows * 4), *y16r = malloc(max_rows * 4);
 
     printf("%-5s %6s %5s %-14s %10s %10s %10s\n", "type", "rows", "cols", "variant", "err/tol f", "err/tol a",
            "nmse a~f");
@@ -229,10 +235,13 @@ int main(void) {
                 run(&ci, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y, what);
                 run(&c16, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y16, what);
                 run(&c4, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y4, what);
+                run(&c16r, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y16r, what);
                 CHECK(!memcmp(y, y16, n_out * 4), "%s: qblock=auto and 16 differ in bits", what);
                 CHECK(!memcmp(y16, y4, n_out * 4), "%s: qblock=16 and 4 differ in bits", what);
+                CHECK(!memcmp(y16, y16r, n_out * 4), "%s: qblock=16 and 16r differ in bits", what);
                 /* the comparison's negative control: qdot=float's bits are other bits */
                 CHECK(memcmp(yf, y4, n_out * 4) != 0, "%s: qdot=float gave qblock=4's bits (control)", what);
+                CHECK(memcmp(yf, y16r, n_out * 4) != 0, "%s: qdot=float gave qblock=16r's bits (control)", what);
                 const double wf = worst(yf, ref, bound, n_out), wa = worst(y, ref, bound, n_out);
                 double num = 0, den = 0;
                 for (uint32_t i = 0; i < n_out; i++) {

@@ -259,6 +259,10 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
         {MEMRA_QTYPE_Q5_0, "qblock", "16", "4"},       {MEMRA_QTYPE_Q5_1, "qblock", "16", "4"},
         {MEMRA_QTYPE_Q4_K, "qblock", "16", "4"},       {MEMRA_QTYPE_Q5_K, "qblock", "16", "4"},
         {MEMRA_QTYPE_Q6_K, "qblock", "16", "4"},
+        /* the 16-warp kernels' narrow forms (Q4_0..Q5_1, at most 2048 columns) against the 16-warp ones */
+        {MEMRA_QTYPE_Q4_0, "qblock", "16", "16xr"},    {MEMRA_QTYPE_Q4_1, "qblock", "16", "16x"},
+        {MEMRA_QTYPE_Q5_0, "qblock", "16", "16r"},     {MEMRA_QTYPE_Q5_1, "qblock", "16", "16xr"},
+        {MEMRA_QTYPE_Q4_K, "qblock", "16", "16r"},     {MEMRA_QTYPE_Q6_K, "qblock", "16", "16xr"},
     };
     int bad = 0, checked = 0;
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)

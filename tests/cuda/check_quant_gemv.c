@@ -9,9 +9,10 @@
  * + |residual| (for a GLU the mass of act(g) * u in the same first-order way), tol 2^-16 for both
  * paths (float sums of a few hundred terms per lane; the integer path's 23-bit x adds ~2^-23); and
  * every launch run twice gives the same bits, and qdot=auto's in the 16-warp and the 4-warp blocks
- * (qblock=16, 4) too. Negative controls: one nibble of one weight flipped on the device must fail
+ * (qblock=16, 4) and the 16-warp kernel's narrow forms (qblock=16x, 16r, 16xr; matrices of at most
+ * 2048 columns) too. Negative controls: one nibble of one weight flipped on the device must fail
  * the bound, a wrong d in the embedding row must fail the bits, and qdot=float's output in place
- * of qblock=4's must fail the bit comparison.
+ * of qblock=16xr's (on SmolLM2's qkv shape) must fail the bit comparison.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -169,9 +170,15 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
     cfg.qdot = qdot ? MC_QDOT_AUTO : MC_QDOT_FLOAT;
     const float *nw = sh->norm ? dn : NULL, *bias = sh->bias ? db : NULL, *res = sh->res ? dr : NULL;
     bad = 0;
-    for (int rep = 0; rep < (qdot ? 4 : 2); rep++) {
-        cfg.qblock = rep == 2 ? MC_QBLOCK_16 : rep == 3 ? MC_QBLOCK_4 : MC_QBLOCK_AUTO;
-        if (rep == 3 && flip == 2)
+    /* qdot=auto's runs: qblock auto twice, 16, 4, then the 16-warp kernel's narrow forms */
+    static const char *const qblocks[] = {"auto", "auto", "16", "4", "16x", "16r", "16xr"};
+    const int n_rep = qdot ? (int)(sizeof qblocks / sizeof qblocks[0]) : 2;
+    for (int rep = 0; rep < n_rep; rep++) {
+        if (mc_config_choice(&cfg, "qblock", qblocks[rep]) != NULL) {
+            bad = -1;
+            goto done;
+        }
+        if (rep == n_rep - 1 && flip == 2)
             cfg.qdot = MC_QDOT_FLOAT;
         cudaMemset(dy, 0xff, (size_t)Y * 4);
         cudaError_t e = qg_launch(&cfg, sh->glu, &w, dx, nw, bias, res, dy);
@@ -188,8 +195,7 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
         if (rep > 0 && memcmp(y1, y2, (size_t)Y * 4) != 0) {
             if (out)
                 fprintf(out, "%s %ux%u qdot=%s: run %d (qblock=%s) differs in bits from the first\n",
-                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", rep,
-                        rep == 2 ? "16" : rep == 3 ? "4" : "auto");
+                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", rep, qblocks[rep]);
             bad++;
         }
     }
@@ -315,6 +321,13 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
         {9002, 160, 1, 0, 0, MC_GLU_NONE},  /* KS 1, several row groups a warp */
         {256, 1024, 1, 0, 0, MC_GLU_SILU},  /* gate/up interleaved */
         {9000, 32, 1, 0, 0, MC_GLU_GELU},   /* one block a row, KS 1 */
+        /* narrow matrices (qblock=16x, 16r, 16xr): SmolLM2's qkv, down and gate/up, gemma3-270m's */
+        {960, 576, 1, 1, 1, MC_GLU_NONE},   /* KS 4, 18 blocks: three parts empty */
+        {576, 1536, 0, 0, 1, MC_GLU_NONE},  /* KS 4, 48 blocks */
+        {3072, 576, 1, 0, 0, MC_GLU_SILU},  /* KS 2, two rows of a group a warp */
+        {1282, 2048, 1, 1, 1, MC_GLU_NONE}, /* KS 4, 64 blocks, a partial last group */
+        {4100, 640, 1, 0, 0, MC_GLU_GELU},  /* KS 2 */
+        {4098, 640, 1, 1, 0, MC_GLU_NONE},  /* KS 2, a partial last group */
     };
     int bad = 0, checked = 0;
     double worst[2] = {0, 0};
@@ -335,12 +348,12 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
         /* negative controls: both must fail */
         const int nf = qg_case(NULL, types[ti], &shapes[0], 0, 1, 5, NULL);
         const int ne = qg_embed(NULL, types[ti], 1);
-        const int nb = qg_case(NULL, types[ti], &shapes[1], 1, 2, 6, NULL); /* qdot=float's bits as qblock=4's */
+        const int nb = qg_case(NULL, types[ti], &shapes[7], 1, 2, 6, NULL); /* qdot=float's bits as 16xr's */
         if (nf <= 0 || ne <= 0 || nb <= 0) {
             if (out)
                 fprintf(out,
                         "%s: negative control not caught (flipped weight: %d failures, wrong d: %d, qdot=float "
-                        "in qblock=4's place: %d)\n",
+                        "in qblock=16xr's place: %d)\n",
                         memra_tensor_type_name(types[ti]), nf, ne, nb);
             bad++;
         }

@@ -51,7 +51,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"moe_fuse", "7"}, /* issue 29: the mixture-of-experts folds */
                                           {"postnorm", "fused"}, /* issue 27: gemma3's post norms in the GEMVs */
                                           {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
-                                          {"qblock", "16"}, /* issue 27: the quantized GEMVs' blocks (auto measured slower) */
+                                          {"qblock", "16r"}, /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -71,18 +71,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -221,19 +221,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -245,9 +245,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -315,7 +315,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=7,postnorm=fused,chunk=mma,qblock=16");
+                          "moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -409,7 +409,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=fused,chunk=mma,qblock=16");
+                          "kv=f32,postnorm=fused,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -423,7 +423,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,chunk=mma,qblock=16");
+                          "qdot=auto,kv=f32,moe_fuse=7,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -450,33 +450,42 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,qblock=16");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,qblock=16r");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "chunk=MMA: expected one of mma, fma, mma-kq, mma-q8, mma-opt"), "%s", buf);
 }
 
-/* Issue 27: qblock (the quantized GEMVs' blocks under qdot=auto: 16, auto or 4; the same bits) is
- * taken, resolved where given and where not (16: auto measured slower on gemma3-270m and
- * llama-1b), parsed by the kernels' configuration, and refused by name with another value. */
+/* Issue 27: qblock (the quantized GEMVs' blocks under qdot=auto: 16r, 16, auto, 4, 16x or 16xr; the
+ * same bits) is taken, resolved where given and where not (16r: the rows split on narrow matrices,
+ * measured faster; auto measured slower on gemma3-270m and llama-1b), parsed by the kernels'
+ * configuration, and refused by name with another value. */
 Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
                           "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, "qblock=16"), "%s", buf);
+    cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
+    cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:qblock=16,"), "%s", buf); /* the kernels before 16r stay selectable */
     cr_assert_eq(resolve("cuda:qblock=8", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
-    cr_assert(strstr(buf, "qblock=8: expected one of auto, 16, 4"), "%s", buf);
+    cr_assert(strstr(buf, "qblock=8: expected one of auto, 16, 4, 16x, 16r, 16xr"), "%s", buf);
     mc_config c = mc_config_default;
+    cr_assert_eq(c.qblock, MC_QBLOCK_16R);
+    cr_assert_str_eq(mc_config_choice_name(&c, "qblock"), "16r");
+    cr_assert_null(mc_config_choice(&c, "qblock", "16"));
     cr_assert_eq(c.qblock, MC_QBLOCK_16);
-    cr_assert_str_eq(mc_config_choice_name(&c, "qblock"), "16");
+    cr_assert_null(mc_config_choice(&c, "qblock", "16xr"));
+    cr_assert_eq(c.qblock, MC_QBLOCK_16XR);
+    cr_assert_null(mc_config_choice(&c, "qblock", "16x"));
+    cr_assert_eq(c.qblock, MC_QBLOCK_16X);
     cr_assert_null(mc_config_choice(&c, "qblock", "4"));
     cr_assert_eq(c.qblock, MC_QBLOCK_4);
     cr_assert_null(mc_config_choice(&c, "qblock", "auto"));
     cr_assert_eq(c.qblock, MC_QBLOCK_AUTO);
     cr_assert_str_eq(mc_config_choice_name(&c, "qblock"), "auto");
-    cr_assert_str_eq(mc_config_choice(&c, "qblock", "2"), "auto, 16, 4");
+    cr_assert_str_eq(mc_config_choice(&c, "qblock", "2"), "auto, 16, 4, 16x, 16r, 16xr");
     cr_assert_eq(c.qblock, MC_QBLOCK_AUTO); /* a refused value changes nothing */
 }
