@@ -117,21 +117,22 @@ template <int GLU> __device__ __forceinline__ float mc_glu(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-/* Writes a finished row group (rows r0 .. r0+3, scaled): with a GLU (SWIGLU nonzero: MC_GLU_SILU
- * or MC_GLU_GELU) y[p] = act(row 2p) * row 2p+1 (gate and up interleaved), else y[row] =
+/* Writes a finished row group (rows r0 .. r0+N-1, scaled; N = 4, or a warp's share of the group
+ * where its warps split the rows, qblock=16r): with a GLU (SWIGLU nonzero: MC_GLU_SILU or
+ * MC_GLU_GELU; N even) y[p] = act(row 2p) * row 2p+1 (gate and up interleaved), else y[row] =
  * residual[row] + (d + bias[row]); rows past the end are skipped. Called by the one lane that
  * holds the group's sums. */
-template <int SWIGLU>
-__device__ __forceinline__ void mc_rows_store(const float (&d)[MC_GEMV_ROWS], uint32_t r0, uint32_t rows,
-                                              const float *bias, const float *residual, float *y) {
+template <int SWIGLU, uint32_t N = MC_GEMV_ROWS>
+__device__ __forceinline__ void mc_rows_store(const float (&d)[N], uint32_t r0, uint32_t rows, const float *bias,
+                                              const float *residual, float *y) {
     if (SWIGLU) {
 #pragma unroll
-        for (uint32_t r = 0; r < MC_GEMV_ROWS; r += 2)
+        for (uint32_t r = 0; r < N; r += 2)
             if (r0 + r + 1 < rows)
                 y[(r0 + r) / 2] = mc_glu<SWIGLU>(d[r], d[r + 1]);
     } else {
 #pragma unroll
-        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+        for (uint32_t r = 0; r < N; r++) {
             const uint32_t row = r0 + r;
             float v = d[r];
             if (row >= rows)

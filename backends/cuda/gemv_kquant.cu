@@ -423,31 +423,6 @@ __global__ void __launch_bounds__(32 * MC_KQ_SMALL, MC_KQ_WARPS / MC_KQ_SMALL)
  * same sums, with no barrier between the warps. x' staged as gemv_kquant_body stages it (16 warps).
  * Per call: what gemv_kquant reads and writes. */
 
-/* A warp's rows of a finished row group (RPW from row r0), written as mc_rows_store writes them. */
-template <int GLU, uint32_t RPW>
-__device__ __forceinline__ void mc_kq_rows_store(const float (&d)[RPW], uint32_t r0, uint32_t rows, const float *bias,
-                                                 const float *residual, float *y) {
-    if (GLU) {
-#pragma unroll
-        for (uint32_t r = 0; r < RPW; r += 2)
-            if (r0 + r + 1 < rows)
-                y[(r0 + r) / 2] = mc_glu<GLU>(d[r], d[r + 1]);
-    } else {
-#pragma unroll
-        for (uint32_t r = 0; r < RPW; r++) {
-            const uint32_t row = r0 + r;
-            float v = d[r];
-            if (row >= rows)
-                break;
-            if (bias)
-                v += bias[row];
-            if (residual)
-                v = residual[row] + v;
-            y[row] = v;
-        }
-    }
-}
-
 template <uint32_t T, int GLU, int KS>
 __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                       const float *bias, const float *residual, float *y,
@@ -633,7 +608,7 @@ __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const f
 #pragma unroll
         for (uint32_t r = 0; r < RPW; r++)
             d[r] *= rscale;
-        mc_kq_rows_store<GLU, RPW>(d, r0 + rsub, w.rows, bias, residual, y);
+        mc_rows_store<GLU, RPW>(d, r0 + rsub, w.rows, bias, residual, y);
     }
 }
 

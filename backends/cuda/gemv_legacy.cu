@@ -517,32 +517,6 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
  * Per call: what gemv_legacy reads and writes (with MX, the first 8 warps of a block with a norm
  * read x a second time, from L2). */
 
-/* A row's sums of the finished row group (rows rr of RPW from row r0), written as mc_rows_store
- * writes them: with a GLU, y[p] = act(row 2p) * row 2p+1 (RPW even), else residual + (d + bias). */
-template <int GLU, uint32_t RPW>
-__device__ __forceinline__ void mc_ll_rows_store(const float (&d)[RPW], uint32_t r0, uint32_t rows, const float *bias,
-                                                 const float *residual, float *y) {
-    if (GLU) {
-#pragma unroll
-        for (uint32_t r = 0; r < RPW; r += 2)
-            if (r0 + r + 1 < rows)
-                y[(r0 + r) / 2] = mc_glu<GLU>(d[r], d[r + 1]);
-    } else {
-#pragma unroll
-        for (uint32_t r = 0; r < RPW; r++) {
-            const uint32_t row = r0 + r;
-            float v = d[r];
-            if (row >= rows)
-                break;
-            if (bias)
-                v += bias[row];
-            if (residual)
-                v = residual[row] + v;
-            y[row] = v;
-        }
-    }
-}
-
 static_assert(MC_QBLOCK_COLS <= 32 * 8 * 16, "the narrow forms' x: one half block a thread of the first 8 warps");
 
 template <uint32_t T, int GLU, int NORM, int KS, int M>
@@ -839,7 +813,7 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
 #pragma unroll
         for (uint32_t r = 0; r < RPW; r++)
             dsum[r] *= rscale;
-        mc_ll_rows_store<GLU, RPW>(dsum, r0 + rsub, w.rows, bias, residual, y);
+        mc_rows_store<GLU, RPW>(dsum, r0 + rsub, w.rows, bias, residual, y);
     }
 }
 
