@@ -47,6 +47,92 @@ __device__ __forceinline__ void mc_rmsnorm_block(const float *t, const float *w,
     }
 }
 
+/* The post norm's last block with the norm weights and the residual in registers (issue 27): a
+ * thread takes partials threadIdx.x and threadIdx.x + blockDim.x (blocks of 128 threads or more)
+ * and, of each, the elements i = p, p + 256, ... (at most MC_PN_CAP: n <= 1024), so the elements it
+ * sums it also scales and adds; the tree's last five levels are warp 0's shuffles (the same pairs
+ * as the shared-memory levels: lane l < s adds lane l + s). Every operation is mc_rmsnorm_block<1>'s,
+ * on the same operands: its bits. What the chain after the ticket saves is the second round trip
+ * to L2 (t again, w and out), and four barriers. */
+#define MC_PN_CAP 4u
+struct mc_pn_regs {
+    float w[2][MC_PN_CAP], x[2][MC_PN_CAP];
+};
+
+__device__ __forceinline__ bool mc_pn_regs_serve(uint32_t n) {
+    return blockDim.x >= MC_NORM_PARTS / 2 && n <= MC_NORM_PARTS * MC_PN_CAP;
+}
+
+/* w and out of the elements this thread will scale and add (before the ticket: no other block
+ * writes them). */
+__device__ __forceinline__ void mc_pn_preload(mc_pn_regs &R, const float *w, const float *out, uint32_t n) {
+#pragma unroll
+    for (uint32_t r = 0; r < 2; r++) {
+        const uint32_t p = threadIdx.x + r * blockDim.x;
+#pragma unroll
+        for (uint32_t j = 0; j < MC_PN_CAP; j++) {
+            const uint32_t i = p + j * MC_NORM_PARTS;
+            if (p < MC_NORM_PARTS && i < n) {
+                R.w[r][j] = w[i];
+                R.x[r][j] = out[i];
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void mc_rmsnorm_add_regs(const float *t, const mc_pn_regs &R, uint32_t n, float eps,
+                                                    float *out, float *part, float *bscale) {
+    float v[2][MC_PN_CAP];
+#pragma unroll
+    for (uint32_t r = 0; r < 2; r++) {
+        const uint32_t p = threadIdx.x + r * blockDim.x;
+#pragma unroll
+        for (uint32_t j = 0; j < MC_PN_CAP; j++) {
+            const uint32_t i = p + j * MC_NORM_PARTS;
+            if (p < MC_NORM_PARTS && i < n)
+                v[r][j] = __ldcg(t + i);
+        }
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < 2; r++) {
+        const uint32_t p = threadIdx.x + r * blockDim.x;
+        if (p < MC_NORM_PARTS) {
+            float acc = 0.0f;
+#pragma unroll
+            for (uint32_t j = 0; j < MC_PN_CAP; j++)
+                if (p + j * MC_NORM_PARTS < n)
+                    acc = __fadd_rn(acc, __fmul_rn(v[r][j], v[r][j]));
+            part[p] = acc;
+        }
+    }
+    __syncthreads();
+    for (uint32_t s = MC_NORM_PARTS / 2; s > 16; s >>= 1) {
+        for (uint32_t p = threadIdx.x; p < s; p += blockDim.x)
+            part[p] = __fadd_rn(part[p], part[p + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x < 32) {
+        float a = part[threadIdx.x];
+#pragma unroll
+        for (uint32_t s = 16; s > 0; s >>= 1)
+            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s));
+        if (threadIdx.x == 0)
+            *bscale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), eps)));
+    }
+    __syncthreads();
+    const float scale = *bscale;
+#pragma unroll
+    for (uint32_t r = 0; r < 2; r++) {
+        const uint32_t p = threadIdx.x + r * blockDim.x;
+#pragma unroll
+        for (uint32_t j = 0; j < MC_PN_CAP; j++) {
+            const uint32_t i = p + j * MC_NORM_PARTS;
+            if (p < MC_NORM_PARTS && i < n)
+                out[i] = __fadd_rn(R.x[r][j], __fmul_rn(__fmul_rn(v[r][j], scale), R.w[r][j]));
+        }
+    }
+}
+
 /* postnorm=fused: the tail of a GEMV grid that wrote y[0 .. n) (each block its rows), called by
  * every thread of every block after its stores. Each block fences its stores and takes a ticket
  * (an integer atomic); the block with the last ticket, which then sees every block's rows, runs
@@ -55,6 +141,11 @@ __device__ __forceinline__ void mc_rmsnorm_block(const float *t, const float *w,
 __device__ __forceinline__ void mc_post_norm_last(const mc_post_args &pn, const float *y, uint32_t n) {
     __shared__ float part[MC_NORM_PARTS];
     __shared__ uint32_t last;
+    __shared__ float bscale;
+    const bool regs = mc_pn_regs_serve(n);
+    mc_pn_regs R;
+    if (regs)
+        mc_pn_preload(R, pn.w, pn.x, n);
     __threadfence(); /* this thread's rows are visible device-wide before the ticket counts them */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -63,7 +154,10 @@ __device__ __forceinline__ void mc_post_norm_last(const mc_post_args &pn, const 
     if (!last)
         return;
     __threadfence();
-    mc_rmsnorm_block<1>(y, pn.w, n, pn.eps, pn.x, part);
+    if (regs)
+        mc_rmsnorm_add_regs(y, R, n, pn.eps, pn.x, part, &bscale);
+    else
+        mc_rmsnorm_block<1>(y, pn.w, n, pn.eps, pn.x, part);
     if (threadIdx.x == 0)
         *pn.ticket = 0u;
 }
