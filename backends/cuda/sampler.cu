@@ -76,6 +76,7 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
         }
 }
 
+#define MC_AM_UNROLL 8u
 __global__ void __launch_bounds__(MC_MAX_THREADS)
     sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
                   int32_t *token_out, mc_sample_result *result) {
@@ -85,15 +86,28 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
-    for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        float v = z[i];
-        if (!isfinite(v)) {
-            bad = min(bad, i);
-            continue;
+    /* a thread's values in ascending index, MC_AM_UNROLL loads in flight before they are compared
+     * (one at a time, each waited for, cost a round trip to L2 apiece) */
+    for (uint32_t i0 = lo + threadIdx.x; i0 < hi; i0 += MC_AM_UNROLL * blockDim.x) {
+        float v[MC_AM_UNROLL];
+#pragma unroll
+        for (uint32_t u = 0; u < MC_AM_UNROLL; u++) {
+            const uint32_t i = i0 + u * blockDim.x;
+            v[u] = i < hi ? z[i] : 0.0f;
         }
-        if (besti == MC_AM_NONE || v > best) { /* ascending: the first maximum wins */
-            best = v;
-            besti = i;
+#pragma unroll
+        for (uint32_t u = 0; u < MC_AM_UNROLL; u++) {
+            const uint32_t i = i0 + u * blockDim.x;
+            if (i >= hi)
+                break;
+            if (!isfinite(v[u])) {
+                bad = min(bad, i);
+                continue;
+            }
+            if (besti == MC_AM_NONE || v[u] > best) { /* ascending: the first maximum wins */
+                best = v[u];
+                besti = i;
+            }
         }
     }
     mc_best_block(best, besti, bad, bv, bi, bb);

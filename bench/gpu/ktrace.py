@@ -7,7 +7,10 @@ within each replay orders the kernels by start: a kernel's cost is its end less 
 kernel's end (the first one's: its own duration), so the costs add up to the replay's span.
 Prints, per kernel name and grid, the launches a token, the mean cost a token and the mean
 duration (start to end: longer than the cost where the kernel started early under the previous
-one's drain), then the token's span."""
+one's drain), then the token's span. `ktrace.py --seq TRACE.tsv FIRST COUNT` prints kernels FIRST
+.. FIRST + COUNT - 1 of a replay in order instead (the embedding is 0, then each layer's launches:
+with five a layer, layer 5's are 26 to 30), so two launches of one kernel (a layer's output and
+down projections) are told apart, with each one's start against the previous kernel's end."""
 import collections, subprocess, sys
 
 
@@ -27,7 +30,9 @@ def short(name):
     return name[:90]
 
 
-def analyse(path, top, out=sys.stdout):
+def replays(path):
+    """The graph replayed most often with the most kernels, as its replays (each a list of (start,
+    end, name, grid, block, node)), the first fifth (warm-up) left out; and its id."""
     groups = collections.defaultdict(list)
     for line in open(path):
         f = line.rstrip('\n').split('\t')
@@ -60,6 +65,34 @@ def analyse(path, top, out=sys.stdout):
         by_graph[gid].append(ks)
     gid, reps = max(by_graph.items(), key=lambda kv: (len(kv[1]) * min(len(k) for k in kv[1]), len(kv[1])))
     reps = reps[len(reps) // 5:] if len(reps) >= 5 else reps  # leave the first fifth (warm-up)
+    for ks in reps:
+        ks.sort()
+    return gid, reps
+
+
+def sequence(path, first, count, out=sys.stdout):
+    """Kernels first .. first + count - 1 of the replay in start order (the embedding is 0, then
+    each layer's launches): per position, the mean cost (end less the previous end), duration,
+    and start less the previous kernel's end (negative: it started under its predecessor)."""
+    gid, reps = replays(path)
+    n = min(len(ks) for ks in reps)
+    names = demangle(sorted({k[2] for ks in reps for k in ks}))
+    rows = []
+    for i in list(range(first, min(first + count, n))):
+        cost = dur = lead = 0.0
+        for ks in reps:
+            prev = max(k[1] for k in ks[:i]) if i else ks[0][0]
+            cost += ks[i][1] - prev
+            dur += ks[i][1] - ks[i][0]
+            lead += ks[i][0] - prev if i else 0
+        r = len(reps) * 1e3
+        rows.append((i, cost / r, dur / r, lead / r, short(names[reps[0][i][2]])))
+        print('%4d cost %8.2f us  dur %8.2f  start-prev_end %8.2f  %s' % rows[-1], file=out)
+    return rows
+
+
+def analyse(path, top, out=sys.stdout):
+    gid, reps = replays(path)
     names = demangle(sorted({k[2] for ks in reps for k in ks}))
     cost = collections.defaultdict(float)
     dur = collections.defaultdict(float)
@@ -105,7 +138,10 @@ def self_test():
                     cid += 0 if shared else 1
                 cid += 1 if shared else 0
         span, rows = analyse(path, 10, io.StringIO())
+        seq = [(r[0], round(r[1], 6), round(r[3], 6)) for r in sequence(path, 0, 3, io.StringIO())]
         os.unlink(path)
+        if seq != [(0, 2.0, 0.0), (1, 3.5, 0.5), (2, 1.0, -0.5)]:
+            sys.exit('ktrace.py self-test FAILED (shared ids %s): sequence %s' % (shared, seq))
         got = {r[0].split(' ')[0]: round(r[1], 6) for r in rows}
         want = {'foo': 3.0, 'bar': 3.5}
         if abs(span - 6.5) > 1e-9 or got != want:
@@ -118,8 +154,11 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == '--self-test':
         self_test()
         return
+    if len(sys.argv) >= 3 and sys.argv[1] == '--seq':
+        sequence(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0, int(sys.argv[4]) if len(sys.argv) > 4 else 8)
+        return
     if len(sys.argv) < 2:
-        sys.exit('usage: ktrace.py TRACE.tsv [top] | --self-test')
+        sys.exit('usage: ktrace.py TRACE.tsv [top] | --seq TRACE.tsv [first [count]] | --self-test')
     analyse(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30)
 
 
