@@ -63,26 +63,9 @@ __device__ __forceinline__ bool mc_pn_regs_serve(uint32_t n) {
     return blockDim.x >= MC_NORM_PARTS / 2 && n <= MC_NORM_PARTS * MC_PN_CAP;
 }
 
-/* w and out of the elements this thread will scale and add (before the ticket: no other block
- * writes them). */
-__device__ __forceinline__ void mc_pn_preload(mc_pn_regs &R, const float *w, const float *out, uint32_t n) {
-#pragma unroll
-    for (uint32_t r = 0; r < 2; r++) {
-        const uint32_t p = threadIdx.x + r * blockDim.x;
-#pragma unroll
-        for (uint32_t j = 0; j < MC_PN_CAP; j++) {
-            const uint32_t i = p + j * MC_NORM_PARTS;
-            if (p < MC_NORM_PARTS && i < n) {
-                R.w[r][j] = w[i];
-                R.x[r][j] = out[i];
-            }
-        }
-    }
-}
-
-__device__ __forceinline__ void mc_rmsnorm_add_regs(const float *t, const mc_pn_regs &R, uint32_t n, float eps,
-                                                    float *out, float *part, float *bscale) {
-    float v[2][MC_PN_CAP];
+/* Calls f(r, j, i) for the elements i = p + 256 j (i < n, j < MC_PN_CAP) of this thread's partials
+ * p = threadIdx.x + r blockDim.x (p < 256, r < 2). */
+template <typename F> __device__ __forceinline__ void mc_pn_each(uint32_t n, F f) {
 #pragma unroll
     for (uint32_t r = 0; r < 2; r++) {
         const uint32_t p = threadIdx.x + r * blockDim.x;
@@ -90,9 +73,24 @@ __device__ __forceinline__ void mc_rmsnorm_add_regs(const float *t, const mc_pn_
         for (uint32_t j = 0; j < MC_PN_CAP; j++) {
             const uint32_t i = p + j * MC_NORM_PARTS;
             if (p < MC_NORM_PARTS && i < n)
-                v[r][j] = __ldcg(t + i);
+                f(r, j, i);
         }
     }
+}
+
+/* w and out of the elements this thread will scale and add (before the ticket: no other block
+ * writes them). */
+__device__ __forceinline__ void mc_pn_preload(mc_pn_regs &R, const float *w, const float *out, uint32_t n) {
+    mc_pn_each(n, [&](uint32_t r, uint32_t j, uint32_t i) {
+        R.w[r][j] = w[i];
+        R.x[r][j] = out[i];
+    });
+}
+
+__device__ __forceinline__ void mc_rmsnorm_add_regs(const float *t, const mc_pn_regs &R, uint32_t n, float eps,
+                                                    float *out, float *part, float *bscale) {
+    float v[2][MC_PN_CAP];
+    mc_pn_each(n, [&](uint32_t r, uint32_t j, uint32_t i) { v[r][j] = __ldcg(t + i); });
 #pragma unroll
     for (uint32_t r = 0; r < 2; r++) {
         const uint32_t p = threadIdx.x + r * blockDim.x;
@@ -121,16 +119,9 @@ __device__ __forceinline__ void mc_rmsnorm_add_regs(const float *t, const mc_pn_
     }
     __syncthreads();
     const float scale = *bscale;
-#pragma unroll
-    for (uint32_t r = 0; r < 2; r++) {
-        const uint32_t p = threadIdx.x + r * blockDim.x;
-#pragma unroll
-        for (uint32_t j = 0; j < MC_PN_CAP; j++) {
-            const uint32_t i = p + j * MC_NORM_PARTS;
-            if (p < MC_NORM_PARTS && i < n)
-                out[i] = __fadd_rn(R.x[r][j], __fmul_rn(__fmul_rn(v[r][j], scale), R.w[r][j]));
-        }
-    }
+    mc_pn_each(n, [&](uint32_t r, uint32_t j, uint32_t i) {
+        out[i] = __fadd_rn(R.x[r][j], __fmul_rn(__fmul_rn(v[r][j], scale), R.w[r][j]));
+    });
 }
 
 /* postnorm=fused: the tail of a GEMV grid that wrote y[0 .. n) (each block its rows), called by
