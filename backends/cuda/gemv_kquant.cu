@@ -35,9 +35,9 @@
  * floats); writes y (rows floats; rows/2 with a GLU). */
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
+#include "kquant_dot.cuh"
 #include "kquant_layout.h"
 #include "post_norm.cuh"
-#include "q8x_quant.h"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
 
@@ -51,22 +51,10 @@ MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_kquant)
 
 __host__ __device__ inline uint32_t mc_kq_smem(uint32_t cols) { return cols / 16 * MC_KQ_CHUNK_SMEM; }
 
-__device__ __forceinline__ uint32_t mc_kq_pack4(int a, int b, int c, int d) {
-    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
-}
-
 /* A byte of w (0..255) as a float, exactly, without the integer conversion: 2^23 + b - 2^23 - off. */
 __device__ __forceinline__ float mc_kq_byte(uint32_t w, uint32_t i, float off) {
     return __fsub_rn(__int_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | i)), 8388608.0f + off);
 }
-
-/* One unit's loads for one row. */
-struct mc_kq_unit {
-    uint4 q;     /* 16 bytes of 4-bit quants */
-    uint4 a;     /* Q4_K/Q5_K: d | dmin << 16, scales[0..3], [4..7], [8..11]; Q6_K: .x = the unit's two
-                  * scales, .y = d */
-    uint2 h;     /* Q5_K: .x the fifth bits; Q6_K: A, B (the top two bits) */
-};
 
 template <uint32_t T>
 __device__ __forceinline__ void mc_kq_load(mc_kq_unit &u, const mc_matrix &w, uint32_t row, uint32_t n, uint32_t nb) {
@@ -84,38 +72,29 @@ __device__ __forceinline__ void mc_kq_load(mc_kq_unit &u, const mc_matrix &w, ui
     }
 }
 
-/* The 8 quant words of a unit (4 low-nibble words, then 4 high-nibble words), 5th / 5th-6th bits
- * merged in (Q6_K without its offset of 32). */
-template <uint32_t T> __device__ __forceinline__ void mc_kq_words(const mc_kq_unit &u, uint32_t (&q)[8]) {
-    const uint32_t w[4] = {u.q.x, u.q.y, u.q.z, u.q.w};
+/* One row's unit under qdot=auto: its six integer dots (dp4a) with the planes of the unit's two
+ * chunks (clo, chi), folded into acc by mc_kq_fold. */
+template <uint32_t T>
+__device__ __forceinline__ float mc_kq_unit_dp4a(float acc, const mc_kq_unit &u, const uint4 *xh, const uint4 *xm,
+                                                 const uint4 *xl, const int4 *meta, uint32_t clo, uint32_t chi,
+                                                 uint32_t c4) {
+    const uint4 h0 = xh[clo], m0 = xm[clo], l0 = xl[clo], h1 = xh[chi], m1 = xm[chi], l1 = xl[chi];
+    uint32_t q[8];
+    mc_kq_words<T>(u, q);
+    int dh0 = 0, dm0 = 0, dl0 = 0, dh1 = 0, dm1 = 0, dl1 = 0;
+    const uint32_t H0[4] = {h0.x, h0.y, h0.z, h0.w}, M0[4] = {m0.x, m0.y, m0.z, m0.w};
+    const uint32_t L0[4] = {l0.x, l0.y, l0.z, l0.w}, H1[4] = {h1.x, h1.y, h1.z, h1.w};
+    const uint32_t M1[4] = {m1.x, m1.y, m1.z, m1.w}, L1[4] = {l1.x, l1.y, l1.z, l1.w};
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        q[k] = w[k] & 0x0F0F0F0Fu;
-        q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
-        if (T == MEMRA_TYPE_Q5_K) {
-            q[k] |= (u.h.x << (4 - k)) & 0x10101010u;
-            q[4 + k] |= (u.h.x >> k) & 0x10101010u;
-        } else if (T == MEMRA_TYPE_Q6_K) {
-            const uint32_t A = k <= 2 ? u.h.x << (4 - 2 * k) : u.h.x >> 2;
-            const uint32_t B = k <= 2 ? u.h.y << (4 - 2 * k) : u.h.y >> 2;
-            q[k] |= A & 0x30303030u;
-            q[4 + k] |= B & 0x30303030u;
-        }
+    for (int e = 0; e < 4; e++) {
+        dh0 = __dp4a((int)q[e], (int)H0[e], dh0);
+        dm0 = __dp4a((int)q[e], (int)M0[e], dm0);
+        dl0 = __dp4a((int)q[e], (int)L0[e], dl0);
+        dh1 = __dp4a((int)q[4 + e], (int)H1[e], dh1);
+        dm1 = __dp4a((int)q[4 + e], (int)M1[e], dm1);
+        dl1 = __dp4a((int)q[4 + e], (int)L1[e], dl1);
     }
-}
-
-/* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks (2c: low nibbles, 2c + 1: high
- * ones), memra_quant_scale_min_k4's decoding two at a time: byte t of sc and m is sub-block 2c + t. */
-__device__ __forceinline__ void mc_kq_scales_k4(const uint4 &a, uint32_t c, uint32_t &sc, uint32_t &m) {
-    const uint32_t sh = 16 * (c & 1);
-    const uint32_t A = a.y >> sh, B = a.z >> sh, E = a.w >> sh;
-    if (c < 2) {
-        sc = A & 0x3F3Fu;
-        m = B & 0x3F3Fu;
-    } else {
-        sc = (E & 0x0F0Fu) | ((A >> 2) & 0x3030u);
-        m = ((E >> 4) & 0x0F0Fu) | ((B >> 2) & 0x3030u);
-    }
+    return mc_kq_fold<T>(acc, dh0, dm0, dl0, dh1, dm1, dl1, meta[clo], meta[chi], u.a, c4);
 }
 
 /* ---- the kernel ---------------------------------------------------------------------------- */
@@ -156,57 +135,7 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
      * in the 16-warp order: thread t sums chunks t, t + 512, ..., then its warp's tree, then the 16
      * warps in order; blocks of fewer warps play those threads in MC_KQ_WARPS / W rounds, thread t
      * as t, t + 32 W, ... */
-    auto stage = [&](uint32_t c, float &ss) {
-        float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-        }
-        if (norm_w) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
-            }
-        }
-        if (QF) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++)
-                ((float4 *)xf)[4 * c + i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-            return;
-        }
-        float amax = 0.0f, sum = 0.0f;
-        bool finite = true;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            finite = finite && isfinite(v[i]);
-            sum += v[i];
-        }
-        const float inv = mc_q8x_inv(amax, finite);
-        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-            sh += hi[i], sm += mid[i], sl += lo[i];
-        }
-        xh[c] = make_uint4(mc_kq_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kq_pack4(hi[4], hi[5], hi[6], hi[7]),
-                           mc_kq_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kq_pack4(hi[12], hi[13], hi[14], hi[15]));
-        xm[c] = make_uint4(mc_kq_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kq_pack4(mid[4], mid[5], mid[6], mid[7]),
-                           mc_kq_pack4(mid[8], mid[9], mid[10], mid[11]),
-                           mc_kq_pack4(mid[12], mid[13], mid[14], mid[15]));
-        xl[c] = make_uint4(mc_kq_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kq_pack4(lo[4], lo[5], lo[6], lo[7]),
-                           mc_kq_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kq_pack4(lo[12], lo[13], lo[14], lo[15]));
-        /* the scale (NaN for a non-finite chunk: it stays visible), the sum of x' (the mins), and
-         * 32 times the plane sums (Q6_K's q - 32 = q, less 32 times the sum of x) */
-        meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh,
-                            32 * (256 * sm + sl));
-    };
+    auto stage = [&](uint32_t c, float &ss) { mc_kq_stage<QF>(x, norm_w, c, ss, xh, xm, xl, meta, xf); };
     float ss = 0.0f;
     if (W >= MC_KQ_WARPS) {
         for (uint32_t c = tid; c < nch; c += blockDim.x)
@@ -255,8 +184,7 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
         const uint32_t n = first + PER_IT * i;
         if (n < nunits) {
             /* the x chunks of the unit's low and high nibbles */
-            const uint32_t clo = T == MEMRA_TYPE_Q6_K ? 2 * n - (n & 3) : 2 * n - (n & 1);
-            const uint32_t chi = clo + (T == MEMRA_TYPE_Q6_K ? 4 : 2);
+            const uint32_t clo = mc_kq_clo<T>(n), chi = mc_kq_chi<T>(n);
             const uint32_t c4 = (n >> 1) & 3; /* Q4_K/Q5_K: the unit's 64-element chunk in its block */
             if (QF) {
                 float xv[2][16];
@@ -297,48 +225,9 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
                     acc[r] = a;
                 }
             } else {
-                const uint4 h0 = xh[clo], m0 = xm[clo], l0 = xl[clo], h1 = xh[chi], m1 = xm[chi], l1 = xl[chi];
-                const int4 ma = meta[clo], mb = meta[chi];
-                const float sa = __int_as_float(ma.x), sb = __int_as_float(mb.x);
 #pragma unroll
-                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
-                    uint32_t q[8];
-                    mc_kq_words<T>(cur[r], q);
-                    int dh0 = 0, dm0 = 0, dl0 = 0, dh1 = 0, dm1 = 0, dl1 = 0;
-                    const uint32_t H0[4] = {h0.x, h0.y, h0.z, h0.w}, M0[4] = {m0.x, m0.y, m0.z, m0.w};
-                    const uint32_t L0[4] = {l0.x, l0.y, l0.z, l0.w}, H1[4] = {h1.x, h1.y, h1.z, h1.w};
-                    const uint32_t M1[4] = {m1.x, m1.y, m1.z, m1.w}, L1[4] = {l1.x, l1.y, l1.z, l1.w};
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        dh0 = __dp4a((int)q[e], (int)H0[e], dh0);
-                        dm0 = __dp4a((int)q[e], (int)M0[e], dm0);
-                        dl0 = __dp4a((int)q[e], (int)L0[e], dl0);
-                        dh1 = __dp4a((int)q[4 + e], (int)H1[e], dh1);
-                        dm1 = __dp4a((int)q[4 + e], (int)M1[e], dm1);
-                        dl1 = __dp4a((int)q[4 + e], (int)L1[e], dl1);
-                    }
-                    if (T == MEMRA_TYPE_Q6_K) { /* q - 32 */
-                        dh0 -= ma.z, dh1 -= mb.z;
-                        dl0 -= ma.w, dl1 -= mb.w;
-                    }
-                    const float D0 = fmaf((float)dh0, 65536.0f, (float)(dm0 * 256 + dl0)) * sa;
-                    const float D1 = fmaf((float)dh1, 65536.0f, (float)(dm1 * 256 + dl1)) * sb;
-                    if (T == MEMRA_TYPE_Q6_K) {
-                        const float d = __half2float(__ushort_as_half((unsigned short)cur[r].a.y));
-                        const float u = fmaf((float)(int8_t)(cur[r].a.x >> 8), D1,
-                                             (float)(int8_t)(cur[r].a.x & 0xFF) * D0);
-                        acc[r] = fmaf(d, u, acc[r]);
-                    } else {
-                        const float d = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x & 0xFFFF)));
-                        const float dmin = __half2float(__ushort_as_half((unsigned short)(cur[r].a.x >> 16)));
-                        uint32_t sc, m;
-                        mc_kq_scales_k4(cur[r].a, c4, sc, m);
-                        const float u = fmaf((float)(sc >> 8), D1, (float)(sc & 0xFF) * D0);
-                        const float v = fmaf((float)(m >> 8), __int_as_float(mb.y),
-                                             (float)(m & 0xFF) * __int_as_float(ma.y));
-                        acc[r] = fmaf(-dmin, v, fmaf(d, u, acc[r]));
-                    }
-                }
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    acc[r] = mc_kq_unit_dp4a<T>(acc[r], cur[r], xh, xm, xl, meta, clo, chi, c4);
             }
         }
         if (++i < niter)
@@ -460,49 +349,8 @@ __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const f
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     /* x' and the sum of squares: gemv_kquant_body's staging at 16 warps (qdot=auto) */
     float ss = 0.0f;
-    for (uint32_t c = tid; c < nch; c += blockDim.x) {
-        float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-        }
-        if (norm_w) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
-            }
-        }
-        float amax = 0.0f, sum = 0.0f;
-        bool finite = true;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            finite = finite && isfinite(v[i]);
-            sum += v[i];
-        }
-        const float inv = mc_q8x_inv(amax, finite);
-        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-            sh += hi[i], sm += mid[i], sl += lo[i];
-        }
-        xh[c] = make_uint4(mc_kq_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kq_pack4(hi[4], hi[5], hi[6], hi[7]),
-                           mc_kq_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kq_pack4(hi[12], hi[13], hi[14], hi[15]));
-        xm[c] = make_uint4(mc_kq_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kq_pack4(mid[4], mid[5], mid[6], mid[7]),
-                           mc_kq_pack4(mid[8], mid[9], mid[10], mid[11]),
-                           mc_kq_pack4(mid[12], mid[13], mid[14], mid[15]));
-        xl[c] = make_uint4(mc_kq_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kq_pack4(lo[4], lo[5], lo[6], lo[7]),
-                           mc_kq_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kq_pack4(lo[12], lo[13], lo[14], lo[15]));
-        meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh,
-                            32 * (256 * sm + sl));
-    }
+    for (uint32_t c = tid; c < nch; c += blockDim.x)
+        mc_kq_stage<0>(x, norm_w, c, ss, xh, xm, xl, meta, NULL);
     if (norm_w) {
         ss = mc_warp_sum(ss);
         if (lane == 0)
@@ -539,50 +387,10 @@ __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const f
             const uint32_t n = lane + 32 * p + PER_IT * i;
             if (n >= nunits)
                 continue;
-            const uint32_t clo = T == MEMRA_TYPE_Q6_K ? 2 * n - (n & 3) : 2 * n - (n & 1);
-            const uint32_t chi = clo + (T == MEMRA_TYPE_Q6_K ? 4 : 2);
-            const uint32_t c4 = (n >> 1) & 3;
-            const uint4 h0 = xh[clo], m0 = xm[clo], l0 = xl[clo], h1 = xh[chi], m1 = xm[chi], l1 = xl[chi];
-            const int4 ma = meta[clo], mb = meta[chi];
-            const float sa = __int_as_float(ma.x), sb = __int_as_float(mb.x);
+            const uint32_t clo = mc_kq_clo<T>(n), chi = mc_kq_chi<T>(n), c4 = (n >> 1) & 3;
 #pragma unroll
-            for (uint32_t r = 0; r < RPW; r++) {
-                uint32_t q[8];
-                mc_kq_words<T>(cur[p][r], q);
-                int dh0 = 0, dm0 = 0, dl0 = 0, dh1 = 0, dm1 = 0, dl1 = 0;
-                const uint32_t H0[4] = {h0.x, h0.y, h0.z, h0.w}, M0[4] = {m0.x, m0.y, m0.z, m0.w};
-                const uint32_t L0[4] = {l0.x, l0.y, l0.z, l0.w}, H1[4] = {h1.x, h1.y, h1.z, h1.w};
-                const uint32_t M1[4] = {m1.x, m1.y, m1.z, m1.w}, L1[4] = {l1.x, l1.y, l1.z, l1.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    dh0 = __dp4a((int)q[e], (int)H0[e], dh0);
-                    dm0 = __dp4a((int)q[e], (int)M0[e], dm0);
-                    dl0 = __dp4a((int)q[e], (int)L0[e], dl0);
-                    dh1 = __dp4a((int)q[4 + e], (int)H1[e], dh1);
-                    dm1 = __dp4a((int)q[4 + e], (int)M1[e], dm1);
-                    dl1 = __dp4a((int)q[4 + e], (int)L1[e], dl1);
-                }
-                if (T == MEMRA_TYPE_Q6_K) { /* q - 32 */
-                    dh0 -= ma.z, dh1 -= mb.z;
-                    dl0 -= ma.w, dl1 -= mb.w;
-                }
-                const float D0 = fmaf((float)dh0, 65536.0f, (float)(dm0 * 256 + dl0)) * sa;
-                const float D1 = fmaf((float)dh1, 65536.0f, (float)(dm1 * 256 + dl1)) * sb;
-                if (T == MEMRA_TYPE_Q6_K) {
-                    const float d = __half2float(__ushort_as_half((unsigned short)cur[p][r].a.y));
-                    const float u = fmaf((float)(int8_t)(cur[p][r].a.x >> 8), D1,
-                                         (float)(int8_t)(cur[p][r].a.x & 0xFF) * D0);
-                    acc[p][r] = fmaf(d, u, acc[p][r]);
-                } else {
-                    const float d = __half2float(__ushort_as_half((unsigned short)(cur[p][r].a.x & 0xFFFF)));
-                    const float dmin = __half2float(__ushort_as_half((unsigned short)(cur[p][r].a.x >> 16)));
-                    uint32_t sc, m;
-                    mc_kq_scales_k4(cur[p][r].a, c4, sc, m);
-                    const float u = fmaf((float)(sc >> 8), D1, (float)(sc & 0xFF) * D0);
-                    const float v = fmaf((float)(m >> 8), __int_as_float(mb.y), (float)(m & 0xFF) * __int_as_float(ma.y));
-                    acc[p][r] = fmaf(-dmin, v, fmaf(d, u, acc[p][r]));
-                }
-            }
+            for (uint32_t r = 0; r < RPW; r++)
+                acc[p][r] = mc_kq_unit_dp4a<T>(acc[p][r], cur[p][r], xh, xm, xl, meta, clo, chi, c4);
         }
         if (++i < niter)
             continue;
@@ -712,8 +520,6 @@ static cudaError_t mc_kq_prepare(int dev) {
     return cudaSuccess;
 }
 
-static uint32_t mc_kq_ksplit(uint32_t rows);
-
 /* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 never,
  * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and
  * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
@@ -774,13 +580,6 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
-}
-
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps in one block on each
- * of 132 multiprocessors); a function of the row count alone. */
-static uint32_t mc_kq_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
 }
 
 template <uint32_t T, int QF, int GLU>
