@@ -85,63 +85,20 @@ __global__ void __launch_bounds__(MC_LLM_PREP)
     for (uint32_t c2 = tid; c2 < 2 * nb; c2 += MC_LLM_PREP) {
         const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
         const uint32_t c = c2 >> 1, half = c2 & 1;
-        const float *xc = xr + (size_t)c * 32 + 16 * half;
         float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)xc + i);
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-        }
-        if (norm_w) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
-            }
-        }
-        float amax = 0.0f;
-        int fin = 1;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            fin &= isfinite(v[i]) ? 1 : 0;
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
-        fin &= __shfl_xor_sync(pair, fin, 1);
-        const bool finite = fin != 0;
-        const float inv = mc_q8x_inv(amax, finite);
-        uint32_t ph[4], pm[4], pl[4];
-        int sh = 0, sm = 0, sl = 0;
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            uint32_t h = 0, md = 0, l = 0;
-#pragma unroll
-            for (uint32_t j = 0; j < 4; j++) {
-                int qh, qm, ql;
-                mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
-                sh += qh, sm += qm, sl += ql;
-                h |= (uint32_t)(qh & 0xff) << (8 * j);
-                md |= (uint32_t)(qm & 0xff) << (8 * j);
-                l |= (uint32_t)(ql & 0xff) << (8 * j);
-            }
-            ph[i] = h, pm[i] = md, pl[i] = l;
-        }
-        sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
-        sm += __shfl_xor_sync(pair, sm, 1);
-        sl += __shfl_xor_sync(pair, sl, 1);
-        xh[c2] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
-        xm[c2] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
-        xl[c2] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+        mc_q8x_load16<-1>(xr, norm_w, (size_t)c * 32 + 16 * half, v, ss);
+        mc_q8x_half q;
+        mc_q8x_quant16(v, pair, q);
+        xh[c2] = make_uint4(q.h[0], q.h[1], q.h[2], q.h[3]);
+        xm[c2] = make_uint4(q.m[0], q.m[1], q.m[2], q.m[3]);
+        xl[c2] = make_uint4(q.l[0], q.l[1], q.l[2], q.l[3]);
         if (half == 0) { /* the scale is NaN for a non-finite block: it stays visible */
-            const int sb = __float_as_int(mc_q8x_scale(amax, finite));
+            const int sb = __float_as_int(mc_q8x_scale(q.amax, q.finite));
             if (HM) /* decode's sumx */
-                meta[c] = make_int4(sb, __float_as_int(fmaf((float)sh, 65536.0f, (float)(sm * 256 + sl))), 0, 0);
+                meta[c] = make_int4(sb, __float_as_int(fmaf((float)q.sh, 65536.0f, (float)(q.sm * 256 + q.sl))), 0, 0);
             else
-                meta[c] = make_int4(sb, MC_LLM_MAGIC - OFF * sh, MC_LLM_MAGIC - OFF * sm, MC_LLM_MAGIC - OFF * sl);
+                meta[c] =
+                    make_int4(sb, MC_LLM_MAGIC - OFF * q.sh, MC_LLM_MAGIC - OFF * q.sm, MC_LLM_MAGIC - OFF * q.sl);
         }
     }
     if (norm_w) {

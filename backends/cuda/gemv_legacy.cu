@@ -98,81 +98,28 @@ __device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_
 }
 
 /* The staging of x' by a half block (thread c2 of a pass: block c = c2 / 2, columns 16 half ..):
- * mc_ll_load16 reads its 16 columns of x (times norm_w, their squares added to ss in column order,
- * one fused multiply-add each, when NORM); mc_ll_quant16 quantizes the block of the lane pair
- * (pair: the pass's live lanes) into xq as q8x_quant.h says: the pair's absolute maximum, three
- * int8 planes, the planes' integer sums and the scale (NaN for a non-finite block). Every staging
- * loop of this file runs these two: the same x' and sums whichever thread stages a block. */
+ * mc_ll_load16 reads its 16 columns of x (times norm_w when NORM), mc_ll_quant16 quantizes the
+ * lane pair's block (q8x_quant.h's mc_q8x_load16 and mc_q8x_quant16, which the chunk's preparation
+ * runs too) into xq: the three planes' halves and, from half 0, the planes' integer sums and the
+ * scale (NaN for a non-finite block). Every staging loop of this file runs these two: the same x'
+ * and sums whichever thread stages a block. */
 template <int NORM>
 __device__ __forceinline__ void mc_ll_load16(const float *x, const float *norm_w, uint32_t c, uint32_t half,
                                              float (&v)[16], float &ss) {
-    const float *xc = x + (size_t)c * 32 + 16 * half;
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        const float4 a = __ldg((const float4 *)xc + i);
-        v[4 * i] = a.x;
-        v[4 * i + 1] = a.y;
-        v[4 * i + 2] = a.z;
-        v[4 * i + 3] = a.w;
-    }
-    if (NORM) {
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 32 + 16 * half) + i);
-            ss = fmaf(v[4 * i], v[4 * i], ss);
-            ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-            ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-            ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-            v[4 * i] *= g.x;
-            v[4 * i + 1] *= g.y;
-            v[4 * i + 2] *= g.z;
-            v[4 * i + 3] *= g.w;
-        }
-    }
+    mc_q8x_load16<NORM>(x, norm_w, (size_t)c * 32 + 16 * half, v, ss);
 }
 
 __device__ __forceinline__ void mc_ll_quant16(const float (&v)[16], uint32_t pair, uint32_t c, uint32_t half,
                                               uint4 *xq) {
-    float amax = 0.0f;
-    int fin = 1;
-#pragma unroll
-    for (uint32_t i = 0; i < 16; i++) {
-        amax = fmaxf(amax, fabsf(v[i]));
-        fin &= isfinite(v[i]) ? 1 : 0;
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
-    fin &= __shfl_xor_sync(pair, fin, 1);
-    const bool finite = fin != 0;
-    const float inv = mc_q8x_inv(amax, finite);
-    uint32_t ph[4], pm[4], pl[4];
-    int sh = 0, sm = 0, sl = 0;
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        uint32_t h = 0, md = 0, l = 0;
-#pragma unroll
-        for (uint32_t j = 0; j < 4; j++) {
-            int qh, qm, ql;
-            mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
-            sh += qh;
-            sm += qm;
-            sl += ql;
-            h |= (uint32_t)(qh & 0xff) << (8 * j);
-            md |= (uint32_t)(qm & 0xff) << (8 * j);
-            l |= (uint32_t)(ql & 0xff) << (8 * j);
-        }
-        ph[i] = h;
-        pm[i] = md;
-        pl[i] = l;
-    }
-    sh += __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
-    sm += __shfl_xor_sync(pair, sm, 1);
-    sl += __shfl_xor_sync(pair, sl, 1);
+    mc_q8x_half q;
+    mc_q8x_quant16(v, pair, q);
     uint4 *o = xq + 7 * (size_t)c;
-    o[half] = make_uint4(ph[0], ph[1], ph[2], ph[3]);
-    o[2 + half] = make_uint4(pm[0], pm[1], pm[2], pm[3]);
-    o[4 + half] = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+    o[half] = make_uint4(q.h[0], q.h[1], q.h[2], q.h[3]);
+    o[2 + half] = make_uint4(q.m[0], q.m[1], q.m[2], q.m[3]);
+    o[4 + half] = make_uint4(q.l[0], q.l[1], q.l[2], q.l[3]);
     if (half == 0) /* the scale is NaN for a non-finite block: it stays visible */
-        o[6] = make_uint4((uint32_t)sh, (uint32_t)sm, (uint32_t)sl, __float_as_uint(mc_q8x_scale(amax, finite)));
+        o[6] =
+            make_uint4((uint32_t)q.sh, (uint32_t)q.sm, (uint32_t)q.sl, __float_as_uint(mc_q8x_scale(q.amax, q.finite)));
 }
 
 /* The kernels' body (gemv_legacy, gemv_legacy_post below), called by every thread of the block. */

@@ -37,4 +37,85 @@ MC_Q8X_HD float mc_q8x_inv(float amax, int finite) { return finite && amax > 0.0
 /* The chunk's scale s (q * s approximates x'); NaN for a non-finite chunk. */
 MC_Q8X_HD float mc_q8x_scale(float amax, int finite) { return finite ? amax / MC_Q8X_QMAX : nanf(""); }
 
+#ifdef __CUDACC__
+/* The staging of a 32-column block of x' by a lane pair, each lane 16 columns (gemv_legacy.cu's
+ * decode kernels and chunk_legacy_mma.cu's chunk preparation run these two: the same x' and sums).
+ * mc_q8x_load16: the 16 floats x[off ..] into v; with the norm (NORM 1, or NORM -1 and norm_w not
+ * NULL) each times norm_w[off + i], its square first added to ss in column order, one fused
+ * multiply-add each. */
+template <int NORM>
+__device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
+                                              float &ss) {
+    const float *xc = x + off;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) {
+        const float4 a = __ldg((const float4 *)xc + i);
+        v[4 * i] = a.x;
+        v[4 * i + 1] = a.y;
+        v[4 * i + 2] = a.z;
+        v[4 * i + 3] = a.w;
+    }
+    if (NORM == 1 || (NORM < 0 && norm_w)) {
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 g = __ldg((const float4 *)(norm_w + off) + i);
+            ss = fmaf(v[4 * i], v[4 * i], ss);
+            ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+            ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+            ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+            v[4 * i] *= g.x;
+            v[4 * i + 1] *= g.y;
+            v[4 * i + 2] *= g.z;
+            v[4 * i + 3] *= g.w;
+        }
+    }
+}
+
+/* A lane's half of the block quantized (pair: the mask of the pass's live lanes, the partner
+ * lane ^ 1 among them): the pair's absolute maximum and finiteness, the lane's words of the three
+ * int8 planes, and the pair's integer sums of each plane. */
+struct mc_q8x_half {
+    uint32_t h[4], m[4], l[4];
+    int sh, sm, sl;
+    float amax;
+    bool finite;
+};
+__device__ __forceinline__ void mc_q8x_quant16(const float (&v)[16], uint32_t pair, mc_q8x_half &q) {
+    float amax = 0.0f;
+    int fin = 1;
+#pragma unroll
+    for (uint32_t i = 0; i < 16; i++) {
+        amax = fmaxf(amax, fabsf(v[i]));
+        fin &= isfinite(v[i]) ? 1 : 0;
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
+    fin &= __shfl_xor_sync(pair, fin, 1);
+    q.finite = fin != 0;
+    q.amax = amax;
+    const float inv = mc_q8x_inv(amax, q.finite);
+    int sh = 0, sm = 0, sl = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) {
+        uint32_t h = 0, md = 0, l = 0;
+#pragma unroll
+        for (uint32_t j = 0; j < 4; j++) {
+            int qh, qm, ql;
+            mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
+            sh += qh;
+            sm += qm;
+            sl += ql;
+            h |= (uint32_t)(qh & 0xff) << (8 * j);
+            md |= (uint32_t)(qm & 0xff) << (8 * j);
+            l |= (uint32_t)(ql & 0xff) << (8 * j);
+        }
+        q.h[i] = h;
+        q.m[i] = md;
+        q.l[i] = l;
+    }
+    q.sh = sh + __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
+    q.sm = sm + __shfl_xor_sync(pair, sm, 1);
+    q.sl = sl + __shfl_xor_sync(pair, sl, 1);
+}
+#endif
+
 #endif
