@@ -32,6 +32,7 @@
  * with decode's GEMV, bit for bit (negative control: MC_CHUNK_MMA_FAULT, the classes in lane
  * order). */
 #include "chunk_kq.h"
+#include "kquant_dot.cuh"
 #include "kquant_layout.h"
 #include "mma_s8.cuh"
 #include "q8x_quant.h"
@@ -59,9 +60,6 @@ template <uint32_t BT> constexpr size_t mc_kqm_smem(void) {
     return sizeof(mc_kqm_stage<BT>) + sizeof(float) * MC_KQM_TREE * 8 * 8 * BT;
 }
 
-__device__ __forceinline__ uint32_t mc_kqm_pack4(int a, int b, int c, int d) {
-    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
-}
 
 /* ---- the prep: decode's prologue per row of x ------------------------------------------------ */
 
@@ -79,49 +77,13 @@ __global__ void __launch_bounds__(MC_KQM_PREP)
     float ss = 0.0f;
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)(xr + (size_t)c * 16) + i);
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-        }
-        if (norm_w) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
-            }
-        }
-        float amax = 0.0f, sum = 0.0f;
-        bool finite = true;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            finite = finite && isfinite(v[i]);
-            sum += v[i];
-        }
-        const float inv = mc_q8x_inv(amax, finite);
-        int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-            sh += hi[i], sm += mid[i], sl += lo[i];
-        }
-        xh[c] = make_uint4(mc_kqm_pack4(hi[0], hi[1], hi[2], hi[3]), mc_kqm_pack4(hi[4], hi[5], hi[6], hi[7]),
-                           mc_kqm_pack4(hi[8], hi[9], hi[10], hi[11]), mc_kqm_pack4(hi[12], hi[13], hi[14], hi[15]));
-        xm[c] = make_uint4(mc_kqm_pack4(mid[0], mid[1], mid[2], mid[3]), mc_kqm_pack4(mid[4], mid[5], mid[6], mid[7]),
-                           mc_kqm_pack4(mid[8], mid[9], mid[10], mid[11]),
-                           mc_kqm_pack4(mid[12], mid[13], mid[14], mid[15]));
-        xl[c] = make_uint4(mc_kqm_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kqm_pack4(lo[4], lo[5], lo[6], lo[7]),
-                           mc_kqm_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kqm_pack4(lo[12], lo[13], lo[14], lo[15]));
+        mc_q8x_load16<-1>(xr, norm_w, (size_t)c * 16, v, ss);
+        const mc_kq_chunk k = mc_kq_quant16(v, c, xh, xm, xl); /* decode's staging (kquant_dot.cuh) */
         /* Q6_K: the accumulator inputs of the three planes' MMAs, the magic less 32 times the plane's
          * sum (the weights' offset of 32); Q4_K, Q5_K: the chunk's float sum */
-        meta[c] = Q6 ? make_int4(__float_as_int(mc_q8x_scale(amax, finite)), MC_KQM_MAGIC - 32 * sh,
-                                 MC_KQM_MAGIC - 32 * sm, MC_KQM_MAGIC - 32 * sl)
-                     : make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 0, 0);
+        const int sc = __float_as_int(mc_q8x_scale(k.amax, k.finite));
+        meta[c] = Q6 ? make_int4(sc, MC_KQM_MAGIC - 32 * k.sh, MC_KQM_MAGIC - 32 * k.sm, MC_KQM_MAGIC - 32 * k.sl)
+                     : make_int4(sc, __float_as_int(k.sum), 0, 0);
     }
     if (norm_w) {
         ss = mc_warp_sum(ss);
@@ -468,13 +430,6 @@ __global__ void __launch_bounds__(8 * BT, MINB)
 
 /* ---- launch ---------------------------------------------------------------------------------- */
 
-/* Decode's column parts (gemv_kquant.cu's mc_kq_ksplit): the largest of 4, 2, 1 with row groups
- * times KS at most 2112; a function of the row count alone. */
-static uint32_t mc_kqm_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
-}
-
 /* Columns whose x' decode's kernel stages in its shared memory on any device we serve (its limit
  * is the device's opt-in less 2 KB, at most 228 KB): past this the chunk runs decode row by row. */
 #define MC_KQM_MAX_COLS 51200u
@@ -544,7 +499,7 @@ cudaError_t mc_chunk_kq_mma(uint32_t variant, const mc_matrix *w, const float *x
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    const uint32_t ks = mc_kqm_ksplit(w->rows), f = variant == MC_CHUNK_MMA_FAULT ? 1u : 0u;
+    const uint32_t ks = mc_kq_ksplit(w->rows), f = variant == MC_CHUNK_MMA_FAULT ? 1u : 0u;
 #define MC_KQM_CALL(TY, O)                                                                                             \
     mc_kqm_launch<TY, MC_KQM_BT, 1, O>(glu, w, xh, xm, xl, meta, rs, bias, res, ldr, y, ldy, M, ks, f, st)
 #define MC_KQM_TYPES(O)                                                                                                \

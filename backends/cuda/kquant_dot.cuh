@@ -43,37 +43,18 @@ template <uint32_t T> __device__ __forceinline__ void mc_kq_words(const mc_kq_un
     }
 }
 
-/* Chunk c of x' (16 columns of x times norm_w, when given; its squares added to ss in column
- * order): with QF the 16 floats into xf[16 c ..]; else quantized as gemv_q8.cu does (q8x_quant.h:
- * 23 bits relative to the chunk's largest element) into the planes xh[c], xm[c], xl[c] and
- * meta[c] = (scale, the float sum of x' (the mins of Q4_K and Q5_K), 32 times the hi plane's sum,
- * 32 times (256 mid + lo) sums (Q6_K's offset of 32)). The same whichever thread stages it. */
-template <int QF>
-__device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w, uint32_t c, float &ss, uint4 *xh,
-                                            uint4 *xm, uint4 *xl, int4 *meta, float *xf) {
-    float v[16];
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
-        v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-    }
-    if (norm_w) {
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 g = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-            ss = fmaf(v[4 * i], v[4 * i], ss);
-            ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-            ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-            ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-            v[4 * i] *= g.x, v[4 * i + 1] *= g.y, v[4 * i + 2] *= g.z, v[4 * i + 3] *= g.w;
-        }
-    }
-    if (QF) {
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++)
-            ((float4 *)xf)[4 * c + i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-        return;
-    }
+/* A 16-column chunk of x' (v) quantized as gemv_q8.cu does (q8x_quant.h: 23 bits relative to
+ * the chunk's largest element) into the planes xh[c], xm[c], xl[c]: the decode kernels' staging
+ * (mc_kq_stage) and the prefill chunk's prep (chunk_kq_mma.cu) alike, each then writing its meta
+ * from the chunk's figures here. */
+struct mc_kq_chunk {
+    float amax, sum; /* the largest |x'|, the float sum of x' in column order */
+    bool finite;
+    int sh, sm, sl; /* each plane's integer sum */
+};
+__device__ __forceinline__ mc_kq_chunk mc_kq_quant16(const float (&v)[16], uint32_t c, uint4 *xh, uint4 *xm,
+                                                     uint4 *xl) {
+    mc_kq_chunk k;
     float amax = 0.0f, sum = 0.0f;
     bool finite = true;
 #pragma unroll
@@ -95,9 +76,30 @@ __device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w,
                        mc_kq_pack4(mid[8], mid[9], mid[10], mid[11]), mc_kq_pack4(mid[12], mid[13], mid[14], mid[15]));
     xl[c] = make_uint4(mc_kq_pack4(lo[0], lo[1], lo[2], lo[3]), mc_kq_pack4(lo[4], lo[5], lo[6], lo[7]),
                        mc_kq_pack4(lo[8], lo[9], lo[10], lo[11]), mc_kq_pack4(lo[12], lo[13], lo[14], lo[15]));
+    k.amax = amax, k.sum = sum, k.finite = finite, k.sh = sh, k.sm = sm, k.sl = sl;
+    return k;
+}
+
+/* Chunk c of x' (16 columns of x times norm_w, when given; its squares added to ss in column
+ * order: mc_q8x_load16): with QF the 16 floats into xf[16 c ..]; else mc_kq_quant16 and meta[c] =
+ * (scale, the float sum of x' (the mins of Q4_K and Q5_K), 32 times the hi plane's sum, 32 times
+ * (256 mid + lo) sums (Q6_K's offset of 32)). The same whichever thread stages it. */
+template <int QF>
+__device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w, uint32_t c, float &ss, uint4 *xh,
+                                            uint4 *xm, uint4 *xl, int4 *meta, float *xf) {
+    float v[16];
+    mc_q8x_load16<-1>(x, norm_w, (size_t)c * 16, v, ss);
+    if (QF) {
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            ((float4 *)xf)[4 * c + i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+        return;
+    }
+    const mc_kq_chunk k = mc_kq_quant16(v, c, xh, xm, xl);
     /* the scale (NaN for a non-finite chunk: it stays visible), the sum of x' (the mins), and 32
      * times the plane sums (Q6_K's q - 32 = q, less 32 times the sum of x) */
-    meta[c] = make_int4(__float_as_int(mc_q8x_scale(amax, finite)), __float_as_int(sum), 32 * sh, 32 * (256 * sm + sl));
+    meta[c] = make_int4(__float_as_int(mc_q8x_scale(k.amax, k.finite)), __float_as_int(k.sum), 32 * k.sh,
+                        32 * (256 * k.sm + k.sl));
 }
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks (2c: low nibbles, 2c + 1: high
