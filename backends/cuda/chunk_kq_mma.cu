@@ -104,42 +104,6 @@ __global__ void __launch_bounds__(MC_KQM_PREP)
     }
 }
 
-/* ---- the unit's weights, as gemv_kquant.cu reads them ---------------------------------------- */
-
-/* The 8 quant words of a unit (4 low-nibble words, then 4 high-nibble words), 5th / 5th-6th bits
- * merged in (Q6_K without its offset of 32): gemv_kquant.cu's mc_kq_words. */
-template <uint32_t T> __device__ __forceinline__ void mc_kqm_words(uint4 uq, uint2 uh, uint32_t (&q)[8]) {
-    const uint32_t w[4] = {uq.x, uq.y, uq.z, uq.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        q[k] = w[k] & 0x0F0F0F0Fu;
-        q[4 + k] = (w[k] >> 4) & 0x0F0F0F0Fu;
-        if (T == MEMRA_TYPE_Q5_K) {
-            q[k] |= (uh.x << (4 - k)) & 0x10101010u;
-            q[4 + k] |= (uh.x >> k) & 0x10101010u;
-        } else if (T == MEMRA_TYPE_Q6_K) {
-            const uint32_t A = k <= 2 ? uh.x << (4 - 2 * k) : uh.x >> 2;
-            const uint32_t B = k <= 2 ? uh.y << (4 - 2 * k) : uh.y >> 2;
-            q[k] |= A & 0x30303030u;
-            q[4 + k] |= B & 0x30303030u;
-        }
-    }
-}
-
-/* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks: gemv_kquant.cu's
- * mc_kq_scales_k4 (byte t of sc and m is sub-block 2c + t). */
-__device__ __forceinline__ void mc_kqm_scales_k4(const uint4 &a, uint32_t c, uint32_t &sc, uint32_t &m) {
-    const uint32_t sh = 16 * (c & 1);
-    const uint32_t A = a.y >> sh, B = a.z >> sh, E = a.w >> sh;
-    if (c < 2) {
-        sc = A & 0x3F3Fu;
-        m = B & 0x3F3Fu;
-    } else {
-        sc = (E & 0x0F0Fu) | ((A >> 2) & 0x3030u);
-        m = ((E >> 4) & 0x0F0Fu) | ((B >> 2) & 0x3030u);
-    }
-}
-
 template <uint32_t T, int GLU, uint32_t BT, uint32_t MINB, bool OPT>
 __global__ void __launch_bounds__(8 * BT, MINB)
     chunk_gemv_kq_mma(const mc_matrix w, const uint4 *xh, const uint4 *xm, const uint4 *xl, const int4 *xmeta,
@@ -204,7 +168,7 @@ __global__ void __launch_bounds__(8 * BT, MINB)
     auto store = [&]() {
         if (rwv) {
             uint32_t qw[8];
-            mc_kqm_words<T>(rq, rh, qw);
+            mc_kq_words<T>(mc_kq_unit{rq, make_uint4(0, 0, 0, 0), rh}, qw);
             S.w[sj][0][srow] = make_uint4(qw[0], qw[1], qw[2], qw[3]);
             S.w[sj][1][srow] = make_uint4(qw[4], qw[5], qw[6], qw[7]);
             if (Q6) {
@@ -212,7 +176,7 @@ __global__ void __launch_bounds__(8 * BT, MINB)
                                                 (float)(int8_t)(ra.x & 0xFF), (float)(int8_t)(ra.x >> 8));
             } else {
                 uint32_t sc, m;
-                mc_kqm_scales_k4(ra, rc4, sc, m);
+                mc_kq_scales_k4(ra, rc4, sc, m);
                 S.ws[sj][srow][0] = make_float4(__half2float(__ushort_as_half((unsigned short)(ra.x & 0xFFFF))),
                                                 __half2float(__ushort_as_half((unsigned short)(ra.x >> 16))),
                                                 (float)(sc & 0xFF), (float)(sc >> 8));

@@ -24,7 +24,8 @@ struct mc_kq_unit {
 };
 
 /* The 8 quant words of a unit (4 low-nibble words, then 4 high-nibble words), 5th / 5th-6th bits
- * merged in (Q6_K without its offset of 32). */
+ * merged in (Q6_K without its offset of 32): the decode kernels' and the prefill chunk's
+ * (chunk_kq_mma.cu) unpacking. */
 template <uint32_t T> __device__ __forceinline__ void mc_kq_words(const mc_kq_unit &u, uint32_t (&q)[8]) {
     const uint32_t w[4] = {u.q.x, u.q.y, u.q.z, u.q.w};
 #pragma unroll
