@@ -60,7 +60,6 @@ template <uint32_t BT> constexpr size_t mc_kqm_smem(void) {
     return sizeof(mc_kqm_stage<BT>) + sizeof(float) * MC_KQM_TREE * 8 * 8 * BT;
 }
 
-
 /* ---- the prep: decode's prologue per row of x ------------------------------------------------ */
 
 /* One block of 512 threads per row of x: gemv_kquant_body's quantization of x' under qdot=auto
@@ -156,8 +155,7 @@ __global__ void __launch_bounds__(8 * BT, MINB)
         const uint32_t nx = mc_mma_item(P, a, sxs, ks, fault);
         rxv = nx != ~0u;
         if (rxv) {
-            const uint32_t clo = Q6 ? 2 * nx - (nx & 3) : 2 * nx - (nx & 1);
-            const size_t at = (size_t)gt * nch + clo + (sxh ? (Q6 ? 4 : 2) : 0);
+            const size_t at = (size_t)gt * nch + mc_kq_clo<T>(nx) + (sxh ? (Q6 ? 4 : 2) : 0); /* clo or chi */
             rxh = __ldg(xh + at);
             rxm = __ldg(xm + at);
             rxl = __ldg(xl + at);

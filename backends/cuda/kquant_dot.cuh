@@ -1,7 +1,8 @@
 /* kquant_dot.cuh: what the K-quant GEMV kernels under qdot=auto share (gemv_kquant.cu's 16-warp,
- * 4-warp and rows-split bodies): the unit's loads and quant words, x' staged per 16-column chunk in
- * shared memory, and the float chain that folds one unit's six integer dots into a lane's
- * accumulator, so every body computes them with one piece of code. Another kernel that computes
+ * 4-warp and rows-split bodies; chunk_kq_mma.cu, the prefill chunk, for x', the quant words, the
+ * scales, the chunk indices and the column split): the unit's loads and quant words, x' staged per
+ * 16-column chunk, and the float chain that folds one unit's six integer dots into a lane's
+ * accumulator, so every kernel computes them with one piece of code. Another kernel that computes
  * the same six integers (exact dot products, however they are summed) and folds them here, in
  * gemv_kquant's lane and tree order, gets its bits (the tensor-core attempt of branch kqmma,
  * bench/gpu/NOTES.md). */
