@@ -215,12 +215,13 @@ int memra_cuda_check_chunk_kq(FILE *out, int *n_checked) {
         {3000, 4096, 65, 0, 1, 1, 1},
         {3000, 4096, 8, MC_GLU_SILU, 1, 0, 0},
         {2050, 4096, 512, 0, 1, 0, 0}, /* KS 4: 1 a class */
-        /* KS 1: 96 and 104 units (3 or 4 a class), 2250 row groups */
+        /* 2250 row groups: KS 2 since mc_kq_ksplit's balance rule (2 tasks for the busiest warp at KS 1,
+         * 3 halves at KS 2); 96 and 104 units. KS 1: the 6144-row case below (1536 groups) */
         {9002, 3072, 9, 0, 0, 0, 1},
         {9000, 3328, 64, MC_GLU_SILU, 1, 0, 0},
         {9000, 2560, 1, 0, 1, 1, 1},
-        /* 8B's shapes on a 512-row chunk: gate/up (14336 pairs), down onto the residual, a fused qkv
-         * with a bias */
+        /* 8B's shapes on a 512-row chunk: gate/up (14336 pairs, KS 2), down onto the residual, a fused
+         * qkv with a bias (KS 1) */
         {28672, 4096, 512, MC_GLU_SILU, 1, 0, 0},
         {4096, 14336, 512, 0, 0, 0, 1},
         {6144, 4096, 512, 0, 1, 1, 0},
