@@ -343,12 +343,8 @@ __global__ void __launch_bounds__(MC_LLM_NT, 1)
 
 /* ---- launch ---------------------------------------------------------------------------------- */
 
-/* Decode's column parts (gemv_legacy.cu's mc_ll_ksplit): the largest of 4, 2, 1 with row groups
- * times KS at most 2112; a function of the row count alone. */
-static uint32_t mc_llm_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
-}
+/* Decode's column parts (gemv_legacy.cu's mc_ll_ksplit: cuda_common.cuh's mc_ksplit_fill). */
+static uint32_t mc_llm_ksplit(uint32_t rows) { return mc_ksplit_fill(rows); }
 
 int mc_chunk_legacy_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;

@@ -24,6 +24,34 @@
 #define MC_MAX_DEVICES 64
 #define MC_GEMV_ROWS 4 /* rows of a GEMV row group (one warp, or KS warps, per group) */
 
+/* Column parts KS of the quantized row-group GEMVs on 16-warp blocks, one a multiprocessor (or 8 in
+ * two), and of their prefill chunks; functions of the row count alone (the bits depend on them), 2112
+ * (16 warps on each of 132 multiprocessors) a constant of the rules, never the device's count.
+ * mc_ksplit_fill (Q8_0's integer kernel, Q4_0..Q5_1): the largest of 4, 2, 1 with row groups * KS
+ * <= 2112. */
+static inline uint32_t mc_ksplit_fill(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
+}
+
+/* mc_ksplit_balance (Q4_K..Q6_K): mc_ksplit_fill, but past the 2112 slots KS 2 where halving each
+ * warp's task cuts the busiest warp's work by an eighth or more: with t_1 = ceil(groups / 2112)
+ * tasks a warp at KS 1 and t_2 = ceil(2 groups / 2112) half tasks at KS 2, KS 2 where t_2 / 2 <= 7
+ * t_1 / 8 (llama-8b's gate/up, 7168 groups: 4 tasks for the busiest warp while most have 3, against
+ * 7 halves; the per-block timeline of bench/gpu/NOTES.md showed the warps of 3 done ~4 us before
+ * those of 4). Measured on the H200 (bench/RESULTS.md, seventh session): 8B Q6_K +1.7%, Q4_K +0.8%,
+ * their pp512 -1.8%; the same rule on Q8_0 and Q4_0 gave +0.7% and +0.3% for -1.7% and -2.5% of
+ * pp512, so they keep mc_ksplit_fill. */
+static inline uint32_t mc_ksplit_balance(uint32_t rows) {
+    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    if (groups * 4 <= 2112)
+        return 4;
+    if (groups * 2 <= 2112)
+        return 2;
+    const uint64_t t1 = (groups + 2111) / 2112, t2 = (2 * groups + 2111) / 2112;
+    return 8 * t2 <= 14 * t1 ? 2 : 1;
+}
+
 /* Per device: multiprocessors (0 until mc_gemv_prepare ran there). Host; gemv.cu owns it. */
 extern uint32_t mc_sm_count[MC_MAX_DEVICES];
 

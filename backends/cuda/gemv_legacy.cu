@@ -739,12 +739,8 @@ cudaError_t mc_gemv_legacy_prepare(void) {
     return e;
 }
 
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps on each of 132
- * multiprocessors); a function of the row count alone. */
-static uint32_t mc_ll_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
-}
+/* Column parts: cuda_common.cuh's mc_ksplit_fill (a function of the row count). */
+static uint32_t mc_ll_ksplit(uint32_t rows) { return mc_ksplit_fill(rows); }
 
 /* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 (16x, 16r, 16xr) never,
  * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and

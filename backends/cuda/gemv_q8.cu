@@ -333,12 +333,9 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
     return cudaGetLastError();
 }
 
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (8 warps in two blocks on
- * each of 132 multiprocessors); a function of the row count alone. */
-uint32_t mc_q8x_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    return groups * 4 <= 2112 ? 4 : groups * 2 <= 2112 ? 2 : 1;
-}
+/* Column parts: cuda_common.cuh's mc_ksplit_fill (2112 warp slots: 16 warps in one block, or 8 in
+ * two, on each of 132 multiprocessors); a function of the row count alone. */
+uint32_t mc_q8x_ksplit(uint32_t rows) { return mc_ksplit_fill(rows); }
 
 template <int SWIGLU, int NORM, int WARPS>
 static cudaError_t mc_q8x_w(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,

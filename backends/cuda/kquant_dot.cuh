@@ -148,22 +148,8 @@ __device__ __forceinline__ float mc_kq_fold(float acc, int dh0, int dm0, int dl0
     return fmaf(-dmin, v, fmaf(d, u, acc));
 }
 
-/* Column parts: the largest of 4, 2, 1 with row groups * KS <= 2112 (16 warps in one block on each
- * of 132 multiprocessors); past that KS 1, unless halving each warp's task cuts the busiest warp's
- * work by an eighth or more: with t_1 = ceil(groups / 2112) tasks a warp at KS 1 and t_2 = ceil(2
- * groups / 2112) half tasks at KS 2, KS 2 where t_2 / 2 <= 7 t_1 / 8 (llama-8b's gate/up, 7168
- * groups: 4 tasks for the busiest warp while most have 3, against 7 halves; the per-block timeline
- * of bench/gpu/NOTES.md showed the warps of 3 done ~4 us before those of 4). A function of the row
- * count alone (the bits depend on it). */
-static inline uint32_t mc_kq_ksplit(uint32_t rows) {
-    const uint64_t groups = (rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    if (groups * 4 <= 2112)
-        return 4;
-    if (groups * 2 <= 2112)
-        return 2;
-    const uint64_t t1 = (groups + 2111) / 2112, t2 = (2 * groups + 2111) / 2112;
-    return 8 * t2 <= 14 * t1 ? 2 : 1;
-}
+/* Column parts: cuda_common.cuh's mc_ksplit_balance (a function of the row count). */
+static inline uint32_t mc_kq_ksplit(uint32_t rows) { return mc_ksplit_balance(rows); }
 
 /* The x chunks of unit n's low and high nibbles (kquant_layout.h). */
 template <uint32_t T> __device__ __forceinline__ uint32_t mc_kq_clo(uint32_t n) {
