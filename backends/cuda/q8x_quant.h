@@ -71,6 +71,11 @@ __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_
     }
 }
 
+/* Four int8 values in a 32-bit word, a in the low byte (the planes' packing of every x' staging). */
+__device__ __forceinline__ uint32_t mc_q8x_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
+}
+
 /* A lane's half of the block quantized (pair: the mask of the pass's live lanes, the partner
  * lane ^ 1 among them): the pair's absolute maximum and finiteness, the lane's words of the three
  * int8 planes, and the pair's integer sums of each plane. */
