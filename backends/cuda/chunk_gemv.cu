@@ -261,13 +261,9 @@ __global__ void __launch_bounds__(MC_CH_Q8_THREADS)
 #pragma unroll
         for (uint32_t i = 0; i < 16; i++)
             mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-        qh[c] = make_uint4(mc_q8x_pack4(hi[0], hi[1], hi[2], hi[3]), mc_q8x_pack4(hi[4], hi[5], hi[6], hi[7]),
-                           mc_q8x_pack4(hi[8], hi[9], hi[10], hi[11]), mc_q8x_pack4(hi[12], hi[13], hi[14], hi[15]));
-        qm[c] =
-            make_uint4(mc_q8x_pack4(mid[0], mid[1], mid[2], mid[3]), mc_q8x_pack4(mid[4], mid[5], mid[6], mid[7]),
-                       mc_q8x_pack4(mid[8], mid[9], mid[10], mid[11]), mc_q8x_pack4(mid[12], mid[13], mid[14], mid[15]));
-        ql[c] = make_uint4(mc_q8x_pack4(lo[0], lo[1], lo[2], lo[3]), mc_q8x_pack4(lo[4], lo[5], lo[6], lo[7]),
-                           mc_q8x_pack4(lo[8], lo[9], lo[10], lo[11]), mc_q8x_pack4(lo[12], lo[13], lo[14], lo[15]));
+        qh[c] = mc_q8x_pack16(hi);
+        qm[c] = mc_q8x_pack16(mid);
+        ql[c] = mc_q8x_pack16(lo);
         qs[c] = mc_q8x_scale(amax, finite);
     }
     if (NORM) {

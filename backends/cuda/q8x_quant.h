@@ -76,6 +76,12 @@ __device__ __forceinline__ uint32_t mc_q8x_pack4(int a, int b, int c, int d) {
     return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
 }
 
+/* A plane's 16 int8 values of a chunk as one 16-byte word (mc_q8x_pack4 on each four). */
+__device__ __forceinline__ uint4 mc_q8x_pack16(const int (&q)[16]) {
+    return make_uint4(mc_q8x_pack4(q[0], q[1], q[2], q[3]), mc_q8x_pack4(q[4], q[5], q[6], q[7]),
+                      mc_q8x_pack4(q[8], q[9], q[10], q[11]), mc_q8x_pack4(q[12], q[13], q[14], q[15]));
+}
+
 /* A lane's half of the block quantized (pair: the mask of the pass's live lanes, the partner
  * lane ^ 1 among them): the pair's absolute maximum and finiteness, the lane's words of the three
  * int8 planes, and the pair's integer sums of each plane. */
