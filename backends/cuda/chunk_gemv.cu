@@ -227,28 +227,7 @@ __global__ void __launch_bounds__(MC_CH_Q8_THREADS)
     float ss = 0.0f;
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)(xr + (size_t)c * 16) + i);
-            v[4 * i] = a.x;
-            v[4 * i + 1] = a.y;
-            v[4 * i + 2] = a.z;
-            v[4 * i + 3] = a.w;
-        }
-        if (NORM) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 gq = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                ss = fmaf(v[4 * i], v[4 * i], ss);
-                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                v[4 * i] *= gq.x;
-                v[4 * i + 1] *= gq.y;
-                v[4 * i + 2] *= gq.z;
-                v[4 * i + 3] *= gq.w;
-            }
-        }
+        mc_q8x_load16<NORM>(xr, norm_w, (size_t)c * 16, v, ss);
         float amax = 0.0f;
         bool finite = true;
 #pragma unroll

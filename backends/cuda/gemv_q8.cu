@@ -78,30 +78,8 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     float ss = 0.0f;
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
-            v[4 * i] = a.x;
-            v[4 * i + 1] = a.y;
-            v[4 * i + 2] = a.z;
-            v[4 * i + 3] = a.w;
-        }
-        if (NORM) {
-#pragma unroll
-            for (uint32_t i = 0; i < 4; i++) {
-                const float4 gq = __ldg((const float4 *)(norm_w + (size_t)c * 16) + i);
-                if (WARPS == MC_Q8X_WARPS) { /* 16 warps: the squares are summed below */
-                    ss = fmaf(v[4 * i], v[4 * i], ss);
-                    ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-                    ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-                    ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
-                }
-                v[4 * i] *= gq.x;
-                v[4 * i + 1] *= gq.y;
-                v[4 * i + 2] *= gq.z;
-                v[4 * i + 3] *= gq.w;
-            }
-        }
+        /* 16 warps sum the squares here; 8 below, in the 8-warp order */
+        mc_q8x_load16<NORM, WARPS == MC_Q8X_WARPS>(x, norm_w, (size_t)c * 16, v, ss);
         float amax = 0.0f;
         bool finite = true;
 #pragma unroll

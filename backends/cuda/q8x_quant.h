@@ -42,8 +42,8 @@ MC_Q8X_HD float mc_q8x_scale(float amax, int finite) { return finite ? amax / MC
  * decode kernels and chunk_legacy_mma.cu's chunk preparation run these two: the same x' and sums).
  * mc_q8x_load16: the 16 floats x[off ..] into v; with the norm (NORM 1, or NORM -1 and norm_w not
  * NULL) each times norm_w[off + i], its square first added to ss in column order, one fused
- * multiply-add each. */
-template <int NORM>
+ * multiply-add each (SS 0: not added; gemv_q8.cu's 8-warp blocks sum the squares apart). */
+template <int NORM, int SS = 1>
 __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
                                               float &ss) {
     const float *xc = x + off;
@@ -59,10 +59,12 @@ __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++) {
             const float4 g = __ldg((const float4 *)(norm_w + off) + i);
-            ss = fmaf(v[4 * i], v[4 * i], ss);
-            ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
-            ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
-            ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+            if (SS) {
+                ss = fmaf(v[4 * i], v[4 * i], ss);
+                ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
+                ss = fmaf(v[4 * i + 2], v[4 * i + 2], ss);
+                ss = fmaf(v[4 * i + 3], v[4 * i + 3], ss);
+            }
             v[4 * i] *= g.x;
             v[4 * i + 1] *= g.y;
             v[4 * i + 2] *= g.z;
