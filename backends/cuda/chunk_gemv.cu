@@ -228,21 +228,10 @@ __global__ void __launch_bounds__(MC_CH_Q8_THREADS)
     for (uint32_t c = tid; c < nch; c += blockDim.x) {
         float v[16];
         mc_q8x_load16<NORM>(xr, norm_w, (size_t)c * 16, v, ss);
-        float amax = 0.0f;
-        bool finite = true;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            finite = finite && isfinite(v[i]);
-        }
-        const float inv = mc_q8x_inv(amax, finite);
-        int hi[16], mid[16], lo[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++)
-            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-        qh[c] = mc_q8x_pack16(hi);
-        qm[c] = mc_q8x_pack16(mid);
-        ql[c] = mc_q8x_pack16(lo);
+        float amax;
+        bool finite;
+        mc_q8x_amax16(v, amax, finite);
+        mc_q8x_planes16(v, mc_q8x_inv(amax, finite), qh[c], qm[c], ql[c]);
         qs[c] = mc_q8x_scale(amax, finite);
     }
     if (NORM) {

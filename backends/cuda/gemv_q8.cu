@@ -76,27 +76,26 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     float ss = 0.0f;
-    for (uint32_t c = tid; c < nch; c += blockDim.x) {
-        float v[16];
-        /* 16 warps sum the squares here; 8 below, in the 8-warp order */
-        mc_q8x_load16<NORM, WARPS == MC_Q8X_WARPS>(x, norm_w, (size_t)c * 16, v, ss);
-        float amax = 0.0f;
-        bool finite = true;
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-            finite = finite && isfinite(v[i]);
-        }
-        const float inv = mc_q8x_inv(amax, finite);
-        int hi[16], mid[16], lo[16];
-#pragma unroll
-        for (uint32_t i = 0; i < 16; i++) {
-            mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-        }
-        xh[c] = mc_q8x_pack16(hi);
-        xm[c] = mc_q8x_pack16(mid);
-        xl[c] = mc_q8x_pack16(lo);
+    /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
+    auto stage = [&](uint32_t c, float (&v)[16]) {
+        mc_q8x_norm16<NORM, WARPS == MC_Q8X_WARPS>(norm_w, (size_t)c * 16, v, ss);
+        float amax;
+        bool finite;
+        mc_q8x_amax16(v, amax, finite);
+        mc_q8x_planes16(v, mc_q8x_inv(amax, finite), xh[c], xm[c], xl[c]);
         xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
+    };
+    /* two of a thread's chunks at a time, both loads in flight before either is staged (the down
+     * projection's 14,336 columns: 896 chunks); the chunks and squares in the same order */
+    for (uint32_t c = tid; c < nch; c += 2 * blockDim.x) {
+        const uint32_t c1 = c + blockDim.x;
+        float v0[16], v1[16];
+        mc_q8x_raw16(x, (size_t)c * 16, v0);
+        if (c1 < nch)
+            mc_q8x_raw16(x, (size_t)c1 * 16, v1);
+        stage(c, v0);
+        if (c1 < nch)
+            stage(c1, v1);
     }
     if (NORM && WARPS != MC_Q8X_WARPS && warp < MC_Q8X_WARPS) /* the 8-warp order: chunks tid, tid + 256, ... */
         for (uint32_t c = tid; c < nch; c += 32 * MC_Q8X_WARPS)

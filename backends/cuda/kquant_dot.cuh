@@ -53,25 +53,17 @@ struct mc_kq_chunk {
 __device__ __forceinline__ mc_kq_chunk mc_kq_quant16(const float (&v)[16], uint32_t c, uint4 *xh, uint4 *xm,
                                                      uint4 *xl) {
     mc_kq_chunk k;
-    float amax = 0.0f, sum = 0.0f;
-    bool finite = true;
+    float sum = 0.0f;
 #pragma unroll
-    for (uint32_t i = 0; i < 16; i++) {
-        amax = fmaxf(amax, fabsf(v[i]));
-        finite = finite && isfinite(v[i]);
+    for (uint32_t i = 0; i < 16; i++)
         sum += v[i];
-    }
-    const float inv = mc_q8x_inv(amax, finite);
-    int hi[16], mid[16], lo[16], sh = 0, sm = 0, sl = 0;
-#pragma unroll
-    for (uint32_t i = 0; i < 16; i++) {
-        mc_q8x_split(__float2int_rn(v[i] * inv), &hi[i], &mid[i], &lo[i]);
-        sh += hi[i], sm += mid[i], sl += lo[i];
-    }
-    xh[c] = mc_q8x_pack16(hi);
-    xm[c] = mc_q8x_pack16(mid);
-    xl[c] = mc_q8x_pack16(lo);
-    k.amax = amax, k.sum = sum, k.finite = finite, k.sh = sh, k.sm = sm, k.sl = sl;
+    mc_q8x_amax16(v, k.amax, k.finite);
+    uint4 h, m, l;
+    mc_q8x_planes16(v, mc_q8x_inv(k.amax, k.finite), h, m, l);
+    xh[c] = h;
+    xm[c] = m;
+    xl[c] = l;
+    k.sum = sum, k.sh = mc_q8x_bsum4(h, 0), k.sm = mc_q8x_bsum4(m, 0), k.sl = mc_q8x_bsum4(l, 0);
     return k;
 }
 
@@ -80,10 +72,9 @@ __device__ __forceinline__ mc_kq_chunk mc_kq_quant16(const float (&v)[16], uint3
  * (scale, the float sum of x' (the mins of Q4_K and Q5_K), 32 times the hi plane's sum, 32 times
  * (256 mid + lo) sums (Q6_K's offset of 32)). The same whichever thread stages it. */
 template <int QF>
-__device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w, uint32_t c, float &ss, uint4 *xh,
-                                            uint4 *xm, uint4 *xl, int4 *meta, float *xf) {
-    float v[16];
-    mc_q8x_load16<-1>(x, norm_w, (size_t)c * 16, v, ss);
+__device__ __forceinline__ void mc_kq_stage_v(float (&v)[16], const float *norm_w, uint32_t c, float &ss, uint4 *xh,
+                                              uint4 *xm, uint4 *xl, int4 *meta, float *xf) {
+    mc_q8x_norm16<-1>(norm_w, (size_t)c * 16, v, ss);
     if (QF) {
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++)
@@ -95,6 +86,14 @@ __device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w,
      * times the plane sums (Q6_K's q - 32 = q, less 32 times the sum of x) */
     meta[c] = make_int4(__float_as_int(mc_q8x_scale(k.amax, k.finite)), __float_as_int(k.sum), 32 * k.sh,
                         32 * (256 * k.sm + k.sl));
+}
+/* mc_kq_stage_v on chunk c of x as loaded. */
+template <int QF>
+__device__ __forceinline__ void mc_kq_stage(const float *x, const float *norm_w, uint32_t c, float &ss, uint4 *xh,
+                                            uint4 *xm, uint4 *xl, int4 *meta, float *xf) {
+    float v[16];
+    mc_q8x_raw16(x, (size_t)c * 16, v);
+    mc_kq_stage_v<QF>(v, norm_w, c, ss, xh, xm, xl, meta, xf);
 }
 
 /* Q4_K/Q5_K: the 6-bit scales and mins of the unit's two sub-blocks (2c: low nibbles, 2c + 1: high

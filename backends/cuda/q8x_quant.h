@@ -12,6 +12,7 @@
 #define MEMRA_Q8X_QUANT_H
 
 #include <math.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define MC_Q8X_HD __host__ __device__ __forceinline__
@@ -31,6 +32,36 @@ MC_Q8X_HD void mc_q8x_split(int q, int *hi, int *mid, int *lo) {
     *lo = rest - 256 * m; /* in [-128, 127] */
 }
 
+/* The planes of four values q0..q3 (each in [-QMAX - 32896, QMAX + 32639], where the digits of
+ * mc_q8x_split fit), as mc_q8x_pack4 packs mc_q8x_split's digits, in fewer instructions: q +
+ * 0x808080 lies in [0, 2^24) and its three low bytes are the digits plus 128 (the digits are
+ * those of q in base 256 with each digit in [-128, 127]: mc_q8x_split's), so a plane's word is a
+ * permutation of the four words' bytes with each byte's top bit flipped (digit = byte - 128 as an
+ * int8). test_q8x_quant checks it against mc_q8x_split over the whole range. */
+#ifdef __CUDACC__
+#define MC_Q8X_PERM(a, b, s) __byte_perm((a), (b), (s))
+#define MC_Q8X_DEV __device__ __forceinline__ /* the kernels' (test_q8x_quant: the host's) */
+#else
+#define MC_Q8X_DEV static inline
+static inline uint32_t mc_q8x_perm_host(uint32_t a, uint32_t b, uint32_t s) {
+    const uint64_t ab = (uint64_t)a | (uint64_t)b << 32;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++)
+        r |= (uint32_t)(ab >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
+    return r;
+}
+#define MC_Q8X_PERM(a, b, s) mc_q8x_perm_host((a), (b), (s))
+#endif
+MC_Q8X_DEV void mc_q8x_planes4(int q0, int q1, int q2, int q3, uint32_t *h, uint32_t *m, uint32_t *l) {
+    const uint32_t u0 = (uint32_t)q0 + 0x808080u, u1 = (uint32_t)q1 + 0x808080u;
+    const uint32_t u2 = (uint32_t)q2 + 0x808080u, u3 = (uint32_t)q3 + 0x808080u;
+    const uint32_t a = MC_Q8X_PERM(u0, u1, 0x5140u), b = MC_Q8X_PERM(u2, u3, 0x5140u); /* bytes 0, 1 */
+    const uint32_t c = MC_Q8X_PERM(u0, u1, 0x0062u), d = MC_Q8X_PERM(u2, u3, 0x0062u); /* byte 2 */
+    *l = MC_Q8X_PERM(a, b, 0x5410u) ^ 0x80808080u;
+    *m = MC_Q8X_PERM(a, b, 0x7632u) ^ 0x80808080u;
+    *h = MC_Q8X_PERM(c, d, 0x5410u) ^ 0x80808080u;
+}
+
 /* The multiplier x' -> q of a chunk (0 for an all-zero or non-finite chunk). */
 MC_Q8X_HD float mc_q8x_inv(float amax, int finite) { return finite && amax > 0.0f ? MC_Q8X_QMAX / amax : 0.0f; }
 
@@ -40,21 +71,12 @@ MC_Q8X_HD float mc_q8x_scale(float amax, int finite) { return finite ? amax / MC
 #ifdef __CUDACC__
 /* The staging of a 32-column block of x' by a lane pair, each lane 16 columns (gemv_legacy.cu's
  * decode kernels and chunk_legacy_mma.cu's chunk preparation run these two: the same x' and sums).
- * mc_q8x_load16: the 16 floats x[off ..] into v; with the norm (NORM 1, or NORM -1 and norm_w not
- * NULL) each times norm_w[off + i], its square first added to ss in column order, one fused
- * multiply-add each (SS 0: not added; gemv_q8.cu's 8-warp blocks sum the squares apart). */
+ * mc_q8x_load16: the 16 floats x[off ..] into v (mc_q8x_raw16), then mc_q8x_norm16: with the norm
+ * (NORM 1, or NORM -1 and norm_w not NULL) each times norm_w[off + i], its square first added to
+ * ss in column order, one fused multiply-add each (SS 0: not added; gemv_q8.cu's 8-warp blocks sum
+ * the squares apart). */
 template <int NORM, int SS = 1>
-__device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
-                                              float &ss) {
-    const float *xc = x + off;
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        const float4 a = __ldg((const float4 *)xc + i);
-        v[4 * i] = a.x;
-        v[4 * i + 1] = a.y;
-        v[4 * i + 2] = a.z;
-        v[4 * i + 3] = a.w;
-    }
+__device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, float (&v)[16], float &ss) {
     if (NORM == 1 || (NORM < 0 && norm_w)) {
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++) {
@@ -72,6 +94,23 @@ __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_
         }
     }
 }
+/* The 16 floats x[off ..] into v, as loaded. */
+__device__ __forceinline__ void mc_q8x_raw16(const float *x, size_t off, float (&v)[16]) {
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) {
+        const float4 a = __ldg((const float4 *)(x + off) + i);
+        v[4 * i] = a.x;
+        v[4 * i + 1] = a.y;
+        v[4 * i + 2] = a.z;
+        v[4 * i + 3] = a.w;
+    }
+}
+template <int NORM, int SS = 1>
+__device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
+                                              float &ss) {
+    mc_q8x_raw16(x, off, v);
+    mc_q8x_norm16<NORM, SS>(norm_w, off, v, ss);
+}
 
 /* Four int8 values in a 32-bit word, a in the low byte (the planes' packing of every x' staging). */
 __device__ __forceinline__ uint32_t mc_q8x_pack4(int a, int b, int c, int d) {
@@ -84,6 +123,40 @@ __device__ __forceinline__ uint4 mc_q8x_pack16(const int (&q)[16]) {
                       mc_q8x_pack4(q[8], q[9], q[10], q[11]), mc_q8x_pack4(q[12], q[13], q[14], q[15]));
 }
 
+/* The largest |v| of 16 values and whether all are finite, from the bits: a finite float's
+ * magnitude orders as its bits without the sign do, so this is fmaxf over fabsf of each (from 0,
+ * -0 as 0) wherever every value is finite; a non-finite one (bits past 0x7f800000's) clears
+ * finite, and its chunk's amax is then never used (mc_q8x_inv gives 0, mc_q8x_scale NaN). */
+__device__ __forceinline__ void mc_q8x_amax16(const float (&v)[16], float &amax, bool &finite) {
+    uint32_t b = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < 16; i++)
+        b = max(b, __float_as_uint(v[i]) & 0x7fffffffu);
+    finite = b < 0x7f800000u;
+    amax = __uint_as_float(b);
+}
+
+/* The three planes of 16 values of x' times inv, rounded (mc_q8x_planes4 on each four: the words
+ * mc_q8x_pack16 makes of mc_q8x_split's digits). */
+__device__ __forceinline__ void mc_q8x_planes16(const float (&v)[16], float inv, uint4 &h, uint4 &m, uint4 &l) {
+    uint32_t H[4], M[4], L[4];
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++)
+        mc_q8x_planes4(__float2int_rn(v[4 * i] * inv), __float2int_rn(v[4 * i + 1] * inv),
+                       __float2int_rn(v[4 * i + 2] * inv), __float2int_rn(v[4 * i + 3] * inv), &H[i], &M[i], &L[i]);
+    h = make_uint4(H[0], H[1], H[2], H[3]);
+    m = make_uint4(M[0], M[1], M[2], M[3]);
+    l = make_uint4(L[0], L[1], L[2], L[3]);
+}
+
+/* The sum of a plane word's four int8 values, added to s (exact). */
+__device__ __forceinline__ int mc_q8x_bsum4(const uint4 &w, int s) {
+    s = __dp4a((int)w.x, 0x01010101, s);
+    s = __dp4a((int)w.y, 0x01010101, s);
+    s = __dp4a((int)w.z, 0x01010101, s);
+    return __dp4a((int)w.w, 0x01010101, s);
+}
+
 /* A lane's half of the block quantized (pair: the mask of the pass's live lanes, the partner
  * lane ^ 1 among them): the pair's absolute maximum and finiteness, the lane's words of the three
  * int8 planes, and the pair's integer sums of each plane. */
@@ -94,37 +167,18 @@ struct mc_q8x_half {
     bool finite;
 };
 __device__ __forceinline__ void mc_q8x_quant16(const float (&v)[16], uint32_t pair, mc_q8x_half &q) {
-    float amax = 0.0f;
-    int fin = 1;
-#pragma unroll
-    for (uint32_t i = 0; i < 16; i++) {
-        amax = fmaxf(amax, fabsf(v[i]));
-        fin &= isfinite(v[i]) ? 1 : 0;
-    }
+    float amax;
+    bool fin;
+    mc_q8x_amax16(v, amax, fin);
     amax = fmaxf(amax, __shfl_xor_sync(pair, amax, 1)); /* the block's: the pair's maximum */
-    fin &= __shfl_xor_sync(pair, fin, 1);
-    q.finite = fin != 0;
+    q.finite = (__shfl_xor_sync(pair, fin ? 1 : 0, 1) & (fin ? 1 : 0)) != 0;
     q.amax = amax;
-    const float inv = mc_q8x_inv(amax, q.finite);
-    int sh = 0, sm = 0, sl = 0;
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        uint32_t h = 0, md = 0, l = 0;
-#pragma unroll
-        for (uint32_t j = 0; j < 4; j++) {
-            int qh, qm, ql;
-            mc_q8x_split(__float2int_rn(v[4 * i + j] * inv), &qh, &qm, &ql);
-            sh += qh;
-            sm += qm;
-            sl += ql;
-            h |= (uint32_t)(qh & 0xff) << (8 * j);
-            md |= (uint32_t)(qm & 0xff) << (8 * j);
-            l |= (uint32_t)(ql & 0xff) << (8 * j);
-        }
-        q.h[i] = h;
-        q.m[i] = md;
-        q.l[i] = l;
-    }
+    uint4 h, m, l;
+    mc_q8x_planes16(v, mc_q8x_inv(amax, q.finite), h, m, l);
+    q.h[0] = h.x, q.h[1] = h.y, q.h[2] = h.z, q.h[3] = h.w;
+    q.m[0] = m.x, q.m[1] = m.y, q.m[2] = m.z, q.m[3] = m.w;
+    q.l[0] = l.x, q.l[1] = l.y, q.l[2] = l.z, q.l[3] = l.w;
+    const int sh = mc_q8x_bsum4(h, 0), sm = mc_q8x_bsum4(m, 0), sl = mc_q8x_bsum4(l, 0);
     q.sh = sh + __shfl_xor_sync(pair, sh, 1); /* integers: exact in either order */
     q.sm = sm + __shfl_xor_sync(pair, sm, 1);
     q.sl = sl + __shfl_xor_sync(pair, sl, 1);

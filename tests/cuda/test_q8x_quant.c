@@ -38,6 +38,43 @@ Test(q8x_quant, split_check_fails_outside_the_contract) {
     cr_assert_neq(split_ok(-(int)MC_Q8X_QMAX - 32897), 0);
 }
 
+/* The planes' words from q + 0x808080's bytes (mc_q8x_planes4, what the kernels run) are
+ * mc_q8x_split's digits packed (mc_q8x_pack4's words) and give q back over the whole range a rounded x' can take
+ * (|q| <= QMAX + 1) and past it to the split's own limits; the four values of a word in every
+ * position. */
+static uint32_t pack_digits(int a, int b, int c, int d) {
+    return (uint32_t)(a & 0xff) | (uint32_t)(b & 0xff) << 8 | (uint32_t)(c & 0xff) << 16 | (uint32_t)(d & 0xff) << 24;
+}
+static long planes_bad(int lo, int hi_end) {
+    long bad = 0;
+    for (int q = lo; q <= hi_end; q++) {
+        const long long span = (long long)hi_end - lo + 1; /* the other three positions: values of the range too */
+        const int qs[4] = {q, lo + hi_end - q, (int)(lo + ((long long)(q - lo) * 7919) % span), q / 3};
+        int h[4], m[4], l[4];
+        for (int i = 0; i < 4; i++)
+            mc_q8x_split(qs[i], &h[i], &m[i], &l[i]);
+        uint32_t H, M, L;
+        mc_q8x_planes4(qs[0], qs[1], qs[2], qs[3], &H, &M, &L);
+        int back = 1; /* the words' int8 digits give q back */
+        for (int i = 0; i < 4; i++)
+            back &= 65536 * (int8_t)(H >> (8 * i)) + 256 * (int8_t)(M >> (8 * i)) + (int8_t)(L >> (8 * i)) == qs[i];
+        bad += !back || H != pack_digits(h[0], h[1], h[2], h[3]) || M != pack_digits(m[0], m[1], m[2], m[3]) ||
+               L != pack_digits(l[0], l[1], l[2], l[3]);
+    }
+    return bad;
+}
+
+Test(q8x_quant, planes_from_bytes_equal_the_split) {
+    const long bad = planes_bad(-(int)MC_Q8X_QMAX - 32896, (int)MC_Q8X_QMAX + 32639);
+    cr_assert_eq(bad, 0, "%ld words of mc_q8x_planes4 differ from mc_q8x_split's digits", bad);
+}
+
+Test(q8x_quant, planes_check_fails_past_the_range) {
+    /* the check above can fail: q + 0x808080 outside [0, 2^24) (the top digit leaves int8) */
+    cr_assert_neq(planes_bad((int)MC_Q8X_QMAX + 32640, (int)MC_Q8X_QMAX + 32640), 0);
+    cr_assert_neq(planes_bad(-0x808081, -0x808081), 0);
+}
+
 /* dp4a on the host: four signed byte products added to c. */
 static int dp4a(uint32_t a, uint32_t b, int c) {
     for (int i = 0; i < 4; i++)
