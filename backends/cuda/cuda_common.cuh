@@ -174,6 +174,40 @@ __device__ __forceinline__ void mc_rows_store(const float (&d)[N], uint32_t r0, 
     }
 }
 
+/* mc_rows_store with the group's residual (or, without one, its bias) loaded ahead by
+ * mc_rows_fetch (the lane that stores, at the group's last iteration, so the L2 round trip runs
+ * beside the last dots and the sums instead of after them): the same values added in the same
+ * order, so the same bits. A bias beside a residual is read at the store, as before. */
+template <int SWIGLU, uint32_t N = MC_GEMV_ROWS>
+__device__ __forceinline__ void mc_rows_fetch(float (&pre)[N], uint32_t r0, uint32_t rows, const float *bias,
+                                              const float *residual) {
+    if (SWIGLU)
+        return;
+    const float *src = residual ? residual : bias;
+#pragma unroll
+    for (uint32_t r = 0; r < N; r++)
+        pre[r] = src && r0 + r < rows ? src[r0 + r] : 0.0f;
+}
+template <int SWIGLU, uint32_t N = MC_GEMV_ROWS>
+__device__ __forceinline__ void mc_rows_store_pre(const float (&d)[N], const float (&pre)[N], uint32_t r0,
+                                                  uint32_t rows, const float *bias, const float *residual, float *y) {
+    if (SWIGLU)
+        mc_rows_store<SWIGLU, N>(d, r0, rows, bias, residual, y);
+    else
+#pragma unroll
+        for (uint32_t r = 0; r < N; r++) {
+            const uint32_t row = r0 + r;
+            float v = d[r];
+            if (row >= rows)
+                break;
+            if (bias)
+                v += residual ? bias[row] : pre[r];
+            if (residual)
+                v = pre[r] + v;
+            y[row] = v;
+        }
+}
+
 /* ptxas (sm_90) gives every kernel of a module that declares dynamic shared memory a 1 KB reserved
  * shared-memory block, whether the kernel uses shared memory or not. The kernels once lived in one
  * module that did; a kernel file none of whose kernels declares dynamic shared memory defines this

@@ -160,8 +160,11 @@ __device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const fl
     for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
         acc[r] = 0.0f;
     uint32_t k = 0, i = 0;
+    float pre[MC_GEMV_ROWS];
     for (uint32_t j = 0; j < total; j++) {
         uint4 cur[U][MC_GEMV_ROWS];
+        if (i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
+            mc_rows_fetch<SWIGLU>(pre, (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, w.rows, bias, residual);
 #pragma unroll
         for (uint32_t u = 0; u < U; u++)
 #pragma unroll
@@ -232,6 +235,6 @@ __device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const fl
             for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
                 d[r] *= scale;
         }
-        mc_rows_store<SWIGLU>(d, r0, w.rows, bias, residual, y);
+        mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
     }
 }

@@ -184,8 +184,11 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
     for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
         acc[r] = 0.0f;
     uint32_t k = 0, i = 0;
+    float pre[MC_GEMV_ROWS];
     for (uint32_t j = 0; j < total; j++) {
         mc_kq_unit cur[MC_GEMV_ROWS];
+        if (!QF && i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
+            mc_rows_fetch<GLU>(pre, (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, w.rows, bias, residual);
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
             cur[r] = nx[r];
@@ -270,7 +273,10 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
             d[r] *= rscale;
-        mc_rows_store<GLU>(d, r0, w.rows, bias, residual, y);
+        if (QF) /* qdot=float: at its register limit */
+            mc_rows_store<GLU>(d, r0, w.rows, bias, residual, y);
+        else
+            mc_rows_store_pre<GLU>(d, pre, r0, w.rows, bias, residual, y);
     }
 }
 
