@@ -158,18 +158,22 @@ __device__ __forceinline__ void mc_rows_store(const float (&d)[N], uint32_t r0, 
         for (uint32_t r = 0; r < N; r += 2)
             if (r0 + r + 1 < rows)
                 y[(r0 + r) / 2] = mc_glu<SWIGLU>(d[r], d[r + 1]);
-    } else {
+    } else { /* every load before the first store (y may be the residual: no load could pass a store) */
+        float v[N];
 #pragma unroll
         for (uint32_t r = 0; r < N; r++) {
             const uint32_t row = r0 + r;
-            float v = d[r];
-            if (row >= rows)
+            v[r] = d[r];
+            if (row < rows && bias)
+                v[r] += bias[row];
+            if (row < rows && residual)
+                v[r] = residual[row] + v[r];
+        }
+#pragma unroll
+        for (uint32_t r = 0; r < N; r++) {
+            if (r0 + r >= rows)
                 break;
-            if (bias)
-                v += bias[row];
-            if (residual)
-                v = residual[row] + v;
-            y[row] = v;
+            y[r0 + r] = v[r];
         }
     }
 }
