@@ -33,11 +33,11 @@ MC_Q8X_HD void mc_q8x_split(int q, int *hi, int *mid, int *lo) {
 }
 
 /* The planes of four values q0..q3 (each in [-QMAX - 32896, QMAX + 32639], where the digits of
- * mc_q8x_split fit), as mc_q8x_pack4 packs mc_q8x_split's digits, in fewer instructions: q +
- * 0x808080 lies in [0, 2^24) and its three low bytes are the digits plus 128 (the digits are
- * those of q in base 256 with each digit in [-128, 127]: mc_q8x_split's), so a plane's word is a
- * permutation of the four words' bytes with each byte's top bit flipped (digit = byte - 128 as an
- * int8). test_q8x_quant checks it against mc_q8x_split over the whole range. */
+ * mc_q8x_split fit): each plane's four digits of mc_q8x_split in a word, q0's in the low byte,
+ * without the split's shifts and multiplies. q + 0x808080 lies in [0, 2^24) and its three low bytes
+ * are the digits plus 128 (the digits of q in base 256, each in [-128, 127]: mc_q8x_split's), so a
+ * plane's word is a permutation of the four words' bytes with each byte's top bit flipped (digit =
+ * byte - 128 as an int8). test_q8x_quant checks it against mc_q8x_split over the whole range. */
 #ifdef __CUDACC__
 #define MC_Q8X_PERM(a, b, s) __byte_perm((a), (b), (s))
 #define MC_Q8X_DEV __device__ __forceinline__ /* the kernels' (test_q8x_quant: the host's) */
@@ -112,17 +112,6 @@ __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_
     mc_q8x_norm16<NORM, SS>(norm_w, off, v, ss);
 }
 
-/* Four int8 values in a 32-bit word, a in the low byte (the planes' packing of every x' staging). */
-__device__ __forceinline__ uint32_t mc_q8x_pack4(int a, int b, int c, int d) {
-    return (uint32_t)(a & 0xff) | ((uint32_t)(b & 0xff) << 8) | ((uint32_t)(c & 0xff) << 16) | ((uint32_t)d << 24);
-}
-
-/* A plane's 16 int8 values of a chunk as one 16-byte word (mc_q8x_pack4 on each four). */
-__device__ __forceinline__ uint4 mc_q8x_pack16(const int (&q)[16]) {
-    return make_uint4(mc_q8x_pack4(q[0], q[1], q[2], q[3]), mc_q8x_pack4(q[4], q[5], q[6], q[7]),
-                      mc_q8x_pack4(q[8], q[9], q[10], q[11]), mc_q8x_pack4(q[12], q[13], q[14], q[15]));
-}
-
 /* The largest |v| of 16 values and whether all are finite, from the bits: a finite float's
  * magnitude orders as its bits without the sign do, so this is fmaxf over fabsf of each (from 0,
  * -0 as 0) wherever every value is finite; a non-finite one (bits past 0x7f800000's) clears
@@ -136,8 +125,8 @@ __device__ __forceinline__ void mc_q8x_amax16(const float (&v)[16], float &amax,
     amax = __uint_as_float(b);
 }
 
-/* The three planes of 16 values of x' times inv, rounded (mc_q8x_planes4 on each four: the words
- * mc_q8x_pack16 makes of mc_q8x_split's digits). */
+/* The three planes of 16 values of x' times inv, rounded (mc_q8x_planes4 on each four, a plane's
+ * 16 int8 values in one 16-byte word, the first in the low byte). */
 __device__ __forceinline__ void mc_q8x_planes16(const float (&v)[16], float inv, uint4 &h, uint4 &m, uint4 &l) {
     uint32_t H[4], M[4], L[4];
 #pragma unroll

@@ -39,7 +39,7 @@ Test(q8x_quant, split_check_fails_outside_the_contract) {
 }
 
 /* The planes' words from q + 0x808080's bytes (mc_q8x_planes4, what the kernels run) are
- * mc_q8x_split's digits packed (mc_q8x_pack4's words) and give q back over the whole range a rounded x' can take
+ * mc_q8x_split's digits packed (the first value in the low byte) and give q back over the whole range a rounded x' can take
  * (|q| <= QMAX + 1) and past it to the split's own limits; the four values of a word in every
  * position. */
 static uint32_t pack_digits(int a, int b, int c, int d) {
