@@ -69,12 +69,23 @@ MC_Q8X_HD float mc_q8x_inv(float amax, int finite) { return finite && amax > 0.0
 MC_Q8X_HD float mc_q8x_scale(float amax, int finite) { return finite ? amax / MC_Q8X_QMAX : nanf(""); }
 
 #ifdef __CUDACC__
-/* The staging of a 32-column block of x' by a lane pair, each lane 16 columns (gemv_legacy.cu's
- * decode kernels and chunk_legacy_mma.cu's chunk preparation run these two: the same x' and sums).
- * mc_q8x_load16: the 16 floats x[off ..] into v (mc_q8x_raw16), then mc_q8x_norm16: with the norm
- * (NORM 1, or NORM -1 and norm_w not NULL) each times norm_w[off + i], its square first added to
- * ss in column order, one fused multiply-add each (SS 0: not added; gemv_q8.cu's 8-warp blocks sum
- * the squares apart). */
+/* The staging of a chunk of x', in steps every staging shares (gemv_legacy.cu's decode kernels
+ * and chunk_legacy_mma.cu's chunk preparation run a 32-column block by a lane pair, each lane 16
+ * columns, through mc_q8x_load16 and mc_q8x_quant16 below: the same x' and sums).
+ * mc_q8x_raw16: the 16 floats x[off ..] into v, as loaded. */
+__device__ __forceinline__ void mc_q8x_raw16(const float *x, size_t off, float (&v)[16]) {
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) {
+        const float4 a = __ldg((const float4 *)(x + off) + i);
+        v[4 * i] = a.x;
+        v[4 * i + 1] = a.y;
+        v[4 * i + 2] = a.z;
+        v[4 * i + 3] = a.w;
+    }
+}
+/* mc_q8x_norm16: with the norm (NORM 1, or NORM -1 and norm_w not NULL) each of v times
+ * norm_w[off + i], its square first added to ss in column order, one fused multiply-add each (SS
+ * 0: not added; gemv_q8.cu's 8-warp blocks sum the squares apart). */
 template <int NORM, int SS = 1>
 __device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, float (&v)[16], float &ss) {
     if (NORM == 1 || (NORM < 0 && norm_w)) {
@@ -94,17 +105,7 @@ __device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, f
         }
     }
 }
-/* The 16 floats x[off ..] into v, as loaded. */
-__device__ __forceinline__ void mc_q8x_raw16(const float *x, size_t off, float (&v)[16]) {
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) {
-        const float4 a = __ldg((const float4 *)(x + off) + i);
-        v[4 * i] = a.x;
-        v[4 * i + 1] = a.y;
-        v[4 * i + 2] = a.z;
-        v[4 * i + 3] = a.w;
-    }
-}
+/* mc_q8x_load16: mc_q8x_raw16, then mc_q8x_norm16. */
 template <int NORM, int SS = 1>
 __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
                                               float &ss) {
