@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk and qblock never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock and qgrid never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -105,6 +105,14 @@ extern "C" {
             "matrices whose 16-warp grid leaves multiprocessors idle; measured slower), 4 (4 warps everywhere), "    \
             "16x (16 with x' quantized by every warp on narrow Q4_0..Q5_1 matrices; measured slower) or 16xr "        \
             "(16r and 16x). The same bits each way"                                                                   \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "qgrid", "auto",                                                                                               \
+            "the grid of the 16-warp Q4_0..Q5_1 and Q4_K..Q6_K GEMVs: fill (a block on every multiprocessor that has " \
+            "a row group: llama-8b Q6_K 492.2 -> 496.9 tok/s, Q4_K 539.4 -> 547.0), need (the fewest blocks whose "     \
+            "warps hold every row group: the grid before; q/k/v on 96 of 132 multiprocessors) or auto (fill on "     \
+            "matrices of more than 2048 columns, need on narrower ones: SmolLM2 Q4_1 lost 6.8% filled). The same bits " \
+            "each way"                                                                                                 \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

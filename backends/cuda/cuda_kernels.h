@@ -71,6 +71,20 @@ enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
  * the 16-warp kernels'). */
 enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, MC_QBLOCK_16XR };
 #define MC_QBLOCK_COLS 2048u
+/* The grid of the 16-warp Q4_0..Q5_1 and Q4_K..Q6_K GEMVs (the qgrid key, issue 26): MC_QGRID_NEED,
+ * the fewest blocks whose slots hold every row group (llama-8b's q/k/v at KS 1: 96 blocks on 132
+ * multiprocessors; wo and down at KS 2: 128); MC_QGRID_FILL, a block on every multiprocessor that
+ * has a row group, the groups split over them as evenly (as the Q8_0 integer GEMV's grid);
+ * MC_QGRID_AUTO, fill on matrices of more than MC_QBLOCK_COLS columns, need on narrower ones (fill
+ * measured +1.0% on llama-8b Q6_K, +1.4% Q4_K, +0.5% Q4_0, but -6.8% on SmolLM2's Q4_1, whose
+ * narrow GEMVs lose the early start of the next kernel on the multiprocessors they left free). A
+ * block's row groups are a contiguous range either way and each row's sums do not depend on who
+ * computes them: the same bits. */
+enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
+/* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
+static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
+    return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
+}
 /* The integer GEMVs of a prefill chunk (the `chunk` key, in its names' order): MC_CHUNK_MMA, the
  * Q8_0 ones (chunk_mma.cu), the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) and the
  * Q4_0, Q4_1, Q5_0, Q5_1 ones under qdot=auto (chunk_legacy_mma.cu) on int8 tensor cores;
@@ -134,11 +148,12 @@ typedef struct mc_config {
                          * same bits */
     uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16R, _16, _AUTO, _4, _16X or _16XR
                          * (the same bits) */
+    uint32_t qgrid;     /* the 16-warp quantized GEMVs' grid: MC_QGRID_AUTO, _NEED or _FILL (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

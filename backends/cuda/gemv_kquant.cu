@@ -566,7 +566,8 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     const bool small = mc_kq_small(c, w, QF, (uint32_t)mc_sm_count[dev]);
     const uint32_t warps = small ? MC_KQ_SMALL : MC_KQ_WARPS, per_sm = MC_KQ_WARPS / warps;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / KS;
-    const uint32_t need = (n_groups + slots - 1) / slots, cap = per_sm * mc_sm_count[dev];
+    const uint32_t need = small || !mc_qgrid_fills(c->qgrid, w->cols) ? (n_groups + slots - 1) / slots : n_groups;
+    const uint32_t cap = per_sm * mc_sm_count[dev];
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(need < cap ? need : cap);

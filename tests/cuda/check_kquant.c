@@ -9,7 +9,8 @@
  * |y - ref| <= tol * sum |w x'| (tol 1e-5: float rounding over a few thousand terms; the integer
  * path's 23-bit x keeps it there too). Every call runs twice: the same bits; qdot=auto runs in
  * the 16-warp and the 4-warp blocks (qblock=16, 4, auto) and with the rows split (qblock=16r, on the
- * shapes of at most 2048 columns: gemma3-270m's wo and down among them): the same bits, and
+ * shapes of at most 2048 columns: gemma3-270m's wo and down among them), and the 16-warp blocks on
+ * the fewest blocks and on every multiprocessor that has a row group (qgrid=need, fill): the same bits, and
  * qdot=float's output must differ from them (the comparison's negative control, wherever an output
  * is not zero: a GELU of a large negative gate is 0 on both paths). The NMSE of qdot=auto against
  * qdot=float is printed. Negative control: one block's d doubled in the device copy must
@@ -216,6 +217,11 @@ int main(void) {
     c16.qblock = MC_QBLOCK_16; /* qblock: the 16-warp blocks against the 4-warp ones, bit for bit */
     c4.qblock = MC_QBLOCK_4;
     float *y16 = malloc(max_rows * 4), *y4 = malloc(max_rows * 4), *y16r = malloc(max_rows * 4);
+    /* qgrid: the 16-warp blocks on the fewest blocks and on every multiprocessor, bit for bit */
+    mc_config cneed = c16, cfill = c16;
+    cneed.qgrid = MC_QGRID_NEED;
+    cfill.qgrid = MC_QGRID_FILL;
+    float *yneed = malloc(max_rows * 4), *yfill = malloc(max_rows * 4);
 
     printf("%-5s %6s %5s %-14s %10s %10s %10s\n", "type", "rows", "cols", "variant", "err/tol f", "err/tol a",
            "nmse a~f");
@@ -238,6 +244,10 @@ int main(void) {
                 run(&c16, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y16, what);
                 run(&c4, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y4, what);
                 run(&c16r, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, y16r, what);
+                run(&cneed, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, yneed, what);
+                run(&cfill, &k, vars[v].glu, vars[v].norm, vars[v].bias_res, &d, res, yfill, what);
+                CHECK(!memcmp(y16, yneed, n_out * 4), "%s: qgrid=need and the default differ in bits", what);
+                CHECK(!memcmp(yneed, yfill, n_out * 4), "%s: qgrid=need and fill differ in bits", what);
                 CHECK(!memcmp(y, y16, n_out * 4), "%s: qblock=auto and 16 differ in bits", what);
                 CHECK(!memcmp(y16, y4, n_out * 4), "%s: qblock=16 and 4 differ in bits", what);
                 CHECK(!memcmp(y16, y16r, n_out * 4), "%s: qblock=16 and 16r differ in bits", what);
@@ -249,6 +259,7 @@ int main(void) {
                 if (live) {
                     CHECK(memcmp(yf, y4, n_out * 4) != 0, "%s: qdot=float gave qblock=4's bits (control)", what);
                     CHECK(memcmp(yf, y16r, n_out * 4) != 0, "%s: qdot=float gave qblock=16r's bits (control)", what);
+                    CHECK(memcmp(yf, yfill, n_out * 4) != 0, "%s: qdot=float gave qgrid=fill's bits (control)", what);
                     controls++;
                 }
                 const double wf = worst(yf, ref, bound, n_out), wa = worst(y, ref, bound, n_out);

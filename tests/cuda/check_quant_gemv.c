@@ -9,10 +9,11 @@
  * + |residual| (for a GLU the mass of act(g) * u in the same first-order way), tol 2^-16 for both
  * paths (float sums of a few hundred terms per lane; the integer path's 23-bit x adds ~2^-23); and
  * every launch run twice gives the same bits, and qdot=auto's in the 16-warp and the 4-warp blocks
- * (qblock=16, 4) and the 16-warp kernel's narrow forms (qblock=16x, 16r, 16xr; matrices of at most
- * 2048 columns) too. Negative controls: one nibble of one weight flipped on the device must fail
- * the bound, a wrong d in the embedding row must fail the bits, and qdot=float's output in place
- * of qblock=16xr's (on SmolLM2's qkv shape) must fail the bit comparison.
+ * (qblock=16, 4), the 16-warp kernel's narrow forms (qblock=16x, 16r, 16xr; matrices of at most
+ * 2048 columns) and its grids (qgrid=need, fill) too. Negative controls: one nibble of one weight
+ * flipped on the device must fail the bound, a wrong d in the embedding row must fail the bits,
+ * and qdot=float's output in place of the last run's (qgrid=fill, on SmolLM2's qkv shape) must
+ * fail the bit comparison.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -111,7 +112,8 @@ static cudaError_t qg_launch(const mc_config *c, int glu, const mc_matrix *w, co
 /* One type, shape and qdot: 0 pass, else the number of failed outputs (or -1: could not run).
  * flip: flip one nibble of row 0 on the device first (the negative control); 2: no flip, but the
  * last of qdot=auto's runs takes qdot=float (the bit comparison's negative control). qdot=auto runs
- * four times: qblock=auto twice, 16 and 4, all the same bits. *worst gets the largest error / mass. */
+ * nine times: qblock=auto twice, 16, 4, 16x, 16r and 16xr, then 16 under qgrid=need and fill, all
+ * the same bits. *worst gets the largest error / mass. */
 static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip, uint64_t seed, double *worst) {
     const uint32_t R = sh->rows, C = sh->cols, Y = sh->glu ? R / 2 : R;
     const size_t src_row = (size_t)C / 32 * memra_quant_block_bytes(t);
@@ -170,11 +172,13 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
     cfg.qdot = qdot ? MC_QDOT_AUTO : MC_QDOT_FLOAT;
     const float *nw = sh->norm ? dn : NULL, *bias = sh->bias ? db : NULL, *res = sh->res ? dr : NULL;
     bad = 0;
-    /* qdot=auto's runs: qblock auto twice, 16, 4, then the 16-warp kernel's narrow forms */
-    static const char *const qblocks[] = {"auto", "auto", "16", "4", "16x", "16r", "16xr"};
+    /* qdot=auto's runs: qblock auto twice, 16, 4, then the 16-warp kernel's narrow forms, then the
+     * 16-warp kernel on the fewest blocks and on every multiprocessor (qgrid=need, fill) */
+    static const char *const qblocks[] = {"auto", "auto", "16", "4", "16x", "16r", "16xr", "16", "16"};
+    static const char *const qgrids[] = {"auto", "auto", "auto", "auto", "auto", "auto", "auto", "need", "fill"};
     const int n_rep = qdot ? (int)(sizeof qblocks / sizeof qblocks[0]) : 2;
     for (int rep = 0; rep < n_rep; rep++) {
-        if (mc_config_choice(&cfg, "qblock", qblocks[rep]) != NULL) {
+        if (mc_config_choice(&cfg, "qblock", qblocks[rep]) != NULL || mc_config_choice(&cfg, "qgrid", qgrids[rep]) != NULL) {
             bad = -1;
             goto done;
         }
@@ -194,8 +198,8 @@ static int qg_case(FILE *out, uint32_t t, const qg_shape *sh, int qdot, int flip
         }
         if (rep > 0 && memcmp(y1, y2, (size_t)Y * 4) != 0) {
             if (out)
-                fprintf(out, "%s %ux%u qdot=%s: run %d (qblock=%s) differs in bits from the first\n",
-                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", rep, qblocks[rep]);
+                fprintf(out, "%s %ux%u qdot=%s: run %d (qblock=%s, qgrid=%s) differs in bits from the first\n",
+                        memra_tensor_type_name(t), R, C, qdot ? "auto" : "float", rep, qblocks[rep], qgrids[rep]);
             bad++;
         }
     }
@@ -348,7 +352,7 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
         /* negative controls: both must fail */
         const int nf = qg_case(NULL, types[ti], &shapes[0], 0, 1, 5, NULL);
         const int ne = qg_embed(NULL, types[ti], 1);
-        const int nb = qg_case(NULL, types[ti], &shapes[7], 1, 2, 6, NULL); /* qdot=float's bits as 16xr's */
+        const int nb = qg_case(NULL, types[ti], &shapes[7], 1, 2, 6, NULL); /* qdot=float's bits as qgrid=fill's */
         if (nf <= 0 || ne <= 0 || nb <= 0) {
             if (out)
                 fprintf(out,
