@@ -2,12 +2,12 @@
  * every arm of --arm A,B,..., every prefix of --prime P1,P2,... and every length of -n N1,N2,...
  * (arms outermost), on one load of the model. A prefix state is primed once per cell with P
  * tokens; each repetition restores it and generates N tokens greedily (the token stays on the
- * device: MEMRA_TOKEN_FROM_DEVICE). One markdown table, a row a cell as it is measured: tok/s
- * (mean and standard deviation over repetitions, warm-up excluded), ms/token, GB/s of bytes read
- * per token (weights plus the f32 KV cache up to the position) and the share of the backend's
- * measured ceiling when it offers one; then each arm's device, ceiling and memory. With --jsonl,
- * one record a cell. Every repetition must generate the same tokens: a backend that does not is
- * an error, not a figure. */
+ * device: MEMRA_TOKEN_FROM_DEVICE), with up to the arm's window (window=W) of steps in flight. One
+ * markdown table, a row a cell as it is measured: tok/s (mean and standard deviation over
+ * repetitions, warm-up excluded), ms/token, GB/s of bytes read per token (weights plus the f32 KV
+ * cache up to the position) and the share of the backend's measured ceiling when it offers one;
+ * then each arm's device, ceiling and memory. With --jsonl, one record a cell. Every repetition
+ * must generate the same tokens: a backend that does not is an error, not a figure. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -26,7 +26,9 @@ static const char help_text[] =
     "\n"
     "For every arm, prefix length P and generated length N given (a grid, arms outermost, on one\n"
     "load of the model): primes a prefix of P tokens, then runs W warm-up and R timed repetitions,\n"
-    "each restoring the prefix and generating N tokens greedily. Prints one markdown table, a row a\n"
+    "each restoring the prefix and generating N tokens greedily, with up to the arm's window of steps\n"
+    "in flight (window=W, default 1: each step ends before the next begins; window=2 lets the device\n"
+    "start a step while the host ends the one before). Prints one markdown table, a row a\n"
     "cell: tok/s (mean and standard deviation), ms/token, GB/s (weights + f32 KV cache read per\n"
     "token) and the share of the backend's measured ceiling where it offers one; then each arm's\n"
     "device, ceiling and memory in use.\n"
@@ -99,6 +101,35 @@ static memra_status prime(memra_arm_state *s, const int64_t *prompt, uint32_t P,
     return st;
 }
 
+/* memra_arm_run's callback for the generated steps: repetition 1 records the tokens, every later
+ * one must generate the same. */
+typedef struct gen_check {
+    int64_t *first;
+    bool record;
+    uint32_t rep, prime;
+    bool mismatch;
+    int64_t got, want;
+    uint32_t at;
+} gen_check;
+
+static memra_status gen_step(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                             bool drained, memra_error *err) {
+    (void)logits;
+    (void)drained;
+    gen_check *g = user;
+    if (g->record) {
+        g->first[step] = res->token;
+        return MEMRA_OK;
+    }
+    if (res->token == g->first[step])
+        return MEMRA_OK;
+    g->mismatch = true;
+    g->got = res->token;
+    g->want = g->first[step];
+    g->at = g->prime + step + 1;
+    return memra_fail(err, MEMRA_E_INVALID, "repetition %u is not deterministic", g->rep);
+}
+
 static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba, bench_result *br) {
     const memra_model *m = ss->lm->model;
     const memra_sample_cfg greedy = {0};
@@ -156,22 +187,20 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
             memra_error_prefix(&err, "repetition %u: restoring the prefix", r + 1);
             goto fail;
         }
+        /* the generated steps in one windowed pass: with the arm's window=W (default 1) up to W
+         * steps are in flight, each reading the token its predecessor sampled on the device */
+        gen_check gc = {.first = first, .record = r == 0, .rep = r + 1, .prime = ba->prime, .mismatch = false};
         double t0 = cli_now();
-        for (uint32_t k = 0; k < ba->n_gen; k++) {
-            memra_step_result res;
-            if (cli_step(work, MEMRA_TOKEN_FROM_DEVICE, &greedy, NULL, &res, &err) != MEMRA_OK) {
-                memra_error_prefix(&err, "repetition %u, step %u (position %u)", r + 1, k, ba->prime + k);
-                goto fail;
-            }
-            if (r == 0) {
-                first[k] = res.token;
-            } else if (res.token != first[k]) {
+        if (memra_arm_run(work, NULL, 0, ba->n_gen, &greedy, NULL, gen_step, &gc, &err) != MEMRA_OK) {
+            if (gc.mismatch) {
                 cli_error(cmd,
                           "repetition %u generated token %lld at position %u, repetition 1 generated %lld: the "
                           "arm '%s' is not deterministic, so its timing means nothing",
-                          r + 1, (long long)res.token, ba->prime + k + 1, (long long)first[k], ba->arm);
+                          r + 1, (long long)gc.got, gc.at, (long long)gc.want, ba->arm);
                 goto out;
             }
+            memra_error_prefix(&err, "repetition %u", r + 1);
+            goto fail;
         }
         double dt = cli_now() - t0;
         if (r >= ba->warmup)

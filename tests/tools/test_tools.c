@@ -536,8 +536,18 @@ Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
     cr_assert_not_null(strstr(r.err, "is not deterministic"), "%s", r.err);
     cr_assert_null(strstr(r.out, "tok/s"), "bench printed figures for a nondeterministic arm:\n%s", r.out);
     tool_result_free(&r);
+    /* the same with two steps in flight (the windowed pass bench runs the generated steps in) */
+    r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty:corrupt_row=2,window=2", "--prime", "16",
+                 "-n", "8", "--reps", "3", NULL);
+    EXPECT(r, 3, err, "memra bench: repetition 3 generated token");
+    cr_assert_null(strstr(r.out, "tok/s"), "bench printed figures for a nondeterministic arm:\n%s", r.out);
+    tool_result_free(&r);
     r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty", "--prime", "16", "-n", "8", "--reps", "3",
                  NULL);
+    EXPECT(r, 0, out, "tok/s");
+    tool_result_free(&r);
+    r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty:window=2", "--prime", "16", "-n", "8",
+                 "--reps", "3", NULL);
     EXPECT(r, 0, out, "tok/s");
     tool_result_free(&r);
 }
