@@ -52,7 +52,9 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
          * an error), and no wait is needed: the whole graph ran on stage 0's stream, before this. */
         if (s->n_stages > 1 && s->sampled_ev_live)
             MC_TRY(cudaStreamWaitEvent(s0->stream, sl->sampled_ev, 0), "cudaStreamWaitEvent (sampled token)");
-        if (s0->device == sl->device) {
+        if (s->n_stages == 1) {
+            /* one stage: its sampler wrote the token into in_token itself (mc_stage_body) */
+        } else if (s0->device == sl->device) {
             MC_TRY(mc_copy_token(s0->in_token, sl->sampled, s0->stream), "launch of the token hand-over kernel");
         } else {
             MC_TRY(cudaMemcpyPeerAsync(s0->in_token, s0->device, sl->sampled, sl->device, 4, s0->stream),
@@ -599,7 +601,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                                      tp ? R : 0, r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
                    "launch of the checked commit kernel");
         else
-            MC_RET(mc_commit(ss->pos, q), "launch of the commit kernel");
+            MC_RET(mc_commit(ss->pos, b->cfg.pdl != 0, q), "launch of the commit kernel");
         if (!last || (r > 0 && !tp) || ss->v1 == ss->v0) /* (an expert rank of ep alone holds no head) */
             continue;
         const mc_stage_weights *sw = &b->w->stages[i][r];
@@ -631,7 +633,10 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             MC_RET(mc_trigger_enqueue(MC_TRIGGER_DEFAULT, q), "enqueueing the default trigger mask");
         float *lg = b->tp ? ss->lg : ss->logits;
         if (r == 0 && last && sample) {
-            MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, ss->sampled, ss->result, q),
+            /* With one stage the embedding of the next step reads its token where this one is
+             * sampled (the same stream, after this step: no hand-over launch). */
+            MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
+                             ss->result, b->cfg.pdl && !b->tp, q),
                    "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }

@@ -410,8 +410,9 @@ cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t 
 cudaError_t mc_chunk_positions(const int32_t *pos, int32_t *pos_rows, uint32_t M, cudaStream_t st);
 cudaError_t mc_chunk_commit(int32_t *pos, uint32_t M, cudaStream_t st);
 
-/* *pos += 1 (the commit of a stage's step). */
-cudaError_t mc_commit(int32_t *pos, cudaStream_t st);
+/* *pos += 1 (the commit of a stage's step). With pdl (the arm's pdl=1) a programmatic launch:
+ * it lets the kernel after it (the head) launch at once and waits for the kernel before it. */
+cudaError_t mc_commit(int32_t *pos, bool pdl, cudaStream_t st);
 /* One thread that sleeps `us` microseconds on the stream (the stall_us= fault injection). */
 cudaError_t mc_stall(uint32_t us, cudaStream_t st);
 /* Tensor parallelism (every stage of an arm with ranks anywhere): the commit of one rank,
@@ -459,9 +460,10 @@ uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
  * zeroes once before the first mc_sample (the ticket starts at 0; every launch leaves it 0). */
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
- * *token_out (when the logits are finite) and the result to *result. */
+ * *token_out (when the logits are finite) and the result to *result. With pdl its first launch
+ * (the argmax pass) is programmatic: it waits for the kernel before it (the head) in the kernel. */
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
-                      int32_t *token_out, mc_sample_result *result, cudaStream_t st);
+                      int32_t *token_out, mc_sample_result *result, bool pdl, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows

@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
     __shared__ uint32_t bi[32], bb[32];
     __shared__ uint32_t is_last;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
     /* a thread's values in ascending index, MC_AM_UNROLL loads in flight before they are compared
@@ -285,15 +286,23 @@ __global__ void __launch_bounds__(1024)
 }
 
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
-                      int32_t *token_out, mc_sample_result *result, cudaStream_t st) {
+                      int32_t *token_out, mc_sample_result *result, bool pdl, cudaStream_t st) {
     const uint32_t V = s->n_vocab;
     const bool greedy = !(cfg->temperature > 0.0f);
     uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
     seg = seg < 1024 ? 1024 : seg;
     const uint32_t n_parts = (V + seg - 1) / seg;
-    sample_argmax<<<n_parts, MC_MAX_THREADS, 0, st>>>(logits, V, seg, s->parts, s->ticket, s->stats, greedy, token_out,
-                                                      result);
-    cudaError_t e = cudaGetLastError();
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(n_parts);
+    lc.blockDim = dim3(MC_MAX_THREADS);
+    lc.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = attr;
+    lc.numAttrs = pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
+                                       token_out, result);
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
@@ -348,7 +357,7 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
         (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto done;
-    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, 0)) != cudaSuccess)
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, false, 0)) != cudaSuccess)
         goto done;
     e = cudaMemcpy(out, dres, sizeof *out, cudaMemcpyDeviceToHost);
 done:

@@ -87,12 +87,27 @@ cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t 
 
 /* Per stage and token: *pos += 1 (the commit); *dst = *src (the sampled token handed to the next
  * step's embedding). */
-__global__ void position_commit(int32_t *pos) { *pos += 1; }
+/* Launched programmatically (pdl=1), it first lets its dependent (the head) launch, whose own wait
+ * then waits for this kernel's end, so for the down projection before it too. Without a
+ * programmatic launch both instructions are no-ops. */
+__global__ void position_commit(int32_t *pos) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    *pos += 1;
+}
 __global__ void token_copy(int32_t *dst, const int32_t *src) { *dst = *src; }
 
-cudaError_t mc_commit(int32_t *pos, cudaStream_t st) {
-    position_commit<<<1, 1, 0, st>>>(pos);
-    return cudaGetLastError();
+cudaError_t mc_commit(int32_t *pos, bool pdl, cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(1);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, position_commit, pos);
 }
 
 __global__ void stall_kernel(uint32_t us) {
