@@ -112,6 +112,15 @@ def analyse(path, top, out=sys.stdout):
     span = sum(spans) / n / 1e3
     print('graph %d: %d replays of %d kernels; span %.1f us a token (%.1f tok/s if nothing else ran)' %
           (gid, n, len(reps[0]), span, 1e6 / span if span else 0), file=out)
+    # from one replay's last end to the next one's first start (what a token costs outside its
+    # span: the host's hand-over, kernels outside the graph); gaps over 200 us (a repetition's
+    # restore, the timed loop's end) are left out
+    order = sorted(reps, key=lambda ks: ks[0][0])
+    gaps = sorted(b[0][0] - max(k[1] for k in a) for a, b in zip(order, order[1:]))
+    gaps = [g for g in gaps if g < 200000]
+    if gaps:
+        print('between replays: median %.2f us, mean %.2f us (%d gaps under 200 us)' %
+              (gaps[len(gaps) // 2] / 1e3, sum(gaps) / len(gaps) / 1e3, len(gaps)), file=out)
     print('%10s %8s %10s  %s' % ('cost us', 'x/token', 'dur us', 'kernel <<<grid,block>>>'), file=out)
     rows = []
     for key in sorted(cost, key=lambda k: -cost[k])[:top]:
