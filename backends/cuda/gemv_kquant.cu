@@ -454,6 +454,8 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
 /* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
  * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
 __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
+    /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= emb.cols)
         return;

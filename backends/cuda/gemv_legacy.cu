@@ -895,6 +895,8 @@ cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const fl
 /* Per token: reads *token and one row's blocks; writes x (cols floats): each element decoded as
  * memra/quant.h does, times scale (one rounding) unless scale is 1. */
 __global__ void embed_legacy(const mc_matrix emb, const int32_t *token, float scale, float *x) {
+    /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     int32_t t = *token;
     if (t < 0 || (uint32_t)t >= emb.rows)
         t = 0;

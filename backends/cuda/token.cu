@@ -8,6 +8,8 @@ MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_token)
 /* Per token: reads *token and one embedding row (cols elements); writes x (cols floats): the row
  * times scale (gemma3's sqrt(n_embd); 1 elsewhere, which leaves every value's bits). */
 __global__ void embed_row(const mc_matrix emb, const int32_t *token, float scale, float *x) {
+    /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     int32_t t = *token;
     if (t < 0 || (uint32_t)t >= emb.rows)
         t = 0;
