@@ -224,12 +224,15 @@ __device__ __forceinline__ void mc_rows_store_pre(const float (&d)[N], const flo
     }
 
 /* The launch attributes after the `n` a launcher set itself: programmatic stream serialization
- * when the arm's pdl key is 1. */
-static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, const mc_config *c) {
+ * when pdl (mc_launch_attrs: when the arm's pdl key is 1). */
+static inline void mc_launch_attrs_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, bool pdl) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     cfg->attrs = attr;
-    cfg->numAttrs = n + (c->pdl ? 1 : 0);
+    cfg->numAttrs = n + (pdl ? 1 : 0);
+}
+static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, const mc_config *c) {
+    mc_launch_attrs_pdl(cfg, attr, n, c->pdl != 0);
 }
 
 /* Per kernel file: the census family of one of its kernels (NULL if not its own), and the device

@@ -297,10 +297,7 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     lc.blockDim = dim3(MC_MAX_THREADS);
     lc.stream = st;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = attr;
-    lc.numAttrs = pdl ? 1 : 0;
+    mc_launch_attrs_pdl(&lc, attr, 0, pdl);
     cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
                                        token_out, result);
     if (e != cudaSuccess || greedy)

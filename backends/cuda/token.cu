@@ -105,10 +105,7 @@ cudaError_t mc_commit(int32_t *pos, bool pdl, cudaStream_t st) {
     cfg.blockDim = dim3(1);
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    mc_launch_attrs_pdl(&cfg, attr, 0, pdl);
     return cudaLaunchKernelEx(&cfg, position_commit, pos);
 }
 
