@@ -87,16 +87,16 @@ cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t 
     return cudaGetLastError();
 }
 
-/* Per stage and token: *pos += 1 (the commit); *dst = *src (the sampled token handed to the next
- * step's embedding). */
-/* Launched programmatically (pdl=1), it first lets its dependent (the head) launch, whose own wait
- * then waits for this kernel's end, so for the down projection before it too. Without a
- * programmatic launch both instructions are no-ops. */
+/* Per stage and token: *pos += 1 (the commit). Launched programmatically (pdl=1), it first lets
+ * its dependent (the head) launch, whose own wait then waits for this kernel's end, so for the
+ * down projection's before it too; without a programmatic launch both instructions are no-ops. */
 __global__ void position_commit(int32_t *pos) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
     *pos += 1;
 }
+/* *dst = *src: the sampled token handed to the next step's embedding where the stages run on
+ * several streams (with one stage the sampler writes it in place: mc_stage_body). */
 __global__ void token_copy(int32_t *dst, const int32_t *src) { *dst = *src; }
 
 cudaError_t mc_commit(int32_t *pos, bool pdl, cudaStream_t st) {
