@@ -189,7 +189,7 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
         }
         /* the generated steps in one windowed pass: with the arm's window=W (default 1) up to W
          * steps are in flight, each reading the token its predecessor sampled on the device */
-        gen_check gc = {.first = first, .record = r == 0, .rep = r + 1, .prime = ba->prime, .mismatch = false};
+        gen_check gc = {.first = first, .record = r == 0, .rep = r + 1, .prime = ba->prime};
         double t0 = cli_now();
         if (memra_arm_run(work, NULL, 0, ba->n_gen, &greedy, NULL, gen_step, &gc, &err) != MEMRA_OK) {
             if (gc.mismatch) {
@@ -199,7 +199,9 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
                           r + 1, (long long)gc.got, gc.at, (long long)gc.want, ba->arm);
                 goto out;
             }
-            memra_error_prefix(&err, "repetition %u", r + 1);
+            /* memra_arm_run names the step (0 = the first generated one, at position --prime) */
+            memra_error_prefix(&err, "repetition %u, generating positions %u..%u", r + 1, ba->prime,
+                               ba->prime + ba->n_gen - 1);
             goto fail;
         }
         double dt = cli_now() - t0;

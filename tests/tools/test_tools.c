@@ -550,6 +550,13 @@ Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {
                  "--reps", "3", NULL);
     EXPECT(r, 0, out, "tok/s");
     tool_result_free(&r);
+    /* a generated step that fails is named with the repetition and its positions (the backend
+     * refuses its 37th step: the prefix's 16, the prompt's 16, then generated step 4) */
+    r = tool_run("memra", "bench", "--preset", "tiny", "--backend", "faulty:max_steps=36", "--prime", "16", "-n", "8",
+                 "--reps", "1", "--warmup", "0", NULL);
+    EXPECT(r, 3, err, "memra bench: repetition 1, generating positions 16..23");
+    cr_assert_not_null(strstr(r.err, "step 4 begin"), "%s", r.err);
+    tool_result_free(&r);
 }
 
 /* The cuda backend's arm options are checked before any device is asked for, so a bad value is a
