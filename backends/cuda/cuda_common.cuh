@@ -261,6 +261,10 @@ cudaError_t mc_gemv_q8_prepare(void);
 /* mc_gemv_post (cuda_kernels.h) on the integer Q8_0 kernel, where it serves w. */
 cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
                             cudaStream_t st);
+/* postnorm=prologue (mc_gemv_pro, cuda_kernels.h) on the integer Q8_0 kernel. */
+bool mc_gemv_q8_pro_serves(const mc_config *c, const mc_matrix *w, int glu);
+cudaError_t mc_gemv_q8_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,
+                           const float *norm_w, float eps, float *y, cudaStream_t st);
 /* The column parts (KS) of a GEMV of `rows` rows: the float row-group kernels' (gemv.cu) and the
  * integer Q8_0 kernel's (gemv_q8.cu); a function of the row count alone. The chunk kernels
  * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */

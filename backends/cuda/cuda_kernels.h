@@ -57,7 +57,7 @@ enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
-enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH };
+enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH, MC_POSTNORM_PROLOGUE };
 /* The blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto (the qblock key, issue 27):
  * MC_QBLOCK_AUTO, blocks of 4 warps (several a multiprocessor) for narrow matrices (cols <=
  * MC_QBLOCK_COLS) whose 16-warp grid leaves multiprocessors idle, 16 warps elsewhere;
@@ -141,8 +141,10 @@ typedef struct mc_config {
                          * value rounded to nearest even as it is written, as the cpu backend's kv key) */
     uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */
     uint32_t postnorm;  /* gemma3's post norms (and their residual add): MC_POSTNORM_FUSED (in the last block of
-                         * the GEMV that writes their input: mc_gemv_post) or MC_POSTNORM_LAUNCH (a launch of
-                         * their own, mc_op_rmsnorm_add). The same bits */
+                         * the GEMV that writes their input: mc_gemv_post), MC_POSTNORM_LAUNCH (a launch of
+                         * their own, mc_op_rmsnorm_add) or MC_POSTNORM_PROLOGUE (in every block of the GEMVs
+                         * that read their output: mc_gemv_pro; fused where one of those lacks it). The
+                         * same bits */
     uint32_t chunk;     /* a prefill chunk's integer GEMVs: MC_CHUNK_MMA (Q8_0 and the K-quants on tensor
                          * cores), MC_CHUNK_FMA, MC_CHUNK_MMA_KQ (= MMA), MC_CHUNK_MMA_Q8, MC_CHUNK_MMA_OPT: the
                          * same bits */
@@ -185,6 +187,28 @@ typedef struct mc_post_args {
 } mc_post_args;
 cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
                          cudaStream_t st);
+/* postnorm=prologue (gemma3's post norms in the GEMV that reads their output): the GEMV's x is
+ * x_new = x + RMSNorm(po) * w (mc_op_rmsnorm_add's operations in mc_rmsnorm_add_regs's order, so the
+ * bits of postnorm=fused and launch), computed by every block after its wait into shared memory;
+ * the first block also stores x_new to out (another buffer than x: the launch's other blocks still
+ * read x), unless out is NULL (a second GEMV on the same input). n = the GEMV's columns, at most
+ * MC_PRO_COLS. */
+#define MC_PRO_COLS 1024u
+typedef struct mc_pro_args {
+    const float *po; /* the producer GEMV's output (n floats) */
+    const float *x;  /* the residual stream before the add (n floats) */
+    const float *w;  /* the post norm's weights (n floats) */
+    float *out;      /* x_new, stored by block 0 (or NULL) */
+    float eps;
+} mc_pro_args;
+/* Whether mc_gemv_pro (or mc_gemv_glu_pro) runs w with glu and a norm: the kernel mc_gemv would
+ * choose has the prologue (the narrow Q4_0..Q5_1 forms, the integer Q8_0 kernel), and w's
+ * columns are at most MC_PRO_COLS. A function of the keys and the shapes. */
+bool mc_gemv_pro_serves(const mc_config *c, const mc_matrix *w, int glu);
+/* mc_gemv / mc_gemv_glu (no bias, no residual) with the prologue: y = W RMSNorm(x_new) (glu none)
+ * or the GLU of it; cudaErrorInvalidValue where mc_gemv_pro_serves says no. */
+cudaError_t mc_gemv_pro(const mc_config *c, const mc_matrix *w, const mc_pro_args *pro, const float *norm_w, float eps,
+                        int glu, float *y, cudaStream_t st);
 /* Readies the GEMV kernels on the current device (the multiprocessor count, the Q8_0 kernels'
  * shared-memory limit): once per device, outside any graph capture (the launchers do it lazily
  * too). */

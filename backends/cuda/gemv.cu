@@ -400,6 +400,25 @@ cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x,
     return mc_gemv_typed<0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
 }
 
+bool mc_gemv_pro_serves(const mc_config *c, const mc_matrix *w, int glu) {
+    switch (w->type) { /* the kernel mc_gemv would choose */
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1: return mc_gemv_legacy_pro_serves(c, w, glu);
+    case MEMRA_TYPE_Q8_0: return mc_gemv_q8_pro_serves(c, w, glu);
+    default: return false;
+    }
+}
+
+cudaError_t mc_gemv_pro(const mc_config *c, const mc_matrix *w, const mc_pro_args *pro, const float *norm_w, float eps,
+                        int glu, float *y, cudaStream_t st) {
+    if (!mc_gemv_pro_serves(c, w, glu))
+        return cudaErrorInvalidValue;
+    return w->type == MEMRA_TYPE_Q8_0 ? mc_gemv_q8_pro(c, glu, w, pro, norm_w, eps, y, st)
+                                      : mc_gemv_legacy_pro(c, glu, w, pro, norm_w, eps, y, st);
+}
+
 cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                            float *y, cudaStream_t st) {
     return mc_gemv_glu(c, w, x, norm_w, eps, MC_GLU_SILU, y, st);

@@ -103,10 +103,10 @@ __device__ __forceinline__ void mc_ll_unpack(const uint4 q, uint32_t qh, uint32_
  * runs too) into xq: the three planes' halves and, from half 0, the planes' integer sums and the
  * scale (NaN for a non-finite block). Every staging loop of this file runs these two: the same x'
  * and sums whichever thread stages a block. */
-template <int NORM>
+template <int NORM, bool SM = false>
 __device__ __forceinline__ void mc_ll_load16(const float *x, const float *norm_w, uint32_t c, uint32_t half,
                                              float (&v)[16], float &ss) {
-    mc_q8x_load16<NORM>(x, norm_w, (size_t)c * 32 + 16 * half, v, ss);
+    mc_q8x_load16<NORM, 1, SM>(x, norm_w, (size_t)c * 32 + 16 * half, v, ss);
 }
 
 __device__ __forceinline__ void mc_ll_quant16(const float (&v)[16], uint32_t pair, uint32_t c, uint32_t half,
@@ -422,10 +422,10 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
 
 static_assert(MC_QBLOCK_COLS <= 32 * 8 * 16, "the narrow forms' x: one half block a thread of the first 8 warps");
 
-template <uint32_t T, int GLU, int NORM, int KS, int M>
+template <uint32_t T, int GLU, int NORM, int KS, int M, bool PRO = false>
 __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const float *x, const float *norm_w,
                                                         float eps, const float *bias, const float *residual, float *y,
-                                                        uint32_t n_groups) {
+                                                        uint32_t n_groups, const mc_pro_args *pro = NULL) {
     constexpr uint32_t W = MC_LL_WARPS;
     constexpr bool MX = (M & 1) != 0, MR = (M & 2) != 0 && KS > 1 && !(GLU != MC_GLU_NONE && KS == 4);
     constexpr uint32_t RPW = MR ? MC_GEMV_ROWS / KS : MC_GEMV_ROWS, NP = MR ? KS : 1;
@@ -474,6 +474,15 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
     if (total > 0)
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
+        __shared__ __align__(16) float xpro[MC_PRO_COLS];
+        __shared__ float ppro[MC_PRO_COLS];
+        mc_pro_stage(*pro, w.cols, xpro, ppro);
+        x = xpro;
+    }
+    /* x's loads: from shared memory under PRO, else through the read-only path */
+    auto xld = [&](size_t i) { return PRO ? x[i] : __ldg(x + i); };
+    auto xld4 = [&](size_t i) { return PRO ? *(const float4 *)(x + i) : __ldg((const float4 *)(x + i)); };
 
     float ss = 0.0f;
     if constexpr (MX) {
@@ -484,7 +493,7 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
 #pragma unroll
         for (uint32_t r = 0; r < XR; r++) {
             const uint32_t b = warp + W * r;
-            v[r] = b < nb ? __ldg(x + 32 * b + lane) : 0.0f;
+            v[r] = b < nb ? xld(32 * b + lane) : 0.0f;
             if (NORM && b < nb)
                 v[r] *= __ldg(norm_w + 32 * b + lane);
         }
@@ -493,7 +502,7 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
         if (sqs)
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++)
-                sq[i] = __ldg((const float4 *)(x + (size_t)tid * 16) + i);
+                sq[i] = xld4((size_t)tid * 16 + 4 * i);
 #pragma unroll
         for (uint32_t r = 0; r < XR; r++) {
             const uint32_t b = warp + W * r;
@@ -526,7 +535,7 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
             const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
             const uint32_t c = c2 >> 1, half = c2 & 1;
             float v[16];
-            mc_ll_load16<NORM>(x, norm_w, c, half, v, ss);
+            mc_ll_load16<NORM, PRO>(x, norm_w, c, half, v, ss);
             mc_ll_quant16(v, pair, c, half, xq);
         }
     }
@@ -666,6 +675,16 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     gemv_legacy_narrow_body<T, GLU, NORM, KS, M>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
+/* postnorm=prologue on the narrow forms: x_new = x + RMSNorm(po) * post_w first (mc_pro_stage), then
+ * the kernel with its norm. Per call: what gemv_legacy_narrow reads and writes, and po, x, post_w
+ * (cols floats each, from L2), x_new (cols floats, by the first block). */
+template <uint32_t T, int GLU, int KS, int M>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy_narrow_pro(const mc_matrix w, const mc_pro_args pro, const float *norm_w, float eps, float *y,
+                           uint32_t n_groups) {
+    gemv_legacy_narrow_body<T, GLU, 1, KS, M, true>(w, pro.x, norm_w, eps, NULL, NULL, y, n_groups, &pro);
+}
+
 /* postnorm=fused on the narrow forms (as gemv_legacy_post). */
 template <uint32_t T, int KS, int M>
 __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
@@ -700,6 +719,11 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
                               MC_LL_NARROW_K(F, T, 1, 1) MC_LL_NARROW_K(F, T, 2, 0) MC_LL_NARROW_K(F, T, 2, 1)
 #define MC_LL_NARROW_EACH(F) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q4_0) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q4_1) \
                              MC_LL_NARROW_GN(F, MEMRA_TYPE_Q5_0) MC_LL_NARROW_GN(F, MEMRA_TYPE_Q5_1)
+/* the postnorm=prologue kernels: (T, GLU none or GELU, KS, M) as the narrow forms' */
+#define MC_LL_PRO_G(F, T, G) F(T, G, 1, 1) F(T, G, 2, 1) F(T, G, 2, 2) F(T, G, 2, 3) F(T, G, 4, 1) F(T, G, 4, 2) F(T, G, 4, 3)
+#define MC_LL_PRO_T(F, T) MC_LL_PRO_G(F, T, 0) MC_LL_PRO_G(F, T, 2)
+#define MC_LL_PRO_EACH(F) MC_LL_PRO_T(F, MEMRA_TYPE_Q4_0) MC_LL_PRO_T(F, MEMRA_TYPE_Q4_1) \
+                          MC_LL_PRO_T(F, MEMRA_TYPE_Q5_0) MC_LL_PRO_T(F, MEMRA_TYPE_Q5_1)
 #define MC_LL_NARROW_POST_T(F, T) F(T, 1, 1) F(T, 2, 1) F(T, 2, 2) F(T, 2, 3) F(T, 4, 1) F(T, 4, 2) F(T, 4, 3)
 #define MC_LL_NARROW_POST_EACH(F) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q4_0) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q4_1) \
                                   MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q5_0) MC_LL_NARROW_POST_T(F, MEMRA_TYPE_Q5_1)
@@ -768,7 +792,15 @@ static uint32_t mc_ll_narrow(const mc_config *c, const mc_matrix *w, int qd, uin
 template <uint32_t T, int GLU, int NORM, int KS, int M>
 static cudaError_t mc_ll_narrow_go(const cudaLaunchConfig_t *cfg, const mc_matrix *w, const float *x,
                                    const float *norm_w, float eps, const float *bias, const float *residual, float *y,
-                                   uint32_t n_groups, const mc_post_args *pn) {
+                                   uint32_t n_groups, const mc_post_args *pn, const mc_pro_args *pro = NULL) {
+    if (pro) { /* postnorm=prologue: a norm, no bias or residual, GLU none or GELU (gemma3) */
+        if constexpr (NORM == 1 && GLU != MC_GLU_SILU)
+            return bias || residual ? cudaErrorInvalidValue
+                                    : cudaLaunchKernelEx(cfg, gemv_legacy_narrow_pro<T, GLU, KS, M>, *w, *pro, norm_w,
+                                                         eps, y, n_groups);
+        else
+            return cudaErrorInvalidValue;
+    }
     if (pn)
         return cudaLaunchKernelEx(cfg, gemv_legacy_narrow_post<T, KS, M>, *w, x, y, n_groups, *pn);
     return cudaLaunchKernelEx(cfg, gemv_legacy_narrow<T, GLU, NORM, KS, M>, *w, x, norm_w, eps, bias, residual, y,
@@ -780,7 +812,7 @@ static cudaError_t mc_ll_narrow_go(const cudaLaunchConfig_t *cfg, const mc_matri
 template <uint32_t T, int GLU, int NORM, int KS, int QD>
 static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                 const float *bias, const float *residual, float *y, cudaStream_t st,
-                                const mc_post_args *pn = NULL) {
+                                const mc_post_args *pn = NULL, const mc_pro_args *pro = NULL) {
     cudaError_t e = mc_gemv_prepare();
     int dev = 0;
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
@@ -799,15 +831,15 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
     const uint32_t nm = small ? 0 : mc_ll_narrow(c, w, QD, KS);
-    if (pn && (GLU != MC_GLU_NONE || NORM))
-        e = cudaErrorInvalidValue;
+    if ((pn && (GLU != MC_GLU_NONE || NORM)) || (pro && (!nm || pn)))
+        e = cudaErrorInvalidValue; /* the prologue only on the narrow forms (mc_gemv_pro_serves) */
     else if (nm) {
         if constexpr (QD && KS == 1)
-            e = mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn);
+            e = mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn, pro);
         else if constexpr (QD)
-            e = nm == 1   ? mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn)
-                : nm == 2 ? mc_ll_narrow_go<T, GLU, NORM, KS, 2>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn)
-                          : mc_ll_narrow_go<T, GLU, NORM, KS, 3>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn);
+            e = nm == 1   ? mc_ll_narrow_go<T, GLU, NORM, KS, 1>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn, pro)
+                : nm == 2 ? mc_ll_narrow_go<T, GLU, NORM, KS, 2>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn, pro)
+                          : mc_ll_narrow_go<T, GLU, NORM, KS, 3>(&cfg, w, x, norm_w, eps, bias, residual, y, n_groups, pn, pro);
         else
             e = cudaErrorInvalidValue; /* never: mc_ll_narrow is 0 under qdot=float */
     } else if (pn && small)
@@ -857,6 +889,53 @@ static cudaError_t mc_ll_glu(const mc_config *c, const mc_matrix *w, const float
     case MEMRA_TYPE_Q5_1: return mc_ll_typed<MEMRA_TYPE_Q5_1, GLU>(c, w, x, norm_w, eps, bias, residual, y, st);
     default: return cudaErrorInvalidValue;
     }
+}
+
+/* postnorm=prologue: the narrow forms with a norm (mc_gemv_legacy_pro_serves). */
+template <uint32_t T, int GLU>
+static cudaError_t mc_ll_pro_typed(const mc_config *c, const mc_matrix *w, const mc_pro_args *pro, const float *norm_w,
+                                   float eps, float *y, cudaStream_t st) {
+    switch (mc_ll_ksplit(w->rows)) {
+    case 1: return mc_ll_launch<T, GLU, 1, 1, 1>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
+    case 2: return mc_ll_launch<T, GLU, 1, 2, 1>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
+    default: return mc_ll_launch<T, GLU, 1, 4, 1>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
+    }
+}
+
+template <int GLU>
+static cudaError_t mc_ll_pro_glu(const mc_config *c, const mc_matrix *w, const mc_pro_args *pro, const float *norm_w,
+                                 float eps, float *y, cudaStream_t st) {
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_0: return mc_ll_pro_typed<MEMRA_TYPE_Q4_0, GLU>(c, w, pro, norm_w, eps, y, st);
+    case MEMRA_TYPE_Q4_1: return mc_ll_pro_typed<MEMRA_TYPE_Q4_1, GLU>(c, w, pro, norm_w, eps, y, st);
+    case MEMRA_TYPE_Q5_0: return mc_ll_pro_typed<MEMRA_TYPE_Q5_0, GLU>(c, w, pro, norm_w, eps, y, st);
+    case MEMRA_TYPE_Q5_1: return mc_ll_pro_typed<MEMRA_TYPE_Q5_1, GLU>(c, w, pro, norm_w, eps, y, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* Whether mc_gemv_legacy_pro runs w: a Q4_0..Q5_1 matrix of at most MC_PRO_COLS columns on a narrow
+ * form (qdot=auto, qblock=16x, 16r or 16xr, mc_ll_narrow not 0 at w's column split), GLU none or
+ * GELU. A function of the keys and the shapes (qblock=auto and 4 may choose the small blocks by the
+ * device's multiprocessor count: no prologue there). */
+bool mc_gemv_legacy_pro_serves(const mc_config *c, const mc_matrix *w, int glu) {
+    if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_PRO_COLS || !w->aux)
+        return false;
+    if (glu != MC_GLU_NONE && glu != MC_GLU_GELU)
+        return false;
+    if (glu != MC_GLU_NONE && w->rows % 2)
+        return false;
+    if (c->qdot != MC_QDOT_AUTO || c->qblock < MC_QBLOCK_16X)
+        return false;
+    return mc_ll_narrow(c, w, 1, mc_ll_ksplit(w->rows)) != 0;
+}
+
+cudaError_t mc_gemv_legacy_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,
+                               const float *norm_w, float eps, float *y, cudaStream_t st) {
+    if (!pro || !pro->po || !pro->x || !pro->w || !norm_w || !mc_gemv_legacy_pro_serves(c, w, glu))
+        return cudaErrorInvalidValue;
+    return glu == MC_GLU_GELU ? mc_ll_pro_glu<MC_GLU_GELU>(c, w, pro, norm_w, eps, y, st)
+                              : mc_ll_pro_glu<MC_GLU_NONE>(c, w, pro, norm_w, eps, y, st);
 }
 
 cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
@@ -940,6 +1019,9 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_LL_ROW_NARROW_POST(T, K, M) {(const void *)gemv_legacy_narrow_post<T, K, M>, "gemv_postnorm"},
                             MC_LL_NARROW_POST_EACH(MC_LL_ROW_NARROW_POST)
 #undef MC_LL_ROW_NARROW_POST
+#define MC_LL_ROW_PRO(T, G, K, M) {(const void *)gemv_legacy_narrow_pro<T, G, K, M>, (G) ? "gemv_prologue_glu" : "gemv_prologue"},
+                                MC_LL_PRO_EACH(MC_LL_ROW_PRO)
+#undef MC_LL_ROW_PRO
             {(const void *)embed_legacy, "embed"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

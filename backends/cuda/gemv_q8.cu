@@ -35,10 +35,10 @@
 __host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
 
 /* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post below), called by every thread of the block. */
-template <int SWIGLU, int NORM, int KS, int WARPS>
+template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false>
 __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                    const float *bias, const float *residual, float *y,
-                                                   uint32_t n_groups) {
+                                                   uint32_t n_groups, const mc_pro_args *pro = NULL) {
     extern __shared__ __align__(16) unsigned char q8sm[];
     __shared__ float red[2][WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_Q8X_WARPS];
@@ -75,6 +75,12 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     if (total > 0)
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
+        __shared__ __align__(16) float xpro[MC_PRO_COLS];
+        __shared__ float ppro[MC_PRO_COLS];
+        mc_pro_stage(*pro, w.cols, xpro, ppro);
+        x = xpro;
+    }
     float ss = 0.0f;
     /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
     auto stage = [&](uint32_t c, float (&v)[16]) {
@@ -90,9 +96,9 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     for (uint32_t c = tid; c < nch; c += 2 * blockDim.x) {
         const uint32_t c1 = c + blockDim.x;
         float v0[16], v1[16];
-        mc_q8x_raw16(x, (size_t)c * 16, v0);
+        mc_q8x_raw16<PRO>(x, (size_t)c * 16, v0);
         if (c1 < nch)
-            mc_q8x_raw16(x, (size_t)c1 * 16, v1);
+            mc_q8x_raw16<PRO>(x, (size_t)c1 * 16, v1);
         stage(c, v0);
         if (c1 < nch)
             stage(c1, v1);
@@ -101,7 +107,8 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         for (uint32_t c = tid; c < nch; c += 32 * MC_Q8X_WARPS)
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {
-                const float4 a = __ldg((const float4 *)(x + (size_t)c * 16) + i);
+                const float4 a = PRO ? ((const float4 *)(x + (size_t)c * 16))[i]
+                                     : __ldg((const float4 *)(x + (size_t)c * 16) + i);
                 ss = fmaf(a.x, a.x, ss);
                 ss = fmaf(a.y, a.y, ss);
                 ss = fmaf(a.z, a.z, ss);
@@ -210,6 +217,16 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int_body<SWIGLU, NORM, KS, WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
+/* postnorm=prologue (mc_gemv_pro): x_new = x + RMSNorm(po) * post_w first (mc_pro_stage), then the
+ * kernel with its norm (no bias or residual). Per call: what gemv_q8_0_int reads and writes, and
+ * po, x, post_w (cols floats each, from L2), x_new (cols floats, by the first block). */
+template <int SWIGLU, int KS, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+    gemv_q8_0_int_pro(const mc_matrix w, const mc_pro_args pro, const float *norm_w, float eps, float *y,
+                      uint32_t n_groups) {
+    gemv_q8_0_int_body<SWIGLU, 1, KS, WARPS, true>(w, pro.x, norm_w, eps, NULL, NULL, y, n_groups, &pro);
+}
+
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
  * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
  * gemv_q8_0_int reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
@@ -247,6 +264,9 @@ static uint32_t mc_q8x_warps(const mc_config *c) { return c->q8 == MC_Q8_AUTO ? 
     F(1, 0, 1, W) F(1, 0, 2, W) F(1, 0, 4, W) F(1, 1, 1, W) F(1, 1, 2, W) F(1, 1, 4, W) \
     F(2, 0, 1, W) F(2, 0, 2, W) F(2, 0, 4, W) F(2, 1, 1, W) F(2, 1, 2, W) F(2, 1, 4, W)
 #define MC_Q8X_EACH(F) MC_Q8X_EACH_W(F, 8) MC_Q8X_EACH_W(F, 16)
+/* the postnorm=prologue kernels: (GLU none or GELU, KS, warps) */
+#define MC_Q8X_PRO_W(F, W) F(0, 1, W) F(0, 2, W) F(0, 4, W) F(2, 1, W) F(2, 2, W) F(2, 4, W)
+#define MC_Q8X_PRO_EACH(F) MC_Q8X_PRO_W(F, 8) MC_Q8X_PRO_W(F, 16)
 // clang-format on
 
 cudaError_t mc_gemv_q8_prepare(void) {
@@ -257,6 +277,12 @@ cudaError_t mc_gemv_q8_prepare(void) {
         return e;
     MC_Q8X_EACH(MC_Q8X_SET)
 #undef MC_Q8X_SET
+#define MC_Q8X_SET_PRO(S, K, W)                                                                                        \
+    if ((e = cudaFuncSetAttribute(gemv_q8_0_int_pro<S, K, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,             \
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)                                               \
+        return e;
+    MC_Q8X_PRO_EACH(MC_Q8X_SET_PRO)
+#undef MC_Q8X_SET_PRO
     static const void *const posts[] = {(const void *)gemv_q8_0_int_post<1, 8>,  (const void *)gemv_q8_0_int_post<2, 8>,
                                         (const void *)gemv_q8_0_int_post<4, 8>,  (const void *)gemv_q8_0_int_post<1, 16>,
                                         (const void *)gemv_q8_0_int_post<2, 16>, (const void *)gemv_q8_0_int_post<4, 16>};
@@ -273,7 +299,7 @@ cudaError_t mc_gemv_q8_prepare(void) {
 template <int SWIGLU, int NORM, int KS, int WARPS>
 static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                             const float *bias, const float *residual, float *y, cudaStream_t st,
-                            const mc_post_args *pn = NULL) {
+                            const mc_post_args *pn = NULL, const mc_pro_args *pro = NULL) {
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess)
         return e;
@@ -294,7 +320,14 @@ static cudaError_t mc_q8x_t(const mc_config *c, const mc_matrix *w, const float 
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    if (pn && SWIGLU == 0 && NORM == 0)
+    if (pro) {
+        if constexpr (NORM == 1 && SWIGLU != 1)
+            e = pn || bias || residual ? cudaErrorInvalidValue
+                                       : cudaLaunchKernelEx(&cfg, gemv_q8_0_int_pro<SWIGLU, KS, WARPS>, *w, *pro, norm_w,
+                                                            eps, y, n_groups);
+        else
+            e = cudaErrorInvalidValue;
+    } else if (pn && SWIGLU == 0 && NORM == 0)
         e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_post<KS, WARPS>, *w, x, y, n_groups, *pn);
     else if (pn)
         e = cudaErrorInvalidValue;
@@ -313,11 +346,11 @@ uint32_t mc_q8x_ksplit(uint32_t rows) { return mc_ksplit_fill(rows); }
 template <int SWIGLU, int NORM, int WARPS>
 static cudaError_t mc_q8x_w(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                             const float *bias, const float *residual, float *y, cudaStream_t st,
-                            const mc_post_args *pn) {
+                            const mc_post_args *pn, const mc_pro_args *pro = NULL) {
     switch (mc_q8x_ksplit(w->rows)) {
-    case 1: return mc_q8x_t<SWIGLU, NORM, 1, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
-    case 2: return mc_q8x_t<SWIGLU, NORM, 2, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
-    default: return mc_q8x_t<SWIGLU, NORM, 4, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn);
+    case 1: return mc_q8x_t<SWIGLU, NORM, 1, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn, pro);
+    case 2: return mc_q8x_t<SWIGLU, NORM, 2, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn, pro);
+    default: return mc_q8x_t<SWIGLU, NORM, 4, WARPS>(c, w, x, norm_w, eps, bias, residual, y, st, pn, pro);
     }
 }
 
@@ -334,6 +367,24 @@ cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float 
     if (!mc_gemv_q8_serves(c, w) || !pn)
         return cudaErrorInvalidValue;
     return mc_q8x_any<0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
+}
+
+/* postnorm=prologue: the integer kernel with its norm (GLU none or GELU) and the prologue. */
+bool mc_gemv_q8_pro_serves(const mc_config *c, const mc_matrix *w, int glu) {
+    return mc_gemv_q8_serves(c, w) && w->cols <= MC_PRO_COLS && (glu == MC_GLU_NONE || glu == MC_GLU_GELU) &&
+           (glu == MC_GLU_NONE || w->rows % 2 == 0);
+}
+
+cudaError_t mc_gemv_q8_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,
+                           const float *norm_w, float eps, float *y, cudaStream_t st) {
+    if (!pro || !pro->po || !pro->x || !pro->w || !norm_w || !mc_gemv_q8_pro_serves(c, w, glu))
+        return cudaErrorInvalidValue;
+    const bool w16 = mc_q8x_warps(c) == 16;
+    if (glu == MC_GLU_GELU)
+        return w16 ? mc_q8x_w<MC_GLU_GELU, 1, 16>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro)
+                   : mc_q8x_w<MC_GLU_GELU, 1, 8>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
+    return w16 ? mc_q8x_w<0, 1, 16>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro)
+               : mc_q8x_w<0, 1, 8>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
 }
 
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
@@ -365,6 +416,9 @@ const char *mc_gemv_q8_family(const void *f) {
         {(const void *)gemv_q8_0_int_post<1, 16>, "gemv_postnorm"},
         {(const void *)gemv_q8_0_int_post<2, 16>, "gemv_postnorm"},
         {(const void *)gemv_q8_0_int_post<4, 16>, "gemv_postnorm"},
+#define MC_Q8X_ROW_PRO(S, K, W) {(const void *)gemv_q8_0_int_pro<S, K, W>, (S) ? "gemv_prologue_glu" : "gemv_prologue"},
+        MC_Q8X_PRO_EACH(MC_Q8X_ROW_PRO)
+#undef MC_Q8X_ROW_PRO
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -41,6 +41,10 @@ cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const fl
                                 const mc_post_args *pn, cudaStream_t st);
 cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
                                 const mc_post_args *pn, cudaStream_t st);
+/* postnorm=prologue (cuda_kernels.h's mc_gemv_pro) on the family's narrow forms. */
+bool mc_gemv_legacy_pro_serves(const mc_config *c, const mc_matrix *w, int glu);
+cudaError_t mc_gemv_legacy_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,
+                               const float *norm_w, float eps, float *y, cudaStream_t st);
 
 /* x = scale * row `*token` of the embedding matrix, dequantized exactly as memra/quant.h does
  * (then times scale, one rounding; scale 1 leaves the row's bits); a token out of range gives

@@ -73,10 +73,11 @@ MC_Q8X_HD float mc_q8x_scale(float amax, int finite) { return finite ? amax / MC
  * and chunk_legacy_mma.cu's chunk preparation run a 32-column block by a lane pair, each lane 16
  * columns, through mc_q8x_load16 and mc_q8x_quant16 below: the same x' and sums).
  * mc_q8x_raw16: the 16 floats x[off ..] into v, as loaded. */
+template <bool SM = false> /* SM: x is in shared memory (postnorm=prologue's x_new): plain loads */
 __device__ __forceinline__ void mc_q8x_raw16(const float *x, size_t off, float (&v)[16]) {
 #pragma unroll
     for (uint32_t i = 0; i < 4; i++) {
-        const float4 a = __ldg((const float4 *)(x + off) + i);
+        const float4 a = SM ? ((const float4 *)(x + off))[i] : __ldg((const float4 *)(x + off) + i);
         v[4 * i] = a.x;
         v[4 * i + 1] = a.y;
         v[4 * i + 2] = a.z;
@@ -106,10 +107,10 @@ __device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, f
     }
 }
 /* mc_q8x_load16: mc_q8x_raw16, then mc_q8x_norm16. */
-template <int NORM, int SS = 1>
+template <int NORM, int SS = 1, bool SM = false>
 __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
                                               float &ss) {
-    mc_q8x_raw16(x, off, v);
+    mc_q8x_raw16<SM>(x, off, v);
     mc_q8x_norm16<NORM, SS>(norm_w, off, v, ss);
 }
 

@@ -11,7 +11,8 @@
  * post-norm weight changed must give another x (so the comparison sees a difference where there is
  * one). qblock (issue 27): the two launches in the 16-warp blocks and the fused one in the 4-warp
  * blocks, and the other way round, must give the same bits; negative control: the fused launch
- * under qdot=float against the two under auto must differ.
+ * under qdot=float against the two under auto must differ. postnorm=prologue (mc_gemv_pro, pro_all
+ * below): the consumer GEMV that computes the post norm itself against the two launches.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -239,6 +240,168 @@ done:
     return bad;
 }
 
+/* postnorm=prologue: mc_gemv_pro on a consumer matrix (rows x cols of type t, a norm, GLU none or
+ * GELU) against the two launches it replaces (mc_op_rmsnorm_add of po onto a copy of x, then
+ * mc_gemv / mc_gemv_glu of that copy): y and x_new (stored by the first block) must be the bits of
+ * the reference, and x unchanged. control 1: one post-norm weight changed in the prologue's launch
+ * (y must then differ). Returns the failures (-1: could not run; -2: mc_gemv_pro_serves says no). */
+static int pro_run(FILE *out, uint32_t t, uint32_t R, uint32_t C, int glu, const char *key, const char *value,
+                   int control, uint64_t seed) {
+    const float eps = 1e-6f;
+    const uint32_t ny = glu ? R / 2 : R;
+    uint64_t s = seed;
+    mc_matrix w;
+    float *h = malloc((size_t)C * 4 * 4), *y1 = malloc((size_t)ny * 4), *y2 = malloc((size_t)ny * 4),
+          *xa = malloc((size_t)C * 4), *xb = malloc((size_t)C * 4), *x0 = malloc((size_t)C * 4);
+    float *dpo = NULL, *dx = NULL, *dxr = NULL, *dxn = NULL, *dpw = NULL, *dpw2 = NULL, *dnw = NULL, *dy1 = NULL,
+          *dy2 = NULL;
+    int bad = -1;
+    const char *tn = memra_tensor_type_name(t);
+    memset(&w, 0, sizeof w);
+    mc_config cfg = mc_config_default;
+    if (!h || !y1 || !y2 || !xa || !xb || !x0 || (key && mc_config_choice(&cfg, key, value) != NULL))
+        goto done;
+    if (pn_matrix(t, R, C, &s, &w) != cudaSuccess)
+        goto done;
+    if (!mc_gemv_pro_serves(&cfg, &w, glu)) {
+        bad = -2;
+        goto done;
+    }
+    float *hpo = h, *hx = h + C, *hpw = h + 2 * C, *hnw = h + 3 * C;
+    for (uint32_t c = 0; c < C; c++) {
+        hpo[c] = 3.0f * mck_sym(&s);
+        hx[c] = 4.0f * mck_sym(&s);
+        hpw[c] = 0.5f + mck_unit(&s);
+        hnw[c] = 0.5f + mck_unit(&s);
+    }
+    if (cudaMalloc((void **)&dpo, (size_t)C * 4) || cudaMalloc((void **)&dx, (size_t)C * 4) ||
+        cudaMalloc((void **)&dxr, (size_t)C * 4) || cudaMalloc((void **)&dxn, (size_t)C * 4) ||
+        cudaMalloc((void **)&dpw, (size_t)C * 4) || cudaMalloc((void **)&dpw2, (size_t)C * 4) ||
+        cudaMalloc((void **)&dnw, (size_t)C * 4) || cudaMalloc((void **)&dy1, (size_t)ny * 4) ||
+        cudaMalloc((void **)&dy2, (size_t)ny * 4))
+        goto done;
+    cudaMemcpy(dpo, hpo, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dxr, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dpw, hpw, (size_t)C * 4, cudaMemcpyHostToDevice);
+    if (control)
+        hpw[C / 3] *= 1.5f;
+    cudaMemcpy(dpw2, hpw, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dnw, hnw, (size_t)C * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dxn, 0xff, (size_t)C * 4);
+    cudaError_t e = mc_op_rmsnorm_add(dpo, dpw, C, eps, dxr, 0);
+    if (e == cudaSuccess)
+        e = glu ? mc_gemv_glu(&cfg, &w, dxr, dnw, eps, glu, dy1, 0) : mc_gemv(&cfg, &w, dxr, dnw, eps, NULL, NULL, dy1, 0);
+    const mc_pro_args pro = {dpo, dx, dpw2, dxn, eps};
+    if (e == cudaSuccess)
+        e = mc_gemv_pro(&cfg, &w, &pro, dnw, eps, glu, dy2, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess && (e = cudaMemcpy(y1, dy1, (size_t)ny * 4, cudaMemcpyDeviceToHost)) == cudaSuccess &&
+        (e = cudaMemcpy(y2, dy2, (size_t)ny * 4, cudaMemcpyDeviceToHost)) == cudaSuccess &&
+        (e = cudaMemcpy(xa, dxr, (size_t)C * 4, cudaMemcpyDeviceToHost)) == cudaSuccess &&
+        (e = cudaMemcpy(xb, dxn, (size_t)C * 4, cudaMemcpyDeviceToHost)) == cudaSuccess)
+        e = cudaMemcpy(x0, dx, (size_t)C * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "prologue %s %ux%u glu %d %s=%s: %s\n", tn, R, C, glu, key ? key : "-", value ? value : "-",
+                    cudaGetErrorString(e));
+        goto done;
+    }
+    bad = 0;
+    if (memcmp(y1, y2, (size_t)ny * 4) != 0) {
+        bad++;
+        if (out && !control)
+            fprintf(out, "prologue %s %ux%u glu %d %s=%s: y differs from the two launches'\n", tn, R, C, glu,
+                    key ? key : "-", value ? value : "-");
+    }
+    if (!control && memcmp(xa, xb, (size_t)C * 4) != 0) {
+        bad++;
+        if (out)
+            fprintf(out, "prologue %s %ux%u: x_new differs from mc_op_rmsnorm_add's\n", tn, R, C);
+    }
+    if (memcmp(x0, hx, (size_t)C * 4) != 0) {
+        bad++;
+        if (out)
+            fprintf(out, "prologue %s %ux%u: the input x changed\n", tn, R, C);
+    }
+done:
+    pn_free(&w);
+    cudaFree(dpo);
+    cudaFree(dx);
+    cudaFree(dxr);
+    cudaFree(dxn);
+    cudaFree(dpw);
+    cudaFree(dpw2);
+    cudaFree(dnw);
+    cudaFree(dy1);
+    cudaFree(dy2);
+    free(h);
+    free(y1);
+    free(y2);
+    free(xa);
+    free(xb);
+    free(x0);
+    return bad;
+}
+
+/* The prologue's cases: the consumer kinds that take it (Q4_0..Q5_1 on the narrow forms, Q8_0 on
+ * the integer kernel in both block sizes), gemma3-270m's q/k/v (1280 and 1536 rows), gate/up (4096,
+ * GELU), v (256) and a head-like shape, gemma3-tiny's, odd column counts of 32; a kind that does
+ * not serve must be refused; two negative controls. */
+static int pro_all(FILE *out, int *checked) {
+    static const uint32_t shapes[][2] = {{1280, 640}, {1536, 640}, {256, 640}, {4096, 640},
+                                         {20000, 640}, {384, 128}, {512, 96}, {640, 1024}};
+    static const struct {
+        uint32_t type;
+        const char *key, *value;
+    } kinds[] = {
+        {MEMRA_QTYPE_Q5_0, "qblock", "16r"},  {MEMRA_QTYPE_Q5_0, "qblock", "16x"}, {MEMRA_QTYPE_Q5_0, "qblock", "16xr"},
+        {MEMRA_QTYPE_Q4_0, "qblock", "16r"},  {MEMRA_QTYPE_Q4_1, "qblock", "16r"}, {MEMRA_QTYPE_Q5_1, "qblock", "16r"},
+        {MEMRA_TYPE_Q8_0, "q8", "auto"},      {MEMRA_TYPE_Q8_0, "q8", "int-8w"},
+    };
+    int bad = 0;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int g = 0; g < 2; g++) {
+                const int glu = g ? MC_GLU_GELU : MC_GLU_NONE;
+                const int b = pro_run(out, kinds[ki].type, shapes[si][0], shapes[si][1], glu, kinds[ki].key,
+                                      kinds[ki].value, 0, 5000 + 100 * ki + 10 * si + g);
+                if (b == -2) { /* at KS 1 the 16r form is the 16-warp kernel: no prologue there */
+                    continue;
+                }
+                if (b < 0)
+                    return -1;
+                bad += b;
+                (*checked)++;
+            }
+    /* refused where the kernel lacks the prologue: a K-quant, more than MC_PRO_COLS columns, qdot=float */
+    const int r1 = pro_run(NULL, MEMRA_QTYPE_Q4_K, 640, 1024, MC_GLU_NONE, NULL, NULL, 0, 9001);
+    const int r2 = pro_run(NULL, MEMRA_TYPE_Q8_0, 640, 2048, MC_GLU_NONE, NULL, NULL, 0, 9002);
+    const int r3 = pro_run(NULL, MEMRA_QTYPE_Q5_0, 1280, 640, MC_GLU_NONE, "qdot", "float", 0, 9003);
+    if (r1 != -2 || r2 != -2 || r3 != -2) {
+        bad++;
+        if (out)
+            fprintf(out, "prologue: a kind without it was not refused (%d %d %d)\n", r1, r2, r3);
+    }
+    (*checked)++;
+    /* negative controls: a changed post-norm weight must change y */
+    static const uint32_t ctl[] = {MEMRA_QTYPE_Q5_0, MEMRA_TYPE_Q8_0};
+    for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+        const int b = pro_run(NULL, ctl[i], 1280, 640, MC_GLU_NONE, NULL, NULL, 1, 9100 + i);
+        if (b < 0)
+            return -1;
+        if (b == 0) {
+            bad++;
+            if (out)
+                fprintf(out, "prologue %s: negative control not caught (a changed post-norm weight gave the same y)\n",
+                        memra_tensor_type_name(ctl[i]));
+        }
+        (*checked)++;
+    }
+    return bad;
+}
+
 int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
     /* (rows, cols): gemma3-tiny's wo and down, gemma3-270m's, KS 2 and KS 1, odd rows */
     static const uint32_t shapes[][2] = {{64, 128},   {64, 192},   {640, 1024}, {640, 2048},
@@ -315,6 +478,10 @@ int memra_cuda_check_post_norm(FILE *out, int *n_checked) {
         }
         checked++;
     }
+    const int pb = pro_all(out, &checked);
+    if (pb < 0)
+        return -1;
+    bad += pb;
     if (n_checked)
         *n_checked = checked;
     return bad;
