@@ -302,6 +302,8 @@ typedef struct mc_stage_state {
     float *op_x, *op_y;       /* with op plugins: a normed input (n_embd), a GEMV's rows before its store */
     float *po;                /* gemma3 (post norms): wo's or down's sum (n_embd; all-reduced with ranks) before
                                * its norm and the residual add */
+    float *x2;                /* gemma3, postnorm=prologue: the residual stream's other buffer (n_embd): a GEMV
+                               * that adds a post norm to x writes x_new here while its blocks still read x */
     float *gu_pair;           /* gate rows then up rows (2 n_ff) where a layer's gate and up differ in type */
     /* A mixture of experts (cuda_forward.cu's mc_moe_ffn): the router's logits (n_expert, then
      * the shared expert's gate), the chosen ids (k) and weights (k, then the shared gate), the

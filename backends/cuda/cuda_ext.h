@@ -84,8 +84,10 @@ extern "C" {
         "postnorm", "fused",                                                                                           \
             "gemma3's post-attention and post-FFN norms with their residual add: fused (in the last block of the "     \
             "output or down GEMV, elected by an integer ticket: two launches a layer fewer; with one rank, the "        \
-            "built-in GEMV and norm) or launch (a launch of their own after the GEMV, as with ranks or an op plugin "  \
-            "there). The same bits either way"                                                                         \
+            "built-in GEMV and norm), launch (a launch of their own after the GEMV, as with ranks or an op plugin "    \
+            "there) or prologue (computed again by every block of the GEMVs that read their output: the narrow "      \
+            "Q4_0..Q5_1 and the integer Q8_0 GEMVs, e.g. gemma3's q/k/v, gate/up and head; one stage, one rank, no "  \
+            "taps or op plugins; fused where a reader lacks it). The same bits every way"                              \
     },                                                                                                                 \
     {                                                                                                                  \
         "chunk", "mma",                                                                                                \

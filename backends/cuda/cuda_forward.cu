@@ -192,15 +192,17 @@ static memra_status mc_post_norm(memra_backend *b, memra_state *s, uint32_t i, u
  * of po), no op.rmsnorm plugin (its norm runs as a launch: mc_post_norm) and no op.gemv plugin
  * for w's type (the plugin's GEMV, then op_glue's store). The same bits as mc_post_norm's launch. */
 static bool mc_post_folds(const memra_backend *b, const memra_state *s, uint32_t i, const mc_matrix *w) {
-    return b->cfg.postnorm == MC_POSTNORM_FUSED && mc_ranks(s, i) == 1 && !b->op_rmsnorm &&
-           !(w->type < 64 && b->op_gemv[w->type]);
+    return (b->cfg.postnorm == MC_POSTNORM_FUSED || b->cfg.postnorm == MC_POSTNORM_PROLOGUE) &&
+           mc_ranks(s, i) == 1 && !b->op_rmsnorm && !(w->type < 64 && b->op_gemv[w->type]);
 }
 
 /* The output or down GEMV of a gemma3 layer with its post norm folded in (mc_post_folds): po = W in,
- * then x += RMSNorm(po) * post_w in the same launch (the ticket: the state's word `which`). */
+ * then x += RMSNorm(po) * post_w in the same launch (the ticket: the state's word `which`); x is the
+ * residual stream's current buffer (ss->x, or ss->x2 under postnorm=prologue). */
 static memra_status mc_gemv_post_site(memra_backend *b, mc_stage_state *ss, const mc_matrix *w, const float *in,
-                                      const float *post_w, uint32_t which, cudaStream_t q, memra_error *err) {
-    const mc_post_args pn = {post_w, ss->x, ss->pn_ticket + which, b->m->rms_eps};
+                                      const float *post_w, uint32_t which, float *x, cudaStream_t q,
+                                      memra_error *err) {
+    const mc_post_args pn = {post_w, x, ss->pn_ticket + which, b->m->rms_eps};
     MC_RET(mc_gemv_post(&b->cfg, w, in, ss->po, &pn, q), which ? "launch of the down gemv (with the post-FFN norm)"
                                                                : "launch of the output gemv (with the post norm)");
     return MEMRA_OK;
@@ -235,6 +237,108 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
         st = mc_gemv_site(b, ss, at, &L->wu, x, L->ffn_norm, NULL, NULL, ss->gu_pair + n, MC_GLU_NONE, q, err);
     if (st)
         return st;
+    MC_RET(mc_glu_pair(ss->gu_pair, ss->gu_pair + n, n, glu, y, q), "launch of the gate/up glu");
+    return MEMRA_OK;
+}
+
+/* ---- postnorm=prologue: gemma3's post norms in the GEMVs that read their output ---------------- */
+
+/* Whether stage i's post norms may go into their consumers' launches: postnorm=prologue, gemma3,
+ * one stage (the head is this stage's and the step's hidden ends in x) of one rank, no taps and no
+ * op plugin (their sites see the tensors of the launched or fused path). */
+static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) {
+    if (b->cfg.postnorm != MC_POSTNORM_PROLOGUE || b->m->arch != MEMRA_ARCH_GEMMA3 || s->n_stages != 1 ||
+        mc_ranks(s, i) != 1 || b->tp || b->taps || b->op_rmsnorm || !s->st[i][0].x2)
+        return false;
+    for (uint32_t t = 0; t < 64; t++)
+        if (b->op_gemv[t])
+            return false;
+    return true;
+}
+
+/* Whether every GEMV that reads the output of layer l's producer (`which` 0: the output projection,
+ * read by the gate/up GEMV; 1: down, read by the next layer's q/k/v GEMVs or, after the last layer,
+ * the head) has the prologue (mc_gemv_pro_serves). */
+static bool mc_pro_consumers(const memra_backend *b, const mc_stage_weights *sw, uint32_t nl, uint32_t l,
+                             uint32_t which, int glu) {
+    const mc_config *c = &b->cfg;
+    if (which == 0) {
+        const mc_layer *L = &sw->layers[l];
+        if (L->moe)
+            return false;
+        return L->gu_split ? mc_gemv_pro_serves(c, &L->wg, MC_GLU_NONE) && mc_gemv_pro_serves(c, &L->wu, MC_GLU_NONE)
+                           : mc_gemv_pro_serves(c, &L->wgu, glu);
+    }
+    if (l + 1 == nl)
+        return sw->out_norm && mc_gemv_pro_serves(c, &sw->head, MC_GLU_NONE);
+    const mc_layer *N = &sw->layers[l + 1];
+    if (N->bqkv || N->moe)
+        return false;
+    if (N->qkv_parts == 0)
+        return mc_gemv_pro_serves(c, &N->wqkv, MC_GLU_NONE);
+    for (uint32_t p = 0; p < N->qkv_parts; p++)
+        if (!mc_gemv_pro_serves(c, &N->qkv_part[p], MC_GLU_NONE))
+            return false;
+    return true;
+}
+
+/* Which producer keeps its post norm fused although its consumers serve: the producers (index 2l +
+ * which) whose post norm goes into the consumers are every one whose consumers serve, less the last
+ * of them when their count is odd (each moves the residual to the other buffer once, so an even
+ * count ends the step in x, where the digests, the restore and the next step's embedding have it).
+ * Returns that last producer's index, or ~0 when the count is even. */
+static uint32_t mc_pro_drop(const memra_backend *b, const mc_stage_weights *sw, uint32_t nl, int glu) {
+    uint32_t n = 0, lastp = ~0u;
+    for (uint32_t l = 0; l < nl; l++)
+        for (uint32_t which = 0; which < 2; which++) {
+            const mc_layer *L = &sw->layers[l];
+            const bool post = which ? L->post_ffn_norm && !L->moe : L->post_attn_norm != NULL;
+            if (post && mc_pro_consumers(b, sw, nl, l, which, glu)) {
+                n++;
+                lastp = 2 * l + which;
+            }
+        }
+    return n % 2 ? lastp : ~0u;
+}
+
+/* The q/k/v GEMVs with the prologue: x_new = pro->x + RMSNorm(pro->po) * pro->w into pro->out by the
+ * first launch (the later parts compute it again from the same inputs, storing nothing). */
+static memra_status mc_qkv_site_pro(memra_backend *b, const mc_layer *L, const mc_pro_args *pro, float *qkv,
+                                    cudaStream_t q, memra_error *err) {
+    const float eps = b->m->rms_eps;
+    if (L->qkv_parts == 0) {
+        MC_RET(mc_gemv_pro(&b->cfg, &L->wqkv, pro, L->attn_norm, eps, MC_GLU_NONE, qkv, q),
+               "launch of the q/k/v gemv (with the post-FFN norm before it)");
+        return MEMRA_OK;
+    }
+    uint32_t off = 0;
+    for (uint32_t p = 0; p < L->qkv_parts; p++) {
+        mc_pro_args pp = *pro;
+        if (p > 0)
+            pp.out = NULL;
+        MC_RET(mc_gemv_pro(&b->cfg, &L->qkv_part[p], &pp, L->attn_norm, eps, MC_GLU_NONE, qkv + off, q),
+               "launch of a q/k/v gemv part (with the post-FFN norm before it)");
+        off += L->qkv_part[p].rows;
+    }
+    return MEMRA_OK;
+}
+
+/* The gate/up GEMV (and its GLU) with the prologue, as mc_qkv_site_pro. */
+static memra_status mc_gu_site_pro(memra_backend *b, mc_stage_state *ss, const mc_layer *L, const mc_pro_args *pro,
+                                   float *y, int glu, cudaStream_t q, memra_error *err) {
+    const float eps = b->m->rms_eps;
+    if (!L->gu_split) {
+        MC_RET(mc_gemv_pro(&b->cfg, &L->wgu, pro, L->ffn_norm, eps, glu, y, q),
+               "launch of the gate/up gemv (with the post-attention norm before it)");
+        return MEMRA_OK;
+    }
+    const uint32_t n = L->wg.rows;
+    mc_pro_args pu = *pro;
+    pu.out = NULL;
+    MC_RET(mc_gemv_pro(&b->cfg, &L->wg, pro, L->ffn_norm, eps, MC_GLU_NONE, ss->gu_pair, q),
+           "launch of the gate gemv (with the post-attention norm before it)");
+    MC_RET(mc_gemv_pro(&b->cfg, &L->wu, &pu, L->ffn_norm, eps, MC_GLU_NONE, ss->gu_pair + n, q),
+           "launch of the up gemv (with the post-attention norm before it)");
     MC_RET(mc_glu_pair(ss->gu_pair, ss->gu_pair + n, n, glu, y, q), "launch of the gate/up glu");
     return MEMRA_OK;
 }
@@ -436,12 +540,22 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     const bool fused = mc_attention_path(c, r0->n_head, r0->n_kv, hd, hdv) != MC_ATT_PATH_UNFUSED;
     const int glu = m->ffn_act == MEMRA_FFN_GELU_TANH ? MC_GLU_GELU : MC_GLU_SILU;
     const bool scaled = mc_residual_scaled(m);
+    /* postnorm=prologue (one rank): the residual's current buffer, and the post norm whose
+     * consumers add it (its weights; po holds its input) */
+    const bool pro_on = mc_pro_on(b, s, i);
+    const uint32_t pro_drop = pro_on ? mc_pro_drop(b, sw0, nl, glu) : ~0u;
+    float *xcur = r0->x;
+    const float *pend_w = NULL;
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw0->layer_begin + l;
         const bool post_a = sw0->layers[l].post_attn_norm != NULL, post_f = sw0->layers[l].post_ffn_norm != NULL;
-        /* gemma3's post norms in the output and down GEMVs' launches (postnorm=fused, one rank) */
-        const bool fold_a = post_a && mc_post_folds(b, s, i, &sw0->layers[l].wo);
-        const bool fold_f = post_f && !sw0->layers[l].moe && mc_post_folds(b, s, i, &sw0->layers[l].wdown);
+        /* gemma3's post norms in their consumers' launches (postnorm=prologue), or in the output and
+         * down GEMVs' launches (postnorm=fused, or prologue where a consumer lacks it; one rank) */
+        const bool pro_a = pro_on && post_a && 2 * l != pro_drop && mc_pro_consumers(b, sw0, nl, l, 0, glu);
+        const bool pro_f = pro_on && post_f && !sw0->layers[l].moe && 2 * l + 1 != pro_drop &&
+                           mc_pro_consumers(b, sw0, nl, l, 1, glu);
+        const bool fold_a = post_a && !pro_a && mc_post_folds(b, s, i, &sw0->layers[l].wo);
+        const bool fold_f = post_f && !pro_f && !sw0->layers[l].moe && mc_post_folds(b, s, i, &sw0->layers[l].wdown);
         for (uint32_t r = 0; r < R; r++) {
             mc_stage_state *ss = &s->st[i][r];
             const mc_stage_weights *sw = &b->w->stages[i][r];
@@ -460,7 +574,16 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 continue;
             }
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
-            memra_status st = mc_qkv_site(b, ss, &qkv_at, L, ss->x, ss->qkv, q, err);
+            float *xr = pro_on ? xcur : ss->x; /* the residual stream's buffer */
+            memra_status st;
+            if (pend_w) { /* the previous layer's post-FFN norm, in these GEMVs (postnorm=prologue) */
+                float *xo = xcur == ss->x ? ss->x2 : ss->x;
+                const mc_pro_args pro = {ss->po, xcur, pend_w, xo, m->rms_eps};
+                st = mc_qkv_site_pro(b, L, &pro, ss->qkv, q, err);
+                xcur = xr = xo;
+                pend_w = NULL;
+            } else
+                st = mc_qkv_site(b, ss, &qkv_at, L, xr, ss->qkv, q, err);
             if (st)
                 return st;
             if (b->taps)
@@ -481,7 +604,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
              * rank's partial goes to po, without the residual. */
             const mc_op_at wo_at = {NULL, "attn_out", layer, i, r, s->position};
             if (fold_a)
-                st = mc_gemv_post_site(b, ss, &L->wo, ss->att_out, L->post_attn_norm, 0, q, err);
+                st = mc_gemv_post_site(b, ss, &L->wo, ss->att_out, L->post_attn_norm, 0, xr, q, err);
             else
                 st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
                                   post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
@@ -510,7 +633,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (post_a) {
             if (b->taps)
                 mc_tap_residual(b, s, i, MC_SITE_ATTN_OUT, (int32_t)layer);
-            memra_status st = fold_a ? MEMRA_OK : mc_post_norm(b, s, i, l, 0, err);
+            if (pro_a)
+                pend_w = sw0->layers[l].post_attn_norm; /* in the gate/up GEMV's launch */
+            memra_status st = fold_a || pro_a ? MEMRA_OK : mc_post_norm(b, s, i, l, 0, err);
             if (st)
                 return st;
         }
@@ -530,13 +655,22 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             }
             const mc_op_at gu_at = {"ffn_norm", "ffn_gate", layer, i, r, s->position};
             const mc_op_at down_at = {NULL, "ffn_down", layer, i, r, s->position};
-            memra_status st = mc_gu_site(b, ss, &gu_at, L, ss->x, ss->gu, glu, q, err);
+            float *xr = pro_on ? xcur : ss->x;
+            memra_status st;
+            if (pend_w) { /* this layer's post-attention norm, in the gate/up GEMV (postnorm=prologue) */
+                float *xo = xcur == ss->x ? ss->x2 : ss->x;
+                const mc_pro_args pro = {ss->po, xcur, pend_w, xo, m->rms_eps};
+                st = mc_gu_site_pro(b, ss, L, &pro, ss->gu, glu, q, err);
+                xcur = xr = xo;
+                pend_w = NULL;
+            } else
+                st = mc_gu_site(b, ss, &gu_at, L, xr, ss->gu, glu, q, err);
             if (st)
                 return st;
             if (b->taps)
                 mc_tap_ffn_act(b, s, i, r, (int32_t)layer);
             if (fold_f)
-                st = mc_gemv_post_site(b, ss, &L->wdown, ss->gu, L->post_ffn_norm, 1, q, err);
+                st = mc_gemv_post_site(b, ss, &L->wdown, ss->gu, L->post_ffn_norm, 1, xr, q, err);
             else
                 st = mc_gemv_site(b, ss, &down_at, &L->wdown, ss->gu, NULL, NULL, post_f || r > 0 ? NULL : ss->x,
                                   post_f ? ss->po : ss->x, MC_GLU_NONE, q, err);
@@ -560,7 +694,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (post_f) {
             if (b->taps)
                 mc_tap_residual(b, s, i, MC_SITE_FFN_DOWN, (int32_t)layer);
-            memra_status st = fold_f ? MEMRA_OK : mc_post_norm(b, s, i, l, 1, err);
+            if (pro_f) /* in the next layer's q/k/v GEMVs' launches, or the head's */
+                pend_w = sw0->layers[l].post_ffn_norm;
+            memra_status st = fold_f || pro_f ? MEMRA_OK : mc_post_norm(b, s, i, l, 1, err);
             if (st)
                 return st;
         }
@@ -607,10 +743,19 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
         const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position, true};
-        memra_status st =
-            mc_gemv_site(b, ss, &head_at, &sw->head, ss->x, sw->out_norm, NULL, NULL, out, MC_GLU_NONE, q, err);
-        if (st)
-            return st;
+        if (pend_w) { /* the last layer's post-FFN norm, in the head's launch (postnorm=prologue) */
+            float *xo = xcur == ss->x ? ss->x2 : ss->x;
+            const mc_pro_args pro = {ss->po, xcur, pend_w, xo, m->rms_eps};
+            MC_RET(mc_gemv_pro(c, &sw->head, &pro, sw->out_norm, m->rms_eps, MC_GLU_NONE, out, q),
+                   "launch of the head gemv (with the post-FFN norm before it)");
+            xcur = xo;
+            pend_w = NULL;
+        } else {
+            memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, pro_on ? xcur : ss->x, sw->out_norm, NULL,
+                                           NULL, out, MC_GLU_NONE, q, err);
+            if (st)
+                return st;
+        }
         if (m->logit_scale > 0.0f && m->logit_scale != 1.0f) /* granitemoe: times 1 / logit_scale, as the cpu */
             MC_RET(mc_scale_add(c, out, sw->head.rows, 1.0f / m->logit_scale, NULL, q), "launch of the logit scale");
         if (r > 0) {      /* rank r's rows into rank 0's buffer, which rank 0 reads after this event */
@@ -621,6 +766,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             MC_RET(cudaEventRecord(ss->head_ev, q), "cudaEventRecord (logits gathered)");
         }
     }
+    if (pro_on && (xcur != r0->x || pend_w)) /* mc_pro_drop keeps the count even: never */
+        return memra_fail(err, MEMRA_E_INTERNAL, "cuda: postnorm=prologue left the step's hidden outside x");
     for (uint32_t r = 0; r < R; r++) {
         mc_stage_state *ss = &s->st[i][r];
         cudaStream_t q = ss->stream;

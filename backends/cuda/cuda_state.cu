@@ -380,6 +380,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     ss->gu = (float *)mc_take(bp, ffw * 4);
     if (m->arch == MEMRA_ARCH_GEMMA3 || mc_residual_scaled(m)) /* the sum before a post norm or a scale */
         ss->po = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
+    if (m->arch == MEMRA_ARCH_GEMMA3) /* postnorm=prologue: the residual's other buffer */
+        ss->x2 = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
     ss->gu_pair = (float *)mc_take(bp, 2ull * ffw * 4);
     if (m->n_expert > 0) {
         const uint64_t k = m->n_expert_used;

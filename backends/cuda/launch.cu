@@ -20,7 +20,7 @@ static const struct {
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
-    {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", NULL, NULL}, "fused, launch"},
+    {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", "prologue", NULL}, "fused, launch, prologue"},
     {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8", "mma-opt"},
      "mma, fma, mma-kq, mma-q8, mma-opt"},
     {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", "16x", "16r", "16xr"}, "auto, 16, 4, 16x, 16r, 16xr"},

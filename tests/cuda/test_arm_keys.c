@@ -100,7 +100,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
         {"cuda:moe_fuse=16", "moe_fuse=16: expected an integer from 0 to 15"},
-        {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch"},
+        {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch, prologue"},
         {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8, mma-opt"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
         {"cuda:step_timeout_ms=50", "step_timeout_ms=50: expected an integer from 100 to 3600000"},
@@ -435,12 +435,18 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     cr_assert_null(mc_config_choice(&c, "postnorm", "launch"));
     cr_assert_eq(c.postnorm, MC_POSTNORM_LAUNCH);
     cr_assert_str_eq(mc_config_choice_name(&c, "postnorm"), "launch");
-    cr_assert_str_eq(mc_config_choice(&c, "postnorm", "off"), "fused, launch");
+    cr_assert_str_eq(mc_config_choice(&c, "postnorm", "off"), "fused, launch, prologue");
     cr_assert_eq(c.postnorm, MC_POSTNORM_LAUNCH); /* a refused value changes nothing */
+    cr_assert_null(mc_config_choice(&c, "postnorm", "prologue"));
+    cr_assert_eq(c.postnorm, MC_POSTNORM_PROLOGUE);
+    cr_assert_str_eq(mc_config_choice_name(&c, "postnorm"), "prologue");
+    cr_assert_eq(resolve("cuda-graph:postnorm=prologue", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "postnorm=prologue"), "%s", buf);
     const memra_backend_vtable *vt = cuda_vt();
     bool described = false;
     for (uint32_t i = 0; i < vt->n_options; i++)
-        described = described || (strcmp(vt->options[i].key, "postnorm") == 0 && strstr(vt->options[i].help, "launch"));
+        described = described || (strcmp(vt->options[i].key, "postnorm") == 0 && strstr(vt->options[i].help, "launch") &&
+                                  strstr(vt->options[i].help, "prologue"));
     cr_assert(described, "the postnorm key's description names its values");
 }
 
