@@ -539,16 +539,18 @@ __device__ __forceinline__ void mc_atc_rope(float (&x)[NV][MC_ATC_DPL<HD>], cons
     }
 }
 
-/* After the wait: the G q heads of kv head g normed (where the arm has a q norm) and roped in
+/* After the wait: q heads g G .. g G + G - 1 normed (where the arm has a q norm) and roped in
  * registers; where row_warp (warp 0 of the block that holds position p: every group of the warp
- * computes the row, group 0 writes it), the new k row normed and roped and the v row, each rounded
- * to the cache's type into kn, vn and the cache at p. q, k, v and the norm weights are all asked
- * for before any is used (one round trip). attention_decode_cluster and attention_split share it:
- * the same instructions, so the same q and the same cache row. */
+ * computes the row, group 0 writes it), the new k row of kv head kvg normed and roped and its v
+ * row, each rounded to the cache's type into kn, vn, and where store also into the cache at p. q,
+ * k, v and the norm weights are all asked for before any is used (one round trip).
+ * attention_decode_cluster and attention_split share it: the same instructions, so the same q and
+ * the same cache row. (kvg = g and store everywhere but attention=heads, whose clusters serve one
+ * q head each: G = 1, g the q head, kvg its kv head, and only the kv head's first q head stores.) */
 template <uint32_t HD, uint32_t G, typename KT>
 __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], const mc_rope_args &a, const float *qkv,
-                                                 uint32_t g, const mc_atc_cs<HD> &cs, bool row_warp, KT *kn, KT *vn,
-                                                 KT *k_cache, KT *v_cache, int32_t p) {
+                                                 uint32_t g, uint32_t kvg, const mc_atc_cs<HD> &cs, bool row_warp,
+                                                 bool store, KT *kn, KT *vn, KT *k_cache, KT *v_cache, int32_t p) {
     constexpr uint32_t DPL = MC_ATC_DPL<HD>, GL = MC_ATC_GL<HD>;
     const uint32_t gl = threadIdx.x % GL;
     float qw[DPL], kv[1][DPL], vv[DPL], kw[DPL];
@@ -557,8 +559,8 @@ __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], 
         mc_atc_load<HD>(q[h], qkv + (size_t)(g * G + h) * HD, gl);
     mc_atc_norm_load<HD>(qw, a.q_norm, gl);
     if (row_warp) {
-        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)g * HD, gl);
-        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)g * HD, gl);
+        mc_atc_load<HD>(kv[0], qkv + (size_t)a.n_head * HD + (size_t)kvg * HD, gl);
+        mc_atc_load<HD>(vv, qkv + (size_t)(a.n_head + a.n_kv) * HD + (size_t)kvg * HD, gl);
         mc_atc_norm_load<HD>(kw, a.k_norm, gl);
     }
     if (a.q_norm)
@@ -571,8 +573,10 @@ __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], 
         if ((threadIdx.x & 31) < GL) {
             mc_atc_store<HD, KT>(kn, kv[0], gl);
             mc_atc_store<HD, KT>(vn, vv, gl);
-            mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-            mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+            if (store) {
+                mc_atc_store<HD, KT>(k_cache + ((size_t)kvg * a.capacity + (size_t)p) * HD, kv[0], gl);
+                mc_atc_store<HD, KT>(v_cache + ((size_t)kvg * a.capacity + (size_t)p) * HD, vv, gl);
+            }
         }
     }
 }
@@ -688,6 +692,11 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
     const uint32_t grp = tid / GL, gl = tid % GL, warp = tid >> 5;
+    /* attention=heads (a.heads > 1 clusters a kv head): cluster g serves q heads g G .. g G + G - 1
+     * of kv head g / a.heads, whose first cluster stores the new row; elsewhere a.heads is 0 and
+     * kvg = g */
+    const uint32_t hs = a.heads > 1 ? a.heads : 1u, kvg = g / hs;
+    const bool store_row = g % hs == 0;
     float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
     mc_atc_freqs<HD>(fr, a, gl);
     /* CH: row blockIdx.z of a chunk, at position *pos + row, whose k and v rows (every row's of
@@ -703,7 +712,7 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     const uint32_t per = (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT;
     const uint32_t p0 = w0 + min(r * per, npos - w0), p1 = min(p0 + per, npos);
     const bool has_new = !CH && p0 <= (uint32_t)p && (uint32_t)p < p1;
-    const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const KT *kb = k_cache + (size_t)kvg * a.capacity * HD, *vb = v_cache + (size_t)kvg * a.capacity * HD;
     const uint32_t n_tiles = (p1 - p0 + T - 1) / T;
     /* rows below *pos were written by earlier steps: stream the first two tiles before the wait */
     for (uint32_t j = 0; j < n_tiles && j < 2; j++) {
@@ -714,7 +723,7 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     mc_atc_rope_prep<HD>(cs, fr, a, p);
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
     float q[G][DPL];
-    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, cs, has_new && warp == 0, kn, vn, k_cache, v_cache, p);
+    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, kvg, cs, has_new && warp == 0, store_row, kn, vn, k_cache, v_cache, p);
     float m[G], l[G], o[G][DPL];
 #pragma unroll
     for (uint32_t h = 0; h < G; h++) {
@@ -978,7 +987,7 @@ __global__ void __launch_bounds__(MC_ACR_THREADS, mc_acr_min_blocks(G, HD))
     mc_atc_cs<HD> cs;
     mc_atc_rope_prep<HD>(cs, fr, a, p);
     float q[G][DPL];
-    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, cs, false, NULL, NULL, NULL, NULL, p);
+    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, g, cs, false, true, NULL, NULL, NULL, NULL, p);
     const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
     uint32_t i = 0; /* tiles reduced */
     for (uint32_t r = 0; r < n_ranks; r++) {
@@ -1317,7 +1326,7 @@ __global__ void __launch_bounds__(MC_SPL_THREADS, 1)
     mc_atc_rope_prep<HD>(cs, fr, a, p);
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
     float q[G][DPL]; /* and attention_decode_cluster's new row (the same code) */
-    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, cs, has_new && warp == 0, kn, vn, k_cache, v_cache, p);
+    mc_atc_q_and_row<HD, G, KT>(q, a, qkv, g, g, cs, has_new && warp == 0, true, kn, vn, k_cache, v_cache, p);
     const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
     const uint32_t NS = mc_att_spans(a.capacity);
     /* the partials: out [head][span][hd] (16-byte rows), then (max, sum) [head][span][2] */
@@ -1457,7 +1466,8 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
         return MC_ATT_PATH_UNFUSED;
     if (c->attention == MC_ATT_SPANS && hd <= 128 && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_SPLIT;
-    if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS) && mc_atc_ok(n_head / n_kv, hd, hdv))
+    if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS || c->attention == MC_ATT_HEADS) &&
+        mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_CLUSTER;
     if (c->kv != MC_KV_F32 && (hd % 8 || hdv % 8)) /* the tiled kernel's 16-byte rows of 2-byte values */
         return MC_ATT_PATH_UNFUSED;
@@ -1663,10 +1673,37 @@ static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a
     return cudaGetLastError();
 }
 
-/* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head. */
+/* Per device: its multiprocessors (attention=heads sizes its clusters by them). */
+static int mc_atc_sms[MC_MAX_DEVICES];
+
+/* The q heads a cluster serves under attention=heads: the fewest (of the instantiated counts
+ * that divide G) whose clusters, MC_ATT_SPLIT blocks of one multiprocessor each, fit the device
+ * at once; G (one cluster a kv head, as auto) when none does. */
+static uint32_t mc_atc_heads_per_cluster(uint32_t n_kv, uint32_t G, uint32_t hd) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MC_MAX_DEVICES)
+        return G;
+    if (!mc_atc_sms[dev] &&
+        cudaDeviceGetAttribute(&mc_atc_sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return G;
+    for (uint32_t d = 1; d < G; d++)
+        if (G % d == 0 && mc_atc_ok(d, hd, hd) && (uint64_t)n_kv * (G / d) * MC_ATT_SPLIT <= (uint64_t)mc_atc_sms[dev])
+            return d;
+    return G;
+}
+
+/* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head; under attention=heads one per Gc q
+ * heads of a kv head (mc_atc_heads_per_cluster; the Gc instantiation, a.heads = G / Gc clusters a
+ * kv head): each cluster does the operations of its heads alone, as the kv head's cluster does
+ * them for each of its G heads (nothing is summed across heads), so the same bits. */
 static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                  void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
-    const uint32_t G = a->n_head / a->n_kv;
+    const uint32_t Gh = a->n_head / a->n_kv;
+    const uint32_t G = c->attention == MC_ATT_HEADS ? mc_atc_heads_per_cluster(a->n_kv, Gh, a->hd) : Gh;
+    const bool heads = G < Gh;
+    mc_rope_args ah = *a;
+    ah.heads = heads ? Gh / G : 0u;
+    a = &ah;
     const void *fn = MC_ATC_PICK(a->kv, a->hd, G);
     const size_t smem = (size_t)mc_atc_smem_floats(G, a->hd) * 4;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
@@ -1674,7 +1711,7 @@ static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, cons
         return e;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv);
+    cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv * (heads ? Gh / G : 1u));
     cfg.blockDim = dim3(32 * MC_ATC_WARPS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;

@@ -57,7 +57,8 @@ extern "C" {
             "combine: three launches) or split (flash-decoding: fixed spans of 128 positions over many blocks, "       \
             "folded in span order, so a long prefix keeps the bandwidth; head sizes 32, 64, 128 with 1, 2, 3, 4 or 8 " \
             "q heads a kv head; auto's path elsewhere). Each path has its own bits; auto's cluster launch serves G 3 "  \
-            "(e.g. SmolLM2) up to head size 128 since issue 27, tiled keeps its old path"                             \
+            "(e.g. SmolLM2) up to head size 128 since issue 27, tiled keeps its old path; heads (auto's bits: the "    \
+            "cluster launch with a kv head's q heads in several clusters where the GPU holds them)"                                      \
     },                                                                                                                 \
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \

@@ -53,7 +53,7 @@ enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_
  * before issue 27 (integer in blocks of 8 warps where rows >= cols / 2, float elsewhere); INT8W,
  * AUTO's bits in ROWS's blocks of 8 warps. */
 enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W };
-enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS };
+enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
@@ -131,7 +131,10 @@ typedef struct mc_config {
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
                          * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
                          * blocks on the cluster kernel's shapes, else auto's path; not MC_ATT_SPLIT, which
-                         * attention.cu defines as the cluster's block count) */
+                         * attention.cu defines as the cluster's block count), MC_ATT_HEADS (attention=heads:
+                         * auto's paths, but the decode cluster kernel runs a kv head's q heads in several
+                         * clusters where the device holds them: the same operations per head, so the same
+                         * bits as auto) */
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
@@ -316,6 +319,9 @@ typedef struct mc_rope_args {
      * zero before the first launch, and every launch leaves them zero. */
     float *partial;
     uint32_t *ticket;
+    /* Appended (0: one cluster a kv head): set by the cluster launch alone under attention=heads,
+     * the clusters a kv head (each serving n_head / n_kv / heads of its q heads). */
+    uint32_t heads;
 } mc_rope_args;
 cudaError_t mc_rope_kv(const mc_rope_args *a, float *qkv, void *k_cache, void *v_cache, const int32_t *pos,
                        cudaStream_t st);

@@ -5,7 +5,10 @@
  * the cluster kernel's chunk rows), on random q/k/v and a random cache prefix: hd 32, 64, 128 and
  * 256, G 1, 2, 3, 4, 8, M 1, 7, 512, prefixes 0, 300, 1000, kv f32, f16, bf16, sliding windows, q
  * and k norms, both RoPE pairings, a file's scale. Every output and the appended cache rows are
- * compared, each output written over NaNs first. Negative control: the split path's chunk
+ * compared, each output written over NaNs first. Decode under attention=heads (a kv head's q heads
+ * in several clusters: one a head where 8 blocks a cluster fit the device, e.g. G 4 on 2 kv heads;
+ * two heads a cluster for G 4 on 8) runs row by row too and must give decode's bits and cache rows.
+ * Negative control: the split path's chunk
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
  * somewhere in every control case, while staying close (so the reference is attention).
  *
@@ -37,9 +40,13 @@ static void ac_put(void *dst, size_t i, uint32_t kv, float f) {
         ((uint16_t *)dst)[i] = kv == MC_KV_F16 ? memra_f32_to_f16(f) : memra_f32_to_bf16(f);
 }
 
+/* Outputs and caches a case keeps: decode, the chunk, the chunk's old launch, decode under
+ * attention=heads (a kv head's q heads in several clusters). */
+#define AC_N 4
+
 typedef struct ac_dev {
-    float *qkv, *freqs, *qn, *kn, *out[3];
-    void *k[3], *v[3];
+    float *qkv, *freqs, *qn, *kn, *out[AC_N];
+    void *k[AC_N], *v[AC_N];
     int32_t *pos;
 } ac_dev;
 
@@ -49,7 +56,7 @@ static void ac_free(ac_dev *d) {
     cudaFree(d->qn);
     cudaFree(d->kn);
     cudaFree(d->pos);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < AC_N; i++) {
         cudaFree(d->out[i]);
         cudaFree(d->k[i]);
         cudaFree(d->v[i]);
@@ -93,7 +100,7 @@ static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac
         (e = cudaMalloc((void **)&d->qn, hd * 4)) || (e = cudaMalloc((void **)&d->kn, hd * 4)) ||
         (e = cudaMalloc((void **)&d->pos, k->M * 4)))
         goto done;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < AC_N; i++)
         if ((e = cudaMalloc((void **)&d->out[i], *n_out * 4)) || (e = cudaMalloc(&d->k[i], *n_cache * kvb)) ||
             (e = cudaMalloc(&d->v[i], *n_cache * kvb)) ||
             (e = cudaMemcpy(d->k[i], hk, *n_cache * kvb, cudaMemcpyHostToDevice)) ||
@@ -139,8 +146,8 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
     mc_rope_args a;
     ac_dev d;
     size_t n_out = 0, n_cache = 0;
-    float *ho[3] = {NULL, NULL, NULL};
-    uint8_t *hc[3] = {NULL, NULL, NULL};
+    float *ho[AC_N] = {NULL};
+    uint8_t *hc[AC_N] = {NULL};
     int bad = -1;
     cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
     mc_config c = mc_config_default;
@@ -150,6 +157,13 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
     for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
         e = mc_attention_fused(&c, &a, d.qkv + j * row, d.k[0], d.v[0], d.out[0] + (size_t)j * a.n_head * k->hd,
                                d.pos + j, 0);
+    if (!control) { /* attention=heads: decode row by row again, a kv head's q heads in several clusters */
+        mc_config ch = c;
+        ch.attention = MC_ATT_HEADS;
+        for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
+            e = mc_attention_fused(&ch, &a, d.qkv + j * row, d.k[3], d.v[3], d.out[3] + (size_t)j * a.n_head * k->hd,
+                                   d.pos + j, 0);
+    }
     if (control) {
         c.attention = MC_ATT_SPANS;
         if (e == cudaSuccess && mc_attention_path(&c, a.n_head, a.n_kv, k->hd, k->hd) != MC_ATT_PATH_SPLIT)
@@ -161,7 +175,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
         e = mc_attention_chunk_cluster(&c, &a, d.qkv, d.k[2], d.v[2], d.out[2], d.pos, k->M, 0);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
-    for (int i = 0; i < 3 && e == cudaSuccess; i++) {
+    for (int i = 0; i < AC_N && e == cudaSuccess; i++) {
         ho[i] = malloc(n_out * 4);
         hc[i] = malloc(2 * n_cache * kvb);
         if (!ho[i] || !hc[i]) {
@@ -203,7 +217,8 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
             bad = 1;
             break;
         }
-    for (int v = 1; v < 3; v++) {
+    for (int v = 1; v < AC_N; v++) {
+        const char *what = v == 1 ? "chunk" : v == 2 ? "old chunk" : "heads decode";
         size_t nb = 0;
         for (size_t i = 0; i < n_out; i++)
             if (memcmp(&ho[0][i], &ho[v][i], 4) != 0) {
@@ -211,21 +226,20 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
                     fprintf(out,
                             "hd %u G %u M %u prefix %u %s window %u norm %d neox %d: %s row %zu head %zu dim %zu: "
                             "decode %.9g, chunk %.9g\n",
-                            k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->window, k->norm, k->neox,
-                            v == 1 ? "chunk" : "old chunk", i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head,
-                            i % k->hd, ho[0][i], ho[v][i]);
+                            k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->window, k->norm, k->neox, what,
+                            i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head, i % k->hd, ho[0][i], ho[v][i]);
                 nb++;
             }
         if (memcmp(hc[0], hc[v], 2 * n_cache * kvb) != 0) {
             if (out)
                 fprintf(out, "hd %u G %u M %u prefix %u %s: %s cache rows differ from decode's\n", k->hd, k->G, k->M,
-                        k->prefix, ac_kv_name(k->kv), v == 1 ? "chunk" : "old chunk");
+                        k->prefix, ac_kv_name(k->kv), what);
             nb++;
         }
         bad += nb ? 1 : 0;
     }
 done:
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < AC_N; i++) {
         free(ho[i]);
         free(hc[i]);
     }
