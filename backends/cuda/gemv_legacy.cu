@@ -476,9 +476,8 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
-        __shared__ float ppart[MC_NORM_PARTS];
-        __shared__ float pscale;
-        mc_pro_stage(*pro, w.cols, xpro, ppart, &pscale);
+        __shared__ float ppro[MC_PRO_COLS];
+        mc_pro_stage(*pro, w.cols, xpro, ppro);
         x = xpro;
     }
     /* x's loads: from shared memory under PRO, else through the read-only path */

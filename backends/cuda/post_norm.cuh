@@ -154,53 +154,74 @@ __device__ __forceinline__ void mc_post_norm_last(const mc_post_args &pn, const 
 }
 
 /* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
- * of a block of at least 128 threads, n <= 1024, after the block's wait (po and x come from earlier
- * kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
- * mc_rmsnorm_add_regs's on the same operands (its partials, tree and scale; the add), so x_new has
- * the bits that postnorm=fused and launch store. part: MC_NORM_PARTS floats of shared memory. */
-__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *part, float *bscale) {
-    mc_pn_regs R;
-    float v[2][MC_PN_CAP];
-    mc_pn_each(n, [&](uint32_t r, uint32_t j, uint32_t i) {
-        R.w[r][j] = __ldg(pro.w + i);
-        R.x[r][j] = __ldcg(pro.x + i);
-        v[r][j] = __ldcg(pro.po + i);
-    });
+ * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
+ * from earlier kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
+ * mc_rmsnorm_add_regs's on the same operands, so x_new has the bits that postnorm=fused and launch
+ * store: partial p (< 256) sums po[i]^2 over i = p + 256 j in increasing j; the tree adds partials
+ * p and p + s at s = 128, 64, 32 (lane t holds partials t + 32 k, k < 8, so each of those pairs is
+ * within one lane: k and k + 4, k + 2, k + 1), then lane l adds lane l + s at s = 16 .. 1
+ * (__shfl_down), lane 0's sum is the norm's. The block reads po, x and w once (each thread its
+ * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
+ * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
+ * 2-3 us a launch: a grid's warps on the same few lines.) */
+__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos) {
+    const uint32_t lane = threadIdx.x & 31;
+    constexpr uint32_t K = MC_NORM_PARTS / 32, J = MC_PRO_COLS / MC_NORM_PARTS;
+    constexpr uint32_t E = MC_PRO_COLS / 256; /* elements a thread takes (blocks of 256 threads or more) */
+    float ex[E], ew[E], ep[E];
 #pragma unroll
-    for (uint32_t r = 0; r < 2; r++) {
-        const uint32_t p = threadIdx.x + r * blockDim.x;
-        if (p < MC_NORM_PARTS) {
-            float acc = 0.0f;
-#pragma unroll
-            for (uint32_t j = 0; j < MC_PN_CAP; j++)
-                if (p + j * MC_NORM_PARTS < n)
-                    acc = __fadd_rn(acc, __fmul_rn(v[r][j], v[r][j]));
-            part[p] = acc;
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t i = threadIdx.x + e * blockDim.x;
+        if (i < n) {
+            ex[e] = __ldcg(pro.x + i);
+            ew[e] = __ldg(pro.w + i);
+            ep[e] = __ldcg(pro.po + i);
         }
     }
-    __syncthreads();
-    for (uint32_t s = MC_NORM_PARTS / 2; s > 16; s >>= 1) {
-        for (uint32_t p = threadIdx.x; p < s; p += blockDim.x)
-            part[p] = __fadd_rn(part[p], part[p + s]);
-        __syncthreads();
-    }
-    if (threadIdx.x < 32) {
-        float a = part[threadIdx.x];
 #pragma unroll
-        for (uint32_t s = 16; s > 0; s >>= 1)
-            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s));
-        if (threadIdx.x == 0)
-            *bscale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), pro.eps)));
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t i = threadIdx.x + e * blockDim.x;
+        if (i < n)
+            pos[i] = ep[e];
     }
-    __syncthreads();
-    const float scale = *bscale;
+    __syncthreads(); /* po in shared memory */
+    float P[K];
+#pragma unroll
+    for (uint32_t k = 0; k < K; k++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (uint32_t j = 0; j < J; j++) {
+            const uint32_t i = lane + 32 * k + MC_NORM_PARTS * j;
+            if (i < n) {
+                const float v = pos[i];
+                acc = __fadd_rn(acc, __fmul_rn(v, v));
+            }
+        }
+        P[k] = acc;
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < 4; k++) /* s = 128 */
+        P[k] = __fadd_rn(P[k], P[k + 4]);
+#pragma unroll
+    for (uint32_t k = 0; k < 2; k++) /* s = 64 */
+        P[k] = __fadd_rn(P[k], P[k + 2]);
+    float a = __fadd_rn(P[0], P[1]); /* s = 32 */
+#pragma unroll
+    for (uint32_t s = 16; s > 0; s >>= 1)
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s));
+    a = __shfl_sync(0xffffffffu, a, 0);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), pro.eps)));
     const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && pro.out;
-    mc_pn_each(n, [&](uint32_t r, uint32_t j, uint32_t i) {
-        const float o = __fadd_rn(R.x[r][j], __fmul_rn(__fmul_rn(v[r][j], scale), R.w[r][j]));
-        xs[i] = o;
-        if (first)
-            pro.out[i] = o;
-    });
+#pragma unroll
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t i = threadIdx.x + e * blockDim.x;
+        if (i < n) {
+            const float o = __fadd_rn(ex[e], __fmul_rn(__fmul_rn(ep[e], scale), ew[e]));
+            xs[i] = o;
+            if (first)
+                pro.out[i] = o;
+        }
+    }
     __syncthreads(); /* xs complete */
 }
 
