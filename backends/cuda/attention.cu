@@ -1466,7 +1466,8 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
         return MC_ATT_PATH_UNFUSED;
     if (c->attention == MC_ATT_SPANS && hd <= 128 && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_SPLIT;
-    if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS || c->attention == MC_ATT_HEADS) &&
+    if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS || c->attention == MC_ATT_HEADS ||
+         c->attention == MC_ATT_CLUSTER) &&
         mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_CLUSTER;
     if (c->kv != MC_KV_F32 && (hd % 8 || hdv % 8)) /* the tiled kernel's 16-byte rows of 2-byte values */
@@ -1673,6 +1674,13 @@ static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a
     return cudaGetLastError();
 }
 
+/* The head size at which auto (and split, whose spans stop at 128) splits a kv head's q heads
+ * over several clusters as attention=heads does. Measured on an H200 (bench/RESULTS.md, twelfth
+ * session): gemma3-270m (hd 256, 4 q heads on 1 kv head) +6% a token; SmolLM2 (hd 64, 9 on 3)
+ * -2.5%, llama-1b and 8B (hd 64 and 128, two heads a cluster on 8 kv heads) -4 to -6%: where a
+ * head's chain is 256 long the split pays, elsewhere the extra clusters cost more than they save. */
+#define MC_ATC_HEADS_HD 256u
+
 /* Per device: its multiprocessors (attention=heads sizes its clusters by them). */
 static int mc_atc_sms[MC_MAX_DEVICES];
 
@@ -1692,14 +1700,16 @@ static uint32_t mc_atc_heads_per_cluster(uint32_t n_kv, uint32_t G, uint32_t hd)
     return G;
 }
 
-/* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head; under attention=heads one per Gc q
- * heads of a kv head (mc_atc_heads_per_cluster; the Gc instantiation, a.heads = G / Gc clusters a
+/* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head (attention=cluster; auto below head
+ * size 256); under attention=heads (and auto at 256) one per Gc q heads of a kv head (mc_atc_heads_per_cluster; the Gc instantiation, a.heads = G / Gc clusters a
  * kv head): each cluster does the operations of its heads alone, as the kv head's cluster does
  * them for each of its G heads (nothing is summed across heads), so the same bits. */
 static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                  void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const uint32_t Gh = a->n_head / a->n_kv;
-    const uint32_t G = c->attention == MC_ATT_HEADS ? mc_atc_heads_per_cluster(a->n_kv, Gh, a->hd) : Gh;
+    const bool split = c->attention == MC_ATT_HEADS ||
+                       ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS) && a->hd == MC_ATC_HEADS_HD);
+    const uint32_t G = split ? mc_atc_heads_per_cluster(a->n_kv, Gh, a->hd) : Gh;
     const bool heads = G < Gh;
     mc_rope_args ah = *a;
     ah.heads = heads ? Gh / G : 0u;

@@ -58,7 +58,8 @@ extern "C" {
             "folded in span order, so a long prefix keeps the bandwidth; head sizes 32, 64, 128 with 1, 2, 3, 4 or 8 " \
             "q heads a kv head; auto's path elsewhere). Each path has its own bits; auto's cluster launch serves G 3 "  \
             "(e.g. SmolLM2) up to head size 128 since issue 27, tiled keeps its old path; heads (auto's bits: the "    \
-            "cluster launch with a kv head's q heads in several clusters where the GPU holds them)"                                      \
+            "cluster launch with a kv head's q heads in several clusters where the GPU holds them; auto does so at "   \
+            "head size 256, e.g. gemma3) or cluster (auto's bits: one cluster a kv head at every head size)"           \
     },                                                                                                                 \
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \
@@ -82,13 +83,13 @@ extern "C" {
             "unfused path. The bits do not depend on it"                                                               \
     },                                                                                                                 \
     {                                                                                                                  \
-        "postnorm", "fused",                                                                                           \
-            "gemma3's post-attention and post-FFN norms with their residual add: fused (in the last block of the "     \
-            "output or down GEMV, elected by an integer ticket: two launches a layer fewer; with one rank, the "        \
-            "built-in GEMV and norm), launch (a launch of their own after the GEMV, as with ranks or an op plugin "    \
-            "there) or prologue (computed again by every block of the GEMVs that read their output: the narrow "      \
-            "Q4_0..Q5_1 and the integer Q8_0 GEMVs, e.g. gemma3's q/k/v, gate/up and head; one stage, one rank, no "  \
-            "taps or op plugins; fused where a reader lacks it). The same bits every way"                              \
+        "postnorm", "prologue",                                                                                        \
+            "gemma3's post-attention and post-FFN norms with their residual add: prologue (computed again by every "  \
+            "block of the GEMVs that read their output: the narrow Q4_0..Q5_1 and the integer Q8_0 GEMVs, e.g. "       \
+            "gemma3's q/k/v, gate/up and head; one stage, one rank, no taps or op plugins; fused where a reader "      \
+            "lacks it), fused (in the last block of the output or down GEMV, elected by an integer ticket: two "       \
+            "launches a layer fewer; with one rank, the built-in GEMV and norm) or launch (a launch of their own "     \
+            "after the GEMV, as with ranks or an op plugin there). The same bits every way"                            \
     },                                                                                                                 \
     {                                                                                                                  \
         "chunk", "mma",                                                                                                \

@@ -53,7 +53,7 @@ enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_
  * before issue 27 (integer in blocks of 8 warps where rows >= cols / 2, float elsewhere); INT8W,
  * AUTO's bits in ROWS's blocks of 8 warps. */
 enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W };
-enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS };
+enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
@@ -134,7 +134,8 @@ typedef struct mc_config {
                          * attention.cu defines as the cluster's block count), MC_ATT_HEADS (attention=heads:
                          * auto's paths, but the decode cluster kernel runs a kv head's q heads in several
                          * clusters where the device holds them: the same operations per head, so the same
-                         * bits as auto) */
+                         * bits as auto, which does so at head size 256), MC_ATT_CLUSTER (attention=cluster:
+                         * auto's paths with one cluster a kv head at every head size; the same bits) */
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */

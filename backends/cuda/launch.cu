@@ -5,7 +5,7 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_FUSED, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO};
 
 static const struct {
     const char *key;
@@ -16,8 +16,8 @@ static const struct {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
      "auto, rowgroup, persistent, mma, mma2"},
     {"q8", offsetof(mc_config, q8), {"auto", "float", "rows", "int-8w"}, "auto, float, rows, int-8w"},
-    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split", "heads"},
-     "auto, tiled, unfused, split, heads"},
+    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split", "heads", "cluster"},
+     "auto, tiled, unfused, split, heads, cluster"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},

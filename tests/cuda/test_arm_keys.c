@@ -49,7 +49,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"kv", "f32"},     /* issue 28.3: the KV cache's storage */
                                           {"norm", "fused"}, /* issue 30: the built-in op, unfused */
                                           {"moe_fuse", "7"}, /* issue 29: the mixture-of-experts folds */
-                                          {"postnorm", "fused"}, /* issue 27: gemma3's post norms in the GEMVs */
+                                          {"postnorm", "prologue"}, /* issue 27: gemma3's post norms in their readers */
                                           {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
                                           {"qblock", "16r"}, /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
                                           {"qgrid", "auto"}, /* issue 26: their grid (auto: filled on wide matrices) */
@@ -72,18 +72,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -91,8 +91,8 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     static const char *const bad[][2] = {
         {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent, mma, mma2"},
         {"cuda:q8=int", "q8=int: expected one of auto, float, rows, int-8w"},
-        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split, heads"},
-        {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split, heads"},
+        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split, heads, cluster"},
+        {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split, heads, cluster"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
         {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16"},
         {"cuda:kv=F16", "kv=F16: expected one of f32, f16, bf16"},
@@ -222,19 +222,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -246,9 +246,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -316,13 +316,13 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+                          "moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
     cr_assert_eq(c.attention, MC_ATT_SPANS);
     cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "split");
-    cr_assert_str_eq(mc_config_choice(&c, "attention", "flash"), "auto, tiled, unfused, split, heads");
+    cr_assert_str_eq(mc_config_choice(&c, "attention", "flash"), "auto, tiled, unfused, split, heads, cluster");
     cr_assert_eq(c.attention, MC_ATT_SPANS); /* a refused value changes nothing */
     const memra_backend_vtable *vt = cuda_vt();
     bool described = false;
@@ -410,7 +410,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=fused,chunk=mma,qblock=16r,qgrid=auto");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -418,8 +418,9 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
 }
 
 /* Issue 27 item 1: postnorm (gemma3's post norms folded into the output and down GEMVs' last block,
- * or a launch of their own; the same bits) is taken, resolved where given and where not (fused),
- * parsed by the kernels' configuration, and refused by name with another value. */
+ * a launch of their own, or in their readers; the same bits) is taken, resolved where given and
+ * where not (prologue), parsed by the kernels' configuration, and refused by name with another
+ * value. */
 Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -430,8 +431,8 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "postnorm=LAUNCH: expected one of fused, launch"), "%s", buf);
     mc_config c = mc_config_default;
-    cr_assert_eq(c.postnorm, MC_POSTNORM_FUSED);
-    cr_assert_str_eq(mc_config_choice_name(&c, "postnorm"), "fused");
+    cr_assert_eq(c.postnorm, MC_POSTNORM_PROLOGUE);
+    cr_assert_str_eq(mc_config_choice_name(&c, "postnorm"), "prologue");
     cr_assert_null(mc_config_choice(&c, "postnorm", "launch"));
     cr_assert_eq(c.postnorm, MC_POSTNORM_LAUNCH);
     cr_assert_str_eq(mc_config_choice_name(&c, "postnorm"), "launch");
@@ -457,7 +458,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,qblock=16r,qgrid=auto");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,qblock=16r,qgrid=auto");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -472,7 +473,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qgrid=auto");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qgrid=auto");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -504,7 +505,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=fused,chunk=mma,qblock=16r");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
