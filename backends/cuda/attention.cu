@@ -545,8 +545,9 @@ __device__ __forceinline__ void mc_atc_rope(float (&x)[NV][MC_ATC_DPL<HD>], cons
  * row, each rounded to the cache's type into kn, vn, and where store also into the cache at p. q,
  * k, v and the norm weights are all asked for before any is used (one round trip).
  * attention_decode_cluster and attention_split share it: the same instructions, so the same q and
- * the same cache row. (kvg = g and store everywhere but attention=heads, whose clusters serve one
- * q head each: G = 1, g the q head, kvg its kv head, and only the kv head's first q head stores.) */
+ * the same cache row. (kvg = g and store everywhere but where a kv head's q heads are split over
+ * several clusters, attention=heads: g is then the cluster, kvg its kv head, and only the kv head's
+ * first cluster stores.) */
 template <uint32_t HD, uint32_t G, typename KT>
 __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], const mc_rope_args &a, const float *qkv,
                                                  uint32_t g, uint32_t kvg, const mc_atc_cs<HD> &cs, bool row_warp,
@@ -1701,9 +1702,10 @@ static uint32_t mc_atc_heads_per_cluster(uint32_t n_kv, uint32_t G, uint32_t hd)
 }
 
 /* A cluster of MC_ATT_SPLIT blocks of 256 threads per kv head (attention=cluster; auto below head
- * size 256); under attention=heads (and auto at 256) one per Gc q heads of a kv head (mc_atc_heads_per_cluster; the Gc instantiation, a.heads = G / Gc clusters a
- * kv head): each cluster does the operations of its heads alone, as the kv head's cluster does
- * them for each of its G heads (nothing is summed across heads), so the same bits. */
+ * size 256); under attention=heads (and auto at 256) one per Gc q heads of a kv head
+ * (mc_atc_heads_per_cluster; the Gc instantiation, a.heads = G / Gc clusters a kv head): each
+ * cluster does the operations of its heads alone, as the kv head's cluster does them for each of
+ * its G heads (nothing is summed across heads), so the same bits. */
 static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                  void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const uint32_t Gh = a->n_head / a->n_kv;
