@@ -338,14 +338,15 @@ static bool cuda_refuses(const run_check *rc, char *buf, size_t size) {
                  m->arch_name);
         return true;
     }
-    /* a mixture of experts: its expert stacks through the expert GEMV (F32, F16, BF16, Q8_0; gate
-     * and up of one type; backends/cuda/cuda_state.cu, mc_check_moe) */
+    /* a mixture of experts: its expert stacks through the expert GEMV (F32, F16, BF16, Q8_0, Q4_0 ..
+     * Q6_K; gate and up of one type; backends/cuda/cuda_state.cu, mc_check_moe) */
     for (uint32_t il = 0; m->n_expert > 0 && m->moe && il < m->n_layer; il++) {
         const memra_weight *w[3] = {&m->moe[il].gate_exps, &m->moe[il].up_exps, &m->moe[il].down_exps};
         for (int k = 0; k < 3; k++)
-            if (w[k]->type != MEMRA_TYPE_F32 && w[k]->type != MEMRA_TYPE_F16 && w[k]->type != MEMRA_TYPE_BF16 &&
-                w[k]->type != MEMRA_TYPE_Q8_0) {
-                snprintf(buf, size, "expert tensor %s is %s (its expert GEMV runs F32, F16, BF16 and Q8_0 experts)",
+            if (!cuda_type_ok(w[k]->type)) {
+                snprintf(buf, size,
+                         "expert tensor %s is %s (its expert GEMV runs F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                         "Q5_1, Q4_K, Q5_K and Q6_K experts)",
                          w[k]->name ? w[k]->name : "?", memra_tensor_type_name(w[k]->type));
                 return true;
             }

@@ -135,6 +135,17 @@ __device__ __forceinline__ void mc_wait_prior_grid(unsigned family) {
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* A mixture of experts' slot whose expert another rank holds (gemv_experts' contract): zeros in
+ * the outputs of this block's row groups [g0, g1) of n_groups (rows_e rows; half with a GLU). */
+template <int GLU>
+__device__ __forceinline__ void mc_experts_zero(float *yj, uint32_t rows_e, uint32_t n_groups) {
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t div = GLU ? 2u : 1u, r1 = g1 * MC_GEMV_ROWS < rows_e ? g1 * MC_GEMV_ROWS : rows_e;
+    for (uint32_t o = g0 * MC_GEMV_ROWS / div + threadIdx.x; o < r1 / div; o += blockDim.x)
+        yj[o] = 0.0f;
+}
+
 /* The gated activations of an FFN whose gate and up rows are interleaved (the GLU template
  * parameter of the GEMV kernels and mc_rows_store): none (a plain GEMV), SiLU (llama, qwen) or
  * GELU with the tanh approximation (gemma3), each as the cpu backend computes it. */

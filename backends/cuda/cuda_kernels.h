@@ -237,13 +237,13 @@ cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, 
 
 /* For each slot j < k: expert e = sel[j] (device memory, written by mc_moe_route) of a stack of
  * experts [e0, e1) whose expert e has rows_e rows starting at row (e - e0) rows_e of w (F32, F16,
- * BF16 or Q8_0), times x + j ldx (ldx 0: one x for every slot; x' = RMSNorm(x) * norm_w when
+ * BF16, Q8_0, or Q4_0 .. Q6_K: gemv_quant.h's experts launchers), times x + j ldx (ldx 0: one x for every slot; x' = RMSNorm(x) * norm_w when
  * norm_w is given, as mc_gemv; ldx a multiple of 4: 16-byte loads), into y + j ldy: rows_e floats, or with glu MC_GLU_SILU rows_e / 2
  * (gate and up rows interleaved, as mc_gemv_glu). An id outside [e0, e1) writes zeros there.
  * One launch; each slot's rows have the bits of the row-group GEMV (gemv.cu, the float path for
- * Q8_0) of that expert alone, with the column split of a GEMV of k rows_e rows (with c->moe_fuse
- * bit 8 the gate/up launch, glu and norm_w, takes gemv_experts_flat where it serves: the same
- * bits). */
+ * Q8_0; for Q4_0 .. Q6_K the family's 16-warp GEMV under c->qdot) of that expert alone, with the
+ * column split of a GEMV of k rows_e rows (with c->moe_fuse bit 8 the F32 .. Q8_0 gate/up launch,
+ * glu and norm_w, takes gemv_experts_flat where it serves: the same bits). */
 cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
                             float *y, uint32_t ldy, cudaStream_t st);

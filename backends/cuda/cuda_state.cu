@@ -153,8 +153,8 @@ static memra_status mc_check_gemma3(const memra_model *m, memra_error *err) {
 /* A mixture of experts (cuda_forward.cu's mc_moe_ffn): what the cuda backend runs of it. Ranks as
  * the cpu backend cuts them (ep=N: whole experts per rank, N ranks a stage; tp=N: each expert's
  * rows split; both: the same ranks), each rank's share checked (mc_moe_ranges); the experts'
- * stacks F32, F16, BF16 or Q8_0 (gemv_experts; the router and the shared expert take any type of
- * the dense GEMVs); the built-in kernels (op plugins and norm=unfused are not offered the experts'
+ * stacks F32, F16, BF16, Q8_0 (gemv_experts) or Q4_0 .. Q6_K (their families' dense kernels a
+ * slot, gemv_quant.h; the router and the shared expert take any type of the dense GEMVs); the built-in kernels (op plugins and norm=unfused are not offered the experts'
  * GEMVs). *ep_out: the arm's ep= (1 without experts; ep > 1 on a model without them is refused). */
 static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, const memra_options *opts,
                                  uint32_t *ep_out, memra_error *err) {
@@ -182,10 +182,13 @@ static memra_status mc_check_moe(const memra_model *m, const memra_plan *plan, c
         const memra_weight *stacks[3] = {&x->gate_exps, &x->up_exps, &x->down_exps};
         for (int k = 0; k < 3; k++) {
             const uint32_t t = stacks[k]->type;
-            if (t != MEMRA_TYPE_F32 && t != MEMRA_TYPE_F16 && t != MEMRA_TYPE_BF16 && t != MEMRA_TYPE_Q8_0)
+            if (t != MEMRA_TYPE_F32 && t != MEMRA_TYPE_F16 && t != MEMRA_TYPE_BF16 && t != MEMRA_TYPE_Q8_0 &&
+                t != MEMRA_TYPE_Q4_0 && t != MEMRA_TYPE_Q4_1 && t != MEMRA_TYPE_Q5_0 && t != MEMRA_TYPE_Q5_1 &&
+                t != MEMRA_TYPE_Q4_K && t != MEMRA_TYPE_Q5_K && t != MEMRA_TYPE_Q6_K)
                 return memra_fail(err, MEMRA_E_UNSUPPORTED,
-                                  "cuda: tensor '%s' is %s; the cuda backend's expert GEMV runs F32, F16, BF16 and "
-                                  "Q8_0 experts (the cpu backend runs every type)",
+                                  "cuda: tensor '%s' is %s; the cuda backend's expert GEMV runs F32, F16, BF16, "
+                                  "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K experts (the cpu backend runs "
+                                  "every type)",
                                   stacks[k]->name ? stacks[k]->name : "?", memra_tensor_type_name(t));
         }
         if (x->gate_exps.type != x->up_exps.type)

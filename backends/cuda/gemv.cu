@@ -604,6 +604,18 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
     if (k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2) || e1 < e0 || ldx % 4 != 0 ||
         (uint64_t)(e1 - e0) * rows_e > w->rows)
         return cudaErrorInvalidValue;
+    switch (w->type) { /* the quantized families beyond Q8_0: their own kernels (gemv_quant.h) */
+    case MEMRA_TYPE_Q4_0:
+    case MEMRA_TYPE_Q4_1:
+    case MEMRA_TYPE_Q5_0:
+    case MEMRA_TYPE_Q5_1:
+        return mc_gemv_experts_legacy(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K:
+        return mc_gemv_experts_kquant(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
+    default: break;
+    }
     if (glu == MC_GLU_SILU && norm_w && (c->moe_fuse & MC_MOE_FUSE_FLAT)) { /* the experts' gate/up */
         const cudaError_t e = mc_gemv_experts_flat(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
         if (e != cudaErrorNotSupported)

@@ -451,6 +451,33 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     mc_post_norm_last(pn, y, w.rows);
 }
 
+/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu): block row y is
+ * slot j, whose expert sel[j] (written by the kernel just before: read after the wait) owns rows
+ * (sel[j] - e0) rows_e .. of the stack; its input x + j ldx, its output y + j ldy; an id outside
+ * [e0, e1) writes zeros. Each slot runs gemv_kquant's 16-warp body on its expert's rows at the
+ * column split of a GEMV of all k experts' rows (a function of the shapes alone, as gemv_experts
+ * takes it), so an expert's outputs have the same bits in any slot, on any rank that holds it,
+ * eager or captured. Per call: k x rows_e rows of data and aux, x, norm_w. */
+template <uint32_t T, int QF, int GLU, int KS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
+                        const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
+                        uint32_t n_groups) {
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
+    float *yj = y + (size_t)j * ldy;
+    if (e < e0 || e >= e1) {
+        mc_experts_zero<GLU>(yj, rows_e, n_groups);
+        return;
+    }
+    mc_matrix w = stack;
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride;
+    w.aux = (char *)stack.aux + first * stack.aux_stride;
+    gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj, n_groups);
+}
+
 /* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
  * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
 __global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
@@ -629,6 +656,41 @@ static cudaError_t mc_kq_type(const mc_config *c, int glu, const mc_matrix *w, c
                                     : mc_kq_qf<T, 0>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
 }
 
+/* One launch of gemv_kquant_experts: a block of 16 warps per row-group range of each slot (the
+ * fewest blocks whose slots hold a slot's row groups), k block rows. */
+template <uint32_t T, int QF, int GLU, int KS>
+static cudaError_t mc_kq_experts_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
+        return e;
+    const uint32_t smem = mc_kq_smem(w->cols);
+    if (smem > (uint32_t)mc_kq_prepared[dev] || (uint64_t)(e1 - e0) * rows_e > w->rows || e1 < e0)
+        return cudaErrorInvalidValue;
+    if (!ready[dev]) {
+        e = cudaFuncSetAttribute(gemv_kquant_experts<T, QF, GLU, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 mc_kq_prepared[dev]);
+        if (e != cudaSuccess)
+            return e;
+        ready[dev] = 1;
+    }
+    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / KS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
+    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_kquant_experts<T, QF, GLU, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y,
+                           ldy, n_groups);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 /* This file's copy of the trigger mask (launch.cu's table). */
 cudaError_t mc_gemv_kquant_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
@@ -657,6 +719,32 @@ cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, cons
     case MEMRA_TYPE_Q5_K: return mc_kq_type<MEMRA_TYPE_Q5_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
     default: return mc_kq_type<MEMRA_TYPE_Q6_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
     }
+}
+
+cudaError_t mc_gemv_experts_kquant(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
+    uint64_t dr, ar;
+    if (!mc_kq_layout(w->type, w->cols, &dr, &ar) || w->stride != dr || w->aux_stride != ar || !w->aux ||
+        (glu != MC_GLU_NONE && glu != MC_GLU_SILU) || k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2))
+        return cudaErrorInvalidValue;
+    const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
+    const uint32_t ks = mc_kq_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
+    const bool qf = c->qdot == MC_QDOT_FLOAT;
+#define MC_KQE_KS(T, Q, G)                                                                                             \
+    (ks == 1   ? mc_kq_experts_t<T, Q, G, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
+     : ks == 2 ? mc_kq_experts_t<T, Q, G, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
+               : mc_kq_experts_t<T, Q, G, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st))
+#define MC_KQE(T)                                                                                                      \
+    (glu ? (qf ? MC_KQE_KS(T, 1, MC_GLU_SILU) : MC_KQE_KS(T, 0, MC_GLU_SILU))                                           \
+         : (qf ? MC_KQE_KS(T, 1, MC_GLU_NONE) : MC_KQE_KS(T, 0, MC_GLU_NONE)))
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K: return MC_KQE(MEMRA_TYPE_Q4_K);
+    case MEMRA_TYPE_Q5_K: return MC_KQE(MEMRA_TYPE_Q5_K);
+    default: return MC_KQE(MEMRA_TYPE_Q6_K);
+    }
+#undef MC_KQE
+#undef MC_KQE_KS
 }
 
 cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
@@ -711,6 +799,12 @@ const char *mc_gemv_kquant_family(const void *f) {
                             MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
 #undef MC_KQ_ROW_ROWS_POST
         {(const void *)embed_kquant, "embed"},
+#define MC_KQ_ROW_EXP(T, Q, G, K) {(const void *)gemv_kquant_experts<T, Q, G, K>, "gemv_experts"},
+#define MC_KQ_EXP_G(T, Q) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_NONE) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_SILU)
+        MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 0)
+            MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q6_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q6_K, 1)
+#undef MC_KQ_EXP_G
+#undef MC_KQ_ROW_EXP
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -381,6 +381,34 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
     gemv_legacy_body<T, GLU, NORM, KS, 1, MC_LL_SMALL>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
+/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu; as
+ * gemv_kquant_experts): block row y is slot j on expert sel[j]'s rows of the stack (read after the
+ * wait: the kernel just before wrote it), input x + j ldx, output y + j ldy, zeros for an id
+ * outside [e0, e1); each slot runs gemv_legacy's 16-warp body on its expert's rows at the column
+ * split of all k experts' rows, so an expert's bits do not depend on its slot, rank or graph. The
+ * gate/up stack has the ffn norm (NORM 1) and the GLU,
+ * the down stack neither. Per call: k x rows_e rows of data and aux, x, norm_w. */
+template <uint32_t T, int GLU, int KS, int QD>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_legacy_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
+                        const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
+                        uint32_t n_groups) {
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
+    float *yj = y + (size_t)j * ldy;
+    if (e < e0 || e >= e1) {
+        mc_experts_zero<GLU>(yj, rows_e, n_groups);
+        return;
+    }
+    mc_matrix w = stack;
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride;
+    w.aux = (char *)stack.aux + first * stack.aux_stride;
+    gemv_legacy_body<T, GLU, GLU ? 1 : 0, KS, QD, MC_LL_WARPS>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj,
+                                                               n_groups);
+}
+
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
  * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
  * gemv_legacy reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
@@ -952,6 +980,64 @@ cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, cons
     }
 }
 
+/* One launch of gemv_legacy_experts (as mc_kq_experts_t). */
+template <uint32_t T, int GLU, int KS, int QD>
+static cudaError_t mc_ll_experts_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    if (!ready[dev]) {
+        e = cudaFuncSetAttribute(gemv_legacy_experts<T, GLU, KS, QD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)MC_LL_SMEM_MAX);
+        if (e != cudaSuccess)
+            return e;
+        ready[dev] = 1;
+    }
+    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / KS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
+    cfg.blockDim = dim3(32 * MC_LL_WARPS);
+    cfg.dynamicSmemBytes = mc_ll_smem(w->cols, QD);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_legacy_experts<T, GLU, KS, QD>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y,
+                           ldy, n_groups);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t mc_gemv_experts_legacy(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
+    if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux ||
+        (glu != MC_GLU_NONE && glu != MC_GLU_SILU) || (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 ||
+        k > 65535 || rows_e == 0 || (glu && rows_e % 2) || e1 < e0 || (uint64_t)(e1 - e0) * rows_e > w->rows)
+        return cudaErrorInvalidValue;
+    const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
+    const uint32_t ks = mc_ll_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
+    const bool qd = c->qdot == MC_QDOT_AUTO;
+#define MC_LLE_KS(T, G, Q)                                                                                             \
+    (ks == 1   ? mc_ll_experts_t<T, G, 1, Q>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
+     : ks == 2 ? mc_ll_experts_t<T, G, 2, Q>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
+               : mc_ll_experts_t<T, G, 4, Q>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st))
+#define MC_LLE(T)                                                                                                      \
+    (glu ? (qd ? MC_LLE_KS(T, MC_GLU_SILU, 1) : MC_LLE_KS(T, MC_GLU_SILU, 0))                                           \
+         : (qd ? MC_LLE_KS(T, MC_GLU_NONE, 1) : MC_LLE_KS(T, MC_GLU_NONE, 0)))
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_0: return MC_LLE(MEMRA_TYPE_Q4_0);
+    case MEMRA_TYPE_Q4_1: return MC_LLE(MEMRA_TYPE_Q4_1);
+    case MEMRA_TYPE_Q5_0: return MC_LLE(MEMRA_TYPE_Q5_0);
+    default: return MC_LLE(MEMRA_TYPE_Q5_1);
+    }
+#undef MC_LLE
+#undef MC_LLE_KS
+}
+
 cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,
                                 const mc_post_args *pn, cudaStream_t st) {
     if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux || !pn)
@@ -1023,6 +1109,13 @@ const char *mc_gemv_legacy_family(const void *f) {
                                 MC_LL_PRO_EACH(MC_LL_ROW_PRO)
 #undef MC_LL_ROW_PRO
             {(const void *)embed_legacy, "embed"},
+#define MC_LL_ROW_EXP(T, G, K) {(const void *)gemv_legacy_experts<T, G, K, 0>, "gemv_experts"}, \
+    {(const void *)gemv_legacy_experts<T, G, K, 1>, "gemv_experts"},
+#define MC_LL_EXP_T(T) MC_LL_ROW_EXP(T, MC_GLU_NONE, 1) MC_LL_ROW_EXP(T, MC_GLU_NONE, 2) MC_LL_ROW_EXP(T, MC_GLU_NONE, 4) \
+    MC_LL_ROW_EXP(T, MC_GLU_SILU, 1) MC_LL_ROW_EXP(T, MC_GLU_SILU, 2) MC_LL_ROW_EXP(T, MC_GLU_SILU, 4)
+            MC_LL_EXP_T(MEMRA_TYPE_Q4_0) MC_LL_EXP_T(MEMRA_TYPE_Q4_1) MC_LL_EXP_T(MEMRA_TYPE_Q5_0) MC_LL_EXP_T(MEMRA_TYPE_Q5_1)
+#undef MC_LL_EXP_T
+#undef MC_LL_ROW_EXP
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -35,6 +35,15 @@ cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, cons
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
 cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st);
+/* mc_gemv_experts (cuda_kernels.h) for the family's types (glu MC_GLU_NONE or MC_GLU_SILU; the legacy
+ * family takes norm_w exactly with the GLU: the experts' gate/up stack): each chosen expert's rows
+ * as the family's dense 16-warp GEMV computes them. */
+cudaError_t mc_gemv_experts_legacy(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st);
+cudaError_t mc_gemv_experts_kquant(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st);
 /* mc_gemv_post (cuda_kernels.h) for the family's types: the GEMV's kernel with no norm, bias,
  * residual or GLU, its last block folding the post norm. */
 cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const float *x, float *y,

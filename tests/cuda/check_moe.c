@@ -7,8 +7,8 @@
  *    top k in decreasing logit, ties toward the lower index, exactly; the weights within 1e-6
  *    (relative) of the double softmax (renormalised or not); the shared gate sigmoid(logits[n]).
  *    With a NaN logit the ids stay k distinct experts in range (no slot left unwritten).
- * 2. mc_gemv_experts (F32, F16, BF16, Q8_0; gate/up interleaved with SiLU and the fused norm, and
- *    down on per-slot inputs): each slot within tol * sum |w x'| of the double reference of its
+ * 2. mc_gemv_experts (F32, F16, BF16, Q8_0 and the quantized families Q4_0 .. Q6_K; gate/up
+ *    interleaved with SiLU and the fused norm, and down on per-slot inputs): each slot within tol * sum |w x'| of the double reference of its
  *    expert; ids outside [e0, e1) give exact zeros; the same bits on a repeat and, per expert,
  *    in any slot (the slots permuted: the same bits permuted).
  * 3. mc_moe_combine: bit for bit the cpu backend's formula (cpu_moe.c: products and sums in slot
@@ -37,8 +37,10 @@
 
 #include "check_program.h"
 #include "cuda_kernels.h"
+#include "gemv_quant.h"
 #include "memra/gguf.h"
 #include "memra/numeric.h"
+#include "memra/quant.h"
 
 static int failures;
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -166,7 +168,65 @@ typedef struct stack {
     float *deq; /* rows x cols */
 } stack;
 
+static int family(uint32_t t) {
+    return t == MEMRA_TYPE_Q4_0 || t == MEMRA_TYPE_Q4_1 || t == MEMRA_TYPE_Q5_0 || t == MEMRA_TYPE_Q5_1 ||
+           t == MEMRA_TYPE_Q4_K || t == MEMRA_TYPE_Q5_K || t == MEMRA_TYPE_Q6_K;
+}
+
+/* A stack of a quantized family (Q4_0 .. Q6_K): random blocks in the file's encoding, their f16
+ * scales in [2^-9, 2^-5) (Q6_K's d at byte 208, the others' d and dmin at 0 and 2), laid out as
+ * cuda_weights.cu uploads them (gemv_quant.h's repack) and decoded as memra/quant.h does. */
+static void stack_make_family(stack *s, uint32_t type, uint32_t rows, uint32_t cols) {
+    uint64_t dr = 0, ar = 0;
+    const int kq = type == MEMRA_TYPE_Q4_K || type == MEMRA_TYPE_Q5_K || type == MEMRA_TYPE_Q6_K;
+    CHECK(kq ? mc_qlayout_kquant(type, cols, &dr, &ar) : mc_qlayout_legacy(type, cols, &dr, &ar),
+          "no layout for type %u, %u columns", type, cols);
+    const uint32_t be = memra_quant_block_elems(type), bb = (uint32_t)memra_quant_block_bytes(type);
+    const uint64_t nb = cols / be;
+    uint8_t *file = malloc((size_t)rows * nb * bb), *hd = calloc(rows, dr ? dr : 1), *ha = calloc(rows, ar ? ar : 1);
+    s->deq = malloc((size_t)rows * cols * 4);
+    if (!file || !hd || !ha || !s->deq) {
+        printf("check_moe: FAIL: out of host memory\n");
+        exit(1);
+    }
+    for (uint64_t b = 0; b < (uint64_t)rows * nb; b++) {
+        uint8_t *blk = file + b * bb;
+        for (uint32_t i = 0; i < bb; i++)
+            blk[i] = (uint8_t)next64();
+        const uint16_t d = (uint16_t)((6u + next64() % 4) << 10 | (next64() & 0x3ffu));
+        const uint16_t dm = (uint16_t)((6u + next64() % 4) << 10 | (next64() & 0x3ffu));
+        if (type == MEMRA_TYPE_Q6_K) {
+            memcpy(blk + 208, &d, 2);
+        } else {
+            memcpy(blk, &d, 2);
+            if (type != MEMRA_TYPE_Q4_0 && type != MEMRA_TYPE_Q5_0)
+                memcpy(blk + 2, &dm, 2);
+        }
+    }
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint8_t *src = file + (size_t)r * nb * bb;
+        if (kq)
+            mc_qrepack_kquant(type, src, cols, hd + (size_t)r * dr, ar ? ha + (size_t)r * ar : NULL);
+        else
+            mc_qrepack_legacy(type, src, cols, hd + (size_t)r * dr, ar ? ha + (size_t)r * ar : NULL);
+        for (uint64_t b = 0; b < nb; b++)
+            memra_dequantize_block(type, src + b * bb, s->deq + (size_t)r * cols + b * be);
+    }
+    memset(&s->m, 0, sizeof s->m);
+    s->m.type = type, s->m.rows = rows, s->m.cols = cols;
+    s->m.stride = (uint32_t)dr, s->m.aux_stride = (uint32_t)ar;
+    s->m.data = dev_copy(hd, (size_t)rows * dr);
+    s->m.aux = ar ? dev_copy(ha, (size_t)rows * ar) : NULL;
+    free(file);
+    free(hd);
+    free(ha);
+}
+
 static void stack_make(stack *s, uint32_t type, uint32_t rows, uint32_t cols) {
+    if (family(type)) {
+        stack_make_family(s, type, rows, cols);
+        return;
+    }
     const uint32_t eb = type == MEMRA_TYPE_F32 ? 4 : type == MEMRA_TYPE_Q8_0 ? 1 : 2;
     const uint32_t stride = (cols * eb + 15) / 16 * 16 / eb;
     uint8_t *data = calloc((size_t)rows * stride, eb);
@@ -208,6 +268,7 @@ static void stack_make(stack *s, uint32_t type, uint32_t rows, uint32_t cols) {
 static void stack_free(stack *s) {
     cudaFree(s->m.data);
     cudaFree(s->m.scales);
+    cudaFree(s->m.aux);
     free(s->deq);
 }
 
@@ -249,7 +310,11 @@ static void ref_expert(const stack *s, uint32_t e, uint32_t e0, uint32_t rows_e,
 }
 
 static const char *tname(uint32_t t) {
-    return t == MEMRA_TYPE_F32 ? "f32" : t == MEMRA_TYPE_F16 ? "f16" : t == MEMRA_TYPE_BF16 ? "bf16" : "q8_0";
+    return family(t) ? memra_tensor_type_name(t)
+           : t == MEMRA_TYPE_F32 ? "f32"
+           : t == MEMRA_TYPE_F16 ? "f16"
+           : t == MEMRA_TYPE_BF16 ? "bf16"
+                                  : "q8_0";
 }
 
 /* The stack holds experts [e0, e0 + held) of rows_e rows of cols; k slots with ids sel (some may
@@ -267,7 +332,15 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
     float *dx = dev_copy(x, (size_t)nx * cols * 4), *dnw = dev_copy(nw, cols * 4), *dy;
     int32_t *dsel = dev_copy(sel, k * 4);
     CHECK_CUDA(cudaMalloc((void **)&dy, (size_t)k * n_out * 4));
-    if (corrupt) { /* negative control: one weight of the first held expert changed on the device */
+    if (corrupt && family(type)) { /* negative control: a quant bit of every byte of the first held expert's
+                                     * first row (one byte may sit in a sub-block whose random scale is 0) */
+        uint8_t *row = malloc(s.m.stride);
+        CHECK_CUDA(cudaMemcpy(row, s.m.data, s.m.stride, cudaMemcpyDeviceToHost));
+        for (uint32_t i = 0; i < s.m.stride; i++)
+            row[i] ^= 0x40;
+        CHECK_CUDA(cudaMemcpy(s.m.data, row, s.m.stride, cudaMemcpyHostToDevice));
+        free(row);
+    } else if (corrupt) { /* negative control: one weight of the first held expert changed on the device */
         const uint32_t eb = type == MEMRA_TYPE_F32 ? 4 : type == MEMRA_TYPE_Q8_0 ? 1 : 2;
         uint8_t b;
         CHECK_CUDA(cudaMemcpy(&b, (uint8_t *)s.m.data + eb - 1, 1, cudaMemcpyDeviceToHost));
@@ -776,6 +849,21 @@ int main(void) {
             check_experts(types[t], 8, 0, 2 * 36, 102, 8, sel8, MC_GLU_SILU, 1, 0, 0); /* a column tail */
         check_experts(types[t], 4, 4, 64, 64, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
         check_experts(types[t], 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
+    }
+    /* the quantized families' experts (gemv_quant.h: each slot the family's 16-warp body; qdot=auto):
+     * the shapes of the 30B and granite presets' layers and a few experts, an id not held, the
+     * negative control */
+    const uint32_t ftypes[] = {MEMRA_TYPE_Q4_0, MEMRA_TYPE_Q4_1, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_1,
+                               MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K};
+    for (int t = 0; t < 7; t++) {
+        check_experts(ftypes[t], 8, 0, 2 * 64, 256, 2, sel8, MC_GLU_SILU, 1, 0, 0);
+        check_experts(ftypes[t], 8, 0, 64, 256, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+        check_experts(ftypes[t], 8, 0, 2 * 512, 1024, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+        check_experts(ftypes[t], 8, 0, 1024, 512, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+        check_experts(ftypes[t], 8, 0, 2048, 768, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+        check_experts(ftypes[t], 4, 4, 64, 256, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
+        check_experts(ftypes[t], 4, 4, 2 * 64, 256, 4, sel_ep, MC_GLU_SILU, 1, 0, 0);
+        check_experts(ftypes[t], 8, 0, 64, 256, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
     }
     for (uint32_t k = 1; k <= 8; k *= 2)
         for (int sh = 0; sh < 2; sh++) {

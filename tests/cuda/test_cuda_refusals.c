@@ -120,16 +120,19 @@ static void moe_model(memra_model *m, memra_layer *layers, memra_layer_moe *moe,
     }
 }
 
-/* F32, F16, BF16 and Q8_0 experts pass the checks before a device (whatever stops them next here
- * is not about experts: before issue 29's cuda half every mixture of experts was refused here,
- * "... is a mixture of experts, which the cuda backend does not run yet"). */
+/* F32, F16, BF16, Q8_0 and (since the session of 2026-12-03, thirteenth) Q4_0 .. Q6_K experts pass
+ * the checks before a device (whatever stops them next here is not about experts: before issue
+ * 29's cuda half every mixture of experts was refused here, "... is a mixture of experts, which
+ * the cuda backend does not run yet"). */
 Test(cuda_refusals, moe_is_an_architecture_it_runs) {
     memra_model m;
     memra_layer layers[2];
     memra_layer_moe moe[2];
     char msg[MEMRA_ERROR_MSG_MAX];
-    const uint32_t types[4] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
-    for (int t = 0; t < 4; t++) {
+    const uint32_t types[11] = {MEMRA_TYPE_F32,  MEMRA_TYPE_F16,  MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0,
+                                MEMRA_TYPE_Q4_0, MEMRA_TYPE_Q4_1, MEMRA_TYPE_Q5_0, MEMRA_TYPE_Q5_1,
+                                MEMRA_TYPE_Q4_K, MEMRA_TYPE_Q5_K, MEMRA_TYPE_Q6_K};
+    for (int t = 0; t < 11; t++) {
         moe_model(&m, layers, moe, types[t]);
         cr_assert_neq(open_status(&m, msg, sizeof msg), MEMRA_OK);
         cr_assert_null(strstr(msg, "expert"), "type %u: %s", types[t], msg);
@@ -145,10 +148,11 @@ Test(cuda_refusals, moe_types) {
     memra_layer_moe moe[2];
     char msg[MEMRA_ERROR_MSG_MAX];
     moe_model(&m, layers, moe, MEMRA_TYPE_F16);
-    moe[1].down_exps.type = MEMRA_TYPE_Q4_K;
+    moe[1].down_exps.type = MEMRA_TYPE_Q3_K; /* a type no cuda kernel takes */
     cr_assert_eq(open_status(&m, msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
-    cr_assert_str_eq(msg, "cuda: tensor 'blk.1.ffn_down_exps.weight' is Q4_K; the cuda backend's expert GEMV runs "
-                          "F32, F16, BF16 and Q8_0 experts (the cpu backend runs every type)");
+    cr_assert_str_eq(msg, "cuda: tensor 'blk.1.ffn_down_exps.weight' is Q3_K; the cuda backend's expert GEMV runs "
+                          "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K experts (the cpu "
+                          "backend runs every type)");
     moe_model(&m, layers, moe, MEMRA_TYPE_F16);
     moe[0].up_exps.type = MEMRA_TYPE_BF16;
     cr_assert_eq(open_status(&m, msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
@@ -270,11 +274,11 @@ Test(cuda_refusals, moe_ranks_refused) {
     cr_assert_eq(open_keys(&m, &plan, "ep=4,stall_us=5", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
     cr_assert(strstr(msg, "stall_us=5 has no effect"), "ep=4 keeps experts whole: %s", msg);
 
-    moe_model(&m, layers, moe, MEMRA_TYPE_Q4_0);
+    moe_model(&m, layers, moe, MEMRA_TYPE_Q3_K);
     m.n_head = m.n_head_kv = 4;
     ranks_plan(&plan, &m, 2, 1);
     cr_assert_eq(open_keys(&m, &plan, "ep=2", msg, sizeof msg), MEMRA_E_UNSUPPORTED, "%s", msg);
-    cr_assert(strstr(msg, "expert GEMV runs F32, F16, BF16 and Q8_0 experts"), "%s", msg);
+    cr_assert(strstr(msg, "is Q3_K; the cuda backend's expert GEMV runs F32"), "%s", msg);
 
     gemma3_model(&m, layers); /* no experts */
     ranks_plan(&plan, &m, 2, 1);
