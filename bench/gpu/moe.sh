@@ -11,7 +11,8 @@
 #            top-k with ties and k = n_expert, the expert GEMV in F32/F16/BF16/Q8_0 with negative
 #            controls, the combine bit for bit the cpu's, the whole FFN)
 #   nmse     cpu against cuda, nmse 1e-5, 32 + 32 steps: moe-tiny, qwen2moe-tiny, granitemoe-tiny
-#            in f32, f16, bf16, q8_0; the refusals by name (q4_0 experts, ep=2, tp=2)
+#            in f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (the tiny shapes take no K-quant: granite
+#            runs those); the refusal by name of ep=3
 #   tiny     cuda against cuda-graph exact on the tiny presets (f32, bf16, q8_0), greedy and sampled;
 #            cuda against cuda:stages=2 and cuda:prefill=1 against cuda:prefill=512 (a MoE chunk runs
 #            as single steps), exact
@@ -51,12 +52,11 @@ check)
   echo "check_moe rc=$? $(tail -1 "$OUT/check_moe.log")" | tee -a "$T"
   grep -i "fail\|missed" "$OUT/check_moe.log" | head -5 | tee -a "$T" ;;
 nmse)
-  for p in $TINY; do for d in f32 f16 bf16 q8_0; do
+  for p in $TINY; do for d in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1; do
     gate "n_${p}_$d" --a cpu --b cuda --compare nmse:1e-5 --preset $p --dtype $d --prime 32 --gen 32 --rows 0
   done; done
-  refuse r_q4_0 "expert GEMV runs F32, F16, BF16 and Q8_0" --a cpu --b cuda --preset moe-tiny --dtype q4_0 --prime 4 --gen 4 --rows 0
   refuse r_ep3 "is not divisible by 3 ranks" --a cuda --b cuda-graph:ep=3 --preset moe-tiny --prime 4 --gen 4 --rows 0
-  refuse r_tp2_q4_0 "expert GEMV runs F32, F16, BF16 and Q8_0" --a cuda:tp=2 --b cuda-graph:tp=2 --preset moe-tiny --dtype q4_0 --prime 4 --gen 4 --rows 0 ;;
+  gate n_tp2_moe_q4_0 --a cpu:tp=2 --b cuda:tp=2 --compare nmse:1e-5 --preset moe-tiny --dtype q4_0 --prime 16 --gen 16 --rows 0 ;;
 ep)
   # the tiny presets' pairs, one background job a preset and type (the GPU is shared; every pair
   # is exact or nmse whatever the timing; no timing rows), their table lines gathered in order
