@@ -272,6 +272,11 @@ cudaError_t mc_gemv_q8_prepare(void);
 /* mc_gemv_post (cuda_kernels.h) on the integer Q8_0 kernel, where it serves w. */
 cudaError_t mc_gemv_q8_post(const mc_config *c, const mc_matrix *w, const float *x, float *y, const mc_post_args *pn,
                             cudaStream_t st);
+/* experts=int: mc_gemv_experts (cuda_kernels.h) on the integer Q8_0 kernel's body a slot, where
+ * mc_experts_int says so (glu MC_GLU_NONE without norm_w, or MC_GLU_SILU with it). */
+cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                  uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                  const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st);
 /* postnorm=prologue (mc_gemv_pro, cuda_kernels.h) on the integer Q8_0 kernel. */
 bool mc_gemv_q8_pro_serves(const mc_config *c, const mc_matrix *w, int glu);
 cudaError_t mc_gemv_q8_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,

@@ -25,7 +25,7 @@ extern "C" {
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
  * chunk, qblock and qgrid never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
- * compares the same arithmetic); q8, attention, norm, qdot, kv and gemv=mma|mma2 choose other
+ * compares the same arithmetic); q8, attention, norm, qdot, kv, experts and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
@@ -117,6 +117,13 @@ extern "C" {
             "warps hold every row group: the grid before; q/k/v on 96 of 132 multiprocessors) or auto (fill on "     \
             "matrices of more than 2048 columns, need on narrower ones: SmolLM2 Q4_1 lost 6.8% filled). The same bits " \
             "each way"                                                                                                 \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "experts", "float",                                                                                            \
+            "a mixture of experts' Q8_0 experts: float (float dots on the dequantized weights, the row-group GEMV's "  \
+            "path) or int (the integer Q8_0 kernel's body a slot, x quantized to 23 bits as q8=auto's dense GEMVs: "    \
+            "other bits; moe_fuse's down/combine and flat folds then step aside; not yet run on a GPU). Other "       \
+            "types' experts take their families' kernels either way"                                                   \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

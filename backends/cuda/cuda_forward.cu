@@ -381,7 +381,8 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
         return 0;
     if ((want & MC_MOE_FUSE_ROUTE) && mc_moe_router_serves(&L->router))
         f |= MC_MOE_FUSE_ROUTE;
-    if ((want & MC_MOE_FUSE_COMBINE) && mc_experts_combine_serves(&L->down_exps, m->n_embd, m->n_expert_used))
+    if ((want & MC_MOE_FUSE_COMBINE) && mc_experts_combine_serves(&L->down_exps, m->n_embd, m->n_expert_used) &&
+        !mc_experts_int(&b->cfg, &L->down_exps)) /* experts=int: the combine stays a launch of its own */
         f |= MC_MOE_FUSE_COMBINE;
     if ((want & MC_MOE_FUSE_SCALE) && (f & MC_MOE_FUSE_ROUTE) && mc_residual_scaled(m) && m->n_ff_shexp == 0 &&
         !b->taps)

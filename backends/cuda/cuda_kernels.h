@@ -81,6 +81,10 @@ enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, 
  * block's row groups are a contiguous range either way and each row's sums do not depend on who
  * computes them: the same bits. */
 enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
+/* The experts' Q8_0 GEMVs of a mixture of experts (the `experts` key): MC_EXPERTS_FLOAT, float dots
+ * on the dequantized weights (gemv_experts, the row-group GEMV's float path); MC_EXPERTS_INT, the
+ * dense integer kernel's body a slot (gemv_q8.cu: x quantized to 23 bits, int8 dots), other bits. */
+enum { MC_EXPERTS_FLOAT, MC_EXPERTS_INT };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -155,6 +159,7 @@ typedef struct mc_config {
     uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16R, _16, _AUTO, _4, _16X or _16XR
                          * (the same bits) */
     uint32_t qgrid;     /* the 16-warp quantized GEMVs' grid: MC_QGRID_AUTO, _NEED or _FILL (the same bits) */
+    uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT or MC_EXPERTS_INT (other bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
@@ -244,6 +249,10 @@ cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, 
  * Q8_0; for Q4_0 .. Q6_K the family's 16-warp GEMV under c->qdot) of that expert alone, with the
  * column split of a GEMV of k rows_e rows (with c->moe_fuse bit 8 the F32 .. Q8_0 gate/up launch,
  * glu and norm_w, takes gemv_experts_flat where it serves: the same bits). */
+/* Whether mc_gemv_experts runs w (a Q8_0 stack) on the integer kernel under c (experts=int; its
+ * x' then fits the kernel's shared memory): the folds of moe_fuse that compute the float path's
+ * bits (the combine in the down GEMV, the flat gate/up kernel) then step aside. */
+int mc_experts_int(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
                             float *y, uint32_t ldy, cudaStream_t st);

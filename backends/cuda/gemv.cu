@@ -616,6 +616,8 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
         return mc_gemv_experts_kquant(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
     default: break;
     }
+    if (mc_experts_int(c, w)) /* experts=int */
+        return mc_gemv_experts_q8int(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
     if (glu == MC_GLU_SILU && norm_w && (c->moe_fuse & MC_MOE_FUSE_FLAT)) { /* the experts' gate/up */
         const cudaError_t e = mc_gemv_experts_flat(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
         if (e != cudaErrorNotSupported)

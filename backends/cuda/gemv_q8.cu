@@ -217,6 +217,32 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int_body<SWIGLU, NORM, KS, WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
+/* experts=int: the chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu): block
+ * row y is slot j on expert sel[j]'s rows of the stack (read after the wait: the kernel just
+ * before wrote it), input x + j ldx, output y + j ldy, zeros for an id outside [e0, e1); each slot
+ * runs gemv_q8_0_int's 16-warp body on its expert's rows at the column split of all k experts'
+ * rows, so an expert's bits do not depend on its slot, rank or graph. Per call: k x rows_e rows of
+ * int8 quants and their f16 scales, x, norm_w. */
+template <int SWIGLU, int NORM, int KS>
+__global__ void __launch_bounds__(32 * 16, 1)
+    gemv_q8_0_int_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
+                          const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
+                          uint32_t n_groups) {
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
+    float *yj = y + (size_t)j * ldy;
+    if (e < e0 || e >= e1) {
+        mc_experts_zero<SWIGLU>(yj, rows_e, n_groups);
+        return;
+    }
+    mc_matrix w = stack;
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride;
+    w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    gemv_q8_0_int_body<SWIGLU, NORM, KS, 16>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj, n_groups);
+}
+
 /* postnorm=prologue (mc_gemv_pro): x_new = x + RMSNorm(po) * post_w first (mc_pro_stage), then the
  * kernel with its norm (no bias or residual). Per call: what gemv_q8_0_int reads and writes, and
  * po, x, post_w (cols floats each, from L2), x_new (cols floats, by the first block). */
@@ -399,6 +425,58 @@ cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const fl
                   : mc_q8x_any<0, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
 }
 
+int mc_experts_int(const mc_config *c, const mc_matrix *w) {
+    return c->experts == MC_EXPERTS_INT && w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 &&
+           w->cols > 0 && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
+}
+
+template <int SWIGLU, int NORM, int KS>
+static cudaError_t mc_q8x_experts_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                    uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                    const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    if (!ready[dev]) {
+        e = cudaFuncSetAttribute(gemv_q8_0_int_experts<SWIGLU, NORM, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)MC_Q8X_SMEM_MAX);
+        if (e != cudaSuccess)
+            return e;
+        ready[dev] = 1;
+    }
+    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = 16 / KS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
+    cfg.blockDim = dim3(32 * 16);
+    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_experts<SWIGLU, NORM, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps,
+                           y, ldy, n_groups);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                  uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                  const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
+    if (!mc_experts_int(c, w) || !w->scales || (glu != MC_GLU_NONE && glu != MC_GLU_SILU) ||
+        (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2) ||
+        e1 < e0 || (uint64_t)(e1 - e0) * rows_e > w->rows)
+        return cudaErrorInvalidValue;
+    const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
+    const uint32_t ks = mc_q8x_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
+#define MC_Q8E(S, N)                                                                                                   \
+    (ks == 1   ? mc_q8x_experts_t<S, N, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
+     : ks == 2 ? mc_q8x_experts_t<S, N, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
+               : mc_q8x_experts_t<S, N, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st))
+    return glu ? MC_Q8E(1, 1) : MC_Q8E(0, 0);
+#undef MC_Q8E
+}
+
 cudaError_t mc_gemv_q8_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_gemv_q8_family(const void *f) {
@@ -419,6 +497,12 @@ const char *mc_gemv_q8_family(const void *f) {
 #define MC_Q8X_ROW_PRO(S, K, W) {(const void *)gemv_q8_0_int_pro<S, K, W>, (S) ? "gemv_prologue_glu" : "gemv_prologue"},
         MC_Q8X_PRO_EACH(MC_Q8X_ROW_PRO)
 #undef MC_Q8X_ROW_PRO
+        {(const void *)gemv_q8_0_int_experts<0, 0, 1>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts<0, 0, 2>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts<0, 0, 4>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts<1, 1, 1>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts<1, 1, 2>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts<1, 1, 4>, "gemv_experts"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

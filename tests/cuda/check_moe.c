@@ -317,6 +317,9 @@ static const char *tname(uint32_t t) {
                                   : "q8_0";
 }
 
+/* The arm's keys check_experts runs under (the default, or experts=int for the Q8_0 integer path). */
+static mc_config ecfg;
+
 /* The stack holds experts [e0, e0 + held) of rows_e rows of cols; k slots with ids sel (some may
  * be outside the held range); x one vector (ldx 0) or k of them. */
 static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t rows_e, uint32_t cols, uint32_t k,
@@ -350,14 +353,14 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
     float *y = malloc((size_t)k * n_out * 4), *y2 = malloc((size_t)k * n_out * 4);
     for (int rep = 0; rep < 2; rep++) {
         CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
-        CHECK_CUDA(mc_gemv_experts(&mc_config_default, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0,
+        CHECK_CUDA(mc_gemv_experts(&ecfg, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0,
                                    norm ? dnw : NULL, 1e-5f, glu, dy, n_out, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
         CHECK_CUDA(cudaMemcpy(rep ? y2 : y, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
     }
     CHECK(!memcmp(y, y2, (size_t)k * n_out * 4), "experts: different bits on repeat");
     if (glu && norm && !corrupt) { /* moe_fuse bit 8 (gemv_experts_flat) against the loop kernel (the default) */
-        mc_config flat = mc_config_default;
+        mc_config flat = ecfg;
         flat.moe_fuse = MC_MOE_FUSE_ALL;
         CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
         CHECK_CUDA(mc_gemv_experts(&flat, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f,
@@ -386,8 +389,9 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
             worst = e > worst || isnan(e) ? (isnan(e) ? INFINITY : e) : worst;
         }
     }
-    printf("experts %-4s rows_e=%5u cols=%5u k=%3u glu=%d norm=%d x/slot=%d%s: err/tol %.3g%s\n", tname(type), rows_e,
-           cols, k, glu, norm, per_slot_x, corrupt ? " (negative control)" : "", worst,
+    printf("experts %-4s%s rows_e=%5u cols=%5u k=%3u glu=%d norm=%d x/slot=%d%s: err/tol %.3g%s\n", tname(type),
+           ecfg.experts == MC_EXPERTS_INT ? " int" : "", rows_e, cols, k, glu, norm, per_slot_x,
+           corrupt ? " (negative control)" : "", worst,
            corrupt ? (worst > 1.0 ? ": caught" : ": MISSED") : "");
     if (corrupt)
         CHECK(worst > 1.0, "experts %s: the changed weight was not caught", tname(type));
@@ -399,7 +403,7 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         for (uint32_t j = 0; j < k; j++)
             rev[j] = sel[k - 1 - j];
         CHECK_CUDA(cudaMemcpy(dsel, rev, k * 4, cudaMemcpyHostToDevice));
-        CHECK_CUDA(mc_gemv_experts(&mc_config_default, &s.m, rows_e, dsel, k, e0, e0 + held, dx, 0, norm ? dnw : NULL,
+        CHECK_CUDA(mc_gemv_experts(&ecfg, &s.m, rows_e, dsel, k, e0, e0 + held, dx, 0, norm ? dnw : NULL,
                                    1e-5f, glu, dy, n_out, 0));
         CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
         int same = 1;
@@ -833,6 +837,7 @@ int main(void) {
                 for (int norm = 0; norm < 2; norm++)
                     check_route(ns[a], ks[b], norm, norm);
     }
+    ecfg = mc_config_default;
     const uint32_t types[] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
     const int32_t sel8[8] = {5, 0, 7, 2, 3, 6, 1, 4};
     const int32_t sel_ep[4] = {2, 9, 5, -1}; /* held: [4, 8): 5 computed, the others zeros */
@@ -865,6 +870,18 @@ int main(void) {
         check_experts(ftypes[t], 4, 4, 2 * 64, 256, 4, sel_ep, MC_GLU_SILU, 1, 0, 0);
         check_experts(ftypes[t], 8, 0, 64, 256, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
     }
+    /* experts=int: the Q8_0 stacks on the integer kernel's body a slot (other bits than float: the
+     * reference bound, zeros, repeat and slot order as above; the flat key steps aside) */
+    CHECK(mc_config_choice(&ecfg, "experts", "int") == NULL, "experts=int refused");
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 64, 64, 2, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 64, 64, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 512, 1024, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 1024, 512, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2048, 768, 8, sel8, MC_GLU_NONE, 0, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 4, 4, 64, 64, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
+    ecfg = mc_config_default;
     for (uint32_t k = 1; k <= 8; k *= 2)
         for (int sh = 0; sh < 2; sh++) {
             check_combine(2048, k, sh, 1.0f);

@@ -53,6 +53,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
                                           {"qblock", "16r"}, /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
                                           {"qgrid", "auto"}, /* issue 26: their grid (auto: filled on wide matrices) */
+                                          {"experts", "float"}, /* issue 29: the Q8_0 experts' dots */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -61,8 +62,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 20);
-    for (int i = 0; i < 20; i++) {
+    cr_assert_eq(vt->n_options, 21);
+    for (int i = 0; i < 21; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -72,18 +73,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -222,19 +223,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -246,9 +247,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -316,7 +317,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+                          "moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -410,7 +411,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -425,7 +426,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,chunk=mma,qblock=16r,qgrid=auto");
+                          "qdot=auto,kv=f32,moe_fuse=7,chunk=mma,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -458,7 +459,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,qblock=16r,qgrid=auto");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,qblock=16r,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -473,7 +474,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qgrid=auto");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qgrid=auto,experts=float");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -505,7 +506,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r");
+                          "qdot=auto,kv=f32,moe_fuse=7,postnorm=prologue,chunk=mma,qblock=16r,experts=float");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -525,4 +526,29 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     cr_assert(mc_qgrid_fills(c.qgrid, 576));
     cr_assert_str_eq(mc_config_choice(&c, "qgrid", "2"), "auto, need, fill");
     cr_assert_eq(c.qgrid, MC_QGRID_FILL); /* a refused value changes nothing */
+}
+
+/* Issue 29: experts (a mixture of experts' Q8_0 experts: float dots, the default, or the integer
+ * kernel's body a slot; other bits) is taken, resolved where given and where not, refused by name
+ * with another value; mc_experts_int takes only Q8_0 stacks under experts=int. */
+Test(cuda_arm_keys, experts_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:experts=int", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:experts=int,"), "%s", buf);
+    cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, ",experts=float"), "%s", buf);
+    cr_assert_eq(resolve("cuda:experts=fp8", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "experts=fp8: expected one of float, int"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.experts, MC_EXPERTS_FLOAT);
+    mc_matrix w;
+    memset(&w, 0, sizeof w);
+    w.type = MEMRA_TYPE_Q8_0, w.rows = 64, w.cols = 2048;
+    cr_assert_not(mc_experts_int(&c, &w));
+    cr_assert_null(mc_config_choice(&c, "experts", "int"));
+    cr_assert(mc_experts_int(&c, &w));
+    w.type = MEMRA_TYPE_BF16;
+    cr_assert_not(mc_experts_int(&c, &w)); /* other types keep their kernels */
+    w.type = MEMRA_TYPE_Q8_0, w.cols = 40;
+    cr_assert_not(mc_experts_int(&c, &w)); /* not whole Q8_0 blocks */
 }
