@@ -36,6 +36,9 @@
 #            expert, granite's scales, sampled), each bit alone against 0 on granitemoe-tiny; then
 #            granite-moe-1b (bf16, q8_0) and qwen3moe-30b q8_0: the graph arm moe_fuse=0 against
 #            the default (7) exact, and memra bench of the variants one by one (0, 1, 3, 7, 15)
+#   int      experts=int (the Q8_0 experts on the integer kernel, not yet run on a GPU when written):
+#            cpu nmse, eager / graph, moe_fuse=0, ep=2 exact, the control against float; granite-moe-1b
+#            and qwen3moe-30b q8_0 gates and bench against the default
 # The speed target: the graph arm at >= 70% of the ceiling counting only the bytes a token reads
 # (memra bench's share column: tools/session.c cli_step_bytes counts only the chosen experts).
 # A short table last ($OUT/table.txt); logs under $OUT.
@@ -132,6 +135,21 @@ fuse)
   gate f_q30b_q8 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
   bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph,cuda-graph:moe_fuse=15 \
     --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
+int)
+  # experts=int (the Q8_0 experts on the integer kernel's body a slot: other bits than float)
+  E="--prime 32 --gen 32 --rows 0"
+  gate i_nmse_moe --a cpu --b cuda:experts=int --compare nmse:1e-5 --preset moe-tiny --dtype q8_0 $E
+  gate i_qwen2moe --a cuda:experts=int --b cuda-graph:experts=int --preset qwen2moe-tiny --dtype q8_0 --prime 64 --gen 64 --rows 0 $TEMP
+  gate i_fuse0 --a cuda:experts=int,moe_fuse=0 --b cuda-graph:experts=int --preset granitemoe-tiny --dtype q8_0 --prime 64 --gen 64 --rows 0 $TEMP
+  gate i_ep2 --a cuda:experts=int --b cuda-graph:experts=int,ep=2 --preset moe-tiny --dtype q8_0 $E --cells all
+  gate i_ctl --a cuda-graph --b cuda-graph:experts=int --preset moe-tiny --dtype q8_0 --prime 8 --gen 4 --rows 0
+  echo "(i_ctl: rc=1 expected: other bits)" | tee -a "$T"
+  mk granite-moe-1b q8_0
+  gate i_g1b --a cuda:experts=int --b cuda-graph:experts=int --model $W/granite-moe-1b-q8_0.gguf $S --rows 4 $TEMP
+  bench b_i_g1b --arm cuda-graph,cuda-graph:experts=int --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
+  mk qwen3moe-30b q8_0
+  gate i_q30b --a cuda:experts=int --b cuda-graph:experts=int --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
+  bench b_i_q30b --arm cuda-graph,cuda-graph:experts=int --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
 q30b_rm) rm -f $W/qwen3moe-30b-*.gguf ;;
 *) echo "unknown mode $mode" | tee -a "$T" ;;
 esac; done
