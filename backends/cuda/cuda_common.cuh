@@ -146,6 +146,35 @@ __device__ __forceinline__ void mc_experts_zero(float *yj, uint32_t rows_e, uint
         yj[o] = 0.0f;
 }
 
+/* The slot of an experts' kernel of the quantized families and of experts=int (gemv_experts'
+ * contract, gemv.cu): block row y is slot j, whose expert sel[j] (written by the kernel just
+ * before: read after the wait) owns rows (sel[j] - e0) rows_e .. of the stack (its data, and its
+ * aux plane or Q8_0 scales, in bytes a row); its input x + j ldx, its output y + j ldy. False,
+ * with zeros written, for an id outside [e0, e1); else *w, *xj, *yj are the slot's. */
+template <int GLU>
+__device__ __forceinline__ bool mc_experts_slot(const mc_matrix &stack, uint32_t rows_e, const int32_t *sel,
+                                                uint32_t e0, uint32_t e1, const float *x, uint32_t ldx, float *y,
+                                                uint32_t ldy, uint32_t n_groups, mc_matrix &w, const float *&xj,
+                                                float *&yj) {
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
+    yj = y + (size_t)j * ldy;
+    if (e < e0 || e >= e1) {
+        mc_experts_zero<GLU>(yj, rows_e, n_groups);
+        return false;
+    }
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w = stack;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride;
+    if (stack.aux)
+        w.aux = (char *)stack.aux + first * stack.aux_stride;
+    if (stack.scales)
+        w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    xj = x + (size_t)j * ldx;
+    return true;
+}
+
 /* The gated activations of an FFN whose gate and up rows are interleaved (the GLU template
  * parameter of the GEMV kernels and mc_rows_store): none (a plain GEMV), SiLU (llama, qwen) or
  * GELU with the tanh approximation (gemma3), each as the cpu backend computes it. */
@@ -244,6 +273,38 @@ static inline void mc_launch_attrs_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttrib
 }
 static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, const mc_config *c) {
     mc_launch_attrs_pdl(cfg, attr, n, c->pdl != 0);
+}
+
+/* The launch of an experts' kernel fn (mc_experts_slot above) (blocks of `warps` warps, KS column parts, smem bytes of shared
+ * memory, its limit `lim` set once per device through *ready): the fewest blocks whose warp slots
+ * hold a slot's row groups, k block rows; the arguments of gemv_experts' contract. */
+template <typename F>
+static cudaError_t mc_experts_go(const mc_config *c, F fn, int *ready, int lim, uint32_t warps, uint32_t ks,
+                                 uint32_t smem, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k,
+                                 uint32_t e0, uint32_t e1, const float *x, uint32_t ldx, const float *norm_w,
+                                 float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES || e1 < e0 || (uint64_t)(e1 - e0) * rows_e > w->rows || (int)smem > lim)
+        return cudaErrorInvalidValue;
+    if (!ready[dev]) {
+        if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, lim)) != cudaSuccess)
+            return e;
+        ready[dev] = 1;
+    }
+    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / ks;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
+    cfg.blockDim = dim3(32 * warps);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, fn, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y, ldy, n_groups);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 /* Per kernel file: the census family of one of its kernels (NULL if not its own), and the device

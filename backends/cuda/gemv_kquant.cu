@@ -463,19 +463,11 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     gemv_kquant_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
                         const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
                         uint32_t n_groups) {
-    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
-    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
-    float *yj = y + (size_t)j * ldy;
-    if (e < e0 || e >= e1) {
-        mc_experts_zero<GLU>(yj, rows_e, n_groups);
-        return;
-    }
-    mc_matrix w = stack;
-    const size_t first = (size_t)(e - e0) * rows_e;
-    w.rows = rows_e;
-    w.data = (char *)stack.data + first * stack.stride;
-    w.aux = (char *)stack.aux + first * stack.aux_stride;
-    gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj, n_groups);
+    mc_matrix w;
+    const float *xj;
+    float *yj;
+    if (mc_experts_slot<GLU>(stack, rows_e, sel, e0, e1, x, ldx, y, ldy, n_groups, w, xj, yj))
+        gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, xj, norm_w, eps, NULL, NULL, yj, n_groups);
 }
 
 /* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
@@ -667,28 +659,8 @@ static cudaError_t mc_kq_experts_t(const mc_config *c, const mc_matrix *w, uint3
     cudaError_t e = mc_gemv_prepare();
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
         return e;
-    const uint32_t smem = mc_kq_smem(w->cols);
-    if (smem > (uint32_t)mc_kq_prepared[dev] || (uint64_t)(e1 - e0) * rows_e > w->rows || e1 < e0)
-        return cudaErrorInvalidValue;
-    if (!ready[dev]) {
-        e = cudaFuncSetAttribute(gemv_kquant_experts<T, QF, GLU, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 mc_kq_prepared[dev]);
-        if (e != cudaSuccess)
-            return e;
-        ready[dev] = 1;
-    }
-    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_KQ_WARPS / KS;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
-    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_kquant_experts<T, QF, GLU, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y,
-                           ldy, n_groups);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return mc_experts_go(c, gemv_kquant_experts<T, QF, GLU, KS>, ready, mc_kq_prepared[dev], MC_KQ_WARPS, KS,
+                         mc_kq_smem(w->cols), w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
 }
 
 /* This file's copy of the trigger mask (launch.cu's table). */

@@ -393,20 +393,11 @@ __global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
     gemv_legacy_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
                         const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
                         uint32_t n_groups) {
-    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
-    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
-    float *yj = y + (size_t)j * ldy;
-    if (e < e0 || e >= e1) {
-        mc_experts_zero<GLU>(yj, rows_e, n_groups);
-        return;
-    }
-    mc_matrix w = stack;
-    const size_t first = (size_t)(e - e0) * rows_e;
-    w.rows = rows_e;
-    w.data = (char *)stack.data + first * stack.stride;
-    w.aux = (char *)stack.aux + first * stack.aux_stride;
-    gemv_legacy_body<T, GLU, GLU ? 1 : 0, KS, QD, MC_LL_WARPS>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj,
-                                                               n_groups);
+    mc_matrix w;
+    const float *xj;
+    float *yj;
+    if (mc_experts_slot<GLU>(stack, rows_e, sel, e0, e1, x, ldx, y, ldy, n_groups, w, xj, yj))
+        gemv_legacy_body<T, GLU, GLU ? 1 : 0, KS, QD, MC_LL_WARPS>(w, xj, norm_w, eps, NULL, NULL, yj, n_groups);
 }
 
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
@@ -986,29 +977,11 @@ static cudaError_t mc_ll_experts_t(const mc_config *c, const mc_matrix *w, uint3
                                    uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
                                    const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
     static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
-    int dev = 0;
-    cudaError_t e = mc_gemv_prepare();
-    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
-        return e;
-    if (!ready[dev]) {
-        e = cudaFuncSetAttribute(gemv_legacy_experts<T, GLU, KS, QD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)MC_LL_SMEM_MAX);
-        if (e != cudaSuccess)
-            return e;
-        ready[dev] = 1;
-    }
-    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = MC_LL_WARPS / KS;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
-    cfg.blockDim = dim3(32 * MC_LL_WARPS);
-    cfg.dynamicSmemBytes = mc_ll_smem(w->cols, QD);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_legacy_experts<T, GLU, KS, QD>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps, y,
-                           ldy, n_groups);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    const cudaError_t e = mc_gemv_prepare();
+    return e != cudaSuccess ? e
+                            : mc_experts_go(c, gemv_legacy_experts<T, GLU, KS, QD>, ready, (int)MC_LL_SMEM_MAX,
+                                            MC_LL_WARPS, KS, mc_ll_smem(w->cols, QD), w, rows_e, sel, k, e0, e1, x,
+                                            ldx, norm_w, eps, y, ldy, st);
 }
 
 cudaError_t mc_gemv_experts_legacy(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,

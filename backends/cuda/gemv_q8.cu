@@ -228,19 +228,11 @@ __global__ void __launch_bounds__(32 * 16, 1)
     gemv_q8_0_int_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
                           const float *x, uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy,
                           uint32_t n_groups) {
-    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
-    const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
-    float *yj = y + (size_t)j * ldy;
-    if (e < e0 || e >= e1) {
-        mc_experts_zero<SWIGLU>(yj, rows_e, n_groups);
-        return;
-    }
-    mc_matrix w = stack;
-    const size_t first = (size_t)(e - e0) * rows_e;
-    w.rows = rows_e;
-    w.data = (char *)stack.data + first * stack.stride;
-    w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
-    gemv_q8_0_int_body<SWIGLU, NORM, KS, 16>(w, x + (size_t)j * ldx, norm_w, eps, NULL, NULL, yj, n_groups);
+    mc_matrix w;
+    const float *xj;
+    float *yj;
+    if (mc_experts_slot<SWIGLU>(stack, rows_e, sel, e0, e1, x, ldx, y, ldy, n_groups, w, xj, yj))
+        gemv_q8_0_int_body<SWIGLU, NORM, KS, 16>(w, xj, norm_w, eps, NULL, NULL, yj, n_groups);
 }
 
 /* postnorm=prologue (mc_gemv_pro): x_new = x + RMSNorm(po) * post_w first (mc_pro_stage), then the
@@ -435,29 +427,11 @@ static cudaError_t mc_q8x_experts_t(const mc_config *c, const mc_matrix *w, uint
                                     uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
                                     const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
     static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
-    int dev = 0;
-    cudaError_t e = mc_gemv_prepare();
-    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
-        return e;
-    if (!ready[dev]) {
-        e = cudaFuncSetAttribute(gemv_q8_0_int_experts<SWIGLU, NORM, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)MC_Q8X_SMEM_MAX);
-        if (e != cudaSuccess)
-            return e;
-        ready[dev] = 1;
-    }
-    const uint32_t n_groups = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = 16 / KS;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((n_groups + slots - 1) / slots, k);
-    cfg.blockDim = dim3(32 * 16);
-    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    mc_launch_attrs(&cfg, attr, 0, c);
-    e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_experts<SWIGLU, NORM, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w, eps,
-                           y, ldy, n_groups);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    const cudaError_t e = mc_gemv_prepare();
+    return e != cudaSuccess ? e
+                            : mc_experts_go(c, gemv_q8_0_int_experts<SWIGLU, NORM, KS>, ready, (int)MC_Q8X_SMEM_MAX, 16u,
+                                            KS, mc_q8x_smem(w->cols), w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps,
+                                            y, ldy, st);
 }
 
 cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
