@@ -691,7 +691,7 @@ cudaError_t mc_gemv_experts_legacy(const mc_config *c, const mc_matrix *w, uint3
                                    const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
     if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux ||
         (glu != MC_GLU_NONE && glu != MC_GLU_SILU) || (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 ||
-        k > 65535 || rows_e == 0 || (glu && rows_e % 2) || e1 < e0 || (uint64_t)(e1 - e0) * rows_e > w->rows)
+        k > 65535 || rows_e == 0 || (glu && rows_e % 2)) /* the experts' range: mc_experts_go */
         return cudaErrorInvalidValue;
     const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
     const uint32_t ks = mc_ll_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);

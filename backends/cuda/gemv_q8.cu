@@ -438,8 +438,8 @@ cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32
                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
     if (!mc_experts_int(c, w) || !w->scales || (glu != MC_GLU_NONE && glu != MC_GLU_SILU) ||
-        (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 || k > 65535 || rows_e == 0 || (glu && rows_e % 2) ||
-        e1 < e0 || (uint64_t)(e1 - e0) * rows_e > w->rows)
+        (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 || k > 65535 || rows_e == 0 ||
+        (glu && rows_e % 2)) /* the experts' range: mc_experts_go */
         return cudaErrorInvalidValue;
     const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
     const uint32_t ks = mc_q8x_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
