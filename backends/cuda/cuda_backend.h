@@ -357,8 +357,9 @@ typedef struct mc_slot {
     cudaEvent_t ev_first;       /* on stage 0's device: recorded after a graph launch (stage 0's stream) */
     cudaEvent_t pending;        /* the one recorded for the step in this slot */
     float *host_logits;         /* pinned, n_vocab */
-    mc_sample_result *host_res; /* pinned */
+    mc_sample_result *host_res; /* pinned: the readback's destination (with ranks) */
     int32_t *host_token;        /* pinned */
+    const mc_sample_result *res; /* the step's result: host_res, or its entry of the state's res_ring */
     bool want_logits, sampled;
     uint32_t position;
 } mc_slot;
@@ -381,6 +382,9 @@ struct memra_state {
     memra_state *next;                        /* the backend's live states */
     mc_slot slots[MC_MAX_INFLIGHT];
     void *pinned;
+    /* max_inflight results the last stage's sampler writes itself (pinned, device-visible), at the
+     * committed position % max_inflight: no readback copy between two steps (without ranks) */
+    mc_sample_result *res_ring;
     struct mc_chunk_buf *chunk; /* a prefill chunk's buffers (cuda_chunk.cu), made by its first chunk */
     mc_stage_state st[MEMRA_MAX_STAGES][MEMRA_MAX_RANKS]; /* [stage][rank] */
 };

@@ -784,7 +784,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             /* With one stage the embedding of the next step reads its token where this one is
              * sampled (the same stream, after this step: no hand-over launch). */
             MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
-                             ss->result, b->cfg.pdl && !b->tp, q),
+                             ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp, q),
                    "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }
@@ -837,7 +837,9 @@ memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *
     if (args->want_logits)
         MC_TRY(cudaMemcpyAsync(slot->host_logits, sl->logits, (size_t)b->m->n_vocab * 4, cudaMemcpyDeviceToHost, q),
                "cudaMemcpyAsync (logits readback)");
-    if (args->sample)
+    /* With ranks the result is copied back (a refused step does not advance the position the
+     * ring is indexed by); without, the sampler wrote the ring's entry itself. */
+    if (args->sample && b->tp)
         MC_TRY(cudaMemcpyAsync(slot->host_res, sl->result, sizeof(mc_sample_result), cudaMemcpyDeviceToHost, q),
                "cudaMemcpyAsync (sample readback)");
     slot->pending = after_graph ? slot->ev_first : slot->ev;
@@ -846,6 +848,8 @@ memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *
     slot->sampled = args->sample != NULL;
     s->position++;
     slot->position = s->position;
+    /* the sampler runs after the commit: *pos is this step's s->position there */
+    slot->res = b->tp ? slot->host_res : &s->res_ring[s->position % s->max_inflight];
     s->inflight++;
     s->has_device_token = args->sample != NULL;
     s->sampled_ev_live = args->sample != NULL && !after_graph;
@@ -931,10 +935,10 @@ memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_
         s->position = slot->position - 1; /* the step did not commit; later ones are void */
         return st;
     }
-    if (slot->sampled && slot->host_res->bad_index >= 0) {
+    if (slot->sampled && slot->res->bad_index >= 0) {
         float f;
-        memcpy(&f, &slot->host_res->bad_bits, 4);
-        st = memra_fail(err, MEMRA_E_RANGE, "cuda: logit %d is %s", slot->host_res->bad_index,
+        memcpy(&f, &slot->res->bad_bits, 4);
+        st = memra_fail(err, MEMRA_E_RANGE, "cuda: logit %d is %s", slot->res->bad_index,
                         f != f ? "nan" : (f > 0 ? "+inf" : "-inf"));
         mc_quarantine(b, s, err ? err->msg : "non-finite logits");
         return st;
@@ -942,7 +946,7 @@ memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_
     if (logits && slot->want_logits)
         memcpy(logits, slot->host_logits, (size_t)b->m->n_vocab * 4);
     if (out) {
-        out->token = slot->sampled ? slot->host_res->token : -1;
+        out->token = slot->sampled ? slot->res->token : -1;
         out->position = slot->position;
     }
     s->stats.steps++;

@@ -500,10 +500,14 @@ uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
  * zeroes once before the first mc_sample (the ticket starts at 0; every launch leaves it 0). */
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
- * *token_out (when the logits are finite) and the result to *result. With pdl its first launch
- * (the argmax pass) is programmatic: it waits for the kernel before it (the head) in the kernel. */
+ * *token_out (when the logits are finite) and the result to *result, and, with a ring (host memory
+ * the device writes: pinned, ring_n entries), to ring[*pos % ring_n] too, fenced to the system, so
+ * the host reads it once the step's event completes with no copy on the stream. With pdl its
+ * first launch (the argmax pass) is programmatic: it waits for the kernel before it (the head) in
+ * the kernel. */
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
-                      int32_t *token_out, mc_sample_result *result, bool pdl, cudaStream_t st);
+                      int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
+                      cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows
@@ -544,9 +548,11 @@ cudaError_t mc_op_position_before(const int32_t *pos, int32_t *out, cudaStream_t
  * function is none of ours. */
 const char *mc_kernel_family(const void *func);
 
-/* Host API for tests: runs the device sampler on host logits (uploads, samples, reads back). */
+/* Host API for tests: runs the device sampler on host logits (uploads, samples, reads back): *out
+ * is what a step's host reads (the ring's entry for the position, in pinned memory), *dev_out the
+ * device's result copied back. */
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           mc_sample_result *out);
+                           mc_sample_result *out, mc_sample_result *dev_out);
 
 #ifdef __cplusplus
 }

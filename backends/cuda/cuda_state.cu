@@ -555,7 +555,9 @@ memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
     {
         const size_t per = ((size_t)m->n_vocab * 4 + sizeof(mc_sample_result) + 16 + 255) & ~(size_t)255;
         MC_TRY(cudaSetDevice(s->st[s->n_stages - 1][0].device), "cudaSetDevice");
-        MC_TRY(cudaMallocHost(&s->pinned, per * max_inflight), "cudaMallocHost of readback buffers");
+        MC_TRY(cudaMallocHost(&s->pinned, per * max_inflight + sizeof(mc_sample_result) * max_inflight),
+               "cudaMallocHost of readback buffers");
+        s->res_ring = (mc_sample_result *)((char *)s->pinned + per * max_inflight); /* 256-aligned: per is */
         for (uint32_t k = 0; k < max_inflight; k++) {
             char *p = (char *)s->pinned + per * k;
             s->slots[k].host_logits = (float *)p;

@@ -79,12 +79,15 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
 #define MC_AM_UNROLL 8u
 __global__ void __launch_bounds__(MC_MAX_THREADS)
     sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
-                  int32_t *token_out, mc_sample_result *result) {
+                  int32_t *token_out, mc_sample_result *result, const int32_t *pos, mc_sample_result *ring,
+                  uint32_t ring_n) {
     __shared__ float bv[32];
     __shared__ uint32_t bi[32], bb[32];
     __shared__ uint32_t is_last;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
+    /* the ring's entry (read now, used by the last block at the end: its load off the tail) */
+    const uint32_t at = ring && threadIdx.x == 0 ? (uint32_t)*pos % ring_n : 0u;
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
     /* a thread's values in ascending index, MC_AM_UNROLL loads in flight before they are compared
@@ -146,6 +149,10 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
         *token_out = (int32_t)besti;
     }
     *result = r;
+    if (ring) { /* the host's copy, in its memory: no copy between this step and the next */
+        ring[at] = r;
+        __threadfence_system();
+    }
 }
 
 /* Sort keys for step 2's total order: z descending, then index ascending. -0 and +0 are equal
@@ -245,7 +252,7 @@ __device__ uint32_t mc_block_min(uint32_t v, uint32_t *red) {
 __global__ void __launch_bounds__(1024)
     sample_pick(const float *partial, float *chunk_sums, const unsigned long long *keys, int sorted, uint32_t n,
                 float top_p, unsigned long long seed, const int32_t *pos, int32_t *token_out,
-                mc_sample_result *result) {
+                mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n) {
     __shared__ uint32_t red[33];
     __shared__ float totals[2];
     const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
@@ -282,12 +289,19 @@ __global__ void __launch_bounds__(1024)
         int32_t tok = sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
         result->token = tok;
         *token_out = tok;
+        if (ring) { /* the argmax pass wrote the rest of the entry */
+            ring[(uint32_t)*pos % ring_n].token = tok;
+            __threadfence_system();
+        }
     }
 }
 
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
-                      int32_t *token_out, mc_sample_result *result, bool pdl, cudaStream_t st) {
+                      int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
+                      cudaStream_t st) {
     const uint32_t V = s->n_vocab;
+    if (ring && ring_n == 0)
+        return cudaErrorInvalidValue;
     const bool greedy = !(cfg->temperature > 0.0f);
     uint32_t seg = (V + MC_MAX_PARTS - 1) / MC_MAX_PARTS;
     seg = seg < 1024 ? 1024 : seg;
@@ -299,7 +313,7 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     cudaLaunchAttribute attr[1];
     mc_launch_attrs_pdl(&lc, attr, 0, pdl);
     cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
-                                       token_out, result);
+                                       token_out, result, pos, ring, ring_n);
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
@@ -327,42 +341,49 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     sample_pick<<<1, 1024, 0, st>>>(s->partial, s->chunk_sums, s->keys, sorted, n, cfg->top_p,
-                                    (unsigned long long)cfg->seed, pos, token_out, result);
+                                    (unsigned long long)cfg->seed, pos, token_out, result, ring, ring_n);
     return cudaGetLastError();
 }
 
 /* ---- host entry for tests --------------------------------------------------------------- */
 
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           mc_sample_result *out) {
+                           mc_sample_result *out, mc_sample_result *dev_out) {
     float *dz = NULL;
     void *scratch = NULL;
     int32_t *dpos = NULL, *dtok = NULL;
-    mc_sample_result *dres = NULL;
+    mc_sample_result *dres = NULL, *ring = NULL;
     mc_sampler_scratch s;
     int32_t p = (int32_t)position;
+    const uint32_t ring_n = 3; /* the entry the host reads is position % 3 of a ring in pinned memory */
     cudaError_t e;
     if ((e = cudaMalloc(&dz, (size_t)n_vocab * 4)) != cudaSuccess)
         goto done;
     if ((e = cudaMalloc(&scratch, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess)
         goto done;
     if ((e = cudaMalloc(&dpos, 8)) != cudaSuccess || (e = cudaMalloc(&dtok, 8)) != cudaSuccess ||
-        (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess)
+        (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess ||
+        (e = cudaMallocHost(&ring, ring_n * sizeof *ring)) != cudaSuccess)
         goto done;
+    for (uint32_t k = 0; k < ring_n; k++) /* a wrong entry stays this */
+        ring[k] = (mc_sample_result){0x7eadbeef, 0x7eadbeef, 0x7eadbeefu, 0x7eadbeef};
     mc_sampler_scratch_init(&s, scratch, n_vocab);
     if ((e = cudaMemset(scratch, 0, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess ||
         (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto done;
-    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, false, 0)) != cudaSuccess)
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, 0)) != cudaSuccess)
         goto done;
-    e = cudaMemcpy(out, dres, sizeof *out, cudaMemcpyDeviceToHost);
+    if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        goto done;
+    *out = ring[position % ring_n];
 done:
     cudaFree(dz);
     cudaFree(scratch);
     cudaFree(dpos);
     cudaFree(dtok);
     cudaFree(dres);
+    cudaFreeHost(ring);
     return e;
 }
 

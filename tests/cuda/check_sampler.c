@@ -120,7 +120,7 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                 int disagree = 0;
                 for (uint32_t pos = 1; pos <= 12; pos++) {
                     uint32_t want = 0;
-                    mc_sample_result got;
+                    mc_sample_result got, dev;
                     memra_error err;
                     if (memra_sample(z, V, pos, &cfg, scratch, &want, &err) != MEMRA_OK) {
                         if (out)
@@ -128,7 +128,7 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         bad++;
                         continue;
                     }
-                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, &got);
+                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, &got, &dev);
                     if (e != cudaSuccess) {
                         if (out)
                             fprintf(out, "device sampler failed: %s\n", cudaGetErrorString(e));
@@ -136,7 +136,12 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         continue;
                     }
                     checked++;
-                    if (got.bad_index >= 0 || got.token != (int32_t)want) {
+                    if (memcmp(&got, &dev, sizeof got) != 0) { /* the host's ring entry is the device's result */
+                        disagree++;
+                        if (out)
+                            fprintf(out, "MISMATCH V=%u %s pos=%u: ring entry (%d, %d) against the device's (%d, %d)\n",
+                                    V, name, pos, got.token, got.bad_index, dev.token, dev.bad_index);
+                    } else if (got.bad_index >= 0 || got.token != (int32_t)want) {
                         disagree++;
                         if (out && disagree == 1)
                             fprintf(out, "MISMATCH V=%u %s T=%g k=%u p=%g pos=%u: cpu %u, device %d\n", V, name,
@@ -151,10 +156,11 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
         z[V / 2] = INFINITY;
         z[V / 3] = NAN;
         memra_sample_cfg g = {0.0f, 0, 1.0f, 0};
-        mc_sample_result got;
-        cudaError_t e = mc_sample_host(z, V, 1, &g, &got);
+        mc_sample_result got, dev;
+        cudaError_t e = mc_sample_host(z, V, 1, &g, &got, &dev);
         checked++;
-        if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1) {
+        if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 ||
+            memcmp(&got, &dev, sizeof got) != 0) {
             if (out)
                 fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d)\n", V, V / 3, got.bad_index,
                         got.token);
