@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
                 case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
                 case 5: KB_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
                 case 6: KB_CHECK(mc_gemv(c, &head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
-                case 7: KB_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, c->pdl != 0, st)); break;
+                case 7: KB_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, NULL, 0, c->pdl != 0, st)); break;
                 default: KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st)); break;
                 }
             }
