@@ -24,7 +24,7 @@
 template <uint32_t NMAX>
 __device__ __forceinline__ void mc_moe_route_block(const float *logits, uint32_t n, uint32_t k, int norm, int shexp,
                                                    int32_t *sel, float *w) {
-    __shared__ float p[NMAX];
+    __shared__ __align__(16) float p[NMAX]; /* the ranking keys: p, a NaN as -1 */
     __shared__ float part[NMAX / 32];
     __shared__ float wsl[MEMRA_MAX_EXPERTS_USED];
     __shared__ float stat[2];
@@ -57,16 +57,25 @@ __device__ __forceinline__ void mc_moe_route_block(const float *logits, uint32_t
     }
     __syncthreads();
     const float pe = ex / stat[1];
+    const float key = pe == pe ? pe : -1.0f;
     if (t < n)
-        p[t] = pe;
+        p[t] = key;
     __syncthreads();
     if (t < n) {
-        const float key = pe == pe ? pe : -1.0f;
-        uint32_t rank = 0;
-        for (uint32_t e = 0; e < n; e++) {
-            const float q = p[e] == p[e] ? p[e] : -1.0f;
-            rank += (q > key || (q == key && e < t)) ? 1u : 0u;
+        /* the count of keys ahead of this one, four at a time (one 16-byte broadcast load, four
+         * independent counts: the last block runs this alone on its multiprocessor, where a chain
+         * of one load and compare a key waited on each load) */
+        uint32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0, e = 0;
+        for (; e + 4 <= n; e += 4) {
+            const float4 q = *(const float4 *)(p + e);
+            c0 += (q.x > key || (q.x == key && e < t)) ? 1u : 0u;
+            c1 += (q.y > key || (q.y == key && e + 1 < t)) ? 1u : 0u;
+            c2 += (q.z > key || (q.z == key && e + 2 < t)) ? 1u : 0u;
+            c3 += (q.w > key || (q.w == key && e + 3 < t)) ? 1u : 0u;
         }
+        for (; e < n; e++)
+            c0 += (p[e] > key || (p[e] == key && e < t)) ? 1u : 0u;
+        const uint32_t rank = (c0 + c1) + (c2 + c3);
         if (rank < k) {
             sel[rank] = (int32_t)t;
             wsl[rank] = pe;
