@@ -43,7 +43,8 @@ extern "C" {
          "than auto; F32, F16 and other BF16 shapes keep auto's kernels); mma2 as mma with x' as two bf16 planes "    \
          "(high and low: 16 significant bits, twice the tensor work; its own bits)"},                                  \
         {"q8", "auto",                                                                                                 \
-         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits for every Q8_0 matrix, blocks of 16 warps), "        \
+         "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits for every dense Q8_0 matrix, blocks of 16 warps; "   \
+         "a mixture's experts follow the experts key), "                                                              \
          "float (float dots everywhere: other bits), rows (the rule before issue 27: integer dots where rows >= "       \
          "cols / 2, float elsewhere: other bits on the down projection) or int-8w (auto's bits in blocks of 8 "        \
          "warps)"},                                                                                                    \
@@ -75,12 +76,13 @@ extern "C" {
             "post norms: the postnorm key"                                                                             \
     },                                                                                                                 \
     {                                                                                                                  \
-        "moe_fuse", "7",                                                                                               \
-            "mixture-of-experts kernel variants (bits, 0 to 15), each where its kernel serves the layer: 1 the "       \
+        "moe_fuse", "23",                                                                                              \
+            "mixture-of-experts kernel variants (bits, 0 to 31), each where its kernel serves the layer: 1 the "       \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
-            "a lane's loads in flight and fewer registers (not yet measured). 0 runs the five launches of the "        \
-            "unfused path. The bits do not depend on it"                                                               \
+            "a lane's loads in flight and fewer registers (slower on qwen3moe-30b), 16 the fused router on one "      \
+            "thread-block cluster, a cluster barrier in place of its ticket (with 1). 0 runs the five launches of "    \
+            "the unfused path. The bits do not depend on it"                                                           \
     },                                                                                                                 \
     {                                                                                                                  \
         "postnorm", "prologue",                                                                                        \

@@ -117,14 +117,16 @@ enum {
  * and gemv.cu; each where its kernel serves the layer, else that part runs as before): the
  * router's top k in the router GEMV (1), the weighted combination in the experts' down GEMV (2),
  * granite's attention residual scale in the router GEMV (4, with 1), the experts' gate/up GEMV
- * with every chunk of a lane in flight and fewer registers (8, off by default). The same bits
- * with any of them. */
+ * with every chunk of a lane in flight and fewer registers (8, off by default), the fused router
+ * on one thread-block cluster with a cluster barrier in place of its ticket (16, with 1). The
+ * same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
 #define MC_MOE_FUSE_COMBINE 2u
 #define MC_MOE_FUSE_SCALE 4u
 #define MC_MOE_FUSE_FLAT 8u
-#define MC_MOE_FUSE_ALL 15u
-#define MC_MOE_FUSE_DEFAULT 7u /* bit 8 not yet measured on a device (bench/gpu/NOTES.md) */
+#define MC_MOE_FUSE_CLUSTER 16u
+#define MC_MOE_FUSE_ALL 31u
+#define MC_MOE_FUSE_DEFAULT 23u /* 1, 2, 4, 16; bit 8 measured slower on qwen3moe-30b (bench/RESULTS.md) */
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise),

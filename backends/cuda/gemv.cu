@@ -905,6 +905,101 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS)
 
 #define MC_ROUTER_MAX (32u * MC_GEMV_WARPS) /* experts the fused router serves: one thread each */
 
+/* moe_fuse bit 16 (with bit 1): the fused router on one thread-block cluster, without the ticket.
+ * Block b of the cluster holds GPB row groups (4 warps each: the group's 4 column parts, as
+ * moe_router's block), group g = b GPB + warp / 4; each group's arithmetic is moe_router's (its
+ * warps' mc_rows_dot_flat, the parts added in order by the group's first thread, the scale, the
+ * store), so the same logits. Then a cluster barrier (arrive.release, wait.acquire: every block's
+ * logits and its reads of x are done and visible to the cluster) and block 0 alone runs what the
+ * ticket's last block ran: granite's x' into x, mc_moe_route_block. One barrier a few hundred
+ * nanoseconds long in place of a fence, an atomic and the last block's wait on them. */
+template <uint32_t T, int NC, int GPB>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS * GPB)
+    moe_router_cl(const mc_matrix w, float *x, const float *po, float po_scale, const float *norm_w, float eps,
+                  float *logits, uint32_t k, int wnorm, int shexp, int32_t *sel, float *wts) {
+    __shared__ float red[MC_GEMV_WARPS * GPB][MC_GEMV_ROWS + 1];
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % MC_GEMV_WARPS;
+    const uint32_t gl = warp / MC_GEMV_WARPS, r0 = (blockIdx.x * GPB + gl) * MC_GEMV_ROWS;
+    const bool live = r0 < w.rows;
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot_flat<T, 1, MC_GEMV_WARPS, NC>(w, r0, x, po, po_scale, norm_w, lane, part, MC_TRIGGER_GEMV, d, ss);
+    else
+        mc_wait_prior_grid(MC_TRIGGER_GEMV);
+    if (lane == 0 && live) {
+#pragma unroll
+        for (int r = 0; r < MC_GEMV_ROWS; r++)
+            red[warp][r] = d[r];
+        red[warp][MC_GEMV_ROWS] = ss;
+    }
+    __syncthreads();
+    if (live && part == 0 && lane == 0) { /* the group's first thread: moe_router's thread 0 */
+        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
+#pragma unroll
+            for (int r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] += red[gl * MC_GEMV_WARPS + p][r];
+            ss += red[gl * MC_GEMV_WARPS + p][MC_GEMV_ROWS];
+        }
+        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
+#pragma unroll
+        for (int r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= scale;
+        mc_rows_store<0>(d, r0, w.rows, NULL, NULL, logits);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (blockIdx.x != 0) /* one cluster: block 0 is its rank 0 */
+        return;
+    if (po)
+        for (uint32_t i = threadIdx.x; i < w.cols; i += blockDim.x)
+            x[i] = __fadd_rn(x[i], __fmul_rn(po[i], po_scale));
+    mc_moe_route_block<32 * MC_GEMV_WARPS * GPB>(logits, w.rows, k, wnorm, shexp, sel, wts);
+}
+
+/* The cluster router's blocks and groups a block for n experts: at most 8 blocks (a portable
+ * cluster), 1, 2 or 4 groups each. */
+static void mc_router_cl_shape(uint32_t n, uint32_t *blocks, uint32_t *gpb) {
+    const uint32_t groups = (n + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    const uint32_t g = (groups + 7) / 8;
+    *gpb = g <= 1 ? 1 : g <= 2 ? 2 : 4;
+    *blocks = (groups + *gpb - 1) / *gpb;
+}
+
+template <uint32_t T, int NC, int GPB>
+static cudaError_t mc_moe_router_cl_t(const mc_config *c, const mc_matrix *w, float *x, const float *po,
+                                      float po_scale, const float *norm_w, float eps, float *logits, uint32_t k,
+                                      int wnorm, int shexp, int32_t *sel, float *wts, uint32_t blocks, cudaStream_t st) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS * GPB);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    mc_launch_attrs(&cfg, attr, 1, c);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, moe_router_cl<T, NC, GPB>, *w, x, po, po_scale, norm_w, eps, logits, k,
+                                       wnorm, shexp, sel, wts);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+template <uint32_t T, int NC>
+static cudaError_t mc_moe_router_cl(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
+                                    const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp,
+                                    int32_t *sel, float *wts, cudaStream_t st) {
+    uint32_t blocks, gpb;
+    mc_router_cl_shape(w->rows, &blocks, &gpb);
+#define MC_RC(G) mc_moe_router_cl_t<T, NC, G>(c, w, x, po, po_scale, norm_w, eps, logits, k, wnorm, shexp, sel, wts, blocks, st)
+    switch (gpb) {
+    case 1: return MC_RC(1);
+    case 2: return MC_RC(2);
+    default: return MC_RC(4);
+    }
+#undef MC_RC
+}
+
 int mc_moe_router_serves(const mc_matrix *w) {
     return (w->type == MEMRA_TYPE_F32 || w->type == MEMRA_TYPE_F16 || w->type == MEMRA_TYPE_BF16) && w->rows > 0 &&
            w->rows <= MC_ROUTER_MAX && mc_gemv_ksplit(w->rows) == MC_GEMV_WARPS &&
@@ -915,6 +1010,8 @@ template <uint32_t T, int NC>
 static cudaError_t mc_moe_router_t(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
                                    const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp,
                                    int32_t *sel, float *wts, uint32_t *ticket, cudaStream_t st) {
+    if (c->moe_fuse & MC_MOE_FUSE_CLUSTER)
+        return mc_moe_router_cl<T, NC>(c, w, x, po, po_scale, norm_w, eps, logits, k, wnorm, shexp, sel, wts, st);
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS);

@@ -31,11 +31,11 @@
 #            speed target); q30b_rm removes the file
 #   fuse     the arm's moe_fuse key (the MoE kernel variants: 1 the top k in the router GEMV, 2
 #            the combine in the down GEMV, 4 granite's attention scale in the router, 8 the
-#            experts' gate/up GEMV with all of a lane's loads in flight):
+#            experts' gate/up GEMV with all of a lane's loads in flight, 16 the router on one cluster):
 #            unfused eager against fused graph exact on the tiny presets (every fold, a shared
 #            expert, granite's scales, sampled), each bit alone against 0 on granitemoe-tiny; then
 #            granite-moe-1b (bf16, q8_0) and qwen3moe-30b q8_0: the graph arm moe_fuse=0 against
-#            the default (7) exact, and memra bench of the variants one by one (0, 1, 3, 7, 15)
+#            the default (23) exact, and memra bench of the variants one by one (0, 1, 3, 7, 15, 23)
 #   int      experts=int (the Q8_0 experts on the integer kernel, not yet run on a GPU when written):
 #            cpu nmse, eager / graph, moe_fuse=0, ep=2 exact, the control against float; granite-moe-1b
 #            and qwen3moe-30b q8_0 gates and bench against the default
@@ -121,19 +121,19 @@ fuse)
   gate f_qwen2moe_q8_0_temp --a cuda:moe_fuse=0 --b cuda-graph --preset qwen2moe-tiny --dtype q8_0 --prime 64 --gen 64 \
     --rows 0 $TEMP
   gate f_granitemoe_bf16 --a cuda:moe_fuse=0 --b cuda-graph --preset granitemoe-tiny --dtype bf16 --prime 64 --gen 64 --rows 0
-  for f in 1 2 5 8; do
+  for f in 1 2 5 8 17 21; do
     gate "f_granitemoe_q8_0_bits$f" --a cuda-graph:moe_fuse=0 --b cuda-graph:moe_fuse=$f --preset granitemoe-tiny \
       --dtype q8_0 --prime 64 --gen 64 --rows 0
   done
   mk granite-moe-1b bf16
   gate f_g1b_bf16 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/granite-moe-1b-bf16.gguf --prime 256 --gen 256 --rows 2
-  bench b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph,cuda-graph:moe_fuse=15 \
+  bench b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=31 \
     --model $W/granite-moe-1b-bf16.gguf --prime 512 -n 128
   mk granite-moe-1b q8_0
-  bench b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph,cuda-graph:moe_fuse=15 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
+  bench b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=31 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
   mk qwen3moe-30b q8_0
   gate f_q30b_q8 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
-  bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph,cuda-graph:moe_fuse=15 \
+  bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=31 \
     --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
 int)
   # experts=int (the Q8_0 experts on the integer kernel's body a slot: other bits than float)

@@ -641,11 +641,13 @@ static void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, i
     if (corrupt)
         corrupt_first(&r);
     int ok = 1;
-    for (int rep = 0; rep < 2; rep++) {
+    for (int rep = 0; rep < 4; rep++) { /* launches 1, 2: the ticket's kernel; 3, 4: the cluster's (moe_fuse bit 16) */
+        mc_config cf = *c;
+        cf.moe_fuse = rep < 2 ? (cf.moe_fuse & ~MC_MOE_FUSE_CLUSTER) : (cf.moe_fuse | MC_MOE_FUSE_CLUSTER);
         CHECK_CUDA(cudaMemcpy(dx1, x, cols * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(ds1, 0xff, k * 4));
         CHECK_CUDA(cudaMemset(dw1, 0xff, (k + 1) * 4));
-        CHECK_CUDA(mc_moe_router(c, &r.m, dx1, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl1, k, norm, shexp, ds1,
+        CHECK_CUDA(mc_moe_router(&cf, &r.m, dx1, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl1, k, norm, shexp, ds1,
                                  dw1, dt, 0));
         CHECK_CUDA(cudaDeviceSynchronize());
         float *l0 = malloc((n + 1) * 4), *l1 = malloc((n + 1) * 4), *w0 = malloc((k + 1) * 4),
@@ -666,7 +668,7 @@ static void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, i
               same_bits(x0, x1, cols * 4) && t == 0;
         if (!corrupt)
             CHECK(ok,
-                  "router %s n=%u cols=%u k=%u norm=%d shexp=%d po=%d launch %d: not the unfused bits (logits %s, "
+                  "router %s n=%u cols=%u k=%u norm=%d shexp=%d po=%d launch %d (3, 4: cluster): not the unfused bits (logits %s, "
                   "ids %s, weights %s, x %s, ticket %u)",
                   tname(type), n, cols, k, norm, shexp, po, rep + 1, same_bits(l0, l1, n * 4) ? "=" : "DIFFER",
                   same_bits(s0, s1, k * 4) ? "=" : "DIFFER", same_bits(w0, w1, (k + shexp) * 4) ? "=" : "DIFFER",
