@@ -510,13 +510,15 @@ const char *mc_gemv_family(const void *f) {
 template <uint32_t T, int SWIGLU, int NORM, int KS>
 __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 : 4) /* Q8_0: 4 spilled */
     gemv_experts(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1, const float *x,
-                 uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy) {
+                 uint32_t ldx, const float *norm_w, float eps, float *y, uint32_t ldy, int early) {
     __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS;
     const uint32_t r0 = (blockIdx.x * (MC_GEMV_WARPS / KS) + warp / KS) * MC_GEMV_ROWS;
     /* the ids come from the kernel just before: nothing is read before its results are complete
      * (with pdl this launch only overlaps that kernel's drain) */
     mc_wait_prior_grid(0);
+    if (early) /* moe_fuse bit 32: the next launch may start (its pre-wait part reads only older data) */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const uint32_t j = blockIdx.y, e = (uint32_t)sel[j]; /* the same for the whole block */
     float *yj = y + (size_t)j * ldy;
     const bool live = r0 < rows_e;
@@ -551,8 +553,9 @@ static cudaError_t mc_gemv_experts_t(const mc_config *c, const mc_matrix *w, uin
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
+    const int early = SWIGLU && NORM && (c->moe_fuse & MC_MOE_FUSE_EARLY) != 0; /* the gate/up launch */
     cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_experts<T, SWIGLU, NORM, KS>, *w, rows_e, sel, e0, e1, x, ldx, norm_w,
-                                       eps, y, ldy);
+                                       eps, y, ldy, early);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
@@ -1065,10 +1068,16 @@ __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 
     __shared__ float red[MC_COMBINE_WARPS][MC_GEMV_ROWS];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = warp / KS, part = warp % KS;
     const uint32_t r0 = blockIdx.x * MC_GEMV_ROWS;
-    mc_wait_prior_grid(0); /* the ids come from the kernels before: nothing is read before they complete */
-    const uint32_t e = (uint32_t)sel[j];
+    /* The ids are the router's, two or more launches back (the experts' gate/up launch, and with a
+     * shared expert its GEMVs, come between): complete before this grid could start (cuda_common.cuh:
+     * a grid lets the next one launch only after its own wait). So the id is read before the wait,
+     * through L2, and the expert's weights are queued (mc_rows_dot_flat) while the launch before
+     * drains; act, wts, shslot and x only after the wait. */
+    const uint32_t e = (uint32_t)__ldcg(sel + j);
     float d[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f}, ss;
-    if (e >= e0 && e < e1) {
+    if (e < e0 || e >= e1)
+        mc_wait_prior_grid(0);
+    else {
         mc_matrix w = stack;
         const size_t first = (size_t)(e - e0) * rows_e;
         w.rows = rows_e;
