@@ -1664,11 +1664,7 @@ static cudaError_t mc_att_tiled_launch(const mc_config *c, const mc_rope_args *a
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    mc_launch_attrs(&cfg, attr, 1, c);
+    mc_launch_attrs_cluster(&cfg, attr, MC_ATT_SPLIT, c->pdl != 0);
     e = cudaLaunchKernelEx(&cfg, attention_decode_cluster_tiled<HD, KT>, *a, qkv, k_cache, v_cache, out, pos);
     if (e != cudaSuccess)
         return e;
@@ -1728,11 +1724,7 @@ static cudaError_t mc_atc_launch(const mc_config *c, const mc_rope_args *a, cons
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    mc_launch_attrs(&cfg, attr, 1, c);
+    mc_launch_attrs_cluster(&cfg, attr, MC_ATT_SPLIT, c->pdl != 0);
     void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos};
     e = cudaLaunchKernelExC(&cfg, fn, args);
     if (e != cudaSuccess)
@@ -1857,13 +1849,8 @@ static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a,
     cfg.gridDim = dim3(MC_ATT_SPLIT, a->n_kv, M);
     cfg.blockDim = dim3(32 * MC_ATC_WARPS);
     cfg.dynamicSmemBytes = (size_t)mc_atc_smem_floats(G, a->hd) * 4;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = MC_ATT_SPLIT;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    mc_launch_attrs_cluster(&cfg, attr, MC_ATT_SPLIT, false);
     e = cudaLaunchKernelExC(&cfg, fn, args);
     return e != cudaSuccess ? e : cudaGetLastError();
 }

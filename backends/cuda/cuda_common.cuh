@@ -274,6 +274,16 @@ static inline void mc_launch_attrs_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttrib
 static inline void mc_launch_attrs(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned n, const mc_config *c) {
     mc_launch_attrs_pdl(cfg, attr, n, c->pdl != 0);
 }
+/* A thread-block cluster of `blocks` blocks in x (attr[0]), then programmatic stream serialization
+ * when pdl (attr[1]: attr holds two). */
+static inline void mc_launch_attrs_cluster(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, unsigned blocks,
+                                           bool pdl) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = blocks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    mc_launch_attrs_pdl(cfg, attr, 1, pdl);
+}
 
 /* The launch of an experts' kernel fn (mc_experts_slot above) (blocks of `warps` warps, KS column parts, smem bytes of shared
  * memory, its limit `lim` set once per device through *ready): the fewest blocks whose warp slots

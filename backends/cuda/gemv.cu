@@ -978,11 +978,7 @@ static cudaError_t mc_moe_router_cl_t(const mc_config *c, const mc_matrix *w, fl
     cfg.blockDim = dim3(32 * MC_GEMV_WARPS * GPB);
     cfg.stream = st;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = blocks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    mc_launch_attrs(&cfg, attr, 1, c);
+    mc_launch_attrs_cluster(&cfg, attr, blocks, c->pdl != 0);
     cudaError_t e = cudaLaunchKernelEx(&cfg, moe_router_cl<T, NC, GPB>, *w, x, po, po_scale, norm_w, eps, logits, k,
                                        wnorm, shexp, sel, wts);
     return e != cudaSuccess ? e : cudaGetLastError();
