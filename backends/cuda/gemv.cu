@@ -1203,6 +1203,16 @@ const char *mc_gemv_experts_family(const void *f) {
     for (size_t i = 0; i < sizeof routers / sizeof routers[0]; i++)
         if (routers[i] == f)
             return "moe_router";
+#define MC_ROUTER_CL_G(T, NC) (const void *)moe_router_cl<T, NC, 1>, (const void *)moe_router_cl<T, NC, 2>, \
+                              (const void *)moe_router_cl<T, NC, 4>
+#define MC_ROUTER_CL(T) MC_ROUTER_CL_G(T, 1), MC_ROUTER_CL_G(T, 2), MC_ROUTER_CL_G(T, 4)
+    static const void *const cl_routers[] = {MC_ROUTER_CL(MEMRA_TYPE_F32), MC_ROUTER_CL(MEMRA_TYPE_F16),
+                                             MC_ROUTER_CL(MEMRA_TYPE_BF16)}; /* moe_fuse bit 16 */
+#undef MC_ROUTER_CL
+#undef MC_ROUTER_CL_G
+    for (size_t i = 0; i < sizeof cl_routers / sizeof cl_routers[0]; i++)
+        if (cl_routers[i] == f)
+            return "moe_router";
 #define MC_COMB_NC(T, KS)                                                                                              \
     (const void *)gemv_experts_combine<T, KS, 1>, (const void *)gemv_experts_combine<T, KS, 2>,                        \
         (const void *)gemv_experts_combine<T, KS, 4>
