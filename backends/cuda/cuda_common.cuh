@@ -147,7 +147,7 @@ __device__ __forceinline__ void mc_experts_zero(float *yj, uint32_t rows_e, uint
 }
 
 /* The slot of an experts' kernel of the quantized families and of experts=int (gemv_experts'
- * contract, gemv.cu): block row y is slot j, whose expert sel[j] (written by the kernel just
+ * contract, gemv_moe.cu): block row y is slot j, whose expert sel[j] (written by the kernel just
  * before: read after the wait) owns rows (sel[j] - e0) rows_e .. of the stack (its data, and its
  * aux plane or Q8_0 scales, in bytes a row); its input x + j ldx, its output y + j ldy. False,
  * with zeros written, for an id outside [e0, e1); else *w, *xj, *yj are the slot's. */
@@ -328,8 +328,8 @@ const char *mc_digest_family(const void *func);
 const char *mc_token_family(const void *func);
 const char *mc_op_glue_family(const void *func);
 const char *mc_chunk_family(const void *func);
-const char *mc_moe_family(const void *func);          /* moe.cu (and gemv.cu's gemv_experts) */
-const char *mc_gemv_experts_family(const void *func); /* gemv.cu */
+const char *mc_moe_family(const void *func);          /* moe.cu (and gemv_moe.cu's gemv_experts) */
+const char *mc_gemv_experts_family(const void *func); /* gemv_moe.cu */
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);

@@ -370,7 +370,7 @@ mc_rope_args mc_layer_rope_args(const memra_model *m, const mc_stage_state *ss, 
 
 /* The parts of a mixture-of-experts layer that the arm's moe_fuse key folds together on stage i
  * (MC_MOE_FUSE_* bits 1, 2, 4, cuda_kernels.h; bit 8 is the gate/up launcher's own choice,
- * gemv.cu): only with one rank holding every expert, each where its kernel serves the layer's
+ * gemv_moe.cu): only with one rank holding every expert, each where its kernel serves the layer's
  * shapes; granite's attention scale (4) only with the fused router, no shared expert and no taps
  * (the attention's residual is tapped before the router runs). The same bits with any of them. */
 static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint32_t i, const mc_layer *L) {

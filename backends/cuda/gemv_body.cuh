@@ -1,7 +1,9 @@
 /* gemv_body.cuh: the device side of gemv.cu's F32/F16/BF16 GEMVs that more than one file runs:
- * the per-chunk helpers (one lane order, hence one set of bits) and gemv_persistent_body, the row
- * groups of a persistent grid. gemv.cu's kernels call them; bench/gpu/chain_bench.cu runs the same
- * body phase after phase inside one cooperative kernel (the bits equal by construction). */
+ * the per-chunk helpers (one lane order, hence one set of bits), gemv_persistent_body, the row
+ * groups of a persistent grid, and the row group's dot and finish (mc_rows_dot,
+ * mc_rowgroup_finish) that gemv.cu's and gemv_moe.cu's kernels share. bench/gpu/chain_bench.cu
+ * runs the same body phase after phase inside one cooperative kernel (the bits equal by
+ * construction). */
 #pragma once
 
 #include "cuda_common.cuh"
@@ -237,4 +239,139 @@ __device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const fl
         }
         mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
     }
+}
+
+/* ---- the row group (gemv.cu's gemv_rowgroup, gemv_moe.cu's experts) ------------------------- */
+
+/* Queues the weight chunks (and, for Q8_0, their block scales: a scale loaded at its use would
+ * cost one memory latency per iteration) of the next iteration. */
+template <uint32_t T>
+__device__ __forceinline__ void mc_load_chunks(uint4 (&wv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               uint16_t (&sv)[MC_GEMV_UNROLL][MC_GEMV_ROWS],
+                                               const char *const (&row)[MC_GEMV_ROWS],
+                                               const uint16_t *const (&sc)[MC_GEMV_ROWS], uint32_t base, uint32_t nfull,
+                                               uint32_t lstride) {
+#pragma unroll
+    for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+        uint32_t idx = base + lstride * u;
+        if (idx < nfull) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
+                wv[u][k] = __ldcs((const uint4 *)(row[k] + (size_t)idx * 16));
+                if (T == MEMRA_TYPE_Q8_0)
+                    sv[u][k] = __ldg(sc[k] + idx / 2);
+            }
+        }
+    }
+}
+
+/* The dots of rows r0 .. r0+3 (a row past the end repeats r0, and is discarded) with x', as
+ * lane 0 sees them, over column part `part` of KS: lane l takes chunks 32*part + l, then every
+ * 32*KS-th after it, in order; MC_GEMV_UNROLL chunks of the four rows are loaded one iteration
+ * ahead; each x chunk is loaded once for the four rows. With NORM, x' is x * norm_w and the sum
+ * of squares of x over the part is accumulated along the way (the same lane order in every warp,
+ * so every warp gets the same bits) and returned in ss_out; the caller adds the parts in order
+ * and applies the 1/rms scale to the finished dots. */
+template <uint32_t T, int NORM, int KS>
+__device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, const float *x, const float *nw,
+                                            uint32_t lane, uint32_t part, float out[MC_GEMV_ROWS], float &ss_out) {
+    const uint32_t LS = 32 * KS; /* chunks between a lane's consecutive chunks */
+    const uint32_t E = mc_elems<T>::n;
+    const uint32_t eb = 16 / E;
+    const char *row[MC_GEMV_ROWS];
+    const uint16_t *sc[MC_GEMV_ROWS];
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++) {
+        uint32_t r = r0 + k < w.rows ? r0 + k : r0;
+        row[k] = (const char *)w.data + (size_t)r * w.stride * eb;
+        sc[k] = T == MEMRA_TYPE_Q8_0 ? w.scales + (size_t)r * (w.cols / MEMRA_Q8_0_BLOCK) : NULL;
+    }
+    const uint32_t nfull = w.cols / E;
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        acc[k] = 0.0f;
+    uint4 wv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    uint16_t sv[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+    mc_load_chunks<T>(wv, sv, row, sc, lane + 32 * part, nfull, LS);
+    /* x (and the residual) come from earlier kernels */
+    mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES);
+    for (uint32_t base = lane + 32 * part; base < nfull; base += LS * MC_GEMV_UNROLL) {
+        uint4 cur[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+        uint16_t cs[MC_GEMV_UNROLL][MC_GEMV_ROWS];
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++)
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
+                cur[u][k] = wv[u][k];
+                cs[u][k] = sv[u][k];
+            }
+        if (base + LS * MC_GEMV_UNROLL < nfull)
+            mc_load_chunks<T>(wv, sv, row, sc, base + LS * MC_GEMV_UNROLL, nfull, LS);
+#pragma unroll
+        for (int u = 0; u < MC_GEMV_UNROLL; u++) {
+            uint32_t idx = base + LS * u;
+            if (idx < nfull) {
+                float4 xv[E / 4];
+                mc_x_chunk<T, NORM>(x, nw, idx, xv, ss);
+#pragma unroll
+                for (int k = 0; k < MC_GEMV_ROWS; k++)
+                    acc[k] += mc_dot_chunk<T>(cur[u][k], xv,
+                                              T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(cs[u][k])) : 1.0f);
+            }
+        }
+    }
+    if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
+        for (uint32_t c = nfull * E; c < w.cols; c++) {
+            float xc = x[c];
+            if (NORM) {
+                ss = fmaf(xc, xc, ss);
+                xc *= nw[c];
+            }
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                acc[k] = fmaf(mc_elem<T>(row[k], c), xc, acc[k]);
+        }
+    }
+    ss_out = NORM ? mc_warp_sum(ss) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        out[k] = mc_warp_sum(acc[k]);
+}
+
+/* The tail of a row-group kernel (gemv_rowgroup, gemv_experts, gemv_experts_flat): with KS > 1
+ * the KS column parts of a row group (each warp's d and ss through red) added in part order by the
+ * part-0 warp, then on lane 0 the 1/rms scale with NORM and mc_rows_store's epilogue. Every thread
+ * of the block calls it (it holds the block's barrier). */
+template <int SWIGLU, int NORM, int KS>
+__device__ __forceinline__ void mc_rowgroup_finish(float (&red)[MC_GEMV_WARPS][MC_GEMV_ROWS + 1], uint32_t warp,
+                                                   uint32_t lane, uint32_t part, bool live, float (&d)[MC_GEMV_ROWS],
+                                                   float ss, uint32_t cols, float eps, uint32_t r0, uint32_t rows,
+                                                   const float *bias, const float *residual, float *y) {
+    if (KS > 1) { /* the KS column parts of a row group, added in part order */
+        if (live && lane == 0) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                red[warp][k] = d[k];
+            red[warp][MC_GEMV_ROWS] = ss;
+        }
+        __syncthreads();
+        if (!live || part != 0 || lane != 0)
+            return;
+        for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                d[k] += red[warp + p][k];
+            ss += red[warp + p][MC_GEMV_ROWS];
+        }
+    }
+    if (!live || lane != 0)
+        return;
+    if (NORM) {
+        const float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] *= scale;
+    }
+    mc_rows_store<SWIGLU>(d, r0, rows, bias, residual, y);
 }

@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     mc_post_norm_last(pn, y, w.rows);
 }
 
-/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu): block row y is
+/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv_moe.cu): block row y is
  * slot j, whose expert sel[j] (written by the kernel just before: read after the wait) owns rows
  * (sel[j] - e0) rows_e .. of the stack; its input x + j ldx, its output y + j ldy; an id outside
  * [e0, e1) writes zeros. Each slot runs gemv_kquant's 16-warp body on its expert's rows at the

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(32 * MC_LL_SMALL, MC_LL_WARPS / MC_LL_SMALL)
     gemv_legacy_body<T, GLU, NORM, KS, 1, MC_LL_SMALL>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
-/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu; as
+/* The chosen experts of a mixture of experts (gemv_experts' contract, gemv_moe.cu; as
  * gemv_kquant_experts): block row y is slot j on expert sel[j]'s rows of the stack (read after the
  * wait: the kernel just before wrote it), input x + j ldx, output y + j ldy, zeros for an id
  * outside [e0, e1); each slot runs gemv_legacy's 16-warp body on its expert's rows at the column

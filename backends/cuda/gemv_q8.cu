@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int_body<SWIGLU, NORM, KS, WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
 }
 
-/* experts=int: the chosen experts of a mixture of experts (gemv_experts' contract, gemv.cu): block
+/* experts=int: the chosen experts of a mixture of experts (gemv_experts' contract, gemv_moe.cu): block
  * row y is slot j on expert sel[j]'s rows of the stack (read after the wait: the kernel just
  * before wrote it), input x + j ldx, output y + j ldy, zeros for an id outside [e0, e1); each slot
  * runs gemv_q8_0_int's 16-warp body on its expert's rows at the column split of all k experts'

@@ -64,10 +64,11 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-#define MC_TRIGGER_COPIES 7 /* mc_trigger_values, then the kernel files' masks */
+#define MC_TRIGGER_COPIES 8 /* mc_trigger_values, then the kernel files' masks */
 static void *mc_trigger_addrs[MC_MAX_DEVICES][MC_TRIGGER_COPIES];
 cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
 cudaError_t mc_gemv_mma_trigger_addr(void **p);    /* gemv_mma.cu */
+cudaError_t mc_gemv_moe_trigger_addr(void **p);    /* gemv_moe.cu */
 
 cudaError_t mc_trigger_prepare(void) {
     int dev = 0;
@@ -83,9 +84,10 @@ cudaError_t mc_trigger_prepare(void) {
         (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess ||
         (e = mc_attention_trigger_addr(&a[3])) != cudaSuccess)
         return e;
-    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess || (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess)
+    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess || (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess ||
+        (e = mc_gemv_moe_trigger_addr(&a[6])) != cudaSuccess)
         return e;
-    return mc_gemv_kquant_trigger_addr(&a[6]); /* the last: its address marks the table resolved */
+    return mc_gemv_kquant_trigger_addr(&a[7]); /* the last: its address marks the table resolved */
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {

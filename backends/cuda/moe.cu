@@ -1,5 +1,5 @@
 /* moe.cu: the small kernels of a mixture-of-experts FFN on the cuda backend (the experts' GEMVs
- * are gemv.cu's gemv_experts): the router's softmax, top-k and weights in one block; the weighted
+ * are gemv_moe.cu's gemv_experts): the router's softmax, top-k and weights in one block; the weighted
  * combination of the slots onto the residual; and granite's residual and logit scales. The
  * formulas are cpu_moe.c's and cpu_forward.c's (memra/model_types.h defines them); the sums of the
  * softmax run in a fixed tree (the cpu backend sums in increasing expert order: cpu against cuda
