@@ -11,6 +11,28 @@
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv_moe)
 
+/* Expert e's rows_e rows of an F32/F16/BF16/Q8_0 stack holding experts [e0, e1), e among them:
+ * the matrix gemv_experts, gemv_experts_flat and gemv_experts_combine run on. */
+template <uint32_t T>
+__device__ __forceinline__ mc_matrix mc_expert_rows(const mc_matrix &stack, uint32_t e, uint32_t e0, uint32_t rows_e) {
+    mc_matrix w = stack;
+    const size_t first = (size_t)(e - e0) * rows_e;
+    w.rows = rows_e;
+    w.data = (char *)stack.data + first * stack.stride * (16 / mc_elems<T>::n);
+    if (T == MEMRA_TYPE_Q8_0)
+        w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    return w;
+}
+
+/* A slot whose expert this rank does not hold (or no expert): zeros for the warp's row group. */
+template <int SWIGLU>
+__device__ __forceinline__ void mc_expert_zeros(bool live, uint32_t part, uint32_t lane, uint32_t r0, uint32_t rows_e,
+                                                float *yj) {
+    const float z[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live && part == 0 && lane == 0)
+        mc_rows_store<SWIGLU>(z, r0, rows_e, NULL, NULL, yj);
+}
+
 cudaError_t mc_gemv_moe_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 /* ---- gemv_experts: the row-group GEMV of a mixture of experts' chosen experts ---------------- */
@@ -41,17 +63,10 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, T == MEMRA_TYPE_Q8_0 ? 3 :
     float *yj = y + (size_t)j * ldy;
     const bool live = r0 < rows_e;
     if (e < e0 || e >= e1) { /* not this rank's expert (or no expert): zeros in its slice */
-        const float z[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live && part == 0 && lane == 0)
-            mc_rows_store<SWIGLU>(z, r0, rows_e, NULL, NULL, yj);
+        mc_expert_zeros<SWIGLU>(live, part, lane, r0, rows_e, yj);
         return;
     }
-    mc_matrix w = stack;
-    const size_t first = (size_t)(e - e0) * rows_e;
-    w.rows = rows_e;
-    w.data = (char *)stack.data + first * stack.stride * (16 / mc_elems<T>::n);
-    if (T == MEMRA_TYPE_Q8_0)
-        w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    mc_matrix w = mc_expert_rows<T>(stack, e, e0, rows_e);
     const float *xj = x + (size_t)j * ldx;
     float d[MC_GEMV_ROWS], ss = 0.0f;
     if (live)
@@ -293,18 +308,11 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, MC_FLAT_MINB(T, NC))
     const uint32_t j = blockIdx.y, e = (uint32_t)sel[j];
     float *yj = y + (size_t)j * ldy;
     const bool live = r0 < rows_e;
-    if (e < e0 || e >= e1) {
-        const float z[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live && part == 0 && lane == 0)
-            mc_rows_store<SWIGLU>(z, r0, rows_e, NULL, NULL, yj);
+    if (e < e0 || e >= e1) { /* not this rank's expert (or no expert): zeros in its slice */
+        mc_expert_zeros<SWIGLU>(live, part, lane, r0, rows_e, yj);
         return;
     }
-    mc_matrix w = stack;
-    const size_t first = (size_t)(e - e0) * rows_e;
-    w.rows = rows_e;
-    w.data = (char *)stack.data + first * stack.stride * (16 / mc_elems<T>::n);
-    if (T == MEMRA_TYPE_Q8_0)
-        w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+    mc_matrix w = mc_expert_rows<T>(stack, e, e0, rows_e);
     float d[MC_GEMV_ROWS], ss = 0.0f;
     if (live)
         mc_rows_dot_flat<T, NORM, KS, NC>(w, r0, x + (size_t)j * ldx, NULL, 0.0f, norm_w, lane, part,
@@ -592,12 +600,7 @@ __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 
     if (e < e0 || e >= e1)
         mc_wait_prior_grid(0);
     else {
-        mc_matrix w = stack;
-        const size_t first = (size_t)(e - e0) * rows_e;
-        w.rows = rows_e;
-        w.data = (char *)stack.data + first * stack.stride * (16 / mc_elems<T>::n);
-        if (T == MEMRA_TYPE_Q8_0)
-            w.scales = stack.scales + first * (stack.cols / MEMRA_Q8_0_BLOCK);
+        mc_matrix w = mc_expert_rows<T>(stack, e, e0, rows_e);
         mc_rows_dot_flat<T, 0, KS, NC>(w, r0, act + (size_t)j * ldx, NULL, 0.0f, NULL, lane, part,
                                        T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES, d, ss);
     }
