@@ -1,5 +1,5 @@
 /* gemv_moe.cu: the mixture-of-experts GEMVs of F32/F16/BF16/Q8_0 stacks (the experts' row-group
- * GEMV, the flat gate/up variant, the fused router with its top k, on a ticket or on one cluster,
+ * GEMV, the flat and streamed gate/up variants, the fused router with its top k, on a ticket or on one cluster,
  * and the experts' down GEMV with the weighted combination), the arm's moe_fuse key choosing
  * among them (cuda_forward.cu's mc_moe_ffn). Each computes the dense row-group GEMV's arithmetic
  * (gemv_body.cuh) on the chosen expert's rows, so the folds give the unfused launches' bits.
@@ -133,6 +133,9 @@ static cudaError_t mc_gemv_experts_n(const mc_config *c, const mc_matrix *w, uin
 static cudaError_t mc_gemv_experts_flat(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                         uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
                                         const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st);
+static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                          uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                          const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st);
 
 cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
@@ -154,6 +157,11 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
     }
     if (mc_experts_int(c, w)) /* experts=int */
         return mc_gemv_experts_q8int(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
+    if (glu == MC_GLU_SILU && norm_w && (c->moe_fuse & MC_MOE_FUSE_STREAM)) { /* the experts' gate/up, one wave */
+        const cudaError_t e = mc_gemv_experts_stream(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
+        if (e != cudaErrorNotSupported)
+            return e;
+    }
     if (glu == MC_GLU_SILU && norm_w && (c->moe_fuse & MC_MOE_FUSE_FLAT)) { /* the experts' gate/up */
         const cudaError_t e = mc_gemv_experts_flat(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
         if (e != cudaErrorNotSupported)
@@ -377,6 +385,228 @@ static cudaError_t mc_gemv_experts_flat(const mc_config *c, const mc_matrix *w, 
     default: return cudaErrorNotSupported;
     }
 #undef MC_F
+}
+
+/* ---- moe_fuse bit 64: the experts' gate/up GEMV streamed by one wave of warps ----------------- */
+
+/* gemv_experts gives each warp one row group and each block one expert's 16 rows: a warp queues
+ * two iterations of its group's loads, sums and exits, and 30B's 768 blocks take two waves, so
+ * the bytes in flight sag at every group's start and end (an H200 read kernel that learns its 28
+ * MB of addresses after the wait moves them in 7.3 us, bench/gpu/cold_read.cu; this launch took
+ * 15.8). Here one wave of warps (the blocks that fit, 4 warps each) takes the row groups of every
+ * slot, task t = warp + n x warps (slot t / G, group t % G of G = rows_e / 4), and streams them
+ * back to back as gemv_persistent_body does: the next iteration's chunks (the next group's first
+ * ones at a group's end) are queued while the current ones are summed. The column split must be
+ * 1 (each group one warp) and x one vector for every slot (ldx 0, the gate/up's case); x' = x *
+ * norm_w and the sum of squares are computed once a block into shared memory (gemv_experts' warps
+ * each computed them again, through dependent loads inside the dot loop). A group's arithmetic is
+ * gemv_experts' (mc_rows_dot's chunks, order, x' and sum of squares, tail, trees, 1/rms and
+ * mc_rows_store): the same bits. A slot whose expert this rank does not hold writes zeros. Per
+ * call: reads what gemv_experts reads. */
+struct mc_stream_task {
+    uint32_t j, r0; /* slot, first row */
+    uint32_t first; /* the expert's first row in the stack (w.rows is 32 bits) */
+    bool held;
+};
+
+template <uint32_t T>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_experts_stream(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                        uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, float *y,
+                        uint32_t ldy, int early) {
+    constexpr uint32_t U = MC_GEMV_UNROLL, PER_IT = 32 * U, E = mc_elems<T>::n, EB = 16 / E;
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t nw = gridDim.x * MC_GEMV_WARPS, wid = blockIdx.x * MC_GEMV_WARPS + (threadIdx.x >> 5);
+    const uint32_t G = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, n_tasks = G * k;
+    const uint32_t n_my = wid < n_tasks ? (n_tasks - wid + nw - 1) / nw : 0;
+    const uint32_t nfull = stack.cols / E, niter = (nfull + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const char *const data = (const char *)stack.data;
+    const size_t row_bytes = (size_t)stack.stride * EB, row_scales = stack.cols / MEMRA_Q8_0_BLOCK;
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    if (early) /* moe_fuse bit 32, as gemv_experts */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    /* x' = x * norm_w once a block into shared memory (mc_x_chunk's product), and the sum of squares
+     * as every warp of gemv_experts computes it (lane l: chunks l, l + 32, ..., in element order, the
+     * tail on lane nfull % 32, then the tree), by warp 0: the same x' and 1/rms for every group */
+    extern __shared__ __align__(16) float xs[]; /* cols floats, then the sum of squares */
+    for (uint32_t c = threadIdx.x; c < stack.cols; c += blockDim.x)
+        xs[c] = x[c] * norm_w[c];
+    if (threadIdx.x < 32) {
+        float ss = 0.0f;
+        for (uint32_t idx = lane; idx < nfull; idx += 32) {
+            float4 xv[E / 4];
+            mc_x_chunk<T, 1>(x, norm_w, idx, xv, ss);
+        }
+        if (nfull * E < stack.cols && lane == (nfull & 31))
+            for (uint32_t c = nfull * E; c < stack.cols; c++)
+                ss = fmaf(x[c], x[c], ss);
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            xs[stack.cols] = ss;
+    }
+    __syncthreads();
+    const float sst = xs[stack.cols];
+    if (total == 0)
+        return;
+    auto at = [&](uint32_t n) {
+        mc_stream_task tk;
+        const uint32_t t = wid + n * nw, e = (uint32_t)sel[t / G];
+        tk.j = t / G;
+        tk.r0 = t % G * MC_GEMV_ROWS;
+        tk.held = e >= e0 && e < e1;
+        tk.first = tk.held ? (e - e0) * rows_e : 0;
+        return tk;
+    };
+    uint4 wv[U][MC_GEMV_ROWS];
+    uint16_t sv[U][MC_GEMV_ROWS];
+    auto load = [&](const mc_stream_task &tk, uint32_t i) {
+        if (!tk.held)
+            return;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = lane + PER_IT * i + 32 * u;
+            if (idx < nfull) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const size_t row = tk.first + (tk.r0 + r < rows_e ? tk.r0 + r : tk.r0); /* < w.rows */
+                    wv[u][r] = __ldcs((const uint4 *)(data + row * row_bytes) + idx);
+                    if (T == MEMRA_TYPE_Q8_0)
+                        sv[u][r] = __ldg(stack.scales + row * row_scales + idx / 2);
+                }
+            }
+        }
+    };
+    mc_stream_task lt = at(0), ct = lt; /* the task being loaded, the one being summed */
+    load(lt, 0);
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t n = 0, i = 0;
+    for (uint32_t s = 0; s < total; s++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+        uint16_t cs[U][MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                cur[u][r] = wv[u][r];
+                cs[u][r] = sv[u][r];
+            }
+        if (s + 1 < total) {
+            if (i + 1 < niter)
+                load(lt, i + 1);
+            else {
+                lt = at(n + 1);
+                load(lt, 0);
+            }
+        }
+        if (ct.held) {
+#pragma unroll
+            for (uint32_t u = 0; u < U; u++) {
+                const uint32_t idx = lane + PER_IT * i + 32 * u;
+                if (idx < nfull) {
+                    float4 xv[E / 4];
+#pragma unroll
+                    for (uint32_t q = 0; q < E / 4; q++)
+                        xv[q] = ((const float4 *)(xs + (size_t)idx * E))[q];
+#pragma unroll
+                    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                        acc[r] += mc_dot_chunk<T>(cur[u][r], xv,
+                                                  T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(cs[u][r])) : 1.0f);
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the group's last iteration: the tail columns, the trees, 1/rms, the store */
+        float *yj = y + (size_t)ct.j * ldy;
+        if (!ct.held) {
+            mc_expert_zeros<MC_GLU_SILU>(true, 0, lane, ct.r0, rows_e, yj);
+        } else {
+            if (nfull * E < stack.cols && lane == (nfull & 31)) {
+                for (uint32_t c = nfull * E; c < stack.cols; c++) {
+                    const float xc = xs[c];
+#pragma unroll
+                    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                        const size_t row = ct.first + (ct.r0 + r < rows_e ? ct.r0 + r : ct.r0);
+                        acc[r] = fmaf(mc_elem<T>(data + row * row_bytes, c), xc, acc[r]);
+                    }
+                }
+            }
+            float d[MC_GEMV_ROWS];
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] = mc_warp_sum(acc[r]);
+            if (lane == 0) {
+                const float scale = 1.0f / sqrtf(sst / (float)stack.cols + eps);
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] *= scale;
+                mc_rows_store<MC_GLU_SILU>(d, ct.r0, rows_e, NULL, NULL, yj);
+            }
+        }
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            acc[r] = 0.0f;
+        i = 0;
+        n++;
+        ct = lt;
+    }
+}
+
+/* Blocks a multiprocessor of gemv_experts_stream<T> on each device (0: not yet asked). */
+static int mc_stream_per_sm[MC_MAX_DEVICES][4];
+
+template <uint32_t T>
+static cudaError_t mc_gemv_experts_stream_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                            uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                            const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st,
+                                            int ti) {
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    if (!mc_stream_per_sm[dev][ti]) {
+        int per_sm = 0;
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_experts_stream<T>, 32 * MC_GEMV_WARPS,
+                                                               32 * 1024)) != cudaSuccess) /* x' at most */
+            return e;
+        mc_stream_per_sm[dev][ti] = per_sm > 0 ? per_sm : 1;
+    }
+    const uint64_t groups = (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k;
+    const uint64_t need = (groups + MC_GEMV_WARPS - 1) / MC_GEMV_WARPS,
+                   cap = (uint64_t)mc_stream_per_sm[dev][ti] * mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((uint32_t)(need < cap ? need : cap));
+    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+    cfg.dynamicSmemBytes = ((size_t)w->cols + 1) * sizeof(float);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    const int early = (c->moe_fuse & MC_MOE_FUSE_EARLY) != 0;
+    e = cudaLaunchKernelEx(&cfg, gemv_experts_stream<T>, *w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, early);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* The gate/up launch of moe_fuse bit 64 (gemv_experts_stream): cudaErrorNotSupported where it does
+ * not serve (a column split above 1, or more groups than 32 bits count: the next variant runs). */
+static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                          uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
+                                          const float *norm_w, float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    if (ldx != 0 || ((uint64_t)w->cols + 1) * sizeof(float) > 32 * 1024 || mc_gemv_ksplit(mc_experts_rows(rows_e, k)) != 1 ||
+        (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k >= 0x80000000ull)
+        return cudaErrorNotSupported;
+#define MC_S(T, I) mc_gemv_experts_stream_t<T>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st, I)
+    switch (w->type) {
+    case MEMRA_TYPE_F32: return MC_S(MEMRA_TYPE_F32, 0);
+    case MEMRA_TYPE_F16: return MC_S(MEMRA_TYPE_F16, 1);
+    case MEMRA_TYPE_BF16: return MC_S(MEMRA_TYPE_BF16, 2);
+    case MEMRA_TYPE_Q8_0: return MC_S(MEMRA_TYPE_Q8_0, 3);
+    default: return cudaErrorNotSupported;
+    }
+#undef MC_S
 }
 
 /* moe_fuse bit 1: the router's GEMV (F32/F16/BF16, the ffn norm fused) and its top k in one
@@ -716,6 +946,13 @@ const char *mc_gemv_experts_family(const void *f) {
 #undef MC_FLAT_NC
     for (size_t i = 0; i < sizeof flats / sizeof flats[0]; i++)
         if (flats[i] == f)
+            return "gemv_experts";
+    static const void *const streams[] = {(const void *)gemv_experts_stream<MEMRA_TYPE_F32>,
+                                          (const void *)gemv_experts_stream<MEMRA_TYPE_F16>,
+                                          (const void *)gemv_experts_stream<MEMRA_TYPE_BF16>,
+                                          (const void *)gemv_experts_stream<MEMRA_TYPE_Q8_0>}; /* moe_fuse bit 64 */
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
+        if (streams[i] == f)
             return "gemv_experts";
 #define MC_ROUTER_NC(T) (const void *)moe_router<T, 1>, (const void *)moe_router<T, 2>, (const void *)moe_router<T, 4>
     static const void *const routers[] = {MC_ROUTER_NC(MEMRA_TYPE_F32), MC_ROUTER_NC(MEMRA_TYPE_F16),

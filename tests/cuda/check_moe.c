@@ -17,7 +17,8 @@
  *    reference: two router rows identical (an exact tie: the lower expert must come first), and
  *    k = n_expert.
  * 5. The fused kernels of the arm's moe_fuse key bit for bit against the unfused ones they replace
- *    (and in check 2, the gate/up GEMV of bit 8 against the default loop kernel):
+ *    (and in check 2, the gate/up GEMVs of bits 8 and 64 against the default loop kernel, and bit 64
+ *    against the float64 reference with its own negative control):
  *    mc_moe_router (the router GEMV with the norm, [granite's residual add x += po * scale], and
  *    the top k in its last block) against mc_gemv [+ mc_scale_add] + mc_moe_route: logits, ids,
  *    weights and x equal, launched twice (the ticket must come back to zero, else the second
@@ -335,8 +336,9 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
     float *dx = dev_copy(x, (size_t)nx * cols * 4), *dnw = dev_copy(nw, cols * 4), *dy;
     int32_t *dsel = dev_copy(sel, k * 4);
     CHECK_CUDA(cudaMalloc((void **)&dy, (size_t)k * n_out * 4));
-    if (corrupt && family(type)) { /* negative control: a quant bit of every byte of the first held expert's
-                                     * first row (one byte may sit in a sub-block whose random scale is 0) */
+    if (corrupt && (family(type) || type == MEMRA_TYPE_Q8_0)) { /* negative control: a quant bit of every byte of
+        * the first held expert's first row (one byte may sit in a sub-block whose random scale is 0; one Q8_0
+        * quant of a gate row moved by 64 steps stayed inside the SwiGLU output's bound) */
         uint8_t *row = malloc(s.m.stride);
         CHECK_CUDA(cudaMemcpy(row, s.m.data, s.m.stride, cudaMemcpyDeviceToHost));
         for (uint32_t i = 0; i < s.m.stride; i++)
@@ -359,19 +361,21 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         CHECK_CUDA(cudaMemcpy(rep ? y2 : y, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
     }
     CHECK(!memcmp(y, y2, (size_t)k * n_out * 4), "experts: different bits on repeat");
-    if (glu && norm && !corrupt) { /* moe_fuse bit 8 (gemv_experts_flat) against the loop kernel (the default) */
-        mc_config flat = ecfg;
-        flat.moe_fuse = MC_MOE_FUSE_ALL;
-        CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
-        CHECK_CUDA(mc_gemv_experts(&flat, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f,
-                                   glu, dy, n_out, 0));
-        CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
-        const int same = !memcmp(y, y2, (size_t)k * n_out * 4);
-        CHECK(same, "experts %s rows_e %u cols %u: moe_fuse bit 8 (the flat kernel) gives other bits", tname(type),
-              rows_e, cols);
-        printf("experts %-4s rows_e=%5u cols=%5u k=%3u: flat (moe_fuse bit 8) against the loop kernel: %s\n",
-               tname(type), rows_e, cols, k, same ? "the same bits" : "DIFFERS");
-    }
+    if (glu && norm && !corrupt) /* moe_fuse bits 8 (gemv_experts_flat) and 64 (gemv_experts_stream) against y */
+        for (int v = 0; v < 2; v++) {
+            mc_config f = ecfg;
+            f.moe_fuse = v ? (ecfg.moe_fuse | MC_MOE_FUSE_STREAM) : (MC_MOE_FUSE_ALL & ~MC_MOE_FUSE_STREAM);
+            CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
+            CHECK_CUDA(mc_gemv_experts(&f, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f,
+                                       glu, dy, n_out, 0));
+            CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
+            const int same = !memcmp(y, y2, (size_t)k * n_out * 4);
+            CHECK(same, "experts %s rows_e %u cols %u: moe_fuse bit %d (the %s kernel) gives other bits", tname(type),
+                  rows_e, cols, v ? 64 : 8, v ? "stream" : "flat");
+            printf("experts %-4s rows_e=%5u cols=%5u k=%3u: %s (moe_fuse bit %d) against the %s kernel: %s\n",
+                   tname(type), rows_e, cols, k, v ? "stream" : "flat", v ? 64 : 8,
+                   ecfg.moe_fuse & MC_MOE_FUSE_STREAM ? "stream" : "loop", same ? "the same bits" : "DIFFERS");
+        }
     double *ref = malloc(n_out * 8), *bound = malloc(n_out * 8), worst = 0;
     for (uint32_t j = 0; j < k; j++) {
         const float *yj = y + (size_t)j * n_out;
@@ -389,8 +393,8 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
             worst = e > worst || isnan(e) ? (isnan(e) ? INFINITY : e) : worst;
         }
     }
-    printf("experts %-4s%s rows_e=%5u cols=%5u k=%3u glu=%d norm=%d x/slot=%d%s: err/tol %.3g%s\n", tname(type),
-           ecfg.experts == MC_EXPERTS_INT ? " int" : "", rows_e, cols, k, glu, norm, per_slot_x,
+    printf("experts %-4s%s%s rows_e=%5u cols=%5u k=%3u glu=%d norm=%d x/slot=%d%s: err/tol %.3g%s\n", tname(type),
+           ecfg.experts == MC_EXPERTS_INT ? " int" : "", ecfg.moe_fuse & MC_MOE_FUSE_STREAM ? " stream" : "", rows_e, cols, k, glu, norm, per_slot_x,
            corrupt ? " (negative control)" : "", worst,
            corrupt ? (worst > 1.0 ? ": caught" : ": MISSED") : "");
     if (corrupt)
@@ -857,6 +861,19 @@ int main(void) {
         check_experts(types[t], 4, 4, 64, 64, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
         check_experts(types[t], 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
     }
+    /* moe_fuse bit 64 (gemv_experts_stream: the gate/up streamed by one wave of warps, column split 1
+     * only) against the float64 reference: granite's and 30B's shapes, more groups than warps, ids
+     * not held, a last group of 2 rows, x a slot, a column tail (F32 .. BF16), the negative control */
+    ecfg.moe_fuse = MC_MOE_FUSE_DEFAULT | MC_MOE_FUSE_STREAM;
+    for (int t = 0; t < 4; t++) {
+        check_experts(types[t], 8, 0, 2 * 512, 1024, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+        check_experts(types[t], 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+        check_experts(types[t], 8, 0, 2 * 288, 256, 8, sel8, MC_GLU_SILU, 1, 1, 0);
+        check_experts(types[t], 4, 4, 2 * 545, 256, 4, sel_ep, MC_GLU_SILU, 1, 0, 0);
+        check_experts(types[t], 8, 0, 2 * 290, types[t] == MEMRA_TYPE_Q8_0 ? 512 : 102, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+        check_experts(types[t], 8, 0, 2 * 1088, 256, 2, sel8 + 1, MC_GLU_SILU, 1, 0, 1); /* expert 0 changed */
+    }
+    ecfg = mc_config_default;
     /* the quantized families' experts (gemv_quant.h: each slot the family's 16-warp body; qdot=auto):
      * the shapes of the 30B and granite presets' layers and a few experts, an id not held, the
      * negative control */

@@ -100,7 +100,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
-        {"cuda:moe_fuse=64", "moe_fuse=64: expected an integer from 0 to 63"},
+        {"cuda:moe_fuse=128", "moe_fuse=128: expected an integer from 0 to 127"},
         {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch, prologue"},
         {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8, mma-opt"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
