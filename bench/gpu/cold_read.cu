@@ -87,31 +87,20 @@ __global__ void __launch_bounds__(CR_THREADS) cr_read(const uint4 *pool, uint32_
 }
 
 typedef void (*cr_fn)(const uint4 *, uint32_t, const int *, int, unsigned *);
-static void launch(cudaStream_t st, cr_fn fn, int blocks,
-                   const uint4 *pool, uint32_t region16, const int *ids, int k, unsigned *sink) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(CR_THREADS);
-    cfg.stream = st;
-    cudaLaunchAttribute a[1];
-    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = a;
-    cfg.numAttrs = 1;
-    CR_CHECK(cudaLaunchKernelEx(&cfg, fn, pool, region16, ids, k, sink));
-}
 
-static void launch_ids(cudaStream_t st, int *ids, int k, int n) {
+/* One launch of fn<<<grid, block>>>(args) on st with programmatic stream serialization. */
+template <typename... P, typename... A>
+static void launch_pdl(cudaStream_t st, void (*fn)(P...), unsigned grid, unsigned block, A... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(32);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
     cfg.stream = st;
     cudaLaunchAttribute a[1];
     a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     a[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = a;
     cfg.numAttrs = 1;
-    CR_CHECK(cudaLaunchKernelEx(&cfg, cr_ids, ids, k, n));
+    CR_CHECK(cudaLaunchKernelEx(&cfg, fn, args...));
 }
 
 /* us a pair (or a launch of ids alone: mode 2) over a graph of CR_L, best of three timings of `replays`. */
@@ -123,9 +112,9 @@ static double time_graph(int mode, cr_fn fn, int blocks, const uint4 *pool, uint
     cudaGraphExec_t ge;
     CR_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < CR_L; l++) {
-        launch_ids(st, ids, k, n);
+        launch_pdl(st, cr_ids, 1, 32, ids, k, n);
         if (mode != 2)
-            launch(st, fn, blocks, pool, region16, ids, k, sink);
+            launch_pdl(st, fn, blocks, CR_THREADS, pool, region16, (const int *)ids, k, sink);
     }
     CR_CHECK(cudaStreamEndCapture(st, &g));
     CR_CHECK(cudaGraphInstantiate(&ge, g, 0));
