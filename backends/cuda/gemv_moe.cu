@@ -1,6 +1,6 @@
 /* gemv_moe.cu: the mixture-of-experts GEMVs of F32/F16/BF16/Q8_0 stacks (the experts' row-group
- * GEMV, the flat and streamed gate/up variants, the fused router with its top k, on a ticket or on one cluster,
- * and the experts' down GEMV with the weighted combination), the arm's moe_fuse key choosing
+ * GEMV, the flat and streamed gate/up variants, the fused router with its top k, on a ticket or
+ * on one cluster, and the experts' down GEMV with the weighted combination), the arm's moe_fuse key choosing
  * among them (cuda_forward.cu's mc_moe_ffn). Each computes the dense row-group GEMV's arithmetic
  * (gemv_body.cuh) on the chosen expert's rows, so the folds give the unfused launches' bits.
  * Split from gemv.cu (the kernels' PTX the same operations). Measurements: bench/gpu/NOTES.md. */
