@@ -7,7 +7,7 @@
  * q/k/v GEMV of every row (chunk_gemv.cu: each element decode's operation sequence; F32, F16,
  * BF16 and Q8_0 layers, and Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1 under chunk=mma and
  * qdot=auto: see
- * mc_chunk_layers_batched), attention (attention.cu's chunk launch on the cluster path: every
+ * mc_chunk_layers_batched), attention (attention_chunk.cu's chunk launch on the cluster path: every
  * row's k and v appended, then each row attended over [0, its position] with the decode step's
  * split at that position; on the other paths the decode launches row by row, each at its row's
  * position), the output GEMV onto the residual, gate/up with its GLU and down onto the residual

@@ -1,7 +1,8 @@
 /* cuda_kernels.h: the launchers of the CUDA kernels of memra's cuda backends (internal, C++). The
  * kernels live by kind: gemv.cu (F32/F16/BF16 and the float Q8_0 path), gemv_q8.cu (Q8_0 on
- * integer dots), attention.cu, sampler.cu, digest.cu, token.cu (embedding, commit, token
- * hand-over) and launch.cu (arm configuration, trigger mask, census), under cuda_common.cuh.
+ * integer dots), attention.cu (with attention_split.cu, attention_chunk.cu and attention_unfused.cu),
+ * sampler.cu, digest.cu, token.cu (embedding, commit, token hand-over) and launch.cu (arm
+ * configuration, trigger mask, census), under cuda_common.cuh.
  *
  * Every launcher enqueues on the stream it is given and returns the launch's cudaError_t; none
  * synchronises and none branches on device data, so a sequence of them can be captured into a
@@ -142,7 +143,7 @@ typedef struct mc_config {
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
                          * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
                          * blocks on the cluster kernel's shapes, else auto's path; not MC_ATT_SPLIT, which
-                         * attention.cu defines as the cluster's block count), MC_ATT_HEADS (attention=heads:
+                         * attention_common.cuh defines as the cluster's block count), MC_ATT_HEADS (attention=heads:
                          * auto's paths, but the decode cluster kernel runs a kv head's q heads in several
                          * clusters where the device holds them: the same operations per head, so the same
                          * bits as auto, which does so at head size 256), MC_ATT_CLUSTER (attention=cluster:

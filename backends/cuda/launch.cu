@@ -64,11 +64,16 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-#define MC_TRIGGER_COPIES 8 /* mc_trigger_values, then the kernel files' masks */
+#define MC_TRIGGER_COPIES 9 /* mc_trigger_values, then the kernel files' masks */
 static void *mc_trigger_addrs[MC_MAX_DEVICES][MC_TRIGGER_COPIES];
 cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
 cudaError_t mc_gemv_mma_trigger_addr(void **p);    /* gemv_mma.cu */
 cudaError_t mc_gemv_moe_trigger_addr(void **p);    /* gemv_moe.cu */
+/* attention_split.cu (attention_chunk.cu's kernels never wait on the grid before: no copy there) */
+cudaError_t mc_attention_split_trigger_addr(void **p);
+/* The census of attention_chunk.cu's and attention_split.cu's kernels. */
+const char *mc_attention_chunk_family(const void *func);
+const char *mc_attention_split_family(const void *func);
 
 cudaError_t mc_trigger_prepare(void) {
     int dev = 0;
@@ -84,10 +89,11 @@ cudaError_t mc_trigger_prepare(void) {
         (e = mc_gemv_trigger_addr(&a[1])) != cudaSuccess || (e = mc_gemv_q8_trigger_addr(&a[2])) != cudaSuccess ||
         (e = mc_attention_trigger_addr(&a[3])) != cudaSuccess)
         return e;
-    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess || (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess ||
-        (e = mc_gemv_moe_trigger_addr(&a[6])) != cudaSuccess)
+    if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess ||
+        (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess || (e = mc_gemv_moe_trigger_addr(&a[6])) != cudaSuccess ||
+        (e = mc_attention_split_trigger_addr(&a[7])) != cudaSuccess)
         return e;
-    return mc_gemv_kquant_trigger_addr(&a[7]); /* the last: its address marks the table resolved */
+    return mc_gemv_kquant_trigger_addr(&a[8]); /* the last: its address marks the table resolved */
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
@@ -109,10 +115,10 @@ cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
 
 const char *mc_kernel_family(const void *f) {
     const char *(*const files[])(const void *) = {
-        mc_gemv_family,        mc_gemv_q8_family,     mc_attention_family, mc_attention_unfused_family,
-        mc_sampler_family,     mc_digest_family,      mc_token_family,     mc_op_glue_family,
-        mc_gemv_legacy_family, mc_gemv_kquant_family, mc_chunk_family,     mc_moe_family,
-        mc_gemv_mma_family};
+        mc_gemv_family,            mc_gemv_q8_family,           mc_attention_family,   mc_attention_chunk_family,
+        mc_attention_split_family, mc_attention_unfused_family, mc_sampler_family,     mc_digest_family,
+        mc_token_family,           mc_op_glue_family,           mc_gemv_legacy_family, mc_gemv_kquant_family,
+        mc_chunk_family,           mc_moe_family,               mc_gemv_mma_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)
