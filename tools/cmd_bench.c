@@ -22,7 +22,7 @@
 static const char help_text[] =
     "usage: memra bench [--arm ARM[,ARM...]] [--model F.gguf | --preset P [--dtype D] [--model-seed S]]\n"
     "                   [--prime P[,P...]] [-n N[,N...]] [--reps R] [--warmup W] [--jsonl FILE]\n"
-    "                   [--allow-past-context]\n"
+    "                   [--abba] [--allow-past-context]\n"
     "\n"
     "For every arm, prefix length P and generated length N given (a grid, arms outermost, on one\n"
     "load of the model): primes a prefix of P tokens, then runs W warm-up and R timed repetitions,\n"
@@ -39,6 +39,10 @@ static const char help_text[] =
     "  -n, --gen N[,N...]   tokens generated per repetition (default 128; --n-gen too)\n"
     "  --reps R             timed repetitions (default 5)\n"
     "  --warmup W           untimed repetitions first (default 1)\n"
+    "  --abba               run the arms forward, then backward (A, B, then B, A; one arm: twice),\n"
+    "                       every cell of the grid measured twice on the one load, so the drift of\n"
+    "                       the machine between the passes shows and averages out; the second\n"
+    "                       pass's rows end in #2 and its records say \"pass\": 2\n"
     "  --allow-past-context let P + N go past the model's context length (<arch>.context_length),\n"
     "                       refused otherwise; the record then says \"past_context\": true\n"
     "  --jsonl FILE         append one JSON line a cell with the figures, commit, device and\n"
@@ -52,6 +56,7 @@ typedef struct bench_args {
     cli_model_sel sel;
     const char *arm;
     uint32_t prime, n_gen, reps, warmup;
+    uint32_t pass; /* 1, or 2 for the backward pass of --abba */
     bool past_context; /* --allow-past-context */
     const char *jsonl;
 } bench_args;
@@ -309,8 +314,8 @@ static int bench_jsonl(const char *cmd, cli_session *ss, const bench_args *ba, c
     }
     fprintf(f, "}, \"model\": ");
     cli_json_str(f, ss->lm->label);
-    fprintf(f, ", \"weight_bytes\": %" PRIu64 ", \"prime\": %u, \"n\": %u, \"reps\": %u, \"warmup\": %u",
-            ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup);
+    fprintf(f, ", \"weight_bytes\": %" PRIu64 ", \"prime\": %u, \"n\": %u, \"reps\": %u, \"warmup\": %u, \"pass\": %u",
+            ss->lm->model->weight_bytes, ba->prime, ba->n_gen, ba->reps, ba->warmup, ba->pass);
     fprintf(f, ", \"context_length\": %u, \"past_context\": %s", ss->lm->model->n_ctx_train,
             (uint64_t)ba->prime + ba->n_gen > ss->lm->model->n_ctx_train ? "true" : "false");
     fprintf(f, ", \"load_mode\": \"%s\", \"load_s\": ", ss->lm->streamed ? "streamed" : "whole");
@@ -531,13 +536,14 @@ int cmd_bench(int argc, char **argv) {
                       {"--reps", NULL, true, NULL},
                       {"--warmup", NULL, true, NULL},
                       {"--jsonl", NULL, true, NULL},
+                      {"--abba", NULL, false, NULL},
                       {"--allow-past-context", NULL, false, NULL}};
     size_t n_opts = sizeof opts / sizeof opts[0], n_pos;
     bool help;
     int rc = cli_parse(cmd, argc, argv, 1, opts, n_opts, NULL, 0, &n_pos, help_text, &help);
     if (rc != CLI_EXIT_OK || help)
         return rc;
-    bench_args ba = {.arm = "cpu", .prime = 512, .n_gen = 128, .reps = 5, .warmup = 1};
+    bench_args ba = {.arm = "cpu", .prime = 512, .n_gen = 128, .reps = 5, .warmup = 1, .pass = 1};
     if (!cli_model_sel_parse(cmd, opts, n_opts, &ba.sel))
         return CLI_EXIT_USAGE;
     static char arm_buf[8192];
@@ -553,9 +559,10 @@ int cmd_bench(int argc, char **argv) {
         ((v = cli_get(opts, n_opts, "--warmup")) && !cli_u32(cmd, "--warmup", v, 0, 100000, &ba.warmup)))
         return CLI_EXIT_USAGE;
     ba.past_context = cli_get(opts, n_opts, "--allow-past-context") != NULL;
-    if ((uint64_t)n_arms * n_primes * n_gens > BENCH_MAX_CELLS) {
-        cli_error(cmd, "%u arms x %u prefixes x %u lengths is more than %u cells", n_arms, n_primes, n_gens,
-                  BENCH_MAX_CELLS);
+    const uint32_t passes = cli_get(opts, n_opts, "--abba") ? 2 : 1;
+    if ((uint64_t)passes * n_arms * n_primes * n_gens > BENCH_MAX_CELLS) {
+        cli_error(cmd, "%u arms x %u prefixes x %u lengths%s is more than %u cells", n_arms, n_primes, n_gens,
+                  passes > 1 ? " x 2 passes (--abba)" : "", BENCH_MAX_CELLS);
         return CLI_EXIT_USAGE;
     }
     if (!precheck_arms(cmd, arms, n_arms))
@@ -604,13 +611,19 @@ int cmd_bench(int argc, char **argv) {
     }
     bool header = false;
     uint32_t noted = 0;
-    for (uint32_t a = 0; a < n_arms && rc == CLI_EXIT_OK; a++) {
-        if (a > 0 && (rc = cli_session_rearm(cmd, &ss, arms[a])) != CLI_EXIT_OK)
+    /* The arms in order (--abba: then in reverse); an arm runs on from its previous position
+     * without a new open only where it repeats at once (the turn of A, B, B, A). */
+    for (uint32_t k = 0; k < passes * n_arms && rc == CLI_EXIT_OK; k++) {
+        const uint32_t a = k < n_arms ? k : 2 * n_arms - 1 - k, prev = k == 0 ? 0 : k - 1 < n_arms ? k - 1 : 2 * n_arms - k;
+        if (k > 0 && a != prev && (rc = cli_session_rearm(cmd, &ss, arms[a])) != CLI_EXIT_OK)
             break;
         ba.arm = arms[a];
-        bench_arm_note *note = &notes[noted++];
-        snprintf(note->arm, sizeof note->arm, "%s", memra_arm_text(ss.arm));
-        cli_session_load_text(&ss, note->load, sizeof note->load);
+        ba.pass = k < n_arms ? 1 : 2;
+        bench_arm_note *note = ba.pass == 1 ? &notes[noted++] : &notes[a]; /* the second pass: the same note */
+        if (ba.pass == 1) {
+            snprintf(note->arm, sizeof note->arm, "%s", memra_arm_text(ss.arm));
+            cli_session_load_text(&ss, note->load, sizeof note->load);
+        }
         for (uint32_t p = 0; p < n_primes && rc == CLI_EXIT_OK; p++)
             for (uint32_t g = 0; g < n_gens && rc == CLI_EXIT_OK; g++) {
                 ba.prime = primes[p];
@@ -625,7 +638,9 @@ int cmd_bench(int argc, char **argv) {
                     table_header(ss.lm->label);
                     header = true;
                 }
-                table_row(memra_arm_text(ss.arm), &ba, &br);
+                char label[300];
+                snprintf(label, sizeof label, "%s%s", memra_arm_text(ss.arm), ba.pass == 2 ? " #2" : "");
+                table_row(label, &ba, &br);
                 snprintf(note->device, sizeof note->device, "%s", br.device);
                 snprintf(note->ceiling_how, sizeof note->ceiling_how, "%s", br.ceiling_how);
                 note->ceiling = br.ceiling;

@@ -219,6 +219,36 @@ Test(tools_cli, bench_runs_a_grid_in_one_table) {
     tool_result_free(&r);
 }
 
+/* --abba: the arms forward, then backward, on one load; the second pass's rows marked #2 and its
+ * records "pass": 2, in the order A, B, B, A. */
+Test(tools_cli, bench_abba_runs_the_arms_there_and_back) {
+    char jsonl[512];
+    tmp_file_path(jsonl, sizeof jsonl, "abba.jsonl");
+    unlink(jsonl);
+    tool_result r = tool_run("memra", "bench", "--arm", "cpu,cpu:threads=1", "--abba", "--prime", "8", "-n", "4",
+                             "--reps", "1", "--warmup", "0", "--jsonl", jsonl, NULL);
+    expect(&r, 0, r.out, "| arm ");
+    const char *a1 = strstr(r.out, "| cpu "), *b1 = strstr(r.out, "| cpu:threads=1 ");
+    const char *b2 = strstr(r.out, "| cpu:threads=1 #2"), *a2 = strstr(r.out, "| cpu #2");
+    cr_assert(a1 && b1 && b2 && a2 && a1 < b1 && b1 < b2 && b2 < a2, "rows in the order A, B, B #2, A #2:\n%s", r.out);
+    cr_assert_eq(count(r.out, "#2"), 2, "%s", r.out);
+    char *lines = file_slurp(jsonl, NULL);
+    cr_assert(lines, "no record file");
+    cr_assert_eq(count(lines, "\"record\": \"bench\""), 4, "one record a cell and pass:\n%s", lines);
+    cr_assert_eq(count(lines, "\"pass\": 2"), 2, "%s", lines);
+    cr_assert_eq(count(lines, "\"pass\": 1"), 2, "%s", lines);
+    /* the records in run order: the first pass's two before the second's */
+    const char *p2 = strstr(lines, "\"pass\": 2"), *p1 = strstr(lines, "\"pass\": 1");
+    cr_assert(p1 && p2 && p1 < p2 && !strstr(p2, "\"pass\": 1"), "%s", lines);
+    free(lines);
+    unlink(jsonl);
+    tool_result_free(&r);
+    /* one arm: twice; --abba takes no value */
+    r = tool_run("memra", "bench", "--abba", "--prime", "8", "-n", "4", "--reps", "1", "--warmup", "0", NULL);
+    expect(&r, 0, r.out, "| cpu #2");
+    tool_result_free(&r);
+}
+
 Test(tools_cli, bench_refuses_a_bad_grid_before_running) {
     tool_result r = tool_run("memra", "bench", "--prime", "8,x", NULL);
     expect(&r, 2, r.err, "--prime 'x'");
