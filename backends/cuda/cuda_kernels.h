@@ -122,17 +122,20 @@ enum {
  * on one thread-block cluster with a cluster barrier in place of its ticket (16, with 1), the
  * experts' gate/up launch letting the next launch start after its wait (32: the down/combine
  * GEMV then reads the ids and queues its expert's weights while the gate/up drains), the
- * experts' gate/up GEMV streamed by one wave of warps with x' staged once a block (64: column
- * split 1 and one x only; off by default, bench/RESULTS.md). The same bits with any of them. */
+ * experts' gate/up GEMV streamed by one wave of warps with x' staged once a block (column split 1
+ * and one x only): 64 for Q8_0 experts, 128 for F32, F16 and BF16 ones (measured slower there,
+ * off by default; bench/RESULTS.md). The same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
 #define MC_MOE_FUSE_COMBINE 2u
 #define MC_MOE_FUSE_SCALE 4u
 #define MC_MOE_FUSE_FLAT 8u
 #define MC_MOE_FUSE_CLUSTER 16u
 #define MC_MOE_FUSE_EARLY 32u
-#define MC_MOE_FUSE_STREAM 64u
-#define MC_MOE_FUSE_ALL 127u
-#define MC_MOE_FUSE_DEFAULT 55u /* 1, 2, 4, 16, 32; bit 8 measured slower on qwen3moe-30b, 64 on granite-moe-1b (bench/RESULTS.md) */
+#define MC_MOE_FUSE_STREAM 64u    /* Q8_0 experts */
+#define MC_MOE_FUSE_STREAM16 128u /* F32, F16, BF16 experts */
+#define MC_MOE_FUSE_ALL 255u
+/* 1, 2, 4, 16, 32, 64; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
+#define MC_MOE_FUSE_DEFAULT 119u
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise),

@@ -157,7 +157,9 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
     }
     if (mc_experts_int(c, w)) /* experts=int */
         return mc_gemv_experts_q8int(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
-    if (glu == MC_GLU_SILU && norm_w && (c->moe_fuse & MC_MOE_FUSE_STREAM)) { /* the experts' gate/up, one wave */
+    /* the experts' gate/up, one wave: bit 64 for Q8_0 experts, 128 for the 16- and 32-bit float ones */
+    if (glu == MC_GLU_SILU && norm_w &&
+        (c->moe_fuse & (w->type == MEMRA_TYPE_Q8_0 ? MC_MOE_FUSE_STREAM : MC_MOE_FUSE_STREAM16))) {
         const cudaError_t e = mc_gemv_experts_stream(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st);
         if (e != cudaErrorNotSupported)
             return e;
@@ -590,7 +592,7 @@ static cudaError_t mc_gemv_experts_stream_t(const mc_config *c, const mc_matrix 
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-/* The gate/up launch of moe_fuse bit 64 (gemv_experts_stream): cudaErrorNotSupported where it does
+/* The gate/up launch of moe_fuse bits 64 and 128 (gemv_experts_stream): cudaErrorNotSupported where it does
  * not serve (a column split above 1, or more groups than 32 bits count: the next variant runs). */
 static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                           uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,

@@ -35,7 +35,7 @@
 #            unfused eager against fused graph exact on the tiny presets (every fold, a shared
 #            expert, granite's scales, sampled), each bit alone against 0 on granitemoe-tiny; then
 #            granite-moe-1b (bf16, q8_0) and qwen3moe-30b q8_0: the graph arm moe_fuse=0 against
-#            the default (55) exact, and memra bench of the variants one by one (0, 1, 3, 7, 23, 55 the default, 119)
+#            the default (119) exact, and memra bench of the variants one by one (0, 1, 3, 7, 23, 55, 119 the default, 247)
 #   int      experts=int (the Q8_0 experts on the integer kernel, not yet run on a GPU when written):
 #            cpu nmse, eager / graph, moe_fuse=0, ep=2 exact, the control against float; granite-moe-1b
 #            and qwen3moe-30b q8_0 gates and bench against the default
@@ -127,13 +127,13 @@ fuse)
   done
   mk granite-moe-1b bf16
   gate f_g1b_bf16 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/granite-moe-1b-bf16.gguf --prime 256 --gen 256 --rows 2
-  bench b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=119 \
+  bench b_f_g1b_bf16 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=3,cuda-graph:moe_fuse=7,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=55,cuda-graph,cuda-graph:moe_fuse=247 \
     --model $W/granite-moe-1b-bf16.gguf --prime 512 -n 128
   mk granite-moe-1b q8_0
-  bench b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=119 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
+  bench b_f_g1b_q8_0 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=7,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=55,cuda-graph,cuda-graph:moe_fuse=247 --model $W/granite-moe-1b-q8_0.gguf --prime 512 -n 128
   mk qwen3moe-30b q8_0
   gate f_q30b_q8 --a cuda-graph:moe_fuse=0 --b cuda-graph --model $W/qwen3moe-30b-q8_0.gguf --prime 128 --gen 128 --rows 2
-  bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=7,cuda-graph,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=119 \
+  bench b_f_q30b_q8 --arm cuda-graph:moe_fuse=0,cuda-graph:moe_fuse=1,cuda-graph:moe_fuse=7,cuda-graph:moe_fuse=23,cuda-graph:moe_fuse=55,cuda-graph,cuda-graph:moe_fuse=247 \
     --model $W/qwen3moe-30b-q8_0.gguf --prime 512 -n 128 ;;
 int)
   # experts=int (the Q8_0 experts on the integer kernel's body a slot: other bits than float)

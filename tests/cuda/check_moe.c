@@ -361,23 +361,25 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         CHECK_CUDA(cudaMemcpy(rep ? y2 : y, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
     }
     CHECK(!memcmp(y, y2, (size_t)k * n_out * 4), "experts: different bits on repeat");
-    /* moe_fuse bits 8 (gemv_experts_flat) and 64 (gemv_experts_stream) against y; where a variant does not
+    /* moe_fuse bits 8 (gemv_experts_flat) and 64, 128 (gemv_experts_stream) against y; where a variant does not
      * serve the shape (stream: a column split of 1 and one x only) the loop kernel runs, and the compare
      * checks that the fallback keeps the bits */
     if (glu && norm && !corrupt)
         for (int v = 0; v < 2; v++) {
             mc_config f = ecfg;
-            f.moe_fuse = v ? (ecfg.moe_fuse | MC_MOE_FUSE_STREAM) : (MC_MOE_FUSE_ALL & ~MC_MOE_FUSE_STREAM);
+            f.moe_fuse = v ? (ecfg.moe_fuse | MC_MOE_FUSE_STREAM | MC_MOE_FUSE_STREAM16)
+                           : (MC_MOE_FUSE_ALL & ~(MC_MOE_FUSE_STREAM | MC_MOE_FUSE_STREAM16));
             CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
             CHECK_CUDA(mc_gemv_experts(&f, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f,
                                        glu, dy, n_out, 0));
             CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
             const int same = !memcmp(y, y2, (size_t)k * n_out * 4);
+            const int sbit = type == MEMRA_TYPE_Q8_0 ? MC_MOE_FUSE_STREAM : MC_MOE_FUSE_STREAM16;
             CHECK(same, "experts %s rows_e %u cols %u: moe_fuse bit %d (the %s kernel) gives other bits", tname(type),
-                  rows_e, cols, v ? 64 : 8, v ? "stream" : "flat");
+                  rows_e, cols, v ? sbit : 8, v ? "stream" : "flat");
             printf("experts %-4s rows_e=%5u cols=%5u k=%3u: %s (moe_fuse bit %d) against the %s kernel: %s\n",
-                   tname(type), rows_e, cols, k, v ? "stream" : "flat", v ? 64 : 8,
-                   ecfg.moe_fuse & MC_MOE_FUSE_STREAM ? "stream" : "loop", same ? "the same bits" : "DIFFERS");
+                   tname(type), rows_e, cols, k, v ? "stream" : "flat", v ? sbit : 8,
+                   (ecfg.moe_fuse & (unsigned)sbit) ? "stream" : "loop", same ? "the same bits" : "DIFFERS");
         }
     double *ref = malloc(n_out * 8), *bound = malloc(n_out * 8), worst = 0;
     for (uint32_t j = 0; j < k; j++) {
@@ -865,11 +867,11 @@ int main(void) {
         check_experts(types[t], 4, 4, 64, 64, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
         check_experts(types[t], 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
     }
-    /* moe_fuse bit 64 (gemv_experts_stream: the gate/up streamed by one wave of warps, column split 1
+    /* moe_fuse bits 64 and 128 (gemv_experts_stream: the gate/up streamed by one wave of warps, column split 1
      * only) against the float64 reference: granite's and 30B's shapes, more groups than warps, ids
      * not held, a last group of 2 rows, a column tail (F32 .. BF16), the negative control; x a slot
      * (2 x 288 rows) is not the stream kernel's: the fallback to the loop kernel under the key */
-    ecfg.moe_fuse = MC_MOE_FUSE_DEFAULT | MC_MOE_FUSE_STREAM;
+    ecfg.moe_fuse = MC_MOE_FUSE_DEFAULT | MC_MOE_FUSE_STREAM | MC_MOE_FUSE_STREAM16;
     for (int t = 0; t < 4; t++) {
         check_experts(types[t], 8, 0, 2 * 512, 1024, 8, sel8, MC_GLU_SILU, 1, 0, 0);
         check_experts(types[t], 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
