@@ -34,6 +34,7 @@
  * matrices whose columns are a multiple of 8 (mc_gemv_mma_serves); every other type and shape
  * keeps its own kernels under gemv=mma. */
 #include "cuda_common.cuh"
+#include "gemv_mma.cuh"
 #include "post_norm.cuh"
 
 #include <type_traits>
@@ -81,11 +82,6 @@ __device__ __forceinline__ void mc_mma_kblock2(float (&d)[4], uint4 lo, uint4 hi
     mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xl.z, xl.w);
 }
 
-/* The first k-block of part p of KS over nkb k-blocks. */
-__device__ __forceinline__ uint32_t mc_mma_part(uint32_t nkb, uint32_t ks, uint32_t p) {
-    return (uint32_t)((uint64_t)nkb * p / ks);
-}
-
 __device__ __forceinline__ uint32_t mc_mma_pack(float a, float b) {
     return (uint32_t)memra_f32_to_bf16(a) | ((uint32_t)memra_f32_to_bf16(b) << 16);
 }
@@ -107,17 +103,6 @@ __device__ __forceinline__ float mc_mma_rscale(float ss, uint32_t cols, float ep
 __device__ __forceinline__ float mc_mma_ss4(float s) {
     s = __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 2));
     return __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 1));
-}
-
-/* A finished group of 4 rows (the parts added): the 1/rms product, then mc_rows_store. */
-template <int GLU>
-__device__ __forceinline__ void mc_mma_store(float (&d)[MC_GEMV_ROWS], bool scaled, float scale, uint32_t r0,
-                                             uint32_t rows, const float *bias, const float *residual, float *y) {
-    if (scaled)
-#pragma unroll
-        for (uint32_t j = 0; j < MC_GEMV_ROWS; j++)
-            d[j] = __fmul_rn(d[j], scale);
-    mc_rows_store<GLU>(d, r0, rows, bias, residual, y);
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */
@@ -374,13 +359,32 @@ __device__ __forceinline__ void mc_mma_load8(const float *p, bool vec, float (&v
     }
 }
 
-template <int NORM, int PL>
+/* PERM: x' in the order of gemv_wgmma.cu's instruction slots: in each k-block of 32 columns, the
+ * columns 8q + j of piece q go to element 16 (j / 4) + s, s = 2q, 2q + 1, 2q + 8, 2q + 9 for j % 4
+ * = 0 .. 3 (the slots decode's fragment gives them: instruction j / 4, lane t = q); the same values,
+ * rows of 32 (cols / 32 rounded up) columns, zeros past cols. */
+__device__ __forceinline__ void mc_mma_store8(uint16_t *row, uint32_t i, uint32_t p01, uint32_t p23, uint32_t p45,
+                                              uint32_t p67, bool perm) {
+    if (perm) {
+        uint32_t *b = (uint32_t *)row + (i / 4u) * 16u + (i % 4u);
+        b[0] = p01, b[4] = p23, b[8] = p45, b[12] = p67;
+    } else
+        *(uint4 *)(row + 8 * i) = make_uint4(p01, p23, p45, p67);
+}
+
+template <int NORM, int PL, bool PERM = false>
 __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
     chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, uint32_t ks, float eps,
                    uint16_t *xo, uint16_t *xl, float *rs) {
-    const uint32_t tid = threadIdx.x, tok = blockIdx.x;
+    const uint32_t tid = threadIdx.x, tok = blockIdx.x, ldo = PERM ? (cols + 31u) / 32u * 32u : cols;
     const float *xr = x + (size_t)tok * ldx;
     const bool vec = (((uintptr_t)xr | (uintptr_t)norm_w) & 15u) == 0;
+    if (PERM) /* the last k-block's pieces past cols: zeros */
+        for (uint32_t i = cols / 8 + tid; i < ldo / 8; i += MC_MMA_PREP_THREADS) {
+            mc_mma_store8(xo + (size_t)tok * ldo, i, 0, 0, 0, 0, true);
+            if (PL == 2)
+                mc_mma_store8(xl + (size_t)tok * ldo, i, 0, 0, 0, 0, true);
+        }
     for (uint32_t i = tid; i < cols / 8; i += MC_MMA_PREP_THREADS) {
         float v[8];
         mc_mma_load8(xr + 8 * i, vec, v);
@@ -391,12 +395,11 @@ __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
             for (uint32_t e = 0; e < 8; e++)
                 v[e] = __fmul_rn(v[e], gv[e]);
         }
-        *(uint4 *)(xo + (size_t)tok * cols + 8 * i) = make_uint4(mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]),
-                                                                 mc_mma_pack(v[4], v[5]), mc_mma_pack(v[6], v[7]));
+        mc_mma_store8(xo + (size_t)tok * ldo, i, mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]),
+                      mc_mma_pack(v[4], v[5]), mc_mma_pack(v[6], v[7]), PERM);
         if (PL == 2)
-            *(uint4 *)(xl + (size_t)tok * cols + 8 * i) =
-                make_uint4(mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]), mc_mma_pack_low(v[4], v[5]),
-                           mc_mma_pack_low(v[6], v[7]));
+            mc_mma_store8(xl + (size_t)tok * ldo, i, mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
+                          mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]), PERM);
     }
     if (NORM && tid < 32) {
         const uint32_t lane = tid, nkb = (cols + 31) / 32;
@@ -623,16 +626,7 @@ __global__ void __launch_bounds__(T::NTH, T::MINB)
             }
     if (T::SUMREG)
         __syncthreads();
-    for (uint32_t k = tid; k < BT * BR / 4; k += NTH) { /* (row of x, group of 4 weight rows) */
-        const uint32_t grp = k % (BR / 4), tok = k / (BR / 4), r0 = rb + 4 * grp;
-        if (tok >= ntok || r0 >= w.rows)
-            continue;
-        const float4 v = *(const float4 *)&f[tok * LD + 4 * grp];
-        float d[MC_GEMV_ROWS] = {v.x, v.y, v.z, v.w};
-        const size_t tt = (size_t)t0 + tok;
-        mc_mma_store<GLU>(d, rs != NULL, rs ? rs[tt] : 1.0f, r0, w.rows, bias, res ? res + tt * ldr : NULL,
-                          y + tt * ldy);
-    }
+    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
 }
 static_assert(mc_mma_ch_tile::smem(2) <= 227u * 1024u && mc_mma_ch_tile_b::smem(2) <= 227u * 1024u &&
                   mc_mma_ch_tile_c::smem(2) <= 227u * 1024u && mc_mma_ch_tile_d::smem(2) <= 227u * 1024u,
@@ -648,7 +642,9 @@ cudaError_t mc_gemv_mma_prepare(void) {
     MC_SET(MC_GLU_NONE, 1)
     MC_SET(MC_GLU_SILU, 1) MC_SET(MC_GLU_GELU, 1) MC_SET(MC_GLU_NONE, 2) MC_SET(MC_GLU_SILU, 2) MC_SET(MC_GLU_GELU, 2)
 #undef MC_SET
-        return e == cudaSuccess ? mc_mmad_prepare() : e; /* and the decode ring's */
+        if (e == cudaSuccess)
+            e = mc_gemv_wgmma_prepare(); /* gemv_wgmma.cu's chunk kernels */
+    return e == cudaSuccess ? mc_mmad_prepare() : e; /* and the decode ring's */
 }
 
 /* The chunk GEMV of tile T after the prep: T other than mc_mma_ch_tile only from the bench, which
@@ -688,7 +684,7 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 3)
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 6)
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -698,12 +694,20 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
      * row scales */
     char *base = (char *)scratch;
-    uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * w->cols;
-    float *rs = (float *)(base + ((uint64_t)M * w->cols * 4 + 255) / 256 * 256);
+    const uint32_t ldo = tile >= 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
+    uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * ldo;
+    float *rs = (float *)(base + ((uint64_t)M * ldo * 4 + 255) / 256 * 256);
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
     const bool two = c->gemv == MC_GEMV_MMA2;
 #define MC_PREP(N, P)                                                                                                  \
-    chunk_mma_prep<N, P><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL)
+    do {                                                                                                               \
+        if (tile >= 4)                                                                                                 \
+            chunk_mma_prep<N, P, true>                                                                                 \
+                <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
+        else                                                                                                           \
+            chunk_mma_prep<N, P>                                                                                       \
+                <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
+    } while (0)
     if (norm_w && two)
         MC_PREP(1, 2);
     else if (norm_w)
@@ -716,6 +720,8 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     const float *rsp = norm_w ? rs : NULL;
+    if (tile >= 4)
+        return mc_gemv_wgmma_launch(tile - 4, w, ks, two, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 1)
         return mc_mma_ch_launch<mc_mma_ch_tile_b>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 2)
@@ -733,7 +739,8 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
 
 /* For bench/gpu/mma_chunk_bench.c (declared there, weak, so that the bench links with builds
  * without it) and check_mma_gemv: mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1, 2 or 3
- * (mc_mma_ch_tile_b, _c, _d): the same bits, other speeds. */
+ * (mc_mma_ch_tile_b, _c, _d) or 4 (gemv_wgmma.cu's kernel, sm_90 only): the same bits, other speeds; 5 and 6 are
+ * that kernel's timing builds for the bench (wrong results by design: mc_gemv_wgmma_launch). */
 extern "C" cudaError_t
 mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                        float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
@@ -754,7 +761,9 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
-        {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},
+        {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},        \
+        {(const void *)chunk_mma_prep<0, P, true>, "chunk_prep"},                                                      \
+        {(const void *)chunk_mma_prep<1, P, true>, "chunk_prep"},
     static const struct {
         const void *func;
         const char *family;
@@ -763,7 +772,7 @@ const char *mc_gemv_mma_family(const void *f) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)
             return table[i].family;
-    return NULL;
+    return mc_gemv_wgmma_family(f);
 }
 
 cudaError_t mc_gemv_mma_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }

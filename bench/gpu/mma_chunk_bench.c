@@ -11,8 +11,9 @@
  * 770 TFLOP/s (the H200's bf16 rate this issue measures against): gemv=mma's own tile (tile 0,
  * through mc_gemv_chunk) and, where the library has mc_gemv_chunk_mma_tile, the other tiles of
  * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64, 3: 8 warps of 32 x 64 on 128 x 128
- * blocks, the part sums in registers; tile 0 is 4 warps of 32 x 64 on 128 x 64 blocks; the same
- * bits). mc_gemv_chunk_mma_tile
+ * blocks, the part sums in registers; tile 0 is 4 warps of 32 x 64 on 128 x 64 blocks; 4: gemv_wgmma.cu's
+ * warpgroup kernel, 128 x 128 blocks, sm_90 only, the same bits; 5 and 6 its timing builds, SwiGLU
+ * shapes only: no copies (the MMAs alone), no MMA (the copies alone)). mc_gemv_chunk_mma_tile
  * is a weak reference, so the same source linked with an older memra_cuda_kernels times the older
  * kernel (bench/gpu/mma_chunk.sh runs both in one device call). Exit 77 without a device. */
 #include <stdio.h>
@@ -102,9 +103,15 @@ static int mb_shape(const char *var, uint32_t R, uint32_t C, uint32_t M, int glu
     w.cols = C;
     w.stride = C;
     const float *nwp = norm ? dn : NULL, *res = !glu && !norm ? dr : NULL;
-    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 4 : 1); tile++) {
+    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 7 : 1); tile++) {
         w.data = dw[0];
-        MB(mb_call(tile, &c, &w, dx, C, nwp, res, R, dy, (uint32_t)outn, glu, M, scratch)); /* warm */
+        const cudaError_t e0 = mb_call(tile, &c, &w, dx, C, nwp, res, R, dy, (uint32_t)outn, glu, M, scratch); /* warm */
+        if (tile >= 4 && (e0 == cudaErrorNotSupported || e0 == cudaErrorInvalidValue)) { /* not this device, or an older build */
+            (void)cudaGetLastError();
+            printf("gemv=%-4s tile %d rows %5u cols %5u M %4u: %s\n", var, tile, R, C, M, cudaGetErrorString(e0));
+            continue;
+        }
+        MB(e0);
         MB(cudaDeviceSynchronize());
         MB(cudaEventRecord(a, 0));
         for (int r = 0; r < reps; r++) {

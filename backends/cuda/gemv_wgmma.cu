@@ -1,0 +1,324 @@
+/* gemv_wgmma.cu: gemv=mma's prefill chunk GEMV on Hopper's warpgroup MMA (wgmma.mma_async,
+ * sm_90a only: this file alone is built for it), with decode's bits (issue 28).
+ *
+ * Why the bits are decode's. gemv_mma.cu's decode runs, per output element, one chain of
+ * mma.sync.m16n8k16 bf16 MMAs per part: a k-block of 32 columns is two MMAs, the first on the
+ * columns {8t .. 8t + 3 : t = 0..3} of the block, the second on {8t + 4 .. 8t + 7} (a lane's 16
+ * contiguous bytes, split in halves). bench/gpu/wgmma_probe.cu measured on the H200 that
+ * wgmma.m64nNk16 gives every element exactly the bits of mma.sync.m16n8k16 given the same 16
+ * products in one instruction and the same accumulator, for N = 8, 64, 128, bf16 and f16, and that
+ * the order of the 16 products inside one instruction does not change the result (the set does).
+ * So this kernel gives each instruction decode's set of columns, chains the k-blocks of a part in
+ * order from +0, and adds the parts in part order: decode's chain, instruction for instruction.
+ *
+ * The operands. A (the weights) comes from registers: each warp of a warpgroup holds 16 of its 64
+ * rows in mma.sync's A fragment, loaded from shared memory exactly as decode loads them from
+ * memory (lane (g, t): 16 contiguous bytes of columns 8t .. of rows g and g + 8; the first
+ * instruction takes their first halves, the second their second halves), so the weights stage
+ * in their own layout with 16-byte copies. B (x') comes from shared memory through a descriptor,
+ * wgmma's no-swizzle K-major layout (8 x 8 core matrices of 8 rows by 16 bytes); the prep
+ * (chunk_mma_prep with its permuted layout, gemv_mma.cu) writes each k-block of x' already in
+ * the order of the instructions' slots, so that B's slot s holds the column A's slot s holds:
+ * 16-byte copies again. (A first version took A from shared memory too, which needs 8-byte copies
+ * to split the 16-byte pieces between the two instructions: the copies alone took longer than the
+ * whole mma.sync kernel; bench/gpu/NOTES.md.)
+ *
+ * The tile: a block of 2 warpgroups takes 128 weight rows (warpgroup wg the rows 64 wg ..) by
+ * MC_WG_BT rows of x (the n of the instruction), stages of KPS k-blocks, S of them in shared
+ * memory filled by cp.async. Each warpgroup keeps its part's chain in registers (64 floats a
+ * thread), folds it into the part sum (registers too) at the part's last k-block, and the block
+ * writes its outputs through gemv_mma.cuh's epilogue, as chunk_gemv_mma does. */
+#include "cuda_common.cuh"
+#include "gemv_mma.cuh"
+
+#define MC_WG_BR 128u /* weight rows a block: 2 warpgroups of m64 */
+#define MC_WG_BT 128u /* rows of x a block: the instruction's n */
+#define MC_WG_NTH 256u
+#define MC_WG_LD (MC_WG_BR + 4u)
+
+/* A stage: one k-block, the weight tile (BR rows x 64 bytes) then per plane (PL) the two sets' tiles
+ * of x' (BT rows x 32 bytes); MC_WG_S stages, 4 of them in flight ahead of the MMAs; the epilogue's
+ * table takes their place at the end. */
+#define MC_WG_S 6u
+__host__ __device__ static constexpr uint32_t mc_wg_kblock_bytes(int pl) {
+    return MC_WG_BR * 64u + (uint32_t)pl * 2u * MC_WG_BT * 32u;
+}
+__host__ __device__ static constexpr uint32_t mc_wg_smem(int pl) {
+    return MC_WG_S * mc_wg_kblock_bytes(pl) > MC_WG_BT * MC_WG_LD * 4u ? MC_WG_S * mc_wg_kblock_bytes(pl)
+                                                                       : MC_WG_BT * MC_WG_LD * 4u;
+}
+static_assert(mc_wg_smem(2) <= 227u * 1024u, "the stages fit an H100/H200 block");
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MC_WG_DEVICE 1
+#endif
+
+/* 16 bytes global -> shared (zero-filled when !valid; src a valid address either way). */
+__device__ __forceinline__ void mc_wg_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+/* Offset in a set's tile of B of row n's core row kc (16 bytes: the set's slots 8 kc .. 8 kc + 7). */
+__device__ __forceinline__ uint32_t mc_wg_boff(uint32_t n, uint32_t kc) {
+    return ((n >> 3) * 2u + kc) * 128u + (n & 7u) * 16u;
+}
+
+/* The no-swizzle K-major descriptor of a tile at shared address a: the next core matrix in k 128
+ * bytes on (leading byte offset), the next row group 256 (stride byte offset). */
+__device__ __forceinline__ uint64_t mc_wg_desc(uint32_t a) {
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)(128u >> 4) << 16) | ((uint64_t)(256u >> 4) << 32);
+}
+
+/* d (64 x 128 f32, the m64n128 fragment) += A B over one 16-column instruction, A from registers
+ * (a0 .. a3: mma.sync's A fragment of the warp's 16 rows), B from shared memory. */
+__device__ __forceinline__ void mc_wg_mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t db) {
+#ifdef MC_WG_DEVICE
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+#endif
+}
+/* Keeps the compiler from moving accesses of the accumulators across an asynchronous MMA. */
+__device__ __forceinline__ void mc_wg_fence_regs(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void mc_wg_arrive(void) {
+#ifdef MC_WG_DEVICE
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mc_wg_commit(void) {
+#ifdef MC_WG_DEVICE
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void mc_wg_wait(void) {
+#ifdef MC_WG_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Block: weight rows blockIdx.y BR .., rows of x blockIdx.x BT .. (the x tile fastest: consecutive
+ * blocks share the weights in L2). Arguments as chunk_gemv_mma's; xo, xlo in the permuted layout.
+ * A k-block of a stage: the weight rows (BR x 64 bytes, each row's columns in order), then per
+ * plane the two sets' B tiles (BT rows x 32 bytes each). Copy c of a thread: 16-byte piece i % 4
+ * of row i / 4, i = tid + NTH c (consecutive lanes read a row's 64 bytes). */
+template <int GLU, int PL, int TIMING = 0>
+__global__ void __launch_bounds__(MC_WG_NTH, 1)
+    chunk_gemv_wgmma(const mc_matrix w, uint32_t ks, const uint16_t *xo, const uint16_t *xlo, const float *rs,
+                     const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    constexpr uint32_t BR = MC_WG_BR, BT = MC_WG_BT, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WG_S, KPS = 1;
+    constexpr uint32_t SA = BR * 64u, SB = BT * 32u;                /* the weights' tile, one set's B tile: bytes */
+    constexpr uint32_t SK = mc_wg_kblock_bytes(PL), SST = KPS * SK; /* a k-block, a stage */
+    constexpr uint32_t CA = BR * 4u / NTH, CB = BT * 4u / NTH;      /* 16-byte copies a thread and k-block */
+    static_assert(SK == SA + (uint32_t)PL * 2u * SB, "the k-block's bytes");
+    static_assert(BR * 4u % NTH == 0 && BT * 4u % NTH == 0 && S >= 3, "whole copies a thread; 2 stages ahead");
+    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
+    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), nq = w.cols / 8, nkb = (w.cols + 31) / 32;
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
+    const uint16_t *wd = (const uint16_t *)w.data;
+    const uint32_t pq = tid & 3u; /* the piece this thread copies of each of its rows */
+    const uint16_t *sa[CA], *sb[CB];
+    uint32_t da[CA], db[CB];
+    bool va[CA], vb[CB];
+#pragma unroll
+    for (uint32_t c = 0; c < CA; c++) {
+        const uint32_t r = (tid + NTH * c) >> 2;
+        va[c] = rb + r < w.rows;
+        sa[c] = wd + (size_t)(va[c] ? rb + r : rb) * w.stride + 8u * pq;
+        da[c] = r * 64u + 16u * pq;
+    }
+#pragma unroll
+    for (uint32_t c = 0; c < CB; c++) { /* piece pq of the permuted row: set pq / 2, core row pq % 2 */
+        const uint32_t n = (tid + NTH * c) >> 2;
+        vb[c] = n < ntok;
+        sb[c] = xo + (size_t)(t0 + (vb[c] ? n : 0)) * (nkb * 32u) + 8u * pq; /* rows of nkb k-blocks, zero-padded */
+        db[c] = SA + (pq >> 1) * SB + mc_wg_boff(n, pq & 1u);
+    }
+    const size_t lofs = (size_t)(xlo - xo); /* the low plane, mma2 */
+    auto issue = [&](uint32_t s) {          /* stage s: k-blocks s KPS .. */
+                                   const uint32_t st = sbase + (s % S) * SST;
+#pragma unroll
+                                   for (uint32_t u = 0; u < KPS; u++) {
+                                       const uint32_t kb = s * KPS + u;
+                                       if (kb < nkb && TIMING != 1) {
+                                           const bool qv =
+                                               kb * 4u + pq < nq; /* the piece holds columns (cols: a multiple of 8) */
+#pragma unroll
+                                           for (uint32_t c = 0; c < CA; c++)
+                                               mc_wg_cp16(st + u * SK + da[c], qv && va[c] ? sa[c] + kb * 32u : wd,
+                                                          qv && va[c]);
+#pragma unroll
+                                           for (uint32_t c = 0; c < CB;
+                                                c++) { /* every piece of a k-block of x' (zeros past cols) */
+                                               mc_wg_cp16(st + u * SK + db[c], vb[c] ? sb[c] + kb * 32u : xo, vb[c]);
+                                               if (PL == 2)
+                                                   mc_wg_cp16(st + u * SK + db[c] + 2u * SB,
+                                                              vb[c] ? sb[c] + lofs + kb * 32u : xo, vb[c]);
+                                           }
+                                       }
+                                   }
+                                   asm volatile("cp.async.commit_group;" ::
+                                                    : "memory"); /* an empty group past the end keeps the count */
+    };
+    /* this warp's rows of A: 16 wq + g and + 8 of its warpgroup's 64 */
+    const uint32_t ra = (64u * wg + 16u * ((tid >> 5) & 3u) + g) * 64u + 16u * t;
+    float acc[64], sum[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        acc[i] = 0.0f, sum[i] = 0.0f;
+#pragma unroll
+    for (uint32_t s = 0; s + 2 < S; s++)
+        issue(s);
+        /* Part by part: the accumulators zeroed only between parts (after the wait that retires the
+     * part's MMAs), so that no other write of them meets an MMA in flight. A stage's copies are
+     * waited for at its first k-block (a part may start inside a stage whose data has landed). */
+#pragma unroll 1
+    for (uint32_t p = 0; p < ks; p++) {
+        const uint32_t kb0 = mc_mma_part(nkb, ks, p), kb1 = mc_mma_part(nkb, ks, p + 1);
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            acc[i] = 0.0f;
+#pragma unroll 1
+        for (uint32_t kb = kb0; kb < kb1; kb++) {
+            const uint32_t s = kb / KPS;
+            if (kb % KPS == 0) {
+                /* committed: stages 0 .. s + S - 3; stage s must have landed */
+                asm volatile("cp.async.wait_group %0;" ::"n"(S - 3) : "memory");
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, visible to wgmma */
+                __syncthreads();  /* every thread's copies landed; every warpgroup is done with stage s - 1 */
+                issue(s + S - 2); /* into stage s - 2's buffer (free since the barrier of stage s - 1) */
+            }
+            const uint32_t st = (s % S) * SST + (kb % KPS) * SK;
+            /* A's registers are read by the MMAs while they run (until their wait, below) */
+            const uint4 lo = *(const uint4 *)(mc_wg_smem_base + st + ra);        /* row g: decode's fragment */
+            const uint4 hi = *(const uint4 *)(mc_wg_smem_base + st + ra + 512u); /* row g + 8 */
+            mc_wg_fence_regs(acc);
+            mc_wg_arrive();
+            if (TIMING != 2) {
+                const uint32_t b = sbase + st + SA;
+                mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc(b));
+                if (PL == 2)
+                    mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc(b + 2u * SB));
+                mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc(b + SB));
+                if (PL == 2)
+                    mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc(b + 3u * SB));
+            }
+            mc_wg_commit();
+            /* Retired before the next k-block loads its A: the MMAs read A's registers while they run,
+             * and another k-block's loads may take the same registers (wait_group 1 here, with the
+             * registers kept live past it, measured wrong bits on the H200: the compiler reuses them). */
+            mc_wg_wait<0>();
+            mc_wg_fence_regs(acc);
+        }
+        mc_wg_wait<0>(); /* the part's chain ends: into the part sum, in part order */
+        mc_wg_fence_regs(acc);
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            sum[i] = p == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads(); /* the stages are free: the table takes their place */
+    float *f = (float *)mc_wg_smem_base;
+    {
+        const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
+#pragma unroll
+        for (uint32_t j = 0; j < 16; j++) { /* the m64n128 fragment: n-block j */
+            const uint32_t k = 8u * j + 2u * t;
+            f[k * LD + r] = sum[4 * j];
+            f[(k + 1) * LD + r] = sum[4 * j + 1];
+            f[k * LD + r + 8] = sum[4 * j + 2];
+            f[(k + 1) * LD + r + 8] = sum[4 * j + 3];
+        }
+    }
+    __syncthreads();
+    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
+}
+
+/* 1 where this device runs the kernel (an sm_90 device: the file is built for sm_90a alone). */
+static int mc_wg_device_ok(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    return major == 9 && minor == 0;
+}
+
+int mc_gemv_wgmma_available(void) { return mc_wg_device_ok(); }
+
+#define MC_WG_EACH(X)                                                                                                  \
+    X(MC_GLU_NONE, 1, 0)                                                                                               \
+    X(MC_GLU_SILU, 1, 0) X(MC_GLU_GELU, 1, 0) X(MC_GLU_NONE, 2, 0) X(MC_GLU_SILU, 2, 0) X(MC_GLU_GELU, 2, 0)           \
+        X(MC_GLU_SILU, 1, 1) X(MC_GLU_SILU, 1, 2)
+
+/* The shared-memory limit of the kernels, once per device (outside any capture). */
+cudaError_t mc_gemv_wgmma_prepare(void) {
+    if (!mc_wg_device_ok())
+        return cudaSuccess; /* never launched there */
+    cudaError_t e = cudaSuccess;
+#define MC_SET(G, P, TM)                                                                                               \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma<G, P, TM>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)mc_wg_smem(P));
+    MC_WG_EACH(MC_SET)
+#undef MC_SET
+    return e;
+}
+
+/* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout): v 0;
+ * v 1 and 2 are memra_cuda_mma_chunk_bench's timing builds, wrong results by design (1: no copies,
+ * the MMAs and barriers alone; 2: no MMA, the copies and barriers alone; SwiGLU, one plane only).
+ * cudaErrorNotSupported on a device other than sm_90, cudaErrorInvalidValue for another v. */
+cudaError_t mc_gemv_wgmma_launch(int v, const mc_matrix *w, uint32_t ks, int two, const uint16_t *xo,
+                                 const uint16_t *xl, const float *rsp, const float *bias, const float *residual,
+                                 uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, cudaStream_t st) {
+    if (!mc_wg_device_ok())
+        return cudaErrorNotSupported;
+    if (v < 0 || v > 2 || (v > 0 && (two || glu != MC_GLU_SILU)))
+        return cudaErrorInvalidValue;
+    const dim3 grid((M + MC_WG_BT - 1) / MC_WG_BT, (w->rows + MC_WG_BR - 1) / MC_WG_BR);
+    const int pl = two ? 2 : 1;
+#define MC_CH(G, P, TM)                                                                                                \
+    if (glu == G && pl == P && v == TM)                                                                                \
+        chunk_gemv_wgmma<G, P, TM>                                                                                     \
+            <<<grid, MC_WG_NTH, mc_wg_smem(P), st>>>(*w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, M);
+    MC_WG_EACH(MC_CH)
+#undef MC_CH
+    return cudaGetLastError();
+}
+
+/* The census's family of a kernel of this file, NULL for another. */
+const char *mc_gemv_wgmma_family(const void *f) {
+#define MC_FAM(G, P, TM) (const void *)chunk_gemv_wgmma<G, P, TM>,
+    static const void *const k[] = {MC_WG_EACH(MC_FAM)};
+#undef MC_FAM
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i] == f)
+            return "chunk_gemv";
+    return NULL;
+}
