@@ -86,6 +86,11 @@ enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
  * on the dequantized weights (gemv_experts, the row-group GEMV's float path); MC_EXPERTS_INT, the
  * dense integer kernel's body a slot (gemv_q8.cu: x quantized to 23 bits, int8 dots), other bits. */
 enum { MC_EXPERTS_FLOAT, MC_EXPERTS_INT };
+/* gemv=mma's prefill chunk GEMV (the `mmachunk` key, issue 28): MC_MMACHUNK_AUTO (wgmma where the device
+ * is sm_90, else mma.sync), MC_MMACHUNK_SYNC (gemv_mma.cu's mma.sync tile) or MC_MMACHUNK_WGMMA
+ * (gemv_wgmma.cu's warpgroup kernel fed by the tensor memory accelerator; an error on another
+ * device, and mma2's two planes keep the mma.sync tile). The same bits, decode's, every way. */
+enum { MC_MMACHUNK_AUTO, MC_MMACHUNK_SYNC, MC_MMACHUNK_WGMMA };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -171,11 +176,12 @@ typedef struct mc_config {
                          * (the same bits) */
     uint32_t qgrid;     /* the 16-warp quantized GEMVs' grid: MC_QGRID_AUTO, _NEED or _FILL (the same bits) */
     uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT or MC_EXPERTS_INT (other bits) */
+    uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

@@ -31,6 +31,8 @@
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
 
+#include <cuda.h> /* CUtensorMap and cuTensorMapEncodeTiled's types (the function through the runtime) */
+
 #define MC_WG_BR 128u /* weight rows a block: 2 warpgroups of m64 */
 #define MC_WG_BT 128u /* rows of x a block: the instruction's n */
 #define MC_WG_NTH 256u
@@ -259,6 +261,168 @@ __global__ void __launch_bounds__(MC_WG_NTH, 1)
     mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
 }
 
+/* ---- the same kernel fed by the tensor memory accelerator (v 3) ------------------------------
+ * One producer warp (warp 8, lane 0) copies each k-block's tiles with cp.async.bulk.tensor: the
+ * weights (128 rows x 64 bytes, no swizzle: the rows in their own layout, which decode's fragment
+ * loads read) and x' (128 rows of x x 64 bytes, the permuted layout, 64-byte swizzle: wgmma's
+ * K-major SW64 layout, set m's instruction at byte 32 m of each row). A stage's full barrier counts
+ * its bytes; the 8 consumer warps each arrive on its empty barrier once their warpgroup's MMAs
+ * on it are retired. The MMAs and the arithmetic are v 0's. */
+#define MC_WT_S 8u                                    /* stages */
+#define MC_WT_STAGE (MC_WG_BR * 64u + MC_WG_BT * 64u) /* bytes */
+static_assert(MC_WT_STAGE % 1024u == 0, "stages stay aligned to the swizzle's repeat");
+__host__ __device__ static constexpr uint32_t mc_wt_smem(void) {
+    return 1024u +
+           (MC_WT_S * MC_WT_STAGE > MC_WG_BT * MC_WG_LD * 4u ? MC_WT_S * MC_WT_STAGE : MC_WG_BT * MC_WG_LD * 4u) +
+           2u * MC_WT_S * 8u;
+}
+static_assert(mc_wt_smem() <= 227u * 1024u, "the stages fit an H100/H200 block");
+
+__device__ __forceinline__ void mc_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mc_mbar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mc_mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mc_mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void mc_tma_2d(uint32_t dst, const CUtensorMap *map, int32_t x, int32_t y, uint32_t bar) {
+#ifdef MC_WG_DEVICE
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+#endif
+}
+/* The K-major 64-byte-swizzle descriptor of a tile at shared address a (8-row groups 512 bytes
+ * apart; the leading offset unused there). */
+__device__ __forceinline__ uint64_t mc_wg_desc64(uint32_t a) {
+    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)1u << 16) | ((uint64_t)(512u >> 4) << 32) |
+           ((uint64_t)2u << 62);
+}
+
+template <int GLU>
+__global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
+    chunk_gemv_wgmma_tma(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
+                         const mc_matrix w, uint32_t ks, const float *rs, const float *bias, const float *res,
+                         uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    constexpr uint32_t BR = MC_WG_BR, BT = MC_WG_BT, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WT_S;
+    constexpr uint32_t SA = BR * 64u;
+    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
+    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), nkb = (w.cols + 31) / 32;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
+    const uint32_t sbase = (raw + 1023u) & ~1023u; /* the stages, 1024-aligned */
+    unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
+    const uint32_t bars = sbase + (mc_wt_smem() - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
+    if (tid == 0) {
+        for (uint32_t i = 0; i < S; i++) {
+            mc_mbar_init(bars + 8u * i, 1u);
+            mc_mbar_init(bars + 8u * (S + i), NTH / 32u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= NTH) { /* the producer warp */
+        if (lane == 0)
+            for (uint32_t kb = 0; kb < nkb; kb++) {
+                const uint32_t s = kb % S, st = sbase + s * MC_WT_STAGE;
+                if (kb >= S)
+                    mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
+                mc_mbar_expect(bars + 8u * s, MC_WT_STAGE);
+                mc_tma_2d(st, &tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
+                mc_tma_2d(st + SA, &tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
+            }
+    } else {
+        const uint32_t ra = (64u * wg + 16u * ((tid >> 5) & 3u) + g) * 64u + 16u * t;
+        float acc[64], sum[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            acc[i] = 0.0f, sum[i] = 0.0f;
+#pragma unroll 1
+        for (uint32_t p = 0; p < ks; p++) {
+            const uint32_t kb0 = mc_mma_part(nkb, ks, p), kb1 = mc_mma_part(nkb, ks, p + 1);
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                acc[i] = 0.0f;
+#pragma unroll 1
+            for (uint32_t kb = kb0; kb < kb1; kb++) {
+                const uint32_t s = kb % S, so = s * MC_WT_STAGE;
+                mc_mbar_wait(bars + 8u * s, (kb / S) & 1u);
+                const uint4 lo = *(const uint4 *)(gbase + so + ra);        /* row g: decode's fragment */
+                const uint4 hi = *(const uint4 *)(gbase + so + ra + 512u); /* row g + 8 */
+                mc_wg_fence_regs(acc);
+                mc_wg_arrive();
+                const uint32_t b = sbase + so + SA;
+                mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc64(b));
+                mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc64(b + 32u));
+                mc_wg_commit();
+                mc_wg_wait<0>(); /* A's registers: as v 0 */
+                mc_wg_fence_regs(acc);
+                __syncwarp();
+                if (lane == 0)
+                    mc_mbar_arrive(bars + 8u * (S + s));
+            }
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                sum[i] = p == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory"); /* the consumers: every stage read */
+        float *f = (float *)gbase;
+        const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
+#pragma unroll
+        for (uint32_t j = 0; j < 16; j++) {
+            const uint32_t k = 8u * j + 2u * t;
+            f[k * LD + r] = sum[4 * j];
+            f[(k + 1) * LD + r] = sum[4 * j + 1];
+            f[k * LD + r + 8] = sum[4 * j + 2];
+            f[(k + 1) * LD + r + 8] = sum[4 * j + 3];
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
+        mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
+    }
+}
+
+typedef CUresult (*mc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* A 2-D bf16 tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x 128 rows. */
+static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, uint64_t rows, uint64_t pitch,
+                             CUtensorMapSwizzle sw) {
+    static mc_encode_fn fn;
+    if (!fn) {
+        cudaDriverEntryPointQueryResult q;
+        void *p = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !p)
+            return cudaErrorNotSupported;
+        fn = (mc_encode_fn)p;
+    }
+    if (((uintptr_t)base & 15u) || (pitch * 2u) % 16u)
+        return cudaErrorInvalidValue;
+    const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * 2u};
+    const cuuint32_t box[2] = {32u, 128u}, es[2] = {1u, 1u};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? cudaSuccess
+               : cudaErrorInvalidValue;
+}
+
 /* 1 where this device runs the kernel (an sm_90 device: the file is built for sm_90a alone). */
 static int mc_wg_device_ok(void) {
     int dev = 0, major = 0, minor = 0;
@@ -273,8 +437,9 @@ int mc_gemv_wgmma_available(void) { return mc_wg_device_ok(); }
 
 #define MC_WG_EACH(X)                                                                                                  \
     X(MC_GLU_NONE, 1, 0)                                                                                               \
-    X(MC_GLU_SILU, 1, 0) X(MC_GLU_GELU, 1, 0) X(MC_GLU_NONE, 2, 0) X(MC_GLU_SILU, 2, 0) X(MC_GLU_GELU, 2, 0)           \
-        X(MC_GLU_SILU, 1, 1) X(MC_GLU_SILU, 1, 2)
+    X(MC_GLU_SILU, 1, 0)                                                                                               \
+    X(MC_GLU_GELU, 1, 0) X(MC_GLU_NONE, 2, 0) X(MC_GLU_SILU, 2, 0) X(MC_GLU_GELU, 2, 0) X(MC_GLU_SILU, 1, 1)           \
+        X(MC_GLU_SILU, 1, 2)
 
 /* The shared-memory limit of the kernels, once per device (outside any capture). */
 cudaError_t mc_gemv_wgmma_prepare(void) {
@@ -287,6 +452,15 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
                                  (int)mc_wg_smem(P));
     MC_WG_EACH(MC_SET)
 #undef MC_SET
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_NONE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)mc_wt_smem());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)mc_wt_smem());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)mc_wt_smem());
     return e;
 }
 
@@ -299,9 +473,28 @@ cudaError_t mc_gemv_wgmma_launch(int v, const mc_matrix *w, uint32_t ks, int two
                                  uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, cudaStream_t st) {
     if (!mc_wg_device_ok())
         return cudaErrorNotSupported;
-    if (v < 0 || v > 2 || (v > 0 && (two || glu != MC_GLU_SILU)))
+    if (v < 0 || v > 3 || (v == 1 || v == 2) && (two || glu != MC_GLU_SILU) || (v == 3 && two))
         return cudaErrorInvalidValue;
     const dim3 grid((M + MC_WG_BT - 1) / MC_WG_BT, (w->rows + MC_WG_BR - 1) / MC_WG_BR);
+    if (v == 3) { /* the weights' map and x''s (rows of 32-column multiples, the prep's permuted layout) */
+        CUtensorMap tw, tx;
+        cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, CU_TENSOR_MAP_SWIZZLE_NONE);
+        if (e == cudaSuccess)
+            e = mc_wt_map(&tx, xo, (w->cols + 31u) / 32u * 32u, M, (w->cols + 31u) / 32u * 32u,
+                          CU_TENSOR_MAP_SWIZZLE_64B);
+        if (e != cudaSuccess)
+            return e;
+        if (glu == MC_GLU_SILU)
+            chunk_gemv_wgmma_tma<MC_GLU_SILU>
+                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+        else if (glu == MC_GLU_GELU)
+            chunk_gemv_wgmma_tma<MC_GLU_GELU>
+                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+        else
+            chunk_gemv_wgmma_tma<MC_GLU_NONE>
+                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+        return cudaGetLastError();
+    }
     const int pl = two ? 2 : 1;
 #define MC_CH(G, P, TM)                                                                                                \
     if (glu == G && pl == P && v == TM)                                                                                \
@@ -315,7 +508,9 @@ cudaError_t mc_gemv_wgmma_launch(int v, const mc_matrix *w, uint32_t ks, int two
 /* The census's family of a kernel of this file, NULL for another. */
 const char *mc_gemv_wgmma_family(const void *f) {
 #define MC_FAM(G, P, TM) (const void *)chunk_gemv_wgmma<G, P, TM>,
-    static const void *const k[] = {MC_WG_EACH(MC_FAM)};
+    static const void *const k[] = {MC_WG_EACH(MC_FAM)(const void *) chunk_gemv_wgmma_tma<MC_GLU_NONE>,
+                                    (const void *)chunk_gemv_wgmma_tma<MC_GLU_SILU>,
+                                    (const void *)chunk_gemv_wgmma_tma<MC_GLU_GELU>};
 #undef MC_FAM
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)

@@ -5,7 +5,8 @@
 
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO, MC_EXPERTS_FLOAT};
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO, MC_EXPERTS_FLOAT,
+    MC_MMACHUNK_AUTO};
 
 static const struct {
     const char *key;
@@ -27,6 +28,7 @@ static const struct {
     {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", "16x", "16r", "16xr"}, "auto, 16, 4, 16x, 16r, 16xr"},
     {"qgrid", offsetof(mc_config, qgrid), {"auto", "need", "fill", NULL}, "auto, need, fill"},
     {"experts", offsetof(mc_config, experts), {"float", "int", NULL, NULL}, "float, int"},
+    {"mmachunk", offsetof(mc_config, mmachunk), {"auto", "sync", "wgmma", NULL}, "auto, sync, wgmma"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {
