@@ -30,7 +30,8 @@
  * x, with the 1/rms per row in decode's order); the k-blocks of weights and x' stream through
  * shared memory (cp.async, 3 stages of one k-block), each lane reading its fragments there as
  * decode reads them from memory, each part's chain in registers, the part sums in shared memory
- * (consecutive blocks share the weights in L2). Served: BF16
+ * (consecutive blocks share the weights in L2). On an sm_90 device the chunk runs gemv_wgmma.cu's
+ * warpgroup kernel instead (the mmachunk key; the same bits, the probe's finding there). Served: BF16
  * matrices whose columns are a multiple of 8 (mc_gemv_mma_serves); every other type and shape
  * keeps its own kernels under gemv=mma. */
 #include "cuda_common.cuh"

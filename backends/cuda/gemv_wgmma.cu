@@ -24,10 +24,13 @@
  * whole mma.sync kernel; bench/gpu/NOTES.md.)
  *
  * The tile: a block of 2 warpgroups takes 128 weight rows (warpgroup wg the rows 64 wg ..) by
- * MC_WG_BT rows of x (the n of the instruction), stages of KPS k-blocks, S of them in shared
- * memory filled by cp.async. Each warpgroup keeps its part's chain in registers (64 floats a
- * thread), folds it into the part sum (registers too) at the part's last k-block, and the block
- * writes its outputs through gemv_mma.cuh's epilogue, as chunk_gemv_mma does. */
+ * MC_WG_BT rows of x (the n of the instruction), one k-block a stage. Each warpgroup keeps its
+ * part's chain in registers (64 floats a thread), folds it into the part sum (registers too) at
+ * the part's last k-block, and the block writes its outputs through gemv_mma.cuh's epilogue, as
+ * chunk_gemv_mma does. Two ways to fill the stages: chunk_gemv_wgmma (v 0: every thread's
+ * cp.async; the copies bound it, slower than the mma.sync tile) and chunk_gemv_wgmma_tma (v 3, what
+ * mmachunk=wgmma and, on sm_90, auto run: a producer warp's tensor copies, 1.3-2.3x the mma.sync
+ * tile on llama's shapes). bench/gpu/NOTES.md has the measurements. */
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
 
