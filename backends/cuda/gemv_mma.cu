@@ -685,7 +685,7 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 7)
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 4)
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -721,8 +721,8 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     const float *rsp = norm_w ? rs : NULL;
-    if (tile >= 4)
-        return mc_gemv_wgmma_launch(tile - 4, w, ks, two, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    if (tile == 4)
+        return mc_gemv_wgmma_launch(w, ks, two, xo, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 1)
         return mc_mma_ch_launch<mc_mma_ch_tile_b>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 2)
@@ -732,7 +732,7 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     return mc_mma_ch_launch<mc_mma_ch_tile>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
 }
 
-/* The mmachunk key: gemv_wgmma.cu's kernel fed by the tensor memory accelerator (tile 7) under wgmma,
+/* The mmachunk key: gemv_wgmma.cu's kernel fed by the tensor memory accelerator (tile 4) under wgmma,
  * and under auto on an sm_90 device, for gemv=mma's one plane; the mma.sync tile otherwise. wgmma
  * on another device is an error (cudaErrorNotSupported), never a quiet change of kernel. */
 cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
@@ -740,14 +740,12 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
                               int glu, uint32_t M, void *scratch, cudaStream_t st) {
     const bool wg = c->gemv == MC_GEMV_MMA &&
                     (c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available()));
-    return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, wg ? 7 : 0);
+    return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, wg ? 4 : 0);
 }
 
 /* For bench/gpu/mma_chunk_bench.c (declared there, weak, so that the bench links with builds
  * without it) and check_mma_gemv: mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1, 2 or 3
- * (mc_mma_ch_tile_b, _c, _d), 4 or 7 (gemv_wgmma.cu's kernel fed by cp.async or by the tensor memory
- * accelerator, sm_90 only): the same bits, other speeds; 5 and 6 are that kernel's timing builds for
- * the bench (wrong results by design: mc_gemv_wgmma_launch). */
+ * (mc_mma_ch_tile_b, _c, _d) or 4 (gemv_wgmma.cu's, sm_90 only, one plane): the same bits, other speeds. */
 extern "C" cudaError_t
 mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                        float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,

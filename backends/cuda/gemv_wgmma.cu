@@ -14,23 +14,23 @@
  * The operands. A (the weights) comes from registers: each warp of a warpgroup holds 16 of its 64
  * rows in mma.sync's A fragment, loaded from shared memory exactly as decode loads them from
  * memory (lane (g, t): 16 contiguous bytes of columns 8t .. of rows g and g + 8; the first
- * instruction takes their first halves, the second their second halves), so the weights stage
- * in their own layout with 16-byte copies. B (x') comes from shared memory through a descriptor,
- * wgmma's no-swizzle K-major layout (8 x 8 core matrices of 8 rows by 16 bytes); the prep
- * (chunk_mma_prep with its permuted layout, gemv_mma.cu) writes each k-block of x' already in
- * the order of the instructions' slots, so that B's slot s holds the column A's slot s holds:
- * 16-byte copies again. (A first version took A from shared memory too, which needs 8-byte copies
- * to split the 16-byte pieces between the two instructions: the copies alone took longer than the
- * whole mma.sync kernel; bench/gpu/NOTES.md.)
+ * instruction takes their first halves, the second their second halves), so the weights stage in
+ * their own layout. B (x') comes from shared memory through a descriptor, wgmma's K-major layout
+ * with 64-byte swizzle; the prep (chunk_mma_prep with its permuted layout, gemv_mma.cu) writes each
+ * k-block of x' in the order of the instructions' slots (set m's 16 columns at bytes 32 m .. of
+ * the k-block's 64), so that B's slot s holds the column A's slot s holds. A's registers are read
+ * by the MMAs while they run, so each k-block's MMAs are retired before the next one loads its
+ * fragments (a second register set taking turns measured slower).
  *
- * The tile: a block of 2 warpgroups takes 128 weight rows (warpgroup wg the rows 64 wg ..) by
- * MC_WG_BT rows of x (the n of the instruction), one k-block a stage. Each warpgroup keeps its
- * part's chain in registers (64 floats a thread), folds it into the part sum (registers too) at
- * the part's last k-block, and the block writes its outputs through gemv_mma.cuh's epilogue, as
- * chunk_gemv_mma does. Two ways to fill the stages: chunk_gemv_wgmma (v 0: every thread's
- * cp.async; the copies bound it, slower than the mma.sync tile) and chunk_gemv_wgmma_tma (v 3, what
- * mmachunk=wgmma and, on sm_90, auto run: a producer warp's tensor copies, 1.3-2.3x the mma.sync
- * tile on llama's shapes). bench/gpu/NOTES.md has the measurements. */
+ * The tile and the staging: a block of 2 consumer warpgroups takes 128 weight rows (warpgroup wg
+ * the rows 64 wg ..) by MC_WG_BT rows of x (the n of the instruction); a producer warp copies each
+ * k-block (the weights' 128 x 64 bytes without swizzle, x''s 128 x 64 bytes with it) into one of
+ * MC_WT_S stages with the tensor memory accelerator (cp.async.bulk.tensor, one instruction a tile,
+ * a full mbarrier a stage counting its bytes, an empty one the consumer warps' releases). Each
+ * warpgroup keeps its part's chain in registers (64 floats a thread), folds it into the part sum
+ * (registers too) at the part's last k-block, and the block writes its outputs through
+ * gemv_mma.cuh's epilogue, as chunk_gemv_mma does. (Every thread's cp.async in place of the
+ * producer bounded a first version below the mma.sync tile's speed; bench/gpu/NOTES.md.) */
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
 
@@ -41,38 +41,9 @@
 #define MC_WG_NTH 256u
 #define MC_WG_LD (MC_WG_BR + 4u)
 
-/* A stage: one k-block, the weight tile (BR rows x 64 bytes) then per plane (PL) the two sets' tiles
- * of x' (BT rows x 32 bytes); MC_WG_S stages, 4 of them in flight ahead of the MMAs; the epilogue's
- * table takes their place at the end. */
-#define MC_WG_S 6u
-__host__ __device__ static constexpr uint32_t mc_wg_kblock_bytes(int pl) {
-    return MC_WG_BR * 64u + (uint32_t)pl * 2u * MC_WG_BT * 32u;
-}
-__host__ __device__ static constexpr uint32_t mc_wg_smem(int pl) {
-    return MC_WG_S * mc_wg_kblock_bytes(pl) > MC_WG_BT * MC_WG_LD * 4u ? MC_WG_S * mc_wg_kblock_bytes(pl)
-                                                                       : MC_WG_BT * MC_WG_LD * 4u;
-}
-static_assert(mc_wg_smem(2) <= 227u * 1024u, "the stages fit an H100/H200 block");
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MC_WG_DEVICE 1
 #endif
-
-/* 16 bytes global -> shared (zero-filled when !valid; src a valid address either way). */
-__device__ __forceinline__ void mc_wg_cp16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
-/* Offset in a set's tile of B of row n's core row kc (16 bytes: the set's slots 8 kc .. 8 kc + 7). */
-__device__ __forceinline__ uint32_t mc_wg_boff(uint32_t n, uint32_t kc) {
-    return ((n >> 3) * 2u + kc) * 128u + (n & 7u) * 16u;
-}
-
-/* The no-swizzle K-major descriptor of a tile at shared address a: the next core matrix in k 128
- * bytes on (leading byte offset), the next row group 256 (stride byte offset). */
-__device__ __forceinline__ uint64_t mc_wg_desc(uint32_t a) {
-    return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)(128u >> 4) << 16) | ((uint64_t)(256u >> 4) << 32);
-}
 
 /* d (64 x 128 f32, the m64n128 fragment) += A B over one 16-column instruction, A from registers
  * (a0 .. a3: mma.sync's A fragment of the warp's 16 rows), B from shared memory. */
@@ -123,154 +94,6 @@ template <int N> __device__ __forceinline__ void mc_wg_wait(void) {
 #endif
 }
 
-/* Block: weight rows blockIdx.y BR .., rows of x blockIdx.x BT .. (the x tile fastest: consecutive
- * blocks share the weights in L2). Arguments as chunk_gemv_mma's; xo, xlo in the permuted layout.
- * A k-block of a stage: the weight rows (BR x 64 bytes, each row's columns in order), then per
- * plane the two sets' B tiles (BT rows x 32 bytes each). Copy c of a thread: 16-byte piece i % 4
- * of row i / 4, i = tid + NTH c (consecutive lanes read a row's 64 bytes). */
-template <int GLU, int PL, int TIMING = 0>
-__global__ void __launch_bounds__(MC_WG_NTH, 1)
-    chunk_gemv_wgmma(const mc_matrix w, uint32_t ks, const uint16_t *xo, const uint16_t *xlo, const float *rs,
-                     const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
-    constexpr uint32_t BR = MC_WG_BR, BT = MC_WG_BT, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WG_S, KPS = 1;
-    constexpr uint32_t SA = BR * 64u, SB = BT * 32u;                /* the weights' tile, one set's B tile: bytes */
-    constexpr uint32_t SK = mc_wg_kblock_bytes(PL), SST = KPS * SK; /* a k-block, a stage */
-    constexpr uint32_t CA = BR * 4u / NTH, CB = BT * 4u / NTH;      /* 16-byte copies a thread and k-block */
-    static_assert(SK == SA + (uint32_t)PL * 2u * SB, "the k-block's bytes");
-    static_assert(BR * 4u % NTH == 0 && BT * 4u % NTH == 0 && S >= 3, "whole copies a thread; 2 stages ahead");
-    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
-    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
-    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
-    if (rb >= w.rows || t0 >= M)
-        return;
-    const uint32_t ntok = min(BT, M - t0), nq = w.cols / 8, nkb = (w.cols + 31) / 32;
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
-    const uint16_t *wd = (const uint16_t *)w.data;
-    const uint32_t pq = tid & 3u; /* the piece this thread copies of each of its rows */
-    const uint16_t *sa[CA], *sb[CB];
-    uint32_t da[CA], db[CB];
-    bool va[CA], vb[CB];
-#pragma unroll
-    for (uint32_t c = 0; c < CA; c++) {
-        const uint32_t r = (tid + NTH * c) >> 2;
-        va[c] = rb + r < w.rows;
-        sa[c] = wd + (size_t)(va[c] ? rb + r : rb) * w.stride + 8u * pq;
-        da[c] = r * 64u + 16u * pq;
-    }
-#pragma unroll
-    for (uint32_t c = 0; c < CB; c++) { /* piece pq of the permuted row: set pq / 2, core row pq % 2 */
-        const uint32_t n = (tid + NTH * c) >> 2;
-        vb[c] = n < ntok;
-        sb[c] = xo + (size_t)(t0 + (vb[c] ? n : 0)) * (nkb * 32u) + 8u * pq; /* rows of nkb k-blocks, zero-padded */
-        db[c] = SA + (pq >> 1) * SB + mc_wg_boff(n, pq & 1u);
-    }
-    const size_t lofs = (size_t)(xlo - xo); /* the low plane, mma2 */
-    auto issue = [&](uint32_t s) {          /* stage s: k-blocks s KPS .. */
-                                   const uint32_t st = sbase + (s % S) * SST;
-#pragma unroll
-                                   for (uint32_t u = 0; u < KPS; u++) {
-                                       const uint32_t kb = s * KPS + u;
-                                       if (kb < nkb && TIMING != 1) {
-                                           const bool qv =
-                                               kb * 4u + pq < nq; /* the piece holds columns (cols: a multiple of 8) */
-#pragma unroll
-                                           for (uint32_t c = 0; c < CA; c++)
-                                               mc_wg_cp16(st + u * SK + da[c], qv && va[c] ? sa[c] + kb * 32u : wd,
-                                                          qv && va[c]);
-#pragma unroll
-                                           for (uint32_t c = 0; c < CB;
-                                                c++) { /* every piece of a k-block of x' (zeros past cols) */
-                                               mc_wg_cp16(st + u * SK + db[c], vb[c] ? sb[c] + kb * 32u : xo, vb[c]);
-                                               if (PL == 2)
-                                                   mc_wg_cp16(st + u * SK + db[c] + 2u * SB,
-                                                              vb[c] ? sb[c] + lofs + kb * 32u : xo, vb[c]);
-                                           }
-                                       }
-                                   }
-                                   asm volatile("cp.async.commit_group;" ::
-                                                    : "memory"); /* an empty group past the end keeps the count */
-    };
-    /* this warp's rows of A: 16 wq + g and + 8 of its warpgroup's 64 */
-    const uint32_t ra = (64u * wg + 16u * ((tid >> 5) & 3u) + g) * 64u + 16u * t;
-    float acc[64], sum[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        acc[i] = 0.0f, sum[i] = 0.0f;
-#pragma unroll
-    for (uint32_t s = 0; s + 2 < S; s++)
-        issue(s);
-        /* Part by part: the accumulators zeroed only between parts (after the wait that retires the
-     * part's MMAs), so that no other write of them meets an MMA in flight. A stage's copies are
-     * waited for at its first k-block (a part may start inside a stage whose data has landed). */
-#pragma unroll 1
-    for (uint32_t p = 0; p < ks; p++) {
-        const uint32_t kb0 = mc_mma_part(nkb, ks, p), kb1 = mc_mma_part(nkb, ks, p + 1);
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            acc[i] = 0.0f;
-#pragma unroll 1
-        for (uint32_t kb = kb0; kb < kb1; kb++) {
-            const uint32_t s = kb / KPS;
-            if (kb % KPS == 0) {
-                /* committed: stages 0 .. s + S - 3; stage s must have landed */
-                asm volatile("cp.async.wait_group %0;" ::"n"(S - 3) : "memory");
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, visible to wgmma */
-                __syncthreads();  /* every thread's copies landed; every warpgroup is done with stage s - 1 */
-                issue(s + S - 2); /* into stage s - 2's buffer (free since the barrier of stage s - 1) */
-            }
-            const uint32_t st = (s % S) * SST + (kb % KPS) * SK;
-            /* A's registers are read by the MMAs while they run (until their wait, below) */
-            const uint4 lo = *(const uint4 *)(mc_wg_smem_base + st + ra);        /* row g: decode's fragment */
-            const uint4 hi = *(const uint4 *)(mc_wg_smem_base + st + ra + 512u); /* row g + 8 */
-            mc_wg_fence_regs(acc);
-            mc_wg_arrive();
-            if (TIMING != 2) {
-                const uint32_t b = sbase + st + SA;
-                mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc(b));
-                if (PL == 2)
-                    mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc(b + 2u * SB));
-                mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc(b + SB));
-                if (PL == 2)
-                    mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc(b + 3u * SB));
-            }
-            mc_wg_commit();
-            /* Retired before the next k-block loads its A: the MMAs read A's registers while they run,
-             * and another k-block's loads may take the same registers (wait_group 1 here, with the
-             * registers kept live past it, measured wrong bits on the H200: the compiler reuses them). */
-            mc_wg_wait<0>();
-            mc_wg_fence_regs(acc);
-        }
-        mc_wg_wait<0>(); /* the part's chain ends: into the part sum, in part order */
-        mc_wg_fence_regs(acc);
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            sum[i] = p == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads(); /* the stages are free: the table takes their place */
-    float *f = (float *)mc_wg_smem_base;
-    {
-        const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
-#pragma unroll
-        for (uint32_t j = 0; j < 16; j++) { /* the m64n128 fragment: n-block j */
-            const uint32_t k = 8u * j + 2u * t;
-            f[k * LD + r] = sum[4 * j];
-            f[(k + 1) * LD + r] = sum[4 * j + 1];
-            f[k * LD + r + 8] = sum[4 * j + 2];
-            f[(k + 1) * LD + r + 8] = sum[4 * j + 3];
-        }
-    }
-    __syncthreads();
-    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
-}
-
-/* ---- the same kernel fed by the tensor memory accelerator (v 3) ------------------------------
- * One producer warp (warp 8, lane 0) copies each k-block's tiles with cp.async.bulk.tensor: the
- * weights (128 rows x 64 bytes, no swizzle: the rows in their own layout, which decode's fragment
- * loads read) and x' (128 rows of x x 64 bytes, the permuted layout, 64-byte swizzle: wgmma's
- * K-major SW64 layout, set m's instruction at byte 32 m of each row). A stage's full barrier counts
- * its bytes; the 8 consumer warps each arrive on its empty barrier once their warpgroup's MMAs
- * on it are retired. The MMAs and the arithmetic are v 0's. */
 #define MC_WT_S 8u                                    /* stages */
 #define MC_WT_STAGE (MC_WG_BR * 64u + MC_WG_BT * 64u) /* bytes */
 static_assert(MC_WT_STAGE % 1024u == 0, "stages stay aligned to the swizzle's repeat");
@@ -315,11 +138,14 @@ __device__ __forceinline__ uint64_t mc_wg_desc64(uint32_t a) {
            ((uint64_t)2u << 62);
 }
 
+/* Block: weight rows blockIdx.y BR .., rows of x blockIdx.x BT .. (the x tile fastest: consecutive
+ * blocks share the weights in L2); warps 0 .. 7 the consumers, warp 8 the producer. tw, tx: the
+ * weights' and x''s tensor maps (mc_wt_map); the rest as chunk_gemv_mma's arguments. */
 template <int GLU>
 __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
-    chunk_gemv_wgmma_tma(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
-                         const mc_matrix w, uint32_t ks, const float *rs, const float *bias, const float *res,
-                         uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    chunk_gemv_wgmma(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, const mc_matrix w,
+                     uint32_t ks, const float *rs, const float *bias, const float *res, uint32_t ldr, float *y,
+                     uint32_t ldy, uint32_t M) {
     constexpr uint32_t BR = MC_WG_BR, BT = MC_WG_BT, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WT_S;
     constexpr uint32_t SA = BR * 64u;
     extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
@@ -374,7 +200,7 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
                 mc_wg_mma(acc, lo.x, hi.x, lo.y, hi.y, mc_wg_desc64(b));
                 mc_wg_mma(acc, lo.z, hi.z, lo.w, hi.w, mc_wg_desc64(b + 32u));
                 mc_wg_commit();
-                mc_wg_wait<0>(); /* A's registers: as v 0 */
+                mc_wg_wait<0>(); /* retired before the next k-block's loads may take A's registers */
                 mc_wg_fence_regs(acc);
                 __syncwarp();
                 if (lane == 0)
@@ -438,83 +264,57 @@ static int mc_wg_device_ok(void) {
 
 int mc_gemv_wgmma_available(void) { return mc_wg_device_ok(); }
 
-#define MC_WG_EACH(X)                                                                                                  \
-    X(MC_GLU_NONE, 1, 0)                                                                                               \
-    X(MC_GLU_SILU, 1, 0)                                                                                               \
-    X(MC_GLU_GELU, 1, 0) X(MC_GLU_NONE, 2, 0) X(MC_GLU_SILU, 2, 0) X(MC_GLU_GELU, 2, 0) X(MC_GLU_SILU, 1, 1)           \
-        X(MC_GLU_SILU, 1, 2)
-
 /* The shared-memory limit of the kernels, once per device (outside any capture). */
 cudaError_t mc_gemv_wgmma_prepare(void) {
     if (!mc_wg_device_ok())
         return cudaSuccess; /* never launched there */
-    cudaError_t e = cudaSuccess;
-#define MC_SET(G, P, TM)                                                                                               \
-    if (e == cudaSuccess)                                                                                              \
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma<G, P, TM>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
-                                 (int)mc_wg_smem(P));
-    MC_WG_EACH(MC_SET)
-#undef MC_SET
+    cudaError_t e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_NONE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)mc_wt_smem());
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_NONE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)mc_wt_smem());
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)mc_wt_smem());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma_tma<MC_GLU_GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)mc_wt_smem());
     return e;
 }
 
-/* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout): v 0;
- * v 1 and 2 are memra_cuda_mma_chunk_bench's timing builds, wrong results by design (1: no copies,
- * the MMAs and barriers alone; 2: no MMA, the copies and barriers alone; SwiGLU, one plane only).
- * cudaErrorNotSupported on a device other than sm_90, cudaErrorInvalidValue for another v. */
-cudaError_t mc_gemv_wgmma_launch(int v, const mc_matrix *w, uint32_t ks, int two, const uint16_t *xo,
-                                 const uint16_t *xl, const float *rsp, const float *bias, const float *residual,
-                                 uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, cudaStream_t st) {
+/* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout, rows
+ * of the columns rounded up to 32): cudaErrorNotSupported on a device other than sm_90,
+ * cudaErrorInvalidValue for mma2's two planes or a matrix a tensor map cannot describe. */
+cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const uint16_t *xo, const float *rsp,
+                                 const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
+                                 int glu, uint32_t M, cudaStream_t st) {
     if (!mc_wg_device_ok())
         return cudaErrorNotSupported;
-    if (v < 0 || v > 3 || (v == 1 || v == 2) && (two || glu != MC_GLU_SILU) || (v == 3 && two))
+    if (two)
         return cudaErrorInvalidValue;
     const dim3 grid((M + MC_WG_BT - 1) / MC_WG_BT, (w->rows + MC_WG_BR - 1) / MC_WG_BR);
-    if (v == 3) { /* the weights' map and x''s (rows of 32-column multiples, the prep's permuted layout) */
-        CUtensorMap tw, tx;
-        cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, CU_TENSOR_MAP_SWIZZLE_NONE);
-        if (e == cudaSuccess)
-            e = mc_wt_map(&tx, xo, (w->cols + 31u) / 32u * 32u, M, (w->cols + 31u) / 32u * 32u,
-                          CU_TENSOR_MAP_SWIZZLE_64B);
-        if (e != cudaSuccess)
-            return e;
-        if (glu == MC_GLU_SILU)
-            chunk_gemv_wgmma_tma<MC_GLU_SILU>
-                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
-        else if (glu == MC_GLU_GELU)
-            chunk_gemv_wgmma_tma<MC_GLU_GELU>
-                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
-        else
-            chunk_gemv_wgmma_tma<MC_GLU_NONE>
-                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
-        return cudaGetLastError();
-    }
-    const int pl = two ? 2 : 1;
-#define MC_CH(G, P, TM)                                                                                                \
-    if (glu == G && pl == P && v == TM)                                                                                \
-        chunk_gemv_wgmma<G, P, TM>                                                                                     \
-            <<<grid, MC_WG_NTH, mc_wg_smem(P), st>>>(*w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, M);
-    MC_WG_EACH(MC_CH)
-#undef MC_CH
+    const uint32_t ldo = (w->cols + 31u) / 32u * 32u;
+    CUtensorMap tw, tx;
+    cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, CU_TENSOR_MAP_SWIZZLE_NONE);
+    if (e == cudaSuccess)
+        e = mc_wt_map(&tx, xo, ldo, M, ldo, CU_TENSOR_MAP_SWIZZLE_64B);
+    if (e != cudaSuccess)
+        return e;
+#define MC_WT(G)                                                                                                       \
+    chunk_gemv_wgmma<G>                                                                                                \
+        <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+    if (glu == MC_GLU_SILU)
+        MC_WT(MC_GLU_SILU);
+    else if (glu == MC_GLU_GELU)
+        MC_WT(MC_GLU_GELU);
+    else
+        MC_WT(MC_GLU_NONE);
+#undef MC_WT
     return cudaGetLastError();
 }
 
 /* The census's family of a kernel of this file, NULL for another. */
 const char *mc_gemv_wgmma_family(const void *f) {
-#define MC_FAM(G, P, TM) (const void *)chunk_gemv_wgmma<G, P, TM>,
-    static const void *const k[] = {MC_WG_EACH(MC_FAM)(const void *) chunk_gemv_wgmma_tma<MC_GLU_NONE>,
-                                    (const void *)chunk_gemv_wgmma_tma<MC_GLU_SILU>,
-                                    (const void *)chunk_gemv_wgmma_tma<MC_GLU_GELU>};
-#undef MC_FAM
+    static const void *const k[] = {(const void *)chunk_gemv_wgmma<MC_GLU_NONE>,
+                                    (const void *)chunk_gemv_wgmma<MC_GLU_SILU>,
+                                    (const void *)chunk_gemv_wgmma<MC_GLU_GELU>};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)
             return "chunk_gemv";

@@ -14,8 +14,8 @@
  * mapping or a lost k-block does not.
  *
  * gemv_mma.cu's other chunk tiles (mc_gemv_chunk_mma_tile 1 to 3, which the bench times against
- * gemv=mma's) and gemv_wgmma.cu's kernel (tiles 4 and 7, on an sm_90 device; the summary says when
- * it was not run; 7 on gemv=mma's one plane) likewise against decode on every case.
+ * gemv=mma's) and gemv_wgmma.cu's kernel (tile 4, on an sm_90 device, gemv=mma's one plane; the
+ * summary says when it was not run) likewise against decode on every case.
  *
  * Negative controls: one weight changed by one bf16 ulp in the chunk's copy of the matrix must give
  * other bits in its row (the comparison sees a one-ulp difference), and gemv=mma's decode must
@@ -36,9 +36,8 @@
 #include "memra/numeric.h"
 #include "memra/tensor_type.h"
 
-/* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1, 2 or 3 (the bench's others), or 4 and 7
- * (gemv_wgmma.cu's kernel fed by cp.async and by the tensor memory accelerator, one plane:
- * cudaErrorNotSupported on a device other than sm_90) */
+/* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1, 2 or 3 (the mma.sync tiles the bench times),
+ * or 4 (gemv_wgmma.cu's kernel, one plane: cudaErrorNotSupported on a device other than sm_90) */
 static int mg_wgmma_skipped; /* cases where tile 4 was not this device's */
 cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                    const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
@@ -229,8 +228,8 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         }
     }
     /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
-    for (int tile = 1; tile <= 7; tile++) {
-        if (tile == 5 || tile == 6 || (tile == 7 && two)) /* the bench's timing builds; v 3 takes one plane */
+    for (int tile = 1; tile <= 4; tile++) {
+        if (tile == 4 && two) /* gemv_wgmma.cu takes one plane */
             continue;
         e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
         if (e == cudaSuccess)
@@ -407,7 +406,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         mg_free(&m);
     }
     if (out && mg_wgmma_skipped)
-        fprintf(out, "note: tiles 4 and 7 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n", mg_wgmma_skipped);
+        fprintf(out, "note: tile 4 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n", mg_wgmma_skipped);
     if (n_checked)
         *n_checked = checked;
     return bad;
