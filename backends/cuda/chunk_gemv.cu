@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(32 * MC_CH_WARPS)
 /* ---- launch ------------------------------------------------------------------------------- */
 
 uint64_t mc_gemv_chunk_scratch_bytes(uint32_t max_cols, uint32_t M) {
-    /* x' (M x cols floats; gemv_wgmma.cu's two bf16 planes of rows padded to 32 columns) or the
+    /* x' (M x cols floats; gemv_wgmma.cu's bf16 rows padded to 32 columns: more on narrow rows) or the
      * integer planes (M x cols/16 x 52 bytes; the K-quants' M x cols x 4, the legacy types' M x cols
      * x 3.5), then M row scales */
     return ((uint64_t)M * ((max_cols + 31u) / 32u * 32u) * 4 + 255) / 256 * 256 + ((uint64_t)M * 4 + 255) / 256 * 256;

@@ -363,7 +363,7 @@ __device__ __forceinline__ void mc_mma_load8(const float *p, bool vec, float (&v
 /* PERM: x' in the order of gemv_wgmma.cu's instruction slots: in each k-block of 32 columns, the
  * columns 8q + j of piece q go to element 16 (j / 4) + s, s = 2q, 2q + 1, 2q + 8, 2q + 9 for j % 4
  * = 0 .. 3 (the slots decode's fragment gives them: instruction j / 4, lane t = q); the same values,
- * rows of 32 (cols / 32 rounded up) columns, zeros past cols. */
+ * rows of 32 (cols / 32 rounded up) columns, zeros past cols; gemv=mma's one plane. */
 __device__ __forceinline__ void mc_mma_store8(uint16_t *row, uint32_t i, uint32_t p01, uint32_t p23, uint32_t p45,
                                               uint32_t p67, bool perm) {
     if (perm) {
@@ -380,12 +380,10 @@ __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
     const uint32_t tid = threadIdx.x, tok = blockIdx.x, ldo = PERM ? (cols + 31u) / 32u * 32u : cols;
     const float *xr = x + (size_t)tok * ldx;
     const bool vec = (((uintptr_t)xr | (uintptr_t)norm_w) & 15u) == 0;
+    static_assert(!PERM || PL == 1, "the permuted layout is gemv_wgmma.cu's, one plane");
     if (PERM) /* the last k-block's pieces past cols: zeros */
-        for (uint32_t i = cols / 8 + tid; i < ldo / 8; i += MC_MMA_PREP_THREADS) {
+        for (uint32_t i = cols / 8 + tid; i < ldo / 8; i += MC_MMA_PREP_THREADS)
             mc_mma_store8(xo + (size_t)tok * ldo, i, 0, 0, 0, 0, true);
-            if (PL == 2)
-                mc_mma_store8(xl + (size_t)tok * ldo, i, 0, 0, 0, 0, true);
-        }
     for (uint32_t i = tid; i < cols / 8; i += MC_MMA_PREP_THREADS) {
         float v[8];
         mc_mma_load8(xr + 8 * i, vec, v);
@@ -685,7 +683,8 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 4)
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 4 ||
+        (tile == 4 && c->gemv == MC_GEMV_MMA2)) /* gemv_wgmma.cu takes one plane */
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -695,15 +694,15 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
      * row scales */
     char *base = (char *)scratch;
-    const uint32_t ldo = tile >= 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
+    const uint32_t ldo = tile == 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
     uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * ldo;
     float *rs = (float *)(base + ((uint64_t)M * ldo * 4 + 255) / 256 * 256);
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
     const bool two = c->gemv == MC_GEMV_MMA2;
 #define MC_PREP(N, P)                                                                                                  \
     do {                                                                                                               \
-        if (tile >= 4)                                                                                                 \
-            chunk_mma_prep<N, P, true>                                                                                 \
+        if (tile == 4) /* one plane (mma2 is refused above) */                                                        \
+            chunk_mma_prep<N, P, P == 1>                                                                               \
                 <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
         else                                                                                                           \
             chunk_mma_prep<N, P>                                                                                       \
@@ -767,8 +766,8 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},        \
-        {(const void *)chunk_mma_prep<0, P, true>, "chunk_prep"},                                                      \
-        {(const void *)chunk_mma_prep<1, P, true>, "chunk_prep"},
+        {(const void *)chunk_mma_prep<0, P, P == 1>, "chunk_prep"},                                                    \
+        {(const void *)chunk_mma_prep<1, P, P == 1>, "chunk_prep"},
     static const struct {
         const void *func;
         const char *family;

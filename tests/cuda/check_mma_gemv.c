@@ -235,7 +235,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         if (e == cudaSuccess)
             e = mc_gemv_chunk_mma_tile(&cfg, &m->d, dx, C, nw, eps, md->glu ? NULL : bias,
                                        md->glu || !md->res ? NULL : dr, R, dyc, OUT, md->glu, M, scratch, 0, tile);
-        if (tile >= 4 && e == cudaErrorNotSupported) { /* gemv_wgmma.cu runs on sm_90 alone */
+        if (tile == 4 && e == cudaErrorNotSupported) { /* gemv_wgmma.cu runs on sm_90 alone */
             (void)cudaGetLastError();
             mg_wgmma_skipped++;
             continue;
