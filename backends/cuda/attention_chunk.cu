@@ -140,11 +140,339 @@ __host__ __device__ constexpr uint32_t mc_acr_min_blocks(uint32_t G, uint32_t hd
     return G * hd <= 256 ? 3u : G * hd <= 512 ? 2u : 1u;
 }
 
+/* ---- attention_chunk_phased: R rows of a kv head a block, in phases --------------------------- */
+
+/* attchunk=phased (the default): a block of 512 threads holds R = 32 / G rows of the chunk and one
+ * kv head (NRH = R G row heads), and walks the 8 ranks of the cluster's split once for all of them,
+ * each rank in phases separated by barriers, every value computed by the operations of the
+ * cluster kernel (attention_chunk_rows's copy of them) in the same order:
+ *   A  the scores: a quad of lanes a (row head, position) holds lane gl's partial dots for gl in
+ *      {j, j + 4, j + 8, j + 12} (lane j of the quad: each a chain of fmaf over gl's slots, as the
+ *      group's lane gl), sums gl and gl + 8, then gl and gl + 4 in registers, then the xor steps 2
+ *      and 1 across the quad: the cluster's tree over 16 lanes, term for term. A score lands in
+ *      its pair's slot.
+ *   B  the softmax scalars: a thread a (row head, group q) runs group q's pairs of the rank in order
+ *      (the cluster's m, l, alpha, pa, pb: once, not on each of 16 lanes), writes each pair's
+ *      (alpha, pa, pb) over its scores and the group's (m, l).
+ *   M  the rank's merge weights: the max of the 16 groups' m and each group's weight.
+ *   C  the outputs: a thread a (row head, HD / 16 elements) runs each group's chain of o over its
+ *      pairs and folds it into the rank's out with the group's weight, in group order (kept in
+ *      registers for the final merge); the rank's sum of l by one thread a row head.
+ * A rank holds at most PMAX = 64 positions, so a group at most two pairs: every loop is unrolled,
+ * its steps predicated on the rank's length. The thread's elements in C are lane qg's slots of
+ * the cluster's layout (conflict-free reads of the staged V rows).
+ * The rank's K and V rows (the union of the R rows' ranges: [p0 of the first row, p1 of the last),
+ * at most PMAX + 2 R positions) are copied into shared memory by cp.async, K for rank r + 1 while
+ * rank r's B, M and C run, V for rank r + 1 while its A and B run. After the 8 ranks the final
+ * merge in rank order. A block whose last row has a rank of more than MC_ACP_PMAX positions (past
+ * 8 PMAX positions in its window) returns at once; attention_chunk_rows, launched after it, takes
+ * its rows (mc_acp_serves decides for both). */
+#define MC_ACP_NRH 32u
+#define MC_ACP_THREADS (16u * MC_ACP_NRH)
+#define MC_ACP_PMAX 64u
+template <uint32_t G> inline constexpr uint32_t MC_ACP_R = MC_ACP_NRH / G;
+
+/* Bytes of a staged K row: hd values and a pad that puts the 4 rows a quad-load instruction reads
+ * into distinct banks (a lane's 4 slot chunks of min(DPL, 4) values are contiguous per row). */
+__host__ __device__ constexpr uint32_t mc_acp_krow_bytes(uint32_t hd, uint32_t kvb) {
+    return hd * kvb + 4u * (hd / 16u >= 4u ? 4u : hd / 16u) * kvb;
+}
+/* Positions of the staged K and V buffers: a rank of the block's last row and the spread of the
+ * R rows' starts and ends. */
+__host__ __device__ constexpr uint32_t mc_acp_tu(uint32_t G) { return MC_ACP_PMAX + 2u * (MC_ACP_NRH / G) + 4u; }
+/* Shared bytes of attention_chunk_phased: K and V buffers, q of the row heads, a float4 a pair
+ * (PMAX / 2 pairs a rank and row head), the groups' (m, l) and weights, the ranks' (max, sum). */
+__host__ __device__ constexpr uint32_t mc_acp_smem_bytes(uint32_t G, uint32_t hd, uint32_t kvb) {
+    return mc_acp_tu(G) * (mc_acp_krow_bytes(hd, kvb) + hd * kvb) +
+           4u * (MC_ACP_NRH / G) * G * (hd + 4u * (MC_ACP_PMAX / 2u) + 3u * 16u + 2u * MC_ATT_SPLIT);
+}
+
+/* Whether attention_chunk_phased serves the rows of its block that ends at row zlast (every rank of
+ * that row, the block's longest, within PMAX positions). */
+__device__ __forceinline__ bool mc_acp_serves(const mc_rope_args &a, int32_t pos0, uint32_t zlast) {
+    const uint32_t npos = (uint32_t)pos0 + zlast + 1, w0 = mc_att_window_start(a, npos);
+    return (npos - w0 + MC_ATT_SPLIT - 1) / MC_ATT_SPLIT <= MC_ACP_PMAX;
+}
+
+/* Queues cache rows [lo, hi) of one kv head (base rb, hd values a row) into a staged buffer of
+ * rows of rs bytes (16-byte copies), and commits them as one group (empty when hi <= lo). */
+template <uint32_t HD, typename KT>
+__device__ __forceinline__ void mc_acp_stage(char *dst, uint32_t rs, const KT *rb, uint32_t lo, uint32_t hi) {
+    constexpr uint32_t CPR = HD * sizeof(KT) / 16;
+    const char *src = (const char *)(rb + (size_t)lo * HD);
+    const uint32_t nc = hi > lo ? (hi - lo) * CPR : 0;
+    for (uint32_t i = threadIdx.x; i < nc; i += blockDim.x) {
+        const uint32_t t = i / CPR, c = i % CPR;
+        mc_cp_async16(dst + t * rs + 16 * c, src + (size_t)t * (HD * sizeof(KT)) + 16 * c);
+    }
+    mc_cp_async_commit();
+}
+
+template <uint32_t HD, uint32_t G, typename KT = float>
+__global__ void __launch_bounds__(MC_ACP_THREADS, 1)
+    attention_chunk_phased(const mc_rope_args a, const float *qkv, const KT *k_cache, const KT *v_cache, float *out,
+                           const int32_t *pos, uint32_t M) {
+    static_assert(HD <= 128 && MC_ATC_GL<HD> == 16, "16-lane groups");
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>, R = MC_ACP_R<G>, NRH = R * G, S8 = MC_ATT_SPLIT, NP = MC_ACP_PMAX / 2,
+                       EPT = HD / 16, KRB = mc_acp_krow_bytes(HD, sizeof(KT)), TU = mc_acp_tu(G);
+    static_assert(R <= MC_ACP_THREADS / 16, "a group of 16 lanes a row for q");
+    extern __shared__ __align__(16) float sm[];
+    char *kst = (char *)sm, *vst = kst + TU * KRB;                /* staged K rows (padded), V rows */
+    float *qs = (float *)(vst + TU * HD * sizeof(KT));            /* [NRH][HD] */
+    float4 *pr = (float4 *)(qs + NRH * HD);                       /* [NRH][NP]: (sa, sb), then (alpha, pa, pb) */
+    float *gm = (float *)(pr + NRH * NP), *gls = gm + NRH * 16, *wq = gls + NRH * 16; /* [NRH][16] */
+    float *rm = wq + NRH * 16, *rl = rm + NRH * S8;                                    /* [NRH][S8] */
+    const uint32_t g = blockIdx.x, z0 = blockIdx.y * R, tid = threadIdx.x;
+    const uint32_t zn = min(z0 + R, M); /* rows z0 .. zn - 1 */
+    const int32_t pos0 = *pos;
+    if (!mc_acp_serves(a, pos0, zn - 1))
+        return;
+    const size_t qkv_row = (size_t)(a.n_head + 2 * a.n_kv) * HD;
+    const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    /* rank r of row z0 + zr: its first position and length (0 for rows past the chunk) */
+    auto rng = [&](uint32_t zr, uint32_t r, uint32_t &p0, uint32_t &n) {
+        const uint32_t npos = (uint32_t)pos0 + z0 + zr + 1, w0 = mc_att_window_start(a, npos), nn = npos - w0,
+                       per = (nn + S8 - 1) / S8;
+        p0 = w0 + min(r * per, nn);
+        n = z0 + zr < zn ? min(p0 + per, npos) - p0 : 0;
+    };
+    /* rank r's staged range: p0 and p1 are nondecreasing in the row, so [p0 of row z0, p1 of the
+     * last row) holds every row's range */
+    auto span = [&](uint32_t r, uint32_t &lo, uint32_t &hi) {
+        uint32_t n;
+        rng(0, r, lo, n);
+        uint32_t pl, nl;
+        rng(zn - 1 - z0, r, pl, nl);
+        hi = pl + nl;
+    };
+    uint32_t lo, hi;
+    span(0, lo, hi);
+    mc_acp_stage<HD, KT>(kst, KRB, kb, lo, hi);
+    mc_acp_stage<HD, KT>(vst, HD * sizeof(KT), vb, lo, hi);
+    /* q of the rows: group j of 16 lanes computes row z0 + j % R (every group: whole warps run
+     * mc_atc_q_and_row), as the cluster's blocks do */
+    {
+        const uint32_t grp = tid / 16, gl = tid % 16, zr = grp % R, z = min(z0 + zr, zn - 1);
+        const int32_t p = pos0 + (int32_t)z;
+        float fr[DPL];
+        mc_atc_freqs<HD>(fr, a, gl);
+        mc_atc_cs<HD> cs;
+        mc_atc_rope_prep<HD>(cs, fr, a, p);
+        float q[G][DPL];
+        mc_atc_q_and_row<HD, G, KT>(q, a, qkv + z * qkv_row, g, g, cs, false, true, NULL, NULL, NULL, NULL, p);
+        if (grp < R)
+#pragma unroll
+            for (uint32_t h = 0; h < G; h++)
+#pragma unroll
+                for (uint32_t i = 0; i < DPL; i++)
+                    qs[(zr * G + h) * HD + mc_atc_dim<HD>(gl, i)] = q[h][i];
+    }
+    const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
+    /* phase A's quad and lane, phase B's and C's (row head, group or element group) */
+    const uint32_t quad = tid / 4, qj = tid % 4, rha = quad / 4, qu = quad % 4;
+    const uint32_t rhb = tid / 16, qg = tid % 16;
+    float ro[S8][EPT]; /* the ranks' outs of this thread's elements, rank r in ro[7] after rank r */
+#pragma unroll
+    for (uint32_t s2 = 0; s2 < S8; s2++)
+#pragma unroll
+        for (uint32_t i = 0; i < EPT; i++)
+            ro[s2][i] = 0.0f;
+    for (uint32_t r = 0; r < S8; r++) {
+        mc_cp_async_wait(1); /* K of rank r landed (its V may be in flight) */
+        __syncthreads();     /* ... for every thread; q stored; the last rank's pairs and weights read */
+        if (rha < NRH) {     /* A */
+            uint32_t p0, n, pw, nw;
+            rng(rha / G, r, p0, n);
+            rng((rha ^ 1) / G, r, pw, nw); /* the warp's other row head (the same row where G > 1) */
+            nw = max(n, nw);               /* the warp's trip count: full-warp shuffles */
+            float qv[4][DPL];
+#pragma unroll
+            for (uint32_t m = 0; m < 4; m++)
+#pragma unroll
+                for (uint32_t i = 0; i < DPL; i++)
+                    qv[m][i] = qs[rha * HD + mc_atc_dim<HD>(qj + 4 * m, i)];
+            float *prf = (float *)(pr + rha * NP);
+            const char *kr0 = kst + (p0 - lo) * KRB;
+            /* 16 positions a row head at a time (4 a quad), with no branch inside: their loads
+             * can be issued together (rows past n are within the buffer: t < PMAX) */
+#pragma unroll
+            for (uint32_t i = 0; i < MC_ACP_PMAX / 4; i++) {
+                if (i % 4 == 0 && 4 * i >= nw)
+                    break;
+                const uint32_t t = qu + 4 * i;
+                const KT *krow = (const KT *)(kr0 + t * KRB);
+                float x[4];
+#pragma unroll
+                for (uint32_t m = 0; m < 4; m++) {
+                    float kx[DPL];
+                    mc_atc_load<HD>(kx, krow, qj + 4 * m);
+                    float v = 0.0f;
+#pragma unroll
+                    for (uint32_t d = 0; d < DPL; d++)
+                        v = fmaf(qv[m][d], kx[d], v);
+                    x[m] = v;
+                }
+                /* the cluster's xor tree: lanes gl and gl ^ 8, then gl ^ 4, gl ^ 2, gl ^ 1 */
+                float c = (x[0] + x[2]) + (x[1] + x[3]);
+                c += __shfl_xor_sync(MC_FULL, c, 2);
+                c += __shfl_xor_sync(MC_FULL, c, 1);
+                if (qj == 0 && t < n)
+                    prf[4 * (16 * (t / 32) + t % 16) + (t % 32) / 16] = c;
+            }
+        }
+        __syncthreads(); /* the scores are in; the K buffer is free */
+        uint32_t lo2 = 0, hi2 = 0;
+        if (r + 1 < S8) {
+            span(r + 1, lo2, hi2);
+            mc_acp_stage<HD, KT>(kst, KRB, kb, lo2, hi2);
+        }
+        if (rhb < NRH) { /* B */
+            uint32_t p0, n;
+            rng(rhb / G, r, p0, n);
+            float m = -INFINITY, l = 0.0f;
+            static_assert(MC_ACP_PMAX <= 64, "at most two pairs a group");
+#pragma unroll
+            for (uint32_t k = 0; k < 2; k++) {
+                if (32 * k + qg >= n)
+                    break;
+                float4 *f = pr + rhb * NP + 16 * k + qg;
+                const float sa = f->x, sb = f->y;
+                const bool vbl = 32 * k + qg + 16 < n;
+                const float s1 = sa * scale, s2 = vbl ? sb * scale : -INFINITY;
+                const float mn = fmaxf(m, fmaxf(s1, s2));
+                const float alpha = expf(m - mn); /* 0 on the group's first position */
+                const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
+                l = fmaf(l, alpha, pa) + pb;
+                m = mn;
+                *f = make_float4(alpha, pa, pb, 0.0f);
+            }
+            gm[rhb * 16 + qg] = m;
+            gls[rhb * 16 + qg] = l;
+        }
+        __syncthreads();
+        if (rhb < NRH) { /* M: the cluster block's merge weights */
+            float Mx = -INFINITY;
+#pragma unroll
+            for (uint32_t k = 0; k < 16; k++)
+                Mx = fmaxf(Mx, gm[rhb * 16 + k]);
+            wq[rhb * 16 + qg] = Mx == -INFINITY ? 0.0f : expf(gm[rhb * 16 + qg] - Mx);
+            if (qg == 0)
+                rm[rhb * S8 + r] = Mx;
+        }
+        mc_cp_async_wait(r + 1 < S8 ? 1 : 0); /* V of rank r landed (K of r + 1 may be in flight) */
+        __syncthreads();
+#pragma unroll
+        for (uint32_t s2 = 0; s2 + 1 < S8; s2++)
+#pragma unroll
+            for (uint32_t i = 0; i < EPT; i++)
+                ro[s2][i] = ro[s2 + 1][i];
+        if (rhb < NRH) { /* C */
+            if (qg == 0) {
+                float L = 0.0f;
+                for (uint32_t k = 0; k < 16; k++)
+                    L = fmaf(gls[rhb * 16 + k], wq[rhb * 16 + k], L);
+                rl[rhb * S8 + r] = L;
+            }
+            uint32_t p0, n;
+            rng(rhb / G, r, p0, n);
+            const KT *vr = (const KT *)vst + (size_t)(p0 - lo) * HD;
+            const float4 *prr = pr + rhb * NP;
+            float O[EPT];
+#pragma unroll
+            for (uint32_t i = 0; i < EPT; i++)
+                O[i] = 0.0f;
+            /* group q's pair k: (ta, ta + 16), ta = 32 k + q, when ta < n; its loads are made
+             * whatever n (within the buffer and the pair slots) so that they can go ahead */
+            auto pair = [&](float (&o)[EPT], uint32_t k, uint32_t q) {
+                const uint32_t ta = 32 * k + q;
+                const float4 f = prr[16 * k + q];
+                float va[EPT], vv[EPT];
+                mc_atc_load<HD>(va, vr + ta * HD, qg);
+                mc_atc_load<HD>(vv, vr + (ta + 16) * HD, qg);
+                if (ta < n) {
+                    const bool vbl = ta + 16 < n;
+#pragma unroll
+                    for (uint32_t i = 0; i < EPT; i++) {
+                        float v = fmaf(f.y, va[i], o[i] * f.x);
+                        if (vbl)
+                            v = fmaf(f.z, vv[i], v);
+                        o[i] = v;
+                    }
+                }
+            };
+            auto group = [&](uint32_t q, bool two) {
+                float o[EPT];
+#pragma unroll
+                for (uint32_t i = 0; i < EPT; i++)
+                    o[i] = 0.0f;
+                pair(o, 0, q);
+                if (two)
+                    pair(o, 1, q);
+                const float w = wq[rhb * 16 + q];
+#pragma unroll
+                for (uint32_t i = 0; i < EPT; i++)
+                    O[i] = fmaf(o[i], w, O[i]);
+            };
+            if (n > 32) { /* some group has a second pair (the same branch for the warp where G > 1) */
+#pragma unroll
+                for (uint32_t q = 0; q < 16; q++)
+                    group(q, true);
+            } else {
+#pragma unroll
+                for (uint32_t q = 0; q < 16; q++)
+                    group(q, false);
+            }
+#pragma unroll
+            for (uint32_t i = 0; i < EPT; i++)
+                ro[S8 - 1][i] = O[i];
+        }
+        __syncthreads(); /* the V buffer is free */
+        if (r + 1 < S8) {
+            mc_acp_stage<HD, KT>(vst, HD * sizeof(KT), vb, lo2, hi2);
+            lo = lo2;
+        }
+    }
+    __syncthreads();
+    /* the cluster's final merge, ranks in order */
+    if (rhb < NRH && z0 + rhb / G < zn) {
+        const uint32_t z = z0 + rhb / G, h = rhb % G;
+        float mr[S8], lr[S8];
+#pragma unroll
+        for (uint32_t s2 = 0; s2 < S8; s2++) {
+            mr[s2] = rm[rhb * S8 + s2];
+            lr[s2] = rl[rhb * S8 + s2];
+        }
+#pragma unroll
+        for (uint32_t i = 0; i < EPT; i++) {
+            float M2 = mr[0];
+#pragma unroll
+            for (uint32_t s2 = 1; s2 < S8; s2++)
+                M2 = fmaxf(M2, mr[s2]);
+            float L = 0.0f, O = 0.0f;
+#pragma unroll
+            for (uint32_t s2 = 0; s2 < S8; s2++) {
+                const float w = expf(mr[s2] - M2);
+                L = fmaf(lr[s2], w, L);
+                O = fmaf(ro[s2][i], w, O);
+            }
+            out[(size_t)z * (a.n_head * HD) + (size_t)(g * G + h) * HD + mc_atc_dim<HD>(qg, i)] = O * (1.0f / L);
+        }
+    }
+}
+
+/* attention_chunk_rows (the comment above mc_acr_tile). skip_phased: the rows whose
+ * attention_chunk_phased block served them (it ran first) are left alone. */
 template <uint32_t HD, uint32_t G, typename KT = float>
 __global__ void __launch_bounds__(MC_ACR_THREADS, mc_acr_min_blocks(G, HD))
     attention_chunk_rows(const mc_rope_args a, const float *qkv, const KT *k_cache, const KT *v_cache, float *out,
-                         const int32_t *pos) {
+                         const int32_t *pos, uint32_t skip_phased) {
     static_assert(HD <= 128, "16-lane groups");
+    if (skip_phased) {
+        constexpr uint32_t R = MC_ACP_R<G>;
+        const uint32_t zb = blockIdx.y / R * R, zl = min(zb + R, gridDim.y) - 1;
+        if (mc_acp_serves(a, *pos, zl))
+            return;
+    }
     constexpr uint32_t GL = MC_ATC_GL<HD>, DPL = MC_ATC_DPL<HD>, NG = MC_ACR_NG, S8 = MC_ATT_SPLIT;
     constexpr uint32_t T = mc_acr_tile(G, HD, sizeof(KT)), TF = T * HD * sizeof(KT) / 4; /* floats a tile */
     static_assert(T % (2 * NG) == 0, "a tile holds whole pairs of every group");
@@ -314,6 +642,15 @@ __global__ void __launch_bounds__(MC_ACR_THREADS, mc_acr_min_blocks(G, HD))
                           : MC_ATC_DISPATCH128(hd, G, MC_ACR_FN))
 #define MC_ACR_EACH(F)                                                                                                 \
     MC_ATC_EACH_OF128(F, MC_ACR_FN) MC_ATC_EACH_OF128(F, MC_ACR_FN_H) MC_ATC_EACH_OF128(F, MC_ACR_FN_B)
+#define MC_ACP_FN(HD, G) ((const void *)attention_chunk_phased<HD, G>)
+#define MC_ACP_FN_H(HD, G) ((const void *)attention_chunk_phased<HD, G, __half>)
+#define MC_ACP_FN_B(HD, G) ((const void *)attention_chunk_phased<HD, G, __nv_bfloat16>)
+#define MC_ACP_PICK(kv, hd, G)                                                                                         \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_ACP_FN_H)                                                     \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_ACP_FN_B)                                                     \
+                          : MC_ATC_DISPATCH128(hd, G, MC_ACP_FN))
+#define MC_ACP_EACH(F)                                                                                                 \
+    MC_ATC_EACH_OF128(F, MC_ACP_FN) MC_ATC_EACH_OF128(F, MC_ACP_FN_H) MC_ATC_EACH_OF128(F, MC_ACP_FN_B)
 
 /* The largest dynamic shared memory of any chunk rows instantiation (f32, hd 128, G 8: 161 KB). */
 static size_t mc_acr_smem_max(void) {
@@ -337,6 +674,12 @@ cudaError_t mc_acr_prepare(void) {
         return e;
     MC_ACR_EACH(MC_ACR_SET)
 #undef MC_ACR_SET
+    const int pmax = (int)mc_acp_smem_bytes(1, 128, 4); /* the largest: G 1 (the widest spread), hd 128, f32 */
+#define MC_ACP_SET(fn)                                                                                                 \
+    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, pmax)) != cudaSuccess)              \
+        return e;
+    MC_ACP_EACH(MC_ACP_SET)
+#undef MC_ACP_SET
     return cudaSuccess;
 }
 
@@ -388,11 +731,22 @@ static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a,
         return e;
     if (path == MC_ATT_PATH_SPLIT)
         return mc_spl_launch(c, a, qkv, k_cache, v_cache, out, pos, M, st);
-    void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos};
+    uint32_t skip = !cluster && c->attchunk == MC_ATTCHUNK_PHASED;
+    void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos, &skip};
+    void *pargs[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos, &M};
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.stream = st;
     if (!cluster && a->hd <= 128) {
+        if (skip) { /* the phased kernel first; attention_chunk_rows then takes the rows it leaves */
+            const uint32_t R = MC_ACP_NRH / G;
+            cfg.gridDim = dim3(a->n_kv, (M + R - 1) / R);
+            cfg.blockDim = dim3(MC_ACP_THREADS);
+            cfg.dynamicSmemBytes = mc_acp_smem_bytes(G, a->hd, mc_kv_bytes(a->kv));
+            if ((e = cudaLaunchKernelExC(&cfg, MC_ACP_PICK(a->kv, a->hd, G), pargs)) != cudaSuccess ||
+                (e = cudaGetLastError()) != cudaSuccess)
+                return e;
+        }
         cfg.gridDim = dim3(a->n_kv, M);
         cfg.blockDim = dim3(MC_ACR_THREADS);
         cfg.dynamicSmemBytes = (size_t)mc_acr_smem_floats(G, a->hd, mc_kv_bytes(a->kv)) * 4;
@@ -432,7 +786,7 @@ const char *mc_attention_chunk_family(const void *f) {
         MC_ATT_ROWS(float) MC_ATT_ROWS(__half) MC_ATT_ROWS(__nv_bfloat16)
 #undef MC_ATT_ROWS
 #define MC_ACR_ROW(fn) {fn, "attention"},
-            MC_ACR_EACH(MC_ACR_ROW)
+            MC_ACR_EACH(MC_ACR_ROW) MC_ACP_EACH(MC_ACR_ROW)
 #undef MC_ACR_ROW
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk, qblock, qgrid and mmachunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock, qgrid, mmachunk and attchunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv, experts and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -138,6 +138,13 @@ extern "C" {
             "an sm_90 device only, refused elsewhere when a chunk runs; gemv=mma2 keeps sync), sync (mma.sync from "   \
             "shared memory: the kernel before) or auto (wgmma on an sm_90 device, sync elsewhere). On an H200, "       \
             "llama-8b's gate/up at M 512 285 against 545 us. The same bits every way, decode's"                       \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "attchunk", "phased",                                                                                          \
+            "a prefill chunk's attention (hd up to 128, the cluster path): phased (R rows of a kv head a block, the "  \
+            "scores, the softmax scalars and the outputs in phases, each value once; rows past 1,024 positions in "    \
+            "their window take rows' kernel) or rows (a block a row and kv head walking the cluster's ranks: the "     \
+            "kernel before). The same bits every way, decode's"                                                        \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

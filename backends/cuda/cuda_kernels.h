@@ -91,6 +91,12 @@ enum { MC_EXPERTS_FLOAT, MC_EXPERTS_INT };
  * (gemv_wgmma.cu's warpgroup kernel fed by the tensor memory accelerator; an error on another
  * device, and mma2's two planes keep the mma.sync tile). The same bits, decode's, every way. */
 enum { MC_MMACHUNK_AUTO, MC_MMACHUNK_SYNC, MC_MMACHUNK_WGMMA };
+/* A prefill chunk's attention at hd <= 128 on the cluster path (the `attchunk` key, issue 28):
+ * MC_ATTCHUNK_PHASED (attention_chunk_phased: R rows of a kv head a block, the cluster's operations
+ * in phases, rows past 8 x 128 positions in their window on attention_chunk_rows) or
+ * MC_ATTCHUNK_ROWS (attention_chunk_rows alone: a block a row and kv head). Decode's bits either
+ * way. */
+enum { MC_ATTCHUNK_PHASED, MC_ATTCHUNK_ROWS };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -177,11 +183,12 @@ typedef struct mc_config {
     uint32_t qgrid;     /* the 16-warp quantized GEMVs' grid: MC_QGRID_AUTO, _NEED or _FILL (the same bits) */
     uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT or MC_EXPERTS_INT (other bits) */
     uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
+    uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
 static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

@@ -14,8 +14,9 @@
  *
  *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
  *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
- *                                        old launch and the new one on llama-1b's and llama-8b's
- *                                        shapes, M 512 at prefixes 0 and 512, kv f32 and bf16 */
+ *                                        cluster kernel's launch, attchunk=rows and attchunk=phased
+ *                                        on llama-1b's and llama-8b's shapes, M 512 at prefixes 0
+ *                                        and 512, kv f32 and bf16 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +41,11 @@ static void ac_put(void *dst, size_t i, uint32_t kv, float f) {
         ((uint16_t *)dst)[i] = kv == MC_KV_F16 ? memra_f32_to_f16(f) : memra_f32_to_bf16(f);
 }
 
-/* Outputs and caches a case keeps: decode, the chunk, the chunk's old launch, decode under
- * attention=heads (a kv head's q heads in several clusters). */
-#define AC_N 4
+/* Outputs and caches a case keeps: decode, the chunk (attchunk=phased: attention_chunk_phased,
+ * rows past its reach on attention_chunk_rows), the chunk's old launch, decode under
+ * attention=heads (a kv head's q heads in several clusters), the chunk under attchunk=rows
+ * (attention_chunk_rows alone). */
+#define AC_N 5
 
 typedef struct ac_dev {
     float *qkv, *freqs, *qn, *kn, *out[AC_N];
@@ -173,6 +176,11 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
         e = mc_attention_chunk(&c, &a, d.qkv, d.k[1], d.v[1], d.out[1], d.pos, k->M, 0);
     if (e == cudaSuccess && !control)
         e = mc_attention_chunk_cluster(&c, &a, d.qkv, d.k[2], d.v[2], d.out[2], d.pos, k->M, 0);
+    if (e == cudaSuccess && !control) {
+        mc_config cr = c;
+        cr.attchunk = MC_ATTCHUNK_ROWS;
+        e = mc_attention_chunk(&cr, &a, d.qkv, d.k[4], d.v[4], d.out[4], d.pos, k->M, 0);
+    }
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
     for (int i = 0; i < AC_N && e == cudaSuccess; i++) {
@@ -218,7 +226,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
             break;
         }
     for (int v = 1; v < AC_N; v++) {
-        const char *what = v == 1 ? "chunk" : v == 2 ? "old chunk" : "heads decode";
+        const char *what = v == 1 ? "chunk" : v == 2 ? "old chunk" : v == 3 ? "heads decode" : "rows chunk";
         size_t nb = 0;
         for (size_t i = 0; i < n_out; i++)
             if (memcmp(&ho[0][i], &ho[v][i], 4) != 0) {
@@ -313,7 +321,8 @@ static int ac_bench(void) {
     } shapes[] = {{"llama-1b", 32, 8, 64}, {"llama-8b", 32, 8, 128}};
     static const uint32_t kvs[] = {MC_KV_F32, MC_KV_BF16}, prefixes[] = {0, 512};
     const uint32_t M = 512, reps = 20;
-    printf("| shape | kv | prefix | M | old us | new us | speedup |\n|---|---|---|---|---|---|---|\n");
+    printf("| shape | kv | prefix | M | cluster us | rows us | phased us | phased / rows |\n"
+           "|---|---|---|---|---|---|---|---|\n");
     for (size_t is = 0; is < 2; is++)
         for (size_t ik = 0; ik < 2; ik++)
             for (size_t ip = 0; ip < 2; ip++) {
@@ -327,10 +336,11 @@ static int ac_bench(void) {
                 mc_config c = mc_config_default;
                 c.pdl = 0;
                 c.kv = k.kv;
-                float us[2] = {0, 0};
+                float us[3] = {0, 0, 0};
                 cudaEvent_t t0 = NULL, t1 = NULL;
                 if (e == cudaSuccess && !(e = cudaEventCreate(&t0)) && !(e = cudaEventCreate(&t1)))
-                    for (int v = 0; v < 2 && e == cudaSuccess; v++) {
+                    for (int v = 0; v < 3 && e == cudaSuccess; v++) {
+                        c.attchunk = v == 1 ? MC_ATTCHUNK_ROWS : MC_ATTCHUNK_PHASED;
                         for (uint32_t r = 0; r < reps + 2 && e == cudaSuccess; r++) {
                             if (r == 2)
                                 e = cudaEventRecord(t0, 0);
@@ -353,8 +363,8 @@ static int ac_bench(void) {
                     fprintf(stderr, "bench %s: %s\n", shapes[is].name, cudaGetErrorString(e));
                     return 3;
                 }
-                printf("| %s | %s | %u | %u | %.1f | %.1f | %.2fx |\n", shapes[is].name, ac_kv_name(k.kv), k.prefix, M,
-                       us[0], us[1], us[0] / us[1]);
+                printf("| %s | %s | %u | %u | %.1f | %.1f | %.1f | %.2fx |\n", shapes[is].name, ac_kv_name(k.kv),
+                       k.prefix, M, us[0], us[1], us[2], us[1] / us[2]);
             }
     return 0;
 }

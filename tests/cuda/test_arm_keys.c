@@ -55,6 +55,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"qgrid", "auto"}, /* issue 26: their grid (auto: filled on wide matrices) */
                                           {"experts", "float"}, /* issue 29: the Q8_0 experts' dots */
                                           {"mmachunk", "auto"}, /* issue 28: gemv=mma's chunk GEMV (wgmma on sm_90) */
+                                          {"attchunk", "phased"}, /* issue 28: a chunk's attention kernel */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -63,8 +64,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 22);
-    for (int i = 0; i < 22; i++) {
+    cr_assert_eq(vt->n_options, 23);
+    for (int i = 0; i < 23; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -74,18 +75,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -224,19 +225,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -248,9 +249,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -318,7 +319,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -412,7 +413,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -427,7 +428,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -460,7 +461,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -475,7 +476,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -507,7 +508,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -563,7 +564,7 @@ Test(cuda_arm_keys, mmachunk_key_resolves) {
     cr_assert_eq(resolve("cuda:mmachunk=wgmma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:mmachunk=wgmma,"), "%s", buf);
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",mmachunk=auto"), "%s", buf);
+    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased"), "%s", buf);
     cr_assert_eq(resolve("cuda:mmachunk=fast", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "mmachunk=fast: expected one of auto, sync, wgmma"), "%s", buf);
     mc_config c = mc_config_default;
@@ -571,4 +572,21 @@ Test(cuda_arm_keys, mmachunk_key_resolves) {
     cr_assert_null(mc_config_choice(&c, "mmachunk", "wgmma"));
     cr_assert_eq(c.mmachunk, MC_MMACHUNK_WGMMA);
     cr_assert_str_eq(mc_config_choice_name(&c, "mmachunk"), "wgmma");
+}
+
+/* Issue 28: attchunk (a prefill chunk's attention kernel: phased or rows; the same bits) is taken,
+ * resolved where given and where not, refused by name with another value. */
+Test(cuda_arm_keys, attchunk_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:attchunk=rows", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:attchunk=rows,"), "%s", buf);
+    cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, ",attchunk=phased"), "%s", buf);
+    cr_assert_eq(resolve("cuda:attchunk=tiles", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "attchunk=tiles: expected one of phased, rows"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.attchunk, MC_ATTCHUNK_PHASED);
+    cr_assert_null(mc_config_choice(&c, "attchunk", "rows"));
+    cr_assert_eq(c.attchunk, MC_ATTCHUNK_ROWS);
+    cr_assert_str_eq(mc_config_choice_name(&c, "attchunk"), "rows");
 }
