@@ -142,8 +142,8 @@ __host__ __device__ constexpr uint32_t mc_acr_min_blocks(uint32_t G, uint32_t hd
 
 /* ---- attention_chunk_phased: R rows of a kv head a block, in phases --------------------------- */
 
-/* attchunk=phased (the default): a block of 512 threads holds R = 32 / G rows of the chunk and one
- * kv head (NRH = R G row heads), and walks the 8 ranks of the cluster's split once for all of them,
+/* attchunk=phased (the default): a block of 256 threads holds R = 16 / G rows of the chunk and one
+ * kv head (NRH = R G row heads; two blocks a multiprocessor), and walks the 8 ranks of the cluster's split once for all of them,
  * each rank in phases separated by barriers, every value computed by the operations of the
  * cluster kernel (attention_chunk_rows's copy of them) in the same order:
  *   A  the scores: a quad of lanes a (row head, position) holds lane gl's partial dots for gl in
@@ -167,7 +167,7 @@ __host__ __device__ constexpr uint32_t mc_acr_min_blocks(uint32_t G, uint32_t hd
  * merge in rank order. A block whose last row has a rank of more than MC_ACP_PMAX positions (past
  * 8 PMAX positions in its window) returns at once; attention_chunk_rows, launched after it, takes
  * its rows (mc_acp_serves decides for both). */
-#define MC_ACP_NRH 32u
+#define MC_ACP_NRH 16u
 #define MC_ACP_THREADS (16u * MC_ACP_NRH)
 #define MC_ACP_PMAX 64u
 template <uint32_t G> inline constexpr uint32_t MC_ACP_R = MC_ACP_NRH / G;
@@ -209,7 +209,7 @@ __device__ __forceinline__ void mc_acp_stage(char *dst, uint32_t rs, const KT *r
 }
 
 template <uint32_t HD, uint32_t G, typename KT = float>
-__global__ void __launch_bounds__(MC_ACP_THREADS, 1)
+__global__ void __launch_bounds__(MC_ACP_THREADS, 512u / MC_ACP_THREADS)
     attention_chunk_phased(const mc_rope_args a, const float *qkv, const KT *k_cache, const KT *v_cache, float *out,
                            const int32_t *pos, uint32_t M) {
     static_assert(HD <= 128 && MC_ATC_GL<HD> == 16, "16-lane groups");
@@ -280,18 +280,21 @@ __global__ void __launch_bounds__(MC_ACP_THREADS, 1)
     for (uint32_t r = 0; r < S8; r++) {
         mc_cp_async_wait(1); /* K of rank r landed (its V may be in flight) */
         __syncthreads();     /* ... for every thread; q stored; the last rank's pairs and weights read */
-        if (rha < NRH) {     /* A */
+        if (rha / 2 < (NRH + 1) / 2) { /* A (both row heads of a warp, or neither: full-warp shuffles) */
+            const uint32_t rh = min(rha, NRH - 1), ro2 = min(rha ^ 1, NRH - 1);
             uint32_t p0, n, pw, nw;
-            rng(rha / G, r, p0, n);
-            rng((rha ^ 1) / G, r, pw, nw); /* the warp's other row head (the same row where G > 1) */
-            nw = max(n, nw);               /* the warp's trip count: full-warp shuffles */
+            rng(rh / G, r, p0, n);
+            rng(ro2 / G, r, pw, nw); /* the warp's other row head (the same row where G > 1) */
+            nw = max(n, nw);         /* the warp's trip count */
+            if (rha >= NRH)          /* a warp's spare half (NRH odd): computes, stores nothing */
+                n = 0;
             float qv[4][DPL];
 #pragma unroll
             for (uint32_t m = 0; m < 4; m++)
 #pragma unroll
                 for (uint32_t i = 0; i < DPL; i++)
-                    qv[m][i] = qs[rha * HD + mc_atc_dim<HD>(qj + 4 * m, i)];
-            float *prf = (float *)(pr + rha * NP);
+                    qv[m][i] = qs[rh * HD + mc_atc_dim<HD>(qj + 4 * m, i)];
+            float *prf = (float *)(pr + rh * NP);
             const char *kr0 = kst + (p0 - lo) * KRB;
             /* 16 positions a row head at a time (4 a quad), with no branch inside: their loads
              * can be issued together (rows past n are within the buffer: t < PMAX) */
