@@ -31,7 +31,9 @@ static const char help_text[] =
     "start a step while the host ends the one before). Prints one markdown table, a row a\n"
     "cell: tok/s (mean and standard deviation), ms/token, GB/s (weights + f32 KV cache read per\n"
     "token) and the share of the backend's measured ceiling where it offers one; then each arm's\n"
-    "device, ceiling and memory in use.\n"
+    "device, ceiling and memory in use. pp tok/s: the P prompt tokens into a fresh state through\n"
+    "the arm's prefill chunks and the logits of the last one read back, nothing sampled (llama-bench's\n"
+    "pp: with --prime 512, its pp512).\n"
     "\n" CLI_MODEL_HELP "  --arm ARM[,ARM...]   the arms: BACKEND[:key=value,...] (default cpu); in a list, a new arm\n"
     "                       starts at each item that is a backend name (with or without :keys),\n"
     "                       so --arm cpu:stages=2,splits=1,cuda is two arms (--backend: the same)\n"
@@ -91,6 +93,14 @@ static int64_t prime_token(const memra_model *m, uint32_t i) {
     return (int64_t)(memra_mix64(0x6d656d7261ull + i) % m->n_vocab);
 }
 
+/* pp's timed work: the prompt's P tokens into a fresh state through the arm's prefill chunks (with
+ * prefill=1, or a backend without chunks, P single steps), the logits of the last position read
+ * into `logits`, nothing sampled: what llama-bench's pp times. Its KV cache is the prefix's
+ * (checked after). */
+static memra_status pp_prompt(memra_arm_state *s, const int64_t *prompt, uint32_t P, float *logits, memra_error *err) {
+    return memra_arm_prefill_run(s, prompt, 0, P, logits, NULL, NULL, err);
+}
+
 /* The prompt's P tokens into a state at position 0, as a gate primes: 0..P-2 in the arm's
  * prefill chunks (memra_arm_prefill_run), then the last as one greedy step, whose token the
  * generated steps carry on the device. */
@@ -144,11 +154,13 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
     memra_arm_state *prefix = NULL, *work = NULL, *pp = NULL;
     int64_t *first = malloc(ba->n_gen * sizeof *first);
     int64_t *prompt = malloc(ba->prime * sizeof *prompt);
+    float *pp_logits = malloc((size_t)m->n_vocab * sizeof *pp_logits);
     memra_error err = {0};
     int rc = CLI_EXIT_ERROR;
-    if (!first || !prompt) {
+    if (!first || !prompt || !pp_logits) {
         free(first);
         free(prompt);
+        free(pp_logits);
         cli_error(cmd, "out of memory");
         return rc;
     }
@@ -164,13 +176,14 @@ static int bench_measure(const char *cmd, cli_session *ss, const bench_args *ba,
         goto fail;
     for (uint32_t r = 0; r < total_reps; r++) {
         /* pp: the prompt again into a fresh state (made before the clock starts), in the arm's
-         * prefill chunks, timed; it must end with the prefix's KV cache */
+         * prefill chunks with the last position's logits read back (pp_prompt), timed; it must
+         * end with the prefix's KV cache */
         memra_arm_state_free(pp);
         pp = NULL;
         if (memra_arm_state_new(ss->arm, ba->prime, &pp, &err) != MEMRA_OK)
             goto fail;
         double p0 = cli_now();
-        if (prime(pp, prompt, ba->prime, &err) != MEMRA_OK) {
+        if (pp_prompt(pp, prompt, ba->prime, pp_logits, &err) != MEMRA_OK) {
             memra_error_prefix(&err, "repetition %u: the prompt", r + 1);
             goto fail;
         }
@@ -228,6 +241,7 @@ out:
     memra_arm_state_free(prefix);
     free(first);
     free(prompt);
+    free(pp_logits);
     return rc;
 }
 
