@@ -140,6 +140,25 @@ __host__ __device__ constexpr uint32_t mc_acr_min_blocks(uint32_t G, uint32_t hd
     return G * hd <= 256 ? 3u : G * hd <= 512 ? 2u : 1u;
 }
 
+/* The cluster's final merge of one row head's ranks (decode's order): each rank's weight against
+ * the ranks' max into w, and 1 / (the weighted sum of the ranks' sums); an element is then
+ * (sum over ranks in order of fmaf(out, w)) times that. attention_chunk_rows and
+ * attention_chunk_phased both call it. */
+__device__ __forceinline__ float mc_acr_final_weights(const float (&mr)[MC_ATT_SPLIT], const float (&lr)[MC_ATT_SPLIT],
+                                                      float (&w)[MC_ATT_SPLIT]) {
+    float M = mr[0];
+#pragma unroll
+    for (uint32_t s2 = 1; s2 < MC_ATT_SPLIT; s2++)
+        M = fmaxf(M, mr[s2]);
+    float L = 0.0f;
+#pragma unroll
+    for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
+        w[s2] = expf(mr[s2] - M);
+        L = fmaf(lr[s2], w[s2], L);
+    }
+    return 1.0f / L;
+}
+
 /* ---- attention_chunk_phased: R rows of a kv head a block, in phases --------------------------- */
 
 /* attchunk=phased (the default): a block of 256 threads holds R = 16 / G rows of the chunk and one
@@ -445,20 +464,15 @@ __global__ void __launch_bounds__(MC_ACP_THREADS, 512u / MC_ACP_THREADS)
             mr[s2] = rm[rhb * S8 + s2];
             lr[s2] = rl[rhb * S8 + s2];
         }
+        float w[S8];
+        const float il = mc_acr_final_weights(mr, lr, w);
 #pragma unroll
         for (uint32_t i = 0; i < EPT; i++) {
-            float M2 = mr[0];
+            float O = 0.0f;
 #pragma unroll
-            for (uint32_t s2 = 1; s2 < S8; s2++)
-                M2 = fmaxf(M2, mr[s2]);
-            float L = 0.0f, O = 0.0f;
-#pragma unroll
-            for (uint32_t s2 = 0; s2 < S8; s2++) {
-                const float w = expf(mr[s2] - M2);
-                L = fmaf(lr[s2], w, L);
-                O = fmaf(ro[s2][i], w, O);
-            }
-            out[(size_t)z * (a.n_head * HD) + (size_t)(g * G + h) * HD + mc_atc_dim<HD>(qg, i)] = O * (1.0f / L);
+            for (uint32_t s2 = 0; s2 < S8; s2++)
+                O = fmaf(ro[s2][i], w[s2], O);
+            out[(size_t)z * (a.n_head * HD) + (size_t)(g * G + h) * HD + mc_atc_dim<HD>(qg, i)] = O * il;
         }
     }
 }
@@ -618,18 +632,12 @@ __global__ void __launch_bounds__(MC_ACR_THREADS, mc_acr_min_blocks(G, HD))
             lr[s2] = rl[s2 * G + h];
             orr[s2] = ro[s2 * G * HD + e];
         }
-        float M = mr[0];
+        float w[S8], O = 0.0f;
+        const float il = mc_acr_final_weights(mr, lr, w);
 #pragma unroll
-        for (uint32_t s2 = 1; s2 < S8; s2++)
-            M = fmaxf(M, mr[s2]);
-        float L = 0.0f, O = 0.0f;
-#pragma unroll
-        for (uint32_t s2 = 0; s2 < S8; s2++) {
-            const float w = expf(mr[s2] - M);
-            L = fmaf(lr[s2], w, L);
-            O = fmaf(orr[s2], w, O);
-        }
-        out[(size_t)(g * G + h) * HD + (e % HD)] = O * (1.0f / L);
+        for (uint32_t s2 = 0; s2 < S8; s2++)
+            O = fmaf(orr[s2], w[s2], O);
+        out[(size_t)(g * G + h) * HD + (e % HD)] = O * il;
     }
 }
 
