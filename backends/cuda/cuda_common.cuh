@@ -370,12 +370,13 @@ const char *mc_gemv_mma_family(const void *func);
 cudaError_t mc_gemv_mma_prepare(void); /* the chunk kernels' shared-memory limit, once per device */
 /* gemv_wgmma.cu (built for sm_90a alone): gemv=mma's chunk GEMV on wgmma with decode's bits. Whether
  * this device runs it (sm_90), its shared-memory limit (nothing elsewhere), the launch after
- * mc_gemv_chunk_mma's prep (one plane only; cudaErrorNotSupported on another device), its census. */
+ * mc_gemv_chunk_mma's prep (one plane only; bt: rows of x a block, 64 or 128, 0 for its choice by
+ * the grid's size; cudaErrorNotSupported on another device), its census. */
 int mc_gemv_wgmma_available(void);
 cudaError_t mc_gemv_wgmma_prepare(void);
 cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const uint16_t *xo, const float *rsp,
                                  const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
-                                 int glu, uint32_t M, cudaStream_t st);
+                                 int glu, uint32_t M, uint32_t bt, cudaStream_t st);
 const char *mc_gemv_wgmma_family(const void *func);
 /* chunk=mma (chunk_mma.cu): a prefill chunk's integer Q8_0 GEMV on int8 tensor cores, from
  * chunk_gemv.cu's quantized planes (xh, xm, xl: M x cols/16 chunks; xs their scales; rs the rows'

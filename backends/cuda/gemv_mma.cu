@@ -683,8 +683,8 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
-    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 4 ||
-        (tile == 4 && c->gemv == MC_GEMV_MMA2)) /* gemv_wgmma.cu takes one plane */
+    if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 6 ||
+        (tile >= 4 && c->gemv == MC_GEMV_MMA2)) /* gemv_wgmma.cu takes one plane */
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -694,14 +694,14 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     /* the scratch of mc_gemv_chunk_scratch_bytes: x' (M x cols bf16 here, mma2 its two planes), then M
      * row scales */
     char *base = (char *)scratch;
-    const uint32_t ldo = tile == 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
+    const uint32_t ldo = tile >= 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
     uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * ldo;
     float *rs = (float *)(base + ((uint64_t)M * ldo * 4 + 255) / 256 * 256);
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
     const bool two = c->gemv == MC_GEMV_MMA2;
 #define MC_PREP(N, P)                                                                                                  \
     do {                                                                                                               \
-        if (tile == 4) /* one plane (mma2 is refused above) */                                                        \
+        if (tile >= 4) /* one plane (mma2 is refused above) */                                                        \
             chunk_mma_prep<N, P, P == 1>                                                                               \
                 <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
         else                                                                                                           \
@@ -720,8 +720,9 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     const float *rsp = norm_w ? rs : NULL;
-    if (tile == 4)
-        return mc_gemv_wgmma_launch(w, ks, two, xo, rsp, bias, residual, ldr, y, ldy, glu, M, st);
+    if (tile >= 4) /* 4: the rows of x a block by the grid's size; 5: 128; 6: 64 */
+        return mc_gemv_wgmma_launch(w, ks, two, xo, rsp, bias, residual, ldr, y, ldy, glu, M,
+                                    tile == 5 ? 128u : tile == 6 ? 64u : 0u, st);
     if (tile == 1)
         return mc_mma_ch_launch<mc_mma_ch_tile_b>(c, w, ks, xo, xl, rsp, bias, residual, ldr, y, ldy, glu, M, st);
     if (tile == 2)
@@ -744,7 +745,8 @@ cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const floa
 
 /* For bench/gpu/mma_chunk_bench.c (declared there, weak, so that the bench links with builds
  * without it) and check_mma_gemv: mc_gemv_chunk_mma with tile 0 (gemv=mma's), 1, 2 or 3
- * (mc_mma_ch_tile_b, _c, _d) or 4 (gemv_wgmma.cu's, sm_90 only, one plane): the same bits, other speeds. */
+ * (mc_mma_ch_tile_b, _c, _d) or 4, 5, 6 (gemv_wgmma.cu's, sm_90 only, one plane: 4 its rows of x a
+ * block by the grid, 5 128 of them, 6 64): the same bits, other speeds. */
 extern "C" cudaError_t
 mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                        float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,

@@ -23,11 +23,13 @@
  * fragments (a second register set taking turns measured slower).
  *
  * The tile and the staging: a block of 2 consumer warpgroups takes 128 weight rows (warpgroup wg
- * the rows 64 wg ..) by MC_WG_BT rows of x (the n of the instruction); a producer warp copies each
+ * the rows 64 wg ..) by BT rows of x (the n of the instruction: 128, or 64 where a grid of 128
+ * would leave a quarter of the multiprocessors or more without a block, as llama-1b's projections
+ * but gate/up at M 512; two blocks of 64 may then share a multiprocessor); a producer warp copies each
  * k-block (the weights' 128 x 64 bytes without swizzle, x''s 128 x 64 bytes with it) into one of
  * MC_WT_S stages with the tensor memory accelerator (cp.async.bulk.tensor, one instruction a tile,
  * a full mbarrier a stage counting its bytes, an empty one the consumer warps' releases). Each
- * warpgroup keeps its part's chain in registers (64 floats a thread), folds it into the part sum
+ * warpgroup keeps its part's chain in registers (BT / 2 floats a thread), folds it into the part sum
  * (registers too) at the part's last k-block, and the block writes its outputs through
  * gemv_mma.cuh's epilogue, as chunk_gemv_mma does. (Every thread's cp.async in place of the
  * producer bounded a first version below the mma.sync tile's speed; bench/gpu/NOTES.md.) */
@@ -37,7 +39,8 @@
 #include <cuda.h> /* CUtensorMap and cuTensorMapEncodeTiled's types (the function through the runtime) */
 
 #define MC_WG_BR 128u /* weight rows a block: 2 warpgroups of m64 */
-#define MC_WG_BT 128u /* rows of x a block: the instruction's n */
+/* rows of x a block (BT: the instruction's n) are 128, or 64 where 128 would leave a quarter of the
+ * multiprocessors or more without a block (mc_gemv_wgmma_launch) */
 #define MC_WG_NTH 256u
 #define MC_WG_LD (MC_WG_BR + 4u)
 
@@ -72,10 +75,30 @@ __device__ __forceinline__ void mc_wg_mma(float (&d)[64], uint32_t a0, uint32_t 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 #endif
 }
+/* The same with n 64 (d: the m64n64 fragment, 32 f32 a thread). */
+__device__ __forceinline__ void mc_wg_mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t db) {
+#ifdef MC_WG_DEVICE
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+#endif
+}
 /* Keeps the compiler from moving accesses of the accumulators across an asynchronous MMA. */
-__device__ __forceinline__ void mc_wg_fence_regs(float (&d)[64]) {
+template <int N> __device__ __forceinline__ void mc_wg_fence_regs(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void mc_wg_arrive(void) {
@@ -94,15 +117,19 @@ template <int N> __device__ __forceinline__ void mc_wg_wait(void) {
 #endif
 }
 
-#define MC_WT_S 8u                                    /* stages */
-#define MC_WT_STAGE (MC_WG_BR * 64u + MC_WG_BT * 64u) /* bytes */
-static_assert(MC_WT_STAGE % 1024u == 0, "stages stay aligned to the swizzle's repeat");
-__host__ __device__ static constexpr uint32_t mc_wt_smem(void) {
+#define MC_WT_S 8u /* stages */
+/* Bytes of a stage (a k-block of the weights' 128 rows and of x''s BT rows), and of a block's
+ * shared memory (the stages, or the epilogue's BT x LD floats over them, and the mbarriers). */
+__host__ __device__ static constexpr uint32_t mc_wt_stage(uint32_t bt) { return MC_WG_BR * 64u + bt * 64u; }
+__host__ __device__ static constexpr uint32_t mc_wt_smem(uint32_t bt) {
     return 1024u +
-           (MC_WT_S * MC_WT_STAGE > MC_WG_BT * MC_WG_LD * 4u ? MC_WT_S * MC_WT_STAGE : MC_WG_BT * MC_WG_LD * 4u) +
+           (MC_WT_S * mc_wt_stage(bt) > bt * MC_WG_LD * 4u ? MC_WT_S * mc_wt_stage(bt) : bt * MC_WG_LD * 4u) +
            2u * MC_WT_S * 8u;
 }
-static_assert(mc_wt_smem() <= 227u * 1024u, "the stages fit an H100/H200 block");
+static_assert(mc_wt_stage(64) % 1024u == 0 && mc_wt_stage(128) % 1024u == 0,
+              "stages stay aligned to the swizzle's repeat");
+static_assert(mc_wt_smem(128) <= 227u * 1024u && 2u * (mc_wt_smem(64) + 1024u) <= 228u * 1024u,
+              "the stages fit an H100/H200 block (two blocks of BT 64 a multiprocessor)");
 
 __device__ __forceinline__ void mc_mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -141,13 +168,14 @@ __device__ __forceinline__ uint64_t mc_wg_desc64(uint32_t a) {
 /* Block: weight rows blockIdx.y BR .., rows of x blockIdx.x BT .. (the x tile fastest: consecutive
  * blocks share the weights in L2); warps 0 .. 7 the consumers, warp 8 the producer. tw, tx: the
  * weights' and x''s tensor maps (mc_wt_map); the rest as chunk_gemv_mma's arguments. */
-template <int GLU>
-__global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
+template <int GLU, uint32_t BT>
+__global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     chunk_gemv_wgmma(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, const mc_matrix w,
                      uint32_t ks, const float *rs, const float *bias, const float *res, uint32_t ldr, float *y,
                      uint32_t ldy, uint32_t M) {
-    constexpr uint32_t BR = MC_WG_BR, BT = MC_WG_BT, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WT_S;
-    constexpr uint32_t SA = BR * 64u;
+    static_assert(BT == 64u || BT == 128u, "the instruction's n");
+    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WT_S, ST = mc_wt_stage(BT);
+    constexpr uint32_t SA = BR * 64u, NA = BT / 2u; /* NA: accumulators a thread */
     extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
     const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
     const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
@@ -157,7 +185,7 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
     const uint32_t sbase = (raw + 1023u) & ~1023u; /* the stages, 1024-aligned */
     unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
-    const uint32_t bars = sbase + (mc_wt_smem() - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
+    const uint32_t bars = sbase + (mc_wt_smem(BT) - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
     if (tid == 0) {
         for (uint32_t i = 0; i < S; i++) {
             mc_mbar_init(bars + 8u * i, 1u);
@@ -169,28 +197,28 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
     if (tid >= NTH) { /* the producer warp */
         if (lane == 0)
             for (uint32_t kb = 0; kb < nkb; kb++) {
-                const uint32_t s = kb % S, st = sbase + s * MC_WT_STAGE;
+                const uint32_t s = kb % S, st = sbase + s * ST;
                 if (kb >= S)
                     mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
-                mc_mbar_expect(bars + 8u * s, MC_WT_STAGE);
+                mc_mbar_expect(bars + 8u * s, ST);
                 mc_tma_2d(st, &tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
                 mc_tma_2d(st + SA, &tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
             }
     } else {
         const uint32_t ra = (64u * wg + 16u * ((tid >> 5) & 3u) + g) * 64u + 16u * t;
-        float acc[64], sum[64];
+        float acc[NA], sum[NA];
 #pragma unroll
-        for (int i = 0; i < 64; i++)
+        for (uint32_t i = 0; i < NA; i++)
             acc[i] = 0.0f, sum[i] = 0.0f;
 #pragma unroll 1
         for (uint32_t p = 0; p < ks; p++) {
             const uint32_t kb0 = mc_mma_part(nkb, ks, p), kb1 = mc_mma_part(nkb, ks, p + 1);
 #pragma unroll
-            for (int i = 0; i < 64; i++)
+            for (uint32_t i = 0; i < NA; i++)
                 acc[i] = 0.0f;
 #pragma unroll 1
             for (uint32_t kb = kb0; kb < kb1; kb++) {
-                const uint32_t s = kb % S, so = s * MC_WT_STAGE;
+                const uint32_t s = kb % S, so = s * ST;
                 mc_mbar_wait(bars + 8u * s, (kb / S) & 1u);
                 const uint4 lo = *(const uint4 *)(gbase + so + ra);        /* row g: decode's fragment */
                 const uint4 hi = *(const uint4 *)(gbase + so + ra + 512u); /* row g + 8 */
@@ -207,14 +235,14 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
                     mc_mbar_arrive(bars + 8u * (S + s));
             }
 #pragma unroll
-            for (int i = 0; i < 64; i++)
+            for (uint32_t i = 0; i < NA; i++)
                 sum[i] = p == 0 ? acc[i] : __fadd_rn(sum[i], acc[i]);
         }
         asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory"); /* the consumers: every stage read */
         float *f = (float *)gbase;
         const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
 #pragma unroll
-        for (uint32_t j = 0; j < 16; j++) {
+        for (uint32_t j = 0; j < BT / 8u; j++) {
             const uint32_t k = 8u * j + 2u * t;
             f[k * LD + r] = sum[4 * j];
             f[(k + 1) * LD + r] = sum[4 * j + 1];
@@ -229,9 +257,9 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, 1)
 typedef CUresult (*mc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* A 2-D bf16 tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x 128 rows. */
+/* A 2-D bf16 tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x box rows. */
 static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, uint64_t rows, uint64_t pitch,
-                             CUtensorMapSwizzle sw) {
+                             uint32_t box_rows, CUtensorMapSwizzle sw) {
     static mc_encode_fn fn;
     if (!fn) {
         cudaDriverEntryPointQueryResult q;
@@ -245,22 +273,25 @@ static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, ui
     if (((uintptr_t)base & 15u) || (pitch * 2u) % 16u)
         return cudaErrorInvalidValue;
     const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * 2u};
-    const cuuint32_t box[2] = {32u, 128u}, es[2] = {1u, 1u};
+    const cuuint32_t box[2] = {32u, box_rows}, es[2] = {1u, 1u};
     return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
               sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
                ? cudaSuccess
                : cudaErrorInvalidValue;
 }
 
-/* 1 where this device runs the kernel (an sm_90 device: the file is built for sm_90a alone). */
-static int mc_wg_device_ok(void) {
-    int dev = 0, major = 0, minor = 0;
+/* The current device's multiprocessors where it runs the kernel (an sm_90 device: the file is built
+ * for sm_90a alone), else 0. */
+static int mc_wg_device_sms(void) {
+    int dev = 0, major = 0, minor = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return 0;
-    return major == 9 && minor == 0;
+    return major == 9 && minor == 0 ? sms : 0;
 }
+static int mc_wg_device_ok(void) { return mc_wg_device_sms() > 0; }
 
 int mc_gemv_wgmma_available(void) { return mc_wg_device_ok(); }
 
@@ -268,53 +299,70 @@ int mc_gemv_wgmma_available(void) { return mc_wg_device_ok(); }
 cudaError_t mc_gemv_wgmma_prepare(void) {
     if (!mc_wg_device_ok())
         return cudaSuccess; /* never launched there */
-    cudaError_t e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_NONE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)mc_wt_smem());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_SILU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)mc_wt_smem());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma<MC_GLU_GELU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)mc_wt_smem());
+    cudaError_t e = cudaSuccess;
+#define MC_WT_SET(G, BT)                                                                                               \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mc_wt_smem(BT));
+    MC_WT_SET(MC_GLU_NONE, 128u) MC_WT_SET(MC_GLU_SILU, 128u) MC_WT_SET(MC_GLU_GELU, 128u)
+    MC_WT_SET(MC_GLU_NONE, 64u) MC_WT_SET(MC_GLU_SILU, 64u) MC_WT_SET(MC_GLU_GELU, 64u)
+#undef MC_WT_SET
     return e;
 }
 
 /* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout, rows
- * of the columns rounded up to 32): cudaErrorNotSupported on a device other than sm_90,
- * cudaErrorInvalidValue for mma2's two planes or a matrix a tensor map cannot describe. */
+ * of the columns rounded up to 32), on blocks of bt rows of x (64 or 128; 0: mc_wg_bt's choice):
+ * cudaErrorNotSupported on a device other than sm_90, cudaErrorInvalidValue for mma2's two planes,
+ * another bt or a matrix a tensor map cannot describe. The bits do not depend on bt: each output
+ * element's chain of instructions is the same (wgmma_probe: n 64 and 128 give mma.sync's bits). */
 cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const uint16_t *xo, const float *rsp,
                                  const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
-                                 int glu, uint32_t M, cudaStream_t st) {
-    if (!mc_wg_device_ok())
+                                 int glu, uint32_t M, uint32_t bt, cudaStream_t st) {
+    const int sms = mc_wg_device_sms();
+    if (!sms)
         return cudaErrorNotSupported;
-    if (two)
+    if (two || (bt != 0 && bt != 64 && bt != 128))
         return cudaErrorInvalidValue;
-    const dim3 grid((M + MC_WG_BT - 1) / MC_WG_BT, (w->rows + MC_WG_BR - 1) / MC_WG_BR);
+    const uint32_t row_blocks = (w->rows + MC_WG_BR - 1) / MC_WG_BR;
+    if (bt == 0) /* 128 rows of x a block unless that leaves a quarter of the multiprocessors or more
+                  * without one (blocks of 64 copy the weights twice as often: on the H200 at M 512
+                  * they gain 6% with 96 blocks of 128 (llama-1b's q/k/v), 21-25% with 64 (its output
+                  * and down projections), and lose 12-31% with 128 (llama-8b's) */
+        bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
+    const dim3 grid((M + bt - 1) / bt, row_blocks);
     const uint32_t ldo = (w->cols + 31u) / 32u * 32u;
     CUtensorMap tw, tx;
-    cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, CU_TENSOR_MAP_SWIZZLE_NONE);
+    cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE);
     if (e == cudaSuccess)
-        e = mc_wt_map(&tx, xo, ldo, M, ldo, CU_TENSOR_MAP_SWIZZLE_64B);
+        e = mc_wt_map(&tx, xo, ldo, M, ldo, bt, CU_TENSOR_MAP_SWIZZLE_64B);
     if (e != cudaSuccess)
         return e;
-#define MC_WT(G)                                                                                                       \
-    chunk_gemv_wgmma<G>                                                                                                \
-        <<<grid, MC_WG_NTH + 32u, mc_wt_smem(), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+#define MC_WT(G, BT)                                                                                                   \
+    chunk_gemv_wgmma<G, BT>                                                                                            \
+        <<<grid, MC_WG_NTH + 32u, mc_wt_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+#define MC_WT_BT(G)                                                                                                    \
+    do {                                                                                                               \
+        if (bt == 64u)                                                                                                 \
+            MC_WT(G, 64u);                                                                                             \
+        else                                                                                                           \
+            MC_WT(G, 128u);                                                                                            \
+    } while (0)
     if (glu == MC_GLU_SILU)
-        MC_WT(MC_GLU_SILU);
+        MC_WT_BT(MC_GLU_SILU);
     else if (glu == MC_GLU_GELU)
-        MC_WT(MC_GLU_GELU);
+        MC_WT_BT(MC_GLU_GELU);
     else
-        MC_WT(MC_GLU_NONE);
+        MC_WT_BT(MC_GLU_NONE);
+#undef MC_WT_BT
 #undef MC_WT
     return cudaGetLastError();
 }
 
 /* The census's family of a kernel of this file, NULL for another. */
 const char *mc_gemv_wgmma_family(const void *f) {
-    static const void *const k[] = {(const void *)chunk_gemv_wgmma<MC_GLU_NONE>,
-                                    (const void *)chunk_gemv_wgmma<MC_GLU_SILU>,
-                                    (const void *)chunk_gemv_wgmma<MC_GLU_GELU>};
+    static const void *const k[] = {
+        (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 128u>,
+        (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 64u>,
+        (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)
             return "chunk_gemv";

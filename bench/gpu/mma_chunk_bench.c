@@ -12,8 +12,9 @@
  * through mc_gemv_chunk) and, where the library has mc_gemv_chunk_mma_tile, the other tiles of
  * gemv_mma.cu (1: 4 warps of 64 x 64, 2: 8 warps of 64 x 64, 3: 8 warps of 32 x 64 on 128 x 128
  * blocks, the part sums in registers; tile 0 is 4 warps of 32 x 64 on 128 x 64 blocks; 4: gemv_wgmma.cu's
- * warpgroup kernel fed by the tensor memory accelerator, 128 x 128 blocks, sm_90 only, one plane,
- * the same bits; tile 0 runs it too where mmachunk=auto picks it, an sm_90 device). mc_gemv_chunk_mma_tile
+ * warpgroup kernel fed by the tensor memory accelerator, 128 weight rows by 128 or 64 rows of x
+ * as the grid's size chooses (5: 128, 6: 64), sm_90 only, one plane, the same bits; tile 0 runs
+ * tile 4 where mmachunk=auto picks it, an sm_90 device). mc_gemv_chunk_mma_tile
  * is a weak reference, so the same source linked with an older memra_cuda_kernels times the older
  * kernel (bench/gpu/mma_chunk.sh runs both in one device call). Exit 77 without a device. */
 #include <stdio.h>
@@ -103,10 +104,10 @@ static int mb_shape(const char *var, uint32_t R, uint32_t C, uint32_t M, int glu
     w.cols = C;
     w.stride = C;
     const float *nwp = norm ? dn : NULL, *res = !glu && !norm ? dr : NULL;
-    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 5 : 1); tile++) {
+    for (int tile = 0; tile < (mc_gemv_chunk_mma_tile ? 7 : 1); tile++) {
         w.data = dw[0];
         const cudaError_t e0 = mb_call(tile, &c, &w, dx, C, nwp, res, R, dy, (uint32_t)outn, glu, M, scratch); /* warm */
-        if (tile == 4 && (e0 == cudaErrorNotSupported || e0 == cudaErrorInvalidValue)) { /* not this device, mma2, or an older build */
+        if (tile >= 4 && (e0 == cudaErrorNotSupported || e0 == cudaErrorInvalidValue)) { /* not this device, mma2, or an older build */
             (void)cudaGetLastError();
             printf("gemv=%-4s tile %d rows %5u cols %5u M %4u: %s\n", var, tile, R, C, M, cudaGetErrorString(e0));
             continue;

@@ -14,8 +14,9 @@
  * mapping or a lost k-block does not.
  *
  * gemv_mma.cu's other chunk tiles (mc_gemv_chunk_mma_tile 1 to 3, which the bench times against
- * gemv=mma's) and gemv_wgmma.cu's kernel (tile 4, on an sm_90 device, gemv=mma's one plane; the
- * summary says when it was not run) likewise against decode on every case.
+ * gemv=mma's) and gemv_wgmma.cu's kernel (tiles 4 to 6: its rows of x a block by the grid's size,
+ * 128, 64; on an sm_90 device, gemv=mma's one plane; the summary says when it was not run)
+ * likewise against decode on every case.
  *
  * Negative controls: one weight changed by one bf16 ulp in the chunk's copy of the matrix must give
  * other bits in its row (the comparison sees a one-ulp difference), and gemv=mma's decode must
@@ -38,7 +39,7 @@
 
 /* gemv_mma.cu: the chunk GEMV on tile 0 (gemv=mma's), 1, 2 or 3 (the mma.sync tiles the bench times),
  * or 4 (gemv_wgmma.cu's kernel, one plane: cudaErrorNotSupported on a device other than sm_90) */
-static int mg_wgmma_skipped; /* cases where tile 4 was not this device's */
+static int mg_wgmma_skipped; /* cases where tiles 4 to 6 were not this device's */
 cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                    const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                    float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile);
@@ -228,14 +229,14 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         }
     }
     /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
-    for (int tile = 1; tile <= 4; tile++) {
-        if (tile == 4 && two) /* gemv_wgmma.cu takes one plane */
+    for (int tile = 1; tile <= 6; tile++) {
+        if (tile >= 4 && two) /* gemv_wgmma.cu takes one plane */
             continue;
         e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
         if (e == cudaSuccess)
             e = mc_gemv_chunk_mma_tile(&cfg, &m->d, dx, C, nw, eps, md->glu ? NULL : bias,
                                        md->glu || !md->res ? NULL : dr, R, dyc, OUT, md->glu, M, scratch, 0, tile);
-        if (tile == 4 && e == cudaErrorNotSupported) { /* gemv_wgmma.cu runs on sm_90 alone */
+        if (tile >= 4 && e == cudaErrorNotSupported) { /* gemv_wgmma.cu runs on sm_90 alone */
             (void)cudaGetLastError();
             mg_wgmma_skipped++;
             continue;
@@ -406,7 +407,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         mg_free(&m);
     }
     if (out && mg_wgmma_skipped)
-        fprintf(out, "note: tile 4 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n", mg_wgmma_skipped);
+        fprintf(out, "note: tiles 4 to 6 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n", mg_wgmma_skipped);
     if (n_checked)
         *n_checked = checked;
     return bad;
