@@ -26,7 +26,7 @@
  * the rows 64 wg ..) by BT rows of x (the n of the instruction: 128, or 64 where a grid of 128
  * would leave a quarter of the multiprocessors or more without a block, as llama-1b's projections
  * but gate/up at M 512; two blocks of 64 may then share a multiprocessor); a producer warp copies each
- * k-block (the weights' 128 x 64 bytes without swizzle, x''s 128 x 64 bytes with it) into one of
+ * k-block (the weights' 128 x 64 bytes without swizzle, x''s BT x 64 bytes with it) into one of
  * MC_WT_S stages with the tensor memory accelerator (cp.async.bulk.tensor, one instruction a tile,
  * a full mbarrier a stage counting its bytes, an empty one the consumer warps' releases). Each
  * warpgroup keeps its part's chain in registers (BT / 2 floats a thread), folds it into the part sum
