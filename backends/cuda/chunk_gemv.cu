@@ -422,6 +422,8 @@ static cudaError_t mc_ch_q8(uint32_t ks, const mc_matrix *w, const uint4 *xh, co
 int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w) {
     if (w->cols % 4) /* rows of x (cols floats apart) must stay 16-byte aligned */
         return 0;
+    if (mc_gemv_mma_serves(c, w)) /* q8=mma's chunk runs on gemv_wgmma.cu alone: elsewhere row by row */
+        return mc_gemv_mma_chunk_serves(c, w);
     if (mc_gemv_q8_serves(c, w) || mc_chunk_kq_serves(c, w) || mc_chunk_legacy_serves(c, w))
         return 1;
     return w->type == MEMRA_TYPE_F32 || w->type == MEMRA_TYPE_F16 || w->type == MEMRA_TYPE_BF16 ||
@@ -435,7 +437,8 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
         return cudaSuccess;
     if (glu && w->rows % 2)
         return cudaErrorInvalidValue;
-    if (mc_gemv_mma_serves(c, w)) /* gemv=mma: decode's tensor-core chain, many rows of x (gemv_mma.cu) */
+    if (mc_gemv_mma_serves(c, w) && mc_gemv_mma_chunk_serves(c, w)) /* gemv=mma, q8=mma: decode's tensor-core
+                                                                      * chain, many rows of x (gemv_mma.cu) */
         return mc_gemv_chunk_mma(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st);
     if (!mc_gemv_chunk_batched(c, w)) { /* every other type: the decode GEMV row by row (its bits) */
         for (uint32_t t = 0; t < M; t++) {

@@ -357,9 +357,13 @@ cudaError_t mc_gemv_q8_pro(const mc_config *c, int glu, const mc_matrix *w, cons
  * (chunk_gemv.cu) take the same, so every output element sums in the decode order. */
 uint32_t mc_gemv_ksplit(uint32_t rows);
 uint32_t mc_q8x_ksplit(uint32_t rows);
-/* gemv=mma (gemv_mma.cu): whether it serves w under c (BF16, columns a multiple of 8), the decode launch (with pn: postnorm=fused, no GLU, norm,
- * bias or residual) and the chunk's (mc_gemv_chunk's arguments and scratch), its census. */
-int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w);
+/* gemv=mma and q8=mma (gemv_mma.cu): whether they serve w under c (gemv=mma: BF16, columns a multiple
+ * of 8; q8=mma: Q8_0), whether its chunk kernel does (q8=mma's chunk is gemv_wgmma.cu's alone: an
+ * sm_90 device under mmachunk=auto or wgmma; elsewhere its chunks run row by row), the decode launch
+ * (with pn: postnorm=fused, no GLU, norm, bias or residual) and the chunk's (mc_gemv_chunk's
+ * arguments and scratch), its census. */
+/* mc_gemv_mma_serves: cuda_kernels.h */
+int mc_gemv_mma_chunk_serves(const mc_config *c, const mc_matrix *w);
 cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                         float eps, const float *bias, const float *residual, float *y, cudaStream_t st,
                         const mc_post_args *pn);

@@ -46,8 +46,10 @@ extern "C" {
          "Q8_0 GEMV: auto (integer dots on x quantized to 23 bits for every dense Q8_0 matrix, blocks of 16 warps; "   \
          "a mixture's experts follow the experts key), "                                                              \
          "float (float dots everywhere: other bits), rows (the rule before issue 27: integer dots where rows >= "       \
-         "cols / 2, float elsewhere: other bits on the down projection) or int-8w (auto's bits in blocks of 8 "        \
-         "warps)"},                                                                                                    \
+         "cols / 2, float elsewhere: other bits on the down projection), int-8w (auto's bits in blocks of 8 "          \
+         "warps) or mma (gemv=mma's tensor-core chain: the int8 weights as bf16, x rounded to bf16 once, a Q8_0 "     \
+         "block's two MMAs from +0 then one fmaf by its scale, in decode and in the prefill chunk alike: other bits; " \
+         "its chunk runs on the sm_90 wgmma kernel, under mmachunk=sync or on another device as single steps)"},                                                                                                    \
         {"qdot", "auto",                                                                                               \
          "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: auto (integer dots on quantized x where the type's kernel "  \
          "has them) or float (dequantized weights, float dots: other bits)"},                                          \

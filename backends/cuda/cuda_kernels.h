@@ -52,8 +52,9 @@ uint32_t mc_type_elem_bytes(uint32_t type);
 enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_MMA2 };
 /* q8: AUTO, the integer kernel for every Q8_0 matrix in blocks of 16 warps; FLOAT; ROWS, the rule
  * before issue 27 (integer in blocks of 8 warps where rows >= cols / 2, float elsewhere); INT8W,
- * AUTO's bits in ROWS's blocks of 8 warps. */
-enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W };
+ * AUTO's bits in ROWS's blocks of 8 warps; MMA, gemv=mma's tensor-core chain on the int8 weights as
+ * bf16 and x' rounded to bf16, a block's scale applied after its two MMAs (gemv_mma.cu). */
+enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W, MC_Q8_MMA };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
@@ -153,7 +154,7 @@ typedef struct mc_config {
                          * MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT (the same bits), or MC_GEMV_MMA / MC_GEMV_MMA2
                          * (BF16 on tensor cores, x' as one or two bf16 planes, gemv_mma.cu: other bits, the
                          * chunk's by construction; the other types as auto) */
-    uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS or MC_Q8_INT8W (above) */
+    uint32_t q8;        /* Q8_0 GEMV: MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W or MC_Q8_MMA (above) */
     uint32_t attention; /* MC_ATT_AUTO (cluster, else tiled, else unfused), MC_ATT_TILED, MC_ATT_UNFUSED,
                          * MC_ATT_SPANS (attention=split: fixed spans of MC_ATT_SPAN positions over many
                          * blocks on the cluster kernel's shapes, else auto's path; not MC_ATT_SPLIT, which
@@ -447,6 +448,9 @@ int mc_gemv_chunk_batched(const mc_config *c, const mc_matrix *w);
  * matrix of at most 30,240 columns, a multiple of 32; rows: those with rows >= cols / 2 too), in
  * decode and, on int8 tensor cores or dp4a, in the prefill chunk; else Q8_0 takes the float path. */
 int mc_gemv_q8_serves(const mc_config *c, const mc_matrix *w);
+/* Whether gemv=mma (BF16, columns a multiple of 8) or q8=mma (Q8_0) serves w under c: decode and
+ * the prefill chunk on gemv_mma.cu's tensor-core chain (cuda_common.cuh has the rest). */
+int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w);
 /* gemv=mma's column parts (KS) of a rows x cols BF16 matrix: a function of the shape alone (decode
  * and the chunk take the same, gemv_mma.cu). */
 uint32_t mc_gemv_mma_ksplit(uint32_t rows, uint32_t cols);

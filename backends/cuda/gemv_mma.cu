@@ -33,7 +33,15 @@
  * (consecutive blocks share the weights in L2). On an sm_90 device the chunk runs gemv_wgmma.cu's
  * warpgroup kernel instead (the mmachunk key; the same bits, the probe's finding there). Served: BF16
  * matrices whose columns are a multiple of 8 (mc_gemv_mma_serves); every other type and shape
- * keeps its own kernels under gemv=mma. */
+ * keeps its own kernels under gemv=mma.
+ *
+ * q8=mma runs Q8_0 matrices (columns a multiple of 32) on the same chain with one change: a k-block
+ * is one Q8_0 block, and its two MMAs start from +0 on the block's int8 weights converted to bf16
+ * (exact: mc_q8_frag) against x' as above; then acc = fmaf(the row's block scale, that sum, acc)
+ * (mc_q8_step), acc from +0 a part, the parts added in order as above. Decode keeps 8 k-blocks in
+ * flight (8 bytes a lane and row each, and the two rows' scales); the chunk is gemv_wgmma.cu's
+ * chunk_gemv_wgmma_q8 (sm_90 only: elsewhere q8=mma's chunks run as single steps). Per call: rows x
+ * cols weight bytes and rows x cols / 32 f16 scales (streamed), x, norm_w, bias, residual as above. */
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
 #include "post_norm.cuh"
@@ -43,8 +51,11 @@
 #define MC_MMA_WARPS 8u /* decode block */
 
 int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
-    return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->rows > 0 &&
-           w->cols > 0 && w->cols % 8 == 0;
+    if (w->rows == 0 || w->cols == 0)
+        return 0;
+    if (w->type == MEMRA_TYPE_Q8_0) /* q8=mma: the int8 weights as bf16, a block's scale after its MMAs */
+        return c->q8 == MC_Q8_MMA && w->cols % MEMRA_Q8_0_BLOCK == 0;
+    return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->cols % 8 == 0;
 }
 
 /* The largest of 8, 4, 2 parts whose decode grid (tiles x KS warps) fits one wave of 2 blocks of
@@ -134,7 +145,7 @@ static uint32_t mc_mmad_xs_bytes(uint32_t cols, int pl, bool norm) {
 /* Per call: reads rows x cols weights (streamed), x and norm_w (cols floats), bias and residual;
  * writes y (rows floats, rows / 2 with a GLU); with POST the last block reads y, pn.w, pn.x and
  * writes pn.x. Dynamic shared memory: with xs, mc_mmad_xs_bytes. */
-template <int GLU, int NORM, int POST, int PL>
+template <int GLU, int NORM, int POST, int PL, int Q8 = 0>
 __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     gemv_mma(const mc_matrix w, uint32_t ks, uint32_t xs, const float *x, const float *norm_w, float eps,
              const float *bias, const float *residual, float *y, const mc_post_args pn) {
@@ -145,19 +156,35 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     const bool live = r0 < w.rows;
     const uint32_t nkb = (w.cols + 31) / 32, kb0 = mc_mma_part(nkb, ks, part), kb1 = mc_mma_part(nkb, ks, part + 1);
     const uint32_t ra = r0 + g, rb = r0 + g + 8;
-    const uint4 *pa = (const uint4 *)((const uint16_t *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride);
-    const uint4 *pb = (const uint4 *)((const uint16_t *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride);
-    const uint32_t nq = w.cols / 8; /* 16-byte chunks of a row */
+    /* a lane's 8 columns of a row: 16 bytes of BF16, 8 of Q8_0 (int8, stride in bytes), with q8=mma the
+     * rows' block scales beside them */
+    typedef typename std::conditional<Q8 != 0, uint2, uint4>::type wvec;
+    constexpr uint32_t U = Q8 ? 2u * MC_MMA_U : MC_MMA_U; /* Q8_0: as many weight bytes in flight */
+    const size_t eb = Q8 ? 1u : 2u;
+    const wvec *pa = (const wvec *)((const char *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride * eb);
+    const wvec *pb = (const wvec *)((const char *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride * eb);
+    const uint32_t nsc = w.cols / 32;
+    const uint16_t *qa = Q8 ? w.scales + (size_t)(ra < w.rows ? ra : r0) * nsc : NULL;
+    const uint16_t *qb = Q8 ? w.scales + (size_t)(rb < w.rows ? rb : r0) * nsc : NULL;
+    const uint32_t nq = w.cols / 8; /* 8-column pieces of a row */
     uint4 *xh = mc_mmad_smem, *xlo = xh + nkb * 4, *xf = xh + PL * nkb * 4;
-    uint4 na[MC_MMA_U], nb[MC_MMA_U];
+    wvec na[U], nb[U];
+    uint16_t sa[Q8 ? U : 1], sb[Q8 ? U : 1];
     auto load = [&](uint32_t kb) {
 #pragma unroll
-        for (uint32_t u = 0; u < MC_MMA_U; u++) {
+        for (uint32_t u = 0; u < U; u++) {
             const uint32_t q = (kb + u) * 4 + t;
-            na[u] = nb[u] = make_uint4(0, 0, 0, 0);
+            na[u] = nb[u] = wvec{};
             if (kb + u < kb1 && q < nq) {
                 na[u] = __ldcs(pa + q);
                 nb[u] = __ldcs(pb + q);
+            }
+            if (Q8) {
+                sa[Q8 ? u : 0] = sb[Q8 ? u : 0] = 0;
+                if (kb + u < kb1) {
+                    sa[Q8 ? u : 0] = __ldg(qa + kb + u);
+                    sb[Q8 ? u : 0] = __ldg(qb + kb + u);
+                }
             }
         }
     };
@@ -198,17 +225,20 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     }
     if (live) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
-        for (uint32_t k0 = kb0; k0 < kb1; k0 += MC_MMA_U) {
-            uint4 ca[MC_MMA_U], cb[MC_MMA_U];
+        for (uint32_t k0 = kb0; k0 < kb1; k0 += U) {
+            wvec ca[U], cb[U];
+            uint16_t csa[Q8 ? U : 1], csb[Q8 ? U : 1];
 #pragma unroll
-            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+            for (uint32_t u = 0; u < U; u++) {
                 ca[u] = na[u];
                 cb[u] = nb[u];
+                if (Q8)
+                    csa[Q8 ? u : 0] = sa[Q8 ? u : 0], csb[Q8 ? u : 0] = sb[Q8 ? u : 0];
             }
-            if (k0 + MC_MMA_U < kb1)
-                load(k0 + MC_MMA_U);
+            if (k0 + U < kb1)
+                load(k0 + U);
 #pragma unroll
-            for (uint32_t u = 0; u < MC_MMA_U; u++) {
+            for (uint32_t u = 0; u < U; u++) {
                 const uint32_t kb = k0 + u;
                 if (kb >= kb1)
                     break;
@@ -246,7 +276,14 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                                             mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
                     }
                 }
-                if (PL == 2)
+                if constexpr (Q8 != 0) { /* the block's two MMAs from +0, then its scale */
+                    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mc_mma_kblock(e, mc_q8_frag(ca[u]), mc_q8_frag(cb[u]), xb);
+                    d[0] = mc_q8_step(d[0], csa[u], e[0]);
+                    d[1] = mc_q8_step(d[1], csa[u], e[1]);
+                    d[2] = mc_q8_step(d[2], csb[u], e[2]);
+                    d[3] = mc_q8_step(d[3], csb[u], e[3]);
+                } else if (PL == 2)
                     mc_mma_kblock2(d, ca[u], cb[u], xb, xl);
                 else
                     mc_mma_kblock(d, ca[u], cb[u], xb);
@@ -291,7 +328,9 @@ static cudaError_t mc_mmad_prepare(void) {
     if (e == cudaSuccess)                                                                                              \
         e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);                \
     if (e == cudaSuccess)                                                                                              \
-        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);            \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
     MC_SET(MC_GLU_NONE, 0, 0)
     MC_SET(MC_GLU_NONE, 1, 0)
     MC_SET(MC_GLU_SILU, 0, 0)
@@ -310,7 +349,7 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     cudaError_t e = mc_gemv_prepare(); /* the shared-memory limit (once per device) */
     if (e != cudaSuccess)
         return e;
-    const bool two = c->gemv == MC_GEMV_MMA2;
+    const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols), per_block = MC_MMA_WARPS / ks;
     const uint32_t tiles = (w->rows + 15) / 16, xb = mc_mmad_xs_bytes(w->cols, two ? 2 : 1, norm_w != NULL);
     const uint32_t xs = xb <= MC_MMA_XS_MAX ? 1u : 0u;
@@ -324,10 +363,12 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     mc_launch_attrs(&cfg, attr, 0, c);
     const mc_post_args none = {NULL, NULL, NULL, 0.0f};
 #define MC_L(G, N, P)                                                                                                  \
-    (two ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,               \
-                              pn ? *pn : none)                                                                         \
-         : cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,               \
-                              pn ? *pn : none))
+    (two  ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,              \
+                               pn ? *pn : none)                                                                        \
+     : q8 ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,           \
+                               pn ? *pn : none)                                                                        \
+          : cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,              \
+                               pn ? *pn : none))
     if (pn)
         e = MC_L(MC_GLU_NONE, 0, 1);
     else if (glu == MC_GLU_SILU)
@@ -683,8 +724,10 @@ static cudaError_t mc_mma_ch_launch(const mc_config *c, const mc_matrix *w, uint
 static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
+    const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
     if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 6 ||
-        (tile >= 4 && c->gemv == MC_GEMV_MMA2)) /* gemv_wgmma.cu takes one plane */
+        (tile >= 4 && two) || /* gemv_wgmma.cu takes one plane */
+        (q8 && tile < 4))     /* q8=mma's chunk is gemv_wgmma.cu's alone */
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -698,7 +741,6 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * ldo;
     float *rs = (float *)(base + ((uint64_t)M * ldo * 4 + 255) / 256 * 256);
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
-    const bool two = c->gemv == MC_GEMV_MMA2;
 #define MC_PREP(N, P)                                                                                                  \
     do {                                                                                                               \
         if (tile >= 4) /* one plane (mma2 is refused above) */                                                        \
@@ -735,10 +777,18 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
 /* The mmachunk key: gemv_wgmma.cu's kernel fed by the tensor memory accelerator (tile 4) under wgmma,
  * and under auto on an sm_90 device, for gemv=mma's one plane; the mma.sync tile otherwise. wgmma
  * on another device is an error (cudaErrorNotSupported), never a quiet change of kernel. */
+int mc_gemv_mma_chunk_serves(const mc_config *c, const mc_matrix *w) {
+    if (!mc_gemv_mma_serves(c, w))
+        return 0;
+    if (w->type != MEMRA_TYPE_Q8_0)
+        return 1;
+    return c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available());
+}
+
 cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                               float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
                               int glu, uint32_t M, void *scratch, cudaStream_t st) {
-    const bool wg = c->gemv == MC_GEMV_MMA &&
+    const bool wg = (c->gemv == MC_GEMV_MMA || w->type == MEMRA_TYPE_Q8_0) &&
                     (c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available()));
     return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, wg ? 4 : 0);
 }
@@ -764,6 +814,13 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P>, "gemv_geglu"},                                                  \
         {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P>, "gemv_geglu"},                                                  \
         {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P>, "gemv_postnorm"},                                               \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, P, P == 1>, "gemv"},                                                \
+        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, P, P == 1>, "gemv"},                                                \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, P, P == 1>, "gemv_swiglu"},                                         \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, P, P == 1>, "gemv_swiglu"},                                         \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P, P == 1>, "gemv_geglu"},                                          \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P, P == 1>, "gemv_geglu"},                                          \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P, P == 1>, "gemv_postnorm"},                                       \
         {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \

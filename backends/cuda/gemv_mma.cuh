@@ -40,3 +40,31 @@ __device__ __forceinline__ void mc_mma_epilogue(const float *f, uint32_t rb, uin
         mc_mma_store<GLU>(d, rs != NULL, rs ? rs[tt] : 1.0f, r0, rows, bias, res ? res + tt * ldr : NULL, y + tt * ldy);
     }
 }
+
+/* q8=mma: a Q8_0 weight as a bf16, exactly (an int8 has at most 8 significant bits). p holds two
+ * weights, one in the low byte of each 16-bit half; 0x4300 | (q & 127) is the bf16 128 + (q & 127),
+ * 0x4300 | (q & 128) is 128 or 256 (the sign bit's weight plus 128), and their difference is q: one
+ * fma.rn (m - s, an integer of at most 8 bits: exact). Decode (gemv_mma.cu) and the chunk
+ * (gemv_wgmma.cu) convert with this one function. */
+__device__ __forceinline__ uint32_t mc_s8_bf16x2(uint32_t p) {
+    const uint32_t m = (p & 0x007F007Fu) | 0x43004300u, s = (p & 0x00800080u) | 0x43004300u;
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(s), "r"(0xBF80BF80u), "r"(m));
+    return d;
+}
+/* Four int8 weights (columns c .. c + 3, c in the low byte) as bf16 pairs: .x columns c, c + 1; .y
+ * c + 2, c + 3 (the lower column in the low half, as a BF16 row's pairs). */
+__device__ __forceinline__ uint2 mc_q8_bf16x4(uint32_t w) {
+    return make_uint2(mc_s8_bf16x2(__byte_perm(w, 0u, 0x4140u)), mc_s8_bf16x2(__byte_perm(w, 0u, 0x4342u)));
+}
+/* A lane's 8 int8 columns of a Q8_0 row (8t .. 8t + 7 of a k-block) as the uint4 of bf16 pairs a
+ * BF16 row's 16 bytes give (.x columns 0, 1 .. .w 6, 7). */
+__device__ __forceinline__ uint4 mc_q8_frag(uint2 v) {
+    const uint2 a = mc_q8_bf16x4(v.x), b = mc_q8_bf16x4(v.y);
+    return make_uint4(a.x, a.y, b.x, b.y);
+}
+/* A k-block's chain step under q8=mma for one accumulator: acc + scale * D, D the block's two MMAs from
+ * +0 (fmaf: one rounding). */
+__device__ __forceinline__ float mc_q8_step(float acc, uint16_t scale, float d) {
+    return fmaf(__half2float(__ushort_as_half(scale)), d, acc);
+}

@@ -49,9 +49,10 @@
 #endif
 
 /* d (64 x 128 f32, the m64n128 fragment) += A B over one 16-column instruction, A from registers
- * (a0 .. a3: mma.sync's A fragment of the warp's 16 rows), B from shared memory. */
+ * (a0 .. a3: mma.sync's A fragment of the warp's 16 rows), B from shared memory; with accumulate 0,
+ * d = A B (q8=mma's first instruction of a k-block: decode's MMA from +0). */
 __device__ __forceinline__ void mc_wg_mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint64_t db) {
+                                          uint64_t db, uint32_t accumulate = 1) {
 #ifdef MC_WG_DEVICE
     asm volatile("{\n"
                  ".reg .pred p;\n"
@@ -72,12 +73,12 @@ __device__ __forceinline__ void mc_wg_mma(float (&d)[64], uint32_t a0, uint32_t 
                    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
                    "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
                    "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 #endif
 }
 /* The same with n 64 (d: the m64n64 fragment, 32 f32 a thread). */
 __device__ __forceinline__ void mc_wg_mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint64_t db) {
+                                          uint64_t db, uint32_t accumulate = 1) {
 #ifdef MC_WG_DEVICE
     asm volatile("{\n"
                  ".reg .pred p;\n"
@@ -92,7 +93,7 @@ __device__ __forceinline__ void mc_wg_mma(float (&d)[32], uint32_t a0, uint32_t 
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
                    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
                    "+f"(d[30]), "+f"(d[31])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 #endif
 }
 /* Keeps the compiler from moving accesses of the accumulators across an asynchronous MMA. */
@@ -126,6 +127,16 @@ __host__ __device__ static constexpr uint32_t mc_wt_smem(uint32_t bt) {
            (MC_WT_S * mc_wt_stage(bt) > bt * MC_WG_LD * 4u ? MC_WT_S * mc_wt_stage(bt) : bt * MC_WG_LD * 4u) +
            2u * MC_WT_S * 8u;
 }
+/* q8=mma's (chunk_gemv_wgmma_q8): a stage holds the weights' 128 x 32 int8 bytes and x''s BT x 64;
+ * the part sums' table has its own place after the stages (the part sums are added there as each
+ * part ends, while later stages stream). */
+__host__ __device__ static constexpr uint32_t mc_wq_stage(uint32_t bt) { return MC_WG_BR * 32u + bt * 64u; }
+__host__ __device__ static constexpr uint32_t mc_wq_smem(uint32_t bt) {
+    return 1024u + MC_WT_S * mc_wq_stage(bt) + bt * MC_WG_LD * 4u + 2u * MC_WT_S * 8u;
+}
+static_assert(mc_wq_stage(64) % 1024u == 0 && mc_wq_stage(128) % 1024u == 0 && mc_wq_smem(128) <= 227u * 1024u &&
+                  2u * (mc_wq_smem(64) + 1024u) <= 228u * 1024u,
+              "q8=mma's stages stay aligned and fit (two blocks of BT 64 a multiprocessor)");
 static_assert(mc_wt_stage(64) % 1024u == 0 && mc_wt_stage(128) % 1024u == 0,
               "stages stay aligned to the swizzle's repeat");
 static_assert(mc_wt_smem(128) <= 227u * 1024u && 2u * (mc_wt_smem(64) + 1024u) <= 228u * 1024u,
@@ -254,12 +265,126 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     }
 }
 
+
+/* q8=mma's chunk: chunk_gemv_wgmma's block, producer and B operand, on Q8_0 weights. A stage holds
+ * the weights' 128 rows x 32 int8 (one Q8_0 block a row); lane (g, t) reads the 8 bytes of columns
+ * 8t .. of rows g and g + 8 and converts them to bf16 (mc_q8_frag, exact: decode's fragment); each
+ * k-block is decode's two MMAs from +0 (the first with the accumulator off) into d, retired, then
+ * acc = fmaf(scale of the row's block, d, acc) for each element (mc_q8_step); at a part's last
+ * k-block acc goes into the table (the first part copied, the others added in part order), which
+ * the epilogue reads. The rows' block scales come from global memory two k-blocks ahead of their
+ * use (the loop takes k-blocks in pairs). */
+template <int GLU, uint32_t BT>
+__global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
+    chunk_gemv_wgmma_q8(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
+                        const mc_matrix w, uint32_t ks, const float *rs, const float *bias, const float *res,
+                        uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    static_assert(BT == 64u || BT == 128u, "the instruction's n");
+    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WT_S, ST = mc_wq_stage(BT);
+    constexpr uint32_t SA = BR * 32u, NA = BT / 2u; /* NA: accumulators a thread */
+    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
+    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), nkb = (w.cols + 31) / 32;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
+    const uint32_t sbase = (raw + 1023u) & ~1023u; /* the stages, 1024-aligned */
+    unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
+    float *f = (float *)(gbase + S * ST); /* the table */
+    const uint32_t bars = sbase + (mc_wq_smem(BT) - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
+    if (tid == 0) {
+        for (uint32_t i = 0; i < S; i++) {
+            mc_mbar_init(bars + 8u * i, 1u);
+            mc_mbar_init(bars + 8u * (S + i), NTH / 32u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= NTH) { /* the producer warp */
+        if (lane == 0)
+            for (uint32_t kb = 0; kb < nkb; kb++) {
+                const uint32_t s = kb % S, st = sbase + s * ST;
+                if (kb >= S)
+                    mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
+                mc_mbar_expect(bars + 8u * s, ST);
+                mc_tma_2d(st, &tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
+                mc_tma_2d(st + SA, &tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
+            }
+        return;
+    }
+    const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g; /* the thread's rows r and r + 8 of the block */
+    const uint32_t ra = r * 32u + 8u * t, nsc = w.cols / 32u;
+    const uint16_t *qa = w.scales + (size_t)(rb + r < w.rows ? rb + r : rb) * nsc;
+    const uint16_t *qb = w.scales + (size_t)(rb + r + 8u < w.rows ? rb + r + 8u : rb) * nsc;
+    float acc[NA], d[NA];
+#pragma unroll
+    for (uint32_t i = 0; i < NA; i++)
+        d[i] = 0.0f; /* written by each k-block's first MMA (accumulator off) before any read */
+    auto step = [&](uint32_t kb, uint16_t sa, uint16_t sb) {
+        const uint32_t s = kb % S, so = s * ST;
+        mc_mbar_wait(bars + 8u * s, (kb / S) & 1u);
+        const uint4 lo = mc_q8_frag(*(const uint2 *)(gbase + so + ra));        /* row g */
+        const uint4 hi = mc_q8_frag(*(const uint2 *)(gbase + so + ra + 256u)); /* row g + 8 */
+        mc_wg_fence_regs(d);
+        mc_wg_arrive();
+        const uint32_t b = sbase + so + SA;
+        mc_wg_mma(d, lo.x, hi.x, lo.y, hi.y, mc_wg_desc64(b), 0u);
+        mc_wg_mma(d, lo.z, hi.z, lo.w, hi.w, mc_wg_desc64(b + 32u));
+        mc_wg_commit();
+        mc_wg_wait<0>();
+        mc_wg_fence_regs(d);
+        __syncwarp();
+        if (lane == 0)
+            mc_mbar_arrive(bars + 8u * (S + s));
+#pragma unroll
+        for (uint32_t i = 0; i < NA; i++)
+            acc[i] = mc_q8_step(acc[i], (i & 2u) ? sb : sa, d[i]);
+    };
+#pragma unroll 1
+    for (uint32_t p = 0; p < ks; p++) {
+        const uint32_t kb0 = mc_mma_part(nkb, ks, p), kb1 = mc_mma_part(nkb, ks, p + 1);
+#pragma unroll
+        for (uint32_t i = 0; i < NA; i++)
+            acc[i] = 0.0f;
+        uint16_t sa0 = 0, sb0 = 0, sa1 = 0, sb1 = 0;
+        if (kb0 < kb1)
+            sa0 = __ldg(qa + kb0), sb0 = __ldg(qb + kb0);
+        if (kb0 + 1 < kb1)
+            sa1 = __ldg(qa + kb0 + 1), sb1 = __ldg(qb + kb0 + 1);
+#pragma unroll 1
+        for (uint32_t kb = kb0; kb < kb1; kb += 2) {
+            uint16_t na0 = 0, nb0 = 0, na1 = 0, nb1 = 0; /* the next pair's scales, in flight */
+            if (kb + 2 < kb1)
+                na0 = __ldg(qa + kb + 2), nb0 = __ldg(qb + kb + 2);
+            if (kb + 3 < kb1)
+                na1 = __ldg(qa + kb + 3), nb1 = __ldg(qb + kb + 3);
+            step(kb, sa0, sb0);
+            if (kb + 1 < kb1)
+                step(kb + 1, sa1, sb1);
+            sa0 = na0, sb0 = nb0, sa1 = na1, sb1 = nb1;
+        }
+        /* the part's chain ends: into the table, in part order (the lane's own cells) */
+#pragma unroll
+        for (uint32_t j = 0; j < BT / 8u; j++) {
+            const uint32_t k = 8u * j + 2u * t;
+            float *c[4] = {&f[k * LD + r], &f[(k + 1) * LD + r], &f[k * LD + r + 8], &f[(k + 1) * LD + r + 8]};
+#pragma unroll
+            for (uint32_t e = 0; e < 4; e++)
+                *c[e] = p == 0 ? acc[4 * j + e] : __fadd_rn(*c[e], acc[4 * j + e]);
+        }
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory"); /* the consumers: the table complete */
+    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
+}
+
 typedef CUresult (*mc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* A 2-D bf16 tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x box rows. */
+/* A 2-D bf16 (u8: uint8) tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x
+ * box rows. */
 static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, uint64_t rows, uint64_t pitch,
-                             uint32_t box_rows, CUtensorMapSwizzle sw) {
+                             uint32_t box_rows, CUtensorMapSwizzle sw, bool u8 = false) {
     static mc_encode_fn fn;
     if (!fn) {
         cudaDriverEntryPointQueryResult q;
@@ -270,11 +395,12 @@ static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, ui
             return cudaErrorNotSupported;
         fn = (mc_encode_fn)p;
     }
-    if (((uintptr_t)base & 15u) || (pitch * 2u) % 16u)
+    const uint64_t eb = u8 ? 1u : 2u;
+    if (((uintptr_t)base & 15u) || (pitch * eb) % 16u)
         return cudaErrorInvalidValue;
-    const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * 2u};
+    const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * eb};
     const cuuint32_t box[2] = {32u, box_rows}, es[2] = {1u, 1u};
-    return fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+    return fn(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
               sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
                ? cudaSuccess
                : cudaErrorInvalidValue;
@@ -306,6 +432,13 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
     MC_WT_SET(MC_GLU_NONE, 128u) MC_WT_SET(MC_GLU_SILU, 128u) MC_WT_SET(MC_GLU_GELU, 128u)
     MC_WT_SET(MC_GLU_NONE, 64u) MC_WT_SET(MC_GLU_SILU, 64u) MC_WT_SET(MC_GLU_GELU, 64u)
 #undef MC_WT_SET
+#define MC_WQ_SET(G, BT)                                                                                               \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_q8<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)mc_wq_smem(BT));
+    MC_WQ_SET(MC_GLU_NONE, 128u) MC_WQ_SET(MC_GLU_SILU, 128u) MC_WQ_SET(MC_GLU_GELU, 128u)
+    MC_WQ_SET(MC_GLU_NONE, 64u) MC_WQ_SET(MC_GLU_SILU, 64u) MC_WQ_SET(MC_GLU_GELU, 64u)
+#undef MC_WQ_SET
     return e;
 }
 
@@ -330,15 +463,24 @@ cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const
         bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
     const dim3 grid((M + bt - 1) / bt, row_blocks);
     const uint32_t ldo = (w->cols + 31u) / 32u * 32u;
+    const bool q8 = w->type == MEMRA_TYPE_Q8_0; /* q8=mma: chunk_gemv_wgmma_q8 */
+    if (q8 && (w->cols % 32u || !w->scales))
+        return cudaErrorInvalidValue;
     CUtensorMap tw, tx;
-    cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE);
+    cudaError_t e = mc_wt_map(&tw, w->data, w->cols, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, q8);
     if (e == cudaSuccess)
         e = mc_wt_map(&tx, xo, ldo, M, ldo, bt, CU_TENSOR_MAP_SWIZZLE_64B);
     if (e != cudaSuccess)
         return e;
 #define MC_WT(G, BT)                                                                                                   \
-    chunk_gemv_wgmma<G, BT>                                                                                            \
-        <<<grid, MC_WG_NTH + 32u, mc_wt_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+    do {                                                                                                               \
+        if (q8)                                                                                                        \
+            chunk_gemv_wgmma_q8<G, BT>                                                                                 \
+                <<<grid, MC_WG_NTH + 32u, mc_wq_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);  \
+        else                                                                                                           \
+            chunk_gemv_wgmma<G, BT>                                                                                    \
+                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);  \
+    } while (0)
 #define MC_WT_BT(G)                                                                                                    \
     do {                                                                                                               \
         if (bt == 64u)                                                                                                 \
@@ -362,7 +504,10 @@ const char *mc_gemv_wgmma_family(const void *f) {
     static const void *const k[] = {
         (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 128u>,
         (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 64u>,
-        (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>};
+        (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>,
+        (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 128u>,
+        (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 64u>,
+        (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 64u>};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)
             return "chunk_gemv";

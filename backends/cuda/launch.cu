@@ -16,7 +16,7 @@ static const struct {
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
      "auto, rowgroup, persistent, mma, mma2"},
-    {"q8", offsetof(mc_config, q8), {"auto", "float", "rows", "int-8w"}, "auto, float, rows, int-8w"},
+    {"q8", offsetof(mc_config, q8), {"auto", "float", "rows", "int-8w", "mma"}, "auto, float, rows, int-8w, mma"},
     {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split", "heads", "cluster"},
      "auto, tiled, unfused, split, heads, cluster"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},

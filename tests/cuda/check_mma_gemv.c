@@ -25,6 +25,11 @@
  * gemv=mma2 (x' as two bf16 planes) the same way, its reference on x' = high + low plane, and its
  * decode against gemv=mma's (its own bits).
  *
+ * q8=mma (Q8_0 on the same chain: the int8 weights as bf16, a block's two MMAs from +0, then one fmaf
+ * by its scale) the same way on Q8_0 matrices (columns a multiple of 32), its reference on weights
+ * q * scale; its chunk is gemv_wgmma.cu's alone (tiles 4 to 6; tile 0 then runs it too), its decode
+ * against q8=auto's integer kernel (its own bits), and one weight one quantum off must show.
+ *
  * A plain program for the device machine (no Criterion there); exit 77 without a device. */
 #include <math.h>
 #include <stdio.h>
@@ -46,9 +51,50 @@ cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const
 
 typedef struct mg_mat {
     uint32_t rows, cols, stride;
-    uint16_t *h; /* rows x stride bf16 (padding zero) */
+    uint16_t *h; /* rows x stride bf16 (padding zero); q8: the f16 block scales, rows x cols / 32 */
     mc_matrix d;
+    int q8;    /* a Q8_0 matrix (q8=mma) */
+    int8_t *h8; /* q8: rows x stride int8 */
 } mg_mat;
+
+/* A Q8_0 matrix in the upload layout (check_util.h's draw, the host copy kept for the reference). */
+static int mg_upload_q8(mg_mat *m, uint64_t *s) {
+    m->q8 = 1;
+    m->stride = (m->cols + 15) / 16 * 16;
+    const size_t n = (size_t)m->rows * m->stride, ns = (size_t)m->rows * (m->cols / 32);
+    m->h8 = calloc(n, 1);
+    m->h = malloc(ns * 2);
+    if (!m->h8 || !m->h)
+        return -1;
+    for (uint32_t r = 0; r < m->rows; r++)
+        for (uint32_t c = 0; c < m->cols; c++)
+            m->h8[(size_t)r * m->stride + c] = (int8_t)((int)(mck_next(s) % 256) - 128);
+    for (size_t i = 0; i < ns; i++)
+        m->h[i] = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.002f + 0.02f * mck_unit(s)));
+    memset(&m->d, 0, sizeof m->d);
+    m->d.type = MEMRA_TYPE_Q8_0;
+    m->d.rows = m->rows;
+    m->d.cols = m->cols;
+    m->d.stride = m->stride;
+    if (cudaMalloc(&m->d.data, n) != cudaSuccess || cudaMemcpy(m->d.data, m->h8, n, cudaMemcpyHostToDevice) ||
+        cudaMalloc((void **)&m->d.scales, ns * 2) != cudaSuccess ||
+        cudaMemcpy(m->d.scales, m->h, ns * 2, cudaMemcpyHostToDevice))
+        return -1;
+    return 0;
+}
+/* Weight (r, c) as the kernels read it. */
+static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
+    if (m->q8)
+        return (double)m->h8[(size_t)r * m->stride + c] * memra_f16_to_f32(m->h[(size_t)r * (m->cols / 32) + c / 32]);
+    return memra_bf16_to_f32(m->h[(size_t)r * m->stride + c]);
+}
+/* The arm key a variant sets: q8 for "q8mma" (q8=mma), gemv otherwise. */
+static void mg_choose(mc_config *cfg, const char *var) {
+    if (strcmp(var, "q8mma") == 0)
+        mc_config_choice(cfg, "q8", "mma");
+    else
+        mc_config_choice(cfg, "gemv", var);
+}
 
 static int mg_upload(mg_mat *m, uint64_t *s) {
     m->stride = (m->cols + 7) / 8 * 8;
@@ -70,6 +116,8 @@ static int mg_upload(mg_mat *m, uint64_t *s) {
 }
 static void mg_free(mg_mat *m) {
     cudaFree(m->d.data);
+    cudaFree(m->d.scales);
+    free(m->h8);
     free(m->h);
     memset(m, 0, sizeof *m);
 }
@@ -98,7 +146,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL, *dyd = NULL, *dyc = NULL;
     void *scratch = NULL, *wcopy = NULL;
     mc_config cfg = mc_config_default;
-    mc_config_choice(&cfg, "gemv", var);
+    mg_choose(&cfg, var);
     const int two = strcmp(var, "mma2") == 0;
     if (!hx || !hn || !hb || !hr || !yd || !yc)
         goto done;
@@ -133,13 +181,19 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     mc_matrix wc = m->d;
     const size_t r_p = R / 2, c_p = C - 1 - C / 3;
     if (e == cudaSuccess && perturb) {
-        const size_t n = (size_t)R * m->stride * 2;
+        const size_t n = (size_t)R * m->stride * (m->q8 ? 1 : 2);
         e = cudaMalloc(&wcopy, n);
         if (e == cudaSuccess)
             e = cudaMemcpy(wcopy, m->d.data, n, cudaMemcpyDeviceToDevice);
-        uint16_t v = (uint16_t)(m->h[r_p * m->stride + c_p] + 1); /* one ulp */
-        if (e == cudaSuccess)
-            e = cudaMemcpy((uint16_t *)wcopy + r_p * m->stride + c_p, &v, 2, cudaMemcpyHostToDevice);
+        if (m->q8) { /* one quantum */
+            const int8_t q = m->h8[r_p * m->stride + c_p], v = (int8_t)(q == 127 ? 126 : q + 1);
+            if (e == cudaSuccess)
+                e = cudaMemcpy((int8_t *)wcopy + r_p * m->stride + c_p, &v, 1, cudaMemcpyHostToDevice);
+        } else {
+            uint16_t v = (uint16_t)(m->h[r_p * m->stride + c_p] + 1); /* one ulp */
+            if (e == cudaSuccess)
+                e = cudaMemcpy((uint16_t *)wcopy + r_p * m->stride + c_p, &v, 2, cudaMemcpyHostToDevice);
+        }
         wc.data = wcopy;
     }
     if (e == cudaSuccess)
@@ -195,7 +249,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
                     const float xp = md->norm ? x[c] * hn[c] : x[c];
                     const float xh = memra_bf16_to_f32(memra_f32_to_bf16(xp)); /* mma2: + the low plane */
                     const double xb = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
-                    const double wv = memra_bf16_to_f32(m->h[(size_t)r * m->stride + c]);
+                    const double wv = mg_w(m, r, c);
                     a += wv * xb;
                     am += fabs(wv * xb);
                 }
@@ -230,7 +284,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     }
     /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
     for (int tile = 1; tile <= 6; tile++) {
-        if (tile >= 4 && two) /* gemv_wgmma.cu takes one plane */
+        if ((tile >= 4 && two) || (tile < 4 && m->q8)) /* gemv_wgmma.cu takes one plane; q8=mma's chunk is its alone */
             continue;
         e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
         if (e == cudaSuccess)
@@ -287,8 +341,8 @@ static int mg_versus_auto(FILE *out, const char *var, const char *other, const m
     float *dx = NULL, *dy1 = NULL, *dy2 = NULL;
     int bad = -1;
     mc_config a = mc_config_default, b = mc_config_default;
-    mc_config_choice(&a, "gemv", other);
-    mc_config_choice(&b, "gemv", var);
+    mg_choose(&a, other);
+    mg_choose(&b, var);
     if (!hx || !y1 || !y2 || cudaMalloc((void **)&dx, (size_t)C * 4) || cudaMalloc((void **)&dy1, (size_t)R * 4) ||
         cudaMalloc((void **)&dy2, (size_t)R * 4))
         goto done;
@@ -339,7 +393,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
             bad++;
         }
         uint64_t s = 0x5eed + si;
-        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}};
+        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}, 0, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;
@@ -373,7 +427,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
     /* not served (columns no multiple of 8): gemv=auto's kernels and bits */
     {
         uint64_t s = 0xab;
-        mg_mat m = {100, 100, 0, NULL, {0}};
+        mg_mat m = {100, 100, 0, NULL, {0}, 0, NULL};
         const int v = mg_upload(&m, &s) == 0 ? mg_versus_auto(out, "mma", "auto", &m, 1, 7) : -1;
         const int v2 = v < 0 ? -1 : mg_versus_auto(out, "mma2", "auto", &m, 1, 8);
         mg_free(&m);
@@ -382,10 +436,50 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         bad += v + v2;
         checked += 2;
     }
+    /* q8=mma: Q8_0 matrices (columns a multiple of 32) on the same modes; decode against auto's
+     * integer kernel (its own bits) */
+    {
+        static const struct {
+            uint32_t rows, cols;
+        } q8s[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512}, {38, 256}, {40000, 256}, {64, 96}};
+        for (size_t si = 0; si < sizeof q8s / sizeof q8s[0]; si++) {
+            uint64_t s = 0x9e0 + si;
+            mg_mat m = {q8s[si].rows, q8s[si].cols, 0, NULL, {0}, 0, NULL};
+            if (mg_upload_q8(&m, &s) != 0) {
+                mg_free(&m);
+                return -1;
+            }
+            const uint64_t big = (uint64_t)m.rows * m.cols;
+            for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
+                for (size_t k = 0; k < sizeof Ms / sizeof Ms[0]; k++) {
+                    if (modes[mi].glu && m.rows % 2)
+                        continue;
+                    if (Ms[k] >= 200 && big > ((uint64_t)4 << 20) && mi % 2)
+                        continue;
+                    const int b = mg_case(out, "q8mma", &m, &modes[mi], Ms[k], 31000 + 100 * si + 10 * mi + k, 0);
+                    if (b < 0) {
+                        mg_free(&m);
+                        return -1;
+                    }
+                    bad += b;
+                    checked++;
+                }
+            const int v = mg_versus_auto(out, "q8mma", "auto", &m, 0, 299 + si);
+            const int pc = v < 0 ? -1 : mg_case(NULL, "q8mma", &m, &modes[si % 4], 9, 655 + si, 1);
+            mg_free(&m);
+            if (v < 0 || pc < 0)
+                return -1;
+            if (pc && out)
+                fprintf(out, "negative control (q8mma %ux%u): a weight one quantum off gave the same bits\n",
+                        q8s[si].rows, q8s[si].cols);
+            bad += v + pc;
+            checked += 2;
+        }
+    }
     /* negative control: one weight one ulp off in the chunk's matrix must show */
     {
         uint64_t s = 0xcd;
-        mg_mat m = {300, 1000, 0, NULL, {0}};
+        mg_mat m = {300, 1000, 0, NULL, {0}, 0, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;

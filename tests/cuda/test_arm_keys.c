@@ -143,6 +143,11 @@ Test(cuda_arm_keys, q8_integer_kernel_serves_every_q8_0_matrix_under_auto) {
     cr_assert_eq(rows.q8, MC_Q8_ROWS);
     cr_assert_eq(w8.q8, MC_Q8_INT8W);
     cr_assert_str_eq(mc_config_choice_name(&w8, "q8"), "int-8w");
+    mc_config mm = mc_config_default;
+    cr_assert_null(mc_config_choice(&mm, "q8", "mma"));
+    cr_assert_eq(mm.q8, MC_Q8_MMA);
+    cr_assert_str_eq(mc_config_choice_name(&mm, "q8"), "mma");
+    cr_assert_not_null(mc_config_choice(&mm, "q8", "mma2"), "q8 refuses a value it does not have");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mc_matrix w;
         memset(&w, 0, sizeof w);
@@ -153,6 +158,12 @@ Test(cuda_arm_keys, q8_integer_kernel_serves_every_q8_0_matrix_under_auto) {
         cr_assert_eq(mc_gemv_q8_serves(&w8, &w), cases[i].want_auto, "int-8w, %ux%u", w.rows, w.cols);
         cr_assert_eq(mc_gemv_q8_serves(&rows, &w), cases[i].want_rows, "rows, %ux%u", w.rows, w.cols);
         cr_assert_eq(mc_gemv_q8_serves(&fl, &w), 0, "float, %ux%u", w.rows, w.cols);
+        /* q8=mma: gemv_mma.cu's chain for every Q8_0 matrix (columns a multiple of 32), never the
+         * integer kernel; gemv=mma alone leaves Q8_0 to q8's kernels */
+        cr_assert_eq(mc_gemv_q8_serves(&mm, &w), 0, "q8=mma, %ux%u", w.rows, w.cols);
+        cr_assert_eq(mc_gemv_mma_serves(&mm, &w), w.type == MEMRA_TYPE_Q8_0 && w.cols % 32 == 0, "q8=mma, %ux%u type %u",
+                     w.rows, w.cols, w.type);
+        cr_assert_eq(mc_gemv_mma_serves(&c, &w), 0, "auto, %ux%u type %u", w.rows, w.cols, w.type);
     }
 }
 
