@@ -65,6 +65,8 @@ __device__ __forceinline__ uint4 mc_q8_frag(uint2 v) {
 }
 /* A k-block's chain step under q8=mma for one accumulator: acc + scale * D, D the block's two MMAs from
  * +0 (fmaf: one rounding). */
+__device__ __forceinline__ float mc_q8_scale(uint16_t scale) { return __half2float(__ushort_as_half(scale)); }
+__device__ __forceinline__ float mc_q8_stepf(float acc, float scale, float d) { return fmaf(scale, d, acc); }
 __device__ __forceinline__ float mc_q8_step(float acc, uint16_t scale, float d) {
-    return fmaf(__half2float(__ushort_as_half(scale)), d, acc);
+    return mc_q8_stepf(acc, mc_q8_scale(scale), d);
 }

@@ -123,8 +123,7 @@ template <int N> __device__ __forceinline__ void mc_wg_wait(void) {
  * shared memory (the stages, or the epilogue's BT x LD floats over them, and the mbarriers). */
 __host__ __device__ static constexpr uint32_t mc_wt_stage(uint32_t bt) { return MC_WG_BR * 64u + bt * 64u; }
 __host__ __device__ static constexpr uint32_t mc_wt_smem(uint32_t bt) {
-    return 1024u +
-           (MC_WT_S * mc_wt_stage(bt) > bt * MC_WG_LD * 4u ? MC_WT_S * mc_wt_stage(bt) : bt * MC_WG_LD * 4u) +
+    return 1024u + (MC_WT_S * mc_wt_stage(bt) > bt * MC_WG_LD * 4u ? MC_WT_S * mc_wt_stage(bt) : bt * MC_WG_LD * 4u) +
            2u * MC_WT_S * 8u;
 }
 /* q8=mma's (chunk_gemv_wgmma_q8): a stage holds the weights' 128 x 32 int8 bytes and x''s BT x 64;
@@ -265,7 +264,6 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     }
 }
 
-
 /* q8=mma's chunk: chunk_gemv_wgmma's block, producer and B operand, on Q8_0 weights. A stage holds
  * the weights' 128 rows x 32 int8 (one Q8_0 block a row); lane (g, t) reads the 8 bytes of columns
  * 8t .. of rows g and g + 8 and converts them to bf16 (mc_q8_frag, exact: decode's fragment); each
@@ -291,7 +289,7 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
     const uint32_t sbase = (raw + 1023u) & ~1023u; /* the stages, 1024-aligned */
     unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
-    float *f = (float *)(gbase + S * ST); /* the table */
+    float *f = (float *)(gbase + S * ST);                                 /* the table */
     const uint32_t bars = sbase + (mc_wq_smem(BT) - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
     if (tid == 0) {
         for (uint32_t i = 0; i < S; i++) {
@@ -337,9 +335,10 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
         __syncwarp();
         if (lane == 0)
             mc_mbar_arrive(bars + 8u * (S + s));
+        const float fa = mc_q8_scale(sa), fb = mc_q8_scale(sb);
 #pragma unroll
         for (uint32_t i = 0; i < NA; i++)
-            acc[i] = mc_q8_step(acc[i], (i & 2u) ? sb : sa, d[i]);
+            acc[i] = mc_q8_stepf(acc[i], (i & 2u) ? fb : fa, d[i]);
     };
 #pragma unroll 1
     for (uint32_t p = 0; p < ks; p++) {
@@ -400,8 +399,9 @@ static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, ui
         return cudaErrorInvalidValue;
     const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * eb};
     const cuuint32_t box[2] = {32u, box_rows}, es[2] = {1u, 1u};
-    return fn(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-              sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+    return fn(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride,
+              box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
                ? cudaSuccess
                : cudaErrorInvalidValue;
 }
@@ -428,18 +428,20 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
     cudaError_t e = cudaSuccess;
 #define MC_WT_SET(G, BT)                                                                                               \
     if (e == cudaSuccess)                                                                                              \
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mc_wt_smem(BT));
-    MC_WT_SET(MC_GLU_NONE, 128u) MC_WT_SET(MC_GLU_SILU, 128u) MC_WT_SET(MC_GLU_GELU, 128u)
-    MC_WT_SET(MC_GLU_NONE, 64u) MC_WT_SET(MC_GLU_SILU, 64u) MC_WT_SET(MC_GLU_GELU, 64u)
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+                                 (int)mc_wt_smem(BT));
+    MC_WT_SET(MC_GLU_NONE, 128u)
+    MC_WT_SET(MC_GLU_SILU, 128u) MC_WT_SET(MC_GLU_GELU, 128u) MC_WT_SET(MC_GLU_NONE, 64u) MC_WT_SET(MC_GLU_SILU, 64u)
+        MC_WT_SET(MC_GLU_GELU, 64u)
 #undef MC_WT_SET
 #define MC_WQ_SET(G, BT)                                                                                               \
     if (e == cudaSuccess)                                                                                              \
         e = cudaFuncSetAttribute(chunk_gemv_wgmma_q8<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
                                  (int)mc_wq_smem(BT));
-    MC_WQ_SET(MC_GLU_NONE, 128u) MC_WQ_SET(MC_GLU_SILU, 128u) MC_WQ_SET(MC_GLU_GELU, 128u)
-    MC_WQ_SET(MC_GLU_NONE, 64u) MC_WQ_SET(MC_GLU_SILU, 64u) MC_WQ_SET(MC_GLU_GELU, 64u)
+            MC_WQ_SET(MC_GLU_NONE, 128u) MC_WQ_SET(MC_GLU_SILU, 128u) MC_WQ_SET(MC_GLU_GELU, 128u)
+                MC_WQ_SET(MC_GLU_NONE, 64u) MC_WQ_SET(MC_GLU_SILU, 64u) MC_WQ_SET(MC_GLU_GELU, 64u)
 #undef MC_WQ_SET
-    return e;
+                    return e;
 }
 
 /* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout, rows
@@ -456,14 +458,15 @@ cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const
     if (two || (bt != 0 && bt != 64 && bt != 128))
         return cudaErrorInvalidValue;
     const uint32_t row_blocks = (w->rows + MC_WG_BR - 1) / MC_WG_BR;
+    const bool q8 = w->type == MEMRA_TYPE_Q8_0; /* q8=mma: chunk_gemv_wgmma_q8 */
     if (bt == 0) /* 128 rows of x a block unless that leaves a quarter of the multiprocessors or more
                   * without one (blocks of 64 copy the weights twice as often: on the H200 at M 512
                   * they gain 6% with 96 blocks of 128 (llama-1b's q/k/v), 21-25% with 64 (its output
                   * and down projections), and lose 12-31% with 128 (llama-8b's) */
-        bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
+        bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u; /* q8=mma too:
+                  * 64 everywhere lost 9-10% on llama-8b Q8_0 (pp512 10.4-10.8k against 11.5-12.0k) */
     const dim3 grid((M + bt - 1) / bt, row_blocks);
     const uint32_t ldo = (w->cols + 31u) / 32u * 32u;
-    const bool q8 = w->type == MEMRA_TYPE_Q8_0; /* q8=mma: chunk_gemv_wgmma_q8 */
     if (q8 && (w->cols % 32u || !w->scales))
         return cudaErrorInvalidValue;
     CUtensorMap tw, tx;
@@ -502,9 +505,9 @@ cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const
 /* The census's family of a kernel of this file, NULL for another. */
 const char *mc_gemv_wgmma_family(const void *f) {
     static const void *const k[] = {
-        (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 128u>,
-        (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 64u>,
-        (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>,
+        (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 128u>,    (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 128u>,
+        (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 128u>,    (const void *)chunk_gemv_wgmma<MC_GLU_NONE, 64u>,
+        (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,     (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 128u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 64u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 64u>};
