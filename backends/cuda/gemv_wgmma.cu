@@ -168,6 +168,36 @@ __device__ __forceinline__ void mc_tma_2d(uint32_t dst, const CUtensorMap *map, 
                  : "memory");
 #endif
 }
+/* The block's mbarriers at bars: full[S] (the producer's one arrival and the stage's bytes), then
+ * empty[S] (one arrival from each of the NTH / 32 consumer warps), made by thread 0 and visible to
+ * the whole block on return. */
+template <uint32_t S, uint32_t NTH> __device__ __forceinline__ void mc_wg_bars_init(uint32_t bars) {
+    if (threadIdx.x == 0) {
+        for (uint32_t i = 0; i < S; i++) {
+            mc_mbar_init(bars + 8u * i, 1u);
+            mc_mbar_init(bars + 8u * (S + i), NTH / 32u);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+/* The producer (one lane): k-block kb's tile of the weights (tw: weight rows rb ..) at stage kb % S
+ * and of x' (tx: rows of x t0 ..) SA bytes on, ST bytes a stage, each stage once its consumers have
+ * released it. */
+template <uint32_t S>
+__device__ __forceinline__ void mc_wg_produce(const CUtensorMap *tw, const CUtensorMap *tx, uint32_t sbase,
+                                              uint32_t bars, uint32_t nkb, uint32_t ST, uint32_t SA, uint32_t rb,
+                                              uint32_t t0) {
+    for (uint32_t kb = 0; kb < nkb; kb++) {
+        const uint32_t s = kb % S, st = sbase + s * ST;
+        if (kb >= S)
+            mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
+        mc_mbar_expect(bars + 8u * s, ST);
+        mc_tma_2d(st, tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
+        mc_tma_2d(st + SA, tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
+    }
+}
+
 /* The K-major 64-byte-swizzle descriptor of a tile at shared address a (8-row groups 512 bytes
  * apart; the leading offset unused there). */
 __device__ __forceinline__ uint64_t mc_wg_desc64(uint32_t a) {
@@ -196,24 +226,10 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     const uint32_t sbase = (raw + 1023u) & ~1023u; /* the stages, 1024-aligned */
     unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
     const uint32_t bars = sbase + (mc_wt_smem(BT) - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
-    if (tid == 0) {
-        for (uint32_t i = 0; i < S; i++) {
-            mc_mbar_init(bars + 8u * i, 1u);
-            mc_mbar_init(bars + 8u * (S + i), NTH / 32u);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mc_wg_bars_init<S, NTH>(bars);
     if (tid >= NTH) { /* the producer warp */
         if (lane == 0)
-            for (uint32_t kb = 0; kb < nkb; kb++) {
-                const uint32_t s = kb % S, st = sbase + s * ST;
-                if (kb >= S)
-                    mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
-                mc_mbar_expect(bars + 8u * s, ST);
-                mc_tma_2d(st, &tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
-                mc_tma_2d(st + SA, &tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
-            }
+            mc_wg_produce<S>(&tw, &tx, sbase, bars, nkb, ST, SA, rb, t0);
     } else {
         const uint32_t ra = (64u * wg + 16u * ((tid >> 5) & 3u) + g) * 64u + 16u * t;
         float acc[NA], sum[NA];
@@ -291,24 +307,10 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
     float *f = (float *)(gbase + S * ST);                                 /* the table */
     const uint32_t bars = sbase + (mc_wq_smem(BT) - 1024u - 2u * S * 8u); /* full[S], then empty[S] */
-    if (tid == 0) {
-        for (uint32_t i = 0; i < S; i++) {
-            mc_mbar_init(bars + 8u * i, 1u);
-            mc_mbar_init(bars + 8u * (S + i), NTH / 32u);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mc_wg_bars_init<S, NTH>(bars);
     if (tid >= NTH) { /* the producer warp */
         if (lane == 0)
-            for (uint32_t kb = 0; kb < nkb; kb++) {
-                const uint32_t s = kb % S, st = sbase + s * ST;
-                if (kb >= S)
-                    mc_mbar_wait(bars + 8u * (S + s), (kb / S - 1u) & 1u); /* the consumers are done with it */
-                mc_mbar_expect(bars + 8u * s, ST);
-                mc_tma_2d(st, &tw, (int32_t)(kb * 32u), (int32_t)rb, bars + 8u * s);
-                mc_tma_2d(st + SA, &tx, (int32_t)(kb * 32u), (int32_t)t0, bars + 8u * s);
-            }
+            mc_wg_produce<S>(&tw, &tx, sbase, bars, nkb, ST, SA, rb, t0);
         return;
     }
     const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g; /* the thread's rows r and r + 8 of the block */
