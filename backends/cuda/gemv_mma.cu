@@ -237,6 +237,33 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
             }
             if (k0 + U < kb1)
                 load(k0 + U);
+            if constexpr (Q8 != 0) {
+                if (xs && k0 + U <= kb1) { /* a whole round from staged x': no branch between its blocks, so
+                                            * their conversions and MMAs interleave (the same operations: every
+                                            * lane reads x' and lane groups g > 0 zero it; their sums of squares
+                                            * go unused) */
+#pragma unroll
+                    for (uint32_t u = 0; u < U; u++) {
+                        const uint32_t c = (k0 + u) * 32 + 8 * t;
+                        if (NORM) {
+                            const float4 v0 = ((const float4 *)xf)[c / 4], v1 = ((const float4 *)xf)[c / 4 + 1];
+                            const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                            for (uint32_t e = 0; e < 8; e++)
+                                ss = fmaf(v[e], v[e], ss);
+                        }
+                        const uint4 xv = xh[c / 8];
+                        const uint4 xb = g == 0 ? xv : make_uint4(0, 0, 0, 0);
+                        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mc_mma_kblock(e, mc_q8_frag(ca[u]), mc_q8_frag(cb[u]), xb);
+                        d[0] = mc_q8_step(d[0], csa[u], e[0]);
+                        d[1] = mc_q8_step(d[1], csa[u], e[1]);
+                        d[2] = mc_q8_step(d[2], csb[u], e[2]);
+                        d[3] = mc_q8_step(d[3], csb[u], e[3]);
+                    }
+                    continue;
+                }
+            }
 #pragma unroll
             for (uint32_t u = 0; u < U; u++) {
                 const uint32_t kb = k0 + u;
