@@ -85,6 +85,17 @@ __device__ __forceinline__ void mc_mma_kblock(float (&d)[4], uint4 lo, uint4 hi,
     mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
     mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
 }
+/* q8=mma: one Q8_0 block of rows g (wa) and g + 8 (wb), a lane's 8 int8 columns of each, against x'
+ * (xb): the block's two MMAs from +0 on the weights as bf16, then each element's chain step by its
+ * row's scale (sa, sb). */
+__device__ __forceinline__ void mc_q8_kblock(float (&d)[4], uint2 wa, uint2 wb, uint4 xb, uint16_t sa, uint16_t sb) {
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mc_mma_kblock(e, mc_q8_frag(wa), mc_q8_frag(wb), xb);
+    d[0] = mc_q8_step(d[0], sa, e[0]);
+    d[1] = mc_q8_step(d[1], sa, e[1]);
+    d[2] = mc_q8_step(d[2], sb, e[2]);
+    d[3] = mc_q8_step(d[3], sb, e[3]);
+}
 /* gemv=mma2: x' as two bf16 planes (xh = bf16(x'), xl = bf16(x' - xh)); each MMA of the k-block
  * runs on xh, then on xl. */
 __device__ __forceinline__ void mc_mma_kblock2(float (&d)[4], uint4 lo, uint4 hi, uint4 xh, uint4 xl) {
@@ -254,12 +265,7 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                         }
                         const uint4 xv = xh[c / 8];
                         const uint4 xb = g == 0 ? xv : make_uint4(0, 0, 0, 0);
-                        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mc_mma_kblock(e, mc_q8_frag(ca[u]), mc_q8_frag(cb[u]), xb);
-                        d[0] = mc_q8_step(d[0], csa[u], e[0]);
-                        d[1] = mc_q8_step(d[1], csa[u], e[1]);
-                        d[2] = mc_q8_step(d[2], csb[u], e[2]);
-                        d[3] = mc_q8_step(d[3], csb[u], e[3]);
+                        mc_q8_kblock(d, ca[u], cb[u], xb, csa[u], csb[u]);
                     }
                     continue;
                 }
@@ -303,14 +309,9 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                                             mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
                     }
                 }
-                if constexpr (Q8 != 0) { /* the block's two MMAs from +0, then its scale */
-                    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mc_mma_kblock(e, mc_q8_frag(ca[u]), mc_q8_frag(cb[u]), xb);
-                    d[0] = mc_q8_step(d[0], csa[u], e[0]);
-                    d[1] = mc_q8_step(d[1], csa[u], e[1]);
-                    d[2] = mc_q8_step(d[2], csb[u], e[2]);
-                    d[3] = mc_q8_step(d[3], csb[u], e[3]);
-                } else if (PL == 2)
+                if constexpr (Q8 != 0)
+                    mc_q8_kblock(d, ca[u], cb[u], xb, csa[u], csb[u]);
+                else if (PL == 2)
                     mc_mma_kblock2(d, ca[u], cb[u], xb, xl);
                 else
                     mc_mma_kblock(d, ca[u], cb[u], xb);
