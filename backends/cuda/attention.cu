@@ -544,6 +544,10 @@ static int mc_atc_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
            (G == 1 || G == 2 || G == 4 || G == 8 || (G == 3 && hd <= 128));
 }
 
+int mc_attention_mma_serves(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
+    return n_kv > 0 && n_head % n_kv == 0 && mc_amm_ok(n_head / n_kv, hd, hdv);
+}
+
 /* split takes the cluster kernel's shapes up to hd 128; elsewhere it is auto (the key's
  * description says so). */
 int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv) {
@@ -551,6 +555,8 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
         return MC_ATT_PATH_UNFUSED;
     if (c->attention == MC_ATT_SPANS && hd <= 128 && mc_atc_ok(n_head / n_kv, hd, hdv))
         return MC_ATT_PATH_SPLIT;
+    if (c->attention == MC_ATT_MMA) /* refused by the arm where it does not serve */
+        return mc_amm_ok(n_head / n_kv, hd, hdv) ? MC_ATT_PATH_MMA : MC_ATT_PATH_UNFUSED;
     if ((c->attention == MC_ATT_AUTO || c->attention == MC_ATT_SPANS || c->attention == MC_ATT_HEADS ||
          c->attention == MC_ATT_CLUSTER) &&
         mc_atc_ok(n_head / n_kv, hd, hdv))
@@ -627,6 +633,8 @@ cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint
     }
     if (path == MC_ATT_PATH_SPLIT)
         return mc_spl_prepare(dev); /* attention_split.cu */
+    if (path == MC_ATT_PATH_MMA)
+        return mc_amm_prepare(dev); /* attention_mma.cu */
     if (path != MC_ATT_PATH_TILED)
         return cudaSuccess;
     const size_t smem = (size_t)mc_att_layout_of(n_head / n_kv, hd, hdv).total * 4;
@@ -747,6 +755,8 @@ cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const 
         return mc_atc_launch(c, a, qkv, k_cache, v_cache, out, pos, st);
     if (path == MC_ATT_PATH_SPLIT)
         return mc_spl_launch(c, a, qkv, k_cache, v_cache, out, pos, 0, st);
+    if (path == MC_ATT_PATH_MMA)
+        return mc_amm_launch(c, a, qkv, k_cache, v_cache, out, pos, 0, st);
     if (path != MC_ATT_PATH_TILED)
         return cudaErrorInvalidValue;
 #define MC_ATT_TILED(KT) mc_att_tiled_pick<KT>(c, a, qkv, k_cache, v_cache, out, pos, st)

@@ -726,7 +726,8 @@ static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a,
     if (a->kv != c->kv || a->kv > MC_KV_BF16)
         return cudaErrorInvalidValue;
     const int path = mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv);
-    if ((path != MC_ATT_PATH_CLUSTER && path != MC_ATT_PATH_SPLIT) || M == 0 || M > 65535)
+    if ((path != MC_ATT_PATH_CLUSTER && path != MC_ATT_PATH_SPLIT && path != MC_ATT_PATH_MMA) || M == 0 ||
+        M > 65535)
         return cudaErrorNotSupported;
     const uint32_t G = a->n_head / a->n_kv;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
@@ -742,6 +743,8 @@ static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a,
         return e;
     if (path == MC_ATT_PATH_SPLIT)
         return mc_spl_launch(c, a, qkv, k_cache, v_cache, out, pos, M, st);
+    if (path == MC_ATT_PATH_MMA)
+        return mc_amm_launch(c, a, qkv, k_cache, v_cache, out, pos, M, st);
     uint32_t skip = !cluster && c->attchunk == MC_ATTCHUNK_PHASED;
     void *args[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos, &skip};
     void *pargs[] = {(void *)a, (void *)&qkv, (void *)&k_cache, (void *)&v_cache, (void *)&out, (void *)&pos, &M};

@@ -1,11 +1,12 @@
 /* attention_common.cuh: what the fused attention kernel files share (internal, device code):
- * attention.cu (the tiled and cluster decode kernels), attention_chunk.cu (a prefill chunk's rows)
- * and attention_split.cu (attention=split, flash-decoding). It holds the cluster's split of the
- * positions (MC_ATT_SPLIT), the cp.async helpers, the window's first position, the lane groups of
+ * attention.cu (the tiled and cluster decode kernels), attention_chunk.cu (a prefill chunk's
+ * rows), attention_split.cu (attention=split, flash-decoding) and attention_mma.cu
+ * (attention=mma). It holds the cluster's split of the positions (MC_ATT_SPLIT), the cp.async
+ * helpers, the spans' fold, the window's first position, the lane groups of
  * attention_decode_cluster and their device helpers (a lane's slots, the q/k norm and RoPE in
  * registers, q and the new k and v row, the tile loads: one piece of code, so every kernel that
  * calls them computes the same bits), the dispatch of the instantiations by shape, and the host
- * functions one of these files calls in another. Included by those three files alone. */
+ * functions one of these files calls in another. Included by those four files alone. */
 #ifndef MEMRA_CUDA_ATTENTION_COMMON_CUH
 #define MEMRA_CUDA_ATTENTION_COMMON_CUH
 
@@ -267,6 +268,17 @@ __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], 
     }
 }
 
+/* (M, L, O) folded with the next span's (m, l, o) (attention_split's and attention_mma's spans): the running max becomes max(M, m) and both
+ * sides are scaled to it. Every step an explicit rounding (nothing left to contraction), so
+ * decode's merge and a chunk row's fold, which call it in the same order, agree bit for bit. */
+__device__ __forceinline__ void mc_spl_fold(float &M, float &L, float &O, float m, float l, float o) {
+    const float mn = fmaxf(M, m);
+    const float a = expf(__fsub_rn(M, mn)), b = expf(__fsub_rn(m, mn));
+    L = fmaf(l, b, __fmul_rn(L, a));
+    O = fmaf(o, b, __fmul_rn(O, a));
+    M = mn;
+}
+
 /* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair (16-byte
  * copies of 16 / sizeof(KT) stored values; the tile keeps the storage type). */
 template <uint32_t HD, typename KT>
@@ -329,6 +341,12 @@ const void *mc_atc_chunk_kernel(uint32_t kv, uint32_t hd, uint32_t G);
 cudaError_t mc_acr_prepare(void);
 cudaError_t mc_spl_prepare(int dev);
 cudaError_t mc_spl_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache, void *v_cache,
+                          float *out, const int32_t *pos, uint32_t rows, cudaStream_t st);
+/* attention_mma.cu (attention=mma): whether it serves these shapes, the shared-memory limit of
+ * every instantiation on device dev (once), and the launch (decode: rows 0; a chunk: rows = M). */
+int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv);
+cudaError_t mc_amm_prepare(int dev);
+cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache, void *v_cache,
                           float *out, const int32_t *pos, uint32_t rows, cudaStream_t st);
 
 #endif

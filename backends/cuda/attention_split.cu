@@ -72,17 +72,6 @@ __host__ __device__ inline mc_spl_layout mc_spl_layout_of(uint32_t G, uint32_t h
     return L;
 }
 
-/* (M, L, O) folded with the next span's (m, l, o): the running max becomes max(M, m) and both
- * sides are scaled to it. Every step an explicit rounding (nothing left to contraction), so
- * decode's merge and a chunk row's fold, which call it in the same order, agree bit for bit. */
-__device__ __forceinline__ void mc_spl_fold(float &M, float &L, float &O, float m, float l, float o) {
-    const float mn = fmaxf(M, m);
-    const float a = expf(__fsub_rn(M, mn)), b = expf(__fsub_rn(m, mn));
-    L = fmaf(l, b, __fmul_rn(L, a));
-    O = fmaf(o, b, __fmul_rn(O, a));
-    M = mn;
-}
-
 /* One span's reduction: positions [p0, p0 + nt) (nt <= MC_ATT_SPAN), K row t at sm + t HD and V
  * row t at sm + vt + t HD (in the cache's type), the row of position `skip` (when in range) from
  * kn, vn instead. Group q (16 lanes) walks the pairs (p0 + 32k + q, p0 + 32k + q + 16), k = 0, 1,

@@ -62,7 +62,10 @@ extern "C" {
             "q heads a kv head; auto's path elsewhere). Each path has its own bits; auto's cluster launch serves G 3 "  \
             "(e.g. SmolLM2) up to head size 128 since issue 27, tiled keeps its old path; heads (auto's bits: the "    \
             "cluster launch with a kv head's q heads in several clusters where the GPU holds them; auto does so at "   \
-            "head size 256, e.g. gemma3) or cluster (auto's bits: one cluster a kv head at every head size)"           \
+            "head size 256, e.g. gemma3), cluster (auto's bits: one cluster a kv head at every head size) or mma "    \
+            "(tensor cores in decode and in the prefill chunk alike: q, K, V and the softmax weights rounded to bf16, " \
+            "f16 under kv=f16, fixed spans of 64 positions folded in order, so prefill=1 and prefill=512 stay exact; " \
+            "other bits; head sizes 32, 64, 128 with 1, 2, 3, 4 or 8 q heads a kv head, another model is refused)"    \
     },                                                                                                                 \
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \

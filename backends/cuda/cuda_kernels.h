@@ -55,7 +55,7 @@ enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_
  * AUTO's bits in ROWS's blocks of 8 warps; MMA, gemv=mma's tensor-core chain on the int8 weights as
  * bf16 and x' rounded to bf16, a block's scale applied after its two MMAs (gemv_mma.cu). */
 enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W, MC_Q8_MMA };
-enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER };
+enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER, MC_ATT_MMA };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
@@ -162,7 +162,10 @@ typedef struct mc_config {
                          * auto's paths, but the decode cluster kernel runs a kv head's q heads in several
                          * clusters where the device holds them: the same operations per head, so the same
                          * bits as auto, which does so at head size 256), MC_ATT_CLUSTER (attention=cluster:
-                         * auto's paths with one cluster a kv head at every head size; the same bits) */
+                         * auto's paths with one cluster a kv head at every head size; the same bits), MC_ATT_MMA
+                         * (attention=mma: decode and a chunk's rows on tensor cores, attention_mma.cu: q, K,
+                         * V and the weights rounded to bf16, or f16 under kv=f16; other bits, the chunk's
+                         * by construction; head sizes 32, 64, 128, G 1, 2, 3, 4, 8, else the arm is refused) */
     uint32_t trigger;   /* the kernel families that let the next kernel start early (bits, <= 127) */
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
@@ -421,10 +424,15 @@ static inline uint64_t mc_att_split_partial_floats(uint32_t n_head, uint32_t hdv
  * 256}, G = n_head/n_kv in {1, 2, 4, 8}, and G 3 up to hd 128), MC_ATT_PATH_TILED (threads own positions in tiles;
  * 16-byte rows, shared memory <= 200 KB), MC_ATT_PATH_SPLIT (attention=split, on the cluster
  * kernel's shapes up to hd 128: fixed spans, above; its scratch from a->partial and a->ticket;
- * auto's path elsewhere) or MC_ATT_PATH_UNFUSED
+ * auto's path elsewhere), MC_ATT_PATH_MMA (attention=mma where mc_attention_mma_serves: spans of
+ * 64 positions on tensor cores, its scratch as the split's; MC_ATT_PATH_UNFUSED elsewhere, which
+ * the arm refuses) or MC_ATT_PATH_UNFUSED
  * (then use mc_rope_kv + mc_attention; mc_attention_fused returns cudaErrorInvalidValue). */
-enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER, MC_ATT_PATH_SPLIT };
+enum { MC_ATT_PATH_UNFUSED, MC_ATT_PATH_TILED, MC_ATT_PATH_CLUSTER, MC_ATT_PATH_SPLIT, MC_ATT_PATH_MMA };
 int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+/* Whether attention=mma serves these shapes (hd == hdv in {32, 64, 128}, n_head / n_kv in
+ * {1, 2, 3, 4, 8}). */
+int mc_attention_mma_serves(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
 /* Raises the fused kernels' dynamic shared-memory limit on the current device to what these
  * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
 cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
@@ -459,7 +467,7 @@ cudaError_t mc_gemv_chunk(const mc_config *c, const mc_matrix *w, const float *x
                           float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
                           int glu, uint32_t M, void *scratch, cudaStream_t st);
 /* The attention of M rows at positions *pos .. *pos + M - 1 (qkv and out: M rows of the decode
- * step's), where mc_attention_path is MC_ATT_PATH_CLUSTER or MC_ATT_PATH_SPLIT: every row's k and
+ * step's), where mc_attention_path is MC_ATT_PATH_CLUSTER, _SPLIT or _MMA: every row's k and
  * v into the cache, then every row's attention with the decode step's split at its own position
  * (the split path: one block per row and kv head folds the row's spans in order), bit-identical
  * to M decode steps. cudaErrorNotSupported on the other paths (run mc_attention_fused or

@@ -248,6 +248,13 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
     mc_config cfg;
     if ((st = mc_read_options(opts, &cfg, err)))
         return st;
+    if (cfg.attention == MC_ATT_MMA && m->n_head > 0 &&
+        !mc_attention_mma_serves(m->n_head, m->n_head_kv, m->head_dim, m->head_dim_v))
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: attention=mma serves head sizes 32, 64 and 128 (k and v alike) with 1, 2, 3, 4 or 8 q "
+                          "heads a kv head; this model has head size %u (v %u) and %u q heads on %u kv heads (use "
+                          "attention=auto)",
+                          m->head_dim, m->head_dim_v, m->n_head, m->n_head_kv);
     uint32_t prefill = 1;
     if ((st = mc_read_prefill(opts, &prefill, err)))
         return st;

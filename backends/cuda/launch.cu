@@ -11,14 +11,14 @@ const mc_config mc_config_default = {
 static const struct {
     const char *key;
     size_t offset;
-    const char *names[6]; /* at most 6: mc_config_choice reads no further */
+    const char *names[8]; /* at most 8: mc_config_choice reads no further */
     const char *allowed;
 } mc_choices[] = {
     {"gemv", offsetof(mc_config, gemv), {"auto", "rowgroup", "persistent", "mma", "mma2"},
      "auto, rowgroup, persistent, mma, mma2"},
     {"q8", offsetof(mc_config, q8), {"auto", "float", "rows", "int-8w", "mma"}, "auto, float, rows, int-8w, mma"},
-    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split", "heads", "cluster"},
-     "auto, tiled, unfused, split, heads, cluster"},
+    {"attention", offsetof(mc_config, attention), {"auto", "tiled", "unfused", "split", "heads", "cluster", "mma"},
+     "auto, tiled, unfused, split, heads, cluster, mma"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", NULL, NULL}, "auto, float"},
     {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
@@ -36,7 +36,7 @@ const char *mc_config_choice(mc_config *c, const char *key, const char *value) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++) {
         if (strcmp(key, mc_choices[i].key) != 0)
             continue;
-        for (uint32_t v = 0; v < 6 && mc_choices[i].names[v]; v++)
+        for (uint32_t v = 0; v < 8 && mc_choices[i].names[v]; v++)
             if (strcmp(value, mc_choices[i].names[v]) == 0) {
                 *(uint32_t *)((char *)c + mc_choices[i].offset) = v;
                 return NULL;
@@ -50,7 +50,7 @@ const char *mc_config_choice_name(const mc_config *c, const char *key) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++)
         if (strcmp(key, mc_choices[i].key) == 0) {
             const uint32_t v = *(const uint32_t *)((const char *)c + mc_choices[i].offset);
-            return v < 6 ? mc_choices[i].names[v] : NULL;
+            return v < 8 ? mc_choices[i].names[v] : NULL;
         }
     return NULL;
 }
@@ -67,16 +67,18 @@ __device__ unsigned mc_trigger_values[MC_TRIGGER_ALL + 1] = {
 
 /* Per device: the addresses of mc_trigger_values and of the kernel files' masks (resolved once,
  * outside any capture). */
-#define MC_TRIGGER_COPIES 9 /* mc_trigger_values, then the kernel files' masks */
+#define MC_TRIGGER_COPIES 10 /* mc_trigger_values, then the kernel files' masks */
 static void *mc_trigger_addrs[MC_MAX_DEVICES][MC_TRIGGER_COPIES];
 cudaError_t mc_gemv_kquant_trigger_addr(void **p); /* gemv_kquant.cu */
 cudaError_t mc_gemv_mma_trigger_addr(void **p);    /* gemv_mma.cu */
 cudaError_t mc_gemv_moe_trigger_addr(void **p);    /* gemv_moe.cu */
 /* attention_split.cu (attention_chunk.cu's kernels never wait on the grid before: no copy there) */
 cudaError_t mc_attention_split_trigger_addr(void **p);
+cudaError_t mc_attention_mma_trigger_addr(void **p); /* attention_mma.cu */
 /* The census of attention_chunk.cu's and attention_split.cu's kernels. */
 const char *mc_attention_chunk_family(const void *func);
 const char *mc_attention_split_family(const void *func);
+const char *mc_attention_mma_family(const void *func);
 
 cudaError_t mc_trigger_prepare(void) {
     int dev = 0;
@@ -94,9 +96,10 @@ cudaError_t mc_trigger_prepare(void) {
         return e;
     if ((e = mc_gemv_legacy_trigger_addr(&a[4])) != cudaSuccess ||
         (e = mc_gemv_mma_trigger_addr(&a[5])) != cudaSuccess || (e = mc_gemv_moe_trigger_addr(&a[6])) != cudaSuccess ||
-        (e = mc_attention_split_trigger_addr(&a[7])) != cudaSuccess)
+        (e = mc_attention_split_trigger_addr(&a[7])) != cudaSuccess ||
+        (e = mc_attention_mma_trigger_addr(&a[8])) != cudaSuccess)
         return e;
-    return mc_gemv_kquant_trigger_addr(&a[8]); /* the last: its address marks the table resolved */
+    return mc_gemv_kquant_trigger_addr(&a[9]); /* the last: its address marks the table resolved */
 }
 
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st) {
@@ -121,7 +124,7 @@ const char *mc_kernel_family(const void *f) {
         mc_gemv_family,            mc_gemv_q8_family,           mc_attention_family,   mc_attention_chunk_family,
         mc_attention_split_family, mc_attention_unfused_family, mc_sampler_family,     mc_digest_family,
         mc_token_family,           mc_op_glue_family,           mc_gemv_legacy_family, mc_gemv_kquant_family,
-        mc_chunk_family,           mc_moe_family,               mc_gemv_mma_family};
+        mc_chunk_family,           mc_moe_family,               mc_gemv_mma_family,    mc_attention_mma_family};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const char *fam = files[i](f);
         if (fam)

@@ -11,12 +11,16 @@
  * Negative control: the split path's chunk
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
  * somewhere in every control case, while staying close (so the reference is attention).
+ * attention=mma (attention_mma.cu, tensor cores): its chunk in one launch and in two (an odd
+ * first part) against its own decode row by row, outputs and cache rows, on 18 cases (hd 32, 64,
+ * 128; G 1, 2, 3, 4, 8; every kv type; windows, norms, neox, a scale); against the cluster path's
+ * decode each must differ somewhere (the control) and stay within nmse 1e-3.
  *
  *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
  *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
  *                                        cluster kernel's launch, attchunk=rows and attchunk=phased
- *                                        on llama-1b's and llama-8b's shapes, M 512 at prefixes 0
- *                                        and 512, kv f32 and bf16 */
+ *                                        and attention=mma's chunk on llama-1b's and llama-8b's
+ *                                        shapes, M 512 at prefixes 0 and 512, kv f32 and bf16 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +259,117 @@ done:
     return bad;
 }
 
+/* attention=mma (attention_mma.cu): decode row by row (one launch a row, its partials and ticket
+ * from the state's shapes) into out[0], the chunk into out[1], the chunk in two launches (rows
+ * [0, M1) then [M1, M), M1 = M / 3 rounded up to odd) into out[2], and the default path's decode
+ * into out[3]. out[1] and out[2] and their caches must be decode's bits; against out[3] (f32 scores
+ * on the cluster path: another order and precision) the outputs must differ somewhere (the
+ * control: the comparison sees another order) and stay within nmse 1e-3 (so it is attention).
+ * Returns the failures, -1 when it could not run. */
+static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
+    mc_rope_args a;
+    ac_dev d;
+    size_t n_out = 0, n_cache = 0;
+    float *ho[4] = {NULL}, *partial = NULL;
+    uint8_t *hc[3] = {NULL};
+    uint32_t *ticket = NULL;
+    int bad = -1;
+    cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
+    const size_t kvb = mc_kv_bytes(k->kv), row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
+    mc_config c = mc_config_default, c0 = mc_config_default;
+    c.pdl = c0.pdl = 0;
+    c.kv = c0.kv = k->kv;
+    c.attention = MC_ATT_MMA;
+    if (e == cudaSuccess && mc_attention_path(&c, a.n_head, a.n_kv, k->hd, k->hd) != MC_ATT_PATH_MMA)
+        e = cudaErrorNotSupported;
+    if (e == cudaSuccess &&
+        !(e = cudaMalloc((void **)&partial, mc_att_partial_floats(a.n_head, k->hd, a.capacity) * 4)) &&
+        !(e = cudaMalloc((void **)&ticket, a.n_kv * 4)))
+        e = cudaMemset(ticket, 0, a.n_kv * 4);
+    mc_rope_args ad = a;
+    ad.partial = partial;
+    ad.ticket = ticket;
+    for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
+        e = mc_attention_fused(&c, &ad, d.qkv + j * row, d.k[0], d.v[0], d.out[0] + (size_t)j * a.n_head * k->hd,
+                               d.pos + j, 0);
+    if (e == cudaSuccess)
+        e = mc_attention_chunk(&c, &a, d.qkv, d.k[1], d.v[1], d.out[1], d.pos, k->M, 0);
+    const uint32_t M1 = ((k->M + 2) / 3) | 1u;
+    if (e == cudaSuccess)
+        e = mc_attention_chunk(&c, &a, d.qkv, d.k[2], d.v[2], d.out[2], d.pos, M1 < k->M ? M1 : k->M, 0);
+    if (e == cudaSuccess && M1 < k->M)
+        e = mc_attention_chunk(&c, &a, d.qkv + M1 * row, d.k[2], d.v[2], d.out[2] + (size_t)M1 * a.n_head * k->hd,
+                               d.pos + M1, k->M - M1, 0);
+    for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
+        e = mc_attention_fused(&c0, &a, d.qkv + j * row, d.k[3], d.v[3], d.out[3] + (size_t)j * a.n_head * k->hd,
+                               d.pos + j, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    for (int i = 0; i < 4 && e == cudaSuccess; i++) {
+        if (!(ho[i] = malloc(n_out * 4)) || (i < 3 && !(hc[i] = malloc(2 * n_cache * kvb)))) {
+            e = cudaErrorMemoryAllocation;
+            break;
+        }
+        if ((e = cudaMemcpy(ho[i], d.out[i], n_out * 4, cudaMemcpyDeviceToHost)) ||
+            (i < 3 && ((e = cudaMemcpy(hc[i], d.k[i], n_cache * kvb, cudaMemcpyDeviceToHost)) ||
+                       (e = cudaMemcpy(hc[i] + n_cache * kvb, d.v[i], n_cache * kvb, cudaMemcpyDeviceToHost)))))
+            break;
+    }
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "mma hd %u G %u M %u prefix %u %s: %s\n", k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv),
+                    cudaGetErrorString(e));
+        goto done;
+    }
+    bad = 0;
+    for (int v = 1; v < 3; v++) {
+        size_t nb = 0;
+        for (size_t i = 0; i < n_out; i++)
+            if (memcmp(&ho[0][i], &ho[v][i], 4) != 0) {
+                if (out && nb < 3)
+                    fprintf(out,
+                            "mma hd %u G %u M %u prefix %u %s window %u norm %d neox %d: %s row %zu head %zu dim %zu: "
+                            "decode %.9g, chunk %.9g\n",
+                            k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->window, k->norm, k->neox,
+                            v == 1 ? "chunk" : "two chunks", i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head,
+                            i % k->hd, ho[0][i], ho[v][i]);
+                nb++;
+            }
+        if (memcmp(hc[0], hc[v], 2 * n_cache * kvb) != 0) {
+            if (out)
+                fprintf(out, "mma hd %u G %u M %u prefix %u %s: %s cache rows differ from decode's\n", k->hd, k->G,
+                        k->M, k->prefix, ac_kv_name(k->kv), v == 1 ? "chunk" : "two chunks");
+            nb++;
+        }
+        bad += nb ? 1 : 0;
+    }
+    size_t differ = 0;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        differ += memcmp(&ho[0][i], &ho[3][i], 4) != 0;
+        num += ((double)ho[0][i] - ho[3][i]) * ((double)ho[0][i] - ho[3][i]);
+        den += (double)ho[3][i] * ho[3][i];
+    }
+    const double nmse = den > 0 ? num / den : 1.0;
+    /* (one position attended, at prefix 0 and M 1: the output is that v row on every path) */
+    if ((differ == 0 && k->prefix + k->M > 1) || !(nmse < 1e-3)) {
+        if (out)
+            fprintf(out, "mma hd %u G %u M %u prefix %u %s: against the cluster path %zu of %zu outputs differ, nmse "
+                    "%.3g (control: must differ, and stay under 1e-3)\n",
+                    k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), differ, n_out, nmse);
+        bad++;
+    }
+done:
+    for (int i = 0; i < 4; i++)
+        free(ho[i]);
+    for (int i = 0; i < 3; i++)
+        free(hc[i]);
+    cudaFree(partial);
+    cudaFree(ticket);
+    ac_free(&d);
+    return bad;
+}
+
 static int ac_check(FILE *out, int *n_checked) {
     static const uint32_t hds[] = {64, 128}, Gs[] = {1, 4, 8}, Ms[] = {1, 7, 512}, prefixes[] = {0, 300, 1000};
     static const uint32_t kvs[] = {MC_KV_F32, MC_KV_F16, MC_KV_BF16};
@@ -309,6 +424,25 @@ static int ac_check(FILE *out, int *n_checked) {
             fprintf(out, "negative control %zu NOT CAUGHT (the split path's chunk passed as decode's bits)\n", i);
         bad += b;
     }
+    /* attention=mma: its chunk (one launch, and two) against its own decode, every kv type */
+    static const ac_case mma[] = {
+        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 2},       {64, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
+        {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8},     {128, 4, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2},
+        {128, 4, 7, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},     {128, 4, 1, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
+        {128, 1, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2},   {128, 2, 64, 1000, MC_KV_F16, 0, 1, 1, 0.125f, 2},
+        {128, 8, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},   {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3},
+        {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3},     {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2},
+        {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2},      {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2},
+        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2},
+        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4},
+    };
+    for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
+        const int b = ac_run_mma(out, &mma[i], 700 + i);
+        if (b < 0)
+            return -1;
+        bad += b;
+        checked++;
+    }
     *n_checked = checked;
     return bad;
 }
@@ -321,8 +455,8 @@ static int ac_bench(void) {
     } shapes[] = {{"llama-1b", 32, 8, 64}, {"llama-8b", 32, 8, 128}};
     static const uint32_t kvs[] = {MC_KV_F32, MC_KV_BF16}, prefixes[] = {0, 512};
     const uint32_t M = 512, reps = 20;
-    printf("| shape | kv | prefix | M | cluster us | rows us | phased us | phased / rows |\n"
-           "|---|---|---|---|---|---|---|---|\n");
+    printf("| shape | kv | prefix | M | cluster us | rows us | phased us | phased / rows | mma us |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     for (size_t is = 0; is < 2; is++)
         for (size_t ik = 0; ik < 2; ik++)
             for (size_t ip = 0; ip < 2; ip++) {
@@ -336,11 +470,12 @@ static int ac_bench(void) {
                 mc_config c = mc_config_default;
                 c.pdl = 0;
                 c.kv = k.kv;
-                float us[3] = {0, 0, 0};
+                float us[4] = {0, 0, 0, 0};
                 cudaEvent_t t0 = NULL, t1 = NULL;
                 if (e == cudaSuccess && !(e = cudaEventCreate(&t0)) && !(e = cudaEventCreate(&t1)))
-                    for (int v = 0; v < 3 && e == cudaSuccess; v++) {
+                    for (int v = 0; v < 4 && e == cudaSuccess; v++) {
                         c.attchunk = v == 1 ? MC_ATTCHUNK_ROWS : MC_ATTCHUNK_PHASED;
+                        c.attention = v == 3 ? MC_ATT_MMA : MC_ATT_AUTO;
                         for (uint32_t r = 0; r < reps + 2 && e == cudaSuccess; r++) {
                             if (r == 2)
                                 e = cudaEventRecord(t0, 0);
@@ -363,8 +498,8 @@ static int ac_bench(void) {
                     fprintf(stderr, "bench %s: %s\n", shapes[is].name, cudaGetErrorString(e));
                     return 3;
                 }
-                printf("| %s | %s | %u | %u | %.1f | %.1f | %.1f | %.2fx |\n", shapes[is].name, ac_kv_name(k.kv),
-                       k.prefix, M, us[0], us[1], us[2], us[1] / us[2]);
+                printf("| %s | %s | %u | %u | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", shapes[is].name,
+                       ac_kv_name(k.kv), k.prefix, M, us[0], us[1], us[2], us[1] / us[2], us[3]);
             }
     return 0;
 }

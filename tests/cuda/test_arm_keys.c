@@ -94,8 +94,8 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
     static const char *const bad[][2] = {
         {"cuda:gemv=v6", "gemv=v6: expected one of auto, rowgroup, persistent, mma, mma2"},
         {"cuda:q8=int", "q8=int: expected one of auto, float, rows, int-8w"},
-        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split, heads, cluster"},
-        {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split, heads, cluster"},
+        {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split, heads, cluster, mma"},
+        {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split, heads, cluster, mma"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
         {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16"},
         {"cuda:kv=F16", "kv=F16: expected one of f32, f16, bf16"},
@@ -336,7 +336,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
     cr_assert_eq(c.attention, MC_ATT_SPANS);
     cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "split");
-    cr_assert_str_eq(mc_config_choice(&c, "attention", "flash"), "auto, tiled, unfused, split, heads, cluster");
+    cr_assert_str_eq(mc_config_choice(&c, "attention", "flash"), "auto, tiled, unfused, split, heads, cluster, mma");
     cr_assert_eq(c.attention, MC_ATT_SPANS); /* a refused value changes nothing */
     const memra_backend_vtable *vt = cuda_vt();
     bool described = false;

@@ -285,3 +285,29 @@ Test(cuda_refusals, moe_ranks_refused) {
     cr_assert_eq(open_keys(&m, &plan, "ep=2", msg, sizeof msg), MEMRA_E_INVALID, "%s", msg);
     cr_assert_str_eq(msg, "cuda: ep=2: the model (gemma3) has no experts");
 }
+
+/* attention=mma serves head sizes 32, 64 and 128: a model of head size 256 (gemma3-270m's) is
+ * refused before a device, naming the key, the shapes and the way out (never auto's path). */
+Test(cuda_refusals, attention_mma_head_size) {
+    memra_model m;
+    memra_layer layers[2];
+    gemma3_model(&m, layers);
+    m.n_head = 4;
+    m.n_head_kv = 1;
+    m.head_dim = m.head_dim_v = 256;
+    memra_plan plan;
+    memset(&plan, 0, sizeof plan);
+    memra_options o = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_options_set(&o, "attention", "mma", &err), MEMRA_OK, "%s", err.msg);
+    memra_backend *b = NULL;
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_UNSUPPORTED, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "cuda: attention=mma serves head sizes 32, 64 and 128 (k and v alike) with 1, 2, 3, 4 "
+                              "or 8 q heads a kv head; this model has head size 256 (v 256) and 4 q heads on 1 kv "
+                              "heads (use attention=auto)");
+    /* head size 128 passes this check: what stops it next (no device here) is not about it */
+    m.head_dim = m.head_dim_v = 128;
+    err.msg[0] = 0;
+    cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
+    cr_assert_null(strstr(err.msg, "attention=mma"), "%s", err.msg);
+}

@@ -1,0 +1,472 @@
+/* attention_mma.cu: attention=mma, a layer's attention on tensor cores with one order for decode
+ * and for a prefill chunk's rows (issue 28). One kernel, attention_mma, serves both: decode
+ * (rows 0) spreads fixed spans over many blocks and the last block of a kv head folds them in
+ * span order (flash-decoding, as attention_split); a chunk (rows = M, after attention_chunk_append
+ * wrote every row's k and v) gives each block 4 R rows (R = 16 / G) and walks their spans in
+ * order, folding as it goes. mc_attention_path (attention.cu) picks the path.
+ *
+ * The order. The positions a query at p attends to, [w0, p], are cut at fixed absolute positions
+ * into spans of MC_AMM_SPAN (span s: [64 s, 64 s + 64)). A span is reduced by one warp for a tile
+ * of 16 query rows (decode: the G q heads of the kv head; a chunk: R rows x G heads), the same
+ * instructions whatever the tile's other rows hold (mc_amm_span):
+ *  - the scores by mma.sync m16n8k16 (f32 accumulate; A: q rounded to the tile type, bf16, or f16
+ *    under kv=f16; B: the span's K rows in the tile type, an f32 cache's values rounded to bf16),
+ *    head dimensions in order from +0: an element of an MMA's result depends only on its row of
+ *    A, its column of B and its accumulator, so a row's scores are the same in any tile;
+ *  - s x scale (rounded), positions outside [w0, p] -inf; the row's max (exact in any order);
+ *    p = expf(s - max); the sum: a lane's 16 values in position order, then lanes tig ^ 1, ^ 2;
+ *  - out = P V by mma.sync (P rounded to the tile type; V rows as B), positions in order from +0.
+ * A row's span results (max, sum, out) are folded in increasing span order by mc_spl_fold
+ * (attention_common.cuh), from the row's first span on; out = O x (1 / L). Decode writes each
+ * span's results to the partials and the last block folds them with the same function, in the
+ * same order: a chunk's rows and M decode steps give the same bits. A masked position's p is
+ * exactly 0, so its V row adds exact zeros (a position after p is a zero row in decode and the
+ * chunk's own later row in a chunk: only a non-finite V there, a NaN the model already made,
+ * would show).
+ *
+ * Serves hd == hdv in {32, 64, 128}, G = n_head / n_kv in {1, 2, 3, 4, 8}, every kv type. Per
+ * layer and token (decode): reads qkv (one token), freqs, norms, *pos, this layer's K and V rows
+ * [64 floor(w0 / 64), p) (each once), writes the K and V rows at p, the partials of the spans
+ * (G (hd + 2) floats per span, read back once by the merging block) and out[n_head][hd]. */
+#include "attention_common.cuh"
+
+#define MC_AMM_SPAN 64u
+#define MC_AMM_WARPS 4u
+#define MC_AMM_THREADS (32u * MC_AMM_WARPS)
+#define MC_AMM_BLOCKS 32u /* decode blocks a kv head at most (each takes 4 spans a round) */
+
+/* The tile type of a cache type: f16 for f16, bf16 otherwise. */
+template <typename KT> struct mc_amm_mt {
+    typedef __nv_bfloat16 T;
+};
+template <> struct mc_amm_mt<__half> {
+    typedef __half T;
+};
+
+/* d += A B, m16n8k16, f32 accumulators (A: a 16 x 16 row-major fragment, B: 16 x 8 col-major). */
+__device__ __forceinline__ void mc_amm_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                           __nv_bfloat16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mc_amm_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, __half) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8 x 8 matrices of 16-bit values from shared memory (lane i: row i % 8 of matrix i / 8),
+ * as they are (register j of lane (g, q): matrix j's row g, columns 2q, 2q + 1) or transposed
+ * (matrix j's rows 2q, 2q + 1 of column g). */
+__device__ __forceinline__ void mc_amm_ldsm4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
+}
+__device__ __forceinline__ void mc_amm_ldsm4t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
+}
+
+/* Two floats as one register of the tile type (lo in the low half), each rounded as the cache's
+ * writes round (mc_kv_put). */
+template <typename MT> __device__ __forceinline__ uint32_t mc_amm_pack(float lo, float hi) {
+    const MT l = mc_kv_put<MT>(lo), h = mc_kv_put<MT>(hi);
+    return (uint32_t)(*(const uint16_t *)&l) | ((uint32_t)(*(const uint16_t *)&h) << 16);
+}
+
+/* A tile row's stride in values: 16 bytes past the row, so that ldmatrix's 8 rows fall in
+ * distinct banks. */
+template <uint32_t HD> inline constexpr uint32_t MC_AMM_LD = HD + 8;
+
+/* Queues cache rows [t0, t0 + n) of K and V (n <= MC_AMM_SPAN) into tiles ks, vs of the tile type
+ * (16-bit caches by cp.async as they are; f32 values rounded by mc_kv_put), rows n .. SPAN - 1
+ * zero; threads tid, tid + nthr, ... of the caller's. */
+template <uint32_t HD, typename KT, typename MT>
+__device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, const KT *kb, const KT *vb, uint32_t t0, uint32_t n,
+                                             uint32_t tid, uint32_t nthr) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8;
+    for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
+        const uint32_t t = i / Q, c = i % Q;
+        MT *kd = ks + t * LD + 8 * c, *vd = vs + t * LD + 8 * c;
+        if (t < n) {
+            const size_t off = (size_t)(t0 + t) * HD + 8 * c;
+            if constexpr (sizeof(KT) == 2) {
+                mc_cp_async16(kd, kb + off);
+                mc_cp_async16(vd, vb + off);
+            } else {
+                const float4 k0 = __ldcg((const float4 *)(kb + off)), k1 = __ldcg((const float4 *)(kb + off) + 1);
+                const float4 v0 = __ldcg((const float4 *)(vb + off)), v1 = __ldcg((const float4 *)(vb + off) + 1);
+                *(uint4 *)kd = make_uint4(mc_amm_pack<MT>(k0.x, k0.y), mc_amm_pack<MT>(k0.z, k0.w),
+                                          mc_amm_pack<MT>(k1.x, k1.y), mc_amm_pack<MT>(k1.z, k1.w));
+                *(uint4 *)vd = make_uint4(mc_amm_pack<MT>(v0.x, v0.y), mc_amm_pack<MT>(v0.z, v0.w),
+                                          mc_amm_pack<MT>(v1.x, v1.y), mc_amm_pack<MT>(v1.z, v1.w));
+            }
+        } else {
+            *(uint4 *)kd = make_uint4(0, 0, 0, 0);
+            *(uint4 *)vd = make_uint4(0, 0, 0, 0);
+        }
+    }
+    mc_cp_async_commit();
+}
+
+/* One span of a warp's 16-row tile (the file's comment gives the order): K and V rows of
+ * positions p0 .. p0 + 63 in ks, vs; qa: the tile's q fragments (ldmatrix'd once); the lane's
+ * rows gid and gid + 8 attend to [rw[k], rp[k]] (rp -1: none). Returns per row the span's max
+ * (-inf where no position is attended), its sum (the same on the row's 4 lanes) and the lane's
+ * out elements (row gid: o[n][0..1], dims 8 n + 2 tig + 0..1; row gid + 8: o[n][2..3]). Every
+ * operation an explicit rounding or an MMA: no contraction choice can differ between callers. */
+template <uint32_t HD, typename MT>
+__device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const uint32_t (&qa)[HD / 16][4],
+                                            const int32_t (&rw)[2], const int32_t (&rp)[2], int32_t p0, float scale,
+                                            float (&m)[2], float (&l)[2], float (&o)[HD / 8][4]) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>, NJ = MC_AMM_SPAN / 8, KS = HD / 16, ND = HD / 8;
+    const uint32_t lane = threadIdx.x & 31, tig = lane & 3, mat = lane >> 3, mr = lane & 7;
+    float s[NJ][4];
+#pragma unroll
+    for (uint32_t j = 0; j < NJ; j++)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (uint32_t j = 0; j < NJ; j += 2)
+#pragma unroll
+        for (uint32_t kk = 0; kk < KS; kk++) {
+            uint32_t b[4]; /* K rows 8 j .. 8 j + 15 as B: dims 16 kk .. 16 kk + 15 */
+            mc_amm_ldsm4(b, ks + (8 * (j + (mat >> 1)) + mr) * LD + 16 * kk + 8 * (mat & 1));
+            mc_amm_mma(s[j], qa[kk], b[0], b[1], MT());
+            mc_amm_mma(s[j + 1], qa[kk], b[2], b[3], MT());
+        }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (uint32_t j = 0; j < NJ; j++)
+#pragma unroll
+        for (uint32_t c = 0; c < 4; c++) {
+            const uint32_t h = c >> 1;
+            const int32_t t = p0 + (int32_t)(8 * j + 2 * tig + (c & 1));
+            s[j][c] = t >= rw[h] && t <= rp[h] ? __fmul_rn(s[j][c], scale) : -INFINITY;
+            mx[h] = fmaxf(mx[h], s[j][c]);
+        }
+#pragma unroll
+    for (uint32_t h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 2));
+        m[h] = mx[h];
+        l[h] = 0.0f;
+    }
+    const float ref[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
+#pragma unroll
+    for (uint32_t j = 0; j < NJ; j++)
+#pragma unroll
+        for (uint32_t c = 0; c < 4; c++) {
+            s[j][c] = expf(__fsub_rn(s[j][c], ref[c >> 1])); /* a masked position: exactly 0 */
+            l[c >> 1] = __fadd_rn(l[c >> 1], s[j][c]);
+        }
+#pragma unroll
+    for (uint32_t h = 0; h < 2; h++) {
+        l[h] = __fadd_rn(l[h], __shfl_xor_sync(MC_FULL, l[h], 1));
+        l[h] = __fadd_rn(l[h], __shfl_xor_sync(MC_FULL, l[h], 2));
+    }
+#pragma unroll
+    for (uint32_t n = 0; n < ND; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (uint32_t kk = 0; kk < NJ / 2; kk++) {
+        const uint32_t pa[4] = {mc_amm_pack<MT>(s[2 * kk][0], s[2 * kk][1]), mc_amm_pack<MT>(s[2 * kk][2], s[2 * kk][3]),
+                                mc_amm_pack<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                mc_amm_pack<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (uint32_t n = 0; n < ND; n += 2) {
+            uint32_t b[4]; /* V rows 16 kk .. 16 kk + 15 as B (transposed): dims 8 n .. 8 n + 15 */
+            mc_amm_ldsm4t(b, vs + (16 * kk + 8 * (mat & 1) + mr) * LD + 8 * (n + (mat >> 1)));
+            mc_amm_mma(o[n], pa, b[0], b[1], MT());
+            mc_amm_mma(o[n + 1], pa, b[2], b[3], MT());
+        }
+    }
+}
+
+/* Shared memory of attention_mma (bytes): the q tiles (decode: one, the block's; a chunk: one a
+ * warp), then the K and V tiles (decode: a pair a warp; a chunk: two pairs, double-buffered), then
+ * decode's new row (kn, vn: stored values) and the merge flag. */
+struct mc_amm_layout {
+    uint32_t kv, kn, vn, flag, total;
+};
+__host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t kvb, bool chunk) {
+    const uint32_t tile = MC_AMM_SPAN * (hd + 8) * 2, qt = 16 * (hd + 8) * 2;
+    mc_amm_layout L;
+    L.kv = (chunk ? MC_AMM_WARPS : 1u) * qt;
+    L.kn = L.kv + (chunk ? 2u : MC_AMM_WARPS) * 2 * tile;
+    L.vn = L.kn + (hd * kvb + 15) / 16 * 16;
+    L.flag = L.vn + (hd * kvb + 15) / 16 * 16;
+    L.total = L.flag + 16;
+    return L;
+}
+
+template <uint32_t HD, uint32_t G, typename KT = float>
+__global__ void __launch_bounds__(MC_AMM_THREADS)
+    attention_mma(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out, const int32_t *pos,
+                  uint32_t rows) {
+    static_assert(HD == 32 || HD == 64 || HD == 128, "head sizes 32, 64, 128");
+    typedef typename mc_amm_mt<KT>::T MT;
+    constexpr uint32_t S = MC_AMM_SPAN, LD = MC_AMM_LD<HD>, NW = MC_AMM_WARPS, NT = MC_AMM_THREADS, R = 16 / G;
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>, KS = HD / 16, ND = HD / 8, TILE = S * LD;
+    const uint32_t g = blockIdx.x, x = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const uint32_t gid = lane >> 2, tig = lane & 3;
+    extern __shared__ __align__(16) unsigned char smb[];
+    const mc_amm_layout L = mc_amm_layout_of(HD, sizeof(KT), rows != 0);
+    MT *tiles = (MT *)(smb + L.kv);
+    KT *kn = (KT *)(smb + L.kn), *vn = (KT *)(smb + L.vn);
+    float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
+    mc_atc_freqs<HD>(fr, a, lane & 15);
+    const int32_t p00 = *pos;
+    /* the block's rows: a chunk's z0 .. z1 - 1 (warp w: z0 + w R ..), or the decode step */
+    const uint32_t z0 = rows ? x * NW * R : 0, z1 = rows ? min(z0 + NW * R, rows) : 1;
+    if (z0 >= z1)
+        return;
+    const uint32_t lo = mc_att_first_position(a.window, (uint32_t)(p00 + (int32_t)z0)) / S,
+                   hi = (uint32_t)(p00 + (int32_t)z1 - 1) / S;
+    const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const uint32_t X = gridDim.y;
+    uint32_t n_act = 0, wnew = NW;
+    if (!rows) { /* decode: warp w of block x takes spans lo + x NW + w, + NW X, ... */
+        n_act = min((hi - lo + NW) / NW, X);
+        if (x >= n_act)
+            return;
+        if ((hi - lo) % (NW * X) / NW == x)
+            wnew = (hi - lo) % NW; /* this block's warp that holds p's span */
+        const uint32_t s = lo + x * NW + warp;
+        if (s <= hi) /* rows below p were written by earlier steps: staged before the wait */
+            mc_amm_stage<HD, KT, MT>(tiles + 2 * warp * TILE, tiles + (2 * warp + 1) * TILE, kb, vb, s * S,
+                                     s == hi ? (uint32_t)p00 - s * S : S, lane, 32);
+    } else { /* a chunk: every row's k and v appended before this launch */
+        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid, NT);
+    }
+    mc_wait_prior_grid(MC_ATT_FAMILY(a));
+    /* q of the warp's rows (decode: warp 0, the step's row; with wnew < NW also the new k and v
+     * row), one call site for both modes: the same instructions, so the same q bits */
+    MT *qt = (MT *)smb + (rows ? warp * 16 * LD : 0);
+    const uint32_t nq = rows ? R : 1, zw = z0 + (rows ? warp * R : 0);
+    if (rows || warp == 0) {
+        for (uint32_t i = lane; i < 16 * LD / 8; i += 32)
+            ((uint4 *)qt)[i] = make_uint4(0, 0, 0, 0);
+        __syncwarp();
+        for (uint32_t i = 0; i < nq; i += 2) {
+            const uint32_t ir = i + (lane >> 4), zr = min(zw + min(ir, nq - 1), z1 - 1);
+            const int32_t pr = p00 + (int32_t)zr;
+            mc_atc_cs<HD> cs;
+            mc_atc_rope_prep<HD>(cs, fr, a, pr);
+            float q[G][DPL];
+            mc_atc_q_and_row<HD, G, KT>(q, a, qkv + (size_t)zr * ((a.n_head + 2 * a.n_kv) * HD), g, g, cs,
+                                        !rows && wnew < NW, true, kn, vn, k_cache, v_cache, pr);
+            if (ir < nq && zw + ir < z1)
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++)
+#pragma unroll
+                    for (uint32_t k = 0; k < DPL; k++)
+                        qt[(ir * G + h) * LD + mc_atc_dim<HD>(lane & 15, k)] = mc_kv_put<MT>(q[h][k]);
+        }
+    }
+    __syncthreads(); /* the q tile and decode's new row */
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (uint32_t kk = 0; kk < KS; kk++)
+        mc_amm_ldsm4(qa[kk], qt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 16 * kk + 8 * (lane >> 4));
+    /* the lane's rows gid, gid + 8: the positions they attend to */
+    int32_t rw[2], rp[2];
+#pragma unroll
+    for (uint32_t h = 0; h < 2; h++) {
+        const uint32_t r = gid + 8 * h, ir = r / G;
+        const bool ok = r < nq * G && zw + ir < z1;
+        const int32_t pr = p00 + (int32_t)(zw + ir);
+        rp[h] = ok ? pr : -1;
+        rw[h] = ok ? (int32_t)mc_att_first_position(a.window, (uint32_t)pr) : 0;
+    }
+    const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
+    float m[2], l[2], o[ND][4];
+    if (!rows) {
+        const uint32_t NS = (a.capacity + S - 1) / S;
+        /* the partials: out [head][span][hd], then (max, sum) [head][span][2] */
+        float *po = a.partial, *pml = a.partial + (size_t)a.n_head * NS * HD;
+        MT *ks = tiles + 2 * warp * TILE, *vs = ks + TILE;
+        for (uint32_t s = lo + x * NW + warp; s <= hi; s += NW * X) {
+            if (s != lo + x * NW + warp)
+                mc_amm_stage<HD, KT, MT>(ks, vs, kb, vb, s * S, s == hi ? (uint32_t)p00 - s * S : S, lane, 32);
+            mc_cp_async_wait(0);
+            __syncwarp();
+            if (s == hi && warp == wnew) /* the new row, from decode's q warp */
+                for (uint32_t i = lane; i < HD; i += 32) {
+                    ks[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(kn[i]));
+                    vs[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(vn[i]));
+                }
+            __syncwarp();
+            mc_amm_span<HD, MT>(ks, vs, qa, rw, rp, (int32_t)(s * S), scale, m, l, o);
+            if (gid < G) {
+                float *ph = po + ((size_t)(g * G + gid) * NS + s) * HD;
+#pragma unroll
+                for (uint32_t n = 0; n < ND; n++)
+                    *(float2 *)(ph + 8 * n + 2 * tig) = make_float2(o[n][0], o[n][1]);
+                if (tig == 0)
+                    *(float2 *)(pml + ((size_t)(g * G + gid) * NS + s) * 2) = make_float2(m[0], l[0]);
+            }
+            __syncwarp(); /* the tiles are read before the next span's staging */
+        }
+        /* the last block of kv head g to finish folds every span's partials in order */
+        uint32_t *flag = (uint32_t *)(smb + L.flag);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence();
+            flag[0] = atomicAdd(a.ticket + g, 1u) == n_act - 1 ? 1u : 0u;
+        }
+        __syncthreads();
+        if (!flag[0])
+            return;
+        __threadfence();
+        for (uint32_t e = tid; e < G * HD; e += NT) {
+            const uint32_t h = e / HD, d = e % HD;
+            const float *oh = po + (size_t)(g * G + h) * NS * HD + d, *mh = pml + (size_t)(g * G + h) * NS * 2;
+            float M = __ldcg(mh + 2 * lo), Ls = __ldcg(mh + 2 * lo + 1), O = __ldcg(oh + (size_t)lo * HD);
+#pragma unroll 4
+            for (uint32_t s = lo + 1; s <= hi; s++)
+                mc_spl_fold(M, Ls, O, __ldcg(mh + 2 * s), __ldcg(mh + 2 * s + 1), __ldcg(oh + (size_t)s * HD));
+            out[(size_t)(g * G + h) * HD + d] = O * (1.0f / Ls);
+        }
+        __syncthreads();
+        if (tid == 0)
+            a.ticket[g] = 0; /* for the next launch (the kernel boundary orders it) */
+        return;
+    }
+    /* a chunk: spans lo .. hi of the block, staged one ahead; each warp folds those its rows need */
+    float FM[2] = {-INFINITY, -INFINITY}, FL[2] = {0.0f, 0.0f}, F[ND][4];
+#pragma unroll
+    for (uint32_t n = 0; n < ND; n++)
+        F[n][0] = F[n][1] = F[n][2] = F[n][3] = 0.0f;
+    const int32_t wlast = p00 + (int32_t)min(zw + R, z1) - 1,
+                  wfirst = (int32_t)mc_att_first_position(a.window, (uint32_t)(p00 + (int32_t)min(zw, z1 - 1)));
+    for (uint32_t s = lo, k = 0; s <= hi; s++, k++) {
+        if (s < hi)
+            mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE, kb, vb,
+                                     (s + 1) * S, min(S, (uint32_t)p00 + z1 - (s + 1) * S), tid, NT);
+        mc_cp_async_wait(s < hi ? 1 : 0);
+        __syncthreads(); /* span s's tiles for every warp */
+        const int32_t sb = (int32_t)(s * S);
+        if (zw < z1 && wlast >= sb && wfirst < sb + (int32_t)S) { /* some row of the warp attends here */
+            const MT *ks = tiles + 2 * (k & 1) * TILE;
+            mc_amm_span<HD, MT>(ks, ks + TILE, qa, rw, rp, sb, scale, m, l, o);
+#pragma unroll
+            for (uint32_t h = 0; h < 2; h++) {
+                if (rp[h] < sb || rw[h] >= sb + (int32_t)S)
+                    continue;                          /* the row does not attend to this span */
+                const bool first = rw[h] >= sb;        /* the row's first span */
+#pragma unroll
+                for (uint32_t n = 0; n < ND; n++)
+#pragma unroll
+                    for (uint32_t c = 0; c < 2; c++) {
+                        float Mx = FM[h], Lx = FL[h];
+                        if (first) {
+                            Lx = l[h];
+                            F[n][2 * h + c] = o[n][2 * h + c];
+                        } else {
+                            mc_spl_fold(Mx, Lx, F[n][2 * h + c], m[h], l[h], o[n][2 * h + c]);
+                        }
+                        if (n == ND - 1 && c == 1) {
+                            FM[h] = first ? m[h] : Mx;
+                            FL[h] = Lx;
+                        }
+                    }
+            }
+        }
+        __syncthreads(); /* the tiles are read before the staging two spans on */
+    }
+#pragma unroll
+    for (uint32_t h = 0; h < 2; h++) {
+        if (rp[h] < 0)
+            continue;
+        const uint32_t r = gid + 8 * h, zr = zw + r / G;
+        float *orow = out + (size_t)zr * (a.n_head * HD) + (size_t)(g * G + r % G) * HD;
+        const float inv = 1.0f / FL[h];
+#pragma unroll
+        for (uint32_t n = 0; n < ND; n++)
+            *(float2 *)(orow + 8 * n + 2 * tig) = make_float2(F[n][2 * h] * inv, F[n][2 * h + 1] * inv);
+    }
+}
+
+/* ---- launch ------------------------------------------------------------------------------- */
+
+#define MC_AMM_FN(HD, G) ((const void *)attention_mma<HD, G>)
+#define MC_AMM_FN_H(HD, G) ((const void *)attention_mma<HD, G, __half>)
+#define MC_AMM_FN_B(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16>)
+#define MC_AMM_PICK(kv, hd, G)                                                                                         \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_H)                                                     \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_B)                                                     \
+                          : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN))
+#define MC_AMM_EACH(F)                                                                                                 \
+    MC_ATC_EACH_OF128(F, MC_AMM_FN) MC_ATC_EACH_OF128(F, MC_AMM_FN_H) MC_ATC_EACH_OF128(F, MC_AMM_FN_B)
+
+int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
+    return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 3 || G == 4 || G == 8);
+}
+
+/* Per device: whether every instantiation may use the largest need (decode's, f32, hd 128). */
+static int mc_amm_smem_ready[MC_MAX_DEVICES];
+
+cudaError_t mc_amm_prepare(int dev) {
+    cudaError_t e;
+    if (mc_amm_smem_ready[dev])
+        return cudaSuccess;
+    const int smax = (int)mc_amm_layout_of(128, 4, false).total;
+#define MC_AMM_SET(fn)                                                                                                 \
+    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
+        return e;
+    MC_AMM_EACH(MC_AMM_SET)
+#undef MC_AMM_SET
+    mc_amm_smem_ready[dev] = 1;
+    return cudaSuccess;
+}
+
+/* attention_mma's launch: decode (rows 0; a programmatic launch under c->pdl, the grid by the
+ * state's capacity, its scratch from a) or a chunk's rows (rows = M; plain stream order, 4 R rows
+ * a block). */
+cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache, void *v_cache,
+                          float *out, const int32_t *pos, uint32_t rows, cudaStream_t st) {
+    const uint32_t G = a->n_head / a->n_kv;
+    if (!mc_amm_ok(G, a->hd, a->hdv) || (!rows && (!a->partial || !a->ticket)))
+        return cudaErrorInvalidValue;
+    cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (e != cudaSuccess)
+        return e;
+    const uint32_t per = MC_AMM_WARPS * (16 / G), ns = (a->capacity + MC_AMM_SPAN - 1) / MC_AMM_SPAN,
+                   X = (ns + MC_AMM_WARPS - 1) / MC_AMM_WARPS;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS);
+    cfg.blockDim = dim3(MC_AMM_THREADS);
+    cfg.dynamicSmemBytes = mc_amm_layout_of(a->hd, mc_kv_bytes(a->kv), rows != 0).total;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    if (!rows)
+        mc_launch_attrs(&cfg, attr, 0, c);
+    void *args[] = {(void *)a,    (void *)&qkv, (void *)&k_cache, (void *)&v_cache,
+                    (void *)&out, (void *)&pos, (void *)&rows};
+    e = cudaLaunchKernelExC(&cfg, MC_AMM_PICK(a->kv, a->hd, G), args);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t mc_attention_mma_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
+
+const char *mc_attention_mma_family(const void *f) {
+    static const struct {
+        const void *func;
+        const char *family;
+    } table[] = {
+#define MC_AMM_ROW(fn) {fn, "attention"},
+        MC_AMM_EACH(MC_AMM_ROW)
+#undef MC_AMM_ROW
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].func == f)
+            return table[i].family;
+    return NULL;
+}
