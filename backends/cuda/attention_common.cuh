@@ -278,6 +278,18 @@ __device__ __forceinline__ void mc_spl_fold(float &M, float &L, float &O, float 
     O = fmaf(o, b, __fmul_rn(O, a));
     M = mn;
 }
+/* mc_spl_fold in two steps, for many elements of one row: the weights (a of the running side, b
+ * of the new span) and the row's max and sum once, then each element (the same operations). */
+__device__ __forceinline__ void mc_spl_fold_row(float &M, float &L, float m, float l, float &a, float &b) {
+    const float mn = fmaxf(M, m);
+    a = expf(__fsub_rn(M, mn));
+    b = expf(__fsub_rn(m, mn));
+    L = fmaf(l, b, __fmul_rn(L, a));
+    M = mn;
+}
+__device__ __forceinline__ float mc_spl_fold_elem(float O, float o, float a, float b) {
+    return fmaf(o, b, __fmul_rn(O, a));
+}
 
 /* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair (16-byte
  * copies of 16 / sizeof(KT) stored values; the tile keeps the storage type). */

@@ -5,6 +5,12 @@
  * wrote every row's k and v) gives each block 4 R rows (R = 16 / G) and walks their spans in
  * order, folding as it goes. mc_attention_path (attention.cu) picks the path.
  *
+ * Decode: block x of a kv head takes spans lo + x, lo + x + X, ... (X = the state's spans, at most
+ * MC_AMM_BLOCKS); its 128 threads stage the span and its 4 warps reduce it (warp w: the scores of
+ * positions 16 w .. 16 w + 15, then a quarter of the out elements), exchanging the rows' maxes,
+ * partial sums and P through shared memory: the same operations as a chunk's warp, which holds
+ * the whole span (mc_amm_span).
+ *
  * The order. The positions a query at p attends to, [w0, p], are cut at fixed absolute positions
  * into spans of MC_AMM_SPAN (span s: [64 s, 64 s + 64)). A span is reduced by one warp for a tile
  * of 16 query rows (decode: the G q heads of the kv head; a chunk: R rows x G heads), the same
@@ -30,10 +36,11 @@
  * (G (hd + 2) floats per span, read back once by the merging block) and out[n_head][hd]. */
 #include "attention_common.cuh"
 
-#define MC_AMM_SPAN 64u
+#define MC_AMM_SPAN 64u /* four pairs of n-tiles: mc_amm_sum's tree */
 #define MC_AMM_WARPS 4u
 #define MC_AMM_THREADS (32u * MC_AMM_WARPS)
-#define MC_AMM_BLOCKS 32u /* decode blocks a kv head at most (each takes 4 spans a round) */
+#define MC_AMM_BLOCKS 128u /* decode blocks a kv head at most (a span each a round) */
+#define MC_AMM_MERGE 64u   /* spans whose fold weights decode's merging block holds at once */
 
 /* The tile type of a cache type: f16 for f16, bf16 otherwise. */
 template <typename KT> struct mc_amm_mt {
@@ -114,32 +121,38 @@ __device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, const KT *kb, const
     mc_cp_async_commit();
 }
 
-/* One span of a warp's 16-row tile (the file's comment gives the order): K and V rows of
- * positions p0 .. p0 + 63 in ks, vs; qa: the tile's q fragments (ldmatrix'd once); the lane's
- * rows gid and gid + 8 attend to [rw[k], rp[k]] (rp -1: none). Returns per row the span's max
- * (-inf where no position is attended), its sum (the same on the row's 4 lanes) and the lane's
- * out elements (row gid: o[n][0..1], dims 8 n + 2 tig + 0..1; row gid + 8: o[n][2..3]). Every
- * operation an explicit rounding or an MMA: no contraction choice can differ between callers. */
-template <uint32_t HD, typename MT>
-__device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const uint32_t (&qa)[HD / 16][4],
-                                            const int32_t (&rw)[2], const int32_t (&rp)[2], int32_t p0, float scale,
-                                            float (&m)[2], float (&l)[2], float (&o)[HD / 8][4]) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, NJ = MC_AMM_SPAN / 8, KS = HD / 16, ND = HD / 8;
-    const uint32_t lane = threadIdx.x & 31, tig = lane & 3, mat = lane >> 3, mr = lane & 7;
-    float s[NJ][4];
+/* The pieces of a span's reduction for a 16-row tile (the file's comment gives the order), shared
+ * by the chunk's warp (mc_amm_span: the whole span) and decode's four warps (a quarter of the
+ * positions each, attention_mma): every value is computed by the same operations whichever warp
+ * holds it. Pair q of n-tiles is positions 16 q .. 16 q + 15 of the span. */
+
+/* Scores of n-tile pairs q0 .. q0 + NQ - 1 into s[2 (q - q0) + i] (head dimensions in order from
+ * +0), K rows of the span in ks, qa the tile's q fragments. */
+template <uint32_t HD, typename MT, uint32_t NQ>
+__device__ __forceinline__ void mc_amm_scores(float (&s)[2 * NQ][4], const MT *ks, const uint32_t (&qa)[HD / 16][4],
+                                              uint32_t q0) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>, KS = HD / 16;
+    const uint32_t lane = threadIdx.x & 31, mat = lane >> 3, mr = lane & 7;
 #pragma unroll
-    for (uint32_t j = 0; j < NJ; j++)
+    for (uint32_t j = 0; j < 2 * NQ; j++)
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-    for (uint32_t j = 0; j < NJ; j += 2)
+    for (uint32_t kk = 0; kk < KS; kk++)
 #pragma unroll
-        for (uint32_t kk = 0; kk < KS; kk++) {
-            uint32_t b[4]; /* K rows 8 j .. 8 j + 15 as B: dims 16 kk .. 16 kk + 15 */
-            mc_amm_ldsm4(b, ks + (8 * (j + (mat >> 1)) + mr) * LD + 16 * kk + 8 * (mat & 1));
-            mc_amm_mma(s[j], qa[kk], b[0], b[1], MT());
-            mc_amm_mma(s[j + 1], qa[kk], b[2], b[3], MT());
+        for (uint32_t q = 0; q < NQ; q++) {
+            uint32_t b[4]; /* K rows 16 (q0 + q) .. + 15 as B: dims 16 kk .. 16 kk + 15 */
+            mc_amm_ldsm4(b, ks + (8 * (2 * (q0 + q) + (mat >> 1)) + mr) * LD + 16 * kk + 8 * (mat & 1));
+            mc_amm_mma(s[2 * q], qa[kk], b[0], b[1], MT());
+            mc_amm_mma(s[2 * q + 1], qa[kk], b[2], b[3], MT());
         }
-    float mx[2] = {-INFINITY, -INFINITY};
+}
+
+/* s x scale (rounded) where the position (p0: the first of s) is in the lane's row's [rw, rp],
+ * else -inf; the lane's max per row into mx (fmaxf: exact in any order). */
+template <uint32_t NJ>
+__device__ __forceinline__ void mc_amm_mask(float (&s)[NJ][4], const int32_t (&rw)[2], const int32_t (&rp)[2],
+                                            int32_t p0, float scale, float (&mx)[2]) {
+    const uint32_t tig = threadIdx.x & 3;
 #pragma unroll
     for (uint32_t j = 0; j < NJ; j++)
 #pragma unroll
@@ -149,57 +162,121 @@ __device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const ui
             s[j][c] = t >= rw[h] && t <= rp[h] ? __fmul_rn(s[j][c], scale) : -INFINITY;
             mx[h] = fmaxf(mx[h], s[j][c]);
         }
+}
+
+/* The row's max over the quad's lanes. */
+__device__ __forceinline__ void mc_amm_quad_max(float (&mx)[2]) {
 #pragma unroll
     for (uint32_t h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 2));
-        m[h] = mx[h];
-        l[h] = 0.0f;
-    }
-    const float ref[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
-#pragma unroll
-    for (uint32_t j = 0; j < NJ; j++)
-#pragma unroll
-        for (uint32_t c = 0; c < 4; c++) {
-            s[j][c] = expf(__fsub_rn(s[j][c], ref[c >> 1])); /* a masked position: exactly 0 */
-            l[c >> 1] = __fadd_rn(l[c >> 1], s[j][c]);
-        }
-#pragma unroll
-    for (uint32_t h = 0; h < 2; h++) {
-        l[h] = __fadd_rn(l[h], __shfl_xor_sync(MC_FULL, l[h], 1));
-        l[h] = __fadd_rn(l[h], __shfl_xor_sync(MC_FULL, l[h], 2));
-    }
-#pragma unroll
-    for (uint32_t n = 0; n < ND; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-#pragma unroll
-    for (uint32_t kk = 0; kk < NJ / 2; kk++) {
-        const uint32_t pa[4] = {mc_amm_pack<MT>(s[2 * kk][0], s[2 * kk][1]), mc_amm_pack<MT>(s[2 * kk][2], s[2 * kk][3]),
-                                mc_amm_pack<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                mc_amm_pack<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (uint32_t n = 0; n < ND; n += 2) {
-            uint32_t b[4]; /* V rows 16 kk .. 16 kk + 15 as B (transposed): dims 8 n .. 8 n + 15 */
-            mc_amm_ldsm4t(b, vs + (16 * kk + 8 * (mat & 1) + mr) * LD + 8 * (n + (mat >> 1)));
-            mc_amm_mma(o[n], pa, b[0], b[1], MT());
-            mc_amm_mma(o[n + 1], pa, b[2], b[3], MT());
-        }
     }
 }
 
+/* p = expf(s - max) in place (max -inf: 0, so every p is an exact 0) and each pair's partial sum
+ * per row: t[q][h] = ((p0 + p1) + p2) + p3, the lane's four values of the pair in position order. */
+template <uint32_t NQ>
+__device__ __forceinline__ void mc_amm_probs(float (&s)[2 * NQ][4], const float (&mx)[2], float (&t)[NQ][2]) {
+    const float ref[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
+#pragma unroll
+    for (uint32_t j = 0; j < 2 * NQ; j++)
+#pragma unroll
+        for (uint32_t c = 0; c < 4; c++)
+            s[j][c] = expf(__fsub_rn(s[j][c], ref[c >> 1])); /* a masked position: exactly 0 */
+#pragma unroll
+    for (uint32_t q = 0; q < NQ; q++)
+#pragma unroll
+        for (uint32_t h = 0; h < 2; h++)
+            t[q][h] = __fadd_rn(__fadd_rn(__fadd_rn(s[2 * q][2 * h], s[2 * q][2 * h + 1]), s[2 * q + 1][2 * h]),
+                                s[2 * q + 1][2 * h + 1]);
+}
+
+/* The row's sum: the four pairs' partials in order, then lanes tig ^ 1, tig ^ 2. */
+__device__ __forceinline__ float mc_amm_sum(float t0, float t1, float t2, float t3) {
+    float v = __fadd_rn(__fadd_rn(__fadd_rn(t0, t1), t2), t3);
+    v = __fadd_rn(v, __shfl_xor_sync(MC_FULL, v, 1));
+    return __fadd_rn(v, __shfl_xor_sync(MC_FULL, v, 2));
+}
+
+/* Pair q's p as an A fragment of the tile type (positions 16 q .. 16 q + 15 as k). */
+__device__ __forceinline__ void mc_amm_pfrag_of(uint32_t (&pa)[4], const float (&s0)[4], const float (&s1)[4],
+                                                __nv_bfloat16) {
+    pa[0] = mc_amm_pack<__nv_bfloat16>(s0[0], s0[1]);
+    pa[1] = mc_amm_pack<__nv_bfloat16>(s0[2], s0[3]);
+    pa[2] = mc_amm_pack<__nv_bfloat16>(s1[0], s1[1]);
+    pa[3] = mc_amm_pack<__nv_bfloat16>(s1[2], s1[3]);
+}
+__device__ __forceinline__ void mc_amm_pfrag_of(uint32_t (&pa)[4], const float (&s0)[4], const float (&s1)[4], __half) {
+    pa[0] = mc_amm_pack<__half>(s0[0], s0[1]);
+    pa[1] = mc_amm_pack<__half>(s0[2], s0[3]);
+    pa[2] = mc_amm_pack<__half>(s1[0], s1[1]);
+    pa[3] = mc_amm_pack<__half>(s1[2], s1[3]);
+}
+
+/* out's n-tile pairs n0 .. n0 + NN - 1 (dims 16 n .. 16 n + 15) = P V over the span's four
+ * position pairs in order from +0 (pa[kk]: pair kk's fragment), V rows in vs. */
+template <uint32_t HD, typename MT, uint32_t NN>
+__device__ __forceinline__ void mc_amm_pv(float (&o)[2 * NN][4], const uint32_t (&pa)[MC_AMM_SPAN / 16][4],
+                                          const MT *vs, uint32_t n0) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>;
+    const uint32_t lane = threadIdx.x & 31, mat = lane >> 3, mr = lane & 7;
+#pragma unroll
+    for (uint32_t n = 0; n < 2 * NN; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (uint32_t kk = 0; kk < MC_AMM_SPAN / 16; kk++)
+#pragma unroll
+        for (uint32_t n = 0; n < NN; n++) {
+            uint32_t b[4]; /* V rows 16 kk .. 16 kk + 15 as B (transposed): dims 16 (n0 + n) .. + 15 */
+            mc_amm_ldsm4t(b, vs + (16 * kk + 8 * (mat & 1) + mr) * LD + 8 * (2 * (n0 + n) + (mat >> 1)));
+            mc_amm_mma(o[2 * n], pa[kk], b[0], b[1], MT());
+            mc_amm_mma(o[2 * n + 1], pa[kk], b[2], b[3], MT());
+        }
+}
+
+/* One span of a warp's 16-row tile by that warp alone (a chunk's rows): K and V rows of positions
+ * p0 .. p0 + 63 in ks, vs; the lane's rows gid and gid + 8 attend to [rw[k], rp[k]] (rp -1: none).
+ * Returns per row the span's max (-inf where no position is attended), its sum (the same on the
+ * row's 4 lanes) and the lane's out elements (row gid: o[n][0..1], dims 8 n + 2 tig + 0..1; row
+ * gid + 8: o[n][2..3]). Every operation an explicit rounding or an MMA: no contraction choice can
+ * differ between callers. */
+template <uint32_t HD, typename MT>
+__device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const uint32_t (&qa)[HD / 16][4],
+                                            const int32_t (&rw)[2], const int32_t (&rp)[2], int32_t p0, float scale,
+                                            float (&m)[2], float (&l)[2], float (&o)[HD / 8][4]) {
+    constexpr uint32_t NQ = MC_AMM_SPAN / 16;
+    float s[2 * NQ][4], mx[2] = {-INFINITY, -INFINITY}, t[NQ][2];
+    mc_amm_scores<HD, MT, NQ>(s, ks, qa, 0);
+    mc_amm_mask<2 * NQ>(s, rw, rp, p0, scale, mx);
+    mc_amm_quad_max(mx);
+    mc_amm_probs<NQ>(s, mx, t);
+#pragma unroll
+    for (uint32_t h = 0; h < 2; h++) {
+        m[h] = mx[h];
+        l[h] = mc_amm_sum(t[0][h], t[1][h], t[2][h], t[3][h]);
+    }
+    uint32_t pa[NQ][4];
+#pragma unroll
+    for (uint32_t q = 0; q < NQ; q++)
+        mc_amm_pfrag_of(pa[q], s[2 * q], s[2 * q + 1], MT());
+    mc_amm_pv<HD, MT, HD / 16>(o, pa, vs, 0);
+}
+
 /* Shared memory of attention_mma (bytes): the q tiles (decode: one, the block's; a chunk: one a
- * warp), then the K and V tiles (decode: a pair a warp; a chunk: two pairs, double-buffered), then
- * decode's new row (kn, vn: stored values) and the merge flag. */
+ * warp), then the K and V tiles (decode: one pair; a chunk: two pairs, double-buffered), then
+ * decode's new row (kn, vn: stored values), its merge's fold weights (MC_AMM_MERGE spans of 8
+ * heads: a, b; then 1 / sum a head) and the merge flag. */
 struct mc_amm_layout {
-    uint32_t kv, kn, vn, flag, total;
+    uint32_t kv, kn, vn, wab, flag, total;
 };
 __host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t kvb, bool chunk) {
     const uint32_t tile = MC_AMM_SPAN * (hd + 8) * 2, qt = 16 * (hd + 8) * 2;
     mc_amm_layout L;
     L.kv = (chunk ? MC_AMM_WARPS : 1u) * qt;
-    L.kn = L.kv + (chunk ? 2u : MC_AMM_WARPS) * 2 * tile;
+    L.kn = L.kv + (chunk ? 2u : 1u) * 2 * tile;
     L.vn = L.kn + (hd * kvb + 15) / 16 * 16;
-    L.flag = L.vn + (hd * kvb + 15) / 16 * 16;
+    L.wab = L.vn + (hd * kvb + 15) / 16 * 16;
+    L.flag = L.wab + (chunk ? 0u : (MC_AMM_MERGE * 16 + 8) * 4);
     L.total = L.flag + 16;
     return L;
 }
@@ -229,22 +306,21 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                    hi = (uint32_t)(p00 + (int32_t)z1 - 1) / S;
     const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
     const uint32_t X = gridDim.y;
-    uint32_t n_act = 0, wnew = NW;
-    if (!rows) { /* decode: warp w of block x takes spans lo + x NW + w, + NW X, ... */
-        n_act = min((hi - lo + NW) / NW, X);
+    uint32_t n_act = 0;
+    bool has_new = false;
+    if (!rows) { /* decode: block x takes spans lo + x, lo + x + X, ... (its warp 0 computes) */
+        n_act = min(hi - lo + 1, X);
         if (x >= n_act)
             return;
-        if ((hi - lo) % (NW * X) / NW == x)
-            wnew = (hi - lo) % NW; /* this block's warp that holds p's span */
-        const uint32_t s = lo + x * NW + warp;
-        if (s <= hi) /* rows below p were written by earlier steps: staged before the wait */
-            mc_amm_stage<HD, KT, MT>(tiles + 2 * warp * TILE, tiles + (2 * warp + 1) * TILE, kb, vb, s * S,
-                                     s == hi ? (uint32_t)p00 - s * S : S, lane, 32);
+        has_new = (hi - lo) % X == x; /* the block that holds p's span */
+        /* rows below p were written by earlier steps: staged before the wait */
+        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, kb, vb, (lo + x) * S, lo + x == hi ? (uint32_t)p00 - hi * S : S,
+                                 tid, NT);
     } else { /* a chunk: every row's k and v appended before this launch */
         mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid, NT);
     }
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
-    /* q of the warp's rows (decode: warp 0, the step's row; with wnew < NW also the new k and v
+    /* q of the warp's rows (decode: warp 0, the step's row; with has_new also the new k and v
      * row), one call site for both modes: the same instructions, so the same q bits */
     MT *qt = (MT *)smb + (rows ? warp * 16 * LD : 0);
     const uint32_t nq = rows ? R : 1, zw = z0 + (rows ? warp * R : 0);
@@ -259,7 +335,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             mc_atc_rope_prep<HD>(cs, fr, a, pr);
             float q[G][DPL];
             mc_atc_q_and_row<HD, G, KT>(q, a, qkv + (size_t)zr * ((a.n_head + 2 * a.n_kv) * HD), g, g, cs,
-                                        !rows && wnew < NW, true, kn, vn, k_cache, v_cache, pr);
+                                        has_new, true, kn, vn, k_cache, v_cache, pr);
             if (ir < nq && zw + ir < z1)
 #pragma unroll
                 for (uint32_t h = 0; h < G; h++)
@@ -289,28 +365,77 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         const uint32_t NS = (a.capacity + S - 1) / S;
         /* the partials: out [head][span][hd], then (max, sum) [head][span][2] */
         float *po = a.partial, *pml = a.partial + (size_t)a.n_head * NS * HD;
-        MT *ks = tiles + 2 * warp * TILE, *vs = ks + TILE;
-        for (uint32_t s = lo + x * NW + warp; s <= hi; s += NW * X) {
-            if (s != lo + x * NW + warp)
-                mc_amm_stage<HD, KT, MT>(ks, vs, kb, vb, s * S, s == hi ? (uint32_t)p00 - s * S : S, lane, 32);
+        MT *ks = tiles, *vs = tiles + TILE;
+        float *xm = (float *)(smb + L.wab), *xt = xm + 64; /* the span's exchange (the merge's space) */
+        uint32_t *pf = (uint32_t *)(xt + 256);
+        for (uint32_t s = lo + x; s <= hi; s += X) {
+            if (s != lo + x) {
+                __syncthreads(); /* the tiles are read before this span's staging */
+                mc_amm_stage<HD, KT, MT>(ks, vs, kb, vb, s * S, s == hi ? (uint32_t)p00 - s * S : S, tid, NT);
+            }
             mc_cp_async_wait(0);
-            __syncwarp();
-            if (s == hi && warp == wnew) /* the new row, from decode's q warp */
-                for (uint32_t i = lane; i < HD; i += 32) {
+            if (s == hi) { /* the new row over the staging's zeros (kn, vn: from warp 0, before) */
+                __syncthreads();
+                for (uint32_t i = tid; i < HD; i += NT) {
                     ks[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(kn[i]));
                     vs[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(vn[i]));
                 }
-            __syncwarp();
-            mc_amm_span<HD, MT>(ks, vs, qa, rw, rp, (int32_t)(s * S), scale, m, l, o);
-            if (gid < G) {
-                float *ph = po + ((size_t)(g * G + gid) * NS + s) * HD;
-#pragma unroll
-                for (uint32_t n = 0; n < ND; n++)
-                    *(float2 *)(ph + 8 * n + 2 * tig) = make_float2(o[n][0], o[n][1]);
-                if (tig == 0)
-                    *(float2 *)(pml + ((size_t)(g * G + gid) * NS + s) * 2) = make_float2(m[0], l[0]);
             }
-            __syncwarp(); /* the tiles are read before the next span's staging */
+            __syncthreads(); /* the span's rows */
+            /* warp w: the scores and weights of positions 16 w .. 16 w + 15, then the out
+             * elements of its n-tile pairs; the rows' max, sum and P exchanged in shared memory */
+            const int32_t sb = (int32_t)(s * S);
+            float sq[2][4], mx[2] = {-INFINITY, -INFINITY}, t[1][2];
+            mc_amm_scores<HD, MT, 1>(sq, ks, qa, warp);
+            mc_amm_mask<2>(sq, rw, rp, sb + 16 * (int32_t)warp, scale, mx);
+            mc_amm_quad_max(mx);
+            if (tig == 0) {
+                xm[warp * 16 + gid] = mx[0];
+                xm[warp * 16 + gid + 8] = mx[1];
+            }
+            __syncthreads();
+#pragma unroll
+            for (uint32_t h = 0; h < 2; h++) {
+                mx[h] = -INFINITY;
+#pragma unroll
+                for (uint32_t w2 = 0; w2 < NW; w2++)
+                    mx[h] = fmaxf(mx[h], xm[w2 * 16 + gid + 8 * h]);
+            }
+            mc_amm_probs<1>(sq, mx, t);
+            uint32_t pw[4];
+            mc_amm_pfrag_of(pw, sq[0], sq[1], MT());
+            xt[(warp * 32 + lane) * 2] = t[0][0];
+            xt[(warp * 32 + lane) * 2 + 1] = t[0][1];
+            *(uint4 *)(pf + (warp * 32 + lane) * 4) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+            __syncthreads();
+            uint32_t pa[S / 16][4];
+#pragma unroll
+            for (uint32_t kk = 0; kk < S / 16; kk++) {
+                const uint4 v = *(const uint4 *)(pf + (kk * 32 + lane) * 4);
+                pa[kk][0] = v.x;
+                pa[kk][1] = v.y;
+                pa[kk][2] = v.z;
+                pa[kk][3] = v.w;
+            }
+            constexpr uint32_t NP = ND / 2, PW = (NP + NW - 1) / NW;
+#pragma unroll
+            for (uint32_t pi = 0; pi < PW; pi++) {
+                const uint32_t pr = warp + NW * pi;
+                if (pr >= NP)
+                    break;
+                float o2[2][4];
+                mc_amm_pv<HD, MT, 1>(o2, pa, vs, pr);
+                if (gid < G) {
+                    float *ph = po + ((size_t)(g * G + gid) * NS + s) * HD + 16 * pr + 2 * tig;
+                    *(float2 *)ph = make_float2(o2[0][0], o2[0][1]);
+                    *(float2 *)(ph + 8) = make_float2(o2[1][0], o2[1][1]);
+                }
+            }
+            if (warp == 0) {
+                const float l0 = mc_amm_sum(xt[lane * 2], xt[(32 + lane) * 2], xt[(64 + lane) * 2], xt[(96 + lane) * 2]);
+                if (gid < G && tig == 0)
+                    *(float2 *)(pml + ((size_t)(g * G + gid) * NS + s) * 2) = make_float2(mx[0], l0);
+            }
         }
         /* the last block of kv head g to finish folds every span's partials in order */
         uint32_t *flag = (uint32_t *)(smb + L.flag);
@@ -324,16 +449,65 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         if (!flag[0])
             return;
         __threadfence();
-        for (uint32_t e = tid; e < G * HD; e += NT) {
-            const uint32_t h = e / HD, d = e % HD;
-            const float *oh = po + (size_t)(g * G + h) * NS * HD + d, *mh = pml + (size_t)(g * G + h) * NS * 2;
-            float M = __ldcg(mh + 2 * lo), Ls = __ldcg(mh + 2 * lo + 1), O = __ldcg(oh + (size_t)lo * HD);
-#pragma unroll 4
-            for (uint32_t s = lo + 1; s <= hi; s++)
-                mc_spl_fold(M, Ls, O, __ldcg(mh + 2 * s), __ldcg(mh + 2 * s + 1), __ldcg(oh + (size_t)s * HD));
-            out[(size_t)(g * G + h) * HD + d] = O * (1.0f / Ls);
+        /* per head, the fold's weights of MC_AMM_MERGE spans at a time (thread h: mc_spl_fold_row
+         * in span order), then every element's chain (mc_spl_fold_elem): mc_spl_fold's operations */
+        float *wab = (float *)(smb + L.wab);
+        float Mh = 0.0f, Lh = 0.0f, O[(G * HD + NT - 1) / NT];
+        for (uint32_t sb = lo; sb <= hi; sb += MC_AMM_MERGE) {
+            const uint32_t nb = min(MC_AMM_MERGE, hi + 1 - sb);
+            __syncthreads(); /* the batch before is read */
+            for (uint32_t i = tid; i < nb * G; i += NT) { /* the batch's (max, sum), at once */
+                const uint32_t j = i / G, h = i % G;
+                const float2 v = __ldcg((const float2 *)(pml + ((size_t)(g * G + h) * NS + sb + j) * 2));
+                wab[(j * 8 + h) * 2] = v.x;
+                wab[(j * 8 + h) * 2 + 1] = v.y;
+            }
+            __syncthreads();
+            if (tid < G) { /* in place: span j's (max, sum) become its weights (a, b) */
+                for (uint32_t j = 0; j < nb; j++) {
+                    const float ms = wab[(j * 8 + tid) * 2], ls = wab[(j * 8 + tid) * 2 + 1];
+                    float wa = 0.0f, wb = 1.0f;
+                    if (sb + j == lo) {
+                        Mh = ms;
+                        Lh = ls;
+                    } else {
+                        mc_spl_fold_row(Mh, Lh, ms, ls, wa, wb);
+                    }
+                    wab[(j * 8 + tid) * 2] = wa;
+                    wab[(j * 8 + tid) * 2 + 1] = wb;
+                }
+                if (sb + nb > hi)
+                    wab[MC_AMM_MERGE * 16 + tid] = 1.0f / Lh;
+            }
+            __syncthreads();
+#pragma unroll
+            for (uint32_t i = 0; i < (G * HD + NT - 1) / NT; i++) {
+                const uint32_t e = tid + i * NT, h = e / HD;
+                if (e >= G * HD)
+                    break;
+                const float *oh = po + (size_t)(g * G + h) * NS * HD + e % HD;
+                float v = sb == lo ? __ldcg(oh + (size_t)lo * HD) : O[i];
+                for (uint32_t j0 = sb == lo ? 1 : 0; j0 < nb; j0 += 8) { /* 8 loads in flight */
+                    float ov[8];
+#pragma unroll
+                    for (uint32_t k = 0; k < 8; k++)
+                        ov[k] = j0 + k < nb ? __ldcg(oh + (size_t)(sb + j0 + k) * HD) : 0.0f;
+#pragma unroll
+                    for (uint32_t k = 0; k < 8; k++)
+                        if (j0 + k < nb)
+                            v = mc_spl_fold_elem(v, ov[k], wab[((j0 + k) * 8 + h) * 2],
+                                                 wab[((j0 + k) * 8 + h) * 2 + 1]);
+                }
+                O[i] = v;
+            }
         }
         __syncthreads();
+#pragma unroll
+        for (uint32_t i = 0; i < (G * HD + NT - 1) / NT; i++) {
+            const uint32_t e = tid + i * NT;
+            if (e < G * HD)
+                out[(size_t)(g * G + e / HD) * HD + e % HD] = O[i] * wab[MC_AMM_MERGE * 16 + e / HD];
+        }
         if (tid == 0)
             a.ticket[g] = 0; /* for the next launch (the kernel boundary orders it) */
         return;
@@ -358,24 +532,24 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
 #pragma unroll
             for (uint32_t h = 0; h < 2; h++) {
                 if (rp[h] < sb || rw[h] >= sb + (int32_t)S)
-                    continue;                          /* the row does not attend to this span */
-                const bool first = rw[h] >= sb;        /* the row's first span */
+                    continue; /* the row does not attend to this span */
+                if (rw[h] >= sb) { /* the row's first span */
+                    FM[h] = m[h];
+                    FL[h] = l[h];
 #pragma unroll
-                for (uint32_t n = 0; n < ND; n++)
-#pragma unroll
-                    for (uint32_t c = 0; c < 2; c++) {
-                        float Mx = FM[h], Lx = FL[h];
-                        if (first) {
-                            Lx = l[h];
-                            F[n][2 * h + c] = o[n][2 * h + c];
-                        } else {
-                            mc_spl_fold(Mx, Lx, F[n][2 * h + c], m[h], l[h], o[n][2 * h + c]);
-                        }
-                        if (n == ND - 1 && c == 1) {
-                            FM[h] = first ? m[h] : Mx;
-                            FL[h] = Lx;
-                        }
+                    for (uint32_t n = 0; n < ND; n++) {
+                        F[n][2 * h] = o[n][2 * h];
+                        F[n][2 * h + 1] = o[n][2 * h + 1];
                     }
+                } else {
+                    float wa, wb;
+                    mc_spl_fold_row(FM[h], FL[h], m[h], l[h], wa, wb);
+#pragma unroll
+                    for (uint32_t n = 0; n < ND; n++) {
+                        F[n][2 * h] = mc_spl_fold_elem(F[n][2 * h], o[n][2 * h], wa, wb);
+                        F[n][2 * h + 1] = mc_spl_fold_elem(F[n][2 * h + 1], o[n][2 * h + 1], wa, wb);
+                    }
+                }
             }
         }
         __syncthreads(); /* the tiles are read before the staging two spans on */
@@ -409,14 +583,16 @@ int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
     return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 3 || G == 4 || G == 8);
 }
 
-/* Per device: whether every instantiation may use the largest need (decode's, f32, hd 128). */
+/* Per device: whether every instantiation may use the largest need (hd 128, f32: decode's or a
+ * chunk's, whichever is larger). */
 static int mc_amm_smem_ready[MC_MAX_DEVICES];
 
 cudaError_t mc_amm_prepare(int dev) {
     cudaError_t e;
     if (mc_amm_smem_ready[dev])
         return cudaSuccess;
-    const int smax = (int)mc_amm_layout_of(128, 4, false).total;
+    const uint32_t sd = mc_amm_layout_of(128, 4, false).total, sc = mc_amm_layout_of(128, 4, true).total;
+    const int smax = (int)(sd > sc ? sd : sc);
 #define MC_AMM_SET(fn)                                                                                                 \
     if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
         return e;
@@ -437,8 +613,7 @@ cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
-    const uint32_t per = MC_AMM_WARPS * (16 / G), ns = (a->capacity + MC_AMM_SPAN - 1) / MC_AMM_SPAN,
-                   X = (ns + MC_AMM_WARPS - 1) / MC_AMM_WARPS;
+    const uint32_t per = MC_AMM_WARPS * (16 / G), X = (a->capacity + MC_AMM_SPAN - 1) / MC_AMM_SPAN;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS);
