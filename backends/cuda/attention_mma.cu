@@ -6,7 +6,7 @@
  * order, folding as it goes. mc_attention_path (attention.cu) picks the path.
  *
  * Decode: block x of a kv head takes spans lo + x, lo + x + X, ... (X = the state's spans, at most
- * MC_AMM_BLOCKS); its 128 threads stage the span and its 4 warps reduce it (warp w: the scores of
+ * MC_AMM_BLOCKS, so several spans a block past 2,048 positions); its 128 threads stage the span and its 4 warps reduce it (warp w: the scores of
  * positions 16 w .. 16 w + 15, then a quarter of the out elements), exchanging the rows' maxes,
  * partial sums and P through shared memory: the same operations as a chunk's warp, which holds
  * the whole span (mc_amm_span).
@@ -39,7 +39,8 @@
 #define MC_AMM_SPAN 64u /* four pairs of n-tiles: mc_amm_sum's tree */
 #define MC_AMM_WARPS 4u
 #define MC_AMM_THREADS (32u * MC_AMM_WARPS)
-#define MC_AMM_BLOCKS 128u /* decode blocks a kv head at most (a span each a round) */
+#define MC_AMM_BLOCKS 32u /* decode blocks a kv head at most (a span each a round): llama-1b at a 7,900 prefix
+                           * 669 tok/s against 631 with 128 (bench/RESULTS.md, twentieth session) */
 #define MC_AMM_MERGE 64u   /* spans whose fold weights decode's merging block holds at once */
 
 /* The tile type of a cache type: f16 for f16, bf16 otherwise. */
