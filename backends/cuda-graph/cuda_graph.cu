@@ -1,6 +1,8 @@
 /* cuda_graph.cu: the `cuda-graph` backend plugin. Per state, the first step captures one full
  * token (embedding, every stage, head, device sampler) into a CUDA graph; every step, the first
- * included, launches it. Token and position live in device memory and the commit happens inside
+ * included, launches it. A prefill chunk's graph is captured per state and count; a freed state's
+ * executable chunk graphs are kept (cg_spare) and updated to the next state's capture, which then
+ * skips their instantiation. Token and position live in device memory and the commit happens inside
  * the graph, so a replay at any position needs no recapture and no parameter update. Restoring a
  * prefix copies device buffers in place, so the capture stays valid.
  *
@@ -9,6 +11,7 @@
  * arms use one upload of the weights. A change of sampling configuration is a new capture (the
  * configuration is a kernel argument), counted as such. */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +22,6 @@
 #include "memra/plugin.h"
 #include "memra/status.h"
 
-struct memra_backend {
-    const memra_host *host;
-    const memra_backend_vtable *cv; /* the cuda plugin's vtable */
-    memra_backend *inner;
-    const memra_cuda_graph_ext_v1 *ext;
-};
-
 /* A captured prefill chunk body of one count. */
 typedef struct cg_chunk_graph {
     uint32_t count; /* 0: empty */
@@ -34,6 +30,26 @@ typedef struct cg_chunk_graph {
     cudaGraphExec_t exec;
 } cg_chunk_graph;
 #define CG_CHUNK_GRAPHS 2u /* the full chunk and the tail: at most two graphs of chunks per state */
+
+/* An executable chunk graph a freed state left (its count and device): the next state that
+ * captures a chunk of that count updates it to its own capture (cudaGraphExecUpdate: the same
+ * kernels and copies, the new state's buffers) instead of instantiating one. */
+typedef struct cg_spare {
+    uint32_t count; /* 0: empty */
+    int device;
+    cudaGraphExec_t exec;
+} cg_spare;
+#define CG_SPARES 4u
+
+struct memra_backend {
+    const memra_host *host;
+    const memra_backend_vtable *cv; /* the cuda plugin's vtable */
+    memra_backend *inner;
+    const memra_cuda_graph_ext_v1 *ext;
+    pthread_mutex_t lock; /* spare */
+    cg_spare spare[CG_SPARES];
+    uint64_t reused; /* chunk graphs updated from a spare instead of instantiated */
+};
 
 struct memra_state {
     memra_state *inner;
@@ -45,6 +61,7 @@ struct memra_state {
     memra_sample_cfg cfg;
     uint64_t captures, replays;
     uint32_t dumps;
+    bool failed; /* a device call of the state failed (its graphs are not kept as spares) */
 };
 
 static memra_status cg_cuda(const memra_host *host, const memra_backend_vtable **out, memra_error *err) {
@@ -90,13 +107,16 @@ memra_status cg_open(const memra_host *host, const memra_model *m, const memra_p
         return memra_fail(err, MEMRA_E_NOMEM, "cuda-graph: out of host memory");
     b->host = host;
     b->cv = cv;
+    pthread_mutex_init(&b->lock, NULL);
     if ((st = cv->open(host, m, plan, opts, &b->inner, err))) {
+        pthread_mutex_destroy(&b->lock);
         free(b);
         return st;
     }
     b->ext = cv->extension ? (const memra_cuda_graph_ext_v1 *)cv->extension(b->inner, MEMRA_EXT_CUDA_GRAPH, 1) : NULL;
     if (!MEMRA_HAS_MEMBER(b->ext, memra_cuda_graph_ext_v1, kernel_family)) {
         cv->close(b->inner);
+        pthread_mutex_destroy(&b->lock);
         free(b);
         return memra_fail(err, MEMRA_E_PLUGIN, "cuda-graph: the cuda plugin offers no '%s' v1 extension",
                           MEMRA_EXT_CUDA_GRAPH);
@@ -108,8 +128,62 @@ memra_status cg_open(const memra_host *host, const memra_model *m, const memra_p
 void cg_close(memra_backend *b) {
     if (!b)
         return;
+    for (uint32_t k = 0; k < CG_SPARES; k++)
+        if (b->spare[k].exec && cudaSetDevice(b->spare[k].device) == cudaSuccess)
+            cudaGraphExecDestroy(b->spare[k].exec);
     b->cv->close(b->inner);
+    pthread_mutex_destroy(&b->lock);
     free(b);
+}
+
+/* A freed state's chunk graph: its exec kept as a spare (the oldest spare of its count, or the
+ * first slot, destroyed), its graph destroyed. The state's stream has finished. */
+static void cg_keep_spare(memra_backend *b, cg_chunk_graph *g, int device) {
+    if (g->exec && g->count) {
+        pthread_mutex_lock(&b->lock);
+        cg_spare *to = &b->spare[0];
+        for (uint32_t k = 0; k < CG_SPARES; k++)
+            if (!b->spare[k].exec || (b->spare[k].count == g->count && b->spare[k].device == device)) {
+                to = &b->spare[k];
+                break;
+            }
+        if (to->exec && cudaSetDevice(to->device) == cudaSuccess)
+            cudaGraphExecDestroy(to->exec);
+        to->exec = g->exec;
+        to->count = g->count;
+        to->device = device;
+        g->exec = NULL;
+        pthread_mutex_unlock(&b->lock);
+    }
+    if (g->graph)
+        cudaGraphDestroy(g->graph);
+    memset(g, 0, sizeof *g);
+}
+
+/* A spare exec of `count` rows on `device` updated to `graph` (NULL when none is kept or the
+ * update is refused: the caller instantiates; a refused spare is destroyed). */
+static cudaGraphExec_t cg_take_spare(memra_backend *b, uint32_t count, int device, cudaGraph_t graph) {
+    cudaGraphExec_t x = NULL;
+    pthread_mutex_lock(&b->lock);
+    for (uint32_t k = 0; k < CG_SPARES; k++)
+        if (b->spare[k].exec && b->spare[k].count == count && b->spare[k].device == device) {
+            x = b->spare[k].exec;
+            memset(&b->spare[k], 0, sizeof b->spare[k]);
+            break;
+        }
+    pthread_mutex_unlock(&b->lock);
+    if (!x)
+        return NULL;
+    cudaGraphExecUpdateResultInfo info;
+    if (cudaGraphExecUpdate(x, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the refusal is not the stream's error */
+        cudaGraphExecDestroy(x);
+        return NULL;
+    }
+    pthread_mutex_lock(&b->lock);
+    b->reused++;
+    pthread_mutex_unlock(&b->lock);
+    return x;
 }
 
 static void cg_drop_chunk(cg_chunk_graph *g) {
@@ -161,12 +235,16 @@ memra_status cg_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
 void cg_state_free(memra_backend *b, memra_state *s) {
     if (!s)
         return;
-    if ((s->exec || s->chunk[0].exec || s->chunk[1].exec) &&
-        cudaSetDevice(b->ext->device(b->inner, s->inner)) == cudaSuccess)
-        cudaStreamSynchronize((cudaStream_t)b->ext->stream(b->inner, s->inner));
+    const int device = b->ext->device(b->inner, s->inner);
+    bool idle = false;
+    if ((s->exec || s->chunk[0].exec || s->chunk[1].exec) && cudaSetDevice(device) == cudaSuccess)
+        idle = cudaStreamSynchronize((cudaStream_t)b->ext->stream(b->inner, s->inner)) == cudaSuccess;
     cg_drop_graph(s);
-    for (uint32_t k = 0; k < CG_CHUNK_GRAPHS; k++)
-        cg_drop_chunk(&s->chunk[k]);
+    for (uint32_t k = 0; k < CG_CHUNK_GRAPHS; k++) /* kept for the next state where all went well */
+        if (idle && !s->failed)
+            cg_keep_spare(b, &s->chunk[k], device);
+        else
+            cg_drop_chunk(&s->chunk[k]);
     b->cv->state_free(b->inner, s->inner); /* synchronises its streams first */
     free(s);
 }
@@ -182,6 +260,7 @@ static memra_status cg_cuda_fail(memra_backend *b, memra_state *s, memra_error *
     memra_status st = memra_fail(err, MEMRA_E_DEVICE, "cuda-graph: %s failed: %s (%s)", what, cudaGetErrorString(e),
                                  cudaGetErrorName(e));
     b->ext->quarantine(b->inner, s->inner, err ? err->msg : what);
+    s->failed = true;
     return st;
 }
 
@@ -268,6 +347,7 @@ static memra_status cg_chunk_exec(memra_backend *b, memra_state *s, uint32_t cou
         cudaGraph_t graph = NULL;
         e = cudaStreamEndCapture(q, &graph); /* always ends the capture, also after a failed body */
         if (st) {
+            s->failed = true;
             if (graph)
                 cudaGraphDestroy(graph);
             return st;
@@ -275,7 +355,8 @@ static memra_status cg_chunk_exec(memra_backend *b, memra_state *s, uint32_t cou
         if (e != cudaSuccess)
             return cg_cuda_fail(b, s, err, e, "cudaStreamEndCapture (prefill chunk)");
         g->graph = graph;
-        if ((e = cudaGraphInstantiate(&g->exec, graph, 0)) != cudaSuccess) {
+        g->exec = cg_take_spare(b, count, b->ext->device(b->inner, s->inner), graph);
+        if (!g->exec && (e = cudaGraphInstantiate(&g->exec, graph, 0)) != cudaSuccess) {
             g->exec = NULL;
             cg_drop_chunk(g);
             return cg_cuda_fail(b, s, err, e, "cudaGraphInstantiate (prefill chunk)");
@@ -307,6 +388,7 @@ memra_status cg_step_chunk(memra_backend *b, memra_state *s, const int64_t *toke
                 st = cg_step_end(b, s, a.want_logits ? logits : NULL, NULL, err);
             if (st) {
                 x->quarantine(b->inner, s->inner, err ? err->msg : "a step of a prefill chunk failed");
+                s->failed = true;
                 return st;
             }
         }

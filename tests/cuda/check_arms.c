@@ -8,6 +8,8 @@
  *
  *   check_arms --a cpu --b cuda [--model F | --preset P --dtype D] [--prime P] [--gen N]
  *              [--temp T --top-k K --top-p P --seed S] [--exact | --nmse X] [--window W]
+ *   check_arms --a A --b B --chunk-repeat R ...: A's prefill of P steps once, B's R times on
+ *              fresh states (each freed before the next), last logits and digests bit for bit
  *
  * bench/gpu/verify.sh runs it (nmse, sanitize); the arm-level Criterion test of tests/cuda
  * compiles it with MEMRA_CHECK_NO_MAIN. */
@@ -83,6 +85,59 @@ out:
     return st;
 }
 
+static memra_status check_drop(void *user, uint32_t step, const float *logits, const memra_step_result *res,
+                               bool drained, memra_error *err) {
+    (void)user, (void)step, (void)logits, (void)res, (void)drained, (void)err;
+    return MEMRA_OK;
+}
+
+/* The prime steps of the prompt through memra_arm_prefill_run (the arm's prefill chunks) on a
+ * fresh state, freed after: the last position's logits and the three digests. */
+static memra_status check_prefill(memra_arm *arm, const uint32_t *prompt, uint32_t prime, float *logits,
+                                  uint8_t d[3][32], memra_error *err) {
+    memra_arm_state *s = NULL;
+    int64_t *in = (int64_t *)calloc(prime ? prime : 1, sizeof *in);
+    memra_status st =
+        in ? memra_arm_state_new(arm, prime + 1, &s, err) : memra_fail(err, MEMRA_E_NOMEM, "out of host memory");
+    for (uint32_t i = 0; in && i < prime; i++)
+        in[i] = (int64_t)prompt[i];
+    if (!st)
+        st = memra_arm_prefill_run(s, in, 0, prime, logits, check_drop, NULL, err);
+    if (!st)
+        st = memra_arm_digests(s, d[0], d[1], d[2], err);
+    memra_arm_state_free(s);
+    free(in);
+    return st;
+}
+
+/* --chunk-repeat R: arm A's prefill once, then arm B's R times, each on a fresh state after the
+ * one before was freed (a cuda-graph arm updates the freed state's chunk graph to the new
+ * state's capture instead of instantiating one): every B run's last logits and digests must be
+ * A's, bit for bit. 0 pass, 1 a difference. */
+static int check_chunk_repeat(const check_arms_cfg *c, memra_arm *A, memra_arm *B, const uint32_t *prompt, uint32_t V,
+                              check_arms_result *res) {
+    memra_error err;
+    memset(&err, 0, sizeof err);
+    float *la = (float *)malloc((size_t)V * 4), *lb = (float *)malloc((size_t)V * 4);
+    uint8_t da[3][32], db[3][32];
+    uint32_t differ = 0, r = 0;
+    memra_status st = la && lb ? check_prefill(A, prompt, c->prime, la, da, &err)
+                               : memra_fail(&err, MEMRA_E_NOMEM, "out of host memory");
+    for (; !st && r < c->chunk_repeat; r++) {
+        memset(lb, 0xff, (size_t)V * 4);
+        if (!(st = check_prefill(B, prompt, c->prime, lb, db, &err)))
+            differ += memcmp(la, lb, (size_t)V * 4) != 0 || memcmp(da, db, sizeof da) != 0;
+    }
+    if (st)
+        snprintf(res->msg, sizeof res->msg, "ERROR %s vs %s (prefill run %u): %s", c->a, c->b, r, err.msg);
+    else
+        snprintf(res->msg, sizeof res->msg, "%s  A=%s B=%s prefill of %u steps, B %u times on fresh states: %u differ",
+                 differ ? "FAIL" : "PASS", c->a, c->b, c->prime, c->chunk_repeat, differ);
+    free(la);
+    free(lb);
+    return st ? 3 : differ ? 1 : 0;
+}
+
 /* arm_text with window=W added when W > 1 and the text does not set a window itself. */
 static void check_arm_text(const char *arm_text, uint32_t window, char *buf, size_t size) {
     if (window <= 1 || strstr(arm_text, "window="))
@@ -132,6 +187,10 @@ int memra_cuda_check_arms(const check_arms_cfg *c, check_arms_result *res) {
         for (uint32_t i = 0; i < steps; i++) {
             z = memra_mix64(z + i);
             prompt[i] = (uint32_t)(z % V);
+        }
+        if (c->chunk_repeat) {
+            rc = check_chunk_repeat(c, A, B, prompt, V, res);
+            goto out;
         }
         if ((st = check_run_logits(A, c, prompt, steps, NULL, ta, la, V, da, &ga, &err)))
             goto out;
@@ -262,6 +321,8 @@ int main(int argc, char **argv) {
             c.perturb_step = atoi(v), i++;
         else if (!strcmp(o, "--nmse"))
             c.exact = false, c.nmse_tol = atof(v), i++;
+        else if (!strcmp(o, "--chunk-repeat"))
+            c.chunk_repeat = (uint32_t)atoi(v), i++;
         else {
             fprintf(stderr, "check_arms: unknown option %s\n", o);
             return 2;

@@ -64,6 +64,7 @@ typedef struct check_arms_cfg {
     memra_sample_cfg sample;
     double nmse_tol;
     int perturb_step; /* >= 0: arm B gets a different input token at that step (negative control) */
+    uint32_t chunk_repeat; /* > 0: prefill runs instead (check_arms.c: check_chunk_repeat) */
 } check_arms_cfg;
 
 typedef struct check_arms_result {
