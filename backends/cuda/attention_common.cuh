@@ -342,6 +342,28 @@ __device__ __forceinline__ void mc_atc_load_tile(KT *ks, KT *vs, const KT *kb, c
     F(FN(256, 1)) F(FN(256, 2)) F(FN(256, 4)) F(FN(256, 8))
 // clang-format on
 
+/* The launch of the span kernels (attention_split, attention_mma; arguments (a, qkv, k_cache,
+ * v_cache, out, pos, rows)): decode (rows 0) a programmatic launch under c->pdl, a chunk's rows
+ * (rows = M) plain stream order. */
+static inline cudaError_t mc_att_span_launch(const mc_config *c, const void *fn, dim3 grid, uint32_t threads,
+                                             size_t smem, const mc_rope_args *a, const float *qkv, void *k_cache,
+                                             void *v_cache, float *out, const int32_t *pos, uint32_t rows,
+                                             cudaStream_t st) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    if (!rows)
+        mc_launch_attrs(&cfg, attr, 0, c);
+    void *args[] = {(void *)a,    (void *)&qkv, (void *)&k_cache, (void *)&v_cache,
+                    (void *)&out, (void *)&pos, (void *)&rows};
+    const cudaError_t e = cudaLaunchKernelExC(&cfg, fn, args);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 /* Host functions of one attention file that another calls. attention.cu: the cluster kernel's
  * chunk instantiation (attention_decode_cluster<HD, G, true, KT>) of these shapes for kv (the
  * cache's storage: MC_KV_F32, MC_KV_F16, MC_KV_BF16). attention_chunk.cu: the shared-memory limit

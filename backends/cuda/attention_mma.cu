@@ -615,19 +615,11 @@ cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float
     if (e != cudaSuccess)
         return e;
     const uint32_t per = MC_AMM_WARPS * (16 / G), X = (a->capacity + MC_AMM_SPAN - 1) / MC_AMM_SPAN;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS);
-    cfg.blockDim = dim3(MC_AMM_THREADS);
-    cfg.dynamicSmemBytes = mc_amm_layout_of(a->hd, mc_kv_bytes(a->kv), rows != 0).total;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    if (!rows)
-        mc_launch_attrs(&cfg, attr, 0, c);
-    void *args[] = {(void *)a,    (void *)&qkv, (void *)&k_cache, (void *)&v_cache,
-                    (void *)&out, (void *)&pos, (void *)&rows};
-    e = cudaLaunchKernelExC(&cfg, MC_AMM_PICK(a->kv, a->hd, G), args);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return mc_att_span_launch(
+        c, MC_AMM_PICK(a->kv, a->hd, G),
+        rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS),
+        MC_AMM_THREADS, mc_amm_layout_of(a->hd, mc_kv_bytes(a->kv), rows != 0).total, a, qkv, k_cache, v_cache, out,
+        pos, rows, st);
 }
 
 cudaError_t mc_attention_mma_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }

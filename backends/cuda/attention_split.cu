@@ -411,19 +411,10 @@ cudaError_t mc_spl_launch(const mc_config *c, const mc_rope_args *a, const float
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = rows ? dim3(a->n_kv, 1, rows) : dim3(a->n_kv, mc_att_split_blocks(a->capacity), 1);
-    cfg.blockDim = dim3(MC_SPL_THREADS);
-    cfg.dynamicSmemBytes = (size_t)mc_spl_layout_of(G, a->hd, mc_kv_bytes(a->kv)).total * 4;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    if (!rows)
-        mc_launch_attrs(&cfg, attr, 0, c);
-    void *args[] = {(void *)a,    (void *)&qkv, (void *)&k_cache, (void *)&v_cache,
-                    (void *)&out, (void *)&pos, (void *)&rows};
-    e = cudaLaunchKernelExC(&cfg, MC_SPL_PICK(a->kv, a->hd, G), args);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return mc_att_span_launch(c, MC_SPL_PICK(a->kv, a->hd, G),
+                              rows ? dim3(a->n_kv, 1, rows) : dim3(a->n_kv, mc_att_split_blocks(a->capacity), 1),
+                              MC_SPL_THREADS, (size_t)mc_spl_layout_of(G, a->hd, mc_kv_bytes(a->kv)).total * 4, a,
+                              qkv, k_cache, v_cache, out, pos, rows, st);
 }
 
 cudaError_t mc_attention_split_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
