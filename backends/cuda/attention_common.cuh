@@ -342,6 +342,21 @@ __device__ __forceinline__ void mc_atc_load_tile(KT *ks, KT *vs, const KT *kb, c
     F(FN(256, 1)) F(FN(256, 2)) F(FN(256, 4)) F(FN(256, 8))
 // clang-format on
 
+/* The dynamic shared-memory limit of each of the n kernels fns raised to smax on device dev, once
+ * (ready[dev] records it: a limit set for every instantiation at once, so none is launched with a
+ * need another recorded). */
+static inline cudaError_t mc_att_smem_limit(const void *const *fns, size_t n, int smax, int *ready, int dev) {
+    if (ready[dev])
+        return cudaSuccess;
+    for (size_t i = 0; i < n; i++) {
+        const cudaError_t e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smax);
+        if (e != cudaSuccess)
+            return e;
+    }
+    ready[dev] = 1;
+    return cudaSuccess;
+}
+
 /* The launch of the span kernels (attention_split, attention_mma; arguments (a, qkv, k_cache,
  * v_cache, out, pos, rows)): decode (rows 0) a programmatic launch under c->pdl, a chunk's rows
  * (rows = M) plain stream order. */

@@ -589,18 +589,11 @@ int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
 static int mc_amm_smem_ready[MC_MAX_DEVICES];
 
 cudaError_t mc_amm_prepare(int dev) {
-    cudaError_t e;
-    if (mc_amm_smem_ready[dev])
-        return cudaSuccess;
+#define MC_AMM_FNS(fn) fn,
+    static const void *const fns[] = {MC_AMM_EACH(MC_AMM_FNS)};
+#undef MC_AMM_FNS
     const uint32_t sd = mc_amm_layout_of(128, 4, false).total, sc = mc_amm_layout_of(128, 4, true).total;
-    const int smax = (int)(sd > sc ? sd : sc);
-#define MC_AMM_SET(fn)                                                                                                 \
-    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
-        return e;
-    MC_AMM_EACH(MC_AMM_SET)
-#undef MC_AMM_SET
-    mc_amm_smem_ready[dev] = 1;
-    return cudaSuccess;
+    return mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)(sd > sc ? sd : sc), mc_amm_smem_ready, dev);
 }
 
 /* attention_mma's launch: decode (rows 0; a programmatic launch under c->pdl, the grid by the

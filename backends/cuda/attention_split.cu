@@ -387,17 +387,10 @@ static int mc_spl_smem_ready[MC_MAX_DEVICES];
 /* The shared-memory limit of every split instantiation on device dev, the largest need (once:
  * mc_attention_fused_prepare calls it on the split path). */
 cudaError_t mc_spl_prepare(int dev) {
-    cudaError_t e;
-    if (mc_spl_smem_ready[dev])
-        return cudaSuccess;
-    const int smax = (int)mc_spl_smem_max();
-#define MC_SPL_SET(fn)                                                                                                 \
-    if ((e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smax)) != cudaSuccess)              \
-        return e;
-    MC_SPL_EACH(MC_SPL_SET)
-#undef MC_SPL_SET
-    mc_spl_smem_ready[dev] = 1;
-    return cudaSuccess;
+#define MC_SPL_FNS(fn) fn,
+    static const void *const fns[] = {MC_SPL_EACH(MC_SPL_FNS)};
+#undef MC_SPL_FNS
+    return mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)mc_spl_smem_max(), mc_spl_smem_ready, dev);
 }
 
 /* attention_split's launch: decode (rows 0; a programmatic launch under c->pdl, the grid by the
