@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(8 * BT, MINB)
 int mc_chunk_kq_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
     return (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) &&
-           c->qdot == MC_QDOT_AUTO &&
+           c->qdot != MC_QDOT_FLOAT &&
            (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_FAULT ||
             c->chunk == MC_CHUNK_MMA_OPT) &&
            w->cols <= MC_KQM_MAX_COLS && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&

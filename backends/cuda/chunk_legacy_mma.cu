@@ -348,7 +348,7 @@ static uint32_t mc_llm_ksplit(uint32_t rows) { return mc_ksplit_fill(rows); }
 
 int mc_chunk_legacy_serves(const mc_config *c, const mc_matrix *w) {
     uint64_t dr, ar;
-    return mc_ll_is(w->type) && c->qdot == MC_QDOT_AUTO &&
+    return mc_ll_is(w->type) && c->qdot != MC_QDOT_FLOAT &&
            (c->chunk == MC_CHUNK_MMA || c->chunk == MC_CHUNK_MMA_KQ || c->chunk == MC_CHUNK_MMA_OPT ||
             c->chunk == MC_CHUNK_MMA_FAULT) &&
            w->cols <= MC_LL_COLS_MAX && mc_ll_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&

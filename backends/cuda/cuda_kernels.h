@@ -57,7 +57,7 @@ enum { MC_GEMV_AUTO, MC_GEMV_ROWGROUP, MC_GEMV_PERSISTENT, MC_GEMV_MMA, MC_GEMV_
 enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W, MC_Q8_MMA };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER, MC_ATT_MMA };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
-enum { MC_QDOT_AUTO, MC_QDOT_FLOAT };
+enum { MC_QDOT_AUTO, MC_QDOT_FLOAT, MC_QDOT_MMA };
 enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
 enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH, MC_POSTNORM_PROLOGUE };
 /* The blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto (the qblock key, issue 27):
@@ -170,7 +170,10 @@ typedef struct mc_config {
     uint32_t norm;      /* MC_NORM_FUSED (each RMSNorm folded into the next GEMV) or MC_NORM_UNFUSED (op_glue's
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
     uint32_t qdot;      /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: MC_QDOT_AUTO (integer dots on quantized x
-                         * where the type's kernel has them) or MC_QDOT_FLOAT (dequantized weights, float dots) */
+                         * where the type's kernel has them), MC_QDOT_FLOAT (dequantized weights, float dots) or
+                         * MC_QDOT_MMA (Q4_K on gemv=mma's bf16 tensor-core chain in decode and in the prefill
+                         * chunk, gemv_mma.cu: the nibbles exact as bf16, x' rounded to bf16, each sub-block's
+                         * scale and min after its MMAs; the other types keep qdot=auto's kernels) */
     uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
                          * value rounded to nearest even as it is written, as the cpu backend's kv key) */
     uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */

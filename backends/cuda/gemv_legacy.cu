@@ -592,7 +592,7 @@ static cudaError_t mc_ll_ks(const mc_config *c, const mc_matrix *w, const float 
 template <uint32_t T, int GLU>
 static cudaError_t mc_ll_typed(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                                const float *bias, const float *residual, float *y, cudaStream_t st) {
-    const bool qd = c->qdot == MC_QDOT_AUTO;
+    const bool qd = c->qdot != MC_QDOT_FLOAT;
     if (norm_w)
         return qd ? mc_ll_ks<T, GLU, 1, 1>(c, w, x, norm_w, eps, bias, residual, y, st)
                   : mc_ll_ks<T, GLU, 1, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
@@ -646,7 +646,7 @@ bool mc_gemv_legacy_pro_serves(const mc_config *c, const mc_matrix *w, int glu) 
         return false;
     if (glu != MC_GLU_NONE && w->rows % 2)
         return false;
-    if (c->qdot != MC_QDOT_AUTO || c->qblock < MC_QBLOCK_16X)
+    if (c->qdot == MC_QDOT_FLOAT || c->qblock < MC_QBLOCK_16X)
         return false;
     return mc_ll_narrow(c, w, 1, mc_ll_ksplit(w->rows)) != 0;
 }
@@ -695,7 +695,7 @@ cudaError_t mc_gemv_experts_legacy(const mc_config *c, const mc_matrix *w, uint3
         return cudaErrorInvalidValue;
     const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
     const uint32_t ks = mc_ll_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
-    const bool qd = c->qdot == MC_QDOT_AUTO;
+    const bool qd = c->qdot != MC_QDOT_FLOAT;
 #define MC_LLE_KS(T, G, Q)                                                                                             \
     (ks == 1   ? mc_ll_experts_t<T, G, 1, Q>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
      : ks == 2 ? mc_ll_experts_t<T, G, 2, Q>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)           \
@@ -717,7 +717,7 @@ cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const fl
                                 const mc_post_args *pn, cudaStream_t st) {
     if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux || !pn)
         return cudaErrorInvalidValue;
-    const bool qd = c->qdot == MC_QDOT_AUTO;
+    const bool qd = c->qdot != MC_QDOT_FLOAT;
 #define MC_LL_P(T)                                                                                                     \
     (qd ? mc_ll_ks<T, MC_GLU_NONE, 0, 1>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn)                                   \
         : mc_ll_ks<T, MC_GLU_NONE, 0, 0>(c, w, x, NULL, 0.0f, NULL, NULL, y, st, pn))

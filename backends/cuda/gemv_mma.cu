@@ -44,17 +44,24 @@
  * cols weight bytes and rows x cols / 32 f16 scales (streamed), x, norm_w, bias, residual as above. */
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
+#include "kquant_layout.h"
 #include "post_norm.cuh"
 
 #include <type_traits>
 
 #define MC_MMA_WARPS 8u /* decode block */
+#define MC_MMA_XS_KQ (96u << 10) /* qdot=mma: staged x', x and S, at most (decode needs them staged) */
 
 int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
     if (w->rows == 0 || w->cols == 0)
         return 0;
     if (w->type == MEMRA_TYPE_Q8_0) /* q8=mma: the int8 weights as bf16, a block's scale after its MMAs */
         return c->q8 == MC_Q8_MMA && w->cols % MEMRA_Q8_0_BLOCK == 0;
+    if (w->type == MEMRA_TYPE_Q4_K) { /* qdot=mma: decode stages x', x and S (its limit with a norm) */
+        uint64_t dr, ar;
+        return c->qdot == MC_QDOT_MMA && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
+               w->aux_stride == ar && w->aux && (uint64_t)w->cols / 32u * 196u <= MC_MMA_XS_KQ;
+    }
     return (c->gemv == MC_GEMV_MMA || c->gemv == MC_GEMV_MMA2) && w->type == MEMRA_TYPE_BF16 && w->cols % 8 == 0;
 }
 
@@ -128,6 +135,16 @@ __device__ __forceinline__ float mc_mma_ss4(float s) {
     return __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 1));
 }
 
+/* A lane's squares of x in its 8 columns from col on (staged x), in column order: decode's chain. */
+__device__ __forceinline__ float mc_mma_ss8(const float4 *xf, uint32_t col, float ss) {
+    const float4 v0 = xf[col / 4], v1 = xf[col / 4 + 1];
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        ss = fmaf(v[e], v[e], ss);
+    return ss;
+}
+
 /* ---- decode ------------------------------------------------------------------------------- */
 
 /* Two things keep a decode warp's chain short. Its weights come in registers, MC_MMA_U k-blocks
@@ -156,7 +173,7 @@ static uint32_t mc_mmad_xs_bytes(uint32_t cols, int pl, bool norm) {
 /* Per call: reads rows x cols weights (streamed), x and norm_w (cols floats), bias and residual;
  * writes y (rows floats, rows / 2 with a GLU); with POST the last block reads y, pn.w, pn.x and
  * writes pn.x. Dynamic shared memory: with xs, mc_mmad_xs_bytes. */
-template <int GLU, int NORM, int POST, int PL, int Q8 = 0>
+template <int GLU, int NORM, int POST, int PL, int Q8 = 0, int KQ = 0>
 __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     gemv_mma(const mc_matrix w, uint32_t ks, uint32_t xs, const float *x, const float *norm_w, float eps,
              const float *bias, const float *residual, float *y, const mc_post_args pn) {
@@ -179,6 +196,25 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     const uint16_t *qb = Q8 ? w.scales + (size_t)(rb < w.rows ? rb : r0) * nsc : NULL;
     const uint32_t nq = w.cols / 8; /* 8-column pieces of a row */
     uint4 *xh = mc_mmad_smem, *xlo = xh + nkb * 4, *xf = xh + PL * nkb * 4;
+    float *xS = (float *)(xf + (NORM ? nkb * 8 : 0)); /* qdot=mma: S of each k-block */
+    /* qdot=mma (Q4_K): the parts are ranges of super-blocks (8 k-blocks); a round is one super-block:
+     * a lane's 8 quant bytes of each of its 4 pairs and the 16 aux bytes, for rows ra and rb */
+    const uint32_t nsb = w.cols / 256u, sb0 = mc_mma_part(nsb, ks, part), sb1 = mc_mma_part(nsb, ks, part + 1);
+    const char *kpa = (const char *)w.data + (size_t)(ra < w.rows ? ra : r0) * w.stride;
+    const char *kpb = (const char *)w.data + (size_t)(rb < w.rows ? rb : r0) * w.stride;
+    const uint4 *aa = KQ ? (const uint4 *)((const char *)w.aux + (size_t)(ra < w.rows ? ra : r0) * w.aux_stride) : NULL;
+    const uint4 *ab = KQ ? (const uint4 *)((const char *)w.aux + (size_t)(rb < w.rows ? rb : r0) * w.aux_stride) : NULL;
+    uint2 kwa[KQ ? 4 : 1], kwb[KQ ? 4 : 1];
+    uint4 kaa = make_uint4(0, 0, 0, 0), kab = kaa;
+    auto kload = [&](uint32_t sb) {
+#pragma unroll
+        for (uint32_t c = 0; c < (KQ ? 4u : 1u); c++) {
+            kwa[c] = __ldcs((const uint2 *)(kpa + 128u * sb + 32u * c) + t);
+            kwb[c] = __ldcs((const uint2 *)(kpb + 128u * sb + 32u * c) + t);
+        }
+        kaa = __ldg(aa + sb);
+        kab = __ldg(ab + sb);
+    };
     wvec na[U], nb[U];
     uint16_t sa[Q8 ? U : 1], sb[Q8 ? U : 1];
     auto load = [&](uint32_t kb) {
@@ -199,8 +235,13 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
             }
         }
     };
-    if (live)
-        load(kb0);
+    if constexpr (KQ != 0) {
+        if (live && sb0 < sb1)
+            kload(sb0);
+    } else {
+        if (live)
+            load(kb0);
+    }
     mc_wait_prior_grid(NORM ? MC_TRIGGER_GEMV6 : MC_TRIGGER_GEMV6_RES); /* x comes from earlier kernels */
     if (xs) { /* 8 columns a thread: x' (and its low plane), with a norm x */
         for (uint32_t i = threadIdx.x; i < nkb * 4; i += 32 * MC_MMA_WARPS) {
@@ -225,6 +266,11 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                                     mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
             }
             xh[i] = hb;
+            if constexpr (KQ != 0) { /* the k-block's S: its 4 pieces are lanes 4k .. 4k + 3 (cols: a multiple of 256) */
+                const float sk = mc_mma_ss4(mc_kq4_psum(hb.x, hb.y, hb.z, hb.w));
+                if ((i & 3u) == 0)
+                    xS[i / 4] = sk;
+            }
             if (PL == 2)
                 xlo[i] = lb;
             if (NORM) {
@@ -234,6 +280,52 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
         }
         __syncthreads();
     }
+    if constexpr (KQ != 0) {
+    if (live) { /* qdot=mma: x' and S staged (mc_gemv_mma_serves' limit) */
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
+        for (uint32_t sb = sb0; sb < sb1; sb++) {
+            uint2 cwa[KQ ? 4 : 1], cwb[KQ ? 4 : 1];
+#pragma unroll
+            for (uint32_t c = 0; c < (KQ ? 4u : 1u); c++)
+                cwa[c] = kwa[c], cwb[c] = kwb[c];
+            const uint4 caa = kaa, cab = kab;
+            if (sb + 1 < sb1)
+                kload(sb + 1);
+#pragma unroll
+            for (uint32_t c = 0; c < 4; c++) {
+                float Aa[2], Na[2], Ab[2], Nb[2];
+                mc_kq4_coef(caa, c, Aa, Na);
+                mc_kq4_coef(cab, c, Ab, Nb);
+#pragma unroll
+                for (uint32_t h = 0; h < 2; h++) {
+                    const uint32_t k = 8u * sb + 2u * c + h, col = 32u * k + 8u * t;
+                    if (NORM)
+                        ss = mc_mma_ss8((const float4 *)xf, col, ss);
+                    const uint4 xv = xh[col / 8];
+                    const uint4 xb = g == 0 ? xv : make_uint4(0, 0, 0, 0);
+                    const float S = xS[k];
+                    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    if (h)
+                        mc_mma_kblock(e, mc_kq4_frag<1>(cwa[KQ ? c : 0]), mc_kq4_frag<1>(cwb[KQ ? c : 0]), xb);
+                    else
+                        mc_mma_kblock(e, mc_kq4_frag<0>(cwa[KQ ? c : 0]), mc_kq4_frag<0>(cwb[KQ ? c : 0]), xb);
+                    d[0] = mc_kq4_step(d[0], Aa[h], Na[h], e[0], S);
+                    d[1] = mc_kq4_step(d[1], Aa[h], Na[h], e[1], S);
+                    d[2] = mc_kq4_step(d[2], Ab[h], Nb[h], e[2], S);
+                    d[3] = mc_kq4_step(d[3], Ab[h], Nb[h], e[3], S);
+                }
+            }
+        }
+        if (NORM)
+            ss = mc_mma_ss4(ss);
+        if (t == 0) {
+            red[warp][g] = d[0];
+            red[warp][g + 8] = d[2];
+        }
+        if (lane == 0)
+            red[warp][16] = ss;
+    }
+    } else {
     if (live) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
         for (uint32_t k0 = kb0; k0 < kb1; k0 += U) {
@@ -256,13 +348,8 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
 #pragma unroll
                     for (uint32_t u = 0; u < U; u++) {
                         const uint32_t c = (k0 + u) * 32 + 8 * t;
-                        if (NORM) {
-                            const float4 v0 = ((const float4 *)xf)[c / 4], v1 = ((const float4 *)xf)[c / 4 + 1];
-                            const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-                            for (uint32_t e = 0; e < 8; e++)
-                                ss = fmaf(v[e], v[e], ss);
-                        }
+                        if (NORM)
+                            ss = mc_mma_ss8((const float4 *)xf, c, ss);
                         const uint4 xv = xh[c / 8];
                         const uint4 xb = g == 0 ? xv : make_uint4(0, 0, 0, 0);
                         mc_q8_kblock(d, ca[u], cb[u], xb, csa[u], csb[u]);
@@ -279,13 +366,8 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                 uint4 xb = make_uint4(0, 0, 0, 0), xl = make_uint4(0, 0, 0, 0);
                 if (g == 0 && c < w.cols) {
                     if (xs) {
-                        if (NORM) {
-                            const float4 v0 = ((const float4 *)xf)[c / 4], v1 = ((const float4 *)xf)[c / 4 + 1];
-                            const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-                            for (uint32_t e = 0; e < 8; e++)
-                                ss = fmaf(v[e], v[e], ss);
-                        }
+                        if (NORM)
+                            ss = mc_mma_ss8((const float4 *)xf, c, ss);
                         xb = xh[c / 8];
                         if (PL == 2)
                             xl = xlo[c / 8];
@@ -326,6 +408,7 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
         if (lane == 0)
             red[warp][16] = ss;
     }
+    }
     __syncthreads();
     if (live && part == 0 && lane < 4) { /* lane q: rows r0 + 4q .. + 3, the parts added in order */
         float dd[MC_GEMV_ROWS], sst = red[warp][16];
@@ -358,7 +441,10 @@ static cudaError_t mc_mmad_prepare(void) {
     if (e == cudaSuccess)                                                                                              \
         e = cudaFuncSetAttribute(gemv_mma<G, N, P, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);            \
     if (e == cudaSuccess)                                                                                              \
-        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);            \
+    if (e == cudaSuccess) /* qdot=mma: its larger staging */                                                          \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)MC_MMA_XS_KQ);
     MC_SET(MC_GLU_NONE, 0, 0)
     MC_SET(MC_GLU_NONE, 1, 0)
     MC_SET(MC_GLU_SILU, 0, 0)
@@ -378,9 +464,13 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     if (e != cudaSuccess)
         return e;
     const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
+    const bool kq = w->type == MEMRA_TYPE_Q4_K; /* qdot=mma: x', x and S staged, always */
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols), per_block = MC_MMA_WARPS / ks;
-    const uint32_t tiles = (w->rows + 15) / 16, xb = mc_mmad_xs_bytes(w->cols, two ? 2 : 1, norm_w != NULL);
-    const uint32_t xs = xb <= MC_MMA_XS_MAX ? 1u : 0u;
+    const uint32_t tiles = (w->rows + 15) / 16,
+                   xb = mc_mmad_xs_bytes(w->cols, two ? 2 : 1, norm_w != NULL) + (kq ? (w->cols + 31) / 32 * 4 : 0);
+    const uint32_t xs = xb <= (kq ? MC_MMA_XS_KQ : MC_MMA_XS_MAX) ? 1u : 0u;
+    if (kq && !xs)
+        return cudaErrorInvalidValue;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((tiles + per_block - 1) / per_block);
@@ -392,6 +482,8 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     const mc_post_args none = {NULL, NULL, NULL, 0.0f};
 #define MC_L(G, N, P)                                                                                                  \
     (two  ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,              \
+                               pn ? *pn : none)                                                                        \
+     : kq ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 0, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,        \
                                pn ? *pn : none)                                                                        \
      : q8 ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,           \
                                pn ? *pn : none)                                                                        \
@@ -442,10 +534,13 @@ __device__ __forceinline__ void mc_mma_store8(uint16_t *row, uint32_t i, uint32_
         *(uint4 *)(row + 8 * i) = make_uint4(p01, p23, p45, p67);
 }
 
-template <int NORM, int PL, bool PERM = false>
+/* KQ (qdot=mma, Q4_K): also each k-block's S (decode's staging: mc_kq4_psum per piece, the 4 pieces
+ * by mc_mma_ss4) into S[k-block lds + row of x], and the parts of the sum of squares are ranges of
+ * super-blocks (decode's under qdot=mma). */
+template <int NORM, int PL, bool PERM = false, bool KQ = false>
 __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
     chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, uint32_t ks, float eps,
-                   uint16_t *xo, uint16_t *xl, float *rs) {
+                   uint16_t *xo, uint16_t *xl, float *rs, float *S, uint32_t lds) {
     const uint32_t tid = threadIdx.x, tok = blockIdx.x, ldo = PERM ? (cols + 31u) / 32u * 32u : cols;
     const float *xr = x + (size_t)tok * ldx;
     const bool vec = (((uintptr_t)xr | (uintptr_t)norm_w) & 15u) == 0;
@@ -463,8 +558,14 @@ __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
             for (uint32_t e = 0; e < 8; e++)
                 v[e] = __fmul_rn(v[e], gv[e]);
         }
-        mc_mma_store8(xo + (size_t)tok * ldo, i, mc_mma_pack(v[0], v[1]), mc_mma_pack(v[2], v[3]),
-                      mc_mma_pack(v[4], v[5]), mc_mma_pack(v[6], v[7]), PERM);
+        const uint32_t p01 = mc_mma_pack(v[0], v[1]), p23 = mc_mma_pack(v[2], v[3]), p45 = mc_mma_pack(v[4], v[5]),
+                       p67 = mc_mma_pack(v[6], v[7]);
+        mc_mma_store8(xo + (size_t)tok * ldo, i, p01, p23, p45, p67, PERM);
+        if constexpr (KQ) { /* cols a multiple of 256: every lane of the warp is here */
+            const float sk = mc_mma_ss4(mc_kq4_psum(p01, p23, p45, p67));
+            if ((i & 3u) == 0)
+                S[(size_t)(i / 4) * lds + tok] = sk;
+        }
         if (PL == 2)
             mc_mma_store8(xl + (size_t)tok * ldo, i, mc_mma_pack_low(v[0], v[1]), mc_mma_pack_low(v[2], v[3]),
                           mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]), PERM);
@@ -473,9 +574,10 @@ __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
         const uint32_t lane = tid, nkb = (cols + 31) / 32;
         float s = 0.0f;
         if (lane < 4 * ks) {
-            const uint32_t p = lane / 4, t = lane % 4, kb1 = mc_mma_part(nkb, ks, p + 1);
+            const uint32_t p = lane / 4, t = lane % 4,
+                           kb1 = KQ ? 8u * mc_mma_part(cols / 256u, ks, p + 1) : mc_mma_part(nkb, ks, p + 1);
 #pragma unroll 4
-            for (uint32_t kb = mc_mma_part(nkb, ks, p); kb < kb1; kb++) {
+            for (uint32_t kb = KQ ? 8u * mc_mma_part(cols / 256u, ks, p) : mc_mma_part(nkb, ks, p); kb < kb1; kb++) {
                 const uint32_t c = kb * 32 + 8 * t;
                 if (c < cols) {
                     float v[8];
@@ -753,9 +855,10 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
     const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
+    const bool kq = w->type == MEMRA_TYPE_Q4_K;
     if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 6 ||
-        (tile >= 4 && two) || /* gemv_wgmma.cu takes one plane */
-        (q8 && tile < 4))     /* q8=mma's chunk is gemv_wgmma.cu's alone */
+        (tile >= 4 && two) ||    /* gemv_wgmma.cu takes one plane */
+        ((q8 || kq) && tile < 4)) /* q8=mma's and qdot=mma's chunks are gemv_wgmma.cu's alone */
         return cudaErrorInvalidValue;
     if (M == 0)
         return cudaSuccess;
@@ -768,15 +871,21 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     const uint32_t ldo = tile >= 4 ? (w->cols + 31u) / 32u * 32u : w->cols; /* gemv_wgmma.cu's rows: padded */
     uint16_t *xo = (uint16_t *)base, *xl = xo + (size_t)M * ldo;
     float *rs = (float *)(base + ((uint64_t)M * ldo * 4 + 255) / 256 * 256);
+    /* qdot=mma: S after x' (cols / 32 rows of lds floats: within the second half of x''s room) */
+    const uint32_t lds = (M + 3u) & ~3u;
+    float *xS = (float *)(base + ((uint64_t)M * ldo * 2 + 255) / 256 * 256);
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
 #define MC_PREP(N, P)                                                                                                  \
     do {                                                                                                               \
-        if (tile >= 4) /* one plane (mma2 is refused above) */                                                        \
-            chunk_mma_prep<N, P, P == 1>                                                                               \
-                <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
+        if (kq)                                                                                                        \
+            chunk_mma_prep<N, 1, true, true><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, \
+                                                                                xl, N ? rs : NULL, xS, lds);           \
+        else if (tile >= 4) /* one plane (mma2 is refused above) */                                                   \
+            chunk_mma_prep<N, P, P == 1><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl,  \
+                                                                            N ? rs : NULL, NULL, 0);                   \
         else                                                                                                           \
-            chunk_mma_prep<N, P>                                                                                       \
-                <<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl, N ? rs : NULL);          \
+            chunk_mma_prep<N, P><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, xl,          \
+                                                                    N ? rs : NULL, NULL, 0);                           \
     } while (0)
     if (norm_w && two)
         MC_PREP(1, 2);
@@ -790,6 +899,9 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     const float *rsp = norm_w ? rs : NULL;
+    if (kq)
+        return mc_gemv_wgmma_kq_launch(w, ks, xo, xS, lds, rsp, bias, residual, ldr, y, ldy, glu, M,
+                                       tile == 5 ? 128u : tile == 6 ? 64u : 0u, st);
     if (tile >= 4) /* 4: the rows of x a block by the grid's size; 5: 128; 6: 64 */
         return mc_gemv_wgmma_launch(w, ks, two, xo, rsp, bias, residual, ldr, y, ldy, glu, M,
                                     tile == 5 ? 128u : tile == 6 ? 64u : 0u, st);
@@ -808,7 +920,7 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
 int mc_gemv_mma_chunk_serves(const mc_config *c, const mc_matrix *w) {
     if (!mc_gemv_mma_serves(c, w))
         return 0;
-    if (w->type != MEMRA_TYPE_Q8_0)
+    if (w->type == MEMRA_TYPE_BF16)
         return 1;
     return c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available());
 }
@@ -816,7 +928,7 @@ int mc_gemv_mma_chunk_serves(const mc_config *c, const mc_matrix *w) {
 cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                               float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
                               int glu, uint32_t M, void *scratch, cudaStream_t st) {
-    const bool wg = (c->gemv == MC_GEMV_MMA || w->type == MEMRA_TYPE_Q8_0) &&
+    const bool wg = (c->gemv == MC_GEMV_MMA || w->type == MEMRA_TYPE_Q8_0 || w->type == MEMRA_TYPE_Q4_K) &&
                     (c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available()));
     return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, wg ? 4 : 0);
 }
@@ -849,12 +961,21 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P, P == 1>, "gemv_geglu"},                                          \
         {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P, P == 1>, "gemv_geglu"},                                          \
         {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P, P == 1>, "gemv_postnorm"},                                       \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, P == 1>, "gemv"},                                             \
+        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, P == 1>, "gemv"},                                             \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, P == 1>, "gemv_swiglu"},                                      \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, P == 1>, "gemv_swiglu"},                                      \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, P == 1>, "gemv_postnorm"},                                    \
         {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},        \
         {(const void *)chunk_mma_prep<0, P, P == 1>, "chunk_prep"},                                                    \
-        {(const void *)chunk_mma_prep<1, P, P == 1>, "chunk_prep"},
+        {(const void *)chunk_mma_prep<1, P, P == 1>, "chunk_prep"},                                                    \
+        {(const void *)chunk_mma_prep<0, 1, true, P == 1>, "chunk_prep"},                                              \
+        {(const void *)chunk_mma_prep<1, 1, true, P == 1>, "chunk_prep"},
     static const struct {
         const void *func;
         const char *family;

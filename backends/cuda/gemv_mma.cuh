@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda_common.cuh"
+#include "kquant_dot.cuh"
 
 /* The first k-block of part p of KS over nkb k-blocks. */
 __device__ __forceinline__ uint32_t mc_mma_part(uint32_t nkb, uint32_t ks, uint32_t p) {
@@ -70,3 +71,66 @@ __device__ __forceinline__ float mc_q8_stepf(float acc, float scale, float d) { 
 __device__ __forceinline__ float mc_q8_step(float acc, uint16_t scale, float d) {
     return mc_q8_stepf(acc, mc_q8_scale(scale), d);
 }
+
+/* qdot=mma (Q4_K on this chain; gemv_mma.cu's decode and gemv_wgmma.cu's chunk convert and scale with
+ * these functions alone). A k-block is one Q4_K sub-block of 32 columns: its two MMAs start from +0
+ * on the 4-bit quants as bf16 (exact: q <= 15) against x', then
+ *   acc = fmaf(N, S, fmaf(A, D, acc)),  A = d * sc, N = -(dmin * m) (each product rounded once),
+ * D the MMAs' sum, S the sum of the k-block's 32 values of x' (as bf16) in mc_kq4_psum's order. A
+ * pair of k-blocks (sub-blocks 2c, 2c + 1 of a super-block) shares 32 quant bytes: lane t's 8 bytes
+ * 8t .. 8t + 7 hold columns 8t .. 8t + 7 of both, the low nibbles the first, the high the second
+ * (kquant_layout.h), which is decode's fragment of each (gemv=mma's permutation). */
+__device__ __forceinline__ uint32_t mc_kq4_bf16x2(uint32_t p) { /* 128 + q in each half, less 128: exact */
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(p), "r"(0x3F803F80u), "r"(0xC300C300u));
+    return d;
+}
+/* H 0: the low nibbles of the 8 bytes (columns 8t .. 8t + 7 of the pair's first k-block); H 1: the
+ * high ones (the second k-block's), as the uint4 of bf16 pairs a BF16 row's 16 bytes give. */
+template <int H> __device__ __forceinline__ uint4 mc_kq4_frag(uint2 w) {
+    const uint32_t a = H ? w.x >> 4 : w.x, b = H ? w.y >> 4 : w.y;
+    const uint32_t m = 0x000F000Fu, o = 0x43004300u;
+    return make_uint4(mc_kq4_bf16x2((__byte_perm(a, 0u, 0x4140u) & m) | o),
+                      mc_kq4_bf16x2((__byte_perm(a, 0u, 0x4342u) & m) | o),
+                      mc_kq4_bf16x2((__byte_perm(b, 0u, 0x4140u) & m) | o),
+                      mc_kq4_bf16x2((__byte_perm(b, 0u, 0x4342u) & m) | o));
+}
+/* The coefficients of pair c (0 .. 3) of a super-block from its 16 aux bytes (d, dmin, scales[12]):
+ * A[h], N[h] of sub-block 2c + h. */
+__device__ __forceinline__ void mc_kq4_coef(const uint4 &a, uint32_t c, float (&A)[2], float (&N)[2]) {
+    const float d = __half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(a.x >> 16)));
+    uint32_t sc, m;
+    mc_kq_scales_k4(a, c, sc, m);
+    A[0] = __fmul_rn(d, (float)(sc & 0xFFu)), A[1] = __fmul_rn(d, (float)(sc >> 8));
+    N[0] = -__fmul_rn(dmin, (float)(m & 0xFFu)), N[1] = -__fmul_rn(dmin, (float)(m >> 8));
+}
+/* The same for sub-block j (0 .. 7) alone: A, N. */
+__device__ __forceinline__ void mc_kq4_coef1(const uint4 &a, uint32_t j, float &A, float &N) {
+    float Ah[2], Nh[2];
+    mc_kq4_coef(a, j / 2u, Ah, Nh);
+    A = j & 1u ? Ah[1] : Ah[0];
+    N = j & 1u ? Nh[1] : Nh[0];
+}
+__device__ __forceinline__ float mc_kq4_step(float acc, float A, float N, float D, float S) {
+    return fmaf(N, S, fmaf(A, D, acc));
+}
+/* One 8-column piece's part of S: its bf16 values (packed as x' is: p01 .. p67) added in column order
+ * from +0; a k-block's S is then the 4 pieces' (s0 + s2) + (s1 + s3) (mc_mma_ss4's shape). */
+__device__ __forceinline__ float mc_kq4_psum(uint32_t p01, uint32_t p23, uint32_t p45, uint32_t p67) {
+    const uint32_t p[4] = {p01, p23, p45, p67};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s = __fadd_rn(s, __uint_as_float(p[i] << 16));
+        s = __fadd_rn(s, __uint_as_float(p[i] & 0xFFFF0000u));
+    }
+    return s;
+}
+
+/* gemv_wgmma.cu: qdot=mma's chunk GEMV after gemv_mma.cu's prep (x' permuted, S: nkb rows of lds
+ * floats; bt as mc_gemv_wgmma_launch's). */
+cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint16_t *xo, const float *xs,
+                                    uint32_t lds, const float *rsp, const float *bias, const float *residual,
+                                    uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, uint32_t bt,
+                                    cudaStream_t st);

@@ -379,31 +379,182 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
 }
 
+/* qdot=mma's chunk (Q4_K): chunk_gemv_wgmma_q8's block and operands, a stage a pair of k-blocks (the
+ * super-block's sub-blocks 2c, 2c + 1, which share 32 quant bytes a row), all by the tensor memory
+ * accelerator: x''s two k-blocks (BT x 64 bytes each, swizzled), the weights' 128 rows x 32 bytes,
+ * the rows' 16 aux bytes of the super-block and S of the two k-blocks for the block's BT rows of x
+ * (the prep's transposed S, rows of lds floats). Lane (g, t) reads the 8 bytes 8t .. of rows g and
+ * g + 8 (mc_kq4_frag: the low nibbles the first k-block's fragment, the high the second's,
+ * decode's); each k-block is decode's two MMAs from +0 into d, retired, then acc =
+ * mc_kq4_step(acc, A, N, d, S) for each element, A and N of the element's row (mc_kq4_coef1 on
+ * its aux bytes), S of its row of x. The parts are ranges of super-blocks (decode's under
+ * qdot=mma); at a part's end acc goes into the table as in chunk_gemv_wgmma_q8. */
+#define MC_WK_S 5u /* stages */
+/* A stage: x''s two k-blocks (XB = BT x 64 bytes each), then from 2 XB on the weights (128 x 32
+ * bytes), the aux bytes (128 x 16: d, dmin, scales of the pair's super-block) and S (2 x BT floats). */
+#define MC_WK_AUX 4096u
+#define MC_WK_SUM 6144u
+__host__ __device__ static constexpr uint32_t mc_wk_stage(uint32_t bt) {
+    return (bt * 128u + MC_WK_SUM + bt * 8u + 1023u) / 1024u * 1024u;
+}
+__host__ __device__ static constexpr uint32_t mc_wk_smem(uint32_t bt) {
+    return 1024u + MC_WK_S * mc_wk_stage(bt) + bt * MC_WG_LD * 4u + 2u * MC_WK_S * 8u;
+}
+static_assert(mc_wk_smem(128) <= 227u * 1024u && 2u * (mc_wk_smem(64) + 1024u) <= 228u * 1024u,
+              "qdot=mma's stages fit (two blocks of BT 64 a multiprocessor)");
+
+template <uint32_t S>
+__device__ __forceinline__ void mc_wk_produce(const CUtensorMap *tw, const CUtensorMap *tx, const CUtensorMap *ta,
+                                              const CUtensorMap *ts, uint32_t sbase, uint32_t bars, uint32_t npr,
+                                              uint32_t ST, uint32_t XB, uint32_t bt, uint32_t rb, uint32_t t0) {
+    for (uint32_t p = 0; p < npr; p++) {
+        const uint32_t s = p % S, st = sbase + s * ST;
+        if (p >= S)
+            mc_mbar_wait(bars + 8u * (S + s), (p / S - 1u) & 1u);
+        mc_mbar_expect(bars + 8u * s, 2u * XB + MC_WK_SUM + 8u * bt); /* every box's bytes */
+        mc_tma_2d(st, tx, (int32_t)(p * 64u), (int32_t)t0, bars + 8u * s);
+        mc_tma_2d(st + XB, tx, (int32_t)(p * 64u + 32u), (int32_t)t0, bars + 8u * s);
+        mc_tma_2d(st + 2u * XB, tw, (int32_t)(p * 32u), (int32_t)rb, bars + 8u * s);
+        mc_tma_2d(st + 2u * XB + MC_WK_AUX, ta, (int32_t)(16u * (p / 4u)), (int32_t)rb, bars + 8u * s);
+        mc_tma_2d(st + 2u * XB + MC_WK_SUM, ts, (int32_t)t0, (int32_t)(2u * p), bars + 8u * s);
+    }
+}
+
+template <int GLU, uint32_t BT>
+__global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
+    chunk_gemv_wgmma_kq(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
+                        const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap ts, const mc_matrix w, uint32_t ks, const float *rs,
+                        const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    static_assert(BT == 64u || BT == 128u, "the instruction's n");
+    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WK_S, ST = mc_wk_stage(BT);
+    constexpr uint32_t XB = BT * 64u, NA = BT / 2u;
+    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
+    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), nsb = w.cols / 256u;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
+    const uint32_t sbase = (raw + 1023u) & ~1023u;
+    unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
+    float *f = (float *)(gbase + S * ST);
+    const uint32_t bars = sbase + (mc_wk_smem(BT) - 1024u - 2u * S * 8u);
+    mc_wg_bars_init<S, NTH>(bars);
+    if (tid >= NTH) {
+        if (lane == 0)
+            mc_wk_produce<S>(&tw, &tx, &ta, &ts, sbase, bars, 4u * nsb, ST, XB, BT, rb, t0);
+        return;
+    }
+    const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
+    const uint32_t ra = 2u * XB + r * 32u + 8u * t, rx = 2u * XB + MC_WK_AUX + r * 16u;
+    float acc[NA], d[NA];
+#pragma unroll
+    for (uint32_t i = 0; i < NA; i++)
+        d[i] = 0.0f;
+#pragma unroll 1
+    for (uint32_t pp = 0; pp < ks; pp++) {
+        const uint32_t s0 = mc_mma_part(nsb, ks, pp), s1 = mc_mma_part(nsb, ks, pp + 1);
+#pragma unroll
+        for (uint32_t i = 0; i < NA; i++)
+            acc[i] = 0.0f;
+#pragma unroll 1
+        for (uint32_t sb = s0; sb < s1; sb++) {
+#pragma unroll 1
+            for (uint32_t c = 0; c < 4; c++) {
+                const uint32_t p = 4u * sb + c, s = p % S, so = s * ST;
+                mc_mbar_wait(bars + 8u * s, (p / S) & 1u);
+                const uint2 wa = *(const uint2 *)(gbase + so + ra), wb = *(const uint2 *)(gbase + so + ra + 256u);
+#pragma unroll
+                for (uint32_t h = 0; h < 2; h++) {
+                    const uint4 lo = h ? mc_kq4_frag<1>(wa) : mc_kq4_frag<0>(wa);
+                    const uint4 hi = h ? mc_kq4_frag<1>(wb) : mc_kq4_frag<0>(wb);
+                    mc_wg_fence_regs(d);
+                    mc_wg_arrive();
+                    const uint32_t b = sbase + so + h * XB;
+                    mc_wg_mma(d, lo.x, hi.x, lo.y, hi.y, mc_wg_desc64(b), 0u);
+                    mc_wg_mma(d, lo.z, hi.z, lo.w, hi.w, mc_wg_desc64(b + 32u));
+                    mc_wg_commit();
+                    mc_wg_wait<0>();
+                    mc_wg_fence_regs(d);
+                    float Aa, Na, Ab, Nb; /* the rows' aux bytes of the stage's super-block */
+                    mc_kq4_coef1(*(const uint4 *)(gbase + so + rx), 2u * c + h, Aa, Na);
+                    mc_kq4_coef1(*(const uint4 *)(gbase + so + rx + 128u), 2u * c + h, Ab, Nb);
+                    const float *sv = (const float *)(gbase + so + 2u * XB + MC_WK_SUM) + h * BT;
+#pragma unroll
+                    for (uint32_t j = 0; j < BT / 8u; j++) {
+                        const float2 x2 = *(const float2 *)(sv + 8u * j + 2u * t);
+                        acc[4 * j] = mc_kq4_step(acc[4 * j], Aa, Na, d[4 * j], x2.x);
+                        acc[4 * j + 1] = mc_kq4_step(acc[4 * j + 1], Aa, Na, d[4 * j + 1], x2.y);
+                        acc[4 * j + 2] = mc_kq4_step(acc[4 * j + 2], Ab, Nb, d[4 * j + 2], x2.x);
+                        acc[4 * j + 3] = mc_kq4_step(acc[4 * j + 3], Ab, Nb, d[4 * j + 3], x2.y);
+                    }
+                }
+                __syncwarp();
+                if (lane == 0)
+                    mc_mbar_arrive(bars + 8u * (S + s));
+            }
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < BT / 8u; j++) {
+            const uint32_t k = 8u * j + 2u * t;
+            float *cc[4] = {&f[k * LD + r], &f[(k + 1) * LD + r], &f[k * LD + r + 8], &f[(k + 1) * LD + r + 8]};
+#pragma unroll
+            for (uint32_t e = 0; e < 4; e++)
+                *cc[e] = pp == 0 ? acc[4 * j + e] : __fadd_rn(*cc[e], acc[4 * j + e]);
+        }
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
+    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
+}
+
 typedef CUresult (*mc_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 /* A 2-D bf16 (u8: uint8) tensor map of rows x cols (row pitch `pitch` elements), boxes of 32 columns x
  * box rows. */
-static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, uint64_t rows, uint64_t pitch,
-                             uint32_t box_rows, CUtensorMapSwizzle sw, bool u8 = false) {
+/* cuTensorMapEncodeTiled through the runtime (NULL where the driver lacks it). */
+static mc_encode_fn mc_wt_encoder(void) {
     static mc_encode_fn fn;
     if (!fn) {
         cudaDriverEntryPointQueryResult q;
         void *p = NULL;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !p)
-            return cudaErrorNotSupported;
-        fn = (mc_encode_fn)p;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess && p)
+            fn = (mc_encode_fn)p;
     }
+    return fn;
+}
+static cudaError_t mc_wt_map(CUtensorMap *m, const void *base, uint64_t cols, uint64_t rows, uint64_t pitch,
+                             uint32_t box_rows, CUtensorMapSwizzle sw, bool u8 = false, uint32_t box_cols = 32u) {
+    const mc_encode_fn fn = mc_wt_encoder();
+    if (!fn)
+        return cudaErrorNotSupported;
     const uint64_t eb = u8 ? 1u : 2u;
     if (((uintptr_t)base & 15u) || (pitch * eb) % 16u)
         return cudaErrorInvalidValue;
     const cuuint64_t dim[2] = {cols, rows}, stride[1] = {pitch * eb};
-    const cuuint32_t box[2] = {32u, box_rows}, es[2] = {1u, 1u};
+    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1u, 1u};
     return fn(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride,
               box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? cudaSuccess
+               : cudaErrorInvalidValue;
+}
+
+/* qdot=mma's S (f32, rows x of lds floats a k-block: nkb rows of M), boxes of bt rows of x by 2
+ * k-blocks. */
+static cudaError_t mc_ws_map(CUtensorMap *m, const float *base, uint64_t M, uint64_t nkb, uint64_t lds, uint32_t bt) {
+    const mc_encode_fn fn = mc_wt_encoder();
+    if (!fn)
+        return cudaErrorNotSupported;
+    if (((uintptr_t)base & 15u) || (lds * 4u) % 16u)
+        return cudaErrorInvalidValue;
+    const cuuint64_t dim[2] = {M, nkb}, stride[1] = {lds * 4u};
+    const cuuint32_t box[2] = {bt, 2u}, es[2] = {1u, 1u};
+    return fn(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)base, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+                   CUDA_SUCCESS
                ? cudaSuccess
                : cudaErrorInvalidValue;
 }
@@ -443,7 +594,14 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
             MC_WQ_SET(MC_GLU_NONE, 128u) MC_WQ_SET(MC_GLU_SILU, 128u) MC_WQ_SET(MC_GLU_GELU, 128u)
                 MC_WQ_SET(MC_GLU_NONE, 64u) MC_WQ_SET(MC_GLU_SILU, 64u) MC_WQ_SET(MC_GLU_GELU, 64u)
 #undef MC_WQ_SET
-                    return e;
+#define MC_WK_SET(G, BT)                                                                                               \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_kq<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)mc_wk_smem(BT));
+    MC_WK_SET(MC_GLU_NONE, 128u) MC_WK_SET(MC_GLU_SILU, 128u) MC_WK_SET(MC_GLU_GELU, 128u)
+    MC_WK_SET(MC_GLU_NONE, 64u) MC_WK_SET(MC_GLU_SILU, 64u) MC_WK_SET(MC_GLU_GELU, 64u)
+#undef MC_WK_SET
+    return e;
 }
 
 /* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout, rows
@@ -504,6 +662,53 @@ cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const
     return cudaGetLastError();
 }
 
+/* qdot=mma's chunk GEMV (Q4_K) after gemv_mma.cu's prep (x' permuted as gemv=mma's, S transposed:
+ * rows of lds floats a k-block): as mc_gemv_wgmma_launch, on chunk_gemv_wgmma_kq. */
+cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint16_t *xo, const float *xs,
+                                    uint32_t lds, const float *rsp, const float *bias, const float *residual,
+                                    uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, uint32_t bt,
+                                    cudaStream_t st) {
+    const int sms = mc_wg_device_sms();
+    if (!sms)
+        return cudaErrorNotSupported;
+    if ((bt != 0 && bt != 64 && bt != 128) || w->type != MEMRA_TYPE_Q4_K || w->cols % 256u || !w->aux ||
+        w->stride != (uint64_t)w->cols / 2u || w->aux_stride != (uint64_t)w->cols / 16u)
+        return cudaErrorInvalidValue;
+    const uint32_t row_blocks = (w->rows + MC_WG_BR - 1) / MC_WG_BR;
+    if (bt == 0)
+        bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
+    const dim3 grid((M + bt - 1) / bt, row_blocks);
+    CUtensorMap tw, tx, ta, ts;
+    cudaError_t e = mc_wt_map(&tw, w->data, w->cols / 2u, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true);
+    if (e == cudaSuccess)
+        e = mc_wt_map(&tx, xo, w->cols, M, w->cols, bt, CU_TENSOR_MAP_SWIZZLE_64B);
+    if (e == cudaSuccess)
+        e = mc_wt_map(&ta, w->aux, w->cols / 16u, w->rows, w->aux_stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
+    if (e == cudaSuccess)
+        e = mc_ws_map(&ts, xs, M, w->cols / 32u, lds, bt);
+    if (e != cudaSuccess)
+        return e;
+#define MC_WK(G, BT)                                                                                                   \
+    chunk_gemv_wgmma_kq<G, BT>                                                                                         \
+        <<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT), st>>>(tw, tx, ta, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+#define MC_WK_BT(G)                                                                                                    \
+    do {                                                                                                               \
+        if (bt == 64u)                                                                                                 \
+            MC_WK(G, 64u);                                                                                             \
+        else                                                                                                           \
+            MC_WK(G, 128u);                                                                                            \
+    } while (0)
+    if (glu == MC_GLU_SILU)
+        MC_WK_BT(MC_GLU_SILU);
+    else if (glu == MC_GLU_GELU)
+        MC_WK_BT(MC_GLU_GELU);
+    else
+        MC_WK_BT(MC_GLU_NONE);
+#undef MC_WK_BT
+#undef MC_WK
+    return cudaGetLastError();
+}
+
 /* The census's family of a kernel of this file, NULL for another. */
 const char *mc_gemv_wgmma_family(const void *f) {
     static const void *const k[] = {
@@ -512,7 +717,10 @@ const char *mc_gemv_wgmma_family(const void *f) {
         (const void *)chunk_gemv_wgmma<MC_GLU_SILU, 64u>,     (const void *)chunk_gemv_wgmma<MC_GLU_GELU, 64u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 128u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 64u>,
-        (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 64u>};
+        (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 64u>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 128u>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 64u>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 64u>};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)
             return "chunk_gemv";

@@ -30,6 +30,12 @@
  * q * scale; its chunk is gemv_wgmma.cu's alone (tiles 4 to 6; tile 0 then runs it too), its decode
  * against q8=auto's integer kernel (its own bits), and one weight one quantum off must show.
  *
+ * qdot=mma (Q4_K on the same chain: the 4-bit quants as bf16, a sub-block's two MMAs from +0, then
+ * fmaf by d * sc and by -(dmin * m) times the sub-block's sum of x') the same way on Q4_K matrices in
+ * the upload layout (random quants, scales, mins, d and dmin), its reference on the exact weights
+ * d * sc * q - dmin * m and its bound on the mass of both terms; its chunk is gemv_wgmma.cu's alone,
+ * its decode against qdot=auto's integer kernel (its own bits), and one quant one step off must show.
+ *
  * A plain program for the device machine (no Criterion there); exit 77 without a device. */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +45,7 @@
 #include "check_util.h"
 #include "cuda_checks.h"
 #include "cuda_kernels.h"
+#include "kquant_layout.h"
 #include "memra/numeric.h"
 #include "memra/tensor_type.h"
 
@@ -55,7 +62,53 @@ typedef struct mg_mat {
     mc_matrix d;
     int q8;    /* a Q8_0 matrix (q8=mma) */
     int8_t *h8; /* q8: rows x stride int8 */
+    int kq;     /* a Q4_K matrix in kquant_layout.h's layout (qdot=mma): h8 its data, ha its aux bytes */
+    uint8_t *ha;
 } mg_mat;
+
+/* A Q4_K matrix (columns a multiple of 256) in the upload layout: random quant bytes, scale and
+ * min bytes, d and dmin of either sign. */
+static int mg_upload_kq(mg_mat *m, uint64_t *s) {
+    m->kq = 1;
+    m->stride = m->cols / 2; /* data bytes a row */
+    const size_t nd = (size_t)m->rows * m->stride, na = (size_t)m->rows * (m->cols / 16);
+    m->h8 = malloc(nd);
+    m->ha = malloc(na);
+    if (!m->h8 || !m->ha)
+        return -1;
+    for (size_t i = 0; i < nd; i++)
+        ((uint8_t *)m->h8)[i] = (uint8_t)(mck_next(s) % 256);
+    for (size_t b = 0; b < na / 16; b++) {
+        uint8_t *a = m->ha + 16 * b;
+        const uint16_t d = memra_f32_to_f16(0.0005f + 0.002f * mck_unit(s));
+        const uint16_t dm = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * 0.004f * mck_unit(s));
+        a[0] = (uint8_t)d, a[1] = (uint8_t)(d >> 8), a[2] = (uint8_t)dm, a[3] = (uint8_t)(dm >> 8);
+        for (int k = 4; k < 16; k++)
+            a[k] = (uint8_t)(mck_next(s) % 256);
+    }
+    memset(&m->d, 0, sizeof m->d);
+    m->d.type = MEMRA_TYPE_Q4_K;
+    m->d.rows = m->rows;
+    m->d.cols = m->cols;
+    m->d.stride = m->stride;
+    m->d.aux_stride = m->cols / 16;
+    if (cudaMalloc(&m->d.data, nd) != cudaSuccess || cudaMemcpy(m->d.data, m->h8, nd, cudaMemcpyHostToDevice) ||
+        cudaMalloc(&m->d.aux, na) != cudaSuccess || cudaMemcpy(m->d.aux, m->ha, na, cudaMemcpyHostToDevice))
+        return -1;
+    return 0;
+}
+/* A Q4_K weight's two terms, exactly: d * sc * q (*t) and -dmin * m (*u). */
+static void mg_kq_terms(const mg_mat *m, uint32_t r, uint32_t c, double *t, double *u) {
+    const uint8_t *data = (const uint8_t *)m->h8 + (size_t)r * m->stride, *aux = m->ha + (size_t)r * (m->cols / 16);
+    const uint32_t b = c / 256, e = c % 256, j = e / 32, l = e % 32;
+    const uint8_t byte = data[128 * b + 32 * (j / 2) + l];
+    const uint32_t q = j & 1 ? byte >> 4 : byte & 15u;
+    uint8_t sc, mn;
+    memra_quant_scale_min_k4((int)j, aux + 16 * b + 4, &sc, &mn);
+    const double d = memra_f16_to_f32(mc_kq_u16(aux + 16 * b)), dmin = memra_f16_to_f32(mc_kq_u16(aux + 16 * b + 2));
+    *t = d * sc * q;
+    *u = -dmin * mn;
+}
 
 /* A Q8_0 matrix in the upload layout (check_util.h's draw, the host copy kept for the reference). */
 static int mg_upload_q8(mg_mat *m, uint64_t *s) {
@@ -84,6 +137,11 @@ static int mg_upload_q8(mg_mat *m, uint64_t *s) {
 }
 /* Weight (r, c) as the kernels read it. */
 static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
+    if (m->kq) {
+        double t, u;
+        mg_kq_terms(m, r, c, &t, &u);
+        return t + u;
+    }
     if (m->q8)
         return (double)m->h8[(size_t)r * m->stride + c] * memra_f16_to_f32(m->h[(size_t)r * (m->cols / 32) + c / 32]);
     return memra_bf16_to_f32(m->h[(size_t)r * m->stride + c]);
@@ -92,6 +150,10 @@ static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
 static void mg_choose(mc_config *cfg, const char *var) {
     if (strcmp(var, "q8mma") == 0)
         mc_config_choice(cfg, "q8", "mma");
+    else if (strcmp(var, "kqmma") == 0)
+        mc_config_choice(cfg, "qdot", "mma");
+    else if (strcmp(var, "kqauto") == 0)
+        mc_config_choice(cfg, "qdot", "auto");
     else
         mc_config_choice(cfg, "gemv", var);
 }
@@ -117,6 +179,8 @@ static int mg_upload(mg_mat *m, uint64_t *s) {
 static void mg_free(mg_mat *m) {
     cudaFree(m->d.data);
     cudaFree(m->d.scales);
+    cudaFree(m->d.aux);
+    free(m->ha);
     free(m->h8);
     free(m->h);
     memset(m, 0, sizeof *m);
@@ -181,11 +245,17 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     mc_matrix wc = m->d;
     const size_t r_p = R / 2, c_p = C - 1 - C / 3;
     if (e == cudaSuccess && perturb) {
-        const size_t n = (size_t)R * m->stride * (m->q8 ? 1 : 2);
+        const size_t n = (size_t)R * m->stride * (m->q8 || m->kq ? 1 : 2);
         e = cudaMalloc(&wcopy, n);
         if (e == cudaSuccess)
             e = cudaMemcpy(wcopy, m->d.data, n, cudaMemcpyDeviceToDevice);
-        if (m->q8) { /* one quantum */
+        if (m->kq) { /* the low nibble of the byte that holds (r_p, c_p)'s sub-block pair, one step */
+            const uint32_t b = (uint32_t)(c_p / 256), l = (uint32_t)(c_p % 32), j = (uint32_t)(c_p % 256 / 32);
+            const size_t at = r_p * m->stride + 128 * b + 32 * (j / 2) + l;
+            const uint8_t q = ((const uint8_t *)m->h8)[at], v = (uint8_t)((q & 0xF0u) | ((q + 1u) & 0x0Fu));
+            if (e == cudaSuccess)
+                e = cudaMemcpy((uint8_t *)wcopy + at, &v, 1, cudaMemcpyHostToDevice);
+        } else if (m->q8) { /* one quantum */
             const int8_t q = m->h8[r_p * m->stride + c_p], v = (int8_t)(q == 127 ? 126 : q + 1);
             if (e == cudaSuccess)
                 e = cudaMemcpy((int8_t *)wcopy + r_p * m->stride + c_p, &v, 1, cudaMemcpyHostToDevice);
@@ -251,7 +321,12 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
                     const double xb = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
                     const double wv = mg_w(m, r, c);
                     a += wv * xb;
-                    am += fabs(wv * xb);
+                    if (m->kq) { /* qdot=mma sums each term apart: the mass of both */
+                        double tt, uu;
+                        mg_kq_terms(m, r, c, &tt, &uu);
+                        am += fabs(tt * xb) + fabs(uu * xb);
+                    } else
+                        am += fabs(wv * xb);
                 }
                 dot[h] = a * scale;
                 mass[h] = am * scale;
@@ -284,7 +359,8 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     }
     /* gemv_mma.cu's other chunk tiles (the ones memra_cuda_mma_chunk_bench times): decode's bits too */
     for (int tile = 1; tile <= 6; tile++) {
-        if ((tile >= 4 && two) || (tile < 4 && m->q8)) /* gemv_wgmma.cu takes one plane; q8=mma's chunk is its alone */
+        if ((tile >= 4 && two) || (tile < 4 && (m->q8 || m->kq))) /* gemv_wgmma.cu takes one plane; q8=mma's and
+                                                                       * qdot=mma's chunks are its alone */
             continue;
         e = cudaMemset(dyc, 0xfe, (size_t)M * OUT * 4);
         if (e == cudaSuccess)
@@ -369,6 +445,53 @@ done:
     return bad;
 }
 
+typedef struct mg_shape {
+    uint32_t rows, cols;
+} mg_shape;
+
+/* A quantized variant (var: q8mma, kqmma) on each shape, matrices made by upload: every mode and M
+ * against decode (mg_case), decode against the other key's kernel (its own bits), and the
+ * negative control (one quantum off in the chunk's copy must show). Failures, -1: could not run. */
+static int mg_quant(FILE *out, const char *var, const char *other, int (*upload)(mg_mat *, uint64_t *),
+                    const mg_shape *shp, size_t n, uint64_t mseed, uint64_t cseed, uint64_t vseed, uint64_t pseed,
+                    const mg_mode *modes, size_t n_modes, const uint32_t *Ms, size_t n_ms, int *checked) {
+    int bad = 0;
+    for (size_t si = 0; si < n; si++) {
+        uint64_t s = mseed + si;
+        mg_mat m = {shp[si].rows, shp[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL};
+        if (upload(&m, &s) != 0) {
+            mg_free(&m);
+            return -1;
+        }
+        const uint64_t big = (uint64_t)m.rows * m.cols;
+        for (size_t mi = 0; mi < n_modes; mi++)
+            for (size_t k = 0; k < n_ms; k++) {
+                if (modes[mi].glu && m.rows % 2)
+                    continue;
+                if (Ms[k] >= 200 && big > ((uint64_t)4 << 20) && mi % 2)
+                    continue;
+                const int b = mg_case(out, var, &m, &modes[mi], Ms[k], cseed + 100 * si + 10 * mi + k, 0);
+                if (b < 0) {
+                    mg_free(&m);
+                    return -1;
+                }
+                bad += b;
+                (*checked)++;
+            }
+        const int v = mg_versus_auto(out, var, other, &m, 0, vseed + si);
+        const int pc = v < 0 ? -1 : mg_case(NULL, var, &m, &modes[si % 4], 9, pseed + si, 1);
+        mg_free(&m);
+        if (v < 0 || pc < 0)
+            return -1;
+        if (pc && out)
+            fprintf(out, "negative control (%s %ux%u): a weight one quantum off gave the same bits\n", var,
+                    shp[si].rows, shp[si].cols);
+        bad += v + pc;
+        *checked += 2;
+    }
+    return bad;
+}
+
 int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
     /* (rows, cols) and the KS mc_gemv_mma_ksplit gives them */
     static const struct {
@@ -393,7 +516,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
             bad++;
         }
         uint64_t s = 0x5eed + si;
-        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}, 0, NULL};
+        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;
@@ -427,7 +550,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
     /* not served (columns no multiple of 8): gemv=auto's kernels and bits */
     {
         uint64_t s = 0xab;
-        mg_mat m = {100, 100, 0, NULL, {0}, 0, NULL};
+        mg_mat m = {100, 100, 0, NULL, {0}, 0, NULL, 0, NULL};
         const int v = mg_upload(&m, &s) == 0 ? mg_versus_auto(out, "mma", "auto", &m, 1, 7) : -1;
         const int v2 = v < 0 ? -1 : mg_versus_auto(out, "mma2", "auto", &m, 1, 8);
         mg_free(&m);
@@ -436,50 +559,34 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         bad += v + v2;
         checked += 2;
     }
-    /* q8=mma: Q8_0 matrices (columns a multiple of 32) on the same modes; decode against auto's
-     * integer kernel (its own bits) */
+    /* q8=mma: Q8_0 matrices (columns a multiple of 32) on the same modes, decode against auto's integer
+     * kernel (its own bits); qdot=mma: Q4_K matrices (columns a multiple of 256: 1, 2, 3, 4 and 16
+     * super-blocks a row, parts of super-blocks from KS 8 to 1, an empty part where KS exceeds them),
+     * decode against qdot=auto's */
     {
+        static const mg_shape q8s[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512},
+                                       {38, 256},   {40000, 256}, {64, 96}};
+        static const mg_shape kqs[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512},
+                                       {38, 256},   {40000, 256}, {64, 768}};
         static const struct {
-            uint32_t rows, cols;
-        } q8s[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512}, {38, 256}, {40000, 256}, {64, 96}};
-        for (size_t si = 0; si < sizeof q8s / sizeof q8s[0]; si++) {
-            uint64_t s = 0x9e0 + si;
-            mg_mat m = {q8s[si].rows, q8s[si].cols, 0, NULL, {0}, 0, NULL};
-            if (mg_upload_q8(&m, &s) != 0) {
-                mg_free(&m);
+            const char *var, *other;
+            int (*upload)(mg_mat *, uint64_t *);
+            const mg_shape *shapes;
+            uint64_t seed;
+        } qv[] = {{"q8mma", "auto", mg_upload_q8, q8s, 0}, {"kqmma", "kqauto", mg_upload_kq, kqs, 1}};
+        for (size_t i = 0; i < 2; i++) {
+            const int b = mg_quant(out, qv[i].var, qv[i].other, qv[i].upload, qv[i].shapes, 7, 0x9e0 + 0x100 * qv[i].seed,
+                                   31000 + 10000 * qv[i].seed, 299 + 100 * qv[i].seed, 655 + 100 * qv[i].seed, modes,
+                                   sizeof modes / sizeof modes[0], Ms, sizeof Ms / sizeof Ms[0], &checked);
+            if (b < 0)
                 return -1;
-            }
-            const uint64_t big = (uint64_t)m.rows * m.cols;
-            for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
-                for (size_t k = 0; k < sizeof Ms / sizeof Ms[0]; k++) {
-                    if (modes[mi].glu && m.rows % 2)
-                        continue;
-                    if (Ms[k] >= 200 && big > ((uint64_t)4 << 20) && mi % 2)
-                        continue;
-                    const int b = mg_case(out, "q8mma", &m, &modes[mi], Ms[k], 31000 + 100 * si + 10 * mi + k, 0);
-                    if (b < 0) {
-                        mg_free(&m);
-                        return -1;
-                    }
-                    bad += b;
-                    checked++;
-                }
-            const int v = mg_versus_auto(out, "q8mma", "auto", &m, 0, 299 + si);
-            const int pc = v < 0 ? -1 : mg_case(NULL, "q8mma", &m, &modes[si % 4], 9, 655 + si, 1);
-            mg_free(&m);
-            if (v < 0 || pc < 0)
-                return -1;
-            if (pc && out)
-                fprintf(out, "negative control (q8mma %ux%u): a weight one quantum off gave the same bits\n",
-                        q8s[si].rows, q8s[si].cols);
-            bad += v + pc;
-            checked += 2;
+            bad += b;
         }
     }
     /* negative control: one weight one ulp off in the chunk's matrix must show */
     {
         uint64_t s = 0xcd;
-        mg_mat m = {300, 1000, 0, NULL, {0}, 0, NULL};
+        mg_mat m = {300, 1000, 0, NULL, {0}, 0, NULL, 0, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;

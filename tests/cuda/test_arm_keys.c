@@ -189,6 +189,10 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_eq(c.q8, MC_Q8_FLOAT);
     cr_assert_str_eq(mc_config_choice_name(&c, "attention"), "tiled");
     cr_assert_str_eq(mc_config_choice(&c, "q8", "x"), "auto, float, rows, int-8w, mma");
+    cr_assert_null(mc_config_choice(&c, "qdot", "mma")); /* issue 28: Q4_K on gemv=mma's chain */
+    cr_assert_eq(c.qdot, MC_QDOT_MMA);
+    cr_assert_str_eq(mc_config_choice_name(&c, "qdot"), "mma");
+    cr_assert_str_eq(mc_config_choice(&c, "qdot", "sb"), "auto, float, mma");
     cr_assert_str_eq(mc_config_choice(&c, "pdl", "1"), ""); /* not a choice key */
     cr_assert_eq(c.q8, MC_Q8_FLOAT);                        /* a refused value changes nothing */
     cr_assert_eq(c.chunk, MC_CHUNK_MMA); /* issue 28: the tensor-core chunk GEMV by default */
