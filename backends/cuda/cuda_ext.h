@@ -52,10 +52,10 @@ extern "C" {
          "its chunk runs on the sm_90 wgmma kernel, under mmachunk=sync or on another device as single steps)"},                                                                                                    \
         {"qdot", "auto",                                                                                               \
          "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: auto (integer dots on quantized x where the type's kernel "  \
-         "has them), float (dequantized weights, float dots: other bits) or mma (Q4_K matrices on gemv=mma's "          \
-         "tensor-core chain: the 4-bit quants exact as bf16, x rounded to bf16 once, a sub-block's two MMAs from +0, "  \
-         "then its scale and min by two fmaf, in decode and in the prefill chunk alike: other bits; its chunk runs "    \
-         "on the sm_90 wgmma kernel, elsewhere as single steps; the other types keep auto's kernels)"},                \
+         "has them), float (dequantized weights, float dots: other bits) or mma (Q4_K, Q5_K and Q6_K matrices on "     \
+         "gemv=mma's tensor-core chain: the quants exact as bf16, x rounded to bf16 once, a sub-block's MMAs from +0, " \
+         "then its scale (and min) by fmaf, in decode and in the prefill chunk alike: other bits; its chunk runs on "   \
+         "the sm_90 wgmma kernel, elsewhere as single steps; Q4_0 .. Q5_1 keep auto's kernels)"},                      \
     {                                                                                                                  \
         "attention", "auto",                                                                                           \
             "decode attention: auto (one cluster launch; the tiled cluster kernel or the unfused kernels for shapes "  \

@@ -171,9 +171,9 @@ typedef struct mc_config {
                          * standalone rmsnorm first, then the GEMV without a norm: an op.rmsnorm plugin's path) */
     uint32_t qdot;      /* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K GEMVs: MC_QDOT_AUTO (integer dots on quantized x
                          * where the type's kernel has them), MC_QDOT_FLOAT (dequantized weights, float dots) or
-                         * MC_QDOT_MMA (Q4_K on gemv=mma's bf16 tensor-core chain in decode and in the prefill
-                         * chunk, gemv_mma.cu: the nibbles exact as bf16, x' rounded to bf16, each sub-block's
-                         * scale and min after its MMAs; the other types keep qdot=auto's kernels) */
+                         * MC_QDOT_MMA (Q4_K, Q5_K and Q6_K on gemv=mma's bf16 tensor-core chain in decode and in
+                         * the prefill chunk, gemv_mma.cu: the quants exact as bf16, x' rounded to bf16, each
+                         * sub-block's scale (and min) after its MMAs; Q4_0 .. Q5_1 keep qdot=auto's kernels) */
     uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
                          * value rounded to nearest even as it is written, as the cpu backend's kv key) */
     uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */

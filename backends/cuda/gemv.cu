@@ -229,11 +229,11 @@ static cudaError_t mc_gemv_any(const mc_config *c, const mc_matrix *w, const flo
     case MEMRA_TYPE_Q5_0:
     case MEMRA_TYPE_Q5_1: return mc_gemv_legacy(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
     case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K:
         if (mc_gemv_mma_serves(c, w)) /* qdot=mma: gemv=mma's chain */
             return mc_gemv_mma(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st, NULL);
         return mc_gemv_kquant(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
-    case MEMRA_TYPE_Q5_K:
-    case MEMRA_TYPE_Q6_K: return mc_gemv_kquant(c, SWIGLU, w, x, norm_w, eps, bias, residual, y, st);
     default: break;
     }
     if (mc_gemv_q8_serves(c, w))
@@ -259,11 +259,11 @@ cudaError_t mc_gemv_post(const mc_config *c, const mc_matrix *w, const float *x,
     case MEMRA_TYPE_Q5_0:
     case MEMRA_TYPE_Q5_1: return mc_gemv_legacy_post(c, w, x, y, pn, st);
     case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K:
         if (mc_gemv_mma_serves(c, w))
             return mc_gemv_mma(c, MC_GLU_NONE, w, x, NULL, 0.0f, NULL, NULL, y, st, pn);
         return mc_gemv_kquant_post(c, w, x, y, pn, st);
-    case MEMRA_TYPE_Q5_K:
-    case MEMRA_TYPE_Q6_K: return mc_gemv_kquant_post(c, w, x, y, pn, st);
     default: break;
     }
     if (mc_gemv_q8_serves(c, w))

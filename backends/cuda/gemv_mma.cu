@@ -57,7 +57,8 @@ int mc_gemv_mma_serves(const mc_config *c, const mc_matrix *w) {
         return 0;
     if (w->type == MEMRA_TYPE_Q8_0) /* q8=mma: the int8 weights as bf16, a block's scale after its MMAs */
         return c->q8 == MC_Q8_MMA && w->cols % MEMRA_Q8_0_BLOCK == 0;
-    if (w->type == MEMRA_TYPE_Q4_K) { /* qdot=mma: decode stages x', x and S (its limit with a norm) */
+    if (w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K) { /* qdot=mma:
+                                          * decode stages x', x and S (its limit with a norm) */
         uint64_t dr, ar;
         return c->qdot == MC_QDOT_MMA && mc_kq_layout(w->type, w->cols, &dr, &ar) && w->stride == dr &&
                w->aux_stride == ar && w->aux && (uint64_t)w->cols / 32u * 196u <= MC_MMA_XS_KQ;
@@ -145,6 +146,40 @@ __device__ __forceinline__ float mc_mma_ss8(const float4 *xf, uint32_t col, floa
     return ss;
 }
 
+/* qdot=mma's Q6_K decode: a round is half a super-block (units 4 hf .. 4 hf + 3, the sub-blocks 8 hf
+ * .. 8 hf + 7) of the warp's rows g and g + 8: the lane's quant word t of each unit, the units' top
+ * bits (A, B a unit), the 8 scale bytes and d (kquant_layout.h). */
+struct mc_kq6_round {
+    uint32_t qa[4], qb[4];
+    uint4 ta0, ta1, tb0, tb1;
+    uint2 sa, sb;
+    uint16_t da, db;
+};
+__device__ __forceinline__ void mc_kq6_load(mc_kq6_round &R, const char *pa, const char *pb, const char *xa,
+                                            const char *xb, uint32_t nsb, uint32_t r, uint32_t t) {
+    const uint32_t sk = r / 2u, hf = r % 2u;
+#pragma unroll
+    for (uint32_t q = 0; q < 4; q++) {
+        R.qa[q] = __ldcs((const uint32_t *)(pa + 128u * sk + 64u * hf + 16u * q) + t);
+        R.qb[q] = __ldcs((const uint32_t *)(pb + 128u * sk + 64u * hf + 16u * q) + t);
+    }
+    const uint4 *ta = (const uint4 *)(pa + 128u * nsb + 64u * sk + 32u * hf);
+    const uint4 *tb = (const uint4 *)(pb + 128u * nsb + 64u * sk + 32u * hf);
+    R.ta0 = __ldcs(ta), R.ta1 = __ldcs(ta + 1), R.tb0 = __ldcs(tb), R.tb1 = __ldcs(tb + 1);
+    R.sa = __ldg((const uint2 *)(xa + 16u * sk + 8u * hf));
+    R.sb = __ldg((const uint2 *)(xb + 16u * sk + 8u * hf));
+    R.da = __ldg((const uint16_t *)(xa + 16u * nsb) + sk);
+    R.db = __ldg((const uint16_t *)(xb + 16u * nsb) + sk);
+}
+/* Unit q's top-bit word of a round's 32 bytes (A for H 0, B for H 1), and sub-block (q, H)'s scale byte. */
+template <int H> __device__ __forceinline__ uint32_t mc_kq6_top(const uint4 &t0, const uint4 &t1, uint32_t q) {
+    const uint4 &v = q < 2u ? t0 : t1;
+    return (q & 1u) ? (H ? v.w : v.z) : (H ? v.y : v.x);
+}
+template <int H> __device__ __forceinline__ uint32_t mc_kq6_sc(uint2 sc, uint32_t q) {
+    return (q < 2u ? sc.x : sc.y) >> (8u * ((2u * q + H) & 3u));
+}
+
 /* ---- decode ------------------------------------------------------------------------------- */
 
 /* Two things keep a decode warp's chain short. Its weights come in registers, MC_MMA_U k-blocks
@@ -205,15 +240,20 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
     const uint4 *aa = KQ ? (const uint4 *)((const char *)w.aux + (size_t)(ra < w.rows ? ra : r0) * w.aux_stride) : NULL;
     const uint4 *ab = KQ ? (const uint4 *)((const char *)w.aux + (size_t)(rb < w.rows ? rb : r0) * w.aux_stride) : NULL;
     uint2 kwa[KQ ? 4 : 1], kwb[KQ ? 4 : 1];
+    uint32_t kha[KQ == 2 ? 4 : 1], khb[KQ == 2 ? 4 : 1]; /* Q5_K: the fifth bits' word of the lane's unit */
     uint4 kaa = make_uint4(0, 0, 0, 0), kab = kaa;
-    auto kload = [&](uint32_t sb) {
+    auto kload = [&](uint32_t sk) {
 #pragma unroll
         for (uint32_t c = 0; c < (KQ ? 4u : 1u); c++) {
-            kwa[c] = __ldcs((const uint2 *)(kpa + 128u * sb + 32u * c) + t);
-            kwb[c] = __ldcs((const uint2 *)(kpb + 128u * sb + 32u * c) + t);
+            kwa[c] = __ldcs((const uint2 *)(kpa + 128u * sk + 32u * c) + t);
+            kwb[c] = __ldcs((const uint2 *)(kpb + 128u * sk + 32u * c) + t);
+            if (KQ == 2) { /* after the row's nsb * 128 quant bytes: a word a unit (2c + t / 2 of the super-block) */
+                kha[KQ == 2 ? c : 0] = __ldcs((const uint32_t *)(kpa + 128u * nsb + 32u * sk) + 2u * c + (t >> 1));
+                khb[KQ == 2 ? c : 0] = __ldcs((const uint32_t *)(kpb + 128u * nsb + 32u * sk) + 2u * c + (t >> 1));
+            }
         }
-        kaa = __ldg(aa + sb);
-        kab = __ldg(ab + sb);
+        kaa = __ldg(aa + sk);
+        kab = __ldg(ab + sk);
     };
     wvec na[U], nb[U];
     uint16_t sa[Q8 ? U : 1], sb[Q8 ? U : 1];
@@ -235,7 +275,11 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
             }
         }
     };
-    if constexpr (KQ != 0) {
+    mc_kq6_round k6n; /* Q6_K (KQ 3): the next round */
+    if constexpr (KQ == 3) {
+        if (live && sb0 < sb1)
+            mc_kq6_load(k6n, kpa, kpb, (const char *)aa, (const char *)ab, nsb, 2u * sb0, t);
+    } else if constexpr (KQ != 0) {
         if (live && sb0 < sb1)
             kload(sb0);
     } else {
@@ -266,7 +310,8 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                                     mc_mma_pack_low(v[4], v[5]), mc_mma_pack_low(v[6], v[7]));
             }
             xh[i] = hb;
-            if constexpr (KQ != 0) { /* the k-block's S: its 4 pieces are lanes 4k .. 4k + 3 (cols: a multiple of 256) */
+            if constexpr (KQ == 1 || KQ == 2) { /* the k-block's S: its 4 pieces are lanes 4k .. 4k + 3 (cols: a
+                                                * multiple of 256) */
                 const float sk = mc_mma_ss4(mc_kq4_psum(hb.x, hb.y, hb.z, hb.w));
                 if ((i & 3u) == 0)
                     xS[i / 4] = sk;
@@ -281,16 +326,49 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
         __syncthreads();
     }
     if constexpr (KQ != 0) {
-    if (live) { /* qdot=mma: x' and S staged (mc_gemv_mma_serves' limit) */
+    if (live) { /* qdot=mma: x' (and S) staged (mc_gemv_mma_serves' limit) */
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f;
-        for (uint32_t sb = sb0; sb < sb1; sb++) {
-            uint2 cwa[KQ ? 4 : 1], cwb[KQ ? 4 : 1];
+        if constexpr (KQ == 3) { /* Q6_K: a sub-block's MMA from +0, then fmaf by d * sc */
+        for (uint32_t r = 2u * sb0; r < 2u * sb1; r++) {
+            const mc_kq6_round R = k6n;
+            if (r + 1 < 2u * sb1)
+                mc_kq6_load(k6n, kpa, kpb, (const char *)aa, (const char *)ab, nsb, r + 1, t);
 #pragma unroll
-            for (uint32_t c = 0; c < (KQ ? 4u : 1u); c++)
+            for (uint32_t h = 0; h < 2; h++)
+#pragma unroll
+                for (uint32_t q = 0; q < 4; q++) {
+                    const uint32_t j = 8u * (r % 2u) + 4u * h + q, col0 = 256u * (r / 2u) + 16u * j; /* sub-block */
+                    if (NORM && j % 2u == 0) /* the sum of squares by k-blocks, as every qdot=mma type */
+                        ss = mc_mma_ss8((const float4 *)xf, col0 + 8u * t, ss);
+                    const uint2 xv = ((const uint2 *)xh)[(col0 + 4u * t) / 4u];
+                    const uint2 xb = g == 0 ? xv : make_uint2(0, 0);
+                    const uint2 fa = h ? mc_kq6_frag<1>(R.qa[q], mc_kq6_top<1>(R.ta0, R.ta1, q), t)
+                                       : mc_kq6_frag<0>(R.qa[q], mc_kq6_top<0>(R.ta0, R.ta1, q), t);
+                    const uint2 fb = h ? mc_kq6_frag<1>(R.qb[q], mc_kq6_top<1>(R.tb0, R.tb1, q), t)
+                                       : mc_kq6_frag<0>(R.qb[q], mc_kq6_top<0>(R.tb0, R.tb1, q), t);
+                    const float Aa = mc_kq6_coef(R.da, h ? mc_kq6_sc<1>(R.sa, q) : mc_kq6_sc<0>(R.sa, q));
+                    const float Ab = mc_kq6_coef(R.db, h ? mc_kq6_sc<1>(R.sb, q) : mc_kq6_sc<0>(R.sb, q));
+                    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mc_mma_bf16(e, fa.x, fb.x, fa.y, fb.y, xb.x, xb.y);
+                    d[0] = fmaf(Aa, e[0], d[0]);
+                    d[1] = fmaf(Aa, e[1], d[1]);
+                    d[2] = fmaf(Ab, e[2], d[2]);
+                    d[3] = fmaf(Ab, e[3], d[3]);
+                }
+        }
+        } else { /* Q4_K, Q5_K */
+        for (uint32_t sk = sb0; sk < sb1; sk++) {
+            uint2 cwa[KQ ? 4 : 1], cwb[KQ ? 4 : 1];
+            uint32_t cha[KQ == 2 ? 4 : 1], chb[KQ == 2 ? 4 : 1];
+#pragma unroll
+            for (uint32_t c = 0; c < (KQ ? 4u : 1u); c++) {
                 cwa[c] = kwa[c], cwb[c] = kwb[c];
+                if (KQ == 2)
+                    cha[KQ == 2 ? c : 0] = kha[KQ == 2 ? c : 0], chb[KQ == 2 ? c : 0] = khb[KQ == 2 ? c : 0];
+            }
             const uint4 caa = kaa, cab = kab;
-            if (sb + 1 < sb1)
-                kload(sb + 1);
+            if (sk + 1 < sb1)
+                kload(sk + 1);
 #pragma unroll
             for (uint32_t c = 0; c < 4; c++) {
                 float Aa[2], Na[2], Ab[2], Nb[2];
@@ -298,23 +376,29 @@ __global__ void __launch_bounds__(32 * MC_MMA_WARPS, 2)
                 mc_kq4_coef(cab, c, Ab, Nb);
 #pragma unroll
                 for (uint32_t h = 0; h < 2; h++) {
-                    const uint32_t k = 8u * sb + 2u * c + h, col = 32u * k + 8u * t;
+                    const uint32_t k = 8u * sk + 2u * c + h, col = 32u * k + 8u * t;
                     if (NORM)
                         ss = mc_mma_ss8((const float4 *)xf, col, ss);
                     const uint4 xv = xh[col / 8];
                     const uint4 xb = g == 0 ? xv : make_uint4(0, 0, 0, 0);
                     const float S = xS[k];
                     float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    if (h)
-                        mc_mma_kblock(e, mc_kq4_frag<1>(cwa[KQ ? c : 0]), mc_kq4_frag<1>(cwb[KQ ? c : 0]), xb);
+                    const uint32_t ci = KQ ? c : 0, hi5 = KQ == 2 ? c : 0;
+                    if (KQ == 2 && h)
+                        mc_mma_kblock(e, mc_kq5_frag<1>(cwa[ci], cha[hi5], t), mc_kq5_frag<1>(cwb[ci], chb[hi5], t), xb);
+                    else if (KQ == 2)
+                        mc_mma_kblock(e, mc_kq5_frag<0>(cwa[ci], cha[hi5], t), mc_kq5_frag<0>(cwb[ci], chb[hi5], t), xb);
+                    else if (h)
+                        mc_mma_kblock(e, mc_kq4_frag<1>(cwa[ci]), mc_kq4_frag<1>(cwb[ci]), xb);
                     else
-                        mc_mma_kblock(e, mc_kq4_frag<0>(cwa[KQ ? c : 0]), mc_kq4_frag<0>(cwb[KQ ? c : 0]), xb);
+                        mc_mma_kblock(e, mc_kq4_frag<0>(cwa[ci]), mc_kq4_frag<0>(cwb[ci]), xb);
                     d[0] = mc_kq4_step(d[0], Aa[h], Na[h], e[0], S);
                     d[1] = mc_kq4_step(d[1], Aa[h], Na[h], e[1], S);
                     d[2] = mc_kq4_step(d[2], Ab[h], Nb[h], e[2], S);
                     d[3] = mc_kq4_step(d[3], Ab[h], Nb[h], e[3], S);
                 }
             }
+        }
         }
         if (NORM)
             ss = mc_mma_ss4(ss);
@@ -444,6 +528,12 @@ static cudaError_t mc_mmad_prepare(void) {
         e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, n);            \
     if (e == cudaSuccess) /* qdot=mma: its larger staging */                                                          \
         e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)MC_MMA_XS_KQ);                                                                   \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 0, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)MC_MMA_XS_KQ);                                                                   \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(gemv_mma<G, N, P, 1, 0, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
                                  (int)MC_MMA_XS_KQ);
     MC_SET(MC_GLU_NONE, 0, 0)
     MC_SET(MC_GLU_NONE, 1, 0)
@@ -464,7 +554,8 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     if (e != cudaSuccess)
         return e;
     const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
-    const bool kq = w->type == MEMRA_TYPE_Q4_K; /* qdot=mma: x', x and S staged, always */
+    const bool kq = w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K;
+    const bool k5 = w->type == MEMRA_TYPE_Q5_K, k6 = w->type == MEMRA_TYPE_Q6_K; /* qdot=mma: x', x, S staged */
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols), per_block = MC_MMA_WARPS / ks;
     const uint32_t tiles = (w->rows + 15) / 16,
                    xb = mc_mmad_xs_bytes(w->cols, two ? 2 : 1, norm_w != NULL) + (kq ? (w->cols + 31) / 32 * 4 : 0);
@@ -482,6 +573,10 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
     const mc_post_args none = {NULL, NULL, NULL, 0.0f};
 #define MC_L(G, N, P)                                                                                                  \
     (two  ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,              \
+                               pn ? *pn : none)                                                                        \
+     : k6 ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 0, 3>, *w, ks, xs, x, norm_w, eps, bias, residual, y,        \
+                               pn ? *pn : none)                                                                        \
+     : k5 ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 0, 2>, *w, ks, xs, x, norm_w, eps, bias, residual, y,        \
                                pn ? *pn : none)                                                                        \
      : kq ? cudaLaunchKernelEx(&cfg, gemv_mma<G, N, P, 1, 0, 1>, *w, ks, xs, x, norm_w, eps, bias, residual, y,        \
                                pn ? *pn : none)                                                                        \
@@ -537,7 +632,17 @@ __device__ __forceinline__ void mc_mma_store8(uint16_t *row, uint32_t i, uint32_
 /* KQ (qdot=mma, Q4_K): also each k-block's S (decode's staging: mc_kq4_psum per piece, the 4 pieces
  * by mc_mma_ss4) into S[k-block lds + row of x], and the parts of the sum of squares are ranges of
  * super-blocks (decode's under qdot=mma). */
-template <int NORM, int PL, bool PERM = false, bool KQ = false>
+/* P6 (qdot=mma, Q6_K): x' in the slots of the Q6_K instructions instead (each 16 columns of a sub-block
+ * one instruction: columns 4t + e of it at slot 2t + e, e < 2, or 2t + 8 + e - 2; gemv_mma.cuh), and
+ * no S (Q6_K has no min). */
+__device__ __forceinline__ void mc_mma_store8_q6(uint16_t *row, uint32_t i, uint32_t p01, uint32_t p23, uint32_t p45,
+                                                 uint32_t p67) {
+    uint32_t *b = (uint32_t *)(row + 32u * (i / 4u)); /* piece i's columns 8 (i % 4) + 2j, + 1 are a pair */
+    const uint32_t c = 8u * (i % 4u);
+    b[mc_kqm_q6_slot(c) / 2u] = p01, b[mc_kqm_q6_slot(c + 2u) / 2u] = p23;
+    b[mc_kqm_q6_slot(c + 4u) / 2u] = p45, b[mc_kqm_q6_slot(c + 6u) / 2u] = p67;
+}
+template <int NORM, int PL, bool PERM = false, bool KQ = false, bool P6 = false>
 __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
     chunk_mma_prep(const float *x, uint32_t ldx, const float *norm_w, uint32_t cols, uint32_t ks, float eps,
                    uint16_t *xo, uint16_t *xl, float *rs, float *S, uint32_t lds) {
@@ -560,8 +665,11 @@ __global__ void __launch_bounds__(MC_MMA_PREP_THREADS)
         }
         const uint32_t p01 = mc_mma_pack(v[0], v[1]), p23 = mc_mma_pack(v[2], v[3]), p45 = mc_mma_pack(v[4], v[5]),
                        p67 = mc_mma_pack(v[6], v[7]);
-        mc_mma_store8(xo + (size_t)tok * ldo, i, p01, p23, p45, p67, PERM);
-        if constexpr (KQ) { /* cols a multiple of 256: every lane of the warp is here */
+        if constexpr (P6)
+            mc_mma_store8_q6(xo + (size_t)tok * ldo, i, p01, p23, p45, p67);
+        else
+            mc_mma_store8(xo + (size_t)tok * ldo, i, p01, p23, p45, p67, PERM);
+        if constexpr (KQ && !P6) { /* cols a multiple of 256: every lane of the warp is here */
             const float sk = mc_mma_ss4(mc_kq4_psum(p01, p23, p45, p67));
             if ((i & 3u) == 0)
                 S[(size_t)(i / 4) * lds + tok] = sk;
@@ -855,7 +963,8 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
                                 const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
                                 float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile) {
     const bool two = c->gemv == MC_GEMV_MMA2 && w->type == MEMRA_TYPE_BF16, q8 = w->type == MEMRA_TYPE_Q8_0;
-    const bool kq = w->type == MEMRA_TYPE_Q4_K;
+    const bool kq = w->type == MEMRA_TYPE_Q4_K || w->type == MEMRA_TYPE_Q5_K || w->type == MEMRA_TYPE_Q6_K;
+    const bool k6 = w->type == MEMRA_TYPE_Q6_K;
     if (!mc_gemv_mma_serves(c, w) || (glu && w->rows % 2) || tile < 0 || tile > 6 ||
         (tile >= 4 && two) ||    /* gemv_wgmma.cu takes one plane */
         ((q8 || kq) && tile < 4)) /* q8=mma's and qdot=mma's chunks are gemv_wgmma.cu's alone */
@@ -877,7 +986,11 @@ static cudaError_t mc_mma_chunk(const mc_config *c, const mc_matrix *w, const fl
     const uint32_t ks = mc_gemv_mma_ksplit(w->rows, w->cols);
 #define MC_PREP(N, P)                                                                                                  \
     do {                                                                                                               \
-        if (kq)                                                                                                        \
+        if (k6)                                                                                                        \
+            chunk_mma_prep<N, 1, true, true, true><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks,     \
+                                                                                      eps, xo, xl, N ? rs : NULL,      \
+                                                                                      NULL, 0);                        \
+        else if (kq)                                                                                                   \
             chunk_mma_prep<N, 1, true, true><<<M, MC_MMA_PREP_THREADS, 0, st>>>(x, ldx, norm_w, w->cols, ks, eps, xo, \
                                                                                 xl, N ? rs : NULL, xS, lds);           \
         else if (tile >= 4) /* one plane (mma2 is refused above) */                                                   \
@@ -928,7 +1041,7 @@ int mc_gemv_mma_chunk_serves(const mc_config *c, const mc_matrix *w) {
 cudaError_t mc_gemv_chunk_mma(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx, const float *norm_w,
                               float eps, const float *bias, const float *residual, uint32_t ldr, float *y, uint32_t ldy,
                               int glu, uint32_t M, void *scratch, cudaStream_t st) {
-    const bool wg = (c->gemv == MC_GEMV_MMA || w->type == MEMRA_TYPE_Q8_0 || w->type == MEMRA_TYPE_Q4_K) &&
+    const bool wg = (c->gemv == MC_GEMV_MMA || w->type != MEMRA_TYPE_BF16) && /* q8=mma, qdot=mma: wgmma alone */
                     (c->mmachunk == MC_MMACHUNK_WGMMA || (c->mmachunk == MC_MMACHUNK_AUTO && mc_gemv_wgmma_available()));
     return mc_mma_chunk(c, w, x, ldx, norm_w, eps, bias, residual, ldr, y, ldy, glu, M, scratch, st, wg ? 4 : 0);
 }
@@ -968,6 +1081,20 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
         {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
         {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, P == 1>, "gemv_postnorm"},                                    \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, 2 * (P == 1)>, "gemv"},                                       \
+        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, 2 * (P == 1)>, "gemv"},                                       \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, 2 * (P == 1)>, "gemv_swiglu"},                                \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, 2 * (P == 1)>, "gemv_swiglu"},                                \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, 2 * (P == 1)>, "gemv_geglu"},                                 \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, 2 * (P == 1)>, "gemv_geglu"},                                 \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, 2 * (P == 1)>, "gemv_postnorm"},                              \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, 3 * (P == 1)>, "gemv"},                                       \
+        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, 3 * (P == 1)>, "gemv"},                                       \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, 3 * (P == 1)>, "gemv_swiglu"},                                \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, 3 * (P == 1)>, "gemv_swiglu"},                                \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, 3 * (P == 1)>, "gemv_geglu"},                                 \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, 3 * (P == 1)>, "gemv_geglu"},                                 \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, 3 * (P == 1)>, "gemv_postnorm"},                              \
         {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"},                                                  \
         {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
@@ -975,7 +1102,9 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)chunk_mma_prep<0, P, P == 1>, "chunk_prep"},                                                    \
         {(const void *)chunk_mma_prep<1, P, P == 1>, "chunk_prep"},                                                    \
         {(const void *)chunk_mma_prep<0, 1, true, P == 1>, "chunk_prep"},                                              \
-        {(const void *)chunk_mma_prep<1, 1, true, P == 1>, "chunk_prep"},
+        {(const void *)chunk_mma_prep<1, 1, true, P == 1>, "chunk_prep"},                                              \
+        {(const void *)chunk_mma_prep<0, 1, true, true, P == 1>, "chunk_prep"},                                        \
+        {(const void *)chunk_mma_prep<1, 1, true, true, P == 1>, "chunk_prep"},
     static const struct {
         const void *func;
         const char *family;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda_common.cuh"
+#include "kq_mma_bits.h"
 #include "kquant_dot.cuh"
 
 /* The first k-block of part p of KS over nkb k-blocks. */
@@ -72,9 +73,9 @@ __device__ __forceinline__ float mc_q8_step(float acc, uint16_t scale, float d) 
     return mc_q8_stepf(acc, mc_q8_scale(scale), d);
 }
 
-/* qdot=mma (Q4_K on this chain; gemv_mma.cu's decode and gemv_wgmma.cu's chunk convert and scale with
- * these functions alone). A k-block is one Q4_K sub-block of 32 columns: its two MMAs start from +0
- * on the 4-bit quants as bf16 (exact: q <= 15) against x', then
+/* qdot=mma (Q4_K and Q5_K on this chain; gemv_mma.cu's decode and gemv_wgmma.cu's chunk convert and
+ * scale with these functions alone). A k-block is one sub-block of 32 columns: its two MMAs start
+ * from +0 on the 4-bit (5-bit) quants as bf16 (exact: q <= 31) against x', then
  *   acc = fmaf(N, S, fmaf(A, D, acc)),  A = d * sc, N = -(dmin * m) (each product rounded once),
  * D the MMAs' sum, S the sum of the k-block's 32 values of x' (as bf16) in mc_kq4_psum's order. A
  * pair of k-blocks (sub-blocks 2c, 2c + 1 of a super-block) shares 32 quant bytes: lane t's 8 bytes
@@ -85,16 +86,45 @@ __device__ __forceinline__ uint32_t mc_kq4_bf16x2(uint32_t p) { /* 128 + q in ea
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(p), "r"(0x3F803F80u), "r"(0xC300C300u));
     return d;
 }
-/* H 0: the low nibbles of the 8 bytes (columns 8t .. 8t + 7 of the pair's first k-block); H 1: the
- * high ones (the second k-block's), as the uint4 of bf16 pairs a BF16 row's 16 bytes give. */
-template <int H> __device__ __forceinline__ uint4 mc_kq4_frag(uint2 w) {
-    const uint32_t a = H ? w.x >> 4 : w.x, b = H ? w.y >> 4 : w.y;
-    const uint32_t m = 0x000F000Fu, o = 0x43004300u;
-    return make_uint4(mc_kq4_bf16x2((__byte_perm(a, 0u, 0x4140u) & m) | o),
-                      mc_kq4_bf16x2((__byte_perm(a, 0u, 0x4342u) & m) | o),
-                      mc_kq4_bf16x2((__byte_perm(b, 0u, 0x4140u) & m) | o),
-                      mc_kq4_bf16x2((__byte_perm(b, 0u, 0x4342u) & m) | o));
+/* 8 quants (bytes of value <= 127: columns 8t .. 8t + 7 of a k-block, the lower column in the
+ * lower byte) as the uint4 of bf16 pairs a BF16 row's 16 bytes give. */
+__device__ __forceinline__ uint4 mc_kqb_frag(uint2 q) {
+    return make_uint4(mc_kq4_bf16x2(mc_kqm_pair(q.x, 0)), mc_kq4_bf16x2(mc_kqm_pair(q.x, 1)),
+                      mc_kq4_bf16x2(mc_kqm_pair(q.y, 0)), mc_kq4_bf16x2(mc_kqm_pair(q.y, 1)));
 }
+/* Q4_K: H 0 the low nibbles of the lane's 8 quant bytes (columns 8t .. 8t + 7 of the pair's first
+ * k-block), H 1 the high ones (the second k-block's). */
+template <int H> __device__ __forceinline__ uint4 mc_kq4_frag(uint2 w) {
+    return mc_kqb_frag(make_uint2(mc_kqm_q4(w.x, H), mc_kqm_q4(w.y, H)));
+}
+/* Q5_K: the same with the fifth bits merged, W the unit's word of them (kquant_layout.h: byte i, bit
+ * k of the low nibble of qs byte 4k + i, bit 4 + k of the high one); the lane's 8 bytes are the
+ * unit's words 2 (t & 1) and 2 (t & 1) + 1 (kquant_dot.cuh's mc_kq_words, two words of it). */
+template <int H> __device__ __forceinline__ uint4 mc_kq5_frag(uint2 w, uint32_t W, uint32_t t) {
+    const uint32_t k0 = 2u * (t & 1u);
+    return mc_kqb_frag(make_uint2(mc_kqm_q5(w.x, W, k0, H), mc_kqm_q5(w.y, W, k0 + 1u, H)));
+}
+/* Q6_K (a k-block of 32 columns is two sub-blocks of 16, each one MMA from +0, each followed by
+ * acc = fmaf(d * sc, D, acc); no min): the quants less 32 as bf16 (exact: |q - 32| <= 32). Each
+ * MMA's column set is its sub-block: lane t holds columns 4t .. 4t + 3 of it, the first two in the
+ * slots 2t, 2t + 1, the last two in 2t + 8, 2t + 9 (gemv_mma.cu's prep writes x' so for the chunk).
+ * ql: the unit's quant word t (bytes 4t .. 4t + 3), hb: the unit's word of top bits (A for the low
+ * nibbles' sub-block, H 0, B for the high ones', H 1: kquant_layout.h), as kquant_dot.cuh's
+ * mc_kq_words merges them; the result's .x holds columns 4t, 4t + 1, .y 4t + 2, 4t + 3. */
+__device__ __forceinline__ uint32_t mc_kq6_bf16x2(uint32_t p) { /* 128 + q in each half, less 160 */
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(p), "r"(0x3F803F80u), "r"(0xC320C320u));
+    return d;
+}
+template <int H> __device__ __forceinline__ uint2 mc_kq6_frag(uint32_t ql, uint32_t hb, uint32_t t) {
+    const uint32_t q = mc_kqm_q6(ql, hb, t, H);
+    return make_uint2(mc_kq6_bf16x2(mc_kqm_pair(q, 0)), mc_kq6_bf16x2(mc_kqm_pair(q, 1)));
+}
+/* A Q6_K sub-block's coefficient: d * sc (an f16 by an int8, rounded once: exact). */
+__device__ __forceinline__ float mc_kq6_coef(uint16_t d, uint32_t sc_byte) {
+    return __fmul_rn(__half2float(__ushort_as_half(d)), (float)(int8_t)(sc_byte & 0xFFu));
+}
+
 /* The coefficients of pair c (0 .. 3) of a super-block from its 16 aux bytes (d, dmin, scales[12]):
  * A[h], N[h] of sub-block 2c + h. */
 __device__ __forceinline__ void mc_kq4_coef(const uint4 &a, uint32_t c, float (&A)[2], float (&N)[2]) {

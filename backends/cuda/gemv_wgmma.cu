@@ -35,6 +35,7 @@
  * producer bounded a first version below the mma.sync tile's speed; bench/gpu/NOTES.md.) */
 #include "cuda_common.cuh"
 #include "gemv_mma.cuh"
+#include "kquant_layout.h"
 
 #include <cuda.h> /* CUtensorMap and cuTensorMapEncodeTiled's types (the function through the runtime) */
 
@@ -379,6 +380,33 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
 }
 
+/* qdot=mma's kernels' shared memory: S stages of ST bytes from the first 1024-aligned address (sbase,
+ * gbase), the table f after them, the mbarriers in the last bytes of SM (initialised on return). */
+template <uint32_t S, uint32_t NTH>
+__device__ __forceinline__ void mc_wk_setup(unsigned char *base, uint32_t ST, uint32_t SM, uint32_t &sbase,
+                                            unsigned char *&gbase, float *&f, uint32_t &bars) {
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(base);
+    sbase = (raw + 1023u) & ~1023u;
+    gbase = base + (sbase - raw);
+    f = (float *)(gbase + S * ST);
+    bars = sbase + (SM - 1024u - 2u * S * 8u);
+    mc_wg_bars_init<S, NTH>(bars);
+}
+
+/* A part's sums into the block's table (rows of x by weight rows, LD floats apart): the first part
+ * copied, the others added in part order (chunk_gemv_wgmma_q8's cells for thread (r, t)). */
+template <uint32_t BT, uint32_t LD>
+__device__ __forceinline__ void mc_wk_table(float *f, const float (&acc)[BT / 2u], uint32_t r, uint32_t t, uint32_t pp) {
+#pragma unroll
+    for (uint32_t j = 0; j < BT / 8u; j++) {
+        const uint32_t k = 8u * j + 2u * t;
+        float *cc[4] = {&f[k * LD + r], &f[(k + 1) * LD + r], &f[k * LD + r + 8], &f[(k + 1) * LD + r + 8]};
+#pragma unroll
+        for (uint32_t e = 0; e < 4; e++)
+            *cc[e] = pp == 0 ? acc[4 * j + e] : __fadd_rn(*cc[e], acc[4 * j + e]);
+    }
+}
+
 /* qdot=mma's chunk (Q4_K): chunk_gemv_wgmma_q8's block and operands, a stage a pair of k-blocks (the
  * super-block's sub-blocks 2c, 2c + 1, which share 32 quant bytes a row), all by the tensor memory
  * accelerator: x''s two k-blocks (BT x 64 bytes each, swizzled), the weights' 128 rows x 32 bytes,
@@ -389,44 +417,53 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
  * mc_kq4_step(acc, A, N, d, S) for each element, A and N of the element's row (mc_kq4_coef1 on
  * its aux bytes), S of its row of x. The parts are ranges of super-blocks (decode's under
  * qdot=mma); at a part's end acc goes into the table as in chunk_gemv_wgmma_q8. */
-#define MC_WK_S 5u /* stages */
 /* A stage: x''s two k-blocks (XB = BT x 64 bytes each), then from 2 XB on the weights (128 x 32
- * bytes), the aux bytes (128 x 16: d, dmin, scales of the pair's super-block) and S (2 x BT floats). */
+ * bytes), the aux bytes (128 x 16: d, dmin, scales of the pair's super-block), with Q5_K (T5) the
+ * fifth bits' words (128 x 16: the units of two pairs, the stage's and its neighbour's), and S (2 x
+ * BT floats). */
 #define MC_WK_AUX 4096u
-#define MC_WK_SUM 6144u
-__host__ __device__ static constexpr uint32_t mc_wk_stage(uint32_t bt) {
-    return (bt * 128u + MC_WK_SUM + bt * 8u + 1023u) / 1024u * 1024u;
+#define MC_WK_HI 6144u
+__host__ __device__ static constexpr uint32_t mc_wk_sum(bool t5) { return t5 ? 8192u : 6144u; }
+__host__ __device__ static constexpr uint32_t mc_wk_stage(uint32_t bt, bool t5) {
+    return (bt * 128u + mc_wk_sum(t5) + bt * 8u + 1023u) / 1024u * 1024u;
 }
-__host__ __device__ static constexpr uint32_t mc_wk_smem(uint32_t bt) {
-    return 1024u + MC_WK_S * mc_wk_stage(bt) + bt * MC_WG_LD * 4u + 2u * MC_WK_S * 8u;
+/* stages: 5, or 4 where two blocks of BT 64 would not fit (Q5_K) */
+__host__ __device__ static constexpr uint32_t mc_wk_nst(uint32_t bt, bool t5) { return t5 && bt == 64u ? 4u : 5u; }
+__host__ __device__ static constexpr uint32_t mc_wk_smem(uint32_t bt, bool t5) {
+    return 1024u + mc_wk_nst(bt, t5) * mc_wk_stage(bt, t5) + bt * MC_WG_LD * 4u + 2u * mc_wk_nst(bt, t5) * 8u;
 }
-static_assert(mc_wk_smem(128) <= 227u * 1024u && 2u * (mc_wk_smem(64) + 1024u) <= 228u * 1024u,
+static_assert(mc_wk_smem(128, false) <= 227u * 1024u && 2u * (mc_wk_smem(64, false) + 1024u) <= 228u * 1024u &&
+                  mc_wk_smem(128, true) <= 227u * 1024u && 2u * (mc_wk_smem(64, true) + 1024u) <= 228u * 1024u,
               "qdot=mma's stages fit (two blocks of BT 64 a multiprocessor)");
 
-template <uint32_t S>
+template <uint32_t S, bool T5>
 __device__ __forceinline__ void mc_wk_produce(const CUtensorMap *tw, const CUtensorMap *tx, const CUtensorMap *ta,
-                                              const CUtensorMap *ts, uint32_t sbase, uint32_t bars, uint32_t npr,
-                                              uint32_t ST, uint32_t XB, uint32_t bt, uint32_t rb, uint32_t t0) {
+                                              const CUtensorMap *th, const CUtensorMap *ts, uint32_t sbase,
+                                              uint32_t bars, uint32_t npr, uint32_t ST, uint32_t XB, uint32_t bt,
+                                              uint32_t rb, uint32_t t0) {
     for (uint32_t p = 0; p < npr; p++) {
         const uint32_t s = p % S, st = sbase + s * ST;
         if (p >= S)
             mc_mbar_wait(bars + 8u * (S + s), (p / S - 1u) & 1u);
-        mc_mbar_expect(bars + 8u * s, 2u * XB + MC_WK_SUM + 8u * bt); /* every box's bytes */
+        mc_mbar_expect(bars + 8u * s, 2u * XB + mc_wk_sum(T5) + 8u * bt); /* every box's bytes */
         mc_tma_2d(st, tx, (int32_t)(p * 64u), (int32_t)t0, bars + 8u * s);
         mc_tma_2d(st + XB, tx, (int32_t)(p * 64u + 32u), (int32_t)t0, bars + 8u * s);
         mc_tma_2d(st + 2u * XB, tw, (int32_t)(p * 32u), (int32_t)rb, bars + 8u * s);
         mc_tma_2d(st + 2u * XB + MC_WK_AUX, ta, (int32_t)(16u * (p / 4u)), (int32_t)rb, bars + 8u * s);
-        mc_tma_2d(st + 2u * XB + MC_WK_SUM, ts, (int32_t)t0, (int32_t)(2u * p), bars + 8u * s);
+        if (T5) /* the row's fifth bits follow its npr * 32 quant bytes: 8 a pair */
+            mc_tma_2d(st + 2u * XB + MC_WK_HI, th, (int32_t)(npr * 32u + 16u * (p / 2u)), (int32_t)rb, bars + 8u * s);
+        mc_tma_2d(st + 2u * XB + mc_wk_sum(T5), ts, (int32_t)t0, (int32_t)(2u * p), bars + 8u * s);
     }
 }
 
-template <int GLU, uint32_t BT>
+template <int GLU, uint32_t BT, bool T5>
 __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     chunk_gemv_wgmma_kq(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
-                        const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap ts, const mc_matrix w, uint32_t ks, const float *rs,
+                        const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap th,
+                        const __grid_constant__ CUtensorMap ts, const mc_matrix w, uint32_t ks, const float *rs,
                         const float *bias, const float *res, uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
     static_assert(BT == 64u || BT == 128u, "the instruction's n");
-    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_WK_S, ST = mc_wk_stage(BT);
+    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = mc_wk_nst(BT, T5), ST = mc_wk_stage(BT, T5);
     constexpr uint32_t XB = BT * 64u, NA = BT / 2u;
     extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
     const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
@@ -434,19 +471,18 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
     if (rb >= w.rows || t0 >= M)
         return;
     const uint32_t ntok = min(BT, M - t0), nsb = w.cols / 256u;
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mc_wg_smem_base);
-    const uint32_t sbase = (raw + 1023u) & ~1023u;
-    unsigned char *gbase = mc_wg_smem_base + (sbase - raw);
-    float *f = (float *)(gbase + S * ST);
-    const uint32_t bars = sbase + (mc_wk_smem(BT) - 1024u - 2u * S * 8u);
-    mc_wg_bars_init<S, NTH>(bars);
+    uint32_t sbase, bars;
+    unsigned char *gbase;
+    float *f;
+    mc_wk_setup<S, NTH>(mc_wg_smem_base, ST, mc_wk_smem(BT, T5), sbase, gbase, f, bars);
     if (tid >= NTH) {
         if (lane == 0)
-            mc_wk_produce<S>(&tw, &tx, &ta, &ts, sbase, bars, 4u * nsb, ST, XB, BT, rb, t0);
+            mc_wk_produce<S, T5>(&tw, &tx, &ta, &th, &ts, sbase, bars, 4u * nsb, ST, XB, BT, rb, t0);
         return;
     }
     const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
     const uint32_t ra = 2u * XB + r * 32u + 8u * t, rx = 2u * XB + MC_WK_AUX + r * 16u;
+    const uint32_t rh = 2u * XB + MC_WK_HI + r * 16u + 4u * (t >> 1); /* Q5_K: the lane's unit word */
     float acc[NA], d[NA];
 #pragma unroll
     for (uint32_t i = 0; i < NA; i++)
@@ -464,10 +500,16 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
                 const uint32_t p = 4u * sb + c, s = p % S, so = s * ST;
                 mc_mbar_wait(bars + 8u * s, (p / S) & 1u);
                 const uint2 wa = *(const uint2 *)(gbase + so + ra), wb = *(const uint2 *)(gbase + so + ra + 256u);
+                uint32_t ha = 0, hb = 0;
+                if (T5)
+                    ha = *(const uint32_t *)(gbase + so + rh + 8u * (p & 1u)),
+                    hb = *(const uint32_t *)(gbase + so + rh + 8u * (p & 1u) + 128u);
 #pragma unroll
                 for (uint32_t h = 0; h < 2; h++) {
-                    const uint4 lo = h ? mc_kq4_frag<1>(wa) : mc_kq4_frag<0>(wa);
-                    const uint4 hi = h ? mc_kq4_frag<1>(wb) : mc_kq4_frag<0>(wb);
+                    const uint4 lo = T5 ? (h ? mc_kq5_frag<1>(wa, ha, t) : mc_kq5_frag<0>(wa, ha, t))
+                                        : (h ? mc_kq4_frag<1>(wa) : mc_kq4_frag<0>(wa));
+                    const uint4 hi = T5 ? (h ? mc_kq5_frag<1>(wb, hb, t) : mc_kq5_frag<0>(wb, hb, t))
+                                        : (h ? mc_kq4_frag<1>(wb) : mc_kq4_frag<0>(wb));
                     mc_wg_fence_regs(d);
                     mc_wg_arrive();
                     const uint32_t b = sbase + so + h * XB;
@@ -479,7 +521,7 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
                     float Aa, Na, Ab, Nb; /* the rows' aux bytes of the stage's super-block */
                     mc_kq4_coef1(*(const uint4 *)(gbase + so + rx), 2u * c + h, Aa, Na);
                     mc_kq4_coef1(*(const uint4 *)(gbase + so + rx + 128u), 2u * c + h, Ab, Nb);
-                    const float *sv = (const float *)(gbase + so + 2u * XB + MC_WK_SUM) + h * BT;
+                    const float *sv = (const float *)(gbase + so + 2u * XB + mc_wk_sum(T5)) + h * BT;
 #pragma unroll
                     for (uint32_t j = 0; j < BT / 8u; j++) {
                         const float2 x2 = *(const float2 *)(sv + 8u * j + 2u * t);
@@ -494,14 +536,113 @@ __global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
                     mc_mbar_arrive(bars + 8u * (S + s));
             }
         }
+        mc_wk_table<BT, LD>(f, acc, r, t, pp);
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
+    mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
+}
+
+/* qdot=mma's chunk for Q6_K: a stage is one k-block (two sub-blocks of 16 columns, each one instruction
+ * from +0 then acc = fmaf(d * sc, D, acc), decode's order): x''s k-block in the Q6_K slots (the prep's
+ * P6 layout), then the weights' 128 rows x 32 quant bytes (the two units of the k-block's sub-blocks,
+ * low or high nibbles by the k-block), their 16 bytes of top bits, the block's 16 scale bytes and a
+ * 16-byte box holding d, all by the tensor memory accelerator. Lane (g, t) takes each unit's quant
+ * word t and top-bit word (mc_kq6_frag: columns 4t .. 4t + 3 of the sub-block). */
+#define MC_W6_S 5u
+#define MC_W6_TOP 4096u
+#define MC_W6_SC 6144u
+#define MC_W6_D 8192u
+#define MC_W6_B 10240u /* the stage's bytes past x' */
+__host__ __device__ static constexpr uint32_t mc_w6_stage(uint32_t bt) { return bt * 64u + MC_W6_B; }
+__host__ __device__ static constexpr uint32_t mc_w6_smem(uint32_t bt) {
+    return 1024u + MC_W6_S * mc_w6_stage(bt) + bt * MC_WG_LD * 4u + 2u * MC_W6_S * 8u;
+}
+static_assert(mc_w6_stage(64) % 1024u == 0 && mc_w6_stage(128) % 1024u == 0 && mc_w6_smem(128) <= 227u * 1024u &&
+                  2u * (mc_w6_smem(64) + 1024u) <= 228u * 1024u,
+              "qdot=mma's Q6_K stages stay aligned and fit");
+
+template <int GLU, uint32_t BT>
+__global__ void __launch_bounds__(MC_WG_NTH + 32u, BT == 64u ? 2 : 1)
+    chunk_gemv_wgmma_k6(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx,
+                        const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap th,
+                        const mc_matrix w, uint32_t ks, const float *rs, const float *bias, const float *res,
+                        uint32_t ldr, float *y, uint32_t ldy, uint32_t M) {
+    static_assert(BT == 64u || BT == 128u, "the instruction's n");
+    constexpr uint32_t BR = MC_WG_BR, NTH = MC_WG_NTH, LD = MC_WG_LD, S = MC_W6_S, ST = mc_w6_stage(BT);
+    constexpr uint32_t XB = BT * 64u, NA = BT / 2u;
+    extern __shared__ __align__(128) unsigned char mc_wg_smem_base[];
+    const uint32_t tid = threadIdx.x, wg = tid >> 7, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const uint32_t rb = blockIdx.y * BR, t0 = blockIdx.x * BT;
+    if (rb >= w.rows || t0 >= M)
+        return;
+    const uint32_t ntok = min(BT, M - t0), nsb = w.cols / 256u;
+    uint32_t sbase, bars;
+    unsigned char *gbase;
+    float *f;
+    mc_wk_setup<S, NTH>(mc_wg_smem_base, ST, mc_w6_smem(BT), sbase, gbase, f, bars);
+    if (tid >= NTH) { /* the producer: k-block K of super-block b, half hf, k-block kp of the half */
+        if (lane == 0)
+            for (uint32_t K = 0; K < 8u * nsb; K++) {
+                const uint32_t s = K % S, st = sbase + s * ST, b = K / 8u, hf = K % 8u / 4u, kp = K % 4u;
+                if (K >= S)
+                    mc_mbar_wait(bars + 8u * (S + s), (K / S - 1u) & 1u);
+                mc_mbar_expect(bars + 8u * s, XB + MC_W6_B);
+                mc_tma_2d(st, &tx, (int32_t)(32u * K), (int32_t)t0, bars + 8u * s);
+                mc_tma_2d(st + XB, &tw, (int32_t)(128u * b + 64u * hf + 32u * (kp % 2u)), (int32_t)rb, bars + 8u * s);
+                mc_tma_2d(st + XB + MC_W6_TOP, &th, (int32_t)(128u * nsb + 64u * b + 32u * hf + 16u * (kp % 2u)),
+                          (int32_t)rb, bars + 8u * s);
+                mc_tma_2d(st + XB + MC_W6_SC, &ta, (int32_t)(16u * b), (int32_t)rb, bars + 8u * s);
+                mc_tma_2d(st + XB + MC_W6_D, &ta, (int32_t)(16u * nsb + 16u * (b / 8u)), (int32_t)rb, bars + 8u * s);
+            }
+        return;
+    }
+    const uint32_t r = wg * 64u + 16u * ((tid >> 5) & 3u) + g;
+    float acc[NA], d[NA];
 #pragma unroll
-        for (uint32_t j = 0; j < BT / 8u; j++) {
-            const uint32_t k = 8u * j + 2u * t;
-            float *cc[4] = {&f[k * LD + r], &f[(k + 1) * LD + r], &f[k * LD + r + 8], &f[(k + 1) * LD + r + 8]};
+    for (uint32_t i = 0; i < NA; i++)
+        d[i] = 0.0f;
+#pragma unroll 1
+    for (uint32_t pp = 0; pp < ks; pp++) {
+        const uint32_t K0 = 8u * mc_mma_part(nsb, ks, pp), K1 = 8u * mc_mma_part(nsb, ks, pp + 1);
 #pragma unroll
-            for (uint32_t e = 0; e < 4; e++)
-                *cc[e] = pp == 0 ? acc[4 * j + e] : __fadd_rn(*cc[e], acc[4 * j + e]);
+        for (uint32_t i = 0; i < NA; i++)
+            acc[i] = 0.0f;
+#pragma unroll 1
+        for (uint32_t K = K0; K < K1; K++) {
+            const uint32_t s = K % S, so = s * ST, b = K / 8u, hf = K % 8u / 4u, kp = K % 4u, hs = kp / 2u;
+            mc_mbar_wait(bars + 8u * s, (K / S) & 1u);
+            const unsigned char *st = gbase + so + XB;
+#pragma unroll
+            for (uint32_t m = 0; m < 2; m++) {
+                const uint32_t q = 2u * (kp % 2u) + m; /* the unit of the half */
+                const uint32_t qa = *(const uint32_t *)(st + r * 32u + 16u * m + 4u * t);
+                const uint32_t qb = *(const uint32_t *)(st + (r + 8u) * 32u + 16u * m + 4u * t);
+                const uint32_t ha = *(const uint32_t *)(st + MC_W6_TOP + r * 16u + 8u * m + 4u * hs);
+                const uint32_t hb = *(const uint32_t *)(st + MC_W6_TOP + (r + 8u) * 16u + 8u * m + 4u * hs);
+                const uint2 fa = hs ? mc_kq6_frag<1>(qa, ha, t) : mc_kq6_frag<0>(qa, ha, t);
+                const uint2 fb = hs ? mc_kq6_frag<1>(qb, hb, t) : mc_kq6_frag<0>(qb, hb, t);
+                mc_wg_fence_regs(d);
+                mc_wg_arrive();
+                mc_wg_mma(d, fa.x, fb.x, fa.y, fb.y, mc_wg_desc64(sbase + so + 32u * m), 0u);
+                mc_wg_commit();
+                mc_wg_wait<0>();
+                mc_wg_fence_regs(d);
+                const uint32_t sco = MC_W6_SC + 8u * hf + 2u * q + hs, dof = MC_W6_D + 2u * (b % 8u);
+                const float Aa = mc_kq6_coef(*(const uint16_t *)(st + r * 16u + dof), st[r * 16u + sco]);
+                const float Ab = mc_kq6_coef(*(const uint16_t *)(st + (r + 8u) * 16u + dof), st[(r + 8u) * 16u + sco]);
+#pragma unroll
+                for (uint32_t j = 0; j < BT / 8u; j++) {
+                    acc[4 * j] = fmaf(Aa, d[4 * j], acc[4 * j]);
+                    acc[4 * j + 1] = fmaf(Aa, d[4 * j + 1], acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(Ab, d[4 * j + 2], acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(Ab, d[4 * j + 3], acc[4 * j + 3]);
+                }
+            }
+            __syncwarp();
+            if (lane == 0)
+                mc_mbar_arrive(bars + 8u * (S + s));
         }
+        mc_wk_table<BT, LD>(f, acc, r, t, pp);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
     mc_mma_epilogue<GLU, BR, BT, LD, NTH>(f, rb, t0, ntok, w.rows, rs, bias, res, ldr, y, ldy);
@@ -594,13 +735,23 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
             MC_WQ_SET(MC_GLU_NONE, 128u) MC_WQ_SET(MC_GLU_SILU, 128u) MC_WQ_SET(MC_GLU_GELU, 128u)
                 MC_WQ_SET(MC_GLU_NONE, 64u) MC_WQ_SET(MC_GLU_SILU, 64u) MC_WQ_SET(MC_GLU_GELU, 64u)
 #undef MC_WQ_SET
-#define MC_WK_SET(G, BT)                                                                                               \
+#define MC_WK_SET(G, BT, T5)                                                                                           \
     if (e == cudaSuccess)                                                                                              \
-        e = cudaFuncSetAttribute(chunk_gemv_wgmma_kq<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
-                                 (int)mc_wk_smem(BT));
-    MC_WK_SET(MC_GLU_NONE, 128u) MC_WK_SET(MC_GLU_SILU, 128u) MC_WK_SET(MC_GLU_GELU, 128u)
-    MC_WK_SET(MC_GLU_NONE, 64u) MC_WK_SET(MC_GLU_SILU, 64u) MC_WK_SET(MC_GLU_GELU, 64u)
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_kq<G, BT, T5>, cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                 (int)mc_wk_smem(BT, T5));
+#define MC_WK_SET2(T5)                                                                                                 \
+    MC_WK_SET(MC_GLU_NONE, 128u, T5) MC_WK_SET(MC_GLU_SILU, 128u, T5) MC_WK_SET(MC_GLU_GELU, 128u, T5)                 \
+    MC_WK_SET(MC_GLU_NONE, 64u, T5) MC_WK_SET(MC_GLU_SILU, 64u, T5) MC_WK_SET(MC_GLU_GELU, 64u, T5)
+    MC_WK_SET2(false) MC_WK_SET2(true)
+#undef MC_WK_SET2
 #undef MC_WK_SET
+#define MC_W6_SET(G, BT)                                                                                               \
+    if (e == cudaSuccess)                                                                                              \
+        e = cudaFuncSetAttribute(chunk_gemv_wgmma_k6<G, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,              \
+                                 (int)mc_w6_smem(BT));
+    MC_W6_SET(MC_GLU_NONE, 128u) MC_W6_SET(MC_GLU_SILU, 128u) MC_W6_SET(MC_GLU_GELU, 128u)
+    MC_W6_SET(MC_GLU_NONE, 64u) MC_W6_SET(MC_GLU_SILU, 64u) MC_W6_SET(MC_GLU_GELU, 64u)
+#undef MC_W6_SET
     return e;
 }
 
@@ -671,26 +822,50 @@ cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint1
     const int sms = mc_wg_device_sms();
     if (!sms)
         return cudaErrorNotSupported;
-    if ((bt != 0 && bt != 64 && bt != 128) || w->type != MEMRA_TYPE_Q4_K || w->cols % 256u || !w->aux ||
-        w->stride != (uint64_t)w->cols / 2u || w->aux_stride != (uint64_t)w->cols / 16u)
+    const bool t5 = w->type == MEMRA_TYPE_Q5_K, t6 = w->type == MEMRA_TYPE_Q6_K; /* Q5_K: the fifth bits after
+                                                                                 * the quant bytes of a row */
+    uint64_t dr = 0, ar = 0;
+    if ((bt != 0 && bt != 64 && bt != 128) || (w->type != MEMRA_TYPE_Q4_K && !t5 && !t6) ||
+        !mc_kq_layout(w->type, w->cols, &dr, &ar) || !w->aux || w->stride != dr || w->aux_stride != ar)
         return cudaErrorInvalidValue;
     const uint32_t row_blocks = (w->rows + MC_WG_BR - 1) / MC_WG_BR;
     if (bt == 0)
         bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
     const dim3 grid((M + bt - 1) / bt, row_blocks);
-    CUtensorMap tw, tx, ta, ts;
-    cudaError_t e = mc_wt_map(&tw, w->data, w->cols / 2u, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true);
+    CUtensorMap tw, tx, ta, th, ts;
+    cudaError_t e = mc_wt_map(&tw, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true);
+    if (e == cudaSuccess) /* Q5_K's fifth bits, 16-byte boxes (for Q4_K an unused copy of tw's) */
+        e = mc_wt_map(&th, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
     if (e == cudaSuccess)
         e = mc_wt_map(&tx, xo, w->cols, M, w->cols, bt, CU_TENSOR_MAP_SWIZZLE_64B);
     if (e == cudaSuccess)
-        e = mc_wt_map(&ta, w->aux, w->cols / 16u, w->rows, w->aux_stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
-    if (e == cudaSuccess)
+        e = mc_wt_map(&ta, w->aux, w->aux_stride, w->rows, w->aux_stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
+    if (e == cudaSuccess && !t6)
         e = mc_ws_map(&ts, xs, M, w->cols / 32u, lds, bt);
     if (e != cudaSuccess)
         return e;
+    if (t6) {
+#define MC_W6(G, BT)                                                                                                   \
+    chunk_gemv_wgmma_k6<G, BT>                                                                                         \
+        <<<grid, MC_WG_NTH + 32u, mc_w6_smem(BT), st>>>(tw, tx, ta, th, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+        if (glu == MC_GLU_SILU)
+            bt == 64u ? MC_W6(MC_GLU_SILU, 64u) : MC_W6(MC_GLU_SILU, 128u);
+        else if (glu == MC_GLU_GELU)
+            bt == 64u ? MC_W6(MC_GLU_GELU, 64u) : MC_W6(MC_GLU_GELU, 128u);
+        else
+            bt == 64u ? MC_W6(MC_GLU_NONE, 64u) : MC_W6(MC_GLU_NONE, 128u);
+#undef MC_W6
+        return cudaGetLastError();
+    }
 #define MC_WK(G, BT)                                                                                                   \
-    chunk_gemv_wgmma_kq<G, BT>                                                                                         \
-        <<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT), st>>>(tw, tx, ta, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
+    do {                                                                                                               \
+        if (t5)                                                                                                        \
+            chunk_gemv_wgmma_kq<G, BT, true><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, true), st>>>(                     \
+                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);                                      \
+        else                                                                                                           \
+            chunk_gemv_wgmma_kq<G, BT, false><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, false), st>>>(                   \
+                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);                                      \
+    } while (0)
 #define MC_WK_BT(G)                                                                                                    \
     do {                                                                                                               \
         if (bt == 64u)                                                                                                 \
@@ -718,9 +893,21 @@ const char *mc_gemv_wgmma_family(const void *f) {
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 128u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_q8<MC_GLU_NONE, 64u>,
         (const void *)chunk_gemv_wgmma_q8<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_q8<MC_GLU_GELU, 64u>,
-        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 128u>,
-        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 64u>,
-        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 64u>};
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 128u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 128u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 128u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 64u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 64u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 64u, false>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 128u, true>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 128u, true>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 128u, true>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_NONE, 64u, true>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_SILU, 64u, true>,
+        (const void *)chunk_gemv_wgmma_kq<MC_GLU_GELU, 64u, true>,
+        (const void *)chunk_gemv_wgmma_k6<MC_GLU_NONE, 128u>, (const void *)chunk_gemv_wgmma_k6<MC_GLU_SILU, 128u>,
+        (const void *)chunk_gemv_wgmma_k6<MC_GLU_GELU, 128u>, (const void *)chunk_gemv_wgmma_k6<MC_GLU_NONE, 64u>,
+        (const void *)chunk_gemv_wgmma_k6<MC_GLU_SILU, 64u>,  (const void *)chunk_gemv_wgmma_k6<MC_GLU_GELU, 64u>};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i] == f)
             return "chunk_gemv";

@@ -30,10 +30,12 @@
  * q * scale; its chunk is gemv_wgmma.cu's alone (tiles 4 to 6; tile 0 then runs it too), its decode
  * against q8=auto's integer kernel (its own bits), and one weight one quantum off must show.
  *
- * qdot=mma (Q4_K on the same chain: the 4-bit quants as bf16, a sub-block's two MMAs from +0, then
- * fmaf by d * sc and by -(dmin * m) times the sub-block's sum of x') the same way on Q4_K matrices in
- * the upload layout (random quants, scales, mins, d and dmin), its reference on the exact weights
- * d * sc * q - dmin * m and its bound on the mass of both terms; its chunk is gemv_wgmma.cu's alone,
+ * qdot=mma (Q4_K and Q5_K on the same chain: the 4-bit or 5-bit quants as bf16, a sub-block's two
+ * MMAs from +0, then fmaf by d * sc and by -(dmin * m) times the sub-block's sum of x'; Q6_K: a
+ * sub-block of 16 one MMA of q - 32 from +0, then fmaf by d * sc) the same way on Q4_K, Q5_K and
+ * Q6_K matrices in the upload layout (random quants, high bits, scales, mins, d and dmin), its
+ * reference on the exact weights (Q4_K, Q5_K: the terms
+ * d * sc * q and -dmin * m, the bound on the mass of both); its chunk is gemv_wgmma.cu's alone,
  * its decode against qdot=auto's integer kernel (its own bits), and one quant one step off must show.
  *
  * A plain program for the device machine (no Criterion there); exit 77 without a device. */
@@ -66,43 +68,66 @@ typedef struct mg_mat {
     uint8_t *ha;
 } mg_mat;
 
-/* A Q4_K matrix (columns a multiple of 256) in the upload layout: random quant bytes, scale and
- * min bytes, d and dmin of either sign. */
-static int mg_upload_kq(mg_mat *m, uint64_t *s) {
-    m->kq = 1;
-    m->stride = m->cols / 2; /* data bytes a row */
-    const size_t nd = (size_t)m->rows * m->stride, na = (size_t)m->rows * (m->cols / 16);
+/* A Q4_K (kq 1) or Q5_K (kq 2) matrix (columns a multiple of 256) in the upload layout: random quant
+ * bytes (and fifth bits), scale and min bytes, d and dmin of either sign. */
+static int mg_upload_kqt(mg_mat *m, uint64_t *s, int kq) {
+    m->kq = kq;
+    uint64_t dr = 0, ar = 0;
+    mc_kq_layout(kq == 3 ? MEMRA_TYPE_Q6_K : kq == 2 ? MEMRA_TYPE_Q5_K : MEMRA_TYPE_Q4_K, m->cols, &dr, &ar);
+    m->stride = (uint32_t)dr; /* data bytes a row; aux: ar */
+    const size_t nd = (size_t)m->rows * m->stride, na = (size_t)m->rows * ar;
     m->h8 = malloc(nd);
     m->ha = malloc(na);
     if (!m->h8 || !m->ha)
         return -1;
     for (size_t i = 0; i < nd; i++)
         ((uint8_t *)m->h8)[i] = (uint8_t)(mck_next(s) % 256);
-    for (size_t b = 0; b < na / 16; b++) {
-        uint8_t *a = m->ha + 16 * b;
-        const uint16_t d = memra_f32_to_f16(0.0005f + 0.002f * mck_unit(s));
-        const uint16_t dm = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * 0.004f * mck_unit(s));
-        a[0] = (uint8_t)d, a[1] = (uint8_t)(d >> 8), a[2] = (uint8_t)dm, a[3] = (uint8_t)(dm >> 8);
-        for (int k = 4; k < 16; k++)
-            a[k] = (uint8_t)(mck_next(s) % 256);
+    const uint32_t nb = m->cols / 256;
+    memset(m->ha, 0, na);
+    for (uint32_t r = 0; r < m->rows; r++) {
+        uint8_t *row = m->ha + (size_t)r * ar;
+        for (uint32_t b = 0; b < nb; b++) {
+            if (kq == 3) { /* 16 int8 scales a block, then d a block (f16) */
+                for (int k = 0; k < 16; k++)
+                    row[16 * b + k] = (uint8_t)(mck_next(s) % 256);
+                const uint16_t d = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.0001f + 0.0004f * mck_unit(s)));
+                row[16 * nb + 2 * b] = (uint8_t)d, row[16 * nb + 2 * b + 1] = (uint8_t)(d >> 8);
+                continue;
+            }
+            uint8_t *a = row + 16 * b;
+            const uint16_t d = memra_f32_to_f16(0.0005f + 0.002f * mck_unit(s));
+            const uint16_t dm = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * 0.004f * mck_unit(s));
+            a[0] = (uint8_t)d, a[1] = (uint8_t)(d >> 8), a[2] = (uint8_t)dm, a[3] = (uint8_t)(dm >> 8);
+            for (int k = 4; k < 16; k++)
+                a[k] = (uint8_t)(mck_next(s) % 256);
+        }
     }
     memset(&m->d, 0, sizeof m->d);
-    m->d.type = MEMRA_TYPE_Q4_K;
+    m->d.type = kq == 3 ? MEMRA_TYPE_Q6_K : kq == 2 ? MEMRA_TYPE_Q5_K : MEMRA_TYPE_Q4_K;
     m->d.rows = m->rows;
     m->d.cols = m->cols;
     m->d.stride = m->stride;
-    m->d.aux_stride = m->cols / 16;
+    m->d.aux_stride = (uint32_t)ar;
     if (cudaMalloc(&m->d.data, nd) != cudaSuccess || cudaMemcpy(m->d.data, m->h8, nd, cudaMemcpyHostToDevice) ||
         cudaMalloc(&m->d.aux, na) != cudaSuccess || cudaMemcpy(m->d.aux, m->ha, na, cudaMemcpyHostToDevice))
         return -1;
     return 0;
 }
-/* A Q4_K weight's two terms, exactly: d * sc * q (*t) and -dmin * m (*u). */
+static int mg_upload_kq(mg_mat *m, uint64_t *s) { return mg_upload_kqt(m, s, 1); }
+static int mg_upload_k5(mg_mat *m, uint64_t *s) { return mg_upload_kqt(m, s, 2); }
+static int mg_upload_k6(mg_mat *m, uint64_t *s) { return mg_upload_kqt(m, s, 3); }
+/* The aux bytes of a row (kquant_layout.h's). */
+static uint32_t mg_aux_row(const mg_mat *m) { return m->d.aux_stride; }
+/* A Q4_K or Q5_K weight's two terms, exactly: d * sc * q (*t) and -dmin * m (*u). */
 static void mg_kq_terms(const mg_mat *m, uint32_t r, uint32_t c, double *t, double *u) {
-    const uint8_t *data = (const uint8_t *)m->h8 + (size_t)r * m->stride, *aux = m->ha + (size_t)r * (m->cols / 16);
+    const uint8_t *data = (const uint8_t *)m->h8 + (size_t)r * m->stride, *aux = m->ha + (size_t)r * mg_aux_row(m);
     const uint32_t b = c / 256, e = c % 256, j = e / 32, l = e % 32;
     const uint8_t byte = data[128 * b + 32 * (j / 2) + l];
-    const uint32_t q = j & 1 ? byte >> 4 : byte & 15u;
+    uint32_t q = j & 1 ? byte >> 4 : byte & 15u;
+    if (m->kq == 2) { /* the fifth bit (kquant_layout.h): unit 2 (j / 2) + l / 16, its byte l % 4, bit l % 16 / 4 (+ 4) */
+        const uint8_t f = data[(size_t)128 * (m->cols / 256) + 32 * b + 4 * (2 * (j / 2) + l / 16) + l % 4];
+        q += (f >> ((j & 1 ? 4 : 0) + l % 16 / 4)) & 1u ? 16u : 0u;
+    }
     uint8_t sc, mn;
     memra_quant_scale_min_k4((int)j, aux + 16 * b + 4, &sc, &mn);
     const double d = memra_f16_to_f32(mc_kq_u16(aux + 16 * b)), dmin = memra_f16_to_f32(mc_kq_u16(aux + 16 * b + 2));
@@ -137,6 +162,9 @@ static int mg_upload_q8(mg_mat *m, uint64_t *s) {
 }
 /* Weight (r, c) as the kernels read it. */
 static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
+    if (m->kq == 3) /* Q6_K: d * sc * (q - 32), each product exact */
+        return mc_kq_elem(MEMRA_TYPE_Q6_K, (const uint8_t *)m->h8 + (size_t)r * m->stride,
+                          m->ha + (size_t)r * mg_aux_row(m), m->cols / 256, c);
     if (m->kq) {
         double t, u;
         mg_kq_terms(m, r, c, &t, &u);
@@ -249,7 +277,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         e = cudaMalloc(&wcopy, n);
         if (e == cudaSuccess)
             e = cudaMemcpy(wcopy, m->d.data, n, cudaMemcpyDeviceToDevice);
-        if (m->kq) { /* the low nibble of the byte that holds (r_p, c_p)'s sub-block pair, one step */
+        if (m->kq) { /* the low nibble of a quant byte of (r_p, c_p)'s sub-block pair, one step */
             const uint32_t b = (uint32_t)(c_p / 256), l = (uint32_t)(c_p % 32), j = (uint32_t)(c_p % 256 / 32);
             const size_t at = r_p * m->stride + 128 * b + 32 * (j / 2) + l;
             const uint8_t q = ((const uint8_t *)m->h8)[at], v = (uint8_t)((q & 0xF0u) | ((q + 1u) & 0x0Fu));
@@ -321,7 +349,7 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
                     const double xb = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
                     const double wv = mg_w(m, r, c);
                     a += wv * xb;
-                    if (m->kq) { /* qdot=mma sums each term apart: the mass of both */
+                    if (m->kq == 1 || m->kq == 2) { /* qdot=mma sums each term apart: the mass of both */
                         double tt, uu;
                         mg_kq_terms(m, r, c, &tt, &uu);
                         am += fabs(tt * xb) + fabs(uu * xb);
@@ -449,7 +477,7 @@ typedef struct mg_shape {
     uint32_t rows, cols;
 } mg_shape;
 
-/* A quantized variant (var: q8mma, kqmma) on each shape, matrices made by upload: every mode and M
+/* A quantized variant (var: q8mma, kqmma: Q4_K or Q5_K by the upload) on each shape, matrices made by upload: every mode and M
  * against decode (mg_case), decode against the other key's kernel (its own bits), and the
  * negative control (one quantum off in the chunk's copy must show). Failures, -1: could not run. */
 static int mg_quant(FILE *out, const char *var, const char *other, int (*upload)(mg_mat *, uint64_t *),
@@ -573,8 +601,11 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
             int (*upload)(mg_mat *, uint64_t *);
             const mg_shape *shapes;
             uint64_t seed;
-        } qv[] = {{"q8mma", "auto", mg_upload_q8, q8s, 0}, {"kqmma", "kqauto", mg_upload_kq, kqs, 1}};
-        for (size_t i = 0; i < 2; i++) {
+        } qv[] = {{"q8mma", "auto", mg_upload_q8, q8s, 0},
+                  {"kqmma", "kqauto", mg_upload_kq, kqs, 1},
+                  {"kqmma", "kqauto", mg_upload_k5, kqs, 2},
+                  {"kqmma", "kqauto", mg_upload_k6, kqs, 3}};
+        for (size_t i = 0; i < sizeof qv / sizeof qv[0]; i++) {
             const int b = mg_quant(out, qv[i].var, qv[i].other, qv[i].upload, qv[i].shapes, 7, 0x9e0 + 0x100 * qv[i].seed,
                                    31000 + 10000 * qv[i].seed, 299 + 100 * qv[i].seed, 655 + 100 * qv[i].seed, modes,
                                    sizeof modes / sizeof modes[0], Ms, sizeof Ms / sizeof Ms[0], &checked);
