@@ -14,7 +14,7 @@
 GATE_TIMEOUT=${GATE_TIMEOUT:-90}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$T"
-timeout 120 $B/bin/memra_cuda_check_mma_gemv > $OUT/check_mma_gemv.log 2>&1; rc=$?
+timeout 300 $B/bin/memra_cuda_check_mma_gemv > $OUT/check_mma_gemv.log 2>&1; rc=$?
 echo "check_mma_gemv rc=$rc $SECONDS s: $(tail -1 $OUT/check_mma_gemv.log | cut -c1-100)" | tee -a $T
 grep -v PASS $OUT/check_mma_gemv.log | head -12 | cut -c1-200 | tee -a $T
 [ $rc -eq 0 ] || { echo "check failed or hung: stopping" | tee -a $T; cat $T; exit 1; }

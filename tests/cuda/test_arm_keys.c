@@ -167,6 +167,44 @@ Test(cuda_arm_keys, q8_integer_kernel_serves_every_q8_0_matrix_under_auto) {
     }
 }
 
+/* Issue 28: qdot=mma serves Q4_K, Q5_K and Q6_K matrices in their whole-row upload layout (a
+ * tensor-parallel column slice keeps a longer stride: not served, so its decode and chunk keep
+ * qdot=auto's kernels together) whose staging (x', x and S, 196 bytes a k-block with a norm) fits
+ * 96 KB; never Q4_0 .. Q5_1, Q8_0 or BF16 (their keys decide), and nothing under qdot=auto. */
+Test(cuda_arm_keys, qdot_mma_serves_the_k_quants_in_their_layout) {
+    static const struct {
+        uint32_t type, rows, cols, stride_extra;
+        int want;
+    } cases[] = {
+        {MEMRA_TYPE_Q4_K, 6144, 4096, 0, 1},   {MEMRA_TYPE_Q5_K, 28672, 4096, 0, 1}, {MEMRA_TYPE_Q6_K, 4096, 14336, 0, 1},
+        {MEMRA_TYPE_Q4_K, 64, 256, 0, 1},      {MEMRA_TYPE_Q6_K, 128256, 4096, 0, 1}, /* the head */
+        {MEMRA_TYPE_Q4_K, 4096, 15872, 0, 1},  /* the widest whose staging fits */
+        {MEMRA_TYPE_Q4_K, 4096, 16128, 0, 0},  /* one super-block wider */
+        {MEMRA_TYPE_Q4_K, 4096, 7168, 128, 0}, /* a column slice: the row's stride is longer */
+        {MEMRA_TYPE_Q4_K, 4096, 4000, 0, 0},   /* columns no multiple of 256 */
+        {MEMRA_TYPE_Q4_0, 4096, 4096, 0, 0},   {MEMRA_TYPE_Q8_0, 4096, 4096, 0, 0}, {MEMRA_TYPE_BF16, 4096, 4096, 0, 0},
+    };
+    mc_config mm = mc_config_default, au = mc_config_default;
+    cr_assert_null(mc_config_choice(&mm, "qdot", "mma"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mc_matrix w;
+        memset(&w, 0, sizeof w);
+        w.type = cases[i].type;
+        w.rows = cases[i].rows;
+        w.cols = cases[i].cols;
+        const uint64_t nb = w.cols / 256;
+        w.stride = (uint32_t)(w.type == MEMRA_TYPE_Q4_K ? 128 * nb : w.type == MEMRA_TYPE_Q5_K ? 160 * nb
+                                                                    : w.type == MEMRA_TYPE_Q6_K ? 192 * nb
+                                                                                                : w.cols) +
+                   cases[i].stride_extra;
+        w.aux_stride = (uint32_t)(w.type == MEMRA_TYPE_Q6_K ? (18 * nb + 15) / 16 * 16 : 16 * nb);
+        w.aux = &w; /* any non-NULL: serves reads no memory */
+        cr_assert_eq(mc_gemv_mma_serves(&mm, &w), cases[i].want, "qdot=mma, %ux%u type %u stride %u", w.rows, w.cols,
+                     w.type, w.stride);
+        cr_assert_eq(mc_gemv_mma_serves(&au, &w), 0, "qdot=auto, %ux%u type %u", w.rows, w.cols, w.type);
+    }
+}
+
 Test(cuda_arm_keys, kernel_configuration_parser) {
     mc_config c = mc_config_default;
     cr_assert_eq(c.pdl, 1);
