@@ -164,3 +164,80 @@ cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint1
                                     uint32_t lds, const float *rsp, const float *bias, const float *residual,
                                     uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, uint32_t bt,
                                     cudaStream_t st);
+
+/* ---- device helpers (gemv_mma.cu's decode and gemv_mma_chunk.cu's chunk run these, hence the same
+ * bits) ---------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ void mc_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One k-block: lo, hi the lane's 8 columns of rows g and g + 8, xb the same 8 columns of x' (as
+ * bf16 pairs, the lower column in the low half) for column g of B. */
+__device__ __forceinline__ void mc_mma_kblock(float (&d)[4], uint4 lo, uint4 hi, uint4 xb) {
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
+}
+/* q8=mma: one Q8_0 block of rows g (wa) and g + 8 (wb), a lane's 8 int8 columns of each, against x'
+ * (xb): the block's two MMAs from +0 on the weights as bf16, then each element's chain step by its
+ * row's scale (sa, sb). */
+__device__ __forceinline__ void mc_q8_kblock(float (&d)[4], uint2 wa, uint2 wb, uint4 xb, uint16_t sa, uint16_t sb) {
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mc_mma_kblock(e, mc_q8_frag(wa), mc_q8_frag(wb), xb);
+    d[0] = mc_q8_step(d[0], sa, e[0]);
+    d[1] = mc_q8_step(d[1], sa, e[1]);
+    d[2] = mc_q8_step(d[2], sb, e[2]);
+    d[3] = mc_q8_step(d[3], sb, e[3]);
+}
+/* gemv=mma2: x' as two bf16 planes (xh = bf16(x'), xl = bf16(x' - xh)); each MMA of the k-block
+ * runs on xh, then on xl. */
+__device__ __forceinline__ void mc_mma_kblock2(float (&d)[4], uint4 lo, uint4 hi, uint4 xh, uint4 xl) {
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xh.x, xh.y);
+    mc_mma_bf16(d, lo.x, hi.x, lo.y, hi.y, xl.x, xl.y);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xh.z, xh.w);
+    mc_mma_bf16(d, lo.z, hi.z, lo.w, hi.w, xl.z, xl.w);
+}
+
+__device__ __forceinline__ uint32_t mc_mma_pack(float a, float b) {
+    return (uint32_t)memra_f32_to_bf16(a) | ((uint32_t)memra_f32_to_bf16(b) << 16);
+}
+/* The low plane of mma2: the remainder x' - bf16(x') (exact in fp32), rounded to bf16. */
+__device__ __forceinline__ uint16_t mc_mma_low(float v) {
+    return memra_f32_to_bf16(__fsub_rn(v, memra_bf16_to_f32(memra_f32_to_bf16(v))));
+}
+__device__ __forceinline__ uint32_t mc_mma_pack_low(float a, float b) {
+    return (uint32_t)mc_mma_low(a) | ((uint32_t)mc_mma_low(b) << 16);
+}
+
+/* 1/rms from the sum of squares (decode and the chunk's prep). */
+__device__ __forceinline__ float mc_mma_rscale(float ss, uint32_t cols, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)cols), eps)));
+}
+
+/* The 4 lanes' sums of squares of a part, as lane 0 (and every lane of the group) sees them:
+ * (s0 + s2) + (s1 + s3). Every lane of the warp calls it. */
+__device__ __forceinline__ float mc_mma_ss4(float s) {
+    s = __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 2));
+    return __fadd_rn(s, __shfl_xor_sync(MC_FULL, s, 1));
+}
+
+/* A lane's squares of x in its 8 columns from col on (staged x), in column order: decode's chain. */
+__device__ __forceinline__ float mc_mma_ss8(const float4 *xf, uint32_t col, float ss) {
+    const float4 v0 = xf[col / 4], v1 = xf[col / 4 + 1];
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+    for (uint32_t e = 0; e < 8; e++)
+        ss = fmaf(v[e], v[e], ss);
+    return ss;
+}
+
+
+/* gemv_mma.cu: the decode kernels' shared-memory limits (once per device, outside any capture; called
+ * by gemv_mma_chunk.cu's mc_gemv_mma_prepare). gemv_mma_chunk.cu: the census of its kernels, then
+ * gemv_wgmma.cu's (NULL for another). */
+cudaError_t mc_mmad_prepare(void);
+const char *mc_gemv_mma_chunk_family(const void *f);

@@ -37,6 +37,9 @@
 #include "gemv_mma.cuh"
 #include "kquant_layout.h"
 
+#include <string.h>
+#include <type_traits>
+
 #include <cuda.h> /* CUtensorMap and cuTensorMapEncodeTiled's types (the function through the runtime) */
 
 #define MC_WG_BR 128u /* weight rows a block: 2 warpgroups of m64 */
@@ -755,6 +758,22 @@ cudaError_t mc_gemv_wgmma_prepare(void) {
     return e;
 }
 
+/* Calls launch(G, B) with G the GLU and B the rows of x a block (64 or 128) of a call, as
+ * std::integral_constant values: one place for the launchers' choice of instantiation. */
+template <class L> static void mc_wg_dispatch(int glu, uint32_t bt, L launch) {
+    using B64 = std::integral_constant<uint32_t, 64u>;
+    using B128 = std::integral_constant<uint32_t, 128u>;
+    using GS = std::integral_constant<int, MC_GLU_SILU>;
+    using GG = std::integral_constant<int, MC_GLU_GELU>;
+    using GN = std::integral_constant<int, MC_GLU_NONE>;
+    if (glu == MC_GLU_SILU)
+        bt == 64u ? launch(GS{}, B64{}) : launch(GS{}, B128{});
+    else if (glu == MC_GLU_GELU)
+        bt == 64u ? launch(GG{}, B64{}) : launch(GG{}, B128{});
+    else
+        bt == 64u ? launch(GN{}, B64{}) : launch(GN{}, B128{});
+}
+
 /* gemv=mma's chunk GEMV after its prep (gemv_mma.cu's mc_mma_chunk, x' in the permuted layout, rows
  * of the columns rounded up to 32), on blocks of bt rows of x (64 or 128; 0: mc_wg_bt's choice):
  * cudaErrorNotSupported on a device other than sm_90, cudaErrorInvalidValue for mma2's two planes,
@@ -786,35 +805,22 @@ cudaError_t mc_gemv_wgmma_launch(const mc_matrix *w, uint32_t ks, int two, const
         e = mc_wt_map(&tx, xo, ldo, M, ldo, bt, CU_TENSOR_MAP_SWIZZLE_64B);
     if (e != cudaSuccess)
         return e;
-#define MC_WT(G, BT)                                                                                                   \
-    do {                                                                                                               \
-        if (q8)                                                                                                        \
-            chunk_gemv_wgmma_q8<G, BT>                                                                                 \
-                <<<grid, MC_WG_NTH + 32u, mc_wq_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);  \
-        else                                                                                                           \
-            chunk_gemv_wgmma<G, BT>                                                                                    \
-                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);  \
-    } while (0)
-#define MC_WT_BT(G)                                                                                                    \
-    do {                                                                                                               \
-        if (bt == 64u)                                                                                                 \
-            MC_WT(G, 64u);                                                                                             \
-        else                                                                                                           \
-            MC_WT(G, 128u);                                                                                            \
-    } while (0)
-    if (glu == MC_GLU_SILU)
-        MC_WT_BT(MC_GLU_SILU);
-    else if (glu == MC_GLU_GELU)
-        MC_WT_BT(MC_GLU_GELU);
-    else
-        MC_WT_BT(MC_GLU_NONE);
-#undef MC_WT_BT
-#undef MC_WT
+    mc_wg_dispatch(glu, bt, [&](auto G, auto B) {
+        constexpr int GL = decltype(G)::value;
+        constexpr uint32_t BT = decltype(B)::value;
+        if (q8)
+            chunk_gemv_wgmma_q8<GL, BT>
+                <<<grid, MC_WG_NTH + 32u, mc_wq_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+        else
+            chunk_gemv_wgmma<GL, BT>
+                <<<grid, MC_WG_NTH + 32u, mc_wt_smem(BT), st>>>(tw, tx, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+    });
     return cudaGetLastError();
 }
 
-/* qdot=mma's chunk GEMV (Q4_K) after gemv_mma.cu's prep (x' permuted as gemv=mma's, S transposed:
- * rows of lds floats a k-block): as mc_gemv_wgmma_launch, on chunk_gemv_wgmma_kq. */
+/* qdot=mma's chunk GEMV (Q4_K, Q5_K, Q6_K) after gemv_mma_chunk.cu's prep (x' permuted as gemv=mma's,
+ * or in the Q6_K slots; S transposed: rows of lds floats a k-block, none for Q6_K): as
+ * mc_gemv_wgmma_launch, on chunk_gemv_wgmma_kq or chunk_gemv_wgmma_k6. */
 cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint16_t *xo, const float *xs,
                                     uint32_t lds, const float *rsp, const float *bias, const float *residual,
                                     uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, uint32_t bt,
@@ -833,6 +839,7 @@ cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint1
         bt = 4u * (uint64_t)((M + 127u) / 128u) * row_blocks <= 3u * (uint64_t)sms ? 64u : 128u;
     const dim3 grid((M + bt - 1) / bt, row_blocks);
     CUtensorMap tw, tx, ta, th, ts;
+    memset(&ts, 0, sizeof ts); /* Q6_K has no S */
     cudaError_t e = mc_wt_map(&tw, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true);
     if (e == cudaSuccess) /* Q5_K's fifth bits, 16-byte boxes (for Q4_K an unused copy of tw's) */
         e = mc_wt_map(&th, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
@@ -844,43 +851,19 @@ cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint1
         e = mc_ws_map(&ts, xs, M, w->cols / 32u, lds, bt);
     if (e != cudaSuccess)
         return e;
-    if (t6) {
-#define MC_W6(G, BT)                                                                                                   \
-    chunk_gemv_wgmma_k6<G, BT>                                                                                         \
-        <<<grid, MC_WG_NTH + 32u, mc_w6_smem(BT), st>>>(tw, tx, ta, th, *w, ks, rsp, bias, residual, ldr, y, ldy, M)
-        if (glu == MC_GLU_SILU)
-            bt == 64u ? MC_W6(MC_GLU_SILU, 64u) : MC_W6(MC_GLU_SILU, 128u);
-        else if (glu == MC_GLU_GELU)
-            bt == 64u ? MC_W6(MC_GLU_GELU, 64u) : MC_W6(MC_GLU_GELU, 128u);
+    mc_wg_dispatch(glu, bt, [&](auto G, auto B) {
+        constexpr int GL = decltype(G)::value;
+        constexpr uint32_t BT = decltype(B)::value;
+        if (t6)
+            chunk_gemv_wgmma_k6<GL, BT><<<grid, MC_WG_NTH + 32u, mc_w6_smem(BT), st>>>(tw, tx, ta, th, *w, ks, rsp, bias,
+                                                                                     residual, ldr, y, ldy, M);
+        else if (t5)
+            chunk_gemv_wgmma_kq<GL, BT, true><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, true), st>>>(
+                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
         else
-            bt == 64u ? MC_W6(MC_GLU_NONE, 64u) : MC_W6(MC_GLU_NONE, 128u);
-#undef MC_W6
-        return cudaGetLastError();
-    }
-#define MC_WK(G, BT)                                                                                                   \
-    do {                                                                                                               \
-        if (t5)                                                                                                        \
-            chunk_gemv_wgmma_kq<G, BT, true><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, true), st>>>(                     \
-                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);                                      \
-        else                                                                                                           \
-            chunk_gemv_wgmma_kq<G, BT, false><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, false), st>>>(                   \
-                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);                                      \
-    } while (0)
-#define MC_WK_BT(G)                                                                                                    \
-    do {                                                                                                               \
-        if (bt == 64u)                                                                                                 \
-            MC_WK(G, 64u);                                                                                             \
-        else                                                                                                           \
-            MC_WK(G, 128u);                                                                                            \
-    } while (0)
-    if (glu == MC_GLU_SILU)
-        MC_WK_BT(MC_GLU_SILU);
-    else if (glu == MC_GLU_GELU)
-        MC_WK_BT(MC_GLU_GELU);
-    else
-        MC_WK_BT(MC_GLU_NONE);
-#undef MC_WK_BT
-#undef MC_WK
+            chunk_gemv_wgmma_kq<GL, BT, false><<<grid, MC_WG_NTH + 32u, mc_wk_smem(BT, false), st>>>(
+                tw, tx, ta, th, ts, *w, ks, rsp, bias, residual, ldr, y, ldy, M);
+    });
     return cudaGetLastError();
 }
 
