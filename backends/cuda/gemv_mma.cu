@@ -530,45 +530,19 @@ cudaError_t mc_gemv_mma(const mc_config *c, int glu, const mc_matrix *w, const f
 /* ---- census and trigger ------------------------------------------------------------------- */
 
 const char *mc_gemv_mma_family(const void *f) {
-#define MC_FAM(P)                                                                                                      \
-    {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, P>, "gemv"}, {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, P>, "gemv"},    \
-        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, P>, "gemv_swiglu"},                                                 \
-        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, P>, "gemv_swiglu"},                                                 \
-        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P>, "gemv_geglu"},                                                  \
-        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P>, "gemv_geglu"},                                                  \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P>, "gemv_postnorm"},                                               \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, P, P == 1>, "gemv"},                                                \
-        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, P, P == 1>, "gemv"},                                                \
-        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, P, P == 1>, "gemv_swiglu"},                                         \
-        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, P, P == 1>, "gemv_swiglu"},                                         \
-        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, P, P == 1>, "gemv_geglu"},                                          \
-        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, P, P == 1>, "gemv_geglu"},                                          \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, P, P == 1>, "gemv_postnorm"},                                       \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, P == 1>, "gemv"},                                             \
-        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, P == 1>, "gemv"},                                             \
-        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, P == 1>, "gemv_swiglu"},                                      \
-        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, P == 1>, "gemv_swiglu"},                                      \
-        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
-        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, P == 1>, "gemv_geglu"},                                       \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, P == 1>, "gemv_postnorm"},                                    \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, 2 * (P == 1)>, "gemv"},                                       \
-        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, 2 * (P == 1)>, "gemv"},                                       \
-        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, 2 * (P == 1)>, "gemv_swiglu"},                                \
-        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, 2 * (P == 1)>, "gemv_swiglu"},                                \
-        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, 2 * (P == 1)>, "gemv_geglu"},                                 \
-        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, 2 * (P == 1)>, "gemv_geglu"},                                 \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, 2 * (P == 1)>, "gemv_postnorm"},                              \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, 1, 0, 3 * (P == 1)>, "gemv"},                                       \
-        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, 1, 0, 3 * (P == 1)>, "gemv"},                                       \
-        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, 1, 0, 3 * (P == 1)>, "gemv_swiglu"},                                \
-        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, 1, 0, 3 * (P == 1)>, "gemv_swiglu"},                                \
-        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, 1, 0, 3 * (P == 1)>, "gemv_geglu"},                                 \
-        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, 1, 0, 3 * (P == 1)>, "gemv_geglu"},                                 \
-        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, 1, 0, 3 * (P == 1)>, "gemv_postnorm"},
+/* the 7 variants (GLU, norm, post norm) of one instantiation family (planes, q8=mma, qdot=mma's type) */
+#define MC_FAM(PL, Q8, KQ)                                                                                             \
+    {(const void *)gemv_mma<MC_GLU_NONE, 0, 0, PL, Q8, KQ>, "gemv"},                                                   \
+        {(const void *)gemv_mma<MC_GLU_NONE, 1, 0, PL, Q8, KQ>, "gemv"},                                               \
+        {(const void *)gemv_mma<MC_GLU_SILU, 0, 0, PL, Q8, KQ>, "gemv_swiglu"},                                        \
+        {(const void *)gemv_mma<MC_GLU_SILU, 1, 0, PL, Q8, KQ>, "gemv_swiglu"},                                        \
+        {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, PL, Q8, KQ>, "gemv_geglu"},                                         \
+        {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, PL, Q8, KQ>, "gemv_geglu"},                                         \
+        {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, PL, Q8, KQ>, "gemv_postnorm"},
     static const struct {
         const void *func;
         const char *family;
-    } table[] = {MC_FAM(1) MC_FAM(2)};
+    } table[] = {MC_FAM(1, 0, 0) MC_FAM(2, 0, 0) MC_FAM(1, 1, 0) MC_FAM(1, 0, 1) MC_FAM(1, 0, 2) MC_FAM(1, 0, 3)};
 #undef MC_FAM
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

@@ -475,18 +475,18 @@ mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, u
 const char *mc_gemv_mma_chunk_family(const void *f) {
 #define MC_FAM(P)                                                                                                      \
     {(const void *)chunk_gemv_mma<MC_GLU_NONE, P>, "chunk_gemv"}, {(const void *)chunk_gemv_mma<MC_GLU_SILU, P>, "chunk_gemv"}, \
-        {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},                                                  \
-        {(const void *)chunk_mma_prep<0, P>, "chunk_prep"}, {(const void *)chunk_mma_prep<1, P>, "chunk_prep"},        \
-        {(const void *)chunk_mma_prep<0, P, P == 1>, "chunk_prep"},                                                    \
-        {(const void *)chunk_mma_prep<1, P, P == 1>, "chunk_prep"},                                                    \
-        {(const void *)chunk_mma_prep<0, 1, true, P == 1>, "chunk_prep"},                                              \
-        {(const void *)chunk_mma_prep<1, 1, true, P == 1>, "chunk_prep"},                                              \
-        {(const void *)chunk_mma_prep<0, 1, true, true, P == 1>, "chunk_prep"},                                        \
-        {(const void *)chunk_mma_prep<1, 1, true, true, P == 1>, "chunk_prep"},
+        {(const void *)chunk_gemv_mma<MC_GLU_GELU, P>, "chunk_gemv"},
+/* the preps: one plane or two, gemv=mma's wgmma slots, qdot=mma's (with S), Q6_K's slots */
+#define MC_PREPS(N)                                                                                                    \
+    {(const void *)chunk_mma_prep<N, 1>, "chunk_prep"}, {(const void *)chunk_mma_prep<N, 2>, "chunk_prep"},            \
+        {(const void *)chunk_mma_prep<N, 1, true>, "chunk_prep"},                                                      \
+        {(const void *)chunk_mma_prep<N, 1, true, true>, "chunk_prep"},                                                \
+        {(const void *)chunk_mma_prep<N, 1, true, true, true>, "chunk_prep"},
     static const struct {
         const void *func;
         const char *family;
-    } table[] = {MC_FAM(1) MC_FAM(2)};
+    } table[] = {MC_FAM(1) MC_FAM(2) MC_PREPS(0) MC_PREPS(1)};
+#undef MC_PREPS
 #undef MC_FAM
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].func == f)

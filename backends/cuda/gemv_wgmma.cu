@@ -841,7 +841,8 @@ cudaError_t mc_gemv_wgmma_kq_launch(const mc_matrix *w, uint32_t ks, const uint1
     CUtensorMap tw, tx, ta, th, ts;
     memset(&ts, 0, sizeof ts); /* Q6_K has no S */
     cudaError_t e = mc_wt_map(&tw, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true);
-    if (e == cudaSuccess) /* Q5_K's fifth bits, 16-byte boxes (for Q4_K an unused copy of tw's) */
+    th = tw; /* Q4_K reads no high bits: the parameter only */
+    if (e == cudaSuccess && (t5 || t6)) /* Q5_K's fifth bits, Q6_K's top bits: 16-byte boxes */
         e = mc_wt_map(&th, w->data, w->stride, w->rows, w->stride, MC_WG_BR, CU_TENSOR_MAP_SWIZZLE_NONE, true, 16u);
     if (e == cudaSuccess)
         e = mc_wt_map(&tx, xo, w->cols, M, w->cols, bt, CU_TENSOR_MAP_SWIZZLE_64B);
