@@ -171,9 +171,9 @@ memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg
                       memra_step_result *res, memra_error *err);
 /* Bytes a decode step at position pos reads: the weights (of an untied embedding table only the
  * token's row; of a mixture of experts' stacks only the chosen experts) and a KV cache of
- * positions [0, pos] of kv_bytes a value (4: f32; 2: a cuda arm's kv=f16 or kv=bf16; the figure
- * behind GB/s). */
-uint64_t cli_step_bytes(const memra_model *m, uint64_t pos, uint32_t kv_bytes);
+ * positions [0, pos] of kv_eighths / 8 bytes a value (32: f32; 16: a cuda arm's kv=f16 or
+ * kv=bf16; 9: its kv=q8, scales included; the figure behind GB/s). */
+uint64_t cli_step_bytes(const memra_model *m, uint64_t pos, uint32_t kv_eighths);
 
 /* The subcommands: argv[0] is the subcommand's name. */
 int cmd_plugins(int argc, char **argv);

@@ -264,15 +264,16 @@ static void bench_describe_device(cli_session *ss, bench_result *br) {
     }
 }
 
-/* Bytes of one stored KV value of the arm: its resolved kv key (f16, bf16: 2) where the backend
- * stores that type; the cpu backend rounds to it but keeps f32 memory (README "KV cache type"),
- * so it reads 4, as every arm without the key. */
-static uint32_t bench_kv_bytes(cli_session *ss) {
+/* Eighths of a byte one stored KV value of the arm takes: its resolved kv key (f16, bf16: 16; q8:
+ * 9, a 4-byte scale a block of 32 included) where the backend stores that type; the cpu backend
+ * rounds to it but keeps f32 memory (README "KV cache type"), so it reads 32, as every arm
+ * without the key. */
+static uint32_t bench_kv_eighths(cli_session *ss) {
     const memra_options *o = memra_arm_resolved(ss->arm);
     const char *kv = o ? memra_options_get(o, "kv") : NULL;
     if (!kv || strcmp(memra_arm_backend_name(ss->arm), "cpu") == 0)
-        return 4;
-    return strcmp(kv, "f16") == 0 || strcmp(kv, "bf16") == 0 ? 2 : 4;
+        return 32;
+    return strcmp(kv, "f16") == 0 || strcmp(kv, "bf16") == 0 ? 16 : strcmp(kv, "q8") == 0 ? 9 : 32;
 }
 
 static void bench_stats(cli_session *ss, const memra_model *m, const bench_args *ba, bench_result *br) {
@@ -292,9 +293,9 @@ static void bench_stats(cli_session *ss, const memra_model *m, const bench_args 
     br->pp_sd = ba->reps > 1 ? sqrt(sq / (ba->reps - 1)) : 0.0;
     br->ms_per_token = 1e3 / br->mean;
     double bytes = 0;
-    const uint32_t kvb = bench_kv_bytes(ss);
+    const uint32_t kv8 = bench_kv_eighths(ss);
     for (uint32_t k = 0; k < ba->n_gen; k++) /* the step at position prime+k reads positions [0, prime+k] */
-        bytes += (double)cli_step_bytes(m, (uint64_t)ba->prime + k, kvb);
+        bytes += (double)cli_step_bytes(m, (uint64_t)ba->prime + k, kv8);
     br->bytes_per_token = bytes / ba->n_gen;
     br->gb_s = br->bytes_per_token * br->mean / 1e9;
 }

@@ -115,8 +115,9 @@ memra_status cli_step(memra_arm_state *st, int64_t token, const memra_sample_cfg
     return memra_arm_step_end(st, logits, res, err);
 }
 
-uint64_t cli_step_bytes(const memra_model *m, uint64_t pos, uint32_t kv_bytes) {
-    uint64_t kv_per_pos = (uint64_t)kv_bytes * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v);
+uint64_t cli_step_bytes(const memra_model *m, uint64_t pos, uint32_t kv_eighths) {
+    uint64_t kv_per_pos =
+        (uint64_t)kv_eighths * m->n_layer * m->n_head_kv * ((uint64_t)m->head_dim + m->head_dim_v) / 8;
     uint64_t weights = m->weight_bytes;
     if (!m->tied_output && m->tok_embd.rows > 0) /* untied: the embedding gives one row a token */
         weights -= m->tok_embd.n_bytes - m->tok_embd.n_bytes / m->tok_embd.rows;

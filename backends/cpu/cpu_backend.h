@@ -176,7 +176,7 @@ typedef struct cpu_config {
 /* The arm key `kv`: the K and V rows are rounded to this type as they are written (f32: not at
  * all), as a GPU that stores its cache in f16 or bf16 rounds them; the cache stays f32 in memory
  * (the op plugins' attention reads floats), so only the values change, not the bytes. */
-typedef enum cpu_kv { CPU_KV_F32 = 0, CPU_KV_F16 = 1, CPU_KV_BF16 = 2 } cpu_kv;
+typedef enum cpu_kv { CPU_KV_F32 = 0, CPU_KV_F16 = 1, CPU_KV_BF16 = 2, CPU_KV_Q8 = 3 } cpu_kv;
 
 memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_error *err);
 

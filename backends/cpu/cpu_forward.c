@@ -251,9 +251,20 @@ static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_sta
                           uint32_t j, float *k_cache, float *v_cache);
 
 /* The arm's kv type: each value of a K or V row rounded (to nearest even) to it as it is written,
- * element by element, so the rounding is the same whatever the ranks' slices. */
+ * element by element, so the rounding is the same whatever the ranks' slices; q8: each block of
+ * 32 values (a rank's rows are whole heads of a multiple of 32 values, so the blocks are the
+ * heads' whatever the slices) to memra_kv_q8_*'s quants and back, as the GPU stores and reads it. */
 static void round_kv(uint32_t kv, float *x, uint32_t n) {
-    if (kv == CPU_KV_F16)
+    if (kv == CPU_KV_Q8)
+        for (uint32_t b0 = 0; b0 < n; b0 += 32) {
+            float a = 0.0f;
+            for (uint32_t i = 0; i < 32; i++)
+                a = memra_kv_q8_amax(a, x[b0 + i]);
+            const float d = memra_kv_q8_scale(a);
+            for (uint32_t i = 0; i < 32; i++)
+                x[b0 + i] = memra_kv_q8_value(memra_kv_q8_quant(x[b0 + i], d), d);
+        }
+    else if (kv == CPU_KV_F16)
         for (uint32_t i = 0; i < n; i++)
             x[i] = memra_f16_to_f32(memra_f32_to_f16(x[i]));
     else if (kv == CPU_KV_BF16)

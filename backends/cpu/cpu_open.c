@@ -204,6 +204,13 @@ memra_status cpu_open(const memra_host *host, const memra_model *m, const memra_
     b->kv = cfg.kv;
     if ((st = check_model(m, err)) != MEMRA_OK || (st = cpu_check_plan(m, plan, b->n_vdevices, err)) != MEMRA_OK)
         goto fail;
+    if (b->kv == CPU_KV_Q8 && (m->head_dim % 32 || m->head_dim_v % 32)) {
+        st = memra_fail(err, MEMRA_E_UNSUPPORTED,
+                        "cpu: kv=q8 stores a row's blocks of 32 values; this model's head size is %u (v %u), not a "
+                        "multiple of 32 (use kv=f32, f16 or bf16)",
+                        m->head_dim, m->head_dim_v);
+        goto fail;
+    }
     b->q_dim = m->n_head * m->head_dim;
     b->kv_dim = m->n_head_kv * m->head_dim;
     b->v_dim = m->n_head_kv * m->head_dim_v;

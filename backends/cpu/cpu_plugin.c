@@ -24,8 +24,9 @@ static const memra_option_spec cpu_options[] = {
      .help = "multiply-adds below which a task runs on one thread; 0 splits every task"},
     {.key = "kv",
      .default_value = "f32",
-     .help = "KV cache values: f32, or rounded to f16 or bf16 as they are written (as a GPU cache of that type stores "
-             "them; this backend keeps them in f32 memory). Exact pairs hold within one kv type"},
+     .help = "KV cache values: f32, or rounded to f16 or bf16 as they are written, or q8 (each block of 32 values of a "
+             "row as 8-bit integers and a scale, amax / 127; head sizes a multiple of 32), as a GPU cache of that "
+             "type stores them; this backend keeps them in f32 memory. Exact pairs hold within one kv type"},
     {.key = "collective",
      .default_value = "local",
      .help = "collective plugin that sums the ranks' partials when tp > 1 (refused with tp=1, where it has no effect)"},
@@ -81,8 +82,10 @@ memra_status cpu_read_options(const memra_options *opts, cpu_config *cfg, memra_
         cfg->kv = CPU_KV_F16;
     else if (strcmp(kv, "bf16") == 0)
         cfg->kv = CPU_KV_BF16;
+    else if (strcmp(kv, "q8") == 0)
+        cfg->kv = CPU_KV_Q8;
     else
-        return memra_fail(err, MEMRA_E_INVALID, "cpu: kv=%.40s: expected one of f32, f16, bf16", kv);
+        return memra_fail(err, MEMRA_E_INVALID, "cpu: kv=%.40s: expected one of f32, f16, bf16, q8", kv);
     cfg->prefill = cpu_prefill_chunk(NULL, opts);
     const char *p = memra_options_get(opts, "prefill");
     if (p && strcmp(p, "auto") != 0) /* the core checked it; checked again for a direct caller */
@@ -129,7 +132,7 @@ static memra_status cpu_resolve_options(const memra_host *host, const memra_opti
     snprintf(buf, sizeof buf, "%u", cfg.grain);
     if ((st = memra_options_set(resolved, "grain", buf, err)) != MEMRA_OK)
         return st;
-    static const char *const kv_names[] = {"f32", "f16", "bf16"};
+    static const char *const kv_names[] = {"f32", "f16", "bf16", "q8"};
     if ((st = memra_options_set(resolved, "kv", kv_names[cfg.kv], err)) != MEMRA_OK)
         return st;
     return memra_options_set(resolved, "collective", cfg.collective, err);

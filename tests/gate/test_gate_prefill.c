@@ -153,6 +153,29 @@ Test(gate_prefill, kv_types_differ) {
     cr_assert_eq(kv_gate("tiny", "cpu", "cpu:kv=f16", "nmse:1e-3"), 0, "f16 rounding stays close");
     cr_assert_eq(kv_gate("tiny", "cpu", "cpu:kv=bf16", "nmse:1e-1"), 0, "bf16 rounding stays close");
 }
+/* kv=q8 (a row's blocks of 32 values as 8-bit quants and an amax / 127 scale, memra/numeric.h):
+ * chunk pairs exact within it, with tp=2 too; other bits than bf16 and f32 (the key is not a
+ * no-op; how close it stays is checked on SmolLM2, tests/text/test_text_models.c: the synthetic
+ * presets' random weights amplify it past a token check); a head size that is not a multiple of
+ * 32 (qwen2-tiny's 16) is refused naming the key and the size. */
+Test(gate_prefill, kv_q8_chunked) {
+    expect_prefill_pass("small", "cpu:kv=q8,prefill=1", "cpu:kv=q8,prefill=7", true, 4);
+}
+Test(gate_prefill, kv_q8_tp2) {
+    expect_prefill_pass("gemma3-tiny", "cpu:tp=2,kv=q8,prefill=1", "cpu:tp=2,kv=q8,prefill=64", false, 2);
+}
+Test(gate_prefill, kv_q8_differs) {
+    cr_assert_eq(kv_gate("small", "cpu:kv=bf16", "cpu:kv=q8", "exact"), 1, "q8 and bf16 round differently");
+    cr_assert_eq(kv_gate("small", "cpu", "cpu:kv=q8", "exact"), 1, "kv=q8 rounds the cache: not the bits of f32");
+}
+Test(gate_prefill, kv_q8_refuses_a_head_size_not_a_multiple_of_32) {
+    const char *args[] = {"--preset", "qwen2-tiny", "--a",    "cpu:kv=q8", "--b", "cpu", "--prime", "4",
+                          "--gen",    "4",          "--rows", "0",         NULL};
+    gate_result r = gate_run(args, true);
+    cr_assert_neq(r.exit, 0, "exit %d: %s", r.exit, r.err);
+    cr_assert(strstr(r.err, "kv=q8") && strstr(r.err, "head size is 16"), "%s", r.err);
+    gate_result_free(&r);
+}
 Test(gate_prefill, kv_bad_value) {
     const char *args[] = {"--a", "cpu:kv=f8", "--b", "cpu", "--prime", "4", "--gen", "4", "--rows", "0", NULL};
     gate_result r = gate_run(args, true);

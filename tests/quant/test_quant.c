@@ -18,6 +18,7 @@
 #include "cpu_kernels.h"
 #include "cpu_test_util.h"
 #include "memra/gguf.h"
+#include "memra/numeric.h"
 #include "memra/quant.h"
 
 static const struct {
@@ -345,4 +346,57 @@ Test(quant, models_decode_the_same_for_any_thread_count) {
         free(a), free(b);
         ct_model_free(&cm);
     }
+}
+
+/* kv=q8's block (memra/numeric.h, the cpu and cuda backends' cache): the scale is amax / 127, a
+ * quant is x / d rounded to nearest even (not away from zero) and clamped, a value reads back as
+ * q d; a zero block stays zero and a NaN anywhere in a block makes the whole block read back NaN
+ * (never a quietly stored 0). Values chosen so that every quotient is exact. */
+static void kv_q8_round(float *x) {
+    float a = 0.0f;
+    for (int i = 0; i < 32; i++)
+        a = memra_kv_q8_amax(a, x[i]);
+    const float d = memra_kv_q8_scale(a);
+    for (int i = 0; i < 32; i++)
+        x[i] = memra_kv_q8_value(memra_kv_q8_quant(x[i], d), d);
+}
+Test(quant, kv_q8_block_rounds_to_nearest_even) {
+    float x[32] = {0};
+    x[0] = -127.0f; /* amax 127: d = 1, quotients exact */
+    x[1] = 2.5f;
+    x[2] = 3.5f;
+    x[3] = -2.5f;
+    x[4] = 0.5f;
+    x[5] = 1.5f;
+    x[6] = 126.5f;
+    x[7] = 100.25f;
+    cr_assert_eq(memra_kv_q8_scale(127.0f), 1.0f);
+    kv_q8_round(x);
+    const float want[8] = {-127.0f, 2.0f, 4.0f, -2.0f, 0.0f, 2.0f, 126.0f, 100.0f};
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(x[i], want[i], "value %d: %g, want %g", i, x[i], want[i]);
+    /* the negative control: rounding half away from zero (roundf) gives 3, 4, -3: caught above */
+    cr_assert_neq(roundf(2.5f), 2.0f);
+    float y[32];
+    for (int i = 0; i < 32; i++)
+        y[i] = (float)(i - 16) * 0.25f; /* amax 4: d = 4/127, not exact: each value within d/2 */
+    const float d = memra_kv_q8_scale(4.0f);
+    float z[32];
+    memcpy(z, y, sizeof z);
+    kv_q8_round(z);
+    for (int i = 0; i < 32; i++)
+        cr_assert(fabsf(z[i] - y[i]) <= 0.5f * d * 1.0001f, "value %d: %g from %g (d %g)", i, z[i], y[i], d);
+    cr_assert_eq(memra_kv_q8_quant(-4.0f, d), -127);
+    cr_assert_eq(memra_kv_q8_quant(1e30f, d), 127, "clamped");
+    float zero[32] = {0};
+    kv_q8_round(zero);
+    for (int i = 0; i < 32; i++)
+        cr_assert(zero[i] == 0.0f && !signbit(zero[i]), "a zero block stays +0");
+    float n[32];
+    for (int i = 0; i < 32; i++)
+        n[i] = 1.0f;
+    n[17] = NAN;
+    kv_q8_round(n);
+    for (int i = 0; i < 32; i++)
+        cr_assert(isnan(n[i]), "value %d of a block with a NaN: %g", i, n[i]);
 }

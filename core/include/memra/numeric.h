@@ -6,6 +6,7 @@
 #ifndef MEMRA_NUMERIC_H
 #define MEMRA_NUMERIC_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -111,6 +112,30 @@ MEMRA_HD uint16_t memra_f32_to_bf16(float f) {
 #define MEMRA_FSUB(a, b) ((float)(a) - (float)(b))
 #define MEMRA_FDIV(a, b) ((float)(a) / (float)(b))
 #endif
+
+/* The KV cache's 8-bit storage (the kv=q8 key of the cpu and cuda backends), one block of 32
+ * values of a cache row: the scale d = amax / 127, amax the block's largest magnitude (a maximum:
+ * exact in any order; memra_kv_q8_amax); each value's quant q = x / d rounded to nearest even and clamped to
+ * [-127, 127] (0 where d is 0, NaN, or x / d is NaN); a value reads back as (float)q * d. The same
+ * operations on host and device, so the cpu and the GPU store the same bytes from the same floats. */
+MEMRA_HD float memra_kv_q8_scale(float amax) { return MEMRA_FDIV(amax, 127.0f); }
+
+/* A block's running amax with x (or with another part's amax) folded in: the larger magnitude,
+ * NaN once any value is NaN (a NaN in a row then reads back as NaN across its block, never as a
+ * quietly stored 0). */
+MEMRA_HD float memra_kv_q8_amax(float a, float x) {
+    const float m = fabsf(x);
+    return a != a || m != m ? memra_bits_to_f32(0x7fc00000u) : m > a ? m : a;
+}
+
+MEMRA_HD int8_t memra_kv_q8_quant(float x, float d) {
+    if (!(d > 0.0f))
+        return 0;
+    const float r = rintf(MEMRA_FDIV(x, d));
+    return r != r ? (int8_t)0 : r >= 127.0f ? (int8_t)127 : r <= -127.0f ? (int8_t)-127 : (int8_t)r;
+}
+
+MEMRA_HD float memra_kv_q8_value(int8_t q, float d) { return MEMRA_FMUL((float)q, d); }
 
 /* exp(x) for x <= 0, the same bits on every backend (libm's expf and CUDA's differ in the last
  * place, which would let a sampler pick another token from the same logits). Relative error
