@@ -749,8 +749,8 @@ static cudaError_t mc_att_tiled_pick(const mc_config *c, const mc_rope_args *a, 
 cudaError_t mc_attention_fused(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                void *v_cache, float *out, const int32_t *pos, cudaStream_t st) {
     const int path = mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv);
-    if (a->kv != c->kv || a->kv > MC_KV_BF16)
-        return cudaErrorInvalidValue;
+    if (a->kv != c->kv || a->kv > MC_KV_Q8 || (a->kv == MC_KV_Q8 && path != MC_ATT_PATH_MMA))
+        return cudaErrorInvalidValue; /* q8: attention=mma alone reads it (the arm refuses the rest) */
     if (path == MC_ATT_PATH_CLUSTER)
         return mc_atc_launch(c, a, qkv, k_cache, v_cache, out, pos, st);
     if (path == MC_ATT_PATH_SPLIT)

@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(32)
         mc_atc_norm<HD, 1>(kv, kw, a.eps);
     mc_atc_rope<HD, 1>(kv, cs, a.neox, gl);
     if (lane < GL) {
-        mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * HD, kv[0], gl);
-        mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * HD, vv, gl);
+        mc_atc_store<HD, KT>(k_cache + ((size_t)g * a.capacity + (size_t)p) * MC_KV_ROWE<HD, KT>, kv[0], gl);
+        mc_atc_store<HD, KT>(v_cache + ((size_t)g * a.capacity + (size_t)p) * MC_KV_ROWE<HD, KT>, vv, gl);
     }
 }
 
@@ -713,7 +713,7 @@ static void mc_chunk_append_launch(const mc_rope_args *a, const float *qkv, void
         attention_chunk_append<64, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
     else if (a->hd == 128)
         attention_chunk_append<128, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
-    else
+    else if constexpr (!mc_kv_is_q8<KT>) /* q8: hd 32, 64, 128 (attention=mma's) */
         attention_chunk_append<256, KT><<<ag, 32, 0, st>>>(*a, qkv, kc, vc, pos);
 }
 
@@ -723,9 +723,11 @@ static void mc_chunk_append_launch(const mc_rope_args *a, const float *qkv, void
 static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                       void *v_cache, float *out, const int32_t *pos, uint32_t M, int cluster,
                                       cudaStream_t st) {
-    if (a->kv != c->kv || a->kv > MC_KV_BF16)
+    if (a->kv != c->kv || a->kv > MC_KV_Q8)
         return cudaErrorInvalidValue;
     const int path = mc_attention_path(c, a->n_head, a->n_kv, a->hd, a->hdv);
+    if (a->kv == MC_KV_Q8 && path != MC_ATT_PATH_MMA) /* attention=mma alone reads q8 (the arm refuses the rest) */
+        return cudaErrorInvalidValue;
     if ((path != MC_ATT_PATH_CLUSTER && path != MC_ATT_PATH_SPLIT && path != MC_ATT_PATH_MMA) || M == 0 ||
         M > 65535)
         return cudaErrorNotSupported;
@@ -737,6 +739,8 @@ static cudaError_t mc_chunk_attention(const mc_config *c, const mc_rope_args *a,
         mc_chunk_append_launch<__half>(a, qkv, k_cache, v_cache, pos, M, st);
     else if (a->kv == MC_KV_BF16)
         mc_chunk_append_launch<__nv_bfloat16>(a, qkv, k_cache, v_cache, pos, M, st);
+    else if (a->kv == MC_KV_Q8)
+        mc_chunk_append_launch<mc_q8>(a, qkv, k_cache, v_cache, pos, M, st);
     else
         mc_chunk_append_launch<float>(a, qkv, k_cache, v_cache, pos, M, st);
     if ((e = cudaGetLastError()) != cudaSuccess)
@@ -799,6 +803,9 @@ const char *mc_attention_chunk_family(const void *f) {
         {(const void *)attention_chunk_append<256, KT>, "attention"},
         MC_ATT_ROWS(float) MC_ATT_ROWS(__half) MC_ATT_ROWS(__nv_bfloat16)
 #undef MC_ATT_ROWS
+        {(const void *)attention_chunk_append<32, mc_q8>, "attention"},
+        {(const void *)attention_chunk_append<64, mc_q8>, "attention"},
+        {(const void *)attention_chunk_append<128, mc_q8>, "attention"},
 #define MC_ACR_ROW(fn) {fn, "attention"},
             MC_ACR_EACH(MC_ACR_ROW) MC_ACP_EACH(MC_ACR_ROW)
 #undef MC_ACR_ROW

@@ -90,12 +90,60 @@ __device__ __forceinline__ void mc_atc_load(float (&x)[MC_ATC_DPL<HD>], const KT
     }
 }
 
-/* A lane's slots into a row (a cache's: each value rounded to its storage type). */
+/* A lane's slots into a q8 row (kv=q8, hd 32, 64 or 128: 16-lane groups), called by lanes 0 ..
+ * 15 of a warp together: each block of 32 dimensions is held by 8 lanes (hd 64, 128: 4 values
+ * each, slots 4 k .. 4 k + 3 in block 2 k + gl / 8) or by all 16 (hd 32: 2 each); its amax over
+ * those lanes (a maximum: any order gives the same bits), then memra_kv_q8_*'s scale and quants,
+ * the quants stored a lane's 4 (2) at once and the scale by the block's first lane. */
+template <uint32_t HD>
+__device__ __forceinline__ void mc_atc_store_q8(mc_q8 *row, const float (&x)[MC_ATC_DPL<HD>], uint32_t gl) {
+    static_assert(HD == 32 || HD == 64 || HD == 128, "kv=q8 rows of 32, 64 or 128 values");
+    constexpr uint32_t DPL = MC_ATC_DPL<HD>;
+    int8_t *qs = (int8_t *)row + HD / 8;
+    float *sc = (float *)row;
+    if constexpr (DPL == 2) {
+        float a = memra_kv_q8_amax(memra_kv_q8_amax(0.0f, x[0]), x[1]);
+#pragma unroll
+        for (uint32_t o = 8; o > 0; o >>= 1)
+            a = memra_kv_q8_amax(a, __shfl_xor_sync(0xffffu, a, o));
+        const float d = memra_kv_q8_scale(a);
+        const uint32_t q0 = (uint8_t)memra_kv_q8_quant(x[0], d), q1 = (uint8_t)memra_kv_q8_quant(x[1], d);
+        *(uint16_t *)(qs + 2 * gl) = (uint16_t)(q0 | q1 << 8);
+        if (gl == 0)
+            sc[0] = d;
+    } else {
+#pragma unroll
+        for (uint32_t k = 0; k < DPL / 4; k++) {
+            float a = 0.0f;
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+                a = memra_kv_q8_amax(a, x[4 * k + i]);
+#pragma unroll
+            for (uint32_t o = 4; o > 0; o >>= 1)
+                a = memra_kv_q8_amax(a, __shfl_xor_sync(0xffffu, a, o));
+            const float d = memra_kv_q8_scale(a);
+            uint32_t w = 0;
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+                w |= (uint32_t)(uint8_t)memra_kv_q8_quant(x[4 * k + i], d) << (8 * i);
+            *(uint32_t *)(qs + 64 * k + 4 * gl) = w;
+            if ((gl & 7) == 0)
+                sc[2 * k + (gl >> 3)] = d;
+        }
+    }
+}
+
+/* A lane's slots into a row (a cache's: each value rounded to its storage type; a q8 row by
+ * mc_atc_store_q8, lanes 0 .. 15 together). */
 template <uint32_t HD, typename KT>
 __device__ __forceinline__ void mc_atc_store(KT *row, const float (&x)[MC_ATC_DPL<HD>], uint32_t gl) {
+    if constexpr (mc_kv_is_q8<KT>) {
+        mc_atc_store_q8<HD>(row, x, gl);
+    } else {
 #pragma unroll
-    for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
-        row[mc_atc_dim<HD>(gl, i)] = mc_kv_put<KT>(x[i]);
+        for (uint32_t i = 0; i < MC_ATC_DPL<HD>; i++)
+            row[mc_atc_dim<HD>(gl, i)] = mc_kv_put<KT>(x[i]);
+    }
 }
 
 /* Sum over the GL lanes of a group (a fixed xor tree; every lane gets the same bits). */
@@ -261,8 +309,8 @@ __device__ __forceinline__ void mc_atc_q_and_row(float (&q)[G][MC_ATC_DPL<HD>], 
             mc_atc_store<HD, KT>(kn, kv[0], gl);
             mc_atc_store<HD, KT>(vn, vv, gl);
             if (store) {
-                mc_atc_store<HD, KT>(k_cache + ((size_t)kvg * a.capacity + (size_t)p) * HD, kv[0], gl);
-                mc_atc_store<HD, KT>(v_cache + ((size_t)kvg * a.capacity + (size_t)p) * HD, vv, gl);
+                mc_atc_store<HD, KT>(k_cache + ((size_t)kvg * a.capacity + (size_t)p) * MC_KV_ROWE<HD, KT>, kv[0], gl);
+                mc_atc_store<HD, KT>(v_cache + ((size_t)kvg * a.capacity + (size_t)p) * MC_KV_ROWE<HD, KT>, vv, gl);
             }
         }
     }

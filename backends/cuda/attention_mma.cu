@@ -6,7 +6,8 @@
  * order, folding as it goes. mc_attention_path (attention.cu) picks the path.
  *
  * Decode: block x of a kv head takes spans lo + x, lo + x + X, ... (X = the state's spans, at most
- * MC_AMM_BLOCKS, so several spans a block past 2,048 positions); its 128 threads stage the span and its 4 warps reduce it (warp w: the scores of
+ * MC_AMM_BLOCKS, so several spans a block past 2,048 positions); its 128 threads stage each span one
+ * ahead (two tile pairs) and its 4 warps reduce it (warp w: the scores of
  * positions 16 w .. 16 w + 15, then a quarter of the out elements), exchanging the rows' maxes,
  * partial sums and P through shared memory: the same operations as a chunk's warp, which holds
  * the whole span (mc_amm_span).
@@ -91,35 +92,100 @@ template <typename MT> __device__ __forceinline__ uint32_t mc_amm_pack(float lo,
  * distinct banks. */
 template <uint32_t HD> inline constexpr uint32_t MC_AMM_LD = HD + 8;
 
-/* Queues cache rows [t0, t0 + n) of K and V (n <= MC_AMM_SPAN) into tiles ks, vs of the tile type
- * (16-bit caches by cp.async as they are; f32 values rounded by mc_kv_put), rows n .. SPAN - 1
+/* kv=q8: bytes of a stored row (the scales, then the quants) and of the cp.async pieces a row is
+ * copied in (9 a row: 4, 8 or 16 bytes, each aligned so in the cache and in shared memory). */
+template <uint32_t HD> inline constexpr uint32_t MC_AMM_RB = HD + HD / 8;
+template <uint32_t HD> inline constexpr uint32_t MC_AMM_CB = HD / 8;
+
+/* A cp.async of CB bytes (4, 8: through L1, as cp.async allows them; 16: L2 only). */
+template <uint32_t CB> __device__ __forceinline__ void mc_amm_cp_async(void *smem, const void *gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    if constexpr (CB == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(CB) : "memory");
+}
+
+/* Values 8 c .. 8 c + 7 of a q8 row (in shared memory) in the tile type: each memra_kv_q8_value
+ * (its block's scale times the quant), then rounded as mc_kv_put rounds (mc_amm_pack). */
+template <uint32_t HD, typename MT> __device__ __forceinline__ uint4 mc_amm_q8_piece(const uint8_t *row, uint32_t c) {
+    const float d = ((const float *)row)[c / 4];
+    const int8_t *q = (const int8_t *)(row + HD / 8 + 8 * c);
+    uint32_t w0, w1;
+    if constexpr (HD / 8 % 8 == 0) { /* 8-byte aligned */
+        const uint2 u = *(const uint2 *)q;
+        w0 = u.x;
+        w1 = u.y;
+    } else {
+        w0 = *(const uint32_t *)q;
+        w1 = *(const uint32_t *)(q + 4);
+    }
+    float v[8];
+#pragma unroll
+    for (uint32_t j = 0; j < 4; j++) {
+        v[j] = memra_kv_q8_value((int8_t)(w0 >> (8 * j)), d);
+        v[4 + j] = memra_kv_q8_value((int8_t)(w1 >> (8 * j)), d);
+    }
+    return make_uint4(mc_amm_pack<MT>(v[0], v[1]), mc_amm_pack<MT>(v[2], v[3]), mc_amm_pack<MT>(v[4], v[5]),
+                      mc_amm_pack<MT>(v[6], v[7]));
+}
+
+/* kv=q8's second staging step, after the copies landed (and a barrier): rows [0, n) of the raw K
+ * and V rows (rk, rv: MC_AMM_RB bytes a row) into tiles ks, vs of the tile type, rows n .. SPAN - 1
  * zero; threads tid, tid + nthr, ... of the caller's. */
-template <uint32_t HD, typename KT, typename MT>
-__device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, const KT *kb, const KT *vb, uint32_t t0, uint32_t n,
-                                             uint32_t tid, uint32_t nthr) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8;
+template <uint32_t HD, typename MT>
+__device__ __forceinline__ void mc_amm_q8_tiles(MT *ks, MT *vs, const uint8_t *rk, const uint8_t *rv, uint32_t n,
+                                                uint32_t tid, uint32_t nthr) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>;
     for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
         const uint32_t t = i / Q, c = i % Q;
-        MT *kd = ks + t * LD + 8 * c, *vd = vs + t * LD + 8 * c;
-        if (t < n) {
-            const size_t off = (size_t)(t0 + t) * HD + 8 * c;
-            if constexpr (sizeof(KT) == 2) {
-                mc_cp_async16(kd, kb + off);
-                mc_cp_async16(vd, vb + off);
-            } else {
-                const float4 k0 = __ldcg((const float4 *)(kb + off)), k1 = __ldcg((const float4 *)(kb + off) + 1);
-                const float4 v0 = __ldcg((const float4 *)(vb + off)), v1 = __ldcg((const float4 *)(vb + off) + 1);
-                *(uint4 *)kd = make_uint4(mc_amm_pack<MT>(k0.x, k0.y), mc_amm_pack<MT>(k0.z, k0.w),
-                                          mc_amm_pack<MT>(k1.x, k1.y), mc_amm_pack<MT>(k1.z, k1.w));
-                *(uint4 *)vd = make_uint4(mc_amm_pack<MT>(v0.x, v0.y), mc_amm_pack<MT>(v0.z, v0.w),
-                                          mc_amm_pack<MT>(v1.x, v1.y), mc_amm_pack<MT>(v1.z, v1.w));
-            }
-        } else {
-            *(uint4 *)kd = make_uint4(0, 0, 0, 0);
-            *(uint4 *)vd = make_uint4(0, 0, 0, 0);
-        }
+        const bool in = t < n;
+        *(uint4 *)(ks + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rk + t * RB, c) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(vs + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rv + t * RB, c) : make_uint4(0, 0, 0, 0);
     }
-    mc_cp_async_commit();
+}
+
+/* Queues cache rows [t0, t0 + n) of K and V (n <= MC_AMM_SPAN) into tiles ks, vs of the tile type
+ * (16-bit caches by cp.async as they are; f32 values rounded by mc_kv_put), rows n .. SPAN - 1
+ * zero; threads tid, tid + nthr, ... of the caller's. kv=q8: the stored rows by cp.async into raw
+ * (K rows, then V rows, MC_AMM_RB bytes each), as they are; mc_amm_q8_tiles makes the tiles once
+ * they landed. */
+template <uint32_t HD, typename KT, typename MT>
+__device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, uint8_t *raw, const KT *kb, const KT *vb, uint32_t t0,
+                                             uint32_t n, uint32_t tid, uint32_t nthr) {
+    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8;
+    if constexpr (mc_kv_is_q8<KT>) {
+        constexpr uint32_t RB = MC_AMM_RB<HD>, CB = MC_AMM_CB<HD>;
+        const uint8_t *gk = (const uint8_t *)kb + (size_t)t0 * RB, *gv = (const uint8_t *)vb + (size_t)t0 * RB;
+        for (uint32_t i = tid; i < n * 9; i += nthr) {
+            mc_amm_cp_async<CB>(raw + i * CB, gk + i * CB);
+            mc_amm_cp_async<CB>(raw + MC_AMM_SPAN * RB + i * CB, gv + i * CB);
+        }
+        mc_cp_async_commit();
+    } else {
+        for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
+            const uint32_t t = i / Q, c = i % Q;
+            MT *kd = ks + t * LD + 8 * c, *vd = vs + t * LD + 8 * c;
+            if (t < n) {
+                const size_t off = (size_t)(t0 + t) * HD + 8 * c;
+                if constexpr (sizeof(KT) == 2) {
+                    mc_cp_async16(kd, kb + off);
+                    mc_cp_async16(vd, vb + off);
+                } else {
+                    const float4 k0 = __ldcg((const float4 *)(kb + off)), k1 = __ldcg((const float4 *)(kb + off) + 1);
+                    const float4 v0 = __ldcg((const float4 *)(vb + off)), v1 = __ldcg((const float4 *)(vb + off) + 1);
+                    *(uint4 *)kd = make_uint4(mc_amm_pack<MT>(k0.x, k0.y), mc_amm_pack<MT>(k0.z, k0.w),
+                                              mc_amm_pack<MT>(k1.x, k1.y), mc_amm_pack<MT>(k1.z, k1.w));
+                    *(uint4 *)vd = make_uint4(mc_amm_pack<MT>(v0.x, v0.y), mc_amm_pack<MT>(v0.z, v0.w),
+                                              mc_amm_pack<MT>(v1.x, v1.y), mc_amm_pack<MT>(v1.z, v1.w));
+                }
+            } else {
+                *(uint4 *)kd = make_uint4(0, 0, 0, 0);
+                *(uint4 *)vd = make_uint4(0, 0, 0, 0);
+            }
+        }
+        mc_cp_async_commit();
+    }
 }
 
 /* The pieces of a span's reduction for a 16-row tile (the file's comment gives the order), shared
@@ -264,20 +330,23 @@ __device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const ui
 }
 
 /* Shared memory of attention_mma (bytes): the q tiles (decode: one, the block's; a chunk: one a
- * warp), then the K and V tiles (decode: one pair; a chunk: two pairs, double-buffered), then
- * decode's new row (kn, vn: stored values), its merge's fold weights (MC_AMM_MERGE spans of 8
- * heads: a, b; then 1 / sum a head) and the merge flag. */
+ * warp), then two pairs of K and V tiles (double-buffered; decode's merge stages a batch of out
+ * partials there), under kv=q8 two buffers of the stored rows the tiles are made from, then
+ * decode's new row (kn, vn: stored values), its merge's fold weights
+ * (MC_AMM_MERGE spans of 8 heads: a, b; then 1 / sum a head; then the running max before each
+ * span, later its sum) and the merge flag. */
 struct mc_amm_layout {
-    uint32_t kv, kn, vn, wab, flag, total;
+    uint32_t kv, raw, kn, vn, wab, flag, total;
 };
-__host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t kvb, bool chunk) {
-    const uint32_t tile = MC_AMM_SPAN * (hd + 8) * 2, qt = 16 * (hd + 8) * 2;
+__host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t kv, bool chunk) {
+    const uint32_t tile = MC_AMM_SPAN * (hd + 8) * 2, qt = 16 * (hd + 8) * 2, rb = mc_kv_row_bytes(kv, hd);
     mc_amm_layout L;
     L.kv = (chunk ? MC_AMM_WARPS : 1u) * qt;
-    L.kn = L.kv + (chunk ? 2u : 1u) * 2 * tile;
-    L.vn = L.kn + (hd * kvb + 15) / 16 * 16;
-    L.wab = L.vn + (hd * kvb + 15) / 16 * 16;
-    L.flag = L.wab + (chunk ? 0u : (MC_AMM_MERGE * 16 + 8) * 4);
+    L.raw = L.kv + 2u * 2 * tile; /* kv=q8: two buffers of raw K and V rows */
+    L.kn = L.raw + (kv == MC_KV_Q8 ? (2u * 2 * MC_AMM_SPAN * rb + 15) / 16 * 16 : 0u);
+    L.vn = L.kn + (rb + 15) / 16 * 16;
+    L.wab = L.vn + (rb + 15) / 16 * 16;
+    L.flag = L.wab + (chunk ? 0u : (MC_AMM_MERGE * 24 + 8) * 4);
     L.total = L.flag + 16;
     return L;
 }
@@ -293,8 +362,10 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
     const uint32_t g = blockIdx.x, x = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t gid = lane >> 2, tig = lane & 3;
     extern __shared__ __align__(16) unsigned char smb[];
-    const mc_amm_layout L = mc_amm_layout_of(HD, sizeof(KT), rows != 0);
+    constexpr uint32_t KV = mc_kv_is_q8<KT> ? MC_KV_Q8 : sizeof(KT) == 4 ? MC_KV_F32 : MC_KV_BF16, RB = MC_AMM_RB<HD>;
+    const mc_amm_layout L = mc_amm_layout_of(HD, KV, rows != 0);
     MT *tiles = (MT *)(smb + L.kv);
+    uint8_t *raw = smb + L.raw; /* kv=q8: buffer b at raw + 2 b S RB */
     KT *kn = (KT *)(smb + L.kn), *vn = (KT *)(smb + L.vn);
     float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
     mc_atc_freqs<HD>(fr, a, lane & 15);
@@ -305,7 +376,8 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         return;
     const uint32_t lo = mc_att_first_position(a.window, (uint32_t)(p00 + (int32_t)z0)) / S,
                    hi = (uint32_t)(p00 + (int32_t)z1 - 1) / S;
-    const KT *kb = k_cache + (size_t)g * a.capacity * HD, *vb = v_cache + (size_t)g * a.capacity * HD;
+    const KT *kb = k_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>,
+             *vb = v_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>;
     const uint32_t X = gridDim.y;
     uint32_t n_act = 0;
     bool has_new = false;
@@ -315,10 +387,11 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             return;
         has_new = (hi - lo) % X == x; /* the block that holds p's span */
         /* rows below p were written by earlier steps: staged before the wait */
-        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, kb, vb, (lo + x) * S, lo + x == hi ? (uint32_t)p00 - hi * S : S,
-                                 tid, NT);
+        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, (lo + x) * S,
+                                 lo + x == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
     } else { /* a chunk: every row's k and v appended before this launch */
-        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid, NT);
+        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid,
+                                 NT);
     }
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
     /* q of the warp's rows (decode: warp 0, the step's row; with has_new also the new k and v
@@ -366,16 +439,32 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         const uint32_t NS = (a.capacity + S - 1) / S;
         /* the partials: out [head][span][hd], then (max, sum) [head][span][2] */
         float *po = a.partial, *pml = a.partial + (size_t)a.n_head * NS * HD;
-        MT *ks = tiles, *vs = tiles + TILE;
         float *xm = (float *)(smb + L.wab), *xt = xm + 64; /* the span's exchange (the merge's space) */
         uint32_t *pf = (uint32_t *)(xt + 256);
-        for (uint32_t s = lo + x; s <= hi; s += X) {
-            if (s != lo + x) {
-                __syncthreads(); /* the tiles are read before this span's staging */
-                mc_amm_stage<HD, KT, MT>(ks, vs, kb, vb, s * S, s == hi ? (uint32_t)p00 - s * S : S, tid, NT);
-            }
-            mc_cp_async_wait(0);
-            if (s == hi) { /* the new row over the staging's zeros (kn, vn: from warp 0, before) */
+        /* the block's spans lo + x, lo + x + X, ..., each staged one ahead into the other tile
+         * pair (the first before the wait): where a span's rows are loaded never changes what is
+         * computed from them */
+        for (uint32_t s = lo + x, k = 0; s <= hi; s += X, k++) {
+            MT *ks = tiles + 2 * (k & 1) * TILE, *vs = ks + TILE;
+            const bool ahead = s + X <= hi;
+            if (k)
+                __syncthreads(); /* the span before is read, its tiles and the exchange */
+            if (ahead) /* the pair read two spans ago (the barrier above orders it) */
+                mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE,
+                                         raw + 2 * ((k + 1) & 1) * S * RB, kb, vb, (s + X) * S,
+                                         s + X == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
+            mc_cp_async_wait(ahead ? 1 : 0);
+            if constexpr (mc_kv_is_q8<KT>) { /* the new row's stored bytes after the staged rows, then the tiles */
+                uint8_t *rk = raw + 2 * (k & 1) * S * RB;
+                const uint32_t n = s == hi ? (uint32_t)p00 - s * S + 1 : S;
+                if (s == hi)
+                    for (uint32_t i = tid; i < RB / 4; i += NT) {
+                        ((uint32_t *)(rk + (n - 1) * RB))[i] = ((const uint32_t *)kn)[i];
+                        ((uint32_t *)(rk + S * RB + (n - 1) * RB))[i] = ((const uint32_t *)vn)[i];
+                    }
+                __syncthreads();
+                mc_amm_q8_tiles<HD, MT>(ks, vs, rk, rk + S * RB, n, tid, NT);
+            } else if (s == hi) { /* the new row over the staging's zeros (kn, vn: from warp 0, before) */
                 __syncthreads();
                 for (uint32_t i = tid; i < HD; i += NT) {
                     ks[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(kn[i]));
@@ -450,13 +539,25 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         if (!flag[0])
             return;
         __threadfence();
-        /* per head, the fold's weights of MC_AMM_MERGE spans at a time (thread h: mc_spl_fold_row
-         * in span order), then every element's chain (mc_spl_fold_elem): mc_spl_fold's operations */
-        float *wab = (float *)(smb + L.wab);
-        float Mh = 0.0f, Lh = 0.0f, O[(G * HD + NT - 1) / NT];
-        for (uint32_t sb = lo; sb <= hi; sb += MC_AMM_MERGE) {
-            const uint32_t nb = min(MC_AMM_MERGE, hi + 1 - sb);
+        /* mc_spl_fold's operations in span order, batch by batch (as many spans as the tiles'
+         * space holds, at most MC_AMM_MERGE): the batch's out partials staged by cp.async, its
+         * (max, sum) read at once; thread h the running max before each span (a chain of fmaxf);
+         * every thread some spans' weights a, b (mc_spl_fold_row's expressions); thread h the
+         * sum's chain and every element its own (mc_spl_fold_elem) from shared memory */
+        float *wab = (float *)(smb + L.wab), *bo = (float *)tiles;
+        /* a batch: the two tile pairs' space (4 TILE 2-byte values) as floats [head][span][hd] */
+        constexpr uint32_t EPT = (G * HD + NT - 1) / NT, NB0 = 2 * TILE / (G * HD),
+                           NB = NB0 < MC_AMM_MERGE ? NB0 : MC_AMM_MERGE;
+        static_assert(NB >= 4, "a batch of at least 4 spans");
+        float Mh = 0.0f, Lh = 0.0f, O[EPT];
+        for (uint32_t sb = lo; sb <= hi; sb += NB) {
+            const uint32_t nb = min(NB, hi + 1 - sb), q4 = nb * HD / 4;
             __syncthreads(); /* the batch before is read */
+            for (uint32_t i = tid; i < G * q4; i += NT) { /* out [head][span][hd] of the batch */
+                const uint32_t h = i / q4, r = i % q4;
+                mc_cp_async16(bo + (size_t)h * nb * HD + 4 * r, po + ((size_t)(g * G + h) * NS + sb) * HD + 4 * r);
+            }
+            mc_cp_async_commit();
             for (uint32_t i = tid; i < nb * G; i += NT) { /* the batch's (max, sum), at once */
                 const uint32_t j = i / G, h = i % G;
                 const float2 v = __ldcg((const float2 *)(pml + ((size_t)(g * G + h) * NS + sb + j) * 2));
@@ -464,47 +565,54 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                 wab[(j * 8 + h) * 2 + 1] = v.y;
             }
             __syncthreads();
-            if (tid < G) { /* in place: span j's (max, sum) become its weights (a, b) */
+            float *mp = wab + MC_AMM_MERGE * 16 + 8; /* [span][8]: the running max before the span */
+            if (tid < G) {
                 for (uint32_t j = 0; j < nb; j++) {
-                    const float ms = wab[(j * 8 + tid) * 2], ls = wab[(j * 8 + tid) * 2 + 1];
-                    float wa = 0.0f, wb = 1.0f;
-                    if (sb + j == lo) {
-                        Mh = ms;
-                        Lh = ls;
-                    } else {
-                        mc_spl_fold_row(Mh, Lh, ms, ls, wa, wb);
-                    }
-                    wab[(j * 8 + tid) * 2] = wa;
-                    wab[(j * 8 + tid) * 2 + 1] = wb;
+                    const float ms = wab[(j * 8 + tid) * 2];
+                    mp[j * 8 + tid] = Mh;
+                    Mh = sb + j == lo ? ms : fmaxf(Mh, ms);
+                }
+            }
+            __syncthreads();
+            for (uint32_t i = tid; i < nb * G; i += NT) { /* in place: (max, sum) become (a, b) */
+                const uint32_t j = i / G, h = i % G;
+                const float ms = wab[(j * 8 + h) * 2], M0 = mp[j * 8 + h], mn = fmaxf(M0, ms);
+                float wa = 0.0f, wb = 1.0f;
+                if (sb + j != lo) {
+                    wa = expf(__fsub_rn(M0, mn));
+                    wb = expf(__fsub_rn(ms, mn));
+                }
+                mp[j * 8 + h] = wab[(j * 8 + h) * 2 + 1]; /* the span's sum, for thread h's chain */
+                wab[(j * 8 + h) * 2] = wa;
+                wab[(j * 8 + h) * 2 + 1] = wb;
+            }
+            mc_cp_async_wait(0);
+            __syncthreads();
+            if (tid < G) {
+                for (uint32_t j = 0; j < nb; j++) {
+                    const float ls = mp[j * 8 + tid];
+                    Lh = sb + j == lo ? ls
+                                      : fmaf(ls, wab[(j * 8 + tid) * 2 + 1], __fmul_rn(Lh, wab[(j * 8 + tid) * 2]));
                 }
                 if (sb + nb > hi)
                     wab[MC_AMM_MERGE * 16 + tid] = 1.0f / Lh;
             }
-            __syncthreads();
 #pragma unroll
-            for (uint32_t i = 0; i < (G * HD + NT - 1) / NT; i++) {
+            for (uint32_t i = 0; i < EPT; i++) {
                 const uint32_t e = tid + i * NT, h = e / HD;
                 if (e >= G * HD)
                     break;
-                const float *oh = po + (size_t)(g * G + h) * NS * HD + e % HD;
-                float v = sb == lo ? __ldcg(oh + (size_t)lo * HD) : O[i];
-                for (uint32_t j0 = sb == lo ? 1 : 0; j0 < nb; j0 += 8) { /* 8 loads in flight */
-                    float ov[8];
-#pragma unroll
-                    for (uint32_t k = 0; k < 8; k++)
-                        ov[k] = j0 + k < nb ? __ldcg(oh + (size_t)(sb + j0 + k) * HD) : 0.0f;
-#pragma unroll
-                    for (uint32_t k = 0; k < 8; k++)
-                        if (j0 + k < nb)
-                            v = mc_spl_fold_elem(v, ov[k], wab[((j0 + k) * 8 + h) * 2],
-                                                 wab[((j0 + k) * 8 + h) * 2 + 1]);
-                }
+                const float *oh = bo + (size_t)h * nb * HD + e % HD;
+                float v = sb == lo ? oh[0] : O[i];
+#pragma unroll 8
+                for (uint32_t j = sb == lo ? 1 : 0; j < nb; j++)
+                    v = mc_spl_fold_elem(v, oh[(size_t)j * HD], wab[(j * 8 + h) * 2], wab[(j * 8 + h) * 2 + 1]);
                 O[i] = v;
             }
         }
         __syncthreads();
 #pragma unroll
-        for (uint32_t i = 0; i < (G * HD + NT - 1) / NT; i++) {
+        for (uint32_t i = 0; i < EPT; i++) {
             const uint32_t e = tid + i * NT;
             if (e < G * HD)
                 out[(size_t)(g * G + e / HD) * HD + e % HD] = O[i] * wab[MC_AMM_MERGE * 16 + e / HD];
@@ -522,10 +630,17 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                   wfirst = (int32_t)mc_att_first_position(a.window, (uint32_t)(p00 + (int32_t)min(zw, z1 - 1)));
     for (uint32_t s = lo, k = 0; s <= hi; s++, k++) {
         if (s < hi)
-            mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE, kb, vb,
-                                     (s + 1) * S, min(S, (uint32_t)p00 + z1 - (s + 1) * S), tid, NT);
+            mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE,
+                                     raw + 2 * ((k + 1) & 1) * S * RB, kb, vb, (s + 1) * S,
+                                     min(S, (uint32_t)p00 + z1 - (s + 1) * S), tid, NT);
         mc_cp_async_wait(s < hi ? 1 : 0);
-        __syncthreads(); /* span s's tiles for every warp */
+        __syncthreads(); /* span s's tiles for every warp (kv=q8: its stored rows) */
+        if constexpr (mc_kv_is_q8<KT>) {
+            const uint8_t *rk = raw + 2 * (k & 1) * S * RB;
+            mc_amm_q8_tiles<HD, MT>(tiles + 2 * (k & 1) * TILE, tiles + (2 * (k & 1) + 1) * TILE, rk, rk + S * RB,
+                                    min(S, (uint32_t)p00 + z1 - s * S), tid, NT);
+            __syncthreads();
+        }
         const int32_t sb = (int32_t)(s * S);
         if (zw < z1 && wlast >= sb && wfirst < sb + (int32_t)S) { /* some row of the warp attends here */
             const MT *ks = tiles + 2 * (k & 1) * TILE;
@@ -573,27 +688,35 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
 #define MC_AMM_FN(HD, G) ((const void *)attention_mma<HD, G>)
 #define MC_AMM_FN_H(HD, G) ((const void *)attention_mma<HD, G, __half>)
 #define MC_AMM_FN_B(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16>)
+#define MC_AMM_FN_Q(HD, G) ((const void *)attention_mma<HD, G, mc_q8>)
 #define MC_AMM_PICK(kv, hd, G)                                                                                         \
     ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_H)                                                     \
      : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_B)                                                     \
+     : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_Q)                                                     \
                           : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN))
 #define MC_AMM_EACH(F)                                                                                                 \
-    MC_ATC_EACH_OF128(F, MC_AMM_FN) MC_ATC_EACH_OF128(F, MC_AMM_FN_H) MC_ATC_EACH_OF128(F, MC_AMM_FN_B)
+    MC_ATC_EACH_OF128(F, MC_AMM_FN) MC_ATC_EACH_OF128(F, MC_AMM_FN_H) MC_ATC_EACH_OF128(F, MC_AMM_FN_B)               \
+        MC_ATC_EACH_OF128(F, MC_AMM_FN_Q)
 
 int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
     return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 3 || G == 4 || G == 8);
 }
 
-/* Per device: whether every instantiation may use the largest need (hd 128, f32: decode's or a
- * chunk's, whichever is larger). */
+/* Per device: whether every instantiation may use the largest need (hd 128, f32's or q8's,
+ * decode's or a chunk's, whichever is largest). */
 static int mc_amm_smem_ready[MC_MAX_DEVICES];
 
 cudaError_t mc_amm_prepare(int dev) {
 #define MC_AMM_FNS(fn) fn,
     static const void *const fns[] = {MC_AMM_EACH(MC_AMM_FNS)};
 #undef MC_AMM_FNS
-    const uint32_t sd = mc_amm_layout_of(128, 4, false).total, sc = mc_amm_layout_of(128, 4, true).total;
-    return mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)(sd > sc ? sd : sc), mc_amm_smem_ready, dev);
+    uint32_t m = 0;
+    for (uint32_t kv = MC_KV_F32; kv <= MC_KV_Q8; kv++)
+        for (int chunk = 0; chunk < 2; chunk++) {
+            const uint32_t t = mc_amm_layout_of(128, kv, chunk != 0).total;
+            m = t > m ? t : m;
+        }
+    return mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)m, mc_amm_smem_ready, dev);
 }
 
 /* attention_mma's launch: decode (rows 0; a programmatic launch under c->pdl, the grid by the
@@ -611,7 +734,7 @@ cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float
     return mc_att_span_launch(
         c, MC_AMM_PICK(a->kv, a->hd, G),
         rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS),
-        MC_AMM_THREADS, mc_amm_layout_of(a->hd, mc_kv_bytes(a->kv), rows != 0).total, a, qkv, k_cache, v_cache, out,
+        MC_AMM_THREADS, mc_amm_layout_of(a->hd, a->kv, rows != 0).total, a, qkv, k_cache, v_cache, out,
         pos, rows, st);
 }
 

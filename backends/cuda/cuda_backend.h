@@ -316,8 +316,8 @@ typedef struct mc_stage_state {
                                * and 1): zeroed with the arena, left zero by every launch */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */
     float *xin;               /* tp, stage 0 rank 0: the embedding, copied by every rank */
-    void *k_cache, *v_cache;  /* [layer][n_kv][capacity][hd] values of the arm's kv type (cfg.kv: float, or
-                               * 2-byte f16/bf16: mc_kv_bytes) of the rank's kv heads */
+    void *k_cache, *v_cache;  /* [layer][n_kv][capacity] rows of hd values of the arm's kv type (cfg.kv: float,
+                               * 2-byte f16/bf16, or q8's scales and quants: mc_kv_row_bytes) of the rank's kv heads */
     int32_t *pos;
     int32_t *status;             /* tp: [local layer][which] the collective's statuses of the step */
     int32_t *verdict;            /* checked: this rank's verdict of the step (0: committed) */

@@ -247,9 +247,9 @@ memra_status mc_chunk_body(memra_backend *b, memra_state *s, uint32_t count, mem
         const uint32_t layer = sw->layer_begin + l;
         const mc_layer *L = &sw->layers[l];
         const uint32_t kv_plane = ss->n_kv * s->capacity;
-        const uint32_t kvb = mc_kv_bytes(c->kv); /* the arm's kv type: bytes a stored value */
-        char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * hd * kvb;
-        char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * hdv * kvb;
+        /* the arm's kv type: its row bytes */
+        char *kc = (char *)ss->k_cache + (size_t)l * kv_plane * mc_kv_row_bytes(c->kv, hd);
+        char *vc = (char *)ss->v_cache + (size_t)l * kv_plane * mc_kv_row_bytes(c->kv, hdv);
         mc_rope_args ra = mc_layer_rope_args(m, ss, sw, L, layer, s->capacity, c->kv);
         /* q, k, v of every row (one GEMV, or one per run of equal type into its rows) */
         if (L->qkv_parts == 0) {

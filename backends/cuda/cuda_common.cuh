@@ -90,6 +90,22 @@ template <typename KT> __device__ __forceinline__ float2 mc_kv_load2(const KT *p
     const KT *e = (const KT *)&u;
     return make_float2(mc_kv_get(e[0]), mc_kv_get(e[1]));
 }
+/* kv=q8 (MC_KV_Q8): the kernels' KT is mc_q8, one byte of a stored row; a row of HD values is
+ * MC_KV_ROWE<HD, mc_q8> = HD + HD / 8 bytes: the HD / 32 blocks' f32 scales, then the HD signed
+ * quants (memra/numeric.h's memra_kv_q8_*: the cpu backend's operations). For the other types a
+ * row is HD values. */
+struct mc_q8 {
+    uint8_t b;
+};
+template <typename KT> inline constexpr bool mc_kv_is_q8 = false;
+template <> inline constexpr bool mc_kv_is_q8<mc_q8> = true;
+template <uint32_t HD, typename KT> inline constexpr uint32_t MC_KV_ROWE = HD;
+template <uint32_t HD> inline constexpr uint32_t MC_KV_ROWE<HD, mc_q8> = HD + HD / 8;
+/* Value i of a q8 row, as a float. */
+template <uint32_t HD> __device__ __forceinline__ float mc_kv_q8_get(const mc_q8 *row, uint32_t i) {
+    return memra_kv_q8_value(((const int8_t *)row)[HD / 8 + i], ((const float *)row)[i / 32]);
+}
+
 /* Calls F(KT) with the storage type of kv (MC_KV_F32, MC_KV_F16, MC_KV_BF16). */
 #define MC_KV_DISPATCH(kv, F) ((kv) == MC_KV_F16 ? F(__half) : (kv) == MC_KV_BF16 ? F(__nv_bfloat16) : F(float))
 

@@ -73,8 +73,10 @@ extern "C" {
     {                                                                                                                  \
         "kv", "f32",                                                                                                   \
             "KV cache values: f32 (4 bytes), f16 or bf16 (2 bytes: each K and V value rounded to nearest even as it "  \
-            "is written, the cpu backend's kv key, read back exactly; half the bytes attention reads). Other bits "    \
-            "than f32 and another cache digest (the stored bytes are hashed); exact pairs hold within one kv type"     \
+            "is written, the cpu backend's kv key, read back exactly; half the bytes attention reads) or q8 (1.125 "   \
+            "bytes: each block of 32 values of a row as 8-bit integers and an f32 scale, amax / 127, the cpu "        \
+            "backend's operations; read by attention=mma alone, at head sizes 32, 64 and 128). Other bits than f32 "  \
+            "and another cache digest (the stored bytes are hashed); exact pairs hold within one kv type"             \
     },                                                                                                                 \
     {                                                                                                                  \
         "norm", "fused",                                                                                               \

@@ -21,6 +21,13 @@
 
 #include "memra/plugin.h"
 
+/* A helper callable on the host (tests) and the device. */
+#if defined(__CUDACC__)
+#define MC_HOSTDEV __host__ __device__
+#else
+#define MC_HOSTDEV
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,7 +65,7 @@ enum { MC_Q8_AUTO, MC_Q8_FLOAT, MC_Q8_ROWS, MC_Q8_INT8W, MC_Q8_MMA };
 enum { MC_ATT_AUTO, MC_ATT_TILED, MC_ATT_UNFUSED, MC_ATT_SPANS, MC_ATT_HEADS, MC_ATT_CLUSTER, MC_ATT_MMA };
 enum { MC_NORM_FUSED, MC_NORM_UNFUSED };
 enum { MC_QDOT_AUTO, MC_QDOT_FLOAT, MC_QDOT_MMA };
-enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16 };
+enum { MC_KV_F32, MC_KV_F16, MC_KV_BF16, MC_KV_Q8 };
 enum { MC_POSTNORM_FUSED, MC_POSTNORM_LAUNCH, MC_POSTNORM_PROLOGUE };
 /* The blocks of the Q4_0..Q5_1 and Q4_K..Q6_K GEMVs under qdot=auto (the qblock key, issue 27):
  * MC_QBLOCK_AUTO, blocks of 4 warps (several a multiprocessor) for narrow matrices (cols <=
@@ -175,7 +182,9 @@ typedef struct mc_config {
                          * the prefill chunk, gemv_mma.cu: the quants exact as bf16, x' rounded to bf16, each
                          * sub-block's scale (and min) after its MMAs; Q4_0 .. Q5_1 keep qdot=auto's kernels) */
     uint32_t kv;        /* the KV cache's storage: MC_KV_F32 (4 bytes a value), MC_KV_F16 or MC_KV_BF16 (2 bytes, each
-                         * value rounded to nearest even as it is written, as the cpu backend's kv key) */
+                         * value rounded to nearest even as it is written, as the cpu backend's kv key) or MC_KV_Q8
+                         * (a row's blocks of 32 values as 8-bit integers and an f32 scale each: mc_kv_q8_row;
+                         * attention=mma alone reads it) */
     uint32_t moe_fuse;  /* MC_MOE_FUSE_* bits: the mixture-of-experts launches folded together (never the bits) */
     uint32_t postnorm;  /* gemma3's post norms (and their residual add): MC_POSTNORM_FUSED (in the last block of
                          * the GEMV that writes their input: mc_gemv_post), MC_POSTNORM_LAUNCH (a launch of
@@ -192,8 +201,15 @@ typedef struct mc_config {
     uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
     uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
 } mc_config;
-/* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2). */
-static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : 2u; }
+/* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
+ * scales aside: use mc_kv_row_bytes for a row). */
+static inline uint32_t mc_kv_bytes(uint32_t kv) { return kv == MC_KV_F32 ? 4u : kv == MC_KV_Q8 ? 1u : 2u; }
+/* Bytes of one stored cache row of hd values (one position of one kv head). MC_KV_Q8 (hd a
+ * multiple of 32): the hd / 32 blocks' f32 scales, then the hd signed 8-bit quants, 1.125 bytes a
+ * value (mc_kv_q8_row says how a row is quantized). */
+static inline MC_HOSTDEV uint32_t mc_kv_row_bytes(uint32_t kv, uint32_t hd) {
+    return kv == MC_KV_F32 ? 4u * hd : kv == MC_KV_Q8 ? hd + hd / 8u : 2u * hd;
+}
 extern const mc_config mc_config_default;
 /* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
@@ -388,11 +404,6 @@ uint64_t mc_att_partial_floats(uint32_t n_head, uint32_t hdv, uint32_t capacity)
  * spans over up to MC_ATT_SPLIT_BLOCKS blocks per kv head (a grid sized by the state's capacity;
  * blocks past *pos leave at once), so a long prefix keeps many blocks reading. These helpers are
  * the span arithmetic the kernels use, callable on the host (tests) and the device. */
-#if defined(__CUDACC__)
-#define MC_HOSTDEV __host__ __device__
-#else
-#define MC_HOSTDEV
-#endif
 #define MC_ATT_SPAN 128u
 #define MC_ATT_SPLIT_BLOCKS 128u
 /* Spans of a state of `capacity` positions (the partials' stride per head). */

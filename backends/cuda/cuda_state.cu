@@ -255,6 +255,10 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                           "heads a kv head; this model has head size %u (v %u) and %u q heads on %u kv heads (use "
                           "attention=auto)",
                           m->head_dim, m->head_dim_v, m->n_head, m->n_head_kv);
+    if (cfg.kv == MC_KV_Q8 && cfg.attention != MC_ATT_MMA)
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: kv=q8 (8-bit quants and an f32 scale a block of 32 values) is read by attention=mma "
+                          "alone; add attention=mma to the arm, or use kv=f32, f16 or bf16");
     uint32_t prefill = 1;
     if ((st = mc_read_prefill(opts, &prefill, err)))
         return st;
@@ -383,7 +387,7 @@ static void mc_state_destroy(memra_state *s) {
 
 /* Carves a rank's buffers (a sizing pass with base NULL counts bytes). */
 static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool last, uint32_t rank, bool tp,
-                           bool checked, bool ops, uint32_t capacity, uint32_t kvb, mc_bump *bp, mc_stage_state *ss,
+                           bool checked, bool ops, uint32_t capacity, uint32_t kv, mc_bump *bp, mc_stage_state *ss,
                            uint64_t *cache_bytes) {
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const uint64_t qkv = (uint64_t)ss->n_head * hd + (uint64_t)ss->n_kv * (hd + hdv);
@@ -433,8 +437,8 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     if (m->arch == MEMRA_ARCH_GEMMA3) /* the fused post norms' tickets (likewise) */
         ss->pn_ticket = (uint32_t *)mc_take(bp, 16);
     uint64_t before = bp->used;
-    ss->k_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hd * kvb); /* kvb: bytes a value (the arm's kv) */
-    ss->v_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * hdv * kvb);
+    ss->k_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * mc_kv_row_bytes(kv, hd)); /* the arm's kv type */
+    ss->v_cache = mc_take(bp, (uint64_t)nl * ss->n_kv * capacity * mc_kv_row_bytes(kv, hdv));
     *cache_bytes += bp->used - before;
     if (first && rank == 0) {
         ss->in_token = (int32_t *)mc_take(bp, 16);
@@ -472,8 +476,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     const bool first = i == 0, last = i == s->n_stages - 1;
     mc_bump size = {NULL, 0, 0};
     uint64_t cache = 0;
-    const uint32_t kvb = mc_kv_bytes(b->cfg.kv);
-    mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, kvb, &size, ss, &cache);
+    mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, b->cfg.kv, &size, ss, &cache);
     MC_RET(cudaSetDevice(ss->device), "cudaSetDevice");
     size_t free_b = 0, total_b = 0;
     MC_RET(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -489,7 +492,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
     {
         mc_bump real = {(char *)ss->arena, 0, size.used};
         cache = 0;
-        mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, kvb, &real, ss, &cache);
+        mc_stage_carve(m, nl, first, last, r, tp, b->tp, b->any_op, s->capacity, b->cfg.kv, &real, ss, &cache);
     }
     s->cache_bytes += cache;
     s->scratch_bytes += size.used - cache;
@@ -671,8 +674,7 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
         /* Per rank: hashes of K and V chunks on the device; the host hashes them layer by layer
          * (K of every rank's kv heads in rank order, then V), so any split of the layers or of the
          * kv heads gives the same digest. The hashes are of the stored bytes: a cache of another
-         * kv type (f32, f16, bf16) has another digest, even where its values agree. */
-        const uint32_t kvb = mc_kv_bytes(b->cfg.kv);
+         * kv type (f32, f16, bf16, q8) has another digest, even where its values agree. */
         const uint64_t chunks = (s->capacity + MC_DIGEST_ROWS - 1) / MC_DIGEST_ROWS;
         memra_sha256_ctx *ctx = b->host->sha256_new();
         if (!ctx)
@@ -701,10 +703,11 @@ memra_status mc_digest(memra_backend *b, memra_state *s, memra_digest_kind kind,
                 if (e == cudaSuccess)
                     e = cudaMemcpyAsync(ss->dpos, &hp, 4, cudaMemcpyHostToDevice, ss->stream);
                 if (e == cudaSuccess)
-                    e = mc_digest_planes(ss->k_cache, nl * ss->n_kv, s->capacity, m->head_dim * kvb / 4, ss->dpos,
-                                         ss->hashes, ss->stream);
+                    e = mc_digest_planes(ss->k_cache, nl * ss->n_kv, s->capacity,
+                                         mc_kv_row_bytes(b->cfg.kv, m->head_dim) / 4, ss->dpos, ss->hashes, ss->stream);
                 if (e == cudaSuccess)
-                    e = mc_digest_planes(ss->v_cache, nl * ss->n_kv, s->capacity, m->head_dim_v * kvb / 4, ss->dpos,
+                    e = mc_digest_planes(ss->v_cache, nl * ss->n_kv, s->capacity,
+                                         mc_kv_row_bytes(b->cfg.kv, m->head_dim_v) / 4, ss->dpos,
                                          ss->hashes + nl * per_layer, ss->stream);
                 if (e == cudaSuccess)
                     e = cudaMemcpyAsync(h[r], ss->hashes, n * 8, cudaMemcpyDeviceToHost, ss->stream);
@@ -757,7 +760,8 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
         return st;
     if ((st = mc_sync_all(dst, err)))
         return st;
-    const size_t kvb = mc_kv_bytes(b->cfg.kv); /* both states are the backend's: one kv type */
+    /* both states are the backend's: one kv type, so one row size */
+    const size_t krow = mc_kv_row_bytes(b->cfg.kv, m->head_dim), vrow = mc_kv_row_bytes(b->cfg.kv, m->head_dim_v);
     for (uint32_t i = 0; i < dst->n_stages; i++) {
         const mc_stage_weights *sw = &b->w->stages[i][0];
         const uint32_t nl = sw->layer_end - sw->layer_begin;
@@ -772,15 +776,13 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
             if (d->poison)
                 MC_TRY(cudaMemsetAsync(d->poison, 0, 4, q), "restore: clearing the poison");
             if (src->position > 0 && planes > 0) {
-                MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * m->head_dim * kvb, a->k_cache,
-                                         (size_t)src->capacity * m->head_dim * kvb,
-                                         (size_t)src->position * m->head_dim * kvb, planes, cudaMemcpyDeviceToDevice,
-                                         q),
+                MC_TRY(cudaMemcpy2DAsync(d->k_cache, (size_t)dst->capacity * krow, a->k_cache,
+                                         (size_t)src->capacity * krow, (size_t)src->position * krow, planes,
+                                         cudaMemcpyDeviceToDevice, q),
                        "restore: K cache");
-                MC_TRY(cudaMemcpy2DAsync(d->v_cache, (size_t)dst->capacity * m->head_dim_v * kvb, a->v_cache,
-                                         (size_t)src->capacity * m->head_dim_v * kvb,
-                                         (size_t)src->position * m->head_dim_v * kvb, planes, cudaMemcpyDeviceToDevice,
-                                         q),
+                MC_TRY(cudaMemcpy2DAsync(d->v_cache, (size_t)dst->capacity * vrow, a->v_cache,
+                                         (size_t)src->capacity * vrow, (size_t)src->position * vrow, planes,
+                                         cudaMemcpyDeviceToDevice, q),
                        "restore: V cache");
             }
             if (i == 0 && r == 0)

@@ -21,7 +21,7 @@ static const struct {
      "auto, tiled, unfused, split, heads, cluster, mma"},
     {"norm", offsetof(mc_config, norm), {"fused", "unfused", NULL, NULL}, "fused, unfused"},
     {"qdot", offsetof(mc_config, qdot), {"auto", "float", "mma", NULL}, "auto, float, mma"},
-    {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", NULL}, "f32, f16, bf16"},
+    {"kv", offsetof(mc_config, kv), {"f32", "f16", "bf16", "q8", NULL}, "f32, f16, bf16, q8"},
     {"postnorm", offsetof(mc_config, postnorm), {"fused", "launch", "prologue", NULL}, "fused, launch, prologue"},
     {"chunk", offsetof(mc_config, chunk), {"mma", "fma", "mma-kq", "mma-q8", "mma-opt"},
      "mma, fma, mma-kq, mma-q8, mma-opt"},

@@ -12,9 +12,11 @@
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
  * somewhere in every control case, while staying close (so the reference is attention).
  * attention=mma (attention_mma.cu, tensor cores): its chunk in one launch and in two (an odd
- * first part) against its own decode row by row, outputs and cache rows, on 18 cases (hd 32, 64,
- * 128; G 1, 2, 3, 4, 8; every kv type; windows, norms, neox, a scale); against the cluster path's
- * decode each must differ somewhere (the control) and stay within nmse 1e-3.
+ * first part) against its own decode row by row, outputs and cache rows, on 27 cases (hd 32, 64,
+ * 128; G 1, 2, 3, 4, 8; every kv type, q8 included; windows, norms, neox, a scale; prefixes past
+ * 2,048 positions, where decode's blocks take several spans and its merge several batches);
+ * against the cluster path's decode each must differ somewhere (the control) and stay within nmse
+ * 1e-3 (kv=q8: the cluster path at f32 on the prefix's values as q8 reads them back).
  *
  *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
  *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
@@ -45,6 +47,19 @@ static void ac_put(void *dst, size_t i, uint32_t kv, float f) {
         ((uint16_t *)dst)[i] = kv == MC_KV_F16 ? memra_f32_to_f16(f) : memra_f32_to_bf16(f);
 }
 
+/* A q8 row of hd values (hd a multiple of 32) at dst: memra_kv_q8_*'s scales, then quants. */
+static void ac_put_q8(uint8_t *dst, const float *x, uint32_t hd) {
+    for (uint32_t b0 = 0; b0 < hd; b0 += 32) {
+        float a = 0.0f;
+        for (uint32_t i = 0; i < 32; i++)
+            a = memra_kv_q8_amax(a, x[b0 + i]);
+        const float d = memra_kv_q8_scale(a);
+        memcpy(dst + 4 * (b0 / 32), &d, 4);
+        for (uint32_t i = 0; i < 32; i++)
+            dst[hd / 8 + b0 + i] = (uint8_t)memra_kv_q8_quant(x[b0 + i], d);
+    }
+}
+
 /* Outputs and caches a case keeps: decode, the chunk (attchunk=phased: attention_chunk_phased,
  * rows past its reach on attention_chunk_rows), the chunk's old launch, decode under
  * attention=heads (a kv head's q heads in several clusters), the chunk under attchunk=rows
@@ -72,18 +87,19 @@ static void ac_free(ac_dev *d) {
 }
 
 /* The arguments and device buffers of case k (three caches with the same random prefix,
- * the rest zero; positions prefix .. prefix + M - 1 in d->pos). */
+ * the rest zero; positions prefix .. prefix + M - 1 in d->pos). *n_cache: bytes of one cache
+ * (K or V) of the case's kv type (q8: rows of scales and quants, memra_kv_q8_*). */
 static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac_dev *d, size_t *n_out,
                             size_t *n_cache) {
     const uint32_t n_kv = k->n_kv ? k->n_kv : 2, n_head = k->G * n_kv, hd = k->hd, cap = k->prefix + k->M + 8;
-    const size_t row = (size_t)(n_head + 2 * n_kv) * hd, nq = row * k->M, kvb = mc_kv_bytes(k->kv);
+    const size_t row = (size_t)(n_head + 2 * n_kv) * hd, nq = row * k->M, rb = mc_kv_row_bytes(k->kv, hd);
     *n_out = (size_t)k->M * n_head * hd;
-    *n_cache = (size_t)n_kv * cap * hd;
+    *n_cache = (size_t)n_kv * cap * rb;
     memset(a, 0, sizeof *a);
     memset(d, 0, sizeof *d);
     uint64_t s = seed;
     float *hq = malloc(nq * 4), *hf = malloc(hd / 2 * 4), *hn = malloc(2 * hd * 4);
-    void *hk = calloc(*n_cache, kvb), *hv = calloc(*n_cache, kvb);
+    void *hk = calloc(*n_cache, 1), *hv = calloc(*n_cache, 1);
     int32_t *hp = malloc(k->M * 4);
     cudaError_t e = cudaErrorMemoryAllocation;
     if (!hq || !hf || !hn || !hk || !hv || !hp)
@@ -95,12 +111,22 @@ static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac
     for (uint32_t i = 0; i < 2 * hd; i++)
         hn[i] = 0.5f + mck_unit(&s);
     for (uint32_t g = 0; g < n_kv; g++)
-        for (uint32_t t = 0; t < k->prefix; t++)
+        for (uint32_t t = 0; t < k->prefix; t++) {
+            float kr[256], vr[256];
             for (uint32_t i = 0; i < hd; i++) {
                 const size_t j = ((size_t)g * cap + t) * hd + i;
-                ac_put(hk, j, k->kv, 1.5f * mck_sym(&s));
-                ac_put(hv, j, k->kv, mck_sym(&s));
+                kr[i] = 1.5f * mck_sym(&s);
+                vr[i] = mck_sym(&s);
+                if (k->kv != MC_KV_Q8) {
+                    ac_put(hk, j, k->kv, kr[i]);
+                    ac_put(hv, j, k->kv, vr[i]);
+                }
             }
+            if (k->kv == MC_KV_Q8) { /* hd <= 128, a multiple of 32 */
+                ac_put_q8((uint8_t *)hk + ((size_t)g * cap + t) * rb, kr, hd);
+                ac_put_q8((uint8_t *)hv + ((size_t)g * cap + t) * rb, vr, hd);
+            }
+        }
     for (uint32_t j = 0; j < k->M; j++)
         hp[j] = (int32_t)(k->prefix + j);
     if ((e = cudaMalloc((void **)&d->qkv, nq * 4)) || (e = cudaMalloc((void **)&d->freqs, hd / 2 * 4)) ||
@@ -108,10 +134,9 @@ static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac
         (e = cudaMalloc((void **)&d->pos, k->M * 4)))
         goto done;
     for (int i = 0; i < AC_N; i++)
-        if ((e = cudaMalloc((void **)&d->out[i], *n_out * 4)) || (e = cudaMalloc(&d->k[i], *n_cache * kvb)) ||
-            (e = cudaMalloc(&d->v[i], *n_cache * kvb)) ||
-            (e = cudaMemcpy(d->k[i], hk, *n_cache * kvb, cudaMemcpyHostToDevice)) ||
-            (e = cudaMemcpy(d->v[i], hv, *n_cache * kvb, cudaMemcpyHostToDevice)) ||
+        if ((e = cudaMalloc((void **)&d->out[i], *n_out * 4)) || (e = cudaMalloc(&d->k[i], *n_cache)) ||
+            (e = cudaMalloc(&d->v[i], *n_cache)) || (e = cudaMemcpy(d->k[i], hk, *n_cache, cudaMemcpyHostToDevice)) ||
+            (e = cudaMemcpy(d->v[i], hv, *n_cache, cudaMemcpyHostToDevice)) ||
             (e = cudaMemset(d->out[i], 0xff, *n_out * 4)))
             goto done;
     if ((e = cudaMemcpy(d->qkv, hq, nq * 4, cudaMemcpyHostToDevice)) ||
@@ -143,7 +168,9 @@ done:
     return e;
 }
 
-static const char *ac_kv_name(uint32_t kv) { return kv == MC_KV_F32 ? "f32" : kv == MC_KV_F16 ? "f16" : "bf16"; }
+static const char *ac_kv_name(uint32_t kv) {
+    return kv == MC_KV_F32 ? "f32" : kv == MC_KV_F16 ? "f16" : kv == MC_KV_Q8 ? "q8" : "bf16";
+}
 
 /* One case: decode row by row into out[0] (cache 0), the chunk into out[1] (cache 1) and the
  * chunk's old launch into out[2] (cache 2); or, with control, the split path's chunk into out[1].
@@ -160,7 +187,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
     mc_config c = mc_config_default;
     c.pdl = 0;
     c.kv = k->kv;
-    const size_t kvb = mc_kv_bytes(k->kv), row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
+    const size_t row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
     for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
         e = mc_attention_fused(&c, &a, d.qkv + j * row, d.k[0], d.v[0], d.out[0] + (size_t)j * a.n_head * k->hd,
                                d.pos + j, 0);
@@ -189,14 +216,14 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
         e = cudaDeviceSynchronize();
     for (int i = 0; i < AC_N && e == cudaSuccess; i++) {
         ho[i] = malloc(n_out * 4);
-        hc[i] = malloc(2 * n_cache * kvb);
+        hc[i] = malloc(2 * n_cache);
         if (!ho[i] || !hc[i]) {
             e = cudaErrorMemoryAllocation;
             break;
         }
         if ((e = cudaMemcpy(ho[i], d.out[i], n_out * 4, cudaMemcpyDeviceToHost)) ||
-            (e = cudaMemcpy(hc[i], d.k[i], n_cache * kvb, cudaMemcpyDeviceToHost)) ||
-            (e = cudaMemcpy(hc[i] + n_cache * kvb, d.v[i], n_cache * kvb, cudaMemcpyDeviceToHost)))
+            (e = cudaMemcpy(hc[i], d.k[i], n_cache, cudaMemcpyDeviceToHost)) ||
+            (e = cudaMemcpy(hc[i] + n_cache, d.v[i], n_cache, cudaMemcpyDeviceToHost)))
             break;
     }
     if (e != cudaSuccess) {
@@ -242,7 +269,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
                             i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head, i % k->hd, ho[0][i], ho[v][i]);
                 nb++;
             }
-        if (memcmp(hc[0], hc[v], 2 * n_cache * kvb) != 0) {
+        if (memcmp(hc[0], hc[v], 2 * n_cache) != 0) {
             if (out)
                 fprintf(out, "hd %u G %u M %u prefix %u %s: %s cache rows differ from decode's\n", k->hd, k->G, k->M,
                         k->prefix, ac_kv_name(k->kv), what);
@@ -275,7 +302,7 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     uint32_t *ticket = NULL;
     int bad = -1;
     cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
-    const size_t kvb = mc_kv_bytes(k->kv), row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
+    const size_t row = (size_t)(a.n_head + 2 * a.n_kv) * k->hd;
     mc_config c = mc_config_default, c0 = mc_config_default;
     c.pdl = c0.pdl = 0;
     c.kv = c0.kv = k->kv;
@@ -300,19 +327,50 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     if (e == cudaSuccess && M1 < k->M)
         e = mc_attention_chunk(&c, &a, d.qkv + M1 * row, d.k[2], d.v[2], d.out[2] + (size_t)M1 * a.n_head * k->hd,
                                d.pos + M1, k->M - M1, 0);
+    /* kv=q8 (which the cluster path does not read): the reference runs at f32 on the prefix's
+     * values as q8 reads them back (memra_kv_q8_value), so it differs in the new rows only */
+    mc_rope_args a3 = a;
+    void *k3 = d.k[3], *v3 = d.v[3], *f3[2] = {NULL, NULL};
+    if (e == cudaSuccess && k->kv == MC_KV_Q8) {
+        const size_t rb = mc_kv_row_bytes(MC_KV_Q8, k->hd), rows3 = n_cache / rb;
+        uint8_t *hq = malloc(n_cache);
+        float *hf = malloc(rows3 * k->hd * 4);
+        c0.kv = a3.kv = MC_KV_F32;
+        for (int kvi = 0; kvi < 2 && e == cudaSuccess; kvi++) {
+            if (!hq || !hf) {
+                e = cudaErrorMemoryAllocation;
+                break;
+            }
+            if ((e = cudaMemcpy(hq, kvi ? d.v[3] : d.k[3], n_cache, cudaMemcpyDeviceToHost)))
+                break;
+            for (size_t r = 0; r < rows3; r++)
+                for (uint32_t i = 0; i < k->hd; i++) {
+                    float dsc;
+                    memcpy(&dsc, hq + r * rb + 4 * (i / 32), 4);
+                    hf[r * k->hd + i] = memra_kv_q8_value((int8_t)hq[r * rb + k->hd / 8 + i], dsc);
+                }
+            if ((e = cudaMalloc(&f3[kvi], rows3 * k->hd * 4)) ||
+                (e = cudaMemcpy(f3[kvi], hf, rows3 * k->hd * 4, cudaMemcpyHostToDevice)))
+                break;
+        }
+        free(hq);
+        free(hf);
+        k3 = f3[0];
+        v3 = f3[1];
+    }
     for (uint32_t j = 0; j < k->M && e == cudaSuccess; j++)
-        e = mc_attention_fused(&c0, &a, d.qkv + j * row, d.k[3], d.v[3], d.out[3] + (size_t)j * a.n_head * k->hd,
-                               d.pos + j, 0);
+        e = mc_attention_fused(&c0, &a3, d.qkv + j * row, k3, v3, d.out[3] + (size_t)j * a.n_head * k->hd, d.pos + j,
+                               0);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
     for (int i = 0; i < 4 && e == cudaSuccess; i++) {
-        if (!(ho[i] = malloc(n_out * 4)) || (i < 3 && !(hc[i] = malloc(2 * n_cache * kvb)))) {
+        if (!(ho[i] = malloc(n_out * 4)) || (i < 3 && !(hc[i] = malloc(2 * n_cache)))) {
             e = cudaErrorMemoryAllocation;
             break;
         }
         if ((e = cudaMemcpy(ho[i], d.out[i], n_out * 4, cudaMemcpyDeviceToHost)) ||
-            (i < 3 && ((e = cudaMemcpy(hc[i], d.k[i], n_cache * kvb, cudaMemcpyDeviceToHost)) ||
-                       (e = cudaMemcpy(hc[i] + n_cache * kvb, d.v[i], n_cache * kvb, cudaMemcpyDeviceToHost)))))
+            (i < 3 && ((e = cudaMemcpy(hc[i], d.k[i], n_cache, cudaMemcpyDeviceToHost)) ||
+                       (e = cudaMemcpy(hc[i] + n_cache, d.v[i], n_cache, cudaMemcpyDeviceToHost)))))
             break;
     }
     if (e != cudaSuccess) {
@@ -335,7 +393,7 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
                             i % k->hd, ho[0][i], ho[v][i]);
                 nb++;
             }
-        if (memcmp(hc[0], hc[v], 2 * n_cache * kvb) != 0) {
+        if (memcmp(hc[0], hc[v], 2 * n_cache) != 0) {
             if (out)
                 fprintf(out, "mma hd %u G %u M %u prefix %u %s: %s cache rows differ from decode's\n", k->hd, k->G,
                         k->M, k->prefix, ac_kv_name(k->kv), v == 1 ? "chunk" : "two chunks");
@@ -364,6 +422,8 @@ done:
         free(ho[i]);
     for (int i = 0; i < 3; i++)
         free(hc[i]);
+    cudaFree(f3[0]);
+    cudaFree(f3[1]);
     cudaFree(partial);
     cudaFree(ticket);
     ac_free(&d);
@@ -435,6 +495,14 @@ static int ac_check(FILE *out, int *n_checked) {
         {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2},      {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2},
         {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2},
         {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4},
+        /* past MC_AMM_BLOCKS spans a kv head: decode's blocks take several spans, each staged
+         * one ahead, and its merge folds them in several batches */
+        {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2},    {64, 4, 7, 5000, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
+        {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2},
+        /* kv=q8: the stored rows staged, then made into tiles (decode's new row from its stored bytes) */
+        {64, 4, 512, 0, MC_KV_Q8, 0, 0, 0, 0.0f, 2},        {128, 8, 64, 3000, MC_KV_Q8, 0, 0, 0, 0.0f, 2},
+        {32, 2, 512, 1000, MC_KV_Q8, 0, 0, 1, 0.0f, 2},     {64, 3, 7, 1000, MC_KV_Q8, 0, 0, 0, 0.0f, 3},
+        {128, 4, 512, 1000, MC_KV_Q8, 100, 1, 1, 0.0f, 2},  {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8},
     };
     for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
         const int b = ac_run_mma(out, &mma[i], 700 + i);

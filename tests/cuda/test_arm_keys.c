@@ -318,8 +318,21 @@ Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     cr_assert_eq(c.kv, MC_KV_BF16);
     cr_assert_eq(mc_kv_bytes(c.kv), 2);
     cr_assert_str_eq(mc_config_choice_name(&c, "kv"), "bf16");
-    cr_assert_str_eq(mc_config_choice(&c, "kv", "fp16"), "f32, f16, bf16");
+    cr_assert_str_eq(mc_config_choice(&c, "kv", "fp16"), "f32, f16, bf16, q8");
     cr_assert_eq(c.kv, MC_KV_BF16); /* a refused value changes nothing */
+    /* rows: 4 and 2 bytes a value; q8 the hd / 32 blocks' f32 scales, then hd quants */
+    cr_assert_eq(mc_kv_row_bytes(MC_KV_F32, 64), 256);
+    cr_assert_eq(mc_kv_row_bytes(MC_KV_BF16, 64), 128);
+    cr_assert_null(mc_config_choice(&c, "kv", "q8"));
+    cr_assert_eq(c.kv, MC_KV_Q8);
+    cr_assert_str_eq(mc_config_choice_name(&c, "kv"), "q8");
+    cr_assert_eq(mc_kv_row_bytes(c.kv, 32), 36);
+    cr_assert_eq(mc_kv_row_bytes(c.kv, 64), 72);
+    cr_assert_eq(mc_kv_row_bytes(c.kv, 128), 144);
+    cr_assert_eq(resolve("cuda:kv=q8,attention=mma", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "kv=q8") && strstr(buf, "attention=mma"), "%s", buf);
+    c.attention = MC_ATT_MMA; /* q8 is attention=mma's: its path is chosen by the attention key alone */
+    cr_assert_eq(mc_attention_path(&c, 32, 8, 64, 64), MC_ATT_PATH_MMA);
 }
 
 /* The attention path with a 2-byte cache: the cluster kernel serves the same shapes; the tiled

@@ -311,3 +311,31 @@ Test(cuda_refusals, attention_mma_head_size) {
     cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
     cr_assert_null(strstr(err.msg, "attention=mma"), "%s", err.msg);
 }
+
+/* kv=q8 is read by attention=mma alone: another attention path with it is refused before a
+ * device, naming the key and the way out; with attention=mma (head size 128) this check passes
+ * and what stops it next (no device here) is not about it. */
+Test(cuda_refusals, kv_q8_needs_attention_mma) {
+    memra_model m;
+    memra_layer layers[2];
+    gemma3_model(&m, layers);
+    m.n_head = 4;
+    m.n_head_kv = 1;
+    m.head_dim = m.head_dim_v = 128;
+    memra_plan plan;
+    memset(&plan, 0, sizeof plan);
+    memra_options o = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_options_set(&o, "kv", "q8", &err), MEMRA_OK, "%s", err.msg);
+    memra_backend *b = NULL;
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_UNSUPPORTED, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "cuda: kv=q8 (8-bit quants and an f32 scale a block of 32 values) is read by "
+                              "attention=mma alone; add attention=mma to the arm, or use kv=f32, f16 or bf16");
+    cr_assert_eq(memra_options_set(&o, "attention", "split", &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_UNSUPPORTED, "%s", err.msg);
+    cr_assert(strstr(err.msg, "kv=q8"), "%s", err.msg);
+    cr_assert_eq(memra_options_set(&o, "attention", "mma", &err), MEMRA_OK, "%s", err.msg);
+    err.msg[0] = 0;
+    cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
+    cr_assert_null(strstr(err.msg, "kv=q8"), "%s", err.msg);
+}
