@@ -43,6 +43,7 @@
 #define MC_AMM_BLOCKS 32u /* decode blocks a kv head at most (a span each a round): llama-1b at a 7,900 prefix
                            * 669 tok/s against 631 with 128 (bench/RESULTS.md, twentieth session) */
 #define MC_AMM_MERGE 64u   /* spans whose fold weights decode's merging block holds at once */
+#define MC_AMM_TIER 4u     /* attfold=tier: spans a tier (256 positions) */
 
 /* The tile type of a cache type: f16 for f16, bf16 otherwise. */
 template <typename KT> struct mc_amm_mt {
@@ -351,7 +352,7 @@ __host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t 
     return L;
 }
 
-template <uint32_t HD, uint32_t G, typename KT = float>
+template <uint32_t HD, uint32_t G, typename KT = float, bool TIER = false>
 __global__ void __launch_bounds__(MC_AMM_THREADS)
     attention_mma(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out, const int32_t *pos,
                   uint32_t rows) {
@@ -359,6 +360,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
     typedef typename mc_amm_mt<KT>::T MT;
     constexpr uint32_t S = MC_AMM_SPAN, LD = MC_AMM_LD<HD>, NW = MC_AMM_WARPS, NT = MC_AMM_THREADS, R = 16 / G;
     constexpr uint32_t DPL = MC_ATC_DPL<HD>, KS = HD / 16, ND = HD / 8, TILE = S * LD;
+    constexpr uint32_t TS = TIER ? MC_AMM_TIER : 1u; /* spans a fold unit holds (attfold: span 1, tier) */
     const uint32_t g = blockIdx.x, x = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t gid = lane >> 2, tig = lane & 3;
     extern __shared__ __align__(16) unsigned char smb[];
@@ -378,17 +380,18 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                    hi = (uint32_t)(p00 + (int32_t)z1 - 1) / S;
     const KT *kb = k_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>,
              *vb = v_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>;
-    const uint32_t X = gridDim.y;
+    const uint32_t X = gridDim.y, ul = lo / TS, uh = hi / TS; /* the fold units (spans, or tiers) */
     uint32_t n_act = 0;
     bool has_new = false;
-    if (!rows) { /* decode: block x takes spans lo + x, lo + x + X, ... (its warp 0 computes) */
-        n_act = min(hi - lo + 1, X);
+    if (!rows) { /* decode: block x takes units ul + x, ul + x + X, ... (its warp 0 computes) */
+        n_act = min(uh - ul + 1, X);
         if (x >= n_act)
             return;
-        has_new = (hi - lo) % X == x; /* the block that holds p's span */
+        has_new = (uh - ul) % X == x; /* the block that holds p's span */
         /* rows below p were written by earlier steps: staged before the wait */
-        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, (lo + x) * S,
-                                 lo + x == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
+        const uint32_t s0 = max((ul + x) * TS, lo);
+        mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, s0 * S, s0 == hi ? (uint32_t)p00 - hi * S : S, tid,
+                                 NT);
     } else { /* a chunk: every row's k and v appended before this launch */
         mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid,
                                  NT);
@@ -441,18 +444,23 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         float *po = a.partial, *pml = a.partial + (size_t)a.n_head * NS * HD;
         float *xm = (float *)(smb + L.wab), *xt = xm + 64; /* the span's exchange (the merge's space) */
         uint32_t *pf = (uint32_t *)(xt + 256);
-        /* the block's spans lo + x, lo + x + X, ..., each staged one ahead into the other tile
-         * pair (the first before the wait): where a span's rows are loaded never changes what is
-         * computed from them */
-        for (uint32_t s = lo + x, k = 0; s <= hi; s += X, k++) {
+        /* the block's units' spans in order (attfold=span: the spans lo + x, lo + x + X, ...;
+         * tier: each of its tiers' spans, folded in the block as a chunk's row folds them), each
+         * staged one ahead into the other tile pair (the first before the wait): where a span's
+         * rows are loaded never changes what is computed from them */
+        constexpr uint32_t PW = (ND / 2 + NW - 1) / NW;
+        float DM = 0.0f, DL = 0.0f, DF[PW][2][4]; /* attfold=tier: the unit's fold so far (rows gid) */
+        for (uint32_t u = ul + x, s = max(u * TS, lo), k = 0; u <= uh; k++) {
             MT *ks = tiles + 2 * (k & 1) * TILE, *vs = ks + TILE;
-            const bool ahead = s + X <= hi;
+            const uint32_t ulast = min(u * TS + TS - 1, hi); /* the unit's last span */
+            const uint32_t nu = s < ulast ? u : u + X, ns = s < ulast ? s + 1 : max(nu * TS, lo);
+            const bool ahead = nu <= uh;
             if (k)
                 __syncthreads(); /* the span before is read, its tiles and the exchange */
             if (ahead) /* the pair read two spans ago (the barrier above orders it) */
                 mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE,
-                                         raw + 2 * ((k + 1) & 1) * S * RB, kb, vb, (s + X) * S,
-                                         s + X == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
+                                         raw + 2 * ((k + 1) & 1) * S * RB, kb, vb, ns * S,
+                                         ns == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
             mc_cp_async_wait(ahead ? 1 : 0);
             if constexpr (mc_kv_is_q8<KT>) { /* the new row's stored bytes after the staged rows, then the tiles */
                 uint8_t *rk = raw + 2 * (k & 1) * S * RB;
@@ -507,27 +515,57 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                 pa[kk][2] = v.z;
                 pa[kk][3] = v.w;
             }
-            constexpr uint32_t NP = ND / 2, PW = (NP + NW - 1) / NW;
+            constexpr uint32_t NP = ND / 2;
+            float o2[PW][2][4];
 #pragma unroll
-            for (uint32_t pi = 0; pi < PW; pi++) {
-                const uint32_t pr = warp + NW * pi;
-                if (pr >= NP)
-                    break;
-                float o2[2][4];
-                mc_amm_pv<HD, MT, 1>(o2, pa, vs, pr);
-                if (gid < G) {
-                    float *ph = po + ((size_t)(g * G + gid) * NS + s) * HD + 16 * pr + 2 * tig;
-                    *(float2 *)ph = make_float2(o2[0][0], o2[0][1]);
-                    *(float2 *)(ph + 8) = make_float2(o2[1][0], o2[1][1]);
+            for (uint32_t pi = 0; pi < PW; pi++)
+                if (warp + NW * pi < NP)
+                    mc_amm_pv<HD, MT, 1>(o2[pi], pa, vs, warp + NW * pi);
+            const float l0 = mc_amm_sum(xt[lane * 2], xt[(32 + lane) * 2], xt[(64 + lane) * 2], xt[(96 + lane) * 2]);
+            float wm = mx[0], wl = l0; /* what the unit's partial gets: the span's, or the tier's fold */
+            if constexpr (TIER) {
+                if (s == max(u * TS, lo)) { /* the unit's first span */
+                    DM = mx[0];
+                    DL = l0;
+#pragma unroll
+                    for (uint32_t pi = 0; pi < PW; pi++)
+#pragma unroll
+                        for (uint32_t n = 0; n < 2; n++)
+#pragma unroll
+                            for (uint32_t c = 0; c < 4; c++)
+                                DF[pi][n][c] = o2[pi][n][c];
+                } else {
+                    float wa, wb;
+                    mc_spl_fold_row(DM, DL, mx[0], l0, wa, wb);
+#pragma unroll
+                    for (uint32_t pi = 0; pi < PW; pi++)
+#pragma unroll
+                        for (uint32_t n = 0; n < 2; n++)
+#pragma unroll
+                            for (uint32_t c = 0; c < 4; c++)
+                                DF[pi][n][c] = mc_spl_fold_elem(DF[pi][n][c], o2[pi][n][c], wa, wb);
                 }
+                wm = DM;
+                wl = DL;
             }
-            if (warp == 0) {
-                const float l0 = mc_amm_sum(xt[lane * 2], xt[(32 + lane) * 2], xt[(64 + lane) * 2], xt[(96 + lane) * 2]);
-                if (gid < G && tig == 0)
-                    *(float2 *)(pml + ((size_t)(g * G + gid) * NS + s) * 2) = make_float2(mx[0], l0);
+            if (!TIER || s == ulast) { /* unit u's partial: its out elements, then (max, sum) */
+#pragma unroll
+                for (uint32_t pi = 0; pi < PW; pi++) {
+                    const uint32_t pr = warp + NW * pi;
+                    if (pr < NP && gid < G) {
+                        const float(&w)[2][4] = TIER ? DF[pi] : o2[pi];
+                        float *ph = po + ((size_t)(g * G + gid) * NS + u) * HD + 16 * pr + 2 * tig;
+                        *(float2 *)ph = make_float2(w[0][0], w[0][1]);
+                        *(float2 *)(ph + 8) = make_float2(w[1][0], w[1][1]);
+                    }
+                }
+                if (warp == 0 && gid < G && tig == 0)
+                    *(float2 *)(pml + ((size_t)(g * G + gid) * NS + u) * 2) = make_float2(wm, wl);
             }
+            s = ns;
+            u = nu;
         }
-        /* the last block of kv head g to finish folds every span's partials in order */
+        /* the last block of kv head g to finish folds every unit's partials in order */
         uint32_t *flag = (uint32_t *)(smb + L.flag);
         __threadfence();
         __syncthreads();
@@ -550,8 +588,8 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                            NB = NB0 < MC_AMM_MERGE ? NB0 : MC_AMM_MERGE;
         static_assert(NB >= 4, "a batch of at least 4 spans");
         float Mh = 0.0f, Lh = 0.0f, O[EPT];
-        for (uint32_t sb = lo; sb <= hi; sb += NB) {
-            const uint32_t nb = min(NB, hi + 1 - sb), q4 = nb * HD / 4;
+        for (uint32_t sb = ul; sb <= uh; sb += NB) {
+            const uint32_t nb = min(NB, uh + 1 - sb), q4 = nb * HD / 4;
             __syncthreads(); /* the batch before is read */
             for (uint32_t i = tid; i < G * q4; i += NT) { /* out [head][span][hd] of the batch */
                 const uint32_t h = i / q4, r = i % q4;
@@ -570,7 +608,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                 for (uint32_t j = 0; j < nb; j++) {
                     const float ms = wab[(j * 8 + tid) * 2];
                     mp[j * 8 + tid] = Mh;
-                    Mh = sb + j == lo ? ms : fmaxf(Mh, ms);
+                    Mh = sb + j == ul ? ms : fmaxf(Mh, ms);
                 }
             }
             __syncthreads();
@@ -578,7 +616,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                 const uint32_t j = i / G, h = i % G;
                 const float ms = wab[(j * 8 + h) * 2], M0 = mp[j * 8 + h], mn = fmaxf(M0, ms);
                 float wa = 0.0f, wb = 1.0f;
-                if (sb + j != lo) {
+                if (sb + j != ul) {
                     wa = expf(__fsub_rn(M0, mn));
                     wb = expf(__fsub_rn(ms, mn));
                 }
@@ -591,10 +629,10 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             if (tid < G) {
                 for (uint32_t j = 0; j < nb; j++) {
                     const float ls = mp[j * 8 + tid];
-                    Lh = sb + j == lo ? ls
+                    Lh = sb + j == ul ? ls
                                       : fmaf(ls, wab[(j * 8 + tid) * 2 + 1], __fmul_rn(Lh, wab[(j * 8 + tid) * 2]));
                 }
-                if (sb + nb > hi)
+                if (sb + nb > uh)
                     wab[MC_AMM_MERGE * 16 + tid] = 1.0f / Lh;
             }
 #pragma unroll
@@ -603,9 +641,9 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                 if (e >= G * HD)
                     break;
                 const float *oh = bo + (size_t)h * nb * HD + e % HD;
-                float v = sb == lo ? oh[0] : O[i];
+                float v = sb == ul ? oh[0] : O[i];
 #pragma unroll 8
-                for (uint32_t j = sb == lo ? 1 : 0; j < nb; j++)
+                for (uint32_t j = sb == ul ? 1 : 0; j < nb; j++)
                     v = mc_spl_fold_elem(v, oh[(size_t)j * HD], wab[(j * 8 + h) * 2], wab[(j * 8 + h) * 2 + 1]);
                 O[i] = v;
             }
@@ -626,6 +664,11 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
 #pragma unroll
     for (uint32_t n = 0; n < ND; n++)
         F[n][0] = F[n][1] = F[n][2] = F[n][3] = 0.0f;
+    /* attfold=tier: F holds the row's fold within the tier, T the tiers' fold so far */
+    float TM[2] = {-INFINITY, -INFINITY}, TL[2] = {0.0f, 0.0f}, TF[TIER ? ND : 1][4];
+#pragma unroll
+    for (uint32_t n = 0; n < (TIER ? ND : 1); n++)
+        TF[n][0] = TF[n][1] = TF[n][2] = TF[n][3] = 0.0f;
     const int32_t wlast = p00 + (int32_t)min(zw + R, z1) - 1,
                   wfirst = (int32_t)mc_att_first_position(a.window, (uint32_t)(p00 + (int32_t)min(zw, z1 - 1)));
     for (uint32_t s = lo, k = 0; s <= hi; s++, k++) {
@@ -649,7 +692,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             for (uint32_t h = 0; h < 2; h++) {
                 if (rp[h] < sb || rw[h] >= sb + (int32_t)S)
                     continue; /* the row does not attend to this span */
-                if (rw[h] >= sb) { /* the row's first span */
+                if (rw[h] >= sb || (TIER && s % TS == 0)) { /* the row's first span (of this tier) */
                     FM[h] = m[h];
                     FL[h] = l[h];
 #pragma unroll
@@ -666,6 +709,27 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
                         F[n][2 * h + 1] = mc_spl_fold_elem(F[n][2 * h + 1], o[n][2 * h + 1], wa, wb);
                     }
                 }
+                if constexpr (TIER) { /* the row's last span of this tier: the tier into the row's fold */
+                    if (s % TS == TS - 1 || (int32_t)s == rp[h] / (int32_t)S) {
+                        if ((uint32_t)rw[h] / S / TS == s / TS) { /* the row's first tier */
+                            TM[h] = FM[h];
+                            TL[h] = FL[h];
+#pragma unroll
+                            for (uint32_t n = 0; n < ND; n++) {
+                                TF[n][2 * h] = F[n][2 * h];
+                                TF[n][2 * h + 1] = F[n][2 * h + 1];
+                            }
+                        } else {
+                            float wa, wb;
+                            mc_spl_fold_row(TM[h], TL[h], FM[h], FL[h], wa, wb);
+#pragma unroll
+                            for (uint32_t n = 0; n < ND; n++) {
+                                TF[n][2 * h] = mc_spl_fold_elem(TF[n][2 * h], F[n][2 * h], wa, wb);
+                                TF[n][2 * h + 1] = mc_spl_fold_elem(TF[n][2 * h + 1], F[n][2 * h + 1], wa, wb);
+                            }
+                        }
+                    }
+                }
             }
         }
         __syncthreads(); /* the tiles are read before the staging two spans on */
@@ -676,10 +740,17 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             continue;
         const uint32_t r = gid + 8 * h, zr = zw + r / G;
         float *orow = out + (size_t)zr * (a.n_head * HD) + (size_t)(g * G + r % G) * HD;
-        const float inv = 1.0f / FL[h];
+        if constexpr (TIER) {
+            const float inv = 1.0f / TL[h];
 #pragma unroll
-        for (uint32_t n = 0; n < ND; n++)
-            *(float2 *)(orow + 8 * n + 2 * tig) = make_float2(F[n][2 * h] * inv, F[n][2 * h + 1] * inv);
+            for (uint32_t n = 0; n < ND; n++)
+                *(float2 *)(orow + 8 * n + 2 * tig) = make_float2(TF[n][2 * h] * inv, TF[n][2 * h + 1] * inv);
+        } else {
+            const float inv = 1.0f / FL[h];
+#pragma unroll
+            for (uint32_t n = 0; n < ND; n++)
+                *(float2 *)(orow + 8 * n + 2 * tig) = make_float2(F[n][2 * h] * inv, F[n][2 * h + 1] * inv);
+        }
     }
 }
 
@@ -689,14 +760,24 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
 #define MC_AMM_FN_H(HD, G) ((const void *)attention_mma<HD, G, __half>)
 #define MC_AMM_FN_B(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16>)
 #define MC_AMM_FN_Q(HD, G) ((const void *)attention_mma<HD, G, mc_q8>)
+#define MC_AMM_FN_T(HD, G) ((const void *)attention_mma<HD, G, float, true>)
+#define MC_AMM_FN_TH(HD, G) ((const void *)attention_mma<HD, G, __half, true>)
+#define MC_AMM_FN_TB(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16, true>)
+#define MC_AMM_FN_TQ(HD, G) ((const void *)attention_mma<HD, G, mc_q8, true>)
 #define MC_AMM_PICK(kv, hd, G)                                                                                         \
     ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_H)                                                     \
      : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_B)                                                     \
      : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_Q)                                                     \
                           : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN))
+#define MC_AMM_PICK_T(kv, hd, G)                                                                                       \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_TH)                                                    \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_TB)                                                    \
+     : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_TQ)                                                    \
+                          : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_T))
 #define MC_AMM_EACH(F)                                                                                                 \
     MC_ATC_EACH_OF128(F, MC_AMM_FN) MC_ATC_EACH_OF128(F, MC_AMM_FN_H) MC_ATC_EACH_OF128(F, MC_AMM_FN_B)               \
-        MC_ATC_EACH_OF128(F, MC_AMM_FN_Q)
+        MC_ATC_EACH_OF128(F, MC_AMM_FN_Q) MC_ATC_EACH_OF128(F, MC_AMM_FN_T) MC_ATC_EACH_OF128(F, MC_AMM_FN_TH)         \
+            MC_ATC_EACH_OF128(F, MC_AMM_FN_TB) MC_ATC_EACH_OF128(F, MC_AMM_FN_TQ)
 
 int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
     return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 3 || G == 4 || G == 8);
@@ -730,9 +811,12 @@ cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
-    const uint32_t per = MC_AMM_WARPS * (16 / G), X = (a->capacity + MC_AMM_SPAN - 1) / MC_AMM_SPAN;
+    /* decode's blocks a kv head: one a fold unit (a span, or a tier) up to MC_AMM_BLOCKS */
+    const bool tier = c->attfold == MC_ATTFOLD_TIER;
+    const uint32_t per = MC_AMM_WARPS * (16 / G),
+                   X = (a->capacity + MC_AMM_SPAN * (tier ? MC_AMM_TIER : 1) - 1) / (MC_AMM_SPAN * (tier ? MC_AMM_TIER : 1));
     return mc_att_span_launch(
-        c, MC_AMM_PICK(a->kv, a->hd, G),
+        c, tier ? MC_AMM_PICK_T(a->kv, a->hd, G) : MC_AMM_PICK(a->kv, a->hd, G),
         rows ? dim3(a->n_kv, (rows + per - 1) / per) : dim3(a->n_kv, X < MC_AMM_BLOCKS ? X : MC_AMM_BLOCKS),
         MC_AMM_THREADS, mc_amm_layout_of(a->hd, a->kv, rows != 0).total, a, qkv, k_cache, v_cache, out,
         pos, rows, st);

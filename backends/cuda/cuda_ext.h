@@ -25,7 +25,7 @@ extern "C" {
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
  * chunk, qblock, qgrid, mmachunk and attchunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
- * compares the same arithmetic); q8, attention, norm, qdot, kv, experts and gemv=mma|mma2 choose other
+ * compares the same arithmetic); q8, attention, norm, qdot, kv, experts, attfold and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
     {"pdl", "1",                                                                                                       \
@@ -155,6 +155,13 @@ extern "C" {
             "scores, the softmax scalars and the outputs in phases, each value once; rows past 1,024 positions in "    \
             "their window take rows' kernel) or rows (a block a row and kv head walking the cluster's ranks: the "     \
             "kernel before). The same bits every way, decode's"                                                        \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "attfold", "span",                                                                                             \
+            "how attention=mma folds its spans of 64 positions: span (each span in order from the first) or tier "    \
+            "(the spans of each tier of 256 positions in order, then the tiers in order: decode's blocks fold a "      \
+            "tier each, so its last block folds a quarter of the partials at long contexts). Other bits each, the "    \
+            "chunk's and decode's alike; refused without attention=mma"                                                \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -105,6 +105,12 @@ enum { MC_MMACHUNK_AUTO, MC_MMACHUNK_SYNC, MC_MMACHUNK_WGMMA };
  * MC_ATTCHUNK_ROWS (attention_chunk_rows alone: a block a row and kv head). Decode's bits either
  * way. */
 enum { MC_ATTCHUNK_PHASED, MC_ATTCHUNK_ROWS };
+/* How attention=mma folds its spans (the `attfold` key, issue 28, long contexts): MC_ATTFOLD_SPAN
+ * (every span folded in order from the first: the bits attention=mma has had since it exists) or
+ * MC_ATTFOLD_TIER (the spans of each tier of 4, 256 positions, folded in order within the tier,
+ * then the tiers in order: decode's blocks fold a tier each and its merge reads a quarter of the
+ * partials). Other bits each, decode's and the chunk's alike. */
+enum { MC_ATTFOLD_SPAN, MC_ATTFOLD_TIER };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -200,6 +206,7 @@ typedef struct mc_config {
     uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT or MC_EXPERTS_INT (other bits) */
     uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
     uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
+    uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -211,7 +218,7 @@ static inline MC_HOSTDEV uint32_t mc_kv_row_bytes(uint32_t kv, uint32_t hd) {
     return kv == MC_KV_F32 ? 4u * hd : kv == MC_KV_Q8 ? hd + hd / 8u : 2u * hd;
 }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */

@@ -42,7 +42,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "moe_fuse", MC_MOE_FUSE_DEFAULT, 0, MC_MOE_FUSE_ALL, &c->moe_fuse, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv", "postnorm", "chunk", "qblock", "qgrid", "experts", "mmachunk", "attchunk"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv", "postnorm", "chunk", "qblock", "qgrid", "experts", "mmachunk", "attchunk", "attfold"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -108,6 +108,8 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     if ((st = memra_options_set(resolved, "mmachunk", mc_config_choice_name(&c, "mmachunk"), err)))
         return st;
     if ((st = memra_options_set(resolved, "attchunk", mc_config_choice_name(&c, "attchunk"), err)))
+        return st;
+    if ((st = memra_options_set(resolved, "attfold", mc_config_choice_name(&c, "attfold"), err)))
         return st;
     /* the tensor-parallel keys resolve where they are used: with ranks (tp=N or ep=N) */
     const char *tp = memra_options_get(opts, "tp"), *ep = memra_options_get(opts, "ep");
@@ -255,6 +257,11 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                           "heads a kv head; this model has head size %u (v %u) and %u q heads on %u kv heads (use "
                           "attention=auto)",
                           m->head_dim, m->head_dim_v, m->n_head, m->n_head_kv);
+    if (cfg.attfold != MC_ATTFOLD_SPAN && cfg.attention != MC_ATT_MMA)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cuda: attfold=%s chooses how attention=mma folds its spans; this arm's attention is %s "
+                          "(add attention=mma, or drop attfold)",
+                          mc_config_choice_name(&cfg, "attfold"), mc_config_choice_name(&cfg, "attention"));
     if (cfg.kv == MC_KV_Q8 && cfg.attention != MC_ATT_MMA)
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
                           "cuda: kv=q8 (8-bit quants and an f32 scale a block of 32 values) is read by attention=mma "

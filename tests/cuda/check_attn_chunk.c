@@ -12,9 +12,10 @@
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
  * somewhere in every control case, while staying close (so the reference is attention).
  * attention=mma (attention_mma.cu, tensor cores): its chunk in one launch and in two (an odd
- * first part) against its own decode row by row, outputs and cache rows, on 27 cases (hd 32, 64,
+ * first part) against its own decode row by row, outputs and cache rows, on 33 cases (hd 32, 64,
  * 128; G 1, 2, 3, 4, 8; every kv type, q8 included; windows, norms, neox, a scale; prefixes past
- * 2,048 positions, where decode's blocks take several spans and its merge several batches);
+ * 2,048 positions, where decode's blocks take several spans and its merge several batches; six
+ * under attfold=tier, each of which must differ from attfold=span's decode past 384 positions);
  * against the cluster path's decode each must differ somewhere (the control) and stay within nmse
  * 1e-3 (kv=q8: the cluster path at f32 on the prefix's values as q8 reads them back).
  *
@@ -37,6 +38,7 @@ typedef struct ac_case {
     int norm, neox;
     float scale;
     uint32_t n_kv; /* 0: 2 */
+    int tier;      /* attention=mma's attfold=tier (0: span) */
 } ac_case;
 
 /* One stored cache value of kv from f (its bytes at dst). */
@@ -297,7 +299,7 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     mc_rope_args a;
     ac_dev d;
     size_t n_out = 0, n_cache = 0;
-    float *ho[4] = {NULL}, *partial = NULL;
+    float *ho[5] = {NULL}, *partial = NULL;
     uint8_t *hc[3] = {NULL};
     uint32_t *ticket = NULL;
     int bad = -1;
@@ -307,6 +309,7 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     c.pdl = c0.pdl = 0;
     c.kv = c0.kv = k->kv;
     c.attention = MC_ATT_MMA;
+    c.attfold = k->tier ? MC_ATTFOLD_TIER : MC_ATTFOLD_SPAN;
     if (e == cudaSuccess && mc_attention_path(&c, a.n_head, a.n_kv, k->hd, k->hd) != MC_ATT_PATH_MMA)
         e = cudaErrorNotSupported;
     if (e == cudaSuccess &&
@@ -363,7 +366,16 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
                                0);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
-    for (int i = 0; i < 4 && e == cudaSuccess; i++) {
+    /* attfold=tier: its decode against attfold=span's (cache 4), which must differ where a row's
+     * spans reach past its first tier by two (the control: the key is not a no-op) */
+    mc_config cs = c;
+    cs.attfold = MC_ATTFOLD_SPAN;
+    for (uint32_t j = 0; k->tier && j < k->M && e == cudaSuccess; j++)
+        e = mc_attention_fused(&cs, &ad, d.qkv + j * row, d.k[4], d.v[4], d.out[4] + (size_t)j * a.n_head * k->hd,
+                               d.pos + j, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    for (int i = 0; i < (k->tier ? 5 : 4) && e == cudaSuccess; i++) {
         if (!(ho[i] = malloc(n_out * 4)) || (i < 3 && !(hc[i] = malloc(2 * n_cache)))) {
             e = cudaErrorMemoryAllocation;
             break;
@@ -417,8 +429,19 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
                     k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), differ, n_out, nmse);
         bad++;
     }
+    if (k->tier) {
+        size_t dt = 0;
+        for (size_t i = 0; i < n_out; i++)
+            dt += memcmp(&ho[0][i], &ho[4][i], 4) != 0;
+        if (dt == 0 && k->prefix + k->M > 6 * 64 && (k->window == 0 || k->window > 6 * 64)) {
+            if (out)
+                fprintf(out, "mma hd %u G %u M %u prefix %u %s: attfold=tier gave attfold=span's bits (control)\n",
+                        k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv));
+            bad++;
+        }
+    }
 done:
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         free(ho[i]);
     for (int i = 0; i < 3; i++)
         free(hc[i]);
@@ -440,7 +463,7 @@ static int ac_check(FILE *out, int *n_checked) {
             for (size_t im = 0; im < 3; im++)
                 for (size_t ip = 0; ip < 3; ip++)
                     for (size_t ik = 0; ik < 3; ik++) {
-                        const ac_case k = {hds[ih], Gs[ig], Ms[im], prefixes[ip], kvs[ik], 0, 0, 0, 0.0f, 2};
+                        const ac_case k = {hds[ih], Gs[ig], Ms[im], prefixes[ip], kvs[ik], 0, 0, 0, 0.0f, 2, 0};
                         const int b = ac_run(out, &k, 0, seed++);
                         if (b < 0)
                             return -1;
@@ -451,18 +474,18 @@ static int ac_check(FILE *out, int *n_checked) {
      * kernel), sliding windows (shorter than a rank, than the chunk, than the prefix), q and k
      * norms with the neox pairing, a file's scale */
     static const ac_case extra[] = {
-        {32, 2, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},    {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2},
-        {64, 2, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2},     {128, 2, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},
-        {256, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2},      {256, 2, 64, 100, MC_KV_BF16, 0, 1, 1, 0.0625f, 2},
-        {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2},    {64, 4, 512, 300, MC_KV_F16, 300, 0, 0, 0.0f, 2},
-        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2},
-        {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2},  {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2},
-        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8},       {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
+        {32, 2, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},    {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},
+        {64, 2, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},     {128, 2, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},
+        {256, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},      {256, 2, 64, 100, MC_KV_BF16, 0, 1, 1, 0.0625f, 2, 0},
+        {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},    {64, 4, 512, 300, MC_KV_F16, 300, 0, 0, 0.0f, 2, 0},
+        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0}, {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2, 0},
+        {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2, 0},  {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2, 0},
+        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8, 0},       {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
         /* G 3 (smollm2-135m: 9 q heads on 3 kv heads of 64), the cluster path's since issue 27 */
-        {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3},     {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3},
-        {64, 3, 1, 0, MC_KV_F16, 0, 0, 0, 0.0f, 3},         {64, 3, 512, 1000, MC_KV_F32, 513, 0, 0, 0.0f, 3},
-        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},    {128, 3, 64, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
-        {32, 3, 512, 300, MC_KV_F16, 64, 1, 0, 0.0f, 3},
+        {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},     {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},
+        {64, 3, 1, 0, MC_KV_F16, 0, 0, 0, 0.0f, 3, 0},         {64, 3, 512, 1000, MC_KV_F32, 513, 0, 0, 0.0f, 3, 0},
+        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},    {128, 3, 64, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+        {32, 3, 512, 300, MC_KV_F16, 64, 1, 0, 0.0f, 3, 0},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         const int b = ac_run(out, &extra[i], 0, 500 + i);
@@ -472,10 +495,10 @@ static int ac_check(FILE *out, int *n_checked) {
         checked++;
     }
     /* negative controls: another reduction order of the same attention must be seen */
-    static const ac_case ctl[] = {{64, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2},
-                                  {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
-                                  {64, 8, 64, 1000, MC_KV_F16, 0, 0, 0, 0.0f, 2},
-                                  {64, 3, 64, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3}};
+    static const ac_case ctl[] = {{64, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+                                  {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+                                  {64, 8, 64, 1000, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},
+                                  {64, 3, 64, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0}};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
         const int b = ac_run(out, &ctl[i], 1, 900 + i);
         if (b < 0)
@@ -486,23 +509,27 @@ static int ac_check(FILE *out, int *n_checked) {
     }
     /* attention=mma: its chunk (one launch, and two) against its own decode, every kv type */
     static const ac_case mma[] = {
-        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 2},       {64, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
-        {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8},     {128, 4, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2},
-        {128, 4, 7, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},     {128, 4, 1, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2},
-        {128, 1, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2},   {128, 2, 64, 1000, MC_KV_F16, 0, 1, 1, 0.125f, 2},
-        {128, 8, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2},   {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3},
-        {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3},     {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2},
-        {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2},      {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2},
-        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2}, {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2},
-        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2},    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4},
+        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},       {64, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+        {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},     {128, 4, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},
+        {128, 4, 7, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},     {128, 4, 1, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+        {128, 1, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},   {128, 2, 64, 1000, MC_KV_F16, 0, 1, 1, 0.125f, 2, 0},
+        {128, 8, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},   {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},
+        {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},     {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 0},
+        {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},      {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},
+        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0}, {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2, 0},
+        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4, 0},
         /* past MC_AMM_BLOCKS spans a kv head: decode's blocks take several spans, each staged
          * one ahead, and its merge folds them in several batches */
-        {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2},    {64, 4, 7, 5000, MC_KV_BF16, 0, 0, 0, 0.0f, 8},
-        {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2},
+        {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},    {64, 4, 7, 5000, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+        {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 0},
         /* kv=q8: the stored rows staged, then made into tiles (decode's new row from its stored bytes) */
-        {64, 4, 512, 0, MC_KV_Q8, 0, 0, 0, 0.0f, 2},        {128, 8, 64, 3000, MC_KV_Q8, 0, 0, 0, 0.0f, 2},
-        {32, 2, 512, 1000, MC_KV_Q8, 0, 0, 1, 0.0f, 2},     {64, 3, 7, 1000, MC_KV_Q8, 0, 0, 0, 0.0f, 3},
-        {128, 4, 512, 1000, MC_KV_Q8, 100, 1, 1, 0.0f, 2},  {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8},
+        {64, 4, 512, 0, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},        {128, 8, 64, 3000, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},
+        {32, 2, 512, 1000, MC_KV_Q8, 0, 0, 1, 0.0f, 2, 0},     {64, 3, 7, 1000, MC_KV_Q8, 0, 0, 0, 0.0f, 3, 0},
+        {128, 4, 512, 1000, MC_KV_Q8, 100, 1, 1, 0.0f, 2, 0},  {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 0},
+        /* attfold=tier: spans folded in tiers of 4, then the tiers */
+        {64, 4, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 1},  {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 1},
+        {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 1},     {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 1},
+        {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 1},  {128, 3, 300, 700, MC_KV_Q8, 130, 1, 1, 0.125f, 2, 1},
     };
     for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
         const int b = ac_run_mma(out, &mma[i], 700 + i);
@@ -530,7 +557,7 @@ static int ac_bench(void) {
             for (size_t ip = 0; ip < 2; ip++) {
                 const ac_case k = {
                     shapes[is].hd,  shapes[is].n_head / shapes[is].n_kv, M, prefixes[ip], kvs[ik], 0, 0, 0, 0.0f,
-                    shapes[is].n_kv};
+                    shapes[is].n_kv, 0};
                 mc_rope_args a;
                 ac_dev d;
                 size_t n_out, n_cache;

@@ -56,6 +56,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"experts", "float"}, /* issue 29: the Q8_0 experts' dots */
                                           {"mmachunk", "auto"}, /* issue 28: gemv=mma's chunk GEMV (wgmma on sm_90) */
                                           {"attchunk", "phased"}, /* issue 28: a chunk's attention kernel */
+                                          {"attfold", "span"}, /* issue 28: attention=mma's fold of its spans */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -64,8 +65,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 23);
-    for (int i = 0; i < 23; i++) {
+    cr_assert_eq(vt->n_options, 24);
+    for (int i = 0; i < 24; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -75,18 +76,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -97,7 +98,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:attention=v5", "attention=v5: expected one of auto, tiled, unfused, split, heads, cluster, mma"},
         {"cuda:attention=flash", "attention=flash: expected one of auto, tiled, unfused, split, heads, cluster, mma"},
         {"cuda:norm=split", "norm=split: expected one of fused, unfused"},
-        {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16"},
+        {"cuda:kv=f8", "kv=f8: expected one of f32, f16, bf16, q8"},
         {"cuda:kv=F16", "kv=F16: expected one of f32, f16, bf16"},
         {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
@@ -278,19 +279,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -302,9 +303,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -385,7 +386,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -479,7 +480,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -494,7 +495,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -527,7 +528,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -542,7 +543,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -574,7 +575,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -630,7 +631,7 @@ Test(cuda_arm_keys, mmachunk_key_resolves) {
     cr_assert_eq(resolve("cuda:mmachunk=wgmma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:mmachunk=wgmma,"), "%s", buf);
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased"), "%s", buf);
+    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased,attfold=span"), "%s", buf);
     cr_assert_eq(resolve("cuda:mmachunk=fast", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "mmachunk=fast: expected one of auto, sync, wgmma"), "%s", buf);
     mc_config c = mc_config_default;
@@ -647,7 +648,7 @@ Test(cuda_arm_keys, attchunk_key_resolves) {
     cr_assert_eq(resolve("cuda:attchunk=rows", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attchunk=rows,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attchunk=phased"), "%s", buf);
+    cr_assert(strstr(buf, ",attchunk=phased,attfold=span"), "%s", buf);
     cr_assert_eq(resolve("cuda:attchunk=tiles", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attchunk=tiles: expected one of phased, rows"), "%s", buf);
     mc_config c = mc_config_default;
@@ -655,4 +656,22 @@ Test(cuda_arm_keys, attchunk_key_resolves) {
     cr_assert_null(mc_config_choice(&c, "attchunk", "rows"));
     cr_assert_eq(c.attchunk, MC_ATTCHUNK_ROWS);
     cr_assert_str_eq(mc_config_choice_name(&c, "attchunk"), "rows");
+}
+
+/* Issue 28 (long contexts): attfold (how attention=mma folds its spans: span, the bits it has had,
+ * or tier; other bits) is taken, resolved where given and where not, refused by name with another
+ * value; the backend refuses it without attention=mma (tests/cuda/test_cuda_refusals.c). */
+Test(cuda_arm_keys, attfold_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:attention=mma,attfold=tier", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:attention=mma,attfold=tier,"), "%s", buf);
+    cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, ",attfold=span"), "%s", buf);
+    cr_assert_eq(resolve("cuda:attfold=tiers", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "attfold=tiers: expected one of span, tier"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.attfold, MC_ATTFOLD_SPAN);
+    cr_assert_null(mc_config_choice(&c, "attfold", "tier"));
+    cr_assert_eq(c.attfold, MC_ATTFOLD_TIER);
+    cr_assert_str_eq(mc_config_choice_name(&c, "attfold"), "tier");
 }

@@ -339,3 +339,27 @@ Test(cuda_refusals, kv_q8_needs_attention_mma) {
     cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
     cr_assert_null(strstr(err.msg, "kv=q8"), "%s", err.msg);
 }
+
+/* attfold chooses how attention=mma folds its spans: given with another attention path it would
+ * change nothing, so it is refused naming both keys. */
+Test(cuda_refusals, attfold_needs_attention_mma) {
+    memra_model m;
+    memra_layer layers[2];
+    gemma3_model(&m, layers);
+    m.n_head = 4;
+    m.n_head_kv = 1;
+    m.head_dim = m.head_dim_v = 128;
+    memra_plan plan;
+    memset(&plan, 0, sizeof plan);
+    memra_options o = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_options_set(&o, "attfold", "tier", &err), MEMRA_OK, "%s", err.msg);
+    memra_backend *b = NULL;
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_INVALID, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "cuda: attfold=tier chooses how attention=mma folds its spans; this arm's attention is "
+                              "auto (add attention=mma, or drop attfold)");
+    cr_assert_eq(memra_options_set(&o, "attention", "mma", &err), MEMRA_OK, "%s", err.msg);
+    err.msg[0] = 0;
+    cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
+    cr_assert_null(strstr(err.msg, "attfold"), "%s", err.msg);
+}
