@@ -771,10 +771,7 @@ const void *mc_atc_chunk_kernel(uint32_t kv, uint32_t hd, uint32_t G) { return M
 cudaError_t mc_attention_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_attention_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_ATT_ROWS(KT)                                                                                                \
     {(const void *)attention_decode_cluster_tiled<128, KT>, "attention"},                                              \
         {(const void *)attention_decode_cluster_tiled<64, KT>, "attention"},                                           \
@@ -785,8 +782,5 @@ const char *mc_attention_family(const void *f) {
             MC_ATC_EACH(MC_ATC_ROW)
 #undef MC_ATC_ROW
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

@@ -792,10 +792,7 @@ cudaError_t mc_attention_chunk_cluster(const mc_config *c, const mc_rope_args *a
 }
 
 const char *mc_attention_chunk_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_ATT_ROWS(KT)                                                                                                \
     {(const void *)attention_chunk_append<32, KT>, "attention"},                                                       \
         {(const void *)attention_chunk_append<64, KT>, "attention"},                                                   \
@@ -810,8 +807,5 @@ const char *mc_attention_chunk_family(const void *f) {
             MC_ACR_EACH(MC_ACR_ROW) MC_ACP_EACH(MC_ACR_ROW)
 #undef MC_ACR_ROW
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

@@ -413,16 +413,10 @@ cudaError_t mc_spl_launch(const mc_config *c, const mc_rope_args *a, const float
 cudaError_t mc_attention_split_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_attention_split_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_SPL_ROW(fn) {fn, "attention"},
         MC_SPL_EACH(MC_SPL_ROW)
 #undef MC_SPL_ROW
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

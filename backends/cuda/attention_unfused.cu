@@ -282,10 +282,7 @@ cudaError_t mc_attention(const float *q, const void *k_cache, const void *v_cach
 }
 
 const char *mc_attention_unfused_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_UNF_ROWS(KT)                                                                                                \
     {(const void *)rope_kv_append<KT>, "rope_kv"}, {(const void *)attention_decode_chunk<128, KT>, "attention"},       \
         {(const void *)attention_decode_chunk<64, KT>, "attention"},                                                   \
@@ -293,8 +290,5 @@ const char *mc_attention_unfused_family(const void *f) {
         MC_UNF_ROWS(float) MC_UNF_ROWS(__half) MC_UNF_ROWS(__nv_bfloat16)
 #undef MC_UNF_ROWS
             {(const void *)attention_decode_combine, "attention"}};
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

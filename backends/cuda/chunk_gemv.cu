@@ -528,10 +528,7 @@ cudaError_t mc_chunk_commit(int32_t *pos, uint32_t M, cudaStream_t st) {
     MC_CH_EACH_KS(F, A, MC_GLU_NONE) MC_CH_EACH_KS(F, A, MC_GLU_SILU) MC_CH_EACH_KS(F, A, MC_GLU_GELU)
 
 const char *mc_chunk_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_CH_FROW(T, G, K) {(const void *)chunk_gemv_float<T, G, K, (T == MEMRA_TYPE_Q8_0 ? 1u : 2u)>, "chunk_gemv"},
 #define MC_CH_QROW(X, G, K) {(const void *)chunk_gemv_q8<G, K, 2>, "chunk_gemv"},
         MC_CH_EACH_G(MC_CH_FROW, MEMRA_TYPE_F32) MC_CH_EACH_G(MC_CH_FROW, MEMRA_TYPE_F16)
@@ -545,9 +542,9 @@ const char *mc_chunk_family(const void *f) {
         {(const void *)chunk_positions, "chunk_prep"},
         {(const void *)chunk_commit, "commit"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
+    const char *fam0 = mc_family_find(table, sizeof table / sizeof table[0], f);
+    if (fam0)
+        return fam0;
     const char *fam = mc_chunk_mma_family(f);
     return fam ? fam : mc_chunk_legacy_family(f);
 }

@@ -333,6 +333,19 @@ static cudaError_t mc_experts_go(const mc_config *c, F fn, int *ready, int lim, 
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
+/* A census table's row (a kernel and its family), and the lookup every file's table shares: the
+ * family of f, NULL when the table does not hold it. */
+typedef struct mc_family_row {
+    const void *func;
+    const char *family;
+} mc_family_row;
+static inline const char *mc_family_find(const mc_family_row *t, size_t n, const void *f) {
+    for (size_t i = 0; i < n; i++)
+        if (t[i].func == f)
+            return t[i].family;
+    return NULL;
+}
+
 /* Per kernel file: the census family of one of its kernels (NULL if not its own), and the device
  * address of its copy of the trigger mask (on the current device). */
 const char *mc_gemv_family(const void *func);

@@ -47,14 +47,8 @@ cudaError_t mc_digest_planes(const void *planes, uint32_t n_planes, uint32_t cap
 }
 
 const char *mc_digest_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
         {(const void *)digest_cache_chunks, "digest"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

@@ -339,10 +339,7 @@ cudaError_t mc_gemv_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_t
 #define MC_GLU_FAMILY(S) ((S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv")
 
 const char *mc_gemv_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_ROW_R(T, S, N, K) {(const void *)gemv_rowgroup<T, S, N, K>, MC_GLU_FAMILY(S)},
 #define MC_ROW_P(T, S, N, K) {(const void *)gemv_persistent<T, S, N, K>, MC_GLU_FAMILY(S)},
         MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F32) MC_GEMV_EACH_SN(MC_ROW_R, MEMRA_TYPE_F16)
@@ -362,8 +359,5 @@ const char *mc_gemv_family(const void *f) {
 #undef MC_POST_R
 #undef MC_POST_P
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

@@ -748,10 +748,7 @@ cudaError_t mc_embed_kquant(const mc_matrix *emb, const int32_t *token, float sc
 }
 
 const char *mc_gemv_kquant_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
         MC_KQ_EACH(MC_KQ_ROW)
 #undef MC_KQ_ROW
@@ -778,9 +775,6 @@ const char *mc_gemv_kquant_family(const void *f) {
 #undef MC_KQ_EXP_G
 #undef MC_KQ_ROW_EXP
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }
 }

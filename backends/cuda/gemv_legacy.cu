@@ -758,10 +758,7 @@ cudaError_t mc_embed_legacy(const mc_matrix *emb, const int32_t *token, float sc
 cudaError_t mc_gemv_legacy_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_gemv_legacy_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_LL_ROW(T, G, N, K, Q) {(const void *)gemv_legacy<T, G, N, K, Q>, (G) ? "gemv_swiglu" : "gemv"},
         MC_LL_EACH(MC_LL_ROW)
 #undef MC_LL_ROW
@@ -792,8 +789,5 @@ const char *mc_gemv_legacy_family(const void *f) {
 #undef MC_LL_EXP_T
 #undef MC_LL_ROW_EXP
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

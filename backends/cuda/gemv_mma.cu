@@ -539,14 +539,11 @@ const char *mc_gemv_mma_family(const void *f) {
         {(const void *)gemv_mma<MC_GLU_GELU, 0, 0, PL, Q8, KQ>, "gemv_geglu"},                                         \
         {(const void *)gemv_mma<MC_GLU_GELU, 1, 0, PL, Q8, KQ>, "gemv_geglu"},                                         \
         {(const void *)gemv_mma<MC_GLU_NONE, 0, 1, PL, Q8, KQ>, "gemv_postnorm"},
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {MC_FAM(1, 0, 0) MC_FAM(2, 0, 0) MC_FAM(1, 1, 0) MC_FAM(1, 0, 1) MC_FAM(1, 0, 2) MC_FAM(1, 0, 3)};
+    static const mc_family_row table[] = {MC_FAM(1, 0, 0) MC_FAM(2, 0, 0) MC_FAM(1, 1, 0) MC_FAM(1, 0, 1) MC_FAM(1, 0, 2) MC_FAM(1, 0, 3)};
 #undef MC_FAM
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
+    const char *fam0 = mc_family_find(table, sizeof table / sizeof table[0], f);
+    if (fam0)
+        return fam0;
     return mc_gemv_mma_chunk_family(f); /* gemv_mma_chunk.cu's, then gemv_wgmma.cu's */
 }
 

@@ -482,14 +482,11 @@ const char *mc_gemv_mma_chunk_family(const void *f) {
         {(const void *)chunk_mma_prep<N, 1, true>, "chunk_prep"},                                                      \
         {(const void *)chunk_mma_prep<N, 1, true, true>, "chunk_prep"},                                                \
         {(const void *)chunk_mma_prep<N, 1, true, true, true>, "chunk_prep"},
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {MC_FAM(1) MC_FAM(2) MC_PREPS(0) MC_PREPS(1)};
+    static const mc_family_row table[] = {MC_FAM(1) MC_FAM(2) MC_PREPS(0) MC_PREPS(1)};
 #undef MC_PREPS
 #undef MC_FAM
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
+    const char *fam0 = mc_family_find(table, sizeof table / sizeof table[0], f);
+    if (fam0)
+        return fam0;
     return mc_gemv_wgmma_family(f);
 }

@@ -454,10 +454,7 @@ cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32
 cudaError_t mc_gemv_q8_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_gemv_q8_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
 #define MC_Q8X_ROW(S, N, K, W)                                                                                         \
     {(const void *)gemv_q8_0_int<S, N, K, W>, (S) == MC_GLU_GELU ? "gemv_geglu" : (S) ? "gemv_swiglu" : "gemv"},
         MC_Q8X_EACH(MC_Q8X_ROW)
@@ -478,8 +475,5 @@ const char *mc_gemv_q8_family(const void *f) {
         {(const void *)gemv_q8_0_int_experts<1, 1, 2>, "gemv_experts"},
         {(const void *)gemv_q8_0_int_experts<1, 1, 4>, "gemv_experts"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

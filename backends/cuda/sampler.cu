@@ -388,16 +388,10 @@ done:
 }
 
 const char *mc_sampler_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
         {(const void *)sample_argmax, "sampler"},         {(const void *)sample_sort_keys, "sampler"},
         {(const void *)sample_bitonic_global, "sampler"}, {(const void *)sample_bitonic_shared, "sampler"},
         {(const void *)sample_chunk_cumsum, "sampler"},   {(const void *)sample_pick, "sampler"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

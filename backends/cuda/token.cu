@@ -199,16 +199,10 @@ cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st) {
 }
 
 const char *mc_token_family(const void *f) {
-    static const struct {
-        const void *func;
-        const char *family;
-    } table[] = {
+    static const mc_family_row table[] = {
         {(const void *)embed_row, "embed"},        {(const void *)embed_rows, "embed"},
         {(const void *)position_commit, "commit"}, {(const void *)position_commit_checked, "commit"},
         {(const void *)tp_publish, "commit"},      {(const void *)token_copy, "token"},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].func == f)
-            return table[i].family;
-    return NULL;
+    return mc_family_find(table, sizeof table / sizeof table[0], f);
 }
