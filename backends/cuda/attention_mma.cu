@@ -330,6 +330,31 @@ __device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const ui
     mc_amm_pv<HD, MT, HD / 16>(o, pa, vs, 0);
 }
 
+/* Row h of a chunk warp's tile (the lane's rows gid and gid + 8: h 0, 1) folds (m, l, o) into its
+ * (M, L, F): set to them where first, else mc_spl_fold's operations (the weights once, then each
+ * of the lane's out elements of the row). */
+template <uint32_t ND>
+__device__ __forceinline__ void mc_amm_row_fold(float &M, float &L, float (&F)[ND][4], float m, float l,
+                                                const float (&o)[ND][4], uint32_t h, bool first) {
+    if (first) {
+        M = m;
+        L = l;
+#pragma unroll
+        for (uint32_t n = 0; n < ND; n++) {
+            F[n][2 * h] = o[n][2 * h];
+            F[n][2 * h + 1] = o[n][2 * h + 1];
+        }
+    } else {
+        float wa, wb;
+        mc_spl_fold_row(M, L, m, l, wa, wb);
+#pragma unroll
+        for (uint32_t n = 0; n < ND; n++) {
+            F[n][2 * h] = mc_spl_fold_elem(F[n][2 * h], o[n][2 * h], wa, wb);
+            F[n][2 * h + 1] = mc_spl_fold_elem(F[n][2 * h + 1], o[n][2 * h + 1], wa, wb);
+        }
+    }
+}
+
 /* Shared memory of attention_mma (bytes): the q tiles (decode: one, the block's; a chunk: one a
  * warp), then two pairs of K and V tiles (double-buffered; decode's merge stages a batch of out
  * partials there), under kv=q8 two buffers of the stored rows the tiles are made from, then
@@ -692,44 +717,11 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             for (uint32_t h = 0; h < 2; h++) {
                 if (rp[h] < sb || rw[h] >= sb + (int32_t)S)
                     continue; /* the row does not attend to this span */
-                if (rw[h] >= sb || (TIER && s % TS == 0)) { /* the row's first span (of this tier) */
-                    FM[h] = m[h];
-                    FL[h] = l[h];
-#pragma unroll
-                    for (uint32_t n = 0; n < ND; n++) {
-                        F[n][2 * h] = o[n][2 * h];
-                        F[n][2 * h + 1] = o[n][2 * h + 1];
-                    }
-                } else {
-                    float wa, wb;
-                    mc_spl_fold_row(FM[h], FL[h], m[h], l[h], wa, wb);
-#pragma unroll
-                    for (uint32_t n = 0; n < ND; n++) {
-                        F[n][2 * h] = mc_spl_fold_elem(F[n][2 * h], o[n][2 * h], wa, wb);
-                        F[n][2 * h + 1] = mc_spl_fold_elem(F[n][2 * h + 1], o[n][2 * h + 1], wa, wb);
-                    }
-                }
-                if constexpr (TIER) { /* the row's last span of this tier: the tier into the row's fold */
-                    if (s % TS == TS - 1 || (int32_t)s == rp[h] / (int32_t)S) {
-                        if ((uint32_t)rw[h] / S / TS == s / TS) { /* the row's first tier */
-                            TM[h] = FM[h];
-                            TL[h] = FL[h];
-#pragma unroll
-                            for (uint32_t n = 0; n < ND; n++) {
-                                TF[n][2 * h] = F[n][2 * h];
-                                TF[n][2 * h + 1] = F[n][2 * h + 1];
-                            }
-                        } else {
-                            float wa, wb;
-                            mc_spl_fold_row(TM[h], TL[h], FM[h], FL[h], wa, wb);
-#pragma unroll
-                            for (uint32_t n = 0; n < ND; n++) {
-                                TF[n][2 * h] = mc_spl_fold_elem(TF[n][2 * h], F[n][2 * h], wa, wb);
-                                TF[n][2 * h + 1] = mc_spl_fold_elem(TF[n][2 * h + 1], F[n][2 * h + 1], wa, wb);
-                            }
-                        }
-                    }
-                }
+                /* the span into the row's fold (its first span, or its tier's: set) */
+                mc_amm_row_fold(FM[h], FL[h], F, m[h], l[h], o, h, rw[h] >= sb || (TIER && s % TS == 0));
+                if constexpr (TIER) /* the row's last span of this tier: the tier into the row's fold */
+                    if (s % TS == TS - 1 || (int32_t)s == rp[h] / (int32_t)S)
+                        mc_amm_row_fold(TM[h], TL[h], TF, FM[h], FL[h], F, h, (uint32_t)rw[h] / S / TS == s / TS);
             }
         }
         __syncthreads(); /* the tiles are read before the staging two spans on */

@@ -101,10 +101,6 @@ template <typename KT> inline constexpr bool mc_kv_is_q8 = false;
 template <> inline constexpr bool mc_kv_is_q8<mc_q8> = true;
 template <uint32_t HD, typename KT> inline constexpr uint32_t MC_KV_ROWE = HD;
 template <uint32_t HD> inline constexpr uint32_t MC_KV_ROWE<HD, mc_q8> = HD + HD / 8;
-/* Value i of a q8 row, as a float. */
-template <uint32_t HD> __device__ __forceinline__ float mc_kv_q8_get(const mc_q8 *row, uint32_t i) {
-    return memra_kv_q8_value(((const int8_t *)row)[HD / 8 + i], ((const float *)row)[i / 32]);
-}
 
 /* Calls F(KT) with the storage type of kv (MC_KV_F32, MC_KV_F16, MC_KV_BF16). */
 #define MC_KV_DISPATCH(kv, F) ((kv) == MC_KV_F16 ? F(__half) : (kv) == MC_KV_BF16 ? F(__nv_bfloat16) : F(float))

@@ -315,15 +315,20 @@ Test(cuda_refusals, attention_mma_head_size) {
 /* kv=q8 is read by attention=mma alone: another attention path with it is refused before a
  * device, naming the key and the way out; with attention=mma (head size 128) this check passes
  * and what stops it next (no device here) is not about it. */
+/* gemma3_model with 4 q heads on 1 kv head of 128 (a shape attention=mma serves), no plan. */
+static void hd128_model(memra_model *m, memra_layer *layers, memra_plan *plan) {
+    gemma3_model(m, layers);
+    m->n_head = 4;
+    m->n_head_kv = 1;
+    m->head_dim = m->head_dim_v = 128;
+    memset(plan, 0, sizeof *plan);
+}
+
 Test(cuda_refusals, kv_q8_needs_attention_mma) {
     memra_model m;
     memra_layer layers[2];
-    gemma3_model(&m, layers);
-    m.n_head = 4;
-    m.n_head_kv = 1;
-    m.head_dim = m.head_dim_v = 128;
     memra_plan plan;
-    memset(&plan, 0, sizeof plan);
+    hd128_model(&m, layers, &plan);
     memra_options o = {0};
     memra_error err = {0};
     cr_assert_eq(memra_options_set(&o, "kv", "q8", &err), MEMRA_OK, "%s", err.msg);
@@ -345,12 +350,8 @@ Test(cuda_refusals, kv_q8_needs_attention_mma) {
 Test(cuda_refusals, attfold_needs_attention_mma) {
     memra_model m;
     memra_layer layers[2];
-    gemma3_model(&m, layers);
-    m.n_head = 4;
-    m.n_head_kv = 1;
-    m.head_dim = m.head_dim_v = 128;
     memra_plan plan;
-    memset(&plan, 0, sizeof plan);
+    hd128_model(&m, layers, &plan);
     memra_options o = {0};
     memra_error err = {0};
     cr_assert_eq(memra_options_set(&o, "attfold", "tier", &err), MEMRA_OK, "%s", err.msg);
