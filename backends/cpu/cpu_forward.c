@@ -253,7 +253,9 @@ static void attention_row(memra_backend *b, cpu_stage *sg, uint32_t r, memra_sta
 /* The arm's kv type: each value of a K or V row rounded (to nearest even) to it as it is written,
  * element by element, so the rounding is the same whatever the ranks' slices; q8: each block of
  * 32 values (a rank's rows are whole heads of a multiple of 32 values, so the blocks are the
- * heads' whatever the slices) to memra_kv_q8_*'s quants and back, as the GPU stores and reads it. */
+ * heads' whatever the slices) to memra_kv_q8_*'s quants and back: the GPU stores the same quants
+ * and scales, but attention=mma then rounds each value (quant x scale) to bf16 for its tiles, as it
+ * rounds every cache type's values; the cpu keeps the f32 product (cpu against cuda is an nmse pair). */
 static void round_kv(uint32_t kv, float *x, uint32_t n) {
     if (kv == CPU_KV_Q8)
         for (uint32_t b0 = 0; b0 < n; b0 += 32) {

@@ -6,7 +6,8 @@
 #   shapes, a float64 reference, the negative controls) first, with a timeout: if it hangs or fails, the
 #   gates and benches below would only repeat it, so the script stops there;
 #   llama-1b q4_k, q5_k, q6_k and q4_k_m with qdot=mma: prefill=1 against prefill=512 and against
-#   cuda-graph prefill=7 sampled; eager against graph 256 + 256 sampled on q4_k; cpu against
+#   cuda-graph prefill=7 sampled; eager against graph 256 + 256 sampled on q4_k;
+#   gemma3-270m q4_k and q6_k (its post-norm GEMVs) prefill=1 against 512, eager against graph; cpu against
 #   cuda:qdot=mma in nmse mode (small q4_k, q5_k, q6_k); a control that must fail (qdot=auto against
 #   qdot=mma); pp512 and decode of llama-8b q4_k (the default graph arm, qdot=mma eager and graph,
 #   and qdot=mma with attention=mma,kv=bf16: issue 28 asks 9.8k at decode's bits) and q4_k_m.
@@ -25,6 +26,12 @@ for d in q4_k q5_k q6_k q4_k_m; do
   gate ${d}_p1_g7_s --a cuda:$Q,prefill=1 --b cuda-graph:$Q,prefill=7 $K --prime 300 --gen 64 --rows 0 $S
 done
 gate k_e_g_s    --a cuda:$Q --b cuda-graph:$Q --preset llama-1b --dtype q4_k --prime 256 --gen 256 --rows 0 $S
+# gemma3-270m: its wo and down (1,024 and 2,048 columns) are the K-quant matrices, each GEMV with the
+# post norm fused (mc_gemv_post's decode kernel, which check_mma_gemv does not launch)
+for d in q4_k q6_k; do
+  gate g3_${d}_p1_p512 --a cuda:$Q,prefill=1 --b cuda:$Q,prefill=512 --preset gemma3-270m --dtype $d --prime 300 --gen 32 --rows 0 $S
+done
+gate g3_e_g     --a cuda:$Q --b cuda-graph:$Q --preset gemma3-270m --dtype q4_k --prime 64 --gen 64 --rows 0
 for d in q4_k q5_k q6_k; do
   gate ${d}_cpu_nmse --a cpu --b cuda:$Q --preset small --dtype $d --prime 32 --gen 32 --rows 0 --compare nmse:1e-3
 done

@@ -66,6 +66,8 @@ typedef struct mg_mat {
     int8_t *h8; /* q8: rows x stride int8 */
     int kq;     /* a Q4_K matrix in kquant_layout.h's layout (qdot=mma): h8 its data, ha its aux bytes */
     uint8_t *ha;
+    double *wt, *wu; /* kq: every weight's two terms (Q6_K: the weight, wu unused), made once for the
+                      * float64 reference (mg_kq_cache): decoding them for each case took minutes */
 } mg_mat;
 
 /* A Q4_K (kq 1) or Q5_K (kq 2) matrix (columns a multiple of 256) in the upload layout: random quant
@@ -95,7 +97,7 @@ static int mg_upload_kqt(mg_mat *m, uint64_t *s, int kq) {
                 continue;
             }
             uint8_t *a = row + 16 * b;
-            const uint16_t d = memra_f32_to_f16(0.0005f + 0.002f * mck_unit(s));
+            const uint16_t d = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.0005f + 0.002f * mck_unit(s)));
             const uint16_t dm = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * 0.004f * mck_unit(s));
             a[0] = (uint8_t)d, a[1] = (uint8_t)(d >> 8), a[2] = (uint8_t)dm, a[3] = (uint8_t)(dm >> 8);
             for (int k = 4; k < 16; k++)
@@ -120,6 +122,11 @@ static int mg_upload_k6(mg_mat *m, uint64_t *s) { return mg_upload_kqt(m, s, 3);
 static uint32_t mg_aux_row(const mg_mat *m) { return m->d.aux_stride; }
 /* A Q4_K or Q5_K weight's two terms, exactly: d * sc * q (*t) and -dmin * m (*u). */
 static void mg_kq_terms(const mg_mat *m, uint32_t r, uint32_t c, double *t, double *u) {
+    if (m->wt) {
+        *t = m->wt[(size_t)r * m->cols + c];
+        *u = m->wu[(size_t)r * m->cols + c];
+        return;
+    }
     const uint8_t *data = (const uint8_t *)m->h8 + (size_t)r * m->stride, *aux = m->ha + (size_t)r * mg_aux_row(m);
     const uint32_t b = c / 256, e = c % 256, j = e / 32, l = e % 32;
     const uint8_t byte = data[128 * b + 32 * (j / 2) + l];
@@ -162,6 +169,8 @@ static int mg_upload_q8(mg_mat *m, uint64_t *s) {
 }
 /* Weight (r, c) as the kernels read it. */
 static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
+    if (m->kq == 3 && m->wt)
+        return m->wt[(size_t)r * m->cols + c];
     if (m->kq == 3) /* Q6_K: d * sc * (q - 32), each product exact */
         return mc_kq_elem(MEMRA_TYPE_Q6_K, (const uint8_t *)m->h8 + (size_t)r * m->stride,
                           m->ha + (size_t)r * mg_aux_row(m), m->cols / 256, c);
@@ -173,6 +182,27 @@ static double mg_w(const mg_mat *m, uint32_t r, uint32_t c) {
     if (m->q8)
         return (double)m->h8[(size_t)r * m->stride + c] * memra_f16_to_f32(m->h[(size_t)r * (m->cols / 32) + c / 32]);
     return memra_bf16_to_f32(m->h[(size_t)r * m->stride + c]);
+}
+/* kq: the weights' terms decoded once (mg_kq_terms, mg_w read them from then on). -1: no memory. */
+static int mg_kq_cache(mg_mat *m) {
+    const size_t n = (size_t)m->rows * m->cols;
+    double *t = malloc(n * sizeof *t), *u = m->kq == 3 ? NULL : malloc(n * sizeof *u);
+    if (!t || (m->kq != 3 && !u)) {
+        free(t);
+        free(u);
+        return -1;
+    }
+    for (uint32_t r = 0; r < m->rows; r++)
+        for (uint32_t c = 0; c < m->cols; c++) {
+            const size_t i = (size_t)r * m->cols + c;
+            if (m->kq == 3)
+                t[i] = mg_w(m, r, c);
+            else
+                mg_kq_terms(m, r, c, &t[i], &u[i]);
+        }
+    m->wt = t;
+    m->wu = u;
+    return 0;
 }
 /* The arm key a variant sets: q8 for "q8mma" (q8=mma), gemv otherwise. */
 static void mg_choose(mc_config *cfg, const char *var) {
@@ -209,6 +239,8 @@ static void mg_free(mg_mat *m) {
     cudaFree(m->d.scales);
     cudaFree(m->d.aux);
     free(m->ha);
+    free(m->wt);
+    free(m->wu);
     free(m->h8);
     free(m->h);
     memset(m, 0, sizeof *m);
@@ -235,12 +267,13 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
     int bad = -1;
     float *hx = malloc((size_t)M * C * 4), *hn = malloc((size_t)C * 4), *hb = malloc((size_t)R * 4);
     float *hr = malloc((size_t)M * R * 4), *yd = malloc((size_t)M * OUT * 4), *yc = malloc((size_t)M * OUT * 4);
+    double *xbs = malloc((size_t)C * sizeof *xbs);
     float *dx = NULL, *dn = NULL, *db = NULL, *dr = NULL, *dyd = NULL, *dyc = NULL;
     void *scratch = NULL, *wcopy = NULL;
     mc_config cfg = mc_config_default;
     mg_choose(&cfg, var);
     const int two = strcmp(var, "mma2") == 0;
-    if (!hx || !hn || !hb || !hr || !yd || !yc)
+    if (!hx || !hn || !hb || !hr || !yd || !yc || !xbs)
         goto done;
     for (size_t i = 0; i < (size_t)M * C; i++)
         hx[i] = 2.0f * mck_sym(&s);
@@ -338,15 +371,18 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         for (uint32_t c = 0; c < C; c++)
             ss += (double)x[c] * x[c];
         const double scale = md->norm ? 1.0 / sqrt(ss / C + eps) : 1.0;
+        for (uint32_t c = 0; c < C; c++) { /* x' as the kernels read it (mma2: + the low plane) */
+            const float xp = md->norm ? x[c] * hn[c] : x[c];
+            const float xh = memra_bf16_to_f32(memra_f32_to_bf16(xp));
+            xbs[c] = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
+        }
         double dot[2], mass[2];
         for (uint32_t o = 0; o < OUT; o++) {
             for (int h = 0; h < (md->glu ? 2 : 1); h++) {
                 const uint32_t r = md->glu ? 2 * o + h : o;
                 double a = 0.0, am = 0.0;
                 for (uint32_t c = 0; c < C; c++) {
-                    const float xp = md->norm ? x[c] * hn[c] : x[c];
-                    const float xh = memra_bf16_to_f32(memra_f32_to_bf16(xp)); /* mma2: + the low plane */
-                    const double xb = (double)xh + (two ? memra_bf16_to_f32(memra_f32_to_bf16(xp - xh)) : 0.0);
+                    const double xb = xbs[c];
                     const double wv = mg_w(m, r, c);
                     a += wv * xb;
                     if (m->kq == 1 || m->kq == 2) { /* qdot=mma sums each term apart: the mass of both */
@@ -432,6 +468,7 @@ done:
     free(hr);
     free(yd);
     free(yc);
+    free(xbs);
     return bad;
 }
 
@@ -486,8 +523,8 @@ static int mg_quant(FILE *out, const char *var, const char *other, int (*upload)
     int bad = 0;
     for (size_t si = 0; si < n; si++) {
         uint64_t s = mseed + si;
-        mg_mat m = {shp[si].rows, shp[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL};
-        if (upload(&m, &s) != 0) {
+        mg_mat m = {shp[si].rows, shp[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL, NULL, NULL};
+        if (upload(&m, &s) != 0 || (m.kq && mg_kq_cache(&m) != 0)) {
             mg_free(&m);
             return -1;
         }
@@ -544,7 +581,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
             bad++;
         }
         uint64_t s = 0x5eed + si;
-        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL};
+        mg_mat m = {shapes[si].rows, shapes[si].cols, 0, NULL, {0}, 0, NULL, 0, NULL, NULL, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;
@@ -578,7 +615,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
     /* not served (columns no multiple of 8): gemv=auto's kernels and bits */
     {
         uint64_t s = 0xab;
-        mg_mat m = {100, 100, 0, NULL, {0}, 0, NULL, 0, NULL};
+        mg_mat m = {100, 100, 0, NULL, {0}, 0, NULL, 0, NULL, NULL, NULL};
         const int v = mg_upload(&m, &s) == 0 ? mg_versus_auto(out, "mma", "auto", &m, 1, 7) : -1;
         const int v2 = v < 0 ? -1 : mg_versus_auto(out, "mma2", "auto", &m, 1, 8);
         mg_free(&m);
@@ -617,7 +654,7 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
     /* negative control: one weight one ulp off in the chunk's matrix must show */
     {
         uint64_t s = 0xcd;
-        mg_mat m = {300, 1000, 0, NULL, {0}, 0, NULL, 0, NULL};
+        mg_mat m = {300, 1000, 0, NULL, {0}, 0, NULL, 0, NULL, NULL, NULL};
         if (mg_upload(&m, &s) != 0) {
             mg_free(&m);
             return -1;
