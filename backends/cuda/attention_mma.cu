@@ -35,352 +35,163 @@
  * layer and token (decode): reads qkv (one token), freqs, norms, *pos, this layer's K and V rows
  * [64 floor(w0 / 64), p) (each once), writes the K and V rows at p, the partials of the spans
  * (G (hd + 2) floats per span, read back once by the merging block) and out[n_head][hd]. */
-#include "attention_common.cuh"
+#include "attention_mma.cuh"
 
-#define MC_AMM_SPAN 64u /* four pairs of n-tiles: mc_amm_sum's tree */
-#define MC_AMM_WARPS 4u
-#define MC_AMM_THREADS (32u * MC_AMM_WARPS)
-#define MC_AMM_BLOCKS 32u /* decode blocks a kv head at most (a span each a round): llama-1b at a 7,900 prefix
-                           * 669 tok/s against 631 with 128 (bench/RESULTS.md, twentieth session) */
-#define MC_AMM_MERGE 64u   /* spans whose fold weights decode's merging block holds at once */
-#define MC_AMM_TIER 4u     /* attfold=tier: spans a tier (256 positions) */
-
-/* The tile type of a cache type: f16 for f16, bf16 otherwise. */
-template <typename KT> struct mc_amm_mt {
-    typedef __nv_bfloat16 T;
-};
-template <> struct mc_amm_mt<__half> {
-    typedef __half T;
-};
-
-/* d += A B, m16n8k16, f32 accumulators (A: a 16 x 16 row-major fragment, B: 16 x 8 col-major). */
-__device__ __forceinline__ void mc_amm_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                           __nv_bfloat16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mc_amm_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, __half) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Four 8 x 8 matrices of 16-bit values from shared memory (lane i: row i % 8 of matrix i / 8),
- * as they are (register j of lane (g, q): matrix j's row g, columns 2q, 2q + 1) or transposed
- * (matrix j's rows 2q, 2q + 1 of column g). */
-__device__ __forceinline__ void mc_amm_ldsm4(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
-}
-__device__ __forceinline__ void mc_amm_ldsm4t(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
-}
-
-/* Two floats as one register of the tile type (lo in the low half), each rounded as the cache's
- * writes round (mc_kv_put). */
-template <typename MT> __device__ __forceinline__ uint32_t mc_amm_pack(float lo, float hi) {
-    const MT l = mc_kv_put<MT>(lo), h = mc_kv_put<MT>(hi);
-    return (uint32_t)(*(const uint16_t *)&l) | ((uint32_t)(*(const uint16_t *)&h) << 16);
-}
-
-/* A tile row's stride in values: 16 bytes past the row, so that ldmatrix's 8 rows fall in
- * distinct banks. */
-template <uint32_t HD> inline constexpr uint32_t MC_AMM_LD = HD + 8;
-
-/* kv=q8: bytes of a stored row (the scales, then the quants) and of the cp.async pieces a row is
- * copied in (9 a row: 4, 8 or 16 bytes, each aligned so in the cache and in shared memory). */
-template <uint32_t HD> inline constexpr uint32_t MC_AMM_RB = HD + HD / 8;
-template <uint32_t HD> inline constexpr uint32_t MC_AMM_CB = HD / 8;
-
-/* A cp.async of CB bytes (4, 8: through L1, as cp.async allows them; 16: L2 only). */
-template <uint32_t CB> __device__ __forceinline__ void mc_amm_cp_async(void *smem, const void *gmem) {
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    if constexpr (CB == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(CB) : "memory");
-}
-
-/* Values 8 c .. 8 c + 7 of a q8 row (in shared memory) in the tile type: each memra_kv_q8_value
- * (its block's scale times the quant), then rounded as mc_kv_put rounds (mc_amm_pack). */
-template <uint32_t HD, typename MT> __device__ __forceinline__ uint4 mc_amm_q8_piece(const uint8_t *row, uint32_t c) {
-    const float d = ((const float *)row)[c / 4];
-    const int8_t *q = (const int8_t *)(row + HD / 8 + 8 * c);
-    uint32_t w0, w1;
-    if constexpr (HD / 8 % 8 == 0) { /* 8-byte aligned */
-        const uint2 u = *(const uint2 *)q;
-        w0 = u.x;
-        w1 = u.y;
+/* attdec=warp: attention=mma's decode with a warp a span. Block x of kv head g takes the groups of
+ * MC_AMM_TIER spans (256 positions, tier-aligned) gl + x, gl + x + X, ...; warp w stages span
+ * 4 u + w of group u by itself (before the grid wait: rows below p) and reduces it alone with
+ * mc_amm_span, the chunk warp's instructions, so the 4 spans of a group are in flight and reduced
+ * at once, with no block barrier between a span's steps. attfold=span: each warp writes its span's
+ * partial; attfold=tier: the 4 results meet in shared memory and warp 0 folds them in span order
+ * (mc_spl_fold_row / _elem, as attfold=tier's block decode and a chunk's row do) into the tier's
+ * partial. The merge is attention_mma's (mc_amm_last, mc_amm_merge). The same bits as attdec=block
+ * for every attfold and kv type: only where the operations run differs. */
+template <uint32_t HD, uint32_t G, typename KT, bool TIER>
+__device__ __forceinline__ void mc_amm_wdec(const mc_rope_args &a, const float *qkv, KT *k_cache, KT *v_cache,
+                                            float *out, const int32_t *pos) {
+    typedef typename mc_amm_mt<KT>::T MT;
+    constexpr uint32_t S = MC_AMM_SPAN, LD = MC_AMM_LD<HD>, DPL = MC_ATC_DPL<HD>, KS = HD / 16, ND = HD / 8;
+    constexpr uint32_t TILE = S * LD, TS = MC_AMM_TIER, XW = 2 * ND + 2, RB = MC_AMM_RB<HD>;
+    constexpr uint32_t KV = mc_kv_is_q8<KT> ? MC_KV_Q8 : sizeof(KT) == 4 ? MC_KV_F32 : MC_KV_BF16;
+    if constexpr (!mc_amm_wd_ok(HD, KV)) {
+        return; /* not served (mc_amm_launch refuses it): kv=q8's stored rows do not fit a V tile at hd 128 */
     } else {
-        w0 = *(const uint32_t *)q;
-        w1 = *(const uint32_t *)(q + 4);
-    }
-    float v[8];
-#pragma unroll
-    for (uint32_t j = 0; j < 4; j++) {
-        v[j] = memra_kv_q8_value((int8_t)(w0 >> (8 * j)), d);
-        v[4 + j] = memra_kv_q8_value((int8_t)(w1 >> (8 * j)), d);
-    }
-    return make_uint4(mc_amm_pack<MT>(v[0], v[1]), mc_amm_pack<MT>(v[2], v[3]), mc_amm_pack<MT>(v[4], v[5]),
-                      mc_amm_pack<MT>(v[6], v[7]));
-}
-
-/* kv=q8's second staging step, after the copies landed (and a barrier): rows [0, n) of the raw K
- * and V rows (rk, rv: MC_AMM_RB bytes a row) into tiles ks, vs of the tile type, rows n .. SPAN - 1
- * zero; threads tid, tid + nthr, ... of the caller's. */
-template <uint32_t HD, typename MT>
-__device__ __forceinline__ void mc_amm_q8_tiles(MT *ks, MT *vs, const uint8_t *rk, const uint8_t *rv, uint32_t n,
-                                                uint32_t tid, uint32_t nthr) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>;
-    for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
-        const uint32_t t = i / Q, c = i % Q;
-        const bool in = t < n;
-        *(uint4 *)(ks + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rk + t * RB, c) : make_uint4(0, 0, 0, 0);
-        *(uint4 *)(vs + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rv + t * RB, c) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-/* Queues cache rows [t0, t0 + n) of K and V (n <= MC_AMM_SPAN) into tiles ks, vs of the tile type
- * (16-bit caches by cp.async as they are; f32 values rounded by mc_kv_put), rows n .. SPAN - 1
- * zero; threads tid, tid + nthr, ... of the caller's. kv=q8: the stored rows by cp.async into raw
- * (K rows, then V rows, MC_AMM_RB bytes each), as they are; mc_amm_q8_tiles makes the tiles once
- * they landed. */
-template <uint32_t HD, typename KT, typename MT>
-__device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, uint8_t *raw, const KT *kb, const KT *vb, uint32_t t0,
-                                             uint32_t n, uint32_t tid, uint32_t nthr) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8;
-    if constexpr (mc_kv_is_q8<KT>) {
-        constexpr uint32_t RB = MC_AMM_RB<HD>, CB = MC_AMM_CB<HD>;
-        const uint8_t *gk = (const uint8_t *)kb + (size_t)t0 * RB, *gv = (const uint8_t *)vb + (size_t)t0 * RB;
-        for (uint32_t i = tid; i < n * 9; i += nthr) {
-            mc_amm_cp_async<CB>(raw + i * CB, gk + i * CB);
-            mc_amm_cp_async<CB>(raw + MC_AMM_SPAN * RB + i * CB, gv + i * CB);
-        }
-        mc_cp_async_commit();
-    } else {
-        for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
-            const uint32_t t = i / Q, c = i % Q;
-            MT *kd = ks + t * LD + 8 * c, *vd = vs + t * LD + 8 * c;
-            if (t < n) {
-                const size_t off = (size_t)(t0 + t) * HD + 8 * c;
-                if constexpr (sizeof(KT) == 2) {
-                    mc_cp_async16(kd, kb + off);
-                    mc_cp_async16(vd, vb + off);
-                } else {
-                    const float4 k0 = __ldcg((const float4 *)(kb + off)), k1 = __ldcg((const float4 *)(kb + off) + 1);
-                    const float4 v0 = __ldcg((const float4 *)(vb + off)), v1 = __ldcg((const float4 *)(vb + off) + 1);
-                    *(uint4 *)kd = make_uint4(mc_amm_pack<MT>(k0.x, k0.y), mc_amm_pack<MT>(k0.z, k0.w),
-                                              mc_amm_pack<MT>(k1.x, k1.y), mc_amm_pack<MT>(k1.z, k1.w));
-                    *(uint4 *)vd = make_uint4(mc_amm_pack<MT>(v0.x, v0.y), mc_amm_pack<MT>(v0.z, v0.w),
-                                              mc_amm_pack<MT>(v1.x, v1.y), mc_amm_pack<MT>(v1.z, v1.w));
+        const uint32_t g = blockIdx.x, x = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+        const uint32_t gid = lane >> 2, tig = lane & 3;
+        extern __shared__ __align__(16) unsigned char smb[];
+        const mc_amm_layout L = mc_amm_wd_layout_of(HD, KV);
+        MT *tiles = (MT *)(smb + L.kv), *ks = tiles + 2 * warp * TILE, *vs = ks + TILE;
+        uint8_t *raw = (uint8_t *)(vs + TILE) - 2 * S * RB; /* kv=q8: the warp's stored K rows, then V rows */
+        KT *kn = (KT *)(smb + L.kn), *vn = (KT *)(smb + L.vn);
+        float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
+        mc_atc_freqs<HD>(fr, a, lane & 15);
+        const int32_t p00 = *pos;
+        const uint32_t lo = mc_att_first_position(a.window, (uint32_t)p00) / S, hi = (uint32_t)p00 / S;
+        const KT *kb = k_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>,
+                 *vb = v_cache + (size_t)g * a.capacity * MC_KV_ROWE<HD, KT>;
+        const uint32_t X = gridDim.y, gl = lo / TS, gh = hi / TS, n_act = min(gh - gl + 1, X);
+        if (x >= n_act)
+            return;
+        const bool has_new = (gh - gl) % X == x; /* the block that holds p's span */
+        uint32_t u = gl + x, s = u * TS + warp;
+        bool act = s >= lo && s <= hi;
+        if (act) /* rows below p were written by earlier steps: staged before the wait */
+            mc_amm_stage<HD, KT, MT>(ks, vs, raw, kb, vb, s * S, s == hi ? (uint32_t)p00 - hi * S : S, lane, 32);
+        mc_wait_prior_grid(MC_ATT_FAMILY(a));
+        MT *qt = (MT *)smb; /* the step's q tile (warp 0), and with has_new the new k and v row */
+        if (warp == 0)
+            mc_amm_q_rows<HD, G, KT, MT>(qt, a, qkv, g, fr, p00, 0, 1, 1, has_new, kn, vn, k_cache, v_cache, lane);
+        __syncthreads(); /* the q tile and the new row */
+        uint32_t qa[KS][4];
+        int32_t rw[2], rp[2];
+        mc_amm_q_frags<HD, G, MT>(qa, rw, rp, qt, a, p00, 0, 1, 1, lane);
+        const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
+        const uint32_t NS = (a.capacity + S - 1) / S;
+        /* the partials: out [head][unit][hd], then (max, sum) [head][unit][2] */
+        float *po = a.partial, *pml = a.partial + (size_t)a.n_head * NS * HD;
+        float *xw = (float *)tiles; /* attfold=tier: the warps' span results, once every span is read */
+        for (;;) {
+            float m[2], l[2], o[ND][4];
+            if (act) {
+                mc_cp_async_wait(0);
+                __syncwarp(); /* the warp's copies have landed */
+                if constexpr (mc_kv_is_q8<KT>) { /* the new row's stored bytes after the staged rows, then the tiles */
+                    const uint32_t n = s == hi ? (uint32_t)p00 - s * S + 1 : S;
+                    if (s == hi)
+                        for (uint32_t i = lane; i < RB / 4; i += 32) {
+                            ((uint32_t *)(raw + (n - 1) * RB))[i] = ((const uint32_t *)kn)[i];
+                            ((uint32_t *)(raw + S * RB + (n - 1) * RB))[i] = ((const uint32_t *)vn)[i];
+                        }
+                    __syncwarp();
+                    mc_amm_q8_tiles_warp<HD, MT>(ks, vs, raw, n, lane);
+                } else if (s == hi) { /* the new row over the staging's zeros */
+                    for (uint32_t i = lane; i < HD; i += 32) {
+                        ks[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(kn[i]));
+                        vs[((uint32_t)p00 - s * S) * LD + i] = mc_kv_put<MT>(mc_kv_get(vn[i]));
+                    }
                 }
-            } else {
-                *(uint4 *)kd = make_uint4(0, 0, 0, 0);
-                *(uint4 *)vd = make_uint4(0, 0, 0, 0);
+                __syncwarp(); /* the span's tiles */
+                mc_amm_span<HD, MT>(ks, vs, qa, rw, rp, (int32_t)(s * S), scale, m, l, o);
+                if (!TIER && gid < G) { /* the span's partial: row gid's out elements, then (max, sum) */
+                    float *ph = po + ((size_t)(g * G + gid) * NS + s) * HD + 2 * tig;
+#pragma unroll
+                    for (uint32_t n = 0; n < ND; n++)
+                        *(float2 *)(ph + 8 * n) = make_float2(o[n][0], o[n][1]);
+                    if (tig == 0)
+                        *(float2 *)(pml + ((size_t)(g * G + gid) * NS + s) * 2) = make_float2(m[0], l[0]);
+                }
             }
+            if constexpr (TIER) {
+                __syncthreads(); /* every warp's span is read: the tiles' space holds the results */
+                if (act) {
+                    float *e = xw + (warp * 32 + lane) * XW;
+                    e[0] = m[0];
+                    e[1] = l[0];
+#pragma unroll
+                    for (uint32_t n = 0; n < ND; n++) {
+                        e[2 + 2 * n] = o[n][0];
+                        e[3 + 2 * n] = o[n][1];
+                    }
+                }
+                __syncthreads();
+                if (warp == 0) { /* the tier's spans in order from its first attended one */
+                    const uint32_t w0 = max(u * TS, lo) - u * TS, w1 = min(u * TS + TS - 1, hi) - u * TS;
+                    float DM = 0.0f, DL = 0.0f, DF[ND][2];
+                    for (uint32_t w = w0; w <= w1; w++) {
+                        const float *e = xw + (w * 32 + lane) * XW;
+                        if (w == w0) {
+                            DM = e[0];
+                            DL = e[1];
+#pragma unroll
+                            for (uint32_t n = 0; n < ND; n++) {
+                                DF[n][0] = e[2 + 2 * n];
+                                DF[n][1] = e[3 + 2 * n];
+                            }
+                        } else {
+                            float wa, wb;
+                            mc_spl_fold_row(DM, DL, e[0], e[1], wa, wb);
+#pragma unroll
+                            for (uint32_t n = 0; n < ND; n++) {
+                                DF[n][0] = mc_spl_fold_elem(DF[n][0], e[2 + 2 * n], wa, wb);
+                                DF[n][1] = mc_spl_fold_elem(DF[n][1], e[3 + 2 * n], wa, wb);
+                            }
+                        }
+                    }
+                    if (gid < G) { /* the tier's partial */
+                        float *ph = po + ((size_t)(g * G + gid) * NS + u) * HD + 2 * tig;
+#pragma unroll
+                        for (uint32_t n = 0; n < ND; n++)
+                            *(float2 *)(ph + 8 * n) = make_float2(DF[n][0], DF[n][1]);
+                        if (tig == 0)
+                            *(float2 *)(pml + ((size_t)(g * G + gid) * NS + u) * 2) = make_float2(DM, DL);
+                    }
+                }
+            }
+            u += X;
+            if (u > gh)
+                break;
+            if constexpr (TIER)
+                __syncthreads(); /* warp 0 read the results before the tiles take the next group */
+            s = u * TS + warp;
+            act = s <= hi;
+            if (act)
+                mc_amm_stage<HD, KT, MT>(ks, vs, raw, kb, vb, s * S, s == hi ? (uint32_t)p00 - hi * S : S, lane, 32);
         }
-        mc_cp_async_commit();
+        /* the last block of kv head g to finish folds every unit's partials in order */
+        if (!mc_amm_last(a, g, n_act, smb, L, tid))
+            return;
+        mc_amm_merge<HD, G, MT>(a, g, TIER ? gl : lo, TIER ? gh : hi, NS, po, pml, tiles, smb, L, out, tid);
     }
 }
 
-/* The pieces of a span's reduction for a 16-row tile (the file's comment gives the order), shared
- * by the chunk's warp (mc_amm_span: the whole span) and decode's four warps (a quarter of the
- * positions each, attention_mma): every value is computed by the same operations whichever warp
- * holds it. Pair q of n-tiles is positions 16 q .. 16 q + 15 of the span. */
-
-/* Scores of n-tile pairs q0 .. q0 + NQ - 1 into s[2 (q - q0) + i] (head dimensions in order from
- * +0), K rows of the span in ks, qa the tile's q fragments. */
-template <uint32_t HD, typename MT, uint32_t NQ>
-__device__ __forceinline__ void mc_amm_scores(float (&s)[2 * NQ][4], const MT *ks, const uint32_t (&qa)[HD / 16][4],
-                                              uint32_t q0) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, KS = HD / 16;
-    const uint32_t lane = threadIdx.x & 31, mat = lane >> 3, mr = lane & 7;
-#pragma unroll
-    for (uint32_t j = 0; j < 2 * NQ; j++)
-        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (uint32_t kk = 0; kk < KS; kk++)
-#pragma unroll
-        for (uint32_t q = 0; q < NQ; q++) {
-            uint32_t b[4]; /* K rows 16 (q0 + q) .. + 15 as B: dims 16 kk .. 16 kk + 15 */
-            mc_amm_ldsm4(b, ks + (8 * (2 * (q0 + q) + (mat >> 1)) + mr) * LD + 16 * kk + 8 * (mat & 1));
-            mc_amm_mma(s[2 * q], qa[kk], b[0], b[1], MT());
-            mc_amm_mma(s[2 * q + 1], qa[kk], b[2], b[3], MT());
-        }
-}
-
-/* s x scale (rounded) where the position (p0: the first of s) is in the lane's row's [rw, rp],
- * else -inf; the lane's max per row into mx (fmaxf: exact in any order). */
-template <uint32_t NJ>
-__device__ __forceinline__ void mc_amm_mask(float (&s)[NJ][4], const int32_t (&rw)[2], const int32_t (&rp)[2],
-                                            int32_t p0, float scale, float (&mx)[2]) {
-    const uint32_t tig = threadIdx.x & 3;
-#pragma unroll
-    for (uint32_t j = 0; j < NJ; j++)
-#pragma unroll
-        for (uint32_t c = 0; c < 4; c++) {
-            const uint32_t h = c >> 1;
-            const int32_t t = p0 + (int32_t)(8 * j + 2 * tig + (c & 1));
-            s[j][c] = t >= rw[h] && t <= rp[h] ? __fmul_rn(s[j][c], scale) : -INFINITY;
-            mx[h] = fmaxf(mx[h], s[j][c]);
-        }
-}
-
-/* The row's max over the quad's lanes. */
-__device__ __forceinline__ void mc_amm_quad_max(float (&mx)[2]) {
-#pragma unroll
-    for (uint32_t h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(MC_FULL, mx[h], 2));
-    }
-}
-
-/* p = expf(s - max) in place (max -inf: 0, so every p is an exact 0) and each pair's partial sum
- * per row: t[q][h] = ((p0 + p1) + p2) + p3, the lane's four values of the pair in position order. */
-template <uint32_t NQ>
-__device__ __forceinline__ void mc_amm_probs(float (&s)[2 * NQ][4], const float (&mx)[2], float (&t)[NQ][2]) {
-    const float ref[2] = {mx[0] == -INFINITY ? 0.0f : mx[0], mx[1] == -INFINITY ? 0.0f : mx[1]};
-#pragma unroll
-    for (uint32_t j = 0; j < 2 * NQ; j++)
-#pragma unroll
-        for (uint32_t c = 0; c < 4; c++)
-            s[j][c] = expf(__fsub_rn(s[j][c], ref[c >> 1])); /* a masked position: exactly 0 */
-#pragma unroll
-    for (uint32_t q = 0; q < NQ; q++)
-#pragma unroll
-        for (uint32_t h = 0; h < 2; h++)
-            t[q][h] = __fadd_rn(__fadd_rn(__fadd_rn(s[2 * q][2 * h], s[2 * q][2 * h + 1]), s[2 * q + 1][2 * h]),
-                                s[2 * q + 1][2 * h + 1]);
-}
-
-/* The row's sum: the four pairs' partials in order, then lanes tig ^ 1, tig ^ 2. */
-__device__ __forceinline__ float mc_amm_sum(float t0, float t1, float t2, float t3) {
-    float v = __fadd_rn(__fadd_rn(__fadd_rn(t0, t1), t2), t3);
-    v = __fadd_rn(v, __shfl_xor_sync(MC_FULL, v, 1));
-    return __fadd_rn(v, __shfl_xor_sync(MC_FULL, v, 2));
-}
-
-/* Pair q's p as an A fragment of the tile type (positions 16 q .. 16 q + 15 as k). */
-__device__ __forceinline__ void mc_amm_pfrag_of(uint32_t (&pa)[4], const float (&s0)[4], const float (&s1)[4],
-                                                __nv_bfloat16) {
-    pa[0] = mc_amm_pack<__nv_bfloat16>(s0[0], s0[1]);
-    pa[1] = mc_amm_pack<__nv_bfloat16>(s0[2], s0[3]);
-    pa[2] = mc_amm_pack<__nv_bfloat16>(s1[0], s1[1]);
-    pa[3] = mc_amm_pack<__nv_bfloat16>(s1[2], s1[3]);
-}
-__device__ __forceinline__ void mc_amm_pfrag_of(uint32_t (&pa)[4], const float (&s0)[4], const float (&s1)[4], __half) {
-    pa[0] = mc_amm_pack<__half>(s0[0], s0[1]);
-    pa[1] = mc_amm_pack<__half>(s0[2], s0[3]);
-    pa[2] = mc_amm_pack<__half>(s1[0], s1[1]);
-    pa[3] = mc_amm_pack<__half>(s1[2], s1[3]);
-}
-
-/* out's n-tile pairs n0 .. n0 + NN - 1 (dims 16 n .. 16 n + 15) = P V over the span's four
- * position pairs in order from +0 (pa[kk]: pair kk's fragment), V rows in vs. */
-template <uint32_t HD, typename MT, uint32_t NN>
-__device__ __forceinline__ void mc_amm_pv(float (&o)[2 * NN][4], const uint32_t (&pa)[MC_AMM_SPAN / 16][4],
-                                          const MT *vs, uint32_t n0) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>;
-    const uint32_t lane = threadIdx.x & 31, mat = lane >> 3, mr = lane & 7;
-#pragma unroll
-    for (uint32_t n = 0; n < 2 * NN; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-#pragma unroll
-    for (uint32_t kk = 0; kk < MC_AMM_SPAN / 16; kk++)
-#pragma unroll
-        for (uint32_t n = 0; n < NN; n++) {
-            uint32_t b[4]; /* V rows 16 kk .. 16 kk + 15 as B (transposed): dims 16 (n0 + n) .. + 15 */
-            mc_amm_ldsm4t(b, vs + (16 * kk + 8 * (mat & 1) + mr) * LD + 8 * (2 * (n0 + n) + (mat >> 1)));
-            mc_amm_mma(o[2 * n], pa[kk], b[0], b[1], MT());
-            mc_amm_mma(o[2 * n + 1], pa[kk], b[2], b[3], MT());
-        }
-}
-
-/* One span of a warp's 16-row tile by that warp alone (a chunk's rows): K and V rows of positions
- * p0 .. p0 + 63 in ks, vs; the lane's rows gid and gid + 8 attend to [rw[k], rp[k]] (rp -1: none).
- * Returns per row the span's max (-inf where no position is attended), its sum (the same on the
- * row's 4 lanes) and the lane's out elements (row gid: o[n][0..1], dims 8 n + 2 tig + 0..1; row
- * gid + 8: o[n][2..3]). Every operation an explicit rounding or an MMA: no contraction choice can
- * differ between callers. */
-template <uint32_t HD, typename MT>
-__device__ __forceinline__ void mc_amm_span(const MT *ks, const MT *vs, const uint32_t (&qa)[HD / 16][4],
-                                            const int32_t (&rw)[2], const int32_t (&rp)[2], int32_t p0, float scale,
-                                            float (&m)[2], float (&l)[2], float (&o)[HD / 8][4]) {
-    constexpr uint32_t NQ = MC_AMM_SPAN / 16;
-    float s[2 * NQ][4], mx[2] = {-INFINITY, -INFINITY}, t[NQ][2];
-    mc_amm_scores<HD, MT, NQ>(s, ks, qa, 0);
-    mc_amm_mask<2 * NQ>(s, rw, rp, p0, scale, mx);
-    mc_amm_quad_max(mx);
-    mc_amm_probs<NQ>(s, mx, t);
-#pragma unroll
-    for (uint32_t h = 0; h < 2; h++) {
-        m[h] = mx[h];
-        l[h] = mc_amm_sum(t[0][h], t[1][h], t[2][h], t[3][h]);
-    }
-    uint32_t pa[NQ][4];
-#pragma unroll
-    for (uint32_t q = 0; q < NQ; q++)
-        mc_amm_pfrag_of(pa[q], s[2 * q], s[2 * q + 1], MT());
-    mc_amm_pv<HD, MT, HD / 16>(o, pa, vs, 0);
-}
-
-/* Row h of a chunk warp's tile (the lane's rows gid and gid + 8: h 0, 1) folds (m, l, o) into its
- * (M, L, F): set to them where first, else mc_spl_fold's operations (the weights once, then each
- * of the lane's out elements of the row). */
-template <uint32_t ND>
-__device__ __forceinline__ void mc_amm_row_fold(float &M, float &L, float (&F)[ND][4], float m, float l,
-                                                const float (&o)[ND][4], uint32_t h, bool first) {
-    if (first) {
-        M = m;
-        L = l;
-#pragma unroll
-        for (uint32_t n = 0; n < ND; n++) {
-            F[n][2 * h] = o[n][2 * h];
-            F[n][2 * h + 1] = o[n][2 * h + 1];
-        }
-    } else {
-        float wa, wb;
-        mc_spl_fold_row(M, L, m, l, wa, wb);
-#pragma unroll
-        for (uint32_t n = 0; n < ND; n++) {
-            F[n][2 * h] = mc_spl_fold_elem(F[n][2 * h], o[n][2 * h], wa, wb);
-            F[n][2 * h + 1] = mc_spl_fold_elem(F[n][2 * h + 1], o[n][2 * h + 1], wa, wb);
-        }
-    }
-}
-
-/* Shared memory of attention_mma (bytes): the q tiles (decode: one, the block's; a chunk: one a
- * warp), then two pairs of K and V tiles (double-buffered; decode's merge stages a batch of out
- * partials there), under kv=q8 two buffers of the stored rows the tiles are made from, then
- * decode's new row (kn, vn: stored values), its merge's fold weights
- * (MC_AMM_MERGE spans of 8 heads: a, b; then 1 / sum a head; then the running max before each
- * span, later its sum) and the merge flag. */
-struct mc_amm_layout {
-    uint32_t kv, raw, kn, vn, wab, flag, total;
-};
-__host__ __device__ inline mc_amm_layout mc_amm_layout_of(uint32_t hd, uint32_t kv, bool chunk) {
-    const uint32_t tile = MC_AMM_SPAN * (hd + 8) * 2, qt = 16 * (hd + 8) * 2, rb = mc_kv_row_bytes(kv, hd);
-    mc_amm_layout L;
-    L.kv = (chunk ? MC_AMM_WARPS : 1u) * qt;
-    L.raw = L.kv + 2u * 2 * tile; /* kv=q8: two buffers of raw K and V rows */
-    L.kn = L.raw + (kv == MC_KV_Q8 ? (2u * 2 * MC_AMM_SPAN * rb + 15) / 16 * 16 : 0u);
-    L.vn = L.kn + (rb + 15) / 16 * 16;
-    L.wab = L.vn + (rb + 15) / 16 * 16;
-    L.flag = L.wab + (chunk ? 0u : (MC_AMM_MERGE * 24 + 8) * 4);
-    L.total = L.flag + 16;
-    return L;
-}
-
-template <uint32_t HD, uint32_t G, typename KT = float, bool TIER = false>
+template <uint32_t HD, uint32_t G, typename KT = float, bool TIER = false, bool WD = false>
 __global__ void __launch_bounds__(MC_AMM_THREADS)
     attention_mma(const mc_rope_args a, const float *qkv, KT *k_cache, KT *v_cache, float *out, const int32_t *pos,
                   uint32_t rows) {
+    if constexpr (WD) { /* attdec=warp's decode (rows 0) */
+        mc_amm_wdec<HD, G, KT, TIER>(a, qkv, k_cache, v_cache, out, pos);
+        return;
+    }
     static_assert(HD == 32 || HD == 64 || HD == 128, "head sizes 32, 64, 128");
     typedef typename mc_amm_mt<KT>::T MT;
     constexpr uint32_t S = MC_AMM_SPAN, LD = MC_AMM_LD<HD>, NW = MC_AMM_WARPS, NT = MC_AMM_THREADS, R = 16 / G;
@@ -756,6 +567,15 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
 #define MC_AMM_FN_TH(HD, G) ((const void *)attention_mma<HD, G, __half, true>)
 #define MC_AMM_FN_TB(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16, true>)
 #define MC_AMM_FN_TQ(HD, G) ((const void *)attention_mma<HD, G, mc_q8, true>)
+/* attdec=warp's decode kernels (mc_amm_wdec); kv=q8 at hd 128 is not served (an empty body) */
+#define MC_AMM_FN_W(HD, G) ((const void *)attention_mma<HD, G, float, false, true>)
+#define MC_AMM_FN_WH(HD, G) ((const void *)attention_mma<HD, G, __half, false, true>)
+#define MC_AMM_FN_WB(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16, false, true>)
+#define MC_AMM_FN_WQ(HD, G) ((const void *)attention_mma<HD, G, mc_q8, false, true>)
+#define MC_AMM_FN_WT(HD, G) ((const void *)attention_mma<HD, G, float, true, true>)
+#define MC_AMM_FN_WTH(HD, G) ((const void *)attention_mma<HD, G, __half, true, true>)
+#define MC_AMM_FN_WTB(HD, G) ((const void *)attention_mma<HD, G, __nv_bfloat16, true, true>)
+#define MC_AMM_FN_WTQ(HD, G) ((const void *)attention_mma<HD, G, mc_q8, true, true>)
 #define MC_AMM_PICK(kv, hd, G)                                                                                         \
     ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_H)                                                     \
      : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_B)                                                     \
@@ -766,30 +586,53 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
      : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_TB)                                                    \
      : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_TQ)                                                    \
                           : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_T))
+#define MC_AMM_PICK_W(kv, hd, G)                                                                                       \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WH)                                                    \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WB)                                                    \
+     : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WQ)                                                    \
+                          : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_W))
+#define MC_AMM_PICK_WT(kv, hd, G)                                                                                      \
+    ((kv) == MC_KV_F16    ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WTH)                                                   \
+     : (kv) == MC_KV_BF16 ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WTB)                                                   \
+     : (kv) == MC_KV_Q8   ? MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WTQ)                                                   \
+                          : MC_ATC_DISPATCH128(hd, G, MC_AMM_FN_WT))
+#define MC_AMM_EACH_W(F)                                                                                               \
+    MC_ATC_EACH_OF128(F, MC_AMM_FN_W) MC_ATC_EACH_OF128(F, MC_AMM_FN_WH) MC_ATC_EACH_OF128(F, MC_AMM_FN_WB)            \
+        MC_ATC_EACH_OF128(F, MC_AMM_FN_WQ) MC_ATC_EACH_OF128(F, MC_AMM_FN_WT) MC_ATC_EACH_OF128(F, MC_AMM_FN_WTH)      \
+            MC_ATC_EACH_OF128(F, MC_AMM_FN_WTB) MC_ATC_EACH_OF128(F, MC_AMM_FN_WTQ)
 #define MC_AMM_EACH(F)                                                                                                 \
     MC_ATC_EACH_OF128(F, MC_AMM_FN) MC_ATC_EACH_OF128(F, MC_AMM_FN_H) MC_ATC_EACH_OF128(F, MC_AMM_FN_B)               \
         MC_ATC_EACH_OF128(F, MC_AMM_FN_Q) MC_ATC_EACH_OF128(F, MC_AMM_FN_T) MC_ATC_EACH_OF128(F, MC_AMM_FN_TH)         \
             MC_ATC_EACH_OF128(F, MC_AMM_FN_TB) MC_ATC_EACH_OF128(F, MC_AMM_FN_TQ)
+
+int mc_attention_mma_wd_serves(uint32_t hd, uint32_t kv) { return mc_amm_wd_ok(hd, kv); }
 
 int mc_amm_ok(uint32_t G, uint32_t hd, uint32_t hdv) {
     return hd == hdv && (hd == 32 || hd == 64 || hd == 128) && (G == 1 || G == 2 || G == 3 || G == 4 || G == 8);
 }
 
 /* Per device: whether every instantiation may use the largest need (hd 128, f32's or q8's,
- * decode's or a chunk's, whichever is largest). */
-static int mc_amm_smem_ready[MC_MAX_DEVICES];
+ * decode's or a chunk's, whichever is largest); attdec=warp's kernels apart (their own largest:
+ * hd 128 at f32, 4 tile pairs). */
+static int mc_amm_smem_ready[MC_MAX_DEVICES], mc_amm_wd_smem_ready[MC_MAX_DEVICES];
 
 cudaError_t mc_amm_prepare(int dev) {
 #define MC_AMM_FNS(fn) fn,
     static const void *const fns[] = {MC_AMM_EACH(MC_AMM_FNS)};
+    static const void *const wfns[] = {MC_AMM_EACH_W(MC_AMM_FNS)};
 #undef MC_AMM_FNS
-    uint32_t m = 0;
-    for (uint32_t kv = MC_KV_F32; kv <= MC_KV_Q8; kv++)
+    uint32_t m = 0, mw = 0;
+    for (uint32_t kv = MC_KV_F32; kv <= MC_KV_Q8; kv++) {
         for (int chunk = 0; chunk < 2; chunk++) {
             const uint32_t t = mc_amm_layout_of(128, kv, chunk != 0).total;
             m = t > m ? t : m;
         }
-    return mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)m, mc_amm_smem_ready, dev);
+        const uint32_t tw = mc_amm_wd_layout_of(128, kv).total;
+        mw = tw > mw ? tw : mw;
+    }
+    const cudaError_t e = mc_att_smem_limit(fns, sizeof fns / sizeof fns[0], (int)m, mc_amm_smem_ready, dev);
+    return e != cudaSuccess ? e
+                            : mc_att_smem_limit(wfns, sizeof wfns / sizeof wfns[0], (int)mw, mc_amm_wd_smem_ready, dev);
 }
 
 /* attention_mma's launch: decode (rows 0; a programmatic launch under c->pdl, the grid by the
@@ -803,8 +646,16 @@ cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)
         return e;
-    /* decode's blocks a kv head: one a fold unit (a span, or a tier) up to MC_AMM_BLOCKS */
     const bool tier = c->attfold == MC_ATTFOLD_TIER;
+    if (!rows && c->attdec == MC_ATTDEC_WARP) { /* a block a group of 4 spans (a tier), up to MC_AMM_BLOCKS */
+        if (!mc_amm_wd_ok(a->hd, a->kv))
+            return cudaErrorInvalidValue;
+        const uint32_t XG = (a->capacity + MC_AMM_SPAN * MC_AMM_TIER - 1) / (MC_AMM_SPAN * MC_AMM_TIER);
+        return mc_att_span_launch(c, tier ? MC_AMM_PICK_WT(a->kv, a->hd, G) : MC_AMM_PICK_W(a->kv, a->hd, G),
+                                  dim3(a->n_kv, XG < MC_AMM_BLOCKS ? XG : MC_AMM_BLOCKS), MC_AMM_THREADS,
+                                  mc_amm_wd_layout_of(a->hd, a->kv).total, a, qkv, k_cache, v_cache, out, pos, 0, st);
+    }
+    /* decode's blocks a kv head: one a fold unit (a span, or a tier) up to MC_AMM_BLOCKS */
     const uint32_t per = MC_AMM_WARPS * (16 / G),
                    X = (a->capacity + MC_AMM_SPAN * (tier ? MC_AMM_TIER : 1) - 1) / (MC_AMM_SPAN * (tier ? MC_AMM_TIER : 1));
     return mc_att_span_launch(
@@ -819,7 +670,7 @@ cudaError_t mc_attention_mma_trigger_addr(void **p) { return cudaGetSymbolAddres
 const char *mc_attention_mma_family(const void *f) {
     static const mc_family_row table[] = {
 #define MC_AMM_ROW(fn) {fn, "attention"},
-        MC_AMM_EACH(MC_AMM_ROW)
+        MC_AMM_EACH(MC_AMM_ROW) MC_AMM_EACH_W(MC_AMM_ROW)
 #undef MC_AMM_ROW
     };
     return mc_family_find(table, sizeof table / sizeof table[0], f);

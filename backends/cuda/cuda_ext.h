@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk, qblock, qgrid, mmachunk and attchunk never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock, qgrid, mmachunk, attchunk and attdec never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv, experts, attfold and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -162,6 +162,13 @@ extern "C" {
             "(the spans of each tier of 256 positions in order, then the tiers in order: decode's blocks fold a "      \
             "tier each, so its last block folds a quarter of the partials at long contexts). Other bits each, the "    \
             "chunk's and decode's alike; refused without attention=mma"                                                \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "attdec", "block",                                                                                             \
+            "who reduces attention=mma's decode spans: block (a block's 4 warps each span, one span after another, "  \
+            "the next staged meanwhile) or warp (a warp a span, a block the 4 spans of 256 positions at once, with no " \
+            "block barrier inside a span; kv=q8 at head size 128 refused). The same bits either way, for every "      \
+            "attfold; refused without attention=mma"                                                                   \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

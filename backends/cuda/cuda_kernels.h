@@ -111,6 +111,11 @@ enum { MC_ATTCHUNK_PHASED, MC_ATTCHUNK_ROWS };
  * then the tiers in order: decode's blocks fold a tier each and its merge reads a quarter of the
  * partials). Other bits each, decode's and the chunk's alike. */
 enum { MC_ATTFOLD_SPAN, MC_ATTFOLD_TIER };
+/* Who reduces attention=mma's decode spans (the `attdec` key, issue 28, long contexts):
+ * MC_ATTDEC_BLOCK (a block's 4 warps a span, one span after another, staged one ahead: the kernel
+ * attention=mma has had) or MC_ATTDEC_WARP (a warp a span, a block the 4 spans of a tier at once:
+ * mc_amm_wdec; kv=q8 at head size 128 not served). The same bits either way, for every attfold. */
+enum { MC_ATTDEC_BLOCK, MC_ATTDEC_WARP };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -207,6 +212,7 @@ typedef struct mc_config {
     uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
     uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
     uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
+    uint32_t attdec;    /* attention=mma's decode spans: MC_ATTDEC_BLOCK or _WARP (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -218,7 +224,7 @@ static inline MC_HOSTDEV uint32_t mc_kv_row_bytes(uint32_t kv, uint32_t hd) {
     return kv == MC_KV_F32 ? 4u * hd : kv == MC_KV_Q8 ? hd + hd / 8u : 2u * hd;
 }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold, attdec) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */
@@ -454,6 +460,9 @@ int mc_attention_path(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32
 /* Whether attention=mma serves these shapes (hd == hdv in {32, 64, 128}, n_head / n_kv in
  * {1, 2, 3, 4, 8}). */
 int mc_attention_mma_serves(uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);
+/* Whether attdec=warp serves head size hd with cache type kv (MC_KV_*): every type attention=mma
+ * serves but kv=q8 at head size 128 (its stored rows do not fit beside the tiles). */
+int mc_attention_mma_wd_serves(uint32_t hd, uint32_t kv);
 /* Raises the fused kernels' dynamic shared-memory limit on the current device to what these
  * shapes need (once per device, outside any graph capture; the launcher does it lazily too). */
 cudaError_t mc_attention_fused_prepare(const mc_config *c, uint32_t n_head, uint32_t n_kv, uint32_t hd, uint32_t hdv);

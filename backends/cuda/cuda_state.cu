@@ -42,7 +42,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     if ((st = memra_options_u32(opts, "moe_fuse", MC_MOE_FUSE_DEFAULT, 0, MC_MOE_FUSE_ALL, &c->moe_fuse, err)))
         return st;
-    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv", "postnorm", "chunk", "qblock", "qgrid", "experts", "mmachunk", "attchunk", "attfold"};
+    static const char *const choices[] = {"gemv", "q8", "attention", "norm", "qdot", "kv", "postnorm", "chunk", "qblock", "qgrid", "experts", "mmachunk", "attchunk", "attfold", "attdec"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -110,6 +110,8 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     if ((st = memra_options_set(resolved, "attchunk", mc_config_choice_name(&c, "attchunk"), err)))
         return st;
     if ((st = memra_options_set(resolved, "attfold", mc_config_choice_name(&c, "attfold"), err)))
+        return st;
+    if ((st = memra_options_set(resolved, "attdec", mc_config_choice_name(&c, "attdec"), err)))
         return st;
     /* the tensor-parallel keys resolve where they are used: with ranks (tp=N or ep=N) */
     const char *tp = memra_options_get(opts, "tp"), *ep = memra_options_get(opts, "ep");
@@ -262,6 +264,17 @@ memra_status mc_open(const memra_host *host, const memra_model *m, const memra_p
                           "cuda: attfold=%s chooses how attention=mma folds its spans; this arm's attention is %s "
                           "(add attention=mma, or drop attfold)",
                           mc_config_choice_name(&cfg, "attfold"), mc_config_choice_name(&cfg, "attention"));
+    if (cfg.attdec != MC_ATTDEC_BLOCK && cfg.attention != MC_ATT_MMA)
+        return memra_fail(err, MEMRA_E_INVALID,
+                          "cuda: attdec=%s chooses who reduces attention=mma's decode spans; this arm's attention is "
+                          "%s (add attention=mma, or drop attdec)",
+                          mc_config_choice_name(&cfg, "attdec"), mc_config_choice_name(&cfg, "attention"));
+    if (cfg.attdec == MC_ATTDEC_WARP && m->n_head > 0 && !mc_attention_mma_wd_serves(m->head_dim, cfg.kv))
+        return memra_fail(err, MEMRA_E_UNSUPPORTED,
+                          "cuda: attdec=warp stages kv=q8's stored rows inside a warp's tiles, which head size %u "
+                          "does not fit (it serves q8 at head sizes 32 and 64, every other kv type at 32, 64 and "
+                          "128); use attdec=block or another kv",
+                          m->head_dim);
     if (cfg.kv == MC_KV_Q8 && cfg.attention != MC_ATT_MMA)
         return memra_fail(err, MEMRA_E_UNSUPPORTED,
                           "cuda: kv=q8 (8-bit quants and an f32 scale a block of 32 values) is read by attention=mma "

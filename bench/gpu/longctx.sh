@@ -14,9 +14,10 @@
 #   as they did at kv=f32 in the twentieth session; the real-model pair needs the SmolLM2 file);
 #   a control (kv=bf16 against kv=q8 must differ); the refusal of kv=q8 without attention=mma;
 #   the same pairs under attfold=tier (spans folded in tiers of 256 positions, then the tiers), and
-#   its control (span against tier must differ); the 7,900-token gate at kv=q8; long-context decode
-#   at 512 and 7,900 (the issue asks 0.95x): A at kv=bf16 and q8, both folds, split at kv=bf16, the
-#   default graph arm.
+#   its control (span against tier must differ); attdec=warp (a warp a span: the same bits) against
+#   attdec=block at 3,000 + 64, eager and graph, span and tier, bf16 and q8, and its refusals; the
+#   7,900-token gate at kv=q8; long-context decode at 512 and 7,900 (the issue asks 0.95x): A at
+#   kv=bf16 and q8, both folds, both attdec, split at kv=bf16, the default graph arm.
 # Run from the repository root with CARRY set to a carried release build (bench/gpu/common.sh).
 GATE_TIMEOUT=${GATE_TIMEOUT:-120}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-400}
 . "$(dirname "$0")/common.sh"
@@ -39,8 +40,18 @@ gate q8_cpu_small --a cpu:kv=q8 --b cuda:attention=mma,kv=q8 --preset small --pr
 gate q8_cpu_qwen3 --a cpu:kv=q8 --b cuda:attention=mma,kv=q8 --preset qwen3-tiny --prime 32 --gen 32 --rows 0 --compare nmse:1e-1
 control q8_ctl --a cuda:$A,kv=bf16 --b cuda:$A,kv=q8 $K --prime 64 --gen 16 --rows 0
 refuse q8_refuse "kv=q8" --a cuda:kv=q8 --b cuda $K --prime 4 --gen 4 --rows 0
+W=attdec=warp
+gate wd_q8_tier_e_g --a cuda:$A,kv=q8,attfold=tier --b cuda-graph:$A,kv=q8,attfold=tier,$W $K --prime 3000 --gen 64 --rows 0 $S
+gate wd_q8_tier_g_e --a cuda-graph:$A,kv=q8,attfold=tier,$W --b cuda:$A,kv=q8,attfold=tier $K --prime 3000 --gen 64 --rows 0
+gate wd_bf16_span   --a cuda-graph:$A,kv=bf16 --b cuda-graph:$A,kv=bf16,$W $K --prime 3000 --gen 64 --rows 0 $S
+gate wd_p1_p512     --a cuda:$A,kv=q8,attfold=tier,$W,prefill=1 --b cuda:$A,kv=q8,attfold=tier,prefill=512 $K --prime 1000 --gen 64 --rows 0
+gate wd_8b_bf16     --a cuda:$A,kv=bf16,attfold=tier --b cuda-graph:$A,kv=bf16,attfold=tier,$W --preset llama-8b --dtype bf16 --prime 700 --gen 64 --rows 0 $S
+control wd_ctl      --a cuda:$A,kv=q8,$W --b cuda:$A,kv=q8,attfold=tier,$W $K --prime 700 --gen 16 --rows 0
+refuse wd_refuse "attdec=warp" --a cuda:$W --b cuda $K --prime 4 --gen 4 --rows 0
+refuse wd_refuse_q8_128 "attdec=warp" --a cuda:$A,kv=q8,$W --b cuda --preset llama-8b --dtype bf16 --prime 4 --gen 4 --rows 0
 GATE_TIMEOUT=300 gate q8_7900 --a cuda-graph:$A,kv=q8,attfold=tier --b cuda:$A,kv=q8,attfold=tier $K --prime 7900 --gen 16 --rows 0
 echo "t=$SECONDS" | tee -a $T
 bench long $K --arm cuda-graph:$A,kv=bf16,cuda-graph:$A,kv=q8,cuda-graph:$A,kv=q8,attfold=tier,cuda-graph:$A,kv=bf16,attfold=tier,cuda-graph:attention=split,kv=bf16,cuda-graph --prime 512,7900 -n 64 --reps 2
+bench longw $K --arm cuda-graph:$A,kv=q8,attfold=tier,$W,cuda-graph:$A,kv=bf16,attfold=tier,$W,cuda-graph:$A,kv=bf16,$W,cuda-graph:$A,kv=q8,attfold=tier --prime 512,7900 -n 64 --reps 2
 echo "t=$SECONDS" | tee -a $T
 cat $T

@@ -40,7 +40,8 @@ for f in sys.argv[3:]:
     ok=0
     for k in a:
         d=da[k]
-        cands=[d, re.sub(r'>\(', ', float>(', d, count=1), d.replace('(float const*, float*','(unsigned int const*, float*' )]
+        cands=[d, re.sub(r'>\(', ', float>(', d, count=1), d.replace('(float const*, float*','(unsigned int const*, float*' ),
+               re.sub(r'>\(', ', false>(', d, count=1)]  # a trailing bool template parameter defaulting to false
         # templates with defaults: add float as last template arg
         found=None
         for c in cands:

@@ -17,7 +17,9 @@
  * 2,048 positions, where decode's blocks take several spans and its merge several batches; six
  * under attfold=tier, each of which must differ from attfold=span's decode past 384 positions);
  * against the cluster path's decode each must differ somewhere (the control) and stay within nmse
- * 1e-3 (kv=q8: the cluster path at f32 on the prefix's values as q8 reads them back).
+ * 1e-3 (kv=q8: the cluster path at f32 on the prefix's values as q8 reads them back). Each also
+ * decodes under attdec=warp (a warp a span; not kv=q8 at hd 128), which must give attdec=block's
+ * outputs and cache rows bit for bit (its tier cases, too, must differ from span's decode).
  *
  *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
  *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
@@ -65,8 +67,9 @@ static void ac_put_q8(uint8_t *dst, const float *x, uint32_t hd) {
 /* Outputs and caches a case keeps: decode, the chunk (attchunk=phased: attention_chunk_phased,
  * rows past its reach on attention_chunk_rows), the chunk's old launch, decode under
  * attention=heads (a kv head's q heads in several clusters), the chunk under attchunk=rows
- * (attention_chunk_rows alone). */
-#define AC_N 5
+ * (attention_chunk_rows alone); attention=mma's cases also decode under attdec=warp (the sixth). */
+#define AC_N 6
+#define AC_RUN 5 /* the first five: ac_run's */
 
 typedef struct ac_dev {
     float *qkv, *freqs, *qn, *kn, *out[AC_N];
@@ -182,8 +185,8 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
     mc_rope_args a;
     ac_dev d;
     size_t n_out = 0, n_cache = 0;
-    float *ho[AC_N] = {NULL};
-    uint8_t *hc[AC_N] = {NULL};
+    float *ho[AC_RUN] = {NULL};
+    uint8_t *hc[AC_RUN] = {NULL};
     int bad = -1;
     cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
     mc_config c = mc_config_default;
@@ -216,7 +219,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
     }
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
-    for (int i = 0; i < AC_N && e == cudaSuccess; i++) {
+    for (int i = 0; i < AC_RUN && e == cudaSuccess; i++) {
         ho[i] = malloc(n_out * 4);
         hc[i] = malloc(2 * n_cache);
         if (!ho[i] || !hc[i]) {
@@ -258,7 +261,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
             bad = 1;
             break;
         }
-    for (int v = 1; v < AC_N; v++) {
+    for (int v = 1; v < AC_RUN; v++) {
         const char *what = v == 1 ? "chunk" : v == 2 ? "old chunk" : v == 3 ? "heads decode" : "rows chunk";
         size_t nb = 0;
         for (size_t i = 0; i < n_out; i++)
@@ -280,7 +283,7 @@ static int ac_run(FILE *out, const ac_case *k, int control, uint64_t seed) {
         bad += nb ? 1 : 0;
     }
 done:
-    for (int i = 0; i < AC_N; i++) {
+    for (int i = 0; i < AC_RUN; i++) {
         free(ho[i]);
         free(hc[i]);
     }
@@ -299,8 +302,8 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     mc_rope_args a;
     ac_dev d;
     size_t n_out = 0, n_cache = 0;
-    float *ho[5] = {NULL}, *partial = NULL;
-    uint8_t *hc[3] = {NULL};
+    float *ho[6] = {NULL}, *partial = NULL;
+    uint8_t *hc[3] = {NULL}, *hw = NULL;
     uint32_t *ticket = NULL;
     int bad = -1;
     cudaError_t e = ac_setup(k, seed, &a, &d, &n_out, &n_cache);
@@ -375,6 +378,23 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
                                d.pos + j, 0);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
+    /* attdec=warp (a warp a span) where it serves: decode row by row into out[5] (cache 5), which
+     * must be attdec=block's bits, outputs and cache rows (the same attfold) */
+    mc_config cw = c;
+    cw.attdec = MC_ATTDEC_WARP;
+    const int wd = mc_attention_mma_wd_serves(k->hd, k->kv);
+    for (uint32_t j = 0; wd && j < k->M && e == cudaSuccess; j++)
+        e = mc_attention_fused(&cw, &ad, d.qkv + j * row, d.k[5], d.v[5], d.out[5] + (size_t)j * a.n_head * k->hd,
+                               d.pos + j, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess && wd) {
+        if (!(ho[5] = malloc(n_out * 4)) || !(hw = malloc(2 * n_cache)))
+            e = cudaErrorMemoryAllocation;
+        else if (!(e = cudaMemcpy(ho[5], d.out[5], n_out * 4, cudaMemcpyDeviceToHost)) &&
+                 !(e = cudaMemcpy(hw, d.k[5], n_cache, cudaMemcpyDeviceToHost)))
+            e = cudaMemcpy(hw + n_cache, d.v[5], n_cache, cudaMemcpyDeviceToHost);
+    }
     for (int i = 0; i < (k->tier ? 5 : 4) && e == cudaSuccess; i++) {
         if (!(ho[i] = malloc(n_out * 4)) || (i < 3 && !(hc[i] = malloc(2 * n_cache)))) {
             e = cudaErrorMemoryAllocation;
@@ -413,6 +433,25 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
         }
         bad += nb ? 1 : 0;
     }
+    if (wd) {
+        size_t nw = 0;
+        for (size_t i = 0; i < n_out; i++)
+            if (memcmp(&ho[0][i], &ho[5][i], 4) != 0) {
+                if (out && nw < 3)
+                    fprintf(out, "mma hd %u G %u M %u prefix %u %s%s: attdec=warp row %zu head %zu dim %zu: block %.9g, "
+                            "warp %.9g\n",
+                            k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->tier ? " tier" : "",
+                            i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head, i % k->hd, ho[0][i], ho[5][i]);
+                nw++;
+            }
+        if (memcmp(hc[0], hw, 2 * n_cache) != 0) {
+            if (out)
+                fprintf(out, "mma hd %u G %u M %u prefix %u %s: attdec=warp's cache rows differ from decode's\n", k->hd,
+                        k->G, k->M, k->prefix, ac_kv_name(k->kv));
+            nw++;
+        }
+        bad += nw ? 1 : 0;
+    }
     size_t differ = 0;
     double num = 0, den = 0;
     for (size_t i = 0; i < n_out; i++) {
@@ -429,22 +468,25 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
                     k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), differ, n_out, nmse);
         bad++;
     }
-    if (k->tier) {
-        size_t dt = 0;
-        for (size_t i = 0; i < n_out; i++)
+    if (k->tier) { /* (attdec=warp's tier decode too: the key reaches its kernel's fold) */
+        size_t dt = 0, dw = 0;
+        for (size_t i = 0; i < n_out; i++) {
             dt += memcmp(&ho[0][i], &ho[4][i], 4) != 0;
-        if (dt == 0 && k->prefix + k->M > 6 * 64 && (k->window == 0 || k->window > 6 * 64)) {
+            dw += wd && memcmp(&ho[5][i], &ho[4][i], 4) != 0;
+        }
+        if ((dt == 0 || (wd && dw == 0)) && k->prefix + k->M > 6 * 64 && (k->window == 0 || k->window > 6 * 64)) {
             if (out)
-                fprintf(out, "mma hd %u G %u M %u prefix %u %s: attfold=tier gave attfold=span's bits (control)\n",
-                        k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv));
+                fprintf(out, "mma hd %u G %u M %u prefix %u %s: attfold=tier gave attfold=span's bits (control%s)\n",
+                        k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), dt ? ", attdec=warp" : "");
             bad++;
         }
     }
 done:
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         free(ho[i]);
     for (int i = 0; i < 3; i++)
         free(hc[i]);
+    free(hw);
     cudaFree(f3[0]);
     cudaFree(f3[1]);
     cudaFree(partial);

@@ -57,6 +57,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"mmachunk", "auto"}, /* issue 28: gemv=mma's chunk GEMV (wgmma on sm_90) */
                                           {"attchunk", "phased"}, /* issue 28: a chunk's attention kernel */
                                           {"attfold", "span"}, /* issue 28: attention=mma's fold of its spans */
+                                          {"attdec", "block"}, /* issue 28: who reduces attention=mma's decode spans */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -65,8 +66,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 24);
-    for (int i = 0; i < 24; i++) {
+    cr_assert_eq(vt->n_options, 25);
+    for (int i = 0; i < 25; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -76,18 +77,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -279,19 +280,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -303,9 +304,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -386,7 +387,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -480,7 +481,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -495,7 +496,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -528,7 +529,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -543,7 +544,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -575,7 +576,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased,attfold=span");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -631,7 +632,7 @@ Test(cuda_arm_keys, mmachunk_key_resolves) {
     cr_assert_eq(resolve("cuda:mmachunk=wgmma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:mmachunk=wgmma,"), "%s", buf);
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased,attfold=span"), "%s", buf);
+    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased,attfold=span,attdec=block"), "%s", buf);
     cr_assert_eq(resolve("cuda:mmachunk=fast", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "mmachunk=fast: expected one of auto, sync, wgmma"), "%s", buf);
     mc_config c = mc_config_default;
@@ -648,7 +649,7 @@ Test(cuda_arm_keys, attchunk_key_resolves) {
     cr_assert_eq(resolve("cuda:attchunk=rows", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attchunk=rows,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attchunk=phased,attfold=span"), "%s", buf);
+    cr_assert(strstr(buf, ",attchunk=phased,attfold=span,attdec=block"), "%s", buf);
     cr_assert_eq(resolve("cuda:attchunk=tiles", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attchunk=tiles: expected one of phased, rows"), "%s", buf);
     mc_config c = mc_config_default;
@@ -666,7 +667,7 @@ Test(cuda_arm_keys, attfold_key_resolves) {
     cr_assert_eq(resolve("cuda:attention=mma,attfold=tier", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attention=mma,attfold=tier,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attfold=span"), "%s", buf);
+    cr_assert(strstr(buf, ",attfold=span,attdec=block"), "%s", buf);
     cr_assert_eq(resolve("cuda:attfold=tiers", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attfold=tiers: expected one of span, tier"), "%s", buf);
     mc_config c = mc_config_default;
@@ -674,4 +675,26 @@ Test(cuda_arm_keys, attfold_key_resolves) {
     cr_assert_null(mc_config_choice(&c, "attfold", "tier"));
     cr_assert_eq(c.attfold, MC_ATTFOLD_TIER);
     cr_assert_str_eq(mc_config_choice_name(&c, "attfold"), "tier");
+}
+
+/* Issue 28 (long contexts): attdec (who reduces attention=mma's decode spans: block, the kernel it
+ * has had, or warp; the same bits) is taken, resolved where given and where not, refused by name
+ * with another value; the backend refuses it without attention=mma and kv=q8 at head size 128
+ * (tests/cuda/test_cuda_refusals.c). */
+Test(cuda_arm_keys, attdec_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:attention=mma,attdec=warp", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:attention=mma,attdec=warp,"), "%s", buf);
+    cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, ",attfold=span,attdec=block"), "%s", buf);
+    cr_assert_eq(resolve("cuda:attdec=warps", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "attdec=warps: expected one of block, warp"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.attdec, MC_ATTDEC_BLOCK);
+    cr_assert_null(mc_config_choice(&c, "attdec", "warp"));
+    cr_assert_eq(c.attdec, MC_ATTDEC_WARP);
+    cr_assert_str_eq(mc_config_choice_name(&c, "attdec"), "warp");
+    cr_assert(mc_attention_mma_wd_serves(64, MC_KV_Q8) && mc_attention_mma_wd_serves(32, MC_KV_Q8));
+    cr_assert(mc_attention_mma_wd_serves(128, MC_KV_BF16) && mc_attention_mma_wd_serves(128, MC_KV_F32));
+    cr_assert(!mc_attention_mma_wd_serves(128, MC_KV_Q8));
 }

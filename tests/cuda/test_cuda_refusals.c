@@ -364,3 +364,30 @@ Test(cuda_refusals, attfold_needs_attention_mma) {
     cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
     cr_assert_null(strstr(err.msg, "attfold"), "%s", err.msg);
 }
+
+/* attdec chooses who reduces attention=mma's decode spans: with another attention path it would
+ * change nothing, so it is refused naming both keys; attdec=warp keeps kv=q8's stored rows inside a
+ * warp's V tile, which head size 128 does not fit: refused naming the size (bf16 there is not). */
+Test(cuda_refusals, attdec_needs_attention_mma_and_fitting_rows) {
+    memra_model m;
+    memra_layer layers[2];
+    memra_plan plan;
+    hd128_model(&m, layers, &plan);
+    memra_options o = {0};
+    memra_error err = {0};
+    cr_assert_eq(memra_options_set(&o, "attdec", "warp", &err), MEMRA_OK, "%s", err.msg);
+    memra_backend *b = NULL;
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_INVALID, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "cuda: attdec=warp chooses who reduces attention=mma's decode spans; this arm's attention "
+                              "is auto (add attention=mma, or drop attdec)");
+    cr_assert_eq(memra_options_set(&o, "attention", "mma", &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(memra_options_set(&o, "kv", "q8", &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_E_UNSUPPORTED, "%s", err.msg);
+    cr_assert_str_eq(err.msg, "cuda: attdec=warp stages kv=q8's stored rows inside a warp's tiles, which head size 128 "
+                              "does not fit (it serves q8 at head sizes 32 and 64, every other kv type at 32, 64 and "
+                              "128); use attdec=block or another kv");
+    cr_assert_eq(memra_options_set(&o, "kv", "bf16", &err), MEMRA_OK, "%s", err.msg);
+    err.msg[0] = 0;
+    cr_assert_neq(cuda_vt()->open(NULL, &m, &plan, &o, &b, &err), MEMRA_OK);
+    cr_assert_null(strstr(err.msg, "attdec"), "%s", err.msg);
+}
