@@ -172,6 +172,7 @@ __device__ __forceinline__ void mc_amm_wdec(const mc_rope_args &a, const float *
                 break;
             if constexpr (TIER)
                 __syncthreads(); /* warp 0 read the results before the tiles take the next group */
+            __syncwarp(); /* (attfold=span) the warp's lanes have read its tiles before they take the next span */
             s = u * TS + warp;
             act = s <= hi;
             if (act)
@@ -641,7 +642,8 @@ cudaError_t mc_amm_prepare(int dev) {
 cudaError_t mc_amm_launch(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache, void *v_cache,
                           float *out, const int32_t *pos, uint32_t rows, cudaStream_t st) {
     const uint32_t G = a->n_head / a->n_kv;
-    if (!mc_amm_ok(G, a->hd, a->hdv) || (!rows && (!a->partial || !a->ticket)))
+    if (!mc_amm_ok(G, a->hd, a->hdv) || (!rows && (!a->partial || !a->ticket)) ||
+        (a->kv == MC_KV_Q8 && a->capacity % 4)) /* kv=q8's rows are copied 16 bytes at a time (mc_amm_stage) */
         return cudaErrorInvalidValue;
     cudaError_t e = mc_attention_fused_prepare(c, a->n_head, a->n_kv, a->hd, a->hdv);
     if (e != cudaSuccess)

@@ -66,19 +66,10 @@ template <typename MT> __device__ __forceinline__ uint32_t mc_amm_pack(float lo,
  * distinct banks. */
 template <uint32_t HD> inline constexpr uint32_t MC_AMM_LD = HD + 8;
 
-/* kv=q8: bytes of a stored row (the scales, then the quants) and of the cp.async pieces a row is
- * copied in (9 a row: 4, 8 or 16 bytes, each aligned so in the cache and in shared memory). */
+/* kv=q8: bytes of a stored row (the scales, then the quants: 36, 72, 144; a multiple of 4, and 4
+ * rows a multiple of 16, so a kv head's rows start 16-byte aligned when the state's capacity is a
+ * multiple of 4, which kv=q8's states are: mc_state_new). */
 template <uint32_t HD> inline constexpr uint32_t MC_AMM_RB = HD + HD / 8;
-template <uint32_t HD> inline constexpr uint32_t MC_AMM_CB = HD / 8;
-
-/* A cp.async of CB bytes (4, 8: through L1, as cp.async allows them; 16: L2 only). */
-template <uint32_t CB> __device__ __forceinline__ void mc_amm_cp_async(void *smem, const void *gmem) {
-    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    if constexpr (CB == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(CB) : "memory");
-}
 
 /* Values 8 c .. 8 c + 7 of a q8 row (in shared memory) in the tile type: each memra_kv_q8_value
  * (its block's scale times the quant), then rounded as mc_kv_put rounds (mc_amm_pack). */
@@ -129,11 +120,20 @@ __device__ __forceinline__ void mc_amm_stage(MT *ks, MT *vs, uint8_t *raw, const
                                              uint32_t n, uint32_t tid, uint32_t nthr) {
     constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8;
     if constexpr (mc_kv_is_q8<KT>) {
-        constexpr uint32_t RB = MC_AMM_RB<HD>, CB = MC_AMM_CB<HD>;
+        /* rows [t0, t0 + n) of a plane are one byte range, 16-byte aligned at its start (t0 a
+         * multiple of 64): 16-byte cp.async pieces through L2 alone, and its last n RB % 16 bytes
+         * by 4-byte loads from L2 (a row is never read through L1, whose lines another block's
+         * write of the next row could leave stale; and no byte past row t0 + n - 1 is read) */
+        constexpr uint32_t RB = MC_AMM_RB<HD>;
         const uint8_t *gk = (const uint8_t *)kb + (size_t)t0 * RB, *gv = (const uint8_t *)vb + (size_t)t0 * RB;
-        for (uint32_t i = tid; i < n * 9; i += nthr) {
-            mc_amm_cp_async<CB>(raw + i * CB, gk + i * CB);
-            mc_amm_cp_async<CB>(raw + MC_AMM_SPAN * RB + i * CB, gv + i * CB);
+        const uint32_t nb = n * RB, n16 = nb / 16;
+        for (uint32_t i = tid; i < n16; i += nthr) {
+            mc_cp_async16(raw + 16 * i, gk + 16 * i);
+            mc_cp_async16(raw + MC_AMM_SPAN * RB + 16 * i, gv + 16 * i);
+        }
+        for (uint32_t i = 4 * n16 + tid; i < nb / 4; i += nthr) {
+            ((uint32_t *)raw)[i] = __ldcg((const unsigned int *)gk + i);
+            ((uint32_t *)(raw + MC_AMM_SPAN * RB))[i] = __ldcg((const unsigned int *)gv + i);
         }
         mc_cp_async_commit();
     } else {

@@ -365,7 +365,10 @@ typedef struct mc_slot {
 } mc_slot;
 
 struct memra_state {
-    uint32_t capacity, max_inflight, n_stages;
+    uint32_t capacity;       /* rows a kv head's cache holds (its stride): limit, under kv=q8 rounded up to a
+                              * multiple of 4 so that each kv head's rows start 16-byte aligned */
+    uint32_t limit;          /* the positions the state was made for: steps, chunks and restores past it fail */
+    uint32_t max_inflight, n_stages;
     uint32_t position;       /* host mirror: positions of steps begun */
     uint32_t inflight, head; /* slots begun and not ended; the oldest's index */
     bool has_device_token;   /* a previous step sampled (the token lives on the device) */

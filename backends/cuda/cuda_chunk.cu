@@ -201,9 +201,9 @@ memra_status mc_chunk_prepare(memra_backend *b, memra_state *s, const int64_t *t
         return memra_fail(err, MEMRA_E_INVALID,
                           "cuda: a prefill chunk of %u positions: expected 1 to %u (the arm's prefill), with tokens",
                           count, b->prefill);
-    if ((uint64_t)s->position + count > s->capacity)
+    if ((uint64_t)s->position + count > s->limit)
         return memra_fail(err, MEMRA_E_RANGE, "cuda: positions %u..%u are past the state's capacity of %u", s->position,
-                          s->position + count - 1, s->capacity);
+                          s->position + count - 1, s->limit);
     for (uint32_t j = 0; j < count; j++)
         if (tokens[j] < 0 || tokens[j] >= (int64_t)b->m->n_vocab)
             return memra_fail(err, MEMRA_E_RANGE, "cuda: token %lld at position %u is out of range (n_vocab %u)",

@@ -30,8 +30,8 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
     memra_status st = MEMRA_OK;
     if (s->quarantined)
         return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
-    if (s->position >= s->capacity)
-        return memra_fail(err, MEMRA_E_RANGE, "cuda: the state is full (%u positions)", s->capacity);
+    if (s->position >= s->limit)
+        return memra_fail(err, MEMRA_E_RANGE, "cuda: the state is full (%u positions)", s->limit);
     if (s->inflight >= s->max_inflight)
         return memra_fail(err, MEMRA_E_INVALID, "cuda: %u steps already in flight (max_inflight %u)", s->inflight,
                           s->max_inflight);

@@ -574,7 +574,8 @@ memra_status mc_state_new(memra_backend *b, uint32_t capacity, uint32_t max_infl
     memra_state *s = (memra_state *)calloc(1, sizeof *s);
     if (!s)
         return memra_fail(err, MEMRA_E_NOMEM, "cuda: out of host memory");
-    s->capacity = capacity;
+    s->limit = capacity;
+    s->capacity = b->cfg.kv == MC_KV_Q8 ? (capacity + 3u) & ~3u : capacity; /* (capacity <= 2^31 - 1) */
     s->max_inflight = max_inflight;
     s->n_stages = b->plan.n_stages;
     s->stats.struct_size = sizeof s->stats;
@@ -773,9 +774,9 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
         return memra_fail(err, MEMRA_E_INVALID, "cuda: restore with steps in flight");
     if (src->n_stages != dst->n_stages)
         return memra_fail(err, MEMRA_E_INVALID, "cuda: restore between states of different plans");
-    if (dst->capacity < src->position)
+    if (dst->limit < src->position)
         return memra_fail(err, MEMRA_E_RANGE, "cuda: restore of %u positions into a state of capacity %u",
-                          src->position, dst->capacity);
+                          src->position, dst->limit);
     if ((st = mc_sync_all((memra_state *)src, err)))
         return st;
     if ((st = mc_sync_all(dst, err)))

@@ -4,8 +4,8 @@
 # code did not change, is the reference), and kv=q8 (a row's blocks of 32 as 8-bit quants and an
 # f32 scale, read by attention=mma alone). Not yet timed; if one device call's limit is near, run
 # the part after "t=" in a second call:
-#   memra_cuda_check_attn_chunk (attention=mma's chunk against its decode bit for bit, 33 cases: 3
-#   past 2,048 positions, 6 at kv=q8, 6 under attfold=tier) with a timeout: it stops the script when
+#   memra_cuda_check_attn_chunk (attention=mma's chunk against its decode bit for bit, 35 cases: 5
+#   past 2,048 positions, 7 at kv=q8, 7 under attfold=tier; each decoded under attdec=block and warp) with a timeout: it stops the script when
 #   it fails or hangs;
 #   llama-1b BF16, A = gemv=mma,attention=mma: prefill=1 against graph prefill=7 sampled and
 #   prefill=1 against prefill=512, at kv=bf16 and kv=q8, 3,000 + 64 (47 spans: blocks of two
@@ -22,7 +22,7 @@
 GATE_TIMEOUT=${GATE_TIMEOUT:-120}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-400}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$T"
-timeout 300 $B/bin/memra_cuda_check_attn_chunk > $OUT/check_attn_chunk.log 2>&1; rc=$?
+timeout 420 $B/bin/memra_cuda_check_attn_chunk > $OUT/check_attn_chunk.log 2>&1; rc=$?
 echo "check_attn_chunk rc=$rc $SECONDS s: $(tail -1 $OUT/check_attn_chunk.log | cut -c1-120)" | tee -a $T
 grep -iv 'pass\|^ok' $OUT/check_attn_chunk.log | head -12 | cut -c1-200 | tee -a $T
 [ $rc -eq 0 ] || { echo "check failed or hung: stopping" | tee -a $T; cat $T; exit 1; }

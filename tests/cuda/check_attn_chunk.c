@@ -12,7 +12,7 @@
  * (attention=split: the same attention, other reduction order) must differ from decode's bits
  * somewhere in every control case, while staying close (so the reference is attention).
  * attention=mma (attention_mma.cu, tensor cores): its chunk in one launch and in two (an odd
- * first part) against its own decode row by row, outputs and cache rows, on 33 cases (hd 32, 64,
+ * first part) against its own decode row by row, outputs and cache rows, on 35 cases (hd 32, 64,
  * 128; G 1, 2, 3, 4, 8; every kv type, q8 included; windows, norms, neox, a scale; prefixes past
  * 2,048 positions, where decode's blocks take several spans and its merge several batches; six
  * under attfold=tier, each of which must differ from attfold=span's decode past 384 positions);
@@ -96,7 +96,10 @@ static void ac_free(ac_dev *d) {
  * (K or V) of the case's kv type (q8: rows of scales and quants, memra_kv_q8_*). */
 static cudaError_t ac_setup(const ac_case *k, uint64_t seed, mc_rope_args *a, ac_dev *d, size_t *n_out,
                             size_t *n_cache) {
-    const uint32_t n_kv = k->n_kv ? k->n_kv : 2, n_head = k->G * n_kv, hd = k->hd, cap = k->prefix + k->M + 8;
+    const uint32_t n_kv = k->n_kv ? k->n_kv : 2, n_head = k->G * n_kv, hd = k->hd;
+    /* (kv=q8: a multiple of 4, as the backend's states round it, so each kv head's rows start
+     * 16-byte aligned for attention=mma's copies) */
+    const uint32_t cap = k->kv == MC_KV_Q8 ? (k->prefix + k->M + 8 + 3) / 4 * 4 : k->prefix + k->M + 8;
     const size_t row = (size_t)(n_head + 2 * n_kv) * hd, nq = row * k->M, rb = mc_kv_row_bytes(k->kv, hd);
     *n_out = (size_t)k->M * n_head * hd;
     *n_cache = (size_t)n_kv * cap * rb;
@@ -572,6 +575,9 @@ static int ac_check(FILE *out, int *n_checked) {
         {64, 4, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 1},  {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 1},
         {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 1},     {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 1},
         {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 1},  {128, 3, 300, 700, MC_KV_Q8, 130, 1, 1, 0.125f, 2, 1},
+        /* past MC_AMM_BLOCKS tiers a kv head (capacity > 8,192): attdec=warp's blocks take two
+         * groups of 4 spans each, restaging their tiles between them */
+        {64, 4, 7, 8400, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 1},     {64, 4, 7, 8400, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
     };
     for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
         const int b = ac_run_mma(out, &mma[i], 700 + i);
