@@ -238,41 +238,12 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
      * row), one call site for both modes: the same instructions, so the same q bits */
     MT *qt = (MT *)smb + (rows ? warp * 16 * LD : 0);
     const uint32_t nq = rows ? R : 1, zw = z0 + (rows ? warp * R : 0);
-    if (rows || warp == 0) {
-        for (uint32_t i = lane; i < 16 * LD / 8; i += 32)
-            ((uint4 *)qt)[i] = make_uint4(0, 0, 0, 0);
-        __syncwarp();
-        for (uint32_t i = 0; i < nq; i += 2) {
-            const uint32_t ir = i + (lane >> 4), zr = min(zw + min(ir, nq - 1), z1 - 1);
-            const int32_t pr = p00 + (int32_t)zr;
-            mc_atc_cs<HD> cs;
-            mc_atc_rope_prep<HD>(cs, fr, a, pr);
-            float q[G][DPL];
-            mc_atc_q_and_row<HD, G, KT>(q, a, qkv + (size_t)zr * ((a.n_head + 2 * a.n_kv) * HD), g, g, cs,
-                                        has_new, true, kn, vn, k_cache, v_cache, pr);
-            if (ir < nq && zw + ir < z1)
-#pragma unroll
-                for (uint32_t h = 0; h < G; h++)
-#pragma unroll
-                    for (uint32_t k = 0; k < DPL; k++)
-                        qt[(ir * G + h) * LD + mc_atc_dim<HD>(lane & 15, k)] = mc_kv_put<MT>(q[h][k]);
-        }
-    }
+    if (rows || warp == 0)
+        mc_amm_q_rows<HD, G, KT, MT>(qt, a, qkv, g, fr, p00, zw, z1, nq, has_new, kn, vn, k_cache, v_cache, lane);
     __syncthreads(); /* the q tile and decode's new row */
     uint32_t qa[KS][4];
-#pragma unroll
-    for (uint32_t kk = 0; kk < KS; kk++)
-        mc_amm_ldsm4(qa[kk], qt + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 16 * kk + 8 * (lane >> 4));
-    /* the lane's rows gid, gid + 8: the positions they attend to */
-    int32_t rw[2], rp[2];
-#pragma unroll
-    for (uint32_t h = 0; h < 2; h++) {
-        const uint32_t r = gid + 8 * h, ir = r / G;
-        const bool ok = r < nq * G && zw + ir < z1;
-        const int32_t pr = p00 + (int32_t)(zw + ir);
-        rp[h] = ok ? pr : -1;
-        rw[h] = ok ? (int32_t)mc_att_first_position(a.window, (uint32_t)pr) : 0;
-    }
+    int32_t rw[2], rp[2]; /* the lane's rows gid, gid + 8: the positions they attend to */
+    mc_amm_q_frags<HD, G, MT>(qa, rw, rp, qt, a, p00, zw, z1, nq, lane);
     const float scale = a.scale > 0.0f ? a.scale : 1.0f / sqrtf((float)HD);
     float m[2], l[2], o[ND][4];
     if (!rows) {
@@ -403,97 +374,9 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             u = nu;
         }
         /* the last block of kv head g to finish folds every unit's partials in order */
-        uint32_t *flag = (uint32_t *)(smb + L.flag);
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            __threadfence();
-            flag[0] = atomicAdd(a.ticket + g, 1u) == n_act - 1 ? 1u : 0u;
-        }
-        __syncthreads();
-        if (!flag[0])
+        if (!mc_amm_last(a, g, n_act, smb, L, tid))
             return;
-        __threadfence();
-        /* mc_spl_fold's operations in span order, batch by batch (as many spans as the tiles'
-         * space holds, at most MC_AMM_MERGE): the batch's out partials staged by cp.async, its
-         * (max, sum) read at once; thread h the running max before each span (a chain of fmaxf);
-         * every thread some spans' weights a, b (mc_spl_fold_row's expressions); thread h the
-         * sum's chain and every element its own (mc_spl_fold_elem) from shared memory */
-        float *wab = (float *)(smb + L.wab), *bo = (float *)tiles;
-        /* a batch: the two tile pairs' space (4 TILE 2-byte values) as floats [head][span][hd] */
-        constexpr uint32_t EPT = (G * HD + NT - 1) / NT, NB0 = 2 * TILE / (G * HD),
-                           NB = NB0 < MC_AMM_MERGE ? NB0 : MC_AMM_MERGE;
-        static_assert(NB >= 4, "a batch of at least 4 spans");
-        float Mh = 0.0f, Lh = 0.0f, O[EPT];
-        for (uint32_t sb = ul; sb <= uh; sb += NB) {
-            const uint32_t nb = min(NB, uh + 1 - sb), q4 = nb * HD / 4;
-            __syncthreads(); /* the batch before is read */
-            for (uint32_t i = tid; i < G * q4; i += NT) { /* out [head][span][hd] of the batch */
-                const uint32_t h = i / q4, r = i % q4;
-                mc_cp_async16(bo + (size_t)h * nb * HD + 4 * r, po + ((size_t)(g * G + h) * NS + sb) * HD + 4 * r);
-            }
-            mc_cp_async_commit();
-            for (uint32_t i = tid; i < nb * G; i += NT) { /* the batch's (max, sum), at once */
-                const uint32_t j = i / G, h = i % G;
-                const float2 v = __ldcg((const float2 *)(pml + ((size_t)(g * G + h) * NS + sb + j) * 2));
-                wab[(j * 8 + h) * 2] = v.x;
-                wab[(j * 8 + h) * 2 + 1] = v.y;
-            }
-            __syncthreads();
-            float *mp = wab + MC_AMM_MERGE * 16 + 8; /* [span][8]: the running max before the span */
-            if (tid < G) {
-                for (uint32_t j = 0; j < nb; j++) {
-                    const float ms = wab[(j * 8 + tid) * 2];
-                    mp[j * 8 + tid] = Mh;
-                    Mh = sb + j == ul ? ms : fmaxf(Mh, ms);
-                }
-            }
-            __syncthreads();
-            for (uint32_t i = tid; i < nb * G; i += NT) { /* in place: (max, sum) become (a, b) */
-                const uint32_t j = i / G, h = i % G;
-                const float ms = wab[(j * 8 + h) * 2], M0 = mp[j * 8 + h], mn = fmaxf(M0, ms);
-                float wa = 0.0f, wb = 1.0f;
-                if (sb + j != ul) {
-                    wa = expf(__fsub_rn(M0, mn));
-                    wb = expf(__fsub_rn(ms, mn));
-                }
-                mp[j * 8 + h] = wab[(j * 8 + h) * 2 + 1]; /* the span's sum, for thread h's chain */
-                wab[(j * 8 + h) * 2] = wa;
-                wab[(j * 8 + h) * 2 + 1] = wb;
-            }
-            mc_cp_async_wait(0);
-            __syncthreads();
-            if (tid < G) {
-                for (uint32_t j = 0; j < nb; j++) {
-                    const float ls = mp[j * 8 + tid];
-                    Lh = sb + j == ul ? ls
-                                      : fmaf(ls, wab[(j * 8 + tid) * 2 + 1], __fmul_rn(Lh, wab[(j * 8 + tid) * 2]));
-                }
-                if (sb + nb > uh)
-                    wab[MC_AMM_MERGE * 16 + tid] = 1.0f / Lh;
-            }
-#pragma unroll
-            for (uint32_t i = 0; i < EPT; i++) {
-                const uint32_t e = tid + i * NT, h = e / HD;
-                if (e >= G * HD)
-                    break;
-                const float *oh = bo + (size_t)h * nb * HD + e % HD;
-                float v = sb == ul ? oh[0] : O[i];
-#pragma unroll 8
-                for (uint32_t j = sb == ul ? 1 : 0; j < nb; j++)
-                    v = mc_spl_fold_elem(v, oh[(size_t)j * HD], wab[(j * 8 + h) * 2], wab[(j * 8 + h) * 2 + 1]);
-                O[i] = v;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (uint32_t i = 0; i < EPT; i++) {
-            const uint32_t e = tid + i * NT;
-            if (e < G * HD)
-                out[(size_t)(g * G + e / HD) * HD + e % HD] = O[i] * wab[MC_AMM_MERGE * 16 + e / HD];
-        }
-        if (tid == 0)
-            a.ticket[g] = 0; /* for the next launch (the kernel boundary orders it) */
+        mc_amm_merge<HD, G, MT>(a, g, ul, uh, NS, po, pml, tiles, smb, L, out, tid);
         return;
     }
     /* a chunk: spans lo .. hi of the block, staged one ahead; each warp folds those its rows need */
