@@ -12,14 +12,16 @@
 #   qdot=mma); pp512 and decode of llama-8b q4_k (the default graph arm, qdot=mma eager and graph,
 #   and qdot=mma with attention=mma,kv=bf16: issue 28 asks 9.8k at decode's bits) and q4_k_m.
 # Run from the repository root with CARRY set to a carried release build (bench/gpu/common.sh).
-GATE_TIMEOUT=${GATE_TIMEOUT:-90}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
+# PART=checks runs the check program and the gates, PART=bench the benches alone; the default both.
+GATE_TIMEOUT=${GATE_TIMEOUT:-90}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}; PART=${PART:-all}
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$T"
+Q=qdot=mma; S="--temp 1 --seed 5"
+if [ "$PART" != bench ]; then
 timeout 300 $B/bin/memra_cuda_check_mma_gemv > $OUT/check_mma_gemv.log 2>&1; rc=$?
 echo "check_mma_gemv rc=$rc $SECONDS s: $(tail -1 $OUT/check_mma_gemv.log | cut -c1-100)" | tee -a $T
 grep -v PASS $OUT/check_mma_gemv.log | head -12 | cut -c1-200 | tee -a $T
 [ $rc -eq 0 ] || { echo "check failed or hung: stopping" | tee -a $T; cat $T; exit 1; }
-Q=qdot=mma; S="--temp 1 --seed 5"
 for d in q4_k q5_k q6_k q4_k_m; do
   K="--preset llama-1b --dtype $d"
   gate ${d}_p1_p512 --a cuda:$Q,prefill=1 --b cuda:$Q,prefill=512 $K --prime 600 --gen 64 --rows 0
@@ -37,6 +39,8 @@ for d in q4_k q5_k q6_k; do
 done
 control k_ctl   --a cuda --b cuda:$Q --preset llama-1b --dtype q4_k --prime 64 --gen 16 --rows 0
 echo "t=$SECONDS" | tee -a $T
+fi
+[ "$PART" = checks ] && { cat $T; exit 0; }
 bench k8b --preset llama-8b --dtype q4_k --arm cuda-graph,cuda:$Q,cuda-graph:$Q,cuda-graph:$Q,attention=mma,kv=bf16 --prime 512 -n 64 --reps 2
 bench km8b --preset llama-8b --dtype q4_k_m --arm cuda-graph,cuda-graph:$Q,attention=mma,kv=bf16 --prime 512 -n 64 --reps 2
 echo "t=$SECONDS" | tee -a $T
