@@ -633,6 +633,17 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
                                        {38, 256},   {40000, 256}, {64, 96}};
         static const mg_shape kqs[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512},
                                        {38, 256},   {40000, 256}, {64, 768}};
+        /* their column splits, so that a change of mc_gemv_mma_ksplit cannot silently drop the
+         * cases of parts past the super-blocks (300 x 1024: 8 parts of 4; 38 x 256: 2 of 1; 64 x 768:
+         * 4 of 3) */
+        static const uint32_t kq_ks[] = {8, 8, 4, 2, 2, 1, 4};
+        for (size_t i = 0; i < sizeof kqs / sizeof kqs[0]; i++)
+            if (mc_gemv_mma_ksplit(kqs[i].rows, kqs[i].cols) != kq_ks[i]) {
+                if (out)
+                    fprintf(out, "%ux%u: KS %u, the check expects %u (update its K-quant shapes)\n", kqs[i].rows,
+                            kqs[i].cols, mc_gemv_mma_ksplit(kqs[i].rows, kqs[i].cols), kq_ks[i]);
+                bad++;
+            }
         static const struct {
             const char *var, *other;
             int (*upload)(mg_mat *, uint64_t *);
