@@ -505,7 +505,7 @@ static memra_status mc_rank_new(memra_backend *b, memra_state *s, uint32_t i, ui
         return memra_fail(err, MEMRA_E_NOMEM,
                           "cuda: a state of %u positions needs %.1f MiB on %s for stage %u rank %u (KV cache %.1f "
                           "MiB), but only %.1f MiB are free",
-                          s->capacity, size.used / 1048576.0, mc_device_label(ss->device, label, sizeof label), i, r,
+                          s->limit, size.used / 1048576.0, mc_device_label(ss->device, label, sizeof label), i, r,
                           cache / 1048576.0, free_b / 1048576.0);
     }
     MC_RET(cudaMalloc(&ss->arena, size.used), "cudaMalloc of a state's buffers");

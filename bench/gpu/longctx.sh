@@ -4,8 +4,8 @@
 # code did not change, is the reference), and kv=q8 (a row's blocks of 32 as 8-bit quants and an
 # f32 scale, read by attention=mma alone). Not yet timed; if one device call's limit is near, run
 # the part after "t=" in a second call:
-#   memra_cuda_check_attn_chunk (attention=mma's chunk against its decode bit for bit, 35 cases: 5
-#   past 2,048 positions, 7 at kv=q8, 7 under attfold=tier; each decoded under attdec=block and warp) with a timeout: it stops the script when
+#   memra_cuda_check_attn_chunk (attention=mma's chunk against its decode bit for bit, 35 cases: 10
+#   past 2,048 positions (2 past 8,192), 9 at kv=q8, 7 under attfold=tier; each decoded under attdec=block and warp) with a timeout: it stops the script when
 #   it fails or hangs;
 #   llama-1b BF16, A = gemv=mma,attention=mma: prefill=1 against graph prefill=7 sampled and
 #   prefill=1 against prefill=512, at kv=bf16 and kv=q8, 3,000 + 64 (47 spans: blocks of two

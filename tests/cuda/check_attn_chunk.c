@@ -14,8 +14,9 @@
  * attention=mma (attention_mma.cu, tensor cores): its chunk in one launch and in two (an odd
  * first part) against its own decode row by row, outputs and cache rows, on 35 cases (hd 32, 64,
  * 128; G 1, 2, 3, 4, 8; every kv type, q8 included; windows, norms, neox, a scale; prefixes past
- * 2,048 positions, where decode's blocks take several spans and its merge several batches; six
- * under attfold=tier, each of which must differ from attfold=span's decode past 384 positions);
+ * 2,048 positions, where decode's blocks take several spans and its merge several batches, two of
+ * them past 8,192, where attdec=warp's blocks take two groups; seven under attfold=tier, each of
+ * which must differ from attfold=span's decode past 384 positions);
  * against the cluster path's decode each must differ somewhere (the control) and stay within nmse
  * 1e-3 (kv=q8: the cluster path at f32 on the prefix's values as q8 reads them back). Each also
  * decodes under attdec=warp (a warp a span; not kv=q8 at hd 128), which must give attdec=block's
