@@ -55,14 +55,15 @@
  * or 4 (gemv_wgmma.cu's kernel, one plane: cudaErrorNotSupported on a device other than sm_90) */
 static int mg_wgmma_skipped; /* cases where tiles 4 to 6 were not this device's */
 cudaError_t mc_gemv_chunk_mma_tile(const mc_config *c, const mc_matrix *w, const float *x, uint32_t ldx,
-                                   const float *norm_w, float eps, const float *bias, const float *residual, uint32_t ldr,
-                                   float *y, uint32_t ldy, int glu, uint32_t M, void *scratch, cudaStream_t st, int tile);
+                                   const float *norm_w, float eps, const float *bias, const float *residual,
+                                   uint32_t ldr, float *y, uint32_t ldy, int glu, uint32_t M, void *scratch,
+                                   cudaStream_t st, int tile);
 
 typedef struct mg_mat {
     uint32_t rows, cols, stride;
     uint16_t *h; /* rows x stride bf16 (padding zero); q8: the f16 block scales, rows x cols / 32 */
     mc_matrix d;
-    int q8;    /* a Q8_0 matrix (q8=mma) */
+    int q8;     /* a Q8_0 matrix (q8=mma) */
     int8_t *h8; /* q8: rows x stride int8 */
     int kq;     /* a Q4_K matrix in kquant_layout.h's layout (qdot=mma): h8 its data, ha its aux bytes */
     uint8_t *ha;
@@ -92,7 +93,8 @@ static int mg_upload_kqt(mg_mat *m, uint64_t *s, int kq) {
             if (kq == 3) { /* 16 int8 scales a block, then d a block (f16) */
                 for (int k = 0; k < 16; k++)
                     row[16 * b + k] = (uint8_t)(mck_next(s) % 256);
-                const uint16_t d = memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.0001f + 0.0004f * mck_unit(s)));
+                const uint16_t d =
+                    memra_f32_to_f16((mck_unit(s) < 0.5f ? -1.0f : 1.0f) * (0.0001f + 0.0004f * mck_unit(s)));
                 row[16 * nb + 2 * b] = (uint8_t)d, row[16 * nb + 2 * b + 1] = (uint8_t)(d >> 8);
                 continue;
             }
@@ -131,7 +133,8 @@ static void mg_kq_terms(const mg_mat *m, uint32_t r, uint32_t c, double *t, doub
     const uint32_t b = c / 256, e = c % 256, j = e / 32, l = e % 32;
     const uint8_t byte = data[128 * b + 32 * (j / 2) + l];
     uint32_t q = j & 1 ? byte >> 4 : byte & 15u;
-    if (m->kq == 2) { /* the fifth bit (kquant_layout.h): unit 2 (j / 2) + l / 16, its byte l % 4, bit l % 16 / 4 (+ 4) */
+    /* Q5_K's fifth bit (kquant_layout.h): unit 2 (j / 2) + l / 16, its byte l % 4, bit l % 16 / 4 (+ 4) */
+    if (m->kq == 2) {
         const uint8_t f = data[(size_t)128 * (m->cols / 256) + 32 * b + 4 * (2 * (j / 2) + l / 16) + l % 4];
         q += (f >> ((j & 1 ? 4 : 0) + l % 16 / 4)) & 1u ? 16u : 0u;
     }
@@ -629,14 +632,15 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
      * super-blocks a row, parts of super-blocks from KS 8 to 1, an empty part where KS exceeds them),
      * decode against qdot=auto's */
     {
-        static const mg_shape q8s[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512},
+        static const mg_shape q8s[] = {{256, 4096}, {300, 1024},  {6144, 1024}, {16384, 512},
                                        {38, 256},   {40000, 256}, {64, 96}};
-        static const mg_shape kqs[] = {{256, 4096}, {300, 1024}, {6144, 1024}, {16384, 512},
-                                       {38, 256},   {40000, 256}, {64, 768}};
+        static const mg_shape kqs[] = {{256, 4096}, {300, 1024},  {6144, 1024}, {16384, 512},
+                                       {38, 256},   {40000, 256}, {64, 768},    {64, 15872}};
         /* their column splits, so that a change of mc_gemv_mma_ksplit cannot silently drop the
          * cases of parts past the super-blocks (300 x 1024: 8 parts of 4; 38 x 256: 2 of 1; 64 x 768:
-         * 4 of 3) */
-        static const uint32_t kq_ks[] = {8, 8, 4, 2, 2, 1, 4};
+         * 4 of 3); 64 x 15,872 is the widest matrix qdot=mma serves with a norm (its x', x and
+         * sums staged in 96 KB: mc_gemv_mma_serves) */
+        static const uint32_t kq_ks[] = {8, 8, 4, 2, 2, 1, 4, 8};
         for (size_t i = 0; i < sizeof kqs / sizeof kqs[0]; i++)
             if (mc_gemv_mma_ksplit(kqs[i].rows, kqs[i].cols) != kq_ks[i]) {
                 if (out)
@@ -648,15 +652,17 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
             const char *var, *other;
             int (*upload)(mg_mat *, uint64_t *);
             const mg_shape *shapes;
+            size_t n;
             uint64_t seed;
-        } qv[] = {{"q8mma", "auto", mg_upload_q8, q8s, 0},
-                  {"kqmma", "kqauto", mg_upload_kq, kqs, 1},
-                  {"kqmma", "kqauto", mg_upload_k5, kqs, 2},
-                  {"kqmma", "kqauto", mg_upload_k6, kqs, 3}};
+        } qv[] = {{"q8mma", "auto", mg_upload_q8, q8s, sizeof q8s / sizeof q8s[0], 0},
+                  {"kqmma", "kqauto", mg_upload_kq, kqs, sizeof kqs / sizeof kqs[0], 1},
+                  {"kqmma", "kqauto", mg_upload_k5, kqs, sizeof kqs / sizeof kqs[0], 2},
+                  {"kqmma", "kqauto", mg_upload_k6, kqs, sizeof kqs / sizeof kqs[0], 3}};
         for (size_t i = 0; i < sizeof qv / sizeof qv[0]; i++) {
-            const int b = mg_quant(out, qv[i].var, qv[i].other, qv[i].upload, qv[i].shapes, 7, 0x9e0 + 0x100 * qv[i].seed,
-                                   31000 + 10000 * qv[i].seed, 299 + 100 * qv[i].seed, 655 + 100 * qv[i].seed, modes,
-                                   sizeof modes / sizeof modes[0], Ms, sizeof Ms / sizeof Ms[0], &checked);
+            const int b =
+                mg_quant(out, qv[i].var, qv[i].other, qv[i].upload, qv[i].shapes, qv[i].n, 0x9e0 + 0x100 * qv[i].seed,
+                         31000 + 10000 * qv[i].seed, 299 + 100 * qv[i].seed, 655 + 100 * qv[i].seed, modes,
+                         sizeof modes / sizeof modes[0], Ms, sizeof Ms / sizeof Ms[0], &checked);
             if (b < 0)
                 return -1;
             bad += b;
@@ -687,7 +693,8 @@ int memra_cuda_check_mma_gemv(FILE *out, int *n_checked) {
         mg_free(&m);
     }
     if (out && mg_wgmma_skipped)
-        fprintf(out, "note: tiles 4 to 6 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n", mg_wgmma_skipped);
+        fprintf(out, "note: tiles 4 to 6 (gemv_wgmma.cu) not run on %d cases: this device is not sm_90\n",
+                mg_wgmma_skipped);
     if (n_checked)
         *n_checked = checked;
     return bad;
