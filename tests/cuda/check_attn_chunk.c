@@ -23,6 +23,8 @@
  * outputs and cache rows bit for bit (its tier cases, too, must differ from span's decode).
  *
  *   memra_cuda_check_attn_chunk          exit 0 pass, 1 a mismatch or an uncaught control, 77 no device
+ *   memra_cuda_check_attn_chunk mma [FIRST [LAST]]   attention=mma's cases alone (all, one, or a
+ *                                        range of their indices), a line a case
  *   memra_cuda_check_attn_chunk bench    the chunk attention alone (us a launch, CUDA events): the
  *                                        cluster kernel's launch, attchunk=rows and attchunk=phased
  *                                        and attention=mma's chunk on llama-1b's and llama-8b's
@@ -71,6 +73,8 @@ static void ac_put_q8(uint8_t *dst, const float *x, uint32_t hd) {
  * (attention_chunk_rows alone); attention=mma's cases also decode under attdec=warp (the sixth). */
 #define AC_N 6
 #define AC_RUN 5 /* the first five: ac_run's */
+
+static int ac_verbose; /* a line for each attention=mma case (the `mma` argument) */
 
 typedef struct ac_dev {
     float *qkv, *freqs, *qn, *kn, *out[AC_N];
@@ -442,7 +446,8 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
         for (size_t i = 0; i < n_out; i++)
             if (memcmp(&ho[0][i], &ho[5][i], 4) != 0) {
                 if (out && nw < 3)
-                    fprintf(out, "mma hd %u G %u M %u prefix %u %s%s: attdec=warp row %zu head %zu dim %zu: block %.9g, "
+                    fprintf(out,
+                            "mma hd %u G %u M %u prefix %u %s%s: attdec=warp row %zu head %zu dim %zu: block %.9g, "
                             "warp %.9g\n",
                             k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), k->tier ? " tier" : "",
                             i / ((size_t)a.n_head * k->hd), i / k->hd % a.n_head, i % k->hd, ho[0][i], ho[5][i]);
@@ -467,7 +472,8 @@ static int ac_run_mma(FILE *out, const ac_case *k, uint64_t seed) {
     /* (one position attended, at prefix 0 and M 1: the output is that v row on every path) */
     if ((differ == 0 && k->prefix + k->M > 1) || !(nmse < 1e-3)) {
         if (out)
-            fprintf(out, "mma hd %u G %u M %u prefix %u %s: against the cluster path %zu of %zu outputs differ, nmse "
+            fprintf(out,
+                    "mma hd %u G %u M %u prefix %u %s: against the cluster path %zu of %zu outputs differ, nmse "
                     "%.3g (control: must differ, and stay under 1e-3)\n",
                     k->hd, k->G, k->M, k->prefix, ac_kv_name(k->kv), differ, n_out, nmse);
         bad++;
@@ -499,6 +505,70 @@ done:
     return bad;
 }
 
+/* attention=mma's cases: its chunk (one launch, and two) against its own decode, every kv type */
+static const ac_case ac_mma[] = {
+    {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+    {64, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+    {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+    {128, 4, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},
+    {128, 4, 7, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+    {128, 4, 1, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+    {128, 1, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+    {128, 2, 64, 1000, MC_KV_F16, 0, 1, 1, 0.125f, 2, 0},
+    {128, 8, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+    {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},
+    {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},
+    {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 0},
+    {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},
+    {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},
+    {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0},
+    {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2, 0},
+    {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},
+    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4, 0},
+    /* past MC_AMM_BLOCKS spans a kv head: decode's blocks take several spans, each staged
+     * one ahead, and its merge folds them in several batches */
+    {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+    {64, 4, 7, 5000, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+    {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 0},
+    /* kv=q8: the stored rows staged, then made into tiles (decode's new row from its stored bytes) */
+    {64, 4, 512, 0, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},
+    {128, 8, 64, 3000, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},
+    {32, 2, 512, 1000, MC_KV_Q8, 0, 0, 1, 0.0f, 2, 0},
+    {64, 3, 7, 1000, MC_KV_Q8, 0, 0, 0, 0.0f, 3, 0},
+    {128, 4, 512, 1000, MC_KV_Q8, 100, 1, 1, 0.0f, 2, 0},
+    {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 0},
+    /* attfold=tier: spans folded in tiers of 4, then the tiers */
+    {64, 4, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 1},
+    {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 1},
+    {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 1},
+    {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 1},
+    {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 1},
+    {128, 3, 300, 700, MC_KV_Q8, 130, 1, 1, 0.125f, 2, 1},
+    /* past MC_AMM_BLOCKS tiers a kv head (capacity > 8,192): attdec=warp's blocks take two
+     * groups of 4 spans each, restaging their tiles between them */
+    {64, 4, 7, 8400, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 1},
+    {64, 4, 7, 8400, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+};
+
+#define AC_N_MMA (sizeof ac_mma / sizeof ac_mma[0])
+
+/* attention=mma's cases first .. last (ac_run_mma, each with its own seed); a line a case when
+ * verbose (the `mma` argument). Returns the failures, -1 when one could not run. */
+static int ac_check_mma(FILE *out, size_t first, size_t last, int *n_checked) {
+    int bad = 0;
+    for (size_t i = first; i <= last && i < AC_N_MMA; i++) {
+        const int b = ac_run_mma(out, &ac_mma[i], 700 + i);
+        if (b < 0)
+            return -1;
+        bad += b;
+        (*n_checked)++;
+        if (ac_verbose)
+            printf("mma case %zu (hd %u G %u M %u prefix %u %s%s): %s\n", i, ac_mma[i].hd, ac_mma[i].G, ac_mma[i].M,
+                   ac_mma[i].prefix, ac_kv_name(ac_mma[i].kv), ac_mma[i].tier ? " tier" : "", b ? "FAIL" : "PASS");
+    }
+    return bad;
+}
+
 static int ac_check(FILE *out, int *n_checked) {
     static const uint32_t hds[] = {64, 128}, Gs[] = {1, 4, 8}, Ms[] = {1, 7, 512}, prefixes[] = {0, 300, 1000};
     static const uint32_t kvs[] = {MC_KV_F32, MC_KV_F16, MC_KV_BF16};
@@ -520,17 +590,27 @@ static int ac_check(FILE *out, int *n_checked) {
      * kernel), sliding windows (shorter than a rank, than the chunk, than the prefix), q and k
      * norms with the neox pairing, a file's scale */
     static const ac_case extra[] = {
-        {32, 2, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},    {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},
-        {64, 2, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},     {128, 2, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},
-        {256, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},      {256, 2, 64, 100, MC_KV_BF16, 0, 1, 1, 0.0625f, 2, 0},
-        {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},    {64, 4, 512, 300, MC_KV_F16, 300, 0, 0, 0.0f, 2, 0},
-        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0}, {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2, 0},
-        {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2, 0},  {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2, 0},
-        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8, 0},       {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
+        {32, 2, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+        {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},
+        {64, 2, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},
+        {128, 2, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},
+        {256, 4, 7, 300, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},
+        {256, 2, 64, 100, MC_KV_BF16, 0, 1, 1, 0.0625f, 2, 0},
+        {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},
+        {64, 4, 512, 300, MC_KV_F16, 300, 0, 0, 0.0f, 2, 0},
+        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0},
+        {128, 4, 512, 1000, MC_KV_F32, 512, 1, 1, 0.0f, 2, 0},
+        {128, 8, 7, 1000, MC_KV_BF16, 100, 0, 0, 0.0f, 2, 0},
+        {128, 4, 512, 600, MC_KV_F32, 0, 1, 0, 0.0f, 2, 0},
+        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 8, 0},
+        {128, 4, 512, 512, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
         /* G 3 (smollm2-135m: 9 q heads on 3 kv heads of 64), the cluster path's since issue 27 */
-        {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},     {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},
-        {64, 3, 1, 0, MC_KV_F16, 0, 0, 0, 0.0f, 3, 0},         {64, 3, 512, 1000, MC_KV_F32, 513, 0, 0, 0.0f, 3, 0},
-        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},    {128, 3, 64, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
+        {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},
+        {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},
+        {64, 3, 1, 0, MC_KV_F16, 0, 0, 0, 0.0f, 3, 0},
+        {64, 3, 512, 1000, MC_KV_F32, 513, 0, 0, 0.0f, 3, 0},
+        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},
+        {128, 3, 64, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
         {32, 3, 512, 300, MC_KV_F16, 64, 1, 0, 0.0f, 3, 0},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
@@ -554,39 +634,10 @@ static int ac_check(FILE *out, int *n_checked) {
         bad += b;
     }
     /* attention=mma: its chunk (one launch, and two) against its own decode, every kv type */
-    static const ac_case mma[] = {
-        {64, 4, 512, 0, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},       {64, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
-        {128, 4, 512, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},     {128, 4, 512, 300, MC_KV_F16, 0, 0, 0, 0.0f, 2, 0},
-        {128, 4, 7, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},     {128, 4, 1, 0, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
-        {128, 1, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},   {128, 2, 64, 1000, MC_KV_F16, 0, 1, 1, 0.125f, 2, 0},
-        {128, 8, 512, 1000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},   {64, 3, 512, 300, MC_KV_F32, 0, 0, 0, 0.0f, 3, 0},
-        {64, 3, 7, 1000, MC_KV_BF16, 0, 0, 0, 0.0f, 3, 0},     {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 0},
-        {32, 8, 7, 300, MC_KV_BF16, 0, 0, 1, 0.0f, 2, 0},      {64, 4, 512, 300, MC_KV_F32, 64, 0, 0, 0.0f, 2, 0},
-        {64, 4, 512, 1000, MC_KV_BF16, 513, 0, 0, 0.0f, 2, 0}, {128, 4, 512, 1000, MC_KV_F32, 100, 1, 1, 0.0f, 2, 0},
-        {128, 3, 512, 0, MC_KV_F32, 0, 1, 1, 0.125f, 2, 0},    {64, 1, 300, 65, MC_KV_F16, 0, 0, 0, 0.0f, 4, 0},
-        /* past MC_AMM_BLOCKS spans a kv head: decode's blocks take several spans, each staged
-         * one ahead, and its merge folds them in several batches */
-        {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 0},    {64, 4, 7, 5000, MC_KV_BF16, 0, 0, 0, 0.0f, 8, 0},
-        {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 0},
-        /* kv=q8: the stored rows staged, then made into tiles (decode's new row from its stored bytes) */
-        {64, 4, 512, 0, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},        {128, 8, 64, 3000, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 0},
-        {32, 2, 512, 1000, MC_KV_Q8, 0, 0, 1, 0.0f, 2, 0},     {64, 3, 7, 1000, MC_KV_Q8, 0, 0, 0, 0.0f, 3, 0},
-        {128, 4, 512, 1000, MC_KV_Q8, 100, 1, 1, 0.0f, 2, 0},  {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 0},
-        /* attfold=tier: spans folded in tiers of 4, then the tiers */
-        {64, 4, 512, 300, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 1},  {128, 8, 64, 3000, MC_KV_F32, 0, 0, 0, 0.0f, 2, 1},
-        {64, 4, 7, 5000, MC_KV_Q8, 0, 0, 0, 0.0f, 8, 1},     {64, 4, 64, 4000, MC_KV_F16, 1500, 1, 0, 0.0f, 2, 1},
-        {32, 2, 512, 1000, MC_KV_F16, 0, 0, 1, 0.0f, 2, 1},  {128, 3, 300, 700, MC_KV_Q8, 130, 1, 1, 0.125f, 2, 1},
-        /* past MC_AMM_BLOCKS tiers a kv head (capacity > 8,192): attdec=warp's blocks take two
-         * groups of 4 spans each, restaging their tiles between them */
-        {64, 4, 7, 8400, MC_KV_Q8, 0, 0, 0, 0.0f, 2, 1},     {64, 4, 7, 8400, MC_KV_BF16, 0, 0, 0, 0.0f, 2, 0},
-    };
-    for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
-        const int b = ac_run_mma(out, &mma[i], 700 + i);
-        if (b < 0)
-            return -1;
-        bad += b;
-        checked++;
-    }
+    const int bm = ac_check_mma(out, 0, AC_N_MMA - 1, &checked);
+    if (bm < 0)
+        return -1;
+    bad += bm;
     *n_checked = checked;
     return bad;
 }
@@ -604,9 +655,17 @@ static int ac_bench(void) {
     for (size_t is = 0; is < 2; is++)
         for (size_t ik = 0; ik < 2; ik++)
             for (size_t ip = 0; ip < 2; ip++) {
-                const ac_case k = {
-                    shapes[is].hd,  shapes[is].n_head / shapes[is].n_kv, M, prefixes[ip], kvs[ik], 0, 0, 0, 0.0f,
-                    shapes[is].n_kv, 0};
+                const ac_case k = {shapes[is].hd,
+                                   shapes[is].n_head / shapes[is].n_kv,
+                                   M,
+                                   prefixes[ip],
+                                   kvs[ik],
+                                   0,
+                                   0,
+                                   0,
+                                   0.0f,
+                                   shapes[is].n_kv,
+                                   0};
                 mc_rope_args a;
                 ac_dev d;
                 size_t n_out, n_cache;
@@ -642,8 +701,8 @@ static int ac_bench(void) {
                     fprintf(stderr, "bench %s: %s\n", shapes[is].name, cudaGetErrorString(e));
                     return 3;
                 }
-                printf("| %s | %s | %u | %u | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", shapes[is].name,
-                       ac_kv_name(k.kv), k.prefix, M, us[0], us[1], us[2], us[1] / us[2], us[3]);
+                printf("| %s | %s | %u | %u | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", shapes[is].name, ac_kv_name(k.kv),
+                       k.prefix, M, us[0], us[1], us[2], us[1] / us[2], us[3]);
             }
     return 0;
 }
@@ -656,8 +715,24 @@ int main(int argc, char **argv) {
     }
     if (argc == 2 && strcmp(argv[1], "bench") == 0)
         return ac_bench();
+    if (argc >= 2 && argc <= 4 && strcmp(argv[1], "mma") == 0) { /* attention=mma's cases alone, or a range */
+        char *end = NULL;
+        const unsigned long first = argc > 2 ? strtoul(argv[2], &end, 10) : 0;
+        const int ok1 = argc <= 2 || (*argv[2] && !*end);
+        const unsigned long last = argc > 3 ? strtoul(argv[3], &end, 10) : argc > 2 ? first : AC_N_MMA - 1;
+        if (!ok1 || (argc > 3 && (!*argv[3] || *end)) || first > last || last >= AC_N_MMA) {
+            fprintf(stderr, "memra_cuda_check_attn_chunk mma [FIRST [LAST]]: cases 0 to %zu\n", AC_N_MMA - 1);
+            return 2;
+        }
+        ac_verbose = 1;
+        int checked = 0;
+        const int bad = ac_check_mma(stdout, first, last, &checked);
+        printf("memra_cuda_check_attn_chunk mma %lu..%lu: %s (%d cases, %d failed)\n", first, last,
+               bad == 0 ? "PASS" : "FAIL", checked, bad);
+        return bad == 0 ? 0 : 1;
+    }
     if (argc != 1) {
-        fprintf(stderr, "usage: memra_cuda_check_attn_chunk [bench]\n");
+        fprintf(stderr, "usage: memra_cuda_check_attn_chunk [bench | mma [FIRST [LAST]]]\n");
         return 2;
     }
     int checked = 0;
