@@ -553,7 +553,8 @@ static const ac_case ac_mma[] = {
 #define AC_N_MMA (sizeof ac_mma / sizeof ac_mma[0])
 
 /* attention=mma's cases first .. last (ac_run_mma, each with its own seed); a line a case when
- * verbose (the `mma` argument). Returns the failures, -1 when one could not run. */
+ * verbose (the `mma` argument), else a line a failed case (its index, for `mma N`). Returns the
+ * failures, -1 when one could not run. */
 static int ac_check_mma(FILE *out, size_t first, size_t last, int *n_checked) {
     int bad = 0;
     for (size_t i = first; i <= last && i < AC_N_MMA; i++) {
@@ -562,7 +563,7 @@ static int ac_check_mma(FILE *out, size_t first, size_t last, int *n_checked) {
             return -1;
         bad += b;
         (*n_checked)++;
-        if (ac_verbose)
+        if (ac_verbose || b)
             printf("mma case %zu (hd %u G %u M %u prefix %u %s%s): %s\n", i, ac_mma[i].hd, ac_mma[i].G, ac_mma[i].M,
                    ac_mma[i].prefix, ac_kv_name(ac_mma[i].kv), ac_mma[i].tier ? " tier" : "", b ? "FAIL" : "PASS");
     }
