@@ -313,10 +313,29 @@ static int mg_case(FILE *out, const char *var, const mg_mat *m, const mg_mode *m
         e = cudaMalloc(&wcopy, n);
         if (e == cudaSuccess)
             e = cudaMemcpy(wcopy, m->d.data, n, cudaMemcpyDeviceToDevice);
-        if (m->kq) { /* the low nibble of a quant byte of (r_p, c_p)'s sub-block pair, one step */
-            const uint32_t b = (uint32_t)(c_p / 256), l = (uint32_t)(c_p % 32), j = (uint32_t)(c_p % 256 / 32);
-            const size_t at = r_p * m->stride + 128 * b + 32 * (j / 2) + l;
-            const uint8_t q = ((const uint8_t *)m->h8)[at], v = (uint8_t)((q & 0xF0u) | ((q + 1u) & 0x0Fu));
+        if (m->kq) { /* the low nibble of a quant byte of row r_p, one step, at the first column from c_p
+                      * whose change moves a weight (a sub-block whose scale is 0 ignores its quants:
+                      * H200, the twenty-third session, Q5_K 38 x 256 and 40000 x 256 at c_p) */
+            const uint32_t type = m->kq == 3 ? MEMRA_TYPE_Q6_K : m->kq == 2 ? MEMRA_TYPE_Q5_K : MEMRA_TYPE_Q4_K;
+            uint8_t *row = malloc(m->stride);
+            const uint8_t *arow = m->ha + r_p * mg_aux_row(m);
+            size_t at = 0;
+            uint8_t v = 0;
+            int moved = 0;
+            for (size_t c = c_p; row && !moved && c < c_p + 256 && c < C; c++) {
+                const uint32_t b = (uint32_t)(c / 256), l = (uint32_t)(c % 32), j = (uint32_t)(c % 256 / 32);
+                at = r_p * m->stride + 128 * b + 32 * (j / 2) + l;
+                const uint8_t q = ((const uint8_t *)m->h8)[at];
+                v = (uint8_t)((q & 0xF0u) | ((q + 1u) & 0x0Fu));
+                memcpy(row, (const uint8_t *)m->h8 + r_p * m->stride, m->stride);
+                row[at - r_p * m->stride] = v;
+                for (uint32_t k = 0; k < C && !moved; k++)
+                    moved = mc_kq_elem(type, row, arow, C / 256, k) !=
+                            mc_kq_elem(type, (const uint8_t *)m->h8 + r_p * m->stride, arow, C / 256, k);
+            }
+            free(row);
+            if (e == cudaSuccess && !moved)
+                e = cudaErrorInvalidValue; /* (no quant of the row moves a weight: the draw is wrong) */
             if (e == cudaSuccess)
                 e = cudaMemcpy((uint8_t *)wcopy + at, &v, 1, cudaMemcpyHostToDevice);
         } else if (m->q8) { /* one quantum */
