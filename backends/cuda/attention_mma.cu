@@ -7,7 +7,7 @@
  *
  * Decode: block x of a kv head takes spans lo + x, lo + x + X, ... (X = the state's spans, at most
  * MC_AMM_BLOCKS, so several spans a block past 2,048 positions); its 128 threads stage each span one
- * ahead (two tile pairs) and its 4 warps reduce it (warp w: the scores of
+ * ahead (two tile pairs; the first two before the grid wait) and its 4 warps reduce it (warp w: the scores of
  * positions 16 w .. 16 w + 15, then a quarter of the out elements), exchanging the rows' maxes,
  * partial sums and P through shared memory: the same operations as a chunk's warp, which holds
  * the whole span (mc_amm_span).
@@ -37,6 +37,34 @@
  * (G (hd + 2) floats per span, read back once by the merging block) and out[n_head][hd]. */
 #include "attention_mma.cuh"
 
+#ifdef MC_AMM_PROBE /* a measurement build only (never a release one): decode's phases, kv head 0 */
+__device__ unsigned long long mc_amm_probe_t0 = ~0ull;
+__device__ unsigned mc_amm_probe_n;
+#define MC_PT(v)                                                                                                       \
+    unsigned long long v;                                                                                              \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v))
+#define MC_PT_START(v)                                                                                                 \
+    MC_PT(v);                                                                                                          \
+    if (blockIdx.x == 0 && threadIdx.x == 0)                                                                           \
+    atomicMin(&mc_amm_probe_t0, v)
+#define MC_PT_END(t0, t1, t2, t3, nact)                                                                                \
+    do {                                                                                                               \
+        MC_PT(t4_);                                                                                                    \
+        if (blockIdx.x == 0 && threadIdx.x == 0) {                                                                     \
+            const unsigned long long b_ = mc_amm_probe_t0;                                                             \
+            mc_amm_probe_t0 = ~0ull;                                                                                   \
+            if (atomicAdd(&mc_amm_probe_n, 1u) % 17u == 0)                                                             \
+                printf("amm-probe X %u act %u start %lld wait %lld spans %lld last %lld merged %lld\n", gridDim.y,     \
+                       nact, (long long)(t0 - b_), (long long)(t1 - b_), (long long)(t2 - b_), (long long)(t3 - b_),   \
+                       (long long)(t4_ - b_));                                                                         \
+        }                                                                                                              \
+    } while (0)
+#else
+#define MC_PT(v) (void)0
+#define MC_PT_START(v) (void)0
+#define MC_PT_END(t0, t1, t2, t3, nact) (void)0
+#endif
+
 /* attdec=warp: attention=mma's decode with a warp a span. Block x of kv head g takes the groups of
  * MC_AMM_TIER spans (256 positions, tier-aligned) gl + x, gl + x + X, ...; warp w stages span
  * 4 u + w of group u by itself (before the grid wait: rows below p) and reduces it alone with
@@ -63,6 +91,7 @@ __device__ __forceinline__ void mc_amm_wdec(const mc_rope_args &a, const float *
         MT *tiles = (MT *)(smb + L.kv), *ks = tiles + 2 * warp * TILE, *vs = ks + TILE;
         uint8_t *raw = (uint8_t *)(vs + TILE) - 2 * S * RB; /* kv=q8: the warp's stored K rows, then V rows */
         KT *kn = (KT *)(smb + L.kn), *vn = (KT *)(smb + L.vn);
+        MC_PT_START(pt0);
         float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
         mc_atc_freqs<HD>(fr, a, lane & 15);
         const int32_t p00 = *pos;
@@ -78,6 +107,7 @@ __device__ __forceinline__ void mc_amm_wdec(const mc_rope_args &a, const float *
         if (act) /* rows below p were written by earlier steps: staged before the wait */
             mc_amm_stage<HD, KT, MT>(ks, vs, raw, kb, vb, s * S, s == hi ? (uint32_t)p00 - hi * S : S, lane, 32);
         mc_wait_prior_grid(MC_ATT_FAMILY(a));
+        MC_PT(pt1);
         MT *qt = (MT *)smb; /* the step's q tile (warp 0), and with has_new the new k and v row */
         if (warp == 0)
             mc_amm_q_rows<HD, G, KT, MT>(qt, a, qkv, g, fr, p00, 0, 1, 1, has_new, kn, vn, k_cache, v_cache, lane);
@@ -179,9 +209,12 @@ __device__ __forceinline__ void mc_amm_wdec(const mc_rope_args &a, const float *
                 mc_amm_stage<HD, KT, MT>(ks, vs, raw, kb, vb, s * S, s == hi ? (uint32_t)p00 - hi * S : S, lane, 32);
         }
         /* the last block of kv head g to finish folds every unit's partials in order */
+        MC_PT(pt2);
         if (!mc_amm_last(a, g, n_act, smb, L, tid))
             return;
+        MC_PT(pt3);
         mc_amm_merge<HD, G, MT>(a, g, TIER ? gl : lo, TIER ? gh : hi, NS, po, pml, tiles, smb, L, out, tid);
+        MC_PT_END(pt0, pt1, pt2, pt3, n_act);
     }
 }
 
@@ -206,6 +239,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
     MT *tiles = (MT *)(smb + L.kv);
     uint8_t *raw = smb + L.raw; /* kv=q8: buffer b at raw + 2 b S RB */
     KT *kn = (KT *)(smb + L.kn), *vn = (KT *)(smb + L.vn);
+    MC_PT_START(pt0);
     float fr[DPL]; /* the lane's RoPE frequencies: read with *pos, one round trip */
     mc_atc_freqs<HD>(fr, a, lane & 15);
     const int32_t p00 = *pos;
@@ -229,11 +263,18 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
         const uint32_t s0 = max((ul + x) * TS, lo);
         mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, s0 * S, s0 == hi ? (uint32_t)p00 - hi * S : S, tid,
                                  NT);
+        /* and the span after it into the other pair (the loop's look-ahead at k = 0) */
+        const uint32_t u0 = ul + x, ul0 = min(u0 * TS + TS - 1, hi), nu0 = s0 < ul0 ? u0 : u0 + X;
+        const uint32_t ns0 = s0 < ul0 ? s0 + 1 : max(nu0 * TS, lo);
+        if (nu0 <= uh)
+            mc_amm_stage<HD, KT, MT>(tiles + 2 * TILE, tiles + 3 * TILE, raw + 2 * S * RB, kb, vb, ns0 * S,
+                                     ns0 == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
     } else { /* a chunk: every row's k and v appended before this launch */
         mc_amm_stage<HD, KT, MT>(tiles, tiles + TILE, raw, kb, vb, lo * S, min(S, (uint32_t)p00 + z1 - lo * S), tid,
                                  NT);
     }
     mc_wait_prior_grid(MC_ATT_FAMILY(a));
+    MC_PT(pt1);
     /* q of the warp's rows (decode: warp 0, the step's row; with has_new also the new k and v
      * row), one call site for both modes: the same instructions, so the same q bits */
     MT *qt = (MT *)smb + (rows ? warp * 16 * LD : 0);
@@ -265,7 +306,7 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             const bool ahead = nu <= uh;
             if (k)
                 __syncthreads(); /* the span before is read, its tiles and the exchange */
-            if (ahead) /* the pair read two spans ago (the barrier above orders it) */
+            if (ahead && k) /* the pair read two spans ago (the barrier above orders it; k = 0's: before the wait) */
                 mc_amm_stage<HD, KT, MT>(tiles + 2 * ((k + 1) & 1) * TILE, tiles + (2 * ((k + 1) & 1) + 1) * TILE,
                                          raw + 2 * ((k + 1) & 1) * S * RB, kb, vb, ns * S,
                                          ns == hi ? (uint32_t)p00 - hi * S : S, tid, NT);
@@ -374,9 +415,12 @@ __global__ void __launch_bounds__(MC_AMM_THREADS)
             u = nu;
         }
         /* the last block of kv head g to finish folds every unit's partials in order */
+        MC_PT(pt2);
         if (!mc_amm_last(a, g, n_act, smb, L, tid))
             return;
+        MC_PT(pt3);
         mc_amm_merge<HD, G, MT>(a, g, ul, uh, NS, po, pml, tiles, smb, L, out, tid);
+        MC_PT_END(pt0, pt1, pt2, pt3, n_act);
         return;
     }
     /* a chunk: spans lo .. hi of the block, staged one ahead; each warp folds those its rows need */

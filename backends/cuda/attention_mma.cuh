@@ -71,42 +71,71 @@ template <uint32_t HD> inline constexpr uint32_t MC_AMM_LD = HD + 8;
  * multiple of 4, which kv=q8's states are: mc_state_new). */
 template <uint32_t HD> inline constexpr uint32_t MC_AMM_RB = HD + HD / 8;
 
-/* Values 8 c .. 8 c + 7 of a q8 row (in shared memory) in the tile type: each memra_kv_q8_value
- * (its block's scale times the quant), then rounded as mc_kv_put rounds (mc_amm_pack). */
-template <uint32_t HD, typename MT> __device__ __forceinline__ uint4 mc_amm_q8_piece(const uint8_t *row, uint32_t c) {
-    const float d = ((const float *)row)[c / 4];
-    const int8_t *q = (const int8_t *)(row + HD / 8 + 8 * c);
+/* A piece of a q8 row (in shared memory) as stored: its block's scale and quants 8 c .. 8 c + 7. A
+ * thread reads several pieces before it converts any, so that their reads are in flight at once. */
+struct mc_amm_q8_raw {
+    float d;
     uint32_t w0, w1;
+};
+template <uint32_t HD> __device__ __forceinline__ mc_amm_q8_raw mc_amm_q8_load(const uint8_t *row, uint32_t c) {
+    mc_amm_q8_raw r;
+    r.d = ((const float *)row)[c / 4];
+    const int8_t *q = (const int8_t *)(row + HD / 8 + 8 * c);
     if constexpr (HD / 8 % 8 == 0) { /* 8-byte aligned */
         const uint2 u = *(const uint2 *)q;
-        w0 = u.x;
-        w1 = u.y;
+        r.w0 = u.x;
+        r.w1 = u.y;
     } else {
-        w0 = *(const uint32_t *)q;
-        w1 = *(const uint32_t *)(q + 4);
+        r.w0 = *(const uint32_t *)q;
+        r.w1 = *(const uint32_t *)(q + 4);
     }
+    return r;
+}
+
+/* The piece's 8 values in the tile type: each memra_kv_q8_value (its block's scale times the
+ * quant), then rounded as mc_kv_put rounds (mc_amm_pack). */
+template <typename MT> __device__ __forceinline__ uint4 mc_amm_q8_make(const mc_amm_q8_raw &r) {
     float v[8];
 #pragma unroll
     for (uint32_t j = 0; j < 4; j++) {
-        v[j] = memra_kv_q8_value((int8_t)(w0 >> (8 * j)), d);
-        v[4 + j] = memra_kv_q8_value((int8_t)(w1 >> (8 * j)), d);
+        v[j] = memra_kv_q8_value((int8_t)(r.w0 >> (8 * j)), r.d);
+        v[4 + j] = memra_kv_q8_value((int8_t)(r.w1 >> (8 * j)), r.d);
     }
     return make_uint4(mc_amm_pack<MT>(v[0], v[1]), mc_amm_pack<MT>(v[2], v[3]), mc_amm_pack<MT>(v[4], v[5]),
                       mc_amm_pack<MT>(v[6], v[7]));
 }
 
+/* Pieces a thread reads before converting them (mc_amm_q8_tiles, mc_amm_q8_tiles_warp). */
+#define MC_AMM_Q8_BATCH 8u
+
 /* kv=q8's second staging step, after the copies landed (and a barrier): rows [0, n) of the raw K
  * and V rows (rk, rv: MC_AMM_RB bytes a row) into tiles ks, vs of the tile type, rows n .. SPAN - 1
- * zero; threads tid, tid + nthr, ... of the caller's. */
+ * zero; threads tid, tid + nthr, ... of the caller's, each reading a batch of pieces (half K, half
+ * V) before converting them. */
 template <uint32_t HD, typename MT>
 __device__ __forceinline__ void mc_amm_q8_tiles(MT *ks, MT *vs, const uint8_t *rk, const uint8_t *rv, uint32_t n,
                                                 uint32_t tid, uint32_t nthr) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>;
-    for (uint32_t i = tid; i < MC_AMM_SPAN * Q; i += nthr) {
-        const uint32_t t = i / Q, c = i % Q;
-        const bool in = t < n;
-        *(uint4 *)(ks + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rk + t * RB, c) : make_uint4(0, 0, 0, 0);
-        *(uint4 *)(vs + t * LD + 8 * c) = in ? mc_amm_q8_piece<HD, MT>(rv + t * RB, c) : make_uint4(0, 0, 0, 0);
+    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>, B = MC_AMM_Q8_BATCH / 2;
+    for (uint32_t i0 = tid; i0 < MC_AMM_SPAN * Q; i0 += B * nthr) {
+        mc_amm_q8_raw r[2][B];
+#pragma unroll
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t i = i0 + b * nthr, t = i / Q, c = i % Q;
+            r[0][b] = r[1][b] = mc_amm_q8_raw{0.0f, 0u, 0u};
+            if (i < MC_AMM_SPAN * Q && t < n) {
+                r[0][b] = mc_amm_q8_load<HD>(rk + t * RB, c);
+                r[1][b] = mc_amm_q8_load<HD>(rv + t * RB, c);
+            }
+        }
+#pragma unroll
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t i = i0 + b * nthr, t = i / Q, c = i % Q;
+            if (i < MC_AMM_SPAN * Q) {
+                const bool in = t < n;
+                *(uint4 *)(ks + t * LD + 8 * c) = in ? mc_amm_q8_make<MT>(r[0][b]) : make_uint4(0, 0, 0, 0);
+                *(uint4 *)(vs + t * LD + 8 * c) = in ? mc_amm_q8_make<MT>(r[1][b]) : make_uint4(0, 0, 0, 0);
+            }
+        }
     }
 }
 
@@ -406,11 +435,14 @@ __device__ __forceinline__ void mc_amm_q_frags(uint32_t (&qa)[HD / 16][4], int32
 __device__ __forceinline__ bool mc_amm_last(const mc_rope_args &a, uint32_t g, uint32_t n_act, unsigned char *smb,
                                             const mc_amm_layout &L, uint32_t tid) {
     uint32_t *flag = (uint32_t *)(smb + L.flag);
-    __threadfence();
-    __syncthreads();
+    __syncthreads(); /* every thread's partial stores come before thread 0's release (a CTA barrier) */
     if (tid == 0) {
-        __threadfence();
-        flag[0] = atomicAdd(a.ticket + g, 1u) == n_act - 1 ? 1u : 0u;
+        /* release: this block's partials before its ticket; acquire: the other blocks' partials
+         * (ordered by their own release) before the merge reads them, which the barrier below
+         * orders after this acquire for every thread of the block */
+        uint32_t prev;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.ticket + g) : "memory");
+        flag[0] = prev == n_act - 1 ? 1u : 0u;
     }
     __syncthreads();
     return flag[0] != 0;
@@ -424,7 +456,7 @@ __device__ __forceinline__ void mc_amm_merge(const mc_rope_args &a, uint32_t g, 
                                              const float *po, const float *pml, MT *tiles, unsigned char *smb,
                                              const mc_amm_layout &L, float *out, uint32_t tid) {
     constexpr uint32_t NT = MC_AMM_THREADS, TILE = MC_AMM_SPAN * MC_AMM_LD<HD>;
-    __threadfence();
+    static_assert(NT == 128 && G <= 8 && MC_AMM_MERGE <= 64, "the running max's scan: 4 warps, two heads a warp");
     /* mc_spl_fold's operations in span order, batch by batch (as many spans as the tiles'
      * space holds, at most MC_AMM_MERGE): the batch's out partials staged by cp.async, its
      * (max, sum) read at once; thread h the running max before each span (a chain of fmaxf);
@@ -435,7 +467,7 @@ __device__ __forceinline__ void mc_amm_merge(const mc_rope_args &a, uint32_t g, 
     constexpr uint32_t EPT = (G * HD + NT - 1) / NT, NB0 = 2 * TILE / (G * HD),
                        NB = NB0 < MC_AMM_MERGE ? NB0 : MC_AMM_MERGE;
     static_assert(NB >= 4, "a batch of at least 4 spans");
-    float Mh = 0.0f, Lh = 0.0f, O[EPT];
+    float Mc[2] = {0.0f, 0.0f}, Lh = 0.0f, O[EPT]; /* Mc: warp w's heads w, w + 4: the running max so far */
     for (uint32_t sb = ul; sb <= uh; sb += NB) {
         const uint32_t nb = min(NB, uh + 1 - sb), q4 = nb * HD / 4;
         __syncthreads(); /* the batch before is read */
@@ -452,11 +484,31 @@ __device__ __forceinline__ void mc_amm_merge(const mc_rope_args &a, uint32_t g, 
         }
         __syncthreads();
         float *mp = wab + MC_AMM_MERGE * 16 + 8; /* [span][8]: the running max before the span */
-        if (tid < G) {
-            for (uint32_t j = 0; j < nb; j++) {
-                const float ms = wab[(j * 8 + tid) * 2];
-                mp[j * 8 + tid] = Mh;
-                Mh = sb + j == ul ? ms : fmaxf(Mh, ms);
+        /* mp[j][h]: the running max before span j, as the chain M = first ? m : fmaxf(M, m) gives
+         * it, by a scan within a warp (fmaxf is exact and, with NaN as an absent value, associative
+         * and commutative: any tree gives the chain's value); the first span's entry is 0 (unused) */
+        {
+            const uint32_t w = tid >> 5, ln = tid & 31;
+#pragma unroll
+            for (uint32_t k = 0; k < 2; k++) {
+                const uint32_t h = w + 4 * k;
+                if (h >= G)
+                    break;
+                for (uint32_t c0 = 0; c0 < nb; c0 += 32) {
+                    const uint32_t j = c0 + ln, last = min(nb - c0, 32u) - 1;
+                    const bool first = sb + c0 == ul; /* the merge's first span is lane 0 of this chunk */
+                    float v = j < nb ? wab[(j * 8 + h) * 2] : 0.0f;
+#pragma unroll
+                    for (uint32_t d = 1; d < 32; d <<= 1) {
+                        const float up = __shfl_up_sync(0xffffffffu, v, d);
+                        if (ln >= d)
+                            v = fmaxf(up, v);
+                    }
+                    const float ex = __shfl_up_sync(0xffffffffu, v, 1), in = __shfl_sync(0xffffffffu, v, last);
+                    if (j < nb)
+                        mp[j * 8 + h] = ln == 0 ? Mc[k] : first ? ex : fmaxf(Mc[k], ex);
+                    Mc[k] = first ? in : fmaxf(Mc[k], in);
+                }
             }
         }
         __syncthreads();
@@ -475,6 +527,7 @@ __device__ __forceinline__ void mc_amm_merge(const mc_rope_args &a, uint32_t g, 
         mc_cp_async_wait(0);
         __syncthreads();
         if (tid < G) {
+#pragma unroll 8
             for (uint32_t j = 0; j < nb; j++) {
                 const float ls = mp[j * 8 + tid];
                 Lh = sb + j == ul ? ls
@@ -532,32 +585,42 @@ __host__ __device__ constexpr inline int mc_amm_wd_ok(uint32_t hd, uint32_t kv) 
 
 /* attdec=warp, kv=q8: a warp's stored rows [0, n) (raw: S K rows, then S V rows, MC_AMM_RB bytes
  * each, in the last 2 S RB bytes of the V tile's space) into its tiles ks, vs of the tile type (the
- * values mc_amm_q8_tiles makes), rows n .. S - 1 zero. K first (its tile lies elsewhere); then V,
- * 8 rows at a time, each group's stored rows read into registers before its tile rows are written:
- * group c's tile rows end at byte 16 (c + 1) LD of the V tile and the stored rows of the groups
- * after it start at 2 S LD - S RB + 8 (c + 1) RB, which is no lower as long as RB <= 2 LD. */
+ * values mc_amm_q8_tiles makes), rows n .. S - 1 zero. K first (its tile lies elsewhere), a batch of
+ * pieces a lane read before any is converted; then V in groups of GR rows (a batch a lane: hd 64 32
+ * rows, hd 32 all 64), each group's stored rows read into registers before its tile rows are
+ * written: group c's tile rows end at byte 2 GR (c + 1) LD of the V tile and the stored rows of the
+ * groups after it start at 2 S LD - S RB + GR (c + 1) RB, no lower since GR (c + 1) <= S and
+ * RB <= 2 LD. */
 template <uint32_t HD, typename MT>
 __device__ __forceinline__ void mc_amm_q8_tiles_warp(MT *ks, MT *vs, const uint8_t *raw, uint32_t n, uint32_t lane) {
-    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>, PP = 8 * Q / 32;
-    static_assert(RB <= LD && PP >= 1, "the stored rows fit the V tile's space (hd 32, 64)");
-    for (uint32_t i = lane; i < MC_AMM_SPAN * Q; i += 32) {
-        const uint32_t t = i / Q, c = i % Q;
-        *(uint4 *)(ks + t * LD + 8 * c) = t < n ? mc_amm_q8_piece<HD, MT>(raw + t * RB, c) : make_uint4(0, 0, 0, 0);
+    constexpr uint32_t LD = MC_AMM_LD<HD>, Q = HD / 8, RB = MC_AMM_RB<HD>, B = MC_AMM_Q8_BATCH, GR = 32 * B / Q;
+    static_assert(RB <= LD && MC_AMM_SPAN % GR == 0, "the stored rows fit the V tile's space (hd 32, 64)");
+    mc_amm_q8_raw r[B];
+    for (uint32_t i0 = lane; i0 < MC_AMM_SPAN * Q; i0 += 32 * B) { /* K: a batch read, then converted */
+#pragma unroll
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t t = (i0 + 32 * b) / Q, c = (i0 + 32 * b) % Q;
+            r[b] = t < n ? mc_amm_q8_load<HD>(raw + t * RB, c) : mc_amm_q8_raw{0.0f, 0u, 0u};
+        }
+#pragma unroll
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t t = (i0 + 32 * b) / Q, c = (i0 + 32 * b) % Q;
+            *(uint4 *)(ks + t * LD + 8 * c) = t < n ? mc_amm_q8_make<MT>(r[b]) : make_uint4(0, 0, 0, 0);
+        }
     }
     __syncwarp(); /* the stored K rows are read: the V tile's first rows cover them */
     const uint8_t *rv = raw + MC_AMM_SPAN * RB;
-    for (uint32_t t0 = 0; t0 < MC_AMM_SPAN; t0 += 8) {
-        uint4 v[PP];
+    for (uint32_t t0 = 0; t0 < MC_AMM_SPAN; t0 += GR) { /* V: groups of GR rows (a batch a lane) */
 #pragma unroll
-        for (uint32_t j = 0; j < PP; j++) {
-            const uint32_t i = lane + 32 * j, t = t0 + i / Q, c = i % Q;
-            v[j] = t < n ? mc_amm_q8_piece<HD, MT>(rv + t * RB, c) : make_uint4(0, 0, 0, 0);
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t i = lane + 32 * b, t = t0 + i / Q, c = i % Q;
+            r[b] = t < n ? mc_amm_q8_load<HD>(rv + t * RB, c) : mc_amm_q8_raw{0.0f, 0u, 0u};
         }
         __syncwarp(); /* the group's stored rows are read before its tile rows cover them */
 #pragma unroll
-        for (uint32_t j = 0; j < PP; j++) {
-            const uint32_t i = lane + 32 * j, t = t0 + i / Q, c = i % Q;
-            *(uint4 *)(vs + t * LD + 8 * c) = v[j];
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t i = lane + 32 * b, t = t0 + i / Q, c = i % Q;
+            *(uint4 *)(vs + t * LD + 8 * c) = t < n ? mc_amm_q8_make<MT>(r[b]) : make_uint4(0, 0, 0, 0);
         }
     }
 }
