@@ -1,29 +1,34 @@
 /* wofuse_bench.cu: what a decode layer would gain if the output projection ran in attention's
  * epilogue instead of a launch of its own (issue 27 item 1: fewer dependent launches a layer).
  *
- * llama-1b's shapes (2048 wide, 32 q heads of 64 on 8 kv heads, 8192 FFN, BF16, f32 KV cache, 512
- * positions), L layers, each with its own weights and cache. A layer is
+ * Two shapes, BF16 weights, an f32 KV cache at 512 positions, L layers each with its own weights
+ * and cache: llama-1b (2048 wide, 32 q heads of 64 on 8 kv heads, 8192 FFN; a cluster a kv head)
+ * and gemma3-270m (640 wide, 4 q heads of 256 on one kv head, 2048 FFN; a cluster a q head, as
+ * attention=heads runs it; the post norms left out). A layer is
  *   qkv (production mc_gemv, the norm fused) -> attention -> [wo] -> gate/up (mc_gemv_swiglu, norm)
  *   -> down (mc_gemv, residual)
  * where attention is a stand-in cluster kernel built like the production one (a cluster of 8 blocks
  * a kv head, block b the positions [64 b, 64 b + 64), its K and V rows by cp.async before the grid
  * wait, the blocks' partial softmax states merged through distributed shared memory), and:
- *   (u) unfused: the cluster's rank 0 writes the kv head's 256 outputs; the production wo GEMV
- *       (mc_gemv with the residual) follows as its own launch;
- *   (f) fused: block b of kv head g's cluster also holds wo[256 b .. 256 b + 255][256 g .. 256 g +
- *       255] (128 KB, queued by cp.async before the grid wait with the K and V rows), multiplies it
- *       by the head's outputs into a partial (an f32 row of 256 a kv head), and takes an integer
- *       ticket on row range b; the last of the 8 kv heads to arrive adds the 8 partials in kv-head
- *       order and the residual: x[r] += sum_g p_g[r]. No float atomics; the order is fixed, so (f)
- *       is deterministic, but it is not (u)'s order: (u) and (f) agree to rounding only.
+ *   (u) unfused: the cluster's rank 0 writes its 256 outputs; the production wo GEMV (mc_gemv with
+ *       the residual) follows as its own launch;
+ *   (f) fused: block b of cluster c also holds wo[RB b .. RB b + RB - 1][256 c .. 256 c + 255]
+ *       (RB = width / 8 rows: 128 KB on llama-1b, 40 KB on gemma3-270m, queued by cp.async before
+ *       the grid wait with the K and V rows), multiplies it by the cluster's outputs into a partial
+ *       row, and takes an integer ticket on row range b; the last cluster to arrive adds the
+ *       clusters' partials in cluster order and the residual: x[r] += sum_c p_c[r]. No float
+ *       atomics; the order is fixed, so (f) is deterministic, but it is not (u)'s order: (u) and
+ *       (f) agree to rounding only.
  * Printed: us per layer of the whole chain under (u) and (f), and of the attention launch alone,
- * (u)'s attention + wo, and (f)'s attention; the largest relative difference of x between (u) and
- * (f) after the chain; whether three runs of (f) give the same bits.
+ * (u)'s attention + wo, and (f)'s attention; the NMSE of x between (u) and (f) after the chain;
+ * whether three runs of (f) give the same bits; and a control: one bit of layer 0's wo flipped must
+ * change (f)'s x.
  *
  *   memra_cuda_wofuse_bench [replays]
  *
- * Exit 0 when (f) is deterministic and within 1e-3 of (u), 1 otherwise, 2 on usage, 3 on a CUDA
- * error. A measurement tool for a design decision: none of this is a production path. */
+ * Exit 0 when (f) is deterministic, within an NMSE of 1e-6 of (u) and its control is caught, 1
+ * otherwise, 2 on usage, 3 on a CUDA error. A measurement tool for a design decision: none of
+ * this is a production path. */
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -46,36 +51,31 @@ namespace cg = cooperative_groups;
         }                                                                                                              \
     } while (0)
 
-/* llama-1b */
-#define WF_E 2048u   /* n_embd */
-#define WF_HQ 32u    /* q heads */
-#define WF_KV 8u     /* kv heads: one cluster each */
-#define WF_D 64u     /* head size */
-#define WF_G 4u      /* q heads a kv head */
-#define WF_GD 256u   /* a kv head's outputs (G D) */
-#define WF_P 512u    /* positions attended */
-#define WF_CL 8u     /* blocks a cluster */
-#define WF_PB 64u    /* positions a block (P / CL) */
-#define WF_RB 256u   /* wo rows a block (E / CL) */
-#define WF_FF 8192u  /* FFN width */
-#define WF_QKV 3072u /* q, k, v rows */
-#define WF_T 256u    /* threads a block */
+/* The shapes. A cluster of CL blocks serves HPC q heads (GD = HPC D outputs); C clusters. wo's
+ * slice of block b of cluster c: rows RB b .. RB b + RB - 1, columns GD c .. GD c + GD - 1. */
+struct wf_1b { /* llama-1b: a cluster a kv head (its 4 q heads) */
+    static constexpr const char *name = "llama-1b";
+    static constexpr uint32_t E = 2048, NH = 32, NKV = 8, D = 64, HPC = 4, QKV = 3072, FF = 8192, NL = 16;
+};
+struct wf_270m { /* gemma3-270m's shapes: a cluster a q head (attention=heads, auto at head size 256) */
+    static constexpr const char *name = "gemma3-270m";
+    static constexpr uint32_t E = 640, NH = 4, NKV = 1, D = 256, HPC = 1, QKV = 1536, FF = 2048, NL = 18;
+};
+#define WF_P 512u /* positions attended */
+#define WF_CL 8u  /* blocks a cluster */
+#define WF_PB 64u /* positions a block (P / CL) */
+#define WF_T 256u /* threads a block */
 
-/* dynamic shared memory (bytes): K, V tiles (f32), q, the partial state, the merged outputs,
- * then (fused) the wo slice */
-#define WF_OFF_K 0u
-#define WF_OFF_V (WF_OFF_K + WF_PB * WF_D * 4u)
-#define WF_OFF_Q (WF_OFF_V + WF_PB * WF_D * 4u)
-#define WF_OFF_PM (WF_OFF_Q + WF_GD * 4u)    /* max of each head (G) */
-#define WF_OFF_PL (WF_OFF_PM + 16u)          /* sum of each head (G) */
-#define WF_OFF_PO (WF_OFF_PL + 16u)          /* unnormalised out (G D) */
-#define WF_OFF_S (WF_OFF_PO + WF_GD * 4u)    /* scores / weights (G PB) */
-#define WF_OFF_RED (WF_OFF_S + WF_GD * 4u)   /* 8 warps x 2 */
-#define WF_OFF_OV (WF_OFF_RED + 64u)         /* the merged outputs (G D) */
-#define WF_OFF_FLAG (WF_OFF_OV + WF_GD * 4u) /* the ticket's verdict */
-#define WF_OFF_W (WF_OFF_FLAG + 16u)         /* fused: wo's slice, RB x GD bf16 */
-#define WF_SMEM_U WF_OFF_W
-#define WF_SMEM_F (WF_OFF_W + WF_RB * WF_GD * 2u)
+template <class SH> struct wf_dim {
+    static constexpr uint32_t GD = SH::HPC * SH::D, C = SH::NH / SH::HPC, RB = SH::E / WF_CL, G = SH::NH / SH::NKV;
+    /* dynamic shared memory (bytes): K, V tiles (f32), q, the partial state (max, sum, out), the
+     * scores, the merged outputs, the ticket's verdict, then (fused) wo's slice (RB x GD bf16) */
+    static constexpr uint32_t K = 0, V = K + WF_PB * SH::D * 4, Q = V + WF_PB * SH::D * 4, PM = Q + GD * 4,
+                              PL = PM + 16, PO = PL + 16, S = PO + GD * 4, OV = S + SH::HPC * WF_PB * 4,
+                              FLAG = OV + GD * 4, W = FLAG + 16, SMEM_U = W, SMEM_F = W + RB * GD * 2;
+    static_assert(GD == 256 && WF_T == 256 && SH::HPC <= 4 && RB <= WF_T && RB % 8 == 0 && SH::E % WF_CL == 0,
+                  "the stand-in's thread maps");
+};
 
 struct wf_layer {
     mc_matrix qkv, wo, gu, down;
@@ -88,74 +88,72 @@ __device__ __forceinline__ void wf_cp16(void *s, const void *g) {
 }
 
 /* The stand-in attention of one layer (and, FUSE, its output projection with the residual). */
-template <int FUSE>
+template <class SH, int FUSE>
 __global__ void __launch_bounds__(WF_T, 1)
     wf_att(const float *qkvb, const float *kc, const float *vc, float *att_out, const __nv_bfloat16 *wo, float *pw,
            unsigned *cnt, float *x) {
+    typedef wf_dim<SH> W;
+    constexpr uint32_t D = SH::D, HPC = SH::HPC, GD = W::GD, RB = W::RB;
     extern __shared__ __align__(16) unsigned char sm[];
     cg::cluster_group cl = cg::this_cluster();
-    const uint32_t b = cl.block_rank(), g = blockIdx.x / WF_CL, t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    float *Ks = (float *)(sm + WF_OFF_K), *Vs = (float *)(sm + WF_OFF_V), *q = (float *)(sm + WF_OFF_Q);
-    float *pm = (float *)(sm + WF_OFF_PM), *pl = (float *)(sm + WF_OFF_PL), *po = (float *)(sm + WF_OFF_PO);
-    float *S = (float *)(sm + WF_OFF_S), *red = (float *)(sm + WF_OFF_RED), *ov = (float *)(sm + WF_OFF_OV);
-    unsigned *flag = (unsigned *)(sm + WF_OFF_FLAG);
+    const uint32_t b = cl.block_rank(), c = blockIdx.x / WF_CL, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const uint32_t kvh = c * HPC / W::G; /* the cluster's kv head */
+    float *Ks = (float *)(sm + W::K), *Vs = (float *)(sm + W::V), *q = (float *)(sm + W::Q);
+    float *pm = (float *)(sm + W::PM), *pl = (float *)(sm + W::PL), *po = (float *)(sm + W::PO);
+    float *S = (float *)(sm + W::S), *ov = (float *)(sm + W::OV);
+    unsigned *flag = (unsigned *)(sm + W::FLAG);
     /* before the wait: this block's K and V rows (written by earlier steps) and, fused, wo's slice */
-    const float *kg = kc + ((size_t)g * WF_P + b * WF_PB) * WF_D, *vg = vc + ((size_t)g * WF_P + b * WF_PB) * WF_D;
-    for (uint32_t i = t; i < WF_PB * WF_D / 4; i += WF_T) {
+    const float *kg = kc + ((size_t)kvh * WF_P + b * WF_PB) * D, *vg = vc + ((size_t)kvh * WF_P + b * WF_PB) * D;
+    for (uint32_t i = t; i < WF_PB * D / 4; i += WF_T) {
         wf_cp16(Ks + 4 * i, kg + 4 * i);
         wf_cp16(Vs + 4 * i, vg + 4 * i);
     }
     if (FUSE) {
-        __nv_bfloat16 *Ws = (__nv_bfloat16 *)(sm + WF_OFF_W);
-        for (uint32_t i = t; i < WF_RB * WF_GD / 8; i += WF_T) { /* row r, chunk c of 8 */
-            const uint32_t r = i / (WF_GD / 8), c = i % (WF_GD / 8);
-            wf_cp16(Ws + r * WF_GD + 8 * c, wo + (size_t)(WF_RB * b + r) * WF_E + WF_GD * g + 8 * c);
+        __nv_bfloat16 *Ws = (__nv_bfloat16 *)(sm + W::W);
+        for (uint32_t i = t; i < RB * GD / 8; i += WF_T) { /* row r, chunk k of 8 */
+            const uint32_t r = i / (GD / 8), k = i % (GD / 8);
+            wf_cp16(Ws + r * GD + 8 * k, wo + (size_t)(RB * b + r) * (SH::NH * D) + GD * c + 8 * k);
         }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    q[t] = qkvb[WF_GD * g + t]; /* the kv head's G q heads (the q part of qkv) */
+    q[t] = qkvb[GD * c + t]; /* the cluster's q heads (the q part of qkv) */
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    /* scores: thread t = head h, position p (each lane starts at its own dimension: no bank conflict) */
-    const uint32_t h = t / WF_PB, p = t % WF_PB;
-    float s = 0.0f;
-    for (uint32_t k = 0; k < WF_D; k++) {
-        const uint32_t d = (k + lane) % WF_D;
-        s = fmaf(q[h * WF_D + d], Ks[p * WF_D + d], s);
+    /* scores: pair i = head h, position p (each lane starts at its own dimension: no bank conflict) */
+    for (uint32_t i = t; i < HPC * WF_PB; i += WF_T) {
+        const uint32_t h = i / WF_PB, p = i % WF_PB;
+        float s = 0.0f;
+        for (uint32_t k = 0; k < D; k++) {
+            const uint32_t d = (k + lane) % D;
+            s = fmaf(q[h * D + d], Ks[p * D + d], s);
+        }
+        S[i] = s * rsqrtf((float)D);
     }
-    s *= 0.125f;
-    /* the head's max and sum over its 64 positions (two warps) */
-    float m = s;
-    for (int o = 16; o; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0)
-        red[warp] = m;
     __syncthreads();
-    m = fmaxf(red[2 * h], red[2 * h + 1]);
-    const float e = expf(s - m);
-    S[t] = e;
-    float l = e;
-    for (int o = 16; o; o >>= 1)
-        l += __shfl_xor_sync(0xffffffffu, l, o);
-    __syncthreads();
-    if (lane == 0)
-        red[8 + warp] = l;
-    __syncthreads();
-    if (p == 0) {
-        pm[h] = m;
-        pl[h] = red[8 + 2 * h] + red[8 + 2 * h + 1];
+    if (t < HPC) { /* the head's max and sum over the block's positions */
+        float m = -INFINITY, l = 0.0f;
+        for (uint32_t p = 0; p < WF_PB; p++)
+            m = fmaxf(m, S[t * WF_PB + p]);
+        for (uint32_t p = 0; p < WF_PB; p++) {
+            const float e = expf(S[t * WF_PB + p] - m);
+            S[t * WF_PB + p] = e;
+            l += e;
+        }
+        pm[t] = m;
+        pl[t] = l;
     }
-    /* out: thread t = head h, dimension d */
-    {
-        const uint32_t d = t % WF_D;
+    __syncthreads();
+    { /* out: thread t = head t / D, dimension t % D */
+        const uint32_t h = t / D, d = t % D;
         float o = 0.0f;
         for (uint32_t j = 0; j < WF_PB; j++)
-            o = fmaf(S[h * WF_PB + j], Vs[j * WF_D + d], o);
+            o = fmaf(S[h * WF_PB + j], Vs[j * D + d], o);
         po[t] = o;
     }
     cl.sync(); /* every block's partial state */
-    {          /* the merge, in every block (thread t: head h, dimension t % D), blocks in rank order */
+    {          /* the merge, in every block (thread t), blocks in rank order */
+        const uint32_t h = t / D;
         float M = -INFINITY;
         for (uint32_t r = 0; r < WF_CL; r++)
             M = fmaxf(M, cl.map_shared_rank(pm, r)[h]);
@@ -170,53 +168,45 @@ __global__ void __launch_bounds__(WF_T, 1)
     cl.sync(); /* no block leaves while another reads its partial */
     if (!FUSE) {
         if (b == 0)
-            att_out[WF_GD * g + t] = ov[t];
+            att_out[GD * c + t] = ov[t];
         return;
     }
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    /* wo's slice times the head's outputs: warp w rows w, w + 8, ... (4 at once), lane l columns 8 l .. */
-    const __nv_bfloat16 *Ws = (const __nv_bfloat16 *)(sm + WF_OFF_W);
+    /* wo's slice times the cluster's outputs: warp w rows w, w + 8, ..., lane l columns 8 l .. 8 l + 7 */
+    const __nv_bfloat16 *Ws = (const __nv_bfloat16 *)(sm + W::W);
     float xv[8];
 #pragma unroll
     for (int j = 0; j < 8; j++)
         xv[j] = ov[8 * lane + j];
-    for (uint32_t r0 = warp; r0 < WF_RB; r0 += 4 * 8) {
-        float a[4];
+    for (uint32_t r = warp; r < RB; r += 8) {
+        const uint4 u = *(const uint4 *)(Ws + r * GD + 8 * lane);
+        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u;
+        float a = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint4 u = *(const uint4 *)(Ws + (r0 + 8 * k) * WF_GD + 8 * lane);
-            const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u;
-            float acc = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __bfloat1622float2(w2[j]);
-                acc = fmaf(f.x, xv[2 * j], acc);
-                acc = fmaf(f.y, xv[2 * j + 1], acc);
-            }
-            a[k] = acc;
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __bfloat1622float2(w2[j]);
+            a = fmaf(f.x, xv[2 * j], a);
+            a = fmaf(f.y, xv[2 * j + 1], a);
         }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            for (int o = 16; o; o >>= 1)
-                a[k] += __shfl_xor_sync(0xffffffffu, a[k], o);
-            if (lane == 0)
-                pw[(size_t)g * WF_E + WF_RB * b + r0 + 8 * k] = a[k];
-        }
+        for (int o = 16; o; o >>= 1)
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0)
+            pw[(size_t)c * SH::E + RB * b + r] = a;
     }
     __syncthreads(); /* the block's partial stores before thread 0's release */
     if (t == 0) {
         unsigned prev;
         asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(cnt + b) : "memory");
-        flag[0] = prev == WF_KV - 1;
+        flag[0] = prev == W::C - 1;
     }
     __syncthreads();
     if (!flag[0])
         return;
-    { /* the last kv head for rows RB b ..: the partials in kv-head order, then the residual */
-        const uint32_t row = WF_RB * b + t;
+    if (t < RB) { /* the last cluster for rows RB b ..: the partials in cluster order, then the residual */
+        const uint32_t row = RB * b + t;
         float v = 0.0f;
-        for (uint32_t k = 0; k < WF_KV; k++)
-            v += __ldcg(pw + (size_t)k * WF_E + row);
+        for (uint32_t k = 0; k < W::C; k++)
+            v += __ldcg(pw + (size_t)k * SH::E + row);
         x[row] = x[row] + v;
     }
     if (t == 0)
@@ -257,29 +247,31 @@ struct wf_bench {
     unsigned *cnt;
     cudaStream_t st;
     mc_config cfg;
+    uint32_t E;
 };
 
 enum { WF_CHAIN, WF_ATT, WF_ATTWO };
 
-static void wf_att_launch(wf_bench &b, const wf_layer &l, int fuse) {
+template <class SH> static void wf_att_launch(wf_bench &b, const wf_layer &l, int fuse) {
+    typedef wf_dim<SH> W;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(WF_KV * WF_CL);
+    cfg.gridDim = dim3(W::C * WF_CL);
     cfg.blockDim = dim3(WF_T);
-    cfg.dynamicSmemBytes = fuse ? WF_SMEM_F : WF_SMEM_U;
+    cfg.dynamicSmemBytes = fuse ? W::SMEM_F : W::SMEM_U;
     cfg.stream = b.st;
     cudaLaunchAttribute attr[2];
     mc_launch_attrs_cluster(&cfg, attr, WF_CL, true);
-    WF_CHECK(cudaLaunchKernelEx(&cfg, fuse ? wf_att<1> : wf_att<0>, (const float *)b.qkvb, (const float *)l.kc,
+    WF_CHECK(cudaLaunchKernelEx(&cfg, fuse ? wf_att<SH, 1> : wf_att<SH, 0>, (const float *)b.qkvb, (const float *)l.kc,
                                 (const float *)l.vc, b.att, (const __nv_bfloat16 *)l.wo.data, b.pw, b.cnt, b.x));
 }
 
 /* what: the whole chain, attention alone, or attention with the output projection */
-static void wf_enqueue(wf_bench &b, int fuse, int what) {
+template <class SH> static void wf_enqueue(wf_bench &b, int fuse, int what) {
     for (const wf_layer &l : b.L) {
         if (what == WF_CHAIN)
             WF_CHECK(mc_gemv(&b.cfg, &l.qkv, b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
-        wf_att_launch(b, l, what == WF_ATT ? 0 : fuse);
+        wf_att_launch<SH>(b, l, what == WF_ATT ? 0 : fuse);
         if (what != WF_ATT && !fuse)
             WF_CHECK(mc_gemv(&b.cfg, &l.wo, b.att, NULL, 0.0f, NULL, b.x, b.x, b.st));
         if (what == WF_CHAIN) {
@@ -289,11 +281,11 @@ static void wf_enqueue(wf_bench &b, int fuse, int what) {
     }
 }
 
-static cudaGraphExec_t wf_graph(wf_bench &b, int fuse, int what) {
+template <class SH> static cudaGraphExec_t wf_graph(wf_bench &b, int fuse, int what) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     WF_CHECK(cudaStreamBeginCapture(b.st, cudaStreamCaptureModeThreadLocal));
-    wf_enqueue(b, fuse, what);
+    wf_enqueue<SH>(b, fuse, what);
     WF_CHECK(cudaStreamEndCapture(b.st, &g));
     WF_CHECK(cudaGraphInstantiate(&ge, g, 0));
     WF_CHECK(cudaGraphDestroy(g));
@@ -307,7 +299,7 @@ static double wf_time(wf_bench &b, cudaGraphExec_t ge, int reps) {
     WF_CHECK(cudaEventCreate(&e1));
     double best = 1e30;
     for (int pass = 0; pass < 4; pass++) {
-        WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * WF_E, cudaMemcpyDeviceToDevice, b.st));
+        WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
         WF_CHECK(cudaEventRecord(e0, b.st));
         for (int i = 0; i < reps; i++)
             WF_CHECK(cudaGraphLaunch(ge, b.st));
@@ -324,11 +316,138 @@ static double wf_time(wf_bench &b, cudaGraphExec_t ge, int reps) {
 }
 
 static void wf_once(wf_bench &b, cudaGraphExec_t ge, std::vector<float> &out) {
-    WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * WF_E, cudaMemcpyDeviceToDevice, b.st));
+    WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
     WF_CHECK(cudaGraphLaunch(ge, b.st));
     WF_CHECK(cudaStreamSynchronize(b.st));
-    out.resize(WF_E);
-    WF_CHECK(cudaMemcpy(out.data(), b.x, 4 * WF_E, cudaMemcpyDeviceToHost));
+    out.resize(b.E);
+    WF_CHECK(cudaMemcpy(out.data(), b.x, 4 * b.E, cudaMemcpyDeviceToHost));
+}
+
+/* One shape: returns 0 when the fused chain is deterministic, near the unfused one and its control
+ * is caught. */
+template <class SH> static int wf_shape(int reps, double ceiling) {
+    typedef wf_dim<SH> W;
+    constexpr uint32_t E = SH::E, NQ = SH::NH * SH::D, KVB = SH::NKV * WF_P * SH::D * 4;
+    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_U));
+    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_F));
+    wf_bench b;
+    b.cfg = mc_config_default;
+    b.E = E;
+    WF_CHECK(cudaStreamCreate(&b.st));
+    b.L.resize(SH::NL);
+    const double layer_bytes =
+        2.0 * ((double)SH::QKV * E + (double)E * NQ + 2.0 * SH::FF * E + (double)E * SH::FF) + 2.0 * KVB;
+    for (uint32_t i = 0; i < SH::NL; i++) {
+        wf_layer &l = b.L[i];
+        l.qkv = wf_matrix(SH::QKV, E, 11 + 5 * i);
+        l.wo = wf_matrix(E, NQ, 12 + 5 * i);
+        l.gu = wf_matrix(2 * SH::FF, E, 13 + 5 * i);
+        l.down = wf_matrix(E, SH::FF, 14 + 5 * i);
+        WF_CHECK(cudaMalloc(&l.kc, KVB));
+        WF_CHECK(cudaMalloc(&l.vc, KVB));
+        fill(l.kc, KVB, 15 + 5 * i, 0x807fffffu, 0x3c000000u);
+        fill(l.vc, KVB, 16 + 5 * i, 0x807fffffu, 0x3c000000u);
+    }
+    WF_CHECK(cudaMalloc(&b.x, 4 * E));
+    WF_CHECK(cudaMalloc(&b.x0, 4 * E));
+    WF_CHECK(cudaMalloc(&b.qkvb, 4 * SH::QKV));
+    WF_CHECK(cudaMalloc(&b.att, 4 * NQ));
+    WF_CHECK(cudaMalloc(&b.sw, 4 * SH::FF));
+    WF_CHECK(cudaMalloc(&b.nw1, 4 * E));
+    WF_CHECK(cudaMalloc(&b.nw2, 4 * E));
+    WF_CHECK(cudaMalloc(&b.pw, 4 * W::C * E));
+    WF_CHECK(cudaMalloc(&b.cnt, 4 * WF_CL));
+    WF_CHECK(cudaMemset(b.cnt, 0, 4 * WF_CL));
+    WF_CHECK(cudaMemset(b.qkvb, 0, 4 * SH::QKV));
+    WF_CHECK(cudaMemset(b.att, 0, 4 * NQ));
+    fill(b.x0, 4 * E, 1, 0x807fffffu, 0x3e000000u);
+    fill(b.nw1, 4 * E, 2, 0x007fffffu, 0x3f800000u);
+    fill(b.nw2, 4 * E, 3, 0x007fffffu, 0x3f800000u);
+    WF_CHECK(cudaDeviceSynchronize());
+    int ncl = 0;
+    {
+        cudaLaunchConfig_t cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDim = dim3(W::C * WF_CL);
+        cfg.blockDim = dim3(WF_T);
+        cfg.dynamicSmemBytes = W::SMEM_F;
+        cudaLaunchAttribute attr[2];
+        mc_launch_attrs_cluster(&cfg, attr, WF_CL, false);
+        WF_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<SH, 1>, &cfg));
+    }
+    printf("\n== %s shapes (BF16), %u layers, %.2f MB a layer (weights and f32 KV at %u positions); %u clusters of %u "
+           "blocks; shared memory a block %u / %u bytes (unfused / fused); fused clusters that fit at once: %d\n",
+           SH::name, SH::NL, layer_bytes / 1e6, WF_P, W::C, WF_CL, W::SMEM_U, W::SMEM_F, ncl);
+    if (ncl < (int)W::C)
+        printf("note: the fused grid does not fit at once: its clusters run in waves\n");
+
+    cudaGraphExec_t gu = wf_graph<SH>(b, 0, WF_CHAIN), gf = wf_graph<SH>(b, 1, WF_CHAIN);
+    std::vector<float> ru, rf, rf2;
+    wf_once(b, gu, ru);
+    wf_once(b, gf, rf);
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        wf_once(b, gf, rf2);
+        if (memcmp(rf.data(), rf2.data(), 4 * E)) {
+            printf("FUSED RUNS DIFFER (run %d)\n", r + 2);
+            bad = 1;
+        }
+    }
+    double num = 0, den = 0, mean = 0;
+    for (uint32_t i = 0; i < E; i++) {
+        const double d = (double)rf[i] - ru[i];
+        num += d * d;
+        den += (double)ru[i] * ru[i];
+        mean += fabs((double)ru[i]);
+    }
+    const double nmse = num / (den > 0 ? den : 1.0);
+    { /* the control: a flipped bit of wo (layer 0, row 5, column 300: the second cluster's slice) must show */
+        uint16_t wv, fl;
+        uint16_t *at = (uint16_t *)b.L[0].wo.data + 5 * NQ + 300;
+        WF_CHECK(cudaMemcpy(&wv, at, 2, cudaMemcpyDeviceToHost));
+        fl = wv ^ 0x0040u;
+        WF_CHECK(cudaMemcpy(at, &fl, 2, cudaMemcpyHostToDevice));
+        wf_once(b, gf, rf2);
+        WF_CHECK(cudaMemcpy(at, &wv, 2, cudaMemcpyHostToDevice));
+        const bool caught = memcmp(rf.data(), rf2.data(), 4 * E) != 0;
+        printf("control: a flipped bit of wo %s\n", caught ? "is caught" : "WAS NOT CAUGHT");
+        if (!caught)
+            bad = 1;
+    }
+    printf("x after the chain: mean |x| %.4g; fused against unfused: NMSE %.3g; fused runs %s\n", mean / E, nmse,
+           bad ? "DIFFER" : "bit-identical (3)");
+    if (!(nmse < 1e-6) || !isfinite(mean) || mean == 0.0)
+        bad = 1;
+
+    const double tu = wf_time(b, gu, reps), tf = wf_time(b, gf, reps);
+    cudaGraphExec_t ga = wf_graph<SH>(b, 0, WF_ATT), gw = wf_graph<SH>(b, 0, WF_ATTWO),
+                    gfa = wf_graph<SH>(b, 1, WF_ATTWO);
+    const double ta = wf_time(b, ga, reps), tw = wf_time(b, gw, reps), tfa = wf_time(b, gfa, reps);
+    printf("us per layer (best of 3 passes of %d replays):\n", reps);
+    printf("  chain unfused %8.2f (%.1f%% of the copy ceiling %.0f GB/s)\n", tu,
+           100.0 * layer_bytes / ceiling * 1e6 / tu, ceiling / 1e9);
+    printf("  chain fused   %8.2f (%.1f%%)  difference %+.2f us a layer (%+.1f%%)\n", tf,
+           100.0 * layer_bytes / ceiling * 1e6 / tf, tf - tu, 100.0 * (tu / tf - 1.0));
+    printf("  attention alone %6.2f, attention + wo launch %6.2f, fused attention %6.2f\n", ta, tw, tfa);
+    printf("summary %s: unfused %.2f fused %.2f att %.2f att+wo %.2f fused-att %.2f\n", SH::name, tu, tf, ta, tw,
+           tfa);
+    cudaGraphExec_t all[] = {gu, gf, ga, gw, gfa};
+    for (cudaGraphExec_t g : all)
+        WF_CHECK(cudaGraphExecDestroy(g));
+    for (wf_layer &l : b.L) {
+        cudaFree(l.qkv.data);
+        cudaFree(l.wo.data);
+        cudaFree(l.gu.data);
+        cudaFree(l.down.data);
+        cudaFree(l.kc);
+        cudaFree(l.vc);
+    }
+    float *bufs[] = {b.x, b.x0, b.qkvb, b.att, b.sw, b.nw1, b.nw2, b.pw};
+    for (float *p : bufs)
+        cudaFree(p);
+    cudaFree(b.cnt);
+    WF_CHECK(cudaStreamDestroy(b.st));
+    return bad;
 }
 
 int main(int argc, char **argv) {
@@ -337,88 +456,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "wofuse_bench: replays %s: expected 1 to 10000\n", argc > 1 ? argv[1] : "");
         return 2;
     }
-    const uint32_t nl = 16;
     WF_CHECK(mc_gemv_prepare());
-    WF_CHECK(cudaFuncSetAttribute(wf_att<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WF_SMEM_U));
-    WF_CHECK(cudaFuncSetAttribute(wf_att<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WF_SMEM_F));
-    wf_bench b;
-    b.cfg = mc_config_default;
-    WF_CHECK(cudaStreamCreate(&b.st));
-    b.L.resize(nl);
-    double layer_bytes = 2.0 * ((double)WF_QKV * WF_E + (double)WF_E * WF_E + 2.0 * WF_FF * WF_E + (double)WF_E * WF_FF) +
-                         2.0 * 4.0 * WF_KV * WF_P * WF_D;
-    for (uint32_t i = 0; i < nl; i++) {
-        wf_layer &l = b.L[i];
-        l.qkv = wf_matrix(WF_QKV, WF_E, 11 + 5 * i);
-        l.wo = wf_matrix(WF_E, WF_E, 12 + 5 * i);
-        l.gu = wf_matrix(2 * WF_FF, WF_E, 13 + 5 * i);
-        l.down = wf_matrix(WF_E, WF_FF, 14 + 5 * i);
-        const size_t kvb = (size_t)WF_KV * WF_P * WF_D * 4;
-        WF_CHECK(cudaMalloc(&l.kc, kvb));
-        WF_CHECK(cudaMalloc(&l.vc, kvb));
-        fill(l.kc, kvb, 15 + 5 * i, 0x807fffffu, 0x3c000000u);
-        fill(l.vc, kvb, 16 + 5 * i, 0x807fffffu, 0x3c000000u);
-    }
-    WF_CHECK(cudaMalloc(&b.x, 4 * WF_E));
-    WF_CHECK(cudaMalloc(&b.x0, 4 * WF_E));
-    WF_CHECK(cudaMalloc(&b.qkvb, 4 * WF_QKV));
-    WF_CHECK(cudaMalloc(&b.att, 4 * WF_E));
-    WF_CHECK(cudaMalloc(&b.sw, 4 * WF_FF));
-    WF_CHECK(cudaMalloc(&b.nw1, 4 * WF_E));
-    WF_CHECK(cudaMalloc(&b.nw2, 4 * WF_E));
-    WF_CHECK(cudaMalloc(&b.pw, 4 * WF_KV * WF_E));
-    WF_CHECK(cudaMalloc(&b.cnt, 4 * WF_CL));
-    WF_CHECK(cudaMemset(b.cnt, 0, 4 * WF_CL));
-    WF_CHECK(cudaMemset(b.qkvb, 0, 4 * WF_QKV));
-    WF_CHECK(cudaMemset(b.att, 0, 4 * WF_E));
-    fill(b.x0, 4 * WF_E, 1, 0x807fffffu, 0x3e000000u);
-    fill(b.nw1, 4 * WF_E, 2, 0x007fffffu, 0x3f800000u);
-    fill(b.nw2, 4 * WF_E, 3, 0x007fffffu, 0x3f800000u);
-    WF_CHECK(cudaDeviceSynchronize());
-    int ncl = 0;
-    {
-        cudaLaunchConfig_t cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDim = dim3(WF_KV * WF_CL);
-        cfg.blockDim = dim3(WF_T);
-        cfg.dynamicSmemBytes = WF_SMEM_F;
-        cudaLaunchAttribute attr[2];
-        mc_launch_attrs_cluster(&cfg, attr, WF_CL, false);
-        WF_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<1>, &cfg));
-    }
-    printf("wofuse_bench: llama-1b shapes, %u layers, %.2f MB a layer (weights and f32 KV at %u positions); "
-           "shared memory a block %u / %u bytes (unfused / fused); fused clusters that fit at once: %d (%u needed)\n",
-           nl, layer_bytes / 1e6, WF_P, WF_SMEM_U, WF_SMEM_F, ncl, WF_KV);
-    if (ncl < (int)WF_KV)
-        printf("note: the fused grid does not fit at once: its clusters run in waves\n");
-
-    cudaGraphExec_t gu = wf_graph(b, 0, WF_CHAIN), gf = wf_graph(b, 1, WF_CHAIN);
-    std::vector<float> ru, rf, rf2;
-    wf_once(b, gu, ru);
-    wf_once(b, gf, rf);
-    int bad = 0;
-    for (int r = 0; r < 2; r++) {
-        wf_once(b, gf, rf2);
-        if (memcmp(rf.data(), rf2.data(), 4 * WF_E)) {
-            printf("FUSED RUNS DIFFER (run %d)\n", r + 2);
-            bad = 1;
-        }
-    }
-    double worst = 0, mean = 0;
-    for (uint32_t i = 0; i < WF_E; i++) {
-        const double d = fabs((double)rf[i] - ru[i]) / (fabs((double)ru[i]) + 1e-6);
-        worst = d > worst ? d : worst;
-        mean += fabs((double)ru[i]);
-    }
-    printf("x after the chain: mean |x| %.4g; fused against unfused: largest relative difference %.3g; fused runs "
-           "%s\n",
-           mean / WF_E, worst, bad ? "DIFFER" : "bit-identical (3)");
-    if (!(worst < 1e-3) || !isfinite(mean))
-        bad = 1;
-
-    const double tu = wf_time(b, gu, reps), tf = wf_time(b, gf, reps);
-    cudaGraphExec_t ga = wf_graph(b, 0, WF_ATT), gw = wf_graph(b, 0, WF_ATTWO), gfa = wf_graph(b, 1, WF_ATTWO);
-    const double ta = wf_time(b, ga, reps), tw = wf_time(b, gw, reps), tfa = wf_time(b, gfa, reps);
     /* the ceiling: a 1 GiB device-to-device copy */
     void *ca, *cb;
     const size_t cn = (size_t)1 << 30;
@@ -437,12 +475,9 @@ int main(int argc, char **argv) {
     float cms;
     WF_CHECK(cudaEventElapsedTime(&cms, e0, e1));
     const double ceiling = 2.0 * cn * 5 / (cms / 1e3);
-    printf("us per layer (best of 3 passes of %d replays):\n", reps);
-    printf("  chain unfused %8.2f (%.1f%% of the copy ceiling %.0f GB/s)\n", tu,
-           100.0 * layer_bytes / ceiling * 1e6 / tu, ceiling / 1e9);
-    printf("  chain fused   %8.2f (%.1f%%)  difference %+.2f us a layer (%+.1f%%)\n", tf,
-           100.0 * layer_bytes / ceiling * 1e6 / tf, tf - tu, 100.0 * (tu / tf - 1.0));
-    printf("  attention alone %6.2f, attention + wo launch %6.2f, fused attention %6.2f\n", ta, tw, tfa);
-    printf("summary: unfused %.2f fused %.2f att %.2f att+wo %.2f fused-att %.2f\n", tu, tf, ta, tw, tfa);
+    cudaFree(ca);
+    cudaFree(cb);
+    int bad = wf_shape<wf_1b>(reps, ceiling);
+    bad |= wf_shape<wf_270m>(reps, ceiling);
     return bad;
 }
