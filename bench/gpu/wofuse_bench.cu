@@ -11,7 +11,8 @@
  * a kv head, block b the positions [64 b, 64 b + 64), its K and V rows by cp.async before the grid
  * wait, the blocks' partial softmax states merged through distributed shared memory), and:
  *   (u) unfused: the cluster's rank 0 writes its 256 outputs; the production wo GEMV (mc_gemv with
- *       the residual) follows as its own launch;
+ *       the residual) follows as its own launch, started early where production's attention lets
+ *       it (an output of 1024 floats or fewer: gemma3-270m);
  *   (f) fused: block b of cluster c also holds wo[RB b .. RB b + RB - 1][256 c .. 256 c + 255]
  *       (RB = width / 8 rows: 128 KB on llama-1b, 40 KB on gemma3-270m, queued by cp.async before
  *       the grid wait with the K and V rows), multiplies it by the cluster's outputs into a partial
@@ -117,6 +118,8 @@ __global__ void __launch_bounds__(WF_T, 1)
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!FUSE && (SH::NH * D <= 1024 || SH::NH * D >= 4096)) /* production's rule (MC_ATT_SHAPED, trigger=115) */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     q[t] = qkvb[GD * c + t]; /* the cluster's q heads (the q part of qkv) */
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
