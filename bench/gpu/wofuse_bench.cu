@@ -19,17 +19,23 @@
  *       row, and takes an integer ticket on row range b; the last cluster to arrive adds the
  *       clusters' partials in cluster order and the residual: x[r] += sum_c p_c[r]. No float
  *       atomics; the order is fixed, so (f) is deterministic, but it is not (u)'s order: (u) and
- *       (f) agree to rounding only.
- * Printed: us per layer of the whole chain under (u) and (f), and of the attention launch alone,
- * (u)'s attention + wo, and (f)'s attention; the NMSE of x between (u) and (f) after the chain;
- * whether three runs of (f) give the same bits; and a control: one bit of layer 0's wo flipped must
- * change (f)'s x.
+ *       (f) agree to rounding only;
+ *   (q) (f), and the q/k/v launch gone too: each block of the cluster computes RQ / 8 of the
+ *       cluster's q, k and v rows (its q heads', and its kv head's k and v: 384 rows of 2048 on
+ *       llama-1b, 768 of 640 on gemma3-270m, where each q head's cluster computes the kv head's
+ *       rows again) from x' = RMSNorm(x) w after the grid wait, its weights streamed from global
+ *       memory (no room left in shared memory), and the cluster gathers q through distributed
+ *       shared memory: a layer of three launches, attention on 64 (32) multiprocessors.
+ * Printed: us per layer of the whole chain under (u), (f) and (q), and of the attention launch
+ * alone, (u)'s attention + wo, (f)'s and (q)'s attention; the NMSE of x between (u) and (f), (q)
+ * after the chain; whether three runs of (f) and of (q) give the same bits; and a control: one bit
+ * of layer 0's wo flipped must change (f)'s x.
  *
  *   memra_cuda_wofuse_bench [replays]
  *
- * Exit 0 when (f) is deterministic, within an NMSE of 1e-6 of (u) and its control is caught, 1
- * otherwise, 2 on usage, 3 on a CUDA error. A measurement tool for a design decision: none of
- * this is a production path. */
+ * Exit 0 when (f) and (q) are deterministic, within an NMSE of 1e-6 of (u) and the control is
+ * caught, 1 otherwise, 2 on usage, 3 on a CUDA error. A measurement tool for a design decision:
+ * none of this is a production path. */
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -74,7 +80,11 @@ template <class SH> struct wf_dim {
     static constexpr uint32_t K = 0, V = K + WF_PB * SH::D * 4, Q = V + WF_PB * SH::D * 4, PM = Q + GD * 4,
                               PL = PM + 16, PO = PL + 16, S = PO + GD * 4, OV = S + SH::HPC * WF_PB * 4,
                               FLAG = OV + GD * 4, W = FLAG + 16, SMEM_U = W, SMEM_F = W + RB * GD * 2;
-    static_assert(GD == 256 && WF_T == 256 && SH::HPC <= 4 && RB <= WF_T && RB % 8 == 0 && SH::E % WF_CL == 0,
+    /* FUSE 2 (the cluster's q, k and v rows too): x' (E floats), then the block's rows' results */
+    static constexpr uint32_t RQ = GD + 2 * SH::D, RQB = RQ / WF_CL, XN = SMEM_F, QR = XN + SH::E * 4,
+                              SMEM_Q = QR + (RQB * 4 + 15) / 16 * 16;
+    static_assert(GD == 256 && WF_T == 256 && SH::HPC <= 4 && RB <= WF_T && RB % 8 == 0 && SH::E % WF_CL == 0 &&
+                      RQ % WF_CL == 0 && SH::E % 8 == 0,
                   "the stand-in's thread maps");
 };
 
@@ -92,7 +102,7 @@ __device__ __forceinline__ void wf_cp16(void *s, const void *g) {
 template <class SH, int FUSE>
 __global__ void __launch_bounds__(WF_T, 1)
     wf_att(const float *qkvb, const float *kc, const float *vc, float *att_out, const __nv_bfloat16 *wo, float *pw,
-           unsigned *cnt, float *x) {
+           unsigned *cnt, float *x, const __nv_bfloat16 *wqkv, const float *nw) {
     typedef wf_dim<SH> W;
     constexpr uint32_t D = SH::D, HPC = SH::HPC, GD = W::GD, RB = W::RB;
     extern __shared__ __align__(16) unsigned char sm[];
@@ -120,7 +130,61 @@ __global__ void __launch_bounds__(WF_T, 1)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if (!FUSE && (SH::NH * D <= 1024 || SH::NH * D >= 4096)) /* production's rule (MC_ATT_SHAPED, trigger=115) */
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    q[t] = qkvb[GD * c + t]; /* the cluster's q heads (the q part of qkv) */
+    if (FUSE == 2) { /* the cluster's q, k and v rows from x' = RMSNorm(x) nw, RQB of them a block */
+        float *xn = (float *)(sm + W::XN), *qr = (float *)(sm + W::QR);
+        float ss = 0.0f;
+        for (uint32_t i = t; i < SH::E; i += WF_T) {
+            const float v = x[i];
+            xn[i] = v;
+            ss = fmaf(v, v, ss);
+        }
+        for (int o = 16; o; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float *red = (float *)(sm + W::S); /* the scores' space, free until the scores */
+        if (lane == 0)
+            red[warp] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+        for (uint32_t w = 0; w < WF_T / 32; w++)
+            tot += red[w];
+        const float sc = rsqrtf(tot / (float)SH::E + 1e-5f);
+        for (uint32_t i = t; i < SH::E; i += WF_T)
+            xn[i] = xn[i] * sc * nw[i];
+        __syncthreads();
+        constexpr uint32_t NCH = SH::E / 8, CPL = (NCH + 31) / 32; /* 16-byte chunks a row, a lane */
+        for (uint32_t j = warp; j < W::RQB; j += WF_T / 32) {
+            const uint32_t jj = W::RQB * b + j; /* the cluster's row jj: q, then k, then v */
+            const uint32_t row = jj < GD                 ? GD * c + jj
+                                 : jj < GD + D           ? SH::NH * D + kvh * D + (jj - GD)
+                                                         : SH::NH * D + SH::NKV * D + kvh * D + (jj - GD - D);
+            const __nv_bfloat16 *wr = wqkv + (size_t)row * SH::E;
+            uint4 u[CPL];
+#pragma unroll
+            for (uint32_t k = 0; k < CPL; k++)
+                if (lane + 32 * k < NCH)
+                    u[k] = __ldcs((const uint4 *)(wr + 8 * (lane + 32 * k)));
+            float a = 0.0f;
+#pragma unroll
+            for (uint32_t k = 0; k < CPL; k++)
+                if (lane + 32 * k < NCH) {
+                    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u[k];
+                    const float *xv = xn + 8 * (lane + 32 * k);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float2 f = __bfloat1622float2(w2[i]);
+                        a = fmaf(f.x, xv[2 * i], a);
+                        a = fmaf(f.y, xv[2 * i + 1], a);
+                    }
+                }
+            for (int o = 16; o; o >>= 1)
+                a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0)
+                qr[j] = a;
+        }
+        cl.sync(); /* every block's rows */
+        q[t] = cl.map_shared_rank(qr, t / W::RQB)[t % W::RQB]; /* q: the cluster's rows 0 .. GD - 1 */
+    } else
+        q[t] = qkvb[GD * c + t]; /* the cluster's q heads (the q part of qkv) */
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     /* scores: pair i = head h, position p (each lane starts at its own dimension: no bank conflict) */
@@ -261,18 +325,20 @@ template <class SH> static void wf_att_launch(wf_bench &b, const wf_layer &l, in
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(W::C * WF_CL);
     cfg.blockDim = dim3(WF_T);
-    cfg.dynamicSmemBytes = fuse ? W::SMEM_F : W::SMEM_U;
+    cfg.dynamicSmemBytes = fuse == 2 ? W::SMEM_Q : fuse ? W::SMEM_F : W::SMEM_U;
     cfg.stream = b.st;
     cudaLaunchAttribute attr[2];
     mc_launch_attrs_cluster(&cfg, attr, WF_CL, true);
-    WF_CHECK(cudaLaunchKernelEx(&cfg, fuse ? wf_att<SH, 1> : wf_att<SH, 0>, (const float *)b.qkvb, (const float *)l.kc,
-                                (const float *)l.vc, b.att, (const __nv_bfloat16 *)l.wo.data, b.pw, b.cnt, b.x));
+    WF_CHECK(cudaLaunchKernelEx(&cfg, fuse == 2 ? wf_att<SH, 2> : fuse ? wf_att<SH, 1> : wf_att<SH, 0>,
+                                (const float *)b.qkvb, (const float *)l.kc, (const float *)l.vc, b.att,
+                                (const __nv_bfloat16 *)l.wo.data, b.pw, b.cnt, b.x,
+                                (const __nv_bfloat16 *)l.qkv.data, (const float *)b.nw1));
 }
 
 /* what: the whole chain, attention alone, or attention with the output projection */
 template <class SH> static void wf_enqueue(wf_bench &b, int fuse, int what) {
     for (const wf_layer &l : b.L) {
-        if (what == WF_CHAIN)
+        if (what == WF_CHAIN && fuse != 2)
             WF_CHECK(mc_gemv(&b.cfg, &l.qkv, b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
         wf_att_launch<SH>(b, l, what == WF_ATT ? 0 : fuse);
         if (what != WF_ATT && !fuse)
@@ -333,6 +399,7 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
     constexpr uint32_t E = SH::E, NQ = SH::NH * SH::D, KVB = SH::NKV * WF_P * SH::D * 4;
     WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_U));
     WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_F));
+    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_Q));
     wf_bench b;
     b.cfg = mc_config_default;
     b.E = E;
@@ -373,21 +440,24 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
         memset(&cfg, 0, sizeof cfg);
         cfg.gridDim = dim3(W::C * WF_CL);
         cfg.blockDim = dim3(WF_T);
-        cfg.dynamicSmemBytes = W::SMEM_F;
+        cfg.dynamicSmemBytes = W::SMEM_Q;
         cudaLaunchAttribute attr[2];
         mc_launch_attrs_cluster(&cfg, attr, WF_CL, false);
-        WF_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<SH, 1>, &cfg));
+        WF_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<SH, 2>, &cfg));
     }
     printf("\n== %s shapes (BF16), %u layers, %.2f MB a layer (weights and f32 KV at %u positions); %u clusters of %u "
-           "blocks; shared memory a block %u / %u bytes (unfused / fused); fused clusters that fit at once: %d\n",
-           SH::name, SH::NL, layer_bytes / 1e6, WF_P, W::C, WF_CL, W::SMEM_U, W::SMEM_F, ncl);
+           "blocks; shared memory a block %u / %u / %u bytes (unfused / wo / q/k/v and wo); clusters of the largest that "
+           "fit at once: %d\n",
+           SH::name, SH::NL, layer_bytes / 1e6, WF_P, W::C, WF_CL, W::SMEM_U, W::SMEM_F, W::SMEM_Q, ncl);
     if (ncl < (int)W::C)
         printf("note: the fused grid does not fit at once: its clusters run in waves\n");
 
-    cudaGraphExec_t gu = wf_graph<SH>(b, 0, WF_CHAIN), gf = wf_graph<SH>(b, 1, WF_CHAIN);
-    std::vector<float> ru, rf, rf2;
+    cudaGraphExec_t gu = wf_graph<SH>(b, 0, WF_CHAIN), gf = wf_graph<SH>(b, 1, WF_CHAIN),
+                    gq = wf_graph<SH>(b, 2, WF_CHAIN);
+    std::vector<float> ru, rf, rq, rf2;
     wf_once(b, gu, ru);
     wf_once(b, gf, rf);
+    wf_once(b, gq, rq);
     int bad = 0;
     for (int r = 0; r < 2; r++) {
         wf_once(b, gf, rf2);
@@ -395,15 +465,21 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
             printf("FUSED RUNS DIFFER (run %d)\n", r + 2);
             bad = 1;
         }
+        wf_once(b, gq, rf2);
+        if (memcmp(rq.data(), rf2.data(), 4 * E)) {
+            printf("FUSED Q/K/V RUNS DIFFER (run %d)\n", r + 2);
+            bad = 1;
+        }
     }
-    double num = 0, den = 0, mean = 0;
+    double num = 0, numq = 0, den = 0, mean = 0;
     for (uint32_t i = 0; i < E; i++) {
-        const double d = (double)rf[i] - ru[i];
+        const double d = (double)rf[i] - ru[i], dq = (double)rq[i] - ru[i];
         num += d * d;
+        numq += dq * dq;
         den += (double)ru[i] * ru[i];
         mean += fabs((double)ru[i]);
     }
-    const double nmse = num / (den > 0 ? den : 1.0);
+    const double nmse = num / (den > 0 ? den : 1.0), nmseq = numq / (den > 0 ? den : 1.0);
     { /* the control: a flipped bit of wo (layer 0, row 5, column 300: the second cluster's slice) must show */
         uint16_t wv, fl;
         uint16_t *at = (uint16_t *)b.L[0].wo.data + 5 * NQ + 300;
@@ -417,24 +493,31 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
         if (!caught)
             bad = 1;
     }
-    printf("x after the chain: mean |x| %.4g; fused against unfused: NMSE %.3g; fused runs %s\n", mean / E, nmse,
-           bad ? "DIFFER" : "bit-identical (3)");
-    if (!(nmse < 1e-6) || !isfinite(mean) || mean == 0.0)
+    printf("x after the chain: mean |x| %.4g; against unfused: NMSE %.3g (wo fused), %.3g (q/k/v and wo fused); "
+           "fused runs %s\n",
+           mean / E, nmse, nmseq, bad ? "DIFFER" : "bit-identical (3 each)");
+    if (!(nmse < 1e-6) || !(nmseq < 1e-6) || !isfinite(mean) || mean == 0.0)
         bad = 1;
 
-    const double tu = wf_time(b, gu, reps), tf = wf_time(b, gf, reps);
+    const double tu = wf_time(b, gu, reps), tf = wf_time(b, gf, reps), tq = wf_time(b, gq, reps);
     cudaGraphExec_t ga = wf_graph<SH>(b, 0, WF_ATT), gw = wf_graph<SH>(b, 0, WF_ATTWO),
-                    gfa = wf_graph<SH>(b, 1, WF_ATTWO);
-    const double ta = wf_time(b, ga, reps), tw = wf_time(b, gw, reps), tfa = wf_time(b, gfa, reps);
+                    gfa = wf_graph<SH>(b, 1, WF_ATTWO), gqa = wf_graph<SH>(b, 2, WF_ATTWO);
+    const double ta = wf_time(b, ga, reps), tw = wf_time(b, gw, reps), tfa = wf_time(b, gfa, reps),
+                 tqa = wf_time(b, gqa, reps);
     printf("us per layer (best of 3 passes of %d replays):\n", reps);
-    printf("  chain unfused %8.2f (%.1f%% of the copy ceiling %.0f GB/s)\n", tu,
+    printf("  chain unfused          %8.2f (%.1f%% of the copy ceiling %.0f GB/s)\n", tu,
            100.0 * layer_bytes / ceiling * 1e6 / tu, ceiling / 1e9);
-    printf("  chain fused   %8.2f (%.1f%%)  difference %+.2f us a layer (%+.1f%%)\n", tf,
+    printf("  chain wo fused         %8.2f (%.1f%%)  difference %+.2f us a layer (%+.1f%%)\n", tf,
            100.0 * layer_bytes / ceiling * 1e6 / tf, tf - tu, 100.0 * (tu / tf - 1.0));
-    printf("  attention alone %6.2f, attention + wo launch %6.2f, fused attention %6.2f\n", ta, tw, tfa);
-    printf("summary %s: unfused %.2f fused %.2f att %.2f att+wo %.2f fused-att %.2f\n", SH::name, tu, tf, ta, tw,
-           tfa);
-    cudaGraphExec_t all[] = {gu, gf, ga, gw, gfa};
+    printf("  chain q/k/v + wo fused %8.2f (%.1f%%)  difference %+.2f us a layer (%+.1f%%)\n", tq,
+           100.0 * layer_bytes / ceiling * 1e6 / tq, tq - tu, 100.0 * (tu / tq - 1.0));
+    printf("  attention alone %6.2f, attention + wo launch %6.2f, wo fused %6.2f, q/k/v and wo fused %6.2f "
+           "(no q/k/v launch before it)\n",
+           ta, tw, tfa, tqa);
+    printf("summary %s: unfused %.2f wo-fused %.2f qkv-wo-fused %.2f att %.2f att+wo %.2f fused-att %.2f "
+           "qkv-fused-att %.2f\n",
+           SH::name, tu, tf, tq, ta, tw, tfa, tqa);
+    cudaGraphExec_t all[] = {gu, gf, gq, ga, gw, gfa, gqa};
     for (cudaGraphExec_t g : all)
         WF_CHECK(cudaGraphExecDestroy(g));
     for (wf_layer &l : b.L) {
