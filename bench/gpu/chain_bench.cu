@@ -29,32 +29,9 @@
 #include <string.h>
 #include <vector>
 
+#include "bench_common.cuh"
 #include "cuda_common.cuh"
 #include "gemv_body.cuh"
-
-#define CB_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-__global__ void cb_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
-
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    cb_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
-    CB_CHECK(cudaGetLastError());
-}
 
 enum { K_QKV, K_WO, K_GU, K_DOWN, K_N };
 static const char *const kind_name[K_N] = {"qkv +norm", "wo +res", "gate/up +norm swiglu", "down +res"};
@@ -299,20 +276,20 @@ static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty)
                 cfg.stream = b.st;
                 cudaLaunchAttribute attr[1];
                 mc_launch_attrs(&cfg, attr, 0, &b.cfg);
-                CB_CHECK(cudaLaunchKernelEx(&cfg, cb_empty));
+                MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, cb_empty));
             }
             return cudaSuccess;
         }
         for (uint32_t L = 0; L < b.s.n_layer; L++) {
             const cb_layer &l = b.host[L];
             if (mask >> K_QKV & 1)
-                CB_CHECK(mc_gemv(&b.cfg, &l.m[K_QKV], b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
+                MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.m[K_QKV], b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
             if (mask >> K_WO & 1)
-                CB_CHECK(mc_gemv(&b.cfg, &l.m[K_WO], b.qkvb, NULL, 0.0f, NULL, b.x, b.x, b.st));
+                MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.m[K_WO], b.qkvb, NULL, 0.0f, NULL, b.x, b.x, b.st));
             if (mask >> K_GU & 1)
-                CB_CHECK(mc_gemv_swiglu(&b.cfg, &l.m[K_GU], b.x, b.nw2, 1e-5f, b.sw, b.st));
+                MC_BENCH_CHECK(mc_gemv_swiglu(&b.cfg, &l.m[K_GU], b.x, b.nw2, 1e-5f, b.sw, b.st));
             if (mask >> K_DOWN & 1)
-                CB_CHECK(mc_gemv(&b.cfg, &l.m[K_DOWN], b.sw, NULL, 0.0f, NULL, b.x, b.x, b.st));
+                MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.m[K_DOWN], b.sw, NULL, 0.0f, NULL, b.x, b.x, b.st));
         }
         return cudaSuccess;
     }
@@ -342,7 +319,7 @@ static cb_run cb_graph(cb_bench &b, int v, uint32_t mask, uint32_t empty) {
     static bool said;
     cb_run r = {NULL, v, mask, empty};
     cudaGraph_t g = NULL;
-    CB_CHECK(cudaStreamBeginCapture(b.st, cudaStreamCaptureModeThreadLocal));
+    MC_BENCH_CHECK(cudaStreamBeginCapture(b.st, cudaStreamCaptureModeThreadLocal));
     const cudaError_t e = cb_enqueue(b, v, mask, empty);
     const cudaError_t e2 = cudaStreamEndCapture(b.st, &g);
     cudaError_t e3 = cudaErrorUnknown;
@@ -354,7 +331,7 @@ static cb_run cb_graph(cb_bench &b, int v, uint32_t mask, uint32_t empty) {
         (void)cudaGetLastError();
         r.ge = NULL;
         if (v == 0)
-            CB_CHECK(e != cudaSuccess ? e : e2 != cudaSuccess ? e2 : e3);
+            MC_BENCH_CHECK(e != cudaSuccess ? e : e2 != cudaSuccess ? e2 : e3);
         if (!said)
             printf("note: the cooperative launch was not captured (%s / %s / %s): launched directly\n",
                    cudaGetErrorString(e), cudaGetErrorString(e2), cudaGetErrorString(e3));
@@ -365,52 +342,52 @@ static cb_run cb_graph(cb_bench &b, int v, uint32_t mask, uint32_t empty) {
 
 static void cb_replay(cb_bench &b, const cb_run &r) {
     if (r.ge)
-        CB_CHECK(cudaGraphLaunch(r.ge, b.st));
+        MC_BENCH_CHECK(cudaGraphLaunch(r.ge, b.st));
     else
-        CB_CHECK(cb_enqueue(b, r.v, r.mask, r.empty));
+        MC_BENCH_CHECK(cb_enqueue(b, r.v, r.mask, r.empty));
 }
 
 static void cb_free(cb_run &r) {
     if (r.ge)
-        CB_CHECK(cudaGraphExecDestroy(r.ge));
+        MC_BENCH_CHECK(cudaGraphExecDestroy(r.ge));
     r.ge = NULL;
 }
 
 /* Best of 3 passes of `reps` replays, in us per replay. */
 static double cb_time(cb_bench &b, const cb_run &ge, int reps) {
     cudaEvent_t e0, e1;
-    CB_CHECK(cudaEventCreate(&e0));
-    CB_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
     double best = 1e30;
     for (int pass = 0; pass < 4; pass++) { /* pass 0 warms up */
-        CB_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * 65536, cudaMemcpyDeviceToDevice, b.st));
-        CB_CHECK(cudaEventRecord(e0, b.st));
+        MC_BENCH_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * 65536, cudaMemcpyDeviceToDevice, b.st));
+        MC_BENCH_CHECK(cudaEventRecord(e0, b.st));
         for (int i = 0; i < reps; i++)
             cb_replay(b, ge);
-        CB_CHECK(cudaEventRecord(e1, b.st));
-        CB_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaEventRecord(e1, b.st));
+        MC_BENCH_CHECK(cudaEventSynchronize(e1));
         float ms;
-        CB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (pass > 0 && ms * 1e3 / reps < best)
             best = ms * 1e3 / reps;
     }
-    CB_CHECK(cudaEventDestroy(e0));
-    CB_CHECK(cudaEventDestroy(e1));
+    MC_BENCH_CHECK(cudaEventDestroy(e0));
+    MC_BENCH_CHECK(cudaEventDestroy(e1));
     return best;
 }
 
 /* One run of variant v's full chain from the start state; the outputs into out. */
 static void cb_run_once(cb_bench &b, const cb_run &ge, std::vector<char> &out) {
     const size_t xb = 4 * 65536;
-    CB_CHECK(cudaMemcpyAsync(b.x, b.x0, xb, cudaMemcpyDeviceToDevice, b.st));
-    CB_CHECK(cudaMemsetAsync(b.qkvb, 0, xb, b.st));
-    CB_CHECK(cudaMemsetAsync(b.sw, 0, xb, b.st));
+    MC_BENCH_CHECK(cudaMemcpyAsync(b.x, b.x0, xb, cudaMemcpyDeviceToDevice, b.st));
+    MC_BENCH_CHECK(cudaMemsetAsync(b.qkvb, 0, xb, b.st));
+    MC_BENCH_CHECK(cudaMemsetAsync(b.sw, 0, xb, b.st));
     cb_replay(b, ge);
-    CB_CHECK(cudaStreamSynchronize(b.st));
+    MC_BENCH_CHECK(cudaStreamSynchronize(b.st));
     out.resize(3 * xb);
-    CB_CHECK(cudaMemcpy(out.data(), b.x, xb, cudaMemcpyDeviceToHost));
-    CB_CHECK(cudaMemcpy(out.data() + xb, b.qkvb, xb, cudaMemcpyDeviceToHost));
-    CB_CHECK(cudaMemcpy(out.data() + 2 * xb, b.sw, xb, cudaMemcpyDeviceToHost));
+    MC_BENCH_CHECK(cudaMemcpy(out.data(), b.x, xb, cudaMemcpyDeviceToHost));
+    MC_BENCH_CHECK(cudaMemcpy(out.data() + xb, b.qkvb, xb, cudaMemcpyDeviceToHost));
+    MC_BENCH_CHECK(cudaMemcpy(out.data() + 2 * xb, b.sw, xb, cudaMemcpyDeviceToHost));
 }
 
 template <int KQ, int KO, int KG, int KD> static void cb_kernels(cb_bench &b) {
@@ -430,12 +407,12 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     cb_bench b = {};
     b.s = s;
     b.cfg = mc_config_default;
-    CB_CHECK(cudaStreamCreate(&b.st));
+    MC_BENCH_CHECK(cudaStreamCreate(&b.st));
     const uint32_t rows[K_N] = {s.n_qkv, s.n_embd, 2 * s.n_ff, s.n_embd};
     const uint32_t cols[K_N] = {s.n_embd, s.n_q, s.n_embd, s.n_ff};
     int dev = 0, sms = 0;
-    CB_CHECK(cudaGetDevice(&dev));
-    CB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MC_BENCH_CHECK(cudaGetDevice(&dev));
+    MC_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     double layer_bytes = 0;
     for (int k = 0; k < K_N; k++) {
         b.ks[k] = cb_ksplit(rows[k]);
@@ -465,10 +442,10 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     int occ = 4, regs = 0;
     for (int v = 1; v <= CB_RACY; v++) {
         int o = 0;
-        CB_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, b.k[v], 32 * MC_GEMV_WARPS, 0));
+        MC_BENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, b.k[v], 32 * MC_GEMV_WARPS, 0));
         occ = o < occ ? o : occ;
         cudaFuncAttributes fa;
-        CB_CHECK(cudaFuncGetAttributes(&fa, b.k[v]));
+        MC_BENCH_CHECK(cudaFuncGetAttributes(&fa, b.k[v]));
         regs = fa.numRegs > regs ? fa.numRegs : regs;
     }
     if (occ < 1) {
@@ -495,24 +472,24 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
             m->cols = cols[k];
             m->stride = (cols[k] + 7) / 8 * 8;
             const size_t bytes = (size_t)rows[k] * m->stride * 2;
-            CB_CHECK(cudaMalloc(&m->data, bytes));
-            fill(m->data, bytes, 17 + 7 * L + k, 0x807f807fu, 0x3c003c00u);
+            MC_BENCH_CHECK(cudaMalloc(&m->data, bytes));
+            mc_bench_fill(m->data, bytes, 17 + 7 * L + k, 0x807f807fu, 0x3c003c00u);
         }
-    CB_CHECK(cudaMalloc(&b.layers, sizeof(cb_layer) * s.n_layer));
-    CB_CHECK(cudaMemcpy(b.layers, b.host.data(), sizeof(cb_layer) * s.n_layer, cudaMemcpyHostToDevice));
+    MC_BENCH_CHECK(cudaMalloc(&b.layers, sizeof(cb_layer) * s.n_layer));
+    MC_BENCH_CHECK(cudaMemcpy(b.layers, b.host.data(), sizeof(cb_layer) * s.n_layer, cudaMemcpyHostToDevice));
     const size_t xb = 4 * 65536;
-    CB_CHECK(cudaMalloc(&b.x, xb));
-    CB_CHECK(cudaMalloc(&b.x0, xb));
-    CB_CHECK(cudaMalloc(&b.qkvb, xb));
-    CB_CHECK(cudaMalloc(&b.sw, xb));
-    CB_CHECK(cudaMalloc(&b.nw1, xb));
-    CB_CHECK(cudaMalloc(&b.nw2, xb));
-    CB_CHECK(cudaMalloc(&b.bar, 4 * CB_BAR_WORDS));
-    CB_CHECK(cudaMemset(b.bar, 0, 4 * CB_BAR_WORDS));
-    fill(b.x0, xb, 1, 0x807fffffu, 0x3e000000u);
-    fill(b.nw1, xb, 2, 0x007fffffu, 0x3f800000u); /* [1, 2) */
-    fill(b.nw2, xb, 3, 0x007fffffu, 0x3f800000u);
-    CB_CHECK(cudaDeviceSynchronize());
+    MC_BENCH_CHECK(cudaMalloc(&b.x, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.x0, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.qkvb, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.sw, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.nw1, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.nw2, xb));
+    MC_BENCH_CHECK(cudaMalloc(&b.bar, 4 * CB_BAR_WORDS));
+    MC_BENCH_CHECK(cudaMemset(b.bar, 0, 4 * CB_BAR_WORDS));
+    mc_bench_fill(b.x0, xb, 1, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(b.nw1, xb, 2, 0x007fffffu, 0x3f800000u); /* [1, 2) */
+    mc_bench_fill(b.nw2, xb, 3, 0x007fffffu, 0x3f800000u);
+    MC_BENCH_CHECK(cudaDeviceSynchronize());
 
     const uint32_t ALL = (1u << K_N) - 1;
     static const char *const vname[CB_NV] = {
@@ -552,13 +529,13 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     printf("bits: (b0) .. (c2) %s (a) (x, qkv and SwiGLU outputs, 3 runs each)\n", bad ? "DIFFER from" : "equal to");
     { /* the negative control: one bit of one weight (layer 0's first qkv weight) flipped must show */
         uint16_t wv;
-        CB_CHECK(cudaMemcpy(&wv, b.host[0].m[K_QKV].data, 2, cudaMemcpyDeviceToHost));
+        MC_BENCH_CHECK(cudaMemcpy(&wv, b.host[0].m[K_QKV].data, 2, cudaMemcpyDeviceToHost));
         const uint16_t flipped = wv ^ 0x0040u;
-        CB_CHECK(cudaMemcpy(b.host[0].m[K_QKV].data, &flipped, 2, cudaMemcpyHostToDevice));
+        MC_BENCH_CHECK(cudaMemcpy(b.host[0].m[K_QKV].data, &flipped, 2, cudaMemcpyHostToDevice));
         cb_run ge = cb_graph(b, 0, ALL, 0);
         cb_run_once(b, ge, out);
         cb_free(ge);
-        CB_CHECK(cudaMemcpy(b.host[0].m[K_QKV].data, &wv, 2, cudaMemcpyHostToDevice));
+        MC_BENCH_CHECK(cudaMemcpy(b.host[0].m[K_QKV].data, &wv, 2, cudaMemcpyHostToDevice));
         const bool caught = memcmp(ref.data(), out.data(), ref.size()) != 0;
         printf("control: a flipped weight bit %s\n", caught ? "is caught" : "WAS NOT CAUGHT");
         if (!caught)
@@ -630,10 +607,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     int found = 0, bad = 0;
-    CB_CHECK(mc_gemv_prepare());
+    MC_BENCH_CHECK(mc_gemv_prepare());
     int coop = 0, dev = 0;
-    CB_CHECK(cudaGetDevice(&dev));
-    CB_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    MC_BENCH_CHECK(cudaGetDevice(&dev));
+    MC_BENCH_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     if (!coop) {
         fprintf(stderr, "chain_bench: the device has no cooperative launch\n");
         return 3;
@@ -641,20 +618,20 @@ int main(int argc, char **argv) {
     /* ceiling: a 1 GiB device-to-device copy (read + write) */
     void *ca, *cbuf;
     const size_t cn = (size_t)1 << 30;
-    CB_CHECK(cudaMalloc(&ca, cn));
-    CB_CHECK(cudaMalloc(&cbuf, cn));
-    CB_CHECK(cudaMemset(ca, 1, cn));
-    CB_CHECK(cudaMemcpy(cbuf, ca, cn, cudaMemcpyDeviceToDevice));
+    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
+    MC_BENCH_CHECK(cudaMalloc(&cbuf, cn));
+    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
+    MC_BENCH_CHECK(cudaMemcpy(cbuf, ca, cn, cudaMemcpyDeviceToDevice));
     cudaEvent_t e0, e1;
-    CB_CHECK(cudaEventCreate(&e0));
-    CB_CHECK(cudaEventCreate(&e1));
-    CB_CHECK(cudaEventRecord(e0, 0));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventRecord(e0, 0));
     for (int i = 0; i < 10; i++)
-        CB_CHECK(cudaMemcpyAsync(cbuf, ca, cn, cudaMemcpyDeviceToDevice, 0));
-    CB_CHECK(cudaEventRecord(e1, 0));
-    CB_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaMemcpyAsync(cbuf, ca, cn, cudaMemcpyDeviceToDevice, 0));
+    MC_BENCH_CHECK(cudaEventRecord(e1, 0));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
     float cms;
-    CB_CHECK(cudaEventElapsedTime(&cms, e0, e1));
+    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
     const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
     cudaFree(ca);
     cudaFree(cbuf);

@@ -36,29 +36,12 @@
 #include <string.h>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "bench_common.cuh"
 
-#define CL_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+namespace cg = cooperative_groups;
 
 __device__ __forceinline__ void cl_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-
-__global__ void cl_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
 
 /* ---- barrier ---- */
 __global__ void cl_barrier_loop(int n, unsigned long long *out) {
@@ -400,7 +383,7 @@ static void launch_cluster(const void *fn, int nb, int threads, size_t smem, voi
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    CL_CHECK(cudaLaunchKernelExC(&cfg, fn, args));
+    MC_BENCH_CHECK(cudaLaunchKernelExC(&cfg, fn, args));
 }
 
 int main(int argc, char **argv) {
@@ -411,33 +394,33 @@ int main(int argc, char **argv) {
         return 2;
     }
     cudaDeviceProp prop;
-    CL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    MC_BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
     int clk_khz = 0;
-    CL_CHECK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
+    MC_BENCH_CHECK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
     printf("device %s, %d multiprocessors, clock %d MHz\n", prop.name, prop.multiProcessorCount, clk_khz / 1000);
-    CL_CHECK(cudaFuncSetAttribute(cl_barrier_loop, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    CL_CHECK(cudaFuncSetAttribute(cl_stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    CL_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    CL_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem)));
-    CL_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    CL_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem)));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_barrier_loop, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_stream, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem)));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(cl_layers, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(Smem)));
     cudaEvent_t e0, e1;
-    CL_CHECK(cudaEventCreate(&e0));
-    CL_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
 
     /* barrier */
     unsigned long long *dcyc;
-    CL_CHECK(cudaMalloc(&dcyc, 8));
+    MC_BENCH_CHECK(cudaMalloc(&dcyc, 8));
     const int NB_IT = 4096;
     for (int nb : {8, 16})
         for (int th : {512, 1024}) {
             int n = NB_IT;
             void *args[] = {&n, &dcyc};
             launch_cluster((const void *)cl_barrier_loop, nb, th, 0, args);
-            CL_CHECK(cudaDeviceSynchronize());
+            MC_BENCH_CHECK(cudaDeviceSynchronize());
             launch_cluster((const void *)cl_barrier_loop, nb, th, 0, args);
             unsigned long long cyc;
-            CL_CHECK(cudaMemcpy(&cyc, dcyc, 8, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaMemcpy(&cyc, dcyc, 8, cudaMemcpyDeviceToHost));
             printf("barrier cluster %2d x %4d threads: %.1f cycles, %.3f us a barrier\n", nb, th, (double)cyc / n,
                    (double)cyc / n / (clk_khz * 1e-3));
         }
@@ -446,21 +429,21 @@ int main(int argc, char **argv) {
     size_t sbytes = (size_t)512 << 20;
     uint4 *sbuf;
     unsigned *dout;
-    CL_CHECK(cudaMalloc(&sbuf, sbytes));
-    CL_CHECK(cudaMalloc(&dout, 4));
-    cl_fill<<<1024, 256>>>((uint32_t *)sbuf, sbytes / 4, 7u, ~0u, 0u);
-    CL_CHECK(cudaDeviceSynchronize());
+    MC_BENCH_CHECK(cudaMalloc(&sbuf, sbytes));
+    MC_BENCH_CHECK(cudaMalloc(&dout, 4));
+    mc_bench_fill_words<<<1024, 256>>>((uint32_t *)sbuf, sbytes / 4, 7u, ~0u, 0u);
+    MC_BENCH_CHECK(cudaDeviceSynchronize());
     for (int nb : {8, 16})
         for (int th : {512, 1024}) {
             size_t n = sbytes / 16;
             void *args[] = {&sbuf, &n, &dout};
             launch_cluster((const void *)cl_stream, nb, th, 0, args);
-            CL_CHECK(cudaEventRecord(e0));
+            MC_BENCH_CHECK(cudaEventRecord(e0));
             for (int r = 0; r < 3; r++) launch_cluster((const void *)cl_stream, nb, th, 0, args);
-            CL_CHECK(cudaEventRecord(e1));
-            CL_CHECK(cudaEventSynchronize(e1));
+            MC_BENCH_CHECK(cudaEventRecord(e1));
+            MC_BENCH_CHECK(cudaEventSynchronize(e1));
             float ms;
-            CL_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
             double gbs = 3.0 * sbytes / (ms * 1e-3) / 1e9;
             printf("stream cluster %2d x %4d threads: %.1f GB/s (%.1f GB/s a multiprocessor)\n", nb, th, gbs, gbs / nb);
         }
@@ -468,16 +451,16 @@ int main(int argc, char **argv) {
     {
         size_t n = sbytes / 16;
         cl_stream<<<prop.multiProcessorCount * 2, 1024>>>(sbuf, n, dout);
-        CL_CHECK(cudaEventRecord(e0));
+        MC_BENCH_CHECK(cudaEventRecord(e0));
         for (int r = 0; r < 3; r++) cl_stream<<<prop.multiProcessorCount * 2, 1024>>>(sbuf, n, dout);
-        CL_CHECK(cudaEventRecord(e1));
-        CL_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaEventRecord(e1));
+        MC_BENCH_CHECK(cudaEventSynchronize(e1));
         float ms;
-        CL_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         printf("stream whole GPU (%d blocks x 1024): %.1f GB/s\n", prop.multiProcessorCount * 2,
                3.0 * sbytes / (ms * 1e-3) / 1e9);
     }
-    CL_CHECK(cudaFree(sbuf));
+    MC_BENCH_CHECK(cudaFree(sbuf));
 
     /* layers */
     const int NL = 18;
@@ -485,8 +468,8 @@ int main(int argc, char **argv) {
     size_t kvb = (size_t)ctx * HD * 4;
     size_t per = wq + wo + wgu + wd + 2 * kvb;
     unsigned char *wbuf;
-    CL_CHECK(cudaMalloc(&wbuf, per * NL));
-    cl_fill<<<1024, 256>>>((uint32_t *)wbuf, per * NL / 4, 11u, ~0u, 0u);
+    MC_BENCH_CHECK(cudaMalloc(&wbuf, per * NL));
+    mc_bench_fill_words<<<1024, 256>>>((uint32_t *)wbuf, per * NL / 4, 11u, ~0u, 0u);
     std::vector<LayerW> hl(NL);
     for (int l = 0; l < NL; l++) {
         unsigned char *p = wbuf + per * l;
@@ -501,20 +484,21 @@ int main(int argc, char **argv) {
     {
         std::vector<float> kv(2 * (size_t)ctx * HD);
         for (size_t i = 0; i < kv.size(); i++) kv[i] = (float)((i * 2654435761u >> 8) % 2000) / 1000.f - 1.f;
-        for (int l = 0; l < NL; l++) CL_CHECK(cudaMemcpy((void *)hl[l].k, kv.data(), 2 * kvb, cudaMemcpyHostToDevice));
+        for (int l = 0; l < NL; l++)
+            MC_BENCH_CHECK(cudaMemcpy((void *)hl[l].k, kv.data(), 2 * kvb, cudaMemcpyHostToDevice));
     }
     LayerW *dl;
-    CL_CHECK(cudaMalloc(&dl, sizeof(LayerW) * NL));
-    CL_CHECK(cudaMemcpy(dl, hl.data(), sizeof(LayerW) * NL, cudaMemcpyHostToDevice));
+    MC_BENCH_CHECK(cudaMalloc(&dl, sizeof(LayerW) * NL));
+    MC_BENCH_CHECK(cudaMemcpy(dl, hl.data(), sizeof(LayerW) * NL, cudaMemcpyHostToDevice));
     float *x0, *xo;
     unsigned long long *dts;
-    CL_CHECK(cudaMalloc(&dts, 16 * 8));
-    CL_CHECK(cudaMalloc(&x0, D * 4));
-    CL_CHECK(cudaMalloc(&xo, D * 4));
+    MC_BENCH_CHECK(cudaMalloc(&dts, 16 * 8));
+    MC_BENCH_CHECK(cudaMalloc(&x0, D * 4));
+    MC_BENCH_CHECK(cudaMalloc(&xo, D * 4));
     {
         std::vector<float> h(D);
         for (int i = 0; i < D; i++) h[i] = (float)((i * 37) % 101) / 50.f - 1.f;
-        CL_CHECK(cudaMemcpy(x0, h.data(), D * 4, cudaMemcpyHostToDevice));
+        MC_BENCH_CHECK(cudaMemcpy(x0, h.data(), D * 4, cudaMemcpyHostToDevice));
     }
     printf("layer bytes: %.2f MB weights + %.2f MB KV (ctx %d); %d layers a launch, %zu bytes of shared memory\n",
            (per - 2 * kvb) / 1e6, 2 * kvb / 1e6, ctx, NL, sizeof(Smem));
@@ -527,8 +511,8 @@ int main(int argc, char **argv) {
             int nl = NL;
             void *args[] = {&dl, &nl, &ctxv, &x0, &xo, &dts};
             launch_cluster(fn, nb, th, sizeof(Smem), args);
-            CL_CHECK(cudaDeviceSynchronize());
-            CL_CHECK(cudaMemcpy(got.data(), xo, D * 4, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaDeviceSynchronize());
+            MC_BENCH_CHECK(cudaMemcpy(got.data(), xo, D * 4, cudaMemcpyDeviceToHost));
             if (ctxv == ctx) {
                 if (!have_ref) {
                     ref = got;
@@ -536,13 +520,13 @@ int main(int argc, char **argv) {
                 }
             }
             std::vector<float> first = got;
-            CL_CHECK(cudaEventRecord(e0));
+            MC_BENCH_CHECK(cudaEventRecord(e0));
             for (int r = 0; r < reps; r++) launch_cluster(fn, nb, th, sizeof(Smem), args);
-            CL_CHECK(cudaEventRecord(e1));
-            CL_CHECK(cudaEventSynchronize(e1));
+            MC_BENCH_CHECK(cudaEventRecord(e1));
+            MC_BENCH_CHECK(cudaEventSynchronize(e1));
             float ms;
-            CL_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            CL_CHECK(cudaMemcpy(got.data(), xo, D * 4, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            MC_BENCH_CHECK(cudaMemcpy(got.data(), xo, D * 4, cudaMemcpyDeviceToHost));
             if (memcmp(first.data(), got.data(), D * 4) != 0) {
                 printf("layer cluster %d x %d: repetitions differ\n", nb, th);
                 same = false;
@@ -552,7 +536,7 @@ int main(int argc, char **argv) {
             printf("layer cluster %2d x %4d threads, ctx %5d: %.2f us a launch of %d layers, %.2f us a layer (%.1f GB/s)\n",
                    nb, th, ctxv, us, NL, us / NL, bytes * NL / (us * 1e-6) / 1e9);
             unsigned long long hts[16];
-            CL_CHECK(cudaMemcpy(hts, dts, sizeof hts, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaMemcpy(hts, dts, sizeof hts, cudaMemcpyDeviceToHost));
             static const char *const ph[12] = {"qkv dot", "wait+gather", "attention", "wait", "combine",
                                                "wait+gather+norm", "wo dot", "wait+gather+2 norms", "gate/up dot",
                                                "wait+gather+norm", "down dot", "wait+gather+2 norms"};

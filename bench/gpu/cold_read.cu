@@ -17,14 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CR_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "bench_common.cuh"
 
 #define CR_THREADS 256
 #define CR_L 48      /* pairs a graph (48 layers) */
@@ -100,45 +93,45 @@ static void launch_pdl(cudaStream_t st, void (*fn)(P...), unsigned grid, unsigne
     a[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = a;
     cfg.numAttrs = 1;
-    CR_CHECK(cudaLaunchKernelEx(&cfg, fn, args...));
+    MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, fn, args...));
 }
 
 /* us a pair (or a launch of ids alone: mode 2) over a graph of CR_L, best of three timings of `replays`. */
 static double time_graph(int mode, cr_fn fn, int blocks, const uint4 *pool, uint32_t region16, int *ids, int k, int n,
                          unsigned *sink, int replays) {
     cudaStream_t st;
-    CR_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    MC_BENCH_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CR_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < CR_L; l++) {
         launch_pdl(st, cr_ids, 1, 32, ids, k, n);
         if (mode != 2)
             launch_pdl(st, fn, blocks, CR_THREADS, pool, region16, (const int *)ids, k, sink);
     }
-    CR_CHECK(cudaStreamEndCapture(st, &g));
-    CR_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+    MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t a, b;
-    CR_CHECK(cudaEventCreate(&a));
-    CR_CHECK(cudaEventCreate(&b));
+    MC_BENCH_CHECK(cudaEventCreate(&a));
+    MC_BENCH_CHECK(cudaEventCreate(&b));
     double best = 1e30;
     for (int pass = 0; pass < 4; pass++) { /* pass 0 warms up */
-        CR_CHECK(cudaEventRecord(a, st));
+        MC_BENCH_CHECK(cudaEventRecord(a, st));
         for (int r = 0; r < replays; r++)
-            CR_CHECK(cudaGraphLaunch(ge, st));
-        CR_CHECK(cudaEventRecord(b, st));
-        CR_CHECK(cudaEventSynchronize(b));
+            MC_BENCH_CHECK(cudaGraphLaunch(ge, st));
+        MC_BENCH_CHECK(cudaEventRecord(b, st));
+        MC_BENCH_CHECK(cudaEventSynchronize(b));
         float ms = 0;
-        CR_CHECK(cudaEventElapsedTime(&ms, a, b));
+        MC_BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
         const double us = ms * 1000.0 / replays / CR_L;
         if (pass > 0 && us < best)
             best = us;
     }
-    CR_CHECK(cudaGraphExecDestroy(ge));
-    CR_CHECK(cudaGraphDestroy(g));
-    CR_CHECK(cudaEventDestroy(a));
-    CR_CHECK(cudaEventDestroy(b));
-    CR_CHECK(cudaStreamDestroy(st));
+    MC_BENCH_CHECK(cudaGraphExecDestroy(ge));
+    MC_BENCH_CHECK(cudaGraphDestroy(g));
+    MC_BENCH_CHECK(cudaEventDestroy(a));
+    MC_BENCH_CHECK(cudaEventDestroy(b));
+    MC_BENCH_CHECK(cudaStreamDestroy(st));
     return best;
 }
 
@@ -149,9 +142,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     int dev = 0, sms = 0, per_sm = 0;
-    CR_CHECK(cudaGetDevice(&dev));
-    CR_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CR_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cr_read<0, 8>, CR_THREADS, 0));
+    MC_BENCH_CHECK(cudaGetDevice(&dev));
+    MC_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    MC_BENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cr_read<0, 8>, CR_THREADS, 0));
     if (per_sm > 4)
         per_sm = 4;
     const int blocks = sms * per_sm;
@@ -162,14 +155,14 @@ int main(int argc, char **argv) {
     uint4 *pool;
     int *ids;
     unsigned *sink;
-    CR_CHECK(cudaMalloc((void **)&pool, max_region * n));
-    CR_CHECK(cudaMemset(pool, 0x5a, max_region * n));
-    CR_CHECK(cudaMalloc((void **)&ids, 64 * sizeof(int)));
+    MC_BENCH_CHECK(cudaMalloc((void **)&pool, max_region * n));
+    MC_BENCH_CHECK(cudaMemset(pool, 0x5a, max_region * n));
+    MC_BENCH_CHECK(cudaMalloc((void **)&ids, 64 * sizeof(int)));
     int h_ids[64];
     for (int j = 0; j < 64; j++)
         h_ids[j] = j * 17 % n;
-    CR_CHECK(cudaMemcpy(ids, h_ids, sizeof h_ids, cudaMemcpyHostToDevice));
-    CR_CHECK(cudaMalloc((void **)&sink, 4));
+    MC_BENCH_CHECK(cudaMemcpy(ids, h_ids, sizeof h_ids, cudaMemcpyHostToDevice));
+    MC_BENCH_CHECK(cudaMalloc((void **)&sink, 4));
     printf("%d multiprocessors, %d blocks of %d threads (%d a multiprocessor), %d loads of 16 bytes in flight a "
            "thread; %d pairs a graph, best of 3 x %d replays\n",
            sms, blocks, CR_THREADS, per_sm, 8, CR_L, replays);
@@ -196,8 +189,8 @@ int main(int argc, char **argv) {
             printf("| %d | %d | %d | %.2f (%.0f) |\n", tpm[a], lu, tpm[a] * lu * 16 / 1024, us,
                    (double)r28 * 16 * k / (us * 1e-6) / 1e9);
         }
-    CR_CHECK(cudaFree(pool));
-    CR_CHECK(cudaFree(ids));
-    CR_CHECK(cudaFree(sink));
+    MC_BENCH_CHECK(cudaFree(pool));
+    MC_BENCH_CHECK(cudaFree(ids));
+    MC_BENCH_CHECK(cudaFree(sink));
     return 0;
 }

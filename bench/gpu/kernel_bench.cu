@@ -15,45 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.cuh"
 #include "cuda_kernels.h"
 #include "gemv_quant.h"
 #include "memra/gguf.h"
 #include "memra/quant.h"
 
-#define KB_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-__global__ void kb_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
-
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    kb_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
-    KB_CHECK(cudaGetLastError());
-}
-
 /* Small-magnitude random values for each encoding: exponent bits kept near 1. */
 static void fill_type(void *p, size_t bytes, uint32_t type, uint32_t seed) {
     if (type == MEMRA_TYPE_F32)
-        fill(p, bytes, seed, 0x807fffffu, 0x3c000000u);
+        mc_bench_fill(p, bytes, seed, 0x807fffffu, 0x3c000000u);
     else if (type == MEMRA_TYPE_BF16)
-        fill(p, bytes, seed, 0x807f807fu, 0x3c003c00u);
+        mc_bench_fill(p, bytes, seed, 0x807f807fu, 0x3c003c00u);
     else if (type == MEMRA_TYPE_F16)
-        fill(p, bytes, seed, 0x83ff83ffu, 0x20002000u);
+        mc_bench_fill(p, bytes, seed, 0x83ff83ffu, 0x20002000u);
     else
-        fill(p, bytes, seed, 0xffffffffu, 0);
+        mc_bench_fill(p, bytes, seed, 0xffffffffu, 0);
 }
 
 typedef struct kb_mat {
@@ -77,23 +54,23 @@ static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols, int
              * fields) drawn small and finite */
             m->stride = (uint32_t)dr;
             m->aux_stride = (uint32_t)ar;
-            KB_CHECK(cudaMalloc(&m->data, (size_t)rows * dr));
-            fill(m->data, (size_t)rows * dr, 17 + i, 0xffffffffu, 0);
+            MC_BENCH_CHECK(cudaMalloc(&m->data, (size_t)rows * dr));
+            mc_bench_fill(m->data, (size_t)rows * dr, 17 + i, 0xffffffffu, 0);
             if (ar) {
-                KB_CHECK(cudaMalloc(&m->aux, (size_t)rows * ar));
-                fill(m->aux, (size_t)rows * ar, 99 + i, 0x03ff03ffu, 0x20002000u);
+                MC_BENCH_CHECK(cudaMalloc(&m->aux, (size_t)rows * ar));
+                mc_bench_fill(m->aux, (size_t)rows * ar, 99 + i, 0x03ff03ffu, 0x20002000u);
             }
             continue;
         }
         uint32_t eb = mc_type_elem_bytes(type);
         m->stride = (uint32_t)((cols * eb + 15) / 16 * 16 / eb);
         size_t qb = (size_t)rows * m->stride * eb;
-        KB_CHECK(cudaMalloc(&m->data, qb));
+        MC_BENCH_CHECK(cudaMalloc(&m->data, qb));
         fill_type(m->data, qb, type, 17 + i);
         if (type == MEMRA_TYPE_Q8_0) {
             size_t sb = (size_t)rows * (cols / 32) * 2;
-            KB_CHECK(cudaMalloc((void **)&m->scales, (sb + 3) / 4 * 4));
-            fill(m->scales, (sb + 3) / 4 * 4, 99 + i, 0x03ff03ffu, 0x20002000u);
+            MC_BENCH_CHECK(cudaMalloc((void **)&m->scales, (sb + 3) / 4 * 4));
+            mc_bench_fill(m->scales, (sb + 3) / 4 * 4, 99 + i, 0x03ff03ffu, 0x20002000u);
         }
     }
 }
@@ -203,10 +180,10 @@ int main(int argc, char **argv) {
     }
     const uint32_t cap = pos + 1 > 1024 ? pos + 1 : 1024; /* room for the position (long contexts: attention=split) */
     cudaStream_t st;
-    KB_CHECK(cudaStreamCreate(&st));
-    KB_CHECK(mc_gemv_prepare());           /* as the backend does at open */
+    MC_BENCH_CHECK(cudaStreamCreate(&st));
+    MC_BENCH_CHECK(mc_gemv_prepare());     /* as the backend does at open */
     if (cfg.trigger != MC_TRIGGER_DEFAULT) /* every launch below reads the chosen mask */
-        KB_CHECK(mc_trigger_enqueue(cfg.trigger, st));
+        MC_BENCH_CHECK(mc_trigger_enqueue(cfg.trigger, st));
     kb_mat qkv, wo, gu, down, head;
     kb_alloc(&qkv, type, (n_head + 2 * n_kv) * hd, n_embd, 4);
     kb_alloc(&wo, type, n_embd, n_head * hd, 4);
@@ -216,55 +193,55 @@ int main(int argc, char **argv) {
     float *x, *y, *w, *qkvb, *kc, *vc, *part, *att, *logits, *freqs;
     int32_t *dpos, *tok;
     mc_sample_result *res;
-    KB_CHECK(cudaMalloc(&x, 4 * 65536));
-    KB_CHECK(cudaMalloc(&y, 4 * 65536));
-    KB_CHECK(cudaMalloc(&w, 4 * 65536));
-    KB_CHECK(cudaMalloc(&qkvb, 4 * 65536));
-    KB_CHECK(cudaMalloc(&att, 4 * 65536));
-    KB_CHECK(cudaMalloc(&freqs, 4 * 1024));
-    KB_CHECK(cudaMalloc(&kc, (size_t)n_kv * cap * hd * 4));
-    KB_CHECK(cudaMalloc(&vc, (size_t)n_kv * cap * hd * 4));
-    KB_CHECK(cudaMalloc(&part, mc_att_partial_floats(n_head, hd, cap) * 4));
+    MC_BENCH_CHECK(cudaMalloc(&x, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&y, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&w, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&qkvb, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&att, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&freqs, 4 * 1024));
+    MC_BENCH_CHECK(cudaMalloc(&kc, (size_t)n_kv * cap * hd * 4));
+    MC_BENCH_CHECK(cudaMalloc(&vc, (size_t)n_kv * cap * hd * 4));
+    MC_BENCH_CHECK(cudaMalloc(&part, mc_att_partial_floats(n_head, hd, cap) * 4));
     uint32_t *ticket; /* attention=split: the kv heads' tickets, zero before the first launch */
-    KB_CHECK(cudaMalloc(&ticket, 4 * 256));
-    KB_CHECK(cudaMemset(ticket, 0, 4 * 256));
-    KB_CHECK(cudaMalloc(&logits, (size_t)V * 4));
-    KB_CHECK(cudaMalloc(&dpos, 16));
-    KB_CHECK(cudaMalloc(&tok, 16));
-    KB_CHECK(cudaMalloc(&res, sizeof *res));
-    fill(x, 4 * 65536, 1, 0x807fffffu, 0x3e000000u);
-    fill(w, 4 * 65536, 2, 0x807fffffu, 0x3e000000u);
-    fill(qkvb, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
-    fill(att, 4 * 65536, 4, 0x807fffffu, 0x3e000000u);
-    fill(freqs, 4 * 1024, 5, 0x007fffffu, 0x3c000000u);
-    fill(kc, (size_t)n_kv * cap * hd * 4, 6, 0x807fffffu, 0x3e000000u);
-    fill(vc, (size_t)n_kv * cap * hd * 4, 7, 0x807fffffu, 0x3e000000u);
+    MC_BENCH_CHECK(cudaMalloc(&ticket, 4 * 256));
+    MC_BENCH_CHECK(cudaMemset(ticket, 0, 4 * 256));
+    MC_BENCH_CHECK(cudaMalloc(&logits, (size_t)V * 4));
+    MC_BENCH_CHECK(cudaMalloc(&dpos, 16));
+    MC_BENCH_CHECK(cudaMalloc(&tok, 16));
+    MC_BENCH_CHECK(cudaMalloc(&res, sizeof *res));
+    mc_bench_fill(x, 4 * 65536, 1, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(w, 4 * 65536, 2, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(qkvb, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(att, 4 * 65536, 4, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(freqs, 4 * 1024, 5, 0x007fffffu, 0x3c000000u);
+    mc_bench_fill(kc, (size_t)n_kv * cap * hd * 4, 6, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(vc, (size_t)n_kv * cap * hd * 4, 7, 0x807fffffu, 0x3e000000u);
     void *sscr;
-    KB_CHECK(cudaMalloc(&sscr, mc_sampler_scratch_bytes(V)));
-    KB_CHECK(cudaMemset(sscr, 0, mc_sampler_scratch_bytes(V))); /* the argmax's ticket starts at 0 */
+    MC_BENCH_CHECK(cudaMalloc(&sscr, mc_sampler_scratch_bytes(V)));
+    MC_BENCH_CHECK(cudaMemset(sscr, 0, mc_sampler_scratch_bytes(V))); /* the argmax's ticket starts at 0 */
     mc_sampler_scratch ss;
     mc_sampler_scratch_init(&ss, sscr, V);
     int32_t p = (int32_t)pos;
-    KB_CHECK(cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice));
-    KB_CHECK(cudaDeviceSynchronize());
+    MC_BENCH_CHECK(cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice));
+    MC_BENCH_CHECK(cudaDeviceSynchronize());
 
     /* ceiling: 1 GiB device-to-device copy */
     void *ca, *cb;
     size_t cn = (size_t)1 << 30;
-    KB_CHECK(cudaMalloc(&ca, cn));
-    KB_CHECK(cudaMalloc(&cb, cn));
-    KB_CHECK(cudaMemset(ca, 1, cn));
+    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
+    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
+    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
     cudaEvent_t e0, e1;
-    KB_CHECK(cudaEventCreate(&e0));
-    KB_CHECK(cudaEventCreate(&e1));
-    KB_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    KB_CHECK(cudaEventRecord(e0, st));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
+    MC_BENCH_CHECK(cudaEventRecord(e0, st));
     for (int i = 0; i < 10; i++)
-        KB_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
-    KB_CHECK(cudaEventRecord(e1, st));
-    KB_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
+    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
     float cms;
-    KB_CHECK(cudaEventElapsedTime(&cms, e0, e1));
+    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
     const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
     cudaFree(ca);
     cudaFree(cb);
@@ -279,7 +256,7 @@ int main(int argc, char **argv) {
     ra.ticket = ticket;
     const bool fused = mc_attention_path(c, n_head, n_kv, hd, hd) != MC_ATT_PATH_UNFUSED;
     if (fused)
-        KB_CHECK(mc_attention_fused_prepare(c, n_head, n_kv, hd, hd));
+        MC_BENCH_CHECK(mc_attention_fused_prepare(c, n_head, n_kv, hd, hd));
     memra_sample_cfg greedy = {0.0f, 0, 1.0f, 0};
     struct {
         const char *name;
@@ -305,28 +282,30 @@ int main(int argc, char **argv) {
     printf("%-22s %6s %10s %10s %9s %8s %10s\n", "kernel", "calls", "us/call", "MB/call", "GB/s", "%ceil", "us/token");
     for (int r = att_only ? nrows - 1 : 0; r < nrows; r++) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
-            KB_CHECK(cudaEventRecord(e0, st));
+            MC_BENCH_CHECK(cudaEventRecord(e0, st));
             for (int i = 0; i < reps; i++) {
                 switch (r) {
-                case 0: KB_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
-                case 1: KB_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
+                case 0: MC_BENCH_CHECK(mc_gemv(c, &qkv.m[i % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st)); break;
+                case 1: MC_BENCH_CHECK(mc_rope_kv(&ra, qkvb, kc, vc, dpos, st)); break;
                 case 2:
-                    KB_CHECK(
+                    MC_BENCH_CHECK(
                         mc_attention(qkvb, kc, vc, part, att, n_head, n_kv, hd, hd, cap, dpos, 0, 0.0f, MC_KV_F32, st));
                     break;
-                case 3: KB_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
-                case 4: KB_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
-                case 5: KB_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
-                case 6: KB_CHECK(mc_gemv(c, &head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
-                case 7: KB_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, NULL, 0, c->pdl != 0, st)); break;
-                default: KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st)); break;
+                case 3: MC_BENCH_CHECK(mc_gemv(c, &wo.m[i % wo.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 4: MC_BENCH_CHECK(mc_gemv_swiglu(c, &gu.m[i % gu.n], x, w, 1e-5f, att, st)); break;
+                case 5: MC_BENCH_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
+                case 6: MC_BENCH_CHECK(mc_gemv(c, &head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
+                case 7:
+                    MC_BENCH_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, NULL, 0, c->pdl != 0, st));
+                    break;
+                default: MC_BENCH_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st)); break;
                 }
             }
-            KB_CHECK(cudaEventRecord(e1, st));
-            KB_CHECK(cudaEventSynchronize(e1));
+            MC_BENCH_CHECK(cudaEventRecord(e1, st));
+            MC_BENCH_CHECK(cudaEventSynchronize(e1));
         }
         float ms;
-        KB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         double us = ms * 1e3 / reps;
         double gbs = rows[r].bytes / (us * 1e-6) / 1e9;
         if (rows[r].in_sum) {
@@ -350,8 +329,8 @@ int main(int argc, char **argv) {
     if (att_only)
         return 0;
     float *sw;
-    KB_CHECK(cudaMalloc(&sw, 4 * 65536));
-    KB_CHECK(cudaMemcpy(sw, att, 4 * 65536, cudaMemcpyDeviceToDevice));
+    MC_BENCH_CHECK(cudaMalloc(&sw, 4 * 65536));
+    MC_BENCH_CHECK(cudaMemcpy(sw, att, 4 * 65536, cudaMemcpyDeviceToDevice));
     static const char *const kinds[] = {"all", "qkv", "attention", "wo", "gate/up", "down"};
     double seq_all = 0;
     printf("sequence of %u layers at pos %u: us per layer, and without one kind (its cost in sequence)\n", n_layer,
@@ -363,48 +342,48 @@ int main(int argc, char **argv) {
             float ms = 0;
             cudaGraphExec_t gx = NULL;
             if (mode == 1) {
-                KB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             }
             for (int pass = 0; pass < (mode ? 1 : 3); pass++) { /* pass 0 warms up; the best of two */
                 if (!mode)
-                    KB_CHECK(cudaEventRecord(e0, st));
+                    MC_BENCH_CHECK(cudaEventRecord(e0, st));
                 for (uint32_t L = 0; L < n_layer; L++) {
                     if (drop != 1)
-                        KB_CHECK(mc_gemv(c, &qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
+                        MC_BENCH_CHECK(mc_gemv(c, &qkv.m[L % qkv.n], x, w, 1e-5f, NULL, NULL, qkvb, st));
                     if (drop != 2)
-                        KB_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st));
+                        MC_BENCH_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st));
                     if (drop != 3)
-                        KB_CHECK(mc_gemv(c, &wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
+                        MC_BENCH_CHECK(mc_gemv(c, &wo.m[L % wo.n], att, NULL, 0.0f, NULL, x, y, st));
                     if (drop != 4)
-                        KB_CHECK(mc_gemv_swiglu(c, &gu.m[L % gu.n], x, w, 1e-5f, sw, st));
+                        MC_BENCH_CHECK(mc_gemv_swiglu(c, &gu.m[L % gu.n], x, w, 1e-5f, sw, st));
                     if (drop != 5)
-                        KB_CHECK(mc_gemv(c, &down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
+                        MC_BENCH_CHECK(mc_gemv(c, &down.m[L % down.n], sw, NULL, 0.0f, NULL, x, y, st));
                 }
                 if (mode)
                     break;
-                KB_CHECK(cudaEventRecord(e1, st));
-                KB_CHECK(cudaEventSynchronize(e1));
+                MC_BENCH_CHECK(cudaEventRecord(e1, st));
+                MC_BENCH_CHECK(cudaEventSynchronize(e1));
                 float m = 0;
-                KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+                MC_BENCH_CHECK(cudaEventElapsedTime(&m, e0, e1));
                 if (pass == 1 || (pass == 2 && m < ms))
                     ms = m;
             }
             if (mode) {
                 cudaGraph_t g;
-                KB_CHECK(cudaStreamEndCapture(st, &g));
-                KB_CHECK(cudaGraphInstantiate(&gx, g, 0));
-                KB_CHECK(cudaGraphDestroy(g));
+                MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+                MC_BENCH_CHECK(cudaGraphInstantiate(&gx, g, 0));
+                MC_BENCH_CHECK(cudaGraphDestroy(g));
                 for (int rep = 0; rep < 6; rep++) { /* replay 0 warms up; the best of five */
-                    KB_CHECK(cudaEventRecord(e0, st));
-                    KB_CHECK(cudaGraphLaunch(gx, st));
-                    KB_CHECK(cudaEventRecord(e1, st));
-                    KB_CHECK(cudaEventSynchronize(e1));
+                    MC_BENCH_CHECK(cudaEventRecord(e0, st));
+                    MC_BENCH_CHECK(cudaGraphLaunch(gx, st));
+                    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+                    MC_BENCH_CHECK(cudaEventSynchronize(e1));
                     float m = 0;
-                    KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+                    MC_BENCH_CHECK(cudaEventElapsedTime(&m, e0, e1));
                     if (rep == 1 || (rep > 1 && m < ms))
                         ms = m;
                 }
-                KB_CHECK(cudaGraphExecDestroy(gx));
+                MC_BENCH_CHECK(cudaGraphExecDestroy(gx));
             }
             const double per = ms * 1e3 / n_layer;
             if (drop == 0) {

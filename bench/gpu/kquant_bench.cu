@@ -15,32 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.cuh"
 #include "gemv_quant.h"
 #include "memra/quant.h"
-
-
-#define KB_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-
-__global__ void kb_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    kb_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
-    KB_CHECK(cudaGetLastError());
-}
 
 typedef struct kb_mat {
     mc_matrix m[64];
@@ -64,11 +41,11 @@ static void kb_alloc(kb_mat *k, uint32_t type, uint32_t rows, uint32_t cols) {
         mc_matrix *m = &k->m[i];
         memset(m, 0, sizeof *m);
         m->type = type, m->rows = rows, m->cols = cols, m->stride = (uint32_t)dr, m->aux_stride = (uint32_t)ar;
-        KB_CHECK(cudaMalloc(&m->data, rows * dr));
-        KB_CHECK(cudaMalloc(&m->aux, rows * ar));
-        fill(m->data, rows * dr, 17 + i, 0xffffffffu, 0);
+        MC_BENCH_CHECK(cudaMalloc(&m->data, rows * dr));
+        MC_BENCH_CHECK(cudaMalloc(&m->aux, rows * ar));
+        mc_bench_fill(m->data, rows * dr, 17 + i, 0xffffffffu, 0);
         /* f16 fields with exponents well inside the finite range */
-        fill(m->aux, rows * ar, 99 + i, 0x33ff33ffu, 0x08000800u);
+        mc_bench_fill(m->aux, rows * ar, 99 + i, 0x33ff33ffu, 0x08000800u);
     }
 }
 static void kb_free(kb_mat *k) {
@@ -112,37 +89,37 @@ int main(int argc, char **argv) {
         }
     }
     cudaStream_t st;
-    KB_CHECK(cudaStreamCreate(&st));
-    KB_CHECK(mc_gemv_prepare());
+    MC_BENCH_CHECK(cudaStreamCreate(&st));
+    MC_BENCH_CHECK(mc_gemv_prepare());
     if (cfg.trigger != MC_TRIGGER_DEFAULT)
-        KB_CHECK(mc_trigger_enqueue(cfg.trigger, st));
+        MC_BENCH_CHECK(mc_trigger_enqueue(cfg.trigger, st));
     float *x, *w, *y, *y2, *logits;
-    KB_CHECK(cudaMalloc(&x, 4 * 65536));
-    KB_CHECK(cudaMalloc(&w, 4 * 65536));
-    KB_CHECK(cudaMalloc(&y, 4 * 65536));
-    KB_CHECK(cudaMalloc(&y2, 4 * 65536));
-    KB_CHECK(cudaMalloc(&logits, 4 * 128256));
-    fill(x, 4 * 65536, 1, 0x807fffffu, 0x3e000000u);
-    fill(w, 4 * 65536, 2, 0x007fffffu, 0x3f000000u);
-    fill(y, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
+    MC_BENCH_CHECK(cudaMalloc(&x, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&w, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&y, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&y2, 4 * 65536));
+    MC_BENCH_CHECK(cudaMalloc(&logits, 4 * 128256));
+    mc_bench_fill(x, 4 * 65536, 1, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(w, 4 * 65536, 2, 0x007fffffu, 0x3f000000u);
+    mc_bench_fill(y, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
 
     /* ceiling: 1 GiB device-to-device copy (read + write), as kernel_bench.cu measures it */
     void *ca, *cb;
     size_t cn = (size_t)1 << 30;
-    KB_CHECK(cudaMalloc(&ca, cn));
-    KB_CHECK(cudaMalloc(&cb, cn));
-    KB_CHECK(cudaMemset(ca, 1, cn));
+    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
+    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
+    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
     cudaEvent_t e0, e1;
-    KB_CHECK(cudaEventCreate(&e0));
-    KB_CHECK(cudaEventCreate(&e1));
-    KB_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    KB_CHECK(cudaEventRecord(e0, st));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
+    MC_BENCH_CHECK(cudaEventRecord(e0, st));
     for (int i = 0; i < 10; i++)
-        KB_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
-    KB_CHECK(cudaEventRecord(e1, st));
-    KB_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
+    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
     float cms;
-    KB_CHECK(cudaEventElapsedTime(&cms, e0, e1));
+    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
     const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
     cudaFree(ca);
     cudaFree(cb);
@@ -183,27 +160,28 @@ int main(int argc, char **argv) {
                 float ms = 0;
                 cudaGraph_t g;
                 cudaGraphExec_t ge;
-                KB_CHECK(mc_gemv_kquant(&c, shapes[s].glu ? 1 : 0, &mats[s].m[0], x, shapes[s].norm ? w : NULL, 1e-5f,
-                                        NULL, shapes[s].res ? y : NULL, s == 6 ? logits : y2, st)); /* outside capture */
+                MC_BENCH_CHECK(mc_gemv_kquant(&c, shapes[s].glu ? 1 : 0, &mats[s].m[0], x, shapes[s].norm ? w : NULL,
+                                              1e-5f, NULL, shapes[s].res ? y : NULL, s == 6 ? logits : y2,
+                                              st)); /* outside capture */
                 if (once) {
-                    KB_CHECK(cudaStreamSynchronize(st));
+                    MC_BENCH_CHECK(cudaStreamSynchronize(st));
                     continue;
                 }
-                KB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 for (int i = 0; i < reps; i++) {
                     const mc_matrix *m = &mats[s].m[i % mats[s].n];
-                    KB_CHECK(mc_gemv_kquant(&c, shapes[s].glu ? 1 : 0, m, x, shapes[s].norm ? w : NULL, 1e-5f, NULL,
-                                            shapes[s].res ? y : NULL, s == 6 ? logits : y2, st));
+                    MC_BENCH_CHECK(mc_gemv_kquant(&c, shapes[s].glu ? 1 : 0, m, x, shapes[s].norm ? w : NULL, 1e-5f,
+                                                  NULL, shapes[s].res ? y : NULL, s == 6 ? logits : y2, st));
                 }
-                KB_CHECK(cudaStreamEndCapture(st, &g));
-                KB_CHECK(cudaGraphInstantiate(&ge, g, 0));
+                MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+                MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));
                 for (int pass = 0; pass < 2; pass++) {
-                    KB_CHECK(cudaEventRecord(e0, st));
-                    KB_CHECK(cudaGraphLaunch(ge, st));
-                    KB_CHECK(cudaEventRecord(e1, st));
-                    KB_CHECK(cudaEventSynchronize(e1));
+                    MC_BENCH_CHECK(cudaEventRecord(e0, st));
+                    MC_BENCH_CHECK(cudaGraphLaunch(ge, st));
+                    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+                    MC_BENCH_CHECK(cudaEventSynchronize(e1));
                 }
-                KB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
                 cudaGraphExecDestroy(ge);
                 cudaGraphDestroy(g);
                 const double us = ms * 1e3 / reps, gbs = mats[s].bytes / (us * 1e-6) / 1e9;
@@ -221,28 +199,30 @@ int main(int argc, char **argv) {
             cudaGraphExec_t ge = NULL;
             for (int pass = 0; pass < 6; pass++) { /* 0-2 eager (0 warms up), 3 captures, 4-5 the graph */
                 if (pass == 3)
-                    KB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
                 else
-                    KB_CHECK(cudaEventRecord(e0, st));
+                    MC_BENCH_CHECK(cudaEventRecord(e0, st));
                 if (pass > 3) {
-                    KB_CHECK(cudaGraphLaunch(ge, st));
+                    MC_BENCH_CHECK(cudaGraphLaunch(ge, st));
                 } else for (int L = 0; L < 32; L++) {
-                    KB_CHECK(mc_gemv_kquant(&c, 0, &mats[0].m[L % mats[0].n], x, w, 1e-5f, NULL, NULL, y2, st));
-                    KB_CHECK(mc_gemv_kquant(&c, 0, &mats[3].m[L % mats[3].n], y2, NULL, 0, NULL, x, y, st));
-                    KB_CHECK(mc_gemv_kquant(&c, 1, &mats[4].m[L % mats[4].n], x, w, 1e-5f, NULL, NULL, y2, st));
-                    KB_CHECK(mc_gemv_kquant(&c, 0, &mats[5].m[L % mats[5].n], y2, NULL, 0, NULL, x, y, st));
+                        MC_BENCH_CHECK(
+                            mc_gemv_kquant(&c, 0, &mats[0].m[L % mats[0].n], x, w, 1e-5f, NULL, NULL, y2, st));
+                        MC_BENCH_CHECK(mc_gemv_kquant(&c, 0, &mats[3].m[L % mats[3].n], y2, NULL, 0, NULL, x, y, st));
+                        MC_BENCH_CHECK(
+                            mc_gemv_kquant(&c, 1, &mats[4].m[L % mats[4].n], x, w, 1e-5f, NULL, NULL, y2, st));
+                        MC_BENCH_CHECK(mc_gemv_kquant(&c, 0, &mats[5].m[L % mats[5].n], y2, NULL, 0, NULL, x, y, st));
                 }
                 if (pass <= 3)
-                    KB_CHECK(mc_gemv_kquant(&c, 0, &mats[6].m[0], x, w, 1e-5f, NULL, NULL, logits, st));
+                    MC_BENCH_CHECK(mc_gemv_kquant(&c, 0, &mats[6].m[0], x, w, 1e-5f, NULL, NULL, logits, st));
                 if (pass == 3) {
-                    KB_CHECK(cudaStreamEndCapture(st, &g));
-                    KB_CHECK(cudaGraphInstantiate(&ge, g, 0));
+                    MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+                    MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));
                     continue;
                 }
-                KB_CHECK(cudaEventRecord(e1, st));
-                KB_CHECK(cudaEventSynchronize(e1));
+                MC_BENCH_CHECK(cudaEventRecord(e1, st));
+                MC_BENCH_CHECK(cudaEventSynchronize(e1));
                 float m;
-                KB_CHECK(cudaEventElapsedTime(&m, e0, e1));
+                MC_BENCH_CHECK(cudaEventElapsedTime(&m, e0, e1));
                 if (pass > 3 && m < best)
                     best = m;
                 if (pass > 0 && pass < 3 && m < eager)

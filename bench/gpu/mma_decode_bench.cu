@@ -18,16 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.cuh"
 #include "cuda_common.cuh"
-
-#define DB_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 /* ---- the variants ------------------------------------------------------------------------------ */
 
@@ -365,20 +357,6 @@ static cudaError_t dv_launch(const mc_config *c, int glu, const mc_matrix *w, co
 
 /* ---- the bench ------------------------------------------------------------------------------- */
 
-__global__ void db_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    db_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
-    DB_CHECK(cudaGetLastError());
-}
-
 typedef struct db_shape {
     const char *name;
     uint32_t rows, cols;
@@ -446,16 +424,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mma_decode_bench: no CUDA device\n");
         return 77;
     }
-    DB_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+    MC_BENCH_CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
     mc_config c = mc_config_default;
     c.gemv = MC_GEMV_MMA;
     c.pdl = 1;
-    DB_CHECK(mc_gemv_prepare());
+    MC_BENCH_CHECK(mc_gemv_prepare());
     cudaStream_t st;
-    DB_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    MC_BENCH_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
-    DB_CHECK(cudaEventCreate(&e0));
-    DB_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
     const double ceiling = 4.25e12;
     int bad = 0;
     double tot[DB_NK] = {0};
@@ -476,36 +454,36 @@ int main(int argc, char **argv) {
             w[i].rows = s->rows;
             w[i].cols = s->cols;
             w[i].stride = s->cols;
-            DB_CHECK(cudaMalloc(&w[i].data, wb));
-            fill(w[i].data, wb, 17 + (uint32_t)i, 0x807f807fu, 0x3c003c00u); /* small finite bf16 */
+            MC_BENCH_CHECK(cudaMalloc(&w[i].data, wb));
+            mc_bench_fill(w[i].data, wb, 17 + (uint32_t)i, 0x807f807fu, 0x3c003c00u); /* small finite bf16 */
         }
         float *x, *nw, *res, *y, *yref;
         const uint32_t out = s->glu ? s->rows / 2 : s->rows;
-        DB_CHECK(cudaMalloc((void **)&x, s->cols * 4));
-        DB_CHECK(cudaMalloc((void **)&nw, s->cols * 4));
-        DB_CHECK(cudaMalloc((void **)&res, s->rows * 4));
-        DB_CHECK(cudaMalloc((void **)&y, s->rows * 4));
-        DB_CHECK(cudaMalloc((void **)&yref, s->rows * 4));
-        fill(x, s->cols * 4, 5, 0x807fffffu, 0x3f000000u);  /* +-[0.5, 1) */
-        fill(nw, s->cols * 4, 6, 0x007fffffu, 0x3f800000u); /* [1, 2) */
-        fill(res, s->rows * 4, 7, 0x807fffffu, 0x3e000000u);
-        DB_CHECK(cudaDeviceSynchronize());
+        MC_BENCH_CHECK(cudaMalloc((void **)&x, s->cols * 4));
+        MC_BENCH_CHECK(cudaMalloc((void **)&nw, s->cols * 4));
+        MC_BENCH_CHECK(cudaMalloc((void **)&res, s->rows * 4));
+        MC_BENCH_CHECK(cudaMalloc((void **)&y, s->rows * 4));
+        MC_BENCH_CHECK(cudaMalloc((void **)&yref, s->rows * 4));
+        mc_bench_fill(x, s->cols * 4, 5, 0x807fffffu, 0x3f000000u);  /* +-[0.5, 1) */
+        mc_bench_fill(nw, s->cols * 4, 6, 0x007fffffu, 0x3f800000u); /* [1, 2) */
+        mc_bench_fill(res, s->rows * 4, 7, 0x807fffffu, 0x3e000000u);
+        MC_BENCH_CHECK(cudaDeviceSynchronize());
         float *hr = (float *)malloc(out * 4), *hy = (float *)malloc(out * 4);
         if (!hr || !hy)
             return 3;
-        DB_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, yref, st, (uint32_t)nsm));
-        DB_CHECK(cudaStreamSynchronize(st));
-        DB_CHECK(cudaMemcpy(hr, yref, out * 4, cudaMemcpyDeviceToHost));
+        MC_BENCH_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, yref, st, (uint32_t)nsm));
+        MC_BENCH_CHECK(cudaStreamSynchronize(st));
+        MC_BENCH_CHECK(cudaMemcpy(hr, yref, out * 4, cudaMemcpyDeviceToHost));
         { /* negative control: one weight one bf16 ulp up must change the reference's output */
             uint16_t q, q1;
             uint16_t *p = (uint16_t *)w[0].data + (size_t)5 * s->cols + 7;
-            DB_CHECK(cudaMemcpy(&q, p, 2, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaMemcpy(&q, p, 2, cudaMemcpyDeviceToHost));
             q1 = (uint16_t)(q + 1);
-            DB_CHECK(cudaMemcpy(p, &q1, 2, cudaMemcpyHostToDevice));
-            DB_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, y, st, (uint32_t)nsm));
-            DB_CHECK(cudaStreamSynchronize(st));
-            DB_CHECK(cudaMemcpy(hy, y, out * 4, cudaMemcpyDeviceToHost));
-            DB_CHECK(cudaMemcpy(p, &q, 2, cudaMemcpyHostToDevice));
+            MC_BENCH_CHECK(cudaMemcpy(p, &q1, 2, cudaMemcpyHostToDevice));
+            MC_BENCH_CHECK(run(DB_REF, &c, s, &w[0], x, nw, res, y, st, (uint32_t)nsm));
+            MC_BENCH_CHECK(cudaStreamSynchronize(st));
+            MC_BENCH_CHECK(cudaMemcpy(hy, y, out * 4, cudaMemcpyDeviceToHost));
+            MC_BENCH_CHECK(cudaMemcpy(p, &q, 2, cudaMemcpyHostToDevice));
             if (!memcmp(hy, hr, out * 4)) {
                 fprintf(stderr, "%s: CONTROL FAILED: a one-ulp weight change left the output's bits alone\n", s->name);
                 bad = 1;
@@ -516,10 +494,10 @@ int main(int argc, char **argv) {
         int same_all = 1;
         for (int k = 0; k < DB_NK; k++) {
             if (k != DB_REF) { /* the bits first (this also sets the kernel's shared-memory limit) */
-                DB_CHECK(cudaMemset(y, 0xff, s->rows * 4));
-                DB_CHECK(run(k, &c, s, &w[0], x, nw, res, y, st, (uint32_t)nsm));
-                DB_CHECK(cudaStreamSynchronize(st));
-                DB_CHECK(cudaMemcpy(hy, y, out * 4, cudaMemcpyDeviceToHost));
+                MC_BENCH_CHECK(cudaMemset(y, 0xff, s->rows * 4));
+                MC_BENCH_CHECK(run(k, &c, s, &w[0], x, nw, res, y, st, (uint32_t)nsm));
+                MC_BENCH_CHECK(cudaStreamSynchronize(st));
+                MC_BENCH_CHECK(cudaMemcpy(hy, y, out * 4, cudaMemcpyDeviceToHost));
                 if (memcmp(hy, hr, out * 4)) {
                     uint32_t i = 0;
                     while (i < out && !memcmp(&hy[i], &hr[i], 4))
@@ -531,23 +509,23 @@ int main(int argc, char **argv) {
                 }
             }
             for (int i = 0; i < 3; i++)
-                DB_CHECK(run(k, &c, s, &w[i % copies], x, nw, res, y, st, (uint32_t)nsm));
+                MC_BENCH_CHECK(run(k, &c, s, &w[i % copies], x, nw, res, y, st, (uint32_t)nsm));
             cudaGraph_t gr;
             cudaGraphExec_t ge;
-            DB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             for (int i = 0; i < reps; i++)
-                DB_CHECK(run(k, &c, s, &w[(i + 3) % copies], x, nw, res, y, st, (uint32_t)nsm));
-            DB_CHECK(cudaStreamEndCapture(st, &gr));
-            DB_CHECK(cudaGraphInstantiate(&ge, gr, 0));
-            DB_CHECK(cudaGraphLaunch(ge, st)); /* warm */
-            DB_CHECK(cudaEventRecord(e0, st));
-            DB_CHECK(cudaGraphLaunch(ge, st));
-            DB_CHECK(cudaEventRecord(e1, st));
-            DB_CHECK(cudaEventSynchronize(e1));
-            DB_CHECK(cudaGraphExecDestroy(ge));
-            DB_CHECK(cudaGraphDestroy(gr));
+                MC_BENCH_CHECK(run(k, &c, s, &w[(i + 3) % copies], x, nw, res, y, st, (uint32_t)nsm));
+            MC_BENCH_CHECK(cudaStreamEndCapture(st, &gr));
+            MC_BENCH_CHECK(cudaGraphInstantiate(&ge, gr, 0));
+            MC_BENCH_CHECK(cudaGraphLaunch(ge, st)); /* warm */
+            MC_BENCH_CHECK(cudaEventRecord(e0, st));
+            MC_BENCH_CHECK(cudaGraphLaunch(ge, st));
+            MC_BENCH_CHECK(cudaEventRecord(e1, st));
+            MC_BENCH_CHECK(cudaEventSynchronize(e1));
+            MC_BENCH_CHECK(cudaGraphExecDestroy(ge));
+            MC_BENCH_CHECK(cudaGraphDestroy(gr));
             float ms = 0.0f;
-            DB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = ms * 1e3 / reps;
             tot[k] += us;
             printf(" %.2f | %.1f |", us, 100.0 * bytes / (us * 1e-6) / ceiling);
@@ -555,12 +533,12 @@ int main(int argc, char **argv) {
         printf(" %s |\n", same_all ? "same" : "DIFFER");
         fflush(stdout);
         for (int i = 0; i < copies; i++)
-            DB_CHECK(cudaFree(w[i].data));
-        DB_CHECK(cudaFree(x));
-        DB_CHECK(cudaFree(nw));
-        DB_CHECK(cudaFree(res));
-        DB_CHECK(cudaFree(y));
-        DB_CHECK(cudaFree(yref));
+            MC_BENCH_CHECK(cudaFree(w[i].data));
+        MC_BENCH_CHECK(cudaFree(x));
+        MC_BENCH_CHECK(cudaFree(nw));
+        MC_BENCH_CHECK(cudaFree(res));
+        MC_BENCH_CHECK(cudaFree(y));
+        MC_BENCH_CHECK(cudaFree(yref));
         free(hr);
         free(hy);
     }

@@ -45,18 +45,10 @@
 #include <string.h>
 #include <vector>
 
+#include "bench_common.cuh"
 #include "cuda_common.cuh"
 
 namespace cg = cooperative_groups;
-
-#define WF_CHECK(x)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(3);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 /* The shapes. A cluster of CL blocks serves HPC q heads (GD = HPC D outputs); C clusters. wo's
  * slice of block b of cluster c: rows RB b .. RB b + RB - 1, columns GD c .. GD c + GD - 1. */
@@ -154,9 +146,9 @@ __global__ void __launch_bounds__(WF_T, 1)
         constexpr uint32_t NCH = SH::E / 8, CPL = (NCH + 31) / 32; /* 16-byte chunks a row, a lane */
         for (uint32_t j = warp; j < W::RQB; j += WF_T / 32) {
             const uint32_t jj = W::RQB * b + j; /* the cluster's row jj: q, then k, then v */
-            const uint32_t row = jj < GD                 ? GD * c + jj
-                                 : jj < GD + D           ? SH::NH * D + kvh * D + (jj - GD)
-                                                         : SH::NH * D + SH::NKV * D + kvh * D + (jj - GD - D);
+            const uint32_t row = jj < GD       ? GD * c + jj
+                                 : jj < GD + D ? SH::NH * D + kvh * D + (jj - GD)
+                                               : SH::NH * D + SH::NKV * D + kvh * D + (jj - GD - D);
             const __nv_bfloat16 *wr = wqkv + (size_t)row * SH::E;
             uint4 u[CPL];
 #pragma unroll
@@ -181,7 +173,7 @@ __global__ void __launch_bounds__(WF_T, 1)
             if (lane == 0)
                 qr[j] = a;
         }
-        cl.sync(); /* every block's rows */
+        cl.sync();                                             /* every block's rows */
         q[t] = cl.map_shared_rank(qr, t / W::RQB)[t % W::RQB]; /* q: the cluster's rows 0 .. GD - 1 */
     } else
         q[t] = qkvb[GD * c + t]; /* the cluster's q heads (the q part of qkv) */
@@ -280,21 +272,6 @@ __global__ void __launch_bounds__(WF_T, 1)
         cnt[b] = 0;
 }
 
-__global__ void wf_fill(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
-        z ^= z >> 15;
-        z *= 2246822519u;
-        z ^= z >> 13;
-        p[i] = (z & mask) | or_bits;
-    }
-}
-
-static void fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
-    wf_fill<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
-    WF_CHECK(cudaGetLastError());
-}
-
 static mc_matrix wf_matrix(uint32_t rows, uint32_t cols, uint32_t seed) {
     mc_matrix m;
     memset(&m, 0, sizeof m);
@@ -303,8 +280,8 @@ static mc_matrix wf_matrix(uint32_t rows, uint32_t cols, uint32_t seed) {
     m.cols = cols;
     m.stride = cols;
     const size_t bytes = (size_t)rows * cols * 2;
-    WF_CHECK(cudaMalloc(&m.data, bytes));
-    fill(m.data, bytes, seed, 0x807f807fu, 0x3c003c00u);
+    MC_BENCH_CHECK(cudaMalloc(&m.data, bytes));
+    mc_bench_fill(m.data, bytes, seed, 0x807f807fu, 0x3c003c00u);
     return m;
 }
 
@@ -329,23 +306,26 @@ template <class SH> static void wf_att_launch(wf_bench &b, const wf_layer &l, in
     cfg.stream = b.st;
     cudaLaunchAttribute attr[2];
     mc_launch_attrs_cluster(&cfg, attr, WF_CL, true);
-    WF_CHECK(cudaLaunchKernelEx(&cfg, fuse == 2 ? wf_att<SH, 2> : fuse ? wf_att<SH, 1> : wf_att<SH, 0>,
-                                (const float *)b.qkvb, (const float *)l.kc, (const float *)l.vc, b.att,
-                                (const __nv_bfloat16 *)l.wo.data, b.pw, b.cnt, b.x,
-                                (const __nv_bfloat16 *)l.qkv.data, (const float *)b.nw1));
+    MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg,
+                                      fuse == 2 ? wf_att<SH, 2>
+                                      : fuse    ? wf_att<SH, 1>
+                                                : wf_att<SH, 0>,
+                                      (const float *)b.qkvb, (const float *)l.kc, (const float *)l.vc, b.att,
+                                      (const __nv_bfloat16 *)l.wo.data, b.pw, b.cnt, b.x,
+                                      (const __nv_bfloat16 *)l.qkv.data, (const float *)b.nw1));
 }
 
 /* what: the whole chain, attention alone, or attention with the output projection */
 template <class SH> static void wf_enqueue(wf_bench &b, int fuse, int what) {
     for (const wf_layer &l : b.L) {
         if (what == WF_CHAIN && fuse != 2)
-            WF_CHECK(mc_gemv(&b.cfg, &l.qkv, b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
+            MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.qkv, b.x, b.nw1, 1e-5f, NULL, NULL, b.qkvb, b.st));
         wf_att_launch<SH>(b, l, what == WF_ATT ? 0 : fuse);
         if (what != WF_ATT && !fuse)
-            WF_CHECK(mc_gemv(&b.cfg, &l.wo, b.att, NULL, 0.0f, NULL, b.x, b.x, b.st));
+            MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.wo, b.att, NULL, 0.0f, NULL, b.x, b.x, b.st));
         if (what == WF_CHAIN) {
-            WF_CHECK(mc_gemv_swiglu(&b.cfg, &l.gu, b.x, b.nw2, 1e-5f, b.sw, b.st));
-            WF_CHECK(mc_gemv(&b.cfg, &l.down, b.sw, NULL, 0.0f, NULL, b.x, b.x, b.st));
+            MC_BENCH_CHECK(mc_gemv_swiglu(&b.cfg, &l.gu, b.x, b.nw2, 1e-5f, b.sw, b.st));
+            MC_BENCH_CHECK(mc_gemv(&b.cfg, &l.down, b.sw, NULL, 0.0f, NULL, b.x, b.x, b.st));
         }
     }
 }
@@ -353,43 +333,43 @@ template <class SH> static void wf_enqueue(wf_bench &b, int fuse, int what) {
 template <class SH> static cudaGraphExec_t wf_graph(wf_bench &b, int fuse, int what) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    WF_CHECK(cudaStreamBeginCapture(b.st, cudaStreamCaptureModeThreadLocal));
+    MC_BENCH_CHECK(cudaStreamBeginCapture(b.st, cudaStreamCaptureModeThreadLocal));
     wf_enqueue<SH>(b, fuse, what);
-    WF_CHECK(cudaStreamEndCapture(b.st, &g));
-    WF_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    WF_CHECK(cudaGraphDestroy(g));
+    MC_BENCH_CHECK(cudaStreamEndCapture(b.st, &g));
+    MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    MC_BENCH_CHECK(cudaGraphDestroy(g));
     return ge;
 }
 
 /* us per layer: best of 3 passes of `reps` replays (a warm-up pass first) */
 static double wf_time(wf_bench &b, cudaGraphExec_t ge, int reps) {
     cudaEvent_t e0, e1;
-    WF_CHECK(cudaEventCreate(&e0));
-    WF_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
     double best = 1e30;
     for (int pass = 0; pass < 4; pass++) {
-        WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
-        WF_CHECK(cudaEventRecord(e0, b.st));
+        MC_BENCH_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
+        MC_BENCH_CHECK(cudaEventRecord(e0, b.st));
         for (int i = 0; i < reps; i++)
-            WF_CHECK(cudaGraphLaunch(ge, b.st));
-        WF_CHECK(cudaEventRecord(e1, b.st));
-        WF_CHECK(cudaEventSynchronize(e1));
+            MC_BENCH_CHECK(cudaGraphLaunch(ge, b.st));
+        MC_BENCH_CHECK(cudaEventRecord(e1, b.st));
+        MC_BENCH_CHECK(cudaEventSynchronize(e1));
         float ms;
-        WF_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (pass > 0 && ms * 1e3 / reps < best)
             best = ms * 1e3 / reps;
     }
-    WF_CHECK(cudaEventDestroy(e0));
-    WF_CHECK(cudaEventDestroy(e1));
+    MC_BENCH_CHECK(cudaEventDestroy(e0));
+    MC_BENCH_CHECK(cudaEventDestroy(e1));
     return best / b.L.size();
 }
 
 static void wf_once(wf_bench &b, cudaGraphExec_t ge, std::vector<float> &out) {
-    WF_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
-    WF_CHECK(cudaGraphLaunch(ge, b.st));
-    WF_CHECK(cudaStreamSynchronize(b.st));
+    MC_BENCH_CHECK(cudaMemcpyAsync(b.x, b.x0, 4 * b.E, cudaMemcpyDeviceToDevice, b.st));
+    MC_BENCH_CHECK(cudaGraphLaunch(ge, b.st));
+    MC_BENCH_CHECK(cudaStreamSynchronize(b.st));
     out.resize(b.E);
-    WF_CHECK(cudaMemcpy(out.data(), b.x, 4 * b.E, cudaMemcpyDeviceToHost));
+    MC_BENCH_CHECK(cudaMemcpy(out.data(), b.x, 4 * b.E, cudaMemcpyDeviceToHost));
 }
 
 /* One shape: returns 0 when the fused chain is deterministic, near the unfused one and its control
@@ -397,13 +377,13 @@ static void wf_once(wf_bench &b, cudaGraphExec_t ge, std::vector<float> &out) {
 template <class SH> static int wf_shape(int reps, double ceiling) {
     typedef wf_dim<SH> W;
     constexpr uint32_t E = SH::E, NQ = SH::NH * SH::D, KVB = SH::NKV * WF_P * SH::D * 4;
-    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_U));
-    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_F));
-    WF_CHECK(cudaFuncSetAttribute(wf_att<SH, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_Q));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(wf_att<SH, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_U));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(wf_att<SH, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_F));
+    MC_BENCH_CHECK(cudaFuncSetAttribute(wf_att<SH, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)W::SMEM_Q));
     wf_bench b;
     b.cfg = mc_config_default;
     b.E = E;
-    WF_CHECK(cudaStreamCreate(&b.st));
+    MC_BENCH_CHECK(cudaStreamCreate(&b.st));
     b.L.resize(SH::NL);
     const double layer_bytes =
         2.0 * ((double)SH::QKV * E + (double)E * NQ + 2.0 * SH::FF * E + (double)E * SH::FF) + 2.0 * KVB;
@@ -413,27 +393,27 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
         l.wo = wf_matrix(E, NQ, 12 + 5 * i);
         l.gu = wf_matrix(2 * SH::FF, E, 13 + 5 * i);
         l.down = wf_matrix(E, SH::FF, 14 + 5 * i);
-        WF_CHECK(cudaMalloc(&l.kc, KVB));
-        WF_CHECK(cudaMalloc(&l.vc, KVB));
-        fill(l.kc, KVB, 15 + 5 * i, 0x807fffffu, 0x3c000000u);
-        fill(l.vc, KVB, 16 + 5 * i, 0x807fffffu, 0x3c000000u);
+        MC_BENCH_CHECK(cudaMalloc(&l.kc, KVB));
+        MC_BENCH_CHECK(cudaMalloc(&l.vc, KVB));
+        mc_bench_fill(l.kc, KVB, 15 + 5 * i, 0x807fffffu, 0x3c000000u);
+        mc_bench_fill(l.vc, KVB, 16 + 5 * i, 0x807fffffu, 0x3c000000u);
     }
-    WF_CHECK(cudaMalloc(&b.x, 4 * E));
-    WF_CHECK(cudaMalloc(&b.x0, 4 * E));
-    WF_CHECK(cudaMalloc(&b.qkvb, 4 * SH::QKV));
-    WF_CHECK(cudaMalloc(&b.att, 4 * NQ));
-    WF_CHECK(cudaMalloc(&b.sw, 4 * SH::FF));
-    WF_CHECK(cudaMalloc(&b.nw1, 4 * E));
-    WF_CHECK(cudaMalloc(&b.nw2, 4 * E));
-    WF_CHECK(cudaMalloc(&b.pw, 4 * W::C * E));
-    WF_CHECK(cudaMalloc(&b.cnt, 4 * WF_CL));
-    WF_CHECK(cudaMemset(b.cnt, 0, 4 * WF_CL));
-    WF_CHECK(cudaMemset(b.qkvb, 0, 4 * SH::QKV));
-    WF_CHECK(cudaMemset(b.att, 0, 4 * NQ));
-    fill(b.x0, 4 * E, 1, 0x807fffffu, 0x3e000000u);
-    fill(b.nw1, 4 * E, 2, 0x007fffffu, 0x3f800000u);
-    fill(b.nw2, 4 * E, 3, 0x007fffffu, 0x3f800000u);
-    WF_CHECK(cudaDeviceSynchronize());
+    MC_BENCH_CHECK(cudaMalloc(&b.x, 4 * E));
+    MC_BENCH_CHECK(cudaMalloc(&b.x0, 4 * E));
+    MC_BENCH_CHECK(cudaMalloc(&b.qkvb, 4 * SH::QKV));
+    MC_BENCH_CHECK(cudaMalloc(&b.att, 4 * NQ));
+    MC_BENCH_CHECK(cudaMalloc(&b.sw, 4 * SH::FF));
+    MC_BENCH_CHECK(cudaMalloc(&b.nw1, 4 * E));
+    MC_BENCH_CHECK(cudaMalloc(&b.nw2, 4 * E));
+    MC_BENCH_CHECK(cudaMalloc(&b.pw, 4 * W::C * E));
+    MC_BENCH_CHECK(cudaMalloc(&b.cnt, 4 * WF_CL));
+    MC_BENCH_CHECK(cudaMemset(b.cnt, 0, 4 * WF_CL));
+    MC_BENCH_CHECK(cudaMemset(b.qkvb, 0, 4 * SH::QKV));
+    MC_BENCH_CHECK(cudaMemset(b.att, 0, 4 * NQ));
+    mc_bench_fill(b.x0, 4 * E, 1, 0x807fffffu, 0x3e000000u);
+    mc_bench_fill(b.nw1, 4 * E, 2, 0x007fffffu, 0x3f800000u);
+    mc_bench_fill(b.nw2, 4 * E, 3, 0x007fffffu, 0x3f800000u);
+    MC_BENCH_CHECK(cudaDeviceSynchronize());
     int ncl = 0;
     {
         cudaLaunchConfig_t cfg;
@@ -443,12 +423,13 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
         cfg.dynamicSmemBytes = W::SMEM_Q;
         cudaLaunchAttribute attr[2];
         mc_launch_attrs_cluster(&cfg, attr, WF_CL, false);
-        WF_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<SH, 2>, &cfg));
+        MC_BENCH_CHECK(cudaOccupancyMaxActiveClusters(&ncl, wf_att<SH, 2>, &cfg));
     }
-    printf("\n== %s shapes (BF16), %u layers, %.2f MB a layer (weights and f32 KV at %u positions); %u clusters of %u "
-           "blocks; shared memory a block %u / %u / %u bytes (unfused / wo / q/k/v and wo); clusters of the largest that "
-           "fit at once: %d\n",
-           SH::name, SH::NL, layer_bytes / 1e6, WF_P, W::C, WF_CL, W::SMEM_U, W::SMEM_F, W::SMEM_Q, ncl);
+    printf(
+        "\n== %s shapes (BF16), %u layers, %.2f MB a layer (weights and f32 KV at %u positions); %u clusters of %u "
+        "blocks; shared memory a block %u / %u / %u bytes (unfused / wo / q/k/v and wo); clusters of the largest that "
+        "fit at once: %d\n",
+        SH::name, SH::NL, layer_bytes / 1e6, WF_P, W::C, WF_CL, W::SMEM_U, W::SMEM_F, W::SMEM_Q, ncl);
     if (ncl < (int)W::C)
         printf("note: the fused grid does not fit at once: its clusters run in waves\n");
 
@@ -483,11 +464,11 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
     { /* the control: a flipped bit of wo (layer 0, row 5, column 300: the second cluster's slice) must show */
         uint16_t wv, fl;
         uint16_t *at = (uint16_t *)b.L[0].wo.data + 5 * NQ + 300;
-        WF_CHECK(cudaMemcpy(&wv, at, 2, cudaMemcpyDeviceToHost));
+        MC_BENCH_CHECK(cudaMemcpy(&wv, at, 2, cudaMemcpyDeviceToHost));
         fl = wv ^ 0x0040u;
-        WF_CHECK(cudaMemcpy(at, &fl, 2, cudaMemcpyHostToDevice));
+        MC_BENCH_CHECK(cudaMemcpy(at, &fl, 2, cudaMemcpyHostToDevice));
         wf_once(b, gf, rf2);
-        WF_CHECK(cudaMemcpy(at, &wv, 2, cudaMemcpyHostToDevice));
+        MC_BENCH_CHECK(cudaMemcpy(at, &wv, 2, cudaMemcpyHostToDevice));
         const bool caught = memcmp(rf.data(), rf2.data(), 4 * E) != 0;
         printf("control: a flipped bit of wo %s\n", caught ? "is caught" : "WAS NOT CAUGHT");
         if (!caught)
@@ -519,7 +500,7 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
            SH::name, tu, tf, tq, ta, tw, tfa, tqa);
     cudaGraphExec_t all[] = {gu, gf, gq, ga, gw, gfa, gqa};
     for (cudaGraphExec_t g : all)
-        WF_CHECK(cudaGraphExecDestroy(g));
+        MC_BENCH_CHECK(cudaGraphExecDestroy(g));
     for (wf_layer &l : b.L) {
         cudaFree(l.qkv.data);
         cudaFree(l.wo.data);
@@ -532,7 +513,7 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
     for (float *p : bufs)
         cudaFree(p);
     cudaFree(b.cnt);
-    WF_CHECK(cudaStreamDestroy(b.st));
+    MC_BENCH_CHECK(cudaStreamDestroy(b.st));
     return bad;
 }
 
@@ -542,24 +523,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "wofuse_bench: replays %s: expected 1 to 10000\n", argc > 1 ? argv[1] : "");
         return 2;
     }
-    WF_CHECK(mc_gemv_prepare());
+    MC_BENCH_CHECK(mc_gemv_prepare());
     /* the ceiling: a 1 GiB device-to-device copy */
     void *ca, *cb;
     const size_t cn = (size_t)1 << 30;
-    WF_CHECK(cudaMalloc(&ca, cn));
-    WF_CHECK(cudaMalloc(&cb, cn));
-    WF_CHECK(cudaMemset(ca, 1, cn));
+    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
+    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
+    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
     cudaEvent_t e0, e1;
-    WF_CHECK(cudaEventCreate(&e0));
-    WF_CHECK(cudaEventCreate(&e1));
-    WF_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    WF_CHECK(cudaEventRecord(e0, 0));
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
+    MC_BENCH_CHECK(cudaEventRecord(e0, 0));
     for (int i = 0; i < 5; i++)
-        WF_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, 0));
-    WF_CHECK(cudaEventRecord(e1, 0));
-    WF_CHECK(cudaEventSynchronize(e1));
+        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, 0));
+    MC_BENCH_CHECK(cudaEventRecord(e1, 0));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
     float cms;
-    WF_CHECK(cudaEventElapsedTime(&cms, e0, e1));
+    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
     const double ceiling = 2.0 * cn * 5 / (cms / 1e3);
     cudaFree(ca);
     cudaFree(cb);

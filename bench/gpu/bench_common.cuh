@@ -1,0 +1,40 @@
+/* bench_common.cuh: what the device benches of bench/gpu share: the check of a CUDA call (the
+ * bench exits 3 naming the call), and the deterministic fill of a buffer with hashed words (the
+ * same bits on every run and machine, so two builds bench the same data). Bench code only: the
+ * library never exits or prints. */
+#ifndef MC_BENCH_COMMON_CUH
+#define MC_BENCH_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MC_BENCH_CHECK(x)                                                                                              \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
+            exit(3);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+/* p[i] = (hash(i) ^ seed-mixed & mask) | or_bits for the n words of p: a float or bf16 pattern of
+ * bounded exponent (the mask and the or give the range). */
+__global__ void mc_bench_fill_words(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_bits) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
+        z ^= z >> 15;
+        z *= 2246822519u;
+        z ^= z >> 13;
+        p[i] = (z & mask) | or_bits;
+    }
+}
+
+/* The words of bytes / 4 of p filled so, on the default stream. */
+static inline void mc_bench_fill(void *p, size_t bytes, uint32_t seed, uint32_t mask, uint32_t or_bits) {
+    mc_bench_fill_words<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_bits);
+    MC_BENCH_CHECK(cudaGetLastError());
+}
+
+#endif
