@@ -90,6 +90,25 @@ __device__ __forceinline__ void wf_cp16(void *s, const void *g) {
                  : "memory");
 }
 
+/* a + the dot of 8 bf16 weights (u) with xv[0 .. 7], one fma after another */
+__device__ __forceinline__ float wf_dot8(const uint4 &u, const float *xv, float a) {
+    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(w2[i]);
+        a = fmaf(f.x, xv[2 * i], a);
+        a = fmaf(f.y, xv[2 * i + 1], a);
+    }
+    return a;
+}
+
+/* the warp's sum of a by a fixed xor tree (every lane holds it) */
+__device__ __forceinline__ float wf_warp_sum(float a) {
+    for (int o = 16; o; o >>= 1)
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
+
 /* The stand-in attention of one layer (and, FUSE, its output projection with the residual). */
 template <class SH, int FUSE>
 __global__ void __launch_bounds__(WF_T, 1)
@@ -130,8 +149,7 @@ __global__ void __launch_bounds__(WF_T, 1)
             xn[i] = v;
             ss = fmaf(v, v, ss);
         }
-        for (int o = 16; o; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        ss = wf_warp_sum(ss);
         float *red = (float *)(sm + W::S); /* the scores' space, free until the scores */
         if (lane == 0)
             red[warp] = ss;
@@ -158,18 +176,9 @@ __global__ void __launch_bounds__(WF_T, 1)
             float a = 0.0f;
 #pragma unroll
             for (uint32_t k = 0; k < CPL; k++)
-                if (lane + 32 * k < NCH) {
-                    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u[k];
-                    const float *xv = xn + 8 * (lane + 32 * k);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float2 f = __bfloat1622float2(w2[i]);
-                        a = fmaf(f.x, xv[2 * i], a);
-                        a = fmaf(f.y, xv[2 * i + 1], a);
-                    }
-                }
-            for (int o = 16; o; o >>= 1)
-                a += __shfl_xor_sync(0xffffffffu, a, o);
+                if (lane + 32 * k < NCH)
+                    a = wf_dot8(u[k], xn + 8 * (lane + 32 * k), a);
+            a = wf_warp_sum(a);
             if (lane == 0)
                 qr[j] = a;
         }
@@ -238,17 +247,7 @@ __global__ void __launch_bounds__(WF_T, 1)
     for (int j = 0; j < 8; j++)
         xv[j] = ov[8 * lane + j];
     for (uint32_t r = warp; r < RB; r += 8) {
-        const uint4 u = *(const uint4 *)(Ws + r * GD + 8 * lane);
-        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&u;
-        float a = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 f = __bfloat1622float2(w2[j]);
-            a = fmaf(f.x, xv[2 * j], a);
-            a = fmaf(f.y, xv[2 * j + 1], a);
-        }
-        for (int o = 16; o; o >>= 1)
-            a += __shfl_xor_sync(0xffffffffu, a, o);
+        const float a = wf_warp_sum(wf_dot8(*(const uint4 *)(Ws + r * GD + 8 * lane), xv, 0.0f));
         if (lane == 0)
             pw[(size_t)c * SH::E + RB * b + r] = a;
     }
