@@ -33,9 +33,10 @@
  *
  *   memra_cuda_wofuse_bench [replays]
  *
- * Exit 0 when (f) and (q) are deterministic, within an NMSE of 1e-6 of (u) and the control is
- * caught, 1 otherwise, 2 on usage, 3 on a CUDA error. A measurement tool for a design decision:
- * none of this is a production path. */
+ * Exit 0 when (f) and (q) are deterministic, within an NMSE of 1e-4 of (u) (the same sums in
+ * another order, amplified over the layers by the random weights; a wrong slice gives ~1) and the
+ * control is caught, 1 otherwise, 2 on usage, 3 on a CUDA error. A measurement tool for a design
+ * decision: none of this is a production path. */
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -476,7 +477,7 @@ template <class SH> static int wf_shape(int reps, double ceiling) {
     printf("x after the chain: mean |x| %.4g; against unfused: NMSE %.3g (wo fused), %.3g (q/k/v and wo fused); "
            "fused runs %s\n",
            mean / E, nmse, nmseq, bad ? "DIFFER" : "bit-identical (3 each)");
-    if (!(nmse < 1e-6) || !(nmseq < 1e-6) || !isfinite(mean) || mean == 0.0)
+    if (!(nmse < 1e-4) || !(nmseq < 1e-4) || !isfinite(mean) || mean == 0.0)
         bad = 1;
 
     const double tu = wf_time(b, gu, reps), tf = wf_time(b, gf, reps), tq = wf_time(b, gq, reps);
