@@ -37,4 +37,30 @@ static inline void mc_bench_fill(void *p, size_t bytes, uint32_t seed, uint32_t 
     MC_BENCH_CHECK(cudaGetLastError());
 }
 
+/* The copy ceiling in bytes a second: ten device-to-device copies of 1 GiB on st after a first,
+ * read and write both counted. */
+static inline double mc_bench_copy_ceiling(cudaStream_t st) {
+    void *a, *b;
+    const size_t n = (size_t)1 << 30;
+    MC_BENCH_CHECK(cudaMalloc(&a, n));
+    MC_BENCH_CHECK(cudaMalloc(&b, n));
+    MC_BENCH_CHECK(cudaMemset(a, 1, n));
+    MC_BENCH_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    cudaEvent_t e0, e1;
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    MC_BENCH_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 10; i++)
+        MC_BENCH_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, st));
+    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    MC_BENCH_CHECK(cudaEventDestroy(e0));
+    MC_BENCH_CHECK(cudaEventDestroy(e1));
+    MC_BENCH_CHECK(cudaFree(a));
+    MC_BENCH_CHECK(cudaFree(b));
+    return 2.0 * n * 10 / (ms / 1e3);
+}
+
 #endif

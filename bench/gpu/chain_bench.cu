@@ -615,26 +615,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "chain_bench: the device has no cooperative launch\n");
         return 3;
     }
-    /* ceiling: a 1 GiB device-to-device copy (read + write) */
-    void *ca, *cbuf;
-    const size_t cn = (size_t)1 << 30;
-    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
-    MC_BENCH_CHECK(cudaMalloc(&cbuf, cn));
-    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
-    MC_BENCH_CHECK(cudaMemcpy(cbuf, ca, cn, cudaMemcpyDeviceToDevice));
-    cudaEvent_t e0, e1;
-    MC_BENCH_CHECK(cudaEventCreate(&e0));
-    MC_BENCH_CHECK(cudaEventCreate(&e1));
-    MC_BENCH_CHECK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < 10; i++)
-        MC_BENCH_CHECK(cudaMemcpyAsync(cbuf, ca, cn, cudaMemcpyDeviceToDevice, 0));
-    MC_BENCH_CHECK(cudaEventRecord(e1, 0));
-    MC_BENCH_CHECK(cudaEventSynchronize(e1));
-    float cms;
-    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
-    const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
-    cudaFree(ca);
-    cudaFree(cbuf);
+    const double ceiling = mc_bench_copy_ceiling(0);
     printf("chain_bench: ceiling %.1f GB/s (1 GiB copy), %d replays a timing (best of 3)\n", ceiling / 1e9, reps);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const bool pick = !strcmp(which, "all") || !strcmp(which, shapes[i].name) || (!strcmp(which, "1b") && i == 0);

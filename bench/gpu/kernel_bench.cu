@@ -225,26 +225,10 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice));
     MC_BENCH_CHECK(cudaDeviceSynchronize());
 
-    /* ceiling: 1 GiB device-to-device copy */
-    void *ca, *cb;
-    size_t cn = (size_t)1 << 30;
-    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
-    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
-    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
+    const double ceiling = mc_bench_copy_ceiling(st);
     cudaEvent_t e0, e1;
     MC_BENCH_CHECK(cudaEventCreate(&e0));
     MC_BENCH_CHECK(cudaEventCreate(&e1));
-    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    MC_BENCH_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 10; i++)
-        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
-    MC_BENCH_CHECK(cudaEventRecord(e1, st));
-    MC_BENCH_CHECK(cudaEventSynchronize(e1));
-    float cms;
-    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
-    const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
-    cudaFree(ca);
-    cudaFree(cb);
 
     mc_rope_args ra = {n_head, n_kv, hd, hd, cap, 1, 1.0f, freqs, NULL, NULL, 1e-5f};
     if (g270m) { /* gemma3's q and k norms (random weights), its scale 256^-1/2 */

@@ -103,26 +103,10 @@ int main(int argc, char **argv) {
     mc_bench_fill(w, 4 * 65536, 2, 0x007fffffu, 0x3f000000u);
     mc_bench_fill(y, 4 * 65536, 3, 0x807fffffu, 0x3e000000u);
 
-    /* ceiling: 1 GiB device-to-device copy (read + write), as kernel_bench.cu measures it */
-    void *ca, *cb;
-    size_t cn = (size_t)1 << 30;
-    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
-    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
-    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
+    const double ceiling = mc_bench_copy_ceiling(st);
     cudaEvent_t e0, e1;
     MC_BENCH_CHECK(cudaEventCreate(&e0));
     MC_BENCH_CHECK(cudaEventCreate(&e1));
-    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    MC_BENCH_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 10; i++)
-        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, st));
-    MC_BENCH_CHECK(cudaEventRecord(e1, st));
-    MC_BENCH_CHECK(cudaEventSynchronize(e1));
-    float cms;
-    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
-    const double ceiling = 2.0 * cn * 10 / (cms / 1e3);
-    cudaFree(ca);
-    cudaFree(cb);
     printf("kquant_bench: ceiling %.1f GB/s (1 GiB D2D copy)\n", ceiling / 1e9);
 
     static const struct {

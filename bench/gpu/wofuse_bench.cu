@@ -524,26 +524,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     MC_BENCH_CHECK(mc_gemv_prepare());
-    /* the ceiling: a 1 GiB device-to-device copy */
-    void *ca, *cb;
-    const size_t cn = (size_t)1 << 30;
-    MC_BENCH_CHECK(cudaMalloc(&ca, cn));
-    MC_BENCH_CHECK(cudaMalloc(&cb, cn));
-    MC_BENCH_CHECK(cudaMemset(ca, 1, cn));
-    cudaEvent_t e0, e1;
-    MC_BENCH_CHECK(cudaEventCreate(&e0));
-    MC_BENCH_CHECK(cudaEventCreate(&e1));
-    MC_BENCH_CHECK(cudaMemcpy(cb, ca, cn, cudaMemcpyDeviceToDevice));
-    MC_BENCH_CHECK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < 5; i++)
-        MC_BENCH_CHECK(cudaMemcpyAsync(cb, ca, cn, cudaMemcpyDeviceToDevice, 0));
-    MC_BENCH_CHECK(cudaEventRecord(e1, 0));
-    MC_BENCH_CHECK(cudaEventSynchronize(e1));
-    float cms;
-    MC_BENCH_CHECK(cudaEventElapsedTime(&cms, e0, e1));
-    const double ceiling = 2.0 * cn * 5 / (cms / 1e3);
-    cudaFree(ca);
-    cudaFree(cb);
+    const double ceiling = mc_bench_copy_ceiling(0);
     int bad = wf_shape<wf_1b>(reps, ceiling);
     bad |= wf_shape<wf_270m>(reps, ceiling);
     return bad;
