@@ -471,9 +471,12 @@ __device__ __forceinline__ void mc_amm_merge(const mc_rope_args &a, uint32_t g, 
     for (uint32_t sb = ul; sb <= uh; sb += NB) {
         const uint32_t nb = min(NB, uh + 1 - sb), q4 = nb * HD / 4;
         __syncthreads(); /* the batch before is read */
-        for (uint32_t i = tid; i < G * q4; i += NT) { /* out [head][span][hd] of the batch */
-            const uint32_t h = i / q4, r = i % q4;
-            mc_cp_async16(bo + (size_t)h * nb * HD + 4 * r, po + ((size_t)(g * G + h) * NS + sb) * HD + 4 * r);
+#pragma unroll
+        for (uint32_t h = 0; h < G; h++) { /* out [head][span][hd] of the batch: a head's spans are one range */
+            float *dst = bo + (size_t)h * nb * HD;
+            const float *src = po + ((size_t)(g * G + h) * NS + sb) * HD;
+            for (uint32_t r = tid; r < q4; r += NT) /* no division a copy (q4 is known only at run time) */
+                mc_cp_async16(dst + 4 * r, src + 4 * r);
         }
         mc_cp_async_commit();
         for (uint32_t i = tid; i < nb * G; i += NT) { /* the batch's (max, sum), at once */
