@@ -180,6 +180,15 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
         return st;
     }
     ctx->phase = "load";
+    /* Each arm's backend has a device (no GPU, no driver: said now, not after the weights were
+     * read or built, which takes minutes for an 8B model) */
+    const char *names[2] = {"a", "b"}, *arms[2] = {cfg->arm_a, cfg->arm_b};
+    for (int i = 0; i < 2 && cfg->arm_a; i++)
+        if ((st = memra_arm_check_devices(s->reg, arms[i], err)) != MEMRA_OK) {
+            *exit_code = gate_exit_for(st);
+            memra_error_prefix(err, "--%s", names[i]);
+            return st;
+        }
     /* The file is opened streamed when both arms read their matrices from it (GPU backends that
      * upload in chunks); with arms the gate picks (cpu possible) or a cpu arm, it is read whole. */
     bool stream = cfg->model_path && cfg->arm_a && cfg->arm_b;

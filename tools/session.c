@@ -47,6 +47,11 @@ int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *cons
         goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
+    /* Every arm's backend has a device (no GPU, no driver: said now, not after the weights were
+     * read or built) */
+    for (uint32_t i = 0; i < n_arms; i++)
+        if (memra_arm_check_devices(s->reg, arms[i], &err) != MEMRA_OK)
+            goto fail;
     /* A file is opened streamed when every arm's backend reads its matrices from the file itself
      * (a GPU backend uploading in chunks); otherwise it is read whole into memory. */
     bool stream = sel->path != NULL && n_arms > 0;

@@ -255,6 +255,70 @@ memra_status memra_arm_streams_weights(memra_registry *r, const char *arm_text, 
     return MEMRA_OK;
 }
 
+/* What memra_arm_open checks before it asks the backend for devices, none of which needs the model:
+ * the arm parses, its plugins load, its keys are known and its window and prefill read. */
+static memra_status arm_keys(memra_registry *r, memra_arm *a, const char *arm_text,
+                             const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_error *err) {
+    const memra_host *host = memra_registry_host(r);
+    memra_status st = memra_arm_parse(arm_text, a->backend_name, &a->opts, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = memra_registry_load(r, a->backend_name, MEMRA_PLUGIN_BACKEND, &a->plugin, err);
+    if (st != MEMRA_OK)
+        return st;
+    const char *placement_name = memra_options_get(&a->opts, MEMRA_ARM_KEY_PLACEMENT);
+    st =
+        memra_registry_load(r, placement_name ? placement_name : "default", MEMRA_PLUGIN_PLACEMENT, &a->placement, err);
+    if (st != MEMRA_OK)
+        return st;
+    a->vt = a->plugin->backend;
+    const memra_placement_vtable *pv = a->placement->placement;
+    add_keys(a, pv->options, pv->n_options);
+    add_keys(a, a->vt->options, a->vt->n_options);
+    add_keys(a, memra_core_arm_keys, memra_core_arm_key_count);
+    add_keys(a, caller_keys, n_caller_keys);
+    const memra_option_spec *lists[1] = {a->keys};
+    uint32_t counts[1] = {a->n_keys};
+    st = check_op_keys(a, arm_text, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = memra_options_check(&a->opts, lists, counts, 1, arm_text, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = memra_options_u32(&a->opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &a->window, err);
+    if (st != MEMRA_OK)
+        return st;
+    st = read_prefill(a, host, err);
+    if (st != MEMRA_OK)
+        return st;
+    return MEMRA_OK;
+}
+
+memra_status memra_arm_check_devices(memra_registry *r, const char *arm_text, memra_error *err) {
+    if (!r || !arm_text)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_check_devices: NULL argument");
+    if (strlen(arm_text) >= ARM_TEXT_MAX)
+        return MEMRA_OK; /* memra_arm_open says what is wrong */
+    memra_arm *a = calloc(1, sizeof *a);
+    if (!a)
+        return memra_fail(err, MEMRA_E_NOMEM, "out of memory checking arm '%s'", arm_text);
+    memra_error e = {0};
+    memra_status st = MEMRA_OK;
+    uint32_t n = 0;
+    /* an arm memra_arm_open would refuse for its text or keys is left to it (a usage error is said
+     * before the machine's lack of a device); so is a device_count failure other than no device */
+    if (arm_keys(r, a, arm_text, NULL, 0, &e) == MEMRA_OK) {
+        memra_status dc = a->vt->device_count(memra_registry_host(r), &a->opts, &n, &e);
+        if (dc == MEMRA_E_DEVICE)
+            st = memra_fail(err, dc, "arm '%s': %s", arm_text, e.msg[0] ? e.msg : "the backend has no device");
+        else if (dc == MEMRA_OK && n == 0)
+            st = memra_fail(err, MEMRA_E_DEVICE, "arm '%s': backend '%s' reports no device", arm_text,
+                            a->backend_name);
+    }
+    free(a);
+    return st;
+}
+
 memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text, const char *label,
                             const memra_option_spec *caller_keys, uint32_t n_caller_keys, memra_arm **out,
                             memra_error *err) {
@@ -281,37 +345,10 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     a->model = m;
     const memra_host *host = memra_registry_host(r);
 
-    memra_status st = memra_arm_parse(arm_text, a->backend_name, &a->opts, err);
+    memra_status st = arm_keys(r, a, arm_text, caller_keys, n_caller_keys, err);
     if (st != MEMRA_OK)
         goto fail;
-    st = memra_registry_load(r, a->backend_name, MEMRA_PLUGIN_BACKEND, &a->plugin, err);
-    if (st != MEMRA_OK)
-        goto fail;
-    const char *placement_name = memra_options_get(&a->opts, MEMRA_ARM_KEY_PLACEMENT);
-    st =
-        memra_registry_load(r, placement_name ? placement_name : "default", MEMRA_PLUGIN_PLACEMENT, &a->placement, err);
-    if (st != MEMRA_OK)
-        goto fail;
-    a->vt = a->plugin->backend;
     const memra_placement_vtable *pv = a->placement->placement;
-    add_keys(a, pv->options, pv->n_options);
-    add_keys(a, a->vt->options, a->vt->n_options);
-    add_keys(a, memra_core_arm_keys, memra_core_arm_key_count);
-    add_keys(a, caller_keys, n_caller_keys);
-    const memra_option_spec *lists[1] = {a->keys};
-    uint32_t counts[1] = {a->n_keys};
-    st = check_op_keys(a, arm_text, err);
-    if (st != MEMRA_OK)
-        goto fail;
-    st = memra_options_check(&a->opts, lists, counts, 1, arm_text, err);
-    if (st != MEMRA_OK)
-        goto fail;
-    st = memra_options_u32(&a->opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &a->window, err);
-    if (st != MEMRA_OK)
-        goto fail;
-    st = read_prefill(a, host, err);
-    if (st != MEMRA_OK)
-        goto fail;
 
     uint32_t n_devices = 0;
     st = a->vt->device_count(host, &a->opts, &n_devices, err);

@@ -516,3 +516,36 @@ Test(gate_hardening, quiet_never_hides_why_a_run_failed) {
     cr_assert(strstr(r.err, "FAIL") && strstr(r.err, "step 3"), "stderr says why: '%s'", r.err);
     gate_result_free(&r);
 }
+
+/* An arm whose backend has no device is named before the model is read or built (an 8B preset
+ * takes a minute to build on two cores): on a file the gate could not even parse, the failure is
+ * the device, with --a or --b and the arm; with an arm that has one (the control), the file. */
+Test(gate_hardening, no_device_is_said_before_the_model_is_loaded) {
+    char path[512];
+    tmp_file_path(path, sizeof path, "gate-nodev.gguf");
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs("this is not a gguf file", f);
+    cr_assert_eq(fclose(f), 0);
+    const char *arms[2][2] = {{"faulty:no_device=1", "cpu"}, {"cpu", "faulty:no_device=1"}};
+    const char *flag[2] = {"--a: arm 'faulty:no_device=1'", "--b: arm 'faulty:no_device=1'"};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"--a", arms[i][0], "--b", arms[i][1], "--model", path, SHORT, NULL};
+        gate_result r = gate_run(args, false);
+        cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
+        cr_assert_not_null(strstr(r.err, flag[i]), "names the arm: %s", r.err);
+        cr_assert_not_null(strstr(r.err, "faulty: no device"), "%s", r.err);
+        cr_assert_null(strstr(r.err, path), "read the file before it asked for a device: %s", r.err);
+        gate_result_free(&r);
+    }
+    /* a usage error of the arm comes before the lack of a device: it does not depend on the machine */
+    const char *bad[] = {"--a", "faulty:no_device=1,no_such_key=1", "--b", "cpu", SHORT, NULL};
+    gate_expect_usage(bad, "no_such_key");
+    const char *ctl[] = {"--a", "faulty", "--b", "cpu", "--model", path, SHORT, NULL};
+    gate_result r = gate_run(ctl, false);
+    cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);
+    cr_assert_not_null(strstr(r.err, path), "the control fails on the file: %s", r.err);
+    cr_assert_null(strstr(r.err, "no device"), "%s", r.err);
+    gate_result_free(&r);
+    unlink(path);
+}

@@ -526,6 +526,33 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
     }
 }
 
+/* An arm whose backend has no device (the cuda backend on a machine without a GPU) is named before
+ * the model is read or built: run and bench report it on a file they could not even parse. The
+ * same file with an arm that has a device (the control) fails on the file instead. */
+Test(tools, no_device_is_said_before_the_model_is_loaded) {
+    require_cpu_backend();
+    tool_require_test_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
+    char path[512];
+    tmp_file_path(path, sizeof path, "nodev.gguf");
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs("this is not a gguf file", f);
+    cr_assert_eq(fclose(f), 0);
+    const char *cmds[2] = {"run", "bench"};
+    for (int i = 0; i < 2; i++) {
+        tool_result r = tool_run("memra", cmds[i], "--model", path, "--backend", "faulty:no_device=1", "-n", "2", NULL);
+        EXPECT(r, 3, err, "faulty: no device (no_device=1)");
+        cr_assert_not_null(strstr(r.err, "arm 'faulty:no_device=1'"), "%s: the arm is named: %s", cmds[i], r.err);
+        cr_assert_null(strstr(r.err, path), "%s read the file before it asked for a device: %s", cmds[i], r.err);
+        tool_result_free(&r);
+        r = tool_run("memra", cmds[i], "--model", path, "--backend", "faulty", "-n", "2", NULL);
+        EXPECT(r, 3, err, path); /* the control: with a device, the file is what fails */
+        cr_assert_null(strstr(r.err, "no device"), "%s: %s", cmds[i], r.err);
+        tool_result_free(&r);
+    }
+    unlink(path);
+}
+
 /* Bench times only a deterministic arm: the gate's test-only `faulty` backend reports one wrong
  * token in the third repetition (the third restore), and bench must refuse the figures. */
 Test(tools, bench_refuses_an_arm_whose_repetitions_differ) {

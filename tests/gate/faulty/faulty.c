@@ -59,6 +59,8 @@
  *                       stops part way must leave the verdict alone); 3 hands over only the
  *                       sites the cuda backend taps (q, k, v, attention, attn_res, ffn_act,
  *                       ffn_res, logits), as a backend that fuses ops would.
+ *   no_device=1         device_count reports no device (MEMRA_E_DEVICE), as the cuda backend does on
+ *                       a machine without a GPU: the tools must say so before they load the model.
  *   fake_capture=1      the state's counters read as a graph backend's would: one capture at the
  *                       state's first step, one replay per step (restores copy no counters).
  *
@@ -122,6 +124,9 @@ static const memra_option_spec faulty_options[] = {
     {.key = "fake_share",
      .default_value = "0",
      .help = "TEST: with fake_device_mib, 1 shares an earlier open's fake upload"},
+    {.key = "no_device",
+     .default_value = "0",
+     .help = "TEST: 1 makes device_count report no device (MEMRA_E_DEVICE), as a GPU backend without a GPU"},
     {.key = "taps",
      .default_value = "0",
      .help = "TEST: 0 offers memra.ops (the cpu's taps, logit faults applied); 1 offers none; 2 offers it and "
@@ -251,6 +256,11 @@ static memra_status faulty_device_count(const memra_host *host, const memra_opti
     memra_status st = find_cpu(host, &cpu, err);
     if (st != MEMRA_OK)
         return st;
+    uint32_t no_device = 0;
+    if ((st = opt_u32(host, opts, "no_device", 0, &no_device, err)) != MEMRA_OK)
+        return st;
+    if (no_device)
+        return host->fail(err, MEMRA_E_DEVICE, "faulty: no device (no_device=1)");
     memra_options fwd;
     strip(opts, &fwd);
     return cpu->device_count(host, &fwd, out, err);
