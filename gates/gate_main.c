@@ -180,11 +180,11 @@ static memra_status load(gate_ctx *ctx, gate_config *cfg, gate_session *s, int *
         return st;
     }
     ctx->phase = "load";
-    /* Each arm's backend has a device (no GPU, no driver: said now, not after the weights were
-     * read or built, which takes minutes for an 8B model) */
+    /* What each arm's open would refuse without the model (its keys; a backend without a device:
+     * no GPU, no driver) is said now, not after the weights were read or built (minutes for 8B) */
     const char *names[2] = {"a", "b"}, *arms[2] = {cfg->arm_a, cfg->arm_b};
     for (int i = 0; i < 2 && cfg->arm_a; i++)
-        if ((st = memra_arm_check_devices(s->reg, arms[i], err)) != MEMRA_OK) {
+        if ((st = memra_arm_precheck(s->reg, arms[i], names[i], err)) != MEMRA_OK) {
             *exit_code = gate_exit_for(st);
             memra_error_prefix(err, "--%s", names[i]);
             return st;

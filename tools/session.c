@@ -47,10 +47,10 @@ int cli_session_open(const char *cmd, const cli_model_sel *sel, const char *cons
         goto fail;
     if (memra_registry_open(&s->reg, &err) != MEMRA_OK)
         goto fail;
-    /* Every arm's backend has a device (no GPU, no driver: said now, not after the weights were
-     * read or built) */
+    /* What each arm's open would refuse without the model (its keys; a backend without a device:
+     * no GPU, no driver) is said now, not after the weights were read or built */
     for (uint32_t i = 0; i < n_arms; i++)
-        if (memra_arm_check_devices(s->reg, arms[i], &err) != MEMRA_OK)
+        if (memra_arm_precheck(s->reg, arms[i], NULL, &err) != MEMRA_OK)
             goto fail;
     /* A file is opened streamed when every arm's backend reads its matrices from the file itself
      * (a GPU backend uploading in chunks); otherwise it is read whole into memory. */

@@ -294,29 +294,36 @@ static memra_status arm_keys(memra_registry *r, memra_arm *a, const char *arm_te
     return MEMRA_OK;
 }
 
-memra_status memra_arm_check_devices(memra_registry *r, const char *arm_text, memra_error *err) {
+memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const char *label, memra_error *err) {
     if (!r || !arm_text)
-        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_check_devices: NULL argument");
-    if (strlen(arm_text) >= ARM_TEXT_MAX)
+        return memra_fail(err, MEMRA_E_INVALID, "memra_arm_precheck: NULL argument");
+    if (strlen(arm_text) >= ARM_TEXT_MAX || (label && strlen(label) >= ARM_LABEL_MAX))
         return MEMRA_OK; /* memra_arm_open says what is wrong */
     memra_arm *a = calloc(1, sizeof *a);
     if (!a)
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory checking arm '%s'", arm_text);
+    snprintf(a->text, sizeof a->text, "%s", arm_text);
+    if (label)
+        snprintf(a->prefix, sizeof a->prefix, "arm %s (%s)", label, a->text);
+    else
+        snprintf(a->prefix, sizeof a->prefix, "arm '%s'", a->text);
     memra_error e = {0};
-    memra_status st = MEMRA_OK;
-    uint32_t n = 0;
-    /* an arm memra_arm_open would refuse for its text or keys is left to it (a usage error is said
-     * before the machine's lack of a device); so is a device_count failure other than no device */
-    if (arm_keys(r, a, arm_text, NULL, 0, &e) == MEMRA_OK) {
-        memra_status dc = a->vt->device_count(memra_registry_host(r), &a->opts, &n, &e);
-        if (dc == MEMRA_E_DEVICE)
-            st = memra_fail(err, dc, "arm '%s': %s", arm_text, e.msg[0] ? e.msg : "the backend has no device");
-        else if (dc == MEMRA_OK && n == 0)
-            st = memra_fail(err, MEMRA_E_DEVICE, "arm '%s': backend '%s' reports no device", arm_text,
-                            a->backend_name);
-    }
+    memra_status st = arm_keys(r, a, arm_text, NULL, 0, &e), out = MEMRA_OK;
+    if (st == MEMRA_E_INVALID) { /* the arm's text or keys: a usage error, said first */
+        out = arm_prefix(a, st, &e, NULL);
+    } else if (st == MEMRA_OK) {
+        uint32_t n = 0;
+        st = a->vt->device_count(memra_registry_host(r), &a->opts, &n, &e);
+        if (st == MEMRA_OK && n == 0)
+            st = memra_fail(&e, MEMRA_E_DEVICE, "backend '%s' reports no device", a->backend_name);
+        if (st == MEMRA_E_DEVICE || st == MEMRA_E_INVALID) /* no device; a value the backend refuses */
+            out = arm_prefix(a, st, &e, NULL);
+    } /* other failures (a plugin that does not load, a device_count that fails otherwise) are
+       * memra_arm_open's to report, with the model */
+    if (out != MEMRA_OK && err)
+        *err = e;
     free(a);
-    return st;
+    return out;
 }
 
 memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char *arm_text, const char *label,

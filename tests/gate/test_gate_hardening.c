@@ -517,9 +517,9 @@ Test(gate_hardening, quiet_never_hides_why_a_run_failed) {
     gate_result_free(&r);
 }
 
-/* An arm whose backend has no device is named before the model is read or built (an 8B preset
- * takes a minute to build on two cores): on a file the gate could not even parse, the failure is
- * the device, with --a or --b and the arm; with an arm that has one (the control), the file. */
+/* An arm whose backend has no device, or with a key no plugin takes, is named before the model is
+ * read or built (an 8B preset takes a minute to build on two cores): on a file the gate could not
+ * even parse, the failure is the arm's, with --a or --b; with a good arm (the control), the file. */
 Test(gate_hardening, no_device_is_said_before_the_model_is_loaded) {
     char path[512];
     tmp_file_path(path, sizeof path, "gate-nodev.gguf");
@@ -528,7 +528,7 @@ Test(gate_hardening, no_device_is_said_before_the_model_is_loaded) {
     fputs("this is not a gguf file", f);
     cr_assert_eq(fclose(f), 0);
     const char *arms[2][2] = {{"faulty:no_device=1", "cpu"}, {"cpu", "faulty:no_device=1"}};
-    const char *flag[2] = {"--a: arm 'faulty:no_device=1'", "--b: arm 'faulty:no_device=1'"};
+    const char *flag[2] = {"--a: arm a (faulty:no_device=1): ", "--b: arm b (faulty:no_device=1): "};
     for (int i = 0; i < 2; i++) {
         const char *args[] = {"--a", arms[i][0], "--b", arms[i][1], "--model", path, SHORT, NULL};
         gate_result r = gate_run(args, false);
@@ -538,9 +538,13 @@ Test(gate_hardening, no_device_is_said_before_the_model_is_loaded) {
         cr_assert_null(strstr(r.err, path), "read the file before it asked for a device: %s", r.err);
         gate_result_free(&r);
     }
-    /* a usage error of the arm comes before the lack of a device: it does not depend on the machine */
-    const char *bad[] = {"--a", "faulty:no_device=1,no_such_key=1", "--b", "cpu", SHORT, NULL};
+    /* a usage error of the arm comes before the lack of a device (it does not depend on the
+     * machine), and before the model too */
+    const char *bad[] = {"--a", "faulty:no_device=1,no_such_key=1", "--b", "cpu", "--model", path, SHORT, NULL};
     gate_expect_usage(bad, "no_such_key");
+    /* and so does a value the backend's device_count refuses */
+    const char *bad2[] = {"--a", "cpu", "--b", "faulty:no_device=x", "--model", path, SHORT, NULL};
+    gate_expect_usage(bad2, "--b: arm b (faulty:no_device=x): faulty: no_device=x: expected a non-negative integer");
     const char *ctl[] = {"--a", "faulty", "--b", "cpu", "--model", path, SHORT, NULL};
     gate_result r = gate_run(ctl, false);
     cr_assert_eq(r.exit, 3, "exit %d: %s", r.exit, r.err);

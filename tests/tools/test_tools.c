@@ -526,9 +526,9 @@ Test(tools, synthetic_greedy_streams_do_not_loop, .timeout = 240) {
     }
 }
 
-/* An arm whose backend has no device (the cuda backend on a machine without a GPU) is named before
- * the model is read or built: run and bench report it on a file they could not even parse. The
- * same file with an arm that has a device (the control) fails on the file instead. */
+/* An arm whose backend has no device (the cuda backend on a machine without a GPU), or with a key
+ * no plugin takes, is named before the model is read or built: run and bench report it on a file
+ * they could not even parse. The same file with a good arm (the control) fails on the file. */
 Test(tools, no_device_is_said_before_the_model_is_loaded) {
     require_cpu_backend();
     tool_require_test_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
@@ -544,6 +544,10 @@ Test(tools, no_device_is_said_before_the_model_is_loaded) {
         EXPECT(r, 3, err, "faulty: no device (no_device=1)");
         cr_assert_not_null(strstr(r.err, "arm 'faulty:no_device=1'"), "%s: the arm is named: %s", cmds[i], r.err);
         cr_assert_null(strstr(r.err, path), "%s read the file before it asked for a device: %s", cmds[i], r.err);
+        tool_result_free(&r);
+        r = tool_run("memra", cmds[i], "--model", path, "--backend", "faulty:no_such_key=1", "-n", "2", NULL);
+        EXPECT(r, 2, err, "no_such_key"); /* a usage error of the arm, before the file too */
+        cr_assert_null(strstr(r.err, path), "%s read the file before it checked the arm's keys: %s", cmds[i], r.err);
         tool_result_free(&r);
         r = tool_run("memra", cmds[i], "--model", path, "--backend", "faulty", "-n", "2", NULL);
         EXPECT(r, 3, err, path); /* the control: with a device, the file is what fails */

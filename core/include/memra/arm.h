@@ -62,13 +62,14 @@ void memra_arm_close(memra_arm *a);
  * is missing, gives false and MEMRA_OK: memra_arm_open reports it later. An arm opened on a
  * streamed model whose backend does not stream is refused (MEMRA_E_INVALID). */
 memra_status memra_arm_streams_weights(memra_registry *r, const char *arm_text, bool *streams, memra_error *err);
-/* Before the model is loaded: whether the arm's backend has a device to run on (its vtable's
- * device_count for the arm's options), so that a tool can say "no device" before it spends time
- * reading or building weights. MEMRA_E_DEVICE, naming the arm, when the backend reports none. An
- * arm that memra_arm_open would refuse for its text, plugins or keys (a usage error comes before
- * the machine's lack of a device), or whose device_count fails otherwise, gives MEMRA_OK:
- * memra_arm_open reports those. */
-memra_status memra_arm_check_devices(memra_registry *r, const char *arm_text, memra_error *err);
+/* Before the model is loaded, what memra_arm_open would refuse that needs no model, so a tool
+ * says it before it spends time reading or building weights (minutes for an 8B model): the arm's
+ * text and keys (MEMRA_E_INVALID: unknown keys, bad values, refused ops), then whether its backend
+ * has a device (the vtable's device_count for the arm's options: MEMRA_E_DEVICE, no GPU or no
+ * driver; MEMRA_E_INVALID, a value the backend refuses). Messages as memra_arm_open's, prefixed "arm LABEL (TEXT)" or "arm 'TEXT'" (label
+ * NULL). Anything else (a plugin that does not load, a text too long) gives MEMRA_OK:
+ * memra_arm_open reports it. */
+memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const char *label, memra_error *err);
 
 const char *memra_arm_text(const memra_arm *a);                     /* as given */
 const char *memra_arm_label(const memra_arm *a);                    /* as given to open, or "" */
