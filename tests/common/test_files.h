@@ -70,6 +70,14 @@ static inline void tmp_file_path(char *buf, size_t size, const char *name) {
     cr_assert(k > 0 && (size_t)k < size, "path too long for %s", name);
 }
 
+/* Writes text (no terminating NUL) as the whole file at path; asserts every write. */
+static inline void file_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s: %s", path, strerror(errno));
+    cr_assert(fputs(text, f) >= 0, "cannot write %s", path);
+    cr_assert_eq(fclose(f), 0, "cannot close %s", path);
+}
+
 /* A whole file, NUL-terminated, malloc'd, or NULL when it cannot be opened; its length in *len
  * (may be NULL). */
 static inline char *file_slurp_maybe(const char *path, size_t *len) {

@@ -523,10 +523,7 @@ Test(gate_hardening, quiet_never_hides_why_a_run_failed) {
 Test(gate_hardening, no_device_is_said_before_the_model_is_loaded) {
     char path[512];
     tmp_file_path(path, sizeof path, "gate-nodev.gguf");
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs("this is not a gguf file", f);
-    cr_assert_eq(fclose(f), 0);
+    file_write_text(path, "this is not a gguf file");
     const char *arms[2][2] = {{"faulty:no_device=1", "cpu"}, {"cpu", "faulty:no_device=1"}};
     const char *flag[2] = {"--a: arm a (faulty:no_device=1): ", "--b: arm b (faulty:no_device=1): "};
     for (int i = 0; i < 2; i++) {

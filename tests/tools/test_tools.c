@@ -116,9 +116,7 @@ Test(tools, missing_files_are_errors) {
     tool_result_free(&r);
     char path[512];
     tmp_file_path(path, sizeof path, "garbage.gguf");
-    FILE *f = fopen(path, "wb");
-    fputs("this is not a gguf file at all, not even close", f);
-    fclose(f);
+    file_write_text(path, "this is not a gguf file at all, not even close");
     r = tool_run("memra", "inspect", path, NULL);
     EXPECT(r, 3, err, path);
     tool_result_free(&r);
@@ -534,10 +532,7 @@ Test(tools, no_device_is_said_before_the_model_is_loaded) {
     tool_require_test_manifest("faulty.backend.manifest"); /* built by tests/gate/faulty */
     char path[512];
     tmp_file_path(path, sizeof path, "nodev.gguf");
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs("this is not a gguf file", f);
-    cr_assert_eq(fclose(f), 0);
+    file_write_text(path, "this is not a gguf file");
     const char *cmds[2] = {"run", "bench"};
     for (int i = 0; i < 2; i++) {
         tool_result r = tool_run("memra", cmds[i], "--model", path, "--backend", "faulty:no_device=1", "-n", "2", NULL);
