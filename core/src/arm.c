@@ -288,10 +288,17 @@ static memra_status arm_keys(memra_registry *r, memra_arm *a, const char *arm_te
     st = memra_options_u32(&a->opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &a->window, err);
     if (st != MEMRA_OK)
         return st;
-    st = read_prefill(a, host, err);
-    if (st != MEMRA_OK)
-        return st;
-    return MEMRA_OK;
+    return read_prefill(a, host, err);
+}
+
+/* The arm's text, label and the prefix its messages get: "arm LABEL (TEXT)", or "arm 'TEXT'". */
+static void arm_name(memra_arm *a, const char *arm_text, const char *label) {
+    snprintf(a->text, sizeof a->text, "%s", arm_text);
+    snprintf(a->label, sizeof a->label, "%s", label ? label : "");
+    if (label)
+        snprintf(a->prefix, sizeof a->prefix, "arm %s (%s)", a->label, a->text);
+    else
+        snprintf(a->prefix, sizeof a->prefix, "arm '%s'", a->text);
 }
 
 memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const char *label, memra_error *err) {
@@ -302,11 +309,7 @@ memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const c
     memra_arm *a = calloc(1, sizeof *a);
     if (!a)
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory checking arm '%s'", arm_text);
-    snprintf(a->text, sizeof a->text, "%s", arm_text);
-    if (label)
-        snprintf(a->prefix, sizeof a->prefix, "arm %s (%s)", label, a->text);
-    else
-        snprintf(a->prefix, sizeof a->prefix, "arm '%s'", a->text);
+    arm_name(a, arm_text, label);
     memra_error e = {0};
     memra_status st = arm_keys(r, a, arm_text, NULL, 0, &e), out = MEMRA_OK;
     if (st == MEMRA_E_INVALID) { /* the arm's text or keys: a usage error, said first */
@@ -314,8 +317,6 @@ memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const c
     } else if (st == MEMRA_OK) {
         uint32_t n = 0;
         st = a->vt->device_count(memra_registry_host(r), &a->opts, &n, &e);
-        if (st == MEMRA_OK && n == 0)
-            st = memra_fail(&e, MEMRA_E_DEVICE, "backend '%s' reports no device", a->backend_name);
         if (st == MEMRA_E_DEVICE || st == MEMRA_E_INVALID) /* no device; a value the backend refuses */
             out = arm_prefix(a, st, &e, NULL);
     } /* other failures (a plugin that does not load, a device_count that fails otherwise) are
@@ -343,12 +344,7 @@ memra_status memra_arm_open(memra_registry *r, const memra_model *m, const char 
     memra_arm *a = calloc(1, sizeof *a);
     if (!a)
         return memra_fail(err, MEMRA_E_NOMEM, "out of memory opening arm '%s'", arm_text);
-    snprintf(a->text, sizeof a->text, "%s", arm_text);
-    snprintf(a->label, sizeof a->label, "%s", label ? label : "");
-    if (label)
-        snprintf(a->prefix, sizeof a->prefix, "arm %s (%s)", a->label, a->text);
-    else
-        snprintf(a->prefix, sizeof a->prefix, "arm '%s'", a->text);
+    arm_name(a, arm_text, label);
     a->model = m;
     const memra_host *host = memra_registry_host(r);
 

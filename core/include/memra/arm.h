@@ -66,9 +66,9 @@ memra_status memra_arm_streams_weights(memra_registry *r, const char *arm_text, 
  * says it before it spends time reading or building weights (minutes for an 8B model): the arm's
  * text and keys (MEMRA_E_INVALID: unknown keys, bad values, refused ops), then whether its backend
  * has a device (the vtable's device_count for the arm's options: MEMRA_E_DEVICE, no GPU or no
- * driver; MEMRA_E_INVALID, a value the backend refuses). Messages as memra_arm_open's, prefixed "arm LABEL (TEXT)" or "arm 'TEXT'" (label
- * NULL). Anything else (a plugin that does not load, a text too long) gives MEMRA_OK:
- * memra_arm_open reports it. */
+ * driver; MEMRA_E_INVALID, a value the backend refuses). Messages as memra_arm_open's, prefixed
+ * "arm LABEL (TEXT)", or "arm 'TEXT'" with label NULL. Anything else (a plugin that does not
+ * load, a text too long) gives MEMRA_OK: memra_arm_open reports it. */
 memra_status memra_arm_precheck(memra_registry *r, const char *arm_text, const char *label, memra_error *err);
 
 const char *memra_arm_text(const memra_arm *a);                     /* as given */
