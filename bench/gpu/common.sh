@@ -12,6 +12,15 @@ G=$B/bin/memra-gate; M=$B/bin/memra
 T="$OUT/table.txt"
 GATE_TIMEOUT=${GATE_TIMEOUT:-300}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 
+# need_card NAME: stop at once (exit 9, one table line) unless the first GPU's name contains NAME,
+# e.g. H200 for a figure an issue's check names that card for: an H100 that came for an
+# `nvidia-h200` call is given back before it spends the session's device time on figures that
+# do not count. NAME "any" accepts every card.
+need_card() { local n; n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  [ "$1" = any ] && return 0
+  case "$n" in *"$1"*) return 0;; esac
+  echo "NOT AN $1 (${n:-no GPU}): stopped before any measurement" | tee -a "$T"; exit 9; }
+
 # gate NAME ARGS...: memra-gate ARGS with its records in $OUT/NAME.jsonl; one table line (exit
 # status, seconds, verdict and reason, the speed ratio, the largest nmse), and the log's last
 # lines when it failed.

@@ -11,10 +11,14 @@
 #   pairs  exact pairs, 256 prime + 256 generated, --rows 0: prefill=1 against prefill=512 and
 #          against prefill=7 on llama-1b, 8B BF16 and 8B Q8_0, greedy and sampled, eager and graph
 #          mixed so that each model has each of the four (about 4 min)
-# Every table line goes to $OUT/table.txt too; run it on an H200 (the checks name it).
+# Every table line goes to $OUT/table.txt too. The pp and long checks name the H200, so the script
+# stops at once (exit 9) on another card unless CARD says otherwise (CARD=any: the pairs, whose
+# check names no card).
 #   CARRY=/tmp/m PARTS="pp long" bash bench/gpu/issue28.sh
+#   CARRY=/tmp/m PARTS=pairs CARD=any bash bench/gpu/issue28.sh
 . "$(dirname "$0")/common.sh"
 PARTS=${PARTS:-pp long pairs}
+need_card "${CARD:-H200}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$T"
 A=gemv=mma,attention=mma,kv=bf16; Q=q8=mma,attention=mma,kv=bf16; KQ=qdot=mma,attention=mma,kv=bf16
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
