@@ -324,8 +324,9 @@ int gate_exit_for(memra_status st);
 void gate_eog_set(gate_ctx *ctx, const memra_loaded_model *lm);
 memra_status gate_load_prompt(gate_config *cfg, const memra_loaded_model *lm, uint32_t **prompt, uint8_t sha[32],
                               int *exit_code, memra_error *err);
-/* Checks both arm strings (syntax, window, and that the placement and collective they name are
- * plugins the registry found) before a model is loaded. */
+/* Checks both arm strings (syntax, and that the backend, placement, collective and op plugins
+ * they name are plugins the registry found, listing those found) before a model is loaded; their
+ * keys and values are memra_arm_precheck's. */
 memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err);
 /* Opens arms a and b on the loaded model (with no arms given, picks the pair: cuda against
  * cuda-graph where both open, otherwise cpu against cpu:stages=2) and compares their resolved

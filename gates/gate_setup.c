@@ -287,7 +287,6 @@ static memra_status known_plugin(memra_registry *r, const char *flag, const char
 static memra_status precheck_arm(const char *name, const char *text, memra_registry *r, memra_error *err) {
     char backend[MEMRA_BACKEND_NAME_MAX];
     memra_options opts;
-    uint32_t window;
     memra_status st = memra_arm_parse(text, backend, &opts, err);
     if (st != MEMRA_OK) {
         memra_error_prefix(err, "--%s", name);
@@ -317,10 +316,7 @@ static memra_status precheck_arm(const char *name, const char *text, memra_regis
         if (st != MEMRA_OK)
             return st;
     }
-    st = memra_options_u32(&opts, MEMRA_ARM_KEY_WINDOW, 1, 1, MEMRA_ARM_MAX_WINDOW, &window, err);
-    if (st != MEMRA_OK)
-        memra_error_prefix(err, "--%s: arm '%s'", name, text);
-    return st;
+    return MEMRA_OK; /* keys and values (window included): memra_arm_precheck, next in load() */
 }
 
 memra_status gate_precheck_arms(const gate_config *cfg, memra_registry *r, memra_error *err) {
