@@ -16,8 +16,8 @@ GATE_TIMEOUT=${GATE_TIMEOUT:-300}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 # e.g. H200 for a figure an issue's check names that card for: an H100 that came for an
 # `nvidia-h200` call is given back before it spends the session's device time on figures that
 # do not count. NAME "any" accepts every card.
-need_card() { local n; n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-  [ "$1" = any ] && return 0
+need_card() { [ "$1" = any ] && return 0
+  local n; n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   case "$n" in *"$1"*) return 0;; esac
   echo "NOT AN $1 (${n:-no GPU}): stopped before any measurement" | tee -a "$T"; exit 9; }
 
