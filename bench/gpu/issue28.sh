@@ -11,6 +11,11 @@
 #   pairs  exact pairs, 256 prime + 256 generated, --rows 0: prefill=1 against prefill=512 and
 #          against prefill=7 on llama-1b, 8B BF16 and 8B Q8_0, greedy and sampled, eager and graph
 #          mixed so that each model has each of the four (about 4 min)
+#   ppcmp  pp512 side by side with llama.cpp on the same card and the same files (memra mkmodel
+#          GGUFs of llama-1b BF16, llama-8b BF16, Q8_0 and Q4_K; $LLAMA_BENCH: a llama-bench of
+#          llama.cpp built for the device): memra bench --prime 512 on the eager exact arms,
+#          llama-bench -p 512 -n 0 (about 5 min with the files' writing). Any card: it is a ratio
+#          on one card, not the issue's H200 figure (written in the twenty-eighth session; not yet run).
 # Every table line goes to $OUT/table.txt too. The pp and long checks name the H200, so the script
 # stops at once (exit 9) on another card unless CARD says otherwise (CARD=any: the pairs, whose
 # check names no card).
@@ -18,6 +23,7 @@
 #   CARRY=/tmp/m PARTS=pairs CARD=any bash bench/gpu/issue28.sh
 . "$(dirname "$0")/common.sh"
 PARTS=${PARTS:-pp long pairs}
+case " $PARTS " in *" ppcmp "*) : "${LLAMA_BENCH:?ppcmp needs LLAMA_BENCH}";; esac
 need_card "${CARD:-H200}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$T"
 A=gemv=mma,attention=mma,kv=bf16; Q=q8=mma,attention=mma,kv=bf16; KQ=qdot=mma,attention=mma,kv=bf16
@@ -45,6 +51,17 @@ if has pairs; then
   done
   control "pair_control_span_tier" --a cuda-graph:$A --b cuda-graph:$A,attfold=tier --preset llama-1b --dtype bf16 \
     --prime 700 -n 16 --rows 0
+fi
+if has ppcmp; then
+  W=${W:-/tmp/w}; mkdir -p "$W"
+  for md in "llama-1b bf16 $A" "llama-8b bf16 $A" "llama-8b q8_0 $Q" "llama-8b q4_k $KQ"; do
+    set -- $md; mk $1 $2; f=$W/$1-$2.gguf
+    timeout 240 "$LLAMA_BENCH" -m "$f" -p 512 -n 0 -r 3 -ngl 99 > "$OUT/lbpp_$1_$2.log" 2>&1
+    echo "== llama-bench pp512 $1 $2 rc=$? t=$SECONDS" | tee -a "$T"
+    grep '^|' "$OUT/lbpp_$1_$2.log" | tail -1 | cut -c1-200 | tee -a "$T"
+    bench "mbpp_$1_$2" --model "$f" --arm cuda:$3 --prime 512 -n 16 --reps 3
+    case $1 in llama-8b) rm -f "$f";; esac
+  done
 fi
 echo "t=$SECONDS" | tee -a "$T"
 echo "== table"; cat "$T"
