@@ -87,8 +87,8 @@ static void launch_step_body(const Args &a, cudaStream_t q, cudaGraphConditional
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at;
         cfg.numAttrs = 1;
-        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, step_kernel, a.st, a.counter, k, a.K, a.spin, k == a.K - 1 ? 1 : 0,
-                                          a.R, h, use_cond));
+        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, step_kernel, a.st, a.counter, k, a.K, a.spin, k == a.K - 1 ? 1 : 0, a.R,
+                                          h, use_cond));
     }
 }
 
@@ -97,7 +97,7 @@ static void launch_step_body(const Args &a, cudaStream_t q, cudaGraphConditional
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) {                                                                                       \
-            printf("while: %s failed: %s\n", #x, cudaGetErrorString(e_));                                             \
+            printf("while: %s failed: %s\n", #x, cudaGetErrorString(e_));                                              \
             return 4;                                                                                                  \
         }                                                                                                              \
     } while (0)
@@ -127,8 +127,8 @@ static void report(const char *name, const Args &a, float ms, int steps) {
             if (k == 0 && s > 0 && h[(size_t)(s - 1) * a.K + a.K - 1].end)
                 between.push_back(((double)x.start - (double)h[(size_t)(s - 1) * a.K + a.K - 1].end) / 1e3);
         }
-    printf("%-8s steps %4d  step %8.2f us  between steps %7.2f us (median of %zu)  inside %6.2f us  missing %d\n",
-           name, steps, ms * 1e3 / steps, median(between), between.size(), median(inside), missing);
+    printf("%-8s steps %4d  step %8.2f us  between steps %7.2f us (median of %zu)  inside %6.2f us  missing %d\n", name,
+           steps, ms * 1e3 / steps, median(between), between.size(), median(inside), missing);
 }
 
 static void reset(const Args &a) {

@@ -11,12 +11,12 @@
  * piece in order, pieces in order, then the xor tree):
  *   launch    one launch a phase, 64 in a CUDA graph under programmatic dependent launch: a block
  *             queues its first pieces, then griddepcontrol.wait (the next launch's block lands on a
- *             multiprocessor when the previous one's block there ends);
+ *             multiprocessor when the previous one's block there ends); launch0: queued after it;
  *   persist   one cooperative launch for the whole chain, a grid barrier (one arrive counter, a
  *             generation word) between phases, the pieces queued before the barrier's wait;
  *   persist0  the same, the pieces queued only after the wait;
  *   racy      persist without the barrier (its reads race: a timing lower bound).
- * launch, persist and persist0 must give the same bits (x, the qkv and SwiGLU outputs, memcmp);
+ * launch, launch0, persist and persist0 must give the same bits (x, the qkv and SwiGLU outputs, memcmp);
  * a flipped weight bit must change launch's x (control). Then us a layer against the floor (the
  * layer's bytes over the copy ceiling). Bench code only.
  *   memra_cuda_mega_bench [layers] [replays]      (defaults 16 30)
@@ -59,10 +59,10 @@ __device__ __forceinline__ void mbar_init(uint64_t *b) {
 /* lane 0: one piece of `bytes` from global src into shared dst, completing on mbarrier b */
 __device__ __forceinline__ void piece_issue(void *dst, const void *src, uint64_t *b) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(PIECE) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(PIECE), "r"(smem_addr(b))
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+        "l"(src), "r"(PIECE), "r"(smem_addr(b))
+        : "memory");
 }
 
 __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
@@ -293,16 +293,19 @@ __global__ void __launch_bounds__(THREADS, 1) persist_kernel(Params p) {
 }
 
 /* One phase as its own launch: its pieces queued, then the wait for the launch before. */
-__global__ void __launch_bounds__(THREADS, 1) phase_kernel(Params p, int l, int ph) {
+__global__ void __launch_bounds__(THREADS, 1) phase_kernel(Params p, int l, int ph, int pre) {
     extern __shared__ __align__(128) unsigned char sm[];
     Smem s = carve(sm);
     init_bars(s.bars);
     const int b = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     Ring r = {0, 0};
     const Layer &ly = p.layers[l];
-    queue_first(ly, ph, p.G, b, warp, lane, r, s.slots, s.bars);
+    if (pre)
+        queue_first(ly, ph, p.G, b, warp, lane, r, s.slots, s.bars);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (!pre)
+        queue_first(ly, ph, p.G, b, warp, lane, r, s.slots, s.bars);
     stage_x(p, ly, ph, s.xs, s.red);
     compute(p, ly, ph, p.G, b, warp, lane, r, s.slots, s.bars, s.xs);
 }
@@ -364,7 +367,11 @@ int main(int argc, char **argv) {
     std::vector<Layer> hl(L);
     for (int l = 0; l < L; l++) {
         __nv_bfloat16 *base = w + per_layer * l;
-        hl[l] = {base, base + n_qkv, base + n_qkv + n_wo, base + n_qkv + n_wo + n_gu, nw + (size_t)2 * l * E,
+        hl[l] = {base,
+                 base + n_qkv,
+                 base + n_qkv + n_wo,
+                 base + n_qkv + n_wo + n_gu,
+                 nw + (size_t)2 * l * E,
                  nw + (size_t)(2 * l + 1) * E};
     }
     Layer *dl;
@@ -380,38 +387,42 @@ int main(int argc, char **argv) {
     }
     Params p = {dl, L, x, qkvb, h, bar, 0, G, 1e-5f};
 
-    /* the launched form: 4 L launches under PDL, captured once */
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    MC_BENCH_CHECK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < L; l++)
-        for (int ph = 0; ph < 4; ph++) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(G);
-            cfg.blockDim = dim3(THREADS);
-            cfg.dynamicSmemBytes = SMEM;
-            cfg.stream = q;
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = at;
-            cfg.numAttrs = 1;
-            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, phase_kernel, p, l, ph));
-        }
-    MC_BENCH_CHECK(cudaStreamEndCapture(q, &g));
-    MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    /* the launched forms: 4 L launches under PDL, captured once each (pre: the pieces queued
+     * before the wait, or after it) */
+    cudaGraphExec_t gexec[2];
+    for (int pre = 1; pre >= 0; pre--) {
+        cudaGraph_t g;
+        MC_BENCH_CHECK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++)
+            for (int ph = 0; ph < 4; ph++) {
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(G);
+                cfg.blockDim = dim3(THREADS);
+                cfg.dynamicSmemBytes = SMEM;
+                cfg.stream = q;
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, phase_kernel, p, l, ph, pre));
+            }
+        MC_BENCH_CHECK(cudaStreamEndCapture(q, &g));
+        MC_BENCH_CHECK(cudaGraphInstantiate(&gexec[1 - pre], g, 0));
+    }
 
-    auto run = [&](int form) { /* 0 launch, 1 persist, 2 persist0, 3 racy */
-        if (form == 0) {
-            MC_BENCH_CHECK(cudaGraphLaunch(ge, q));
-        } else {
-            Params pp = p;
-            pp.mode = form - 1;
-            void *args[] = {&pp};
-            MC_BENCH_CHECK(cudaLaunchCooperativeKernel((void *)persist_kernel, dim3(G), dim3(THREADS), args, SMEM, q));
-        }
+    auto run = [&](int form) { /* 0 launch, 1 persist, 2 persist0, 3 racy, 4 launch0 */
+                               if (form == 0 || form == 4) {
+                                   MC_BENCH_CHECK(cudaGraphLaunch(gexec[form == 4], q));
+                               } else {
+                                   Params pp = p;
+                                   pp.mode = form - 1;
+                                   void *args[] = {&pp};
+                                   MC_BENCH_CHECK(cudaLaunchCooperativeKernel((void *)persist_kernel, dim3(G),
+                                                                              dim3(THREADS), args, SMEM, q));
+                               }
     };
-    const char *names[4] = {"launch", "persist", "persist0", "racy"};
+    const char *names[5] = {"launch", "persist", "persist0", "racy", "launch0"};
     std::vector<float> ref[3], got[3];
     auto snapshot = [&](std::vector<float> *o) {
         o[0].resize(E);
@@ -440,7 +451,7 @@ int main(int argc, char **argv) {
         finite = finite && v == v && v - v == 0.0f;
     printf("x after %d layers: x[0] %.6g x[1] %.6g, %s\n", L, ref[0][0], ref[0][1], finite ? "finite" : "NOT FINITE");
     bad += !finite;
-    for (int form = 0; form < 3; form++)
+    for (int form : {0, 1, 2, 4})
         for (int rep = 0; rep < 3; rep++) {
             from_start(form);
             snapshot(got);
@@ -450,7 +461,8 @@ int main(int argc, char **argv) {
                 bad++;
             }
         }
-    printf("bits: launch, persist, persist0 three runs each from the same start: %s\n", bad ? "DIFFER" : "equal");
+    printf("bits: launch, launch0, persist, persist0 three runs each from the same start: %s\n",
+           bad ? "DIFFER" : "equal");
     /* control: one weight of layer 0's wo one bf16 ulp off must change x */
     {
         unsigned short u;
@@ -468,7 +480,7 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaEventCreate(&e0));
     MC_BENCH_CHECK(cudaEventCreate(&e1));
     for (int pass = 0; pass < 2; pass++)
-        for (int form = 0; form < 4; form++) {
+        for (int form : {0, 4, 1, 2, 3}) {
             run(form);
             MC_BENCH_CHECK(cudaEventRecord(e0, q));
             for (int i = 0; i < R; i++)
