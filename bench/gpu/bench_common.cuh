@@ -63,4 +63,22 @@ static inline double mc_bench_copy_ceiling(cudaStream_t st) {
     return 2.0 * n * 10 / (ms / 1e3);
 }
 
+/* One launch of fn<<<grid, block, smem, st>>>(args) with programmatic stream serialization (the
+ * kernel's griddepcontrol.wait then waits for the launch before it on st). */
+template <typename... P, typename... A>
+static inline void mc_bench_launch_pdl(cudaStream_t st, void (*fn)(P...), unsigned grid, unsigned block, size_t smem,
+                                       A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute a[1];
+    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = a;
+    cfg.numAttrs = 1;
+    MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, fn, args...));
+}
+
 #endif

@@ -81,21 +81,6 @@ __global__ void __launch_bounds__(CR_THREADS) cr_read(const uint4 *pool, uint32_
 
 typedef void (*cr_fn)(const uint4 *, uint32_t, const int *, int, unsigned *);
 
-/* One launch of fn<<<grid, block>>>(args) on st with programmatic stream serialization. */
-template <typename... P, typename... A>
-static void launch_pdl(cudaStream_t st, void (*fn)(P...), unsigned grid, unsigned block, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.stream = st;
-    cudaLaunchAttribute a[1];
-    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = a;
-    cfg.numAttrs = 1;
-    MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, fn, args...));
-}
-
 /* us a pair (or a launch of ids alone: mode 2) over a graph of CR_L, best of three timings of `replays`. */
 static double time_graph(int mode, cr_fn fn, int blocks, const uint4 *pool, uint32_t region16, int *ids, int k, int n,
                          unsigned *sink, int replays) {
@@ -105,9 +90,9 @@ static double time_graph(int mode, cr_fn fn, int blocks, const uint4 *pool, uint
     cudaGraphExec_t ge;
     MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < CR_L; l++) {
-        launch_pdl(st, cr_ids, 1, 32, ids, k, n);
+        mc_bench_launch_pdl(st, cr_ids, 1, 32, 0, ids, k, n);
         if (mode != 2)
-            launch_pdl(st, fn, blocks, CR_THREADS, pool, region16, (const int *)ids, k, sink);
+            mc_bench_launch_pdl(st, fn, blocks, CR_THREADS, 0, pool, region16, (const int *)ids, k, sink);
     }
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
     MC_BENCH_CHECK(cudaGraphInstantiate(&ge, g, 0));

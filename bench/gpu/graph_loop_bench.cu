@@ -78,17 +78,8 @@ struct Args {
 
 static void launch_step_body(const Args &a, cudaStream_t q, cudaGraphConditionalHandle h, int use_cond) {
     for (int k = 0; k < a.K; k++) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(132);
-        cfg.blockDim = dim3(128);
-        cfg.stream = q;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, step_kernel, a.st, a.counter, k, a.K, a.spin, k == a.K - 1 ? 1 : 0, a.R,
-                                          h, use_cond));
+        mc_bench_launch_pdl(q, step_kernel, 132, 128, 0, a.st, a.counter, k, a.K, a.spin, k == a.K - 1 ? 1 : 0, a.R, h,
+                            use_cond);
     }
 }
 

@@ -395,17 +395,7 @@ int main(int argc, char **argv) {
         MC_BENCH_CHECK(cudaStreamBeginCapture(q, cudaStreamCaptureModeThreadLocal));
         for (int l = 0; l < L; l++)
             for (int ph = 0; ph < 4; ph++) {
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(G);
-                cfg.blockDim = dim3(THREADS);
-                cfg.dynamicSmemBytes = SMEM;
-                cfg.stream = q;
-                cudaLaunchAttribute at[1];
-                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at[0].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = at;
-                cfg.numAttrs = 1;
-                MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, phase_kernel, p, l, ph, pre));
+                mc_bench_launch_pdl(q, phase_kernel, G, THREADS, SMEM, p, l, ph, pre);
             }
         MC_BENCH_CHECK(cudaStreamEndCapture(q, &g));
         MC_BENCH_CHECK(cudaGraphInstantiate(&gexec[1 - pre], g, 0));
