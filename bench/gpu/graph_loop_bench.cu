@@ -49,8 +49,8 @@ __global__ void step_kernel(Stamp *st, int *counter, int k, int K, unsigned long
         st[(size_t)step * K + k].end = gtime();
     }
     if (last) {
-        /* every block has read `step` before any block of the next launch runs (stream order), so one
-         * thread of the last block to finish... simpler: block 0 after a grid-wide count */
+        /* the last block to arrive (an integer ticket) advances the step: every block of this launch
+         * has read `step` by then, and the next launch reads it only after its wait */
         __shared__ int am_last;
         __syncthreads();
         if (threadIdx.x == 0) {
