@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk, qblock, qgrid, mmachunk, attchunk and attdec never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock, qgrid, mmachunk, attchunk, attdec and qkvparts never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv, experts, attfold and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -169,6 +169,13 @@ extern "C" {
             "the next staged meanwhile) or warp (a warp a span, a block the 4 spans of 256 positions at once, with no " \
             "block barrier inside a span; kv=q8 at head size 128 refused). The same bits either way, for every "      \
             "attfold; refused without attention=mma"                                                                   \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "qkvparts", "merged",                                                                                          \
+            "a layer's q/k/v in parts of two types (gemma3's Q4_K_M files: q and k Q5_0, v Q8_0) under "              \
+            "postnorm=prologue: merged (one launch whose blocks run either part, where it has a form for them: a "    \
+            "Q4_0 or Q5_0 part on the narrow 16r kernel and a Q8_0 part on the 16-warp integer kernel at column "     \
+            "splits of 2 or 4; a launch a part elsewhere) or apart (a launch a part). The bits do not depend on it"    \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -214,6 +214,17 @@ static memra_status mc_qkv_site(memra_backend *b, mc_stage_state *ss, const mc_o
                                 const float *x, float *qkv, cudaStream_t q, memra_error *err) {
     if (L->qkv_parts == 0)
         return mc_gemv_site(b, ss, at, &L->wqkv, x, L->attn_norm, L->bqkv, NULL, qkv, MC_GLU_NONE, q, err);
+    /* qkvparts=merged: two parts in one launch where no op plugin or unfused norm takes either */
+    if (L->qkv_parts == 2 && b->cfg.qkvparts == MC_QKVPARTS_MERGED && !L->bqkv && L->attn_norm && !b->op_rmsnorm &&
+        b->cfg.norm == MC_NORM_FUSED && L->qkv_part[0].type < 64 && L->qkv_part[1].type < 64 &&
+        !b->op_gemv[L->qkv_part[0].type] && !b->op_gemv[L->qkv_part[1].type]) {
+        const cudaError_t e = mc_gemv_qkv2(&b->cfg, &L->qkv_part[0], &L->qkv_part[1], x, NULL, L->attn_norm,
+                                           b->m->rms_eps, qkv, qkv + L->qkv_part[0].rows, q);
+        if (e != cudaErrorNotSupported) {
+            MC_RET(e, "launch of the merged q/k/v gemv parts");
+            return MEMRA_OK;
+        }
+    }
     uint32_t off = 0;
     for (uint32_t p = 0; p < L->qkv_parts; p++) {
         memra_status st = mc_gemv_site(b, ss, at, &L->qkv_part[p], x, L->attn_norm, L->bqkv ? L->bqkv + off : NULL,
@@ -310,6 +321,15 @@ static memra_status mc_qkv_site_pro(memra_backend *b, const mc_layer *L, const m
         MC_RET(mc_gemv_pro(&b->cfg, &L->wqkv, pro, L->attn_norm, eps, MC_GLU_NONE, qkv, q),
                "launch of the q/k/v gemv (with the post-FFN norm before it)");
         return MEMRA_OK;
+    }
+    if (L->qkv_parts == 2 && b->cfg.qkvparts == MC_QKVPARTS_MERGED && !L->bqkv) {
+        const cudaError_t e = mc_gemv_qkv2(&b->cfg, &L->qkv_part[0], &L->qkv_part[1], NULL, pro, L->attn_norm, eps, qkv,
+                                           qkv + L->qkv_part[0].rows, q);
+        if (e != cudaErrorNotSupported) {
+            MC_RET(e, "launch of the merged q/k/v gemv parts (with the post-FFN norm before them)");
+            return MEMRA_OK;
+        }
+        /* no form for these parts (nothing was launched): a launch each below */
     }
     uint32_t off = 0;
     for (uint32_t p = 0; p < L->qkv_parts; p++) {

@@ -116,6 +116,13 @@ enum { MC_ATTFOLD_SPAN, MC_ATTFOLD_TIER };
  * attention=mma has had) or MC_ATTDEC_WARP (a warp a span, a block the 4 spans of a tier at once:
  * mc_amm_wdec; kv=q8 at head size 128 not served). The same bits either way, for every attfold. */
 enum { MC_ATTDEC_BLOCK, MC_ATTDEC_WARP };
+/* A layer's q/k/v in parts of two types (the `qkvparts` key): MC_QKVPARTS_MERGED,
+ * one launch whose blocks run either part (mc_gemv_qkv2, where it has a form for the parts: a
+ * Q4_0 or Q5_0 part on the 16r narrow form and a Q8_0 part on the 16-warp integer kernel, e.g.
+ * gemma3's Q4_K_M files; a Q4_K or Q5_K part and a Q6_K part, llama.cpp's Q4_K_M and Q5_K_M mixes,
+ * without the prologue), else a launch a part; MC_QKVPARTS_APART, a launch a part everywhere. The
+ * same bits either way. */
+enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -213,6 +220,7 @@ typedef struct mc_config {
     uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
     uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
     uint32_t attdec;    /* attention=mma's decode spans: MC_ATTDEC_BLOCK or _WARP (the same bits) */
+    uint32_t qkvparts;  /* q/k/v parts of two types: MC_QKVPARTS_MERGED or _APART (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -224,7 +232,7 @@ static inline MC_HOSTDEV uint32_t mc_kv_row_bytes(uint32_t kv, uint32_t hd) {
     return kv == MC_KV_F32 ? 4u * hd : kv == MC_KV_Q8 ? hd + hd / 8u : 2u * hd;
 }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold, attdec) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold, attdec, qkvparts) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */
@@ -586,6 +594,15 @@ cudaError_t mc_digest_planes(const void *planes, uint32_t n_planes, uint32_t cap
 
 /* Around op plugins (op_glue.cu): a standalone RMSNorm of n floats (one block, a fixed tree), and
  * the stores the fused GEMVs do (y = residual + (t + bias); SwiGLU of interleaved gate/up rows). */
+/* qkvparts=merged: q/k/v parts a (rows into ya) and b (into yb) of one layer in one launch, with the
+ * attention norm (norm_w), from x, or with pro the prologue (part a's first block stores x_new).
+ * cudaErrorNotSupported, nothing launched, where no form serves the two parts (launch them apart:
+ * the same bits). */
+cudaError_t mc_gemv_qkv2(const mc_config *c, const mc_matrix *wa, const mc_matrix *wb, const float *x,
+                         const mc_pro_args *pro, const float *norm_w, float eps, float *ya, float *yb, cudaStream_t st);
+/* Its K-quant form (gemv_kquant.cu): part a Q4_K or Q5_K, part b Q6_K, the attention norm, no prologue. */
+cudaError_t mc_gemv_kquant_qkv2(const mc_config *c, const mc_matrix *wa, const mc_matrix *wb, const float *x,
+                                const float *norm_w, float eps, float *ya, float *yb, cudaStream_t st);
 cudaError_t mc_op_rmsnorm(const float *x, const float *w, uint32_t n, float eps, float *out, cudaStream_t st);
 cudaError_t mc_op_store(const float *t, uint32_t rows, const float *bias, const float *residual, float *y,
                         cudaStream_t st);

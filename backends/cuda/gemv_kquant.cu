@@ -102,8 +102,8 @@ __device__ __forceinline__ float mc_kq_unit_dp4a(float acc, const mc_kq_unit &u,
 /* The kernels' body (gemv_kquant, gemv_kquant_post below), called by every thread of the block. */
 template <uint32_t T, int QF, int GLU, int KS, uint32_t W>
 __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
-                                                 const float *bias, const float *residual, float *y,
-                                                 uint32_t n_groups) {
+                                                 const float *bias, const float *residual, float *y, uint32_t n_groups,
+                                                 uint32_t bid = ~0u, uint32_t nbk = 0) {
     extern __shared__ __align__(16) unsigned char kqsm[];
     __shared__ float red[2][W][MC_GEMV_ROWS];
     __shared__ float bred[MC_KQ_WARPS];
@@ -113,8 +113,9 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
     int4 *meta = (int4 *)(xl + nch);
     float *xf = (float *)kqsm; /* qdot=float: x' */
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
-    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
-    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t B = bid == ~0u ? blockIdx.x : bid, NB = bid == ~0u ? gridDim.x : nbk; /* (a merged part's) */
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * B / NB);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (B + 1) / NB);
     const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
     const uint32_t niter = (nunits + PER_IT - 1) / PER_IT, total = n_my * niter;
     const uint32_t first = lane + 32 * part;
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(32 * MC_KQ_SMALL, MC_KQ_WARPS / MC_KQ_SMALL)
 template <uint32_t T, int GLU, int KS>
 __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                       const float *bias, const float *residual, float *y,
-                                                      uint32_t n_groups) {
+                                                      uint32_t n_groups, uint32_t bid = ~0u, uint32_t nbk = 0) {
     static_assert(KS > 1 && !(GLU != MC_GLU_NONE && KS == 4), "the rows split: KS 2 or 4, a GLU's pairs whole");
     constexpr uint32_t W = MC_KQ_WARPS, RPW = MC_GEMV_ROWS / KS, NP = KS;
     extern __shared__ __align__(16) unsigned char kqsm[];
@@ -341,8 +342,9 @@ __device__ __forceinline__ void gemv_kquant_rows_body(const mc_matrix w, const f
     uint4 *xh = (uint4 *)kqsm, *xm = xh + nch, *xl = xm + nch;
     int4 *meta = (int4 *)(xl + nch);
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp % KS, slot = warp / KS;
-    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
-    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t B = bid == ~0u ? blockIdx.x : bid, NB = bid == ~0u ? gridDim.x : nbk; /* (a merged part's) */
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * B / NB);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (B + 1) / NB);
     const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
     const uint32_t niter = (nunits + PER_IT - 1) / PER_IT, total = n_my * niter;
     const uint32_t rsub = sub * RPW;
@@ -666,6 +668,39 @@ static cudaError_t mc_kq_experts_t(const mc_config *c, const mc_matrix *w, uint3
 /* This file's copy of the trigger mask (launch.cu's table). */
 cudaError_t mc_gemv_kquant_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
+/* qkvparts=merged on the K-quants: q/k in Q4_K or Q5_K and v in Q6_K (llama.cpp's Q4_K_M and Q5_K_M
+ * mixes give v Q6_K in about half the layers) as one launch with the attention norm: blocks [0,
+ * grid_a) run part a's body (the 16-warp body, or with ROWS the rows split of qblock=16r on
+ * matrices of at most MC_QBLOCK_COLS columns) on their share of its row groups, the others part b's.
+ * A block's share is a function of its index in its part and the part's block count, which changes
+ * no row's arithmetic, so the bits are those of the two launches; part b no longer waits for part
+ * a. Per call: what the two launches read and write. */
+template <uint32_t TA, int KSA, int KSB, bool ROWS>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_qkv2(const mc_matrix wa, const mc_matrix wb, const float *x, const float *norm_w, float eps, float *ya,
+                     float *yb, uint32_t nga, uint32_t ngb, uint32_t grid_a) {
+    if constexpr (ROWS) {
+        if (blockIdx.x < grid_a)
+            gemv_kquant_rows_body<TA, MC_GLU_NONE, KSA>(wa, x, norm_w, eps, NULL, NULL, ya, nga, blockIdx.x, grid_a);
+        else
+            gemv_kquant_rows_body<MEMRA_TYPE_Q6_K, MC_GLU_NONE, KSB>(wb, x, norm_w, eps, NULL, NULL, yb, ngb,
+                                                                     blockIdx.x - grid_a, gridDim.x - grid_a);
+    } else {
+        if (blockIdx.x < grid_a)
+            gemv_kquant_body<TA, 0, MC_GLU_NONE, KSA, MC_KQ_WARPS>(wa, x, norm_w, eps, NULL, NULL, ya, nga, blockIdx.x,
+                                                                   grid_a);
+        else
+            gemv_kquant_body<MEMRA_TYPE_Q6_K, 0, MC_GLU_NONE, KSB, MC_KQ_WARPS>(
+                wb, x, norm_w, eps, NULL, NULL, yb, ngb, blockIdx.x - grid_a, gridDim.x - grid_a);
+    }
+}
+/* the forms compiled (TA, KSA, KSB, ROWS): llama-8b's shapes (4,096 columns: q/k at KS 1 or 2, v at
+ * KS 4, the 16-warp body) and llama-1b's (2,048 columns: q/k at KS 2, v at KS 4, the rows split) */
+// clang-format off
+#define MC_KQ_QKV2_T(F, T) F(T, 1, 4, false) F(T, 2, 4, false) F(T, 2, 4, true)
+#define MC_KQ_QKV2_EACH(F) MC_KQ_QKV2_T(F, MEMRA_TYPE_Q4_K) MC_KQ_QKV2_T(F, MEMRA_TYPE_Q5_K)
+// clang-format on
+
 extern "C" {
 
 bool mc_qlayout_kquant(uint32_t type, uint64_t cols, uint64_t *data_row, uint64_t *aux_row) {
@@ -691,6 +726,64 @@ cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, cons
     case MEMRA_TYPE_Q5_K: return mc_kq_type<MEMRA_TYPE_Q5_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
     default: return mc_kq_type<MEMRA_TYPE_Q6_K>(c, glu, w, x, norm_w, eps, bias, residual, y, st);
     }
+}
+
+cudaError_t mc_gemv_kquant_qkv2(const mc_config *c, const mc_matrix *wa, const mc_matrix *wb, const float *x,
+                                const float *norm_w, float eps, float *ya, float *yb, cudaStream_t st) {
+    uint64_t dra, ara, drb, arb;
+    if (!x || !norm_w || wa->cols != wb->cols || !mc_kq_layout(wa->type, wa->cols, &dra, &ara) ||
+        !mc_kq_layout(wb->type, wb->cols, &drb, &arb) || wa->stride != dra || wa->aux_stride != ara || !wa->aux ||
+        wb->stride != drb || wb->aux_stride != arb || !wb->aux || wa->rows == 0 || wb->rows == 0)
+        return cudaErrorInvalidValue;
+    const uint32_t ksa = mc_kq_ksplit(wa->rows), ksb = mc_kq_ksplit(wb->rows);
+    /* the kernels mc_gemv would choose: qdot=auto on the 16-warp blocks (qblock 16, 16x, 16r and 16xr
+     * never take the small ones), the rows split under 16r and 16xr at KS > 1 on narrow matrices */
+    const bool big = c->qblock == MC_QBLOCK_16 || c->qblock == MC_QBLOCK_16X || c->qblock == MC_QBLOCK_16R ||
+                     c->qblock == MC_QBLOCK_16XR;
+    const bool rows_form = (c->qblock == MC_QBLOCK_16R || c->qblock == MC_QBLOCK_16XR) && wa->cols <= MC_QBLOCK_COLS;
+    const bool rows_a = rows_form && ksa > 1, rows_b = rows_form && ksb > 1;
+    if (c->qdot != MC_QDOT_AUTO || !big || rows_a != rows_b || wb->type != MEMRA_TYPE_Q6_K ||
+        (wa->type != MEMRA_TYPE_Q4_K && wa->type != MEMRA_TYPE_Q5_K))
+        return cudaErrorNotSupported;
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
+        return e;
+    const uint32_t smem = mc_kq_smem(wa->cols);
+    if (smem > (uint32_t)mc_kq_prepared[dev] || smem > 48u * 1024u) /* the merged kernel keeps the default limit */
+        return cudaErrorNotSupported;
+    const uint32_t sm = (uint32_t)mc_sm_count[dev];
+    const uint32_t nga = (wa->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS,
+                   ngb = (wb->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    const uint32_t na = (nga + 16 / ksa - 1) / (16 / ksa), nb = (ngb + 16 / ksb - 1) / (16 / ksb);
+    uint32_t grid_a, grid_b;
+    if (!mc_qgrid_fills(c->qgrid, wa->cols) && na + nb <= sm) { /* each part's fewest blocks */
+        grid_a = na;
+        grid_b = nb;
+    } else { /* the filled grid: every multiprocessor, shared by the parts in proportion to their bytes */
+        const double ba = (double)wa->rows * (dra + ara), bb = (double)wb->rows * (drb + arb);
+        grid_b = (uint32_t)(sm * bb / (ba + bb) + 0.5);
+        grid_b = grid_b < 1 ? 1 : grid_b > sm - 1 ? sm - 1 : grid_b;
+        grid_b = grid_b > ngb ? ngb : grid_b;
+        grid_a = sm - grid_b > nga ? nga : sm - grid_b;
+    }
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid_a + grid_b);
+    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    const bool rows = rows_a;
+    e = cudaErrorNotSupported;
+#define MC_KQ_QKV2_GO(TT, KA, KB, R)                                                                                   \
+    if (wa->type == TT && ksa == KA && ksb == KB && rows == R)                                                         \
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_qkv2<TT, KA, KB, R>, *wa, *wb, x, norm_w, eps, ya, yb, nga, ngb,      \
+                               grid_a);
+    MC_KQ_QKV2_EACH(MC_KQ_QKV2_GO)
+#undef MC_KQ_QKV2_GO
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 cudaError_t mc_gemv_experts_kquant(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
@@ -752,22 +845,25 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
         MC_KQ_EACH(MC_KQ_ROW)
 #undef MC_KQ_ROW
+#define MC_KQ_ROW_QKV2(T, KA, KB, R) {(const void *)gemv_kquant_qkv2<T, KA, KB, R>, "gemv"},
+            MC_KQ_QKV2_EACH(MC_KQ_ROW_QKV2)
+#undef MC_KQ_ROW_QKV2
 #define MC_KQ_ROW_POST(T, Q, K) {(const void *)gemv_kquant_post<T, Q, K>, "gemv_postnorm"},
-            MC_KQ_POST_EACH(MC_KQ_ROW_POST)
+                MC_KQ_POST_EACH(MC_KQ_ROW_POST)
 #undef MC_KQ_ROW_POST
 #define MC_KQ_ROW_SMALL(T, G, K) {(const void *)gemv_kquant_small<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
-                MC_KQ_SMALL_EACH(MC_KQ_ROW_SMALL)
+                    MC_KQ_SMALL_EACH(MC_KQ_ROW_SMALL)
 #undef MC_KQ_ROW_SMALL
 #define MC_KQ_ROW_SMALL_POST(T, K) {(const void *)gemv_kquant_small_post<T, K>, "gemv_postnorm"},
-                    MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
+                        MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
 #undef MC_KQ_ROW_SMALL_POST
 #define MC_KQ_ROW_ROWS(T, G, K) {(const void *)gemv_kquant_rows<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
-                        MC_KQ_ROWS_EACH(MC_KQ_ROW_ROWS)
+                            MC_KQ_ROWS_EACH(MC_KQ_ROW_ROWS)
 #undef MC_KQ_ROW_ROWS
 #define MC_KQ_ROW_ROWS_POST(T, K) {(const void *)gemv_kquant_rows_post<T, K>, "gemv_postnorm"},
-                            MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
+                                MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
 #undef MC_KQ_ROW_ROWS_POST
-        {(const void *)embed_kquant, "embed"},
+                                    {(const void *)embed_kquant, "embed"},
 #define MC_KQ_ROW_EXP(T, Q, G, K) {(const void *)gemv_kquant_experts<T, Q, G, K>, "gemv_experts"},
 #define MC_KQ_EXP_G(T, Q) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_NONE) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_SILU)
         MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 0)

@@ -51,6 +51,7 @@
  * writes cols floats. */
 #include "cuda_common.cuh"
 #include "gemv_legacy_body.cuh" /* the kernels' body, its constants and mc_ll_smem */
+#include "gemv_q8_body.cuh"     /* the Q8_0 integer body, for the merged q/k/v launch */
 #include "gemv_quant.h"
 #include "legacy_layout.h"
 #include "post_norm.cuh"
@@ -146,7 +147,8 @@ static_assert(MC_QBLOCK_COLS <= 32 * 8 * 16, "the narrow forms' x: one half bloc
 template <uint32_t T, int GLU, int NORM, int KS, int M, bool PRO = false>
 __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const float *x, const float *norm_w,
                                                         float eps, const float *bias, const float *residual, float *y,
-                                                        uint32_t n_groups, const mc_pro_args *pro = NULL) {
+                                                        uint32_t n_groups, const mc_pro_args *pro = NULL,
+                                                        uint32_t bid = ~0u, uint32_t nbk = 0) {
     constexpr uint32_t W = MC_LL_WARPS;
     constexpr bool MX = (M & 1) != 0, MR = (M & 2) != 0 && KS > 1 && !(GLU != MC_GLU_NONE && KS == 4);
     constexpr uint32_t RPW = MR ? MC_GEMV_ROWS / KS : MC_GEMV_ROWS, NP = MR ? KS : 1;
@@ -158,8 +160,9 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
     const uint32_t nb = w.cols / 32;
     uint4 *xq = (uint4 *)llsm; /* block b at xq[7b ..]: hi, hi, mid, mid, lo, lo, {sums, scale} */
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sub = warp % KS, slot = warp / KS;
-    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * blockIdx.x / gridDim.x);
-    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (blockIdx.x + 1) / gridDim.x);
+    const uint32_t B = bid == ~0u ? blockIdx.x : bid, NB = bid == ~0u ? gridDim.x : nbk; /* (a merged part's) */
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * B / NB);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (B + 1) / NB);
     const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
     const uint32_t niter = (nb + PER_IT - 1) / PER_IT, total = n_my * niter;
     const uint32_t rsub = MR ? sub * RPW : 0; /* this warp's first row of a group */
@@ -659,6 +662,88 @@ cudaError_t mc_gemv_legacy_pro(const mc_config *c, int glu, const mc_matrix *w, 
                               : mc_ll_pro_glu<MC_GLU_NONE>(c, w, pro, norm_w, eps, y, st);
 }
 
+/* qkvparts=merged: a layer's q/k/v in two parts of two types (gemma3's Q4_K_M files: q and k Q5_0, v
+ * Q8_0 in half the layers) as one launch: blocks [0, grid_a) run part a's narrow body (T, the 16r
+ * rows split, KSA) on its own share of row groups, the others part b's Q8_0 integer body (16 warps,
+ * KSB), each with the attention norm, and with PRO the prologue (postnorm=prologue: pa and pb, whose
+ * x is the step's input; pb.out is NULL, so part a's first block stores x_new). Each part's blocks
+ * take the row groups and compute the sums they take in their own launch (a block's share is a
+ * function of its index in the part and the part's block count, which changes no row's
+ * arithmetic), so the bits are the two launches'; the second part no longer waits for the first.
+ * Per call: what the two launches read and write. */
+template <uint32_t T, int KSA, int KSB, bool PRO>
+__global__ void __launch_bounds__(32 * MC_LL_WARPS, 1)
+    gemv_qkv2(const mc_matrix wa, const mc_matrix wb, const float *x, const mc_pro_args pa, const mc_pro_args pb,
+              const float *norm_w, float eps, float *ya, float *yb, uint32_t nga, uint32_t ngb, uint32_t grid_a) {
+    if (blockIdx.x < grid_a)
+        gemv_legacy_narrow_body<T, MC_GLU_NONE, 1, KSA, 2, PRO>(wa, x, norm_w, eps, NULL, NULL, ya, nga,
+                                                                PRO ? &pa : NULL, blockIdx.x, grid_a);
+    else
+        gemv_q8_0_int_body<0, 1, KSB, 16, PRO>(wb, x, norm_w, eps, NULL, NULL, yb, ngb, PRO ? &pb : NULL,
+                                               blockIdx.x - grid_a, gridDim.x - grid_a);
+}
+static_assert(MC_LL_WARPS == 16, "the merged launch's parts share one block size");
+// clang-format off
+#define MC_QKV2_T(F, T) F(T, 2, 2, 0) F(T, 2, 4, 0) F(T, 4, 2, 0) F(T, 4, 4, 0) \
+                        F(T, 2, 2, 1) F(T, 2, 4, 1) F(T, 4, 2, 1) F(T, 4, 4, 1)
+#define MC_QKV2_EACH(F) MC_QKV2_T(F, MEMRA_TYPE_Q4_0) MC_QKV2_T(F, MEMRA_TYPE_Q5_0)
+// clang-format on
+
+cudaError_t mc_gemv_qkv2(const mc_config *c, const mc_matrix *wa, const mc_matrix *wb, const float *x,
+                         const mc_pro_args *pro, const float *norm_w, float eps, float *ya, float *yb,
+                         cudaStream_t st) {
+    if ((pro ? !pro->po || !pro->x || !pro->w : !x) || !norm_w || wa->cols != wb->cols)
+        return cudaErrorInvalidValue;
+    if (wb->type == MEMRA_TYPE_Q6_K) /* the K-quant mixes' parts (gemv_kquant.cu); no prologue form there */
+        return pro ? cudaErrorNotSupported : mc_gemv_kquant_qkv2(c, wa, wb, x, norm_w, eps, ya, yb, st);
+    const uint32_t ksa = mc_ll_ksplit(wa->rows), ksb = mc_q8x_ksplit(wb->rows);
+    /* the forms compiled: part a Q4_0 or Q5_0 on the 16r narrow form (M 2; qblock=16r never takes the
+     * small blocks) at KS 2 or 4, part b on the 16-warp Q8_0 kernel (q8=auto) at KS 2 or 4, the kernels
+     * mc_gemv and mc_gemv_pro choose for them; the caller launches the parts apart elsewhere */
+    const bool serves_a = pro ? mc_gemv_legacy_pro_serves(c, wa, MC_GLU_NONE)
+                              : wa->cols % 32 == 0 && wa->cols <= MC_QBLOCK_COLS && wa->aux && c->qdot != MC_QDOT_FLOAT;
+    const bool serves_b = pro ? mc_gemv_q8_pro_serves(c, wb, MC_GLU_NONE) : mc_gemv_q8_serves(c, wb) != 0;
+    if (!serves_a || !serves_b || c->qblock != MC_QBLOCK_16R || mc_ll_narrow(c, wa, 1, ksa) != 2 ||
+        c->q8 != MC_Q8_AUTO || ksa < 2 || ksb < 2 || (wa->type != MEMRA_TYPE_Q4_0 && wa->type != MEMRA_TYPE_Q5_0))
+        return cudaErrorNotSupported;
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    const uint32_t nga = (wa->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS,
+                   ngb = (wb->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    /* each part: the fewest blocks that give each warp slot a row group (part a's own launch; part b's
+     * own launch takes a block a row group, which leaves slots idle) */
+    const uint32_t sm = (uint32_t)mc_sm_count[dev], na = (nga + 16 / ksa - 1) / (16 / ksa);
+    const uint32_t nb = (ngb + 16 / ksb - 1) / (16 / ksb);
+    const uint32_t grid_a = na < sm ? na : sm, grid_b = nb < sm ? nb : sm;
+    const uint32_t sa = mc_ll_smem(wa->cols, 1), sb = mc_q8x_smem(wb->cols);
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid_a + grid_b);
+    cfg.blockDim = dim3(32 * MC_LL_WARPS);
+    cfg.dynamicSmemBytes = sa > sb ? sa : sb; /* at most 2,048 columns: under the 48 KB default */
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    mc_pro_args pa, pb;
+    memset(&pa, 0, sizeof pa);
+    if (pro)
+        pa = *pro;
+    pb = pa;
+    pb.out = NULL;
+    const float *xin = pro ? pro->x : x;
+    const int P = pro ? 1 : 0;
+    e = cudaErrorNotSupported;
+#define MC_QKV2_GO(TT, KA, KB, PP)                                                                                     \
+    if (wa->type == TT && ksa == KA && ksb == KB && P == PP)                                                           \
+        e = cudaLaunchKernelEx(&cfg, gemv_qkv2<TT, KA, KB, PP>, *wa, *wb, xin, pa, pb, norm_w, eps, ya, yb, nga, ngb,  \
+                               grid_a);
+    MC_QKV2_EACH(MC_QKV2_GO)
+#undef MC_QKV2_GO
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 cudaError_t mc_gemv_legacy(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w,
                            float eps, const float *bias, const float *residual, float *y, cudaStream_t st) {
     if (!mc_ll_is(w->type) || w->cols == 0 || w->cols % 32 || w->cols > MC_LL_COLS_MAX || !w->aux)
@@ -780,12 +865,16 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_LL_ROW_PRO(T, G, K, M) {(const void *)gemv_legacy_narrow_pro<T, G, K, M>, (G) ? "gemv_prologue_glu" : "gemv_prologue"},
                                 MC_LL_PRO_EACH(MC_LL_ROW_PRO)
 #undef MC_LL_ROW_PRO
-            {(const void *)embed_legacy, "embed"},
+#define MC_QKV2_ROW(T, KA, KB, P) {(const void *)gemv_qkv2<T, KA, KB, P>, (P) ? "gemv_prologue" : "gemv"},
+                                    MC_QKV2_EACH(MC_QKV2_ROW)
+#undef MC_QKV2_ROW
+                                        {(const void *)embed_legacy, "embed"},
 #define MC_LL_ROW_EXP(T, G, K) {(const void *)gemv_legacy_experts<T, G, K, 0>, "gemv_experts"}, \
     {(const void *)gemv_legacy_experts<T, G, K, 1>, "gemv_experts"},
 #define MC_LL_EXP_T(T) MC_LL_ROW_EXP(T, MC_GLU_NONE, 1) MC_LL_ROW_EXP(T, MC_GLU_NONE, 2) MC_LL_ROW_EXP(T, MC_GLU_NONE, 4) \
     MC_LL_ROW_EXP(T, MC_GLU_SILU, 1) MC_LL_ROW_EXP(T, MC_GLU_SILU, 2) MC_LL_ROW_EXP(T, MC_GLU_SILU, 4)
-            MC_LL_EXP_T(MEMRA_TYPE_Q4_0) MC_LL_EXP_T(MEMRA_TYPE_Q4_1) MC_LL_EXP_T(MEMRA_TYPE_Q5_0) MC_LL_EXP_T(MEMRA_TYPE_Q5_1)
+        MC_LL_EXP_T(MEMRA_TYPE_Q4_0) MC_LL_EXP_T(MEMRA_TYPE_Q4_1) MC_LL_EXP_T(MEMRA_TYPE_Q5_0)
+            MC_LL_EXP_T(MEMRA_TYPE_Q5_1)
 #undef MC_LL_EXP_T
 #undef MC_LL_ROW_EXP
     };

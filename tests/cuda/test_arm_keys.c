@@ -58,6 +58,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"attchunk", "phased"}, /* issue 28: a chunk's attention kernel */
                                           {"attfold", "span"}, /* issue 28: attention=mma's fold of its spans */
                                           {"attdec", "block"}, /* issue 28: who reduces attention=mma's decode spans */
+                                          {"qkvparts", "merged"}, /* issue 27: q/k/v parts of two types in one launch */
                                           {"collective", "oneshot"},
                                           {"step_timeout_ms", "30000"},
                                           {"stall_us", "0"},
@@ -66,8 +67,8 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"op.gemv.f32", "builtin"},
                                           {"op.gemv.f16", "builtin"},
                                           {"op.gemv.bf16", "builtin"}};
-    cr_assert_eq(vt->n_options, 25);
-    for (int i = 0; i < 25; i++) {
+    cr_assert_eq(vt->n_options, 26);
+    for (int i = 0; i < 26; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
         cr_assert_str_eq(vt->options[i].default_value, want[i][1]);
         cr_assert(vt->options[i].help && *vt->options[i].help);
@@ -77,18 +78,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -280,19 +281,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -304,9 +305,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -387,7 +388,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -481,7 +482,7 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -496,7 +497,7 @@ Test(cuda_arm_keys, postnorm_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:postnorm=launch", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:postnorm=launch,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "qdot=auto,kv=f32,moe_fuse=119,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:postnorm=fused,tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "postnorm=fused"), "%s", buf);
     cr_assert_eq(resolve("cuda:postnorm=LAUNCH", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -529,7 +530,7 @@ Test(cuda_arm_keys, chunk_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:chunk=fma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:chunk=fma,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:prefill=512", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "chunk=mma"), "%s", buf);
     cr_assert_eq(resolve("cuda:chunk=MMA", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -544,7 +545,7 @@ Test(cuda_arm_keys, qblock_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qblock=auto", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qblock=auto,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "qblock=16r"), "%s", buf);
     cr_assert_eq(resolve("cuda:qblock=16", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -576,7 +577,7 @@ Test(cuda_arm_keys, qgrid_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:qgrid=need", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:qgrid=need,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,"
-                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block");
+                          "qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged");
     cr_assert_eq(resolve("cuda:qgrid=fill", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:qgrid=fill,"), "%s", buf);
     cr_assert_eq(resolve("cuda:qgrid=full", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
@@ -632,7 +633,7 @@ Test(cuda_arm_keys, mmachunk_key_resolves) {
     cr_assert_eq(resolve("cuda:mmachunk=wgmma", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:mmachunk=wgmma,"), "%s", buf);
     cr_assert_eq(resolve("cuda:pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased,attfold=span,attdec=block"), "%s", buf);
+    cr_assert(strstr(buf, ",mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged"), "%s", buf);
     cr_assert_eq(resolve("cuda:mmachunk=fast", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "mmachunk=fast: expected one of auto, sync, wgmma"), "%s", buf);
     mc_config c = mc_config_default;
@@ -649,7 +650,7 @@ Test(cuda_arm_keys, attchunk_key_resolves) {
     cr_assert_eq(resolve("cuda:attchunk=rows", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attchunk=rows,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attchunk=phased,attfold=span,attdec=block"), "%s", buf);
+    cr_assert(strstr(buf, ",attchunk=phased,attfold=span,attdec=block,qkvparts=merged"), "%s", buf);
     cr_assert_eq(resolve("cuda:attchunk=tiles", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attchunk=tiles: expected one of phased, rows"), "%s", buf);
     mc_config c = mc_config_default;
@@ -667,7 +668,7 @@ Test(cuda_arm_keys, attfold_key_resolves) {
     cr_assert_eq(resolve("cuda:attention=mma,attfold=tier", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attention=mma,attfold=tier,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attfold=span,attdec=block"), "%s", buf);
+    cr_assert(strstr(buf, ",attfold=span,attdec=block,qkvparts=merged"), "%s", buf);
     cr_assert_eq(resolve("cuda:attfold=tiers", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attfold=tiers: expected one of span, tier"), "%s", buf);
     mc_config c = mc_config_default;
@@ -686,7 +687,7 @@ Test(cuda_arm_keys, attdec_key_resolves) {
     cr_assert_eq(resolve("cuda:attention=mma,attdec=warp", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "cuda:attention=mma,attdec=warp,"), "%s", buf);
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert(strstr(buf, ",attfold=span,attdec=block"), "%s", buf);
+    cr_assert(strstr(buf, ",attfold=span,attdec=block,qkvparts=merged"), "%s", buf);
     cr_assert_eq(resolve("cuda:attdec=warps", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "attdec=warps: expected one of block, warp"), "%s", buf);
     mc_config c = mc_config_default;
@@ -698,3 +699,23 @@ Test(cuda_arm_keys, attdec_key_resolves) {
     cr_assert(mc_attention_mma_wd_serves(128, MC_KV_BF16) && mc_attention_mma_wd_serves(128, MC_KV_F32));
     cr_assert(!mc_attention_mma_wd_serves(128, MC_KV_Q8));
 }
+
+/* Issue 27: qkvparts (a layer's q/k/v parts of two types in one launch, merged, or a launch a part,
+ * apart; the same bits) is taken, resolved where given and where not, and refused by name with
+ * another value. */
+Test(cuda_arm_keys, qkvparts_key_resolves) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda:qkvparts=apart", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda:qkvparts=apart,"), "%s", buf);
+    cr_assert(!strstr(buf, "qkvparts=merged"), "%s", buf);
+    cr_assert_eq(resolve("cuda-graph:qkvparts=merged", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "qkvparts=merged"), "%s", buf);
+    cr_assert_eq(resolve("cuda:qkvparts=fused", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "qkvparts=fused: expected one of merged, apart"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_eq(c.qkvparts, MC_QKVPARTS_MERGED);
+    cr_assert_null(mc_config_choice(&c, "qkvparts", "apart"));
+    cr_assert_eq(c.qkvparts, MC_QKVPARTS_APART);
+    cr_assert_str_eq(mc_config_choice_name(&c, "qkvparts"), "apart");
+}
+

@@ -1,0 +1,217 @@
+/* gemv_q8_body.cuh: the Q8_0 integer GEMV's body (gemv_q8.cu's kernels, and the merged q/k/v
+ * launch of gemv_legacy.cu), with its quantized-x layout. Included by those two files alone. */
+#ifndef MEMRA_GEMV_Q8_BODY_CUH
+#define MEMRA_GEMV_Q8_BODY_CUH
+
+#include "cuda_common.cuh"
+#include "post_norm.cuh"
+#include "q8x_quant.h"
+
+/* Q8_0 at batch 1 is bound by instructions and L1 traffic per weight byte (a float conversion
+ * and an FMA per weight, 8 bytes of x and norm weight per 4 weight bytes). Here each block first
+ * quantizes x' = x * norm_w into shared memory, per 16-column chunk c: s_c = max|x'| / QMAX and
+ * q = rint(x' / s_c), |q| <= QMAX = 127 * 2^16, stored as three int8 planes (q = 2^16 hi + 2^8
+ * mid + lo), so a chunk's dot with 16 int8 weights is exact in integers, three dp4a chains, and
+ * costs one float FMA: acc += (2^16 dot_hi + (2^8 dot_mid + dot_lo)) * (d_w * s_c). x' keeps 23
+ * bits relative to its chunk's largest element (16 bits were not enough: bench/gpu/NOTES.md).
+ * The sum of squares of x for the norm is a block sum of fixed shape: 256 threads, each over
+ * chunks tid, tid + 256, ..., then the 8 warps' sums in order. A warp takes 4 rows over column
+ * part `part` of KS (chunks 32 part + lane, then every 32 KS-th), the parts of a row group added
+ * in order; each block takes a contiguous, balanced range of row groups, its warps' loads
+ * flattened over row groups so the next row group's first weights stream while the last chunk of
+ * the current one is summed. Blocks of WARPS = 16 warps, one a multiprocessor (q8=auto: the
+ * quantization of x, paid once per block, is paid half as often as with two blocks of 8, which
+ * is what lets it pay on the down projection too) or of 8 warps, two a multiprocessor (q8=rows
+ * and q8=int-8w). With 16 warps every thread quantizes, and the first 8 warps sum the squares in
+ * the 8-warp order. The bits depend on the shapes alone (not on the grid or the block size).
+ *
+ * Per call (one matrix a token): reads rows x cols weight bytes and their f16 block scales
+ * (streamed), x and norm_w (cols floats, once per block), bias and residual (rows floats);
+ * writes y (rows floats; rows/2 with a GLU: SwiGLU or GELU-gated). */
+#define MC_Q8X_WARPS 8u /* the sum of squares' shape (and the blocks of q8=rows, int-8w) */
+#define MC_Q8X_UNROLL 2
+
+/* Shared bytes of the quantized x of a matrix of `cols` columns. */
+__host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
+
+/* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post), called by every thread of the block; bid and
+ * nbk: this block's index and the block count of its part in a merged launch (default: the grid's). */
+template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false>
+__device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
+                                                   const float *bias, const float *residual, float *y,
+                                                   uint32_t n_groups, const mc_pro_args *pro = NULL, uint32_t bid = ~0u,
+                                                   uint32_t nbk = 0) {
+    extern __shared__ __align__(16) unsigned char q8sm[];
+    __shared__ float red[2][WARPS][MC_GEMV_ROWS];
+    __shared__ float bred[MC_Q8X_WARPS];
+    constexpr uint32_t SLOTS = WARPS / KS, U = MC_Q8X_UNROLL, PER_IT = 32 * KS * U;
+    const uint32_t nch = w.cols / 16, nsc = w.cols / MEMRA_Q8_0_BLOCK;
+    uint4 *xh = (uint4 *)q8sm, *xm = xh + nch, *xl = xm + nch;
+    float *xs = (float *)(xl + nch);
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, part = warp % KS, slot = warp / KS;
+    /* this block's share: of the grid, or (bid, nbk) of a merged launch's part */
+    const uint32_t B = bid == ~0u ? blockIdx.x : bid, NB = bid == ~0u ? gridDim.x : nbk;
+    const uint32_t g0 = (uint32_t)((uint64_t)n_groups * B / NB);
+    const uint32_t g1 = (uint32_t)((uint64_t)n_groups * (B + 1) / NB);
+    const uint32_t n_my = g0 + slot < g1 ? (g1 - g0 - slot + SLOTS - 1) / SLOTS : 0;
+    const uint32_t niter = (nch + PER_IT - 1) / PER_IT, total = n_my * niter;
+    const uint32_t first = lane + 32 * part;
+
+    uint4 wv[U][MC_GEMV_ROWS];
+    uint16_t sv[U][MC_GEMV_ROWS];
+    /* loads of flat iteration (row group k, iteration i) */
+    auto load = [&](uint32_t k, uint32_t i) {
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    wv[u][r] =
+                        __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
+                    sv[u][r] = __ldg(w.scales + (size_t)row * nsc + idx / 2);
+                }
+            }
+        }
+    };
+    if (total > 0)
+        load(0, 0);
+    mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
+        __shared__ __align__(16) float xpro[MC_PRO_COLS];
+        __shared__ float ppro[MC_PRO_COLS];
+        mc_pro_stage(*pro, w.cols, xpro, ppro);
+        x = xpro;
+    }
+    float ss = 0.0f;
+    /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
+    auto stage = [&](uint32_t c, float (&v)[16]) {
+        mc_q8x_norm16<NORM, WARPS == MC_Q8X_WARPS>(norm_w, (size_t)c * 16, v, ss);
+        float amax;
+        bool finite;
+        mc_q8x_amax16(v, amax, finite);
+        mc_q8x_planes16(v, mc_q8x_inv(amax, finite), xh[c], xm[c], xl[c]);
+        xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
+    };
+    /* two of a thread's chunks at a time, both loads in flight before either is staged (the down
+     * projection's 14,336 columns: 896 chunks); the chunks and squares in the same order */
+    for (uint32_t c = tid; c < nch; c += 2 * blockDim.x) {
+        const uint32_t c1 = c + blockDim.x;
+        float v0[16], v1[16];
+        mc_q8x_raw16<PRO>(x, (size_t)c * 16, v0);
+        if (c1 < nch)
+            mc_q8x_raw16<PRO>(x, (size_t)c1 * 16, v1);
+        stage(c, v0);
+        if (c1 < nch)
+            stage(c1, v1);
+    }
+    if (NORM && WARPS != MC_Q8X_WARPS && warp < MC_Q8X_WARPS) /* the 8-warp order: chunks tid, tid + 256, ... */
+        for (uint32_t c = tid; c < nch; c += 32 * MC_Q8X_WARPS)
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                const float4 a = PRO ? ((const float4 *)(x + (size_t)c * 16))[i]
+                                     : __ldg((const float4 *)(x + (size_t)c * 16) + i);
+                ss = fmaf(a.x, a.x, ss);
+                ss = fmaf(a.y, a.y, ss);
+                ss = fmaf(a.z, a.z, ss);
+                ss = fmaf(a.w, a.w, ss);
+            }
+    if (NORM && (WARPS == MC_Q8X_WARPS || warp < MC_Q8X_WARPS)) {
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            bred[warp] = ss;
+    }
+    __syncthreads(); /* the quantized x and the warps' sums of squares are visible */
+    float rscale = 1.0f;
+    if (NORM) { /* the block sum: the warps in order, mc_block_sum's order, by every thread */
+        float t = 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < MC_Q8X_WARPS; k++)
+            t += bred[k];
+        rscale = 1.0f / sqrtf(t / (float)w.cols + eps);
+    }
+
+    float acc[MC_GEMV_ROWS];
+#pragma unroll
+    for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    uint32_t k = 0, i = 0;
+    float pre[MC_GEMV_ROWS];
+    for (uint32_t j = 0; j < total; j++) {
+        uint4 cur[U][MC_GEMV_ROWS];
+        uint16_t cs[U][MC_GEMV_ROWS];
+        if (i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
+            mc_rows_fetch<SWIGLU>(pre, (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, w.rows, bias, residual);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++)
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                cur[u][r] = wv[u][r];
+                cs[u][r] = sv[u][r];
+            }
+        if (j + 1 < total)
+            load(i + 1 < niter ? k : k + 1, i + 1 < niter ? i + 1 : 0);
+#pragma unroll
+        for (uint32_t u = 0; u < U; u++) {
+            const uint32_t idx = first + PER_IT * i + 32 * KS * u;
+            if (idx < nch) {
+                const uint4 h = xh[idx], md = xm[idx], lw = xl[idx];
+                const float sx = xs[idx];
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                    const uint4 q = cur[u][r];
+                    int dh = __dp4a((int)q.x, (int)h.x, 0);
+                    dh = __dp4a((int)q.y, (int)h.y, dh);
+                    dh = __dp4a((int)q.z, (int)h.z, dh);
+                    dh = __dp4a((int)q.w, (int)h.w, dh);
+                    int dm = __dp4a((int)q.x, (int)md.x, 0);
+                    dm = __dp4a((int)q.y, (int)md.y, dm);
+                    dm = __dp4a((int)q.z, (int)md.z, dm);
+                    dm = __dp4a((int)q.w, (int)md.w, dm);
+                    int dl = __dp4a((int)q.x, (int)lw.x, 0);
+                    dl = __dp4a((int)q.y, (int)lw.y, dl);
+                    dl = __dp4a((int)q.z, (int)lw.z, dl);
+                    dl = __dp4a((int)q.w, (int)lw.w, dl);
+                    const float dw = __half2float(__ushort_as_half(cs[u][r]));
+                    const float dot = fmaf((float)dh, 65536.0f, (float)(dm * 256 + dl));
+                    acc[r] = fmaf(dot, dw * sx, acc[r]);
+                }
+            }
+        }
+        if (++i < niter)
+            continue;
+        /* the row group's last iteration: sum, add the parts in order, write */
+        float d[MC_GEMV_ROWS];
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+            d[r] = mc_warp_sum(acc[r]);
+            acc[r] = 0.0f;
+        }
+        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        i = 0;
+        k++;
+        if (KS > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    red[par][warp][r] = d[r];
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(32 * KS) : "memory");
+            if (part != 0)
+                continue;
+            for (uint32_t p = 1; p < KS; p++)
+#pragma unroll
+                for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[par][warp + p][r];
+        }
+        if (lane != 0)
+            continue;
+#pragma unroll
+        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= rscale;
+        mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
+    }
+}
+
+#endif
