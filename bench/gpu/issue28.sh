@@ -15,7 +15,7 @@
 #          GGUFs of llama-1b BF16, llama-8b BF16, Q8_0 and Q4_K; $LLAMA_BENCH: a llama-bench of
 #          llama.cpp built for the device): memra bench --prime 512 on the eager exact arms,
 #          llama-bench -p 512 -n 0 (about 5 min with the files' writing). Any card: it is a ratio
-#          on one card, not the issue's H200 figure (written in the twenty-eighth session; not yet run).
+#          on one card, not the issue's H200 figure (run on an H100 in the twenty-ninth session).
 # Every table line goes to $OUT/table.txt too. The pp and long checks name the H200, so the script
 # stops at once (exit 9) on another card unless CARD says otherwise (CARD=any: the pairs, whose
 # check names no card).
@@ -56,9 +56,12 @@ if has ppcmp; then
   W=${W:-/tmp/w}; mkdir -p "$W"
   for md in "llama-1b bf16 $A" "llama-8b bf16 $A" "llama-8b q8_0 $Q" "llama-8b q4_k $KQ"; do
     set -- $md; mk $1 $2; f=$W/$1-$2.gguf
-    timeout 240 "$LLAMA_BENCH" -m "$f" -p 512 -n 0 -r 3 -ngl 99 > "$OUT/lbpp_$1_$2.log" 2>&1
+    # -r 6 as JSON: llama-bench's first sample runs cold (about 0.6x the others on an H100, 29th
+    # session), so the line gives every sample and the median of the last five
+    timeout 240 "$LLAMA_BENCH" -m "$f" -p 512 -n 0 -r 6 -ngl 99 -o json > "$OUT/lbpp_$1_$2.json" 2> "$OUT/lbpp_$1_$2.log"
     echo "== llama-bench pp512 $1 $2 rc=$? t=$SECONDS" | tee -a "$T"
-    grep '^|' "$OUT/lbpp_$1_$2.log" | tail -1 | cut -c1-200 | tee -a "$T"
+    python3 -c 'import json,statistics,sys; r=json.load(open(sys.argv[1]))[0]["samples_ts"]; print("samples", [round(v) for v in r], "median of the last five", round(statistics.median(r[1:])))' \
+      "$OUT/lbpp_$1_$2.json" 2>&1 | tee -a "$T"
     bench "mbpp_$1_$2" --model "$f" --arm cuda:$3 --prime 512 -n 16 --reps 3
     case $1 in llama-8b) rm -f "$f";; esac
   done
