@@ -15,7 +15,9 @@
  * is not zero: a GELU of a large negative gate is 0 on both paths). The NMSE of qdot=auto against
  * qdot=float is printed. Negative control: one block's d doubled in the device copy must
  * fail the comparison. Embedding: the row of a device token times a scale, bit for bit against
- * quant.h's dequantization times the scale (a token out of range gives row 0). */
+ * quant.h's dequantization times the scale (a token out of range gives row 0). qkvparts=merged:
+ * a Q4_K or Q5_K part and a Q6_K part in one launch (mc_gemv_qkv2) against the two launches, bit for
+ * bit, with a changed v weight as its control. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -316,6 +318,67 @@ int main(void) {
         mc_matrix bad = {types[t], 4, 320, 0, d.x, NULL, d.x, 0};
         CHECK(mc_gemv_kquant(&ci, 0, &bad, d.x, NULL, 0.0f, NULL, NULL, d.y, 0) == cudaErrorInvalidValue,
               "%s: 320 columns not refused", tname(types[t]));
+    }
+    /* qkvparts=merged (mc_gemv_qkv2 -> mc_gemv_kquant_qkv2): q/k rows of Q4_K or Q5_K and v rows of Q6_K
+     * in one launch with the norm, bit for bit against the two launches mc_gemv makes, on llama-8b's
+     * shapes (the 16-warp body on the filled grid, shared by the parts), llama-1b's (the rows split
+     * under qblock=16r; the 16-warp body under qblock=16) and rows that are not multiples of 4; the
+     * control: a byte of v's weights changed before the merged launch alone must change its output. */
+    {
+        static const struct {
+            uint32_t ra, rb, cols;
+            const char *qblock;
+        } mq[] = {{5120, 1024, 4096, "16r"}, {2560, 512, 2048, "16r"}, {2560, 512, 2048, "16"}, {2566, 510, 2048, "16r"}};
+        float *ya = malloc(6144 * 4), *ym = malloc(6144 * 4), *dm = NULL;
+        CHECK_CUDA(cudaMalloc((void **)&dm, 6144 * 4));
+        float *dnw = NULL, *dx = NULL;
+        CHECK_CUDA(cudaMalloc((void **)&dnw, 4096 * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dx, 4096 * 4));
+        CHECK_CUDA(cudaMemcpy(dx, x, 4096 * 4, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(dnw, nw, 4096 * 4, cudaMemcpyHostToDevice));
+        for (int ta = 0; ta < 2; ta++)
+            for (size_t i = 0; i < sizeof mq / sizeof mq[0]; i++)
+                for (int flip = 0; flip < 2; flip++) {
+                    kq_mat a, b;
+                    mat_make(&a, types[ta], mq[i].ra, mq[i].cols);
+                    mat_make(&b, MEMRA_QTYPE_Q6_K, mq[i].rb, mq[i].cols);
+                    mc_config cq = mc_config_default;
+                    CHECK(mc_config_choice(&cq, "qblock", mq[i].qblock) == NULL, "qblock=%s", mq[i].qblock);
+                    const uint32_t n = mq[i].ra + mq[i].rb;
+                    CHECK_CUDA(cudaMemset(dm, 0xff, n * 4));
+                    CHECK_CUDA(mc_gemv(&cq, &a.m, dx, dnw, 1e-5f, NULL, NULL, dm, 0));
+                    CHECK_CUDA(mc_gemv(&cq, &b.m, dx, dnw, 1e-5f, NULL, NULL, dm + mq[i].ra, 0));
+                    CHECK_CUDA(cudaDeviceSynchronize());
+                    CHECK_CUDA(cudaMemcpy(ya, dm, n * 4, cudaMemcpyDeviceToHost));
+                    if (flip) { /* v's row 0, its first quant byte */
+                        uint8_t byte;
+                        CHECK_CUDA(cudaMemcpy(&byte, b.m.data, 1, cudaMemcpyDeviceToHost));
+                        byte ^= 0x11;
+                        CHECK_CUDA(cudaMemcpy(b.m.data, &byte, 1, cudaMemcpyHostToDevice));
+                    }
+                    CHECK_CUDA(cudaMemset(dm, 0xff, n * 4));
+                    const cudaError_t em = mc_gemv_qkv2(&cq, &a.m, &b.m, dx, NULL, dnw, 1e-5f, dm, dm + mq[i].ra, 0);
+                    CHECK(em == cudaSuccess, "%s+q6_k %u+%u x %u qblock=%s: the merged launch: %s", tname(types[ta]),
+                          mq[i].ra, mq[i].rb, mq[i].cols, mq[i].qblock, cudaGetErrorString(em));
+                    CHECK_CUDA(cudaDeviceSynchronize());
+                    CHECK_CUDA(cudaMemcpy(ym, dm, n * 4, cudaMemcpyDeviceToHost));
+                    const int same = !memcmp(ya, ym, n * 4);
+                    if (flip)
+                        CHECK(!same, "%s+q6_k %u+%u x %u qblock=%s: a changed v weight left the merged output "
+                              "unchanged (control)", tname(types[ta]), mq[i].ra, mq[i].rb, mq[i].cols, mq[i].qblock);
+                    else
+                        CHECK(same, "%s+q6_k %u+%u x %u qblock=%s: merged launch not the two launches' bits",
+                              tname(types[ta]), mq[i].ra, mq[i].rb, mq[i].cols, mq[i].qblock);
+                    printf("%-5s %6u %5u %-14s %s\n", tname(types[ta]), n, mq[i].cols,
+                           flip ? "merged control" : "merged=apart", em == cudaSuccess ? (same != flip ? "ok" : "FAIL") : "FAIL");
+                    mat_free(&a);
+                    mat_free(&b);
+                }
+        cudaFree(dm);
+        cudaFree(dnw);
+        cudaFree(dx);
+        free(ya);
+        free(ym);
     }
     /* every type and shape but the degenerate GELU ones took the bit comparison's control */
     CHECK(controls >= 3 * 7 * 4 - 3, "only %d of the bit comparison's controls ran", controls);

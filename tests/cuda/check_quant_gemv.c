@@ -13,7 +13,9 @@
  * 2048 columns) and its grids (qgrid=need, fill) too. Negative controls: one nibble of one weight
  * flipped on the device must fail the bound, a wrong d in the embedding row must fail the bits,
  * and qdot=float's output in place of the last run's (qgrid=fill, on SmolLM2's qkv shape) must
- * fail the bit comparison.
+ * fail the bit comparison. qkvparts=merged: a Q4_0 or Q5_0 part and a Q8_0 part in one launch
+ * (mc_gemv_qkv2, with and without the prologue) against the two launches, bit for bit, x_new
+ * included, with a changed weight of the Q8_0 part as its control.
  *
  * Built twice: a plain program (main below) for the device machine, and into tests/cuda's
  * Criterion test with MEMRA_CHECK_NO_MAIN. */
@@ -315,6 +317,99 @@ done:
     return bad;
 }
 
+/* qkvparts=merged (mc_gemv_qkv2): part a (type t, ra rows) and a Q8_0 part b (rb rows) of cols columns
+ * in one launch with the norm, from x or with the prologue (pro: x_new = x + RMSNorm(po) * post_w,
+ * stored by part a's first block), against the two launches mc_gemv or mc_gemv_pro make (qblock=16r:
+ * the narrow rows split), bit for bit, x_new included. flip: a byte of part b's weights changed on
+ * the device before the merged launch alone (the control: its output must change). Returns the
+ * number of differing outputs (flip: 0 when the control was caught, 1 when not), -1 when it could
+ * not run. */
+static int qg_qkv2(FILE *out, uint32_t t, uint32_t ra, uint32_t rb, uint32_t cols, int pro, int flip, uint64_t seed) {
+    const size_t src_row = (size_t)cols / 32 * memra_quant_block_bytes(t), n = (size_t)ra + rb;
+    uint64_t s = seed;
+    uint8_t *wq = (uint8_t *)malloc((size_t)ra * src_row);
+    float *h = (float *)malloc((size_t)cols * 4 * 4), *y1 = (float *)malloc((n + cols) * 4);
+    float *y2 = (float *)malloc((n + cols) * 4), *dv = NULL;
+    mc_matrix wa, wb;
+    memset(&wa, 0, sizeof wa);
+    memset(&wb, 0, sizeof wb);
+    int bad = -1;
+    cudaError_t e = cudaSuccess;
+    if (!wq || !h || !y1 || !y2)
+        goto done;
+    for (uint32_t r = 0; r < ra; r++)
+        qg_row(t, cols, wq + r * src_row, &s);
+    for (uint32_t c = 0; c < 4 * cols; c++) /* x, the norm's weights, po, the post norm's weights */
+        h[c] = (c / cols) % 2 ? 0.5f + mck_unit(&s) : qg_normal(&s);
+    /* device: x, norm_w, po, post_w (cols each), y (n), x_new (cols) */
+    if (qg_upload(t, ra, cols, wq, &wa) != cudaSuccess || mck_q8_matrix(rb, cols, &s, &wb) != cudaSuccess ||
+        cudaMalloc((void **)&dv, (4 * cols + n + cols) * 4) != cudaSuccess ||
+        cudaMemcpy(dv, h, (size_t)cols * 4 * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+        goto done;
+    const float *dx = dv, *dn = dv + cols;
+    float *dy = dv + 4 * cols, *dxn = dy + n;
+    mc_config c = mc_config_default;
+    if (mc_config_choice(&c, "qblock", "16r") != NULL)
+        goto done;
+    mc_pro_args pa = {dv + 2 * cols, dx, dv + 3 * cols, dxn, 1e-6f}, pb = pa;
+    pb.out = NULL;
+    cudaMemset(dy, 0xff, (n + cols) * 4);
+    if (pro) {
+        e = mc_gemv_pro(&c, &wa, &pa, dn, 1e-5f, MC_GLU_NONE, dy, 0);
+        if (e == cudaSuccess)
+            e = mc_gemv_pro(&c, &wb, &pb, dn, 1e-5f, MC_GLU_NONE, dy + ra, 0);
+    } else {
+        e = mc_gemv(&c, &wa, dx, dn, 1e-5f, NULL, NULL, dy, 0);
+        if (e == cudaSuccess)
+            e = mc_gemv(&c, &wb, dx, dn, 1e-5f, NULL, NULL, dy + ra, 0);
+    }
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(y1, dy, (n + cols) * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && flip) { /* part b's row 0, its first quant */
+        int8_t q;
+        e = cudaMemcpy(&q, wb.data, 1, cudaMemcpyDeviceToHost);
+        q = (int8_t)(q ^ 0x21);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(wb.data, &q, 1, cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess)
+        e = cudaMemset(dy, 0xff, (n + cols) * 4);
+    if (e == cudaSuccess)
+        e = mc_gemv_qkv2(&c, &wa, &wb, pro ? NULL : dx, pro ? &pa : NULL, dn, 1e-5f, dy, dy + ra, 0);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(y2, dy, (n + cols) * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        if (out)
+            fprintf(out, "%s+q8_0 %u+%u x %u%s: %s\n", memra_tensor_type_name(t), ra, rb, cols, pro ? " prologue" : "",
+                    cudaGetErrorString(e));
+        goto done;
+    }
+    bad = 0;
+    for (size_t i = 0; i < (pro ? n + cols : n); i++) /* x_new is written under the prologue alone */
+        if (memcmp(&y1[i], &y2[i], 4) != 0)
+            bad++;
+    if (flip)
+        bad = bad > 0 ? 0 : 1;
+    if (out && bad)
+        fprintf(out, "%s+q8_0 %u+%u x %u%s: %s\n", memra_tensor_type_name(t), ra, rb, cols, pro ? " prologue" : "",
+                flip ? "a changed weight of part b left the merged output unchanged (control not caught)"
+                     : "the merged launch differs in bits from the two launches");
+done:
+    qg_free(&wa);
+    cudaFree(wb.data);
+    cudaFree(wb.scales);
+    cudaFree(dv);
+    free(wq);
+    free(h);
+    free(y1);
+    free(y2);
+    return bad;
+}
+
 int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
     static const uint32_t types[] = {MEMRA_QTYPE_Q4_0, MEMRA_QTYPE_Q4_1, MEMRA_QTYPE_Q5_0, MEMRA_QTYPE_Q5_1};
     static const qg_shape shapes[] = {
@@ -362,6 +457,19 @@ int memra_cuda_check_quant_gemv(FILE *out, int *n_checked) {
             bad++;
         }
     }
+    /* qkvparts=merged: gemma3-270m's q/k + v (KS 4 + 4), KS 2 on either part, rows not multiples of 4 */
+    static const uint32_t mq[][3] = {{1280, 256, 640}, {2600, 256, 640}, {1280, 2200, 640}, {2602, 2203, 1024}, {37, 5, 640}};
+    static const uint32_t mt[] = {MEMRA_QTYPE_Q4_0, MEMRA_QTYPE_Q5_0};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t i = 0; i < sizeof mq / sizeof mq[0]; i++)
+            for (int pro = 0; pro < 2; pro++)
+                for (int flip = 0; flip < 2; flip++) {
+                    const int b = qg_qkv2(out, mt[ti], mq[i][0], mq[i][1], mq[i][2], pro, flip, 77 + 10 * i + pro);
+                    if (b < 0)
+                        return -1;
+                    bad += b;
+                    checked++;
+                }
     if (out)
         fprintf(out, "check_quant_gemv: worst error / mass: qdot=float %.3g, qdot=auto %.3g (tolerance %.3g)\n",
                 worst[0], worst[1], QG_TOL);
