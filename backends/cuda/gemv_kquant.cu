@@ -775,10 +775,9 @@ cudaError_t mc_gemv_kquant_qkv2(const mc_config *c, const mc_matrix *wa, const m
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    const bool rows = rows_a;
     e = cudaErrorNotSupported;
 #define MC_KQ_QKV2_GO(TT, KA, KB, R)                                                                                   \
-    if (wa->type == TT && ksa == KA && ksb == KB && rows == R)                                                         \
+    if (wa->type == TT && ksa == KA && ksb == KB && rows_a == R)                                                       \
         e = cudaLaunchKernelEx(&cfg, gemv_kquant_qkv2<TT, KA, KB, R>, *wa, *wb, x, norm_w, eps, ya, yb, nga, ngb,      \
                                grid_a);
     MC_KQ_QKV2_EACH(MC_KQ_QKV2_GO)
@@ -845,31 +844,31 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
         MC_KQ_EACH(MC_KQ_ROW)
 #undef MC_KQ_ROW
-#define MC_KQ_ROW_QKV2(T, KA, KB, R) {(const void *)gemv_kquant_qkv2<T, KA, KB, R>, "gemv"},
-            MC_KQ_QKV2_EACH(MC_KQ_ROW_QKV2)
-#undef MC_KQ_ROW_QKV2
 #define MC_KQ_ROW_POST(T, Q, K) {(const void *)gemv_kquant_post<T, Q, K>, "gemv_postnorm"},
-                MC_KQ_POST_EACH(MC_KQ_ROW_POST)
+            MC_KQ_POST_EACH(MC_KQ_ROW_POST)
 #undef MC_KQ_ROW_POST
 #define MC_KQ_ROW_SMALL(T, G, K) {(const void *)gemv_kquant_small<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
-                    MC_KQ_SMALL_EACH(MC_KQ_ROW_SMALL)
+                MC_KQ_SMALL_EACH(MC_KQ_ROW_SMALL)
 #undef MC_KQ_ROW_SMALL
 #define MC_KQ_ROW_SMALL_POST(T, K) {(const void *)gemv_kquant_small_post<T, K>, "gemv_postnorm"},
-                        MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
+                    MC_KQ_SMALL_POST_EACH(MC_KQ_ROW_SMALL_POST)
 #undef MC_KQ_ROW_SMALL_POST
 #define MC_KQ_ROW_ROWS(T, G, K) {(const void *)gemv_kquant_rows<T, G, K>, (G) ? "gemv_swiglu" : "gemv"},
-                            MC_KQ_ROWS_EACH(MC_KQ_ROW_ROWS)
+                        MC_KQ_ROWS_EACH(MC_KQ_ROW_ROWS)
 #undef MC_KQ_ROW_ROWS
 #define MC_KQ_ROW_ROWS_POST(T, K) {(const void *)gemv_kquant_rows_post<T, K>, "gemv_postnorm"},
-                                MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
+                            MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
 #undef MC_KQ_ROW_ROWS_POST
-                                    {(const void *)embed_kquant, "embed"},
+        {(const void *)embed_kquant, "embed"},
 #define MC_KQ_ROW_EXP(T, Q, G, K) {(const void *)gemv_kquant_experts<T, Q, G, K>, "gemv_experts"},
 #define MC_KQ_EXP_G(T, Q) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_NONE) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_SILU)
         MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 0)
             MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q6_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q6_K, 1)
 #undef MC_KQ_EXP_G
 #undef MC_KQ_ROW_EXP
+#define MC_KQ_ROW_QKV2(T, KA, KB, R) {(const void *)gemv_kquant_qkv2<T, KA, KB, R>, "gemv"},
+                MC_KQ_QKV2_EACH(MC_KQ_ROW_QKV2)
+#undef MC_KQ_ROW_QKV2
     };
     return mc_family_find(table, sizeof table / sizeof table[0], f);
 }
