@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk, qblock, qgrid, mmachunk, attchunk, attdec and qkvparts never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock, qgrid, mmachunk, attchunk, attdec, qkvparts and wait never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv, experts, attfold and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -176,6 +176,14 @@ extern "C" {
             "postnorm=prologue: merged (one launch whose blocks run either part, where it has a form for them: a "    \
             "Q4_0 or Q5_0 part on the narrow 16r kernel and a Q8_0 part on the 16-warp integer kernel at column "     \
             "splits of 2 or 4; a launch a part elsewhere) or apart (a launch a part). The bits do not depend on it"    \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "wait", "ring",                                                                                                \
+            "how the host learns that a decode step ended: ring (the step's last write, the tag the device sampler "  \
+            "puts on the step's entry of the result ring in host memory, seen there at once; a sampled step of one "  \
+            "stage and one rank that wants no logits, the completion event elsewhere) or event (the step's "          \
+            "completion event, which the device signals after the graph's last kernel has exited). Nothing computed " \
+            "depends on it"                                                                                            \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -45,6 +45,11 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
                           "cuda: token from device, but no earlier step of this state sampled one");
     if (b->tp && b->n_cells && (st = mc_hand_cells(b, s, s->position, err)))
         return mc_quarantine_fail(s, err);
+    /* The entry of the host's ring this step's sampler fills is not final until its tag is
+     * written (mc_step_end's wait=ring): clear the tag an earlier step, or an earlier state at the
+     * same position, left there. */
+    if (!b->tp)
+        ((volatile mc_sample_result *)&s->res_ring[(s->position + 1) % s->max_inflight])->seq = -1;
     if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
         MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
         /* After an eager step, wait for the last stage's sampler. After a graph step the event was
@@ -945,6 +950,19 @@ memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_
     if (b->tp) {
         if ((st = mc_wait_step(b, s, slot, err)))
             return st;
+    } else if (b->cfg.wait == MC_WAIT_RING && slot->sampled && !slot->want_logits && s->n_stages == 1) {
+        /* wait=ring: the step ended when its sampler's last write, the entry's tag, is visible
+         * here (what is left of the step is that kernel's exit); the event answers for a step
+         * that never writes it (a fault) */
+        const volatile int32_t *tag = &((const volatile mc_sample_result *)slot->res)->seq;
+        cudaError_t e = cudaSuccess;
+        while (*tag != (int32_t)slot->position) {
+            if ((e = cudaEventQuery(slot->pending)) != cudaErrorNotReady)
+                break;
+        }
+        if (e != cudaSuccess && e != cudaErrorNotReady)
+            MC_TRY(e, "the step (cudaEventQuery)");
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the entry after its tag */
     } else {
         MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
     }

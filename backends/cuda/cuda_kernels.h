@@ -123,6 +123,11 @@ enum { MC_ATTDEC_BLOCK, MC_ATTDEC_WARP };
  * without the prologue), else a launch a part; MC_QKVPARTS_APART, a launch a part everywhere. The
  * same bits either way. */
 enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
+/* How the host learns that a step ended (the `wait` key): MC_WAIT_RING, the sampler's last write,
+ * the tag of the step's entry in the host's result ring (a sampled step of one stage and one rank
+ * that wants no logits; the step's completion event elsewhere, and where the tag never comes), or
+ * MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
+enum { MC_WAIT_RING, MC_WAIT_EVENT };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -221,6 +226,7 @@ typedef struct mc_config {
     uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
     uint32_t attdec;    /* attention=mma's decode spans: MC_ATTDEC_BLOCK or _WARP (the same bits) */
     uint32_t qkvparts;  /* q/k/v parts of two types: MC_QKVPARTS_MERGED or _APART (the same bits) */
+    uint32_t wait;      /* how the host learns a step ended: MC_WAIT_RING or _EVENT (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -232,7 +238,7 @@ static inline MC_HOSTDEV uint32_t mc_kv_row_bytes(uint32_t kv, uint32_t hd) {
     return kv == MC_KV_F32 ? 4u * hd : kv == MC_KV_Q8 ? hd + hd / 8u : 2u * hd;
 }
 extern const mc_config mc_config_default;
-/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold, attdec, qkvparts) from its text. Returns NULL when set, else the
+/* Sets one choice key (gemv, q8, attention, norm, qdot, kv, postnorm, chunk, qblock, qgrid, experts, mmachunk, attchunk, attfold, attdec, qkvparts, wait) from its text. Returns NULL when set, else the
  * allowed values ("auto, rowgroup, persistent"); "" for a key that is not a choice key. */
 const char *mc_config_choice(mc_config *c, const char *key, const char *value);
 /* The text of a choice key's value in c (for the protocol record), NULL for another key. */
@@ -558,7 +564,8 @@ typedef struct mc_sample_result {
     int32_t token;     /* the choice; -1 when not sampled or on bad logits */
     int32_t bad_index; /* the lowest index of a non-finite logit, or -1 */
     uint32_t bad_bits; /* that logit's bits */
-    int32_t pad;
+    int32_t seq;       /* in the host's ring: the position the entry is for (*pos after the step's commit),
+                        * written last, after the rest of the entry is visible (wait=ring); else 0 */
 } mc_sample_result;
 typedef struct mc_sampler_scratch {
     uint32_t n_vocab, n_pow2;

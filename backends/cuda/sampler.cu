@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
     /* the ring's entry (read now, used by the last block at the end: its load off the tail) */
-    const uint32_t at = ring && threadIdx.x == 0 ? (uint32_t)*pos % ring_n : 0u;
+    const int32_t pnow = ring && threadIdx.x == 0 ? *pos : 0;
+    const uint32_t at = (uint32_t)pnow % (ring_n ? ring_n : 1u);
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
     /* a thread's values in ascending index, MC_AM_UNROLL loads in flight before they are compared
@@ -143,15 +144,21 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
     r.token = -1;
     r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
     r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
-    r.pad = 0;
+    r.seq = 0;
     if (greedy && bad == 0xffffffffu) {
         r.token = (int32_t)besti;
         *token_out = (int32_t)besti;
     }
     *result = r;
     if (ring) { /* the host's copy, in its memory: no copy between this step and the next */
+        r.seq = -1; /* the host cleared it before the step: still not final */
         ring[at] = r;
-        __threadfence_system();
+        __threadfence_system(); /* every write of the step is visible before the tag */
+        /* greedy: the tag is the step's last write (sampling ends in sample_pick, which writes it) */
+        if (greedy) {
+            *(volatile int32_t *)&ring[at].seq = pnow;
+            __threadfence_system();
+        }
     }
 }
 
@@ -289,10 +296,13 @@ __global__ void __launch_bounds__(1024)
         int32_t tok = sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
         result->token = tok;
         *token_out = tok;
-        if (ring) { /* the argmax pass wrote the rest of the entry */
+        if (ring) /* the argmax pass wrote the rest of the entry */
             ring[(uint32_t)*pos % ring_n].token = tok;
-            __threadfence_system();
-        }
+    }
+    if (threadIdx.x == 0 && ring) { /* the step's last write: the tag, after the rest is visible */
+        __threadfence_system();
+        *(volatile int32_t *)&ring[(uint32_t)*pos % ring_n].seq = *pos;
+        __threadfence_system();
     }
 }
 
