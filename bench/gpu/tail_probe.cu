@@ -1,0 +1,259 @@
+/* tail_probe.cu: whether the step boundary at window 1 can be taken off the host's launch path
+ * (issue 27; bench/gpu/NOTES.md, thirtieth session). Two questions, answered on a device:
+ *
+ *   A. Can a graph shaped like memra's decode step be instantiated for device launch
+ *      (cudaGraphInstantiateFlagDeviceLaunch)? The step holds programmatic (PDL) edges and
+ *      thread-block-cluster kernels; each is tried alone and together, and the instantiation's
+ *      result printed.
+ *   B. What a step costs at window 1 when its launch is queued before the previous step ends and
+ *      released by the host, against the host launching it: a stand-in step S (K short kernels
+ *      chained with PDL, the last writing the step's number into host memory with a system
+ *      fence, as memra's sampler writes its ring entry), run N times.
+ *        host:  the host spins on the number, then cudaGraphLaunch(S): what memra does today.
+ *        tail:  a gate graph G of one kernel is queued ahead; the kernel spins on a word in host
+ *               memory until the host writes the step's number there, then launches S with a
+ *               device-side cudaGraphLaunch into cudaStreamGraphTailLaunch (S runs when G
+ *               completes; the next G queued behind it waits for S). The host spins on S's
+ *               number, writes the next step's, and queues the next G.
+ *      Both keep window 1's meaning: the host has step i's result before step i + 1 computes.
+ *      Printed: us a step for each, and their difference (what the launch path costs).
+ *
+ *   memra_cuda_tail_probe [steps] [kernels]   (default 2000 and 8)
+ *
+ * Exit 0 when both parts ran (A's refusals are results, not failures), 3 on a CUDA error, 77
+ * without a device. Device-side graph launch needs relocatable device code and the device
+ * runtime (bench/CMakeLists.txt). Not run yet: written in the thirtieth session, whose device
+ * time ran out. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "bench_common.cuh"
+
+/* ---- A: instantiation for device launch ---------------------------------------------------- */
+
+__global__ void tp_first(unsigned *buf) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (threadIdx.x == 0)
+        buf[blockIdx.x] += 1u;
+}
+
+__global__ void tp_pdl(unsigned *buf) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (threadIdx.x == 0)
+        buf[blockIdx.x] += 2u;
+}
+
+__global__ void __cluster_dims__(2, 1, 1) tp_cluster(unsigned *buf) {
+    if (threadIdx.x == 0)
+        buf[blockIdx.x] += 4u;
+}
+
+static cudaError_t tp_launch_pdl(unsigned *buf, cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(4);
+    cfg.blockDim = dim3(64);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, tp_pdl, buf);
+}
+
+/* Captures the shape (bit 1: a PDL edge, bit 2: a cluster kernel) and instantiates it for device
+ * launch; prints what the runtime answered. */
+static void tp_shape(unsigned *buf, cudaStream_t st, int shape) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    tp_first<<<4, 64, 0, st>>>(buf);
+    if (shape & 1)
+        MC_BENCH_CHECK(tp_launch_pdl(buf, st));
+    if (shape & 2)
+        tp_cluster<<<4, 64, 0, st>>>(buf);
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+    cudaGraphInstantiateParams p = {};
+    p.flags = cudaGraphInstantiateFlagDeviceLaunch;
+    const cudaError_t e = cudaGraphInstantiateWithParams(&x, g, &p);
+    printf("A  %-28s device-launch instantiation: %s (result %d)\n",
+           shape == 0   ? "plain kernels"
+           : shape == 1 ? "with a PDL edge"
+           : shape == 2 ? "with a cluster kernel"
+                        : "with a PDL edge and a cluster",
+           cudaGetErrorName(e), (int)p.result_out);
+    (void)cudaGetLastError();
+    if (x)
+        cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+}
+
+/* ---- B: the stand-in step, launched by the host or by a gate kernel -------------------------- */
+
+/* One link of the step: a short chain of dependent work (the previous link's word), PDL-launched. */
+__global__ void tp_link(unsigned *chain, uint32_t k) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        chain[k + 1] = chain[k] + 1u;
+}
+
+/* The step's last kernel: its number into host memory, after a system fence (memra's ring tag). */
+__global__ void tp_publish(volatile int32_t *host_done, int32_t *dev_step) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int32_t s = *dev_step + 1;
+    *dev_step = s;
+    __threadfence_system();
+    *host_done = s;
+    __threadfence_system();
+}
+
+/* The gate: the next step's number (its own count), then a spin on the host's word until the
+ * host releases that step, then the step's graph as this graph's tail launch. */
+__global__ void tp_gate(volatile const int32_t *host_go, int32_t *gate_count, cudaGraphExec_t step,
+                        volatile int32_t *host_err) {
+    const int32_t want = ++*gate_count;
+    while (*host_go < want)
+        __nanosleep(64);
+    const cudaError_t e = cudaGraphLaunch(step, cudaStreamGraphTailLaunch);
+    if (e != cudaSuccess) { /* the host's spin stops on it */
+        *host_err = (int32_t)e;
+        __threadfence_system();
+    }
+}
+
+static double tp_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Spins until *w reaches want; exits 3 naming the device's error, or after 5 s without it. */
+static void tp_spin(volatile int32_t *w, int32_t want, volatile int32_t *err) {
+    const double t0 = tp_now();
+    while (*w < want) {
+        if (*err) {
+            fprintf(stderr, "tail_probe: the device-side cudaGraphLaunch failed: %s\n",
+                    cudaGetErrorName((cudaError_t)*err));
+            exit(3);
+        }
+        if (tp_now() - t0 > 5.0) {
+            fprintf(stderr, "tail_probe: step %d did not come within 5 s\n", want);
+            exit(3);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("tail_probe: SKIP (no CUDA device)\n");
+        return 77;
+    }
+    const int steps = argc > 1 ? atoi(argv[1]) : 2000, K = argc > 2 ? atoi(argv[2]) : 8;
+    if (steps < 10 || K < 1 || K > 64) {
+        fprintf(stderr, "usage: memra_cuda_tail_probe [steps >= 10] [kernels 1..64]\n");
+        return 2;
+    }
+    cudaStream_t st;
+    MC_BENCH_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    unsigned *buf;
+    MC_BENCH_CHECK(cudaMalloc(&buf, 4096));
+    MC_BENCH_CHECK(cudaMemset(buf, 0, 4096));
+    for (int shape = 0; shape < 4; shape++)
+        tp_shape(buf, st, shape);
+
+    /* the stand-in step */
+    volatile int32_t *host_done, *host_go, *host_err;
+    int32_t *dev_step, *gate_count;
+    MC_BENCH_CHECK(cudaHostAlloc((void **)&host_done, 64, cudaHostAllocMapped));
+    MC_BENCH_CHECK(cudaHostAlloc((void **)&host_go, 64, cudaHostAllocMapped));
+    MC_BENCH_CHECK(cudaHostAlloc((void **)&host_err, 64, cudaHostAllocMapped));
+    *host_err = 0;
+    MC_BENCH_CHECK(cudaMalloc(&dev_step, 64));
+    MC_BENCH_CHECK(cudaMalloc(&gate_count, 64));
+    cudaGraph_t sg;
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < K; k++) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(132);
+        cfg.blockDim = dim3(128);
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = k > 0;
+        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, tp_link, buf, (uint32_t)k));
+    }
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1);
+        cfg.blockDim = dim3(1);
+        cfg.stream = st;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, tp_publish, host_done, dev_step));
+    }
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &sg));
+    cudaGraphExec_t sx_host, sx_dev;
+    MC_BENCH_CHECK(cudaGraphInstantiate(&sx_host, sg, 0));
+    cudaGraphInstantiateParams p = {};
+    p.flags = cudaGraphInstantiateFlagDeviceLaunch | cudaGraphInstantiateFlagUpload;
+    p.uploadStream = st;
+    const cudaError_t edev = cudaGraphInstantiateWithParams(&sx_dev, sg, &p);
+    printf("A  %-28s device-launch instantiation: %s (result %d)\n", "the stand-in step (PDL chain)",
+           cudaGetErrorName(edev), (int)p.result_out);
+
+    /* host: spin on the step's number, launch the next */
+    *host_done = 0;
+    MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    double t0 = 0.0;
+    for (int i = 0; i < steps + 10; i++) {
+        if (i == 10)
+            t0 = tp_now();
+        MC_BENCH_CHECK(cudaGraphLaunch(sx_host, st));
+        tp_spin(host_done, i + 1, host_err);
+    }
+    const double us_host = (tp_now() - t0) * 1e6 / steps;
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    printf("B  host launch:   %8.2f us a step (%d kernels, %d steps)\n", us_host, K + 1, steps);
+
+    if (edev != cudaSuccess) {
+        printf("B  tail launch:   not run (the step does not instantiate for device launch)\n");
+        return 0;
+    }
+    /* tail: the gate graph, one kernel */
+    cudaGraph_t gg;
+    cudaGraphExec_t gx;
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    tp_gate<<<1, 1, 0, st>>>(host_go, gate_count, sx_dev, host_err);
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &gg));
+    MC_BENCH_CHECK(cudaGraphInstantiate(&gx, gg, 0));
+    *host_done = 0;
+    *host_go = 0;
+    MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
+    MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* step 1's gate, queued */
+    for (int i = 0; i < steps + 10; i++) {
+        if (i == 10)
+            t0 = tp_now();
+        *host_go = i + 1;                        /* release step i + 1 */
+        MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* queue the next step's gate behind it */
+        tp_spin(host_done, i + 1, host_err);
+    }
+    const double us_tail = (tp_now() - t0) * 1e6 / steps;
+    *host_go = steps + 11; /* release the last queued gate */
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    printf("B  tail launch:   %8.2f us a step; the host's launch path costs %.2f us a step\n", us_tail,
+           us_host - us_tail);
+    return 0;
+}
