@@ -583,7 +583,8 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
  * *token_out (when the logits are finite) and the result to *result, and, with a ring (host memory
  * the device writes: pinned, ring_n entries), to ring[*pos % ring_n] too, fenced to the system, so
- * the host reads it once the step's event completes with no copy on the stream. With pdl its
+ * the host reads it with no copy on the stream: the entry's seq last, after a system fence, which
+ * wait=ring takes as the step's end (else the step's event). With pdl its
  * first launch (the argmax pass) is programmatic: it waits for the kernel before it (the head) in
  * the kernel. */
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,

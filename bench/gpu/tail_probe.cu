@@ -51,19 +51,6 @@ __global__ void __cluster_dims__(2, 1, 1) tp_cluster(unsigned *buf) {
         buf[blockIdx.x] += 4u;
 }
 
-static cudaError_t tp_launch_pdl(unsigned *buf, cudaStream_t st) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(4);
-    cfg.blockDim = dim3(64);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, tp_pdl, buf);
-}
-
 /* Captures the shape (bit 1: a PDL edge, bit 2: a cluster kernel) and instantiates it for device
  * launch; prints what the runtime answered. */
 static void tp_shape(unsigned *buf, cudaStream_t st, int shape) {
@@ -72,7 +59,7 @@ static void tp_shape(unsigned *buf, cudaStream_t st, int shape) {
     MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     tp_first<<<4, 64, 0, st>>>(buf);
     if (shape & 1)
-        MC_BENCH_CHECK(tp_launch_pdl(buf, st));
+        mc_bench_launch_pdl(st, tp_pdl, 4, 64, 0, buf);
     if (shape & 2)
         tp_cluster<<<4, 64, 0, st>>>(buf);
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
@@ -177,30 +164,10 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaMalloc(&gate_count, 64));
     cudaGraph_t sg;
     MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < K; k++) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(132);
-        cfg.blockDim = dim3(128);
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = k > 0;
-        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, tp_link, buf, (uint32_t)k));
-    }
-    {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(1);
-        cfg.blockDim = dim3(1);
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, tp_publish, host_done, dev_step));
-    }
+    tp_link<<<132, 128, 0, st>>>(buf, 0u); /* the step's first kernel: after the previous step, in full */
+    for (int k = 1; k < K; k++)
+        mc_bench_launch_pdl(st, tp_link, 132, 128, 0, buf, (uint32_t)k);
+    mc_bench_launch_pdl(st, tp_publish, 1, 1, 0, host_done, dev_step);
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &sg));
     cudaGraphExec_t sx_host, sx_dev;
     MC_BENCH_CHECK(cudaGraphInstantiate(&sx_host, sg, 0));
