@@ -1,5 +1,5 @@
 /* tail_probe.cu: whether the step boundary at window 1 can be taken off the host's launch path
- * (issue 27; bench/gpu/NOTES.md, thirtieth session). Two questions, answered on a device:
+ * (issue 27; bench/gpu/NOTES.md, thirtieth session). Its questions:
  *
  *   A. Can a graph shaped like memra's decode step be instantiated for device launch
  *      (cudaGraphInstantiateFlagDeviceLaunch)? The step holds programmatic (PDL) edges and
@@ -17,13 +17,25 @@
  *               number, writes the next step's, and queues the next G.
  *      Both keep window 1's meaning: the host has step i's result before step i + 1 computes.
  *      Printed: us a step for each, and their difference (what the launch path costs).
+ *   B0. The same step launched back to back by the host without waiting (the device's own time a
+ *      step: what window 1's boundary adds is host launch minus this).
+ *   D. The launch queued ahead as one graph: a gate kernel that waits for the host's word and sets
+ *      a conditional handle, then an IF node whose body is the step (no device-side launch).
+ *   C. Whether work queued behind a graph waits for that graph's tail launch: a gate released at
+ *      once tail-launches a 2 ms step; an event recorded behind the gate, synchronised, must see
+ *      the step's write (memra records its step event behind the gate).
  *
  *   memra_cuda_tail_probe [steps] [kernels]   (default 2000 and 8)
  *
- * Exit 0 when both parts ran (A's refusals are results, not failures), 3 on a CUDA error, 77
+ * Exit 0 when every part ran (A's refusals are results, not failures), 3 on a CUDA error, 77
  * without a device. Device-side graph launch needs relocatable device code and the device
- * runtime (bench/CMakeLists.txt). Not run yet: written in the thirtieth session, whose device
- * time ran out. */
+ * runtime (bench/CMakeLists.txt).
+ *
+ * Answered on an H100 (thirty-first session, bench/gpu/NOTES.md): every shape instantiates for
+ * device launch and C holds, but both launches queued ahead are slower than the host's: at 9
+ * kernels host 10.0-10.1 us a step, back to back 8.2, tail 18.2-21.1, IF node 17.8; at 65 kernels
+ * host 49.2-49.4, back to back 47.4, tail 52.4-52.6, IF node 57.0. Window 1's boundary is ~2 us
+ * of host launch, and the gate kernel's own launch, poll and the device-side start cost more. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,6 +124,24 @@ __global__ void tp_gate(volatile const int32_t *host_go, int32_t *gate_count, cu
     }
 }
 
+/* D's gate: sets the IF node's condition once the host releases this step. */
+__global__ void tp_cgate(volatile const int32_t *host_go, int32_t *gate_count, cudaGraphConditionalHandle h) {
+    const int32_t want = ++*gate_count;
+    while (*host_go < want)
+        ;
+    cudaGraphSetConditional(h, 1u);
+}
+
+/* C's step: ~2 ms of spinning on the global timer, then the word. */
+__global__ void tp_slow(int32_t *word) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < 2000000u);
+    *word += 1;
+}
+
 static double tp_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -193,6 +223,74 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaStreamSynchronize(st));
     printf("B  host launch:   %8.2f us a step (%d kernels, %d steps)\n", us_host, K + 1, steps);
 
+    /* B0: back to back */
+    *host_done = 0;
+    MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    for (int i = 0; i < steps + 10; i++) {
+        if (i == 10) {
+            tp_spin(host_done, 10, host_err);
+            t0 = tp_now();
+        }
+        MC_BENCH_CHECK(cudaGraphLaunch(sx_host, st));
+    }
+    tp_spin(host_done, steps + 10, host_err);
+    const double us_b2b = (tp_now() - t0) * 1e6 / steps;
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    printf("B0 back to back:  %8.2f us a step; window 1's boundary adds %.2f us\n", us_b2b, us_host - us_b2b);
+
+    /* D: gate kernel + IF node whose body is the step, launched ahead by the host */
+    {
+        cudaGraph_t og, body;
+        MC_BENCH_CHECK(cudaGraphCreate(&og, 0));
+        cudaGraphConditionalHandle h;
+        MC_BENCH_CHECK(cudaGraphConditionalHandleCreate(&h, og, 0u, cudaGraphCondAssignDefault));
+        MC_BENCH_CHECK(cudaStreamBeginCaptureToGraph(st, og, NULL, NULL, 0, cudaStreamCaptureModeThreadLocal));
+        tp_cgate<<<1, 1, 0, st>>>(host_go, gate_count, h);
+        MC_BENCH_CHECK(cudaStreamEndCapture(st, &og));
+        cudaGraphNode_t gate_node;
+        size_t nn = 1;
+        MC_BENCH_CHECK(cudaGraphGetNodes(og, &gate_node, &nn));
+        cudaGraphNodeParams cp = {};
+        cp.type = cudaGraphNodeTypeConditional;
+        cp.conditional.handle = h;
+        cp.conditional.type = cudaGraphCondTypeIf;
+        cp.conditional.size = 1;
+        cudaGraphNode_t cn;
+        MC_BENCH_CHECK(cudaGraphAddNode(&cn, og, &gate_node, NULL, 1, &cp));
+        body = cp.conditional.phGraph_out[0];
+        MC_BENCH_CHECK(cudaStreamBeginCaptureToGraph(st, body, NULL, NULL, 0, cudaStreamCaptureModeThreadLocal));
+        tp_link<<<132, 128, 0, st>>>(buf, 0u);
+        for (int k = 1; k < K; k++)
+            mc_bench_launch_pdl(st, tp_link, 132, 128, 0, buf, (uint32_t)k);
+        mc_bench_launch_pdl(st, tp_publish, 1, 1, 0, host_done, dev_step);
+        cudaError_t ec = cudaStreamEndCapture(st, &body);
+        cudaGraphExec_t ox = NULL;
+        if (ec == cudaSuccess)
+            ec = cudaGraphInstantiate(&ox, og, 0);
+        printf("D  the step as an IF node's body (PDL chain inside): %s\n", cudaGetErrorName(ec));
+        (void)cudaGetLastError();
+        if (ec == cudaSuccess) {
+            *host_done = 0;
+            *host_go = 0;
+            MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
+            MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
+            MC_BENCH_CHECK(cudaStreamSynchronize(st));
+            MC_BENCH_CHECK(cudaGraphLaunch(ox, st));
+            for (int i = 0; i < steps + 10; i++) {
+                if (i == 10)
+                    t0 = tp_now();
+                *host_go = i + 1;
+                MC_BENCH_CHECK(cudaGraphLaunch(ox, st));
+                tp_spin(host_done, i + 1, host_err);
+            }
+            const double us_if = (tp_now() - t0) * 1e6 / steps;
+            *host_go = steps + 11;
+            MC_BENCH_CHECK(cudaStreamSynchronize(st));
+            printf("D  IF-node launch: %8.2f us a step; against the host's launch %.2f us\n", us_if, us_host - us_if);
+        }
+    }
+
     if (edev != cudaSuccess) {
         printf("B  tail launch:   not run (the step does not instantiate for device launch)\n");
         return 0;
@@ -222,5 +320,34 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaStreamSynchronize(st));
     printf("B  tail launch:   %8.2f us a step; the host's launch path costs %.2f us a step\n", us_tail,
            us_host - us_tail);
+
+    /* C: an event behind a gate whose tail launch runs 2 ms */
+    int32_t *slow_word;
+    MC_BENCH_CHECK(cudaMalloc(&slow_word, 64));
+    MC_BENCH_CHECK(cudaMemset(slow_word, 0, 64));
+    cudaGraph_t cg;
+    cudaGraphExec_t cx, cgx;
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    tp_slow<<<1, 1, 0, st>>>(slow_word);
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &cg));
+    MC_BENCH_CHECK(cudaGraphInstantiateWithParams(&cx, cg, &p));
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    tp_gate<<<1, 1, 0, st>>>(host_go, gate_count, cx, host_err);
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &gg));
+    MC_BENCH_CHECK(cudaGraphInstantiate(&cgx, gg, 0));
+    MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    *host_go = 1;
+    cudaEvent_t ev;
+    MC_BENCH_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    const double tc = tp_now();
+    MC_BENCH_CHECK(cudaGraphLaunch(cgx, st));
+    MC_BENCH_CHECK(cudaEventRecord(ev, st));
+    MC_BENCH_CHECK(cudaEventSynchronize(ev));
+    const double waited = (tp_now() - tc) * 1e3;
+    int32_t seen = -1;
+    MC_BENCH_CHECK(cudaMemcpy(&seen, slow_word, 4, cudaMemcpyDeviceToHost));
+    printf("C  an event behind the gate waited %.2f ms and %s the tail launch's write (word %d)\n", waited,
+           seen == 1 ? "saw" : "did NOT see", seen);
     return 0;
 }
