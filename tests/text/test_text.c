@@ -251,6 +251,25 @@ Test(chat, stream_holds_back_a_split_character) {
     close_vocab(&v);
 }
 
+/* A stream's first token may give no bytes (a control token without specials): the stream has no
+ * buffer yet then, and must not offset a NULL one. fuzz_tokenizer found that under clang's UBSan;
+ * gcc's does not flag a zero offset of NULL, so the input it found (tests/fuzz/tokenizer_seeds) is
+ * what fails without the fix, and this test checks what the stream gives. */
+Test(chat, stream_starts_with_a_token_of_no_bytes) {
+    vocab_file v = open_vocab("llama", chatml_tpl, true);
+    memra_error err = {0};
+    memra_detok_stream *s = NULL;
+    cr_assert_eq(memra_detok_stream_new(v.t, false, &s, &err), MEMRA_OK, "%s", err.msg);
+    const char *p;
+    size_t len = 99;
+    cr_assert_eq(memra_detok_stream_push(s, ID_IM_END, &p, &len, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_eq(len, 0);
+    cr_assert_eq(memra_detok_stream_push(s, 'a', &p, &len, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert(len == 1 && p[0] == 'a');
+    memra_detok_stream_free(s);
+    close_vocab(&v);
+}
+
 /* ---- memra run ------------------------------------------------------------------------------ */
 
 /* The ids of the json written beside a --dump-logits file ("tokens": [...]). */

@@ -147,7 +147,8 @@ memra_status memra_detok_stream_push(memra_detok_stream *s, int32_t id, const ch
     if (!buf_reserve(&s->pending, need))
         return memra_fail(err, MEMRA_E_NOMEM, "tokenizer stream: out of memory");
     size_t got = 0;
-    memra_status st = memra_tokenizer_decode(s->t, id, s->specials, s->pending.p + s->pending.n, need, &got, err);
+    char *dst = s->pending.p ? s->pending.p + s->pending.n : NULL; /* NULL until a token gave bytes */
+    memra_status st = memra_tokenizer_decode(s->t, id, s->specials, dst, need, &got, err);
     if (st != MEMRA_OK)
         return st;
     s->pending.n += got;
