@@ -164,6 +164,41 @@ static void tp_spin(volatile int32_t *w, int32_t want, volatile int32_t *err) {
     }
 }
 
+/* The stand-in step's kernels, onto a capturing stream: K links (the first after the previous
+ * step in full, the rest PDL-chained), then the publish. */
+static void tp_step_kernels(cudaStream_t st, unsigned *buf, int K, volatile int32_t *host_done, int32_t *dev_step) {
+    tp_link<<<132, 128, 0, st>>>(buf, 0u);
+    for (int k = 1; k < K; k++)
+        mc_bench_launch_pdl(st, tp_link, 132, 128, 0, buf, (uint32_t)k);
+    mc_bench_launch_pdl(st, tp_publish, 1, 1, 0, host_done, dev_step);
+}
+
+/* A gate graph gx (one gate kernel that waits for the host's word, then starts the step) run at
+ * window 1: the first gate queued, then every step released by the host's word with the next gate
+ * queued behind it, and its number awaited. us a step over the last `steps`. */
+static double tp_gated(cudaGraphExec_t gx, cudaStream_t st, int steps, volatile int32_t *host_go,
+                       volatile int32_t *host_done, volatile int32_t *host_err, int32_t *dev_step,
+                       int32_t *gate_count) {
+    *host_done = 0;
+    *host_go = 0;
+    MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
+    MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* step 1's gate, queued */
+    double t0 = 0.0;
+    for (int i = 0; i < steps + 10; i++) {
+        if (i == 10)
+            t0 = tp_now();
+        *host_go = i + 1;                        /* release step i + 1 */
+        MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* queue the next step's gate behind it */
+        tp_spin(host_done, i + 1, host_err);
+    }
+    const double us = (tp_now() - t0) * 1e6 / steps;
+    *host_go = steps + 11; /* release the last queued gate */
+    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    return us;
+}
+
 int main(int argc, char **argv) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -194,10 +229,7 @@ int main(int argc, char **argv) {
     MC_BENCH_CHECK(cudaMalloc(&gate_count, 64));
     cudaGraph_t sg;
     MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    tp_link<<<132, 128, 0, st>>>(buf, 0u); /* the step's first kernel: after the previous step, in full */
-    for (int k = 1; k < K; k++)
-        mc_bench_launch_pdl(st, tp_link, 132, 128, 0, buf, (uint32_t)k);
-    mc_bench_launch_pdl(st, tp_publish, 1, 1, 0, host_done, dev_step);
+    tp_step_kernels(st, buf, K, host_done, dev_step);
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &sg));
     cudaGraphExec_t sx_host, sx_dev;
     MC_BENCH_CHECK(cudaGraphInstantiate(&sx_host, sg, 0));
@@ -260,10 +292,7 @@ int main(int argc, char **argv) {
         MC_BENCH_CHECK(cudaGraphAddNode(&cn, og, &gate_node, NULL, 1, &cp));
         body = cp.conditional.phGraph_out[0];
         MC_BENCH_CHECK(cudaStreamBeginCaptureToGraph(st, body, NULL, NULL, 0, cudaStreamCaptureModeThreadLocal));
-        tp_link<<<132, 128, 0, st>>>(buf, 0u);
-        for (int k = 1; k < K; k++)
-            mc_bench_launch_pdl(st, tp_link, 132, 128, 0, buf, (uint32_t)k);
-        mc_bench_launch_pdl(st, tp_publish, 1, 1, 0, host_done, dev_step);
+        tp_step_kernels(st, buf, K, host_done, dev_step);
         cudaError_t ec = cudaStreamEndCapture(st, &body);
         cudaGraphExec_t ox = NULL;
         if (ec == cudaSuccess)
@@ -271,22 +300,7 @@ int main(int argc, char **argv) {
         printf("D  the step as an IF node's body (PDL chain inside): %s\n", cudaGetErrorName(ec));
         (void)cudaGetLastError();
         if (ec == cudaSuccess) {
-            *host_done = 0;
-            *host_go = 0;
-            MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
-            MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
-            MC_BENCH_CHECK(cudaStreamSynchronize(st));
-            MC_BENCH_CHECK(cudaGraphLaunch(ox, st));
-            for (int i = 0; i < steps + 10; i++) {
-                if (i == 10)
-                    t0 = tp_now();
-                *host_go = i + 1;
-                MC_BENCH_CHECK(cudaGraphLaunch(ox, st));
-                tp_spin(host_done, i + 1, host_err);
-            }
-            const double us_if = (tp_now() - t0) * 1e6 / steps;
-            *host_go = steps + 11;
-            MC_BENCH_CHECK(cudaStreamSynchronize(st));
+            const double us_if = tp_gated(ox, st, steps, host_go, host_done, host_err, dev_step, gate_count);
             printf("D  IF-node launch: %8.2f us a step; against the host's launch %.2f us\n", us_if, us_host - us_if);
         }
     }
@@ -302,22 +316,7 @@ int main(int argc, char **argv) {
     tp_gate<<<1, 1, 0, st>>>(host_go, gate_count, sx_dev, host_err);
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &gg));
     MC_BENCH_CHECK(cudaGraphInstantiate(&gx, gg, 0));
-    *host_done = 0;
-    *host_go = 0;
-    MC_BENCH_CHECK(cudaMemset(dev_step, 0, 64));
-    MC_BENCH_CHECK(cudaMemset(gate_count, 0, 64));
-    MC_BENCH_CHECK(cudaStreamSynchronize(st));
-    MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* step 1's gate, queued */
-    for (int i = 0; i < steps + 10; i++) {
-        if (i == 10)
-            t0 = tp_now();
-        *host_go = i + 1;                        /* release step i + 1 */
-        MC_BENCH_CHECK(cudaGraphLaunch(gx, st)); /* queue the next step's gate behind it */
-        tp_spin(host_done, i + 1, host_err);
-    }
-    const double us_tail = (tp_now() - t0) * 1e6 / steps;
-    *host_go = steps + 11; /* release the last queued gate */
-    MC_BENCH_CHECK(cudaStreamSynchronize(st));
+    const double us_tail = tp_gated(gx, st, steps, host_go, host_done, host_err, dev_step, gate_count);
     printf("B  tail launch:   %8.2f us a step; the host's launch path costs %.2f us a step\n", us_tail,
            us_host - us_tail);
 

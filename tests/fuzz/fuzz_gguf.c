@@ -22,11 +22,7 @@
 
 #include "memra/gguf.h"
 
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond))                                                                                                   \
-            __builtin_trap();                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 static volatile uint64_t sink_sum;
 

@@ -28,11 +28,7 @@
 #include "memra/synth.h"
 #include "memra/tensor_type.h"
 
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond))                                                                                                   \
-            __builtin_trap();                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 #define FM_MAX_PRESETS 8u
 #define FM_MAX_OPS 24u
@@ -123,7 +119,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         case 4: {
             const uint32_t d = a % MEMRA_GGUF_MAX_DIMS;
-            uint64_t v = (b & 0x80) ? ts[t].ne[d] + (uint64_t)(int8_t)(b << 1) / 2 : fm_value(a, b);
+            /* a neighbour (-64 .. +63 from today's), or a value of its own */
+            uint64_t v = (b & 0x80) ? ts[t].ne[d] + (uint64_t)((int64_t)(b & 0x7F) - 64) : fm_value(a, b);
             ts[t].ne[d] = v ? v : 1;
             if (d >= ts[t].n_dims)
                 ts[t].n_dims = d + 1;
@@ -131,14 +128,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         case 5: ts[t].type = types[a % (sizeof types / sizeof types[0])]; break;
         case 6: ts[t].dropped = true; break;
-        default:
+        default: {
+            char was[sizeof ts[t].name]; /* snprintf's source must not be its destination */
+            memcpy(was, ts[t].name, sizeof was);
+            const char *dot = strrchr(was, '.');
             if (a & 1)
-                snprintf(ts[t].name, sizeof ts[t].name, "blk.%u.%s", (unsigned)b * 1000u + a,
-                         strchr(ts[t].name, '.') ? strrchr(ts[t].name, '.') + 1 : "weight");
+                snprintf(ts[t].name, sizeof ts[t].name, "blk.%u.%s", (unsigned)b * 1000u + a, dot ? dot + 1 : "weight");
             else
                 snprintf(ts[t].name, sizeof ts[t].name, "%.80s%s", memra_gguf_tensor_at(g, b % nt)->name,
                          (b & 2) ? ".x" : "");
             break;
+        }
         }
     }
 

@@ -27,11 +27,7 @@
 #include "memra/gguf.h"
 #include "memra/tokenizer.h"
 
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond))                                                                                                   \
-            __builtin_trap();                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 #define FT_MAX_TOKENS 600u
 #define FT_MAX_MERGES 300u
