@@ -1,17 +1,15 @@
 /* cuda_forward.cu: one token's step of the `cuda` backend, enqueued as prepare / body / finish
  * (cuda_ext.h, so cuda-graph can capture the body): per stage the input hidden (cuda_stages.cu:
  * the embedding, or the hand-off from the stage before), the layers (two all-reduces per layer
- * with ranks), the commit, the head and the sampler; the joins; and step_end's bounded wait (the
- * watchdog) and readback. With taps on (memra.ops, cuda_taps.cu) each op's output is handed over
+ * with ranks), the commit, the head and the sampler; the joins. The step's end (its wait and
+ * readback) is cuda_step_end.cu. With taps on (memra.ops, cuda_taps.cu) each op's output is handed over
  * after it: `if (b->taps)`, a host branch, is all an ordinary step pays. */
 #include <cuda_runtime.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_ext.h"
 #include "cuda_kernels.h"
@@ -893,103 +891,4 @@ memra_status mc_step_begin(memra_backend *b, memra_state *s, const memra_step_ar
     if ((st = mc_body(b, s, args->sample, false, err)))
         return st;
     return mc_finish(b, s, args, false, err);
-}
-
-static double mc_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* A tensor-parallel step's wait, bounded: past step_timeout_ms the state's communicators are
- * aborted (a collective spinning for a rank that never arrives gives up at once; NCCL's kernels
- * end with ncclCommAbort), the step fails naming the timeout and the state is quarantined. If the
- * device still does not finish within a further 10 s the step fails all the same (the state must
- * then not be used; freeing it waits for its streams). */
-static memra_status mc_wait_step(memra_backend *b, memra_state *s, mc_slot *slot, memra_error *err) {
-    const double t0 = mc_now_s(), limit = b->step_timeout_ms / 1000.0;
-    cudaError_t e;
-    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady) {
-        if (mc_now_s() - t0 > limit)
-            break;
-        sched_yield();
-    }
-    if (e == cudaSuccess)
-        return MEMRA_OK;
-    if (e != cudaErrorNotReady) {
-        memra_status st = mc_cuda_fail(err, e, "the step (cudaEventQuery)");
-        mc_quarantine_fail(s, err);
-        return st;
-    }
-    if (s->on_abort) /* cuda-graph: its graph destroyed first (it may hold the communicators) */
-        s->on_abort(s->on_abort_arg);
-    for (uint32_t i = 0; i < s->n_stages; i++)
-        if (s->comm[i] && b->coll->abort)
-            b->coll->abort(s->comm[i]);
-    const double t1 = mc_now_s();
-    while ((e = cudaEventQuery(slot->pending)) == cudaErrorNotReady && mc_now_s() - t1 < 10.0)
-        sched_yield();
-    memra_status st =
-        memra_fail(err, MEMRA_E_DEVICE,
-                   "cuda: the step at position %u did not finish within step_timeout_ms=%u (a collective of "
-                   "'%s' waited too long); the state's communicators were aborted%s",
-                   slot->position - 1, b->step_timeout_ms, b->coll_name,
-                   e == cudaSuccess ? "" : ", and the device had still not finished 10 s later");
-    mc_quarantine(b, s, err ? err->msg : "a step timed out");
-    s->position = slot->position - 1;
-    return st;
-}
-
-memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_step_result *out, memra_error *err) {
-    memra_status st = MEMRA_OK;
-    if (s->inflight == 0)
-        return memra_fail(err, MEMRA_E_INVALID, "cuda: step_end with no step in flight");
-    mc_slot *slot = &s->slots[s->head];
-    s->head = (s->head + 1) % s->max_inflight;
-    s->inflight--;
-    if (b->tp) {
-        if ((st = mc_wait_step(b, s, slot, err)))
-            return st;
-    } else if (b->cfg.wait == MC_WAIT_RING && slot->sampled && !slot->want_logits && s->n_stages == 1) {
-        /* wait=ring: the step ended when its sampler's last write, the entry's tag, is visible
-         * here (what is left of the step is that kernel's exit); the event answers for a step
-         * that never writes it (a fault) */
-        const volatile int32_t *tag = &((const volatile mc_sample_result *)slot->res)->seq;
-        cudaError_t e = cudaSuccess;
-        while (*tag != (int32_t)slot->position) {
-            if ((e = cudaEventQuery(slot->pending)) != cudaErrorNotReady)
-                break;
-        }
-        if (e != cudaSuccess && e != cudaErrorNotReady)
-            MC_TRY(e, "the step (cudaEventQuery)");
-        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the entry after its tag */
-    } else {
-        MC_TRY(cudaEventSynchronize(slot->pending), "the step (cudaEventSynchronize)");
-    }
-    if (s->quarantined)
-        return memra_fail(err, MEMRA_E_QUARANTINED, "cuda: the state failed earlier (%s); free it", s->why);
-    if (b->tp && (st = mc_check_verdicts(b, s, slot->position - 1, err))) {
-        mc_quarantine(b, s, err ? err->msg : "a collective failed");
-        s->position = slot->position - 1; /* the step did not commit; later ones are void */
-        return st;
-    }
-    if (slot->sampled && slot->res->bad_index >= 0) {
-        float f;
-        memcpy(&f, &slot->res->bad_bits, 4);
-        st = memra_fail(err, MEMRA_E_RANGE, "cuda: logit %d is %s", slot->res->bad_index,
-                        f != f ? "nan" : (f > 0 ? "+inf" : "-inf"));
-        mc_quarantine(b, s, err ? err->msg : "non-finite logits");
-        return st;
-    }
-    if (logits && slot->want_logits)
-        memcpy(logits, slot->host_logits, (size_t)b->m->n_vocab * 4);
-    if (out) {
-        out->token = slot->sampled ? slot->res->token : -1;
-        out->position = slot->position;
-    }
-    s->stats.steps++;
-    return MEMRA_OK;
-fail:
-    mc_quarantine_fail(s, err);
-    return st;
 }
