@@ -53,7 +53,7 @@ static void arm_json(gate_json *j, const gate_arm *a, const memra_registry *r) {
     for (uint32_t i = 0; o && i < o->n; i++)
         gj_str(j, o->items[i].key, o->items[i].value);
     gj_obj_end(j);
-    char full[4096];
+    char full[MEMRA_ARM_TEXT_MAX]; /* holds every resolved text whole */
     memra_arm_format(memra_arm_backend_name(a->arm), o, full, sizeof full);
     gj_str(j, "resolved_text", full);
     gj_u64(j, "window", a->window);

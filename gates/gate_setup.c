@@ -407,7 +407,7 @@ memra_status gate_open_arms(gate_ctx *ctx, memra_registry *r, gate_config *cfg, 
         return st;
     /* Both arms resolve to the same configuration (window aside): their comparison then proves
      * determinism, not the equivalence of two configurations. */
-    char ta[4096], tb[4096];
+    char ta[MEMRA_ARM_TEXT_MAX], tb[MEMRA_ARM_TEXT_MAX]; /* whole texts, so a key at the end still counts */
     resolved_without_window(&ctx->a, ta, sizeof ta);
     resolved_without_window(&ctx->b, tb, sizeof tb);
     ctx->arms_identical = strcmp(ta, tb) == 0;

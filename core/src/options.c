@@ -186,11 +186,14 @@ memra_status memra_options_u32_list(const memra_options *opts, const char *key, 
     return MEMRA_OK;
 }
 
-void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size) {
+bool memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size) {
+    if (size == 0)
+        return false;
     size_t used = (size_t)snprintf(buf, size, "%s", backend);
     for (uint32_t i = 0; opts && i < opts->n && used < size; i++)
         used += (size_t)snprintf(buf + used, size - used, "%c%s=%s", i ? ',' : ':', opts->items[i].key,
                                  opts->items[i].value);
+    return used < size;
 }
 
 bool memra_collective_value_name(const char *value, char *name, size_t size) {

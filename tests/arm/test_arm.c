@@ -586,6 +586,45 @@ Test(arm, collective_values_parse_into_a_name_and_options) {
     }
 }
 
+/* The longest arm text memra_options can hold (MEMRA_OPT_MAX items of the longest key and value)
+ * fits in MEMRA_ARM_TEXT_MAX, whole, and parses back to the same options; a buffer of the size the
+ * gate used before (4096: a text past it was cut short, silently, in the records and in the
+ * comparison of the two arms' configurations) is told so. */
+Test(arm, the_longest_arm_text_fits_whole_and_a_short_buffer_is_told) {
+    memra_options o = {0};
+    memra_error err = {0};
+    char backend[MEMRA_BACKEND_NAME_MAX];
+    memset(backend, 'b', sizeof backend - 1);
+    backend[sizeof backend - 1] = 0;
+    for (uint32_t i = 0; i < MEMRA_OPT_MAX; i++) {
+        char key[MEMRA_OPT_KEY_MAX], value[MEMRA_OPT_VALUE_MAX];
+        memset(key, 'k', sizeof key - 1);
+        snprintf(key, sizeof key, "%02u", i);
+        key[2] = 'k'; /* "00kkk...": distinct keys of the longest length */
+        key[sizeof key - 1] = 0;
+        memset(value, 'v', sizeof value - 1);
+        value[sizeof value - 1] = 0;
+        cr_assert_eq(memra_options_set(&o, key, value, &err), MEMRA_OK, "%s", err.msg);
+    }
+    static char text[MEMRA_ARM_TEXT_MAX], cut[4096];
+    cr_assert(memra_arm_format(backend, &o, text, sizeof text));
+    cr_assert_eq(strlen(text), (size_t)MEMRA_ARM_TEXT_MAX - 1, "%zu", strlen(text));
+    char back[MEMRA_BACKEND_NAME_MAX];
+    memra_options o2;
+    cr_assert_eq(memra_arm_parse(text, back, &o2, &err), MEMRA_OK, "%s", err.msg);
+    cr_assert_str_eq(back, backend);
+    cr_assert_eq(o2.n, o.n);
+    for (uint32_t i = 0; i < o.n; i++) {
+        cr_assert_str_eq(o2.items[i].key, o.items[i].key);
+        cr_assert_str_eq(o2.items[i].value, o.items[i].value);
+    }
+    cr_assert_not(memra_arm_format(backend, &o, cut, sizeof cut), "a cut text reported whole");
+    cr_assert_eq(strlen(cut), sizeof cut - 1);
+    cr_assert(memra_arm_format("cpu", NULL, cut, 4), "'cpu' fits in 4 bytes");
+    cr_assert_not(memra_arm_format("cpu", NULL, cut, 3));
+    cr_assert_not(memra_arm_format("cpu", NULL, cut, 0));
+}
+
 /* ---- Prefill (issue 28): step_chunk, the core's fallback, the prefill key ------------------ */
 
 #define PF_STEPS 40u

@@ -48,8 +48,14 @@ bool memra_collective_value_name(const char *value, char *name, size_t size);
  * line may give several). MEMRA_E_INVALID naming the value when it is malformed. */
 memra_status memra_collective_value_parse(const char *value, char *name, size_t size, memra_options *opts,
                                           memra_error *err);
-/* Writes "backend:key=value,..." into buf. */
-void memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
+/* The longest text memra_arm_format can write, its NUL included: a backend name of at most
+ * MEMRA_BACKEND_NAME_MAX - 1 characters and MEMRA_OPT_MAX items, each a separator, a key, '=' and
+ * a value of the longest lengths memra_options allows. */
+#define MEMRA_ARM_TEXT_MAX (MEMRA_BACKEND_NAME_MAX + MEMRA_OPT_MAX * (MEMRA_OPT_KEY_MAX + MEMRA_OPT_VALUE_MAX))
+/* Writes "backend:key=value,..." into buf (always NUL-terminated when size > 0). False when the
+ * text did not fit in size bytes (it is then cut short); a buffer of MEMRA_ARM_TEXT_MAX bytes
+ * always holds it. */
+bool memra_arm_format(const char *backend, const memra_options *opts, char *buf, size_t size);
 
 /* The name of names[0..n) closest to typed by edit distance, for a "did you mean" (NULL entries
  * skipped), or NULL when none is within a third of typed's length (at least 2 edits). */
