@@ -7,7 +7,8 @@
 # only the samples with the GPU busy (utilization >= 90%) are summarised. Reads the card's state;
 # changes nothing of it. A short table last; logs under $OUT.
 #   bash bench/gpu/clocks.sh [PRESET:DTYPE ...]   (default llama-8b:q6_k gemma3-270m:q4_k_m llama-1b:bf16)
-# Written in the thirty-first session; no machine could be started to run it.
+# Run in the thirty-second session on an H200: SM clock 1,980 MHz (its maximum) in every busy sample,
+# no clock-event reason (RESULTS and NOTES, thirty-second session).
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit,enforced.power.limit --format=csv | tee -a "$T"
 smi() { nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
