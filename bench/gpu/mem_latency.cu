@@ -1,0 +1,165 @@
+/* mem_latency.cu: the latency of one dependent load from each level of the memory system, and of a
+ * graph of PDL-chained empty launches, on whichever card runs it: to tell whether the H200's
+ * larger fixed cost a dependent launch (6.7 us a layer against an H100's 4.1, twenty-ninth session)
+ * comes from its memory system rather than its clocks (which stay at their top under load:
+ * clocks.sh, thirty-second session). No memra code.
+ *
+ * A pointer chase: one thread follows a random cycle through a buffer of S bytes, one 4-byte load
+ * at a time, each address the value of the last load (so no load can start before the one before
+ * it ends); each step lands on a new 128-byte line (and, in the largest buffers, mostly a new
+ * page). ns a load over 2^20 loads after a warm pass of the same cycle:
+ *   4 KiB    L1
+ *   8 MiB    L2 (both cards have 50 or 60 MB; the near partition mostly)
+ *   40 MiB   L2 far and near, more TLB reach
+ *   2 GiB    HBM, TLB misses included: what a cold weight's first load pays
+ * and the empty chain: K kernels in a graph, each waiting for the one before (PDL), us a kernel.
+ *
+ *   memra_cuda_mem_latency        exit 0, 3 on a CUDA error */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench_common.cuh"
+
+#define ML_LINE 32u /* words a 128-byte line */
+
+__global__ void ml_chase(const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
+    uint32_t at = start;
+    for (uint64_t i = 0; i < steps; i++)
+        at = __ldcg(next + at); /* L2 and below: the L1 is bypassed except in the L1 row */
+    *sink = at;
+}
+
+__global__ void ml_chase_l1(const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
+    uint32_t at = start;
+    for (uint64_t i = 0; i < steps; i++)
+        at = __ldca(next + at);
+    *sink = at;
+}
+
+__global__ void ml_empty(void) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* A random cycle over the buffer's lines (Sattolo's shuffle, a fixed seed): word 0 of line i holds
+ * the word index of the next line. */
+static uint32_t *ml_cycle(size_t bytes, uint32_t *start) {
+    const size_t lines = bytes / (ML_LINE * 4);
+    uint32_t *perm = (uint32_t *)malloc(lines * sizeof *perm);
+    uint32_t *host = (uint32_t *)calloc(bytes / 4, 4);
+    if (!perm || !host) {
+        fprintf(stderr, "out of host memory\n");
+        exit(3);
+    }
+    for (size_t i = 0; i < lines; i++)
+        perm[i] = (uint32_t)i;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t i = lines - 1; i > 0; i--) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        const size_t j = (size_t)(r % i);
+        const uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (size_t i = 0; i < lines; i++) /* line i -> line perm[i], one cycle through them all */
+        host[i * ML_LINE] = perm[i] * ML_LINE;
+    free(perm);
+    uint32_t *dev;
+    MC_BENCH_CHECK(cudaMalloc(&dev, bytes));
+    MC_BENCH_CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+    *start = 0;
+    return dev;
+}
+
+static double ml_time_ns(bool l1, const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
+    cudaEvent_t e0, e1;
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    if (l1)
+        ml_chase_l1<<<1, 1>>>(next, start, steps, sink); /* warm */
+    else
+        ml_chase<<<1, 1>>>(next, start, steps, sink);
+    MC_BENCH_CHECK(cudaEventRecord(e0));
+    if (l1)
+        ml_chase_l1<<<1, 1>>>(next, start, steps, sink);
+    else
+        ml_chase<<<1, 1>>>(next, start, steps, sink);
+    MC_BENCH_CHECK(cudaEventRecord(e1));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
+    MC_BENCH_CHECK(cudaGetLastError());
+    float ms;
+    MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    MC_BENCH_CHECK(cudaEventDestroy(e0));
+    MC_BENCH_CHECK(cudaEventDestroy(e1));
+    return ms * 1e6 / (double)steps;
+}
+
+static double ml_chain_us(int k, cudaStream_t st) {
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(132);
+    cfg.blockDim = dim3(128);
+    cfg.stream = st;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < k; i++)
+        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, ml_empty));
+    MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
+    MC_BENCH_CHECK(cudaGraphInstantiate(&x, g, 0));
+    for (int i = 0; i < 20; i++)
+        MC_BENCH_CHECK(cudaGraphLaunch(x, st));
+    cudaEvent_t e0, e1;
+    MC_BENCH_CHECK(cudaEventCreate(&e0));
+    MC_BENCH_CHECK(cudaEventCreate(&e1));
+    const int reps = 200;
+    MC_BENCH_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < reps; i++)
+        MC_BENCH_CHECK(cudaGraphLaunch(x, st));
+    MC_BENCH_CHECK(cudaEventRecord(e1, st));
+    MC_BENCH_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    MC_BENCH_CHECK(cudaGraphExecDestroy(x));
+    MC_BENCH_CHECK(cudaGraphDestroy(g));
+    return ms * 1e3 / reps / k;
+}
+
+int main(void) {
+    cudaDeviceProp p;
+    MC_BENCH_CHECK(cudaGetDeviceProperties(&p, 0));
+    printf("device: %s, L2 %d MiB\n", p.name, p.l2CacheSize >> 20);
+    uint32_t *sink;
+    MC_BENCH_CHECK(cudaMalloc(&sink, 4));
+    static const struct {
+        const char *what;
+        size_t bytes;
+        bool l1;
+    } rows[] = {{"L1 (4 KiB)", 4u << 10, true},
+                {"L2 (8 MiB)", 8u << 20, false},
+                {"L2 far (40 MiB)", 40u << 20, false},
+                {"HBM (2 GiB)", (size_t)2 << 30, false}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint32_t start;
+        uint32_t *next = ml_cycle(rows[i].bytes, &start);
+        const uint64_t steps = 1u << 20;
+        const double a = ml_time_ns(rows[i].l1, next, start, steps, sink);
+        const double b = ml_time_ns(rows[i].l1, next, start, steps, sink);
+        printf("chase %-16s %8.1f %8.1f ns a load\n", rows[i].what, a, b);
+        MC_BENCH_CHECK(cudaFree(next));
+    }
+    cudaStream_t st;
+    MC_BENCH_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int k = 8; k <= 64; k *= 8)
+        printf("empty PDL chain, %2d kernels of 132 blocks: %.2f us a kernel\n", k, ml_chain_us(k, st));
+    return 0;
+}
