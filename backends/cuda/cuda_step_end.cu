@@ -80,7 +80,8 @@ static int mc_poll_done(void *arg) {
     return 1;
 }
 
-/* The slot's entry final, or the step failed and the state quarantined. */
+/* The slot's entry final, or the step failed and the state quarantined. A fault (the query's
+ * error) comes only from mc_poll_event, whose arg holds it; mc_poll_done never fails. */
 static memra_status mc_ring_final(memra_state *s, mc_slot *slot, mc_ring_poll_fn poll, void *arg, memra_error *err) {
     int32_t seen = 0;
     const mc_ring_end r =
