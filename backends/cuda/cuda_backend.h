@@ -1,6 +1,6 @@
 /* cuda_backend.h: the entry points of the cuda backend, which cuda_plugin.c puts into the plugin's
  * vtable, extension tables and descriptor (internal); and, for its CUDA files only (cuda_state.cu,
- * cuda_weights.cu, cuda_forward.cu, cuda_stages.cu, cuda_tp.cu, cuda_ext.cu), the design, the
+ * cuda_weights.cu, cuda_forward.cu, cuda_step_end.cu, cuda_stages.cu, cuda_tp.cu, cuda_ext.cu), the design, the
  * weights, backend and state they share and the functions one of them calls in another. */
 #ifndef MEMRA_CUDA_BACKEND_H
 #define MEMRA_CUDA_BACKEND_H
