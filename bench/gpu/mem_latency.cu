@@ -24,17 +24,11 @@
 
 #define ML_LINE 32u /* words a 128-byte line */
 
-__global__ void ml_chase(const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
-    uint32_t at = start;
+/* Follows the cycle from line 0: L1 loads through the L1 (__ldca), the others from L2 and below. */
+template <bool L1> __global__ void ml_chase(const uint32_t *next, uint64_t steps, uint32_t *sink) {
+    uint32_t at = 0;
     for (uint64_t i = 0; i < steps; i++)
-        at = __ldcg(next + at); /* L2 and below: the L1 is bypassed except in the L1 row */
-    *sink = at;
-}
-
-__global__ void ml_chase_l1(const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
-    uint32_t at = start;
-    for (uint64_t i = 0; i < steps; i++)
-        at = __ldca(next + at);
+        at = L1 ? __ldca(next + at) : __ldcg(next + at);
     *sink = at;
 }
 
@@ -45,7 +39,7 @@ __global__ void ml_empty(void) {
 
 /* A random cycle over the buffer's lines (Sattolo's shuffle, a fixed seed): word 0 of line i holds
  * the word index of the next line. */
-static uint32_t *ml_cycle(size_t bytes, uint32_t *start) {
+static uint32_t *ml_cycle(size_t bytes) {
     const size_t lines = bytes / (ML_LINE * 4);
     uint32_t *perm = (uint32_t *)malloc(lines * sizeof *perm);
     uint32_t *host = (uint32_t *)calloc(bytes / 4, 4);
@@ -72,31 +66,31 @@ static uint32_t *ml_cycle(size_t bytes, uint32_t *start) {
     MC_BENCH_CHECK(cudaMalloc(&dev, bytes));
     MC_BENCH_CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
     free(host);
-    *start = 0;
     return dev;
 }
 
-static double ml_time_ns(bool l1, const uint32_t *next, uint32_t start, uint64_t steps, uint32_t *sink) {
+/* ms that what fn enqueues on st takes, between two events. */
+template <typename F> static float ml_elapsed_ms(cudaStream_t st, F fn) {
     cudaEvent_t e0, e1;
     MC_BENCH_CHECK(cudaEventCreate(&e0));
     MC_BENCH_CHECK(cudaEventCreate(&e1));
-    if (l1)
-        ml_chase_l1<<<1, 1>>>(next, start, steps, sink); /* warm */
-    else
-        ml_chase<<<1, 1>>>(next, start, steps, sink);
-    MC_BENCH_CHECK(cudaEventRecord(e0));
-    if (l1)
-        ml_chase_l1<<<1, 1>>>(next, start, steps, sink);
-    else
-        ml_chase<<<1, 1>>>(next, start, steps, sink);
-    MC_BENCH_CHECK(cudaEventRecord(e1));
+    MC_BENCH_CHECK(cudaEventRecord(e0, st));
+    fn();
+    MC_BENCH_CHECK(cudaEventRecord(e1, st));
     MC_BENCH_CHECK(cudaEventSynchronize(e1));
     MC_BENCH_CHECK(cudaGetLastError());
     float ms;
     MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     MC_BENCH_CHECK(cudaEventDestroy(e0));
     MC_BENCH_CHECK(cudaEventDestroy(e1));
-    return ms * 1e6 / (double)steps;
+    return ms;
+}
+
+/* ns a load of the chase, after a warm pass of the same cycle. */
+static double ml_time_ns(bool l1, const uint32_t *next, uint64_t steps, uint32_t *sink) {
+    void (*k)(const uint32_t *, uint64_t, uint32_t *) = l1 ? ml_chase<true> : ml_chase<false>;
+    k<<<1, 1>>>(next, steps, sink);
+    return ml_elapsed_ms(0, [&] { k<<<1, 1>>>(next, steps, sink); }) * 1e6 / (double)steps;
 }
 
 static double ml_chain_us(int k, cudaStream_t st) {
@@ -118,17 +112,11 @@ static double ml_chain_us(int k, cudaStream_t st) {
     MC_BENCH_CHECK(cudaGraphInstantiate(&x, g, 0));
     for (int i = 0; i < 20; i++)
         MC_BENCH_CHECK(cudaGraphLaunch(x, st));
-    cudaEvent_t e0, e1;
-    MC_BENCH_CHECK(cudaEventCreate(&e0));
-    MC_BENCH_CHECK(cudaEventCreate(&e1));
     const int reps = 200;
-    MC_BENCH_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < reps; i++)
-        MC_BENCH_CHECK(cudaGraphLaunch(x, st));
-    MC_BENCH_CHECK(cudaEventRecord(e1, st));
-    MC_BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms;
-    MC_BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const float ms = ml_elapsed_ms(st, [&] {
+        for (int i = 0; i < reps; i++)
+            MC_BENCH_CHECK(cudaGraphLaunch(x, st));
+    });
     MC_BENCH_CHECK(cudaGraphExecDestroy(x));
     MC_BENCH_CHECK(cudaGraphDestroy(g));
     return ms * 1e3 / reps / k;
@@ -149,11 +137,10 @@ int main(void) {
                 {"L2 far (40 MiB)", 40u << 20, false},
                 {"HBM (2 GiB)", (size_t)2 << 30, false}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        uint32_t start;
-        uint32_t *next = ml_cycle(rows[i].bytes, &start);
+        uint32_t *next = ml_cycle(rows[i].bytes);
         const uint64_t steps = 1u << 20;
-        const double a = ml_time_ns(rows[i].l1, next, start, steps, sink);
-        const double b = ml_time_ns(rows[i].l1, next, start, steps, sink);
+        const double a = ml_time_ns(rows[i].l1, next, steps, sink);
+        const double b = ml_time_ns(rows[i].l1, next, steps, sink);
         printf("chase %-16s %8.1f %8.1f ns a load\n", rows[i].what, a, b);
         MC_BENCH_CHECK(cudaFree(next));
     }
