@@ -12,7 +12,14 @@
  *   8 MiB    L2 (both cards have 50 or 60 MB; the near partition mostly)
  *   40 MiB   L2 far and near, more TLB reach
  *   2 GiB    HBM, TLB misses included: what a cold weight's first load pays
- * and the empty chain: K kernels in a graph, each waiting for the one before (PDL), us a kernel.
+ * and three chains of K kernels of 132 blocks in a graph, each waiting for the one before (PDL), us a
+ * kernel:
+ *   empty    the wait and the trigger alone: what a dependent launch costs by itself
+ *   handoff  each block's first thread reads the word one block of the kernel before wrote, and
+ *            writes its own (a dependency through L2, as a layer's next GEMV reads its x)
+ *   cold     the same read of an epoch word, then one load of a line no kernel has touched since
+ *            the last replay (2 GiB, a line per block and kernel, moved each replay): the cold
+ *            first load of a GEMV's weights; cold less handoff is HBM's latency inside the chain
  *
  *   memra_cuda_mem_latency        exit 0, 3 on a CUDA error */
 #include <cuda_runtime.h>
@@ -35,6 +42,27 @@ template <bool L1> __global__ void ml_chase(const uint32_t *next, uint64_t steps
 __global__ void ml_empty(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* A chain's kernel k (see the top): words holds a word a block and kernel; epoch (words' last
+ * word) moves once a replay, so a cold load never meets its line in L2 again. */
+template <bool COLD>
+__global__ void ml_step(uint32_t *words, const uint32_t *cold, uint32_t cold_lines, uint32_t k, uint32_t nk) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (threadIdx.x != 0)
+        return;
+    const uint32_t g = gridDim.x, b = blockIdx.x;
+    uint32_t v;
+    if (COLD) {
+        const uint32_t e = __ldcg(words + (size_t)nk * g);
+        const uint32_t line = (uint32_t)(((uint64_t)(e * nk + k) * g + b) * 2654435761ull % cold_lines);
+        v = __ldcg(cold + (size_t)line * ML_LINE);
+        if (k == nk - 1 && b == 0)
+            words[(size_t)nk * g] = e + 1;
+    } else
+        v = __ldcg(words + (size_t)(k ? k - 1 : nk - 1) * g + (b + 1) % g);
+    words[(size_t)k * g + b] = v + 1;
 }
 
 /* A random cycle over the buffer's lines (Sattolo's shuffle, a fixed seed): word 0 of line i holds
@@ -93,7 +121,9 @@ static double ml_time_ns(bool l1, const uint32_t *next, uint64_t steps, uint32_t
     return ml_elapsed_ms(0, [&] { k<<<1, 1>>>(next, steps, sink); }) * 1e6 / (double)steps;
 }
 
-static double ml_chain_us(int k, cudaStream_t st) {
+/* us a kernel of a replayed graph of k kernels of the chain (0 empty, 1 handoff, 2 cold). */
+static double ml_chain_us(int k, int form, uint32_t *words, const uint32_t *cold, uint32_t cold_lines,
+                          cudaStream_t st) {
     cudaLaunchAttribute at = {};
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at.val.programmaticStreamSerializationAllowed = 1;
@@ -106,8 +136,13 @@ static double ml_chain_us(int k, cudaStream_t st) {
     cudaGraph_t g;
     cudaGraphExec_t x;
     MC_BENCH_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < k; i++)
-        MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, ml_empty));
+    for (int i = 0; i < k; i++) {
+        if (form == 0)
+            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, ml_empty));
+        else
+            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, form == 2 ? ml_step<true> : ml_step<false>, words, cold,
+                                              cold_lines, (uint32_t)i, (uint32_t)k));
+    }
     MC_BENCH_CHECK(cudaStreamEndCapture(st, &g));
     MC_BENCH_CHECK(cudaGraphInstantiate(&x, g, 0));
     for (int i = 0; i < 20; i++)
@@ -146,7 +181,17 @@ int main(void) {
     }
     cudaStream_t st;
     MC_BENCH_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    for (int k = 8; k <= 64; k *= 8)
-        printf("empty PDL chain, %2d kernels of 132 blocks: %.2f us a kernel\n", k, ml_chain_us(k, st));
+    const size_t cold_bytes = (size_t)2 << 30;
+    const uint32_t cold_lines = (uint32_t)(cold_bytes / (ML_LINE * 4));
+    uint32_t *cold, *words;
+    MC_BENCH_CHECK(cudaMalloc(&cold, cold_bytes));
+    MC_BENCH_CHECK(cudaMemset(cold, 0, cold_bytes));
+    MC_BENCH_CHECK(cudaMalloc(&words, (64 * 132 + 1) * 4));
+    MC_BENCH_CHECK(cudaMemset(words, 0, (64 * 132 + 1) * 4));
+    static const char *forms[] = {"empty", "handoff", "cold"};
+    for (int f = 0; f < 3; f++)
+        for (int k = 8; k <= 64; k *= 8)
+            printf("%-7s PDL chain, %2d kernels of 132 blocks: %.2f us a kernel\n", forms[f], k,
+                   ml_chain_us(k, f, words, cold, cold_lines, st));
     return 0;
 }
