@@ -24,7 +24,7 @@ extern "C" {
  * arm's options, and resolves them through the cuda plugin). Every switch of the kernels is one of
  * them, resolved in the gate's protocol record; no environment variable changes what the
  * backends compute or how they launch. pdl, trigger, gemv (but for mma and mma2), moe_fuse, postnorm,
- * chunk, qblock, qgrid, mmachunk, attchunk, attdec, qkvparts and wait never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
+ * chunk, qblock, qgrid, mmachunk, attchunk, attdec, qkvparts, wait and commit never change the bits (a gate of `cuda:pdl=0` or `cuda:gemv=rowgroup` against `cuda`
  * compares the same arithmetic); q8, attention, norm, qdot, kv, experts, attfold and gemv=mma|mma2 choose other
  * arithmetic (other bits, same model). */
 #define MEMRA_CUDA_OPTION_SPECS                                                                                        \
@@ -184,6 +184,13 @@ extern "C" {
             "stage and one rank that wants no logits, the completion event elsewhere) or event (the step's "          \
             "completion event, which the device signals after the graph's last kernel has exited). Nothing computed " \
             "depends on it"                                                                                            \
+    },                                                                                                                 \
+    {                                                                                                                  \
+        "commit", "launch",                                                                                            \
+            "where a decode step's position advances: launch (a one-thread kernel of its own between the last layer " \
+            "and the head, which waits for it) or sampler (the last block of the sampler's argmax pass, after every " \
+            "block has read the position: a launch and a dependency a token fewer, where one stage of one rank "      \
+            "samples with no taps; the launch elsewhere). Nothing computed depends on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -555,6 +555,10 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     const uint32_t hd = m->head_dim, hdv = m->head_dim_v;
     const bool own_trigger = b->cfg.trigger != MC_TRIGGER_DEFAULT;
     const mc_config *c = &b->cfg;
+    /* commit=sampler: the sampler's argmax pass advances the position (one stage, one rank, no
+     * taps: nothing between the last layer and the sampler reads the word then) */
+    const bool commit_in_sampler =
+        c->commit == MC_COMMIT_SAMPLER && sample && last && !b->tp && s->n_stages == 1 && !b->taps;
     mc_stage_state *r0 = &s->st[i][0];
     memra_status st0 = mc_stage_input(b, s, i, capture, err);
     if (st0)
@@ -760,7 +764,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             MC_RET(mc_commit_checked(ss->pos, tp ? ss->status : NULL, tp ? 2 * nl : 0, tp ? ss->peer_last : NULL,
                                      tp ? R : 0, r, i > 0 ? ss->vin : NULL, ss->verdict, ss->poison, ss->ring, q),
                    "launch of the checked commit kernel");
-        else
+        else if (!commit_in_sampler)
             MC_RET(mc_commit(ss->pos, b->cfg.pdl != 0, q), "launch of the commit kernel");
         if (!last || (r > 0 && !tp) || ss->v1 == ss->v0) /* (an expert rank of ep alone holds no head) */
             continue;
@@ -807,7 +811,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             /* With one stage the embedding of the next step reads its token where this one is
              * sampled (the same stream, after this step: no hand-over launch). */
             MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
-                             ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp, q),
+                             ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp,
+                             commit_in_sampler, q),
                    "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }

@@ -128,6 +128,10 @@ enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
  * that wants no logits; the step's completion event elsewhere, and where the tag never comes), or
  * MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
 enum { MC_WAIT_RING, MC_WAIT_EVENT };
+/* Where a step's position advances (the `commit` key): MC_COMMIT_LAUNCH, a kernel of its own between
+ * the last layer and the head; MC_COMMIT_SAMPLER, the argmax pass's last block, where one stage of
+ * one rank samples with no taps (a launch a token fewer; elsewhere the launch). The same bits. */
+enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -227,6 +231,7 @@ typedef struct mc_config {
     uint32_t attdec;    /* attention=mma's decode spans: MC_ATTDEC_BLOCK or _WARP (the same bits) */
     uint32_t qkvparts;  /* q/k/v parts of two types: MC_QKVPARTS_MERGED or _APART (the same bits) */
     uint32_t wait;      /* how the host learns a step ended: MC_WAIT_RING or _EVENT (the same bits) */
+    uint32_t commit;    /* where the position advances: MC_COMMIT_LAUNCH or _SAMPLER (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -586,10 +591,12 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
  * the host reads it with no copy on the stream: the entry's seq last, after a system fence, which
  * wait=ring takes as the step's end (else the step's event). With pdl its
  * first launch (the argmax pass) is programmatic: it waits for the kernel before it (the head) in
- * the kernel. */
-cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
+ * the kernel. With commit (commit=sampler) *pos is the position before the step's commit: the
+ * argmax pass samples at *pos + 1 and its last block writes *pos + 1 to *pos, after every block
+ * has read it, so the sampler's later kernels and the next step read the committed position. */
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
-                      cudaStream_t st);
+                      bool commit, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows
@@ -641,9 +648,11 @@ const char *mc_kernel_family(const void *func);
 
 /* Host API for tests: runs the device sampler on host logits (uploads, samples, reads back): *out
  * is what a step's host reads (the ring's entry for the position, in pinned memory), *dev_out the
- * device's result copied back. */
+ * device's result copied back. With commit the device's position word starts at position - 1 and
+ * the sampler commits it (commit=sampler); *pos_after is the word after the step (position, both
+ * ways, when the sampler is right). */
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           mc_sample_result *out, mc_sample_result *dev_out);
+                           bool commit, mc_sample_result *out, mc_sample_result *dev_out, int32_t *pos_after);
 
 #ifdef __cplusplus
 }

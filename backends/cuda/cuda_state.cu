@@ -44,7 +44,7 @@ static memra_status mc_read_options(const memra_options *opts, mc_config *c, mem
         return st;
     static const char *const choices[] = {"gemv",     "q8",      "attention", "norm",     "qdot",    "kv",
                                           "postnorm", "chunk",   "qblock",    "qgrid",    "experts", "mmachunk",
-                                          "attchunk", "attfold", "attdec",    "qkvparts", "wait"};
+                                          "attchunk", "attfold", "attdec",    "qkvparts", "wait",    "commit"};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const char *v = memra_options_get(opts, choices[i]);
         const char *allowed = v ? mc_config_choice(c, choices[i], v) : NULL;
@@ -118,6 +118,8 @@ memra_status mc_resolve_options(const memra_host *host, const memra_options *opt
     if ((st = memra_options_set(resolved, "qkvparts", mc_config_choice_name(&c, "qkvparts"), err)))
         return st;
     if ((st = memra_options_set(resolved, "wait", mc_config_choice_name(&c, "wait"), err)))
+        return st;
+    if ((st = memra_options_set(resolved, "commit", mc_config_choice_name(&c, "commit"), err)))
         return st;
     /* the tensor-parallel keys resolve where they are used: with ranks (tp=N or ep=N) */
     const char *tp = memra_options_get(opts, "tp"), *ep = memra_options_get(opts, "ep");

@@ -6,7 +6,8 @@
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
     MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO, MC_EXPERTS_FLOAT,
-    MC_MMACHUNK_AUTO, MC_ATTCHUNK_PHASED, MC_ATTFOLD_SPAN, MC_ATTDEC_BLOCK, MC_QKVPARTS_MERGED, MC_WAIT_RING};
+    MC_MMACHUNK_AUTO, MC_ATTCHUNK_PHASED, MC_ATTFOLD_SPAN, MC_ATTDEC_BLOCK, MC_QKVPARTS_MERGED, MC_WAIT_RING,
+    MC_COMMIT_LAUNCH};
 
 static const struct {
     const char *key;
@@ -34,6 +35,7 @@ static const struct {
     {"attdec", offsetof(mc_config, attdec), {"block", "warp", NULL, NULL}, "block, warp"},
     {"qkvparts", offsetof(mc_config, qkvparts), {"merged", "apart", NULL, NULL}, "merged, apart"},
     {"wait", offsetof(mc_config, wait), {"ring", "event", NULL, NULL}, "ring, event"},
+    {"commit", offsetof(mc_config, commit), {"launch", "sampler", NULL, NULL}, "launch, sampler"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

@@ -50,7 +50,9 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
  * launch) merges the parts and writes stats[0] = max, the result (bad index, and the token when
  * greedy) and *token_out when greedy. Which block merges depends on timing; the merge does not:
  * "larger value, or equal value and lower index" and "lowest bad index" give one answer in any
- * order (argmax_merge.h, checked on the host by tests/cuda/test_argmax_merge.c). */
+ * order (argmax_merge.h, checked on the host by tests/cuda/test_argmax_merge.c). With commit the
+ * position word holds the step's position less one: every block reads it before its ticket (whose
+ * fence orders the read first), and the last block writes the step's position into it. */
 
 /* The block's (best, index, bad) to thread 0, by a fixed tree (warp shuffles, then warps in order). */
 __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint32_t &bad, float (&bv)[32],
@@ -79,15 +81,15 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
 #define MC_AM_UNROLL 8u
 __global__ void __launch_bounds__(MC_MAX_THREADS)
     sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
-                  int32_t *token_out, mc_sample_result *result, const int32_t *pos, mc_sample_result *ring,
-                  uint32_t ring_n) {
+                  int32_t *token_out, mc_sample_result *result, int32_t *pos, mc_sample_result *ring,
+                  uint32_t ring_n, int commit) {
     __shared__ float bv[32];
     __shared__ uint32_t bi[32], bb[32];
     __shared__ uint32_t is_last;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
     /* the ring's entry (read now, used by the last block at the end: its load off the tail) */
-    const int32_t pnow = ring && threadIdx.x == 0 ? *pos : 0;
+    const int32_t pnow = (ring || commit) && threadIdx.x == 0 ? *pos + (commit ? 1 : 0) : 0;
     const uint32_t at = (uint32_t)pnow % (ring_n ? ring_n : 1u);
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
@@ -139,6 +141,8 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
     if (threadIdx.x != 0)
         return;
     *ticket = 0;
+    if (commit) /* the step's commit: every block read the word before its ticket */
+        *pos = pnow;
     stats[0] = best;
     mc_sample_result r;
     r.token = -1;
@@ -306,9 +310,9 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, const int32_t *pos,
+cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
-                      cudaStream_t st) {
+                      bool commit, cudaStream_t st) {
     const uint32_t V = s->n_vocab;
     if (ring && ring_n == 0)
         return cudaErrorInvalidValue;
@@ -323,7 +327,7 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     cudaLaunchAttribute attr[1];
     mc_launch_attrs_pdl(&lc, attr, 0, pdl);
     cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
-                                       token_out, result, pos, ring, ring_n);
+                                       token_out, result, pos, ring, ring_n, (int)commit);
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
@@ -358,13 +362,13 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
 /* ---- host entry for tests --------------------------------------------------------------- */
 
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           mc_sample_result *out, mc_sample_result *dev_out) {
+                           bool commit, mc_sample_result *out, mc_sample_result *dev_out, int32_t *pos_after) {
     float *dz = NULL;
     void *scratch = NULL;
     int32_t *dpos = NULL, *dtok = NULL;
     mc_sample_result *dres = NULL, *ring = NULL;
     mc_sampler_scratch s;
-    int32_t p = (int32_t)position;
+    int32_t p = (int32_t)position - (commit ? 1 : 0);
     const uint32_t ring_n = 3; /* the entry the host reads is position % 3 of a ring in pinned memory */
     cudaError_t e;
     if ((e = cudaMalloc(&dz, (size_t)n_vocab * 4)) != cudaSuccess)
@@ -382,9 +386,10 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
         (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto done;
-    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, 0)) != cudaSuccess)
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, commit, 0)) != cudaSuccess)
         goto done;
-    if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess)
+    if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+        (e = cudaMemcpy(pos_after, dpos, 4, cudaMemcpyDeviceToHost)) != cudaSuccess)
         goto done;
     *out = ring[position % ring_n];
 done:

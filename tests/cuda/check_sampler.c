@@ -135,7 +135,10 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         bad++;
                         continue;
                     }
-                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, &got, &dev);
+                    /* odd positions commit in the sampler (commit=sampler): the word must end at pos */
+                    const bool commit = pos % 2 == 1;
+                    int32_t after = -1;
+                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, commit, &got, &dev, &after);
                     if (e != cudaSuccess) {
                         if (out)
                             fprintf(out, "device sampler failed: %s\n", cudaGetErrorString(e));
@@ -143,7 +146,12 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         continue;
                     }
                     checked++;
-                    if (!check_entry(&got, &dev, pos)) { /* the host's ring entry is the device's result */
+                    if (after != (int32_t)pos) {
+                        disagree++;
+                        if (out)
+                            fprintf(out, "MISMATCH V=%u %s pos=%u: position word %d after the step (commit %d)\n", V,
+                                    name, pos, after, (int)commit);
+                    } else if (!check_entry(&got, &dev, pos)) { /* the host's ring entry is the device's result */
                         disagree++;
                         if (out)
                             fprintf(out,
@@ -166,9 +174,11 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
         z[V / 3] = NAN;
         memra_sample_cfg g = {0.0f, 0, 1.0f, 0};
         mc_sample_result got, dev;
-        cudaError_t e = mc_sample_host(z, V, 1, &g, &got, &dev);
+        int32_t after = -1;
+        cudaError_t e = mc_sample_host(z, V, 1, &g, true, &got, &dev, &after);
         checked++;
-        if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 || !check_entry(&got, &dev, 1)) {
+        if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 || !check_entry(&got, &dev, 1) ||
+            after != 1) {
             if (out)
                 fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d)\n", V, V / 3, got.bad_index,
                         got.token);
