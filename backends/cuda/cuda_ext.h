@@ -186,13 +186,12 @@ extern "C" {
             "depends on it"                                                                                            \
     },                                                                                                                 \
     {                                                                                                                  \
-        "commit", "sampler",                                                                                           \
-            "where a decode step's position advances: sampler (the last block of the sampler's argmax pass, after "   \
-            "every block has read the position: a launch and a dependency a token fewer, where one stage of one "    \
-            "rank samples with no taps; the launch elsewhere; at or above launch on every model measured, two "       \
-            "H100s, --abba: 8B Q6_K +0.1%, gemma3-270m +0.1% and +1.1%, llama-1b +0.2%) or launch (a one-thread "    \
-            "kernel of its own between the last layer and the head, which waits for it: the path before). Nothing "  \
-            "computed depends on it"                                                                                   \
+        "commit", "launch",                                                                                            \
+            "where a decode step's position advances: launch (a one-thread kernel of its own between the last layer " \
+            "and the head, which waits for it) or sampler (the last block of the sampler's argmax pass, after every " \
+            "block has read the position: a launch and a dependency a token fewer, where one stage of one rank "      \
+            "samples with no taps; the launch elsewhere; within noise of launch on three H100s, --abba, on 8B Q6_K, " \
+            "8B Q8_0, llama-1b BF16 and gemma3-270m; not yet measured on an H200). Nothing computed depends on it"     \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -128,9 +128,9 @@ enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
  * that wants no logits; the step's completion event elsewhere, and where the tag never comes), or
  * MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
 enum { MC_WAIT_RING, MC_WAIT_EVENT };
-/* Where a step's position advances (the `commit` key): MC_COMMIT_SAMPLER (the default), the argmax
- * pass's last block, where one stage of one rank samples with no taps (a launch a token fewer;
- * elsewhere the launch); MC_COMMIT_LAUNCH, a kernel of its own between the last layer and the head.
+/* Where a step's position advances (the `commit` key): MC_COMMIT_LAUNCH (the default), a kernel of
+ * its own between the last layer and the head; MC_COMMIT_SAMPLER, the argmax pass's last block,
+ * where one stage of one rank samples with no taps (a launch a token fewer; elsewhere the launch).
  * The same bits. */
 enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
