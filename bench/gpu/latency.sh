@@ -2,9 +2,9 @@
 # latency.sh: the memory system's latency and a dependent launch's parts on whichever card runs it
 # (memra_cuda_mem_latency: a pointer chase from L1, L2, far L2 and HBM; empty, handoff and cold PDL
 # chains), commit=sampler's bits at window=3, then commit=launch against commit=sampler on 8B
-# Q6_K (--abba). Issue 26 and 27's open
-# question (thirty-third session): is the H200's larger fixed cost a boundary its memory's latency?
-# Run it on an H200 beside the H100 rows of RESULTS' thirty-third session. Binaries carried (bin,
+# Q6_K (--abba). Issues 26 and 27's open question (thirty-third session): is the H200's larger
+# fixed cost a boundary its memory's latency? Run it on an H200 beside the H100 rows of RESULTS'
+# thirty-third session. Binaries carried (bin,
 # lib, plugins.d in $CARRY, with bin/memra_cuda_mem_latency); a short table last, logs under $OUT.
 #   bash bench/gpu/latency.sh [any|H200]   (default H200: stops at once on another card)
 . "$(dirname "$0")/common.sh"
