@@ -180,8 +180,8 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
         if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 || !check_entry(&got, &dev, 1) ||
             after != 1) {
             if (out)
-                fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d)\n", V, V / 3, got.bad_index,
-                        got.token);
+                fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d; position word %d, want 1)\n", V,
+                        V / 3, got.bad_index, got.token, after);
             bad++;
         }
         free(z);
