@@ -339,6 +339,7 @@ typedef struct mc_stage_state {
     uint32_t n_head, n_kv, n_ff; /* the rank's widths */
     /* stage 0, rank 0 */
     int32_t *in_token;
+    float *xe; /* commit=handoff: the step's input hidden (mc_embed_in_sampler) */
     /* last stage, rank 0 */
     float *logits;
     int32_t *sampled;
@@ -372,6 +373,7 @@ struct memra_state {
     uint32_t position;       /* host mirror: positions of steps begun */
     uint32_t inflight, head; /* slots begun and not ended; the oldest's index */
     bool has_device_token;   /* a previous step sampled (the token lives on the device) */
+    bool xe_ready;           /* the last step begun folded the next input's embedding into xe */
     bool sampled_ev_live;    /* the last stage's sampled_ev was last recorded eagerly (not in a capture) */
     bool quarantined;
     char why[MEMRA_ERROR_MSG_MAX];
@@ -400,6 +402,12 @@ static inline bool mc_residual_scaled(const memra_model *m) {
     return m->residual_scale > 0.0f && m->residual_scale != 1.0f;
 }
 
+/* commit=handoff on state s (cuda_forward.cu): one stage of one rank, no taps, and a first layer
+ * whose attention output goes into the residual as it is (no post norm, no residual scale, no
+ * postnorm prologue). Then the step's input hidden is stage 0's xe, written by the previous step's
+ * sampler or by a launch of its own before the body (mc_prepare); the first layer reads it and
+ * writes the residual stream to x, so x ends the step with its last hidden as under the other commits. */
+bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s);
 /* The embedding's scale (gemma3's sqrt(n_embd) from the file, granitemoe's multiplier; else 1), as
  * the cpu backend applies it: decode (cuda_stages.cu) and a prefill chunk (cuda_chunk.cu). */
 static inline float mc_embd_scale(const memra_model *m) {

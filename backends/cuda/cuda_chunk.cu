@@ -339,6 +339,7 @@ memra_status mc_chunk_finish(memra_backend *b, memra_state *s, uint32_t count, f
         memcpy(logits, slot->host_logits, (size_t)b->m->n_vocab * 4);
     s->position += count;
     s->has_device_token = false;
+    s->xe_ready = false;
     s->sampled_ev_live = false;
     s->stats.steps += count;
     return MEMRA_OK;

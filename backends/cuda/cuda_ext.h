@@ -181,9 +181,10 @@ extern "C" {
         "wait", "ring",                                                                                                \
             "how the host learns that a decode step ended: ring (the step's last write, the tag the device sampler "  \
             "puts on the step's entry of the result ring in host memory, seen there at once; a sampled step of one "  \
-            "stage and one rank that wants no logits, the completion event elsewhere) or event (the step's "          \
-            "completion event, which the device signals after the graph's last kernel has exited). Nothing computed " \
-            "depends on it"                                                                                            \
+            "stage and one rank that wants no logits, the completion event elsewhere; the tag after the rest of "     \
+            "the entry and a system fence), word (the same wait, the tag and the token in one 8-byte store with no "  \
+            "system fence before it unless the logits are bad) or event (the step's completion event, which the "    \
+            "device signals after the graph's last kernel has exited). Nothing computed depends on it"              \
     },                                                                                                                 \
     {                                                                                                                  \
         "commit", "launch",                                                                                            \
@@ -191,7 +192,11 @@ extern "C" {
             "and the head, which waits for it) or sampler (the last block of the sampler's argmax pass, after every " \
             "block has read the position: a launch and a dependency a token fewer, where one stage of one rank "      \
             "samples with no taps; the launch elsewhere; within noise of launch on three H100s, --abba, on 8B Q6_K, " \
-            "8B Q8_0, llama-1b BF16 and gemma3-270m; not yet measured on an H200). Nothing computed depends on it"     \
+            "8B Q8_0, llama-1b BF16 and gemma3-270m) or handoff (as sampler, and the block that ends the sampling "   \
+            "embeds the next step's input from the token it chose, after the step's tag: the embedding's launch a "   \
+            "token fewer too, where the first layer adds its attention output to the residual as it is, e.g. llama " \
+            "and qwen, not gemma3 or granite; a token from the host is embedded by a launch before the step). "     \
+            "Nothing computed depends on it"                                                                           \
     },                                                                                                                 \
     {                                                                                                                  \
         "collective", "oneshot",                                                                                       \

@@ -45,9 +45,12 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
         return mc_quarantine_fail(s, err);
     /* The entry of the host's ring this step's sampler fills is not final until its tag is
      * written (mc_step_end's wait=ring): clear the tag an earlier step, or an earlier state at the
-     * same position, left there. */
+     * same position, left there, and the rest (wait=word writes it only for bad logits). */
     if (!b->tp)
-        ((volatile mc_sample_result *)&s->res_ring[(s->position + 1) % s->max_inflight])->seq = -1;
+        mc_ring_entry_clear(&s->res_ring[(s->position + 1) % s->max_inflight]);
+    /* commit=handoff: the step reads its input from xe, which the previous step's sampler wrote
+     * only if it folded (a tapped step does not); else a launch of its own writes it below */
+    const bool xe_in = mc_embed_in_sampler(b, s);
     if (args->token == MEMRA_TOKEN_FROM_DEVICE) {
         MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
         /* After an eager step, wait for the last stage's sampler. After a graph step the event was
@@ -57,6 +60,9 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
             MC_TRY(cudaStreamWaitEvent(s0->stream, sl->sampled_ev, 0), "cudaStreamWaitEvent (sampled token)");
         if (s->n_stages == 1) {
             /* one stage: its sampler wrote the token into in_token itself (mc_stage_body) */
+            if (xe_in && !s->xe_ready)
+                MC_TRY(mc_embed(&b->w->stages[0][0].embd, s0->in_token, mc_embd_scale(b->m), s0->xe, s0->stream),
+                       "launch of the embedding kernel (commit=handoff, after a step that did not fold it)");
         } else if (s0->device == sl->device) {
             MC_TRY(mc_copy_token(s0->in_token, sl->sampled, s0->stream), "launch of the token hand-over kernel");
         } else {
@@ -69,6 +75,9 @@ memra_status mc_prepare(memra_backend *b, memra_state *s, const memra_step_args 
     MC_TRY(cudaSetDevice(s0->device), "cudaSetDevice");
     MC_TRY(cudaMemcpyAsync(s0->in_token, slot->host_token, 4, cudaMemcpyHostToDevice, s0->stream),
            "cudaMemcpyAsync (input token)");
+    if (xe_in)
+        MC_TRY(mc_embed(&b->w->stages[0][0].embd, s0->in_token, mc_embd_scale(b->m), s0->xe, s0->stream),
+               "launch of the embedding kernel (commit=handoff, a token from the host)");
     return MEMRA_OK;
 fail:
     mc_quarantine_fail(s, err);
@@ -260,6 +269,14 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
 /* Whether stage i's post norms may go into their consumers' launches: postnorm=prologue, gemma3,
  * one stage (the head is this stage's and the step's hidden ends in x) of one rank, no taps and no
  * op plugin (their sites see the tensors of the launched or fused path). */
+static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i);
+
+bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
+    return b->cfg.commit == MC_COMMIT_HANDOFF && !b->tp && s->n_stages == 1 && mc_ranks(s, 0) == 1 && !b->taps &&
+           b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
+           b->w->stages[0][0].layers[0].post_attn_norm == NULL && !mc_residual_scaled(b->m) && !mc_pro_on(b, s, 0);
+}
+
 static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) {
     if (b->cfg.postnorm != MC_POSTNORM_PROLOGUE || b->m->arch != MEMRA_ARCH_GEMMA3 || s->n_stages != 1 ||
         mc_ranks(s, i) != 1 || b->tp || b->taps || b->op_rmsnorm || !s->st[i][0].x2)
@@ -558,7 +575,9 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     /* commit=sampler: the sampler's argmax pass advances the position (one stage, one rank, no
      * taps: nothing between the last layer and the sampler reads the word then) */
     const bool commit_in_sampler =
-        c->commit == MC_COMMIT_SAMPLER && sample && last && !b->tp && s->n_stages == 1 && !b->taps;
+        c->commit != MC_COMMIT_LAUNCH && sample && last && !b->tp && s->n_stages == 1 && !b->taps;
+    /* commit=handoff: the first layer reads its input from xe; the sampler folds the next one there */
+    const bool xe_in = i == 0 && mc_embed_in_sampler(b, s);
     mc_stage_state *r0 = &s->st[i][0];
     memra_status st0 = mc_stage_input(b, s, i, capture, err);
     if (st0)
@@ -603,6 +622,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             }
             const mc_op_at qkv_at = {"attn_norm", "q", layer, i, r, s->position};
             float *xr = pro_on ? xcur : ss->x; /* the residual stream's buffer */
+            if (l == 0 && xe_in)               /* the step's input: the wo GEMV below adds it, into x */
+                xr = ss->xe;
             memra_status st;
             if (pend_w) { /* the previous layer's post-FFN norm, in these GEMVs (postnorm=prologue) */
                 float *xo = xcur == ss->x ? ss->x2 : ss->x;
@@ -635,8 +656,10 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
                 st = mc_gemv_post_site(b, ss, &L->wo, ss->att_out, L->post_attn_norm, 0, xr, q, err);
             else
                 st = mc_gemv_site(b, ss, &wo_at, &L->wo, ss->att_out, NULL, NULL,
-                                  post_a || scaled || r > 0 ? NULL : ss->x, post_a || scaled ? ss->po : ss->x,
-                                  MC_GLU_NONE, q, err);
+                                  post_a || scaled || r > 0 ? NULL
+                                  : l == 0 && xe_in         ? ss->xe
+                                                            : ss->x,
+                                  post_a || scaled ? ss->po : ss->x, MC_GLU_NONE, q, err);
             if (st)
                 return st;
             /* granitemoe: x += residual_scale * wo's output (with ranks: its sum, later; with
@@ -810,9 +833,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         if (r == 0 && last && sample) {
             /* With one stage the embedding of the next step reads its token where this one is
              * sampled (the same stream, after this step: no hand-over launch). */
+            /* commit=handoff: the next step's input, from the token chosen (stage 0 is this one) */
+            const mc_embed_next next = {b->w->stages[0][0].embd, mc_embd_scale(m), s->st[0][0].xe};
             MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
                              ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp,
-                             commit_in_sampler, q),
+                             commit_in_sampler, b->cfg.wait == MC_WAIT_WORD, xe_in ? &next : NULL, q),
                    "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }
@@ -880,6 +905,7 @@ memra_status mc_finish(memra_backend *b, memra_state *s, const memra_step_args *
     slot->res = b->tp ? slot->host_res : &s->res_ring[s->position % s->max_inflight];
     s->inflight++;
     s->has_device_token = args->sample != NULL;
+    s->xe_ready = args->sample != NULL && mc_embed_in_sampler(b, s); /* its sampler folded the next input */
     s->sampled_ev_live = args->sample != NULL && !after_graph;
     return MEMRA_OK;
 fail:

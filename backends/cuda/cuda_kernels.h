@@ -125,14 +125,20 @@ enum { MC_ATTDEC_BLOCK, MC_ATTDEC_WARP };
 enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
 /* How the host learns that a step ended (the `wait` key): MC_WAIT_RING, the sampler's last write,
  * the tag of the step's entry in the host's result ring (a sampled step of one stage and one rank
- * that wants no logits; the step's completion event elsewhere, and where the tag never comes), or
- * MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
-enum { MC_WAIT_RING, MC_WAIT_EVENT };
+ * that wants no logits; the step's completion event elsewhere, and where the tag never comes),
+ * written after the rest of the entry and a system fence; MC_WAIT_WORD, the same wait on a tag
+ * that travels with the token in one 8-byte store (no system fence before it unless the logits
+ * were bad); or MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
+enum { MC_WAIT_RING, MC_WAIT_EVENT, MC_WAIT_WORD };
 /* Where a step's position advances (the `commit` key): MC_COMMIT_LAUNCH (the default), a kernel of
  * its own between the last layer and the head; MC_COMMIT_SAMPLER, the argmax pass's last block,
- * where one stage of one rank samples with no taps (a launch a token fewer; elsewhere the launch).
- * The same bits. */
-enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER };
+ * where one stage of one rank samples with no taps (a launch a token fewer; elsewhere the launch);
+ * MC_COMMIT_HANDOFF, the same, and the block that ends the sampling also embeds the next step's
+ * input from the token it chose, after the step's tag (another launch a token fewer), where the
+ * first layer adds its attention output to the residual as it is (mc_embed_in_sampler; else the
+ * embedding's launch). The same bits. (A key of its own would not fit: an arm's resolved options
+ * are at most MEMRA_OPT_MAX, and the cuda arms use every one.) */
+enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -231,8 +237,8 @@ typedef struct mc_config {
     uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
     uint32_t attdec;    /* attention=mma's decode spans: MC_ATTDEC_BLOCK or _WARP (the same bits) */
     uint32_t qkvparts;  /* q/k/v parts of two types: MC_QKVPARTS_MERGED or _APART (the same bits) */
-    uint32_t wait;      /* how the host learns a step ended: MC_WAIT_RING or _EVENT (the same bits) */
-    uint32_t commit;    /* where the position advances: MC_COMMIT_LAUNCH or _SAMPLER (the same bits) */
+    uint32_t wait;      /* how the host learns a step ended: MC_WAIT_RING, _EVENT or _WORD (the same bits) */
+    uint32_t commit;    /* where the position advances: MC_COMMIT_LAUNCH, _SAMPLER or _HANDOFF (the same bits) */
 } mc_config;
 /* Bytes of one stored KV value of kv (MC_KV_F32: 4; MC_KV_F16, MC_KV_BF16: 2; MC_KV_Q8: 1, its
  * scales aside: use mc_kv_row_bytes for a row). */
@@ -568,11 +574,20 @@ cudaError_t mc_copy_token(int32_t *dst, const int32_t *src, cudaStream_t st);
 /* The device sampler (the algorithm of memra/sampling.h, bit for bit). */
 typedef struct mc_sample_result {
     int32_t token;     /* the choice; -1 when not sampled or on bad logits */
+    int32_t seq;       /* in the host's ring: the position the entry is for (*pos after the step's commit),
+                        * written last, after the rest of the entry is visible (wait=ring), or with the
+                        * token in one aligned 8-byte store (wait=word); else 0 */
     int32_t bad_index; /* the lowest index of a non-finite logit, or -1 */
     uint32_t bad_bits; /* that logit's bits */
-    int32_t seq;       /* in the host's ring: the position the entry is for (*pos after the step's commit),
-                        * written last, after the rest of the entry is visible (wait=ring); else 0 */
 } mc_sample_result;
+/* Clears a ring entry before its step (the host, as the state's step does; wait=word's device
+ * writes only the token and tag word unless the logits are bad, so the rest must read "good"). */
+static inline void mc_ring_entry_clear(volatile mc_sample_result *e) {
+    e->seq = -1;
+    e->token = -1;
+    e->bad_index = -1;
+    e->bad_bits = 0;
+}
 typedef struct mc_sampler_scratch {
     uint32_t n_vocab, n_pow2;
     unsigned long long *keys; /* n_pow2 sort keys */
@@ -586,6 +601,13 @@ uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab);
 /* Carves the scratch out of `base` (mc_sampler_scratch_bytes bytes, 256-aligned), which the caller
  * zeroes once before the first mc_sample (the ticket starts at 0; every launch leaves it 0). */
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab);
+/* commit=handoff's fold: the next step's input hidden x = row `token` of emb times scale, written by
+ * the sampler's last block once it has chosen a finite token (mc_embed's bits, element for element). */
+typedef struct mc_embed_next {
+    mc_matrix emb;
+    float scale;
+    float *x;
+} mc_embed_next;
 /* Samples from logits with cfg at position *pos (the committed position); writes the token to
  * *token_out (when the logits are finite) and the result to *result, and, with a ring (host memory
  * the device writes: pinned, ring_n entries), to ring[*pos % ring_n] too, fenced to the system, so
@@ -594,10 +616,16 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
  * first launch (the argmax pass) is programmatic: it waits for the kernel before it (the head) in
  * the kernel. With commit (commit=sampler) *pos is the position before the step's commit: the
  * argmax pass samples at *pos + 1 and its last block writes *pos + 1 to *pos, after every block
- * has read it, so the sampler's later kernels and the next step read the committed position. */
+ * has read it, so the sampler's later kernels and the next step read the committed position.
+ * With word (wait=word) the entry's token and tag go in one aligned 8-byte store, the step's last
+ * write to the ring, with no system fence before it: the host sees them together (an aligned
+ * 8-byte store arrives whole, the assumption NCCL's LL protocol rests on). Only bad logits write
+ * bad_index and bad_bits, fenced before the word; the host clears the entry before the step
+ * (mc_ring_entry_clear). With next (commit=handoff), the block that ends the sampling writes the
+ * next step's input hidden from the token after the entry's tag (nothing on bad logits). */
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
-                      bool commit, cudaStream_t st);
+                      bool commit, bool word, const mc_embed_next *next, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows
@@ -651,9 +679,14 @@ const char *mc_kernel_family(const void *func);
  * is what a step's host reads (the ring's entry for the position, in pinned memory), *dev_out the
  * device's result copied back. With commit the device's position word starts at position - 1 and
  * the sampler commits it (commit=sampler); *pos_after is the word after the step (position, both
- * ways, when the sampler is right). */
+ * ways, when the sampler is right). word: wait=word's entry (cleared first, as a state's step does).
+ * embed_cols > 0: commit=handoff's fold over an F32 table of n_vocab rows of embed_cols values
+ * (row r, column c: r * 128 + c, exact in f32 for embed_cols <= 128 and n_vocab <= 131072) with
+ * scale 2; *embed_ok is 1 when x is the chosen token's row doubled (or, on bad logits, left as it
+ * was), else 0. */
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           bool commit, mc_sample_result *out, mc_sample_result *dev_out, int32_t *pos_after);
+                           bool commit, bool word, uint32_t embed_cols, mc_sample_result *out,
+                           mc_sample_result *dev_out, int32_t *pos_after, int *embed_ok);
 
 #ifdef __cplusplus
 }

@@ -63,6 +63,8 @@ memra_status mc_stage_input(memra_backend *b, memra_state *s, uint32_t i, bool c
             if (own_trigger)
                 MC_RET(mc_trigger_enqueue(b->cfg.trigger, q), "enqueueing the arm's trigger mask");
             const float scale = mc_embd_scale(m); /* as the cpu backend */
+            if (mc_embed_in_sampler(b, s))        /* xe holds the input: mc_prepare or the last sampler */
+                continue;
             MC_RET(mc_embed(&b->w->stages[0][0].embd, ss->in_token, scale, tp ? ss->xin : ss->x, q),
                    "launch of the embedding kernel");
             if (tp) {

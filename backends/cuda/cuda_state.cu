@@ -470,6 +470,7 @@ static void mc_stage_carve(const memra_model *m, uint32_t nl, bool first, bool l
     *cache_bytes += bp->used - before;
     if (first && rank == 0) {
         ss->in_token = (int32_t *)mc_take(bp, 16);
+        ss->xe = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
         if (tp)
             ss->xin = (float *)mc_take(bp, (uint64_t)m->n_embd * 4);
     }
@@ -814,8 +815,11 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
                                          cudaMemcpyDeviceToDevice, q),
                        "restore: V cache");
             }
-            if (i == 0 && r == 0)
+            if (i == 0 && r == 0) {
                 MC_TRY(cudaMemcpyAsync(d->in_token, a->in_token, 4, cudaMemcpyDeviceToDevice, q), "restore: token");
+                MC_TRY(cudaMemcpyAsync(d->xe, a->xe, (size_t)m->n_embd * 4, cudaMemcpyDeviceToDevice, q),
+                       "restore: the next input (commit=handoff)");
+            }
             if (i == dst->n_stages - 1 && r == 0) {
                 MC_TRY(cudaMemcpyAsync(d->logits, a->logits, (size_t)m->n_vocab * 4, cudaMemcpyDeviceToDevice, q),
                        "restore: logits");
@@ -832,6 +836,7 @@ memra_status mc_state_restore(memra_backend *b, memra_state *dst, const memra_st
     }
     dst->position = src->position;
     dst->has_device_token = src->has_device_token;
+    dst->xe_ready = src->xe_ready;
     dst->sampled_ev_live = false; /* the sampled token was copied on dst's stream and synchronised */
     return MEMRA_OK;
 fail:

@@ -111,8 +111,8 @@ memra_status mc_step_end(memra_backend *b, memra_state *s, float *logits, memra_
     if (b->tp) {
         if ((st = mc_wait_step(b, s, slot, err)))
             return st;
-    } else if (b->cfg.wait == MC_WAIT_RING && slot->sampled && !slot->want_logits && s->n_stages == 1) {
-        /* wait=ring: the step ended when its sampler's last write, the entry's tag, is visible
+    } else if (b->cfg.wait != MC_WAIT_EVENT && slot->sampled && !slot->want_logits && s->n_stages == 1) {
+        /* wait=ring or word: the step ended when its sampler's last write, the entry's tag, is visible
          * here (what is left of the step is that kernel's exit); the event answers for a step
          * that never writes it, which then fails (ring_wait.h) */
         mc_event_poll ep = {slot->pending, cudaSuccess};

@@ -34,8 +34,8 @@ static const struct {
     {"attfold", offsetof(mc_config, attfold), {"span", "tier", NULL, NULL}, "span, tier"},
     {"attdec", offsetof(mc_config, attdec), {"block", "warp", NULL, NULL}, "block, warp"},
     {"qkvparts", offsetof(mc_config, qkvparts), {"merged", "apart", NULL, NULL}, "merged, apart"},
-    {"wait", offsetof(mc_config, wait), {"ring", "event", NULL, NULL}, "ring, event"},
-    {"commit", offsetof(mc_config, commit), {"launch", "sampler", NULL, NULL}, "launch, sampler"},
+    {"wait", offsetof(mc_config, wait), {"ring", "event", "word", NULL}, "ring, event, word"},
+    {"commit", offsetof(mc_config, commit), {"launch", "sampler", "handoff", NULL}, "launch, sampler, handoff"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

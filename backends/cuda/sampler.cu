@@ -4,6 +4,7 @@
  * The step numbers in the comments are those of memra/sampling.h. */
 #include "argmax_merge.h"
 #include "cuda_common.cuh"
+#include "embed_elem.cuh"
 
 #define MC_MAX_PARTS 128u
 #define MC_MAX_THREADS 256u
@@ -78,14 +79,24 @@ __device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint
         }
 }
 
+/* wait=word's last write to a ring entry: the token and the tag in one aligned 8-byte store, which
+ * reaches host memory whole (token at the lower address, the tag above: mc_sample_result). No fence
+ * after it: the kernel's exit makes it visible if it is not already, and the host's wait asks the
+ * step's event while it is not. */
+__device__ __forceinline__ void mc_ring_word(mc_sample_result *e, int32_t token, int32_t tag) {
+    const unsigned long long w = (unsigned long long)(uint32_t)token | ((unsigned long long)(uint32_t)tag << 32);
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(&e->token), "l"(w) : "memory");
+}
+
 #define MC_AM_UNROLL 8u
 __global__ void __launch_bounds__(MC_MAX_THREADS)
     sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
-                  int32_t *token_out, mc_sample_result *result, int32_t *pos, mc_sample_result *ring,
-                  uint32_t ring_n, int commit) {
+                  int32_t *token_out, mc_sample_result *result, int32_t *pos, mc_sample_result *ring, uint32_t ring_n,
+                  int commit, int word, mc_embed_next next) {
     __shared__ float bv[32];
     __shared__ uint32_t bi[32], bb[32];
     __shared__ uint32_t is_last;
+    __shared__ int32_t next_tok;
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
     /* the ring's entry (read now, used by the last block at the end: its load off the tail) */
@@ -138,32 +149,45 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
         bad = __ldcg(parts + 3 * threadIdx.x + 2);
     }
     mc_best_block(best, besti, bad, bv, bi, bb);
-    if (threadIdx.x != 0)
-        return;
-    *ticket = 0;
-    if (commit) /* the step's commit: every block read the word before its ticket */
-        *pos = pnow;
-    stats[0] = best;
-    mc_sample_result r;
-    r.token = -1;
-    r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
-    r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
-    r.seq = 0;
-    if (greedy && bad == 0xffffffffu) {
-        r.token = (int32_t)besti;
-        *token_out = (int32_t)besti;
-    }
-    *result = r;
-    if (ring) { /* the host's copy, in its memory: no copy between this step and the next */
-        r.seq = -1; /* the host cleared it before the step: still not final */
-        ring[at] = r;
-        __threadfence_system(); /* every write of the step is visible before the tag */
-        /* greedy: the tag is the step's last write (sampling ends in sample_pick, which writes it) */
-        if (greedy) {
-            *(volatile int32_t *)&ring[at].seq = pnow;
-            __threadfence_system();
+    if (threadIdx.x == 0) {
+        *ticket = 0;
+        if (commit) /* the step's commit: every block read the word before its ticket */
+            *pos = pnow;
+        stats[0] = best;
+        mc_sample_result r;
+        r.token = -1;
+        r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
+        r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
+        r.seq = 0;
+        if (greedy && bad == 0xffffffffu) {
+            r.token = (int32_t)besti;
+            *token_out = (int32_t)besti;
         }
+        *result = r;
+        if (ring && word) { /* wait=word: the token and the tag in one store, the rest only when bad */
+            if (bad != 0xffffffffu) {
+                ring[at].bad_index = r.bad_index;
+                ring[at].bad_bits = r.bad_bits;
+                __threadfence_system(); /* the bad logit before the word that hands it over */
+            }
+            if (greedy) /* sampling ends in sample_pick, which writes the word */
+                mc_ring_word(&ring[at], r.token, pnow);
+        } else if (ring) { /* the host's copy, in its memory: no copy between this step and the next */
+            r.seq = -1;    /* the host cleared it before the step: still not final */
+            ring[at] = r;
+            __threadfence_system(); /* every write of the step is visible before the tag */
+            /* greedy: the tag is the step's last write (sampling ends in sample_pick, which writes it) */
+            if (greedy) {
+                *(volatile int32_t *)&ring[at].seq = pnow;
+                __threadfence_system();
+            }
+        }
+        next_tok = greedy && bad == 0xffffffffu ? (int32_t)besti : -1;
     }
+    if (!next.x || !greedy) /* sampling embeds in sample_pick */
+        return;
+    __syncthreads();
+    mc_embed_block(next.emb, next_tok, next.scale, next.x); /* after the tag: off the host's wait */
 }
 
 /* Sort keys for step 2's total order: z descending, then index ascending. -0 and +0 are equal
@@ -262,8 +286,8 @@ __device__ uint32_t mc_block_min(uint32_t v, uint32_t *red) {
  * result; writes the token. */
 __global__ void __launch_bounds__(1024)
     sample_pick(const float *partial, float *chunk_sums, const unsigned long long *keys, int sorted, uint32_t n,
-                float top_p, unsigned long long seed, const int32_t *pos, int32_t *token_out,
-                mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n) {
+                float top_p, unsigned long long seed, const int32_t *pos, int32_t *token_out, mc_sample_result *result,
+                mc_sample_result *ring, uint32_t ring_n, int word, mc_embed_next next) {
     __shared__ uint32_t red[33];
     __shared__ float totals[2];
     const uint32_t n_chunks = (n + MC_CHUNK - 1) / MC_CHUNK;
@@ -296,23 +320,30 @@ __global__ void __launch_bounds__(1024)
             first = j;
     first = mc_block_min(first, red);
     uint32_t jj = first == 0xffffffffu ? keep - 1 : first;
-    if (threadIdx.x == 0 && result->bad_index < 0) {
-        int32_t tok = sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
+    const bool good = result->bad_index < 0;
+    const int32_t tok = !good ? -1 : sorted ? (int32_t)(uint32_t)keys[jj] : (int32_t)jj;
+    if (threadIdx.x == 0 && good) {
         result->token = tok;
         *token_out = tok;
-        if (ring) /* the argmax pass wrote the rest of the entry */
+        if (ring && !word) /* the argmax pass wrote the rest of the entry */
             ring[(uint32_t)*pos % ring_n].token = tok;
     }
-    if (threadIdx.x == 0 && ring) { /* the step's last write: the tag, after the rest is visible */
+    if (threadIdx.x == 0 && ring && word) /* the argmax pass wrote the bad logit, if any, fenced */
+        mc_ring_word(&ring[(uint32_t)*pos % ring_n], tok, *pos);
+    else if (threadIdx.x == 0 && ring) { /* the step's last write: the tag, after the rest is visible */
         __threadfence_system();
         *(volatile int32_t *)&ring[(uint32_t)*pos % ring_n].seq = *pos;
         __threadfence_system();
     }
+    if (next.x) /* every thread holds tok; after the tag: off the host's wait */
+        mc_embed_block(next.emb, tok, next.scale, next.x);
 }
 
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
-                      bool commit, cudaStream_t st) {
+                      bool commit, bool word, const mc_embed_next *next, cudaStream_t st) {
+    const mc_embed_next none = {};
+    const mc_embed_next nx = next ? *next : none;
     const uint32_t V = s->n_vocab;
     if (ring && ring_n == 0)
         return cudaErrorInvalidValue;
@@ -327,7 +358,7 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     cudaLaunchAttribute attr[1];
     mc_launch_attrs_pdl(&lc, attr, 0, pdl);
     cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
-                                       token_out, result, pos, ring, ring_n, (int)commit);
+                                       token_out, result, pos, ring, ring_n, (int)commit, (int)word, nx);
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;
@@ -355,15 +386,18 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     sample_pick<<<1, 1024, 0, st>>>(s->partial, s->chunk_sums, s->keys, sorted, n, cfg->top_p,
-                                    (unsigned long long)cfg->seed, pos, token_out, result, ring, ring_n);
+                                    (unsigned long long)cfg->seed, pos, token_out, result, ring, ring_n, (int)word, nx);
     return cudaGetLastError();
 }
 
 /* ---- host entry for tests --------------------------------------------------------------- */
 
 cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t position, const memra_sample_cfg *cfg,
-                           bool commit, mc_sample_result *out, mc_sample_result *dev_out, int32_t *pos_after) {
-    float *dz = NULL;
+                           bool commit, bool word, uint32_t embed_cols, mc_sample_result *out,
+                           mc_sample_result *dev_out, int32_t *pos_after, int *embed_ok) {
+    float *dz = NULL, *demb = NULL, *dx = NULL, *hx = NULL;
+    mc_embed_next next = {};
+    const float sentinel = -7.25f; /* x before the step: a bad step leaves it */
     void *scratch = NULL;
     int32_t *dpos = NULL, *dtok = NULL;
     mc_sample_result *dres = NULL, *ring = NULL;
@@ -379,15 +413,53 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
         (e = cudaMalloc(&dres, sizeof *dres)) != cudaSuccess ||
         (e = cudaMallocHost(&ring, ring_n * sizeof *ring)) != cudaSuccess)
         goto done;
+    if (embed_cols) { /* row r, column c = r * 128 + c (embed_cols <= 128): exact in f32 up to 131,072 rows */
+        const size_t n = (size_t)n_vocab * embed_cols;
+        if ((hx = (float *)malloc(n * 4)) == NULL) {
+            e = cudaErrorMemoryAllocation;
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++)
+            hx[i] = (float)((i / embed_cols) * 128u + i % embed_cols);
+        if ((e = cudaMalloc(&demb, n * 4)) != cudaSuccess ||
+            (e = cudaMalloc(&dx, (size_t)embed_cols * 4)) != cudaSuccess ||
+            (e = cudaMemcpy(demb, hx, n * 4, cudaMemcpyHostToDevice)) != cudaSuccess)
+            goto done;
+        for (uint32_t c = 0; c < embed_cols; c++)
+            hx[c] = sentinel;
+        if ((e = cudaMemcpy(dx, hx, (size_t)embed_cols * 4, cudaMemcpyHostToDevice)) != cudaSuccess)
+            goto done;
+        next.emb.type = MEMRA_TYPE_F32;
+        next.emb.rows = n_vocab;
+        next.emb.cols = embed_cols;
+        next.emb.stride = embed_cols;
+        next.emb.data = demb;
+        next.scale = 2.0f;
+        next.x = dx;
+    }
     for (uint32_t k = 0; k < ring_n; k++) /* a wrong entry stays this */
-        ring[k] = (mc_sample_result){0x7eadbeef, 0x7eadbeef, 0x7eadbeefu, 0x7eadbeef};
+        ring[k] = (mc_sample_result){0x7eadbeef, 0x7eadbeef, 0x7eadbeef, 0x7eadbeefu};
+    if (word) /* wait=word writes the rest only for bad logits: the step clears its entry first */
+        mc_ring_entry_clear(&ring[position % ring_n]);
     mc_sampler_scratch_init(&s, scratch, n_vocab);
     if ((e = cudaMemset(scratch, 0, mc_sampler_scratch_bytes(n_vocab))) != cudaSuccess ||
         (e = cudaMemcpy(dz, logits, (size_t)n_vocab * 4, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(dpos, &p, 4, cudaMemcpyHostToDevice)) != cudaSuccess)
         goto done;
-    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, commit, 0)) != cudaSuccess)
+    if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, commit, word, embed_cols ? &next : NULL,
+                       0)) != cudaSuccess)
         goto done;
+    if (embed_cols) {
+        if ((e = cudaMemcpy(hx, dx, (size_t)embed_cols * 4, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+            (e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess)
+            goto done;
+        int ok = 1;
+        for (uint32_t c = 0; c < embed_cols; c++) {
+            const float want = dev_out->token >= 0 ? 2.0f * (float)((uint32_t)dev_out->token * 128u + c) : sentinel;
+            ok &= hx[c] == want;
+        }
+        *embed_ok = ok;
+    }
     if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess ||
         (e = cudaMemcpy(pos_after, dpos, 4, cudaMemcpyDeviceToHost)) != cudaSuccess)
         goto done;
@@ -399,6 +471,9 @@ done:
     cudaFree(dtok);
     cudaFree(dres);
     cudaFreeHost(ring);
+    cudaFree(demb);
+    cudaFree(dx);
+    free(hx);
     return e;
 }
 

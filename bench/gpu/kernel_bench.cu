@@ -280,7 +280,8 @@ int main(int argc, char **argv) {
                 case 5: MC_BENCH_CHECK(mc_gemv(c, &down.m[i % down.n], att, NULL, 0.0f, NULL, y, y, st)); break;
                 case 6: MC_BENCH_CHECK(mc_gemv(c, &head.m[0], x, w, 1e-5f, NULL, NULL, logits, st)); break;
                 case 7:
-                    MC_BENCH_CHECK(mc_sample(logits, &ss, &greedy, dpos, tok, res, NULL, 0, c->pdl != 0, false, st));
+                    MC_BENCH_CHECK(
+                        mc_sample(logits, &ss, &greedy, dpos, tok, res, NULL, 0, c->pdl != 0, false, false, NULL, st));
                     break;
                 default: MC_BENCH_CHECK(kb_attention(c, fused, &ra, qkvb, kc, vc, part, att, dpos, st)); break;
                 }

@@ -135,10 +135,14 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         bad++;
                         continue;
                     }
-                    /* odd positions commit in the sampler (commit=sampler): the word must end at pos */
-                    const bool commit = pos % 2 == 1;
+                    /* odd positions commit in the sampler (commit=sampler): the word must end at pos;
+                     * positions 2, 3, 6, 7, 10, 11 hand the entry over as wait=word does */
+                    const bool commit = pos % 2 == 1, word = pos % 4 >= 2;
+                    /* positions 3, 6, 9, 12 fold the next input's embedding (commit=handoff) */
+                    const uint32_t ecols = pos % 3 == 0 ? 100 : 0;
                     int32_t after = -1;
-                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, commit, &got, &dev, &after);
+                    int embed_ok = 1;
+                    cudaError_t e = mc_sample_host(z, V, pos, &cfg, commit, word, ecols, &got, &dev, &after, &embed_ok);
                     if (e != cudaSuccess) {
                         if (out)
                             fprintf(out, "device sampler failed: %s\n", cudaGetErrorString(e));
@@ -156,8 +160,14 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
                         if (out)
                             fprintf(out,
                                     "MISMATCH V=%u %s pos=%u: ring entry (%d, %d, tag %d) against the device's (%d, "
-                                    "%d)\n",
-                                    V, name, pos, got.token, got.bad_index, got.seq, dev.token, dev.bad_index);
+                                    "%d; word %d)\n",
+                                    V, name, pos, got.token, got.bad_index, got.seq, dev.token, dev.bad_index,
+                                    (int)word);
+                    } else if (!embed_ok) {
+                        disagree++;
+                        if (out)
+                            fprintf(out, "MISMATCH V=%u %s pos=%u: the folded embedding is not row %d doubled\n", V,
+                                    name, pos, got.token);
                     } else if (got.bad_index >= 0 || got.token != (int32_t)want) {
                         disagree++;
                         if (out && disagree == 1)
@@ -172,17 +182,26 @@ int memra_cuda_check_sampler(FILE *out, int *n_checked) {
         check_fill(0, z, V, 5);
         z[V / 2] = INFINITY;
         z[V / 3] = NAN;
-        memra_sample_cfg g = {0.0f, 0, 1.0f, 0};
-        mc_sample_result got, dev;
-        int32_t after = -1;
-        cudaError_t e = mc_sample_host(z, V, 1, &g, true, &got, &dev, &after);
-        checked++;
-        if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 || !check_entry(&got, &dev, 1) ||
-            after != 1) {
-            if (out)
-                fprintf(out, "MISMATCH V=%u: NaN at %u reported as %d (token %d; position word %d, want 1)\n", V,
-                        V / 3, got.bad_index, got.token, after);
-            bad++;
+        /* greedy and sampled, each way of handing the entry over */
+        uint32_t nan_bits;
+        memcpy(&nan_bits, &z[V / 3], 4);
+        for (int k = 0; k < 4; k++) {
+            memra_sample_cfg g = {k & 2 ? 1.0f : 0.0f, 0, 1.0f, 0};
+            mc_sample_result got, dev;
+            int32_t after = -1;
+            int embed_ok = 0; /* bad logits: the fold leaves x as it was */
+            cudaError_t e = mc_sample_host(z, V, 1, &g, true, k & 1, 64, &got, &dev, &after, &embed_ok);
+            checked++;
+            if (e != cudaSuccess || got.bad_index != (int32_t)(V / 3) || got.token != -1 || got.bad_bits != nan_bits ||
+                !check_entry(&got, &dev, 1) || after != 1 || !embed_ok) {
+                if (out)
+                    fprintf(out,
+                            "MISMATCH V=%u (T %g, word %d): NaN at %u reported as %d, bits 0x%08x (token %d; position "
+                            "word %d, want 1; x %s)\n",
+                            V, g.temperature, k & 1, V / 3, got.bad_index, got.bad_bits, got.token, after,
+                            embed_ok ? "untouched" : "written");
+                bad++;
+            }
         }
         free(z);
         free(scratch);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "memra/op.h"
 #include "memra/options.h"
 #include "memra/plugin.h"
 
@@ -721,9 +722,10 @@ Test(cuda_arm_keys, qkvparts_key_resolves) {
     cr_assert_str_eq(mc_config_choice_name(&c, "qkvparts"), "apart");
 }
 
-/* Issue 27: wait (how the host learns that a step ended: ring, the sampler's tag in host memory, or
- * event, the completion event; nothing computed depends on it) is taken, resolved where given and
- * where not, and refused by name with another value. */
+/* Issue 27: wait (how the host learns that a step ended: ring, the sampler's tag in host memory,
+ * word, that tag with the token in one store, or event, the completion event; nothing computed
+ * depends on it) is taken, resolved where given and where not, and refused by name with another
+ * value. */
 Test(cuda_arm_keys, wait_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:wait=event", buf, sizeof buf), MEMRA_OK, "%s", buf);
@@ -732,10 +734,43 @@ Test(cuda_arm_keys, wait_key_resolves) {
     cr_assert_eq(resolve("cuda-graph", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, ",qkvparts=merged,wait=ring,commit=launch"), "%s", buf);
     cr_assert_eq(resolve("cuda:wait=spin", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
-    cr_assert(strstr(buf, "wait=spin: expected one of ring, event"), "%s", buf);
+    cr_assert(strstr(buf, "wait=spin: expected one of ring, event, word"), "%s", buf);
+    cr_assert_eq(resolve("cuda-graph:wait=word", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda-graph:wait=word,"), "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_eq(c.wait, MC_WAIT_RING);
     cr_assert_null(mc_config_choice(&c, "wait", "event"));
     cr_assert_eq(c.wait, MC_WAIT_EVENT);
     cr_assert_str_eq(mc_config_choice_name(&c, "wait"), "event");
+    cr_assert_null(mc_config_choice(&c, "wait", "word"));
+    cr_assert_eq(c.wait, MC_WAIT_WORD);
+    cr_assert_str_eq(mc_config_choice_name(&c, "wait"), "word");
+}
+
+/* An arm's resolved options hold every key it knows except the op plugins' (memra_arm's resolve):
+ * the backend's, the core's three (placement, window, prefill) and the default placement's five
+ * (stages, splits, devices, tp, ep), at most MEMRA_OPT_MAX in all. A cuda key past that limit
+ * makes every cuda arm fail to open, and only on a machine with a GPU (the backend is asked for
+ * a device first): this host test is where it is caught. A new choice is a value of an existing
+ * key (commit=handoff) until the limit, part of the plugin ABI, grows. */
+Test(cuda_arm_keys, resolved_keys_fit_the_options_list) {
+    const memra_backend_vtable *vt = cuda_vt();
+    uint32_t own = 0;
+    for (uint32_t i = 0; i < vt->n_options; i++)
+        own += strncmp(vt->options[i].key, MEMRA_OP_KEY_PREFIX, strlen(MEMRA_OP_KEY_PREFIX)) != 0;
+    cr_assert_leq(own + 3 + 5, MEMRA_OPT_MAX, "%u cuda keys + 8 arm keys > %d", own, MEMRA_OPT_MAX);
+}
+
+/* Issue 26: commit=handoff (the sampler commits the position and embeds the next input) is a value
+ * of commit, resolved by name; another value is refused naming all three. */
+Test(cuda_arm_keys, commit_key_takes_handoff) {
+    char buf[512];
+    cr_assert_eq(resolve("cuda-graph:commit=handoff", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert(strstr(buf, "cuda-graph:commit=handoff,"), "%s", buf);
+    cr_assert_eq(resolve("cuda:commit=embed", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
+    cr_assert(strstr(buf, "commit=embed: expected one of launch, sampler, handoff"), "%s", buf);
+    mc_config c = mc_config_default;
+    cr_assert_null(mc_config_choice(&c, "commit", "handoff"));
+    cr_assert_eq(c.commit, MC_COMMIT_HANDOFF);
+    cr_assert_str_eq(mc_config_choice_name(&c, "commit"), "handoff");
 }
