@@ -269,14 +269,6 @@ static memra_status mc_gu_site(memra_backend *b, mc_stage_state *ss, const mc_op
 /* Whether stage i's post norms may go into their consumers' launches: postnorm=prologue, gemma3,
  * one stage (the head is this stage's and the step's hidden ends in x) of one rank, no taps and no
  * op plugin (their sites see the tensors of the launched or fused path). */
-static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i);
-
-bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
-    return b->cfg.commit == MC_COMMIT_HANDOFF && !b->tp && s->n_stages == 1 && mc_ranks(s, 0) == 1 && !b->taps &&
-           b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
-           b->w->stages[0][0].layers[0].post_attn_norm == NULL && !mc_residual_scaled(b->m) && !mc_pro_on(b, s, 0);
-}
-
 static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) {
     if (b->cfg.postnorm != MC_POSTNORM_PROLOGUE || b->m->arch != MEMRA_ARCH_GEMMA3 || s->n_stages != 1 ||
         mc_ranks(s, i) != 1 || b->tp || b->taps || b->op_rmsnorm || !s->st[i][0].x2)
@@ -285,6 +277,13 @@ static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) 
         if (b->op_gemv[t])
             return false;
     return true;
+}
+
+/* commit=handoff on state s (cuda_backend.h says what it changes) */
+bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
+    return b->cfg.commit == MC_COMMIT_HANDOFF && !b->tp && s->n_stages == 1 && mc_ranks(s, 0) == 1 && !b->taps &&
+           b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
+           b->w->stages[0][0].layers[0].post_attn_norm == NULL && !mc_residual_scaled(b->m) && !mc_pro_on(b, s, 0);
 }
 
 /* Whether every GEMV that reads the output of layer l's producer (`which` 0: the output projection,
