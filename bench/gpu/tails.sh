@@ -13,7 +13,7 @@ timeout 120 "$B/bin/memra_cuda_mem_latency" > "$OUT/mem_latency.log" 2>&1
 echo "mem_latency rc=$?" | tee -a "$T"
 tee -a "$T" < "$OUT/mem_latency.log"
 W=/tmp/w; mkdir -p $W
-A=cuda-graph,cuda-graph:commit=sampler,cuda-graph:commit=handoff,cuda-graph:commit=handoff,wait=word
+A=cuda-graph:commit=launch,cuda-graph:commit=sampler,cuda-graph:commit=handoff,cuda-graph:commit=handoff,wait=word
 mk llama-8b q6_k
 bench b_8b_q6k --model $W/llama-8b-q6_k.gguf --arm $A --prime 512 -n 128 --reps 10 --abba
 mk llama-1b bf16
@@ -22,7 +22,7 @@ gate e_bf16_greedy --a cuda --b cuda-graph:commit=handoff --model $W/llama-1b-bf
 gate e_bf16_temp --a cuda:commit=handoff --b cuda-graph:commit=handoff,wait=word,window=3 \
     --model $W/llama-1b-bf16.gguf --prime 256 --gen 256 --rows 0 --temp 1 --top-k 40 --seed 11
 mk gemma3-270m q4_k_m
-bench b_g3 --model $W/gemma3-270m-q4_k_m.gguf --arm cuda-graph,cuda-graph:commit=sampler,cuda-graph:commit=sampler,wait=word \
+bench b_g3 --model $W/gemma3-270m-q4_k_m.gguf --arm cuda-graph:commit=launch,cuda-graph:commit=sampler,cuda-graph:commit=sampler,wait=word \
     --prime 512 -n 128 --reps 10 --abba
 mk llama-8b q8_0
 bench b_8b_q8 --model $W/llama-8b-q8_0.gguf --arm $A --prime 512 -n 128 --reps 10 --abba
