@@ -449,9 +449,11 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
     if ((e = mc_sample(dz, &s, cfg, dpos, dtok, dres, ring, ring_n, false, commit, word, embed_cols ? &next : NULL,
                        0)) != cudaSuccess)
         goto done;
+    if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+        (e = cudaMemcpy(pos_after, dpos, 4, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        goto done;
     if (embed_cols) {
-        if ((e = cudaMemcpy(hx, dx, (size_t)embed_cols * 4, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-            (e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        if ((e = cudaMemcpy(hx, dx, (size_t)embed_cols * 4, cudaMemcpyDeviceToHost)) != cudaSuccess)
             goto done;
         int ok = 1;
         for (uint32_t c = 0; c < embed_cols; c++) {
@@ -460,9 +462,6 @@ cudaError_t mc_sample_host(const float *logits, uint32_t n_vocab, uint32_t posit
         }
         *embed_ok = ok;
     }
-    if ((e = cudaMemcpy(dev_out, dres, sizeof *dev_out, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-        (e = cudaMemcpy(pos_after, dpos, 4, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        goto done;
     *out = ring[position % ring_n];
 done:
     cudaFree(dz);
