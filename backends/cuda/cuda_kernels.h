@@ -384,9 +384,12 @@ cudaError_t mc_scale_add(const mc_config *c, float *t, uint32_t n, float scale, 
 cudaError_t mc_trigger_prepare(void);
 cudaError_t mc_trigger_enqueue(uint32_t mask, cudaStream_t st);
 
-/* x = row `*token` of the embedding matrix, decoded to f32, times scale (one rounding, as the
- * cpu backend: gemma3's sqrt(n_embd); 1 leaves the row's bits); a token out of range gives row 0
- * (host tokens are checked before; a device token is always a sampled index). */
+/* x = row `*token` of the embedding matrix, decoded to f32 as memra/quant.h does, times scale (one
+ * rounding, as the cpu backend: gemma3's sqrt(n_embd); 1 leaves the row's bits); a token out of
+ * range gives row 0 (host tokens are checked before; a device token is always a sampled index).
+ * Every type in one kernel (token.cu) whose element is embed_elem.cuh's mc_embed_elem, which
+ * commit=handoff's fold also uses. cudaErrorInvalidValue when the table's layout is not the
+ * loader's (a quantized table's strides, a Q8_0 table without scales). */
 cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st);
 
 /* Per-head q/k norm (qwen3, optional), RoPE at *pos, and the KV append of k and v at *pos.
@@ -535,7 +538,7 @@ cudaError_t mc_attention_chunk(const mc_config *c, const mc_rope_args *a, const 
  * (tests/cuda/check_attn_chunk.c). */
 cudaError_t mc_attention_chunk_cluster(const mc_config *c, const mc_rope_args *a, const float *qkv, void *k_cache,
                                        void *v_cache, float *out, const int32_t *pos, uint32_t M, cudaStream_t st);
-/* Row j of x (ld floats apart) = mc_embed of tokens[j], j < M (one launch for F32/F16/BF16/Q8_0). */
+/* Row j of x (ld floats apart) = mc_embed of tokens[j], j < M (one launch, every type). */
 cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
                           cudaStream_t st);
 /* pos_rows[j] = *pos + j (j < M); and the chunk's commit, *pos += M. */

@@ -1,8 +1,7 @@
-/* embed_elem.cuh: one element of an embedding row as the decode embedding kernels write it
- * (token.cu's embed_row for F32, F16, BF16 and Q8_0; gemv_legacy.cu's embed_legacy; gemv_kquant.cu's
- * embed_kquant), for commit=handoff's fold in the sampler's last block (sampler.cu). The same
- * expression for each type, so the same bits: the gates of commit=launch against commit=handoff
- * compare them through every later value of the step. */
+/* embed_elem.cuh: one element of an embedding row, the one expression per type that every
+ * embedding writes: token.cu's embed_row (a step's input) and embed_rows (a prefill chunk's), and
+ * commit=handoff's fold in the sampler's last block (sampler.cu). The row is dequantized as
+ * memra/quant.h does (check_kquant and check_quant_gemv compare mc_embed with it bit for bit). */
 #ifndef MEMRA_EMBED_ELEM_CUH
 #define MEMRA_EMBED_ELEM_CUH
 

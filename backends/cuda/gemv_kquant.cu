@@ -1,4 +1,4 @@
-/* gemv_kquant.cu: the Q4_K, Q5_K and Q6_K GEMVs and embedding lookups (gemv_quant.h), on the
+/* gemv_kquant.cu: the Q4_K, Q5_K and Q6_K GEMVs (gemv_quant.h; the embedding lookup is token.cu's), on the
  * layout of kquant_layout.h (the file's bytes, split so every load is an aligned vector).
  *
  * Decode at batch 1 reads each weight once, at ~4.5 to ~6.6 bits: the kernel must sustain ~3 TB/s
@@ -472,22 +472,6 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
         gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, xj, norm_w, eps, NULL, NULL, yj, n_groups);
 }
 
-/* Per token: reads *token and one row's data and aux bytes; writes x (cols floats): the row
- * dequantized exactly as memra/quant.h does (mc_kq_elem), times scale (one rounding). */
-__global__ void embed_kquant(const mc_matrix emb, const int32_t *token, float scale, float *x) {
-    /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= emb.cols)
-        return;
-    int32_t t = *token;
-    if (t < 0 || (uint32_t)t >= emb.rows)
-        t = 0;
-    const uint8_t *d = (const uint8_t *)emb.data + (size_t)t * emb.stride;
-    const uint8_t *a = (const uint8_t *)emb.aux + (size_t)t * emb.aux_stride;
-    x[c] = __fmul_rn(mc_kq_elem(emb.type, d, a, emb.cols / MEMRA_QK_K, c), scale);
-}
-
 /* ---- launch -------------------------------------------------------------------------------- */
 
 /* The shared-memory limit: x' of up to 58368 columns (one block per multiprocessor past 96 KB). */
@@ -830,15 +814,6 @@ cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const fl
 #undef MC_KQ_P
 }
 
-cudaError_t mc_embed_kquant(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
-    uint64_t dr, ar;
-    if (!mc_kq_layout(emb->type, emb->cols, &dr, &ar) || emb->stride != dr || emb->aux_stride != ar || !emb->aux ||
-        emb->rows == 0)
-        return cudaErrorInvalidValue;
-    embed_kquant<<<(emb->cols + 255) / 256, 256, 0, st>>>(*emb, token, scale, x);
-    return cudaGetLastError();
-}
-
 const char *mc_gemv_kquant_family(const void *f) {
     static const mc_family_row table[] = {
 #define MC_KQ_ROW(T, Q, G, K) {(const void *)gemv_kquant<T, Q, G, K>, (G) ? "gemv_swiglu" : "gemv"},
@@ -859,7 +834,6 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW_ROWS_POST(T, K) {(const void *)gemv_kquant_rows_post<T, K>, "gemv_postnorm"},
                             MC_KQ_ROWS_POST_EACH(MC_KQ_ROW_ROWS_POST)
 #undef MC_KQ_ROW_ROWS_POST
-        {(const void *)embed_kquant, "embed"},
 #define MC_KQ_ROW_EXP(T, Q, G, K) {(const void *)gemv_kquant_experts<T, Q, G, K>, "gemv_experts"},
 #define MC_KQ_EXP_G(T, Q) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_NONE) MC_KQ_EACH_K(MC_KQ_ROW_EXP, T, Q, MC_GLU_SILU)
         MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 0) MC_KQ_EXP_G(MEMRA_TYPE_Q4_K, 1) MC_KQ_EXP_G(MEMRA_TYPE_Q5_K, 0)

@@ -1,4 +1,4 @@
-/* gemv_legacy.cu: the Q4_0, Q4_1, Q5_0, Q5_1 GEMVs and embedding lookups (gemv_quant.h), on the
+/* gemv_legacy.cu: the Q4_0, Q4_1, Q5_0, Q5_1 GEMVs (gemv_quant.h), on the
  * split layout of legacy_layout.h (a 16-byte plane of quant nibbles per block, and an aux plane of
  * the f16 scales d, the f16 minimums m of the _1 types and the rearranged fifth bits of Q5).
  *
@@ -47,8 +47,8 @@
  * Per call (one matrix a token): reads rows x cols/32 blocks (16 bytes of nibbles, and 2 bytes of
  * d, 2 of m for Q4_1/Q5_1, 4 of fifth bits for Q5: 18, 20, 22, 24 bytes a block, the file's
  * bytes), x and norm_w (cols floats, once per block of the grid, from L2), bias and residual (rows
- * floats); writes y (rows floats; rows/2 with a GLU). embed_legacy reads one row (its blocks) and
- * writes cols floats. */
+ * floats); writes y (rows floats; rows/2 with a GLU). The embedding lookup of these types is
+ * token.cu's, through embed_elem.cuh's mc_ll_elem. */
 #include "cuda_common.cuh"
 #include "gemv_legacy_body.cuh" /* the kernels' body, its constants and mc_ll_smem */
 #include "gemv_q8_body.cuh"     /* the Q8_0 integer body, for the merged q/k/v launch */
@@ -815,31 +815,6 @@ cudaError_t mc_gemv_legacy_post(const mc_config *c, const mc_matrix *w, const fl
 #undef MC_LL_P
 }
 
-/* ---- embedding ---------------------------------------------------------------------------- */
-
-/* Per token: reads *token and one row's blocks; writes x (cols floats): each element decoded as
- * memra/quant.h does, times scale (one rounding) unless scale is 1. */
-__global__ void embed_legacy(const mc_matrix emb, const int32_t *token, float scale, float *x) {
-    /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    int32_t t = *token;
-    if (t < 0 || (uint32_t)t >= emb.rows)
-        t = 0;
-    const uint8_t *data = (const uint8_t *)emb.data + (size_t)t * emb.stride;
-    const uint8_t *aux = (const uint8_t *)emb.aux + (size_t)t * emb.aux_stride;
-    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
-        const float v = mc_ll_elem(emb.type, data, aux, emb.cols, c);
-        x[c] = scale == 1.0f ? v : __fmul_rn(v, scale);
-    }
-}
-
-cudaError_t mc_embed_legacy(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
-    if (!mc_ll_is(emb->type) || emb->cols % 32 || !emb->aux)
-        return cudaErrorInvalidValue;
-    embed_legacy<<<(emb->cols + 255) / 256, 256, 0, st>>>(*emb, token, scale, x);
-    return cudaGetLastError();
-}
-
 cudaError_t mc_gemv_legacy_trigger_addr(void **p) { return cudaGetSymbolAddress(p, mc_trigger_mask); }
 
 const char *mc_gemv_legacy_family(const void *f) {
@@ -868,7 +843,6 @@ const char *mc_gemv_legacy_family(const void *f) {
 #define MC_QKV2_ROW(T, KA, KB, P) {(const void *)gemv_qkv2<T, KA, KB, P>, (P) ? "gemv_prologue" : "gemv"},
                                     MC_QKV2_EACH(MC_QKV2_ROW)
 #undef MC_QKV2_ROW
-                                        {(const void *)embed_legacy, "embed"},
 #define MC_LL_ROW_EXP(T, G, K) {(const void *)gemv_legacy_experts<T, G, K, 0>, "gemv_experts"}, \
     {(const void *)gemv_legacy_experts<T, G, K, 1>, "gemv_experts"},
 #define MC_LL_EXP_T(T) MC_LL_ROW_EXP(T, MC_GLU_NONE, 1) MC_LL_ROW_EXP(T, MC_GLU_NONE, 2) MC_LL_ROW_EXP(T, MC_GLU_NONE, 4) \

@@ -1,4 +1,4 @@
-/* gemv_quant.h: the GEMVs and embedding lookups of the quantized types beyond Q8_0 (internal, C++),
+/* gemv_quant.h: the GEMVs of the quantized types beyond Q8_0 (internal, C++),
  * by family: gemv_legacy.cu (Q4_0, Q4_1, Q5_0, Q5_1: blocks of 32) and gemv_kquant.cu (Q4_K, Q5_K,
  * Q6_K: blocks of 256). Each family defines its types' upload layout (the two functions below),
  * which cuda_weights.cu applies row by row, and launchers with the contract of mc_gemv
@@ -54,12 +54,6 @@ cudaError_t mc_gemv_kquant_post(const mc_config *c, const mc_matrix *w, const fl
 bool mc_gemv_legacy_pro_serves(const mc_config *c, const mc_matrix *w, int glu);
 cudaError_t mc_gemv_legacy_pro(const mc_config *c, int glu, const mc_matrix *w, const mc_pro_args *pro,
                                const float *norm_w, float eps, float *y, cudaStream_t st);
-
-/* x = scale * row `*token` of the embedding matrix, dequantized exactly as memra/quant.h does
- * (then times scale, one rounding; scale 1 leaves the row's bits); a token out of range gives
- * row 0. */
-cudaError_t mc_embed_legacy(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st);
-cudaError_t mc_embed_kquant(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st);
 
 /* The kernel family of a kernel's host function pointer (graph census), NULL for another. */
 const char *mc_gemv_legacy_family(const void *func);

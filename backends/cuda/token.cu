@@ -1,48 +1,48 @@
 /* token.cu: the small kernels of a step: the embedding of the input token, the commit of the
  * position, and the token hand-over between steps. */
 #include "cuda_common.cuh"
+#include "embed_elem.cuh"
 #include "gemv_quant.h"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_token)
 
-/* Per token: reads *token and one embedding row (cols elements); writes x (cols floats): the row
- * times scale (gemma3's sqrt(n_embd); 1 elsewhere, which leaves every value's bits). */
+/* The embedding's checks before a launch: a quantized table's rows must have the layout the
+ * weights' loader gives them (legacy_layout.h, kquant_layout.h), as mc_embed_elem reads them. */
+static bool mc_embed_ok(const mc_matrix *emb) {
+    uint64_t dr, ar;
+    if (emb->rows == 0 || emb->cols == 0)
+        return false;
+    switch (emb->type) {
+    case MEMRA_TYPE_F32:
+    case MEMRA_TYPE_F16:
+    case MEMRA_TYPE_BF16: return emb->data != NULL;
+    case MEMRA_TYPE_Q8_0: return emb->data && emb->scales && emb->cols % MEMRA_Q8_0_BLOCK == 0;
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K:
+        return mc_kq_layout(emb->type, emb->cols, &dr, &ar) && emb->stride == dr && emb->aux_stride == ar && emb->aux;
+    default: return mc_ll_is(emb->type) && emb->cols % 32 == 0 && emb->aux;
+    }
+}
+
+/* Per token: reads *token and one embedding row (its data, and a quantized type's scales or aux
+ * bytes); writes x (cols floats): element c is mc_embed_elem's (embed_elem.cuh), the one expression
+ * per type that commit=handoff's fold in the sampler also uses: the row dequantized as memra/quant.h
+ * does, times scale (gemma3's sqrt(n_embd); 1 elsewhere, which leaves every value's bits). */
 __global__ void embed_row(const mc_matrix emb, const int32_t *token, float scale, float *x) {
     /* the first layer's GEMV may launch now (its wait is for this kernel's end) */
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     int32_t t = *token;
     if (t < 0 || (uint32_t)t >= emb.rows)
         t = 0;
-    uint32_t eb = emb.type == MEMRA_TYPE_F32 ? 4 : emb.type == MEMRA_TYPE_Q8_0 ? 1 : 2;
-    const char *row = (const char *)emb.data + (size_t)t * emb.stride * eb;
-    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
-        float v;
-        switch (emb.type) {
-        case MEMRA_TYPE_F32: v = ((const float *)row)[c]; break;
-        case MEMRA_TYPE_F16: v = __half2float(__ushort_as_half(((const uint16_t *)row)[c])); break;
-        case MEMRA_TYPE_BF16: v = __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16); break;
-        default: {
-            const uint16_t *sc = emb.scales + (size_t)t * (emb.cols / MEMRA_Q8_0_BLOCK);
-            v = (float)((const int8_t *)row)[c] * __half2float(__ushort_as_half(sc[c / MEMRA_Q8_0_BLOCK]));
-        }
-        }
-        x[c] = v * scale;
-    }
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x)
+        x[c] = mc_embed_elem(emb, t, c, scale);
 }
 
 cudaError_t mc_embed(const mc_matrix *emb, const int32_t *token, float scale, float *x, cudaStream_t st) {
-    switch (emb->type) { /* the quantized families beyond Q8_0 (gemv_quant.h) */
-    case MEMRA_TYPE_Q4_0:
-    case MEMRA_TYPE_Q4_1:
-    case MEMRA_TYPE_Q5_0:
-    case MEMRA_TYPE_Q5_1: return mc_embed_legacy(emb, token, scale, x, st);
-    case MEMRA_TYPE_Q4_K:
-    case MEMRA_TYPE_Q5_K:
-    case MEMRA_TYPE_Q6_K: return mc_embed_kquant(emb, token, scale, x, st);
-    default: break;
-    }
-    uint32_t blocks = (emb->cols + 255) / 256;
-    embed_row<<<blocks, 256, 0, st>>>(*emb, token, scale, x);
+    if (!mc_embed_ok(emb))
+        return cudaErrorInvalidValue;
+    embed_row<<<(emb->cols + 255) / 256, 256, 0, st>>>(*emb, token, scale, x);
     return cudaGetLastError();
 }
 
@@ -53,36 +53,16 @@ __global__ void embed_rows(const mc_matrix emb, const int32_t *tokens, float sca
     if (t < 0 || (uint32_t)t >= emb.rows)
         t = 0;
     x += (size_t)blockIdx.y * ld;
-    uint32_t eb = emb.type == MEMRA_TYPE_F32 ? 4 : emb.type == MEMRA_TYPE_Q8_0 ? 1 : 2;
-    const char *row = (const char *)emb.data + (size_t)t * emb.stride * eb;
-    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x) {
-        float v;
-        switch (emb.type) {
-        case MEMRA_TYPE_F32: v = ((const float *)row)[c]; break;
-        case MEMRA_TYPE_F16: v = __half2float(__ushort_as_half(((const uint16_t *)row)[c])); break;
-        case MEMRA_TYPE_BF16: v = __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16); break;
-        default: {
-            const uint16_t *sc = emb.scales + (size_t)t * (emb.cols / MEMRA_Q8_0_BLOCK);
-            v = (float)((const int8_t *)row)[c] * __half2float(__ushort_as_half(sc[c / MEMRA_Q8_0_BLOCK]));
-        }
-        }
-        x[c] = v * scale;
-    }
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < emb.cols; c += gridDim.x * blockDim.x)
+        x[c] = mc_embed_elem(emb, t, c, scale);
 }
 
 cudaError_t mc_embed_rows(const mc_matrix *emb, const int32_t *tokens, uint32_t M, float scale, float *x, uint32_t ld,
                           cudaStream_t st) {
-    if (emb->type != MEMRA_TYPE_F32 && emb->type != MEMRA_TYPE_F16 && emb->type != MEMRA_TYPE_BF16 &&
-        emb->type != MEMRA_TYPE_Q8_0) { /* the quantized families: their own kernel, row by row */
-        for (uint32_t j = 0; j < M; j++) {
-            cudaError_t e = mc_embed(emb, tokens + j, scale, x + (size_t)j * ld, st);
-            if (e != cudaSuccess)
-                return e;
-        }
+    if (M == 0)
         return cudaSuccess;
-    }
-    if (M == 0 || M > 65535)
-        return M ? cudaErrorInvalidValue : cudaSuccess;
+    if (M > 65535 || !mc_embed_ok(emb))
+        return cudaErrorInvalidValue;
     embed_rows<<<dim3((emb->cols + 255) / 256, M), 256, 0, st>>>(*emb, tokens, scale, x, ld);
     return cudaGetLastError();
 }

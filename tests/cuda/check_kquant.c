@@ -290,23 +290,39 @@ int main(void) {
                        tname(types[t]), wf, wa, wf > 1.0 && wa > 1.0 ? "caught" : "MISSED");
                 CHECK(wf > 1.0 && wa > 1.0, "%s: the negative control was not caught", tname(types[t]));
             }
-            if (s == 1) { /* embedding: token 5 times 1 and 2.5, and an out-of-range token */
+            if (s == 1) { /* embedding: token 5 times 1 and 2.5, and an out-of-range token, by mc_embed
+                           * (a step's input) and by mc_embed_rows (a prefill chunk's three rows, one launch) */
                 int32_t *dt;
-                float *dx, *hx = malloc(k.m.cols * 4), *want = malloc(k.m.cols * 4);
-                CHECK_CUDA(cudaMalloc((void **)&dt, 4));
-                CHECK_CUDA(cudaMalloc((void **)&dx, k.m.cols * 4));
+                float *dx, *hx = malloc(3 * k.m.cols * 4), *want = malloc(k.m.cols * 4);
+                CHECK_CUDA(cudaMalloc((void **)&dt, 3 * 4));
+                CHECK_CUDA(cudaMalloc((void **)&dx, 3 * k.m.cols * 4));
                 const int32_t toks[3] = {5, 5, (int32_t)k.m.rows};
                 const float scales[3] = {1.0f, 2.5f, 1.0f};
+                CHECK_CUDA(cudaMemcpy(dt, toks, sizeof toks, cudaMemcpyHostToDevice));
                 for (int q = 0; q < 3; q++) {
-                    CHECK_CUDA(cudaMemcpy(dt, &toks[q], 4, cudaMemcpyHostToDevice));
-                    CHECK_CUDA(mc_embed_kquant(&k.m, dt, scales[q], dx, 0));
+                    CHECK_CUDA(mc_embed(&k.m, dt + q, scales[q], dx, 0));
                     CHECK_CUDA(cudaMemcpy(hx, dx, k.m.cols * 4, cudaMemcpyDeviceToHost));
                     const uint32_t row = (uint32_t)toks[q] < k.m.rows ? (uint32_t)toks[q] : 0;
                     for (uint32_t c = 0; c < k.m.cols; c++)
                         want[c] = k.deq[(size_t)row * k.m.cols + c] * scales[q];
                     CHECK(!memcmp(hx, want, k.m.cols * 4), "%s embed token %d scale %g: not quant.h's bits",
                           tname(types[t]), toks[q], scales[q]);
+                    CHECK_CUDA(mc_embed_rows(&k.m, dt, 3, scales[q], dx, k.m.cols, 0));
+                    CHECK_CUDA(cudaMemcpy(hx, dx, 3 * k.m.cols * 4, cudaMemcpyDeviceToHost));
+                    for (int j = 0; j < 3; j++) {
+                        const uint32_t rj = (uint32_t)toks[j] < k.m.rows ? (uint32_t)toks[j] : 0;
+                        for (uint32_t c = 0; c < k.m.cols; c++)
+                            want[c] = k.deq[(size_t)rj * k.m.cols + c] * scales[q];
+                        CHECK(!memcmp(hx + (size_t)j * k.m.cols, want, k.m.cols * 4),
+                              "%s chunk embedding row %d (token %d) scale %g: not quant.h's bits", tname(types[t]), j,
+                              toks[j], scales[q]);
+                    }
                 }
+                /* a table whose aux stride is not the layout's is refused, not read */
+                mc_matrix skew = k.m;
+                skew.aux_stride += 16;
+                CHECK(mc_embed(&skew, dt, 1.0f, dx, 0) == cudaErrorInvalidValue,
+                      "%s: an embedding table with a wrong aux stride was not refused", tname(types[t]));
                 cudaFree(dt);
                 cudaFree(dx);
                 free(hx);

@@ -255,7 +255,8 @@ done:
     return bad;
 }
 
-/* The embedding of row `tok` against memra/quant.h, bit for bit (scale 1 and 2.5). corrupt: a
+/* The embedding of row `tok` against memra/quant.h, bit for bit (scale 1 and 2.5; mc_embed and
+ * mc_embed_rows). corrupt: a
  * wrong d on the device first (the negative control). Returns the number of mismatches. */
 static int qg_embed(FILE *out, uint32_t t, int corrupt) {
     const uint32_t R = 5, C = 320, tok = 3;
@@ -292,15 +293,15 @@ static int qg_embed(FILE *out, uint32_t t, int corrupt) {
         cudaMemcpy((uint8_t *)w.aux + at, &byte, 1, cudaMemcpyHostToDevice);
     }
     bad = 0;
-    for (int k = 0; k < 2; k++) {
-        const float scale = k ? 2.5f : 1.0f;
-        if (mc_embed_legacy(&w, dt, scale, dx, 0) != cudaSuccess ||
+    for (int k = 0; k < 4; k++) { /* scale 1 and 2.5, by mc_embed (a step's input), then mc_embed_rows (a chunk's) */
+        const float scale = k & 1 ? 2.5f : 1.0f;
+        if ((k < 2 ? mc_embed(&w, dt, scale, dx, 0) : mc_embed_rows(&w, dt, 1, scale, dx, C, 0)) != cudaSuccess ||
             cudaMemcpy(got, dx, C * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
             bad = -1;
             goto done;
         }
         for (uint32_t c = 0; c < C; c++) {
-            const float want = k ? ref[c] * scale : ref[c];
+            const float want = k & 1 ? ref[c] * scale : ref[c];
             if (memcmp(&want, &got[c], 4) != 0) {
                 if (out && bad == 0 && !corrupt)
                     fprintf(out, "%s embedding scale %g element %u: %.9g, want %.9g\n", memra_tensor_type_name(t),
