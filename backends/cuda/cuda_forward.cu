@@ -281,8 +281,8 @@ static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) 
 
 /* commit=handoff on state s (cuda_backend.h says what it changes) */
 bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
-    return b->cfg.commit == MC_COMMIT_HANDOFF && !b->tp && s->n_stages == 1 && mc_ranks(s, 0) == 1 && !b->taps &&
-           b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
+    return (b->cfg.commit == MC_COMMIT_HANDOFF || b->cfg.commit == MC_COMMIT_HEAD) && !b->tp && s->n_stages == 1 &&
+           mc_ranks(s, 0) == 1 && !b->taps && b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
            b->w->stages[0][0].layers[0].post_attn_norm == NULL && !mc_residual_scaled(b->m) && !mc_pro_on(b, s, 0);
 }
 
@@ -577,6 +577,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         c->commit != MC_COMMIT_LAUNCH && sample && last && !b->tp && s->n_stages == 1 && !b->taps;
     /* commit=handoff: the first layer reads its input from xe; the sampler folds the next one there */
     const bool xe_in = i == 0 && mc_embed_in_sampler(b, s);
+    bool head_argmax = false; /* commit=head: the head's launch ran greedy's argmax */
     mc_stage_state *r0 = &s->st[i][0];
     memra_status st0 = mc_stage_input(b, s, i, capture, err);
     if (st0)
@@ -801,8 +802,25 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             xcur = xo;
             pend_w = NULL;
         } else {
-            memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, pro_on ? xcur : ss->x, sw->out_norm, NULL,
-                                           NULL, out, MC_GLU_NONE, q, err);
+            /* commit=head: a greedy step's argmax in the head's launch, where the head's GEMV is the
+             * built-in fused one (no op plugin, no unfused norm, no logit scale) and its kernel takes
+             * it (mc_gemv_kquant_argmax; cudaErrorNotSupported: the launches below) */
+            if (c->commit == MC_COMMIT_HEAD && commit_in_sampler && !(sample->temperature > 0.0f) && !tp &&
+                !(m->logit_scale > 0.0f && m->logit_scale != 1.0f) && sw->head.type < 64 &&
+                !b->op_gemv[sw->head.type] && !b->op_rmsnorm && c->norm != MC_NORM_UNFUSED) {
+                const mc_embed_next next = {b->w->stages[0][0].embd, mc_embd_scale(m), s->st[0][0].xe};
+                const mc_argmax_args a = mc_argmax_args_of(
+                    &ss->sampler, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled, ss->result, s->res_ring,
+                    s->max_inflight, true, c->wait == MC_WAIT_WORD, xe_in ? &next : NULL);
+                const cudaError_t e =
+                    mc_gemv_kquant_argmax(c, &sw->head, pro_on ? xcur : ss->x, sw->out_norm, m->rms_eps, out, &a, q);
+                if (e != cudaErrorNotSupported)
+                    MC_RET(e, "launch of the head gemv with greedy's argmax (commit=head)");
+                head_argmax = e == cudaSuccess;
+            }
+            memra_status st = head_argmax ? MEMRA_OK
+                                          : mc_gemv_site(b, ss, &head_at, &sw->head, pro_on ? xcur : ss->x,
+                                                         sw->out_norm, NULL, NULL, out, MC_GLU_NONE, q, err);
             if (st)
                 return st;
         }
@@ -834,10 +852,11 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
              * sampled (the same stream, after this step: no hand-over launch). */
             /* commit=handoff: the next step's input, from the token chosen (stage 0 is this one) */
             const mc_embed_next next = {b->w->stages[0][0].embd, mc_embd_scale(m), s->st[0][0].xe};
-            MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
-                             ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp,
-                             commit_in_sampler, b->cfg.wait == MC_WAIT_WORD, xe_in ? &next : NULL, q),
-                   "launch of the device sampler");
+            if (!head_argmax) /* (commit=head: the head's launch sampled) */
+                MC_RET(mc_sample(lg, &ss->sampler, sample, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled,
+                                 ss->result, b->tp ? NULL : s->res_ring, s->max_inflight, b->cfg.pdl && !b->tp,
+                                 commit_in_sampler, b->cfg.wait == MC_WAIT_WORD, xe_in ? &next : NULL, q),
+                       "launch of the device sampler");
             MC_RET(cudaEventRecord(ss->sampled_ev, q), "cudaEventRecord (sampled)");
         }
         if (r == 0 && last && b->tp)

@@ -136,9 +136,12 @@ enum { MC_WAIT_RING, MC_WAIT_EVENT, MC_WAIT_WORD };
  * MC_COMMIT_HANDOFF, the same, and the block that ends the sampling also embeds the next step's
  * input from the token it chose, after the step's tag (another launch a token fewer), where the
  * first layer adds its attention output to the residual as it is (mc_embed_in_sampler; else the
- * embedding's launch). The same bits. (A key of its own would not fit: an arm's resolved options
- * are at most MEMRA_OPT_MAX, and the cuda arms use every one.) */
-enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF };
+ * embedding's launch); MC_COMMIT_HEAD, what MC_COMMIT_HANDOFF does, and a greedy step's argmax (with
+ * the commit, the result, the ring's entry and the embedding) in the head GEMV's own launch where
+ * the head runs on the 16-warp K-quant GEMV (mc_gemv_kquant_argmax; else the argmax pass's launch).
+ * The same bits. (A key of its own would not fit: an arm's resolved options are at most
+ * MEMRA_OPT_MAX, and the cuda arms use every one.) */
+enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF, MC_COMMIT_HEAD };
 /* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
@@ -629,6 +632,33 @@ typedef struct mc_embed_next {
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
                       bool commit, bool word, const mc_embed_next *next, cudaStream_t st);
+
+/* What the greedy argmax's last block writes, and where (mc_sample's arguments for its argmax pass):
+ * sample_argmax's, and commit=head's head GEMV's (mc_gemv_kquant_argmax). */
+typedef struct mc_argmax_args {
+    uint32_t *parts, *ticket; /* the scratch's (mc_sampler_scratch): a part a block, 0 between launches */
+    float *stats;
+    int32_t *token_out;
+    mc_sample_result *result;
+    int32_t *pos;
+    mc_sample_result *ring;
+    uint32_t ring_n;
+    int commit, word;   /* as mc_sample's */
+    mc_embed_next next; /* next.x NULL: no embedding */
+} mc_argmax_args;
+/* The arguments mc_sample gives its argmax pass (commit=head passes them to the head instead). */
+mc_argmax_args mc_argmax_args_of(const mc_sampler_scratch *s, int32_t *pos, int32_t *token_out,
+                                 mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool commit,
+                                 bool word, const mc_embed_next *next);
+/* commit=head: y = the head's logits as mc_gemv_kquant writes them (w a Q4_K, Q5_K or Q6_K matrix,
+ * norm_w the output norm, no bias or residual), and in the same launch greedy's argmax over them,
+ * what mc_sample's argmax pass writes for a greedy step (a) with the same bits: each storing lane
+ * keeps the best of its rows by argmax_merge.h's rule, the blocks merge theirs, and the last block
+ * to take the ticket merges the blocks' parts. cudaErrorNotSupported where the head would not run
+ * on the 16-warp body at one column part (qdot other than auto, the small blocks, a column split,
+ * a grid over 512 blocks): the caller then launches mc_gemv and mc_sample. */
+cudaError_t mc_gemv_kquant_argmax(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                  float eps, float *y, const mc_argmax_args *a, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows

@@ -33,6 +33,7 @@
  * Per call (one matrix a token): reads rows x the row's data and aux bytes (the file's bytes of
  * the matrix; streamed), x and norm_w (cols floats, once per block), bias and residual (rows
  * floats); writes y (rows floats; rows/2 with a GLU). */
+#include "argmax_tail.cuh"
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 #include "kquant_dot.cuh"
@@ -99,11 +100,16 @@ __device__ __forceinline__ float mc_kq_unit_dp4a(float acc, const mc_kq_unit &u,
 
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
-/* The kernels' body (gemv_kquant, gemv_kquant_post below), called by every thread of the block. */
-template <uint32_t T, int QF, int GLU, int KS, uint32_t W>
+/* The kernels' body (gemv_kquant, gemv_kquant_post below), called by every thread of the block.
+ * AM (commit=head, gemv_kquant_argmax: no bias, residual or GLU): greedy's argmax of y in the same
+ * launch (am: mc_sample's arguments for it). The storing lane keeps the best of the values it
+ * stores (argmax_merge.h's rule: the same winner in any order), and once every row is stored the
+ * block ends as sample_argmax does (argmax_tail.cuh). */
+template <uint32_t T, int QF, int GLU, int KS, uint32_t W, int AM = 0>
 __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                  const float *bias, const float *residual, float *y, uint32_t n_groups,
-                                                 uint32_t bid = ~0u, uint32_t nbk = 0) {
+                                                 uint32_t bid = ~0u, uint32_t nbk = 0,
+                                                 const mc_argmax_args *am = nullptr) {
     extern __shared__ __align__(16) unsigned char kqsm[];
     __shared__ float red[2][W][MC_GEMV_ROWS];
     __shared__ float bred[MC_KQ_WARPS];
@@ -132,6 +138,12 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
     if (total > 0)
         load(0, 0);
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    /* AM: the step's position, read before the ticket (as sample_argmax reads it) */
+    int32_t am_pnow = 0;
+    if constexpr (AM) {
+        if (tid == 0 && (am->ring || am->commit))
+            am_pnow = *am->pos + (am->commit ? 1 : 0);
+    }
     /* stage x' per 16-column chunk (the same whichever thread stages it) and sum the squares of x
      * in the 16-warp order: thread t sums chunks t, t + 512, ..., then its warp's tree, then the 16
      * warps in order; blocks of fewer warps play those threads in MC_KQ_WARPS / W rounds, thread t
@@ -186,6 +198,8 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
         acc[r] = 0.0f;
     uint32_t k = 0, i = 0;
     float pre[MC_GEMV_ROWS];
+    float am_best = -INFINITY; /* AM: the storing lane's candidate (sample_argmax's per thread) */
+    uint32_t am_besti = MC_AM_NONE, am_bad = 0xffffffffu;
     for (uint32_t j = 0; j < total; j++) {
         mc_kq_unit cur[MC_GEMV_ROWS];
         if (!QF && i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
@@ -278,6 +292,22 @@ __device__ __forceinline__ void gemv_kquant_body(const mc_matrix w, const float 
             mc_rows_store<GLU>(d, r0, w.rows, bias, residual, y);
         else
             mc_rows_store_pre<GLU>(d, pre, r0, w.rows, bias, residual, y);
+        if constexpr (AM) { /* the values just stored (no bias or residual: d itself) */
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                const uint32_t row = r0 + r;
+                if (row >= w.rows)
+                    break;
+                if (!isfinite(d[r]))
+                    am_bad = min(am_bad, row);
+                else
+                    mc_best_merge(&am_best, &am_besti, d[r], row);
+            }
+        }
+    }
+    if constexpr (AM) {
+        __threadfence(); /* this lane's stores of y before its block's ticket (the last block reads z[bad]) */
+        mc_argmax_finish(y, am_best, am_besti, am_bad, 1, am_pnow, *am);
     }
 }
 
@@ -286,6 +316,16 @@ __global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
     gemv_kquant(const mc_matrix w, const float *x, const float *norm_w, float eps, const float *bias,
                 const float *residual, float *y, uint32_t n_groups) {
     gemv_kquant_body<T, QF, GLU, KS, MC_KQ_WARPS>(w, x, norm_w, eps, bias, residual, y, n_groups);
+}
+
+/* commit=head: the head's GEMV (the 16-warp body at one column part, qdot=auto) and greedy's argmax
+ * of its logits in one launch (mc_gemv_kquant_argmax). Per token: what gemv_kquant reads and writes,
+ * and each block's part, the ticket, and the last block's result, ring entry and embedding. */
+template <uint32_t T>
+__global__ void __launch_bounds__(32 * MC_KQ_WARPS, 1)
+    gemv_kquant_argmax(const mc_matrix w, const float *x, const float *norm_w, float eps, float *y, uint32_t n_groups,
+                       const __grid_constant__ mc_argmax_args a) {
+    gemv_kquant_body<T, 0, MC_GLU_NONE, 1, MC_KQ_WARPS, 1>(w, x, norm_w, eps, NULL, NULL, y, n_groups, ~0u, 0, &a);
 }
 
 /* qblock=4 (and auto on narrow matrices): the same kernel in blocks of MC_KQ_SMALL warps, up to
@@ -539,6 +579,13 @@ static cudaError_t mc_kq_prepare(int dev) {
         return e;
     MC_KQ_SMALL_POST_EACH(MC_KQ_SET_SMALL_POST)
 #undef MC_KQ_SET_SMALL_POST
+    if ((e = cudaFuncSetAttribute(gemv_kquant_argmax<MEMRA_TYPE_Q4_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  lim)) != cudaSuccess ||
+        (e = cudaFuncSetAttribute(gemv_kquant_argmax<MEMRA_TYPE_Q5_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  lim)) != cudaSuccess ||
+        (e = cudaFuncSetAttribute(gemv_kquant_argmax<MEMRA_TYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  lim)) != cudaSuccess)
+        return e;
     mc_kq_prepared[dev] = lim;
     return cudaSuccess;
 }
@@ -712,6 +759,52 @@ cudaError_t mc_gemv_kquant(const mc_config *c, int glu, const mc_matrix *w, cons
     }
 }
 
+cudaError_t mc_gemv_kquant_argmax(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
+                                  float eps, float *y, const mc_argmax_args *a, cudaStream_t st) {
+    if (w->type != MEMRA_TYPE_Q4_K && w->type != MEMRA_TYPE_Q5_K && w->type != MEMRA_TYPE_Q6_K)
+        return cudaErrorNotSupported;
+    uint64_t dr, ar;
+    if (!mc_kq_layout(w->type, w->cols, &dr, &ar) || w->stride != dr || w->aux_stride != ar || !w->aux || !a ||
+        !a->parts || !a->ticket || !a->stats || !a->token_out || !a->result || !a->pos || (a->ring && !a->ring_n))
+        return cudaErrorInvalidValue;
+    /* the kernel mc_gemv would launch must be the 16-warp body at one column part */
+    if (w->rows == 0 || c->qdot != MC_QDOT_AUTO || mc_gemv_mma_serves(c, w) || mc_kq_ksplit(w->rows) != 1)
+        return cudaErrorNotSupported;
+    int dev = 0;
+    cudaError_t e = mc_gemv_prepare();
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess || (e = mc_kq_prepare(dev)) != cudaSuccess)
+        return e;
+    const uint32_t smem = mc_kq_smem(w->cols), sm = (uint32_t)mc_sm_count[dev];
+    if (smem > (uint32_t)mc_kq_prepared[dev])
+        return cudaErrorInvalidValue;
+    if (mc_kq_small(c, w, 0, sm))
+        return cudaErrorNotSupported;
+    /* mc_kq_t's grid for it */
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    const uint32_t need = !mc_qgrid_fills(c->qgrid, w->cols) ? (n_groups + MC_KQ_WARPS - 1) / MC_KQ_WARPS : n_groups;
+    const uint32_t grid = need < sm ? need : sm;
+    if (grid > MC_AM_PARTS_CAP)
+        return cudaErrorNotSupported;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(32 * MC_KQ_WARPS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K:
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_argmax<MEMRA_TYPE_Q4_K>, *w, x, norm_w, eps, y, n_groups, *a);
+        break;
+    case MEMRA_TYPE_Q5_K:
+        e = cudaLaunchKernelEx(&cfg, gemv_kquant_argmax<MEMRA_TYPE_Q5_K>, *w, x, norm_w, eps, y, n_groups, *a);
+        break;
+    default: e = cudaLaunchKernelEx(&cfg, gemv_kquant_argmax<MEMRA_TYPE_Q6_K>, *w, x, norm_w, eps, y, n_groups, *a);
+    }
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 cudaError_t mc_gemv_kquant_qkv2(const mc_config *c, const mc_matrix *wa, const mc_matrix *wb, const float *x,
                                 const float *norm_w, float eps, float *ya, float *yb, cudaStream_t st) {
     uint64_t dra, ara, drb, arb;
@@ -843,6 +936,9 @@ const char *mc_gemv_kquant_family(const void *f) {
 #define MC_KQ_ROW_QKV2(T, KA, KB, R) {(const void *)gemv_kquant_qkv2<T, KA, KB, R>, "gemv"},
                 MC_KQ_QKV2_EACH(MC_KQ_ROW_QKV2)
 #undef MC_KQ_ROW_QKV2
+#define MC_KQ_ROW_AM(T) {(const void *)gemv_kquant_argmax<T>, "gemv"}, /* commit=head's head */
+                    MC_KQ_ROW_AM(MEMRA_TYPE_Q4_K) MC_KQ_ROW_AM(MEMRA_TYPE_Q5_K) MC_KQ_ROW_AM(MEMRA_TYPE_Q6_K)
+#undef MC_KQ_ROW_AM
     };
     return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

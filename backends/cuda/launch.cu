@@ -35,7 +35,7 @@ static const struct {
     {"attdec", offsetof(mc_config, attdec), {"block", "warp", NULL, NULL}, "block, warp"},
     {"qkvparts", offsetof(mc_config, qkvparts), {"merged", "apart", NULL, NULL}, "merged, apart"},
     {"wait", offsetof(mc_config, wait), {"ring", "event", "word", NULL}, "ring, event, word"},
-    {"commit", offsetof(mc_config, commit), {"launch", "sampler", "handoff", NULL}, "launch, sampler, handoff"},
+    {"commit", offsetof(mc_config, commit), {"launch", "sampler", "handoff", "head"}, "launch, sampler, handoff, head"},
 };
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {

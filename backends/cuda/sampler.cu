@@ -2,7 +2,7 @@
  * argmax pass (greedy ends there), then for temperature sampling the sort keys and a bitonic sort
  * (when top-k or top-p cut), the chunked cumulative sums and the pick by the position-keyed draw.
  * The step numbers in the comments are those of memra/sampling.h. */
-#include "argmax_merge.h"
+#include "argmax_tail.cuh"
 #include "cuda_common.cuh"
 #include "embed_elem.cuh"
 
@@ -10,6 +10,7 @@
 #define MC_MAX_THREADS 256u
 
 #define MC_CHUNK 256u
+static_assert(MC_MAX_PARTS <= MC_AM_PARTS_CAP, "the scratch holds every part of the argmax pass");
 
 static uint32_t mc_pow2(uint32_t n) {
     uint32_t p = 1;
@@ -23,7 +24,7 @@ static uint64_t mc_align256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
 uint64_t mc_sampler_scratch_bytes(uint32_t n_vocab) {
     uint64_t n_chunks = n_vocab / MC_CHUNK + 1;
     return mc_align256((uint64_t)mc_pow2(n_vocab) * 8) + mc_align256((uint64_t)n_vocab * 4) +
-           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_MAX_PARTS * 12) + mc_align256(4);
+           mc_align256((n_chunks + 1) * 4) + mc_align256(16) + mc_align256(MC_AM_PARTS_CAP * 12) + mc_align256(4);
 }
 
 void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab) {
@@ -40,7 +41,7 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
     s->stats = (float *)p;
     p += mc_align256(16);
     s->parts = (uint32_t *)p;
-    p += mc_align256(MC_MAX_PARTS * 12);
+    p += mc_align256(MC_AM_PARTS_CAP * 12);
     s->ticket = (uint32_t *)p;
 }
 
@@ -53,55 +54,17 @@ void mc_sampler_scratch_init(mc_sampler_scratch *s, void *base, uint32_t n_vocab
  * "larger value, or equal value and lower index" and "lowest bad index" give one answer in any
  * order (argmax_merge.h, checked on the host by tests/cuda/test_argmax_merge.c). With commit the
  * position word holds the step's position less one: every block reads it before its ticket (whose
- * fence orders the read first), and the last block writes the step's position into it. */
-
-/* The block's (best, index, bad) to thread 0, by a fixed tree (warp shuffles, then warps in order). */
-__device__ __forceinline__ void mc_best_block(float &best, uint32_t &besti, uint32_t &bad, float (&bv)[32],
-                                              uint32_t (&bi)[32], uint32_t (&bb)[32]) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(MC_FULL, best, o);
-        uint32_t oi = __shfl_xor_sync(MC_FULL, besti, o);
-        bad = min(bad, __shfl_xor_sync(MC_FULL, bad, o));
-        mc_best_merge(&best, &besti, ov, oi);
-    }
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads(); /* bv, bi, bb may hold an earlier call's values */
-    if (lane == 0) {
-        bv[warp] = best;
-        bi[warp] = besti;
-        bb[warp] = bad;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (uint32_t w = 1; w < blockDim.x / 32; w++) {
-            mc_best_merge(&best, &besti, bv[w], bi[w]);
-            bad = min(bad, bb[w]);
-        }
-}
-
-/* wait=word's last write to a ring entry: the token and the tag in one aligned 8-byte store, which
- * reaches host memory whole (token at the lower address, the tag above: mc_sample_result). No fence
- * after it: the kernel's exit makes it visible if it is not already, and the host's wait asks the
- * step's event while it is not. */
-__device__ __forceinline__ void mc_ring_word(mc_sample_result *e, int32_t token, int32_t tag) {
-    const unsigned long long w = (unsigned long long)(uint32_t)token | ((unsigned long long)(uint32_t)tag << 32);
-    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(&e->token), "l"(w) : "memory");
-}
+ * fence orders the read first), and the last block writes the step's position into it. The end
+ * (the parts, the ticket, the last block's writes) is argmax_tail.cuh's mc_argmax_finish, which
+ * commit=head's head GEMV runs too. */
 
 #define MC_AM_UNROLL 8u
 __global__ void __launch_bounds__(MC_MAX_THREADS)
-    sample_argmax(const float *z, uint32_t n, uint32_t seg, uint32_t *parts, uint32_t *ticket, float *stats, int greedy,
-                  int32_t *token_out, mc_sample_result *result, int32_t *pos, mc_sample_result *ring, uint32_t ring_n,
-                  int commit, int word, mc_embed_next next) {
-    __shared__ float bv[32];
-    __shared__ uint32_t bi[32], bb[32];
-    __shared__ uint32_t is_last;
-    __shared__ int32_t next_tok;
+    sample_argmax(const float *z, uint32_t n, uint32_t seg, int greedy, const mc_argmax_args a) {
     const uint32_t lo = blockIdx.x * seg, hi = min(lo + seg, n);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* the head's logits (a no-op unless pdl) */
-    /* the ring's entry (read now, used by the last block at the end: its load off the tail) */
-    const int32_t pnow = (ring || commit) && threadIdx.x == 0 ? *pos + (commit ? 1 : 0) : 0;
-    const uint32_t at = (uint32_t)pnow % (ring_n ? ring_n : 1u);
+    /* the ring's entry's position (read now, used by the last block at the end: its load off the tail) */
+    const int32_t pnow = (a.ring || a.commit) && threadIdx.x == 0 ? *a.pos + (a.commit ? 1 : 0) : 0;
     float best = -INFINITY;
     uint32_t besti = MC_AM_NONE, bad = 0xffffffffu;
     /* a thread's values in ascending index, MC_AM_UNROLL loads in flight before they are compared
@@ -128,66 +91,7 @@ __global__ void __launch_bounds__(MC_MAX_THREADS)
             }
         }
     }
-    mc_best_block(best, besti, bad, bv, bi, bb);
-    if (threadIdx.x == 0) {
-        parts[3 * blockIdx.x] = __float_as_uint(best);
-        parts[3 * blockIdx.x + 1] = besti;
-        parts[3 * blockIdx.x + 2] = bad;
-        __threadfence(); /* the part is visible before the ticket counts it */
-        is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!is_last)
-        return;
-    __threadfence();
-    best = -INFINITY;
-    besti = MC_AM_NONE;
-    bad = 0xffffffffu;
-    if (threadIdx.x < gridDim.x) { /* L2 loads: other blocks wrote them */
-        best = __uint_as_float(__ldcg(parts + 3 * threadIdx.x));
-        besti = __ldcg(parts + 3 * threadIdx.x + 1);
-        bad = __ldcg(parts + 3 * threadIdx.x + 2);
-    }
-    mc_best_block(best, besti, bad, bv, bi, bb);
-    if (threadIdx.x == 0) {
-        *ticket = 0;
-        if (commit) /* the step's commit: every block read the word before its ticket */
-            *pos = pnow;
-        stats[0] = best;
-        mc_sample_result r;
-        r.token = -1;
-        r.bad_index = bad == 0xffffffffu ? -1 : (int32_t)bad;
-        r.bad_bits = bad == 0xffffffffu ? 0u : __float_as_uint(z[bad]);
-        r.seq = 0;
-        if (greedy && bad == 0xffffffffu) {
-            r.token = (int32_t)besti;
-            *token_out = (int32_t)besti;
-        }
-        *result = r;
-        if (ring && word) { /* wait=word: the token and the tag in one store, the rest only when bad */
-            if (bad != 0xffffffffu) {
-                ring[at].bad_index = r.bad_index;
-                ring[at].bad_bits = r.bad_bits;
-                __threadfence_system(); /* the bad logit before the word that hands it over */
-            }
-            if (greedy) /* sampling ends in sample_pick, which writes the word */
-                mc_ring_word(&ring[at], r.token, pnow);
-        } else if (ring) { /* the host's copy, in its memory: no copy between this step and the next */
-            r.seq = -1;    /* the host cleared it before the step: still not final */
-            ring[at] = r;
-            __threadfence_system(); /* every write of the step is visible before the tag */
-            /* greedy: the tag is the step's last write (sampling ends in sample_pick, which writes it) */
-            if (greedy) {
-                *(volatile int32_t *)&ring[at].seq = pnow;
-                __threadfence_system();
-            }
-        }
-        next_tok = greedy && bad == 0xffffffffu ? (int32_t)besti : -1;
-    }
-    if (!next.x || !greedy) /* sampling embeds in sample_pick */
-        return;
-    __syncthreads();
-    mc_embed_block(next.emb, next_tok, next.scale, next.x); /* after the tag: off the host's wait */
+    mc_argmax_finish(z, best, besti, bad, greedy, pnow, a); /* argmax_tail.cuh */
 }
 
 /* Sort keys for step 2's total order: z descending, then index ascending. -0 and +0 are equal
@@ -339,6 +243,26 @@ __global__ void __launch_bounds__(1024)
         mc_embed_block(next.emb, tok, next.scale, next.x);
 }
 
+mc_argmax_args mc_argmax_args_of(const mc_sampler_scratch *s, int32_t *pos, int32_t *token_out,
+                                 mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool commit,
+                                 bool word, const mc_embed_next *next) {
+    mc_argmax_args a;
+    memset(&a, 0, sizeof a);
+    a.parts = s->parts;
+    a.ticket = s->ticket;
+    a.stats = s->stats;
+    a.token_out = token_out;
+    a.result = result;
+    a.pos = pos;
+    a.ring = ring;
+    a.ring_n = ring_n;
+    a.commit = commit;
+    a.word = word;
+    if (next)
+        a.next = *next;
+    return a;
+}
+
 cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const memra_sample_cfg *cfg, int32_t *pos,
                       int32_t *token_out, mc_sample_result *result, mc_sample_result *ring, uint32_t ring_n, bool pdl,
                       bool commit, bool word, const mc_embed_next *next, cudaStream_t st) {
@@ -357,8 +281,8 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
     lc.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs_pdl(&lc, attr, 0, pdl);
-    cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, s->parts, s->ticket, s->stats, (int)greedy,
-                                       token_out, result, pos, ring, ring_n, (int)commit, (int)word, nx);
+    const mc_argmax_args a = mc_argmax_args_of(s, pos, token_out, result, ring, ring_n, commit, word, next);
+    cudaError_t e = cudaLaunchKernelEx(&lc, sample_argmax, logits, V, seg, (int)greedy, a);
     if (e != cudaSuccess || greedy)
         return e;
     const bool cut_k = cfg->top_k != 0 && cfg->top_k < V;

@@ -14,8 +14,9 @@ echo "mem_latency rc=$?" | tee -a "$T"
 tee -a "$T" < "$OUT/mem_latency.log"
 W=/tmp/w; mkdir -p $W
 A=cuda-graph:commit=launch,cuda-graph:commit=sampler,cuda-graph:commit=handoff,cuda-graph:commit=handoff,wait=word
+AH=$A,cuda-graph:commit=head,cuda-graph:commit=head,wait=word
 mk llama-8b q6_k
-bench b_8b_q6k --model $W/llama-8b-q6_k.gguf --arm $A --prime 512 -n 128 --reps 10 --abba
+bench b_8b_q6k --model $W/llama-8b-q6_k.gguf --arm $AH --prime 512 -n 128 --reps 10 --abba
 mk llama-1b bf16
 bench b_1b_bf16 --model $W/llama-1b-bf16.gguf --arm $A --prime 512 -n 128 --reps 10 --abba
 gate e_bf16_greedy --a cuda --b cuda-graph:commit=handoff --model $W/llama-1b-bf16.gguf --prime 256 --gen 256 --rows 4

@@ -17,7 +17,8 @@
  * fail the comparison. Embedding: the row of a device token times a scale, bit for bit against
  * quant.h's dequantization times the scale (a token out of range gives row 0). qkvparts=merged:
  * a Q4_K or Q5_K part and a Q6_K part in one launch (mc_gemv_qkv2) against the two launches, bit for
- * bit, with a changed v weight as its control. */
+ * bit, with a changed v weight as its control. commit=head's fused head and argmax against the two
+ * launches: head_argmax_checks. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -179,6 +180,255 @@ static double worst(const float *y, const double *ref, const double *bound, uint
 }
 
 static const char *tname(uint32_t t) { return t == MEMRA_QTYPE_Q4_K ? "q4_k" : t == MEMRA_QTYPE_Q5_K ? "q5_k" : "q6_k"; }
+
+/* commit=head (mc_gemv_kquant_argmax): the head's logits and greedy's argmax in one launch against
+ * mc_gemv_kquant then mc_sample's argmax pass (commit=sampler's), bit for bit: the logits, the token,
+ * the result, the ring's entry (wait=ring; wait=word with the next input embedded, commit=handoff's),
+ * the committed position, the next input and the tickets left at 0; and the token against a host
+ * argmax of the logits by memra's rule. Cases a shape: random rows; the best row copied to a lower
+ * index (a tie: the lower wins) and to a higher one (the best stays); one row's d NaN (its index is
+ * the bad one); x NaN (every logit bad: index 0). Shapes at one column part and on 16-warp blocks:
+ * 2,048 columns (the fewest blocks) and 4,096 (the filled grid). A column split or qdot=float is
+ * refused with cudaErrorNotSupported. Control: the fused launch without the commit must fail the
+ * comparison of the position and the ring's tag. */
+typedef struct am_side {
+    mc_sampler_scratch s;
+    void *scratch;
+    float *y, *xn;
+    int32_t *pos, *tok;
+    mc_sample_result *res, *ring; /* ring: pinned host memory, 3 entries */
+} am_side;
+
+static void am_side_make(am_side *a, uint32_t rows, uint32_t en) {
+    const uint64_t sb = mc_sampler_scratch_bytes(rows);
+    CHECK_CUDA(cudaMalloc(&a->scratch, sb));
+    CHECK_CUDA(cudaMemset(a->scratch, 0, sb));
+    mc_sampler_scratch_init(&a->s, a->scratch, rows);
+    CHECK_CUDA(cudaMalloc((void **)&a->y, (size_t)rows * 4));
+    CHECK_CUDA(cudaMalloc((void **)&a->xn, en * 4));
+    CHECK_CUDA(cudaMalloc((void **)&a->pos, 4));
+    CHECK_CUDA(cudaMalloc((void **)&a->tok, 4));
+    CHECK_CUDA(cudaMalloc((void **)&a->res, sizeof *a->res));
+    CHECK_CUDA(cudaMallocHost((void **)&a->ring, 3 * sizeof *a->ring));
+}
+
+static void am_side_free(am_side *a) {
+    cudaFree(a->scratch);
+    cudaFree(a->y);
+    cudaFree(a->xn);
+    cudaFree(a->pos);
+    cudaFree(a->tok);
+    cudaFree(a->res);
+    cudaFreeHost(a->ring);
+}
+
+/* Before a step at position p (commit: *pos = p - 1): the ring cleared, the next input -1s. */
+static void am_side_reset(am_side *a, int32_t p, uint32_t en) {
+    const int32_t pm = p - 1, m1 = -1;
+    for (int i = 0; i < 3; i++)
+        mc_ring_entry_clear(&a->ring[i]);
+    CHECK_CUDA(cudaMemcpy(a->pos, &pm, 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(a->tok, &m1, 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemset(a->res, 0xff, sizeof *a->res));
+    CHECK_CUDA(cudaMemset(a->xn, 0xff, en * 4));
+}
+
+/* What a step left on side a, for comparison: logits, token, result, ring entry, position, next
+ * input, ticket. */
+typedef struct am_out {
+    float *y, xn[16];
+    int32_t pos, tok;
+    uint32_t ticket;
+    mc_sample_result res, ring;
+} am_out;
+
+static void am_read(const am_side *a, uint32_t rows, uint32_t en, int32_t p, am_out *o) {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMemcpy(o->y, a->y, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(o->xn, a->xn, en * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&o->pos, a->pos, 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&o->tok, a->tok, 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&o->ticket, a->s.ticket, 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&o->res, a->res, sizeof o->res, cudaMemcpyDeviceToHost));
+    o->ring = a->ring[p % 3];
+}
+
+/* The number of the two sides' differences (0: the same bits everywhere). */
+static int am_diff(const am_out *u, const am_out *v, uint32_t rows, uint32_t en, const char *what) {
+    int n = 0;
+    if (memcmp(u->y, v->y, (size_t)rows * 4) != 0)
+        n++, printf("    %s: the logits differ\n", what);
+    if (u->tok != v->tok || memcmp(&u->res, &v->res, sizeof u->res) != 0)
+        n++, printf("    %s: token %d / %d, result (%d %d %d %08x) / (%d %d %d %08x)\n", what, u->tok, v->tok,
+                    u->res.token, u->res.seq, u->res.bad_index, u->res.bad_bits, v->res.token, v->res.seq,
+                    v->res.bad_index, v->res.bad_bits);
+    if (memcmp(&u->ring, &v->ring, sizeof u->ring) != 0)
+        n++, printf("    %s: ring entry (%d %d %d %08x) / (%d %d %d %08x)\n", what, u->ring.token, u->ring.seq,
+                    u->ring.bad_index, u->ring.bad_bits, v->ring.token, v->ring.seq, v->ring.bad_index,
+                    v->ring.bad_bits);
+    if (u->pos != v->pos)
+        n++, printf("    %s: position %d / %d\n", what, u->pos, v->pos);
+    if (memcmp(u->xn, v->xn, en * 4) != 0)
+        n++, printf("    %s: the next input differs\n", what);
+    if (u->ticket != 0 || v->ticket != 0)
+        n++, printf("    %s: ticket left at %u / %u\n", what, u->ticket, v->ticket);
+    return n;
+}
+
+static void head_argmax_checks(void) {
+    const uint32_t types[3] = {MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K, MEMRA_QTYPE_Q6_K};
+    const uint32_t shapes[2][2] = {{40003, 2048}, {40003, 4096}}; /* one column part (mc_ksplit_balance: 1) */
+    const uint32_t en = 16; /* the next input's width (an F32 table of rows x 16) */
+    const float eps = 1e-5f;
+    int cases = 0, control_caught = 0;
+    for (int t = 0; t < 3; t++)
+        for (int sh = 0; sh < 2; sh++) {
+            const uint32_t rows = shapes[sh][0], cols = shapes[sh][1];
+            kq_mat k;
+            mat_make(&k, types[t], rows, cols);
+            float *x = malloc(cols * 4), *nw = malloc(cols * 4), *emb = malloc((size_t)rows * en * 4);
+            for (uint32_t c = 0; c < cols; c++)
+                x[c] = uni(), nw[c] = 1.0f + 0.25f * uni();
+            for (size_t i = 0; i < (size_t)rows * en; i++)
+                emb[i] = uni();
+            float *dx, *dnw, *demb;
+            CHECK_CUDA(cudaMalloc((void **)&dx, cols * 4));
+            CHECK_CUDA(cudaMalloc((void **)&dnw, cols * 4));
+            CHECK_CUDA(cudaMalloc((void **)&demb, (size_t)rows * en * 4));
+            CHECK_CUDA(cudaMemcpy(dnw, nw, cols * 4, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(demb, emb, (size_t)rows * en * 4, cudaMemcpyHostToDevice));
+            mc_matrix et;
+            memset(&et, 0, sizeof et);
+            et.type = MEMRA_TYPE_F32, et.rows = rows, et.cols = en, et.stride = en, et.data = demb;
+            am_side A, B;
+            am_side_make(&A, rows, en);
+            am_side_make(&B, rows, en);
+            am_out oa, ob;
+            oa.y = malloc((size_t)rows * 4), ob.y = malloc((size_t)rows * 4);
+            memra_sample_cfg g;
+            memset(&g, 0, sizeof g);
+            g.top_p = 1.0f;
+            const mc_config c = mc_config_default;
+            uint8_t *save = malloc((size_t)k.m.stride + k.m.aux_stride); /* a row's data, then its aux */
+            /* case 0 random; 1 the best row at a lower index too; 2 at a higher one; 3 a row's d NaN;
+             * 4 x NaN; 5 the control (case 0 without the commit on the fused side) */
+            uint32_t best = 0, other = 0;
+            for (int cs = 0; cs < 6; cs++) {
+                const int word = cs & 1; /* wait=word with the next input embedded, or wait=ring without */
+                const int32_t p = 517 + cs;
+                uint32_t row = 0, off = 0;
+                if (cs == 1 || cs == 2) { /* row `other` takes the best row's bytes (saved, restored below) */
+                    other = cs == 1 ? best / 2 : best + (rows - best) / 2;
+                    CHECK_CUDA(cudaMemcpy(save, (uint8_t *)k.m.data + (size_t)other * k.m.stride, k.m.stride,
+                                          cudaMemcpyDeviceToHost));
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.data + (size_t)other * k.m.stride,
+                                          (uint8_t *)k.m.data + (size_t)best * k.m.stride, k.m.stride,
+                                          cudaMemcpyDeviceToDevice));
+                    CHECK_CUDA(cudaMemcpy(save + k.m.stride, (uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride,
+                                          k.m.aux_stride, cudaMemcpyDeviceToHost));
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride,
+                                          (uint8_t *)k.m.aux + (size_t)best * k.m.aux_stride, k.m.aux_stride,
+                                          cudaMemcpyDeviceToDevice));
+                }
+                if (cs == 3) { /* the high byte of row `row`'s first d: 0x7e, an f16 NaN */
+                    row = rows / 3;
+                    off = types[t] == MEMRA_QTYPE_Q6_K ? 16 * (cols / 256) + 1 : 1;
+                    const uint8_t nan_hi = 0x7e;
+                    CHECK_CUDA(cudaMemcpy(save, (uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, 1,
+                                          cudaMemcpyDeviceToHost));
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, &nan_hi, 1,
+                                          cudaMemcpyHostToDevice));
+                }
+                const float x0 = x[0];
+                if (cs == 4)
+                    x[0] = NAN;
+                CHECK_CUDA(cudaMemcpy(dx, x, cols * 4, cudaMemcpyHostToDevice));
+                x[0] = x0;
+                const mc_embed_next next = {et, 1.0f, NULL};
+                mc_embed_next na = next, nb = next;
+                na.x = A.xn, nb.x = B.xn;
+                am_side_reset(&A, p, en);
+                am_side_reset(&B, p, en);
+                CHECK_CUDA(mc_gemv_kquant(&c, MC_GLU_NONE, &k.m, dx, dnw, eps, NULL, NULL, A.y, 0));
+                CHECK_CUDA(
+                    mc_sample(A.y, &A.s, &g, A.pos, A.tok, A.res, A.ring, 3, false, true, word, word ? &na : NULL, 0));
+                const mc_argmax_args a =
+                    mc_argmax_args_of(&B.s, B.pos, B.tok, B.res, B.ring, 3, cs != 5, word, word ? &nb : NULL);
+                CHECK_CUDA(mc_gemv_kquant_argmax(&c, &k.m, dx, dnw, eps, B.y, &a, 0));
+                am_read(&A, rows, en, p, &oa);
+                am_read(&B, rows, en, p, &ob);
+                char what[96];
+                snprintf(what, sizeof what, "%s %u x %u case %d", tname(types[t]), rows, cols, cs);
+                const int nd = am_diff(&oa, &ob, rows, en, what);
+                if (cs == 5) {
+                    control_caught += nd > 0;
+                    CHECK(nd > 0, "%s: the fused launch without the commit was not caught (control)", what);
+                } else {
+                    CHECK(nd == 0, "%s: the head's argmax is not the argmax pass's bits", what);
+                    cases++;
+                }
+                /* the host's argmax of the logits by memra's rule */
+                uint32_t hb = 0xffffffffu, bad = 0xffffffffu;
+                for (uint32_t r = 0; r < rows; r++) {
+                    if (!isfinite(oa.y[r])) {
+                        if (bad == 0xffffffffu)
+                            bad = r;
+                    } else if (hb == 0xffffffffu || oa.y[r] > oa.y[hb])
+                        hb = r;
+                }
+                const int32_t want = bad != 0xffffffffu ? -1 : (int32_t)hb;
+                CHECK(ob.res.token == want && ob.res.bad_index == (bad != 0xffffffffu ? (int32_t)bad : -1),
+                      "%s: token %d bad %d, the host's %d bad %d", what, ob.res.token, ob.res.bad_index, want,
+                      bad != 0xffffffffu ? (int32_t)bad : -1);
+                if (cs == 0)
+                    best = hb;
+                if (cs == 1 || cs == 2) {
+                    CHECK(memcmp(&oa.y[other], &oa.y[best], 4) == 0, "%s: the copied row's logit is not the best's",
+                          what);
+                    CHECK(ob.res.token == (int32_t)(cs == 1 ? other : best), "%s: the tie went to %d", what,
+                          ob.res.token);
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.data + (size_t)other * k.m.stride, save, k.m.stride,
+                                          cudaMemcpyHostToDevice));
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride, save + k.m.stride,
+                                          k.m.aux_stride, cudaMemcpyHostToDevice));
+                }
+                if (cs == 3) {
+                    CHECK(ob.res.bad_index == (int32_t)row, "%s: bad index %d, the NaN row %u", what, ob.res.bad_index,
+                          row);
+                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, save, 1,
+                                          cudaMemcpyHostToDevice));
+                }
+                if (cs == 4)
+                    CHECK(ob.res.bad_index == 0, "%s: bad index %d with x NaN", what, ob.res.bad_index);
+                printf("%-5s %6u %5u head argmax case %d %s: token %d bad %d\n", tname(types[t]), rows, cols, cs,
+                       word ? "word" : "ring", ob.res.token, ob.res.bad_index);
+            }
+            /* refused: a column split (2,000 rows: KS 2), qdot=float */
+            mc_matrix few = k.m;
+            few.rows = 2000;
+            mc_config qf = mc_config_default;
+            CHECK(mc_config_choice(&qf, "qdot", "float") == NULL, "qdot=float");
+            const mc_argmax_args a0 = mc_argmax_args_of(&B.s, B.pos, B.tok, B.res, B.ring, 3, true, 0, NULL);
+            CHECK(mc_gemv_kquant_argmax(&c, &few, dx, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
+                  "%s: a column split not refused", tname(types[t]));
+            CHECK(mc_gemv_kquant_argmax(&qf, &k.m, dx, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
+                  "%s: qdot=float not refused", tname(types[t]));
+            am_side_free(&A);
+            am_side_free(&B);
+            free(oa.y);
+            free(ob.y);
+            free(save);
+            free(x);
+            free(nw);
+            free(emb);
+            cudaFree(dx);
+            cudaFree(dnw);
+            cudaFree(demb);
+            mat_free(&k);
+        }
+    CHECK(cases == 3 * 2 * 5 && control_caught == 3 * 2, "head argmax: %d cases, %d controls caught", cases,
+          control_caught);
+}
 
 int main(void) {
     int ndev = 0;
@@ -396,6 +646,7 @@ int main(void) {
         free(ya);
         free(ym);
     }
+    head_argmax_checks();
     /* every type and shape but the degenerate GELU ones took the bit comparison's control */
     CHECK(controls >= 3 * 7 * 4 - 3, "only %d of the bit comparison's controls ran", controls);
     printf("check_kquant: %s (%d failures, %d bit-comparison controls)\n", failures ? "FAIL" : "ok", failures, controls);

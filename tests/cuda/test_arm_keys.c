@@ -519,7 +519,7 @@ static const struct {
     {"attdec", "block", "block, warp", "warps", "attention=mma,"},
     {"qkvparts", "merged", "merged, apart", "fused", ""},
     {"wait", "ring", "ring, event, word", "spin", ""},
-    {"commit", "launch", "launch, sampler, handoff", "embed", ""},
+    {"commit", "launch", "launch, sampler, handoff, head", "embed", ""},
 };
 
 Test(cuda_arm_keys, every_choice_key_resolves_refuses_and_parses) {
