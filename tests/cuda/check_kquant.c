@@ -275,14 +275,17 @@ static int am_diff(const am_out *u, const am_out *v, uint32_t rows, uint32_t en,
     return n;
 }
 
-static void head_argmax_checks(void) {
-    const uint32_t types[3] = {MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K, MEMRA_QTYPE_Q6_K};
-    const uint32_t shapes[2][2] = {{40003, 2048}, {40003, 4096}}; /* one column part (mc_ksplit_balance: 1) */
+/* quick (`memra_cuda_check_kquant head-quick`, for compute-sanitizer): Q6_K at 12,673 x 2,048 only. */
+static void head_argmax_checks(int quick) {
+    const uint32_t types[3] = {MEMRA_QTYPE_Q6_K, MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K};
+    /* one column part (mc_ksplit_balance: 1) */
+    const uint32_t shapes[2][2] = {{quick ? 12673u : 40003u, 2048}, {40003, 4096}};
+    const int n_types = quick ? 1 : 3, n_shapes = quick ? 1 : 2;
     const uint32_t en = 16; /* the next input's width (an F32 table of rows x 16) */
     const float eps = 1e-5f;
     int cases = 0, control_caught = 0;
-    for (int t = 0; t < 3; t++)
-        for (int sh = 0; sh < 2; sh++) {
+    for (int t = 0; t < n_types; t++)
+        for (int sh = 0; sh < n_shapes; sh++) {
             const uint32_t rows = shapes[sh][0], cols = shapes[sh][1];
             kq_mat k;
             mat_make(&k, types[t], rows, cols);
@@ -426,16 +429,25 @@ static void head_argmax_checks(void) {
             cudaFree(demb);
             mat_free(&k);
         }
-    CHECK(cases == 3 * 2 * 5 && control_caught == 3 * 2, "head argmax: %d cases, %d controls caught", cases,
-          control_caught);
+    CHECK(cases == n_types * n_shapes * 5 && control_caught == n_types * n_shapes,
+          "head argmax: %d cases, %d controls caught", cases, control_caught);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
         printf("check_kquant: skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return 77;
+    }
+    if (argc > 1) { /* head-quick: commit=head's fused head alone, one small shape (for compute-sanitizer) */
+        if (strcmp(argv[1], "head-quick") != 0) {
+            printf("usage: %s [head-quick]\n", argv[0]);
+            return 2;
+        }
+        head_argmax_checks(1);
+        printf("check_kquant head-quick: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
+        return failures ? 1 : 0;
     }
     const uint32_t types[3] = {MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K, MEMRA_QTYPE_Q6_K};
     /* row counts take the column splits 4 (<= 2112 rows), 2 and 1 (> 4224); not multiples of 4 */
@@ -646,7 +658,7 @@ int main(void) {
         free(ya);
         free(ym);
     }
-    head_argmax_checks();
+    head_argmax_checks(0);
     /* every type and shape but the degenerate GELU ones took the bit comparison's control */
     CHECK(controls >= 3 * 7 * 4 - 3, "only %d of the bit comparison's controls ran", controls);
     printf("check_kquant: %s (%d failures, %d bit-comparison controls)\n", failures ? "FAIL" : "ok", failures, controls);
