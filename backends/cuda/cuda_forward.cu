@@ -279,7 +279,7 @@ static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) 
     return true;
 }
 
-/* commit=handoff on state s (cuda_backend.h says what it changes) */
+/* commit=handoff or head on state s (cuda_backend.h says what it changes) */
 bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
     return (b->cfg.commit == MC_COMMIT_HANDOFF || b->cfg.commit == MC_COMMIT_HEAD) && !b->tp && s->n_stages == 1 &&
            mc_ranks(s, 0) == 1 && !b->taps && b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
