@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tails.sh: the step's tail keys on an H200 (thirty-fourth session): the memory-latency probe
 # (memra_cuda_mem_latency); commit=launch / sampler / handoff / handoff,wait=word with --abba on 8B
-# Q6_K, llama-1b BF16 and 8B Q8_0; gemma3-270m, where handoff does not apply (launch / sampler /
+# Q6_K (with head and head,wait=word too: the thirty-fifth session's, greedy's argmax in the K-quant
+# head's launch), llama-1b BF16 and 8B Q8_0; gemma3-270m, where handoff does not apply (launch / sampler /
 # sampler,wait=word); two exact gates of handoff (timing rows restored from the prefix; sampled at
 # window 3). Binaries carried (bin with memra_cuda_mem_latency, lib, plugins.d in $CARRY); a short
 # table last, logs under $OUT.
