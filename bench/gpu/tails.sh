@@ -6,7 +6,8 @@
 # sampler,wait=word); two exact gates of handoff (timing rows restored from the prefix; sampled at
 # window 3). Binaries carried (bin with memra_cuda_mem_latency, lib, plugins.d in $CARRY); a short
 # table last, logs under $OUT.
-#   bash bench/gpu/tails.sh [any|H200]   (default H200: stops at once on another card)
+#   bash bench/gpu/tails.sh [any|H200]   (default H200: stops at once on another card; ONLY=q6k: the
+#   probe and the 8B Q6_K A/B alone)
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$T"
 need_card "${1:-H200}"
@@ -18,6 +19,8 @@ A=cuda-graph:commit=launch,cuda-graph:commit=sampler,cuda-graph:commit=handoff,c
 AH=$A,cuda-graph:commit=head,cuda-graph:commit=head,wait=word
 mk llama-8b q6_k
 bench b_8b_q6k --model $W/llama-8b-q6_k.gguf --arm $AH --prime 512 -n 128 --reps 10 --abba
+# ONLY=q6k: the probe and 8B Q6_K's A/B alone (about 3 minutes, for a short device budget)
+[ "${ONLY:-}" = q6k ] && { echo ---; cat "$T"; exit 0; }
 mk llama-1b bf16
 bench b_1b_bf16 --model $W/llama-1b-bf16.gguf --arm $A --prime 512 -n 128 --reps 10 --abba
 gate e_bf16_greedy --a cuda --b cuda-graph:commit=handoff --model $W/llama-1b-bf16.gguf --prime 256 --gen 256 --rows 4
