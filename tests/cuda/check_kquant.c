@@ -1,6 +1,6 @@
-/* check_kquant.c: the Q4_K, Q5_K and Q6_K GEMVs and embedding lookups of the cuda backend
- * (gemv_kquant.cu) against a host reference, a plain program for the device machine (no Criterion
- * there); exits 77 with the reason printed where there is no CUDA device.
+/* check_kquant.c: the Q4_K, Q5_K and Q6_K GEMVs of the cuda backend (gemv_kquant.cu) and their
+ * embedding lookups (token.cu) against a host reference, a plain program for the device machine
+ * (no Criterion there); exits 77 with the reason printed where there is no CUDA device.
  *
  * Random file blocks (sane f16 scales) are repacked with mc_qrepack_kquant and uploaded. For each
  * type, shape (row counts that take each column split, rows not a multiple of 4) and qdot (auto,
