@@ -264,6 +264,40 @@ __device__ __forceinline__ void mc_rows_store_pre(const float (&d)[N], const flo
         }
 }
 
+/* mc_rows_fetch for a kernel with no register to spare (the Q4_0 .. Q5_1 bodies, at 128): the
+ * group's 4 residual (or bias) values copied by cp.async into a 16-byte slot of shared memory,
+ * which holds no register while the copy is in flight; mc_rows_store_async waits for the copy and
+ * stores with mc_rows_store_pre's arithmetic, so the bits are mc_rows_store's. Where the source is
+ * not 16-byte aligned, the group is not whole, or there is nothing to fetch (a GLU, or neither a
+ * residual nor a bias), both fall back to mc_rows_store's loads at the store: the one test,
+ * mc_rows_async_ok, decides both sides. Called by the storing lane only. */
+template <int SWIGLU>
+__device__ __forceinline__ bool mc_rows_async_ok(uint32_t r0, uint32_t rows, const float *bias, const float *residual) {
+    const float *src = residual ? residual : bias;
+    return !SWIGLU && src && r0 + MC_GEMV_ROWS <= rows && ((uintptr_t)(src + r0) & 15u) == 0;
+}
+template <int SWIGLU>
+__device__ __forceinline__ void mc_rows_fetch_async(float4 *slot, uint32_t r0, uint32_t rows, const float *bias,
+                                                    const float *residual) {
+    if (!mc_rows_async_ok<SWIGLU>(r0, rows, bias, residual))
+        return;
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(slot);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"((residual ? residual : bias) + r0)
+                 : "memory");
+}
+template <int SWIGLU>
+__device__ __forceinline__ void mc_rows_store_async(const float (&d)[MC_GEMV_ROWS], const float4 *slot, uint32_t r0,
+                                                    uint32_t rows, const float *bias, const float *residual, float *y) {
+    if (!mc_rows_async_ok<SWIGLU>(r0, rows, bias, residual)) {
+        mc_rows_store<SWIGLU>(d, r0, rows, bias, residual, y);
+        return;
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    const float4 p = *slot; /* after the wait (the asm's memory clobber keeps the read below it) */
+    const float pre[MC_GEMV_ROWS] = {p.x, p.y, p.z, p.w};
+    mc_rows_store_pre<SWIGLU>(d, pre, r0, rows, bias, residual, y);
+}
+
 /* ptxas (sm_90) gives every kernel of a module that declares dynamic shared memory a 1 KB reserved
  * shared-memory block, whether the kernel uses shared memory or not. The kernels once lived in one
  * module that did; a kernel file none of whose kernels declares dynamic shared memory defines this

@@ -75,6 +75,7 @@ __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float 
     extern __shared__ __align__(16) unsigned char llsm[];
     __shared__ float red[2][W][MC_GEMV_ROWS];
     __shared__ float bred[W > MC_LL_STAGE_WARPS ? W : MC_LL_STAGE_WARPS];
+    __shared__ float4 pres[W]; /* a warp's group residual, fetched ahead (mc_rows_fetch_async) */
     constexpr bool HM = T == MEMRA_TYPE_Q4_1 || T == MEMRA_TYPE_Q5_1, HH = T == MEMRA_TYPE_Q5_0 || T == MEMRA_TYPE_Q5_1;
     constexpr uint32_t SLOTS = W / KS, U = T == MEMRA_TYPE_Q4_0 ? MC_LL_U : 1, PER_IT = 32 * KS * U;
     const uint32_t nb = w.cols / 32;
@@ -190,6 +191,8 @@ __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float 
         acc[r] = 0.0f;
     uint32_t k = 0, i = 0;
     for (uint32_t j = 0; j < total; j++) {
+        if (i + 1 == niter && part == 0 && lane == 0) /* the group's residual (or bias), ahead */
+            mc_rows_fetch_async<GLU>(&pres[warp], (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, w.rows, bias, residual);
         uint4 cur[U][MC_GEMV_ROWS];
         uint16_t cd[U][MC_GEMV_ROWS], cm[U][MC_GEMV_ROWS];
         uint32_t ch[U][MC_GEMV_ROWS];
@@ -303,7 +306,7 @@ __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float 
 #pragma unroll
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
             dsum[r] *= rscale;
-        mc_rows_store<GLU>(dsum, r0, w.rows, bias, residual, y);
+        mc_rows_store_async<GLU>(dsum, &pres[warp], r0, w.rows, bias, residual, y);
     }
 }
 
