@@ -122,7 +122,24 @@ __device__ __forceinline__ void gemv_legacy_body(const mc_matrix w, const float 
      * its warp's tree, then the 8 warps in order; blocks of fewer warps play those threads in
      * MC_LL_STAGE_WARPS / W rounds, thread t as t, t + 32 W, ...) */
     float ss = 0.0f;
-    if constexpr (W >= MC_LL_STAGE_WARPS) { /* the 16-warp kernel's staging */
+    if constexpr (!NORM && QD && W > MC_LL_STAGE_WARPS) {
+        /* no sum of squares to keep in the 8-warp order: every thread stages, two half blocks at a
+         * time with both loads in flight (down's 14,336 columns: 896 half blocks on 512 threads, one
+         * round trip to L2 instead of four); each block's x' is the same whichever lanes stage it */
+        for (uint32_t c2 = tid; c2 < 2 * nb; c2 += 64 * W) {
+            const uint32_t c2b = c2 + 32 * W;
+            float v0[16], v1[16];
+            mc_q8x_raw16(x, (size_t)c2 * 16, v0);
+            if (c2b < 2 * nb)
+                mc_q8x_raw16(x, (size_t)c2b * 16, v1);
+            const uint32_t live = 2 * nb - (c2 - lane);
+            mc_ll_quant16(v0, live >= 32 ? MC_FULL : (1u << live) - 1u, c2 >> 1, c2 & 1, xq);
+            if (c2b < 2 * nb) {
+                const uint32_t liveb = 2 * nb - (c2b - lane);
+                mc_ll_quant16(v1, liveb >= 32 ? MC_FULL : (1u << liveb) - 1u, c2b >> 1, c2b & 1, xq);
+            }
+        }
+    } else if constexpr (W >= MC_LL_STAGE_WARPS) { /* the 16-warp kernel's staging */
         for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
             /* the warp's lanes in this pass: a prefix of it, whole pairs (2 nb and the stride are even) */
             const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
