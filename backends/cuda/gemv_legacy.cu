@@ -10,7 +10,10 @@
  * rows split their columns over KS = 2 or 4 warps (parts added in order; KS a function of the row
  * count). First every block stages x' = x * norm_w (the RMSNorm's 1/rms applied to the finished
  * dots) in shared memory and sums the squares of x, by its first 8 warps as the blocks of 8 did
- * (thread order, warp tree, those warps in order: the bits of the 8-warp blocks, for any width).
+ * (thread order, warp tree, those warps in order: the bits of the 8-warp blocks, for any width);
+ * without the norm (no sum to order) all 16 warps stage, two half blocks a thread in flight. A
+ * row group's residual is fetched into shared memory by cp.async at its last iteration
+ * (mc_rows_fetch_async: the body has no register to spare for it).
  * Lane l of a row group's part p takes blocks 32 p + l, then every 32 KS-th after it,
  * two at a time:
  *   qdot=float (QD 0): each weight dequantized exactly as memra/quant.h does ((q - 8) * d,
