@@ -6,7 +6,7 @@
 # Binaries carried (bin, lib, plugins.d in $CARRY); a short table last, logs under $OUT.
 #   bash bench/gpu/checks.sh [PART...]   parts: dense (llama-8b in Q6_K, Q4_K, q4_k_m, Q5_K,
 #   Q4_0, Q8_0), small (llama-1b BF16, gemma3-270m q4_k_m), moe (granite-moe-1b BF16,
-#   qwen3moe-30b Q8_0); default all three (about 8 minutes on an H100)
+#   qwen3moe-30b Q8_0); default all three (about 3 minutes on an H100, the 30B preset a minute of it)
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$T"
 one() { bench "$1" --preset "$2" --dtype "$3" --arm cuda-graph --prime 512 -n 128 --reps 5 --abba; }
