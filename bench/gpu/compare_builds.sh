@@ -57,4 +57,10 @@ speed() {
 
 [ $# -eq 0 ] && set -- bits speed
 for m in "$@"; do case $m in bits) bits ;; speed) speed ;; *) echo "unknown mode $m" | tee -a "$T" ;; esac; done
+# the device call brings back a limited number of files: the per-gate and per-bench logs go home in
+# one archive each (kept loose where the archive could not be written)
+for p in xb bench mkmodel; do
+  ls "$OUT"/${p}_* > /dev/null 2>&1 || continue
+  (cd "$OUT" && tar cJf "$p.tar.xz" ${p}_*) && rm -f "$OUT"/${p}_*
+done
 echo "=== table"; cat "$T"
