@@ -200,11 +200,25 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
     };
     if (total > 0)
         load(0, 0);
+    /* PRO: the post norm's and this GEMV's norm weights into shared memory before the wait */
+    [[maybe_unused]] const float *wps = NULL;
+    if constexpr (PRO) {
+        __shared__ __align__(16) float wpro[2 * MC_PRO_COLS]; /* pro.w, then norm_w */
+        if (mc_pro_wfetch_ok(*pro, NORM ? norm_w : NULL, w.cols)) {
+            mc_pro_wfetch(*pro, NORM ? norm_w : NULL, w.cols, wpro, wpro + MC_PRO_COLS);
+            wps = wpro;
+        }
+    }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
         __shared__ float ppro[MC_PRO_COLS];
-        mc_pro_stage(*pro, w.cols, xpro, ppro);
+        if (wps) {
+            mc_pro_wfetch_wait();
+            if (NORM)
+                norm_w = wps + MC_PRO_COLS; /* its copy: read below by plain loads */
+        }
+        mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
         x = xpro;
     }
     /* x's loads: from shared memory under PRO, else through the read-only path */
@@ -222,7 +236,7 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
             const uint32_t b = warp + W * r;
             v[r] = b < nb ? xld(32 * b + lane) : 0.0f;
             if (NORM && b < nb)
-                v[r] *= __ldg(norm_w + 32 * b + lane);
+                v[r] *= PRO ? norm_w[32 * b + lane] : __ldg(norm_w + 32 * b + lane);
         }
         float4 sq[4];
         const bool sqs = NORM && tid < 2 * nb; /* 2 nb <= 128: thread t's one half block */

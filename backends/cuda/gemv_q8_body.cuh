@@ -78,17 +78,31 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     };
     if (total > 0)
         load(0, 0);
+    /* PRO: the post norm's and this GEMV's norm weights into shared memory before the wait */
+    [[maybe_unused]] const float *wps = NULL;
+    if constexpr (PRO) {
+        __shared__ __align__(16) float wpro[2 * MC_PRO_COLS]; /* pro.w, then norm_w */
+        if (mc_pro_wfetch_ok(*pro, NORM ? norm_w : NULL, w.cols)) {
+            mc_pro_wfetch(*pro, NORM ? norm_w : NULL, w.cols, wpro, wpro + MC_PRO_COLS);
+            wps = wpro;
+        }
+    }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
         __shared__ float ppro[MC_PRO_COLS];
-        mc_pro_stage(*pro, w.cols, xpro, ppro);
+        if (wps) {
+            mc_pro_wfetch_wait();
+            if (NORM)
+                norm_w = wps + MC_PRO_COLS; /* its copy: read below by plain loads */
+        }
+        mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
         x = xpro;
     }
     float ss = 0.0f;
     /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
-    auto stage = [&](uint32_t c, float (&v)[16]) {
-        mc_q8x_norm16<NORM, WARPS == MC_Q8X_WARPS>(norm_w, (size_t)c * 16, v, ss);
+    auto stage = [&](uint32_t c, float(&v)[16]) {
+        mc_q8x_norm16<NORM, WARPS == MC_Q8X_WARPS, PRO>(norm_w, (size_t)c * 16, v, ss);
         float amax;
         bool finite;
         mc_q8x_amax16(v, amax, finite);

@@ -164,7 +164,37 @@ __device__ __forceinline__ void mc_post_norm_last(const mc_post_args &pn, const 
  * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
  * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
  * 2-3 us a launch: a grid's warps on the same few lines.) */
-__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos) {
+/* postnorm=prologue's weights before the wait: the post norm's pro.w and the reader's own norm_w
+ * (NULL: none) into ws and nws (shared memory, n floats each) by 16-byte cp.async copies, issued
+ * before griddepcontrol.wait (weights: no kernel of the step writes them). Read after the wait, the
+ * reader's norm weights were a round trip of their own on every launch's chain, asked for only once
+ * x_new was staged. mc_pro_wfetch_ok: whether the copies can be made (n a multiple of 4 and at most
+ * MC_PRO_COLS, both sources 16-byte aligned): one answer for the whole block. mc_pro_wfetch_wait,
+ * after the wait: each thread's copies land, then a barrier gives them to every thread. The same
+ * floats, wherever they are read from: the bits do not change. */
+__device__ __forceinline__ bool mc_pro_wfetch_ok(const mc_pro_args &pro, const float *norm_w, uint32_t n) {
+    return n % 4 == 0 && n <= MC_PRO_COLS && ((uintptr_t)pro.w & 15u) == 0 && ((uintptr_t)norm_w & 15u) == 0;
+}
+__device__ __forceinline__ void mc_pro_wfetch(const mc_pro_args &pro, const float *norm_w, uint32_t n, float *ws,
+                                              float *nws) {
+    for (uint32_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(ws + i)),
+                     "l"(pro.w + i)
+                     : "memory");
+        if (norm_w)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(nws + i)),
+                         "l"(norm_w + i)
+                         : "memory");
+    }
+}
+__device__ __forceinline__ void mc_pro_wfetch_wait(void) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+}
+
+/* ws: the post norm's weights in shared memory (mc_pro_wfetch), or NULL to read pro.w. */
+__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos,
+                                             const float *ws = NULL) {
     const uint32_t lane = threadIdx.x & 31;
     constexpr uint32_t K = MC_NORM_PARTS / 32, J = MC_PRO_COLS / MC_NORM_PARTS;
     constexpr uint32_t E = MC_PRO_COLS / 256; /* elements a thread takes (blocks of 256 threads or more) */
@@ -174,7 +204,7 @@ __device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n,
         const uint32_t i = threadIdx.x + e * blockDim.x;
         if (i < n) {
             ex[e] = __ldcg(pro.x + i);
-            ew[e] = __ldg(pro.w + i);
+            ew[e] = ws ? ws[i] : __ldg(pro.w + i);
             ep[e] = __ldcg(pro.po + i);
         }
     }

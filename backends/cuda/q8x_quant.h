@@ -86,13 +86,14 @@ __device__ __forceinline__ void mc_q8x_raw16(const float *x, size_t off, float (
 }
 /* mc_q8x_norm16: with the norm (NORM 1, or NORM -1 and norm_w not NULL) each of v times
  * norm_w[off + i], its square first added to ss in column order, one fused multiply-add each (SS
- * 0: not added; gemv_q8.cu's 8-warp blocks sum the squares apart). */
-template <int NORM, int SS = 1>
+ * 0: not added; gemv_q8.cu's 8-warp blocks sum the squares apart). NS: norm_w may be in shared
+ * memory (postnorm=prologue's copy, post_norm.cuh's mc_pro_wfetch): plain loads. */
+template <int NORM, int SS = 1, bool NS = false>
 __device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, float (&v)[16], float &ss) {
     if (NORM == 1 || (NORM < 0 && norm_w)) {
 #pragma unroll
         for (uint32_t i = 0; i < 4; i++) {
-            const float4 g = __ldg((const float4 *)(norm_w + off) + i);
+            const float4 g = NS ? ((const float4 *)(norm_w + off))[i] : __ldg((const float4 *)(norm_w + off) + i);
             if (SS) {
                 ss = fmaf(v[4 * i], v[4 * i], ss);
                 ss = fmaf(v[4 * i + 1], v[4 * i + 1], ss);
@@ -106,12 +107,12 @@ __device__ __forceinline__ void mc_q8x_norm16(const float *norm_w, size_t off, f
         }
     }
 }
-/* mc_q8x_load16: mc_q8x_raw16, then mc_q8x_norm16. */
+/* mc_q8x_load16: mc_q8x_raw16, then mc_q8x_norm16 (SM: x and norm_w both by plain loads). */
 template <int NORM, int SS = 1, bool SM = false>
 __device__ __forceinline__ void mc_q8x_load16(const float *x, const float *norm_w, size_t off, float (&v)[16],
                                               float &ss) {
     mc_q8x_raw16<SM>(x, off, v);
-    mc_q8x_norm16<NORM, SS>(norm_w, off, v, ss);
+    mc_q8x_norm16<NORM, SS, SM>(norm_w, off, v, ss);
 }
 
 /* The largest |v| of 16 values and whether all are finite, from the bits: a finite float's

@@ -244,7 +244,9 @@ done:
  * GELU) against the two launches it replaces (mc_op_rmsnorm_add of po onto a copy of x, then
  * mc_gemv / mc_gemv_glu of that copy): y and x_new (stored by the first block) must be the bits of
  * the reference, and x unchanged. control 1: one post-norm weight changed in the prologue's launch
- * (y must then differ). Returns the failures (-1: could not run; -2: mc_gemv_pro_serves says no). */
+ * (y must then differ); control 2: the prologue's post-norm weights 4 bytes past a 16-byte boundary,
+ * so that it reads them from global memory instead of its shared-memory copy (the same bits).
+ * Returns the failures (-1: could not run; -2: mc_gemv_pro_serves says no). */
 static int pro_run(FILE *out, uint32_t t, uint32_t R, uint32_t C, int glu, const char *key, const char *value,
                    int control, uint64_t seed) {
     const float eps = 1e-6f;
@@ -276,7 +278,7 @@ static int pro_run(FILE *out, uint32_t t, uint32_t R, uint32_t C, int glu, const
     }
     if (cudaMalloc((void **)&dpo, (size_t)C * 4) || cudaMalloc((void **)&dx, (size_t)C * 4) ||
         cudaMalloc((void **)&dxr, (size_t)C * 4) || cudaMalloc((void **)&dxn, (size_t)C * 4) ||
-        cudaMalloc((void **)&dpw, (size_t)C * 4) || cudaMalloc((void **)&dpw2, (size_t)C * 4) ||
+        cudaMalloc((void **)&dpw, (size_t)C * 4) || cudaMalloc((void **)&dpw2, (size_t)(C + 1) * 4) ||
         cudaMalloc((void **)&dnw, (size_t)C * 4) || cudaMalloc((void **)&dy1, (size_t)ny * 4) ||
         cudaMalloc((void **)&dy2, (size_t)ny * 4))
         goto done;
@@ -284,15 +286,16 @@ static int pro_run(FILE *out, uint32_t t, uint32_t R, uint32_t C, int glu, const
     cudaMemcpy(dx, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dxr, hx, (size_t)C * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dpw, hpw, (size_t)C * 4, cudaMemcpyHostToDevice);
-    if (control)
+    if (control == 1)
         hpw[C / 3] *= 1.5f;
-    cudaMemcpy(dpw2, hpw, (size_t)C * 4, cudaMemcpyHostToDevice);
+    const uint32_t shift = control == 2 ? 1u : 0u; /* dpw2 + 1: not 16-byte aligned */
+    cudaMemcpy(dpw2 + shift, hpw, (size_t)C * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dnw, hnw, (size_t)C * 4, cudaMemcpyHostToDevice);
     cudaMemset(dxn, 0xff, (size_t)C * 4);
     cudaError_t e = mc_op_rmsnorm_add(dpo, dpw, C, eps, dxr, 0);
     if (e == cudaSuccess)
         e = glu ? mc_gemv_glu(&cfg, &w, dxr, dnw, eps, glu, dy1, 0) : mc_gemv(&cfg, &w, dxr, dnw, eps, NULL, NULL, dy1, 0);
-    const mc_pro_args pro = {dpo, dx, dpw2, dxn, eps};
+    const mc_pro_args pro = {dpo, dx, dpw2 + shift, dxn, eps};
     if (e == cudaSuccess)
         e = mc_gemv_pro(&cfg, &w, &pro, dnw, eps, glu, dy2, 0);
     if (e == cudaSuccess)
@@ -311,11 +314,11 @@ static int pro_run(FILE *out, uint32_t t, uint32_t R, uint32_t C, int glu, const
     bad = 0;
     if (memcmp(y1, y2, (size_t)ny * 4) != 0) {
         bad++;
-        if (out && !control)
+        if (out && control != 1)
             fprintf(out, "prologue %s %ux%u glu %d %s=%s: y differs from the two launches'\n", tn, R, C, glu,
                     key ? key : "-", value ? value : "-");
     }
-    if (!control && memcmp(xa, xb, (size_t)C * 4) != 0) {
+    if (control != 1 && memcmp(xa, xb, (size_t)C * 4) != 0) {
         bad++;
         if (out)
             fprintf(out, "prologue %s %ux%u: x_new differs from mc_op_rmsnorm_add's\n", tn, R, C);
@@ -385,6 +388,15 @@ static int pro_all(FILE *out, int *checked) {
             fprintf(out, "prologue: a kind without it was not refused (%d %d %d)\n", r1, r2, r3);
     }
     (*checked)++;
+    /* the post-norm weights misaligned: read from global memory, the same bits */
+    static const uint32_t mis[] = {MEMRA_QTYPE_Q5_0, MEMRA_TYPE_Q8_0};
+    for (size_t i = 0; i < sizeof mis / sizeof mis[0]; i++) {
+        const int b = pro_run(out, mis[i], 1280, 640, MC_GLU_NONE, NULL, NULL, 2, 9200 + i);
+        if (b < 0)
+            return -1;
+        bad += b;
+        (*checked)++;
+    }
     /* negative controls: a changed post-norm weight must change y */
     static const uint32_t ctl[] = {MEMRA_QTYPE_Q5_0, MEMRA_TYPE_Q8_0};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
