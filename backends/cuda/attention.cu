@@ -414,54 +414,105 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
                                      min(T, p1 - tn), skip);
         }
         const KT *ks = kt + b * T * HD, *vs = vt + b * T * HD;
-        /* warp-uniform trip count: group q of the warp's (2w and 2w + 1, or w at hd 256) takes
-         * positions ta = q + 2 NG k and ta + NG */
-        for (uint32_t base = GPW * warp; base < nt; base += 2 * NG) {
-            const uint32_t ta = base + (grp - GPW * warp), tb = ta + NG;
-            const bool va = ta < nt, vbl = tb < nt;
-            const KT *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
-            const KT *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
-            const KT *va_row = t0 + ta == skip ? vn : vs + (va ? ta : 0) * HD;
-            const KT *vb_row = t0 + tb == skip ? vn : vs + (vbl ? tb : 0) * HD;
-            float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
-            mc_atc_load<HD>(kxa, ka, gl);
-            mc_atc_load<HD>(kxb, kb2, gl);
-            mc_atc_load<HD>(vxa, va_row, gl);
-            mc_atc_load<HD>(vxb, vb_row, gl);
-            float sa[G], sb[G];
+        if constexpr (G == 1 && HD == 256) {
+            /* one head a group at hd 256 (attention=heads and auto's clusters of one q head): two of
+             * the other branch.s loop: its iterations at a time, the four positions' scores (each the same dot and
+             * tree) computed before the first pair's update, so that the four chains of shuffles
+             * overlap; then each pair's update as below, in the same order: the same bits */
+            for (uint32_t base = warp; base < nt; base += 4 * NG) {
+                float kx[4][DPL], vx[4][DPL], sc[4];
+                bool ok[4];
 #pragma unroll
-            for (uint32_t h = 0; h < G; h++) {
-                float x = 0.0f, y = 0.0f;
-#pragma unroll
-                for (uint32_t i = 0; i < DPL; i++) {
-                    x = fmaf(q[h][i], kxa[i], x);
-                    y = fmaf(q[h][i], kxb[i], y);
+                for (uint32_t u = 0; u < 4; u++) {
+                    const uint32_t t = base + u * NG;
+                    ok[u] = t < nt;
+                    mc_atc_load<HD>(kx[u], t0 + t == skip ? kn : ks + (ok[u] ? t : 0) * HD, gl);
+                    mc_atc_load<HD>(vx[u], t0 + t == skip ? vn : vs + (ok[u] ? t : 0) * HD, gl);
                 }
-                sa[h] = x;
-                sb[h] = y;
-            }
 #pragma unroll
-            for (int off = GL / 2; off > 0; off >>= 1)
+                for (uint32_t u = 0; u < 4; u++) {
+                    float x = 0.0f;
 #pragma unroll
-                for (uint32_t h = 0; h < G; h++) {
-                    sa[h] += __shfl_xor_sync(MC_FULL, sa[h], off);
-                    sb[h] += __shfl_xor_sync(MC_FULL, sb[h], off);
+                    for (uint32_t i = 0; i < DPL; i++)
+                        x = fmaf(q[0][i], kx[u][i], x);
+                    sc[u] = x;
                 }
-            if (va) {
 #pragma unroll
-                for (uint32_t h = 0; h < G; h++) {
-                    const float s1 = sa[h] * scale, s2 = vbl ? sb[h] * scale : -INFINITY;
-                    const float mn = fmaxf(m[h], fmaxf(s1, s2));
-                    const float alpha = expf(m[h] - mn); /* 0 on the group's first position */
+                for (int off = GL / 2; off > 0; off >>= 1)
+#pragma unroll
+                    for (uint32_t u = 0; u < 4; u++)
+                        sc[u] += __shfl_xor_sync(MC_FULL, sc[u], off);
+#pragma unroll
+                for (uint32_t pr = 0; pr < 2; pr++) {
+                    const uint32_t ua = 2 * pr, ub = ua + 1;
+                    if (!ok[ua]) /* that loop has no iteration at base + 2 NG pr */
+                        break;
+                    const bool vbl = ok[ub];
+                    const float s1 = sc[ua] * scale, s2 = vbl ? sc[ub] * scale : -INFINITY;
+                    const float mn = fmaxf(m[0], fmaxf(s1, s2));
+                    const float alpha = expf(m[0] - mn); /* 0 on the group's first position */
                     const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
-                    l[h] = fmaf(l[h], alpha, pa) + pb;
-                    m[h] = mn;
+                    l[0] = fmaf(l[0], alpha, pa) + pb;
+                    m[0] = mn;
 #pragma unroll
                     for (uint32_t i = 0; i < DPL; i++) {
-                        float v = fmaf(pa, vxa[i], o[h][i] * alpha);
+                        float v = fmaf(pa, vx[ua][i], o[0][i] * alpha);
                         if (vbl)
-                            v = fmaf(pb, vxb[i], v);
-                        o[h][i] = v;
+                            v = fmaf(pb, vx[ub][i], v);
+                        o[0][i] = v;
+                    }
+                }
+            }
+        } else {
+            /* warp-uniform trip count: group q of the warp's (2w and 2w + 1, or w at hd 256) takes
+             * positions ta = q + 2 NG k and ta + NG */
+            for (uint32_t base = GPW * warp; base < nt; base += 2 * NG) {
+                const uint32_t ta = base + (grp - GPW * warp), tb = ta + NG;
+                const bool va = ta < nt, vbl = tb < nt;
+                const KT *ka = t0 + ta == skip ? kn : ks + (va ? ta : 0) * HD;
+                const KT *kb2 = t0 + tb == skip ? kn : ks + (vbl ? tb : 0) * HD;
+                const KT *va_row = t0 + ta == skip ? vn : vs + (va ? ta : 0) * HD;
+                const KT *vb_row = t0 + tb == skip ? vn : vs + (vbl ? tb : 0) * HD;
+                float kxa[DPL], kxb[DPL], vxa[DPL], vxb[DPL];
+                mc_atc_load<HD>(kxa, ka, gl);
+                mc_atc_load<HD>(kxb, kb2, gl);
+                mc_atc_load<HD>(vxa, va_row, gl);
+                mc_atc_load<HD>(vxb, vb_row, gl);
+                float sa[G], sb[G];
+#pragma unroll
+                for (uint32_t h = 0; h < G; h++) {
+                    float x = 0.0f, y = 0.0f;
+#pragma unroll
+                    for (uint32_t i = 0; i < DPL; i++) {
+                        x = fmaf(q[h][i], kxa[i], x);
+                        y = fmaf(q[h][i], kxb[i], y);
+                    }
+                    sa[h] = x;
+                    sb[h] = y;
+                }
+#pragma unroll
+                for (int off = GL / 2; off > 0; off >>= 1)
+#pragma unroll
+                    for (uint32_t h = 0; h < G; h++) {
+                        sa[h] += __shfl_xor_sync(MC_FULL, sa[h], off);
+                        sb[h] += __shfl_xor_sync(MC_FULL, sb[h], off);
+                    }
+                if (va) {
+#pragma unroll
+                    for (uint32_t h = 0; h < G; h++) {
+                        const float s1 = sa[h] * scale, s2 = vbl ? sb[h] * scale : -INFINITY;
+                        const float mn = fmaxf(m[h], fmaxf(s1, s2));
+                        const float alpha = expf(m[h] - mn); /* 0 on the group's first position */
+                        const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
+                        l[h] = fmaf(l[h], alpha, pa) + pb;
+                        m[h] = mn;
+#pragma unroll
+                        for (uint32_t i = 0; i < DPL; i++) {
+                            float v = fmaf(pa, vxa[i], o[h][i] * alpha);
+                            if (vbl)
+                                v = fmaf(pb, vxb[i], v);
+                            o[h][i] = v;
+                        }
                     }
                 }
             }
