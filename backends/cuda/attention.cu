@@ -337,6 +337,35 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * as above (a sliding window). Per layer and token: reads qkv (one token), freqs, norms, *pos, this
  * layer's K and V rows [w0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
 
+/* The merge's pushes by st.async (attention_decode_cluster at hd 256 with one head a group, SA
+ * below): a 4-byte store into rank `rank`'s copy of the shared variable at p, counted in bytes by
+ * that rank's mbarrier (the copy of bar there). The receiver waits for its bytes on its own
+ * mbarrier (mc_atc_pushes_wait), so no cluster barrier with its release of every block's writes
+ * ends the kernel: each block waits only for what it receives, and leaves after it has it. */
+__device__ __forceinline__ void mc_atc_push(float *p, uint32_t rank, float v, uint64_t *bar) {
+    uint32_t ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(ra)
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(rb)
+                 : "r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra),
+                 "r"(__float_as_uint(v)), "r"(rb)
+                 : "memory");
+}
+__device__ __forceinline__ void mc_atc_pushes_wait(uint64_t *bar) {
+    const uint32_t b = (uint32_t)__cvta_generic_to_shared(bar);
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(b)
+                     : "memory");
+}
+
 /* CH: a prefill chunk's rows (attention_chunk). KT: the cache's storage (float, __half,
  * __nv_bfloat16): the tiles and the new row (kn, vn) hold stored values, in the tiles' float space
  * (a tile of T positions takes half its buffer with the 2-byte types), read back exactly by
@@ -350,9 +379,12 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     constexpr uint32_t GPW = 32 / GL, NG = GPW * MC_ATC_WARPS; /* groups a warp, a block */
     constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
     static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_ATC_TILE_FLOATS, "the group states alias the tiles");
-    /* every block of the cluster has started before any writes to another's shared memory: an
-     * arrive now, its wait before the first push */
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    /* SA: the merge's pushes by st.async, counted by each receiver's mbarrier (mc_atc_push), at hd
+     * 256 with one head a group (decode under attention=heads or auto: gemma3's shape); elsewhere
+     * plain stores into the other blocks' shared memory and a cluster barrier. The same values in
+     * the same places either way: the same bits. */
+    constexpr bool SA = G == 1 && HD == 256 && !CH;
+    static_assert(!SA || (G * HD) % MC_ATT_SPLIT == 0, "SA: every rank receives PER_E elements a block");
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
     KT *kt = (KT *)sm, *vt = (KT *)(sm + 2 * MC_ATC_TILE_FLOATS);
@@ -360,6 +392,19 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     float *wq = sm + 4 * MC_ATC_TILE_FLOATS + 2 * HD;
     float *bm = wq + NG * G, *rm = bm + G, *rl = rm + MC_ATT_SPLIT * G, *ro = rl + MC_ATT_SPLIT * G;
     float *go = sm, *gm = sm + NG * G * HD, *gls = gm + NG * G; /* after the tiles: aliases them */
+    /* SA's mbarrier, 8-byte aligned after ro (mc_atc_smem_floats leaves room for it) */
+    uint64_t *sab = (uint64_t *)(((uintptr_t)(ro + MC_ATT_SPLIT * PER_E) + 7u) & ~(uintptr_t)7u);
+    if (SA && threadIdx.x == 0) { /* one arrival (this one, now) and the bytes every rank pushes here */
+        const uint32_t b = (uint32_t)__cvta_generic_to_shared(sab);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
+                     "r"(MC_ATT_SPLIT * (2 * G + PER_E) * 4u)
+                     : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    /* every block of the cluster has started (and SA's mbarrier is set) before any writes to
+     * another's shared memory: an arrive now, its wait before the first push */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     const uint32_t r = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
     const uint32_t grp = tid / GL, gl = tid % GL, warp = tid >> 5;
     /* attention=heads (a.heads > 1 clusters a kv head): cluster g serves q heads g G .. g G + G - 1
@@ -549,8 +594,13 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         const float M = bm[tid];
 #pragma unroll
         for (uint32_t s2 = 0; s2 < MC_ATT_SPLIT; s2++) {
-            cluster.map_shared_rank(rm, s2)[r * G + tid] = M;
-            cluster.map_shared_rank(rl, s2)[r * G + tid] = L;
+            if constexpr (SA) {
+                mc_atc_push(rm + r * G + tid, s2, M, sab);
+                mc_atc_push(rl + r * G + tid, s2, L, sab);
+            } else {
+                cluster.map_shared_rank(rm, s2)[r * G + tid] = M;
+                cluster.map_shared_rank(rl, s2)[r * G + tid] = L;
+            }
         }
     }
     for (uint32_t e = tid; e < G * HD; e += blockDim.x) {
@@ -559,9 +609,15 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
 #pragma unroll
         for (uint32_t k = 0; k < NG; k++)
             O = fmaf(go[(size_t)(k * G + h) * HD + (e % HD)], wq[k * G + h], O);
-        cluster.map_shared_rank(ro, dst)[r * PER_E + (e - dst * PER_E)] = O;
+        if constexpr (SA)
+            mc_atc_push(ro + r * PER_E + (e - dst * PER_E), dst, O, sab);
+        else
+            cluster.map_shared_rank(ro, dst)[r * PER_E + (e - dst * PER_E)] = O;
     }
-    cluster.sync(); /* every push landed; no block reads another's shared memory after this */
+    if constexpr (SA)
+        mc_atc_pushes_wait(sab); /* this block's bytes landed (the others' may still be in flight) */
+    else
+        cluster.sync(); /* every push landed; no block reads another's shared memory after this */
     const uint32_t n_e = G * HD;
     for (uint32_t e = r * PER_E + tid; e < min(n_e, (r + 1) * PER_E); e += blockDim.x) {
         const uint32_t h = e / HD, le = e - r * PER_E;

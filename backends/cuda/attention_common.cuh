@@ -58,7 +58,7 @@ __host__ __device__ constexpr uint32_t mc_atc_per_e(uint32_t G, uint32_t hd) {
  * block's output elements. */
 __host__ __device__ inline uint32_t mc_atc_smem_floats(uint32_t G, uint32_t hd) {
     return 4 * MC_ATC_TILE_FLOATS + 2 * hd + 2 * MC_ATC_WARPS * G + G + 2 * MC_ATT_SPLIT * G +
-           MC_ATT_SPLIT * mc_atc_per_e(G, hd) + 4;
+           MC_ATT_SPLIT * mc_atc_per_e(G, hd) + 8; /* then 8 bytes for an mbarrier, aligned */
 }
 
 /* Lanes of a group (16 up to hd 128, 32 at hd 256) and the dimensions a lane holds. */
