@@ -337,8 +337,7 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * as above (a sliding window). Per layer and token: reads qkv (one token), freqs, norms, *pos, this
  * layer's K and V rows [w0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
 
-/* The merge's pushes by st.async (attention_decode_cluster at hd 256 with one head a group, SA
- * below): a 4-byte store into rank `rank`'s copy of the shared variable at p, counted in bytes by
+/* The merge's pushes by st.async (attention_decode_cluster's decode step, SA below): a 4-byte store into rank `rank`'s copy of the shared variable at p, counted in bytes by
  * that rank's mbarrier (the copy of bar there). The receiver waits for its bytes on its own
  * mbarrier (mc_atc_pushes_wait), so no cluster barrier with its release of every block's writes
  * ends the kernel: each block waits only for what it receives, and leaves after it has it. */
@@ -379,11 +378,10 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
     constexpr uint32_t GPW = 32 / GL, NG = GPW * MC_ATC_WARPS; /* groups a warp, a block */
     constexpr uint32_t PER_E = mc_atc_per_e(G, HD);
     static_assert(NG * G * HD + 2 * NG * G <= 4 * MC_ATC_TILE_FLOATS, "the group states alias the tiles");
-    /* SA: the merge's pushes by st.async, counted by each receiver's mbarrier (mc_atc_push), at hd
-     * 256 with one head a group (decode under attention=heads or auto: gemma3's shape); elsewhere
-     * plain stores into the other blocks' shared memory and a cluster barrier. The same values in
-     * the same places either way: the same bits. */
-    constexpr bool SA = G == 1 && HD == 256 && !CH;
+    /* SA: the decode step's merge pushes by st.async, counted by each receiver's mbarrier
+     * (mc_atc_push); the prefill chunk's (CH) by plain stores into the other blocks' shared memory
+     * and a cluster barrier. The same values in the same places either way: the same bits. */
+    constexpr bool SA = !CH;
     static_assert(!SA || (G * HD) % MC_ATT_SPLIT == 0, "SA: every rank receives PER_E elements a block");
     cg::cluster_group cluster = cg::this_cluster();
     extern __shared__ __align__(16) float sm[];
