@@ -324,7 +324,8 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * memory by cp.async (two tiles of 8192/hd positions in flight; the first two before the wait on
  * the qkv GEMV); then the NG group states merge in group order, and each block pushes its state
  * (m and l of every head, and each output element) into the shared memory of the block that
- * finishes that element (element e: rank e / per_e); after one cluster barrier every block merges
+ * finishes that element (element e: rank e / per_e); once they have landed (the decode step: st.async
+ * stores counted by the receiver's mbarrier; a prefill chunk: one cluster barrier) every block merges
  * the 8 states of its elements in rank order from its own shared memory. Every output element has
  * one fixed formula: the bits depend on *pos and the shapes only. q is normed (qwen3, gemma3) and
  * roped in registers by every group alike. What depends on no earlier kernel is read before the
