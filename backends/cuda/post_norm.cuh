@@ -153,17 +153,6 @@ __device__ __forceinline__ void mc_post_norm_last(const mc_post_args &pn, const 
         *pn.ticket = 0u;
 }
 
-/* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
- * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
- * from earlier kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
- * mc_rmsnorm_add_regs's on the same operands, so x_new has the bits that postnorm=fused and launch
- * store: partial p (< 256) sums po[i]^2 over i = p + 256 j in increasing j; the tree adds partials
- * p and p + s at s = 128, 64, 32 (lane t holds partials t + 32 k, k < 8, so each of those pairs is
- * within one lane: k and k + 4, k + 2, k + 1), then lane l adds lane l + s at s = 16 .. 1
- * (__shfl_down), lane 0's sum is the norm's. The block reads po, x and w once (each thread its
- * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
- * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
- * 2-3 us a launch: a grid's warps on the same few lines.) */
 /* postnorm=prologue's weights before the wait: the post norm's pro.w and the reader's own norm_w
  * (NULL: none) into ws and nws (shared memory, n floats each) by 16-byte cp.async copies, issued
  * before griddepcontrol.wait (weights: no kernel of the step writes them). Read after the wait, the
@@ -192,7 +181,18 @@ __device__ __forceinline__ void mc_pro_wfetch_wait(void) {
     __syncthreads();
 }
 
-/* ws: the post norm's weights in shared memory (mc_pro_wfetch), or NULL to read pro.w. */
+/* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
+ * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
+ * from earlier kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
+ * mc_rmsnorm_add_regs's on the same operands, so x_new has the bits that postnorm=fused and launch
+ * store: partial p (< 256) sums po[i]^2 over i = p + 256 j in increasing j; the tree adds partials
+ * p and p + s at s = 128, 64, 32 (lane t holds partials t + 32 k, k < 8, so each of those pairs is
+ * within one lane: k and k + 4, k + 2, k + 1), then lane l adds lane l + s at s = 16 .. 1
+ * (__shfl_down), lane 0's sum is the norm's. The block reads po, x and w once (each thread its
+ * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
+ * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
+ * 2-3 us a launch: a grid's warps on the same few lines.) ws: the post norm's
+ * weights in shared memory (mc_pro_wfetch), or NULL to read pro.w. */
 __device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos,
                                              const float *ws = NULL) {
     const uint32_t lane = threadIdx.x & 31;
