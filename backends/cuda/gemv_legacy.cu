@@ -204,20 +204,13 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
     [[maybe_unused]] const float *wps = NULL;
     if constexpr (PRO) {
         __shared__ __align__(16) float wpro[2 * MC_PRO_COLS]; /* pro.w, then norm_w */
-        if (mc_pro_wfetch_ok(*pro, NORM ? norm_w : NULL, w.cols)) {
-            mc_pro_wfetch(*pro, NORM ? norm_w : NULL, w.cols, wpro, wpro + MC_PRO_COLS);
-            wps = wpro;
-        }
+        wps = mc_pro_wfetch_start<NORM>(*pro, norm_w, w.cols, wpro);
     }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
     if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
         __shared__ float ppro[MC_PRO_COLS];
-        if (wps) {
-            mc_pro_wfetch_wait();
-            if (NORM)
-                norm_w = wps + MC_PRO_COLS; /* its copy: read below by plain loads */
-        }
+        mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
         mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
         x = xpro;
     }

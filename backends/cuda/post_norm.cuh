@@ -180,6 +180,25 @@ __device__ __forceinline__ void mc_pro_wfetch_wait(void) {
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
 }
+/* A prologue reader's two sides of it. Before the wait: the copies into buf (2 MC_PRO_COLS floats,
+ * the reader's own array: pro.w's, then norm_w's when NORM) where they can be made; returns buf, or
+ * NULL (both then read from global memory). After the wait (ws: what start returned): the copies
+ * landed for every thread, and norm_w points at its copy. */
+template <int NORM>
+__device__ __forceinline__ const float *mc_pro_wfetch_start(const mc_pro_args &pro, const float *norm_w, uint32_t n,
+                                                            float *buf) {
+    if (!mc_pro_wfetch_ok(pro, NORM ? norm_w : NULL, n))
+        return NULL;
+    mc_pro_wfetch(pro, NORM ? norm_w : NULL, n, buf, buf + MC_PRO_COLS);
+    return buf;
+}
+template <int NORM> __device__ __forceinline__ void mc_pro_wfetch_land(const float *ws, const float *&norm_w) {
+    if (!ws)
+        return;
+    mc_pro_wfetch_wait();
+    if (NORM)
+        norm_w = ws + MC_PRO_COLS;
+}
 
 /* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
  * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
