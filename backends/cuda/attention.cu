@@ -338,8 +338,9 @@ __global__ void __launch_bounds__(MC_ATT_THREADS)
  * as above (a sliding window). Per layer and token: reads qkv (one token), freqs, norms, *pos, this
  * layer's K and V rows [w0, *pos); writes the K and V rows at *pos and out[n_head][hd]. */
 
-/* The merge's pushes by st.async (attention_decode_cluster's decode step, SA below): a 4-byte store into rank `rank`'s copy of the shared variable at p, counted in bytes by
- * that rank's mbarrier (the copy of bar there). The receiver waits for its bytes on its own
+/* The merge's pushes by st.async (attention_decode_cluster's decode step, SA below): a 4-byte
+ * store into rank `rank`'s copy of the shared variable at p, counted in bytes by that rank's
+ * mbarrier (the copy of bar there). The receiver waits for its bytes on its own
  * mbarrier (mc_atc_pushes_wait), so no cluster barrier with its release of every block's writes
  * ends the kernel: each block waits only for what it receives, and leaves after it has it. */
 __device__ __forceinline__ void mc_atc_push(float *p, uint32_t rank, float v, uint64_t *bar) {
@@ -459,10 +460,11 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
         }
         const KT *ks = kt + b * T * HD, *vs = vt + b * T * HD;
         if constexpr (G == 1 && HD == 256) {
-            /* one head a group at hd 256 (attention=heads and auto's clusters of one q head): two of
-             * the other branch.s loop: its iterations at a time, the four positions' scores (each the same dot and
-             * tree) computed before the first pair's update, so that the four chains of shuffles
-             * overlap; then each pair's update as below, in the same order: the same bits */
+            /* one head a group at hd 256 (attention=heads and auto's clusters of one q head): two
+             * iterations of the other branch's loop at a time, the four positions' scores (each the
+             * same dot and tree) computed before the first pair's update, so that the four chains
+             * of shuffles overlap; then each pair's update as there (mc_atc_update), in the same
+             * order: the same bits */
             for (uint32_t base = warp; base < nt; base += 4 * NG) {
                 float kx[4][DPL], vx[4][DPL], sc[4];
                 bool ok[4];
@@ -491,20 +493,7 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
                     const uint32_t ua = 2 * pr, ub = ua + 1;
                     if (!ok[ua]) /* that loop has no iteration at base + 2 NG pr */
                         break;
-                    const bool vbl = ok[ub];
-                    const float s1 = sc[ua] * scale, s2 = vbl ? sc[ub] * scale : -INFINITY;
-                    const float mn = fmaxf(m[0], fmaxf(s1, s2));
-                    const float alpha = expf(m[0] - mn); /* 0 on the group's first position */
-                    const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
-                    l[0] = fmaf(l[0], alpha, pa) + pb;
-                    m[0] = mn;
-#pragma unroll
-                    for (uint32_t i = 0; i < DPL; i++) {
-                        float v = fmaf(pa, vx[ua][i], o[0][i] * alpha);
-                        if (vbl)
-                            v = fmaf(pb, vx[ub][i], v);
-                        o[0][i] = v;
-                    }
+                    mc_atc_update<DPL>(m[0], l[0], o[0], sc[ua], sc[ub], ok[ub], scale, vx[ua], vx[ub]);
                 }
             }
         } else {
@@ -543,21 +532,8 @@ __global__ void __launch_bounds__(32 * MC_ATC_WARPS, 1)
                     }
                 if (va) {
 #pragma unroll
-                    for (uint32_t h = 0; h < G; h++) {
-                        const float s1 = sa[h] * scale, s2 = vbl ? sb[h] * scale : -INFINITY;
-                        const float mn = fmaxf(m[h], fmaxf(s1, s2));
-                        const float alpha = expf(m[h] - mn); /* 0 on the group's first position */
-                        const float pa = expf(s1 - mn), pb = vbl ? expf(s2 - mn) : 0.0f;
-                        l[h] = fmaf(l[h], alpha, pa) + pb;
-                        m[h] = mn;
-#pragma unroll
-                        for (uint32_t i = 0; i < DPL; i++) {
-                            float v = fmaf(pa, vxa[i], o[h][i] * alpha);
-                            if (vbl)
-                                v = fmaf(pb, vxb[i], v);
-                            o[h][i] = v;
-                        }
-                    }
+                    for (uint32_t h = 0; h < G; h++)
+                        mc_atc_update<DPL>(m[h], l[h], o[h], sa[h], sb[h], vbl, scale, vxa, vxb);
                 }
             }
         }

@@ -339,6 +339,29 @@ __device__ __forceinline__ float mc_spl_fold_elem(float O, float o, float a, flo
     return fmaf(o, b, __fmul_rn(O, a));
 }
 
+/* One group's online-softmax update by a pair of positions (the second absent unless vb): raw
+ * scores sa, sb (before the scale), V rows va, vb2 in the lane's slots. attention_decode_cluster's
+ * two sweeps run it, so they update alike (the chunk's copy of the loop, mc_atc_tile_pass, keeps its own:
+ * nvcc's PTX of attention_chunk.cu differs from run to run, so that a change there cannot be shown
+ * to be the same code without a device). */
+template <uint32_t DPL>
+__device__ __forceinline__ void mc_atc_update(float &m, float &l, float (&o)[DPL], float sa, float sb, bool vb,
+                                              float scale, const float (&va)[DPL], const float (&vb2)[DPL]) {
+    const float s1 = sa * scale, s2 = vb ? sb * scale : -INFINITY;
+    const float mn = fmaxf(m, fmaxf(s1, s2));
+    const float alpha = expf(m - mn); /* 0 on the group's first position */
+    const float pa = expf(s1 - mn), pb = vb ? expf(s2 - mn) : 0.0f;
+    l = fmaf(l, alpha, pa) + pb;
+    m = mn;
+#pragma unroll
+    for (uint32_t i = 0; i < DPL; i++) {
+        float v = fmaf(pa, va[i], o[i] * alpha);
+        if (vb)
+            v = fmaf(pb, vb2[i], v);
+        o[i] = v;
+    }
+}
+
 /* Queues cache rows [t0, t0 + nt) except `skip` of K and V into one tile buffer pair (16-byte
  * copies of 16 / sizeof(KT) stored values; the tile keeps the storage type). */
 template <uint32_t HD, typename KT>
