@@ -196,8 +196,9 @@ extern "C" {
             "embeds the next step's input from the token it chose, after the step's tag: the embedding's launch a "   \
             "token fewer too, where the first layer adds its attention output to the residual as it is, e.g. llama " \
             "and qwen, not gemma3 or granite; a token from the host is embedded by a launch before the step) or "   \
-            "head (as handoff, and a greedy step's argmax in the head GEMV's own launch where the head runs on the "  \
-            "16-warp K-quant GEMV at qdot=auto: the argmax pass's launch a token fewer too; its launch elsewhere). " \
+            "head (as handoff, and a greedy step's argmax in the head GEMV's own launch where the head runs on the "   \
+            "16-warp K-quant GEMV at qdot=auto or the 16-warp Q8_0 integer GEMV at q8=auto, gemma3's with its "        \
+            "post-FFN norm too: the argmax pass's launch a token fewer too; its launch elsewhere). "                   \
             "Nothing computed depends on it"                                                                           \
     },                                                                                                                 \
     {                                                                                                                  \

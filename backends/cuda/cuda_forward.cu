@@ -794,33 +794,34 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
         const mc_stage_weights *sw = &b->w->stages[i][r];
         float *out = b->tp ? ss->lg : ss->logits; /* checked: published below, when the step committed */
         const mc_op_at head_at = {"output_norm", "logits", MEMRA_OP_LAYER_HEAD, i, r, s->position, true};
+        float *xo = xcur == ss->x ? ss->x2 : ss->x;
+        const mc_pro_args pro = {ss->po, xcur, pend_w, xo, m->rms_eps}; /* (pend_w: postnorm=prologue) */
+        /* commit=head: a greedy step's argmax in the head's launch, where the head's GEMV is the
+         * built-in fused one (no op plugin, no unfused norm, no logit scale) and its kernel takes
+         * it (mc_gemv_head_argmax: a K-quant head, or a Q8_0 one with or without the last layer's
+         * post-FFN norm; cudaErrorNotSupported: the launches below) */
+        if (c->commit == MC_COMMIT_HEAD && commit_in_sampler && !(sample->temperature > 0.0f) && !tp &&
+            !(m->logit_scale > 0.0f && m->logit_scale != 1.0f) && sw->head.type < 64 && !b->op_gemv[sw->head.type] &&
+            !b->op_rmsnorm && c->norm != MC_NORM_UNFUSED) {
+            const mc_embed_next next = {b->w->stages[0][0].embd, mc_embd_scale(m), s->st[0][0].xe};
+            const mc_argmax_args a =
+                mc_argmax_args_of(&ss->sampler, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled, ss->result,
+                                  s->res_ring, s->max_inflight, true, c->wait == MC_WAIT_WORD, xe_in ? &next : NULL);
+            const cudaError_t e = mc_gemv_head_argmax(c, &sw->head, pro_on ? xcur : ss->x, pend_w ? &pro : NULL,
+                                                      sw->out_norm, m->rms_eps, out, &a, q);
+            if (e != cudaErrorNotSupported)
+                MC_RET(e, "launch of the head gemv with greedy's argmax (commit=head)");
+            head_argmax = e == cudaSuccess;
+        }
         if (pend_w) { /* the last layer's post-FFN norm, in the head's launch (postnorm=prologue) */
-            float *xo = xcur == ss->x ? ss->x2 : ss->x;
-            const mc_pro_args pro = {ss->po, xcur, pend_w, xo, m->rms_eps};
-            MC_RET(mc_gemv_pro(c, &sw->head, &pro, sw->out_norm, m->rms_eps, MC_GLU_NONE, out, q),
-                   "launch of the head gemv (with the post-FFN norm before it)");
+            if (!head_argmax)
+                MC_RET(mc_gemv_pro(c, &sw->head, &pro, sw->out_norm, m->rms_eps, MC_GLU_NONE, out, q),
+                       "launch of the head gemv (with the post-FFN norm before it)");
             xcur = xo;
             pend_w = NULL;
-        } else {
-            /* commit=head: a greedy step's argmax in the head's launch, where the head's GEMV is the
-             * built-in fused one (no op plugin, no unfused norm, no logit scale) and its kernel takes
-             * it (mc_gemv_kquant_argmax; cudaErrorNotSupported: the launches below) */
-            if (c->commit == MC_COMMIT_HEAD && commit_in_sampler && !(sample->temperature > 0.0f) && !tp &&
-                !(m->logit_scale > 0.0f && m->logit_scale != 1.0f) && sw->head.type < 64 &&
-                !b->op_gemv[sw->head.type] && !b->op_rmsnorm && c->norm != MC_NORM_UNFUSED) {
-                const mc_embed_next next = {b->w->stages[0][0].embd, mc_embd_scale(m), s->st[0][0].xe};
-                const mc_argmax_args a = mc_argmax_args_of(
-                    &ss->sampler, ss->pos, s->n_stages == 1 ? ss->in_token : ss->sampled, ss->result, s->res_ring,
-                    s->max_inflight, true, c->wait == MC_WAIT_WORD, xe_in ? &next : NULL);
-                const cudaError_t e =
-                    mc_gemv_kquant_argmax(c, &sw->head, pro_on ? xcur : ss->x, sw->out_norm, m->rms_eps, out, &a, q);
-                if (e != cudaErrorNotSupported)
-                    MC_RET(e, "launch of the head gemv with greedy's argmax (commit=head)");
-                head_argmax = e == cudaSuccess;
-            }
-            memra_status st = head_argmax ? MEMRA_OK
-                                          : mc_gemv_site(b, ss, &head_at, &sw->head, pro_on ? xcur : ss->x,
-                                                         sw->out_norm, NULL, NULL, out, MC_GLU_NONE, q, err);
+        } else if (!head_argmax) {
+            const memra_status st = mc_gemv_site(b, ss, &head_at, &sw->head, pro_on ? xcur : ss->x, sw->out_norm, NULL,
+                                                 NULL, out, MC_GLU_NONE, q, err);
             if (st)
                 return st;
         }

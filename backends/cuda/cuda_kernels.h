@@ -634,7 +634,7 @@ cudaError_t mc_sample(const float *logits, const mc_sampler_scratch *s, const me
                       bool commit, bool word, const mc_embed_next *next, cudaStream_t st);
 
 /* What the greedy argmax's last block writes, and where (mc_sample's arguments for its argmax pass):
- * sample_argmax's, and commit=head's head GEMV's (mc_gemv_kquant_argmax). */
+ * sample_argmax's, and commit=head's head GEMV's (mc_gemv_head_argmax). */
 typedef struct mc_argmax_args {
     uint32_t *parts, *ticket; /* the scratch's (mc_sampler_scratch): a part a block, 0 between launches */
     float *stats;
@@ -659,6 +659,18 @@ mc_argmax_args mc_argmax_args_of(const mc_sampler_scratch *s, int32_t *pos, int3
  * a grid over 512 blocks): the caller then launches mc_gemv and mc_sample. */
 cudaError_t mc_gemv_kquant_argmax(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w,
                                   float eps, float *y, const mc_argmax_args *a, cudaStream_t st);
+/* Its Q8_0 form (gemv_q8.cu): y as mc_gemv writes it on the integer kernel with the output norm, or
+ * with pro as mc_gemv_pro writes it (postnorm=prologue: x_new = pro->x + RMSNorm(pro->po) * pro->w
+ * first, its first block storing x_new to pro->out; x unused), and the argmax in the same launch.
+ * cudaErrorNotSupported where that kernel would not be the 16-warp body at one column part (q8 other
+ * than auto, a column split, a matrix the integer kernel does not serve). */
+cudaError_t mc_gemv_q8_argmax(const mc_config *c, const mc_matrix *w, const float *x, const mc_pro_args *pro,
+                              const float *norm_w, float eps, float *y, const mc_argmax_args *a, cudaStream_t st);
+/* commit=head's head (gemv.cu): mc_gemv_kquant_argmax for a K-quant head without pro,
+ * mc_gemv_q8_argmax for a Q8_0 one; cudaErrorNotSupported for any other (the caller then launches
+ * the head and mc_sample). */
+cudaError_t mc_gemv_head_argmax(const mc_config *c, const mc_matrix *w, const float *x, const mc_pro_args *pro,
+                                const float *norm_w, float eps, float *y, const mc_argmax_args *a, cudaStream_t st);
 
 /* Digest of KV planes: for each of n_planes planes of `capacity` rows of `row_words` 32-bit words
  * (the stored bytes: a row of hd f32 values is hd words, of hd f16 or bf16 values hd / 2), rows

@@ -292,6 +292,17 @@ cudaError_t mc_gemv_pro(const mc_config *c, const mc_matrix *w, const mc_pro_arg
                                       : mc_gemv_legacy_pro(c, glu, w, pro, norm_w, eps, y, st);
 }
 
+cudaError_t mc_gemv_head_argmax(const mc_config *c, const mc_matrix *w, const float *x, const mc_pro_args *pro,
+                                const float *norm_w, float eps, float *y, const mc_argmax_args *a, cudaStream_t st) {
+    switch (w->type) {
+    case MEMRA_TYPE_Q4_K:
+    case MEMRA_TYPE_Q5_K:
+    case MEMRA_TYPE_Q6_K: return pro ? cudaErrorNotSupported : mc_gemv_kquant_argmax(c, w, x, norm_w, eps, y, a, st);
+    case MEMRA_TYPE_Q8_0: return mc_gemv_q8_argmax(c, w, x, pro, norm_w, eps, y, a, st);
+    default: return cudaErrorNotSupported;
+    }
+}
+
 cudaError_t mc_gemv_swiglu(const mc_config *c, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                            float *y, cudaStream_t st) {
     return mc_gemv_glu(c, w, x, norm_w, eps, MC_GLU_SILU, y, st);

@@ -40,6 +40,21 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     gemv_q8_0_int_body<SWIGLU, 1, KS, WARPS, true>(w, pro.x, norm_w, eps, NULL, NULL, y, n_groups, &pro);
 }
 
+/* commit=head (mc_gemv_q8_argmax): the head's GEMV (16-warp blocks at one column part, with the
+ * output norm; with pro, postnorm=prologue's form) and greedy's argmax of its logits in one launch.
+ * Per token: what gemv_q8_0_int (or gemv_q8_0_int_pro) reads and writes, and each block's part, the
+ * ticket, and the last block's result, ring entry and embedding. */
+__global__ void __launch_bounds__(32 * 16, 1)
+    gemv_q8_0_int_argmax(const mc_matrix w, const float *x, const float *norm_w, float eps, float *y, uint32_t n_groups,
+                         const __grid_constant__ mc_argmax_args a) {
+    gemv_q8_0_int_body<0, 1, 1, 16, false, 1>(w, x, norm_w, eps, NULL, NULL, y, n_groups, NULL, ~0u, 0, &a);
+}
+__global__ void __launch_bounds__(32 * 16, 1)
+    gemv_q8_0_int_pro_argmax(const mc_matrix w, const mc_pro_args pro, const float *norm_w, float eps, float *y,
+                             uint32_t n_groups, const __grid_constant__ mc_argmax_args a) {
+    gemv_q8_0_int_body<0, 1, 1, 16, true, 1>(w, pro.x, norm_w, eps, NULL, NULL, y, n_groups, &pro, ~0u, 0, &a);
+}
+
 /* postnorm=fused (mc_gemv_post): the GEMV without a norm, bias, residual or GLU, then the grid's
  * last block folds gemma3's post norm and its residual add (post_norm.cuh). Per call: what
  * gemv_q8_0_int reads and writes, and the last block reads y, pn.w and pn.x and writes pn.x
@@ -96,6 +111,11 @@ cudaError_t mc_gemv_q8_prepare(void) {
         return e;
     MC_Q8X_PRO_EACH(MC_Q8X_SET_PRO)
 #undef MC_Q8X_SET_PRO
+    if ((e = cudaFuncSetAttribute(gemv_q8_0_int_argmax, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess ||
+        (e = cudaFuncSetAttribute(gemv_q8_0_int_pro_argmax, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)
+        return e;
     static const void *const posts[] = {(const void *)gemv_q8_0_int_post<1, 8>,  (const void *)gemv_q8_0_int_post<2, 8>,
                                         (const void *)gemv_q8_0_int_post<4, 8>,  (const void *)gemv_q8_0_int_post<1, 16>,
                                         (const void *)gemv_q8_0_int_post<2, 16>, (const void *)gemv_q8_0_int_post<4, 16>};
@@ -200,6 +220,39 @@ cudaError_t mc_gemv_q8_pro(const mc_config *c, int glu, const mc_matrix *w, cons
                : mc_q8x_w<0, 1, 8>(c, w, pro->x, norm_w, eps, NULL, NULL, y, st, NULL, pro);
 }
 
+cudaError_t mc_gemv_q8_argmax(const mc_config *c, const mc_matrix *w, const float *x, const mc_pro_args *pro,
+                              const float *norm_w, float eps, float *y, const mc_argmax_args *a, cudaStream_t st) {
+    if (w->type != MEMRA_TYPE_Q8_0)
+        return cudaErrorNotSupported;
+    if (!norm_w || !a || !a->parts || !a->ticket || !a->stats || !a->token_out || !a->result || !a->pos ||
+        (a->ring && !a->ring_n) || (pro && (!pro->po || !pro->x || !pro->w)) || (!pro && !x))
+        return cudaErrorInvalidValue;
+    /* the kernel mc_gemv (or mc_gemv_pro) would launch must be the 16-warp body at one column part */
+    if (w->rows == 0 || !(pro ? mc_gemv_q8_pro_serves(c, w, MC_GLU_NONE) : mc_gemv_q8_serves(c, w)) ||
+        mc_q8x_warps(c) != 16 || mc_q8x_ksplit(w->rows) != 1)
+        return cudaErrorNotSupported;
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    /* mc_q8x_t's grid for it: a block a multiprocessor that has a row group */
+    const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, sm = (uint32_t)mc_sm_count[dev];
+    const uint32_t grid = n_groups < sm ? n_groups : sm;
+    if (grid > MC_AM_PARTS_CAP)
+        return cudaErrorNotSupported;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(32 * 16);
+    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = pro ? cudaLaunchKernelEx(&cfg, gemv_q8_0_int_pro_argmax, *w, *pro, norm_w, eps, y, n_groups, *a)
+            : cudaLaunchKernelEx(&cfg, gemv_q8_0_int_argmax, *w, x, norm_w, eps, y, n_groups, *a);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const float *x, const float *norm_w, float eps,
                        const float *bias, const float *residual, float *y, cudaStream_t st) {
     if (glu == MC_GLU_GELU)
@@ -263,6 +316,8 @@ const char *mc_gemv_q8_family(const void *f) {
 #define MC_Q8X_ROW_PRO(S, K, W) {(const void *)gemv_q8_0_int_pro<S, K, W>, (S) ? "gemv_prologue_glu" : "gemv_prologue"},
         MC_Q8X_PRO_EACH(MC_Q8X_ROW_PRO)
 #undef MC_Q8X_ROW_PRO
+            {(const void *)gemv_q8_0_int_argmax, "gemv"}, /* commit=head's head */
+        {(const void *)gemv_q8_0_int_pro_argmax, "gemv_prologue"},
         {(const void *)gemv_q8_0_int_experts<0, 0, 1>, "gemv_experts"},
         {(const void *)gemv_q8_0_int_experts<0, 0, 2>, "gemv_experts"},
         {(const void *)gemv_q8_0_int_experts<0, 0, 4>, "gemv_experts"},

@@ -3,6 +3,7 @@
 #ifndef MEMRA_GEMV_Q8_BODY_CUH
 #define MEMRA_GEMV_Q8_BODY_CUH
 
+#include "argmax_tail.cuh"
 #include "cuda_common.cuh"
 #include "post_norm.cuh"
 #include "q8x_quant.h"
@@ -35,12 +36,16 @@
 __host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
 
 /* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post), called by every thread of the block; bid and
- * nbk: this block's index and the block count of its part in a merged launch (default: the grid's). */
-template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false>
+ * nbk: this block's index and the block count of its part in a merged launch (default: the grid's).
+ * AM (commit=head, gemv_q8_0_int_argmax and its prologue form: no bias, residual or GLU): greedy's
+ * argmax of y in the same launch (am: mc_sample's arguments for it), as gemv_kquant_body takes it:
+ * the storing lane keeps the best of the values it stores (argmax_merge.h's rule: the same winner in
+ * any order), and once every row is stored the block ends as sample_argmax does (argmax_tail.cuh). */
+template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false, int AM = 0>
 __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                    const float *bias, const float *residual, float *y,
                                                    uint32_t n_groups, const mc_pro_args *pro = NULL, uint32_t bid = ~0u,
-                                                   uint32_t nbk = 0) {
+                                                   uint32_t nbk = 0, const mc_argmax_args *am = nullptr) {
     extern __shared__ __align__(16) unsigned char q8sm[];
     __shared__ float red[2][WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_Q8X_WARPS];
@@ -85,6 +90,12 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         wps = mc_pro_wfetch_start<NORM>(*pro, norm_w, w.cols, wpro);
     }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    /* AM: the step's position, read before the ticket (as sample_argmax reads it) */
+    [[maybe_unused]] int32_t am_pnow = 0;
+    if constexpr (AM) {
+        if (tid == 0 && (am->ring || am->commit))
+            am_pnow = *am->pos + (am->commit ? 1 : 0);
+    }
     if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
         __shared__ float ppro[MC_PRO_COLS];
@@ -146,6 +157,8 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         acc[r] = 0.0f;
     uint32_t k = 0, i = 0;
     float pre[MC_GEMV_ROWS];
+    [[maybe_unused]] float am_best = -INFINITY; /* AM: the storing lane's candidate (sample_argmax's per thread) */
+    [[maybe_unused]] uint32_t am_besti = MC_AM_NONE, am_bad = 0xffffffffu;
     for (uint32_t j = 0; j < total; j++) {
         uint4 cur[U][MC_GEMV_ROWS];
         uint16_t cs[U][MC_GEMV_ROWS];
@@ -218,6 +231,22 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
             d[r] *= rscale;
         mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
+        if constexpr (AM) { /* the values just stored (no bias or residual: d itself) */
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
+                const uint32_t row = r0 + r;
+                if (row >= w.rows)
+                    break;
+                if (!isfinite(d[r]))
+                    am_bad = min(am_bad, row);
+                else
+                    mc_best_merge(&am_best, &am_besti, d[r], row);
+            }
+        }
+    }
+    if constexpr (AM) {
+        __threadfence(); /* this lane's stores of y before its block's ticket (the last block reads z[bad]) */
+        mc_argmax_finish(y, am_best, am_besti, am_bad, 1, am_pnow, *am);
     }
 }
 

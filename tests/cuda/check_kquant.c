@@ -18,7 +18,7 @@
  * quant.h's dequantization times the scale (a token out of range gives row 0). qkvparts=merged:
  * a Q4_K or Q5_K part and a Q6_K part in one launch (mc_gemv_qkv2) against the two launches, bit for
  * bit, with a changed v weight as its control. commit=head's fused head and argmax against the two
- * launches: head_argmax_checks. */
+ * launches, on K-quant and Q8_0 heads: head_argmax_checks. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -179,18 +179,23 @@ static double worst(const float *y, const double *ref, const double *bound, uint
     return w;
 }
 
-static const char *tname(uint32_t t) { return t == MEMRA_QTYPE_Q4_K ? "q4_k" : t == MEMRA_QTYPE_Q5_K ? "q5_k" : "q6_k"; }
+static const char *tname(uint32_t t) {
+    return t == MEMRA_QTYPE_Q4_K ? "q4_k" : t == MEMRA_QTYPE_Q5_K ? "q5_k" : t == MEMRA_TYPE_Q8_0 ? "q8_0" : "q6_k";
+}
 
-/* commit=head (mc_gemv_kquant_argmax): the head's logits and greedy's argmax in one launch against
- * mc_gemv_kquant then mc_sample's argmax pass (commit=sampler's), bit for bit: the logits, the token,
+/* commit=head (mc_gemv_head_argmax): the head's logits and greedy's argmax in one launch against the
+ * head's GEMV (mc_gemv_kquant; a Q8_0 head's mc_gemv, or mc_gemv_pro with gemma3's post-FFN norm in
+ * its prologue) then mc_sample's argmax pass (commit=sampler's), bit for bit: the logits, the token,
  * the result, the ring's entry (wait=ring; wait=word with the next input embedded, commit=handoff's),
- * the committed position, the next input and the tickets left at 0; and the token against a host
- * argmax of the logits by memra's rule. Cases a shape: random rows; the best row copied to a lower
- * index (a tie: the lower wins) and to a higher one (the best stays); one row's d NaN (its index is
- * the bad one); x NaN (every logit bad: index 0). Shapes at one column part and on 16-warp blocks:
- * 2,048 columns (the fewest blocks) and 4,096 (the filled grid). A column split or qdot=float is
- * refused with cudaErrorNotSupported. Control: the fused launch without the commit must fail the
- * comparison of the position and the ring's tag. */
+ * the committed position, the next input, the prologue's x_new and the tickets left at 0; and the
+ * token against a host argmax of the logits by memra's rule. Cases a shape: random rows; the best
+ * row copied to a lower index (a tie: the lower wins) and to a higher one (the best stays); one row's
+ * d NaN (its index is the bad one); x NaN (every logit bad: index 0). Shapes at one column part and
+ * on 16-warp blocks: K-quants at 2,048 columns (the fewest blocks) and 4,096 (the filled grid); Q8_0
+ * at 640 (gemma3-270m's head, with and without the prologue) and 4,096. A column split, qdot=float,
+ * q8 other than auto and a K-quant head with the prologue are refused with cudaErrorNotSupported.
+ * Control: the fused launch without the commit must fail the comparison of the position and the
+ * ring's tag. */
 typedef struct am_side {
     mc_sampler_scratch s;
     void *scratch;
@@ -275,31 +280,84 @@ static int am_diff(const am_out *u, const am_out *v, uint32_t rows, uint32_t en,
     return n;
 }
 
-/* quick (`memra_cuda_check_kquant head-quick`, for compute-sanitizer): Q6_K at 12,673 x 2,048 only. */
+/* A random Q8_0 head in the upload layout (int8 rows, f16 block scales of either sign); file and deq
+ * unused. */
+static void q8_make(kq_mat *k, uint32_t rows, uint32_t cols) {
+    memset(k, 0, sizeof *k);
+    k->m.type = MEMRA_TYPE_Q8_0, k->m.rows = rows, k->m.cols = cols, k->m.stride = cols;
+    const size_t nq = (size_t)rows * cols, ns = (size_t)rows * (cols / 32);
+    uint8_t *q = malloc(nq);
+    uint16_t *sc = malloc(ns * 2);
+    if (!q || !sc) {
+        printf("  FAIL out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < nq; i++)
+        q[i] = (uint8_t)next64();
+    for (size_t i = 0; i < ns; i++)
+        sc[i] = (uint16_t)(rand_scale() | (next64() & 1u) << 15);
+    CHECK_CUDA(cudaMalloc(&k->m.data, nq));
+    CHECK_CUDA(cudaMalloc((void **)&k->m.scales, ns * 2));
+    CHECK_CUDA(cudaMemcpy(k->m.data, q, nq, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(k->m.scales, sc, ns * 2, cudaMemcpyHostToDevice));
+    free(q);
+    free(sc);
+}
+
+/* A head's two planes a row: p 0 the quants, 1 the scales (K-quants' aux, Q8_0's f16 block scales). */
+static uint8_t *hm_plane(const mc_matrix *m, int p) {
+    return p == 0 ? (uint8_t *)m->data : m->type == MEMRA_TYPE_Q8_0 ? (uint8_t *)m->scales : (uint8_t *)m->aux;
+}
+static size_t hm_stride(const mc_matrix *m, int p) {
+    return p == 0 ? m->stride : m->type == MEMRA_TYPE_Q8_0 ? (size_t)m->cols / 32 * 2 : m->aux_stride;
+}
+
+/* quick (`memra_cuda_check_kquant head-quick`, for compute-sanitizer): Q6_K at 12,673 x 2,048 and
+ * Q8_0 at 12,673 x 640 with the prologue only. */
 static void head_argmax_checks(int quick) {
-    const uint32_t types[3] = {MEMRA_QTYPE_Q6_K, MEMRA_QTYPE_Q4_K, MEMRA_QTYPE_Q5_K};
+    typedef struct hk {
+        uint32_t type;
+        int pro;
+        uint32_t cols[2];
+    } hk;
+    static const hk kinds[] = {{MEMRA_QTYPE_Q6_K, 0, {2048, 4096}},
+                               {MEMRA_TYPE_Q8_0, 1, {640, 1024}},
+                               {MEMRA_QTYPE_Q4_K, 0, {2048, 4096}},
+                               {MEMRA_QTYPE_Q5_K, 0, {2048, 4096}},
+                               {MEMRA_TYPE_Q8_0, 0, {640, 4096}}};
     /* one column part (mc_ksplit_balance: 1) */
-    const uint32_t shapes[2][2] = {{quick ? 12673u : 40003u, 2048}, {40003, 4096}};
-    const int n_types = quick ? 1 : 3, n_shapes = quick ? 1 : 2;
+    const uint32_t n_rows = quick ? 12673u : 40003u;
+    const int n_kinds = quick ? 2 : 5, n_shapes = quick ? 1 : 2;
     const uint32_t en = 16; /* the next input's width (an F32 table of rows x 16) */
     const float eps = 1e-5f;
     int cases = 0, control_caught = 0;
-    for (int t = 0; t < n_types; t++)
+    for (int t = 0; t < n_kinds; t++)
         for (int sh = 0; sh < n_shapes; sh++) {
-            const uint32_t rows = shapes[sh][0], cols = shapes[sh][1];
+            const uint32_t type = kinds[t].type, rows = n_rows, cols = kinds[t].cols[sh];
+            const int pro = kinds[t].pro;
             kq_mat k;
-            mat_make(&k, types[t], rows, cols);
+            if (type == MEMRA_TYPE_Q8_0)
+                q8_make(&k, rows, cols);
+            else
+                mat_make(&k, type, rows, cols);
             float *x = malloc(cols * 4), *nw = malloc(cols * 4), *emb = malloc((size_t)rows * en * 4);
+            float *po = malloc(cols * 4), *pw = malloc(cols * 4), *xna = malloc(cols * 4), *xnb = malloc(cols * 4);
             for (uint32_t c = 0; c < cols; c++)
-                x[c] = uni(), nw[c] = 1.0f + 0.25f * uni();
+                x[c] = uni(), nw[c] = 1.0f + 0.25f * uni(), po[c] = 3.0f * uni(), pw[c] = 0.5f + 0.25f * uni();
             for (size_t i = 0; i < (size_t)rows * en; i++)
                 emb[i] = uni();
-            float *dx, *dnw, *demb;
+            float *dx, *dnw, *demb, *dpo, *dpw, *dxa, *dxb;
             CHECK_CUDA(cudaMalloc((void **)&dx, cols * 4));
             CHECK_CUDA(cudaMalloc((void **)&dnw, cols * 4));
             CHECK_CUDA(cudaMalloc((void **)&demb, (size_t)rows * en * 4));
+            CHECK_CUDA(cudaMalloc((void **)&dpo, cols * 4));
+            CHECK_CUDA(cudaMalloc((void **)&dpw, cols * 4));
+            CHECK_CUDA(cudaMalloc((void **)&dxa, cols * 4));
+            CHECK_CUDA(cudaMalloc((void **)&dxb, cols * 4));
             CHECK_CUDA(cudaMemcpy(dnw, nw, cols * 4, cudaMemcpyHostToDevice));
             CHECK_CUDA(cudaMemcpy(demb, emb, (size_t)rows * en * 4, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(dpo, po, cols * 4, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(dpw, pw, cols * 4, cudaMemcpyHostToDevice));
             mc_matrix et;
             memset(&et, 0, sizeof et);
             et.type = MEMRA_TYPE_F32, et.rows = rows, et.cols = en, et.stride = en, et.data = demb;
@@ -312,7 +370,8 @@ static void head_argmax_checks(int quick) {
             memset(&g, 0, sizeof g);
             g.top_p = 1.0f;
             const mc_config c = mc_config_default;
-            uint8_t *save = malloc((size_t)k.m.stride + k.m.aux_stride); /* a row's data, then its aux */
+            const size_t st0 = hm_stride(&k.m, 0), st1 = hm_stride(&k.m, 1);
+            uint8_t *save = malloc(st0 + st1); /* a row's quants, then its scales */
             /* case 0 random; 1 the best row at a lower index too; 2 at a higher one; 3 a row's d NaN;
              * 4 x NaN; 5 the control (case 0 without the commit on the fused side) */
             uint32_t best = 0, other = 0;
@@ -322,47 +381,56 @@ static void head_argmax_checks(int quick) {
                 uint32_t row = 0, off = 0;
                 if (cs == 1 || cs == 2) { /* row `other` takes the best row's bytes (saved, restored below) */
                     other = cs == 1 ? best / 2 : best + (rows - best) / 2;
-                    CHECK_CUDA(cudaMemcpy(save, (uint8_t *)k.m.data + (size_t)other * k.m.stride, k.m.stride,
-                                          cudaMemcpyDeviceToHost));
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.data + (size_t)other * k.m.stride,
-                                          (uint8_t *)k.m.data + (size_t)best * k.m.stride, k.m.stride,
-                                          cudaMemcpyDeviceToDevice));
-                    CHECK_CUDA(cudaMemcpy(save + k.m.stride, (uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride,
-                                          k.m.aux_stride, cudaMemcpyDeviceToHost));
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride,
-                                          (uint8_t *)k.m.aux + (size_t)best * k.m.aux_stride, k.m.aux_stride,
-                                          cudaMemcpyDeviceToDevice));
+                    for (int pl = 0; pl < 2; pl++) {
+                        uint8_t *base = hm_plane(&k.m, pl);
+                        const size_t sr = hm_stride(&k.m, pl);
+                        CHECK_CUDA(
+                            cudaMemcpy(save + (pl ? st0 : 0), base + (size_t)other * sr, sr, cudaMemcpyDeviceToHost));
+                        CHECK_CUDA(cudaMemcpy(base + (size_t)other * sr, base + (size_t)best * sr, sr,
+                                              cudaMemcpyDeviceToDevice));
+                    }
                 }
                 if (cs == 3) { /* the high byte of row `row`'s first d: 0x7e, an f16 NaN */
                     row = rows / 3;
-                    off = types[t] == MEMRA_QTYPE_Q6_K ? 16 * (cols / 256) + 1 : 1;
+                    off = type == MEMRA_QTYPE_Q6_K ? 16 * (cols / 256) + 1 : 1;
                     const uint8_t nan_hi = 0x7e;
-                    CHECK_CUDA(cudaMemcpy(save, (uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, 1,
-                                          cudaMemcpyDeviceToHost));
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, &nan_hi, 1,
-                                          cudaMemcpyHostToDevice));
+                    uint8_t *at = hm_plane(&k.m, 1) + (size_t)row * st1 + off;
+                    CHECK_CUDA(cudaMemcpy(save, at, 1, cudaMemcpyDeviceToHost));
+                    CHECK_CUDA(cudaMemcpy(at, &nan_hi, 1, cudaMemcpyHostToDevice));
                 }
-                const float x0 = x[0];
-                if (cs == 4)
+                const float x0 = x[0], p0 = po[0];
+                if (cs == 4) /* the GEMV's input NaN: x, or with the prologue its residual input */
                     x[0] = NAN;
                 CHECK_CUDA(cudaMemcpy(dx, x, cols * 4, cudaMemcpyHostToDevice));
-                x[0] = x0;
+                x[0] = x0, po[0] = p0;
+                CHECK_CUDA(cudaMemset(dxa, 0xff, cols * 4));
+                CHECK_CUDA(cudaMemset(dxb, 0xff, cols * 4));
                 const mc_embed_next next = {et, 1.0f, NULL};
                 mc_embed_next na = next, nb = next;
                 na.x = A.xn, nb.x = B.xn;
+                const mc_pro_args pa = {dpo, dx, dpw, dxa, eps}, pb = {dpo, dx, dpw, dxb, eps};
                 am_side_reset(&A, p, en);
                 am_side_reset(&B, p, en);
-                CHECK_CUDA(mc_gemv_kquant(&c, MC_GLU_NONE, &k.m, dx, dnw, eps, NULL, NULL, A.y, 0));
+                if (pro)
+                    CHECK_CUDA(mc_gemv_pro(&c, &k.m, &pa, dnw, eps, MC_GLU_NONE, A.y, 0));
+                else
+                    CHECK_CUDA(mc_gemv(&c, &k.m, dx, dnw, eps, NULL, NULL, A.y, 0));
                 CHECK_CUDA(
                     mc_sample(A.y, &A.s, &g, A.pos, A.tok, A.res, A.ring, 3, false, true, word, word ? &na : NULL, 0));
                 const mc_argmax_args a =
                     mc_argmax_args_of(&B.s, B.pos, B.tok, B.res, B.ring, 3, cs != 5, word, word ? &nb : NULL);
-                CHECK_CUDA(mc_gemv_kquant_argmax(&c, &k.m, dx, dnw, eps, B.y, &a, 0));
+                CHECK_CUDA(mc_gemv_head_argmax(&c, &k.m, pro ? NULL : dx, pro ? &pb : NULL, dnw, eps, B.y, &a, 0));
                 am_read(&A, rows, en, p, &oa);
                 am_read(&B, rows, en, p, &ob);
                 char what[96];
-                snprintf(what, sizeof what, "%s %u x %u case %d", tname(types[t]), rows, cols, cs);
-                const int nd = am_diff(&oa, &ob, rows, en, what);
+                snprintf(what, sizeof what, "%s%s %u x %u case %d", tname(type), pro ? "+pro" : "", rows, cols, cs);
+                int nd = am_diff(&oa, &ob, rows, en, what);
+                if (pro) {
+                    CHECK_CUDA(cudaMemcpy(xna, dxa, cols * 4, cudaMemcpyDeviceToHost));
+                    CHECK_CUDA(cudaMemcpy(xnb, dxb, cols * 4, cudaMemcpyDeviceToHost));
+                    if (memcmp(xna, xnb, cols * 4) != 0 || !isfinite(xna[cols - 1]))
+                        nd++, printf("    %s: the prologue's x_new differs (or was not written)\n", what);
+                }
                 if (cs == 5) {
                     control_caught += nd > 0;
                     CHECK(nd > 0, "%s: the fused launch without the commit was not caught (control)", what);
@@ -390,32 +458,41 @@ static void head_argmax_checks(int quick) {
                           what);
                     CHECK(ob.res.token == (int32_t)(cs == 1 ? other : best), "%s: the tie went to %d", what,
                           ob.res.token);
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.data + (size_t)other * k.m.stride, save, k.m.stride,
-                                          cudaMemcpyHostToDevice));
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)other * k.m.aux_stride, save + k.m.stride,
-                                          k.m.aux_stride, cudaMemcpyHostToDevice));
+                    for (int pl = 0; pl < 2; pl++) {
+                        const size_t sr = hm_stride(&k.m, pl);
+                        CHECK_CUDA(cudaMemcpy(hm_plane(&k.m, pl) + (size_t)other * sr, save + (pl ? st0 : 0), sr,
+                                              cudaMemcpyHostToDevice));
+                    }
                 }
                 if (cs == 3) {
                     CHECK(ob.res.bad_index == (int32_t)row, "%s: bad index %d, the NaN row %u", what, ob.res.bad_index,
                           row);
-                    CHECK_CUDA(cudaMemcpy((uint8_t *)k.m.aux + (size_t)row * k.m.aux_stride + off, save, 1,
-                                          cudaMemcpyHostToDevice));
+                    CHECK_CUDA(
+                        cudaMemcpy(hm_plane(&k.m, 1) + (size_t)row * st1 + off, save, 1, cudaMemcpyHostToDevice));
                 }
                 if (cs == 4)
                     CHECK(ob.res.bad_index == 0, "%s: bad index %d with x NaN", what, ob.res.bad_index);
-                printf("%-5s %6u %5u head argmax case %d %s: token %d bad %d\n", tname(types[t]), rows, cols, cs,
-                       word ? "word" : "ring", ob.res.token, ob.res.bad_index);
+                printf("%-5s%s %6u %5u head argmax case %d %s: token %d bad %d\n", tname(type), pro ? "+pro" : "    ",
+                       rows, cols, cs, word ? "word" : "ring", ob.res.token, ob.res.bad_index);
             }
-            /* refused: a column split (2,000 rows: KS 2), qdot=float */
+            /* refused: a column split (2,000 rows: KS 2), qdot=float or q8=int-8w (the kernel mc_gemv
+             * would launch is not the 16-warp body), a K-quant head with the prologue */
             mc_matrix few = k.m;
             few.rows = 2000;
             mc_config qf = mc_config_default;
-            CHECK(mc_config_choice(&qf, "qdot", "float") == NULL, "qdot=float");
+            CHECK(mc_config_choice(&qf, type == MEMRA_TYPE_Q8_0 ? "q8" : "qdot",
+                                   type == MEMRA_TYPE_Q8_0 ? "int-8w" : "float") == NULL,
+                  "qdot=float / q8=int-8w");
             const mc_argmax_args a0 = mc_argmax_args_of(&B.s, B.pos, B.tok, B.res, B.ring, 3, true, 0, NULL);
-            CHECK(mc_gemv_kquant_argmax(&c, &few, dx, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
-                  "%s: a column split not refused", tname(types[t]));
-            CHECK(mc_gemv_kquant_argmax(&qf, &k.m, dx, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
-                  "%s: qdot=float not refused", tname(types[t]));
+            const mc_pro_args pb0 = {dpo, dx, dpw, dxb, eps};
+            const mc_pro_args *pp = pro ? &pb0 : NULL;
+            CHECK(mc_gemv_head_argmax(&c, &few, dx, pp, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
+                  "%s: a column split not refused", tname(type));
+            CHECK(mc_gemv_head_argmax(&qf, &k.m, dx, pp, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
+                  "%s: qdot=float / q8=int-8w not refused", tname(type));
+            if (type != MEMRA_TYPE_Q8_0)
+                CHECK(mc_gemv_head_argmax(&c, &k.m, dx, &pb0, dnw, eps, B.y, &a0, 0) == cudaErrorNotSupported,
+                      "%s: the prologue not refused", tname(type));
             am_side_free(&A);
             am_side_free(&B);
             free(oa.y);
@@ -424,12 +501,24 @@ static void head_argmax_checks(int quick) {
             free(x);
             free(nw);
             free(emb);
+            free(po);
+            free(pw);
+            free(xna);
+            free(xnb);
             cudaFree(dx);
             cudaFree(dnw);
             cudaFree(demb);
-            mat_free(&k);
+            cudaFree(dpo);
+            cudaFree(dpw);
+            cudaFree(dxa);
+            cudaFree(dxb);
+            if (type == MEMRA_TYPE_Q8_0) {
+                cudaFree(k.m.data);
+                cudaFree(k.m.scales);
+            } else
+                mat_free(&k);
         }
-    CHECK(cases == n_types * n_shapes * 5 && control_caught == n_types * n_shapes,
+    CHECK(cases == n_kinds * n_shapes * 5 && control_caught == n_kinds * n_shapes,
           "head argmax: %d cases, %d controls caught", cases, control_caught);
 }
 
