@@ -402,12 +402,13 @@ static inline bool mc_residual_scaled(const memra_model *m) {
     return m->residual_scale > 0.0f && m->residual_scale != 1.0f;
 }
 
-/* commit=handoff or head on state s (cuda_forward.cu): one stage of one rank, no taps, and a first
- * layer whose attention output goes into the residual as it is (no post norm, no residual scale, no
- * postnorm prologue). Then the step's input hidden is stage 0's xe, written by the previous step's
- * sampler (under commit=head, a greedy step's head) or by a launch of its own before the body
- * (mc_prepare); the first layer reads it and writes the residual stream to x, so x ends the step
- * with its last hidden as under the other commits. */
+/* commit=handoff or head on state s (cuda_forward.cu): one stage of one rank, no taps, no residual
+ * scale, and a first layer whose attention output goes into the residual as it is (no post norm),
+ * or, under postnorm=prologue (gemma3), through a post norm that its gate/up GEMV's prologue adds.
+ * Then the step's input hidden is stage 0's xe, written by the previous step's sampler (under
+ * commit=head, a greedy step's head) or by a launch of its own before the body (mc_prepare); the
+ * first layer reads it and writes the residual stream to x (the wo GEMV, or the gate/up prologue's
+ * x_new), so x ends the step with its last hidden as under the other commits. */
 bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s);
 /* The embedding's scale (gemma3's sqrt(n_embd) from the file, granitemoe's multiplier; else 1), as
  * the cpu backend applies it: decode (cuda_stages.cu) and a prefill chunk (cuda_chunk.cu). */

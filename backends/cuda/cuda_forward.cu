@@ -279,13 +279,6 @@ static bool mc_pro_on(const memra_backend *b, const memra_state *s, uint32_t i) 
     return true;
 }
 
-/* commit=handoff or head on state s (cuda_backend.h says what it changes) */
-bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
-    return (b->cfg.commit == MC_COMMIT_HANDOFF || b->cfg.commit == MC_COMMIT_HEAD) && !b->tp && s->n_stages == 1 &&
-           mc_ranks(s, 0) == 1 && !b->taps && b->w->stages[0][0].layer_end > b->w->stages[0][0].layer_begin &&
-           b->w->stages[0][0].layers[0].post_attn_norm == NULL && !mc_residual_scaled(b->m) && !mc_pro_on(b, s, 0);
-}
-
 /* Whether every GEMV that reads the output of layer l's producer (`which` 0: the output projection,
  * read by the gate/up GEMV; 1: down, read by the next layer's q/k/v GEMVs or, after the last layer,
  * the head) has the prologue (mc_gemv_pro_serves). */
@@ -315,9 +308,10 @@ static bool mc_pro_consumers(const memra_backend *b, const mc_stage_weights *sw,
 /* Which producer keeps its post norm fused although its consumers serve: the producers (index 2l +
  * which) whose post norm goes into the consumers are every one whose consumers serve, less the last
  * of them when their count is odd (each moves the residual to the other buffer once, so an even
- * count ends the step in x, where the digests, the restore and the next step's embedding have it).
- * Returns that last producer's index, or ~0 when the count is even. */
-static uint32_t mc_pro_drop(const memra_backend *b, const mc_stage_weights *sw, uint32_t nl, int glu) {
+ * count ends the step in x, where the digests and the restore have it). from_xe (commit=handoff:
+ * the residual starts in xe, and the first move takes it to x): less the last when the count is
+ * even, so an odd count ends the step in x. Returns that last producer's index, or ~0 for none. */
+static uint32_t mc_pro_drop(const memra_backend *b, const mc_stage_weights *sw, uint32_t nl, int glu, bool from_xe) {
     uint32_t n = 0, lastp = ~0u;
     for (uint32_t l = 0; l < nl; l++)
         for (uint32_t which = 0; which < 2; which++) {
@@ -328,7 +322,22 @@ static uint32_t mc_pro_drop(const memra_backend *b, const mc_stage_weights *sw, 
                 lastp = 2 * l + which;
             }
         }
-    return n % 2 ? lastp : ~0u;
+    return n % 2 != (from_xe ? 0u : 1u) ? ~0u : lastp;
+}
+
+/* commit=handoff or head on state s (cuda_backend.h says what it changes). Under postnorm=prologue
+ * (gemma3) the first layer's post-attention norm must go into its gate/up GEMV's prologue, which
+ * adds it to xe (mc_stage_body starts the residual there; mc_pro_drop keeps the count of moves
+ * odd, so the step still ends in x). */
+bool mc_embed_in_sampler(const memra_backend *b, const memra_state *s) {
+    const mc_stage_weights *sw = &b->w->stages[0][0];
+    if (!(b->cfg.commit == MC_COMMIT_HANDOFF || b->cfg.commit == MC_COMMIT_HEAD) || b->tp || s->n_stages != 1 ||
+        mc_ranks(s, 0) != 1 || b->taps || sw->layer_end <= sw->layer_begin || mc_residual_scaled(b->m))
+        return false;
+    if (!mc_pro_on(b, s, 0))
+        return sw->layers[0].post_attn_norm == NULL;
+    const int glu = b->m->ffn_act == MEMRA_FFN_GELU_TANH ? MC_GLU_GELU : MC_GLU_SILU;
+    return sw->layers[0].post_attn_norm != NULL && mc_pro_consumers(b, sw, sw->layer_end - sw->layer_begin, 0, 0, glu);
 }
 
 /* The q/k/v GEMVs with the prologue: x_new = pro->x + RMSNorm(pro->po) * pro->w into pro->out by the
@@ -590,8 +599,8 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
     /* postnorm=prologue (one rank): the residual's current buffer, and the post norm whose
      * consumers add it (its weights; po holds its input) */
     const bool pro_on = mc_pro_on(b, s, i);
-    const uint32_t pro_drop = pro_on ? mc_pro_drop(b, sw0, nl, glu) : ~0u;
-    float *xcur = r0->x;
+    const uint32_t pro_drop = pro_on ? mc_pro_drop(b, sw0, nl, glu, xe_in) : ~0u;
+    float *xcur = pro_on && xe_in ? r0->xe : r0->x; /* commit=handoff: the step's input, in xe */
     const float *pend_w = NULL;
     for (uint32_t l = 0; l < nl; l++) {
         const uint32_t layer = sw0->layer_begin + l;
@@ -835,7 +844,7 @@ static memra_status mc_stage_body(memra_backend *b, memra_state *s, uint32_t i, 
             MC_RET(cudaEventRecord(ss->head_ev, q), "cudaEventRecord (logits gathered)");
         }
     }
-    if (pro_on && (xcur != r0->x || pend_w)) /* mc_pro_drop keeps the count even: never */
+    if (pro_on && (xcur != r0->x || pend_w)) /* mc_pro_drop keeps the count's parity: never */
         return memra_fail(err, MEMRA_E_INTERNAL, "cuda: postnorm=prologue left the step's hidden outside x");
     for (uint32_t r = 0; r < R; r++) {
         mc_stage_state *ss = &s->st[i][r];
