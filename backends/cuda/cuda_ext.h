@@ -187,18 +187,19 @@ extern "C" {
             "device signals after the graph's last kernel has exited). Nothing computed depends on it"              \
     },                                                                                                                 \
     {                                                                                                                  \
-        "commit", "launch",                                                                                            \
-            "where a decode step's position advances: launch (a one-thread kernel of its own between the last layer " \
-            "and the head, which waits for it) or sampler (the last block of the sampler's argmax pass, after every " \
-            "block has read the position: a launch and a dependency a token fewer, where one stage of one rank "      \
-            "samples with no taps; the launch elsewhere; within noise of launch on three H100s, --abba, on 8B Q6_K, " \
-            "8B Q8_0, llama-1b BF16 and gemma3-270m) or handoff (as sampler, and the block that ends the sampling "   \
-            "embeds the next step's input from the token it chose, after the step's tag: the embedding's launch a "   \
-            "token fewer too, where the first layer adds its attention output to the residual as it is, e.g. llama " \
-            "and qwen, not gemma3 or granite; a token from the host is embedded by a launch before the step) or "   \
-            "head (as handoff, and a greedy step's argmax in the head GEMV's own launch where the head runs on the "   \
+        "commit", "head",                                                                                              \
+            "where a decode step's position advances: head (the default: as handoff, and where the head runs on the "  \
             "16-warp K-quant GEMV at qdot=auto or the 16-warp Q8_0 integer GEMV at q8=auto, gemma3's with its "        \
-            "post-FFN norm too: the argmax pass's launch a token fewer too; its launch elsewhere). "                   \
+            "post-FFN norm too, a greedy step's argmax in the head GEMV's own launch, whose last block advances the "  \
+            "position: the argmax pass's launch a token fewer; the same bits as launch, 0 to +1% on six models on "    \
+            "H100s, --abba) or handoff (as sampler, and the block that ends the sampling embeds the next step's "      \
+            "input from the token it chose, after the step's tag: the embedding's launch a token fewer too, where "    \
+            "the first layer adds its attention output to the residual as it is (llama, qwen) or through gemma3's "    \
+            "prologue, not granite; a token from the host is embedded by a launch before the step) or sampler (the "   \
+            "last block of "                                                                                           \
+            "the sampler's argmax pass, after every block has read the position: a launch and a dependency a token "   \
+            "fewer, where one stage of one rank samples with no taps; the launch elsewhere) or launch (a one-thread "  \
+            "kernel of its own between the last layer and the head, which waits for it: the rule before). "            \
             "Nothing computed depends on it"                                                                           \
     },                                                                                                                 \
     {                                                                                                                  \

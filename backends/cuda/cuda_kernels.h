@@ -130,15 +130,16 @@ enum { MC_QKVPARTS_MERGED, MC_QKVPARTS_APART };
  * that travels with the token in one 8-byte store (no system fence before it unless the logits
  * were bad); or MC_WAIT_EVENT, the completion event everywhere. Nothing computed depends on it. */
 enum { MC_WAIT_RING, MC_WAIT_EVENT, MC_WAIT_WORD };
-/* Where a step's position advances (the `commit` key): MC_COMMIT_LAUNCH (the default), a kernel of
+/* Where a step's position advances (the `commit` key): MC_COMMIT_LAUNCH (the rule before), a kernel of
  * its own between the last layer and the head; MC_COMMIT_SAMPLER, the argmax pass's last block,
  * where one stage of one rank samples with no taps (a launch a token fewer; elsewhere the launch);
  * MC_COMMIT_HANDOFF, the same, and the block that ends the sampling also embeds the next step's
  * input from the token it chose, after the step's tag (another launch a token fewer), where the
- * first layer adds its attention output to the residual as it is (mc_embed_in_sampler; else the
- * embedding's launch); MC_COMMIT_HEAD, what MC_COMMIT_HANDOFF does, and a greedy step's argmax (with
- * the commit, the result, the ring's entry and the embedding) in the head GEMV's own launch where
- * the head runs on the 16-warp K-quant GEMV (mc_gemv_kquant_argmax; else the argmax pass's launch).
+ * first layer adds its attention output to the residual as it is, or by gemma3's prologue
+ * (mc_embed_in_sampler; else the embedding's launch); MC_COMMIT_HEAD (the default), what
+ * MC_COMMIT_HANDOFF does, and a greedy step's argmax (with the commit, the result, the ring's entry
+ * and the embedding) in the head GEMV's own launch where the head runs on the 16-warp K-quant GEMV
+ * or the 16-warp Q8_0 integer GEMV (mc_gemv_head_argmax; else the argmax pass's launch).
  * The same bits. (A key of its own would not fit: an arm's resolved options are at most
  * MEMRA_OPT_MAX, and the cuda arms use every one.) */
 enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF, MC_COMMIT_HEAD };
