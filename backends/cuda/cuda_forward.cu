@@ -322,7 +322,8 @@ static uint32_t mc_pro_drop(const memra_backend *b, const mc_stage_weights *sw, 
                 lastp = 2 * l + which;
             }
         }
-    return n % 2 != (from_xe ? 0u : 1u) ? ~0u : lastp;
+    const uint32_t parity = from_xe ? 1u : 0u; /* of the count of moves that ends the step in x */
+    return n % 2 == parity ? ~0u : lastp;
 }
 
 /* commit=handoff or head on state s (cuda_backend.h says what it changes). Under postnorm=prologue

@@ -398,11 +398,11 @@ static void head_argmax_checks(int quick) {
                     CHECK_CUDA(cudaMemcpy(save, at, 1, cudaMemcpyDeviceToHost));
                     CHECK_CUDA(cudaMemcpy(at, &nan_hi, 1, cudaMemcpyHostToDevice));
                 }
-                const float x0 = x[0], p0 = po[0];
+                const float x0 = x[0];
                 if (cs == 4) /* the GEMV's input NaN: x, or with the prologue its residual input */
                     x[0] = NAN;
                 CHECK_CUDA(cudaMemcpy(dx, x, cols * 4, cudaMemcpyHostToDevice));
-                x[0] = x0, po[0] = p0;
+                x[0] = x0;
                 CHECK_CUDA(cudaMemset(dxa, 0xff, cols * 4));
                 CHECK_CUDA(cudaMemset(dxb, 0xff, cols * 4));
                 const mc_embed_next next = {et, 1.0f, NULL};
