@@ -207,12 +207,23 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
         wps = mc_pro_wfetch_start<NORM>(*pro, norm_w, w.cols, wpro);
     }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
-    if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
+    /* PRO: x_new, by the staging threads from their own loads where mc_pro_direct_ok (the half block
+     * c2 = tid's 16 columns in dx: 2 nb <= 64), else x = x_new in shared memory */
+    [[maybe_unused]] bool direct = false;
+    [[maybe_unused]] float dx[16];
+    if constexpr (PRO) {
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
-        __shared__ float ppro[MC_PRO_COLS];
-        mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
-        mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
-        x = xpro;
+        __shared__ __align__(16) float ppro[MC_PRO_COLS];
+        direct = !MX && mc_pro_direct_ok(*pro, w.cols, wps);
+        if (direct) {
+            if (NORM)
+                norm_w = wps + MC_PRO_COLS; /* its copy, read below by plain loads */
+            mc_pro_direct(*pro, w.cols, wps, ppro, dx);
+        } else {
+            mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
+            mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
+            x = xpro;
+        }
     }
     /* x's loads: from shared memory under PRO, else through the read-only path */
     auto xld = [&](size_t i) { return PRO ? x[i] : __ldg(x + i); };
@@ -264,6 +275,12 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
                 ss = fmaf(sq[i].z, sq[i].z, ss);
                 ss = fmaf(sq[i].w, sq[i].w, ss);
             }
+    } else if (PRO && direct) { /* the same staging of x_new's half block tid, from registers */
+        if (tid < 2 * nb) {
+            const uint32_t live = 2 * nb - (tid - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;
+            mc_q8x_norm16<NORM, 1, true>(norm_w, (size_t)tid * 16, dx, ss);
+            mc_ll_quant16(dx, pair, tid >> 1, tid & 1, xq);
+        }
     } else { /* gemv_legacy_body's staging (qdot=auto) */
         for (uint32_t c2 = tid; tid < 32 * MC_LL_STAGE_WARPS && c2 < 2 * nb; c2 += 32 * MC_LL_STAGE_WARPS) {
             const uint32_t live = 2 * nb - (c2 - lane), pair = live >= 32 ? MC_FULL : (1u << live) - 1u;

@@ -96,12 +96,23 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         if (tid == 0 && (am->ring || am->commit))
             am_pnow = *am->pos + (am->commit ? 1 : 0);
     }
-    if constexpr (PRO) { /* postnorm=prologue: x is x_new, here in shared memory */
+    /* PRO: x_new, by the staging threads from their own loads where mc_pro_direct_ok (chunk c = tid's
+     * 16 columns in dx: nch <= 64), else x = x_new in shared memory */
+    [[maybe_unused]] bool direct = false;
+    [[maybe_unused]] float dx[16];
+    if constexpr (PRO) {
         __shared__ __align__(16) float xpro[MC_PRO_COLS];
-        __shared__ float ppro[MC_PRO_COLS];
-        mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
-        mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
-        x = xpro;
+        __shared__ __align__(16) float ppro[MC_PRO_COLS];
+        direct = mc_pro_direct_ok(*pro, w.cols, wps);
+        if (direct) {
+            if (NORM)
+                norm_w = wps + MC_PRO_COLS; /* its copy, read below by plain loads */
+            mc_pro_direct(*pro, w.cols, wps, ppro, dx);
+        } else {
+            mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
+            mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
+            x = xpro;
+        }
     }
     float ss = 0.0f;
     /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
@@ -113,19 +124,33 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         mc_q8x_planes16(v, mc_q8x_inv(amax, finite), xh[c], xm[c], xl[c]);
         xs[c] = mc_q8x_scale(amax, finite); /* NaN for a non-finite chunk: it stays visible */
     };
-    /* two of a thread's chunks at a time, both loads in flight before either is staged (the down
-     * projection's 14,336 columns: 896 chunks); the chunks and squares in the same order */
-    for (uint32_t c = tid; c < nch; c += 2 * blockDim.x) {
-        const uint32_t c1 = c + blockDim.x;
-        float v0[16], v1[16];
-        mc_q8x_raw16<PRO>(x, (size_t)c * 16, v0);
-        if (c1 < nch)
-            mc_q8x_raw16<PRO>(x, (size_t)c1 * 16, v1);
-        stage(c, v0);
-        if (c1 < nch)
-            stage(c1, v1);
+    /* PRO && direct: chunk tid (< nch <= 64: the first staging warps) from registers, its squares
+     * summed as the 8-warp order sums them (chunk tid alone, in column order) */
+    if (PRO && direct) {
+        if (tid < nch) {
+            mc_q8x_norm16<NORM, 1, true>(norm_w, (size_t)tid * 16, dx, ss);
+            float amax;
+            bool finite;
+            mc_q8x_amax16(dx, amax, finite);
+            mc_q8x_planes16(dx, mc_q8x_inv(amax, finite), xh[tid], xm[tid], xl[tid]);
+            xs[tid] = mc_q8x_scale(amax, finite);
+        }
+    } else {
+        /* two of a thread's chunks at a time, both loads in flight before either is staged (the down
+         * projection's 14,336 columns: 896 chunks); the chunks and squares in the same order */
+        for (uint32_t c = tid; c < nch; c += 2 * blockDim.x) {
+            const uint32_t c1 = c + blockDim.x;
+            float v0[16], v1[16];
+            mc_q8x_raw16<PRO>(x, (size_t)c * 16, v0);
+            if (c1 < nch)
+                mc_q8x_raw16<PRO>(x, (size_t)c1 * 16, v1);
+            stage(c, v0);
+            if (c1 < nch)
+                stage(c1, v1);
+        }
     }
-    if (NORM && WARPS != MC_Q8X_WARPS && warp < MC_Q8X_WARPS) /* the 8-warp order: chunks tid, tid + 256, ... */
+    /* the 8-warp order: chunks tid, tid + 256, ... (PRO && direct: summed above, chunk tid alone) */
+    if (NORM && WARPS != MC_Q8X_WARPS && warp < MC_Q8X_WARPS && !(PRO && direct))
         for (uint32_t c = tid; c < nch; c += 32 * MC_Q8X_WARPS)
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {

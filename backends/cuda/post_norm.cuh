@@ -200,40 +200,15 @@ template <int NORM> __device__ __forceinline__ void mc_pro_wfetch_land(const flo
         norm_w = ws + MC_PRO_COLS;
 }
 
-/* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
- * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
- * from earlier kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
- * mc_rmsnorm_add_regs's on the same operands, so x_new has the bits that postnorm=fused and launch
- * store: partial p (< 256) sums po[i]^2 over i = p + 256 j in increasing j; the tree adds partials
- * p and p + s at s = 128, 64, 32 (lane t holds partials t + 32 k, k < 8, so each of those pairs is
- * within one lane: k and k + 4, k + 2, k + 1), then lane l adds lane l + s at s = 16 .. 1
- * (__shfl_down), lane 0's sum is the norm's. The block reads po, x and w once (each thread its
- * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
- * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
- * 2-3 us a launch: a grid's warps on the same few lines.) ws: the post norm's
- * weights in shared memory (mc_pro_wfetch), or NULL to read pro.w. */
-__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos,
-                                             const float *ws = NULL) {
+/* postnorm=prologue's scale 1 / sqrt(sum po^2 / n + eps), by each lane of the calling warp (a whole
+ * warp), from po in shared memory (pos, n <= MC_PRO_COLS floats): partial p (< 256) sums po[i]^2
+ * over i = p + 256 j in increasing j; the tree adds partials p and p + s at s = 128, 64, 32 (lane t
+ * holds partials t + 32 k, k < 8, so each of those pairs is within one lane: k and k + 4, k + 2,
+ * k + 1), then lane l adds lane l + s at s = 16 .. 1 (__shfl_down), lane 0's sum is the norm's:
+ * every operation mc_rmsnorm_add_regs's, on the same operands. */
+__device__ __forceinline__ float mc_pro_scale(const float *pos, uint32_t n, float eps) {
     const uint32_t lane = threadIdx.x & 31;
     constexpr uint32_t K = MC_NORM_PARTS / 32, J = MC_PRO_COLS / MC_NORM_PARTS;
-    constexpr uint32_t E = MC_PRO_COLS / 256; /* elements a thread takes (blocks of 256 threads or more) */
-    float ex[E], ew[E], ep[E];
-#pragma unroll
-    for (uint32_t e = 0; e < E; e++) {
-        const uint32_t i = threadIdx.x + e * blockDim.x;
-        if (i < n) {
-            ex[e] = __ldcg(pro.x + i);
-            ew[e] = ws ? ws[i] : __ldg(pro.w + i);
-            ep[e] = __ldcg(pro.po + i);
-        }
-    }
-#pragma unroll
-    for (uint32_t e = 0; e < E; e++) {
-        const uint32_t i = threadIdx.x + e * blockDim.x;
-        if (i < n)
-            pos[i] = ep[e];
-    }
-    __syncthreads(); /* po in shared memory */
     float P[K];
 #pragma unroll
     for (uint32_t k = 0; k < K; k++) {
@@ -259,7 +234,39 @@ __device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n,
     for (uint32_t s = 16; s > 0; s >>= 1)
         a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, s));
     a = __shfl_sync(0xffffffffu, a, 0);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), pro.eps)));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(a, (float)n), eps)));
+}
+
+/* postnorm=prologue: x_new = x + RMSNorm(po) * w into xs (shared memory, n floats), by every thread
+ * of a block of 256 threads or more, n <= MC_PRO_COLS (1024), after the block's wait (po and x come
+ * from earlier kernels); block (0, 0, 0) also stores it to out (if not NULL). Every operation is
+ * mc_rmsnorm_add_regs's on the same operands, so x_new has the bits that postnorm=fused and launch
+ * store (the scale: mc_pro_scale). The block reads po, x and w once (each thread its
+ * elements, all loads at once), po through shared memory (pos, n floats) to every warp, which
+ * computes the scale itself: two barriers. (Every warp reading all of po from L2 instead measured
+ * 2-3 us a launch: a grid's warps on the same few lines.) ws: the post norm's
+ * weights in shared memory (mc_pro_wfetch), or NULL to read pro.w. */
+__device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n, float *xs, float *pos,
+                                             const float *ws = NULL) {
+    constexpr uint32_t E = MC_PRO_COLS / 256; /* elements a thread takes (blocks of 256 threads or more) */
+    float ex[E], ew[E], ep[E];
+#pragma unroll
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t i = threadIdx.x + e * blockDim.x;
+        if (i < n) {
+            ex[e] = __ldcg(pro.x + i);
+            ew[e] = ws ? ws[i] : __ldg(pro.w + i);
+            ep[e] = __ldcg(pro.po + i);
+        }
+    }
+#pragma unroll
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t i = threadIdx.x + e * blockDim.x;
+        if (i < n)
+            pos[i] = ep[e];
+    }
+    __syncthreads(); /* po in shared memory */
+    const float scale = mc_pro_scale(pos, n, pro.eps);
     const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && pro.out;
 #pragma unroll
     for (uint32_t e = 0; e < E; e++) {
@@ -272,6 +279,53 @@ __device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n,
         }
     }
     __syncthreads(); /* xs complete */
+}
+
+/* postnorm=prologue by the staging threads (prologue=direct's path, the same bits as mc_pro_stage):
+ * thread t < n / 16 of the block loads x and po of columns [16 t, 16 t + 16) from L2 itself, puts its
+ * po into pos for the scale, and after one barrier computes its 16 columns of x_new into v, each
+ * element mc_pro_stage's expression on the same operands; block (0, 0, 0) stores them to out (if
+ * not NULL). So x_new never goes through shared memory, and the barrier that gave the weights'
+ * copies to every thread is the one that gives po: two barriers fewer than mc_pro_stage and
+ * mc_pro_wfetch_land. Called by every thread after the wait, in place of both, where
+ * mc_pro_direct_ok: the weights' copies made (ws: mc_pro_wfetch_start's buffer, post weights
+ * first), n a multiple of 16 and at most MC_PRO_COLS (so n / 16 <= 64 threads: the first staging
+ * warps), x, po and out 16-byte aligned. A warp with no such thread skips the scale. */
+__device__ __forceinline__ bool mc_pro_direct_ok(const mc_pro_args &pro, uint32_t n, const float *ws) {
+    return ws && n % 16 == 0 && n <= MC_PRO_COLS &&
+           (((uintptr_t)pro.x | (uintptr_t)pro.po | (uintptr_t)pro.out) & 15u) == 0;
+}
+__device__ __forceinline__ void mc_pro_direct(const mc_pro_args &pro, uint32_t n, const float *ws, float *pos,
+                                              float (&v)[16]) {
+    const uint32_t t = threadIdx.x, nt = n / 16;
+    float p[16];
+    asm volatile("cp.async.wait_all;" ::: "memory"); /* this thread's weight copies (the barrier: everyone's) */
+    if (t < nt) {
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            const float4 a = __ldcg((const float4 *)(pro.x + 16 * t) + i),
+                         b = __ldcg((const float4 *)(pro.po + 16 * t) + i);
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+            p[4 * i] = b.x, p[4 * i + 1] = b.y, p[4 * i + 2] = b.z, p[4 * i + 3] = b.w;
+        }
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            ((float4 *)(pos + 16 * t))[i] = make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
+    }
+    __syncthreads(); /* po in shared memory, and every thread's weight copies */
+    if ((t & ~31u) >= nt)
+        return;
+    const float scale = mc_pro_scale(pos, n, pro.eps);
+    if (t >= nt)
+        return;
+    const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && pro.out;
+#pragma unroll
+    for (uint32_t i = 0; i < 16; i++)
+        v[i] = __fadd_rn(v[i], __fmul_rn(__fmul_rn(p[i], scale), ws[16 * t + i]));
+    if (first)
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            ((float4 *)(pro.out + 16 * t))[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
 }
 
 #endif
