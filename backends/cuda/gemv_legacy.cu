@@ -211,20 +211,8 @@ __device__ __forceinline__ void gemv_legacy_narrow_body(const mc_matrix w, const
      * c2 = tid's 16 columns in dx: 2 nb <= 64), else x = x_new in shared memory */
     [[maybe_unused]] bool direct = false;
     [[maybe_unused]] float dx[16];
-    if constexpr (PRO) {
-        __shared__ __align__(16) float xpro[MC_PRO_COLS];
-        __shared__ __align__(16) float ppro[MC_PRO_COLS];
-        direct = !MX && mc_pro_direct_ok(*pro, w.cols, wps);
-        if (direct) {
-            if (NORM)
-                norm_w = wps + MC_PRO_COLS; /* its copy, read below by plain loads */
-            mc_pro_direct(*pro, w.cols, wps, ppro, dx);
-        } else {
-            mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
-            mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
-            x = xpro;
-        }
-    }
+    if constexpr (PRO)
+        direct = mc_pro_begin<NORM>(*pro, w.cols, wps, !MX, x, norm_w, dx);
     /* x's loads: from shared memory under PRO, else through the read-only path */
     auto xld = [&](size_t i) { return PRO ? x[i] : __ldg(x + i); };
     auto xld4 = [&](size_t i) { return PRO ? *(const float4 *)(x + i) : __ldg((const float4 *)(x + i)); };

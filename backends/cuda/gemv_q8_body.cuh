@@ -100,20 +100,8 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
      * 16 columns in dx: nch <= 64), else x = x_new in shared memory */
     [[maybe_unused]] bool direct = false;
     [[maybe_unused]] float dx[16];
-    if constexpr (PRO) {
-        __shared__ __align__(16) float xpro[MC_PRO_COLS];
-        __shared__ __align__(16) float ppro[MC_PRO_COLS];
-        direct = mc_pro_direct_ok(*pro, w.cols, wps);
-        if (direct) {
-            if (NORM)
-                norm_w = wps + MC_PRO_COLS; /* its copy, read below by plain loads */
-            mc_pro_direct(*pro, w.cols, wps, ppro, dx);
-        } else {
-            mc_pro_wfetch_land<NORM>(wps, norm_w); /* norm_w: its copy, read below by plain loads */
-            mc_pro_stage(*pro, w.cols, xpro, ppro, wps);
-            x = xpro;
-        }
-    }
+    if constexpr (PRO)
+        direct = mc_pro_begin<NORM>(*pro, w.cols, wps, true, x, norm_w, dx);
     float ss = 0.0f;
     /* a chunk: x' quantized (16 warps sum the squares here; 8 below, in the 8-warp order) */
     auto stage = [&](uint32_t c, float(&v)[16]) {

@@ -328,4 +328,28 @@ __device__ __forceinline__ void mc_pro_direct(const mc_pro_args &pro, uint32_t n
             ((float4 *)(pro.out + 16 * t))[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
 }
 
+/* A prologue reader's x_new after the wait: mc_pro_direct where mc_pro_direct_ok and the reader
+ * allows it (direct: its staging takes thread t's 16 columns from v; norm_w then points at its
+ * copy), else mc_pro_wfetch_land and mc_pro_stage (x then points at x_new in shared memory).
+ * Returns whether it took the direct path. ws: mc_pro_wfetch_start's buffer (or NULL). Its shared
+ * arrays are this function's: one pair a kernel, which gemv_qkv2's two parts share (a block runs
+ * one part). Measured with the arrays in each body instead: gemma3-270m 1.1% slower on an H100
+ * (bench/gpu/NOTES.md, thirty-ninth session). */
+template <int NORM>
+__device__ __forceinline__ bool mc_pro_begin(const mc_pro_args &pro, uint32_t n, const float *ws, bool allow,
+                                             const float *&x, const float *&norm_w, float (&v)[16]) {
+    __shared__ __align__(16) float xpro[MC_PRO_COLS];
+    __shared__ __align__(16) float ppro[MC_PRO_COLS];
+    if (allow && mc_pro_direct_ok(pro, n, ws)) {
+        if (NORM)
+            norm_w = ws + MC_PRO_COLS; /* its copy, read by plain loads */
+        mc_pro_direct(pro, n, ws, ppro, v);
+        return true;
+    }
+    mc_pro_wfetch_land<NORM>(ws, norm_w); /* norm_w: its copy, read by plain loads */
+    mc_pro_stage(pro, n, xpro, ppro, ws);
+    x = xpro;
+    return false;
+}
+
 #endif
