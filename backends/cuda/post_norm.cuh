@@ -281,7 +281,7 @@ __device__ __forceinline__ void mc_pro_stage(const mc_pro_args &pro, uint32_t n,
     __syncthreads(); /* xs complete */
 }
 
-/* postnorm=prologue by the staging threads (prologue=direct's path, the same bits as mc_pro_stage):
+/* postnorm=prologue by the staging threads (no key: the same bits as mc_pro_stage, which it replaces):
  * thread t < n / 16 of the block loads x and po of columns [16 t, 16 t + 16) from L2 itself, puts its
  * po into pos for the scale, and after one barrier computes its 16 columns of x_new into v, each
  * element mc_pro_stage's expression on the same operands; block (0, 0, 0) stores them to out (if
