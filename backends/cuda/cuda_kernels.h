@@ -84,9 +84,11 @@ enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, 
  * the fewest blocks whose slots hold every row group (llama-8b's q/k/v at KS 1: 96 blocks on 132
  * multiprocessors; wo and down at KS 2: 128); MC_QGRID_FILL, a block on every multiprocessor that
  * has a row group, the groups split over them as evenly (as the Q8_0 integer GEMV's grid);
- * MC_QGRID_AUTO, fill on matrices of more than MC_QBLOCK_COLS columns, need on narrower ones (fill
- * measured +1.0% on llama-8b Q6_K, +1.4% Q4_K, +0.5% Q4_0, but -6.8% on SmolLM2's Q4_1, whose
- * narrow GEMVs lose the early start of the next kernel on the multiprocessors they left free). A
+ * MC_QGRID_AUTO, fill on the Q4_K..Q6_K matrices (gemv_kquant.cu's mc_kq_fills) and on Q4_0..Q5_1
+ * matrices of more than MC_QBLOCK_COLS columns, need on narrower Q4_0..Q5_1 ones (fill measured
+ * +1.0% on llama-8b Q6_K, +1.4% Q4_K, +0.5% Q4_0, but -6.8% on SmolLM2's Q4_1, whose narrow GEMVs
+ * lose the early start of the next kernel on the multiprocessors they left free; the narrow
+ * K-quant GEMVs gain: gemma3-270m q4_k_m +0.9%, smollm2-135m Q4_K +2.8% on an H200). A
  * block's row groups are a contiguous range either way and each row's sums do not depend on who
  * computes them: the same bits. */
 enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
@@ -143,7 +145,8 @@ enum { MC_WAIT_RING, MC_WAIT_EVENT, MC_WAIT_WORD };
  * The same bits. (A key of its own would not fit: an arm's resolved options are at most
  * MEMRA_OPT_MAX, and the cuda arms use every one.) */
 enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF, MC_COMMIT_HEAD };
-/* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid. */
+/* Whether a 16-warp Q4_0..Q5_1 GEMV of cols columns runs on the filled grid (the K-quant GEMVs:
+ * gemv_kquant.cu's mc_kq_fills). */
 static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
     return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
 }
