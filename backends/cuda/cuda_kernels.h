@@ -84,8 +84,8 @@ enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, 
  * the fewest blocks whose slots hold every row group (llama-8b's q/k/v at KS 1: 96 blocks on 132
  * multiprocessors; wo and down at KS 2: 128); MC_QGRID_FILL, a block on every multiprocessor that
  * has a row group, the groups split over them as evenly (as the Q8_0 integer GEMV's grid);
- * MC_QGRID_AUTO, fill on the Q4_K..Q6_K matrices (gemv_kquant.cu's mc_kq_fills) and on Q4_0..Q5_1
- * matrices of more than MC_QBLOCK_COLS columns, need on narrower Q4_0..Q5_1 ones (fill measured
+ * MC_QGRID_AUTO, fill on the Q4_K..Q6_K matrices and on Q4_0..Q5_1 matrices of more than
+ * MC_QBLOCK_COLS columns, need on narrower Q4_0..Q5_1 ones (mc_qgrid_fills; fill measured
  * +1.0% on llama-8b Q6_K, +1.4% Q4_K, +0.5% Q4_0, but -6.8% on SmolLM2's Q4_1, whose narrow GEMVs
  * lose the early start of the next kernel on the multiprocessors they left free; the narrow
  * K-quant GEMVs gain: gemma3-270m q4_k_m +0.9%, smollm2-135m Q4_K +2.8% on an H200). A
@@ -145,10 +145,10 @@ enum { MC_WAIT_RING, MC_WAIT_EVENT, MC_WAIT_WORD };
  * The same bits. (A key of its own would not fit: an arm's resolved options are at most
  * MEMRA_OPT_MAX, and the cuda arms use every one.) */
 enum { MC_COMMIT_LAUNCH, MC_COMMIT_SAMPLER, MC_COMMIT_HANDOFF, MC_COMMIT_HEAD };
-/* Whether a 16-warp Q4_0..Q5_1 GEMV of cols columns runs on the filled grid (the K-quant GEMVs:
- * gemv_kquant.cu's mc_kq_fills). */
-static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols) {
-    return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && cols > MC_QBLOCK_COLS);
+/* Whether a 16-warp quantized GEMV of cols columns runs on the filled grid: kquant for Q4_K..Q6_K
+ * (filled at every width under auto), 0 for Q4_0..Q5_1 (filled above MC_QBLOCK_COLS columns). */
+static inline int mc_qgrid_fills(uint32_t qgrid, uint32_t cols, int kquant) {
+    return qgrid == MC_QGRID_FILL || (qgrid == MC_QGRID_AUTO && (kquant || cols > MC_QBLOCK_COLS));
 }
 /* The integer GEMVs of a prefill chunk (the `chunk` key, in its names' order): MC_CHUNK_MMA, the
  * Q8_0 ones (chunk_mma.cu), the Q4_K, Q5_K, Q6_K ones under qdot=auto (chunk_kq_mma.cu) and the

@@ -590,15 +590,6 @@ static cudaError_t mc_kq_prepare(int dev) {
     return cudaSuccess;
 }
 
-/* qgrid on the K-quant GEMVs: need only where the key says so. auto fills at every width here,
- * where the Q4_0..Q5_1 GEMVs fill only above MC_QBLOCK_COLS columns (mc_qgrid_fills): on an H200
- * the narrow K-quant launches took less time filled (gemma3-270m's Q4_K and Q6_K wo and down
- * 82.2 -> 75.6 and 27.0 -> 23.8 us a token; the all-K-quant presets of gemma3-270m and
- * smollm2-135m +1.4 to +2.2%), while the narrow legacy ones took more (gemma3-270m's Q5_0
- * gate/up 69.7 -> 75.6 us; smollm2-135m Q4_1 -7%): bench/gpu/NOTES.md, fortieth session. The
- * grid never changes the bits. */
-static inline bool mc_kq_fills(uint32_t qgrid) { return qgrid != MC_QGRID_NEED; }
-
 /* qblock: whether a matrix runs in the small blocks (qdot=auto only): qblock=4 always, 16 never,
  * auto where the matrix is narrow (cols <= MC_QBLOCK_COLS: x' is cheap to stage once a block) and
  * its 16-warp grid leaves multiprocessors idle. A function of the shapes, the key and the device's
@@ -629,7 +620,7 @@ static cudaError_t mc_kq_t(const mc_config *c, const mc_matrix *w, const float *
     const bool small = mc_kq_small(c, w, QF, (uint32_t)mc_sm_count[dev]);
     const uint32_t warps = small ? MC_KQ_SMALL : MC_KQ_WARPS, per_sm = MC_KQ_WARPS / warps;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / KS;
-    const uint32_t need = small || !mc_kq_fills(c->qgrid) ? (n_groups + slots - 1) / slots : n_groups;
+    const uint32_t need = small || !mc_qgrid_fills(c->qgrid, w->cols, 1) ? (n_groups + slots - 1) / slots : n_groups;
     const uint32_t cap = per_sm * mc_sm_count[dev];
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -790,7 +781,7 @@ cudaError_t mc_gemv_kquant_argmax(const mc_config *c, const mc_matrix *w, const 
         return cudaErrorNotSupported;
     /* mc_kq_t's grid for it */
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    const uint32_t need = !mc_kq_fills(c->qgrid) ? (n_groups + MC_KQ_WARPS - 1) / MC_KQ_WARPS : n_groups;
+    const uint32_t need = !mc_qgrid_fills(c->qgrid, w->cols, 1) ? (n_groups + MC_KQ_WARPS - 1) / MC_KQ_WARPS : n_groups;
     const uint32_t grid = need < sm ? need : sm;
     if (grid > MC_AM_PARTS_CAP)
         return cudaErrorNotSupported;
@@ -843,7 +834,7 @@ cudaError_t mc_gemv_kquant_qkv2(const mc_config *c, const mc_matrix *wa, const m
                    ngb = (wb->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
     const uint32_t na = (nga + 16 / ksa - 1) / (16 / ksa), nb = (ngb + 16 / ksb - 1) / (16 / ksb);
     uint32_t grid_a, grid_b;
-    if (!mc_kq_fills(c->qgrid) && na + nb <= sm) { /* each part's fewest blocks */
+    if (!mc_qgrid_fills(c->qgrid, wa->cols, 1) && na + nb <= sm) { /* each part's fewest blocks */
         grid_a = na;
         grid_b = nb;
     } else { /* the filled grid: every multiprocessor, shared by the parts in proportion to their bytes */

@@ -559,7 +559,7 @@ static cudaError_t mc_ll_launch(const mc_config *c, const mc_matrix *w, const fl
     const bool small = mc_ll_small(c, w, QD, (uint32_t)mc_sm_count[dev]);
     const uint32_t warps = small ? MC_LL_SMALL : MC_LL_WARPS;
     const uint32_t n_groups = (w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, slots = warps / KS;
-    const uint32_t need = small || !mc_qgrid_fills(c->qgrid, w->cols) ? (n_groups + slots - 1) / slots : n_groups;
+    const uint32_t need = small || !mc_qgrid_fills(c->qgrid, w->cols, 0) ? (n_groups + slots - 1) / slots : n_groups;
     const uint32_t cap = mc_sm_count[dev] * (MC_LL_WARPS / warps);
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);

@@ -582,17 +582,26 @@ Test(cuda_arm_keys, postnorm_is_described) {
     cr_assert(described, "the postnorm key's description names its values");
 }
 
-/* Issue 26: qgrid=auto fills the grid on matrices wider than MC_QBLOCK_COLS only. */
-Test(cuda_arm_keys, qgrid_auto_fills_wide_matrices) {
+/* Issue 26: qgrid=auto fills the grid on Q4_0..Q5_1 matrices wider than MC_QBLOCK_COLS only, and
+ * on Q4_K..Q6_K matrices of any width (fortieth session); need and fill as they say, both families. */
+Test(cuda_arm_keys, qgrid_auto_fills_wide_and_kquant_matrices) {
     mc_config c = mc_config_default;
-    cr_assert(mc_qgrid_fills(c.qgrid, 4096)); /* llama-8b's q/k/v, wo, gate/up, down */
-    cr_assert(mc_qgrid_fills(c.qgrid, 14336));
-    cr_assert(!mc_qgrid_fills(c.qgrid, 2048)); /* llama-1b, gemma3-270m, SmolLM2: the grid before */
-    cr_assert(!mc_qgrid_fills(c.qgrid, 576));
+    for (int kq = 0; kq < 2; kq++) {
+        cr_assert(mc_qgrid_fills(c.qgrid, 4096, kq)); /* llama-8b's q/k/v, wo, gate/up, down */
+        cr_assert(mc_qgrid_fills(c.qgrid, 14336, kq));
+    }
+    cr_assert(!mc_qgrid_fills(c.qgrid, 2048, 0)); /* llama-1b, gemma3-270m, SmolLM2 Q4_0..Q5_1: the grid before */
+    cr_assert(!mc_qgrid_fills(c.qgrid, 576, 0));
+    cr_assert(mc_qgrid_fills(c.qgrid, 2048, 1)); /* gemma3-270m's Q4_K and Q6_K wo and down */
+    cr_assert(mc_qgrid_fills(c.qgrid, 1024, 1));
     cr_assert_null(mc_config_choice(&c, "qgrid", "need"));
-    cr_assert(!mc_qgrid_fills(c.qgrid, 4096));
+    for (int kq = 0; kq < 2; kq++) {
+        cr_assert(!mc_qgrid_fills(c.qgrid, 4096, kq));
+        cr_assert(!mc_qgrid_fills(c.qgrid, 1024, kq));
+    }
     cr_assert_null(mc_config_choice(&c, "qgrid", "fill"));
-    cr_assert(mc_qgrid_fills(c.qgrid, 576));
+    for (int kq = 0; kq < 2; kq++)
+        cr_assert(mc_qgrid_fills(c.qgrid, 576, kq));
 }
 
 /* Issue 29: mc_experts_int takes only Q8_0 stacks of whole blocks, and only under experts=int. */
