@@ -88,7 +88,8 @@ enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, 
  * MC_QBLOCK_COLS columns, need on narrower Q4_0..Q5_1 ones (mc_qgrid_fills; fill measured
  * +1.0% on llama-8b Q6_K, +1.4% Q4_K, +0.5% Q4_0, but -6.8% on SmolLM2's Q4_1, whose narrow GEMVs
  * lose the early start of the next kernel on the multiprocessors they left free; the narrow
- * K-quant GEMVs gain: gemma3-270m q4_k_m +0.9%, smollm2-135m Q4_K +2.8% on an H200). A
+ * K-quant GEMVs gain: gemma3-270m q4_k_m +0.9%, smollm2-135m Q4_K +2.8% on an H200; smollm2-135m
+ * q4_k_m, whose only K-quants are its down projections, lost 0.6% on an H100). A
  * block's row groups are a contiguous range either way and each row's sums do not depend on who
  * computes them: the same bits. */
 enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
