@@ -389,6 +389,7 @@ const char *mc_op_glue_family(const void *func);
 const char *mc_chunk_family(const void *func);
 const char *mc_moe_family(const void *func);          /* moe.cu (and gemv_moe.cu's gemv_experts) */
 const char *mc_gemv_experts_family(const void *func); /* gemv_moe.cu */
+const char *mc_moe_router_family(const void *func);   /* moe_router.cu: "moe_router" or NULL */
 cudaError_t mc_gemv_trigger_addr(void **p);
 cudaError_t mc_gemv_q8_trigger_addr(void **p);
 cudaError_t mc_attention_trigger_addr(void **p);

@@ -87,7 +87,7 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "moe_fuse", "119",                                                                                             \
-            "mixture-of-experts kernel variants (bits, 0 to 255), each where its kernel serves the layer: 1 the "       \
+            "mixture-of-experts kernel variants (bits, 0 to 1023), each where its kernel serves the layer: 1 the "       \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
             "a lane's loads in flight and fewer registers (slower on qwen3moe-30b), 16 the fused router on one "      \
@@ -95,7 +95,10 @@ extern "C" {
             "GEMV lets the next launch start after its wait (the down GEMV then queues its expert's weights while "   \
             "the gate/up drains), 64 the Q8_0 experts' gate/up GEMV streamed by one wave of warps, x' computed "       \
             "once a block (where the column split is 1; an H200, both orders: qwen3moe-30b +3.0%, granite-moe-1b "    \
-            "Q8_0 +5.0%), 128 the same for F32, F16 and BF16 experts (granite-moe-1b BF16 -1.8%, F16 -1.9%: off). "  \
+            "Q8_0 +5.0%), 128 the same for F32, F16 and BF16 experts (granite-moe-1b BF16 -1.8%, F16 -1.9%: off), "  \
+            "256 the cluster router's logits pushed into its first block's shared memory and routed from there, "     \
+            "by one warp where there are at most 32 experts (with 16), 512 that cluster router as one block of up "   \
+            "to 32 warps where there are at most 32 experts (with 16). "                                               \
             "0 runs the five launches of the unfused path. The bits do not depend on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \

@@ -185,7 +185,10 @@ enum {
  * GEMV then reads the ids and queues its expert's weights while the gate/up drains), the
  * experts' gate/up GEMV streamed by one wave of warps with x' staged once a block (column split 1
  * and one x only): 64 for Q8_0 experts, 128 for F32, F16 and BF16 ones (measured slower there,
- * off by default; bench/RESULTS.md). The same bits with any of them. */
+ * off by default; bench/RESULTS.md), the cluster router's logits pushed into block 0's shared
+ * memory (distributed shared memory) and its route read there, by one warp without block barriers
+ * where n <= 32 (256, with 16), the cluster router as one block of up to 32 warps where n <= 32
+ * (512, with 16: no barrier across multiprocessors). The same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
 #define MC_MOE_FUSE_COMBINE 2u
 #define MC_MOE_FUSE_SCALE 4u
@@ -194,7 +197,9 @@ enum {
 #define MC_MOE_FUSE_EARLY 32u
 #define MC_MOE_FUSE_STREAM 64u    /* Q8_0 experts */
 #define MC_MOE_FUSE_STREAM16 128u /* F32, F16, BF16 experts */
-#define MC_MOE_FUSE_ALL 255u
+#define MC_MOE_FUSE_DSMEM 256u    /* with 16 */
+#define MC_MOE_FUSE_ONEBLOCK 512u /* with 16 */
+#define MC_MOE_FUSE_ALL 1023u
 /* 1, 2, 4, 16, 32, 64; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
 #define MC_MOE_FUSE_DEFAULT 119u
 typedef struct mc_config {

@@ -1,13 +1,13 @@
 /* gemv_moe.cu: the mixture-of-experts GEMVs of F32/F16/BF16/Q8_0 stacks (the experts' row-group
- * GEMV, the flat and streamed gate/up variants, the fused router with its top k, on a ticket or
- * on one cluster, and the experts' down GEMV with the weighted combination), the arm's moe_fuse key choosing
- * among them (cuda_forward.cu's mc_moe_ffn). Each computes the dense row-group GEMV's arithmetic
+ * GEMV, the flat and streamed gate/up variants, and the experts' down GEMV with the weighted
+ * combination; the fused router is moe_router.cu's), the arm's moe_fuse key choosing among them
+ * (cuda_forward.cu's mc_moe_ffn). Each computes the dense row-group GEMV's arithmetic
  * (gemv_body.cuh) on the chosen expert's rows, so the folds give the unfused launches' bits.
  * Split from gemv.cu (the kernels' PTX the same operations). Measurements: bench/gpu/NOTES.md. */
 #include "cuda_common.cuh"
 #include "gemv_body.cuh"
 #include "gemv_quant.h"
-#include "moe_route.cuh"
+#include "gemv_flat.cuh"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv_moe)
 
@@ -185,122 +185,6 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
  * the most that compile without spills (ptxas -v): Q8_0 with 4 chunks a lane 4 (128 registers),
  * the others 5 (96). */
 #define MC_FLAT_MINB(T, NC) ((T) == MEMRA_TYPE_Q8_0 && (NC) == 4 ? 4 : 5)
-
-/* x's chunk idx as mc_x_chunk loads it; with po, x + po * po_scale first (a product and a sum, each
- * rounded: moe.cu's moe_scale, granite's attention residual add), then the norm's squares and
- * weights in mc_x_chunk's order. With po NULL the operations of mc_x_chunk. */
-template <uint32_t T, int NORM>
-__device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, float po_scale, const float *nw,
-                                              uint32_t idx, float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
-    constexpr uint32_t E = mc_elems<T>::n;
-#pragma unroll
-    for (uint32_t q = 0; q < E / 4; q++) {
-        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
-        if (po) {
-            const float4 a = __ldg((const float4 *)(po + (size_t)idx * E) + q);
-            xv[q].x = __fadd_rn(xv[q].x, __fmul_rn(a.x, po_scale));
-            xv[q].y = __fadd_rn(xv[q].y, __fmul_rn(a.y, po_scale));
-            xv[q].z = __fadd_rn(xv[q].z, __fmul_rn(a.z, po_scale));
-            xv[q].w = __fadd_rn(xv[q].w, __fmul_rn(a.w, po_scale));
-        }
-        if (NORM) {
-            const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
-            ss = fmaf(xv[q].x, xv[q].x, ss);
-            ss = fmaf(xv[q].y, xv[q].y, ss);
-            ss = fmaf(xv[q].z, xv[q].z, ss);
-            ss = fmaf(xv[q].w, xv[q].w, ss);
-            xv[q].x *= g.x;
-            xv[q].y *= g.y;
-            xv[q].z *= g.z;
-            xv[q].w *= g.w;
-        }
-    }
-}
-
-/* mc_rows_dot's sums with all of a lane's chunks in flight at once: NC chunks a lane at most (the
- * caller's w.cols / E <= 32 KS NC), the same chunks in the same order (lane l of part p: chunk
- * 32 p + l, then every 32 KS-th), the same per-chunk arithmetic, the same tail and warp trees:
- * the same bits, without the double buffer. The weights (and Q8_0 block scales) are queued
- * first, then mc_wait_prior_grid(family), then x is read (x' with po as mc_x_chunk_po). */
-template <uint32_t T, int NORM, int KS, int NC>
-__device__ __forceinline__ void mc_rows_dot_flat(const mc_matrix &w, uint32_t r0, const float *x, const float *po,
-                                                 float po_scale, const float *nw, uint32_t lane, uint32_t part,
-                                                 unsigned family, float (&out)[MC_GEMV_ROWS], float &ss_out) {
-    constexpr uint32_t LS = 32 * KS, E = mc_elems<T>::n, EB = 16 / E;
-    /* 32-bit offsets of the rows (the callers' matrices are under 4 GiB: mc_flat_fits) */
-    uint32_t ro[MC_GEMV_ROWS];
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        ro[k] = r0 + k < w.rows ? r0 + k : r0;
-    const char *const data = (const char *)w.data;
-    const uint16_t *const scales = w.scales;
-    const uint32_t row_bytes = w.stride * EB, row_scales = w.cols / MEMRA_Q8_0_BLOCK;
-    const uint32_t nfull = w.cols / E, first = lane + 32 * part;
-    uint4 wv[NC][MC_GEMV_ROWS];
-    uint16_t sv[NC][MC_GEMV_ROWS];
-#pragma unroll
-    for (int m = 0; m < NC; m++) {
-        const uint32_t idx = first + LS * m;
-        if (idx < nfull) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++) {
-                wv[m][k] = __ldcs((const uint4 *)(data + (ro[k] * row_bytes + idx * 16)));
-                if (T == MEMRA_TYPE_Q8_0)
-                    sv[m][k] = __ldg(scales + (ro[k] * row_scales + idx / 2));
-            }
-        }
-    }
-    mc_wait_prior_grid(family); /* x (and po) come from earlier kernels */
-    float acc[MC_GEMV_ROWS], ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        acc[k] = 0.0f;
-#pragma unroll
-    for (int m = 0; m < NC; m++) {
-        const uint32_t idx = first + LS * m;
-        if (idx < nfull) {
-            float4 xv[E / 4];
-            mc_x_chunk_po<T, NORM>(x, po, po_scale, nw, idx, xv, ss);
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                acc[k] += mc_dot_chunk<T>(wv[m][k], xv,
-                                          T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(sv[m][k])) : 1.0f);
-        }
-    }
-    if (nfull * E < w.cols && part == 0 && lane == (nfull & 31)) {
-        for (uint32_t c = nfull * E; c < w.cols; c++) {
-            float xc = x[c];
-            if (po)
-                xc = __fadd_rn(xc, __fmul_rn(po[c], po_scale));
-            if (NORM) {
-                ss = fmaf(xc, xc, ss);
-                xc *= nw[c];
-            }
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                acc[k] = fmaf(mc_elem<T>(data + (size_t)ro[k] * row_bytes, c), xc, acc[k]);
-        }
-    }
-    ss_out = NORM ? mc_warp_sum(ss) : 0.0f;
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        out[k] = mc_warp_sum(acc[k]);
-}
-
-/* Whether rows x cols of type fit mc_rows_dot_flat's 32-bit offsets (bytes and Q8_0 scales). */
-static int mc_flat_fits(uint32_t type, uint64_t rows, uint64_t cols) {
-    return mc_matrix_bytes(type, rows, cols) < 0xffffffffull;
-}
-
-/* Chunks a lane takes at most with KS column parts: the flat kernels' NC (1, 2 or 4), 0 where a
- * row has more than 4 x 32 KS chunks (the fused kernels then do not serve). */
-static uint32_t mc_flat_nc(uint32_t type, uint32_t cols, uint32_t ks) {
-    const uint32_t eb = mc_type_elem_bytes(type);
-    if (eb == 0)
-        return 0;
-    const uint32_t nfull = cols / (16 / eb), per = (nfull + 32 * ks - 1) / (32 * ks);
-    return per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : 0;
-}
 
 /* moe_fuse bit 8: gemv_experts (blocks: x row groups of one expert, y slot j; 4 warps, KS column
  * parts) with mc_rows_dot_flat in place of mc_rows_dot: every chunk of a lane in flight at once
@@ -611,199 +495,6 @@ static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w
 #undef MC_S
 }
 
-/* moe_fuse bit 1: the router's GEMV (F32/F16/BF16, the ffn norm fused) and its top k in one
- * launch. Each block is one row group of 4 experts' logits, its 4 warps the 4 column parts (the
- * split mc_gemv_ksplit gives any matrix of at most 2112 rows, so the unfused router's): the
- * arithmetic of gemv_rowgroup and gemv_persistent, hence the logits' bits. Each block's writer
- * fences its logits and takes a ticket (an integer atomic, no float); the block with the last
- * ticket, which then sees every block's logits, runs moe_route.cuh's mc_moe_route_block (the
- * moe_route kernel's code: the same ids and weights) and resets the ticket for the next launch.
- * With po (moe_fuse bit 4, granite): the router reads x' = x + po * po_scale (moe_scale's residual
- * add, each element rounded as it rounds), and the last block writes x' into x, after every block
- * has read x. Per call: reads the router (n x cols), x, po and norm_w; writes n logits, sel, w. */
-template <uint32_t T, int NC>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS)
-    moe_router(const mc_matrix w, float *x, const float *po, float po_scale, const float *norm_w, float eps,
-               float *logits, uint32_t k, int wnorm, int shexp, int32_t *sel, float *wts, uint32_t *ticket) {
-    __shared__ float red[MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
-    __shared__ uint32_t last;
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r0 = blockIdx.x * MC_GEMV_ROWS;
-    float d[MC_GEMV_ROWS], ss = 0.0f;
-    mc_rows_dot_flat<T, 1, MC_GEMV_WARPS, NC>(w, r0, x, po, po_scale, norm_w, lane, warp, MC_TRIGGER_GEMV, d, ss);
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            red[warp][r] = d[r];
-        red[warp][MC_GEMV_ROWS] = ss;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] += red[p][r];
-            ss += red[p][MC_GEMV_ROWS];
-        }
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= scale;
-        mc_rows_store<0>(d, r0, w.rows, NULL, NULL, logits);
-        __threadfence(); /* the logits reach every block before the ticket does */
-        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    if (po)
-        for (uint32_t i = threadIdx.x; i < w.cols; i += blockDim.x)
-            x[i] = __fadd_rn(x[i], __fmul_rn(po[i], po_scale));
-    mc_moe_route_block<32 * MC_GEMV_WARPS>(logits, w.rows, k, wnorm, shexp, sel, wts);
-    if (threadIdx.x == 0)
-        *ticket = 0u;
-}
-
-#define MC_ROUTER_MAX (32u * MC_GEMV_WARPS) /* experts the fused router serves: one thread each */
-
-/* moe_fuse bit 16 (with bit 1): the fused router on one thread-block cluster, without the ticket.
- * Block b of the cluster holds GPB row groups (4 warps each: the group's 4 column parts, as
- * moe_router's block), group g = b GPB + warp / 4; each group's arithmetic is moe_router's (its
- * warps' mc_rows_dot_flat, the parts added in order by the group's first thread, the scale, the
- * store), so the same logits. Then a cluster barrier (arrive.release, wait.acquire: every block's
- * logits and its reads of x are done and visible to the cluster) and block 0 alone runs what the
- * ticket's last block ran: granite's x' into x, mc_moe_route_block. One barrier a few hundred
- * nanoseconds long in place of a fence, an atomic and the last block's wait on them. */
-template <uint32_t T, int NC, int GPB>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS * GPB)
-    moe_router_cl(const mc_matrix w, float *x, const float *po, float po_scale, const float *norm_w, float eps,
-                  float *logits, uint32_t k, int wnorm, int shexp, int32_t *sel, float *wts) {
-    __shared__ float red[MC_GEMV_WARPS * GPB][MC_GEMV_ROWS + 1];
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % MC_GEMV_WARPS;
-    const uint32_t gl = warp / MC_GEMV_WARPS, r0 = (blockIdx.x * GPB + gl) * MC_GEMV_ROWS;
-    const bool live = r0 < w.rows;
-    float d[MC_GEMV_ROWS], ss = 0.0f;
-    if (live)
-        mc_rows_dot_flat<T, 1, MC_GEMV_WARPS, NC>(w, r0, x, po, po_scale, norm_w, lane, part, MC_TRIGGER_GEMV, d, ss);
-    else
-        mc_wait_prior_grid(MC_TRIGGER_GEMV);
-    if (lane == 0 && live) {
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            red[warp][r] = d[r];
-        red[warp][MC_GEMV_ROWS] = ss;
-    }
-    __syncthreads();
-    if (live && part == 0 && lane == 0) { /* the group's first thread: moe_router's thread 0 */
-        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] += red[gl * MC_GEMV_WARPS + p][r];
-            ss += red[gl * MC_GEMV_WARPS + p][MC_GEMV_ROWS];
-        }
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= scale;
-        mc_rows_store<0>(d, r0, w.rows, NULL, NULL, logits);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    if (blockIdx.x != 0) /* one cluster: block 0 is its rank 0 */
-        return;
-    if (po)
-        for (uint32_t i = threadIdx.x; i < w.cols; i += blockDim.x)
-            x[i] = __fadd_rn(x[i], __fmul_rn(po[i], po_scale));
-    mc_moe_route_block<32 * MC_GEMV_WARPS * GPB>(logits, w.rows, k, wnorm, shexp, sel, wts);
-}
-
-/* The cluster router's blocks and groups a block for n experts: at most 8 blocks (a portable
- * cluster), 1, 2 or 4 groups each. */
-static void mc_router_cl_shape(uint32_t n, uint32_t *blocks, uint32_t *gpb) {
-    const uint32_t groups = (n + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    const uint32_t g = (groups + 7) / 8;
-    *gpb = g <= 1 ? 1 : g <= 2 ? 2 : 4;
-    *blocks = (groups + *gpb - 1) / *gpb;
-}
-
-template <uint32_t T, int NC, int GPB>
-static cudaError_t mc_moe_router_cl_t(const mc_config *c, const mc_matrix *w, float *x, const float *po,
-                                      float po_scale, const float *norm_w, float eps, float *logits, uint32_t k,
-                                      int wnorm, int shexp, int32_t *sel, float *wts, uint32_t blocks, cudaStream_t st) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(32 * MC_GEMV_WARPS * GPB);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[2];
-    mc_launch_attrs_cluster(&cfg, attr, blocks, c->pdl != 0);
-    cudaError_t e = cudaLaunchKernelEx(&cfg, moe_router_cl<T, NC, GPB>, *w, x, po, po_scale, norm_w, eps, logits, k,
-                                       wnorm, shexp, sel, wts);
-    return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-template <uint32_t T, int NC>
-static cudaError_t mc_moe_router_cl(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
-                                    const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp,
-                                    int32_t *sel, float *wts, cudaStream_t st) {
-    uint32_t blocks, gpb;
-    mc_router_cl_shape(w->rows, &blocks, &gpb);
-#define MC_RC(G) mc_moe_router_cl_t<T, NC, G>(c, w, x, po, po_scale, norm_w, eps, logits, k, wnorm, shexp, sel, wts, blocks, st)
-    switch (gpb) {
-    case 1: return MC_RC(1);
-    case 2: return MC_RC(2);
-    default: return MC_RC(4);
-    }
-#undef MC_RC
-}
-
-int mc_moe_router_serves(const mc_matrix *w) {
-    return (w->type == MEMRA_TYPE_F32 || w->type == MEMRA_TYPE_F16 || w->type == MEMRA_TYPE_BF16) && w->rows > 0 &&
-           w->rows <= MC_ROUTER_MAX && mc_gemv_ksplit(w->rows) == MC_GEMV_WARPS &&
-           mc_flat_nc(w->type, w->cols, MC_GEMV_WARPS) != 0 && mc_flat_fits(w->type, w->rows, w->cols);
-}
-
-template <uint32_t T, int NC>
-static cudaError_t mc_moe_router_t(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
-                                   const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp,
-                                   int32_t *sel, float *wts, uint32_t *ticket, cudaStream_t st) {
-    if (c->moe_fuse & MC_MOE_FUSE_CLUSTER)
-        return mc_moe_router_cl<T, NC>(c, w, x, po, po_scale, norm_w, eps, logits, k, wnorm, shexp, sel, wts, st);
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((w->rows + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS);
-    cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    mc_launch_attrs(&cfg, attr, 0, c);
-    cudaError_t e = cudaLaunchKernelEx(&cfg, moe_router<T, NC>, *w, x, po, po_scale, norm_w, eps, logits, k, wnorm,
-                                       shexp, sel, wts, ticket);
-    return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-cudaError_t mc_moe_router(const mc_config *c, const mc_matrix *w, float *x, const float *po, float po_scale,
-                          const float *norm_w, float eps, float *logits, uint32_t k, int wnorm, int shexp, int32_t *sel,
-                          float *wts, uint32_t *ticket, cudaStream_t st) {
-    if (!mc_moe_router_serves(w) || !norm_w || !ticket || k == 0 || k > w->rows || k > MEMRA_MAX_EXPERTS_USED ||
-        w->cols % 4 != 0)
-        return cudaErrorInvalidValue;
-#define MC_R(T, NC)                                                                                                    \
-    mc_moe_router_t<T, NC>(c, w, x, po, po_scale, norm_w, eps, logits, k, wnorm, shexp, sel, wts, ticket, st)
-#define MC_R_NC(T)                                                                                                     \
-    switch (mc_flat_nc(w->type, w->cols, MC_GEMV_WARPS)) {                                                             \
-    case 1: return MC_R(T, 1);                                                                                         \
-    case 2: return MC_R(T, 2);                                                                                         \
-    default: return MC_R(T, 4);                                                                                        \
-    }
-    switch (w->type) {
-    case MEMRA_TYPE_F32: MC_R_NC(MEMRA_TYPE_F32)
-    case MEMRA_TYPE_F16: MC_R_NC(MEMRA_TYPE_F16)
-    default: MC_R_NC(MEMRA_TYPE_BF16)
-    }
-#undef MC_R_NC
-#undef MC_R
-}
-
 /* moe_fuse bit 2: the experts' down GEMV and the weighted combination in one launch, for one rank
  * holding the stack's experts [e0, e1). Each block is one row group (4 rows) of every slot: warp
  * (j, p) computes slot j's rows over column part p of KS (mc_gemv_ksplit of k rows_e rows, as
@@ -956,23 +647,8 @@ const char *mc_gemv_experts_family(const void *f) {
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
         if (streams[i] == f)
             return "gemv_experts";
-#define MC_ROUTER_NC(T) (const void *)moe_router<T, 1>, (const void *)moe_router<T, 2>, (const void *)moe_router<T, 4>
-    static const void *const routers[] = {MC_ROUTER_NC(MEMRA_TYPE_F32), MC_ROUTER_NC(MEMRA_TYPE_F16),
-                                          MC_ROUTER_NC(MEMRA_TYPE_BF16)};
-#undef MC_ROUTER_NC
-    for (size_t i = 0; i < sizeof routers / sizeof routers[0]; i++)
-        if (routers[i] == f)
-            return "moe_router";
-#define MC_ROUTER_CL_G(T, NC) (const void *)moe_router_cl<T, NC, 1>, (const void *)moe_router_cl<T, NC, 2>, \
-                              (const void *)moe_router_cl<T, NC, 4>
-#define MC_ROUTER_CL(T) MC_ROUTER_CL_G(T, 1), MC_ROUTER_CL_G(T, 2), MC_ROUTER_CL_G(T, 4)
-    static const void *const cl_routers[] = {MC_ROUTER_CL(MEMRA_TYPE_F32), MC_ROUTER_CL(MEMRA_TYPE_F16),
-                                             MC_ROUTER_CL(MEMRA_TYPE_BF16)}; /* moe_fuse bit 16 */
-#undef MC_ROUTER_CL
-#undef MC_ROUTER_CL_G
-    for (size_t i = 0; i < sizeof cl_routers / sizeof cl_routers[0]; i++)
-        if (cl_routers[i] == f)
-            return "moe_router";
+    if (mc_moe_router_family(f))
+        return "moe_router";
 #define MC_COMB_NC(T, KS)                                                                                              \
     (const void *)gemv_experts_combine<T, KS, 1>, (const void *)gemv_experts_combine<T, KS, 2>,                        \
         (const void *)gemv_experts_combine<T, KS, 4>

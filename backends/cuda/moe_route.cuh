@@ -20,16 +20,17 @@
  *   below every number (so the ranks stay a permutation and every slot gets one expert);
  *   w_j = p[sel_j], divided by their sum (in slot order) when norm;
  *   with a shared expert (shexp) w_k = sigmoid(logits[n]) (its gate's logit, after the router's).
- * Writes sel[0 .. k) and w[0 .. k + shexp). */
+ * Writes sel[0 .. k) and w[0 .. k + shexp). slog: where given, the block's shared-memory copy of
+ * logits[0 .. n) (the same values: the cluster router pushes them there), read in place of L2. */
 template <uint32_t NMAX>
 __device__ __forceinline__ void mc_moe_route_block(const float *logits, uint32_t n, uint32_t k, int norm, int shexp,
-                                                   int32_t *sel, float *w) {
+                                                   int32_t *sel, float *w, const float *slog = NULL) {
     __shared__ __align__(16) float p[NMAX]; /* the ranking keys: p, a NaN as -1 */
     __shared__ float part[NMAX / 32];
     __shared__ float wsl[MEMRA_MAX_EXPERTS_USED];
     __shared__ float stat[2];
     const uint32_t t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = (n + 31) / 32;
-    const float l = t < n ? __ldcg(logits + t) : -INFINITY;
+    const float l = t < n ? (slog ? slog[t] : __ldcg(logits + t)) : -INFINITY;
     float m = l; /* the max (any order gives its bits) */
     for (int o = 16; o > 0; o >>= 1)
         m = fmaxf(m, __shfl_xor_sync(MC_FULL, m, o));
@@ -92,6 +93,48 @@ __device__ __forceinline__ void mc_moe_route_block(const float *logits, uint32_t
         if (shexp)
             w[k] = 1.0f / (1.0f + expf(-__ldcg(logits + n)));
     }
+}
+
+/* mc_moe_route_block's ids and weights for n <= 32 experts computed by one warp (every lane of it
+ * calls this; the rest of the block need not), from the logits in shared memory (slog), with no
+ * block barrier. The same operations in the same order, so the same bits: the max and the sum of
+ * the exps are the one warp's xor trees, lane 0's values taken as the block's thread 0 takes
+ * them (the block sums its warps' sums from 0.0f: here 0.0f plus the one warp's sum), p = ex / sum;
+ * the ranks count the same keys (each lane's key by a shuffle from lane e); the weights are divided
+ * by their sum in slot order, which every lane computes alike before lane j stores w_j; the shared
+ * expert's gate logit is read from logits[n] as there. */
+__device__ __forceinline__ void mc_moe_route_warp(const float *slog, const float *logits, uint32_t n, uint32_t k,
+                                                  int norm, int shexp, int32_t *sel, float *w) {
+    __shared__ float wsl[32];
+    const uint32_t lane = threadIdx.x & 31;
+    const float l = lane < n ? slog[lane] : -INFINITY;
+    float m = l;
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(MC_FULL, m, o));
+    m = __shfl_sync(MC_FULL, m, 0);
+    const float ex = lane < n ? expf(l - m) : 0.0f;
+    float total = 0.0f;
+    total += __shfl_sync(MC_FULL, mc_warp_sum(ex), 0);
+    const float pe = ex / total;
+    const float key = pe == pe ? pe : -1.0f;
+    uint32_t rank = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        const float q = __shfl_sync(MC_FULL, key, e);
+        rank += (q > key || (q == key && e < lane)) ? 1u : 0u;
+    }
+    if (lane < n && rank < k) {
+        sel[rank] = (int32_t)lane;
+        wsl[rank] = pe;
+    }
+    __syncwarp();
+    float wt = 0.0f;
+    if (norm)
+        for (uint32_t j = 0; j < k; j++)
+            wt += wsl[j];
+    if (lane < k)
+        w[lane] = norm ? wsl[lane] / wt : wsl[lane];
+    if (shexp && lane == 0)
+        w[k] = 1.0f / (1.0f + expf(-__ldcg(logits + n)));
 }
 
 #endif

@@ -651,9 +651,15 @@ static void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, i
     if (corrupt)
         corrupt_first(&r);
     int ok = 1;
-    for (int rep = 0; rep < 4; rep++) { /* launches 1, 2: the ticket's kernel; 3, 4: the cluster's (moe_fuse bit 16) */
+    /* two launches each (the second finds the first's ticket reset): the ticket's kernel; the cluster's
+     * (moe_fuse bit 16); with its logits in shared memory (256); as one block where n <= 32 (512), with
+     * and without 256 */
+    const uint32_t cl = MC_MOE_FUSE_CLUSTER, ds = MC_MOE_FUSE_DSMEM, one = MC_MOE_FUSE_ONEBLOCK;
+    const uint32_t variants[] = {0, cl, cl | ds, cl | one, cl | ds | one};
+    const uint32_t nv = sizeof variants / sizeof variants[0];
+    for (uint32_t rep = 0; rep < 2 * nv; rep++) {
         mc_config cf = *c;
-        cf.moe_fuse = rep < 2 ? (cf.moe_fuse & ~MC_MOE_FUSE_CLUSTER) : (cf.moe_fuse | MC_MOE_FUSE_CLUSTER);
+        cf.moe_fuse = (cf.moe_fuse & ~(cl | ds | one)) | variants[rep / 2];
         CHECK_CUDA(cudaMemcpy(dx1, x, cols * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(ds1, 0xff, k * 4));
         CHECK_CUDA(cudaMemset(dw1, 0xff, (k + 1) * 4));
@@ -678,9 +684,9 @@ static void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, i
               same_bits(x0, x1, cols * 4) && t == 0;
         if (!corrupt)
             CHECK(ok,
-                  "router %s n=%u cols=%u k=%u norm=%d shexp=%d po=%d launch %d (3, 4: cluster): not the unfused bits (logits %s, "
-                  "ids %s, weights %s, x %s, ticket %u)",
-                  tname(type), n, cols, k, norm, shexp, po, rep + 1, same_bits(l0, l1, n * 4) ? "=" : "DIFFER",
+                  "router %s n=%u cols=%u k=%u norm=%d shexp=%d po=%d, moe_fuse bits %u, launch %u: not the "
+                  "unfused bits (logits %s, ids %s, weights %s, x %s, ticket %u)",
+                  tname(type), n, cols, k, norm, shexp, po, variants[rep / 2], rep % 2 + 1, same_bits(l0, l1, n * 4) ? "=" : "DIFFER",
                   same_bits(s0, s1, k * 4) ? "=" : "DIFFER", same_bits(w0, w1, (k + shexp) * 4) ? "=" : "DIFFER",
                   same_bits(x0, x1, cols * 4) ? "=" : "DIFFER", t);
         free(l0), free(l1), free(w0), free(w1), free(x0), free(x1), free(s0), free(s1);
@@ -928,6 +934,8 @@ int main(void) {
         check_router(rtypes[t], 60, 2048, 4, 0, 1, 0, 0);  /* a shared gate, 15 groups */
         check_router(rtypes[t], 33, 516, 8, 1, 1, 1, 0);   /* a partial group, 129 chunks (F32) */
         check_router(rtypes[t], 64, 128, 64, 1, 0, 0, 0);  /* k = n = MEMRA_MAX_EXPERTS_USED */
+        check_router(rtypes[t], 24, 256, 6, 1, 1, 1, 0);   /* bit 256's warp route: a partial warp, a shared gate */
+        check_router(rtypes[t], 32, 128, 32, 1, 0, 0, 0);  /* bit 256's warp route: k = n = 32 */
         if (rtypes[t] != MEMRA_TYPE_F32)
             check_router(rtypes[t], 16, 100, 4, 1, 0, 1, 0); /* a column tail */
         check_router(rtypes[t], 32, 1024, 8, 1, 0, 0, 1);    /* negative control */

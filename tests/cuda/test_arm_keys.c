@@ -108,7 +108,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
-        {"cuda:moe_fuse=256", "moe_fuse=256: expected an integer from 0 to 255"},
+        {"cuda:moe_fuse=1024", "moe_fuse=1024: expected an integer from 0 to 1023"},
         {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch, prologue"},
         {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8, mma-opt"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
@@ -479,7 +479,7 @@ Test(cuda_arm_keys, no_gpu_is_said_in_words) {
     cr_assert(strncmp(err.msg, "no NVIDIA GPU found (or its driver is not loaded): ", 51) == 0, "%s", err.msg);
 }
 
-/* Issue 29: moe_fuse (the mixture-of-experts launches folded together, bits 0 to 255, never the
+/* Issue 29: moe_fuse (the mixture-of-experts launches folded together, bits 0 to 1023, never the
  * bits of the result) is taken, resolved where given and where not (55), and refused out of range. */
 Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
@@ -490,6 +490,9 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=-1"), "%s", buf);
+    cr_assert_eq(resolve("cuda:moe_fuse=1023", buf, sizeof buf), MEMRA_OK, "%s", buf); /* 256, 512: the router's */
+    cr_assert(strstr(buf, "moe_fuse=1023"), "%s", buf);
+    cr_assert_eq(MC_MOE_FUSE_ALL, 1023u);
 }
 
 /* Every choice key of the cuda arms, in one table (issues 26 to 28): the key, its default, the
