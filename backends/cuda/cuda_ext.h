@@ -86,7 +86,7 @@ extern "C" {
             "post norms: the postnorm key"                                                                             \
     },                                                                                                                 \
     {                                                                                                                  \
-        "moe_fuse", "119",                                                                                             \
+        "moe_fuse", "887",                                                                                             \
             "mixture-of-experts kernel variants (bits, 0 to 1023), each where its kernel serves the layer: 1 the "       \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \

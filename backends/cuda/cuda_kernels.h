@@ -200,8 +200,8 @@ enum {
 #define MC_MOE_FUSE_DSMEM 256u    /* with 16 */
 #define MC_MOE_FUSE_ONEBLOCK 512u /* with 16 */
 #define MC_MOE_FUSE_ALL 1023u
-/* 1, 2, 4, 16, 32, 64; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
-#define MC_MOE_FUSE_DEFAULT 119u
+/* 1, 2, 4, 16, 32, 64, 256, 512; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
+#define MC_MOE_FUSE_DEFAULT 887u
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise),

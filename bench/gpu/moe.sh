@@ -35,7 +35,7 @@
 #            unfused eager against fused graph exact on the tiny presets (every fold, a shared
 #            expert, granite's scales, sampled), each bit alone against 0 on granitemoe-tiny; then
 #            granite-moe-1b (bf16, q8_0) and qwen3moe-30b q8_0: the graph arm moe_fuse=0 against
-#            the default (119) exact, and memra bench of the variants one by one (0, 1, 3, 7, 23, 55, 119 the default, 247)
+#            the default (119) exact, and memra bench of the variants one by one (0, 1, 3, 7, 23, 55, 119, 247; 887 the default since the forty-first session)
 #   int      experts=int (the Q8_0 experts on the integer kernel, not yet run on a GPU when written):
 #            cpu nmse, eager / graph, moe_fuse=0, ep=2 exact, the control against float; granite-moe-1b
 #            and qwen3moe-30b q8_0 gates and bench against the default

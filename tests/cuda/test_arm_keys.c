@@ -49,7 +49,7 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
                                           {"attention", "auto"},
                                           {"kv", "f32"},     /* issue 28.3: the KV cache's storage */
                                           {"norm", "fused"}, /* issue 30: the built-in op, unfused */
-                                          {"moe_fuse", "119"}, /* issue 29: the mixture-of-experts folds */
+                                          {"moe_fuse", "887"}, /* issue 29: the mixture-of-experts folds */
                                           {"postnorm", "prologue"}, /* issue 27: gemma3's post norms in their readers */
                                           {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
                                           {"qblock", "16r"}, /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
@@ -81,18 +81,18 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -219,8 +219,8 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_eq(c.q8, MC_Q8_AUTO);
     cr_assert_eq(c.attention, MC_ATT_AUTO);
     cr_assert_eq(c.norm, MC_NORM_FUSED);
-    cr_assert_eq(c.moe_fuse, MC_MOE_FUSE_DEFAULT); /* issue 29: the measured variants (1, 2, 4, 16, 32, 64) */
-    cr_assert_eq(MC_MOE_FUSE_DEFAULT, 119u);
+    cr_assert_eq(c.moe_fuse, MC_MOE_FUSE_DEFAULT); /* issue 29: the measured variants (1, 2, 4, 16, 32, 64, 256, 512) */
+    cr_assert_eq(MC_MOE_FUSE_DEFAULT, 887u);
     cr_assert_null(mc_config_choice(&c, "norm", "unfused"));
     cr_assert_eq(c.norm, MC_NORM_UNFUSED);
     cr_assert_str_eq(mc_config_choice_name(&c, "norm"), "unfused");
@@ -284,19 +284,19 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
         buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+                          "attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -308,9 +308,9 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -391,7 +391,7 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=119,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+                          "moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
