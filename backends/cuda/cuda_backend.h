@@ -311,7 +311,7 @@ typedef struct mc_stage_state {
      * expert's). gu and gu_pair are as wide as the shared expert too. */
     float *moe_logits, *moe_w, *moe_act, *moe_slots;
     int32_t *moe_sel;
-    uint32_t *moe_ticket;     /* the fused router's ticket (moe_fuse bit 1, gemv.cu's moe_router): zero between launches */
+    uint32_t *moe_ticket;     /* the fused router's ticket (moe_fuse bit 1, moe_router.cu): zero between launches */
     uint32_t *pn_ticket;      /* gemma3, postnorm=fused: the output and down GEMVs' tickets (mc_gemv_post; words 0
                                * and 1): zeroed with the arena, left zero by every launch */
     int32_t *op_pos;          /* with op plugins: the token's position for the ops after the commit (the head) */

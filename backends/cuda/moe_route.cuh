@@ -1,7 +1,9 @@
 /* moe_route.cuh: the router's softmax, top k and weights as one block computes them (internal,
- * device code). moe.cu's moe_route kernel and the fused router GEMV's last block (gemv.cu's
- * moe_router, moe_fuse bit 1) run this one function, hence the same bits. The formulas are
- * cpu_moe.c's (memra/model_types.h defines them); the softmax sums in a fixed tree. */
+ * device code). moe.cu's moe_route kernel and the fused router's routing block (moe_router.cu's
+ * moe_router and moe_router_cl, moe_fuse bits 1 and 16) run this one function, hence the same
+ * bits; mc_moe_route_warp computes the same for at most 32 experts in one warp (moe_fuse bit
+ * 256). The formulas are cpu_moe.c's (memra/model_types.h defines them); the softmax sums in a
+ * fixed tree. */
 #ifndef MEMRA_CUDA_MOE_ROUTE_CUH
 #define MEMRA_CUDA_MOE_ROUTE_CUH
 
