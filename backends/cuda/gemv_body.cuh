@@ -83,17 +83,23 @@ template <uint32_t T> __device__ __forceinline__ float mc_elem(const void *row, 
     return (float)((const int8_t *)row)[c]; /* Q8_0 never has a tail: cols % 32 == 0 */
 }
 
-/* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
- * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
- * The one order of the F32/F16/BF16/Q8_0 float GEMVs (row-group and persistent), hence their equal
- * bits. */
+/* mc_x_chunk (below) with po, for the fused MoE kernels (gemv_flat.cuh): x + po * po_scale first (a
+ * product and a sum, each rounded: moe.cu's moe_scale, granite's attention residual add), then the
+ * norm's squares and weights in mc_x_chunk's order. With po NULL it is mc_x_chunk. */
 template <uint32_t T, int NORM>
-__device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
-                                           float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
+__device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, float po_scale, const float *nw,
+                                              uint32_t idx, float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
     constexpr uint32_t E = mc_elems<T>::n;
 #pragma unroll
     for (uint32_t q = 0; q < E / 4; q++) {
         xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        if (po) {
+            const float4 a = __ldg((const float4 *)(po + (size_t)idx * E) + q);
+            xv[q].x = __fadd_rn(xv[q].x, __fmul_rn(a.x, po_scale));
+            xv[q].y = __fadd_rn(xv[q].y, __fmul_rn(a.y, po_scale));
+            xv[q].z = __fadd_rn(xv[q].z, __fmul_rn(a.z, po_scale));
+            xv[q].w = __fadd_rn(xv[q].w, __fmul_rn(a.w, po_scale));
+        }
         if (NORM) {
             const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
             ss = fmaf(xv[q].x, xv[q].x, ss);
@@ -106,6 +112,16 @@ __device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint
             xv[q].w *= g.w;
         }
     }
+}
+
+/* x's chunk idx (the E floats a 16-byte weight chunk of type T meets) into xv; with NORM, its
+ * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
+ * The one order of the F32/F16/BF16/Q8_0 float GEMVs (row-group and persistent), hence their equal
+ * bits. */
+template <uint32_t T, int NORM>
+__device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
+                                           float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
+    mc_x_chunk_po<T, NORM>(x, NULL, 0.0f, nw, idx, xv, ss);
 }
 
 /* The wait of a GEMV body for its inputs: in a launched kernel, the programmatic launch's wait

@@ -8,37 +8,6 @@
 #include "cuda_common.cuh"
 #include "gemv_body.cuh"
 
-/* x's chunk idx as mc_x_chunk loads it; with po, x + po * po_scale first (a product and a sum, each
- * rounded: moe.cu's moe_scale, granite's attention residual add), then the norm's squares and
- * weights in mc_x_chunk's order. With po NULL the operations of mc_x_chunk. */
-template <uint32_t T, int NORM>
-__device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, float po_scale, const float *nw,
-                                              uint32_t idx, float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
-    constexpr uint32_t E = mc_elems<T>::n;
-#pragma unroll
-    for (uint32_t q = 0; q < E / 4; q++) {
-        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
-        if (po) {
-            const float4 a = __ldg((const float4 *)(po + (size_t)idx * E) + q);
-            xv[q].x = __fadd_rn(xv[q].x, __fmul_rn(a.x, po_scale));
-            xv[q].y = __fadd_rn(xv[q].y, __fmul_rn(a.y, po_scale));
-            xv[q].z = __fadd_rn(xv[q].z, __fmul_rn(a.z, po_scale));
-            xv[q].w = __fadd_rn(xv[q].w, __fmul_rn(a.w, po_scale));
-        }
-        if (NORM) {
-            const float4 g = __ldg((const float4 *)(nw + (size_t)idx * E) + q);
-            ss = fmaf(xv[q].x, xv[q].x, ss);
-            ss = fmaf(xv[q].y, xv[q].y, ss);
-            ss = fmaf(xv[q].z, xv[q].z, ss);
-            ss = fmaf(xv[q].w, xv[q].w, ss);
-            xv[q].x *= g.x;
-            xv[q].y *= g.y;
-            xv[q].z *= g.z;
-            xv[q].w *= g.w;
-        }
-    }
-}
-
 /* mc_rows_dot's sums with all of a lane's chunks in flight at once: NC chunks a lane at most (the
  * caller's w.cols / E <= 32 KS NC), the same chunks in the same order (lane l of part p: chunk
  * 32 p + l, then every 32 KS-th), the same per-chunk arithmetic, the same tail and warp trees:
