@@ -87,7 +87,7 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "moe_fuse", "887",                                                                                             \
-            "mixture-of-experts kernel variants (bits, 0 to 1023), each where its kernel serves the layer: 1 the "       \
+            "mixture-of-experts kernel variants (bits, 0 to 2047), each where its kernel serves the layer: 1 the "       \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
             "a lane's loads in flight and fewer registers (slower on qwen3moe-30b), 16 the fused router on one "      \
@@ -98,7 +98,9 @@ extern "C" {
             "Q8_0 +5.0%), 128 the same for F32, F16 and BF16 experts (granite-moe-1b BF16 -1.8%, F16 -1.9%: off), "  \
             "256 the cluster router's logits pushed into its first block's shared memory and routed from there, "     \
             "by one warp where there are at most 32 experts (with 16), 512 that cluster router as one block of up "   \
-            "to 32 warps where there are at most 32 experts (with 16). "                                               \
+            "to 32 warps where there are at most 32 experts (with 16), 1024 that router computed again by every "     \
+            "block of the experts' gate/up launch, one launch a layer fewer (at most 32 experts, no shared expert, "    \
+            "the gate/up's column split 1; with 1 and 2; granite's residual add then in the down GEMV). "              \
             "0 runs the five launches of the unfused path. The bits do not depend on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \

@@ -436,6 +436,13 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
     if ((want & MC_MOE_FUSE_SCALE) && (f & MC_MOE_FUSE_ROUTE) && mc_residual_scaled(m) && m->n_ff_shexp == 0 &&
         !b->taps)
         f |= MC_MOE_FUSE_SCALE;
+    /* the router in the gate/up launch: with the fused router and combine, no shared expert, no taps,
+     * and granite's residual add folded (the combine then adds it) */
+    if ((want & MC_MOE_FUSE_ROUTED) && (f & MC_MOE_FUSE_ROUTE) && (f & MC_MOE_FUSE_COMBINE) && m->n_ff_shexp == 0 &&
+        !b->taps && (!mc_residual_scaled(m) || (f & MC_MOE_FUSE_SCALE)) &&
+        mc_experts_routed_serves(&L->router, &L->gu_exps, 2 * m->n_ff, m->n_expert_used) &&
+        L->router.rows == m->n_expert)
+        f |= MC_MOE_FUSE_ROUTED;
     return f;
 }
 
@@ -444,7 +451,8 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
  * attention residual add x += residual_scale * po too (mc_stage_body skips its own); the weighted
  * sum in the down GEMV's launch (the shared expert first: the sum reads its slot). Three launches
  * in place of five (six with granite's scale), the same bits: each kernel computes what the
- * unfused ones do, in their order. */
+ * unfused ones do, in their order. Bit 1024: two launches, the router in every block of the
+ * gate/up's (mc_gemv_experts_routed), granite's residual add in the down/combine's. */
 static memra_status mc_moe_ffn_fused(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t fused,
                                      memra_error *err) {
     const memra_model *m = b->m;
@@ -455,6 +463,18 @@ static memra_status mc_moe_ffn_fused(memra_backend *b, memra_state *s, uint32_t 
     const float eps = m->rms_eps;
     const uint32_t E = m->n_embd, F = m->n_ff, k = m->n_expert_used, ne = m->n_expert;
     const int shexp = m->n_ff_shexp > 0;
+    const float scale = mc_residual_scaled(m) ? m->residual_scale : 1.0f;
+    if (fused & MC_MOE_FUSE_ROUTED) { /* no shared expert: mc_moe_fused */
+        const int sc = (fused & MC_MOE_FUSE_SCALE) != 0;
+        MC_RET(mc_gemv_experts_routed(c, &L->router, &L->gu_exps, 2 * F, k, m->expert_weights_norm, ss->x,
+                                      sc ? ss->po : NULL, sc ? m->residual_scale : 0.0f, L->ffn_norm, eps,
+                                      ss->moe_logits, ss->moe_sel, ss->moe_w, ss->moe_act, F, q),
+               "launch of the experts' gate/up gemv with the router");
+        MC_RET(mc_gemv_experts_combine(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, ss->moe_w, NULL,
+                                       scale, ss->x, sc ? ss->po : NULL, sc ? m->residual_scale : 0.0f, 1, q),
+               "launch of the experts' down gemv with the combine (and granite's residual)");
+        return MEMRA_OK;
+    }
     if (shexp)
         MC_RET(mc_gemv(c, &L->sh_gate, ss->x, L->ffn_norm, eps, NULL, NULL, ss->moe_logits + ne, q),
                "launch of the shared expert's gate gemv");
@@ -481,10 +501,9 @@ static memra_status mc_moe_ffn_fused(memra_backend *b, memra_state *s, uint32_t 
         MC_RET(mc_gemv(c, &L->wdown, ss->gu, NULL, 0.0f, NULL, NULL, ss->moe_slots + (size_t)k * E, q),
                "launch of the shared expert's down gemv");
     }
-    const float scale = mc_residual_scaled(m) ? m->residual_scale : 1.0f;
     if (fused & MC_MOE_FUSE_COMBINE) {
         MC_RET(mc_gemv_experts_combine(c, &L->down_exps, E, ss->moe_sel, k, 0, ne, ss->moe_act, F, ss->moe_w,
-                                       shexp ? ss->moe_slots + (size_t)k * E : NULL, scale, ss->x, q),
+                                       shexp ? ss->moe_slots + (size_t)k * E : NULL, scale, ss->x, NULL, 0.0f, 0, q),
                "launch of the experts' down gemv with the combine");
         return MEMRA_OK;
     }

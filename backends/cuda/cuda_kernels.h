@@ -188,7 +188,10 @@ enum {
  * off by default; bench/RESULTS.md), the cluster router's logits pushed into block 0's shared
  * memory (distributed shared memory) and its route read there, by one warp without block barriers
  * where n <= 32 (256, with 16), the cluster router as one block of up to 32 warps where n <= 32
- * (512, with 16: no barrier across multiprocessors). The same bits with any of them. */
+ * (512, with 16: no barrier across multiprocessors), the router (n <= 32, no shared expert) computed
+ * again by every block of the experts' gate/up launch, its ids kept in the block's shared memory
+ * (1024, with 1 and 2: the router's launch goes; granite's residual add moves into the down/combine
+ * launch). The same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
 #define MC_MOE_FUSE_COMBINE 2u
 #define MC_MOE_FUSE_SCALE 4u
@@ -199,7 +202,8 @@ enum {
 #define MC_MOE_FUSE_STREAM16 128u /* F32, F16, BF16 experts */
 #define MC_MOE_FUSE_DSMEM 256u    /* with 16 */
 #define MC_MOE_FUSE_ONEBLOCK 512u /* with 16 */
-#define MC_MOE_FUSE_ALL 1023u
+#define MC_MOE_FUSE_ROUTED 1024u  /* with 1 and 2 */
+#define MC_MOE_FUSE_ALL 2047u
 /* 1, 2, 4, 16, 32, 64, 256, 512; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
 #define MC_MOE_FUSE_DEFAULT 887u
 typedef struct mc_config {
@@ -377,11 +381,26 @@ cudaError_t mc_moe_router(const mc_config *c, const mc_matrix *w, float *x, cons
  * then mc_moe_combine onto x in one launch (shslot: the shared expert's output, computed before,
  * weighted by wts[k]; NULL without one), the same bits, the slots never written. Serves k x KS <=
  * 8 (KS the column split of k rows_e rows) and rows of at most 4 x 32 KS 16-byte chunks:
- * mc_experts_combine_serves. */
+ * mc_experts_combine_serves. With po: x + po * po_scale (rounded as moe_scale rounds) before the
+ * sum is added (bit 1024's granite residual); late: sel comes from the launch just before (bit
+ * 1024), read after the wait (else before it: the ids must be two launches old). */
 int mc_experts_combine_serves(const mc_matrix *w, uint32_t rows_e, uint32_t k);
 cudaError_t mc_gemv_experts_combine(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                     uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
-                                    const float *wts, const float *shslot, float scale, float *x, cudaStream_t st);
+                                    const float *wts, const float *shslot, float scale, float *x, const float *po,
+                                    float po_scale, int late, cudaStream_t st);
+/* moe_fuse bit 1024: the router of n <= 32 experts (F32/F16/BF16, as mc_moe_router serves, with
+ * the ffn norm and, with po, granite's x + po * po_scale, which is not written into x: the
+ * down/combine launch then takes po and late) computed by every block of the experts' gate/up
+ * launch (F32/F16/BF16/Q8_0 stack gu of experts [0, n), column split 1, x one vector), which
+ * writes logits[0 .. n), sel[0 .. k), wts[0 .. k) (block 0) and the chosen experts' SwiGLU rows
+ * into y + j ldy: the bits of mc_moe_router (bits 16 and 256), then mc_gemv_experts. No shared
+ * expert. Where mc_experts_routed_serves says no, the launcher refuses (cudaErrorInvalidValue). */
+int mc_experts_routed_serves(const mc_matrix *router, const mc_matrix *gu, uint32_t rows_e, uint32_t k);
+cudaError_t mc_gemv_experts_routed(const mc_config *c, const mc_matrix *router, const mc_matrix *gu, uint32_t rows_e,
+                                   uint32_t k, int wnorm, const float *x, const float *po, float po_scale,
+                                   const float *norm_w, float eps, float *logits, int32_t *sel, float *wts, float *y,
+                                   uint32_t ldy, cudaStream_t st);
 /* x[i] += scale * (sum_j w[j] slots[j][i] in slot order [+ w[k] slots[k][i]]) (scale applied when
  * not 1: granite's residual scale). */
 cudaError_t mc_moe_combine(const mc_config *c, const float *slots, const float *w, uint32_t n_embd, uint32_t k,

@@ -8,6 +8,7 @@
 #include "gemv_body.cuh"
 #include "gemv_quant.h"
 #include "gemv_flat.cuh"
+#include "moe_route.cuh"
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv_moe)
 
@@ -295,43 +296,51 @@ struct mc_stream_task {
     bool held;
 };
 
+/* x' = x * norm_w (x + po * po_scale first, each rounded as mc_x_chunk_po rounds it, where po is
+ * given: granite's attention residual) into xs[0 .. cols), every thread of the block a share, and
+ * the sum of squares into xs[cols] as every warp of gemv_experts computes it (lane l: chunks l,
+ * l + 32, ..., in element order, the tail on lane nfull % 32, then the tree), by warp 0: the
+ * stream kernels' x' and 1/rms, the same for every group. The caller's barrier follows. */
 template <uint32_t T>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
-    gemv_experts_stream(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
-                        uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, float *y,
-                        uint32_t ldy, int early) {
+__device__ __forceinline__ void mc_stream_stage(const float *x, const float *po, float po_scale, const float *norm_w,
+                                                uint32_t cols, float *xs) {
+    constexpr uint32_t E = mc_elems<T>::n;
+    const uint32_t lane = threadIdx.x & 31, nfull = cols / E;
+    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x)
+        xs[c] = (po ? __fadd_rn(x[c], __fmul_rn(po[c], po_scale)) : x[c]) * norm_w[c];
+    if (threadIdx.x < 32) {
+        float ss = 0.0f;
+        for (uint32_t idx = lane; idx < nfull; idx += 32) {
+            float4 xv[E / 4];
+            mc_x_chunk_po<T, 1>(x, po, po_scale, norm_w, idx, xv, ss);
+        }
+        if (nfull * E < cols && lane == (nfull & 31))
+            for (uint32_t c = nfull * E; c < cols; c++) {
+                const float xc = po ? __fadd_rn(x[c], __fmul_rn(po[c], po_scale)) : x[c];
+                ss = fmaf(xc, xc, ss);
+            }
+        ss = mc_warp_sum(ss);
+        if (lane == 0)
+            xs[cols] = ss;
+    }
+}
+
+/* The task loop of the stream kernels: warp wid of nw takes tasks wid, wid + nw, ... of the G x k
+ * row groups (slot t / G, group t % G, G = ceil(rows_e / 4)) and streams them back to back (the
+ * next iteration's chunks queued while the current ones are summed, across task ends), summing
+ * against x' in shared memory (xs, sst its sum of squares: mc_stream_stage) in gemv_experts'
+ * order. sel may be device or shared memory. */
+template <uint32_t T>
+__device__ __forceinline__ void mc_stream_tasks(const mc_matrix &stack, uint32_t rows_e, const int32_t *sel, uint32_t k,
+                                                uint32_t e0, uint32_t e1, const float *xs, float sst, float eps,
+                                                float *y, uint32_t ldy, uint32_t wid, uint32_t nw) {
     constexpr uint32_t U = MC_GEMV_UNROLL, PER_IT = 32 * U, E = mc_elems<T>::n, EB = 16 / E;
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t nw = gridDim.x * MC_GEMV_WARPS, wid = blockIdx.x * MC_GEMV_WARPS + (threadIdx.x >> 5);
     const uint32_t G = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS, n_tasks = G * k;
     const uint32_t n_my = wid < n_tasks ? (n_tasks - wid + nw - 1) / nw : 0;
     const uint32_t nfull = stack.cols / E, niter = (nfull + PER_IT - 1) / PER_IT, total = n_my * niter;
     const char *const data = (const char *)stack.data;
     const size_t row_bytes = (size_t)stack.stride * EB, row_scales = stack.cols / MEMRA_Q8_0_BLOCK;
-    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
-    if (early) /* moe_fuse bit 32, as gemv_experts */
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    /* x' = x * norm_w once a block into shared memory (mc_x_chunk's product), and the sum of squares
-     * as every warp of gemv_experts computes it (lane l: chunks l, l + 32, ..., in element order, the
-     * tail on lane nfull % 32, then the tree), by warp 0: the same x' and 1/rms for every group */
-    extern __shared__ __align__(16) float xs[]; /* cols floats, then the sum of squares */
-    for (uint32_t c = threadIdx.x; c < stack.cols; c += blockDim.x)
-        xs[c] = x[c] * norm_w[c];
-    if (threadIdx.x < 32) {
-        float ss = 0.0f;
-        for (uint32_t idx = lane; idx < nfull; idx += 32) {
-            float4 xv[E / 4];
-            mc_x_chunk<T, 1>(x, norm_w, idx, xv, ss);
-        }
-        if (nfull * E < stack.cols && lane == (nfull & 31))
-            for (uint32_t c = nfull * E; c < stack.cols; c++)
-                ss = fmaf(x[c], x[c], ss);
-        ss = mc_warp_sum(ss);
-        if (lane == 0)
-            xs[stack.cols] = ss;
-    }
-    __syncthreads();
-    const float sst = xs[stack.cols];
     if (total == 0)
         return;
     auto at = [&](uint32_t n) {
@@ -441,6 +450,22 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
     }
 }
 
+template <uint32_t T>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4)
+    gemv_experts_stream(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
+                        uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, float *y,
+                        uint32_t ldy, int early) {
+    const uint32_t nw = gridDim.x * MC_GEMV_WARPS, wid = blockIdx.x * MC_GEMV_WARPS + (threadIdx.x >> 5);
+    mc_wait_prior_grid(0); /* the ids come from the kernel just before */
+    /* moe_fuse bit 32, as gemv_experts */
+    if (early)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    extern __shared__ __align__(16) float xs[]; /* cols floats, then the sum of squares */
+    mc_stream_stage<T>(x, NULL, 0.0f, norm_w, stack.cols, xs);
+    __syncthreads();
+    mc_stream_tasks<T>(stack, rows_e, sel, k, e0, e1, xs, xs[stack.cols], eps, y, ldy, wid, nw);
+}
+
 /* Blocks a multiprocessor of gemv_experts_stream<T> on each device (0: not yet asked). */
 static int mc_stream_per_sm[MC_MAX_DEVICES][4];
 
@@ -495,6 +520,228 @@ static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w
 #undef MC_S
 }
 
+/* ---- moe_fuse bit 1024: the router computed by every block of the experts' gate/up launch ------ */
+
+#define MC_ROUTED_WARPS 16u           /* warps of a gemv_experts_routed block: one block a multiprocessor */
+#define MC_ROUTED_SMEM (200u * 1024u) /* its dynamic shared memory at most: the router's rows and x' */
+
+/* The router's logits of row group g (rows 4 g .. 4 g + 3 of n), column part p of 4, as a warp of
+ * moe_router_cl computes them (mc_rows_dot_flat<TR, 1, 4, NC>: lane l's chunks l + 32 p + 128 m in
+ * increasing m, x' of x + po * po_scale by mc_x_chunk_po, each chunk's mc_dot_chunk added, the
+ * column tail on part 0's lane nfull % 32, the warp trees), the rows' full chunks read from shared
+ * memory (ws: row r's chunks at r x nfull) instead of global memory: the same values, the same
+ * operations in the same order, hence the same partial sums and sum of squares. */
+template <uint32_t TR>
+__device__ __forceinline__ void mc_routed_part(const uint4 *ws, const mc_matrix &router, uint32_t g, uint32_t p,
+                                               const float *x, const float *po, float po_scale, const float *nw,
+                                               uint32_t lane, float (&out)[MC_GEMV_ROWS], float &ss_out) {
+    constexpr uint32_t E = mc_elems<TR>::n, EB = 16 / E;
+    const uint32_t n = router.rows, r0 = g * MC_GEMV_ROWS, nfull = router.cols / E;
+    uint32_t ro[MC_GEMV_ROWS];
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        ro[k] = r0 + k < n ? r0 + k : r0;
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        acc[k] = 0.0f;
+    for (uint32_t idx = lane + 32 * p; idx < nfull; idx += 32 * MC_GEMV_WARPS) {
+        float4 xv[E / 4];
+        mc_x_chunk_po<TR, 1>(x, po, po_scale, nw, idx, xv, ss);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            acc[k] += mc_dot_chunk<TR>(ws[(size_t)ro[k] * nfull + idx], xv, 1.0f);
+    }
+    if (nfull * E < router.cols && p == 0 && lane == (nfull & 31)) {
+        const size_t row_bytes = (size_t)router.stride * EB;
+        for (uint32_t c = nfull * E; c < router.cols; c++) {
+            float xc = x[c];
+            if (po)
+                xc = __fadd_rn(xc, __fmul_rn(po[c], po_scale));
+            ss = fmaf(xc, xc, ss);
+            xc *= nw[c];
+#pragma unroll
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
+                acc[k] = fmaf(mc_elem<TR>((const char *)router.data + ro[k] * row_bytes, c), xc, acc[k]);
+        }
+    }
+    ss_out = mc_warp_sum(ss);
+#pragma unroll
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
+        out[k] = mc_warp_sum(acc[k]);
+}
+
+/* The fused router (moe_router_cl's logits, mc_moe_route_warp's ids and weights: n <= 32 experts)
+ * computed again by every block of the experts' gate/up launch, which then streams its share of
+ * the chosen experts' row groups as gemv_experts_stream does (mc_stream_tasks: the loop kernel's
+ * bits). One launch and one grid boundary a layer fewer, and the ids come from the block's own
+ * shared memory, not back through L2.
+ *   - Before the wait (the router is a weight: no earlier kernel writes it), every thread queues
+ *     its share of the router's full chunks into shared memory (cp.async).
+ *   - After it: x' for the experts into shared memory (mc_stream_stage, with po); the 4 column
+ *     parts of each router row group (mc_routed_part) over the block's 16 warps; lane g of warp 0
+ *     adds group g's parts in part order and scales them as moe_router_cl's group thread does;
+ *     warp 0 routes them (mc_moe_route_warp) into shared memory; block 0 alone stores the logits,
+ *     ids and weights for the down/combine launch (which reads them after its own wait).
+ *   - Granite's x + po * po_scale is never written into x here (other blocks still read x): the
+ *     down/combine launch adds it, in moe_scale's operations, before its own sum.
+ * Per call: reads the router (n x cols: each block its copy, from L2 after the first), x, po,
+ * norm_w and k x rows_e gate/up rows; writes n logits, k ids, k weights and k slices of rows_e / 2. */
+template <uint32_t TR, uint32_t T>
+__global__ void __launch_bounds__(32 * MC_ROUTED_WARPS, 1)
+    gemv_experts_routed(const mc_matrix router, const mc_matrix stack, uint32_t rows_e, uint32_t k, int wnorm,
+                        const float *x, const float *po, float po_scale, const float *norm_w, float eps, float *logits,
+                        int32_t *sel, float *wts, float *y, uint32_t ldy, int early) {
+    constexpr uint32_t ER = mc_elems<TR>::n, EBR = 16 / ER;
+    __shared__ float red[8][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    __shared__ __align__(16) float slog[32];
+    __shared__ int32_t ssel[32];
+    __shared__ float swts[32];
+    extern __shared__ __align__(16) float xs[]; /* stack.cols + 1 floats (to 16 bytes), then the router */
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = router.rows;
+    const uint32_t nfull = router.cols / ER, G = (n + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    uint4 *const ws = (uint4 *)(xs + ((stack.cols + 4) & ~3u));
+    {
+        const size_t row_bytes = (size_t)router.stride * EBR;
+        const char *const src = (const char *)router.data;
+        for (uint32_t q = threadIdx.x; q < n * nfull; q += blockDim.x) {
+            const uint32_t r = q / nfull, c = q - r * nfull;
+            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(ws + q);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + r * row_bytes + c * 16)
+                         : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    mc_wait_prior_grid(0); /* x and po come from the kernels before */
+    mc_stream_stage<T>(x, po, po_scale, norm_w, stack.cols, xs);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads(); /* every thread's router chunks have landed */
+    for (uint32_t t = warp; t < G * MC_GEMV_WARPS; t += MC_ROUTED_WARPS) {
+        float d[MC_GEMV_ROWS], ss;
+        mc_routed_part<TR>(ws, router, t / MC_GEMV_WARPS, t % MC_GEMV_WARPS, x, po, po_scale, norm_w, lane, d, ss);
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < MC_GEMV_ROWS; r++)
+                red[t / MC_GEMV_WARPS][t % MC_GEMV_WARPS][r] = d[r];
+            red[t / MC_GEMV_WARPS][t % MC_GEMV_WARPS][MC_GEMV_ROWS] = ss;
+        }
+    }
+    __syncthreads();
+    if (warp == 0) {
+        if (lane < G) { /* moe_router_cl's group thread */
+            float d[MC_GEMV_ROWS], ss = red[lane][0][MC_GEMV_ROWS];
+#pragma unroll
+            for (int r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] = red[lane][0][r];
+            for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
+#pragma unroll
+                for (int r = 0; r < MC_GEMV_ROWS; r++)
+                    d[r] += red[lane][p][r];
+                ss += red[lane][p][MC_GEMV_ROWS];
+            }
+            const float scale = 1.0f / sqrtf(ss / (float)router.cols + eps);
+#pragma unroll
+            for (int r = 0; r < MC_GEMV_ROWS; r++)
+                if (lane * MC_GEMV_ROWS + r < n)
+                    slog[lane * MC_GEMV_ROWS + r] = d[r] * scale;
+        }
+        __syncwarp();
+        mc_moe_route_warp(slog, logits, n, k, wnorm, 0, ssel, swts);
+        __syncwarp();
+        if (blockIdx.x == 0) { /* the copies the down/combine launch reads */
+            if (lane < n)
+                logits[lane] = slog[lane];
+            if (lane < k) {
+                sel[lane] = ssel[lane];
+                wts[lane] = swts[lane];
+            }
+        }
+    }
+    __syncthreads(); /* ssel and x' for every warp */
+    /* moe_fuse bit 32: the down/combine launch may start (it reads the ids after its wait) */
+    if (early)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    mc_stream_tasks<T>(stack, rows_e, ssel, k, 0, router.rows, xs, xs[stack.cols], eps, y, ldy,
+                       blockIdx.x * MC_ROUTED_WARPS + warp, gridDim.x * MC_ROUTED_WARPS);
+}
+
+/* The dynamic shared memory of gemv_experts_routed: x' (cols + 1 floats, to 16 bytes), then the
+ * router's full chunks. */
+static uint64_t mc_routed_smem(const mc_matrix *router, uint32_t cols) {
+    const uint32_t eb = mc_type_elem_bytes(router->type);
+    const uint64_t nfull = eb ? (uint64_t)router->cols * eb / 16 : 0;
+    return ((uint64_t)cols + 4) / 4 * 16 + (uint64_t)router->rows * nfull * 16;
+}
+
+int mc_experts_routed_serves(const mc_matrix *router, const mc_matrix *gu, uint32_t rows_e, uint32_t k) {
+    const uint32_t t = gu->type;
+    return mc_moe_router_serves(router) && router->rows <= 32 && router->cols == gu->cols && k >= 1 &&
+           k <= router->rows && k <= MEMRA_MAX_EXPERTS_USED && router->cols % 4 == 0 &&
+           (t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0) && rows_e > 0 &&
+           rows_e % 2 == 0 && (uint64_t)router->rows * rows_e <= gu->rows &&
+           mc_gemv_ksplit(mc_experts_rows(rows_e, k)) == 1 &&
+           (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k < 0x80000000ull &&
+           mc_routed_smem(router, gu->cols) <= MC_ROUTED_SMEM;
+}
+
+static int mc_routed_ready[MC_MAX_DEVICES][12];
+
+template <uint32_t TR, uint32_t T>
+static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix *router, const mc_matrix *gu,
+                                            uint32_t rows_e, uint32_t k, int wnorm, const float *x, const float *po,
+                                            float po_scale, const float *norm_w, float eps, float *logits, int32_t *sel,
+                                            float *wts, float *y, uint32_t ldy, cudaStream_t st, int ti) {
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    if (!mc_routed_ready[dev][ti]) {
+        if ((e = cudaFuncSetAttribute(gemv_experts_routed<TR, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)MC_ROUTED_SMEM)) != cudaSuccess)
+            return e;
+        mc_routed_ready[dev][ti] = 1;
+    }
+    const uint64_t groups = (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k;
+    const uint64_t need = (groups + MC_ROUTED_WARPS - 1) / MC_ROUTED_WARPS, cap = mc_sm_count[dev];
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((uint32_t)(need < cap ? need : cap));
+    cfg.blockDim = dim3(32 * MC_ROUTED_WARPS);
+    cfg.dynamicSmemBytes = (size_t)mc_routed_smem(router, gu->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    const int early = (c->moe_fuse & MC_MOE_FUSE_EARLY) != 0;
+    e = cudaLaunchKernelEx(&cfg, gemv_experts_routed<TR, T>, *router, *gu, rows_e, k, wnorm, x, po, po_scale, norm_w,
+                           eps, logits, sel, wts, y, ldy, early);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t mc_gemv_experts_routed(const mc_config *c, const mc_matrix *router, const mc_matrix *gu, uint32_t rows_e,
+                                   uint32_t k, int wnorm, const float *x, const float *po, float po_scale,
+                                   const float *norm_w, float eps, float *logits, int32_t *sel, float *wts, float *y,
+                                   uint32_t ldy, cudaStream_t st) {
+    if (!mc_experts_routed_serves(router, gu, rows_e, k) || !x || !norm_w || !logits || !sel || !wts || !y)
+        return cudaErrorInvalidValue;
+#define MC_RT(TR, T, I)                                                                                                \
+    mc_gemv_experts_routed_t<TR, T>(c, router, gu, rows_e, k, wnorm, x, po, po_scale, norm_w, eps, logits, sel, wts,   \
+                                    y, ldy, st, I)
+#define MC_RT_T(TR, B)                                                                                                 \
+    switch (gu->type) {                                                                                                \
+    case MEMRA_TYPE_F32: return MC_RT(TR, MEMRA_TYPE_F32, B);                                                          \
+    case MEMRA_TYPE_F16: return MC_RT(TR, MEMRA_TYPE_F16, B + 1);                                                      \
+    case MEMRA_TYPE_BF16: return MC_RT(TR, MEMRA_TYPE_BF16, B + 2);                                                    \
+    default: return MC_RT(TR, MEMRA_TYPE_Q8_0, B + 3);                                                                 \
+    }
+    switch (router->type) {
+    case MEMRA_TYPE_F32: MC_RT_T(MEMRA_TYPE_F32, 0)
+    case MEMRA_TYPE_F16: MC_RT_T(MEMRA_TYPE_F16, 4)
+    default: MC_RT_T(MEMRA_TYPE_BF16, 8)
+    }
+#undef MC_RT_T
+#undef MC_RT
+}
+
 /* moe_fuse bit 2: the experts' down GEMV and the weighted combination in one launch, for one rank
  * holding the stack's experts [e0, e1). Each block is one row group (4 rows) of every slot: warp
  * (j, p) computes slot j's rows over column part p of KS (mc_gemv_ksplit of k rows_e rows, as
@@ -502,14 +749,17 @@ static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w
  * outside [e0, e1) giving zeros; the parts are added in order in shared memory, then one thread a
  * row runs moe_combine's sum: from 0.0f, w_j * slot_j in slot order, [w_k * shslot (the shared
  * expert's output, computed before)], times scale when not 1, onto x; products and sums each
- * rounded. The same bits as gemv_experts then moe_combine, without writing the slots. Per call:
- * reads k x rows_e weight rows (cols each), act (k slices of ldx), sel, w, shslot and x; writes
- * x. */
+ * rounded. The same bits as gemv_experts then moe_combine, without writing the slots. With po
+ * (moe_fuse bit 1024: granite's attention residual, which the routed gate/up launch did not write
+ * into x) x[i] + po[i] * po_scale first, in moe_scale's operations, as the fused router would have
+ * stored it. late: the ids come from the launch just before (bit 1024's routed gate/up), so they
+ * are read after the wait. Per call: reads k x rows_e weight rows (cols each), act (k slices of
+ * ldx), sel, w, shslot, x and po; writes x. */
 template <uint32_t T, int KS, int NC>
 __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 registers: one wave of 30B's down */
     gemv_experts_combine(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
                          const float *act, uint32_t ldx, const float *wts, uint32_t k, const float *shslot, float scale,
-                         float *x) {
+                         float *x, const float *po, float po_scale, int late) {
     __shared__ float red[MC_COMBINE_WARPS][MC_GEMV_ROWS];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = warp / KS, part = warp % KS;
     const uint32_t r0 = blockIdx.x * MC_GEMV_ROWS;
@@ -517,7 +767,10 @@ __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 
      * shared expert its GEMVs, come between): complete before this grid could start (cuda_common.cuh:
      * a grid lets the next one launch only after its own wait). So the id is read before the wait,
      * through L2, and the expert's weights are queued (mc_rows_dot_flat) while the launch before
-     * drains; act, wts, shslot and x only after the wait. */
+     * drains; act, wts, shslot and x only after the wait. With late, the ids are the launch
+     * before's: read after the wait (the second wait, in mc_rows_dot_flat, returns at once). */
+    if (late)
+        mc_wait_prior_grid(0);
     const uint32_t e = (uint32_t)__ldcg(sel + j);
     float d[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f}, ss;
     if (e < e0 || e >= e1)
@@ -547,7 +800,8 @@ __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 
         acc = __fadd_rn(acc, __fmul_rn(wts[k], shslot[i]));
     if (scale != 1.0f)
         acc = __fmul_rn(acc, scale);
-    x[i] = __fadd_rn(x[i], acc);
+    const float xi = po ? __fadd_rn(x[i], __fmul_rn(po[i], po_scale)) : x[i];
+    x[i] = __fadd_rn(xi, acc);
 }
 
 int mc_experts_combine_serves(const mc_matrix *w, uint32_t rows_e, uint32_t k) {
@@ -561,7 +815,8 @@ int mc_experts_combine_serves(const mc_matrix *w, uint32_t rows_e, uint32_t k) {
 template <uint32_t T, int KS, int NC>
 static cudaError_t mc_experts_combine_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                         uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
-                                        const float *wts, const float *shslot, float scale, float *x, cudaStream_t st) {
+                                        const float *wts, const float *shslot, float scale, float *x, const float *po,
+                                        float po_scale, int late, cudaStream_t st) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS);
@@ -570,50 +825,65 @@ static cudaError_t mc_experts_combine_t(const mc_config *c, const mc_matrix *w, 
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
     cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_experts_combine<T, KS, NC>, *w, rows_e, sel, e0, e1, act, ldx, wts, k,
-                                       shslot, scale, x);
+                                       shslot, scale, x, po, po_scale, late);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <uint32_t T, int KS>
 static cudaError_t mc_experts_combine_nc(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                          uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
-                                         const float *wts, const float *shslot, float scale, float *x,
-                                         cudaStream_t st) {
+                                         const float *wts, const float *shslot, float scale, float *x, const float *po,
+                                         float po_scale, int late, cudaStream_t st) {
     switch (mc_flat_nc(w->type, w->cols, KS)) {
-    case 1: return mc_experts_combine_t<T, KS, 1>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
-    case 2: return mc_experts_combine_t<T, KS, 2>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
-    default: return mc_experts_combine_t<T, KS, 4>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
+    case 1:
+        return mc_experts_combine_t<T, KS, 1>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                              po_scale, late, st);
+    case 2:
+        return mc_experts_combine_t<T, KS, 2>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                              po_scale, late, st);
+    default:
+        return mc_experts_combine_t<T, KS, 4>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                              po_scale, late, st);
     }
 }
 
 template <uint32_t T>
 static cudaError_t mc_experts_combine_ks(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                          uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
-                                         const float *wts, const float *shslot, float scale, float *x,
-                                         cudaStream_t st) {
+                                         const float *wts, const float *shslot, float scale, float *x, const float *po,
+                                         float po_scale, int late, cudaStream_t st) {
     switch (mc_gemv_ksplit(mc_experts_rows(rows_e, k))) {
-    case 1: return mc_experts_combine_nc<T, 1>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
-    case 2: return mc_experts_combine_nc<T, 2>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
-    default: return mc_experts_combine_nc<T, 4>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
+    case 1:
+        return mc_experts_combine_nc<T, 1>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po, po_scale,
+                                           late, st);
+    case 2:
+        return mc_experts_combine_nc<T, 2>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po, po_scale,
+                                           late, st);
+    default:
+        return mc_experts_combine_nc<T, 4>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po, po_scale,
+                                           late, st);
     }
 }
 
 cudaError_t mc_gemv_experts_combine(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                     uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
-                                    const float *wts, const float *shslot, float scale, float *x, cudaStream_t st) {
+                                    const float *wts, const float *shslot, float scale, float *x, const float *po,
+                                    float po_scale, int late, cudaStream_t st) {
     if (!mc_experts_combine_serves(w, rows_e, k) || e1 < e0 || ldx % 4 != 0 || (uint64_t)(e1 - e0) * rows_e > w->rows)
         return cudaErrorInvalidValue;
     switch (w->type) {
     case MEMRA_TYPE_F32:
-        return mc_experts_combine_ks<MEMRA_TYPE_F32>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
+        return mc_experts_combine_ks<MEMRA_TYPE_F32>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                                     po_scale, late, st);
     case MEMRA_TYPE_F16:
-        return mc_experts_combine_ks<MEMRA_TYPE_F16>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, st);
+        return mc_experts_combine_ks<MEMRA_TYPE_F16>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                                     po_scale, late, st);
     case MEMRA_TYPE_BF16:
-        return mc_experts_combine_ks<MEMRA_TYPE_BF16>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x,
-                                                      st);
+        return mc_experts_combine_ks<MEMRA_TYPE_BF16>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                                      po_scale, late, st);
     default:
-        return mc_experts_combine_ks<MEMRA_TYPE_Q8_0>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x,
-                                                      st);
+        return mc_experts_combine_ks<MEMRA_TYPE_Q8_0>(c, w, rows_e, sel, k, e0, e1, act, ldx, wts, shslot, scale, x, po,
+                                                      po_scale, late, st);
     }
 }
 
@@ -646,6 +916,15 @@ const char *mc_gemv_experts_family(const void *f) {
                                           (const void *)gemv_experts_stream<MEMRA_TYPE_Q8_0>}; /* moe_fuse bit 64 */
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
         if (streams[i] == f)
+            return "gemv_experts";
+#define MC_ROUTED_T(TR)                                                                                                \
+    (const void *)gemv_experts_routed<TR, MEMRA_TYPE_F32>, (const void *)gemv_experts_routed<TR, MEMRA_TYPE_F16>,      \
+        (const void *)gemv_experts_routed<TR, MEMRA_TYPE_BF16>, (const void *)gemv_experts_routed<TR, MEMRA_TYPE_Q8_0>
+    static const void *const routed[] = {MC_ROUTED_T(MEMRA_TYPE_F32), MC_ROUTED_T(MEMRA_TYPE_F16),
+                                         MC_ROUTED_T(MEMRA_TYPE_BF16)}; /* moe_fuse bit 1024 */
+#undef MC_ROUTED_T
+    for (size_t i = 0; i < sizeof routed / sizeof routed[0]; i++)
+        if (routed[i] == f)
             return "gemv_experts";
     if (mc_moe_router_family(f))
         return "moe_router";

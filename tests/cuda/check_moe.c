@@ -26,6 +26,8 @@
  *    against mc_gemv_experts + mc_moe_combine: x equal (shared slot, granite's scale, an id not
  *    held); the whole FFN through the fused kernels equal to check 4's unfused chain; shapes the
  *    fused kernels do not serve are refused by their launchers.
+ *    mc_gemv_experts_routed (bit 1024: the router in the gate/up launch) and the combine with po
+ *    and late against the default chain: logits, ids, weights, slots and x equal.
  * Negative controls: a reference whose tie goes to the higher index must disagree with the ids;
  * one expert's weights changed on the device must fail the expert check; one weight changed on
  * the device before the fused launch must make it differ from the unfused one. */
@@ -712,7 +714,7 @@ static void check_down_combine(uint32_t type, uint32_t held, uint32_t e0, uint32
     stack_make(&s, type, held * rows_e, cols);
     if (!mc_experts_combine_serves(&s.m, rows_e, k)) { /* the layer runs unfused: the launcher refuses */
         CHECK(mc_gemv_experts_combine(&mc_config_default, &s.m, rows_e, NULL, k, e0, e0 + held, NULL, cols, NULL, NULL,
-                                      1.0f, NULL, 0) == cudaErrorInvalidValue,
+                                      1.0f, NULL, NULL, 0.0f, 0, 0) == cudaErrorInvalidValue,
               "combine %s rows_e=%u cols=%u k=%u: a shape it does not serve launched", tname(type), rows_e, cols, k);
         printf("combine %-4s rows_e=%5u cols=%5u k=%u: not served (unfused)\n", tname(type), rows_e, cols, k);
         stack_free(&s);
@@ -738,7 +740,7 @@ static void check_down_combine(uint32_t type, uint32_t held, uint32_t e0, uint32
     if (corrupt)
         corrupt_first(&s);
     CHECK_CUDA(mc_gemv_experts_combine(c, &s.m, rows_e, dsel, k, e0, e0 + held, dact, cols, dw,
-                                       shexp ? dslots + (size_t)k * rows_e : NULL, scale, dx1, 0));
+                                       shexp ? dslots + (size_t)k * rows_e : NULL, scale, dx1, NULL, 0.0f, 0, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
     float *y0 = malloc(rows_e * 4), *y1 = malloc(rows_e * 4);
     CHECK_CUDA(cudaMemcpy(y0, dx0, rows_e * 4, cudaMemcpyDeviceToHost));
@@ -820,7 +822,8 @@ static void check_ffn_fused(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, 
         }
         CHECK_CUDA(mc_gemv_experts(c, &gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
         if (f && mc_experts_combine_serves(&down.m, E, k)) {
-            CHECK_CUDA(mc_gemv_experts_combine(c, &down.m, E, dsel, k, 0, ne, dact, F, dw, NULL, 1.0f, dx, 0));
+            CHECK_CUDA(
+                mc_gemv_experts_combine(c, &down.m, E, dsel, k, 0, ne, dact, F, dw, NULL, 1.0f, dx, NULL, 0.0f, 0, 0));
         } else {
             CHECK_CUDA(mc_gemv_experts(c, &down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots, E, 0));
             CHECK_CUDA(mc_moe_combine(c, dslots, dw, E, k, 0, 1.0f, dx, 0));
@@ -840,6 +843,106 @@ static void check_ffn_fused(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, 
     stack_free(&router);
     stack_free(&gu);
     stack_free(&down);
+}
+
+/* moe_fuse bit 1024: mc_gemv_experts_routed (the router of type rtype in every block of the
+ * gate/up launch of a gtype stack) then mc_gemv_experts_combine with po and late, against the
+ * default arm's chain (mc_moe_router writing granite's x + po * scale into x, mc_gemv_experts,
+ * mc_gemv_experts_combine): logits, ids, weights, the SwiGLU slots and the final x equal, the
+ * routed launch leaving x as it was; launched twice. corrupt: the router's first weight changed
+ * on the device after the reference (the negative control: the routed logits must differ). */
+static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E, uint32_t F, uint32_t k, int norm,
+                         int po, int corrupt) {
+    stack r, gu, down;
+    stack_make(&r, rtype, n, E);
+    stack_make(&gu, gtype, n * 2 * F, E);
+    stack_make(&down, gtype, n * E, F);
+    const int served = mc_experts_routed_serves(&r.m, &gu.m, 2 * F, k) && mc_experts_combine_serves(&down.m, E, k);
+    CHECK(served, "routed %s/%s n=%u E=%u F=%u k=%u: not served", tname(rtype), tname(gtype), n, E, F, k);
+    if (!served) {
+        stack_free(&r), stack_free(&gu), stack_free(&down);
+        return;
+    }
+    float *x = malloc(E * 4), *nw = malloc(E * 4), *pov = malloc(E * 4);
+    for (uint32_t i = 0; i < E; i++)
+        x[i] = uni() * 2.0f, nw[i] = 0.5f + 0.25f * uni(), pov[i] = uni();
+    const float sc = po ? 0.22f : 1.0f;
+    float *dx0 = dev_copy(x, E * 4), *dnw = dev_copy(nw, E * 4), *dpo = dev_copy(pov, E * 4), *dl0, *dw0, *da0;
+    int32_t *ds0;
+    uint32_t *dt;
+    CHECK_CUDA(cudaMalloc((void **)&dl0, (n + 1) * 4));
+    CHECK_CUDA(cudaMalloc((void **)&dw0, (k + 1) * 4));
+    CHECK_CUDA(cudaMalloc((void **)&ds0, k * 4));
+    CHECK_CUDA(cudaMalloc((void **)&da0, (size_t)k * F * 4));
+    CHECK_CUDA(cudaMalloc((void **)&dt, 16));
+    CHECK_CUDA(cudaMemset(dt, 0, 16));
+    const mc_config *c = &mc_config_default; /* bits 16 and 256 (and 512): the default router */
+    CHECK_CUDA(
+        mc_moe_router(c, &r.m, dx0, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl0, k, norm, 0, ds0, dw0, dt, 0));
+    CHECK_CUDA(mc_gemv_experts(c, &gu.m, 2 * F, ds0, k, 0, n, dx0, 0, dnw, 1e-5f, MC_GLU_SILU, da0, F, 0));
+    CHECK_CUDA(mc_gemv_experts_combine(c, &down.m, E, ds0, k, 0, n, da0, F, dw0, NULL, sc, dx0, NULL, 0.0f, 0, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float *l0 = malloc(n * 4), *w0 = malloc(k * 4), *a0 = malloc((size_t)k * F * 4), *x0 = malloc(E * 4);
+    int32_t *s0 = malloc(k * 4);
+    CHECK_CUDA(cudaMemcpy(l0, dl0, n * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(w0, dw0, k * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(s0, ds0, k * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(a0, da0, (size_t)k * F * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(x0, dx0, E * 4, cudaMemcpyDeviceToHost));
+    if (corrupt)
+        corrupt_first(&r);
+    int ok = 1, caught = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        float *dx1 = dev_copy(x, E * 4), *dl1, *dw1, *da1;
+        int32_t *ds1;
+        CHECK_CUDA(cudaMalloc((void **)&dl1, (n + 1) * 4));
+        CHECK_CUDA(cudaMalloc((void **)&dw1, (k + 1) * 4));
+        CHECK_CUDA(cudaMalloc((void **)&ds1, k * 4));
+        CHECK_CUDA(cudaMalloc((void **)&da1, (size_t)k * F * 4));
+        CHECK_CUDA(cudaMemset(dl1, 0xff, (n + 1) * 4));
+        CHECK_CUDA(cudaMemset(ds1, 0xff, k * 4));
+        CHECK_CUDA(cudaMemset(dw1, 0xff, (k + 1) * 4));
+        mc_config cf = *c;
+        cf.moe_fuse |= MC_MOE_FUSE_ROUTED;
+        CHECK_CUDA(mc_gemv_experts_routed(&cf, &r.m, &gu.m, 2 * F, k, norm, dx1, po ? dpo : NULL, po ? sc : 0.0f, dnw,
+                                          1e-5f, dl1, ds1, dw1, da1, F, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        float *xm = malloc(E * 4);
+        CHECK_CUDA(cudaMemcpy(xm, dx1, E * 4, cudaMemcpyDeviceToHost));
+        const int x_kept = same_bits(xm, x, E * 4);
+        CHECK_CUDA(mc_gemv_experts_combine(&cf, &down.m, E, ds1, k, 0, n, da1, F, dw1, NULL, sc, dx1, po ? dpo : NULL,
+                                           po ? sc : 0.0f, 1, 0));
+        CHECK_CUDA(cudaDeviceSynchronize());
+        float *l1 = malloc(n * 4), *w1 = malloc(k * 4), *a1 = malloc((size_t)k * F * 4), *x1 = malloc(E * 4);
+        int32_t *s1 = malloc(k * 4);
+        CHECK_CUDA(cudaMemcpy(l1, dl1, n * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(w1, dw1, k * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(s1, ds1, k * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(a1, da1, (size_t)k * F * 4, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(x1, dx1, E * 4, cudaMemcpyDeviceToHost));
+        const int sl = same_bits(l0, l1, n * 4), ss = same_bits(s0, s1, k * 4), sw = same_bits(w0, w1, k * 4);
+        const int sa = same_bits(a0, a1, (size_t)k * F * 4), sx = same_bits(x0, x1, E * 4);
+        ok &= sl && ss && sw && sa && sx && x_kept;
+        caught &= !sl;
+        if (!corrupt)
+            CHECK(sl && ss && sw && sa && sx && x_kept,
+                  "routed %s/%s n=%u E=%u F=%u k=%u norm=%d po=%d, launch %d: not the unfused bits (logits %s, ids %s, "
+                  "weights %s, slots %s, x %s, x before the combine %s)",
+                  tname(rtype), tname(gtype), n, E, F, k, norm, po, rep + 1, sl ? "=" : "DIFFER", ss ? "=" : "DIFFER",
+                  sw ? "=" : "DIFFER", sa ? "=" : "DIFFER", sx ? "=" : "DIFFER", x_kept ? "kept" : "WRITTEN");
+        free(xm), free(l1), free(w1), free(a1), free(x1), free(s1);
+        cudaFree(dx1), cudaFree(dl1), cudaFree(dw1), cudaFree(da1), cudaFree(ds1);
+    }
+    if (corrupt)
+        CHECK(caught, "routed %s/%s: a changed router weight was not told apart (negative control)", tname(rtype),
+              tname(gtype));
+    printf("routed  %-4s/%-4s n=%2u E=%4u F=%4u k=%u norm=%d po=%d%s: %s\n", tname(rtype), tname(gtype), n, E, F, k,
+           norm, po, corrupt ? " (negative control)" : "",
+           corrupt ? (caught ? "caught" : "MISSED") : (ok ? "the unfused bits" : "DIFFERS"));
+    free(x), free(nw), free(pov), free(l0), free(w0), free(a0), free(x0), free(s0);
+    cudaFree(dx0), cudaFree(dnw), cudaFree(dpo), cudaFree(dl0), cudaFree(dw0), cudaFree(da0), cudaFree(ds0);
+    cudaFree(dt);
+    stack_free(&r), stack_free(&gu), stack_free(&down);
 }
 
 int main(void) {
@@ -957,6 +1060,40 @@ int main(void) {
         if (types[t] == MEMRA_TYPE_F16 || types[t] == MEMRA_TYPE_BF16)
             check_down_combine(types[t], 8, 0, 70, 100, 2, sel8b, 1, 0.5f, 0); /* column tail, 70 rows */
         check_down_combine(types[t], 8, 0, 1024, 512, 8, sel8b, 0, 0.22f, 1);  /* negative control */
+    }
+    /* bit 1024 (gate/up rows of column split 1 only: k x 2F > 4224): granite-moe-1b's layer (F32
+     * router, 32 experts, top 8, its residual scale) in every gate/up type; 8 experts, top 2;
+     * a router of 24 experts (a partial warp); F16 and BF16 routers; a column tail in the router
+     * and the stack; what it does not serve; the negative control */
+    for (int t = 0; t < 4; t++) {
+        check_routed(MEMRA_TYPE_F32, types[t], 32, 1024, 512, 8, 0, 1, 0);
+        check_routed(MEMRA_TYPE_F32, types[t], 8, 64, 1088, 2, 1, 0, 0);
+        check_routed(MEMRA_TYPE_F32, types[t], 24, 768, 384, 6, 1, 1, 0);
+    }
+    check_routed(MEMRA_TYPE_F16, MEMRA_TYPE_BF16, 32, 1024, 512, 8, 1, 1, 0);
+    check_routed(MEMRA_TYPE_BF16, MEMRA_TYPE_F16, 16, 512, 1088, 2, 0, 0, 0);
+    check_routed(MEMRA_TYPE_BF16, MEMRA_TYPE_BF16, 16, 100, 1088, 2, 1, 1, 0); /* a column tail: router and stack */
+    check_routed(MEMRA_TYPE_F32, MEMRA_TYPE_BF16, 32, 1024, 512, 8, 0, 1, 1);  /* negative control */
+    {
+        const int before = failures;
+        mc_matrix rt, g;
+        memset(&rt, 0, sizeof rt), memset(&g, 0, sizeof g);
+        rt.type = MEMRA_TYPE_F32, rt.rows = 32, rt.cols = 1024, rt.stride = 1024;
+        g.type = MEMRA_TYPE_BF16, g.rows = 32 * 1024, g.cols = 1024, g.stride = 1024;
+        CHECK(mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: granite's layer should be served");
+        rt.rows = 128, g.rows = 128 * 1024;
+        CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: 128 experts served (the warp route takes 32)");
+        rt.rows = 32, rt.cols = 2048, g.rows = 32 * 1024, g.cols = 2048;
+        CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: a 256 KB router served (shared memory)");
+        rt.cols = 1024, g.cols = 1024, g.type = MEMRA_TYPE_Q4_K;
+        CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: a Q4_K stack served");
+        g.type = MEMRA_TYPE_BF16, rt.rows = 8, g.rows = 8 * 128, g.cols = 64, rt.cols = 64;
+        CHECK(!mc_experts_routed_serves(&rt, &g, 128, 2), "routed: a gate/up of column split 4 served");
+        rt.rows = 32, rt.cols = 1024, g.rows = 32 * 1024, g.cols = 1024;
+        CHECK(mc_gemv_experts_routed(&mc_config_default, &rt, &g, 1024, 8, 1, NULL, NULL, 0.0f, NULL, 0.0f, NULL, NULL,
+                                     NULL, NULL, 0, 0) == cudaErrorInvalidValue,
+              "routed: a launch without x or norm weights not refused");
+        printf("routed launcher: what it serves and refuses %s\n", failures > before ? "DIFFERS" : "as documented");
     }
     for (int t = 0; t < 4; t++) {
         check_ffn_fused(types[t], 8, 2, 64, 64);
