@@ -845,6 +845,25 @@ static void check_ffn_fused(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, 
     stack_free(&down);
 }
 
+/* What check_routed compares: the logits, ids, weights, SwiGLU slots and x, copied to the host after
+ * the launches are done. */
+typedef struct routed_out {
+    float *l, *w, *a, *x;
+    int32_t *s;
+} routed_out;
+static void routed_fetch(routed_out *o, const float *dl, const int32_t *ds, const float *dw, const float *da,
+                         const float *dx, uint32_t n, uint32_t k, uint32_t E, uint32_t F) {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    o->l = malloc(n * 4), o->w = malloc(k * 4), o->a = malloc((size_t)k * F * 4), o->x = malloc(E * 4);
+    o->s = malloc(k * 4);
+    CHECK_CUDA(cudaMemcpy(o->l, dl, n * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(o->w, dw, k * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(o->s, ds, k * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(o->a, da, (size_t)k * F * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(o->x, dx, E * 4, cudaMemcpyDeviceToHost));
+}
+static void routed_free(routed_out *o) { free(o->l), free(o->w), free(o->a), free(o->x), free(o->s); }
+
 /* moe_fuse bit 1024: mc_gemv_experts_routed (the router of type rtype in every block of the
  * gate/up launch of a gtype stack) then mc_gemv_experts_combine with po and late, against the
  * default arm's chain (mc_moe_router writing granite's x + po * scale into x, mc_gemv_experts,
@@ -881,14 +900,8 @@ static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E,
         mc_moe_router(c, &r.m, dx0, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl0, k, norm, 0, ds0, dw0, dt, 0));
     CHECK_CUDA(mc_gemv_experts(c, &gu.m, 2 * F, ds0, k, 0, n, dx0, 0, dnw, 1e-5f, MC_GLU_SILU, da0, F, 0));
     CHECK_CUDA(mc_gemv_experts_combine(c, &down.m, E, ds0, k, 0, n, da0, F, dw0, NULL, sc, dx0, NULL, 0.0f, 0, 0));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    float *l0 = malloc(n * 4), *w0 = malloc(k * 4), *a0 = malloc((size_t)k * F * 4), *x0 = malloc(E * 4);
-    int32_t *s0 = malloc(k * 4);
-    CHECK_CUDA(cudaMemcpy(l0, dl0, n * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(w0, dw0, k * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(s0, ds0, k * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(a0, da0, (size_t)k * F * 4, cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(x0, dx0, E * 4, cudaMemcpyDeviceToHost));
+    routed_out o0;
+    routed_fetch(&o0, dl0, ds0, dw0, da0, dx0, n, k, E, F);
     if (corrupt)
         corrupt_first(&r);
     int ok = 1, caught = 1;
@@ -912,16 +925,11 @@ static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E,
         const int x_kept = same_bits(xm, x, E * 4);
         CHECK_CUDA(mc_gemv_experts_combine(&cf, &down.m, E, ds1, k, 0, n, da1, F, dw1, NULL, sc, dx1, po ? dpo : NULL,
                                            po ? sc : 0.0f, 1, 0));
-        CHECK_CUDA(cudaDeviceSynchronize());
-        float *l1 = malloc(n * 4), *w1 = malloc(k * 4), *a1 = malloc((size_t)k * F * 4), *x1 = malloc(E * 4);
-        int32_t *s1 = malloc(k * 4);
-        CHECK_CUDA(cudaMemcpy(l1, dl1, n * 4, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(w1, dw1, k * 4, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(s1, ds1, k * 4, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(a1, da1, (size_t)k * F * 4, cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(x1, dx1, E * 4, cudaMemcpyDeviceToHost));
-        const int sl = same_bits(l0, l1, n * 4), ss = same_bits(s0, s1, k * 4), sw = same_bits(w0, w1, k * 4);
-        const int sa = same_bits(a0, a1, (size_t)k * F * 4), sx = same_bits(x0, x1, E * 4);
+        routed_out o1;
+        routed_fetch(&o1, dl1, ds1, dw1, da1, dx1, n, k, E, F);
+        const int sl = same_bits(o0.l, o1.l, n * 4), ss = same_bits(o0.s, o1.s, k * 4),
+                  sw = same_bits(o0.w, o1.w, k * 4);
+        const int sa = same_bits(o0.a, o1.a, (size_t)k * F * 4), sx = same_bits(o0.x, o1.x, E * 4);
         ok &= sl && ss && sw && sa && sx && x_kept;
         caught &= !sl;
         if (!corrupt)
@@ -930,7 +938,8 @@ static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E,
                   "weights %s, slots %s, x %s, x before the combine %s)",
                   tname(rtype), tname(gtype), n, E, F, k, norm, po, rep + 1, sl ? "=" : "DIFFER", ss ? "=" : "DIFFER",
                   sw ? "=" : "DIFFER", sa ? "=" : "DIFFER", sx ? "=" : "DIFFER", x_kept ? "kept" : "WRITTEN");
-        free(xm), free(l1), free(w1), free(a1), free(x1), free(s1);
+        free(xm);
+        routed_free(&o1);
         cudaFree(dx1), cudaFree(dl1), cudaFree(dw1), cudaFree(da1), cudaFree(ds1);
     }
     if (corrupt)
@@ -939,7 +948,8 @@ static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E,
     printf("routed  %-4s/%-4s n=%2u E=%4u F=%4u k=%u norm=%d po=%d%s: %s\n", tname(rtype), tname(gtype), n, E, F, k,
            norm, po, corrupt ? " (negative control)" : "",
            corrupt ? (caught ? "caught" : "MISSED") : (ok ? "the unfused bits" : "DIFFERS"));
-    free(x), free(nw), free(pov), free(l0), free(w0), free(a0), free(x0), free(s0);
+    free(x), free(nw), free(pov);
+    routed_free(&o0);
     cudaFree(dx0), cudaFree(dnw), cudaFree(dpo), cudaFree(dl0), cudaFree(dw0), cudaFree(da0), cudaFree(ds0);
     cudaFree(dt);
     stack_free(&r), stack_free(&gu), stack_free(&down);
