@@ -99,8 +99,9 @@ extern "C" {
             "256 the cluster router's logits pushed into its first block's shared memory and routed from there, "     \
             "by one warp where there are at most 32 experts (with 16), 512 that cluster router as one block of up "   \
             "to 32 warps where there are at most 32 experts (with 16), 1024 that router computed again by every "     \
-            "block of the experts' gate/up launch, one launch a layer fewer (at most 32 experts, no shared expert, "    \
-            "the gate/up's column split 1; with 1 and 2; granite's residual add then in the down GEMV). "              \
+            "cluster of the experts' gate/up launch, one launch a layer fewer (at most 32 experts, no shared expert, "  \
+            "the gate/up's column split 1, an F32 router; with 1 and 2; granite's residual add then in the down "      \
+            "GEMV). "                                                                                                  \
             "0 runs the five launches of the unfused path. The bits do not depend on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \

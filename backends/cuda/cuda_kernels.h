@@ -188,8 +188,8 @@ enum {
  * off by default; bench/RESULTS.md), the cluster router's logits pushed into block 0's shared
  * memory (distributed shared memory) and its route read there, by one warp without block barriers
  * where n <= 32 (256, with 16), the cluster router as one block of up to 32 warps where n <= 32
- * (512, with 16: no barrier across multiprocessors), the router (n <= 32, no shared expert) computed
- * again by every block of the experts' gate/up launch, its ids kept in the block's shared memory
+ * (512, with 16: no barrier across multiprocessors), the router (F32, n <= 32, no shared expert)
+ * computed again by every thread-block cluster of the experts' gate/up launch, its ids kept in the block's shared memory
  * (1024, with 1 and 2: the router's launch goes; granite's residual add moves into the down/combine
  * launch). The same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
@@ -389,10 +389,10 @@ cudaError_t mc_gemv_experts_combine(const mc_config *c, const mc_matrix *w, uint
                                     uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
                                     const float *wts, const float *shslot, float scale, float *x, const float *po,
                                     float po_scale, int late, cudaStream_t st);
-/* moe_fuse bit 1024: the router of n <= 32 experts (F32/F16/BF16, as mc_moe_router serves, with
+/* moe_fuse bit 1024: the router of n <= 32 experts (F32, where mc_moe_router serves it, with
  * the ffn norm and, with po, granite's x + po * po_scale, which is not written into x: the
- * down/combine launch then takes po and late) computed by every block of the experts' gate/up
- * launch (F32/F16/BF16/Q8_0 stack gu of experts [0, n), column split 1, x one vector), which
+ * down/combine launch then takes po and late) computed by every cluster of 4 blocks of the
+ * experts' gate/up launch (F32/F16/BF16/Q8_0 stack gu of experts [0, n), column split 1, x one vector), which
  * writes logits[0 .. n), sel[0 .. k), wts[0 .. k) (block 0) and the chosen experts' SwiGLU rows
  * into y + j ldy: the bits of mc_moe_router (bits 16 and 256), then mc_gemv_experts. No shared
  * expert. Where mc_experts_routed_serves says no, the launcher refuses (cudaErrorInvalidValue). */

@@ -4,11 +4,15 @@
  * (cuda_forward.cu's mc_moe_ffn). Each computes the dense row-group GEMV's arithmetic
  * (gemv_body.cuh) on the chosen expert's rows, so the folds give the unfused launches' bits.
  * Split from gemv.cu (the kernels' PTX the same operations). Measurements: bench/gpu/NOTES.md. */
+#include <cooperative_groups.h>
+
 #include "cuda_common.cuh"
 #include "gemv_body.cuh"
 #include "gemv_quant.h"
 #include "gemv_flat.cuh"
 #include "moe_route.cuh"
+
+namespace cg = cooperative_groups;
 
 MC_DYNAMIC_SMEM_ANCHOR(mc_smem_anchor_gemv_moe)
 
@@ -520,132 +524,86 @@ static cudaError_t mc_gemv_experts_stream(const mc_config *c, const mc_matrix *w
 #undef MC_S
 }
 
-/* ---- moe_fuse bit 1024: the router computed by every block of the experts' gate/up launch ------ */
+/* ---- moe_fuse bit 1024: the router computed in the experts' gate/up launch ------------------ */
 
-#define MC_ROUTED_WARPS 16u           /* warps of a gemv_experts_routed block: one block a multiprocessor */
-#define MC_ROUTED_SMEM (200u * 1024u) /* its dynamic shared memory at most: the router's rows and x' */
+#define MC_ROUTED_WARPS 16u /* warps of a gemv_experts_routed block: one block a multiprocessor */
+#define MC_ROUTED_CL 4u     /* blocks of its thread-block clusters: each computes the router once */
 
-/* The router's logits of row group g (rows 4 g .. 4 g + 3 of n), column part p of 4, as a warp of
- * moe_router_cl computes them (mc_rows_dot_flat<TR, 1, 4, NC>: lane l's chunks l + 32 p + 128 m in
- * increasing m, x' of x + po * po_scale by mc_x_chunk_po, each chunk's mc_dot_chunk added, the
- * column tail on part 0's lane nfull % 32, the warp trees), the rows' full chunks read from shared
- * memory (ws: row r's chunks at r x nfull) instead of global memory: the same values, the same
- * operations in the same order, hence the same partial sums and sum of squares. */
-template <uint32_t TR>
-__device__ __forceinline__ void mc_routed_part(const uint4 *ws, const mc_matrix &router, uint32_t g, uint32_t p,
-                                               const float *x, const float *po, float po_scale, const float *nw,
-                                               uint32_t lane, float (&out)[MC_GEMV_ROWS], float &ss_out) {
-    constexpr uint32_t E = mc_elems<TR>::n, EB = 16 / E;
-    const uint32_t n = router.rows, r0 = g * MC_GEMV_ROWS, nfull = router.cols / E;
-    uint32_t ro[MC_GEMV_ROWS];
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        ro[k] = r0 + k < n ? r0 + k : r0;
-    float acc[MC_GEMV_ROWS], ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        acc[k] = 0.0f;
-    for (uint32_t idx = lane + 32 * p; idx < nfull; idx += 32 * MC_GEMV_WARPS) {
-        float4 xv[E / 4];
-        mc_x_chunk_po<TR, 1>(x, po, po_scale, nw, idx, xv, ss);
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k++)
-            acc[k] += mc_dot_chunk<TR>(ws[(size_t)ro[k] * nfull + idx], xv, 1.0f);
-    }
-    if (nfull * E < router.cols && p == 0 && lane == (nfull & 31)) {
-        const size_t row_bytes = (size_t)router.stride * EB;
-        for (uint32_t c = nfull * E; c < router.cols; c++) {
-            float xc = x[c];
-            if (po)
-                xc = __fadd_rn(xc, __fmul_rn(po[c], po_scale));
-            ss = fmaf(xc, xc, ss);
-            xc *= nw[c];
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                acc[k] = fmaf(mc_elem<TR>((const char *)router.data + ro[k] * row_bytes, c), xc, acc[k]);
-        }
-    }
-    ss_out = mc_warp_sum(ss);
-#pragma unroll
-    for (int k = 0; k < MC_GEMV_ROWS; k++)
-        out[k] = mc_warp_sum(acc[k]);
-}
-
-/* The fused router (moe_router_cl's logits, mc_moe_route_warp's ids and weights: n <= 32 experts)
- * computed again by every block of the experts' gate/up launch, which then streams its share of
- * the chosen experts' row groups as gemv_experts_stream does (mc_stream_tasks: the loop kernel's
- * bits). One launch and one grid boundary a layer fewer, and the ids come from the block's own
- * shared memory, not back through L2.
- *   - Before the wait (the router is a weight: no earlier kernel writes it), every thread queues
- *     its share of the router's full chunks into shared memory (cp.async).
- *   - After it: x' for the experts into shared memory (mc_stream_stage, with po); the 4 column
- *     parts of each router row group (mc_routed_part) over the block's 16 warps; lane g of warp 0
- *     adds group g's parts in part order and scales them as moe_router_cl's group thread does;
- *     warp 0 routes them (mc_moe_route_warp) into shared memory; block 0 alone stores the logits,
- *     ids and weights for the down/combine launch (which reads them after its own wait).
+/* The fused router of n <= 32 experts (moe_router_cl's logits under bits 16 and 256, then
+ * mc_moe_route_warp's ids and weights) computed by every thread-block cluster of the experts'
+ * gate/up launch, whose blocks then stream their share of the chosen experts' row groups as
+ * gemv_experts_stream does (mc_stream_tasks: the loop kernel's bits). The router's launch and its
+ * grid boundary go, and the ids come from the block's own shared memory, not back through L2.
+ *   - Block b of a cluster of 4 takes the router's row groups b and b + 4 (n <= 32: at most 8),
+ *     warps 4 i .. 4 i + 3 the 4 column parts of its i-th: moe_router_cl's group arithmetic
+ *     (mc_rows_dot_flat with the F32 router's rows queued before the wait, the parts added in
+ *     order by the group's first thread, the scale), hence its logits.
+ *   - The group's first thread pushes its logits into every block of the cluster (distributed
+ *     shared memory, after a first cluster-barrier phase has proved every block started); a
+ *     second phase (arrive.release, wait.acquire) makes them visible; warp 0 of every block then
+ *     routes them (mc_moe_route_warp) into its shared memory, and the grid's block 0 stores the
+ *     logits, ids and weights that the down/combine launch reads after its own wait.
+ *   - x' for the experts (mc_stream_stage, with po) is staged by every block while its groups sum.
  *   - Granite's x + po * po_scale is never written into x here (other blocks still read x): the
  *     down/combine launch adds it, in moe_scale's operations, before its own sum.
- * Per call: reads the router (n x cols: each block its copy, from L2 after the first), x, po,
- * norm_w and k x rows_e gate/up rows; writes n logits, k ids, k weights and k slices of rows_e / 2. */
-template <uint32_t TR, uint32_t T>
+ * Per call: reads the router (n x cols F32: once a cluster), x, po, norm_w and k x rows_e gate/up
+ * rows; writes n logits, k ids, k weights and k slices of rows_e / 2. */
+template <uint32_t T, int NCR>
 __global__ void __launch_bounds__(32 * MC_ROUTED_WARPS, 1)
     gemv_experts_routed(const mc_matrix router, const mc_matrix stack, uint32_t rows_e, uint32_t k, int wnorm,
                         const float *x, const float *po, float po_scale, const float *norm_w, float eps, float *logits,
                         int32_t *sel, float *wts, float *y, uint32_t ldy, int early) {
-    constexpr uint32_t ER = mc_elems<TR>::n, EBR = 16 / ER;
-    __shared__ float red[8][MC_GEMV_WARPS][MC_GEMV_ROWS + 1];
+    __shared__ float red[MC_ROUTED_WARPS][MC_GEMV_ROWS + 1];
     __shared__ __align__(16) float slog[32];
     __shared__ int32_t ssel[32];
     __shared__ float swts[32];
-    extern __shared__ __align__(16) float xs[]; /* stack.cols + 1 floats (to 16 bytes), then the router */
+    extern __shared__ __align__(16) float xs[]; /* stack.cols floats, then the sum of squares */
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = router.rows;
-    const uint32_t nfull = router.cols / ER, G = (n + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
-    uint4 *const ws = (uint4 *)(xs + ((stack.cols + 4) & ~3u));
-    {
-        const size_t row_bytes = (size_t)router.stride * EBR;
-        const char *const src = (const char *)router.data;
-        for (uint32_t q = threadIdx.x; q < n * nfull; q += blockDim.x) {
-            const uint32_t r = q / nfull, c = q - r * nfull;
-            const uint32_t dst = (uint32_t)__cvta_generic_to_shared(ws + q);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src + r * row_bytes + c * 16)
-                         : "memory");
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-    mc_wait_prior_grid(0); /* x and po come from the kernels before */
+    const uint32_t rank = blockIdx.x % MC_ROUTED_CL, part = warp % MC_GEMV_WARPS;
+    const uint32_t g = rank + MC_ROUTED_CL * (warp / MC_GEMV_WARPS), r0 = g * MC_GEMV_ROWS;
+    const bool live = warp < 2 * MC_GEMV_WARPS && r0 < n;
+    /* the first phase of the cluster barrier: every block has started once it completes */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    float d[MC_GEMV_ROWS], ss = 0.0f;
+    if (live)
+        mc_rows_dot_flat<MEMRA_TYPE_F32, 1, MC_GEMV_WARPS, NCR>(router, r0, x, po, po_scale, norm_w, lane, part, 0u, d,
+                                                                ss);
+    else
+        mc_wait_prior_grid(0); /* x and po come from the kernels before */
     mc_stream_stage<T>(x, po, po_scale, norm_w, stack.cols, xs);
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads(); /* every thread's router chunks have landed */
-    for (uint32_t t = warp; t < G * MC_GEMV_WARPS; t += MC_ROUTED_WARPS) {
-        float d[MC_GEMV_ROWS], ss;
-        mc_routed_part<TR>(ws, router, t / MC_GEMV_WARPS, t % MC_GEMV_WARPS, x, po, po_scale, norm_w, lane, d, ss);
-        if (lane == 0) {
+    if (live && lane == 0) {
 #pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                red[t / MC_GEMV_WARPS][t % MC_GEMV_WARPS][r] = d[r];
-            red[t / MC_GEMV_WARPS][t % MC_GEMV_WARPS][MC_GEMV_ROWS] = ss;
-        }
+        for (int r = 0; r < MC_GEMV_ROWS; r++)
+            red[warp][r] = d[r];
+        red[warp][MC_GEMV_ROWS] = ss;
     }
     __syncthreads();
-    if (warp == 0) {
-        if (lane < G) { /* moe_router_cl's group thread */
-            float d[MC_GEMV_ROWS], ss = red[lane][0][MC_GEMV_ROWS];
+    if (live && part == 0 && lane == 0) { /* the group's first thread: moe_router_cl's */
+        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
 #pragma unroll
             for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] = red[lane][0][r];
-            for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-                for (int r = 0; r < MC_GEMV_ROWS; r++)
-                    d[r] += red[lane][p][r];
-                ss += red[lane][p][MC_GEMV_ROWS];
-            }
-            const float scale = 1.0f / sqrtf(ss / (float)router.cols + eps);
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                if (lane * MC_GEMV_ROWS + r < n)
-                    slog[lane * MC_GEMV_ROWS + r] = d[r] * scale;
+                d[r] += red[warp + p][r];
+            ss += red[warp + p][MC_GEMV_ROWS];
         }
-        __syncwarp();
+        const float scale = 1.0f / sqrtf(ss / (float)router.cols + eps);
+#pragma unroll
+        for (int r = 0; r < MC_GEMV_ROWS; r++)
+            d[r] *= scale;
+    }
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if (live && part == 0 && lane == 0) {
+        cg::cluster_group cl = cg::this_cluster();
+        for (uint32_t b = 0; b < MC_ROUTED_CL; b++) {
+            float *sb = cl.map_shared_rank(slog, b);
+#pragma unroll
+            for (int r = 0; r < MC_GEMV_ROWS; r++)
+                if (r0 + r < n)
+                    sb[r0 + r] = d[r];
+        }
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (warp == 0) {
         mc_moe_route_warp(slog, logits, n, k, wnorm, 0, ssel, swts);
         __syncwarp();
         if (blockIdx.x == 0) { /* the copies the down/combine launch reads */
@@ -661,32 +619,25 @@ __global__ void __launch_bounds__(32 * MC_ROUTED_WARPS, 1)
     /* moe_fuse bit 32: the down/combine launch may start (it reads the ids after its wait) */
     if (early)
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    mc_stream_tasks<T>(stack, rows_e, ssel, k, 0, router.rows, xs, xs[stack.cols], eps, y, ldy,
+    mc_stream_tasks<T>(stack, rows_e, ssel, k, 0, n, xs, xs[stack.cols], eps, y, ldy,
                        blockIdx.x * MC_ROUTED_WARPS + warp, gridDim.x * MC_ROUTED_WARPS);
-}
-
-/* The dynamic shared memory of gemv_experts_routed: x' (cols + 1 floats, to 16 bytes), then the
- * router's full chunks. */
-static uint64_t mc_routed_smem(const mc_matrix *router, uint32_t cols) {
-    const uint32_t eb = mc_type_elem_bytes(router->type);
-    const uint64_t nfull = eb ? (uint64_t)router->cols * eb / 16 : 0;
-    return ((uint64_t)cols + 4) / 4 * 16 + (uint64_t)router->rows * nfull * 16;
 }
 
 int mc_experts_routed_serves(const mc_matrix *router, const mc_matrix *gu, uint32_t rows_e, uint32_t k) {
     const uint32_t t = gu->type;
-    return mc_moe_router_serves(router) && router->rows <= 32 && router->cols == gu->cols && k >= 1 &&
-           k <= router->rows && k <= MEMRA_MAX_EXPERTS_USED && router->cols % 4 == 0 &&
+    return router->type == MEMRA_TYPE_F32 && mc_moe_router_serves(router) && router->rows <= 32 &&
+           router->cols == gu->cols && k >= 1 && k <= router->rows && k <= MEMRA_MAX_EXPERTS_USED &&
+           router->cols % 4 == 0 &&
            (t == MEMRA_TYPE_F32 || t == MEMRA_TYPE_F16 || t == MEMRA_TYPE_BF16 || t == MEMRA_TYPE_Q8_0) && rows_e > 0 &&
            rows_e % 2 == 0 && (uint64_t)router->rows * rows_e <= gu->rows &&
            mc_gemv_ksplit(mc_experts_rows(rows_e, k)) == 1 &&
            (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k < 0x80000000ull &&
-           mc_routed_smem(router, gu->cols) <= MC_ROUTED_SMEM;
+           ((uint64_t)gu->cols + 1) * sizeof(float) <= 32 * 1024;
 }
 
 static int mc_routed_ready[MC_MAX_DEVICES][12];
 
-template <uint32_t TR, uint32_t T>
+template <uint32_t T, int NCR>
 static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix *router, const mc_matrix *gu,
                                             uint32_t rows_e, uint32_t k, int wnorm, const float *x, const float *po,
                                             float po_scale, const float *norm_w, float eps, float *logits, int32_t *sel,
@@ -695,24 +646,34 @@ static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix 
     int dev = 0;
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
-    if (!mc_routed_ready[dev][ti]) {
-        if ((e = cudaFuncSetAttribute(gemv_experts_routed<TR, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)MC_ROUTED_SMEM)) != cudaSuccess)
+    if (!mc_routed_ready[dev][ti]) { /* the clusters that fit the device at once */
+        cudaLaunchConfig_t q;
+        memset(&q, 0, sizeof q);
+        q.gridDim = dim3(MC_ROUTED_CL * mc_sm_count[dev]);
+        q.blockDim = dim3(32 * MC_ROUTED_WARPS);
+        q.dynamicSmemBytes = 32 * 1024;
+        cudaLaunchAttribute a[1];
+        a[0].id = cudaLaunchAttributeClusterDimension;
+        a[0].val.clusterDim.x = MC_ROUTED_CL, a[0].val.clusterDim.y = 1, a[0].val.clusterDim.z = 1;
+        q.attrs = a, q.numAttrs = 1;
+        int clusters = 0;
+        if ((e = cudaOccupancyMaxActiveClusters(&clusters, gemv_experts_routed<T, NCR>, &q)) != cudaSuccess)
             return e;
-        mc_routed_ready[dev][ti] = 1;
+        mc_routed_ready[dev][ti] = clusters > 0 ? clusters : 1;
     }
     const uint64_t groups = (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k;
-    const uint64_t need = (groups + MC_ROUTED_WARPS - 1) / MC_ROUTED_WARPS, cap = mc_sm_count[dev];
+    const uint64_t per_cl = (uint64_t)MC_ROUTED_CL * MC_ROUTED_WARPS, cap = (uint64_t)mc_routed_ready[dev][ti];
+    const uint64_t need = (groups + per_cl - 1) / per_cl; /* clusters */
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((uint32_t)(need < cap ? need : cap));
+    cfg.gridDim = dim3((uint32_t)(MC_ROUTED_CL * (need < cap ? need : cap)));
     cfg.blockDim = dim3(32 * MC_ROUTED_WARPS);
-    cfg.dynamicSmemBytes = (size_t)mc_routed_smem(router, gu->cols);
+    cfg.dynamicSmemBytes = ((size_t)gu->cols + 1) * sizeof(float);
     cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    mc_launch_attrs(&cfg, attr, 0, c);
+    cudaLaunchAttribute attr[2];
+    mc_launch_attrs_cluster(&cfg, attr, MC_ROUTED_CL, c->pdl != 0);
     const int early = (c->moe_fuse & MC_MOE_FUSE_EARLY) != 0;
-    e = cudaLaunchKernelEx(&cfg, gemv_experts_routed<TR, T>, *router, *gu, rows_e, k, wnorm, x, po, po_scale, norm_w,
+    e = cudaLaunchKernelEx(&cfg, gemv_experts_routed<T, NCR>, *router, *gu, rows_e, k, wnorm, x, po, po_scale, norm_w,
                            eps, logits, sel, wts, y, ldy, early);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -723,22 +684,24 @@ cudaError_t mc_gemv_experts_routed(const mc_config *c, const mc_matrix *router, 
                                    uint32_t ldy, cudaStream_t st) {
     if (!mc_experts_routed_serves(router, gu, rows_e, k) || !x || !norm_w || !logits || !sel || !wts || !y)
         return cudaErrorInvalidValue;
-#define MC_RT(TR, T, I)                                                                                                \
-    mc_gemv_experts_routed_t<TR, T>(c, router, gu, rows_e, k, wnorm, x, po, po_scale, norm_w, eps, logits, sel, wts,   \
-                                    y, ldy, st, I)
-#define MC_RT_T(TR, B)                                                                                                 \
-    switch (gu->type) {                                                                                                \
-    case MEMRA_TYPE_F32: return MC_RT(TR, MEMRA_TYPE_F32, B);                                                          \
-    case MEMRA_TYPE_F16: return MC_RT(TR, MEMRA_TYPE_F16, B + 1);                                                      \
-    case MEMRA_TYPE_BF16: return MC_RT(TR, MEMRA_TYPE_BF16, B + 2);                                                    \
-    default: return MC_RT(TR, MEMRA_TYPE_Q8_0, B + 3);                                                                 \
+#define MC_RT(T, I)                                                                                                    \
+    switch (mc_flat_nc(MEMRA_TYPE_F32, router->cols, MC_GEMV_WARPS)) {                                                 \
+    case 1:                                                                                                            \
+        return mc_gemv_experts_routed_t<T, 1>(c, router, gu, rows_e, k, wnorm, x, po, po_scale, norm_w, eps, logits,   \
+                                              sel, wts, y, ldy, st, 3 * (I));                                          \
+    case 2:                                                                                                            \
+        return mc_gemv_experts_routed_t<T, 2>(c, router, gu, rows_e, k, wnorm, x, po, po_scale, norm_w, eps, logits,   \
+                                              sel, wts, y, ldy, st, 3 * (I) + 1);                                      \
+    default:                                                                                                           \
+        return mc_gemv_experts_routed_t<T, 4>(c, router, gu, rows_e, k, wnorm, x, po, po_scale, norm_w, eps, logits,   \
+                                              sel, wts, y, ldy, st, 3 * (I) + 2);                                      \
     }
-    switch (router->type) {
-    case MEMRA_TYPE_F32: MC_RT_T(MEMRA_TYPE_F32, 0)
-    case MEMRA_TYPE_F16: MC_RT_T(MEMRA_TYPE_F16, 4)
-    default: MC_RT_T(MEMRA_TYPE_BF16, 8)
+    switch (gu->type) {
+    case MEMRA_TYPE_F32: MC_RT(MEMRA_TYPE_F32, 0)
+    case MEMRA_TYPE_F16: MC_RT(MEMRA_TYPE_F16, 1)
+    case MEMRA_TYPE_BF16: MC_RT(MEMRA_TYPE_BF16, 2)
+    default: MC_RT(MEMRA_TYPE_Q8_0, 3)
     }
-#undef MC_RT_T
 #undef MC_RT
 }
 
@@ -917,12 +880,12 @@ const char *mc_gemv_experts_family(const void *f) {
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
         if (streams[i] == f)
             return "gemv_experts";
-#define MC_ROUTED_T(TR)                                                                                                \
-    (const void *)gemv_experts_routed<TR, MEMRA_TYPE_F32>, (const void *)gemv_experts_routed<TR, MEMRA_TYPE_F16>,      \
-        (const void *)gemv_experts_routed<TR, MEMRA_TYPE_BF16>, (const void *)gemv_experts_routed<TR, MEMRA_TYPE_Q8_0>
-    static const void *const routed[] = {MC_ROUTED_T(MEMRA_TYPE_F32), MC_ROUTED_T(MEMRA_TYPE_F16),
-                                         MC_ROUTED_T(MEMRA_TYPE_BF16)}; /* moe_fuse bit 1024 */
-#undef MC_ROUTED_T
+#define MC_ROUTED_NC(T)                                                                                                \
+    (const void *)gemv_experts_routed<T, 1>, (const void *)gemv_experts_routed<T, 2>,                                  \
+        (const void *)gemv_experts_routed<T, 4>
+    static const void *const routed[] = {MC_ROUTED_NC(MEMRA_TYPE_F32), MC_ROUTED_NC(MEMRA_TYPE_F16),
+                                         MC_ROUTED_NC(MEMRA_TYPE_BF16), MC_ROUTED_NC(MEMRA_TYPE_Q8_0)}; /* bit 1024 */
+#undef MC_ROUTED_NC
     for (size_t i = 0; i < sizeof routed / sizeof routed[0]; i++)
         if (routed[i] == f)
             return "gemv_experts";

@@ -934,7 +934,8 @@ static void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E,
         caught &= !sl;
         if (!corrupt)
             CHECK(sl && ss && sw && sa && sx && x_kept,
-                  "routed %s/%s n=%u E=%u F=%u k=%u norm=%d po=%d, launch %d: not the unfused bits (logits %s, ids %s, "
+                  "routed %s/%s n=%u E=%u F=%u k=%u norm=%d po=%d, launch %d: not the unfused bits "
+                  "(logits %s, ids %s, "
                   "weights %s, slots %s, x %s, x before the combine %s)",
                   tname(rtype), tname(gtype), n, E, F, k, norm, po, rep + 1, sl ? "=" : "DIFFER", ss ? "=" : "DIFFER",
                   sw ? "=" : "DIFFER", sa ? "=" : "DIFFER", sx ? "=" : "DIFFER", x_kept ? "kept" : "WRITTEN");
@@ -1073,16 +1074,16 @@ int main(void) {
     }
     /* bit 1024 (gate/up rows of column split 1 only: k x 2F > 4224): granite-moe-1b's layer (F32
      * router, 32 experts, top 8, its residual scale) in every gate/up type; 8 experts, top 2;
-     * a router of 24 experts (a partial warp); F16 and BF16 routers; a column tail in the router
-     * and the stack; what it does not serve; the negative control */
+     * a router of 24 experts (a partial warp); a column tail in the stack; 2048 columns; what it
+     * does not serve (F16 and BF16 routers among them); the negative control */
     for (int t = 0; t < 4; t++) {
         check_routed(MEMRA_TYPE_F32, types[t], 32, 1024, 512, 8, 0, 1, 0);
         check_routed(MEMRA_TYPE_F32, types[t], 8, 64, 1088, 2, 1, 0, 0);
         check_routed(MEMRA_TYPE_F32, types[t], 24, 768, 384, 6, 1, 1, 0);
     }
-    check_routed(MEMRA_TYPE_F16, MEMRA_TYPE_BF16, 32, 1024, 512, 8, 1, 1, 0);
-    check_routed(MEMRA_TYPE_BF16, MEMRA_TYPE_F16, 16, 512, 1088, 2, 0, 0, 0);
-    check_routed(MEMRA_TYPE_BF16, MEMRA_TYPE_BF16, 16, 100, 1088, 2, 1, 1, 0); /* a column tail: router and stack */
+    check_routed(MEMRA_TYPE_F32, MEMRA_TYPE_F16, 16, 512, 1088, 2, 0, 0, 0);
+    check_routed(MEMRA_TYPE_F32, MEMRA_TYPE_BF16, 16, 100, 1088, 2, 1, 1, 0);  /* a column tail in the stack */
+    check_routed(MEMRA_TYPE_F32, MEMRA_TYPE_BF16, 32, 2048, 288, 8, 1, 1, 0);  /* 4 chunks a lane of the router */
     check_routed(MEMRA_TYPE_F32, MEMRA_TYPE_BF16, 32, 1024, 512, 8, 0, 1, 1);  /* negative control */
     {
         const int before = failures;
@@ -1094,9 +1095,12 @@ int main(void) {
         rt.rows = 128, g.rows = 128 * 1024;
         CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: 128 experts served (the warp route takes 32)");
         rt.rows = 32, rt.cols = 2048, g.rows = 32 * 1024, g.cols = 2048;
-        CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: a 256 KB router served (shared memory)");
+        CHECK(mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: 32 experts of 2048 columns should be served");
         rt.cols = 1024, g.cols = 1024, g.type = MEMRA_TYPE_Q4_K;
         CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: a Q4_K stack served");
+        g.type = MEMRA_TYPE_BF16, rt.type = MEMRA_TYPE_BF16;
+        CHECK(!mc_experts_routed_serves(&rt, &g, 1024, 8), "routed: a BF16 router served");
+        rt.type = MEMRA_TYPE_F32;
         g.type = MEMRA_TYPE_BF16, rt.rows = 8, g.rows = 8 * 128, g.cols = 64, rt.cols = 64;
         CHECK(!mc_experts_routed_serves(&rt, &g, 128, 2), "routed: a gate/up of column split 4 served");
         rt.rows = 32, rt.cols = 1024, g.rows = 32 * 1024, g.cols = 1024;
