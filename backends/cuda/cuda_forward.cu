@@ -451,7 +451,7 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
  * attention residual add x += residual_scale * po too (mc_stage_body skips its own); the weighted
  * sum in the down GEMV's launch (the shared expert first: the sum reads its slot). Three launches
  * in place of five (six with granite's scale), the same bits: each kernel computes what the
- * unfused ones do, in their order. Bit 1024: two launches, the router in every block of the
+ * unfused ones do, in their order. Bit 1024: two launches, the router in every cluster of the
  * gate/up's (mc_gemv_experts_routed), granite's residual add in the down/combine's. */
 static memra_status mc_moe_ffn_fused(memra_backend *b, memra_state *s, uint32_t i, uint32_t l, uint32_t fused,
                                      memra_error *err) {
