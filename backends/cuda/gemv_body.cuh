@@ -355,6 +355,27 @@ __device__ __forceinline__ void mc_rows_dot(const mc_matrix &w, uint32_t r0, con
         out[k] = mc_warp_sum(acc[k]);
 }
 
+/* A row group's KS column parts added onto the part-0 warp's d and ss in part order (parts[p]:
+ * part p's 4 sums and its sum of squares; parts[0] is the caller's own), then with NORM the 1/rms
+ * scale: what mc_rowgroup_finish's part-0 lane computes, and the fused routers' group thread
+ * (moe_router.cu, gemv_moe.cu's gemv_experts_routed), so their logits keep mc_gemv's bits. */
+template <int KS, int NORM>
+__device__ __forceinline__ void mc_parts_scale(const float (*parts)[MC_GEMV_ROWS + 1], float (&d)[MC_GEMV_ROWS],
+                                               float &ss, uint32_t cols, float eps) {
+    for (uint32_t p = 1; p < KS; p++) {
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] += parts[p][k];
+        ss += parts[p][MC_GEMV_ROWS];
+    }
+    if (NORM) {
+        const float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+#pragma unroll
+        for (int k = 0; k < MC_GEMV_ROWS; k++)
+            d[k] *= scale;
+    }
+}
+
 /* The tail of a row-group kernel (gemv_rowgroup, gemv_experts, gemv_experts_flat): with KS > 1
  * the KS column parts of a row group (each warp's d and ss through red) added in part order by the
  * part-0 warp, then on lane 0 the 1/rms scale with NORM and mc_rows_store's epilogue. Every thread
@@ -374,20 +395,9 @@ __device__ __forceinline__ void mc_rowgroup_finish(float (&red)[MC_GEMV_WARPS][M
         __syncthreads();
         if (!live || part != 0 || lane != 0)
             return;
-        for (uint32_t p = 1; p < KS; p++) {
-#pragma unroll
-            for (int k = 0; k < MC_GEMV_ROWS; k++)
-                d[k] += red[warp + p][k];
-            ss += red[warp + p][MC_GEMV_ROWS];
-        }
     }
     if (!live || lane != 0)
         return;
-    if (NORM) {
-        const float scale = 1.0f / sqrtf(ss / (float)cols + eps);
-#pragma unroll
-        for (int k = 0; k < MC_GEMV_ROWS; k++)
-            d[k] *= scale;
-    }
+    mc_parts_scale<KS, NORM>(red + warp, d, ss, cols, eps);
     mc_rows_store<SWIGLU>(d, r0, rows, bias, residual, y);
 }

@@ -578,18 +578,8 @@ __global__ void __launch_bounds__(32 * MC_ROUTED_WARPS, 1)
         red[warp][MC_GEMV_ROWS] = ss;
     }
     __syncthreads();
-    if (live && part == 0 && lane == 0) { /* the group's first thread: moe_router_cl's */
-        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] += red[warp + p][r];
-            ss += red[warp + p][MC_GEMV_ROWS];
-        }
-        const float scale = 1.0f / sqrtf(ss / (float)router.cols + eps);
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= scale;
-    }
+    if (live && part == 0 && lane == 0) /* the group's first thread: moe_router_cl's */
+        mc_parts_scale<MC_GEMV_WARPS, 1>(red + warp, d, ss, router.cols, eps);
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     if (live && part == 0 && lane == 0) {
         cg::cluster_group cl = cg::this_cluster();
@@ -635,7 +625,7 @@ int mc_experts_routed_serves(const mc_matrix *router, const mc_matrix *gu, uint3
            ((uint64_t)gu->cols + 1) * sizeof(float) <= 32 * 1024;
 }
 
-static int mc_routed_ready[MC_MAX_DEVICES][12];
+static int mc_routed_clusters[MC_MAX_DEVICES][12]; /* clusters that fit at once (0: not yet asked) */
 
 template <uint32_t T, int NCR>
 static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix *router, const mc_matrix *gu,
@@ -646,7 +636,7 @@ static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix 
     int dev = 0;
     if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
         return e;
-    if (!mc_routed_ready[dev][ti]) { /* the clusters that fit the device at once */
+    if (!mc_routed_clusters[dev][ti]) { /* the clusters that fit the device at once */
         cudaLaunchConfig_t q;
         memset(&q, 0, sizeof q);
         q.gridDim = dim3(MC_ROUTED_CL * mc_sm_count[dev]);
@@ -659,10 +649,10 @@ static cudaError_t mc_gemv_experts_routed_t(const mc_config *c, const mc_matrix 
         int clusters = 0;
         if ((e = cudaOccupancyMaxActiveClusters(&clusters, gemv_experts_routed<T, NCR>, &q)) != cudaSuccess)
             return e;
-        mc_routed_ready[dev][ti] = clusters > 0 ? clusters : 1;
+        mc_routed_clusters[dev][ti] = clusters > 0 ? clusters : 1;
     }
     const uint64_t groups = (uint64_t)(rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS * k;
-    const uint64_t per_cl = (uint64_t)MC_ROUTED_CL * MC_ROUTED_WARPS, cap = (uint64_t)mc_routed_ready[dev][ti];
+    const uint64_t per_cl = (uint64_t)MC_ROUTED_CL * MC_ROUTED_WARPS, cap = (uint64_t)mc_routed_clusters[dev][ti];
     const uint64_t need = (groups + per_cl - 1) / per_cl; /* clusters */
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);

@@ -40,16 +40,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS)
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] += red[p][r];
-            ss += red[p][MC_GEMV_ROWS];
-        }
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= scale;
+        mc_parts_scale<MC_GEMV_WARPS, 1>(red, d, ss, w.cols, eps);
         mc_rows_store<0>(d, r0, w.rows, NULL, NULL, logits);
         __threadfence(); /* the logits reach every block before the ticket does */
         last = atomicAdd(ticket, 1u) == gridDim.x - 1;
@@ -110,16 +101,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS * GPB)
     }
     __syncthreads();
     if (live && part == 0 && lane == 0) { /* the group's first thread: moe_router's thread 0 */
-        for (uint32_t p = 1; p < MC_GEMV_WARPS; p++) {
-#pragma unroll
-            for (int r = 0; r < MC_GEMV_ROWS; r++)
-                d[r] += red[gl * MC_GEMV_WARPS + p][r];
-            ss += red[gl * MC_GEMV_WARPS + p][MC_GEMV_ROWS];
-        }
-        const float scale = 1.0f / sqrtf(ss / (float)w.cols + eps);
-#pragma unroll
-        for (int r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= scale;
+        mc_parts_scale<MC_GEMV_WARPS, 1>(red + gl * MC_GEMV_WARPS, d, ss, w.cols, eps);
         if (!ds)
             mc_rows_store<0>(d, r0, w.rows, NULL, NULL, logits);
     }
