@@ -87,7 +87,7 @@ extern "C" {
     },                                                                                                                 \
     {                                                                                                                  \
         "moe_fuse", "887",                                                                                             \
-            "mixture-of-experts kernel variants (bits, 0 to 4095), each where its kernel serves the layer: 1 the "       \
+            "mixture-of-experts kernel variants (bits, 0 to 2047), each where its kernel serves the layer: 1 the "       \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
             "a lane's loads in flight and fewer registers (slower on qwen3moe-30b), 16 the fused router on one "      \
@@ -101,8 +101,7 @@ extern "C" {
             "to 32 warps where there are at most 32 experts (with 16), 1024 that router computed again by every "     \
             "cluster of the experts' gate/up launch, one launch a layer fewer (at most 32 experts, no shared expert, "  \
             "the gate/up's column split 1, an F32 router; with 1 and 2; granite's residual add then in the down "      \
-            "GEMV; granite-moe-1b BF16 -2.3% on an H100: off), 2048 the down GEMV with the sum in blocks of 2 rows, " \
-            "twice the blocks (with 2). "                                                                              \
+            "GEMV; granite-moe-1b BF16 -2.3% on an H100: off). "                                                      \
             "0 runs the five launches of the unfused path. The bits do not depend on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \

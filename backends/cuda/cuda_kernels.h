@@ -203,8 +203,7 @@ enum {
 #define MC_MOE_FUSE_DSMEM 256u    /* with 16 */
 #define MC_MOE_FUSE_ONEBLOCK 512u /* with 16 */
 #define MC_MOE_FUSE_ROUTED 1024u  /* with 1 and 2 */
-#define MC_MOE_FUSE_ROWS2 2048u   /* with 2: the down/combine's blocks of 2 rows, twice the blocks */
-#define MC_MOE_FUSE_ALL 4095u
+#define MC_MOE_FUSE_ALL 2047u
 /* 1, 2, 4, 16, 32, 64, 256, 512; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
 #define MC_MOE_FUSE_DEFAULT 887u
 typedef struct mc_config {

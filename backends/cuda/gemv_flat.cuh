@@ -12,30 +12,29 @@
  * caller's w.cols / E <= 32 KS NC), the same chunks in the same order (lane l of part p: chunk
  * 32 p + l, then every 32 KS-th), the same per-chunk arithmetic, the same tail and warp trees:
  * the same bits, without the double buffer. The weights (and Q8_0 block scales) are queued
- * first, then mc_wait_prior_grid(family), then x is read (x' with po as mc_x_chunk_po). R rows from r0
- * (MC_GEMV_ROWS, or 2 for moe_fuse bit 2048's combine): each row's sums are the same whatever R. */
-template <uint32_t T, int NORM, int KS, int NC, int R = MC_GEMV_ROWS>
+ * first, then mc_wait_prior_grid(family), then x is read (x' with po as mc_x_chunk_po). */
+template <uint32_t T, int NORM, int KS, int NC>
 __device__ __forceinline__ void mc_rows_dot_flat(const mc_matrix &w, uint32_t r0, const float *x, const float *po,
                                                  float po_scale, const float *nw, uint32_t lane, uint32_t part,
-                                                 unsigned family, float (&out)[R], float &ss_out) {
+                                                 unsigned family, float (&out)[MC_GEMV_ROWS], float &ss_out) {
     constexpr uint32_t LS = 32 * KS, E = mc_elems<T>::n, EB = 16 / E;
     /* 32-bit offsets of the rows (the callers' matrices are under 4 GiB: mc_flat_fits) */
-    uint32_t ro[R];
+    uint32_t ro[MC_GEMV_ROWS];
 #pragma unroll
-    for (int k = 0; k < R; k++)
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
         ro[k] = r0 + k < w.rows ? r0 + k : r0;
     const char *const data = (const char *)w.data;
     const uint16_t *const scales = w.scales;
     const uint32_t row_bytes = w.stride * EB, row_scales = w.cols / MEMRA_Q8_0_BLOCK;
     const uint32_t nfull = w.cols / E, first = lane + 32 * part;
-    uint4 wv[NC][R];
-    uint16_t sv[NC][R];
+    uint4 wv[NC][MC_GEMV_ROWS];
+    uint16_t sv[NC][MC_GEMV_ROWS];
 #pragma unroll
     for (int m = 0; m < NC; m++) {
         const uint32_t idx = first + LS * m;
         if (idx < nfull) {
 #pragma unroll
-            for (int k = 0; k < R; k++) {
+            for (int k = 0; k < MC_GEMV_ROWS; k++) {
                 wv[m][k] = __ldcs((const uint4 *)(data + (ro[k] * row_bytes + idx * 16)));
                 if (T == MEMRA_TYPE_Q8_0)
                     sv[m][k] = __ldg(scales + (ro[k] * row_scales + idx / 2));
@@ -43,9 +42,9 @@ __device__ __forceinline__ void mc_rows_dot_flat(const mc_matrix &w, uint32_t r0
         }
     }
     mc_wait_prior_grid(family); /* x (and po) come from earlier kernels */
-    float acc[R], ss = 0.0f;
+    float acc[MC_GEMV_ROWS], ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < R; k++)
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
         acc[k] = 0.0f;
 #pragma unroll
     for (int m = 0; m < NC; m++) {
@@ -54,7 +53,7 @@ __device__ __forceinline__ void mc_rows_dot_flat(const mc_matrix &w, uint32_t r0
             float4 xv[E / 4];
             mc_x_chunk_po<T, NORM>(x, po, po_scale, nw, idx, xv, ss);
 #pragma unroll
-            for (int k = 0; k < R; k++)
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
                 acc[k] += mc_dot_chunk<T>(wv[m][k], xv,
                                           T == MEMRA_TYPE_Q8_0 ? __half2float(__ushort_as_half(sv[m][k])) : 1.0f);
         }
@@ -69,13 +68,13 @@ __device__ __forceinline__ void mc_rows_dot_flat(const mc_matrix &w, uint32_t r0
                 xc *= nw[c];
             }
 #pragma unroll
-            for (int k = 0; k < R; k++)
+            for (int k = 0; k < MC_GEMV_ROWS; k++)
                 acc[k] = fmaf(mc_elem<T>(data + (size_t)ro[k] * row_bytes, c), xc, acc[k]);
         }
     }
     ss_out = NORM ? mc_warp_sum(ss) : 0.0f;
 #pragma unroll
-    for (int k = 0; k < R; k++)
+    for (int k = 0; k < MC_GEMV_ROWS; k++)
         out[k] = mc_warp_sum(acc[k]);
 }
 

@@ -706,18 +706,16 @@ cudaError_t mc_gemv_experts_routed(const mc_config *c, const mc_matrix *router, 
  * (moe_fuse bit 1024: granite's attention residual, which the routed gate/up launch did not write
  * into x) x[i] + po[i] * po_scale first, in moe_scale's operations, as the fused router would have
  * stored it. late: the ids come from the launch just before (bit 1024's routed gate/up), so they
- * are read after the wait. R rows a block: MC_GEMV_ROWS, or 2 under moe_fuse bit 2048 (twice the
- * blocks, for down projections of few rows such as granite's 1,024: each row's sums are the same,
- * so the same bits). Per call: reads k x rows_e weight rows (cols each), act (k slices of
+ * are read after the wait. Per call: reads k x rows_e weight rows (cols each), act (k slices of
  * ldx), sel, w, shslot, x and po; writes x. */
-template <uint32_t T, int KS, int NC, int R>
+template <uint32_t T, int KS, int NC>
 __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 registers: one wave of 30B's down */
     gemv_experts_combine(const mc_matrix stack, uint32_t rows_e, const int32_t *sel, uint32_t e0, uint32_t e1,
                          const float *act, uint32_t ldx, const float *wts, uint32_t k, const float *shslot, float scale,
                          float *x, const float *po, float po_scale, int late) {
-    __shared__ float red[MC_COMBINE_WARPS][R];
+    __shared__ float red[MC_COMBINE_WARPS][MC_GEMV_ROWS];
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = warp / KS, part = warp % KS;
-    const uint32_t r0 = blockIdx.x * R;
+    const uint32_t r0 = blockIdx.x * MC_GEMV_ROWS;
     /* The ids are the router's, two or more launches back (the experts' gate/up launch, and with a
      * shared expert its GEMVs, come between): complete before this grid could start (cuda_common.cuh:
      * a grid lets the next one launch only after its own wait). So the id is read before the wait,
@@ -727,25 +725,22 @@ __global__ void __launch_bounds__(32 * MC_COMBINE_WARPS, NC <= 2 ? 4 : 2) /* 64 
     if (late)
         mc_wait_prior_grid(0);
     const uint32_t e = (uint32_t)__ldcg(sel + j);
-    float d[R], ss;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        d[r] = 0.0f;
+    float d[MC_GEMV_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f}, ss;
     if (e < e0 || e >= e1)
         mc_wait_prior_grid(0);
     else {
         mc_matrix w = mc_expert_rows<T>(stack, e, e0, rows_e);
-        mc_rows_dot_flat<T, 0, KS, NC, R>(w, r0, act + (size_t)j * ldx, NULL, 0.0f, NULL, lane, part,
-                                          T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES, d, ss);
+        mc_rows_dot_flat<T, 0, KS, NC>(w, r0, act + (size_t)j * ldx, NULL, 0.0f, NULL, lane, part,
+                                       T == MEMRA_TYPE_Q8_0 ? MC_TRIGGER_GEMV6_RES_Q8 : MC_TRIGGER_GEMV6_RES, d, ss);
     }
     if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < MC_GEMV_ROWS; r++)
             red[warp][r] = d[r];
     }
     __syncthreads();
     const uint32_t r = threadIdx.x, i = r0 + r;
-    if (r >= R || i >= rows_e)
+    if (r >= MC_GEMV_ROWS || i >= rows_e)
         return;
     float acc = 0.0f;
     for (uint32_t s = 0; s < k; s++) {
@@ -775,18 +770,15 @@ static cudaError_t mc_experts_combine_t(const mc_config *c, const mc_matrix *w, 
                                         uint32_t k, uint32_t e0, uint32_t e1, const float *act, uint32_t ldx,
                                         const float *wts, const float *shslot, float scale, float *x, const float *po,
                                         float po_scale, int late, cudaStream_t st) {
-    const uint32_t rows = (c->moe_fuse & MC_MOE_FUSE_ROWS2) ? 2u : MC_GEMV_ROWS; /* a block's rows */
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((rows_e + rows - 1) / rows);
+    cfg.gridDim = dim3((rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS);
     cfg.blockDim = dim3(32 * k * KS);
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     mc_launch_attrs(&cfg, attr, 0, c);
-    cudaError_t e = rows == 2 ? cudaLaunchKernelEx(&cfg, gemv_experts_combine<T, KS, NC, 2>, *w, rows_e, sel, e0, e1,
-                                                   act, ldx, wts, k, shslot, scale, x, po, po_scale, late)
-                              : cudaLaunchKernelEx(&cfg, gemv_experts_combine<T, KS, NC, MC_GEMV_ROWS>, *w, rows_e, sel,
-                                                   e0, e1, act, ldx, wts, k, shslot, scale, x, po, po_scale, late);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_experts_combine<T, KS, NC>, *w, rows_e, sel, e0, e1, act, ldx, wts, k,
+                                       shslot, scale, x, po, po_scale, late);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
@@ -889,16 +881,14 @@ const char *mc_gemv_experts_family(const void *f) {
             return "gemv_experts";
     if (mc_moe_router_family(f))
         return "moe_router";
-#define MC_COMB_R(T, KS, R)                                                                                            \
-    (const void *)gemv_experts_combine<T, KS, 1, R>, (const void *)gemv_experts_combine<T, KS, 2, R>,                  \
-        (const void *)gemv_experts_combine<T, KS, 4, R>
-#define MC_COMB_NC(T, KS) MC_COMB_R(T, KS, MC_GEMV_ROWS), MC_COMB_R(T, KS, 2)
+#define MC_COMB_NC(T, KS)                                                                                              \
+    (const void *)gemv_experts_combine<T, KS, 1>, (const void *)gemv_experts_combine<T, KS, 2>,                        \
+        (const void *)gemv_experts_combine<T, KS, 4>
 #define MC_COMB_KS(T) MC_COMB_NC(T, 1), MC_COMB_NC(T, 2), MC_COMB_NC(T, 4)
     static const void *const combines[] = {MC_COMB_KS(MEMRA_TYPE_F32), MC_COMB_KS(MEMRA_TYPE_F16),
                                            MC_COMB_KS(MEMRA_TYPE_BF16), MC_COMB_KS(MEMRA_TYPE_Q8_0)};
 #undef MC_COMB_KS
 #undef MC_COMB_NC
-#undef MC_COMB_R
     for (size_t i = 0; i < sizeof combines / sizeof combines[0]; i++)
         if (combines[i] == f)
             return "gemv_experts_combine";

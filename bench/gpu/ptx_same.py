@@ -41,8 +41,7 @@ for f in sys.argv[3:]:
     for k in a:
         d=da[k]
         cands=[d, re.sub(r'>\(', ', float>(', d, count=1), d.replace('(float const*, float*','(unsigned int const*, float*' ),
-               re.sub(r'>\(', ', false>(', d, count=1),  # a trailing bool template parameter defaulting to false
-               re.sub(r'>\(', ', 4>(', d, count=1)]  # a trailing row count that was 4 (gemv_experts_combine's R)
+               re.sub(r'>\(', ', false>(', d, count=1)]  # a trailing bool template parameter defaulting to false
         # templates with defaults: add float as last template arg
         found=None
         for c in cands:
