@@ -25,8 +25,8 @@
  *    weights and x equal, launched twice (the ticket must come back to zero, else the second
  *    launch's route does not run: its ids and weights are poisoned before); mc_gemv_experts_combine
  *    against mc_gemv_experts + mc_moe_combine: x equal (shared slot, granite's scale, an id not
- *    held, a row tail); the whole FFN through the fused kernels equal to check 4's unfused chain; shapes the
- *    fused kernels do not serve are refused by their launchers.
+ *    held, a row tail); the whole FFN through the fused kernels equal to check 4's unfused
+ *    chain; shapes the fused kernels do not serve are refused by their launchers.
  *    mc_gemv_experts_routed (bit 1024: the router in the gate/up launch) and the combine with po
  *    and late against the default chain: logits, ids, weights, slots and x equal.
  * Negative controls: a reference whose tie goes to the higher index must disagree with the ids;
