@@ -86,8 +86,8 @@ extern "C" {
             "post norms: the postnorm key"                                                                             \
     },                                                                                                                 \
     {                                                                                                                  \
-        "moe_fuse", "887",                                                                                             \
-            "mixture-of-experts kernel variants (bits, 0 to 2047), each where its kernel serves the layer: 1 the "       \
+        "moe_fuse", "2935",                                                                                            \
+            "mixture-of-experts kernel variants (bits, 0 to 4095), each where its kernel serves the layer: 1 the "     \
             "router's top k in the router GEMV's last block, 2 the weighted sum of the experts in their down GEMV, 4 "  \
             "granite's attention residual scale in the router GEMV (with 1), 8 the experts' gate/up GEMV with all of " \
             "a lane's loads in flight and fewer registers (slower on qwen3moe-30b), 16 the fused router on one "      \
@@ -101,7 +101,9 @@ extern "C" {
             "to 32 warps where there are at most 32 experts (with 16), 1024 that router computed again by every "     \
             "cluster of the experts' gate/up launch, one launch a layer fewer (at most 32 experts, no shared expert, "  \
             "the gate/up's column split 1, an F32 router; with 1 and 2; granite's residual add then in the down "      \
-            "GEMV; granite-moe-1b BF16 -2.3% on an H100: off). "                                                      \
+            "GEMV; granite-moe-1b BF16 -2.3% on an H100: off), 2048 under experts=int or int-gu the Q8_0 experts' "    \
+            "gate/up on the integer kernel in one wave of 16-warp blocks over every slot's row groups, x quantized "   \
+            "once a block (one x for all slots). "                                                                     \
             "0 runs the five launches of the unfused path. The bits do not depend on it"                              \
     },                                                                                                                 \
     {                                                                                                                  \
@@ -142,11 +144,12 @@ extern "C" {
             "filled, smollm2-135m q4_k_m lost 0.6% on an H100). The same bits each way"                               \
     },                                                                                                                 \
     {                                                                                                                  \
-        "experts", "float",                                                                                            \
+        "experts", "int-gu",                                                                                           \
             "a mixture of experts' Q8_0 experts: float (float dots on the dequantized weights, the row-group GEMV's "  \
-            "path) or int (the integer Q8_0 kernel's body a slot, x quantized to 23 bits as q8=auto's dense GEMVs: "    \
-            "other bits; moe_fuse's down/combine and flat folds then step aside; on an H200 2% faster on "            \
-            "granite-moe-1b Q8_0, 3.5% slower on qwen3moe-30b Q8_0). Other "                                          \
+            "path), int (the integer Q8_0 kernel's body a slot, x quantized to 23 bits as q8=auto's dense GEMVs: "     \
+            "other bits; moe_fuse's down/combine and flat folds then step aside; on an H200 2% faster on "             \
+            "granite-moe-1b Q8_0, 3.5% slower on qwen3moe-30b Q8_0) or int-gu (int for the gate/up alone, the "        \
+            "down and its combine on float dots: other bits again). Other "                                            \
             "types' experts take their families' kernels either way"                                                   \
     },                                                                                                                 \
     {                                                                                                                  \

@@ -431,7 +431,7 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
     if ((want & MC_MOE_FUSE_ROUTE) && mc_moe_router_serves(&L->router))
         f |= MC_MOE_FUSE_ROUTE;
     if ((want & MC_MOE_FUSE_COMBINE) && mc_experts_combine_serves(&L->down_exps, m->n_embd, m->n_expert_used) &&
-        !mc_experts_int(&b->cfg, &L->down_exps)) /* experts=int: the combine stays a launch of its own */
+        !mc_experts_int(&b->cfg, &L->down_exps, MC_GLU_NONE)) /* experts=int: the combine stays a launch of its own */
         f |= MC_MOE_FUSE_COMBINE;
     if ((want & MC_MOE_FUSE_SCALE) && (f & MC_MOE_FUSE_ROUTE) && mc_residual_scaled(m) && m->n_ff_shexp == 0 &&
         !b->taps)
@@ -441,7 +441,7 @@ static uint32_t mc_moe_fused(const memra_backend *b, const memra_state *s, uint3
     if ((want & MC_MOE_FUSE_ROUTED) && (f & MC_MOE_FUSE_ROUTE) && (f & MC_MOE_FUSE_COMBINE) && m->n_ff_shexp == 0 &&
         !b->taps && (!mc_residual_scaled(m) || (f & MC_MOE_FUSE_SCALE)) &&
         mc_experts_routed_serves(&L->router, &L->gu_exps, 2 * m->n_ff, m->n_expert_used) &&
-        L->router.rows == m->n_expert)
+        L->router.rows == m->n_expert && !mc_experts_int(&b->cfg, &L->gu_exps, MC_GLU_SILU)) /* its own float gate/up */
         f |= MC_MOE_FUSE_ROUTED;
     return f;
 }

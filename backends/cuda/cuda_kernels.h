@@ -95,8 +95,10 @@ enum { MC_QBLOCK_AUTO, MC_QBLOCK_16, MC_QBLOCK_4, MC_QBLOCK_16X, MC_QBLOCK_16R, 
 enum { MC_QGRID_AUTO, MC_QGRID_NEED, MC_QGRID_FILL };
 /* The experts' Q8_0 GEMVs of a mixture of experts (the `experts` key): MC_EXPERTS_FLOAT, float dots
  * on the dequantized weights (gemv_experts, the row-group GEMV's float path); MC_EXPERTS_INT, the
- * dense integer kernel's body a slot (gemv_q8.cu: x quantized to 23 bits, int8 dots), other bits. */
-enum { MC_EXPERTS_FLOAT, MC_EXPERTS_INT };
+ * dense integer kernel's body a slot (gemv_q8.cu: x quantized to 23 bits, int8 dots), other bits;
+ * MC_EXPERTS_INT_GU (the default), INT for the gate/up alone (with moe_fuse bit 2048 in one wave),
+ * the down and its combine on float dots: other bits again. */
+enum { MC_EXPERTS_FLOAT, MC_EXPERTS_INT, MC_EXPERTS_INT_GU };
 /* gemv=mma's prefill chunk GEMV (the `mmachunk` key, issue 28): MC_MMACHUNK_AUTO (wgmma where the device
  * is sm_90, else mma.sync), MC_MMACHUNK_SYNC (gemv_mma.cu's mma.sync tile) or MC_MMACHUNK_WGMMA
  * (gemv_wgmma.cu's warpgroup kernel fed by the tensor memory accelerator; an error on another
@@ -191,7 +193,8 @@ enum {
  * (512, with 16: no barrier across multiprocessors), the router (F32, n <= 32, no shared expert)
  * computed again by every thread-block cluster of the experts' gate/up launch, its ids kept in the block's shared memory
  * (1024, with 1 and 2: the router's launch goes; granite's residual add moves into the down/combine
- * launch). The same bits with any of them. */
+ * launch), and under experts=int or int-gu the Q8_0 gate/up on the integer kernel in one wave of
+ * 16-warp blocks over every slot's row groups (2048: gemv_q8.cu). The same bits with any of them. */
 #define MC_MOE_FUSE_ROUTE 1u
 #define MC_MOE_FUSE_COMBINE 2u
 #define MC_MOE_FUSE_SCALE 4u
@@ -203,9 +206,11 @@ enum {
 #define MC_MOE_FUSE_DSMEM 256u    /* with 16 */
 #define MC_MOE_FUSE_ONEBLOCK 512u /* with 16 */
 #define MC_MOE_FUSE_ROUTED 1024u  /* with 1 and 2 */
-#define MC_MOE_FUSE_ALL 2047u
-/* 1, 2, 4, 16, 32, 64, 256, 512; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16 (bench/RESULTS.md) */
-#define MC_MOE_FUSE_DEFAULT 887u
+#define MC_MOE_FUSE_IWAVE 2048u   /* experts=int's gate/up in one wave */
+#define MC_MOE_FUSE_ALL 4095u
+/* 1, 2, 4, 16, 32, 64, 256, 512, 2048; bit 8 measured slower on qwen3moe-30b, 128 on granite-moe-1b BF16 and F16,
+ * 1024 on granite-moe-1b BF16 (bench/RESULTS.md) */
+#define MC_MOE_FUSE_DEFAULT 2935u
 typedef struct mc_config {
     uint32_t pdl;       /* 1: programmatic dependent launch (a kernel starts while the one before drains) */
     uint32_t gemv;      /* F32/F16/BF16 GEMV: MC_GEMV_AUTO (persistent for short rows, rowgroup otherwise),
@@ -248,7 +253,7 @@ typedef struct mc_config {
     uint32_t qblock;    /* the quantized GEMVs' blocks under qdot=auto: MC_QBLOCK_16R, _16, _AUTO, _4, _16X or _16XR
                          * (the same bits) */
     uint32_t qgrid;     /* the 16-warp quantized GEMVs' grid: MC_QGRID_AUTO, _NEED or _FILL (the same bits) */
-    uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT or MC_EXPERTS_INT (other bits) */
+    uint32_t experts;   /* a mixture of experts' Q8_0 experts: MC_EXPERTS_FLOAT, _INT or _INT_GU (each its own bits) */
     uint32_t mmachunk;  /* gemv=mma's chunk GEMV: MC_MMACHUNK_AUTO, _SYNC or _WGMMA (the same bits) */
     uint32_t attchunk;  /* a chunk's attention: MC_ATTCHUNK_PHASED or _ROWS (the same bits) */
     uint32_t attfold;   /* attention=mma's fold of its spans: MC_ATTFOLD_SPAN or _TIER (other bits) */
@@ -355,7 +360,7 @@ cudaError_t mc_gemv_glu(const mc_config *c, const mc_matrix *w, const float *x, 
 /* Whether mc_gemv_experts runs w (a Q8_0 stack) on the integer kernel under c (experts=int; its
  * x' then fits the kernel's shared memory): the folds of moe_fuse that compute the float path's
  * bits (the combine in the down GEMV, the flat gate/up kernel) then step aside. */
-int mc_experts_int(const mc_config *c, const mc_matrix *w);
+int mc_experts_int(const mc_config *c, const mc_matrix *w, int glu);
 cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel, uint32_t k, uint32_t e0,
                             uint32_t e1, const float *x, uint32_t ldx, const float *norm_w, float eps, int glu,
                             float *y, uint32_t ldy, cudaStream_t st);

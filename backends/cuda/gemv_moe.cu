@@ -160,7 +160,7 @@ cudaError_t mc_gemv_experts(const mc_config *c, const mc_matrix *w, uint32_t row
         return mc_gemv_experts_kquant(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
     default: break;
     }
-    if (mc_experts_int(c, w)) /* experts=int */
+    if (mc_experts_int(c, w, glu)) /* experts=int (int-gu: the gate/up alone) */
         return mc_gemv_experts_q8int(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, glu, y, ldy, st);
     /* the experts' gate/up, one wave: bit 64 for Q8_0 experts, 128 for the 16- and 32-bit float ones */
     if (glu == MC_GLU_SILU && norm_w &&

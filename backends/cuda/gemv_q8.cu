@@ -30,6 +30,19 @@ __global__ void __launch_bounds__(32 * 16, 1)
         gemv_q8_0_int_body<SWIGLU, NORM, KS, 16>(w, xj, norm_w, eps, NULL, NULL, yj, n_groups);
 }
 
+/* moe_fuse bit 2048 under experts=int (and int-gu): the gate/up of every slot in one wave of 16-warp
+ * blocks (a block a multiprocessor, each a contiguous share of the k x G row groups, EXP of the
+ * body), x' quantized once a block for all slots; each group's arithmetic is
+ * gemv_q8_0_int_experts' at the same column split, so the same bits. Per call: what
+ * gemv_q8_0_int_experts reads and writes. */
+template <int KS>
+__global__ void __launch_bounds__(32 * 16, 1)
+    gemv_q8_0_int_experts_wave(const mc_matrix stack, const float *x, const float *norm_w, float eps, uint32_t n_groups,
+                               const __grid_constant__ mc_q8x_exp ex) {
+    gemv_q8_0_int_body<1, 1, KS, 16, false, 0, 1>(stack, x, norm_w, eps, NULL, NULL, NULL, n_groups, NULL, ~0u, 0,
+                                                  nullptr, &ex);
+}
+
 /* postnorm=prologue (mc_gemv_pro): x_new = x + RMSNorm(po) * post_w first (mc_pro_stage), then the
  * kernel with its norm (no bias or residual). Per call: what gemv_q8_0_int reads and writes, and
  * po, x, post_w (cols floats each, from L2), x_new (cols floats, by the first block). */
@@ -265,9 +278,10 @@ cudaError_t mc_gemv_q8(const mc_config *c, int glu, const mc_matrix *w, const fl
                   : mc_q8x_any<0, 0>(c, w, x, norm_w, eps, bias, residual, y, st);
 }
 
-int mc_experts_int(const mc_config *c, const mc_matrix *w) {
-    return c->experts == MC_EXPERTS_INT && w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 &&
-           w->cols > 0 && mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
+int mc_experts_int(const mc_config *c, const mc_matrix *w, int glu) {
+    return (c->experts == MC_EXPERTS_INT || (c->experts == MC_EXPERTS_INT_GU && glu == MC_GLU_SILU)) &&
+           w->type == MEMRA_TYPE_Q8_0 && w->cols % MEMRA_Q8_0_BLOCK == 0 && w->cols > 0 &&
+           mc_q8x_smem(w->cols) <= MC_Q8X_SMEM_MAX;
 }
 
 template <int SWIGLU, int NORM, int KS>
@@ -282,10 +296,48 @@ static cudaError_t mc_q8x_experts_t(const mc_config *c, const mc_matrix *w, uint
                                             y, ldy, st);
 }
 
+template <int KS>
+static cudaError_t mc_q8x_experts_wave_t(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
+                                         uint32_t k, uint32_t e0, uint32_t e1, const float *x, const float *norm_w,
+                                         float eps, float *y, uint32_t ldy, cudaStream_t st) {
+    static int ready[MC_MAX_DEVICES]; /* this instantiation's shared-memory limit set on the device */
+    cudaError_t e = mc_gemv_prepare();
+    int dev = 0;
+    if (e != cudaSuccess || (e = cudaGetDevice(&dev)) != cudaSuccess)
+        return e;
+    if (dev < 0 || dev >= MC_MAX_DEVICES || (uint64_t)(e1 - e0) * rows_e > w->rows)
+        return cudaErrorInvalidValue;
+    if (!ready[dev]) {
+        if ((e = cudaFuncSetAttribute(gemv_q8_0_int_experts_wave<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)MC_Q8X_SMEM_MAX)) != cudaSuccess)
+            return e;
+        ready[dev] = 1;
+    }
+    mc_q8x_exp ex;
+    ex.sel = sel;
+    ex.y = y;
+    ex.G = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    ex.rows_e = rows_e;
+    ex.e0 = e0;
+    ex.e1 = e1;
+    ex.ldy = ldy;
+    const uint32_t n_groups = ex.G * k, sm = (uint32_t)mc_sm_count[dev]; /* < 2^32: the caller's bound */
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(n_groups < sm ? n_groups : sm);
+    cfg.blockDim = dim3(32 * 16);
+    cfg.dynamicSmemBytes = mc_q8x_smem(w->cols);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    mc_launch_attrs(&cfg, attr, 0, c);
+    e = cudaLaunchKernelEx(&cfg, gemv_q8_0_int_experts_wave<KS>, *w, x, norm_w, eps, n_groups, ex);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32_t rows_e, const int32_t *sel,
                                   uint32_t k, uint32_t e0, uint32_t e1, const float *x, uint32_t ldx,
                                   const float *norm_w, float eps, int glu, float *y, uint32_t ldy, cudaStream_t st) {
-    if (!mc_experts_int(c, w) || !w->scales || (glu != MC_GLU_NONE && glu != MC_GLU_SILU) ||
+    if (!mc_experts_int(c, w, glu) || !w->scales || (glu != MC_GLU_NONE && glu != MC_GLU_SILU) ||
         (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 || k > 65535 || rows_e == 0 ||
         (glu && rows_e % 2)) /* the experts' range: mc_experts_go */
         return cudaErrorInvalidValue;
@@ -295,6 +347,11 @@ cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32
     (ks == 1   ? mc_q8x_experts_t<S, N, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
      : ks == 2 ? mc_q8x_experts_t<S, N, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
                : mc_q8x_experts_t<S, N, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st))
+    /* bit 2048: the gate/up (one x for every slot) in one wave, the same bits */
+    if (glu && ldx == 0 && (c->moe_fuse & MC_MOE_FUSE_IWAVE) && (uint64_t)(rows_e + 3) / 4 * k < 0x80000000ull)
+        return ks == 1   ? mc_q8x_experts_wave_t<1>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st)
+               : ks == 2 ? mc_q8x_experts_wave_t<2>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st)
+                         : mc_q8x_experts_wave_t<4>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st);
     return glu ? MC_Q8E(1, 1) : MC_Q8E(0, 0);
 #undef MC_Q8E
 }
@@ -324,6 +381,9 @@ const char *mc_gemv_q8_family(const void *f) {
         {(const void *)gemv_q8_0_int_experts<1, 1, 1>, "gemv_experts"},
         {(const void *)gemv_q8_0_int_experts<1, 1, 2>, "gemv_experts"},
         {(const void *)gemv_q8_0_int_experts<1, 1, 4>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts_wave<1>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts_wave<2>, "gemv_experts"},
+        {(const void *)gemv_q8_0_int_experts_wave<4>, "gemv_experts"},
     };
     return mc_family_find(table, sizeof table / sizeof table[0], f);
 }

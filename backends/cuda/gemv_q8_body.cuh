@@ -35,17 +35,29 @@
 /* Shared bytes of the quantized x of a matrix of `cols` columns. */
 __host__ __device__ inline uint32_t mc_q8x_smem(uint32_t cols) { return cols / 16 * 52; }
 
+/* EXP (moe_fuse bit 2048, gemv_q8_0_int_experts_wave): the body over the row groups of every slot of
+ * a mixture of experts' gate/up at once, x one vector for all slots: virtual group g is slot g / G's
+ * group g % G (G = ceil(rows_e / 4)) on expert sel[slot]'s rows of the stack w (experts [e0, e1)),
+ * written to y + slot ldy; zeros for an id outside [e0, e1). The ids come from the kernel just
+ * before, so the first weights are asked for after the wait. */
+struct mc_q8x_exp {
+    const int32_t *sel;
+    float *y;
+    uint32_t G, rows_e, e0, e1, ldy;
+};
+
 /* The kernels' body (gemv_q8_0_int, gemv_q8_0_int_post), called by every thread of the block; bid and
  * nbk: this block's index and the block count of its part in a merged launch (default: the grid's).
  * AM (commit=head, gemv_q8_0_int_argmax and its prologue form: no bias, residual or GLU): greedy's
  * argmax of y in the same launch (am: mc_sample's arguments for it), as gemv_kquant_body takes it:
  * the storing lane keeps the best of the values it stores (argmax_merge.h's rule: the same winner in
  * any order), and once every row is stored the block ends as sample_argmax does (argmax_tail.cuh). */
-template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false, int AM = 0>
+template <int SWIGLU, int NORM, int KS, int WARPS, bool PRO = false, int AM = 0, int EXP = 0>
 __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const float *x, const float *norm_w, float eps,
                                                    const float *bias, const float *residual, float *y,
                                                    uint32_t n_groups, const mc_pro_args *pro = NULL, uint32_t bid = ~0u,
-                                                   uint32_t nbk = 0, const mc_argmax_args *am = nullptr) {
+                                                   uint32_t nbk = 0, const mc_argmax_args *am = nullptr,
+                                                   const mc_q8x_exp *ex = nullptr) {
     extern __shared__ __align__(16) unsigned char q8sm[];
     __shared__ float red[2][WARPS][MC_GEMV_ROWS];
     __shared__ float bred[MC_Q8X_WARPS];
@@ -64,16 +76,31 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
 
     uint4 wv[U][MC_GEMV_ROWS];
     uint16_t sv[U][MC_GEMV_ROWS];
+    /* EXP: virtual group g's slot, its first row in the stack and whether this rank holds its expert */
+    [[maybe_unused]] auto exp_of = [&](uint32_t g, uint32_t &jslot, size_t &base, uint32_t &r0e) {
+        jslot = g / ex->G;
+        r0e = (g - jslot * ex->G) * MC_GEMV_ROWS;
+        const uint32_t e = (uint32_t)ex->sel[jslot];
+        base = (size_t)(e - ex->e0) * ex->rows_e;
+        return e >= ex->e0 && e < ex->e1;
+    };
     /* loads of flat iteration (row group k, iteration i) */
     auto load = [&](uint32_t k, uint32_t i) {
-        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS;
+        uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, nrows = w.rows;
+        size_t base = 0;
+        if constexpr (EXP) {
+            uint32_t jslot;
+            if (!exp_of(g0 + slot + SLOTS * k, jslot, base, r0))
+                return;
+            nrows = ex->rows_e;
+        }
 #pragma unroll
         for (uint32_t u = 0; u < U; u++) {
             const uint32_t idx = first + PER_IT * i + 32 * KS * u;
             if (idx < nch) {
 #pragma unroll
                 for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {
-                    const uint32_t row = r0 + r < w.rows ? r0 + r : r0;
+                    const size_t row = base + (r0 + r < nrows ? r0 + r : r0);
                     wv[u][r] =
                         __ldcs((const uint4 *)((const char *)w.data + (size_t)row * w.stride + (size_t)idx * 16));
                     sv[u][r] = __ldg(w.scales + (size_t)row * nsc + idx / 2);
@@ -81,7 +108,7 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
             }
         }
     };
-    if (total > 0)
+    if (!EXP && total > 0)
         load(0, 0);
     /* PRO: the post norm's and this GEMV's norm weights into shared memory before the wait */
     [[maybe_unused]] const float *wps = NULL;
@@ -90,6 +117,8 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         wps = mc_pro_wfetch_start<NORM>(*pro, norm_w, w.cols, wpro);
     }
     mc_wait_prior_grid(MC_TRIGGER_Q8); /* x (and the residual) come from earlier kernels */
+    if (EXP && total > 0)              /* EXP: the ids are the kernel's just before */
+        load(0, 0);
     /* AM: the step's position, read before the ticket (as sample_argmax reads it) */
     [[maybe_unused]] int32_t am_pnow = 0;
     if constexpr (AM) {
@@ -175,7 +204,7 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
     for (uint32_t j = 0; j < total; j++) {
         uint4 cur[U][MC_GEMV_ROWS];
         uint16_t cs[U][MC_GEMV_ROWS];
-        if (i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
+        if (!EXP && i + 1 == niter && part == 0 && lane == 0) /* the residual (or bias) of the group, ahead */
             mc_rows_fetch<SWIGLU>(pre, (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, w.rows, bias, residual);
 #pragma unroll
         for (uint32_t u = 0; u < U; u++)
@@ -222,7 +251,17 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
             d[r] = mc_warp_sum(acc[r]);
             acc[r] = 0.0f;
         }
-        const uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, par = k & 1;
+        uint32_t r0 = (g0 + slot + SLOTS * k) * MC_GEMV_ROWS, rows = w.rows;
+        const uint32_t par = k & 1;
+        [[maybe_unused]] bool held = true;
+        [[maybe_unused]] float *yo = y;
+        if constexpr (EXP) {
+            uint32_t jslot;
+            size_t base;
+            held = exp_of(g0 + slot + SLOTS * k, jslot, base, r0);
+            rows = ex->rows_e;
+            yo = ex->y + (size_t)jslot * ex->ldy;
+        }
         i = 0;
         k++;
         if (KS > 1) {
@@ -240,10 +279,24 @@ __device__ __forceinline__ void gemv_q8_0_int_body(const mc_matrix w, const floa
         }
         if (lane != 0)
             continue;
+        if constexpr (EXP) {
+            if (!held) { /* not this rank's expert (or no expert): zeros, as mc_experts_zero writes them */
+                constexpr uint32_t div = SWIGLU ? 2u : 1u;
+                for (uint32_t o = r0 / div; o < (r0 + MC_GEMV_ROWS) / div && o < rows / div; o++)
+                    yo[o] = 0.0f;
+                continue;
+            }
 #pragma unroll
-        for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
-            d[r] *= rscale;
-        mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] *= rscale;
+            mc_rows_store<SWIGLU>(d, r0, rows, NULL, NULL, yo);
+            continue;
+        } else {
+#pragma unroll
+            for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
+                d[r] *= rscale;
+            mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
+        }
         if constexpr (AM) { /* the values just stored (no bias or residual: d itself) */
 #pragma unroll
             for (uint32_t r = 0; r < MC_GEMV_ROWS; r++) {

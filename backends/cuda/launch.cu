@@ -3,9 +3,10 @@
 #include "cuda_common.cuh"
 #include "gemv_quant.h"
 
+// clang-format off
 const mc_config mc_config_default = {
     1, MC_GEMV_AUTO, MC_Q8_AUTO, MC_ATT_AUTO, MC_TRIGGER_DEFAULT, MC_NORM_FUSED, MC_QDOT_AUTO, MC_KV_F32,
-    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO, MC_EXPERTS_FLOAT,
+    MC_MOE_FUSE_DEFAULT, MC_POSTNORM_PROLOGUE, MC_CHUNK_MMA, MC_QBLOCK_16R, MC_QGRID_AUTO, MC_EXPERTS_INT_GU,
     MC_MMACHUNK_AUTO, MC_ATTCHUNK_PHASED, MC_ATTFOLD_SPAN, MC_ATTDEC_BLOCK, MC_QKVPARTS_MERGED, MC_WAIT_RING,
     MC_COMMIT_HEAD};
 
@@ -28,7 +29,7 @@ static const struct {
      "mma, fma, mma-kq, mma-q8, mma-opt"},
     {"qblock", offsetof(mc_config, qblock), {"auto", "16", "4", "16x", "16r", "16xr"}, "auto, 16, 4, 16x, 16r, 16xr"},
     {"qgrid", offsetof(mc_config, qgrid), {"auto", "need", "fill", NULL}, "auto, need, fill"},
-    {"experts", offsetof(mc_config, experts), {"float", "int", NULL, NULL}, "float, int"},
+    {"experts", offsetof(mc_config, experts), {"float", "int", "int-gu", NULL}, "float, int, int-gu"},
     {"mmachunk", offsetof(mc_config, mmachunk), {"auto", "sync", "wgmma", NULL}, "auto, sync, wgmma"},
     {"attchunk", offsetof(mc_config, attchunk), {"phased", "rows", NULL, NULL}, "phased, rows"},
     {"attfold", offsetof(mc_config, attfold), {"span", "tier", NULL, NULL}, "span, tier"},
@@ -37,6 +38,7 @@ static const struct {
     {"wait", offsetof(mc_config, wait), {"ring", "event", "word", NULL}, "ring, event, word"},
     {"commit", offsetof(mc_config, commit), {"launch", "sampler", "handoff", "head"}, "launch, sampler, handoff, head"},
 };
+// clang-format on
 
 const char *mc_config_choice(mc_config *c, const char *key, const char *value) {
     for (size_t i = 0; i < sizeof mc_choices / sizeof mc_choices[0]; i++) {

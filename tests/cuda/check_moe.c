@@ -48,6 +48,7 @@
 #include "memra/quant.h"
 
 int failures;
+mc_config mcfg;
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
 static uint64_t next64(void) {
@@ -337,12 +338,14 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
     CHECK_CUDA(cudaMalloc((void **)&dy, (size_t)k * n_out * 4));
     if (corrupt && (family(type) || type == MEMRA_TYPE_Q8_0)) { /* negative control: a quant bit of every byte of
         * the first held expert's first row (one byte may sit in a sub-block whose random scale is 0; one Q8_0
-        * quant of a gate row moved by 64 steps stayed inside the SwiGLU output's bound) */
-        uint8_t *row = malloc(s.m.stride);
-        CHECK_CUDA(cudaMemcpy(row, s.m.data, s.m.stride, cudaMemcpyDeviceToHost));
-        for (uint32_t i = 0; i < s.m.stride; i++)
+        * quant of a gate row moved by 64 steps stayed inside the SwiGLU output's bound; corrupt 2: the first two
+        * rows, an output's gate and up: experts=int's wider bound let one gate row through at 2176 x 256) */
+        const size_t nb = (size_t)s.m.stride * (corrupt == 2 ? 2 : 1);
+        uint8_t *row = malloc(nb);
+        CHECK_CUDA(cudaMemcpy(row, s.m.data, nb, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < nb; i++)
             row[i] ^= 0x40;
-        CHECK_CUDA(cudaMemcpy(s.m.data, row, s.m.stride, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(s.m.data, row, nb, cudaMemcpyHostToDevice));
         free(row);
     } else if (corrupt) { /* negative control: one weight of the first held expert changed on the device */
         const uint32_t eb = type == MEMRA_TYPE_F32 ? 4 : type == MEMRA_TYPE_Q8_0 ? 1 : 2;
@@ -380,6 +383,21 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
                    tname(type), rows_e, cols, k, v ? "stream" : "flat", v ? sbit : 8,
                    (ecfg.moe_fuse & (unsigned)sbit) ? "stream" : "loop", same ? "the same bits" : "DIFFERS");
         }
+    /* moe_fuse bit 2048 (experts=int, int-gu: the gate/up in one wave) toggled against y: the same bits, or
+     * where the wave does not serve (x a slot) the slot kernel in both */
+    if (glu && norm && !corrupt && type == MEMRA_TYPE_Q8_0 && ecfg.experts != MC_EXPERTS_FLOAT) {
+        mc_config f = ecfg;
+        f.moe_fuse ^= MC_MOE_FUSE_IWAVE;
+        CHECK_CUDA(cudaMemset(dy, 0xff, (size_t)k * n_out * 4));
+        CHECK_CUDA(mc_gemv_experts(&f, &s.m, rows_e, dsel, k, e0, e0 + held, dx, per_slot_x ? cols : 0, dnw, 1e-5f, glu,
+                                   dy, n_out, 0));
+        CHECK_CUDA(cudaMemcpy(y2, dy, (size_t)k * n_out * 4, cudaMemcpyDeviceToHost));
+        const int same = !memcmp(y, y2, (size_t)k * n_out * 4);
+        CHECK(same, "experts q8_0 int rows_e %u cols %u: moe_fuse bit 2048 gives other bits", rows_e, cols);
+        printf(
+            "experts q8_0 int rows_e=%5u cols=%5u k=%3u: the wave (moe_fuse bit 2048) %s against the slot kernel: %s\n",
+            rows_e, cols, k, (f.moe_fuse & MC_MOE_FUSE_IWAVE) ? "on" : "off", same ? "the same bits" : "DIFFERS");
+    }
     double *ref = malloc(n_out * 8), *bound = malloc(n_out * 8), worst = 0;
     for (uint32_t j = 0; j < k; j++) {
         const float *yj = y + (size_t)j * n_out;
@@ -398,9 +416,13 @@ static void check_experts(uint32_t type, uint32_t held, uint32_t e0, uint32_t ro
         }
     }
     printf("experts %-4s%s%s rows_e=%5u cols=%5u k=%3u glu=%d norm=%d x/slot=%d%s: err/tol %.3g%s\n", tname(type),
-           ecfg.experts == MC_EXPERTS_INT ? " int" : "", ecfg.moe_fuse & MC_MOE_FUSE_STREAM ? " stream" : "", rows_e,
-           cols, k, glu, norm, per_slot_x,
-           corrupt ? " (negative control)" : "", worst,
+           ecfg.experts == MC_EXPERTS_INT      ? " int"
+           : ecfg.experts == MC_EXPERTS_INT_GU ? " int-gu"
+                                               : "",
+           ecfg.moe_fuse & MC_MOE_FUSE_IWAVE    ? " wave"
+           : ecfg.moe_fuse & MC_MOE_FUSE_STREAM ? " stream"
+                                                : "",
+           rows_e, cols, k, glu, norm, per_slot_x, corrupt ? " (negative control)" : "", worst,
            corrupt ? (worst > 1.0 ? ": caught" : ": MISSED") : "");
     if (corrupt)
         CHECK(worst > 1.0, "experts %s: the changed weight was not caught", tname(type));
@@ -492,14 +514,12 @@ static void check_ffn(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, uint32
     CHECK_CUDA(cudaMalloc((void **)&dsel, k * 4));
     CHECK_CUDA(cudaMalloc((void **)&dact, (size_t)k * F * 4));
     CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)k * E * 4));
-    const mc_config *c = &mc_config_default;
+    const mc_config *c = &mcfg;
     CHECK_CUDA(mc_gemv(c, &router.m, dx, dnw, 1e-5f, NULL, NULL, dlog, 0));
-    CHECK_CUDA(mc_moe_route(&mc_config_default, dlog, ne, k, 1, 0, dsel, dw, 0));
-    CHECK_CUDA(
-        mc_gemv_experts(&mc_config_default, &gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
-    CHECK_CUDA(mc_gemv_experts(&mc_config_default, &down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots,
-                               E, 0));
-    CHECK_CUDA(mc_moe_combine(&mc_config_default, dslots, dw, E, k, 0, 1.0f, dx, 0));
+    CHECK_CUDA(mc_moe_route(&mcfg, dlog, ne, k, 1, 0, dsel, dw, 0));
+    CHECK_CUDA(mc_gemv_experts(&mcfg, &gu.m, 2 * F, dsel, k, 0, ne, dx, 0, dnw, 1e-5f, MC_GLU_SILU, dact, F, 0));
+    CHECK_CUDA(mc_gemv_experts(&mcfg, &down.m, E, dsel, k, 0, ne, dact, F, NULL, 0.0f, MC_GLU_NONE, dslots, E, 0));
+    CHECK_CUDA(mc_moe_combine(&mcfg, dslots, dw, E, k, 0, 1.0f, dx, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
     int32_t *sel = malloc(k * 4);
     float *y = malloc(E * 4);
@@ -607,6 +627,8 @@ int main(void) {
         return 77;
     }
     CHECK_CUDA(mc_gemv_prepare());
+    mcfg = mc_config_default;
+    mcfg.experts = MC_EXPERTS_FLOAT;
     const uint32_t ns[] = {8, 33, 128, 1024};
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
         const uint32_t ks[] = {1, 2, 8, ns[a]};
@@ -616,6 +638,7 @@ int main(void) {
                     check_route(ns[a], ks[b], norm, norm);
     }
     ecfg = mc_config_default;
+    ecfg.experts = MC_EXPERTS_FLOAT; /* the float kernels (the default, int-gu, takes the Q8_0 gate/up) */
     const uint32_t types[] = {MEMRA_TYPE_F32, MEMRA_TYPE_F16, MEMRA_TYPE_BF16, MEMRA_TYPE_Q8_0};
     const int32_t sel8[8] = {5, 0, 7, 2, 3, 6, 1, 4};
     const int32_t sel_ep[4] = {2, 9, 5, -1}; /* held: [4, 8): 5 computed, the others zeros */
@@ -646,7 +669,7 @@ int main(void) {
         check_experts(types[t], 8, 0, 2 * 290, types[t] == MEMRA_TYPE_Q8_0 ? 512 : 102, 8, sel8, MC_GLU_SILU, 1, 0, 0);
         check_experts(types[t], 8, 0, 2 * 1088, 256, 2, sel8 + 1, MC_GLU_SILU, 1, 0, 1); /* expert 0 changed */
     }
-    ecfg = mc_config_default;
+    ecfg = mcfg;
     /* the quantized families' experts (gemv_quant.h: each slot the family's 16-warp body; qdot=auto):
      * the shapes of the 30B and granite presets' layers and a few experts, an id not held, the
      * negative control */
@@ -672,6 +695,21 @@ int main(void) {
     check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
     check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2048, 768, 8, sel8, MC_GLU_NONE, 0, 1, 0);
     check_experts(MEMRA_TYPE_Q8_0, 4, 4, 64, 64, 4, sel_ep, MC_GLU_NONE, 0, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
+    /* moe_fuse bit 2048 (the int gate/up in one wave): granite's and 30B's gate/up, more groups than a wave's
+     * blocks, ids not held with a last group of 2 rows, x a slot (the slot kernel), the negative control;
+     * then int-gu (the down on the float kernel) */
+    ecfg.moe_fuse |= MC_MOE_FUSE_IWAVE;
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 512, 1024, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 64, 64, 2, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 4, 4, 2 * 545, 256, 4, sel_ep, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 288, 256, 8, sel8, MC_GLU_SILU, 1, 1, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 1088, 256, 2, sel8 + 1, MC_GLU_SILU, 1, 0, 2); /* expert 0 changed */
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 768, 2048, 2, sel8 + 1, MC_GLU_SILU, 1, 0, 2); /* at 30B's shape */
+    CHECK(mc_config_choice(&ecfg, "experts", "int-gu") == NULL, "experts=int-gu refused");
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2 * 768, 2048, 8, sel8, MC_GLU_SILU, 1, 0, 0);
+    check_experts(MEMRA_TYPE_Q8_0, 8, 0, 2048, 768, 8, sel8, MC_GLU_NONE, 0, 1, 0);
     check_experts(MEMRA_TYPE_Q8_0, 8, 0, 64, 64, 2, sel8 + 1, MC_GLU_NONE, 0, 1, 1); /* expert 0 changed */
     ecfg = mc_config_default;
     for (uint32_t k = 1; k <= 8; k *= 2)
@@ -748,8 +786,8 @@ int main(void) {
         g.type = MEMRA_TYPE_BF16, rt.rows = 8, g.rows = 8 * 128, g.cols = 64, rt.cols = 64;
         CHECK(!mc_experts_routed_serves(&rt, &g, 128, 2), "routed: a gate/up of column split 4 served");
         rt.rows = 32, rt.cols = 1024, g.rows = 32 * 1024, g.cols = 1024;
-        CHECK(mc_gemv_experts_routed(&mc_config_default, &rt, &g, 1024, 8, 1, NULL, NULL, 0.0f, NULL, 0.0f, NULL, NULL,
-                                     NULL, NULL, 0, 0) == cudaErrorInvalidValue,
+        CHECK(mc_gemv_experts_routed(&mcfg, &rt, &g, 1024, 8, 1, NULL, NULL, 0.0f, NULL, 0.0f, NULL, NULL, NULL, NULL,
+                                     0, 0) == cudaErrorInvalidValue,
               "routed: a launch without x or norm weights not refused");
         printf("routed launcher: what it serves and refuses %s\n", failures > before ? "DIFFERS" : "as documented");
     }
@@ -758,6 +796,13 @@ int main(void) {
         check_ffn_fused(types[t], 32, 8, 256, 128);
         check_ffn_fused(types[t], 128, 8, 2048, 64);
     }
+    /* the default arm's Q8_0 experts (experts=int-gu, the gate/up in one wave): the FFN against the float64
+     * reference, and fused against unfused */
+    mcfg = mc_config_default;
+    check_ffn(MEMRA_TYPE_Q8_0, 8, 2, 64, 64);
+    check_ffn(MEMRA_TYPE_Q8_0, 32, 8, 256, 128);
+    check_ffn_fused(MEMRA_TYPE_Q8_0, 32, 8, 256, 128);
+    check_ffn_fused(MEMRA_TYPE_Q8_0, 128, 8, 2048, 64);
     printf("check_moe: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

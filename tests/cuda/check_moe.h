@@ -9,6 +9,9 @@
 #include "cuda_kernels.h"
 
 extern int failures; /* check_program.h's CHECK counts here */
+/* The configuration the FFN-level checks (3 to 5) run under: the default with experts=float, the kernels
+ * they were written for, unless main sets it to the default itself for its Q8_0 runs. */
+extern mc_config mcfg;
 
 float uni(void);                         /* a pseudo-random float in [-1, 1) */
 void *dev_copy(const void *h, size_t n); /* a device copy of n host bytes */

@@ -54,7 +54,7 @@ void check_router(uint32_t type, uint32_t n, uint32_t cols, uint32_t k, int norm
     CHECK_CUDA(cudaMalloc((void **)&ds1, k * 4));
     CHECK_CUDA(cudaMalloc((void **)&dt, 16));
     CHECK_CUDA(cudaMemset(dt, 0, 16));
-    const mc_config *c = &mc_config_default;
+    const mc_config *c = &mcfg;
     if (po)
         CHECK_CUDA(mc_scale_add(c, dpo, cols, sc, dx0, 0));
     CHECK_CUDA(mc_gemv(c, &r.m, dx0, dnw, 1e-5f, NULL, NULL, dl0, 0));
@@ -122,8 +122,8 @@ void check_down_combine(uint32_t type, uint32_t held, uint32_t e0, uint32_t rows
     stack s;
     stack_make(&s, type, held * rows_e, cols);
     if (!mc_experts_combine_serves(&s.m, rows_e, k)) { /* the layer runs unfused: the launcher refuses */
-        CHECK(mc_gemv_experts_combine(&mc_config_default, &s.m, rows_e, NULL, k, e0, e0 + held, NULL, cols, NULL, NULL,
-                                      1.0f, NULL, NULL, 0.0f, 0, 0) == cudaErrorInvalidValue,
+        CHECK(mc_gemv_experts_combine(&mcfg, &s.m, rows_e, NULL, k, e0, e0 + held, NULL, cols, NULL, NULL, 1.0f, NULL,
+                                      NULL, 0.0f, 0, 0) == cudaErrorInvalidValue,
               "combine %s rows_e=%u cols=%u k=%u: a shape it does not serve launched", tname(type), rows_e, cols, k);
         printf("combine %-4s rows_e=%5u cols=%5u k=%u: not served (unfused)\n", tname(type), rows_e, cols, k);
         stack_free(&s);
@@ -142,7 +142,7 @@ void check_down_combine(uint32_t type, uint32_t held, uint32_t e0, uint32_t rows
     int32_t *dsel = dev_copy(sel, k * 4);
     CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)(k + 1) * rows_e * 4));
     CHECK_CUDA(cudaMemcpy(dslots + (size_t)k * rows_e, sh, rows_e * 4, cudaMemcpyHostToDevice));
-    const mc_config *c = &mc_config_default;
+    const mc_config *c = &mcfg;
     CHECK_CUDA(mc_gemv_experts(c, &s.m, rows_e, dsel, k, e0, e0 + held, dact, cols, NULL, 0.0f, MC_GLU_NONE, dslots,
                                rows_e, 0));
     CHECK_CUDA(mc_moe_combine(c, dslots, dw, rows_e, k, shexp, scale, dx0, 0));
@@ -184,7 +184,7 @@ void check_fused_refusals(void) {
     CHECK(!mc_moe_router_serves(&m), "Q8_0 router served");
     m.type = MEMRA_TYPE_BF16, m.cols = 4096;
     CHECK(mc_moe_router_serves(&m), "router BF16 128 x 4096 should be served");
-    CHECK(mc_moe_router(&mc_config_default, &m, NULL, NULL, 0.0f, NULL, 0.0f, NULL, 2, 1, 0, NULL, NULL, NULL, 0) ==
+    CHECK(mc_moe_router(&mcfg, &m, NULL, NULL, 0.0f, NULL, 0.0f, NULL, 2, 1, 0, NULL, NULL, NULL, 0) ==
               cudaErrorInvalidValue,
           "router launch without norm weights or ticket not refused");
     m.type = MEMRA_TYPE_Q8_0, m.rows = 8 * 64, m.cols = 64;
@@ -221,7 +221,7 @@ void check_ffn_fused(uint32_t type, uint32_t ne, uint32_t k, uint32_t E, uint32_
         CHECK_CUDA(cudaMalloc((void **)&dslots, (size_t)k * E * 4));
         CHECK_CUDA(cudaMalloc((void **)&dt, 16));
         CHECK_CUDA(cudaMemset(dt, 0, 16));
-        const mc_config *c = &mc_config_default;
+        const mc_config *c = &mcfg;
         CHECK(mc_moe_router_serves(&router.m), "ffn fused: router %u x %u not served", ne, E);
         if (f) {
             CHECK_CUDA(mc_moe_router(c, &router.m, dx, NULL, 0.0f, dnw, 1e-5f, dlog, k, 1, 0, dsel, dw, dt, 0));
@@ -304,7 +304,7 @@ void check_routed(uint32_t rtype, uint32_t gtype, uint32_t n, uint32_t E, uint32
     CHECK_CUDA(cudaMalloc((void **)&da0, (size_t)k * F * 4));
     CHECK_CUDA(cudaMalloc((void **)&dt, 16));
     CHECK_CUDA(cudaMemset(dt, 0, 16));
-    const mc_config *c = &mc_config_default; /* bits 16 and 256 (and 512): the default router */
+    const mc_config *c = &mcfg; /* bits 16 and 256 (and 512): the default router */
     CHECK_CUDA(
         mc_moe_router(c, &r.m, dx0, po ? dpo : NULL, po ? sc : 0.0f, dnw, 1e-5f, dl0, k, norm, 0, ds0, dw0, dt, 0));
     CHECK_CUDA(mc_gemv_experts(c, &gu.m, 2 * F, ds0, k, 0, n, dx0, 0, dnw, 1e-5f, MC_GLU_SILU, da0, F, 0));

@@ -41,35 +41,36 @@ static memra_status resolve(const char *arm, char *out, size_t n) {
 
 Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
     const memra_backend_vtable *vt = cuda_vt();
-    static const char *const want[][2] = {{"pdl", "1"},
-                                          {"trigger", "115"},
-                                          {"gemv", "auto"},
-                                          {"q8", "auto"},
-                                          {"qdot", "auto"}, /* issue 26: the quantized GEMVs */
-                                          {"attention", "auto"},
-                                          {"kv", "f32"},     /* issue 28.3: the KV cache's storage */
-                                          {"norm", "fused"}, /* issue 30: the built-in op, unfused */
-                                          {"moe_fuse", "887"}, /* issue 29: the mixture-of-experts folds */
-                                          {"postnorm", "prologue"}, /* issue 27: gemma3's post norms in their readers */
-                                          {"chunk", "mma"}, /* issue 28: the Q8_0 prefill GEMV on tensor cores */
-                                          {"qblock", "16r"}, /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
-                                          {"qgrid", "auto"}, /* issue 26: their grid (auto: filled on wide matrices) */
-                                          {"experts", "float"}, /* issue 29: the Q8_0 experts' dots */
-                                          {"mmachunk", "auto"}, /* issue 28: gemv=mma's chunk GEMV (wgmma on sm_90) */
-                                          {"attchunk", "phased"}, /* issue 28: a chunk's attention kernel */
-                                          {"attfold", "span"}, /* issue 28: attention=mma's fold of its spans */
-                                          {"attdec", "block"}, /* issue 28: who reduces attention=mma's decode spans */
-                                          {"qkvparts", "merged"}, /* issue 27: q/k/v parts of two types in one launch */
-                                          {"wait", "ring"}, /* issue 27: how the host learns a step ended */
-                                          {"commit", "head"}, /* issue 26: where a step's position advances */
-                                          {"collective", "oneshot"},
-                                          {"step_timeout_ms", "30000"},
-                                          {"stall_us", "0"},
-                                          /* op plugins (issue 30) */
-                                          {"op.rmsnorm", "builtin"},
-                                          {"op.gemv.f32", "builtin"},
-                                          {"op.gemv.f16", "builtin"},
-                                          {"op.gemv.bf16", "builtin"}};
+    static const char *const want[][2] = {
+        {"pdl", "1"},
+        {"trigger", "115"},
+        {"gemv", "auto"},
+        {"q8", "auto"},
+        {"qdot", "auto"}, /* issue 26: the quantized GEMVs */
+        {"attention", "auto"},
+        {"kv", "f32"},            /* issue 28.3: the KV cache's storage */
+        {"norm", "fused"},        /* issue 30: the built-in op, unfused */
+        {"moe_fuse", "2935"},     /* issue 29: the mixture-of-experts folds */
+        {"postnorm", "prologue"}, /* issue 27: gemma3's post norms in their readers */
+        {"chunk", "mma"},         /* issue 28: the Q8_0 prefill GEMV on tensor cores */
+        {"qblock", "16r"},        /* issue 27: the quantized GEMVs' blocks (16r: the rows split on narrow matrices) */
+        {"qgrid", "auto"},        /* issue 26: their grid (auto: filled on wide matrices) */
+        {"experts", "int-gu"},    /* issue 29: the Q8_0 experts' dots */
+        {"mmachunk", "auto"},     /* issue 28: gemv=mma's chunk GEMV (wgmma on sm_90) */
+        {"attchunk", "phased"},   /* issue 28: a chunk's attention kernel */
+        {"attfold", "span"},      /* issue 28: attention=mma's fold of its spans */
+        {"attdec", "block"},      /* issue 28: who reduces attention=mma's decode spans */
+        {"qkvparts", "merged"},   /* issue 27: q/k/v parts of two types in one launch */
+        {"wait", "ring"},         /* issue 27: how the host learns a step ended */
+        {"commit", "head"},       /* issue 26: where a step's position advances */
+        {"collective", "oneshot"},
+        {"step_timeout_ms", "30000"},
+        {"stall_us", "0"},
+        /* op plugins (issue 30) */
+        {"op.rmsnorm", "builtin"},
+        {"op.gemv.f32", "builtin"},
+        {"op.gemv.f16", "builtin"},
+        {"op.gemv.bf16", "builtin"}};
     cr_assert_eq(vt->n_options, 28);
     for (int i = 0; i < 28; i++) {
         cr_assert_str_eq(vt->options[i].key, want[i][0]);
@@ -81,18 +82,26 @@ Test(cuda_arm_keys, specs_list_every_key_with_its_default) {
 Test(cuda_arm_keys, resolved_options_name_every_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_"
+                          "fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0", buf, sizeof buf), MEMRA_OK,
                  "%s", buf);
-    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:gemv=rowgroup,attention=unfused,trigger=19,q8=float,pdl=0,norm=fused,qdot=auto,kv=f32,"
+                          "moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk="
+                          "auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     /* the collective is resolved only where there are ranks to sum */
     cr_assert_eq(resolve("cuda:tp=2", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,"
+    cr_assert_str_eq(buf, "cuda:tp=2,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,"
+                          "moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk="
+                          "auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,"
                           "collective=oneshot,"
                           "step_timeout_ms=30000");
     cr_assert_eq(resolve("cuda:tp=2,collective=nccl:allgather", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:tp=2,collective=nccl:allgather,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,"
-                          "norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head,step_timeout_ms=30000");
+                          "norm=fused,qdot=auto,kv=f32,moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,"
+                          "experts=int-gu,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait="
+                          "ring,commit=head,step_timeout_ms=30000");
 }
 
 Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
@@ -108,7 +117,7 @@ Test(cuda_arm_keys, bad_values_name_the_key_and_the_values) {
         {"cuda:norm=fused,op.rmsnorm=example", "norm=fused: op.rmsnorm=example runs every norm site unfused"},
         {"cuda:trigger=128", "trigger=128: expected an integer from 0 to 127"},
         {"cuda:pdl=2", "pdl=2: expected an integer from 0 to 1"},
-        {"cuda:moe_fuse=2048", "moe_fuse=2048: expected an integer from 0 to 2047"},
+        {"cuda:moe_fuse=4096", "moe_fuse=4096: expected an integer from 0 to 4095"},
         {"cuda:postnorm=unfused", "postnorm=unfused: expected one of fused, launch, prologue"},
         {"cuda:chunk=dp4a", "chunk=dp4a: expected one of mma, fma, mma-kq, mma-q8, mma-opt"},
         {"cuda:collective=:sum", "collective=:sum: expected a collective plugin's name"},
@@ -219,8 +228,9 @@ Test(cuda_arm_keys, kernel_configuration_parser) {
     cr_assert_eq(c.q8, MC_Q8_AUTO);
     cr_assert_eq(c.attention, MC_ATT_AUTO);
     cr_assert_eq(c.norm, MC_NORM_FUSED);
-    cr_assert_eq(c.moe_fuse, MC_MOE_FUSE_DEFAULT); /* issue 29: the measured variants (1, 2, 4, 16, 32, 64, 256, 512) */
-    cr_assert_eq(MC_MOE_FUSE_DEFAULT, 887u);
+    cr_assert_eq(c.moe_fuse,
+                 MC_MOE_FUSE_DEFAULT); /* issue 29: the measured variants (1, 2, 4, 16, 32, 64, 256, 512, 2048) */
+    cr_assert_eq(MC_MOE_FUSE_DEFAULT, 2935u);
     cr_assert_null(mc_config_choice(&c, "norm", "unfused"));
     cr_assert_eq(c.norm, MC_NORM_UNFUSED);
     cr_assert_str_eq(mc_config_choice_name(&c, "norm"), "unfused");
@@ -284,19 +294,28 @@ Test(cuda_arm_keys, gemv_mma_values_and_parts) {
 Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
     char buf[512];
     cr_assert_eq(resolve("cuda:norm=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:norm=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_"
+                          "fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:norm=fused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:norm=fused,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,qdot=auto,kv=f32,moe_"
+                          "fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:op.rmsnorm=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(
-        buf,
-        "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf,
+                     "cuda:op.rmsnorm=example,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=unfused,qdot="
+                     "auto,kv=f32,moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,"
+                     "mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:norm=unfused,op.rmsnorm=example:eps=1", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
-                          "attention=auto,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
-    cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(
-        buf, "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,kv=f32,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+        buf, "cuda:norm=unfused,op.rmsnorm=example:eps=1,pdl=1,trigger=115,gemv=auto,q8=auto,"
+             "attention=auto,qdot=auto,kv=f32,moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts="
+             "int-gu,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_eq(resolve("cuda:op.rmsnorm=builtin", buf, sizeof buf), MEMRA_OK, "%s", buf);
+    cr_assert_str_eq(buf,
+                     "cuda:op.rmsnorm=builtin,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
+                     "kv=f32,moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk="
+                     "auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     /* an op.gemv plugin alone leaves the norm sites' key as given (its own sites run unfused) */
     cr_assert_eq(resolve("cuda:op.gemv.f32=example", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "norm=fused"), "%s", buf);
@@ -308,9 +327,13 @@ Test(cuda_arm_keys, norm_key_resolves_and_op_rmsnorm_implies_unfused) {
 Test(cuda_arm_keys, kv_key_resolves_and_sets_the_storage) {
     char buf[512];
     cr_assert_eq(resolve("cuda:kv=f16", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:kv=f16,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,moe_"
+                          "fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=bf16,attention=unfused", buf, sizeof buf), MEMRA_OK, "%s", buf);
-    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+    cr_assert_str_eq(buf, "cuda:kv=bf16,attention=unfused,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,moe_"
+                          "fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=f32", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "kv=f32"), "%s", buf);
     mc_config c = mc_config_default;
@@ -391,7 +414,8 @@ Test(cuda_arm_keys, attention_split_is_a_value_of_the_key) {
     char buf[512];
     cr_assert_eq(resolve("cuda:attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:attention=split,pdl=1,trigger=115,gemv=auto,q8=auto,norm=fused,qdot=auto,kv=f32,"
-                          "moe_fuse=887,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+                          "moe_fuse=2935,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk="
+                          "auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:kv=f16,attention=split", buf, sizeof buf), MEMRA_OK, "%s", buf);
     mc_config c = mc_config_default;
     cr_assert_null(mc_config_choice(&c, "attention", "split"));
@@ -485,14 +509,15 @@ Test(cuda_arm_keys, moe_fuse_key_resolves) {
     char buf[512];
     cr_assert_eq(resolve("cuda:moe_fuse=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert_str_eq(buf, "cuda:moe_fuse=0,pdl=1,trigger=115,gemv=auto,q8=auto,attention=auto,norm=fused,qdot=auto,"
-                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=float,mmachunk=auto,attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
+                          "kv=f32,postnorm=prologue,chunk=mma,qblock=16r,qgrid=auto,experts=int-gu,mmachunk=auto,"
+                          "attchunk=phased,attfold=span,attdec=block,qkvparts=merged,wait=ring,commit=head");
     cr_assert_eq(resolve("cuda:moe_fuse=5,pdl=0", buf, sizeof buf), MEMRA_OK, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=5"), "%s", buf);
     cr_assert_eq(resolve("cuda:moe_fuse=-1", buf, sizeof buf), MEMRA_E_INVALID, "%s", buf);
     cr_assert(strstr(buf, "moe_fuse=-1"), "%s", buf);
-    cr_assert_eq(resolve("cuda:moe_fuse=2047", buf, sizeof buf), MEMRA_OK, "%s", buf); /* 256 .. 1024: the router's */
-    cr_assert(strstr(buf, "moe_fuse=2047"), "%s", buf);
-    cr_assert_eq(MC_MOE_FUSE_ALL, 2047u);
+    cr_assert_eq(resolve("cuda:moe_fuse=4095", buf, sizeof buf), MEMRA_OK, "%s", buf); /* 256 .. 1024: the router's */
+    cr_assert(strstr(buf, "moe_fuse=4095"), "%s", buf);
+    cr_assert_eq(MC_MOE_FUSE_ALL, 4095u);
 }
 
 /* Every choice key of the cuda arms, in one table (issues 26 to 28): the key, its default, the
@@ -515,7 +540,7 @@ static const struct {
     {"chunk", "mma", "mma, fma, mma-kq, mma-q8, mma-opt", "dp4a", ""},
     {"qblock", "16r", "auto, 16, 4, 16x, 16r, 16xr", "8", ""},
     {"qgrid", "auto", "auto, need, fill", "full", ""},
-    {"experts", "float", "float, int", "fp8", ""},
+    {"experts", "int-gu", "float, int, int-gu", "fp8", ""},
     {"mmachunk", "auto", "auto, sync, wgmma", "fast", "gemv=mma,"},
     {"attchunk", "phased", "phased, rows", "tiles", ""},
     {"attfold", "span", "span, tier", "tiers", "attention=mma,"},
@@ -607,19 +632,28 @@ Test(cuda_arm_keys, qgrid_auto_fills_wide_and_kquant_matrices) {
         cr_assert(mc_qgrid_fills(c.qgrid, 576, kq));
 }
 
-/* Issue 29: mc_experts_int takes only Q8_0 stacks of whole blocks, and only under experts=int. */
+/* Issue 29: mc_experts_int takes only Q8_0 stacks of whole blocks, and only under experts=int (both
+ * projections) or int-gu (the gate/up alone: the default), never under float. */
 Test(cuda_arm_keys, experts_int_takes_q8_0_stacks_only) {
     mc_config c = mc_config_default;
     mc_matrix w;
     memset(&w, 0, sizeof w);
     w.type = MEMRA_TYPE_Q8_0, w.rows = 64, w.cols = 2048;
-    cr_assert_not(mc_experts_int(&c, &w));
+    cr_assert(mc_experts_int(&c, &w, MC_GLU_SILU)); /* the default, int-gu */
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_NONE));
+    cr_assert_null(mc_config_choice(&c, "experts", "float"));
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_SILU));
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_NONE));
     cr_assert_null(mc_config_choice(&c, "experts", "int"));
-    cr_assert(mc_experts_int(&c, &w));
+    cr_assert(mc_experts_int(&c, &w, MC_GLU_SILU));
+    cr_assert(mc_experts_int(&c, &w, MC_GLU_NONE));
+    cr_assert_null(mc_config_choice(&c, "experts", "int-gu"));
+    cr_assert(mc_experts_int(&c, &w, MC_GLU_SILU));
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_NONE)); /* the down keeps the float kernel (and the combine) */
     w.type = MEMRA_TYPE_BF16;
-    cr_assert_not(mc_experts_int(&c, &w)); /* other types keep their kernels */
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_SILU)); /* other types keep their kernels */
     w.type = MEMRA_TYPE_Q8_0, w.cols = 40;
-    cr_assert_not(mc_experts_int(&c, &w)); /* not whole Q8_0 blocks */
+    cr_assert_not(mc_experts_int(&c, &w, MC_GLU_SILU)); /* not whole Q8_0 blocks */
 }
 
 /* Issue 28: attdec=warp serves attention=mma's decode except kv=q8 at head size 128 (the backend
