@@ -341,8 +341,12 @@ cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32
         (glu != MC_GLU_NONE) != (norm_w != NULL) || k == 0 || k > 65535 || rows_e == 0 ||
         (glu && rows_e % 2)) /* the experts' range: mc_experts_go */
         return cudaErrorInvalidValue;
-    const uint64_t all = (uint64_t)rows_e * k; /* the column split of a GEMV of all k experts' rows */
-    const uint32_t ks = mc_q8x_ksplit(all < 0xffffffffu ? (uint32_t)all : 0xffffffffu);
+    /* the column split of a GEMV of all k experts' rows: experts=int's (mc_ksplit_fill), or under int-gu
+     * mc_ksplit_balance (qwen3moe-30b's 3,072 gate/up row groups: KS 2, 3 half groups for the busiest
+     * of 2,112 warps against 2 whole ones) */
+    const uint64_t all = (uint64_t)rows_e * k;
+    const uint32_t all32 = all < 0xffffffffu ? (uint32_t)all : 0xffffffffu;
+    const uint32_t ks = c->experts == MC_EXPERTS_INT_GU ? mc_ksplit_balance(all32) : mc_q8x_ksplit(all32);
 #define MC_Q8E(S, N)                                                                                                   \
     (ks == 1   ? mc_q8x_experts_t<S, N, 1>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
      : ks == 2 ? mc_q8x_experts_t<S, N, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
