@@ -149,7 +149,8 @@ extern "C" {
             "path), int (the integer Q8_0 kernel's body a slot, x quantized to 23 bits as q8=auto's dense GEMVs: "     \
             "other bits; moe_fuse's down/combine and flat folds then step aside; on an H200 2% faster on "             \
             "granite-moe-1b Q8_0, 3.5% slower on qwen3moe-30b Q8_0) or int-gu (int for the gate/up alone, the "        \
-            "down and its combine on float dots: other bits again). Other "                                            \
+            "down and its combine on float dots, the gate/up's column split balanced over the warps: other bits "      \
+            "again). Other "                                                                                           \
             "types' experts take their families' kernels either way"                                                   \
     },                                                                                                                 \
     {                                                                                                                  \
