@@ -316,7 +316,7 @@ static cudaError_t mc_q8x_experts_wave_t(const mc_config *c, const mc_matrix *w,
     mc_q8x_exp ex;
     ex.sel = sel;
     ex.y = y;
-    ex.G = (rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS;
+    ex.G = (uint32_t)(((uint64_t)rows_e + MC_GEMV_ROWS - 1) / MC_GEMV_ROWS);
     ex.rows_e = rows_e;
     ex.e0 = e0;
     ex.e1 = e1;
@@ -352,7 +352,7 @@ cudaError_t mc_gemv_experts_q8int(const mc_config *c, const mc_matrix *w, uint32
      : ks == 2 ? mc_q8x_experts_t<S, N, 2>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st)             \
                : mc_q8x_experts_t<S, N, 4>(c, w, rows_e, sel, k, e0, e1, x, ldx, norm_w, eps, y, ldy, st))
     /* bit 2048: the gate/up (one x for every slot) in one wave, the same bits */
-    if (glu && ldx == 0 && (c->moe_fuse & MC_MOE_FUSE_IWAVE) && (uint64_t)(rows_e + 3) / 4 * k < 0x80000000ull)
+    if (glu && ldx == 0 && (c->moe_fuse & MC_MOE_FUSE_IWAVE) && ((uint64_t)rows_e + 3) / 4 * k < 0x80000000ull)
         return ks == 1   ? mc_q8x_experts_wave_t<1>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st)
                : ks == 2 ? mc_q8x_experts_wave_t<2>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st)
                          : mc_q8x_experts_wave_t<4>(c, w, rows_e, sel, k, e0, e1, x, norm_w, eps, y, ldy, st);
