@@ -86,13 +86,16 @@ template <uint32_t T> __device__ __forceinline__ float mc_elem(const void *row, 
 /* mc_x_chunk (below) with po, for the fused MoE kernels (gemv_flat.cuh): x + po * po_scale first (a
  * product and a sum, each rounded: moe.cu's moe_scale, granite's attention residual add), then the
  * norm's squares and weights in mc_x_chunk's order. With po NULL it is mc_x_chunk. */
-template <uint32_t T, int NORM>
+template <uint32_t T, int NORM, int CG = 0>
 __device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, float po_scale, const float *nw,
                                               uint32_t idx, float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
     constexpr uint32_t E = mc_elems<T>::n;
 #pragma unroll
     for (uint32_t q = 0; q < E / 4; q++) {
-        xv[q] = __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        /* CG: x through L2 only (ld.global.cg), for a body whose x another grid still writes
+         * (chain_bench's flag waits); the same values */
+        xv[q] =
+            CG ? __ldcg((const float4 *)(x + (size_t)idx * E) + q) : __ldg((const float4 *)(x + (size_t)idx * E) + q);
         if (po) {
             const float4 a = __ldg((const float4 *)(po + (size_t)idx * E) + q);
             xv[q].x = __fadd_rn(xv[q].x, __fmul_rn(a.x, po_scale));
@@ -118,18 +121,25 @@ __device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, f
  * squares added to ss in element order and the chunk scaled by the norm weights (x' = x * nw).
  * The one order of the F32/F16/BF16/Q8_0 float GEMVs (row-group and persistent), hence their equal
  * bits. */
-template <uint32_t T, int NORM>
+template <uint32_t T, int NORM, int CG = 0>
 __device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint32_t idx,
                                            float4 (&xv)[mc_elems<T>::n / 4], float &ss) {
-    mc_x_chunk_po<T, NORM>(x, NULL, 0.0f, nw, idx, xv, ss);
+    mc_x_chunk_po<T, NORM, CG>(x, NULL, 0.0f, nw, idx, xv, ss);
 }
 
 /* The wait of a GEMV body for its inputs: in a launched kernel, the programmatic launch's wait
  * (mc_wait_prior_grid) with the kernel's trigger family. A kernel running several bodies phase
- * after phase passes its grid barrier's wait instead. */
+ * after phase passes its grid barrier's wait instead. gemv_persistent_body also calls cols(c0, n)
+ * (every lane of a warp, before the warp reads x's columns c0 .. c0+n-1) and stored(r0) (the lane
+ * that has just stored row group r0's outputs), and reads x through L2 only where cg is 1:
+ * chain_bench's flag waits use them (a consumer reading x's columns as their producers finish);
+ * here they are empty, so the production kernels compile as before. */
 struct mc_pdl_wait {
+    static constexpr int cg = 0;
     unsigned family;
     __device__ __forceinline__ void operator()() const { mc_wait_prior_grid(family); }
+    __device__ __forceinline__ void cols(uint32_t, uint32_t) {}
+    __device__ __forceinline__ void stored(uint32_t) const {}
 };
 
 /* ---- gemv_persistent: F32/F16/BF16, persistent blocks, loads flattened over row groups ----- */
@@ -193,9 +203,10 @@ __device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const fl
 #pragma unroll
         for (uint32_t u = 0; u < U; u++) {
             const uint32_t idx = first + PER_IT * i + LS * u;
+            wait.cols((idx - lane) * E, 32 * E); /* the warp's columns of this chunk (empty in production) */
             if (idx < nfull) {
                 float4 xv[E / 4];
-                mc_x_chunk<T, NORM>(x, norm_w, idx, xv, ss);
+                mc_x_chunk<T, NORM, Wait::cg>(x, norm_w, idx, xv, ss);
 #pragma unroll
                 for (uint32_t r = 0; r < MC_GEMV_ROWS; r++)
                     acc[r] += mc_dot_chunk<T>(cur[u][r], xv, 1.0f);
@@ -254,6 +265,7 @@ __device__ __forceinline__ void gemv_persistent_body(const mc_matrix w, const fl
                 d[r] *= scale;
         }
         mc_rows_store_pre<SWIGLU>(d, pre, r0, w.rows, bias, residual, y);
+        wait.stored(r0);
     }
 }
 

@@ -13,7 +13,15 @@
  *   (cN) (bN) with the barrier split: a block arrives when its phase is done, starts the next
  *       phase's body, whose first weights go into registers before it waits for the generation
  *       (where the launched kernel waits for the previous grid);
- *   (d) no grid barrier at all (timing only: a lower bound; its reads race).
+ *   (d) no grid barrier at all (timing only: a lower bound; its reads race);
+ *   (e) (a)'s launches, but wo and down (the GEMVs whose input is the previous GEMV's output, not a
+ *       norm of x) wait for their input by the producer's row groups instead of its whole grid:
+ *       the producer's storing lane adds one to the counter of its outputs' chunk (32 counters a
+ *       producer a layer, release), and a consumer warp reads x's columns once the counters of their
+ *       chunks are complete (acquire); it triggers its dependents at once and ends with the grid
+ *       wait, so its completion still implies its producer's (the chain's hazards as in (a)). Each
+ *       warp's dot keeps its order, so the bits are (a)'s. (ew) / (ed): wo's or down's only.
+ *       Full chains only (a consumer alone would wait for ever).
  * Every variant but (d) must give (a)'s bits (x, the qkv output and the SwiGLU output compared
  * with memcmp, three runs each from the same start); then each is timed (us per layer) in full
  * and with one kind of phase alone (L phases of it), and the barrier alone (K empty phases; for
@@ -113,9 +121,12 @@ template <int BAR> __device__ __forceinline__ void cb_arrive(unsigned *bar, unsi
  * through a shared word (release, block scope); lane 0 of every other warp acquires that word,
  * then its warp follows. *done says whether the warp has waited. */
 struct cb_wait {
+    static constexpr int cg = 0;
     unsigned *gen, *shared_gen;
     unsigned target;
     bool *done;
+    __device__ __forceinline__ void cols(uint32_t, uint32_t) {}
+    __device__ __forceinline__ void stored(uint32_t) const {}
     __device__ __forceinline__ void operator()() const {
         if (*done)
             return;
@@ -217,6 +228,89 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_empty(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* (e)'s counters: 32 a producer a layer (qkv's for wo, gate/up's for down), each on its own
+ * 32-byte sector, zeroed by the graph's first node every replay. */
+#define CB_FSTRIDE 8u
+#define CB_FWORDS(L) ((size_t)(L)*2u * 32u * CB_FSTRIDE)
+
+template <int CG> struct cb_fwait {
+    static constexpr int cg = CG; /* 1 where x is another grid's output still being written (read through L2) */
+    unsigned *in;                 /* the producer's 32 counters; NULL: the programmatic grid wait */
+    unsigned *out;                /* this grid's counters for its consumer; NULL: none */
+    uint32_t in_ch, in_n, in_opg; /* the producer's chunk (outputs), outputs, outputs a row group */
+    uint32_t out_ch, out_opg;
+    unsigned ready; /* the producer's chunks this warp has seen complete (warp-uniform) */
+    __device__ __forceinline__ void operator()() const {
+        if (in)
+            return;
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    }
+    __device__ __forceinline__ void cols(uint32_t c0, uint32_t n) {
+        if (!in)
+            return;
+        const uint32_t f = c0 / in_ch, l = (c0 + n - 1) / in_ch < 31 ? (c0 + n - 1) / in_ch : 31;
+        const unsigned need = (l == 31 ? ~0u : (2u << l) - 1u) & ~((1u << f) - 1u);
+        if ((ready & need) == need)
+            return;
+        const uint32_t j = threadIdx.x & 31, o = j * in_ch < in_n ? in_n - j * in_ch : 0;
+        const unsigned target = ((o < in_ch ? o : in_ch) + in_opg - 1) / in_opg;
+        for (int n = 0; (ready & need) != need; n++) { /* lane j polls chunk j's counter (acquire) */
+            if (n > 0)
+                __nanosleep(32); /* leave the issue slots to the producer's warps on this multiprocessor */
+            ready =
+                __ballot_sync(0xffffffffu, cb_atomic(in[j * CB_FSTRIDE]).load(cuda::memory_order_acquire) >= target);
+        }
+        __syncwarp(); /* the acquires before every lane's reads of x */
+    }
+    __device__ __forceinline__ void stored(uint32_t r0) const {
+        if (out)
+            asm volatile(
+                "red.release.gpu.global.add.u32 [%0], 1;" ::"l"(out + r0 / MC_GEMV_ROWS * out_opg / out_ch * CB_FSTRIDE)
+                : "memory");
+    }
+};
+
+struct cb_fargs {
+    mc_matrix m;
+    const float *x, *nw, *residual;
+    float *y;
+    float eps;
+    uint32_t ng;
+    cb_fwait<0> w; /* the kernel's wait: as cb_fwait<CG> */
+};
+
+template <int CG> struct cb_fargs_t {
+    mc_matrix m;
+    const float *x, *nw, *residual;
+    float *y;
+    float eps;
+    uint32_t ng;
+    cb_fwait<CG> w;
+};
+
+/* One GEMV of (e): gemv_persistent_body on the production grid with cb_fwait. A consumer on flags
+ * triggers its dependents at once (they wait for its grid) and waits for its producer's grid at the
+ * end, so that its completion implies the producer's. */
+template <int KIND, int KS, int CG>
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_fargs fa) {
+    cb_fargs_t<CG> a = {fa.m, fa.x, fa.nw, fa.residual, fa.y, fa.eps, fa.ng, {}};
+    memcpy(&a.w, &fa.w, sizeof a.w);
+    if (a.w.in)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (KIND == K_QKV)
+        gemv_persistent_body<MEMRA_TYPE_BF16, 0, 1, KS>(a.m, a.x, a.nw, a.eps, NULL, NULL, a.y, a.ng, blockIdx.x,
+                                                        gridDim.x, a.w);
+    else if (KIND == K_GU)
+        gemv_persistent_body<MEMRA_TYPE_BF16, MC_GLU_SILU, 1, KS>(a.m, a.x, a.nw, a.eps, NULL, NULL, a.y, a.ng,
+                                                                  blockIdx.x, gridDim.x, a.w);
+    else
+        gemv_persistent_body<MEMRA_TYPE_BF16, 0, 0, KS>(a.m, a.x, NULL, 0.0f, NULL, a.residual, a.y, a.ng, blockIdx.x,
+                                                        gridDim.x, a.w);
+    if (a.w.in)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 struct cb_shape {
     const char *name;
     uint32_t n_embd, n_q, n_qkv, n_ff, n_layer;
@@ -224,8 +318,10 @@ struct cb_shape {
 
 typedef void (*cb_kernel)(const cb_args);
 
-#define CB_NV 9 /* (a), (b0) .. (c2), (d), (a) without PDL */
+#define CB_NV 12 /* (a), (b0) .. (c2), (d), (a) without PDL, (e), (ew), (ed) */
 #define CB_RACY 7
+#define CB_NOPDL 8
+#define CB_FLAGS 9 /* (e) both consumers on flags; CB_FLAGS + 1 wo only, + 2 down only */
 
 struct cb_bench {
     cb_shape s;
@@ -234,7 +330,9 @@ struct cb_bench {
     float *x, *x0, *qkvb, *sw, *nw1, *nw2;
     unsigned *bar; /* CB_BAR_WORDS */
     uint32_t ks[K_N], nb[K_N], ng[K_N];
-    cb_kernel k[CB_NV]; /* the persistent variants, k[1] .. k[CB_NV - 1] */
+    cb_kernel k[CB_NV];                 /* the persistent variants, k[1] .. k[CB_RACY] */
+    void (*fk[K_N][2])(const cb_fargs); /* (e)'s kernels: [kind][x through L2 only (a consumer on flags)] */
+    unsigned *fcnt;                     /* (e)'s counters, CB_FWORDS(n_layer) */
     uint32_t G;
     cudaStream_t st;
     mc_config cfg;
@@ -264,8 +362,52 @@ static cb_args cb_make_args(const cb_bench &b, uint32_t mask, uint32_t empty) {
 /* Variant v (0 a, 1 b, 2 c) of the chain with the kinds of mask (0: `empty` barriers or empty
  * launches) into the stream; the cooperative launch's status is returned (it may be refused
  * inside a capture). */
+/* (e), (ew) (fw: wo on flags), (ed) (fd: down on flags): the full chain only. */
+static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd) {
+    const uint32_t L = b.s.n_layer;
+    MC_BENCH_CHECK(cudaMemsetAsync(b.fcnt, 0, 4 * CB_FWORDS(L), b.st));
+    const uint32_t qch = (b.s.n_qkv + 31) / 32, fch = (b.s.n_ff + 31) / 32; /* the producers' chunks */
+    for (uint32_t l = 0; l < L; l++) {
+        unsigned *cq = b.fcnt + (size_t)l * 64 * CB_FSTRIDE, *cg = cq + 32 * CB_FSTRIDE;
+        for (int k = 0; k < K_N; k++) {
+            cb_fargs a;
+            memset(&a, 0, sizeof a);
+            a.m = b.host[l].m[k];
+            a.eps = 1e-5f;
+            a.ng = b.ng[k];
+            if (k == K_QKV) {
+                a.x = b.x, a.nw = b.nw1, a.y = b.qkvb;
+                a.w.out = fw ? cq : NULL, a.w.out_ch = qch, a.w.out_opg = MC_GEMV_ROWS;
+            } else if (k == K_WO) {
+                a.x = b.qkvb, a.residual = b.x, a.y = b.x;
+                a.w.in = fw ? cq : NULL, a.w.in_ch = qch, a.w.in_n = b.s.n_qkv, a.w.in_opg = MC_GEMV_ROWS;
+            } else if (k == K_GU) {
+                a.x = b.x, a.nw = b.nw2, a.y = b.sw;
+                a.w.out = fd ? cg : NULL, a.w.out_ch = fch, a.w.out_opg = MC_GEMV_ROWS / 2;
+            } else {
+                a.x = b.sw, a.residual = b.x, a.y = b.x;
+                a.w.in = fd ? cg : NULL, a.w.in_ch = fch, a.w.in_n = b.s.n_ff, a.w.in_opg = MC_GEMV_ROWS / 2;
+            }
+            cudaLaunchConfig_t cfg;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.gridDim = dim3(b.nb[k]);
+            cfg.blockDim = dim3(32 * MC_GEMV_WARPS);
+            cfg.stream = b.st;
+            cudaLaunchAttribute attr[1];
+            mc_launch_attrs_pdl(&cfg, attr, 0, true);
+            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, b.fk[k][a.w.in != NULL], a));
+        }
+    }
+    return cudaSuccess;
+}
+
 static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty) {
-    if (v == 0 || v == CB_NV - 1) {
+    if (v >= CB_FLAGS) {
+        if (mask != (1u << K_N) - 1)
+            return cudaErrorInvalidValue; /* a consumer alone would wait for ever */
+        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1);
+    }
+    if (v == 0 || v == CB_NOPDL) {
         b.cfg.pdl = v == 0 ? 1 : 0;
         if (mask == 0) {
             for (uint32_t k = 0; k < empty; k++) {
@@ -391,6 +533,14 @@ static void cb_run_once(cb_bench &b, const cb_run &ge, std::vector<char> &out) {
 }
 
 template <int KQ, int KO, int KG, int KD> static void cb_kernels(cb_bench &b) {
+    b.fk[K_QKV][0] = cb_fkernel<K_QKV, KQ, 0>;
+    b.fk[K_QKV][1] = NULL;
+    b.fk[K_WO][0] = cb_fkernel<K_WO, KO, 0>;
+    b.fk[K_WO][1] = cb_fkernel<K_WO, KO, 1>;
+    b.fk[K_GU][0] = cb_fkernel<K_GU, KG, 0>;
+    b.fk[K_GU][1] = NULL;
+    b.fk[K_DOWN][0] = cb_fkernel<K_DOWN, KD, 0>;
+    b.fk[K_DOWN][1] = cb_fkernel<K_DOWN, KD, 1>;
     b.k[1] = cb_persistent<0, 0, KQ, KO, KG, KD>;
     b.k[2] = cb_persistent<1, 0, KQ, KO, KG, KD>;
     b.k[3] = cb_persistent<0, 1, KQ, KO, KG, KD>;
@@ -486,6 +636,12 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     MC_BENCH_CHECK(cudaMalloc(&b.nw2, xb));
     MC_BENCH_CHECK(cudaMalloc(&b.bar, 4 * CB_BAR_WORDS));
     MC_BENCH_CHECK(cudaMemset(b.bar, 0, 4 * CB_BAR_WORDS));
+    MC_BENCH_CHECK(cudaMalloc(&b.fcnt, 4 * CB_FWORDS(s.n_layer)));
+    for (int k = 0; k < K_N; k++) /* (e)'s x reads are whole lane chunks: no tail columns */
+        if (cols[k] % (8 * 32) != 0) {
+            fprintf(stderr, "chain_bench: %s %s: %u columns, not a multiple of 256\n", s.name, kind_name[k], cols[k]);
+            exit(2);
+        }
     mc_bench_fill(b.x0, xb, 1, 0x807fffffu, 0x3e000000u);
     mc_bench_fill(b.nw1, xb, 2, 0x007fffffu, 0x3f800000u); /* [1, 2) */
     mc_bench_fill(b.nw2, xb, 3, 0x007fffffu, 0x3f800000u);
@@ -493,9 +649,9 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
 
     const uint32_t ALL = (1u << K_N) - 1;
     static const char *const vname[CB_NV] = {
-        "(a) launch+PDL, graph",  "(b0) barrier, 1 counter", "(c0) split, 1 counter",
-        "(b1) barrier, 2 levels", "(c1) split, 2 levels",    "(b2) barrier, flags",
-        "(c2) split, flags",      "(d) no grid barrier",     "(a') launch, no PDL"};
+        "(a) launch+PDL, graph", "(b0) barrier, 1 counter", "(c0) split, 1 counter", "(b1) barrier, 2 levels",
+        "(c1) split, 2 levels",  "(b2) barrier, flags",     "(c2) split, flags",     "(d) no grid barrier",
+        "(a') launch, no PDL",   "(e) PDL, wo+down flags",  "(ew) PDL, wo flags",    "(ed) PDL, down flags"};
     /* the bits: three runs of each from the same start against (a)'s first */
     std::vector<char> ref, out;
     int bad = 0;
@@ -526,7 +682,8 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
         }
         cb_free(ge);
     }
-    printf("bits: (b0) .. (c2) %s (a) (x, qkv and SwiGLU outputs, 3 runs each)\n", bad ? "DIFFER from" : "equal to");
+    printf("bits: (b0) .. (c2), (a') and (e) .. (ed) %s (a) (x, qkv and SwiGLU outputs, 3 runs each)\n",
+           bad ? "DIFFER from" : "equal to");
     { /* the negative control: one bit of one weight (layer 0's first qkv weight) flipped must show */
         uint16_t wv;
         MC_BENCH_CHECK(cudaMemcpy(&wv, b.host[0].m[K_QKV].data, 2, cudaMemcpyDeviceToHost));
@@ -551,6 +708,10 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     for (int v = 0; v < CB_NV; v++) {
         double t[K_N + 1], sum = 0;
         for (int m = -1; m < K_N; m++) {
+            if (v >= CB_FLAGS && m >= 0) { /* full chains only */
+                t[m + 1] = 0.0;
+                continue;
+            }
             cb_run ge = cb_graph(b, v, m < 0 ? ALL : 1u << m, 0);
             t[m + 1] = cb_time(b, ge, reps) / s.n_layer;
             cb_free(ge);
@@ -560,14 +721,21 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
         chain[v] = t[0];
         printf("%-26s %10.2f", vname[v], t[0]);
         for (int k = 0; k < K_N; k++)
-            printf(" %12.2f", t[k + 1]);
-        printf(" %10.2f %8.1f%%\n", sum, 100.0 * layer_bytes / ceiling * 1e6 / t[0]);
+            if (v >= CB_FLAGS)
+                printf(" %12s", "-");
+            else
+                printf(" %12.2f", t[k + 1]);
+        if (v >= CB_FLAGS)
+            printf(" %10s", "-");
+        else
+            printf(" %10.2f", sum);
+        printf(" %8.1f%%\n", 100.0 * layer_bytes / ceiling * 1e6 / t[0]);
     }
     printf("floor (bytes at the copy rate): %.2f us a layer\n", layer_bytes / ceiling * 1e6);
     /* the barrier alone: K empty phases */
     const uint32_t K = 120;
     printf("empty phase (%u in a row), us:", K);
-    for (int v = 0; v < CB_NV; v++) {
+    for (int v = 0; v < CB_FLAGS; v++) {
         if (v == CB_RACY)
             continue;
         cb_run ge = cb_graph(b, v, 0, K);
@@ -590,6 +758,7 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     cudaFree(b.nw1);
     cudaFree(b.nw2);
     cudaFree(b.bar);
+    cudaFree(b.fcnt);
     cudaStreamDestroy(b.st);
     return bad;
 }
