@@ -239,13 +239,17 @@ template <int CG> struct cb_fwait {
     unsigned *out;                /* this grid's counters for its consumer; NULL: none */
     uint32_t in_ch, in_n, in_opg; /* the producer's chunk (outputs), outputs, outputs a row group */
     uint32_t out_ch, out_opg;
-    unsigned ready; /* the producer's chunks this warp has seen complete (warp-uniform) */
+    uint32_t per_group; /* 1: a producer's storing lane signals each row group (release), else its block at the end */
+    unsigned ready;     /* the producer's chunks this warp has seen complete (warp-uniform) */
     __device__ __forceinline__ void operator()() const {
         if (in)
             return;
         asm volatile("griddepcontrol.wait;" ::: "memory");
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     }
+    /* Every lane of a warp, before it reads x's columns c0 .. c0+n-1: the first call polls all 32
+     * counters at once (lane j chunk j, acquire); later ones only the missing chunks the columns
+     * need, with a doubling sleep between rounds (a poll is an L2 round trip). */
     __device__ __forceinline__ void cols(uint32_t c0, uint32_t n) {
         if (!in)
             return;
@@ -255,19 +259,40 @@ template <int CG> struct cb_fwait {
             return;
         const uint32_t j = threadIdx.x & 31, o = j * in_ch < in_n ? in_n - j * in_ch : 0;
         const unsigned target = ((o < in_ch ? o : in_ch) + in_opg - 1) / in_opg;
-        for (int n = 0; (ready & need) != need; n++) { /* lane j polls chunk j's counter (acquire) */
-            if (n > 0)
-                __nanosleep(32); /* leave the issue slots to the producer's warps on this multiprocessor */
-            ready =
-                __ballot_sync(0xffffffffu, cb_atomic(in[j * CB_FSTRIDE]).load(cuda::memory_order_acquire) >= target);
+        unsigned want = ready ? need & ~ready : ~0u, sleep = 64;
+        for (;;) {
+            const bool mine = want >> j & 1u;
+            const bool ok = mine && cb_atomic(in[j * CB_FSTRIDE]).load(cuda::memory_order_acquire) >= target;
+            ready |= __ballot_sync(0xffffffffu, ok);
+            if ((ready & need) == need)
+                break;
+            want = need & ~ready;
+            __nanosleep(sleep);
+            sleep = sleep < 1024 ? 2 * sleep : sleep;
         }
         __syncwarp(); /* the acquires before every lane's reads of x */
     }
     __device__ __forceinline__ void stored(uint32_t r0) const {
-        if (out)
+        if (out && per_group)
             asm volatile(
                 "red.release.gpu.global.add.u32 [%0], 1;" ::"l"(out + r0 / MC_GEMV_ROWS * out_opg / out_ch * CB_FSTRIDE)
                 : "memory");
+    }
+    /* The block's signal at its end (per_group 0): every thread, after its rows are stored; thread
+     * 0 adds the block's row groups [g0, g1) to their chunks' counters after a fence that orders
+     * the block's stores first (the barrier makes them thread 0's to release). */
+    __device__ __forceinline__ void block_done(uint32_t g0, uint32_t g1) const {
+        if (!out || per_group)
+            return;
+        __syncthreads();
+        if (threadIdx.x != 0 || g1 <= g0)
+            return;
+        __threadfence();
+        const uint32_t gc = out_ch / out_opg; /* row groups a chunk */
+        for (uint32_t c = g0 / gc; c * gc < g1; c++) {
+            const uint32_t a = c * gc > g0 ? c * gc : g0, b = (c + 1) * gc < g1 ? (c + 1) * gc : g1;
+            atomicAdd(out + c * CB_FSTRIDE, b - a);
+        }
     }
 };
 
@@ -307,6 +332,8 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_far
     else
         gemv_persistent_body<MEMRA_TYPE_BF16, 0, 0, KS>(a.m, a.x, NULL, 0.0f, NULL, a.residual, a.y, a.ng, blockIdx.x,
                                                         gridDim.x, a.w);
+    a.w.block_done((uint32_t)((uint64_t)a.ng * blockIdx.x / gridDim.x),
+                   (uint32_t)((uint64_t)a.ng * (blockIdx.x + 1) / gridDim.x));
     if (a.w.in)
         asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -318,10 +345,11 @@ struct cb_shape {
 
 typedef void (*cb_kernel)(const cb_args);
 
-#define CB_NV 12 /* (a), (b0) .. (c2), (d), (a) without PDL, (e), (ew), (ed) */
+#define CB_NV 13 /* (a), (b0) .. (c2), (d), (a) without PDL, (e), (ew), (ed), (eg) */
 #define CB_RACY 7
 #define CB_NOPDL 8
-#define CB_FLAGS 9 /* (e) both consumers on flags; CB_FLAGS + 1 wo only, + 2 down only */
+/* (e) both consumers on flags; CB_FLAGS + 1 wo only, + 2 down only, + 3 (e) with a signal a row group */
+#define CB_FLAGS 9
 
 struct cb_bench {
     cb_shape s;
@@ -363,10 +391,11 @@ static cb_args cb_make_args(const cb_bench &b, uint32_t mask, uint32_t empty) {
  * launches) into the stream; the cooperative launch's status is returned (it may be refused
  * inside a capture). */
 /* (e), (ew) (fw: wo on flags), (ed) (fd: down on flags): the full chain only. */
-static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd) {
+static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_group) {
     const uint32_t L = b.s.n_layer;
     MC_BENCH_CHECK(cudaMemsetAsync(b.fcnt, 0, 4 * CB_FWORDS(L), b.st));
-    const uint32_t qch = (b.s.n_qkv + 31) / 32, fch = (b.s.n_ff + 31) / 32; /* the producers' chunks */
+    /* the producers' chunks: 32 cover the outputs, each whole row groups (4 outputs, 2 with the GLU) */
+    const uint32_t qch = ((b.s.n_qkv + 31) / 32 + 3) / 4 * 4, fch = ((b.s.n_ff + 31) / 32 + 1) / 2 * 2;
     for (uint32_t l = 0; l < L; l++) {
         unsigned *cq = b.fcnt + (size_t)l * 64 * CB_FSTRIDE, *cg = cq + 32 * CB_FSTRIDE;
         for (int k = 0; k < K_N; k++) {
@@ -375,6 +404,7 @@ static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd) {
             a.m = b.host[l].m[k];
             a.eps = 1e-5f;
             a.ng = b.ng[k];
+            a.w.per_group = per_group;
             if (k == K_QKV) {
                 a.x = b.x, a.nw = b.nw1, a.y = b.qkvb;
                 a.w.out = fw ? cq : NULL, a.w.out_ch = qch, a.w.out_opg = MC_GEMV_ROWS;
@@ -405,7 +435,7 @@ static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty)
     if (v >= CB_FLAGS) {
         if (mask != (1u << K_N) - 1)
             return cudaErrorInvalidValue; /* a consumer alone would wait for ever */
-        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1);
+        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1, v == CB_FLAGS + 3);
     }
     if (v == 0 || v == CB_NOPDL) {
         b.cfg.pdl = v == 0 ? 1 : 0;
@@ -638,8 +668,8 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
     MC_BENCH_CHECK(cudaMemset(b.bar, 0, 4 * CB_BAR_WORDS));
     MC_BENCH_CHECK(cudaMalloc(&b.fcnt, 4 * CB_FWORDS(s.n_layer)));
     for (int k = 0; k < K_N; k++) /* (e)'s x reads are whole lane chunks: no tail columns */
-        if (cols[k] % (8 * 32) != 0) {
-            fprintf(stderr, "chain_bench: %s %s: %u columns, not a multiple of 256\n", s.name, kind_name[k], cols[k]);
+        if (cols[k] % 8 != 0) {
+            fprintf(stderr, "chain_bench: %s %s: %u columns, not a multiple of 8\n", s.name, kind_name[k], cols[k]);
             exit(2);
         }
     mc_bench_fill(b.x0, xb, 1, 0x807fffffu, 0x3e000000u);
@@ -649,9 +679,10 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
 
     const uint32_t ALL = (1u << K_N) - 1;
     static const char *const vname[CB_NV] = {
-        "(a) launch+PDL, graph", "(b0) barrier, 1 counter", "(c0) split, 1 counter", "(b1) barrier, 2 levels",
-        "(c1) split, 2 levels",  "(b2) barrier, flags",     "(c2) split, flags",     "(d) no grid barrier",
-        "(a') launch, no PDL",   "(e) PDL, wo+down flags",  "(ew) PDL, wo flags",    "(ed) PDL, down flags"};
+        "(a) launch+PDL, graph",  "(b0) barrier, 1 counter", "(c0) split, 1 counter", "(b1) barrier, 2 levels",
+        "(c1) split, 2 levels",   "(b2) barrier, flags",     "(c2) split, flags",     "(d) no grid barrier",
+        "(a') launch, no PDL",    "(e) PDL, wo+down flags",  "(ew) PDL, wo flags",    "(ed) PDL, down flags",
+        "(eg) (e), group signals"};
     /* the bits: three runs of each from the same start against (a)'s first */
     std::vector<char> ref, out;
     int bad = 0;
