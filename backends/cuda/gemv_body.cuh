@@ -92,10 +92,11 @@ __device__ __forceinline__ void mc_x_chunk_po(const float *x, const float *po, f
     constexpr uint32_t E = mc_elems<T>::n;
 #pragma unroll
     for (uint32_t q = 0; q < E / 4; q++) {
-        /* CG: x through L2 only (ld.global.cg), for a body whose x another grid still writes
-         * (chain_bench's flag waits); the same values */
-        xv[q] =
-            CG ? __ldcg((const float4 *)(x + (size_t)idx * E) + q) : __ldg((const float4 *)(x + (size_t)idx * E) + q);
+        /* CG, for a body whose x another grid still writes (chain_bench's flag waits): 1 a plain
+         * (coherent) load, ordered after the wait's acquire; 2 through L2 only (ld.global.cg).
+         * The same values either way */
+        const float4 *xp = (const float4 *)(x + (size_t)idx * E) + q;
+        xv[q] = CG == 1 ? *xp : CG == 2 ? __ldcg(xp) : __ldg(xp);
         if (po) {
             const float4 a = __ldg((const float4 *)(po + (size_t)idx * E) + q);
             xv[q].x = __fadd_rn(xv[q].x, __fmul_rn(a.x, po_scale));

@@ -234,12 +234,14 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_empty(void) {
 #define CB_FWORDS(L) ((size_t)(L)*2u * 32u * CB_FSTRIDE)
 
 template <int CG> struct cb_fwait {
-    static constexpr int cg = CG; /* 1 where x is another grid's output still being written (read through L2) */
+    static constexpr int cg = CG; /* x is another grid's output still being written: 1 plain loads, 2 through L2 */
     unsigned *in;                 /* the producer's 32 counters; NULL: the programmatic grid wait */
     unsigned *out;                /* this grid's counters for its consumer; NULL: none */
     uint32_t in_ch, in_n, in_opg; /* the producer's chunk (outputs), outputs, outputs a row group */
     uint32_t out_ch, out_opg;
     uint32_t per_group; /* 1: a producer's storing lane signals each row group (release), else its block at the end */
+    uint32_t late;      /* a consumer on flags triggers its dependents at its end (1) or its start (0) */
+    uint32_t nosleep;   /* 1: a consumer polls again at once */
     unsigned ready;     /* the producer's chunks this warp has seen complete (warp-uniform) */
     __device__ __forceinline__ void operator()() const {
         if (in)
@@ -247,9 +249,9 @@ template <int CG> struct cb_fwait {
         asm volatile("griddepcontrol.wait;" ::: "memory");
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     }
-    /* Every lane of a warp, before it reads x's columns c0 .. c0+n-1: the first call polls all 32
-     * counters at once (lane j chunk j, acquire); later ones only the missing chunks the columns
-     * need, with a doubling sleep between rounds (a poll is an L2 round trip). */
+    /* Every lane of a warp, before it reads x's columns c0 .. c0+n-1: where a chunk the columns
+     * need is not yet in the warp's mask, every chunk missing from it is polled at once (lane j
+     * chunk j, acquire: one L2 round trip), with a doubling sleep between rounds. */
     __device__ __forceinline__ void cols(uint32_t c0, uint32_t n) {
         if (!in)
             return;
@@ -259,15 +261,16 @@ template <int CG> struct cb_fwait {
             return;
         const uint32_t j = threadIdx.x & 31, o = j * in_ch < in_n ? in_n - j * in_ch : 0;
         const unsigned target = ((o < in_ch ? o : in_ch) + in_opg - 1) / in_opg;
-        unsigned want = ready ? need & ~ready : ~0u, sleep = 64;
+        unsigned want = ~ready, sleep = 64;
         for (;;) {
             const bool mine = want >> j & 1u;
             const bool ok = mine && cb_atomic(in[j * CB_FSTRIDE]).load(cuda::memory_order_acquire) >= target;
             ready |= __ballot_sync(0xffffffffu, ok);
             if ((ready & need) == need)
                 break;
-            want = need & ~ready;
-            __nanosleep(sleep);
+            want = ~ready; /* every missing chunk: the warp's later columns find theirs in the mask */
+            if (!nosleep)
+                __nanosleep(sleep);
             sleep = sleep < 1024 ? 2 * sleep : sleep;
         }
         __syncwarp(); /* the acquires before every lane's reads of x */
@@ -321,7 +324,7 @@ template <int KIND, int KS, int CG>
 __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_fargs fa) {
     cb_fargs_t<CG> a = {fa.m, fa.x, fa.nw, fa.residual, fa.y, fa.eps, fa.ng, {}};
     memcpy(&a.w, &fa.w, sizeof a.w);
-    if (a.w.in)
+    if (a.w.in && !a.w.late)
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (KIND == K_QKV)
         gemv_persistent_body<MEMRA_TYPE_BF16, 0, 1, KS>(a.m, a.x, a.nw, a.eps, NULL, NULL, a.y, a.ng, blockIdx.x,
@@ -334,6 +337,8 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_far
                                                         gridDim.x, a.w);
     a.w.block_done((uint32_t)((uint64_t)a.ng * blockIdx.x / gridDim.x),
                    (uint32_t)((uint64_t)a.ng * (blockIdx.x + 1) / gridDim.x));
+    if (a.w.in && a.w.late)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (a.w.in)
         asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -345,10 +350,12 @@ struct cb_shape {
 
 typedef void (*cb_kernel)(const cb_args);
 
-#define CB_NV 13 /* (a), (b0) .. (c2), (d), (a) without PDL, (e), (ew), (ed), (eg) */
+#define CB_NV 17 /* (a), (b0) .. (c2), (d), (a) without PDL, (e), (ew), (ed), (eg), (ex), (ey), (ec), (en) */
 #define CB_RACY 7
 #define CB_NOPDL 8
-/* (e) both consumers on flags; CB_FLAGS + 1 wo only, + 2 down only, + 3 (e) with a signal a row group */
+/* (e) both consumers on flags; CB_FLAGS + 1 wo only, + 2 down only, + 3 (e) with a signal a row group,
+ * + 4 (a)'s waits with (e)'s producer signals, + 5 (e) with the consumers' trigger at their end, + 6 (e) with
+ * x read through L2 only, + 7 (e) polling without a sleep */
 #define CB_FLAGS 9
 
 struct cb_bench {
@@ -359,7 +366,8 @@ struct cb_bench {
     unsigned *bar; /* CB_BAR_WORDS */
     uint32_t ks[K_N], nb[K_N], ng[K_N];
     cb_kernel k[CB_NV];                 /* the persistent variants, k[1] .. k[CB_RACY] */
-    void (*fk[K_N][2])(const cb_fargs); /* (e)'s kernels: [kind][x through L2 only (a consumer on flags)] */
+    void (*fk[K_N][3])(
+        const cb_fargs); /* (e)'s kernels: [kind][x's loads: 0 __ldg, 1 plain (a consumer on flags), 2 L2 only] */
     unsigned *fcnt;                     /* (e)'s counters, CB_FWORDS(n_layer) */
     uint32_t G;
     cudaStream_t st;
@@ -391,7 +399,8 @@ static cb_args cb_make_args(const cb_bench &b, uint32_t mask, uint32_t empty) {
  * launches) into the stream; the cooperative launch's status is returned (it may be refused
  * inside a capture). */
 /* (e), (ew) (fw: wo on flags), (ed) (fd: down on flags): the full chain only. */
-static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_group) {
+static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_group, bool late, bool signal_only,
+                                    bool l2only, bool nosleep) {
     const uint32_t L = b.s.n_layer;
     MC_BENCH_CHECK(cudaMemsetAsync(b.fcnt, 0, 4 * CB_FWORDS(L), b.st));
     /* the producers' chunks: 32 cover the outputs, each whole row groups (4 outputs, 2 with the GLU) */
@@ -405,18 +414,22 @@ static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_grou
             a.eps = 1e-5f;
             a.ng = b.ng[k];
             a.w.per_group = per_group;
+            a.w.late = late;
+            a.w.nosleep = nosleep;
             if (k == K_QKV) {
                 a.x = b.x, a.nw = b.nw1, a.y = b.qkvb;
                 a.w.out = fw ? cq : NULL, a.w.out_ch = qch, a.w.out_opg = MC_GEMV_ROWS;
             } else if (k == K_WO) {
                 a.x = b.qkvb, a.residual = b.x, a.y = b.x;
-                a.w.in = fw ? cq : NULL, a.w.in_ch = qch, a.w.in_n = b.s.n_qkv, a.w.in_opg = MC_GEMV_ROWS;
+                a.w.in = fw && !signal_only ? cq : NULL, a.w.in_ch = qch, a.w.in_n = b.s.n_qkv,
+                a.w.in_opg = MC_GEMV_ROWS;
             } else if (k == K_GU) {
                 a.x = b.x, a.nw = b.nw2, a.y = b.sw;
                 a.w.out = fd ? cg : NULL, a.w.out_ch = fch, a.w.out_opg = MC_GEMV_ROWS / 2;
             } else {
                 a.x = b.sw, a.residual = b.x, a.y = b.x;
-                a.w.in = fd ? cg : NULL, a.w.in_ch = fch, a.w.in_n = b.s.n_ff, a.w.in_opg = MC_GEMV_ROWS / 2;
+                a.w.in = fd && !signal_only ? cg : NULL, a.w.in_ch = fch, a.w.in_n = b.s.n_ff,
+                a.w.in_opg = MC_GEMV_ROWS / 2;
             }
             cudaLaunchConfig_t cfg;
             memset(&cfg, 0, sizeof cfg);
@@ -425,7 +438,7 @@ static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_grou
             cfg.stream = b.st;
             cudaLaunchAttribute attr[1];
             mc_launch_attrs_pdl(&cfg, attr, 0, true);
-            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, b.fk[k][a.w.in != NULL], a));
+            MC_BENCH_CHECK(cudaLaunchKernelEx(&cfg, b.fk[k][a.w.in == NULL ? 0 : l2only ? 2 : 1], a));
         }
     }
     return cudaSuccess;
@@ -435,7 +448,8 @@ static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty)
     if (v >= CB_FLAGS) {
         if (mask != (1u << K_N) - 1)
             return cudaErrorInvalidValue; /* a consumer alone would wait for ever */
-        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1, v == CB_FLAGS + 3);
+        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1, v == CB_FLAGS + 3, v == CB_FLAGS + 5,
+                                v == CB_FLAGS + 4, v == CB_FLAGS + 6, v == CB_FLAGS + 7);
     }
     if (v == 0 || v == CB_NOPDL) {
         b.cfg.pdl = v == 0 ? 1 : 0;
@@ -564,13 +578,15 @@ static void cb_run_once(cb_bench &b, const cb_run &ge, std::vector<char> &out) {
 
 template <int KQ, int KO, int KG, int KD> static void cb_kernels(cb_bench &b) {
     b.fk[K_QKV][0] = cb_fkernel<K_QKV, KQ, 0>;
-    b.fk[K_QKV][1] = NULL;
+    b.fk[K_QKV][1] = b.fk[K_QKV][2] = NULL;
     b.fk[K_WO][0] = cb_fkernel<K_WO, KO, 0>;
     b.fk[K_WO][1] = cb_fkernel<K_WO, KO, 1>;
+    b.fk[K_WO][2] = cb_fkernel<K_WO, KO, 2>;
     b.fk[K_GU][0] = cb_fkernel<K_GU, KG, 0>;
-    b.fk[K_GU][1] = NULL;
+    b.fk[K_GU][1] = b.fk[K_GU][2] = NULL;
     b.fk[K_DOWN][0] = cb_fkernel<K_DOWN, KD, 0>;
     b.fk[K_DOWN][1] = cb_fkernel<K_DOWN, KD, 1>;
+    b.fk[K_DOWN][2] = cb_fkernel<K_DOWN, KD, 2>;
     b.k[1] = cb_persistent<0, 0, KQ, KO, KG, KD>;
     b.k[2] = cb_persistent<1, 0, KQ, KO, KG, KD>;
     b.k[3] = cb_persistent<0, 1, KQ, KO, KG, KD>;
@@ -679,10 +695,11 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
 
     const uint32_t ALL = (1u << K_N) - 1;
     static const char *const vname[CB_NV] = {
-        "(a) launch+PDL, graph",  "(b0) barrier, 1 counter", "(c0) split, 1 counter", "(b1) barrier, 2 levels",
-        "(c1) split, 2 levels",   "(b2) barrier, flags",     "(c2) split, flags",     "(d) no grid barrier",
-        "(a') launch, no PDL",    "(e) PDL, wo+down flags",  "(ew) PDL, wo flags",    "(ed) PDL, down flags",
-        "(eg) (e), group signals"};
+        "(a) launch+PDL, graph",   "(b0) barrier, 1 counter", "(c0) split, 1 counter",  "(b1) barrier, 2 levels",
+        "(c1) split, 2 levels",    "(b2) barrier, flags",     "(c2) split, flags",      "(d) no grid barrier",
+        "(a') launch, no PDL",     "(e) PDL, wo+down flags",  "(ew) PDL, wo flags",     "(ed) PDL, down flags",
+        "(eg) (e), group signals", "(ex) (a) + signals",      "(ey) (e), late trigger", "(ec) (e), x by ld.cg",
+        "(en) (e), no sleep"};
     /* the bits: three runs of each from the same start against (a)'s first */
     std::vector<char> ref, out;
     int bad = 0;
