@@ -16,12 +16,15 @@
  *   (d) no grid barrier at all (timing only: a lower bound; its reads race);
  *   (e) (a)'s launches, but wo and down (the GEMVs whose input is the previous GEMV's output, not a
  *       norm of x) wait for their input by the producer's row groups instead of its whole grid:
- *       the producer's storing lane adds one to the counter of its outputs' chunk (32 counters a
- *       producer a layer, release), and a consumer warp reads x's columns once the counters of their
- *       chunks are complete (acquire); it triggers its dependents at once and ends with the grid
- *       wait, so its completion still implies its producer's (the chain's hazards as in (a)). Each
- *       warp's dot keeps its order, so the bits are (a)'s. (ew) / (ed): wo's or down's only.
- *       Full chains only (a consumer alone would wait for ever).
+ *       a producer block, at its end, adds its row groups to the counters of their outputs'
+ *       chunks (32 counters a producer a layer, after a fence; zeroed by the graph's first node),
+ *       and a consumer warp reads x's columns once the counters of their chunks are complete
+ *       (acquire); it triggers its dependents at once and ends with the grid wait, so its
+ *       completion still implies its producer's (the chain's hazards as in (a)). Each warp's dot
+ *       keeps its order, so the bits are (a)'s. (ew) / (ed): wo's or down's only; (eg) a release
+ *       a row group by the storing lane; (ex) (a)'s waits with (e)'s signals; (ey) the consumer's
+ *       trigger at its end; (ec) x through L2 only; (en) polls without a sleep. Full chains only
+ *       (a consumer alone would wait for ever). bench/gpu/NOTES.md, forty-sixth session.
  * Every variant but (d) must give (a)'s bits (x, the qkv output and the SwiGLU output compared
  * with memcmp, three runs each from the same start); then each is timed (us per layer) in full
  * and with one kind of phase alone (L phases of it), and the barrier alone (K empty phases; for
