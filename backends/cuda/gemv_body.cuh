@@ -132,7 +132,7 @@ __device__ __forceinline__ void mc_x_chunk(const float *x, const float *nw, uint
  * (mc_wait_prior_grid) with the kernel's trigger family. A kernel running several bodies phase
  * after phase passes its grid barrier's wait instead. gemv_persistent_body also calls cols(c0, n)
  * (every lane of a warp, before the warp reads x's columns c0 .. c0+n-1) and stored(r0) (the lane
- * that has just stored row group r0's outputs), and reads x through L2 only where cg is 1:
+ * that has just stored row group r0's outputs), and reads x as cg says (mc_x_chunk_po's CG):
  * chain_bench's flag waits use them (a consumer reading x's columns as their producers finish);
  * here they are empty, so the production kernels compile as before. */
 struct mc_pdl_wait {

@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_empty(void) {
 #define CB_FSTRIDE 8u
 #define CB_FWORDS(L) ((size_t)(L)*2u * 32u * CB_FSTRIDE)
 
-template <int CG> struct cb_fwait {
-    static constexpr int cg = CG; /* x is another grid's output still being written: 1 plain loads, 2 through L2 */
+struct cb_fwait_state {
     unsigned *in;                 /* the producer's 32 counters; NULL: the programmatic grid wait */
     unsigned *out;                /* this grid's counters for its consumer; NULL: none */
     uint32_t in_ch, in_n, in_opg; /* the producer's chunk (outputs), outputs, outputs a row group */
@@ -302,22 +301,17 @@ template <int CG> struct cb_fwait {
     }
 };
 
+/* The wait gemv_persistent_body takes: the state, and how x is read where another grid still
+ * writes it (1 plain loads after the acquire, 2 through L2 only; 0 __ldg, as in production). */
+template <int CG> struct cb_fwait : cb_fwait_state { static constexpr int cg = CG; };
+
 struct cb_fargs {
     mc_matrix m;
     const float *x, *nw, *residual;
     float *y;
     float eps;
     uint32_t ng;
-    cb_fwait<0> w; /* the kernel's wait: as cb_fwait<CG> */
-};
-
-template <int CG> struct cb_fargs_t {
-    mc_matrix m;
-    const float *x, *nw, *residual;
-    float *y;
-    float eps;
-    uint32_t ng;
-    cb_fwait<CG> w;
+    cb_fwait_state w;
 };
 
 /* One GEMV of (e): gemv_persistent_body on the production grid with cb_fwait. A consumer on flags
@@ -325,19 +319,20 @@ template <int CG> struct cb_fargs_t {
  * end, so that its completion implies the producer's. */
 template <int KIND, int KS, int CG>
 __global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_fargs fa) {
-    cb_fargs_t<CG> a = {fa.m, fa.x, fa.nw, fa.residual, fa.y, fa.eps, fa.ng, {}};
-    memcpy(&a.w, &fa.w, sizeof a.w);
+    const cb_fargs &a = fa;
+    cb_fwait<CG> w;
+    (cb_fwait_state &)w = a.w;
     if (a.w.in && !a.w.late)
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (KIND == K_QKV)
         gemv_persistent_body<MEMRA_TYPE_BF16, 0, 1, KS>(a.m, a.x, a.nw, a.eps, NULL, NULL, a.y, a.ng, blockIdx.x,
-                                                        gridDim.x, a.w);
+                                                        gridDim.x, w);
     else if (KIND == K_GU)
         gemv_persistent_body<MEMRA_TYPE_BF16, MC_GLU_SILU, 1, KS>(a.m, a.x, a.nw, a.eps, NULL, NULL, a.y, a.ng,
-                                                                  blockIdx.x, gridDim.x, a.w);
+                                                                  blockIdx.x, gridDim.x, w);
     else
         gemv_persistent_body<MEMRA_TYPE_BF16, 0, 0, KS>(a.m, a.x, NULL, 0.0f, NULL, a.residual, a.y, a.ng, blockIdx.x,
-                                                        gridDim.x, a.w);
+                                                        gridDim.x, w);
     a.w.block_done((uint32_t)((uint64_t)a.ng * blockIdx.x / gridDim.x),
                    (uint32_t)((uint64_t)a.ng * (blockIdx.x + 1) / gridDim.x));
     if (a.w.in && a.w.late)
@@ -369,8 +364,7 @@ struct cb_bench {
     unsigned *bar; /* CB_BAR_WORDS */
     uint32_t ks[K_N], nb[K_N], ng[K_N];
     cb_kernel k[CB_NV];                 /* the persistent variants, k[1] .. k[CB_RACY] */
-    void (*fk[K_N][3])(
-        const cb_fargs); /* (e)'s kernels: [kind][x's loads: 0 __ldg, 1 plain (a consumer on flags), 2 L2 only] */
+    void (*fk[K_N][3])(const cb_fargs); /* (e)'s kernels, [kind][cb_fwait's cg] */
     unsigned *fcnt;                     /* (e)'s counters, CB_FWORDS(n_layer) */
     uint32_t G;
     cudaStream_t st;
@@ -398,10 +392,8 @@ static cb_args cb_make_args(const cb_bench &b, uint32_t mask, uint32_t empty) {
     return a;
 }
 
-/* Variant v (0 a, 1 b, 2 c) of the chain with the kinds of mask (0: `empty` barriers or empty
- * launches) into the stream; the cooperative launch's status is returned (it may be refused
- * inside a capture). */
-/* (e), (ew) (fw: wo on flags), (ed) (fd: down on flags): the full chain only. */
+/* (e) .. (en) (fw: wo on flags, fd: down on flags; the rest as CB_FLAGS's comment says): the full
+ * chain only. */
 static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_group, bool late, bool signal_only,
                                     bool l2only, bool nosleep) {
     const uint32_t L = b.s.n_layer;
@@ -447,6 +439,9 @@ static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_grou
     return cudaSuccess;
 }
 
+/* Variant v (0 a, 1 b, 2 c) of the chain with the kinds of mask (0: `empty` barriers or empty
+ * launches) into the stream; the cooperative launch's status is returned (it may be refused
+ * inside a capture). */
 static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty) {
     if (v >= CB_FLAGS) {
         if (mask != (1u << K_N) - 1)
@@ -733,7 +728,7 @@ static int cb_preset(const cb_shape &s, int reps, double ceiling) {
         }
         cb_free(ge);
     }
-    printf("bits: (b0) .. (c2), (a') and (e) .. (ed) %s (a) (x, qkv and SwiGLU outputs, 3 runs each)\n",
+    printf("bits: (b0) .. (c2), (a') and (e) .. (en) %s (a) (x, qkv and SwiGLU outputs, 3 runs each)\n",
            bad ? "DIFFER from" : "equal to");
     { /* the negative control: one bit of one weight (layer 0's first qkv weight) flipped must show */
         uint16_t wv;
