@@ -318,8 +318,7 @@ struct cb_fargs {
  * triggers its dependents at once (they wait for its grid) and waits for its producer's grid at the
  * end, so that its completion implies the producer's. */
 template <int KIND, int KS, int CG>
-__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_fargs fa) {
-    const cb_fargs &a = fa;
+__global__ void __launch_bounds__(32 * MC_GEMV_WARPS, 4) cb_fkernel(const cb_fargs a) {
     cb_fwait<CG> w;
     (cb_fwait_state &)w = a.w;
     if (a.w.in && !a.w.late)
@@ -392,10 +391,11 @@ static cb_args cb_make_args(const cb_bench &b, uint32_t mask, uint32_t empty) {
     return a;
 }
 
-/* (e) .. (en) (fw: wo on flags, fd: down on flags; the rest as CB_FLAGS's comment says): the full
- * chain only. */
-static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_group, bool late, bool signal_only,
-                                    bool l2only, bool nosleep) {
+/* Variant v of (e) .. (en) (CB_FLAGS's comment), the full chain only. */
+static cudaError_t cb_enqueue_flags(cb_bench &b, int v) {
+    const int e = v - CB_FLAGS;
+    const bool fw = e != 2, fd = e != 1; /* wo on flags (qkv signals), down on flags (gate/up signals) */
+    const bool signal_only = e == 4, l2only = e == 6;
     const uint32_t L = b.s.n_layer;
     MC_BENCH_CHECK(cudaMemsetAsync(b.fcnt, 0, 4 * CB_FWORDS(L), b.st));
     /* the producers' chunks: 32 cover the outputs, each whole row groups (4 outputs, 2 with the GLU) */
@@ -408,9 +408,9 @@ static cudaError_t cb_enqueue_flags(cb_bench &b, bool fw, bool fd, bool per_grou
             a.m = b.host[l].m[k];
             a.eps = 1e-5f;
             a.ng = b.ng[k];
-            a.w.per_group = per_group;
-            a.w.late = late;
-            a.w.nosleep = nosleep;
+            a.w.per_group = e == 3;
+            a.w.late = e == 5;
+            a.w.nosleep = e == 7;
             if (k == K_QKV) {
                 a.x = b.x, a.nw = b.nw1, a.y = b.qkvb;
                 a.w.out = fw ? cq : NULL, a.w.out_ch = qch, a.w.out_opg = MC_GEMV_ROWS;
@@ -446,8 +446,7 @@ static cudaError_t cb_enqueue(cb_bench &b, int v, uint32_t mask, uint32_t empty)
     if (v >= CB_FLAGS) {
         if (mask != (1u << K_N) - 1)
             return cudaErrorInvalidValue; /* a consumer alone would wait for ever */
-        return cb_enqueue_flags(b, v != CB_FLAGS + 2, v != CB_FLAGS + 1, v == CB_FLAGS + 3, v == CB_FLAGS + 5,
-                                v == CB_FLAGS + 4, v == CB_FLAGS + 6, v == CB_FLAGS + 7);
+        return cb_enqueue_flags(b, v);
     }
     if (v == 0 || v == CB_NOPDL) {
         b.cfg.pdl = v == 0 ? 1 : 0;
