@@ -22,4 +22,4 @@ mkdir -p "$D"
 tar -cJf "$D/m.tar.xz.tmp" "${files[@]}"
 mv "$D/m.tar.xz.tmp" "$D/m.tar.xz"
 cd ..
-echo "pack.sh: $D/m.tar.xz ($(du -h "$D/m.tar.xz" | cut -f1)) of $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench/RESULTS.md' ':!bench/gpu/NOTES.md' || echo ' with uncommitted changes')"
+echo "pack.sh: $D/m.tar.xz ($(du -h "$D/m.tar.xz" | cut -f1)) of $(git rev-parse --short HEAD)$([ -z "$(git status --porcelain -- . ':!bench/RESULTS.md' ':!bench/gpu/NOTES.md')" ] || echo ' with uncommitted or untracked changes')"
