@@ -13,6 +13,10 @@ set -euo pipefail
 D=$(realpath -m "$1"); shift
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-carry -DCMAKE_BUILD_TYPE=Release -DMEMRA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real > /dev/null
+# A misspelt BIN fails here, in seconds, not after the build (a dry run of its target).
+for b in "$@"; do
+  cmake --build build-carry --target "$b" -- -n > /dev/null 2>&1 || { echo "pack.sh: no build target $b" >&2; exit 2; }
+done
 cmake --build build-carry -j"$(nproc)"
 cd build-carry
 files=(bin/memra bin/memra-gate lib/libmemra.so* lib/libmemra-model.so* lib/libmemra-text.so*
