@@ -6,11 +6,13 @@
 #   stops with exit 9 unless the card is an H200 (WOF_ANY=1: runs wofuse_bench first anyway);
 #   wofuse_bench (wo in attention's epilogue: build `wo=fused` only if it saves >= 3 us a
 #   llama-1b layer on the H200); checks.sh PARTS within T67_S seconds; unless NOKT, ktrace of
-#   8B Q8_0, 8B Q4_K and 30B Q8_0 while the call has time left. The table is printed last.
+#   8B Q8_0, 8B Q4_K and 30B Q8_0 while the call has time left. The table is printed last;
+#   the exit status is 1 if any step failed (its rc is in the table).
 #   env: TARBALL (.carry-r/m.tar.xz), PARTS ("moe small dense"), T67_S (420), SKIPMOE, NOKT,
 #   WOF_ANY; logs under $OUT (./gpu-logs). Relative paths are from the repository root.
 set -u
-case "${1:-}" in -h | --help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;; "") ;;
+fail=0 # any step that failed makes the exit status 1, after the table
+case "${1:-}" in -h | --help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;; "") ;;
   *) echo "owed.sh: takes no arguments (see --help)" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/../.." || exit 3
 export OUT=${OUT:-$PWD/gpu-logs}; mkdir -p "$OUT"; T=$OUT/table.txt
@@ -24,11 +26,13 @@ N=$(nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,nohead
 echo "card: $N" | tee -a "$T"
 if [ -z "${SKIPMOE:-}" ]; then
   timeout 200 /tmp/m/bin/memra_cuda_check_moe > "$OUT/check_moe.log" 2>&1
-  echo "check_moe rc=$? $(tail -1 "$OUT/check_moe.log")" | tee -a "$T"
+  rc=$?; [ $rc -eq 0 ] || fail=1
+  echo "check_moe rc=$rc $(tail -1 "$OUT/check_moe.log")" | tee -a "$T"
 fi
 wof() {
   timeout 120 /tmp/m/bin/memra_cuda_wofuse_bench 50 > "$OUT/wofuse.log" 2>&1
-  echo "wofuse rc=$? t=$SECONDS" | tee -a "$T"
+  rc=$?; [ $rc -eq 0 ] || fail=1
+  echo "wofuse rc=$rc t=$SECONDS" | tee -a "$T"
   grep -E '^==|^note|^control|^x after|^FUSED|^  |^summary|rror' "$OUT/wofuse.log" | cut -c1-240 | tee -a "$T"
 }
 case "$N" in *H200*) ;; *)
@@ -38,7 +42,8 @@ esac
 wof
 # shellcheck disable=SC2086 # PARTS is a list of words
 timeout "${T67_S:-420}" bash bench/gpu/checks.sh ${PARTS:-moe small dense} > "$OUT/checks.out" 2>&1
-echo "checks rc=$? t=$SECONDS" | tee -a "$T"
+rc=$?; [ $rc -eq 0 ] || fail=1
+echo "checks rc=$rc t=$SECONDS" | tee -a "$T"
 if [ -z "${NOKT:-}" ]; then
   for c in "llama-8b q8_0" "llama-8b q4_k" "qwen3moe-30b q8_0"; do
     # shellcheck disable=SC2086 # two words: preset and dtype
@@ -47,10 +52,14 @@ if [ -z "${NOKT:-}" ]; then
     CUDA_INJECTION64_PATH=/tmp/m/lib/libmemra_ktrace.so MEMRA_KTRACE="$OUT/kt-$1-$2.tsv" timeout 60 \
       /tmp/m/bin/memra bench --preset "$1" --dtype "$2" --arm cuda-graph --prime 512 -n 128 --reps 1 \
       > "$OUT/kt-$1-$2.log" 2>&1
-    echo "ktrace $1 $2 rc=$? t=$SECONDS" | tee -a "$T"
-    python3 bench/gpu/ktrace.py "$OUT/kt-$1-$2.tsv" 12 > "$OUT/kt-$1-$2.txt" 2>&1 &&
+    rc=$?; [ $rc -eq 0 ] || fail=1
+    echo "ktrace $1 $2 rc=$rc t=$SECONDS" | tee -a "$T"
+    if python3 bench/gpu/ktrace.py "$OUT/kt-$1-$2.tsv" 12 > "$OUT/kt-$1-$2.txt" 2>&1; then
       tail -14 "$OUT/kt-$1-$2.txt" | cut -c1-160 >> "$OUT/kt.txt"
+    else
+      fail=1; echo "ktrace.py $1 $2 failed (kt-$1-$2.txt)" | tee -a "$T"
+    fi
   done
 fi
 echo ---; cat "$T"; [ -s "$OUT/kt.txt" ] && { echo; tail -45 "$OUT/kt.txt"; }
-exit 0
+exit $fail

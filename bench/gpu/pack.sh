@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 cmake -S . -B build-carry -DCMAKE_BUILD_TYPE=Release -DMEMRA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real > /dev/null
 # A misspelt BIN fails here, in seconds, not after the build (a dry run of its target).
 for b in "$@"; do
-  cmake --build build-carry --target "$b" -- -n > /dev/null 2>&1 || { echo "pack.sh: no build target $b" >&2; exit 2; }
+  cmake --build build-carry --target "$b" -- -n > /dev/null 2>&1 || { echo "pack.sh: no build target $b (or its dry run failed)" >&2; exit 2; }
 done
 cmake --build build-carry -j"$(nproc)"
 cd build-carry
