@@ -8,6 +8,7 @@
 #   Q4_0, Q8_0), small (llama-1b BF16, gemma3-270m q4_k_m), moe (granite-moe-1b BF16,
 #   qwen3moe-30b Q8_0); default all three (about 3 minutes on an H100, the 30B preset a minute of it).
 #   ARM=... measures another arm (or a comma-separated list of arms, each row of the A/B) instead.
+#   Exit status 1 when any bench failed (its rc is in the table), 2 for an unknown part.
 . "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$T"
 one() { bench "$1" --preset "$2" --dtype "$3" --arm "${ARM:-cuda-graph}" --prime 512 -n 128 --reps 5 --abba; }
@@ -18,3 +19,4 @@ for part in "${@:-dense small moe}"; do for p in $part; do case $p in
   *) echo "checks.sh: unknown part '$p' (dense, small, moe)" | tee -a "$T"; exit 2 ;;
 esac; done; done
 echo ---; cat "$T"
+exit "$FAILED"

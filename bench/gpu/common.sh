@@ -10,6 +10,7 @@ B=${CARRY:-$PWD/.carry-dev}
 export LD_LIBRARY_PATH=$B/lib MEMRA_PLUGIN_PATH=$B/plugins.d
 G=$B/bin/memra-gate; M=$B/bin/memra
 T="$OUT/table.txt"
+FAILED=0 # 1 once a gate or bench exits non-zero, a control passes or a refusal is not: `exit "$FAILED"` last
 GATE_TIMEOUT=${GATE_TIMEOUT:-300}; BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 
 # need_card NAME: stop at once (exit 9, one table line) unless the first GPU's name contains NAME,
@@ -29,26 +30,28 @@ gate() { local name=$1; shift; local t0=$SECONDS
   local v=$(grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"pass":[a-z]*\|"reason":"[^"]*"' | tr '\n' ' ' | cut -c1-100)
   local s=$(grep '"record":"summary"' "$OUT/$name.jsonl" 2>/dev/null | grep -o '"ratio_b_over_a":[0-9.]*')
   local n=$(grep -o '"nmse":[0-9.e+-]*' "$OUT/$name.jsonl" 2>/dev/null | cut -d: -f2 | sort -g | tail -1)
+  [ $rc -eq 0 ] || FAILED=1
   printf '%-30s rc=%s %3ss %s %s %s\n' "$name" "$rc" "$((SECONDS-t0))" "$v" "$s" "${n:+max_nmse=$n}" | tee -a "$T"
   [ $rc -eq 0 ] || tail -3 "$OUT/$name.log" | cut -c1-200 | tee -a "$T"; }
 
 # control NAME ARGS...: a gate that must fail in exact mode (a negative control): CONTROL FAILED
 # in the table when it passes (the verdict record's "pass":true; a gate that could not run is
 # no pass, and its exit status is in the line above).
-control() { local name=$1; shift
-  gate "$name" "$@"
+control() { local name=$1 f=$FAILED; shift
+  gate "$name" "$@"; FAILED=$f # its failing is the control's point
   grep '"record":"verdict"' "$OUT/$name.jsonl" 2>/dev/null | grep -q '"pass":true' &&
-    echo "CONTROL FAILED: $name passed exact" | tee -a "$T"; }
+    { FAILED=1; echo "CONTROL FAILED: $name passed exact" | tee -a "$T"; }; }
 
 # refuse NAME WANT ARGS...: the gate must stop before comparing (exit 2 or 3) naming WANT.
 refuse() { local name=$1 want=$2; shift 2
   timeout 120 "$G" "$@" --quiet > "$OUT/$name.log" 2>&1; local rc=$?
   if { [ $rc -eq 3 ] || [ $rc -eq 2 ]; } && grep -q -- "$want" "$OUT/$name.log"; then echo "$name refused as expected" | tee -a "$T"
-  else echo "$name NOT REFUSED AS EXPECTED rc=$rc: $(tail -2 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)" | tee -a "$T"; fi; }
+  else FAILED=1; echo "$name NOT REFUSED AS EXPECTED rc=$rc: $(tail -2 "$OUT/$name.log" | tr '\n' ' ' | cut -c1-200)" | tee -a "$T"; fi; }
 
 # bench NAME ARGS...: memra bench ARGS; a table line, then every arm's row of its table.
 bench() { local name=$1; shift; local t0=$SECONDS
   timeout "$BENCH_TIMEOUT" "$M" bench "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  [ $rc -eq 0 ] || FAILED=1
   echo "$name rc=$rc $((SECONDS-t0))s" | tee -a "$T"
   grep '^| [a-z]' "$OUT/$name.log" | grep -v '^| arm ' | tr -s ' ' | cut -c1-170 | tee -a "$T"; }
 
